@@ -1,0 +1,36 @@
+"""Where the ranks of each parallel group sit: inside one node (scale-up) or across nodes (scale-out).
+
+Megatron orders ranks tensor-parallel first, then data-parallel, then pipeline-parallel, so TP groups
+are contiguous inside a node and PP groups have the largest stride.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from armillary.specs.arrays import Array
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A group of `size` ranks with `per_node` of them in each node it touches."""
+
+    size: Array
+    per_node: Array
+
+    @property
+    def nodes(self) -> Array:
+        return self.size / self.per_node
+
+
+def _place(size: Array, stride: Array, devices_per_node: Array) -> Placement:
+    per_node = np.clip(np.floor(devices_per_node / stride), 1, size)
+    return Placement(size=size, per_node=per_node)
+
+
+def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array) -> tuple[Placement, ...]:
+    """Placements of the (tp, dp, pp) groups in Megatron's rank order tp -> dp -> pp."""
+    tp_group = Placement(size=tp, per_node=np.minimum(tp, devices_per_node))
+    return tp_group, _place(dp, tp, devices_per_node), _place(pp, tp * dp, devices_per_node)

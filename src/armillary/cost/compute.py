@@ -1,0 +1,41 @@
+"""Time of one kernel on one device: a roofline with size-dependent efficiency (formulas.md §12, pitfall 5).
+
+t = max(FLOP / (eta(FLOP) * F_peak), bytes / (eta_mem * BW)) + launch overhead.
+The simulator and the estimator both take kernel times from here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from armillary.specs.arrays import PRECISIONS, Array
+from armillary.specs.strategy import TrainingPrecision
+from armillary.specs.system import Device, Precision
+from armillary.workload.transformer import Op
+
+# GEMM precision of each training recipe (fp32 training runs its GEMMs in TF32 where the device has it).
+_GEMM_PRECISION = {
+    TrainingPrecision.FP32: Precision.TF32,
+    TrainingPrecision.BF16: Precision.BF16,
+    TrainingPrecision.FP16: Precision.FP16,
+    TrainingPrecision.FP8: Precision.FP8,
+}
+
+
+def matrix_peak(device: Device, precision_code: Array) -> Array:
+    """Peak GEMM FLOP/s for each precision code (index into PRECISIONS)."""
+    peaks = [device.matrix_peak(_GEMM_PRECISION[p]) for p in PRECISIONS]
+    return np.choose(np.asarray(precision_code, dtype=int), peaks)
+
+
+def kernel_time(op: Op, device: Device, peak: Array) -> Array:
+    """Roofline time of one kernel on `device` at matrix peak `peak`."""
+    hbm = device.hbm
+    compute = op.flop / (device.matrix_efficiency(op.flop) * peak)
+    memory = op.bytes / (hbm.efficiency * hbm.bandwidth)
+    return np.maximum(compute, memory) + device.kernel_overhead
+
+
+def stream_time(bytes_moved: Array, device: Device) -> Array:
+    """Time to stream `bytes_moved` through HBM (optimizer step, element-wise passes)."""
+    return bytes_moved / (device.hbm.efficiency * device.hbm.bandwidth)

@@ -1,0 +1,110 @@
+"""Memory per device: model states under ZeRO, activations under each recompute mode, buffers.
+
+Model states: Rajbhandari et al. SC'20 §5 and the Megatron-LM distributed-optimizer table
+(formulas.md §4.1-4.2). Activations: Korthikanti et al. 2022 §4 (formulas.md §4.3), generalized to
+GQA, head_dim and gated MLPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from armillary.specs.arrays import (
+    RECOMPUTE_FULL,
+    SCHEDULE_GPIPE,
+    SCHEDULE_INTERLEAVED,
+    Array,
+    ModelArrays,
+    StrategyArrays,
+)
+
+# Bytes per parameter of each precision recipe, indexed like PRECISIONS (fp32, bf16, fp16, fp8).
+# Megatron-LM README, distributed optimizer table: fp32 16 = 4 + 4 + 8 (m, v); bf16 18 = 2 + 4 (fp32
+# main grad) + 12 (master, m, v); fp16 20 = 2 + 2 + 16 (fp32 main grad, master, m, v). fp8 keeps bf16
+# weights plus an fp8 copy (Transformer Engine) [derived]: 3 + 4 + 12.
+WEIGHT_BYTES = (4.0, 2.0, 2.0, 3.0)
+GRAD_BYTES = (4.0, 4.0, 2.0, 4.0)
+OPTIMIZER_BYTES = (8.0, 12.0, 16.0, 12.0)
+ACTIVATION_BYTES = (4.0, 2.0, 2.0, 2.0)
+GRAD_REDUCE_BYTES = (4.0, 4.0, 2.0, 4.0)  # dtype of the data-parallel gradient reduction
+
+
+def per_precision(table: tuple[float, ...], code: Array) -> Array:
+    return np.choose(np.asarray(code, dtype=int), table)
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Bytes one layer stores for backward, for one micro-batch on one TP rank (Korthikanti Table 2)."""
+
+    replicated: Array  # norm inputs, block inputs, dropout masks: 10sbh, split by t only with SP
+    tensor_parallel: Array  # Q, K, V, projections, MLP: 24sbh / t for GPT
+    attention_core: Array  # softmax output, dropout mask and output: 5as^2b / t
+    layer_input: Array  # what full recomputation keeps: 2sbh (/ t with SP)
+
+    def stored(self, recompute: Array) -> Array:
+        """Per-layer bytes kept between forward and backward for each recompute mode (none, selective,
+        full): s*b*h*(10 + 24/t + 5as/(ht)), s*b*h*(10 + 24/t), 2sbh (Korthikanti Table 2, Eq. 2, 6)."""
+        no_recompute = self.replicated + self.tensor_parallel + self.attention_core
+        selective = self.replicated + self.tensor_parallel
+        return np.choose(np.asarray(recompute, dtype=int), [no_recompute, selective, self.layer_input])
+
+    @property
+    def working(self) -> Array:
+        """Everything one layer holds while its backward runs (full recomputation rebuilds this)."""
+        return self.replicated + self.tensor_parallel + self.attention_core
+
+
+def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array) -> LayerActivations:
+    h, a, kv, dh, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn
+    T = b * s
+    sp_div = 1 + sp * (t - 1)
+    # two norm inputs, QKV input, MLP input (e bytes each) + two 1-byte dropout masks
+    replicated = (4 * e + 2 * m.dropout) * T * h / sp_div
+    # Q, K, V, attention output (projection input), MLP hidden activations (2 tensors, 3 when gated)
+    tensor_parallel = e * T * ((2 * a + 2 * kv) * dh + m.mlp_matrices * f) / t
+    scores = b * (a / t) * s * s
+    attention_core = scores * (e + m.dropout * (e + 1))
+    layer_input = e * T * h / sp_div
+    return LayerActivations(replicated, tensor_parallel, attention_core, layer_input)
+
+
+def microbatches_in_flight(st: StrategyArrays, microbatches: Array) -> Array:
+    """Micro-batches whose activations the first stage holds at its peak (formulas.md §5):
+    GPipe m; 1F1B min(p, m); interleaved min(p, m) * (1 + (p-1)/(p*v)) (Korthikanti §4.2.3)."""
+    p, v = st.pp, st.vpp
+    one_f_one_b = np.minimum(p, microbatches)
+    interleaved = one_f_one_b * (1 + (p - 1) / (p * v))
+    return np.where(st.schedule == SCHEDULE_GPIPE, microbatches,
+                    np.where(st.schedule == SCHEDULE_INTERLEAVED, interleaved, one_f_one_b))
+
+
+def stage_activations(acts: LayerActivations, layers: Array, st: StrategyArrays,
+                      microbatches: Array) -> tuple[Array, Array]:
+    """(activations, checkpoints) bytes of a stage with `layers` layers at its peak."""
+    in_flight = microbatches_in_flight(st, microbatches)
+    stored = acts.stored(st.recompute) * layers * in_flight
+    full = st.recompute == RECOMPUTE_FULL
+    checkpoints = np.where(full, stored, 0.0)
+    # under full recompute one layer's activations are rebuilt during its backward
+    activations = np.where(full, acts.working, stored)
+    return activations, checkpoints
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    weights: Array
+    gradients: Array
+    optimizer_states: Array
+
+
+def model_states(params: Array, st: StrategyArrays) -> ModelStates:
+    """Bytes of weights, gradients and optimizer states for `params` parameters on one model-parallel
+    rank, sharded over dp by ZeRO stage (SC'20 §5: P_os, P_os+g, P_os+g+p)."""
+    d = st.dp
+    weights = params * per_precision(WEIGHT_BYTES, st.precision) / np.where(st.zero >= 3, d, 1)
+    gradients = params * per_precision(GRAD_BYTES, st.precision) / np.where(st.zero >= 2, d, 1)
+    optimizer = params * per_precision(OPTIMIZER_BYTES, st.precision) / np.where(st.zero >= 1, d, 1)
+    return ModelStates(weights, gradients, optimizer)

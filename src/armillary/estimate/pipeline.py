@@ -1,0 +1,27 @@
+"""Pipeline schedules: iteration time from per-stage, per-micro-batch times (formulas.md §5).
+
+With stage times t_i (forward + backward of one micro-batch) and m micro-batches, 1F1B and GPipe take
+m * max_i t_i + (sum_i t_i - max_i t_i): for equal stages (m + p - 1) * t, i.e. the bubble (p - 1) t of
+Narayanan et al. SC'21 §2.2.1 / Eq. 1. Interleaving v chunks per rank divides the fill and drain by v
+(§2.2.2): m * max + (sum - max) / v. Unequal stages (embedding, LM head, uneven splits) make the
+slowest stage set the steady state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from armillary.specs.arrays import SCHEDULE_INTERLEAVED, Array
+
+
+def pipeline_time(stage_max: Array, stage_sum: Array, microbatches: Array, vpp: Array,
+                  schedule: Array) -> Array:
+    """Time from the first forward to the last backward of one iteration."""
+    fill_drain = stage_sum - stage_max
+    fill_drain = np.where(schedule == SCHEDULE_INTERLEAVED, fill_drain / vpp, fill_drain)
+    return microbatches * stage_max + fill_drain
+
+
+def bubble_fraction(pp: Array, microbatches: Array, vpp: Array) -> Array:
+    """Idle fraction of the ideal time for equal stages: (p - 1) / (v m) (SC'21 §2.2)."""
+    return (pp - 1) / (vpp * microbatches)

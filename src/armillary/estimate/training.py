@@ -1,0 +1,260 @@
+"""One training iteration, composed from per-layer kernels, collectives and the pipeline schedule.
+
+Recipe: formulas.md §12. Per stage and micro-batch: forward = kernels (roofline through the device's
+efficiency curve) + exposed TP collectives; backward = twice the forward kernels + TP collectives;
+recomputation adds a forward (full) or the attention core (selective). The schedule turns stage times
+into the pipeline time; data-parallel communication and the optimizer step follow. Every function takes
+arrays, so one call evaluates one configuration or a whole sweep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from armillary.comm.collectives import CommCost, all_gather, all_reduce, reduce_scatter, send_recv
+from armillary.comm.placement import place_groups
+from armillary.cost.compute import kernel_time, matrix_peak, stream_time
+from armillary.estimate import memory as mem
+from armillary.estimate.feasibility import check
+from armillary.estimate.pipeline import pipeline_time
+from armillary.estimate.result import MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
+from armillary.specs.arrays import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE,
+    Array,
+    ModelArrays,
+    StrategyArrays,
+    TrainingArrays,
+)
+from armillary.specs.system import System
+from armillary.workload.parameters import count_parameters
+from armillary.workload.transformer import ends_forward, layer_forward, layer_forward_flop, tp_message_bytes
+
+
+@dataclass(frozen=True)
+class _PerMicrobatch:
+    """Time of one micro-batch through a set of layers or kernels, by component."""
+
+    compute: Array
+    recompute: Array
+    tp: Array
+
+    def __add__(self, o: _PerMicrobatch) -> _PerMicrobatch:
+        return _PerMicrobatch(self.compute + o.compute, self.recompute + o.recompute, self.tp + o.tp)
+
+    def __mul__(self, k: Array) -> _PerMicrobatch:
+        return _PerMicrobatch(self.compute * k, self.recompute * k, self.tp * k)
+
+    @property
+    def total(self) -> Array:
+        return self.compute + self.recompute + self.tp
+
+
+def _exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
+    """Communication left on the critical path: all of it, or what compute cannot hide (§2.3)."""
+    return np.where(overlap > 0, np.maximum(0.0, comm - hidden_behind), comm)
+
+
+def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System) -> StepEstimate:
+    device = system.device
+    b, s, t, p, d, v = st.micro_batch, w.seq_len, st.tp, st.pp, st.dp, st.vpp
+    sp = st.sequence_parallel
+    e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
+    peak = matrix_peak(device, st.precision)
+    microbatches = w.global_batch / (b * d)
+    tp_group, dp_group, pp_group = place_groups(t, d, p, system.devices_per_node)
+
+    # --- one layer, one micro-batch ------------------------------------------------------------------
+    fw = layer_forward(m, b, s, t, sp, e)
+    gemm_f = sum(kernel_time(op, device, peak) for op in fw.gemms)
+    stream_f = sum(kernel_time(op, device, peak) for op in fw.streams)
+    n_tp = tp_message_bytes(m, b, s, e)
+    # two all-reduces per pass (SC'21 §3.2); with SP each becomes all-gather + reduce-scatter of the
+    # same bytes (Korthikanti §4.2.2), which costs the same under the ring model
+    tp_cost = all_reduce(n_tp, tp_group, system)
+    tp_pass = 2 * tp_cost.time
+    tp_f = _exposed(tp_pass, gemm_f, st.overlap_tp)
+    tp_b = _exposed(tp_pass, 2 * gemm_f, st.overlap_tp)
+    forward = gemm_f + stream_f
+    core = sum(kernel_time(op, device, peak) for op in fw.attention_core)
+    recompute = np.where(st.recompute == RECOMPUTE_FULL, forward,
+                         np.where(st.recompute == RECOMPUTE_SELECTIVE, core, 0.0))
+    recompute_tp = np.where(st.recompute == RECOMPUTE_FULL, tp_f, 0.0)
+    layer = _PerMicrobatch(compute=3 * forward, recompute=recompute + recompute_tp, tp=tp_f + tp_b)
+
+    # --- embedding (first stage), LM head and loss (last stage) -----------------------------------
+    ends = ends_forward(m, b, s, t, e)
+    embedding = _PerMicrobatch(compute=3 * kernel_time(ends.embedding, device, peak), recompute=0.0,
+                               tp=all_reduce(n_tp, tp_group, system).time)
+    head = _PerMicrobatch(
+        compute=3 * kernel_time(ends.head_gemm, device, peak) + 3 * kernel_time(ends.loss, device, peak),
+        recompute=0.0, tp=all_reduce(n_tp, tp_group, system).time,
+    )
+
+    # --- pipeline stages ---------------------------------------------------------------------------
+    L = m.layers
+    even = L / p
+    uneven = (st.first_stage_layers > 0) | (st.last_stage_layers > 0)
+    n_first = np.where(st.first_stage_layers > 0, st.first_stage_layers, even)
+    n_last = np.where(st.last_stage_layers > 0, st.last_stage_layers, even)
+    n_mid = np.where(uneven, (L - n_first - n_last) / np.maximum(p - 2, 1), even)
+    single = np.where(p == 1, 1.0, 0.0)
+    # pipeline activation per micro-batch; with scatter/gather only 1/t crosses nodes (SC'21 §4.1)
+    n_pp = b * s * m.hidden * e
+    pp_crosses = np.where(pp_group.per_node < p, 1.0, 0.0)
+    scatter = np.where((st.pp_scatter_gather > 0) & (pp_crosses > 0), t, 1.0)
+    p2p = send_recv(n_pp / scatter, pp_crosses, system) + (scatter > 1) * all_gather(n_pp, tp_group, system)
+    # every micro-batch sends its activation forward and its gradient back, once per model chunk
+    p2p_per_mb = (1 - single) * 2 * v * p2p.time
+
+    first = layer * n_first + embedding + head * single
+    last = layer * n_last + head + embedding * single
+    middle = layer * n_mid
+    stage_first, stage_last, stage_mid = first.total, last.total, middle.total
+    has_mid = np.where(p > 2, 1.0, 0.0)
+    stage_max = np.maximum(np.maximum(stage_first, stage_last), has_mid * stage_mid) + p2p_per_mb
+    stage_sum = stage_first + (1 - single) * stage_last + np.maximum(p - 2, 0) * stage_mid + p * p2p_per_mb
+    pipe = pipeline_time(stage_max, stage_sum, microbatches, v, st.schedule)
+    # the critical (slowest) stage fixes the steady state; attribute it by component
+    crit = _pick_max((stage_first, first), (stage_last, last), (has_mid * stage_mid, middle))
+    busy = microbatches * (crit.total + p2p_per_mb)
+
+    # --- data parallelism / ZeRO / FSDP ------------------------------------------------------------
+    params = count_parameters(m)
+    params_first = (n_first * params.per_layer + params.embedding + single * params.head) / t
+    params_last = (n_last * params.per_layer + params.head + single * params.embedding) / t
+    params_local = np.maximum(params_first, params_last)
+    n_layers_local = np.maximum(np.maximum(n_first, n_last), 1)
+    grad_bytes = params_local * mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision)
+    weight_bytes = params_local * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
+    reduce_grads = all_reduce(grad_bytes, dp_group, system)
+    scatter_grads = reduce_scatter(grad_bytes, dp_group, system)
+    gather_params = all_gather(weight_bytes, dp_group, system)
+    fwd_mb = crit.compute / 3  # forward share of the critical stage per micro-batch
+    bwd_mb = 2 * fwd_mb
+    last_bucket = 1 / n_layers_local
+    grad_reduction = np.where(st.zero >= 1, scatter_grads.time, reduce_grads.time)
+    exposed_once = np.where(
+        st.zero <= 1,
+        _exposed(grad_reduction, bwd_mb, st.overlap_dp) + grad_reduction * last_bucket * st.overlap_dp
+        + np.where(st.zero == 1, _exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
+        np.where(st.zero == 2, _exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
+    )
+    # ZeRO-2 reduce-scatters every micro-batch; ZeRO-3/FSDP also gathers parameters for forward and
+    # backward of every micro-batch (formulas.md pitfall 8)
+    per_mb_zero2 = _exposed(scatter_grads.time, bwd_mb, st.overlap_dp)
+    per_mb_zero3 = (_exposed(gather_params.time, fwd_mb, st.overlap_param_gather)
+                    + _exposed(gather_params.time + scatter_grads.time, bwd_mb, st.overlap_param_gather))
+    dp_exposed = exposed_once + microbatches * np.where(
+        st.zero == 2, per_mb_zero2, np.where(st.zero == 3, per_mb_zero3, 0.0))
+    dp_exposed = np.where(d > 1, dp_exposed, 0.0)
+    dp_traffic = np.where(
+        st.zero == 0, 1.0, 0.0) * reduce_grads + np.where(st.zero == 1, 1.0, 0.0) * (
+        scatter_grads + gather_params) + np.where(st.zero == 2, 1.0, 0.0) * (
+        microbatches * scatter_grads + gather_params) + np.where(st.zero == 3, 1.0, 0.0) * (
+        microbatches * (scatter_grads + 2 * gather_params))
+
+    # --- optimizer step and second memory tier -----------------------------------------------------
+    updated = params_local / np.where(st.zero >= 1, d, 1)
+    adam_bytes = updated * (2 * mem.per_precision(mem.OPTIMIZER_BYTES, st.precision)
+                            + 2 * mem.per_precision(mem.GRAD_BYTES, st.precision)
+                            + mem.per_precision(mem.WEIGHT_BYTES, st.precision))
+    tier2 = device.second_tier
+    tier2_bw = (tier2.efficiency * tier2.bandwidth) if tier2 is not None else np.inf
+    optimizer = np.where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
+
+    acts = mem.layer_activations(m, b, s, t, sp, e)
+    act_first, ckpt_first = mem.stage_activations(acts, n_first, st, microbatches)
+    act_last, ckpt_last = mem.stage_activations(acts, n_last, st, microbatches)
+    logits = b * s * (m.vocab / t) * (4 + e)  # fp32 logits and their 16-bit source on the last stage
+    act_last = act_last + logits
+    compute_total = microbatches * (crit.compute + crit.recompute)
+    offload_weights = st.offload_weights * 2 * microbatches * weight_bytes / tier2_bw
+    stored_mb = acts.stored(st.recompute) * n_first
+    offload_acts = st.offload_activations * 2 * microbatches * stored_mb / tier2_bw
+    offload_stall = np.maximum(0.0, offload_weights - compute_total) + np.maximum(
+        0.0, offload_acts - compute_total)
+
+    # --- memory per tier ----------------------------------------------------------------------------
+    states = mem.model_states(params_local, st)
+    unsharded_units = np.where(st.zero >= 3, 2 * weight_bytes / n_layers_local, 0.0)  # prefetched layers
+    buffers = 4 * n_pp / scatter * (1 - single) + 2 * n_tp * np.where(t > 1, 1.0, 0.0) + unsharded_units
+    first_total = act_first + ckpt_first
+    last_total = act_last + ckpt_last
+    activations = np.where(first_total >= last_total, act_first, act_last)
+    checkpoints = np.where(first_total >= last_total, ckpt_first, ckpt_last)
+    ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
+    hbm = MemoryBreakdown(
+        weights=states.weights * (1 - ow) + ow * 2 * weight_bytes / n_layers_local,
+        gradients=states.gradients,
+        optimizer_states=states.optimizer_states * (1 - oo),
+        activations=activations * (1 - oa) + oa * acts.working,
+        checkpoints=checkpoints * (1 - oa),
+        comm_buffers=buffers,
+    )
+    tier2_mem = MemoryBreakdown(
+        weights=states.weights * ow, gradients=0.0 * ow, optimizer_states=states.optimizer_states * oo,
+        activations=activations * oa, checkpoints=checkpoints * oa, comm_buffers=0.0 * oa,
+    )
+
+    # --- totals ------------------------------------------------------------------------------------
+    breakdown = TimeBreakdown(
+        forward_backward=microbatches * crit.compute,
+        recompute=microbatches * crit.recompute,
+        tp_exposed=microbatches * crit.tp,
+        pp_exposed=microbatches * p2p_per_mb,
+        bubble=pipe - busy,
+        dp_exposed=dp_exposed,
+        optimizer=optimizer,
+        offload_stall=offload_stall,
+    )
+    step = breakdown.total
+    devices = t * p * d
+    model_flop = model_flop_per_iteration(m, w)
+    recompute_flop = _recompute_flop(m, st, w)
+    tokens = w.global_batch * w.seq_len
+    layer_tp_traffic = tp_cost * (4 + 2 * (st.recompute == RECOMPUTE_FULL))
+    tp_traffic = microbatches * (layer_tp_traffic * (L / p) + 2 * all_reduce(n_tp, tp_group, system))
+    pp_traffic = microbatches * (1 - single) * 2 * v * p2p
+    traffic = tp_traffic + pp_traffic + dp_traffic
+    feasible, reasons = check(m, st, w, system, hbm.total, tier2_mem.total)
+    tier2_capacity = tier2.capacity if tier2 is not None else 0.0
+    return StepEstimate(
+        step_time_s=step, breakdown=breakdown, tokens_per_s=tokens / step,
+        model_flop=model_flop, hardware_flop=model_flop + recompute_flop,
+        mfu=model_flop / (step * devices * peak), hfu=(model_flop + recompute_flop) / (step * devices * peak),
+        memory_hbm=hbm, memory_tier2=tier2_mem,
+        hbm_capacity_bytes=device.hbm.capacity + 0.0 * step, tier2_capacity_bytes=tier2_capacity + 0.0 * step,
+        traffic=Traffic(scale_up_bytes=traffic.scale_up_bytes, scale_out_bytes=traffic.scale_out_bytes),
+        microbatches=microbatches, feasible=feasible, infeasible_reasons=reasons,
+    )
+
+
+def _pick_max(*candidates: tuple[Array, _PerMicrobatch]) -> _PerMicrobatch:
+    """The per-component times of whichever stage is slowest (elementwise over a sweep)."""
+    best_time, best = candidates[0]
+    for time, parts in candidates[1:]:
+        take = time > best_time
+        best = _PerMicrobatch(np.where(take, parts.compute, best.compute),
+                              np.where(take, parts.recompute, best.recompute), np.where(take, parts.tp, best.tp))
+        best_time = np.where(take, time, best_time)
+    return best
+
+
+def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays) -> Array:
+    """Model FLOPs of one iteration: 3 x forward (backward = 2 x forward) of all layers and the LM head.
+    For GPT: 72 B L s h^2 (1 + s/(6h) + V/(12 h L)) (Korthikanti et al. 2022, App. A)."""
+    B, s = w.global_batch, w.seq_len
+    head = 2 * B * s * m.hidden * m.vocab
+    return 3 * (m.layers * layer_forward_flop(m, B, s) + head)
+
+
+def _recompute_flop(m: ModelArrays, st: StrategyArrays, w: TrainingArrays) -> Array:
+    """Extra FLOPs of recomputation: one more layer forward (full) or the attention core, 4Bs^2h per layer
+    (selective; our recount, formulas.md §3.2 pitfall)."""
+    B, s = w.global_batch, w.seq_len
+    full = m.layers * layer_forward_flop(m, B, s)
+    core = m.layers * 4 * B * s * s * m.heads * m.head_dim
+    return np.where(st.recompute == RECOMPUTE_FULL, full, np.where(st.recompute == RECOMPUTE_SELECTIVE, core, 0.0))

@@ -1,0 +1,1 @@
+"""Shipped presets: one data file per model, device and system. The registry is the directory."""

@@ -1,0 +1,114 @@
+"""Numeric views of the specifications, for the cost functions.
+
+Every cost function takes these and broadcasts: a field is a float for one configuration or an array
+for a sweep (lesson 2 of the architecture notes: the search expands axes, not configuration objects).
+Closed choices become small integer codes (`Recompute` -> 0/1/2, `ZeroStage` -> 0..3, precision -> index
+into `PRECISIONS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Self
+
+import numpy as np
+
+from armillary.specs.model import DenseModel, PositionKind
+from armillary.specs.strategy import Recompute, Schedule, Strategy, TrainingPrecision
+from armillary.specs.workload import Training
+
+Array = np.ndarray | float
+
+PRECISIONS = (TrainingPrecision.FP32, TrainingPrecision.BF16, TrainingPrecision.FP16, TrainingPrecision.FP8)
+RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
+_RECOMPUTE_CODE = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = 0, 1, 2
+_SCHEDULE_CODE = {Schedule.GPIPE: 0, Schedule.ONE_F_ONE_B: 1, Schedule.INTERLEAVED: 2}
+
+
+class _Arrays:
+    def broadcast(self) -> Self:
+        """All fields as float arrays of one common shape."""
+        values = np.broadcast_arrays(*(np.asarray(getattr(self, f.name), dtype=float) for f in fields(self)))
+        return replace(self, **{f.name: v for f, v in zip(fields(self), values, strict=True)})
+
+    def at(self, index: int | tuple[int, ...]) -> Self:
+        """The configuration at `index` of a broadcast sweep (for tests and reports)."""
+        b = self.broadcast()
+        return replace(b, **{f.name: np.asarray(getattr(b, f.name))[index] for f in fields(b)})
+
+
+@dataclass(frozen=True)
+class ModelArrays(_Arrays):
+    layers: Array
+    hidden: Array
+    heads: Array
+    kv_heads: Array
+    head_dim: Array
+    ffn: Array
+    mlp_matrices: Array  # 2 (GeLU/ReLU) or 3 (gated: SwiGLU, GeGLU)
+    vocab: Array
+    dropout: Array  # 0/1
+    rotary: Array  # 0/1
+    norm_params: Array  # parameters per channel of a norm: 2 LayerNorm, 1 RMSNorm
+    linear_bias: Array  # 0/1
+    learned_positions: Array  # 0/1
+    max_seq_len: Array
+    tied_embeddings: Array  # 0/1
+
+    @classmethod
+    def of(cls, m: DenseModel) -> ModelArrays:
+        return cls(
+            layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads, head_dim=m.d_head,
+            ffn=m.ffn, mlp_matrices=m.mlp.matrices, vocab=m.vocab, dropout=float(m.dropout),
+            rotary=float(m.position is PositionKind.ROTARY), norm_params=m.norm.params_per_channel,
+            linear_bias=float(m.linear_bias), learned_positions=float(m.position is PositionKind.LEARNED),
+            max_seq_len=m.max_seq_len, tied_embeddings=float(m.tied_embeddings),
+        )
+
+
+@dataclass(frozen=True)
+class StrategyArrays(_Arrays):
+    tp: Array
+    pp: Array
+    dp: Array
+    vpp: Array
+    schedule: Array  # SCHEDULE_* code
+    first_stage_layers: Array  # 0 = even split
+    last_stage_layers: Array  # 0 = even split
+    micro_batch: Array
+    sequence_parallel: Array  # 0/1
+    recompute: Array  # RECOMPUTE_* code
+    zero: Array  # 0..3
+    overlap_dp: Array
+    overlap_tp: Array
+    overlap_param_gather: Array
+    offload_weights: Array
+    offload_activations: Array
+    offload_optimizer: Array
+    precision: Array  # index into PRECISIONS
+    pp_scatter_gather: Array
+
+    @classmethod
+    def of(cls, s: Strategy, dp: int) -> StrategyArrays:
+        return cls(
+            tp=s.tp, pp=s.pp, dp=dp, vpp=s.vpp, schedule=_SCHEDULE_CODE[s.pipeline_schedule],
+            first_stage_layers=s.first_stage_layers or 0, last_stage_layers=s.last_stage_layers or 0,
+            micro_batch=s.micro_batch, sequence_parallel=float(s.sequence_parallel),
+            recompute=_RECOMPUTE_CODE[s.recompute], zero=int(s.zero),
+            overlap_dp=float(s.overlap.dp_grad_reduce), overlap_tp=float(s.overlap.tp_comm),
+            overlap_param_gather=float(s.overlap.param_gather),
+            offload_weights=float(s.offload.weights), offload_activations=float(s.offload.activations),
+            offload_optimizer=float(s.offload.optimizer), precision=PRECISIONS.index(s.precision),
+            pp_scatter_gather=float(s.pp_scatter_gather),
+        )
+
+
+@dataclass(frozen=True)
+class TrainingArrays(_Arrays):
+    seq_len: Array
+    global_batch: Array
+
+    @classmethod
+    def of(cls, w: Training) -> TrainingArrays:
+        return cls(seq_len=w.seq_len, global_batch=w.global_batch)

@@ -1,0 +1,110 @@
+"""Turn what a user gives (a spec object, a preset name, a file path or a mapping) into a spec.
+
+Errors name the field and what is allowed, never a traceback: every failure is a `SpecError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from armillary.presets.registry import find_preset, preset_names, read_data_file
+from armillary.specs.huggingface import from_huggingface, is_huggingface_config
+from armillary.specs.model import DenseModel
+from armillary.specs.strategy import Strategy
+from armillary.specs.system import Device, System
+from armillary.specs.workload import Training
+
+S = TypeVar("S", bound=BaseModel)
+
+
+class SpecError(ValueError):
+    """A specification that cannot be used, with the field and the allowed values in the message."""
+
+
+def format_validation_error(err: ValidationError, where: str) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in (where, *e["loc"]) if x != "")
+        got = e.get("input")
+        got_text = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
+        lines.append(f"{loc}: {e['msg']}{got_text}")
+    return "\n".join(lines)
+
+
+def _validate(cls: type[S], data: Any, where: str) -> S:
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(format_validation_error(err, where)) from None
+
+
+def _read(value: str, kind: str) -> tuple[Any, str]:
+    """Data of a preset name or a file path."""
+    preset = find_preset(kind, value)
+    if preset is not None:
+        return read_data_file(preset), preset.stem
+    path = Path(value).expanduser()
+    if path.is_file():
+        try:
+            return read_data_file(path), path.stem
+        except Exception as err:  # yaml/json syntax
+            raise SpecError(f"{path}: cannot read as YAML/JSON: {err}") from None
+    raise SpecError(
+        f"{kind[:-1]} {value!r} is neither a file nor a preset; presets: {', '.join(preset_names(kind))}"
+    )
+
+
+def load_model(value: DenseModel | str | dict[str, Any]) -> DenseModel:
+    if isinstance(value, DenseModel):
+        return value
+    data, name = _read(value, "models") if isinstance(value, str) else (value, None)
+    if not isinstance(data, dict):
+        raise SpecError(f"model: expected a mapping, got {type(data).__name__}")
+    if is_huggingface_config(data):
+        try:
+            return from_huggingface(data, name)
+        except (ValueError, ValidationError) as err:
+            raise SpecError(f"model (Hugging Face config): {err}") from None
+    return _validate(DenseModel, data, "model")
+
+
+def load_device(value: Device | str | dict[str, Any]) -> Device:
+    if isinstance(value, Device):
+        return value
+    data = _read(value, "devices")[0] if isinstance(value, str) else value
+    return _validate(Device, data, "device")
+
+
+def load_system(value: System | str | dict[str, Any], gpus: int | None = None) -> System:
+    """A system from a preset/file/mapping; `gpus` resizes it to that many devices."""
+    if isinstance(value, System):
+        system = value
+    else:
+        data = _read(value, "systems")[0] if isinstance(value, str) else dict(value)
+        if not isinstance(data, dict):
+            raise SpecError(f"system: expected a mapping, got {type(data).__name__}")
+        if isinstance(data.get("device"), str | dict):
+            data = {**data, "device": load_device(data["device"])}
+        system = _validate(System, data, "system")
+    if gpus is not None:
+        try:
+            system = system.with_devices(gpus)
+        except ValueError as err:
+            raise SpecError(f"gpus: {err}") from None
+    return system
+
+
+def load_strategy(value: Strategy | dict[str, Any] | str) -> Strategy:
+    if isinstance(value, Strategy):
+        return value
+    data = read_data_file(Path(value)) if isinstance(value, str) else value
+    return _validate(Strategy, data, "strategy")
+
+
+def load_workload(value: Training | dict[str, Any]) -> Training:
+    if isinstance(value, Training):
+        return value
+    return _validate(Training, value, "workload")

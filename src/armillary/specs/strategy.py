@@ -1,0 +1,98 @@
+"""Parallelization strategy: how one training step is split over devices and what is traded for memory."""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+from typing import Self
+
+from pydantic import Field, PositiveInt, model_validator
+
+from armillary.specs.base import Spec
+
+
+class Recompute(StrEnum):
+    """Activation recomputation (Korthikanti et al. 2022, §5)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"  # recompute the attention core (QK^T, softmax, dropout, attention over V)
+    FULL = "full"  # store only each layer's input, recompute the whole layer in backward
+
+
+class ZeroStage(IntEnum):
+    """What data-parallel ranks shard (Rajbhandari et al., SC'20 §5). Stage 1 with reduce-scatter +
+    all-gather is Megatron's distributed optimizer; stage 3 is FSDP FULL_SHARD."""
+
+    NONE = 0
+    OPTIMIZER = 1
+    GRADIENTS = 2
+    PARAMETERS = 3
+
+
+class Schedule(StrEnum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"  # interleaved 1F1B with `vpp` model chunks per pipeline rank
+
+
+class TrainingPrecision(StrEnum):
+    """Numeric recipe. fp8: fp8 GEMMs with bf16 activations and weights elsewhere (Transformer Engine)."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+
+
+class Overlap(Spec):
+    """Which communication is overlapped with computation."""
+
+    dp_grad_reduce: bool = Field(True, description="DP gradient reduction overlaps the backward pass")
+    tp_comm: bool = Field(False, description="TP collectives overlap the GEMMs (userbuffers / TP overlap)")
+    param_gather: bool = Field(True, description="ZeRO/FSDP parameter all-gather is prefetched ahead of use")
+
+
+class Offload(Spec):
+    """What lives in the device's second memory tier instead of HBM."""
+
+    weights: bool = False
+    activations: bool = False
+    optimizer: bool = False
+
+
+class Strategy(Spec):
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    dp: PositiveInt | None = Field(None, description="defaults to devices / (tp * pp)")
+    vpp: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved schedule)")
+    schedule: Schedule | None = Field(None, description="defaults to interleaved when vpp > 1, else 1f1b")
+    first_stage_layers: PositiveInt | None = Field(
+        None, description="layers of the first pipeline stage (uneven split, as Megatron's option); "
+        "the other stages share the rest evenly"
+    )
+    last_stage_layers: PositiveInt | None = Field(None, description="layers of the last pipeline stage")
+    micro_batch: PositiveInt = 1
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    zero: ZeroStage = ZeroStage.NONE
+    overlap: Overlap = Overlap()
+    offload: Offload = Offload()
+    precision: TrainingPrecision = TrainingPrecision.BF16
+    pp_scatter_gather: bool = Field(
+        True, description="send 1/tp of each pipeline activation across nodes, all-gather inside (SC21 §4.1)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.vpp > 1 and self.schedule not in (None, Schedule.INTERLEAVED):
+            raise ValueError(f"vpp={self.vpp} needs schedule 'interleaved', not {self.schedule.value!r}")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1")
+        if (self.first_stage_layers or self.last_stage_layers) and (self.pp < 3 or self.vpp > 1):
+            raise ValueError("first_stage_layers/last_stage_layers need pp >= 3 and vpp = 1")
+        return self
+
+    @property
+    def pipeline_schedule(self) -> Schedule:
+        if self.schedule is not None:
+            return self.schedule
+        return Schedule.INTERLEAVED if self.vpp > 1 else Schedule.ONE_F_ONE_B
