@@ -23,6 +23,7 @@ class CommCost:
     time: Array
     scale_up_bytes: Array
     scale_out_bytes: Array
+    __array_ufunc__ = None  # `array * cost` must call CommCost.__rmul__, not broadcast into an object array
 
     def __add__(self, other: CommCost) -> CommCost:
         return CommCost(self.time + other.time, self.scale_up_bytes + other.scale_up_bytes,

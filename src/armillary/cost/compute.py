@@ -28,14 +28,24 @@ def matrix_peak(device: Device, precision_code: Array) -> Array:
     return np.choose(np.asarray(precision_code, dtype=int), peaks)
 
 
-def kernel_time(op: Op, device: Device, peak: Array) -> Array:
-    """Roofline time of one kernel on `device` at matrix peak `peak`."""
+def kernel_times(ops: tuple[Op, ...], device: Device, peak: Array) -> Array:
+    """Summed roofline time of `ops` on `device` at matrix peak `peak` (evaluated in one stacked call)."""
+    flop = np.stack(np.broadcast_arrays(*(op.flop for op in ops)))
+    moved = np.stack(np.broadcast_arrays(*(op.bytes for op in ops)))
     hbm = device.hbm
-    compute = op.flop / (device.matrix_efficiency(op.flop) * peak)
-    memory = op.bytes / (hbm.efficiency * hbm.bandwidth)
-    return np.maximum(compute, memory) + device.kernel_overhead
+    with np.errstate(divide="ignore", invalid="ignore"):
+        compute = np.where(flop > 0, flop / (device.matrix_efficiency(flop) * peak), 0.0)
+    memory = moved / (hbm.efficiency * hbm.bandwidth)
+    return (np.maximum(compute, memory) + device.kernel_overhead).sum(axis=0)
 
 
 def stream_time(bytes_moved: Array, device: Device) -> Array:
     """Time to stream `bytes_moved` through HBM (optimizer step, element-wise passes)."""
     return bytes_moved / (device.hbm.efficiency * device.hbm.bandwidth)
+
+
+def fused_attention_time(op: Op, device: Device, peak: Array) -> Array:
+    """FlashAttention kernel: roofline at the device's fused-attention efficiency."""
+    hbm = device.hbm
+    compute = op.flop / (device.flash_attention_efficiency * peak)
+    return np.maximum(compute, op.bytes / (hbm.efficiency * hbm.bandwidth)) + device.kernel_overhead

@@ -13,7 +13,7 @@ from armillary.units import GIB
 
 
 def _divides(a: Array, b: Array) -> Array:
-    return np.isclose(np.mod(b, a), 0) & (a <= b)
+    return (np.abs(np.mod(b, a)) < 1e-9) & (a <= b)
 
 
 def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
@@ -24,7 +24,7 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
     tier2 = system.device.second_tier
     tier2_capacity = tier2.capacity if tier2 is not None else 0.0
     conditions: list[tuple[Array, str]] = [
-        (np.isclose(t * p * d, system.devices), f"tp*pp*dp must equal the {system.devices} devices"),
+        (np.abs(t * p * d - system.devices) < 0.5, f"tp*pp*dp must equal the {system.devices} devices"),
         (_divides(t, m.heads), "tp must divide the attention heads"),
         (_divides(t, m.kv_heads) | _divides(m.kv_heads, t), "tp and kv_heads must divide one another"),
         (_divides(t, m.ffn), "tp must divide the MLP size"),

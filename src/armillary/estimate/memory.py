@@ -29,6 +29,11 @@ GRAD_BYTES = (4.0, 4.0, 2.0, 4.0)
 OPTIMIZER_BYTES = (8.0, 12.0, 16.0, 12.0)
 ACTIVATION_BYTES = (4.0, 2.0, 2.0, 2.0)
 GRAD_REDUCE_BYTES = (4.0, 4.0, 2.0, 4.0)  # dtype of the data-parallel gradient reduction
+# HBM traffic of one optimizer step per updated parameter [derived from Megatron-LM's mixed-precision
+# optimizer passes]: fp16 grads to fp32 main grads (2 + 4, fp16 only), unscale / inf check (4 + 4, fp16
+# only), grad-norm for clipping (4), Adam (read grad 4, read+write master 8, m 8, v 8 = 28), master to
+# model copy (4 + 2, not fp32; + 1 fp8 copy), zeroing the grad buffer (grad bytes).
+OPTIMIZER_STEP_BYTES = (4 + 28 + 4.0, 4 + 28 + 6 + 4.0, 6 + 8 + 4 + 28 + 6 + 2.0, 4 + 28 + 7 + 4.0)
 
 
 def per_precision(table: tuple[float, ...], code: Array) -> Array:
@@ -57,7 +62,8 @@ class LayerActivations:
         return self.replicated + self.tensor_parallel + self.attention_core
 
 
-def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array) -> LayerActivations:
+def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
+                      flash: Array = 0.0) -> LayerActivations:
     h, a, kv, dh, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn
     T = b * s
     sp_div = 1 + sp * (t - 1)
@@ -66,7 +72,8 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
     # Q, K, V, attention output (projection input), MLP hidden activations (2 tensors, 3 when gated)
     tensor_parallel = e * T * ((2 * a + 2 * kv) * dh + m.mlp_matrices * f) / t
     scores = b * (a / t) * s * s
-    attention_core = scores * (e + m.dropout * (e + 1))
+    # FlashAttention keeps no s x s tensor, only the fp32 softmax log-sum-exp per row (Dao et al. 2022 §3.1)
+    attention_core = np.where(flash > 0, 4 * b * (a / t) * s, scores * (e + m.dropout * (e + 1)))
     layer_input = e * T * h / sp_div
     return LayerActivations(replicated, tensor_parallel, attention_core, layer_input)
 

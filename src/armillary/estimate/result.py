@@ -69,6 +69,7 @@ class StepEstimate:
     tier2_capacity_bytes: Array
     traffic: Traffic
     microbatches: Array
+    layer_time_s: Array  # forward + backward (+ recompute, TP) of one layer for one micro-batch
     feasible: Array  # boolean
     infeasible_reasons: tuple[str, ...] = ()
 

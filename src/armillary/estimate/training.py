@@ -15,7 +15,7 @@ import numpy as np
 
 from armillary.comm.collectives import CommCost, all_gather, all_reduce, reduce_scatter, send_recv
 from armillary.comm.placement import place_groups
-from armillary.cost.compute import kernel_time, matrix_peak, stream_time
+from armillary.cost.compute import fused_attention_time, kernel_times, matrix_peak, stream_time
 from armillary.estimate import memory as mem
 from armillary.estimate.feasibility import check
 from armillary.estimate.pipeline import pipeline_time
@@ -31,6 +31,11 @@ from armillary.specs.arrays import (
 from armillary.specs.system import System
 from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import ends_forward, layer_forward, layer_forward_flop, tp_message_bytes
+
+
+# Backward element-wise kernels read the output gradient and the saved input and write the input
+# gradient: about 1.5x the forward traffic [derived].
+BACKWARD_STREAM_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -68,30 +73,39 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
 
     # --- one layer, one micro-batch ------------------------------------------------------------------
     fw = layer_forward(m, b, s, t, sp, e)
-    gemm_f = sum(kernel_time(op, device, peak) for op in fw.gemms)
-    stream_f = sum(kernel_time(op, device, peak) for op in fw.streams)
+    flash = st.flash_attention
+    gemm_f = kernel_times(fw.dense_gemms, device, peak)
+    stream_f = kernel_times(fw.dense_streams, device, peak)
+    # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel whose backward
+    # does 2.5x the forward work (recomputing the scores; FA2 §4.1)
+    core_gemm_f = kernel_times(fw.core_gemms, device, peak)
+    softmax_f = kernel_times((fw.softmax,), device, peak)
+    flash_f = fused_attention_time(fw.flash_attention, device, peak)
+    core_f = np.where(flash > 0, flash_f, core_gemm_f + softmax_f)
+    core_b = np.where(flash > 0, 2.5 * flash_f, 2 * core_gemm_f + BACKWARD_STREAM_FACTOR * softmax_f)
     n_tp = tp_message_bytes(m, b, s, e)
     # two all-reduces per pass (SC'21 §3.2); with SP each becomes all-gather + reduce-scatter of the
-    # same bytes (Korthikanti §4.2.2), which costs the same under the ring model
+    # same bytes (Korthikanti §4.2.2), which costs the same under the ring model. SP's backward gathers
+    # each block's input once more for the weight gradient (Megatron keeps only the 1/t shard).
     tp_cost = all_reduce(n_tp, tp_group, system)
-    tp_pass = 2 * tp_cost.time
-    tp_f = _exposed(tp_pass, gemm_f, st.overlap_tp)
-    tp_b = _exposed(tp_pass, 2 * gemm_f, st.overlap_tp)
-    forward = gemm_f + stream_f
-    core = sum(kernel_time(op, device, peak) for op in fw.attention_core)
+    regather = all_gather(n_tp, tp_group, system)
+    tp_f = _exposed(2 * tp_cost.time, gemm_f, st.overlap_tp)
+    tp_b = _exposed(2 * tp_cost.time + sp * 2 * regather.time, 2 * gemm_f, st.overlap_tp)
+    forward = gemm_f + stream_f + core_f
+    backward = 2 * gemm_f + BACKWARD_STREAM_FACTOR * stream_f + core_b
+    # selective recomputation re-runs the attention core; FlashAttention already recomputes it inside
     recompute = np.where(st.recompute == RECOMPUTE_FULL, forward,
-                         np.where(st.recompute == RECOMPUTE_SELECTIVE, core, 0.0))
+                         np.where((st.recompute == RECOMPUTE_SELECTIVE) & (flash == 0), core_f, 0.0))
     recompute_tp = np.where(st.recompute == RECOMPUTE_FULL, tp_f, 0.0)
-    layer = _PerMicrobatch(compute=3 * forward, recompute=recompute + recompute_tp, tp=tp_f + tp_b)
+    layer = _PerMicrobatch(compute=forward + backward, recompute=recompute + recompute_tp, tp=tp_f + tp_b)
 
     # --- embedding (first stage), LM head and loss (last stage) -----------------------------------
     ends = ends_forward(m, b, s, t, e)
-    embedding = _PerMicrobatch(compute=3 * kernel_time(ends.embedding, device, peak), recompute=0.0,
-                               tp=all_reduce(n_tp, tp_group, system).time)
-    head = _PerMicrobatch(
-        compute=3 * kernel_time(ends.head_gemm, device, peak) + 3 * kernel_time(ends.loss, device, peak),
-        recompute=0.0, tp=all_reduce(n_tp, tp_group, system).time,
-    )
+    embedding = _PerMicrobatch(compute=(1 + BACKWARD_STREAM_FACTOR) * kernel_times((ends.embedding,), device, peak),
+                               recompute=0.0, tp=tp_cost.time)
+    head = _PerMicrobatch(compute=3 * kernel_times((ends.head_gemm,), device, peak)
+                          + (1 + BACKWARD_STREAM_FACTOR) * kernel_times((ends.loss,), device, peak),
+                          recompute=0.0, tp=tp_cost.time)
 
     # --- pipeline stages ---------------------------------------------------------------------------
     L = m.layers
@@ -132,7 +146,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     reduce_grads = all_reduce(grad_bytes, dp_group, system)
     scatter_grads = reduce_scatter(grad_bytes, dp_group, system)
     gather_params = all_gather(weight_bytes, dp_group, system)
-    fwd_mb = crit.compute / 3  # forward share of the critical stage per micro-batch
+    fwd_mb = crit.compute / 3  # about a third of a micro-batch's compute is forward, two thirds backward
     bwd_mb = 2 * fwd_mb
     last_bucket = 1 / n_layers_local
     grad_reduction = np.where(st.zero >= 1, scatter_grads.time, reduce_grads.time)
@@ -158,14 +172,12 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
 
     # --- optimizer step and second memory tier -----------------------------------------------------
     updated = params_local / np.where(st.zero >= 1, d, 1)
-    adam_bytes = updated * (2 * mem.per_precision(mem.OPTIMIZER_BYTES, st.precision)
-                            + 2 * mem.per_precision(mem.GRAD_BYTES, st.precision)
-                            + mem.per_precision(mem.WEIGHT_BYTES, st.precision))
+    adam_bytes = updated * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, st.precision)
     tier2 = device.second_tier
     tier2_bw = (tier2.efficiency * tier2.bandwidth) if tier2 is not None else np.inf
     optimizer = np.where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
 
-    acts = mem.layer_activations(m, b, s, t, sp, e)
+    acts = mem.layer_activations(m, b, s, t, sp, e, flash)
     act_first, ckpt_first = mem.stage_activations(acts, n_first, st, microbatches)
     act_last, ckpt_last = mem.stage_activations(acts, n_last, st, microbatches)
     logits = b * s * (m.vocab / t) * (4 + e)  # fp32 logits and their 16-bit source on the last stage
@@ -215,8 +227,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     model_flop = model_flop_per_iteration(m, w)
     recompute_flop = _recompute_flop(m, st, w)
     tokens = w.global_batch * w.seq_len
-    layer_tp_traffic = tp_cost * (4 + 2 * (st.recompute == RECOMPUTE_FULL))
-    tp_traffic = microbatches * (layer_tp_traffic * (L / p) + 2 * all_reduce(n_tp, tp_group, system))
+    layer_tp_traffic = tp_cost * (4 + 2 * (st.recompute == RECOMPUTE_FULL)) + regather * (2 * sp)
+    tp_traffic = microbatches * (layer_tp_traffic * (L / p) + 2 * tp_cost)
     pp_traffic = microbatches * (1 - single) * 2 * v * p2p
     traffic = tp_traffic + pp_traffic + dp_traffic
     feasible, reasons = check(m, st, w, system, hbm.total, tier2_mem.total)
@@ -228,7 +240,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         memory_hbm=hbm, memory_tier2=tier2_mem,
         hbm_capacity_bytes=device.hbm.capacity + 0.0 * step, tier2_capacity_bytes=tier2_capacity + 0.0 * step,
         traffic=Traffic(scale_up_bytes=traffic.scale_up_bytes, scale_out_bytes=traffic.scale_out_bytes),
-        microbatches=microbatches, feasible=feasible, infeasible_reasons=reasons,
+        microbatches=microbatches, layer_time_s=layer.total, feasible=feasible, infeasible_reasons=reasons,
     )
 
 
@@ -257,4 +269,5 @@ def _recompute_flop(m: ModelArrays, st: StrategyArrays, w: TrainingArrays) -> Ar
     B, s = w.global_batch, w.seq_len
     full = m.layers * layer_forward_flop(m, B, s)
     core = m.layers * 4 * B * s * s * m.heads * m.head_dim
-    return np.where(st.recompute == RECOMPUTE_FULL, full, np.where(st.recompute == RECOMPUTE_SELECTIVE, core, 0.0))
+    selective = (st.recompute == RECOMPUTE_SELECTIVE) & (st.flash_attention == 0)
+    return np.where(st.recompute == RECOMPUTE_FULL, full, np.where(selective, core, 0.0))

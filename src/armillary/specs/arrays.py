@@ -14,7 +14,7 @@ from typing import Self
 import numpy as np
 
 from armillary.specs.model import DenseModel, PositionKind
-from armillary.specs.strategy import Recompute, Schedule, Strategy, TrainingPrecision
+from armillary.specs.strategy import Attention, Recompute, Schedule, Strategy, TrainingPrecision
 from armillary.specs.workload import Training
 
 Array = np.ndarray | float
@@ -88,6 +88,7 @@ class StrategyArrays(_Arrays):
     offload_optimizer: Array
     precision: Array  # index into PRECISIONS
     pp_scatter_gather: Array
+    flash_attention: Array  # 0/1
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
@@ -100,7 +101,7 @@ class StrategyArrays(_Arrays):
             overlap_param_gather=float(s.overlap.param_gather),
             offload_weights=float(s.offload.weights), offload_activations=float(s.offload.activations),
             offload_optimizer=float(s.offload.optimizer), precision=PRECISIONS.index(s.precision),
-            pp_scatter_gather=float(s.pp_scatter_gather),
+            pp_scatter_gather=float(s.pp_scatter_gather), flash_attention=float(s.attention is Attention.FLASH),
         )
 
 

@@ -34,7 +34,7 @@ def format_validation_error(err: ValidationError, where: str) -> str:
     return "\n".join(lines)
 
 
-def _validate(cls: type[S], data: Any, where: str) -> S:
+def validate_spec(cls: type[S], data: Any, where: str) -> S:
     try:
         return cls.model_validate(data)
     except ValidationError as err:
@@ -68,14 +68,14 @@ def load_model(value: DenseModel | str | dict[str, Any]) -> DenseModel:
             return from_huggingface(data, name)
         except (ValueError, ValidationError) as err:
             raise SpecError(f"model (Hugging Face config): {err}") from None
-    return _validate(DenseModel, data, "model")
+    return validate_spec(DenseModel, data, "model")
 
 
 def load_device(value: Device | str | dict[str, Any]) -> Device:
     if isinstance(value, Device):
         return value
     data = _read(value, "devices")[0] if isinstance(value, str) else value
-    return _validate(Device, data, "device")
+    return validate_spec(Device, data, "device")
 
 
 def load_system(value: System | str | dict[str, Any], gpus: int | None = None) -> System:
@@ -88,7 +88,7 @@ def load_system(value: System | str | dict[str, Any], gpus: int | None = None) -
             raise SpecError(f"system: expected a mapping, got {type(data).__name__}")
         if isinstance(data.get("device"), str | dict):
             data = {**data, "device": load_device(data["device"])}
-        system = _validate(System, data, "system")
+        system = validate_spec(System, data, "system")
     if gpus is not None:
         try:
             system = system.with_devices(gpus)
@@ -101,10 +101,10 @@ def load_strategy(value: Strategy | dict[str, Any] | str) -> Strategy:
     if isinstance(value, Strategy):
         return value
     data = read_data_file(Path(value)) if isinstance(value, str) else value
-    return _validate(Strategy, data, "strategy")
+    return validate_spec(Strategy, data, "strategy")
 
 
 def load_workload(value: Training | dict[str, Any]) -> Training:
     if isinstance(value, Training):
         return value
-    return _validate(Training, value, "workload")
+    return validate_spec(Training, value, "workload")

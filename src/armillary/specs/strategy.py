@@ -43,6 +43,13 @@ class TrainingPrecision(StrEnum):
     FP8 = "fp8"
 
 
+class Attention(StrEnum):
+    """Attention kernel. flash: fused, tiled, no s x s tensor in HBM (Dao et al. 2022, 2023)."""
+
+    STANDARD = "standard"
+    FLASH = "flash"
+
+
 class Overlap(Spec):
     """Which communication is overlapped with computation."""
 
@@ -73,6 +80,7 @@ class Strategy(Spec):
     micro_batch: PositiveInt = 1
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
+    attention: Attention = Attention.STANDARD
     zero: ZeroStage = ZeroStage.NONE
     overlap: Overlap = Overlap()
     offload: Offload = Offload()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 import numpy as np
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import Field, PositiveInt, PrivateAttr, field_validator
 
 from armillary.specs.base import Spec
 from armillary.specs.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Seconds
@@ -32,6 +32,8 @@ class EfficiencyCurve(Spec):
     """
 
     points: tuple[tuple[float, Fraction], ...] = Field(min_length=1)
+    _log_sizes: np.ndarray = PrivateAttr()
+    _efficiencies: np.ndarray = PrivateAttr()
 
     @field_validator("points")
     @classmethod
@@ -41,10 +43,12 @@ class EfficiencyCurve(Spec):
             raise ValueError("points must have positive sizes in ascending order: [[size, efficiency], ...]")
         return points
 
+    def model_post_init(self, context: object, /) -> None:
+        self._log_sizes = np.log([p[0] for p in self.points])
+        self._efficiencies = np.array([p[1] for p in self.points])
+
     def __call__(self, size: np.ndarray | float) -> np.ndarray:
-        xs = np.log([p[0] for p in self.points])
-        ys = np.array([p[1] for p in self.points])
-        return np.interp(np.log(np.maximum(size, 1.0)), xs, ys)
+        return np.interp(np.log(np.maximum(size, 1.0)), self._log_sizes, self._efficiencies)
 
 
 class MemoryTier(Spec):
@@ -63,6 +67,8 @@ class Device(Spec):
     matrix_flops: dict[Precision, FlopPerSecond] = Field(description="dense peak of the matrix units")
     vector_flops: dict[Precision, FlopPerSecond] = Field(description="peak of the vector units")
     matrix_efficiency: EfficiencyCurve = Field(description="GEMM efficiency vs FLOP per GEMM")
+    flash_attention_efficiency: Fraction = Field(
+        0.5, description="fraction of the matrix peak that fused (flash) attention kernels achieve")
     memory: tuple[MemoryTier, ...] = Field(min_length=1, max_length=2, description="[HBM, optional tier 2]")
     kernel_overhead: Seconds = Field(0.0, description="fixed launch/tail cost per kernel")
     power: float | None = Field(None, gt=0, description="board power in watts (TDP)")

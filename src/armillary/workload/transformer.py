@@ -48,19 +48,24 @@ class LayerForward:
     softmax: Op  # scale-mask-softmax (+ attention dropout)
     activation: Op  # GeLU / SwiGLU
     rotary: Op
+    flash_attention: Op  # the fused kernel that replaces scores, softmax and attention over V
 
     @property
     def gemms(self) -> tuple[Op, ...]:
         return (self.qkv, self.attention_scores, self.attention_over_v, self.out_proj, self.mlp_in, self.mlp_out)
 
     @property
-    def attention_core(self) -> tuple[Op, ...]:
-        """What selective recomputation re-runs (Korthikanti et al. 2022 §5)."""
-        return (self.attention_scores, self.attention_over_v, self.softmax)
+    def dense_gemms(self) -> tuple[Op, ...]:
+        """The weight GEMMs (everything but the attention core)."""
+        return (self.qkv, self.out_proj, self.mlp_in, self.mlp_out)
 
     @property
-    def streams(self) -> tuple[Op, ...]:
-        return (self.norms, self.residuals, self.softmax, self.activation, self.rotary)
+    def core_gemms(self) -> tuple[Op, ...]:
+        return (self.attention_scores, self.attention_over_v)
+
+    @property
+    def dense_streams(self) -> tuple[Op, ...]:
+        return (self.norms, self.residuals, self.activation, self.rotary)
 
 
 def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array) -> LayerForward:
@@ -89,6 +94,9 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         # [derived] GeLU: read, write T x f/t; gated: read gate and up, write product
         activation=stream(T * (f / t) * e * (2 + gated)),
         rotary=stream(m.rotary * 2 * T * (a + kv) * dh / t * e),
+        # FlashAttention-2 (Dao 2023 §4.1): 4 s^2 d per head, halved by causal masking (the masked blocks
+        # are skipped); reads Q, K, V and writes O once
+        flash_attention=Op(flop=2 * b * (a / t) * s * s * dh, bytes=T * (2 * a + 2 * kv) * dh / t * e),
     )
 
 

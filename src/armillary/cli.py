@@ -1,0 +1,102 @@
+"""Command line: each command parses its arguments, makes one library call and renders the result."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from armillary.api import estimate
+from armillary.presets.registry import KINDS, preset_names
+from armillary.specs.loading import SpecError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Predict time, memory and traffic of LLM training on large systems.")
+console = Console()
+
+
+def _fail(message: str) -> None:
+    Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(2)
+
+
+@app.command("estimate")
+def estimate_cmd(
+    run_file: Annotated[Path, typer.Argument(help="RUN.yaml with model, system, strategy, workload")],
+    json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    gpus: Annotated[int | None, typer.Option(help="size the system to this many devices")] = None,
+    tp: Annotated[int | None, typer.Option(help="override strategy.tp")] = None,
+    pp: Annotated[int | None, typer.Option(help="override strategy.pp")] = None,
+    micro_batch: Annotated[int | None, typer.Option(help="override strategy.micro_batch")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="override any field, e.g. --set strategy.recompute=full (repeatable)")] = None,
+) -> None:
+    """Estimate one training iteration of the run described in RUN_FILE."""
+    from armillary.report.tables import estimate_tables
+    from armillary.specs.run import load_run, parse_override
+
+    try:
+        overrides = [parse_override(s) for s in set_ or []]
+        for key, value in (("gpus", gpus), ("strategy.tp", tp), ("strategy.pp", pp),
+                           ("strategy.micro_batch", micro_batch)):
+            if value is not None:
+                overrides.append((key, value))
+        model, system, strategy, workload = load_run(run_file, overrides)
+        result = estimate(model, system, strategy, workload)
+    except SpecError as err:
+        _fail(str(err))
+        return
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        return
+    title = f"{model.name} on {system.devices} x {system.device.name}"
+    for table in estimate_tables(result, title):
+        console.print(table)
+
+
+@app.command("validate")
+def validate_cmd(
+    csv_path: Annotated[Path | None, typer.Argument(help="validation CSV (default: the shipped copy)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON object per row")] = False,
+) -> None:
+    """Run every supported measured row and report predicted vs measured, per row and per source."""
+    from armillary.report.tables import validation_tables
+    from armillary.validation.run import DEFAULT_CSV, summarize, validate
+
+    path = csv_path or DEFAULT_CSV
+    if not path.is_file():
+        _fail(f"{path} does not exist")
+    results = validate(path)
+    if json_out:
+        sys.stdout.write(json.dumps([asdict(r) for r in results], indent=1) + "\n")
+        return
+    for table in validation_tables(results, summarize(results)):
+        console.print(table)
+
+
+@app.command("presets")
+def presets_cmd(kind: Annotated[str | None, typer.Argument(help=f"one of {', '.join(KINDS)}")] = None) -> None:
+    """List the shipped presets (models, devices, systems)."""
+    if kind is not None and kind not in KINDS:
+        _fail(f"kind {kind!r}: allowed values are {', '.join(KINDS)}")
+    for k in [kind] if kind else KINDS:
+        console.print(f"[bold]{k}[/bold]: " + ", ".join(preset_names(k)))
+
+
+@app.command("schema")
+def schema_cmd(kind: Annotated[str, typer.Argument(help="model, device, system, strategy, workload or run")]) -> None:
+    """Print the JSON Schema of a specification."""
+    from armillary.specs.schema import SCHEMAS
+
+    if kind not in SCHEMAS:
+        _fail(f"kind {kind!r}: allowed values are {', '.join(SCHEMAS)}")
+    sys.stdout.write(json.dumps(SCHEMAS[kind].model_json_schema(), indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,75 @@
+"""Rich tables for estimates and validation results. Rendering only: no model logic here."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from rich.table import Table
+
+from armillary.estimate.result import StepEstimate
+from armillary.units import GIB
+from armillary.validation.run import GroupSummary, RowResult
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def estimate_tables(r: StepEstimate, title: str) -> list[Table]:
+    step = float(r.step_time_s)
+    head = Table(title=title, show_header=False)
+    head.add_row("step time", f"{step:.4g} s")
+    head.add_row("tokens/s", f"{float(r.tokens_per_s):,.0f}")
+    head.add_row("MFU / HFU", f"{_pct(float(r.mfu))} / {_pct(float(r.hfu))}")
+    head.add_row("micro-batches", f"{float(r.microbatches):g}")
+    head.add_row("feasible", "yes" if bool(r.feasible) else "[red]no[/red]: " + "; ".join(r.infeasible_reasons))
+
+    time = Table(title="Where the time goes")
+    time.add_column("component")
+    time.add_column("seconds", justify="right")
+    time.add_column("share", justify="right")
+    for f in fields(r.breakdown):
+        v = float(getattr(r.breakdown, f.name))
+        time.add_row(f.name.replace("_", " "), f"{v:.4g}", _pct(v / step))
+
+    memory = Table(title="Memory per device [GiB]")
+    memory.add_column("category")
+    memory.add_column("HBM", justify="right")
+    memory.add_column("tier 2", justify="right")
+    for f in fields(r.memory_hbm):
+        memory.add_row(f.name.replace("_", " "), f"{float(getattr(r.memory_hbm, f.name)) / GIB:.2f}",
+                       f"{float(getattr(r.memory_tier2, f.name)) / GIB:.2f}")
+    memory.add_row("[bold]total[/bold]", f"{float(r.memory_hbm.total) / GIB:.2f}",
+                   f"{float(r.memory_tier2.total) / GIB:.2f}")
+    memory.add_row("capacity", f"{float(r.hbm_capacity_bytes) / GIB:.2f}",
+                   f"{float(r.tier2_capacity_bytes) / GIB:.2f}")
+
+    traffic = Table(title="Traffic per device and iteration")
+    traffic.add_column("network tier")
+    traffic.add_column("GB sent", justify="right")
+    traffic.add_row("scale-up", f"{float(r.traffic.scale_up_bytes) / 1e9:.3g}")
+    traffic.add_row("scale-out", f"{float(r.traffic.scale_out_bytes) / 1e9:.3g}")
+    return [head, time, memory, traffic]
+
+
+def validation_tables(results: list[RowResult], summary: list[GroupSummary]) -> list[Table]:
+    rows = Table(title="Validation: predicted vs measured")
+    for c in ("id", "metric", "measured", "predicted", "error"):
+        rows.add_column(c, justify="right" if c in ("measured", "predicted", "error") else "left")
+    skipped = Table(title="Rows not run")
+    skipped.add_column("id")
+    skipped.add_column("reason")
+    for r in results:
+        if r.predicted is None:
+            skipped.add_row(r.id, r.skipped or "")
+            continue
+        err = f"{100 * r.error:+.1f}%" if r.error is not None else ""
+        flag = "" if r.feasible else " (infeasible)"
+        rows.add_row(r.id, r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", err + flag)
+    groups = Table(title="Error per source")
+    for c in ("source", "rows", "run", "mean |error|", "max |error|"):
+        groups.add_column(c, justify="left" if c == "source" else "right")
+    for g in summary:
+        groups.add_row(g.group, str(g.rows), str(g.run), _pct(g.mean_abs_error) if g.run else "-",
+                       _pct(g.max_abs_error) if g.run else "-")
+    return [rows, skipped, groups]

@@ -1,0 +1,75 @@
+"""A run file (RUN.yaml): model, system (or a device count), strategy and workload in one document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, PositiveInt
+
+from armillary.presets.registry import read_data_file
+from armillary.specs.base import Spec
+from armillary.specs.loading import (
+    SpecError,
+    load_model,
+    load_strategy,
+    load_system,
+    load_workload,
+    validate_spec,
+)
+from armillary.specs.model import DenseModel
+from armillary.specs.strategy import Strategy
+from armillary.specs.system import System
+from armillary.specs.workload import Training
+
+
+class RunFile(Spec):
+    model: str | dict[str, Any] = Field(description="preset name, file path or inline mapping")
+    system: str | dict[str, Any] = Field(description="preset name, file path or inline mapping")
+    gpus: PositiveInt | None = Field(None, description="size the system to this many devices")
+    strategy: dict[str, Any] = Field(default_factory=dict)
+    workload: dict[str, Any]
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for k in keys[:-1]:
+        if not isinstance(node.get(k), dict):
+            node[k] = {}
+        node = node[k]
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'strategy.tp=4' -> ('strategy.tp', 4); values are read as YAML scalars."""
+    if "=" not in text:
+        raise SpecError(f"override {text!r}: expected FIELD=VALUE, e.g. strategy.tp=4")
+    key, value = text.split("=", 1)
+    return key.strip(), yaml.safe_load(value)
+
+
+def load_run(path: str | Path, overrides: list[tuple[str, Any]] = ()) -> tuple[
+        DenseModel, System, Strategy, Training]:
+    """Read a run file, apply dotted overrides, and resolve every part into a spec.
+
+    Relative file paths inside the run file are taken relative to the run file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"run file {str(path)!r} does not exist")
+    data = read_data_file(path)
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping with model, system, strategy, workload")
+    for key, value in overrides:
+        _set(data, key, value)
+    run = validate_spec(RunFile, data, "run")
+
+    def local(value: str | dict[str, Any]) -> str | dict[str, Any]:
+        if isinstance(value, str) and (path.parent / value).is_file():
+            return str(path.parent / value)
+        return value
+
+    return (load_model(local(run.model)), load_system(local(run.system), run.gpus),
+            load_strategy(run.strategy), load_workload(run.workload))

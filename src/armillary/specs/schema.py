@@ -1,0 +1,16 @@
+"""The JSON Schemas users validate their data files against (`armillary schema KIND`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from armillary.specs.model import DenseModel
+from armillary.specs.run import RunFile
+from armillary.specs.strategy import Strategy
+from armillary.specs.system import Device, System
+from armillary.specs.workload import Training
+
+SCHEMAS: dict[str, type[BaseModel]] = {
+    "model": DenseModel, "device": Device, "system": System, "strategy": Strategy, "workload": Training,
+    "run": RunFile,
+}

@@ -1,0 +1,182 @@
+"""Turn one measured training row of the validation CSV into specifications.
+
+The model comes from the row's architecture columns; a family preset fills only what the row leaves
+empty (MLP kind, norm, positions). The system comes from `gpu`, `n_gpus` and the network columns; the
+strategy from the parallelism columns. Whatever the row does not state is assumed and written down.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from armillary.specs.loading import load_model, load_system
+from armillary.specs.model import DenseModel
+from armillary.specs.strategy import Strategy
+from armillary.specs.system import System
+from armillary.specs.workload import Training
+
+
+class Unsupported(Exception):  # noqa: N818 - a reason, not a failure
+    """The row cannot be run yet; the message says why."""
+
+
+# family defaults: (name pattern, preset whose non-shape fields fill the gaps)
+_FAMILIES = (
+    (re.compile(r"llama", re.I), "llama2-7b"),
+    (re.compile(r"mpt", re.I), "mpt-7b"),
+    (re.compile(r"nemotron", re.I), "nemotron4-340b"),
+    (re.compile(r"gpt|megatron", re.I), "megatron-1.7b"),
+)
+_SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
+_GPU_SYSTEMS = (
+    (re.compile(r"a100.*40", re.I), "dgx-a100-40gb"),
+    (re.compile(r"a100", re.I), "dgx-a100"),
+    (re.compile(r"h100", re.I), "dgx-h100"),
+    (re.compile(r"h200", re.I), "hgx-h200"),
+    (re.compile(r"b200", re.I), "dgx-b200"),
+)
+
+
+@dataclass(frozen=True)
+class RowSpecs:
+    model: DenseModel
+    system: System
+    strategy: Strategy
+    workload: Training
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _int(row: dict[str, str], key: str) -> int | None:
+    value = row.get(key, "").strip()
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def _model(row: dict[str, str], notes: list[str]) -> DenseModel:
+    if _int(row, "experts"):
+        raise Unsupported("mixture-of-experts rows need the MoE model (a later issue)")
+    shape = {k: _int(row, k) for k in _SHAPE}
+    missing = [k for k in ("layers", "hidden", "heads") if shape[k] is None]
+    if missing:
+        raise Unsupported(f"architecture columns missing: {', '.join(missing)}")
+    family = next((p for rx, p in _FAMILIES if rx.search(row.get("model", ""))), None)
+    if family is None:
+        raise Unsupported(f"no model family known for {row.get('model')!r}")
+    base = load_model(family).model_dump()
+    filled = {k: v for k, v in shape.items() if v is not None}
+    for k in _SHAPE:
+        if k not in filled and k != "kv_heads":
+            notes.append(f"{k}={base[k]} from the {family} preset")
+    base.update(filled, name=row.get("model") or "row", head_dim=None, sources={"*": row.get("source", "")})
+    if "kv_heads" not in filled:
+        base["kv_heads"] = filled["heads"]
+        notes.append("kv_heads = heads (not stated)")
+    seq = _int(row, "seq") or 2048
+    base["max_seq_len"] = max(base["max_seq_len"], seq)
+    notes.append(f"mlp={base['mlp']}, norm={base['norm']}, position={base['position']} ({family} family)")
+    return DenseModel.model_validate(base)
+
+
+def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
+    gpu = row.get("gpu", "")
+    preset = next((p for rx, p in _GPU_SYSTEMS if rx.search(gpu)), None)
+    if preset is None:
+        raise Unsupported(f"no system preset for gpu {gpu!r}")
+    system = load_system(preset)
+    inter = row.get("inter_net", "")
+    per_node = re.search(r"(\d+)\s*Gbps node-node", inter)
+    per_nic = re.search(r"(\d+)x\s.*?(\d+)\s*Gb/s", inter)
+    if per_node:
+        gbps = float(per_node.group(1)) / system.devices_per_node
+    elif per_nic:
+        gbps = float(per_nic.group(1)) * float(per_nic.group(2)) / system.devices_per_node
+    else:
+        gbps = None
+        notes.append(f"scale-out network not stated: {system.scale_out.name} of the {preset} preset")
+    if gbps is not None:
+        net = system.scale_out.model_copy(update={"bandwidth": gbps * 1e9 / 8})
+        system = system.model_copy(update={"scale_out": net})
+    return system.with_devices(n_gpus)
+
+
+def _text(row: dict[str, str], key: str) -> str:
+    return row.get(key, "").strip().lower()
+
+
+def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, Any]:
+    tp, pp = _int(row, "tp"), _int(row, "pp")
+    if tp is None or pp is None:
+        raise Unsupported("parallel configuration (tp, pp) not stated")
+    if (_int(row, "cp") or 1) > 1:
+        raise Unsupported("context parallelism arrives with a later issue")
+    dp = _int(row, "dp") or n_gpus // (tp * pp)
+    mbs = _int(row, "mbs")
+    if mbs is None:
+        mbs = 1
+        notes.append("micro_batch=1 (not stated)")
+    vpp = _int(row, "vpp") or 1
+    framework = _text(row, "framework")
+    notes_text = _text(row, "notes")
+    sp_text = _text(row, "seq_parallel")
+    if sp_text in ("yes", "no"):
+        sp = sp_text == "yes"
+    else:
+        sp = tp > 1 and "megatron-lm (20" not in framework
+        notes.append(f"sequence_parallel={sp} (not stated)")
+    prec = _text(row, "precision")
+    precision = ("fp8" if "fp8" in prec else "bf16" if "bf16" in prec else "fp16" if "fp16" in prec else None)
+    if precision is None:
+        precision = "fp16" if "megatron-lm (20" in framework else "bf16"
+        notes.append(f"precision={precision} ({row.get('precision') or 'not stated'})")
+    legacy = "megatron-lm (20" in framework or ("megatron-lm" == framework and "a100" in _text(row, "gpu"))
+    fsdp = "fsdp" in framework or "zero-3" in framework
+    zero = 3 if ("full_shard" in framework or "zero-3" in framework) else 2 if "shard_grad_op" in framework \
+        else 0 if legacy else 1
+    flash = "flash" in framework or not legacy
+    if not legacy and not fsdp:
+        notes.append("distributed optimizer, overlapped grad reduce / param gather, FlashAttention "
+                     "(Megatron-Core / NeMo defaults)")
+    if legacy:
+        notes.append("no DP overlap, standard attention (Megatron-LM before 2023)")
+    return dict(
+        tp=tp, pp=pp, dp=dp, vpp=vpp, micro_batch=mbs, sequence_parallel=sp and tp > 1,
+        zero=zero, precision=precision, attention="flash" if flash else "standard",
+        overlap=dict(dp_grad_reduce=not legacy, param_gather=not legacy,
+                     tp_comm="tp-comm-overlap" in notes_text),
+    )
+
+
+def _recompute_choices(row: dict[str, str], notes: list[str]) -> list[str]:
+    text = _text(row, "recompute")
+    if "selective" in text:
+        return ["selective"]
+    if text.startswith("full"):
+        return ["full"]
+    if text == "none":
+        return ["none"]
+    notes.append("recompute not stated: the least recomputation that fits memory")
+    return ["none", "selective", "full"]
+
+
+def row_specs(row: dict[str, str]) -> list[RowSpecs]:
+    """Candidate specifications for a row (several when recomputation is not stated, least first)."""
+    n_gpus = _int(row, "n_gpus")
+    if n_gpus is None:
+        raise Unsupported("n_gpus not stated")
+    seq, gbs = _int(row, "seq"), _int(row, "gbs")
+    if seq is None or gbs is None:
+        raise Unsupported("seq or global batch not stated")
+    notes: list[str] = []
+    model = _model(row, notes)
+    system = _system(row, n_gpus, notes)
+    strategy = _strategy(row, n_gpus, notes)
+    workload = Training(seq_len=seq, global_batch=gbs)
+    out = []
+    for recompute in _recompute_choices(row, notes):
+        st = Strategy.model_validate({**strategy, "recompute": recompute})
+        out.append(RowSpecs(model, system, st, workload, (*notes, f"recompute={recompute}")))
+    return out

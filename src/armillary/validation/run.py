@@ -1,0 +1,133 @@
+"""Run the measured rows of a validation CSV through the estimator and compare.
+
+Each metric of the CSV maps to one quantity of the estimate (`_METRICS`); the error is
+predicted / measured - 1. Rows that cannot run say why instead of disappearing.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from armillary.api import estimate
+from armillary.estimate.result import StepEstimate
+from armillary.validation.rows import RowSpecs, Unsupported, row_specs
+
+DEFAULT_CSV = Path(str(resources.files("armillary.validation") / "data" / "measurements.csv"))
+
+
+def _eq3_tflops(r: StepEstimate, rs: RowSpecs) -> float:
+    """SC'21 Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs per iteration (counts the recompute forward)."""
+    m, w = rs.model, rs.workload
+    B, s, L, h, V = w.global_batch, w.seq_len, m.layers, m.hidden, m.vocab
+    flop = 96 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
+    return flop / (float(r.step_time_s) * rs.system.devices) / 1e12
+
+
+def _model_tflops(r: StepEstimate, rs: RowSpecs) -> float:
+    return float(r.model_flop) / (float(r.step_time_s) * rs.system.devices) / 1e12
+
+
+# metric text (lower case, prefix match) -> (what is predicted, function of the estimate)
+_METRICS: tuple[tuple[str, str, Callable[[StepEstimate, RowSpecs], float]], ...] = (
+    ("end-to-end iteration time", "step time [s]", lambda r, rs: float(r.step_time_s)),
+    ("forward+backward time of one transformer layer", "layer fwd+bwd [ms]",
+     lambda r, rs: 1e3 * float(r.layer_time_s)),
+    ("achieved tflop/s per gpu", "TFLOP/s per GPU (SC'21 Eq. 3)", _eq3_tflops),
+    ("per-gpu model tflop/s", "model TFLOP/s per GPU", _model_tflops),
+    ("mfu", "MFU [%]", lambda r, rs: 100 * float(r.mfu)),
+    ("tokens/s/gpu", "tokens/s per GPU", lambda r, rs: float(r.tokens_per_s) / rs.system.devices),
+    ("throughput tokens/s/gpu", "tokens/s per GPU", lambda r, rs: float(r.tokens_per_s) / rs.system.devices),
+)
+
+
+@dataclass(frozen=True)
+class RowResult:
+    id: str
+    group: str  # source group: the id without its running number
+    metric: str
+    measured: float
+    predicted: float | None
+    error: float | None  # predicted / measured - 1
+    assumptions: tuple[str, ...]
+    skipped: str | None = None  # why the row was not run
+    feasible: bool = True
+
+
+def source_group(row_id: str) -> str:
+    parts = row_id.split("-")
+    return "-".join(parts[:3]) if len(parts) > 3 else "-".join(parts[:-1]) or row_id
+
+
+def _metric(row: dict[str, str]) -> tuple[str, Callable[[StepEstimate, RowSpecs], float]]:
+    text = row.get("metric", "").strip().lower()
+    for prefix, label, fn in _METRICS:
+        if text.startswith(prefix):
+            if prefix == "achieved tflop/s per gpu" and "eq" not in text and "sc21" not in row["id"].lower():
+                break
+            return label, fn
+    raise Unsupported(f"metric {row.get('metric')!r} is not predicted")
+
+
+def run_row(row: dict[str, str]) -> RowResult:
+    measured = float(row["value"])
+    base = dict(id=row["id"], group=source_group(row["id"]), measured=measured)
+    try:
+        if row.get("kind") != "training":
+            raise Unsupported(f"{row.get('kind')} rows arrive with a later issue")
+        label, fn = _metric(row)
+        candidates = row_specs(row)
+    except Unsupported as why:
+        return RowResult(**base, metric=row.get("metric", ""), predicted=None, error=None, assumptions=(),
+                         skipped=str(why))
+    except ValueError as err:
+        return RowResult(**base, metric=row.get("metric", ""), predicted=None, error=None, assumptions=(),
+                         skipped=f"invalid configuration: {err}")
+    result, chosen = None, candidates[-1]
+    for rs in candidates:  # least recomputation that fits, else the last candidate
+        result, chosen = estimate(rs.model, rs.system, rs.strategy, rs.workload), rs
+        if bool(result.feasible):
+            break
+    assert result is not None
+    predicted = fn(result, chosen)
+    notes = chosen.assumptions
+    if not bool(result.feasible):
+        notes = (*notes, "infeasible as configured: " + "; ".join(result.infeasible_reasons))
+    return RowResult(**base, metric=label, predicted=predicted, error=predicted / measured - 1,
+                     assumptions=notes, feasible=bool(result.feasible))
+
+
+def read_rows(path: Path | str = DEFAULT_CSV) -> list[dict[str, str]]:
+    with Path(path).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training",)) -> list[RowResult]:
+    """Every row of `kinds` in the CSV, run or skipped with the reason."""
+    return [run_row(r) for r in read_rows(path) if r.get("kind") in kinds]
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    group: str
+    rows: int
+    run: int
+    mean_abs_error: float
+    max_abs_error: float
+
+
+def summarize(results: list[RowResult]) -> list[GroupSummary]:
+    groups: dict[str, list[RowResult]] = {}
+    for r in results:
+        groups.setdefault(r.group, []).append(r)
+    out = []
+    for g, rs in groups.items():
+        errs = np.array([abs(r.error) for r in rs if r.error is not None])
+        out.append(GroupSummary(g, len(rs), len(errs), float(errs.mean()) if len(errs) else float("nan"),
+                                float(errs.max()) if len(errs) else float("nan")))
+    return out

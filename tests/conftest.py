@@ -1,0 +1,24 @@
+"""Shared test fixtures: small GPT-style specs built inline so tests do not depend on presets."""
+
+from __future__ import annotations
+
+import pytest
+
+from armillary.specs.model import DenseModel
+
+
+def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, **kw: object) -> DenseModel:
+    """A Megatron GPT: GeLU 4h MLP, LayerNorm, learned positions, biases, dropout, tied embeddings."""
+    return DenseModel(name=f"gpt-{layers}x{hidden}", layers=layers, hidden=hidden, heads=heads, ffn=4 * hidden,
+                      vocab=vocab, mlp="gelu", norm="layernorm", position="learned", linear_bias=True,
+                      dropout=True, tied_embeddings=True, max_seq_len=2048, **kw)
+
+
+@pytest.fixture
+def gpt22b() -> DenseModel:
+    return gpt(48, 6144, 64)
+
+
+@pytest.fixture
+def gpt175b() -> DenseModel:
+    return gpt(96, 12288, 96)

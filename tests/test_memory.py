@@ -1,0 +1,70 @@
+"""Memory against Korthikanti et al. 2022 Table 2 and the ZeRO / distributed-optimizer tables."""
+
+import numpy as np
+import pytest
+
+from armillary import Strategy, Training, estimate
+from armillary.estimate.memory import layer_activations, model_states
+from armillary.specs.arrays import ModelArrays, StrategyArrays
+
+s, b, h, a = 2048, 1, 12288, 96  # GPT-3 layer (Korthikanti §5 worked example)
+
+
+def _per_layer(model, t, sp, recompute):
+    acts = layer_activations(ModelArrays.of(model), b, s, t, float(sp), 2.0)
+    return float(acts.stored({"none": 0, "selective": 1, "full": 2}[recompute]))
+
+
+@pytest.mark.parametrize(("t", "sp", "recompute", "factor"), [
+    (1, False, "none", 34 + 5 * a * s / h),  # Eq. 1
+    (8, False, "none", 10 + 24 / 8 + 5 * a * s / (h * 8)),  # Eq. 2
+    (8, True, "none", 34 / 8 + 5 * a * s / (h * 8)),  # Table 2, TP + SP
+    (8, False, "selective", 10 + 24 / 8),  # Table 2
+    (8, True, "selective", 34 / 8),  # Eq. 6
+    (8, False, "full", 2),  # layer input only
+    (8, True, "full", 2 / 8),
+])
+def test_activation_bytes_per_layer(gpt175b, t, sp, recompute, factor):
+    assert _per_layer(gpt175b, t, sp, recompute) == pytest.approx(s * b * h * factor, rel=1e-12)
+
+
+def test_gpt3_layer_without_parallelism_is_2_87_gb(gpt175b):
+    """Korthikanti §4.3 worked check: 2.87 GB per GPT-3 layer without parallelism."""
+    assert _per_layer(gpt175b, 1, False, "none") / 1e9 == pytest.approx(2.87, abs=0.01)
+
+
+@pytest.mark.parametrize(("precision", "fixed", "sharded"), [("bf16", 6, 12), ("fp16", 4, 16), ("fp32", 8, 8)])
+def test_distributed_optimizer_bytes_per_param(gpt22b, precision, fixed, sharded):
+    """Megatron-LM README: distributed optimizer bytes/parameter = fixed + sharded / d."""
+    d = 64
+    st = StrategyArrays.of(Strategy(zero=1, precision=precision), dp=d)
+    ms = model_states(1.0, st)
+    assert float(ms.weights + ms.gradients + ms.optimizer_states) == pytest.approx(fixed + sharded / d)
+
+
+def test_zero_stages_shard_progressively():
+    """ZeRO §5: P_os shards optimizer states, P_os+g also gradients, P_os+g+p also parameters."""
+    psi, d = 7.5e9, 64
+    totals = []
+    for zero in range(4):
+        st = StrategyArrays.of(Strategy(zero=zero, precision="fp16"), dp=d)
+        ms = model_states(psi, st)
+        totals.append(float(ms.weights + ms.gradients + ms.optimizer_states))
+    w, g, o = 2, 2, 16  # fp16 recipe bytes per parameter
+    assert totals == pytest.approx([psi * (w + g + o), psi * (w + g + o / d), psi * (w + (g + o) / d),
+                                    psi * (w + g + o) / d])
+
+
+def test_pipeline_first_stage_holds_about_l_layers(gpt175b):
+    """Korthikanti §4.2.3: with 1F1B the first stage stores p micro-batches of L/p layers = L layers."""
+    r = estimate(gpt175b, "dgx-a100", Strategy(tp=8, pp=8, recompute="selective", sequence_parallel=True),
+                 Training(seq_len=s, global_batch=64), gpus=64)
+    expected = s * b * h * 34 / 8 * 96
+    assert float(r.memory_hbm.activations) == pytest.approx(expected, rel=0.01)
+
+
+def test_out_of_memory_is_reported(gpt175b):
+    r = estimate(gpt175b, "dgx-a100", Strategy(tp=1, pp=1), Training(seq_len=2048, global_batch=8), gpus=8)
+    assert not bool(r.feasible)
+    assert any("out of memory" in reason for reason in r.infeasible_reasons)
+    assert np.isfinite(float(r.step_time_s))

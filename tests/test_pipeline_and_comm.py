@@ -1,0 +1,62 @@
+"""Pipeline schedules (SC'21 §2.2) and collective costs (Thakur et al. 2005) against hand calculations."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
+
+from armillary.comm.collectives import all_gather, all_reduce, send_recv
+from armillary.comm.placement import Placement, place_groups
+from armillary.estimate.pipeline import bubble_fraction, pipeline_time
+from armillary.specs.arrays import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED
+from armillary.specs.loading import load_system
+
+
+@pytest.mark.parametrize(("p", "m", "v"), [(8, 64, 1), (4, 16, 1), (8, 64, 3), (35, 280, 3)])
+def test_equal_stages(p, m, v):
+    t = 0.1  # forward + backward of one micro-batch on one stage
+    sched = SCHEDULE_INTERLEAVED if v > 1 else SCHEDULE_1F1B
+    got = pipeline_time(t, p * t, m, v, sched)
+    assert float(got) == pytest.approx((m + (p - 1) / v) * t)  # SC'21 §2.2.1-2.2.2
+    assert float(got) / (m * t) - 1 == pytest.approx(bubble_fraction(p, m, v))
+
+
+def test_slowest_stage_sets_steady_state():
+    stages = np.array([0.1, 0.1, 0.12, 0.1])
+    got = pipeline_time(stages.max(), stages.sum(), 10, 1, SCHEDULE_1F1B)
+    assert float(got) == pytest.approx(10 * 0.12 + 0.3)
+
+
+def test_ring_all_reduce_in_one_node():
+    sys8 = load_system("dgx-a100", 8)
+    n, p = 1e9, 8
+    up = sys8.scale_up
+    expected = 2 * (p - 1) * up.latency + 2 * (p - 1) / p * n / (up.efficiency * up.bandwidth)
+    assert float(all_reduce(n, Placement(8, 8), sys8).time) == pytest.approx(expected)
+
+
+def test_hierarchical_all_reduce_moves_1_over_g_across_nodes():
+    system = load_system("dgx-a100", 64)
+    n = 8e9
+    cost = all_reduce(n, Placement(64, 8), system)
+    assert float(cost.scale_out_bytes) == pytest.approx(2 * 7 / 8 * n / 8)  # 8 nodes, n/8 per device
+    assert float(cost.scale_up_bytes) == pytest.approx(2 * 7 / 8 * n)
+
+
+def test_megatron_rank_order():
+    tp, dp, pp = place_groups(8, 4, 2, 8)
+    assert (tp.per_node, dp.per_node, pp.per_node) == (8, 1, 1)
+    tp, dp, pp = place_groups(2, 4, 2, 8)
+    assert (float(tp.per_node), float(dp.per_node), float(pp.per_node)) == (2, 4, 1)
+
+
+@given(n=hs.floats(1e3, 1e11), scale=hs.floats(1.0, 100.0), ranks=hs.sampled_from([2, 8, 16, 64, 512]))
+def test_more_bandwidth_never_slows_a_collective(n, scale, ranks):
+    system = load_system("dgx-a100", max(ranks, 8))
+    faster = system.model_copy(update={
+        "scale_up": system.scale_up.model_copy(update={"bandwidth": system.scale_up.bandwidth * scale}),
+        "scale_out": system.scale_out.model_copy(update={"bandwidth": system.scale_out.bandwidth * scale})})
+    group = Placement(ranks, min(ranks, 8))
+    for op in (all_reduce, all_gather):
+        assert float(op(n, group, faster).time) <= float(op(n, group, system).time) * (1 + 1e-12)
+    assert float(send_recv(n, 1.0, faster).time) <= float(send_recv(n, 1.0, system).time) * (1 + 1e-12)

@@ -1,0 +1,68 @@
+"""Invariants of the estimator, checked with hypothesis."""
+
+import numpy as np
+from conftest import gpt
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from armillary import Strategy, Training, estimate
+from armillary.estimate.training import estimate_training
+from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.specs.loading import load_system
+
+MODEL = gpt(32, 4096, 32)
+SYSTEM = load_system("dgx-a100", 64)
+degrees = hs.sampled_from([1, 2, 4, 8])
+recompute = hs.sampled_from(["none", "selective", "full"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(tp=degrees, pp=degrees, mb=hs.sampled_from([1, 2, 4]), rc=recompute, zero=hs.integers(0, 3),
+       sp=hs.booleans(), flash=hs.booleans())
+def test_array_element_equals_scalar_evaluation(tp, pp, mb, rc, zero, sp, flash):
+    """One formula, two modes: a sweep's element equals the single-configuration estimate."""
+    sp = sp and tp > 1
+    st = Strategy(tp=tp, pp=pp, micro_batch=mb, recompute=rc, zero=zero, sequence_parallel=sp,
+                  attention="flash" if flash else "standard")
+    w = Training(seq_len=2048, global_batch=512)
+    single = estimate(MODEL, SYSTEM, st, w)
+    dp = 64 // (tp * pp)
+    sweep = StrategyArrays.of(st, dp)
+    # the same point embedded in a 3-element sweep over the micro-batch size
+    sweep = StrategyArrays(**{**sweep.__dict__, "micro_batch": np.array([1.0, float(mb), 4.0])})
+    arr = estimate_training(ModelArrays.of(MODEL), sweep, TrainingArrays.of(w), SYSTEM)
+    assert np.isclose(arr.step_time_s[1], single.step_time_s, rtol=1e-12)
+    assert np.isclose(arr.memory_hbm.total[1], single.memory_hbm.total, rtol=1e-12)
+    assert bool(arr.feasible[1]) == bool(single.feasible)
+
+
+@settings(max_examples=30, deadline=None)
+@given(tp=hs.sampled_from([1, 2, 4]), pp=hs.sampled_from([1, 2, 4]), rc=recompute, zero=hs.integers(0, 3))
+def test_memory_never_grows_with_tp_or_pp(tp, pp, rc, zero):
+    w = Training(seq_len=2048, global_batch=256)
+
+    def hbm(t, p):
+        st = Strategy(tp=t, pp=p, dp=4, recompute=rc, zero=zero)
+        return float(estimate(MODEL, load_system("dgx-a100", 4 * t * p), st, w).memory_hbm.total)
+
+    assert hbm(2 * tp, pp) <= hbm(tp, pp) * (1 + 1e-9)
+    assert hbm(tp, 2 * pp) <= hbm(tp, pp) * (1 + 1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(tp=degrees, pp=degrees, scale=hs.floats(1.0, 50.0), zero=hs.integers(0, 3),
+       overlap=hs.booleans())
+def test_more_bandwidth_never_slows_a_step(tp, pp, scale, zero, overlap):
+    st = Strategy(tp=tp, pp=pp, zero=zero, overlap={"dp_grad_reduce": overlap, "tp_comm": overlap})
+    w = Training(seq_len=2048, global_batch=512)
+    faster = SYSTEM.model_copy(update={
+        "scale_up": SYSTEM.scale_up.model_copy(update={"bandwidth": SYSTEM.scale_up.bandwidth * scale}),
+        "scale_out": SYSTEM.scale_out.model_copy(update={"bandwidth": SYSTEM.scale_out.bandwidth * scale})})
+    assert float(estimate(MODEL, faster, st, w).step_time_s) <= float(
+        estimate(MODEL, SYSTEM, st, w).step_time_s) * (1 + 1e-12)
+
+
+def test_breakdown_adds_up():
+    r = estimate(MODEL, SYSTEM, Strategy(tp=2, pp=4, vpp=2, zero=1), Training(seq_len=2048, global_batch=512))
+    assert float(r.breakdown.total) == float(r.step_time_s)
+    assert all(float(getattr(r.breakdown, f)) >= 0 for f in r.breakdown.__dataclass_fields__)
