@@ -4,13 +4,46 @@ from armillary.api import estimate, parameters
 from armillary.estimate.result import MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
 from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
 from armillary.specs.model import DenseModel, MlpKind, NormKind, PositionKind
-from armillary.specs.strategy import Offload, Overlap, Recompute, Schedule, Strategy, TrainingPrecision, ZeroStage
+from armillary.specs.strategy import (
+    Offload,
+    Overlap,
+    Recompute,
+    Schedule,
+    Strategy,
+    TrainingPrecision,
+    ZeroStage,
+)
 from armillary.specs.system import Device, EfficiencyCurve, MemoryTier, Network, Precision, System
 from armillary.specs.workload import Training
 
 __all__ = [
-    "DenseModel", "Device", "EfficiencyCurve", "MemoryBreakdown", "MemoryTier", "MlpKind", "Network",
-    "NormKind", "Offload", "Overlap", "PositionKind", "Precision", "Recompute", "Schedule", "SpecError",
-    "StepEstimate", "Strategy", "System", "TimeBreakdown", "Training", "TrainingPrecision", "Traffic",
-    "ZeroStage", "estimate", "load_model", "load_strategy", "load_system", "load_workload", "parameters",
+    "DenseModel",
+    "Device",
+    "EfficiencyCurve",
+    "MemoryBreakdown",
+    "MemoryTier",
+    "MlpKind",
+    "Network",
+    "NormKind",
+    "Offload",
+    "Overlap",
+    "PositionKind",
+    "Precision",
+    "Recompute",
+    "Schedule",
+    "SpecError",
+    "StepEstimate",
+    "Strategy",
+    "System",
+    "TimeBreakdown",
+    "Traffic",
+    "Training",
+    "TrainingPrecision",
+    "ZeroStage",
+    "estimate",
+    "load_model",
+    "load_strategy",
+    "load_system",
+    "load_workload",
+    "parameters",
 ]

@@ -28,15 +28,16 @@ def matrix_peak(device: Device, precision_code: Array) -> Array:
     return np.choose(np.asarray(precision_code, dtype=int), peaks)
 
 
-def kernel_times(ops: tuple[Op, ...], device: Device, peak: Array) -> Array:
-    """Summed roofline time of `ops` on `device` at matrix peak `peak` (evaluated in one stacked call)."""
+def kernel_times(ops: tuple[Op, ...], device: Device, peak: Array) -> np.ndarray:
+    """Roofline time of each op on `device` at matrix peak `peak`, stacked along the first axis
+    (one vectorized evaluation for all kernels of a layer)."""
     flop = np.stack(np.broadcast_arrays(*(op.flop for op in ops)))
     moved = np.stack(np.broadcast_arrays(*(op.bytes for op in ops)))
     hbm = device.hbm
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = np.where(flop > 0, flop / (device.matrix_efficiency(flop) * peak), 0.0)
     memory = moved / (hbm.efficiency * hbm.bandwidth)
-    return (np.maximum(compute, memory) + device.kernel_overhead).sum(axis=0)
+    return np.maximum(compute, memory) + device.kernel_overhead
 
 
 def stream_time(bytes_moved: Array, device: Device) -> Array:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.collectives import CommCost, all_gather, all_reduce, reduce_scatter, send_recv
+from armillary.comm.collectives import all_gather, all_reduce, reduce_scatter, send_recv
 from armillary.comm.placement import place_groups
 from armillary.cost.compute import fused_attention_time, kernel_times, matrix_peak, stream_time
 from armillary.estimate import memory as mem
@@ -31,7 +31,6 @@ from armillary.specs.arrays import (
 from armillary.specs.system import System
 from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import ends_forward, layer_forward, layer_forward_flop, tp_message_bytes
-
 
 # Backward element-wise kernels read the output gradient and the saved input and write the input
 # gradient: about 1.5x the forward traffic [derived].
@@ -74,12 +73,13 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # --- one layer, one micro-batch ------------------------------------------------------------------
     fw = layer_forward(m, b, s, t, sp, e)
     flash = st.flash_attention
-    gemm_f = kernel_times(fw.dense_gemms, device, peak)
-    stream_f = kernel_times(fw.dense_streams, device, peak)
+    ends = ends_forward(m, b, s, t, e)
+    kt = kernel_times((*fw.dense_gemms, *fw.dense_streams, *fw.core_gemms, fw.softmax, ends.embedding,
+                       ends.head_gemm, ends.loss), device, peak)
+    gemm_f, stream_f, core_gemm_f = kt[0:4].sum(axis=0), kt[4:8].sum(axis=0), kt[8:10].sum(axis=0)
+    softmax_f, embedding_f, head_gemm_f, loss_f = kt[10], kt[11], kt[12], kt[13]
     # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel whose backward
     # does 2.5x the forward work (recomputing the scores; FA2 §4.1)
-    core_gemm_f = kernel_times(fw.core_gemms, device, peak)
-    softmax_f = kernel_times((fw.softmax,), device, peak)
     flash_f = fused_attention_time(fw.flash_attention, device, peak)
     core_f = np.where(flash > 0, flash_f, core_gemm_f + softmax_f)
     core_b = np.where(flash > 0, 2.5 * flash_f, 2 * core_gemm_f + BACKWARD_STREAM_FACTOR * softmax_f)
@@ -100,12 +100,9 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     layer = _PerMicrobatch(compute=forward + backward, recompute=recompute + recompute_tp, tp=tp_f + tp_b)
 
     # --- embedding (first stage), LM head and loss (last stage) -----------------------------------
-    ends = ends_forward(m, b, s, t, e)
-    embedding = _PerMicrobatch(compute=(1 + BACKWARD_STREAM_FACTOR) * kernel_times((ends.embedding,), device, peak),
-                               recompute=0.0, tp=tp_cost.time)
-    head = _PerMicrobatch(compute=3 * kernel_times((ends.head_gemm,), device, peak)
-                          + (1 + BACKWARD_STREAM_FACTOR) * kernel_times((ends.loss,), device, peak),
-                          recompute=0.0, tp=tp_cost.time)
+    embedding = _PerMicrobatch(compute=(1 + BACKWARD_STREAM_FACTOR) * embedding_f, recompute=0.0, tp=tp_cost.time)
+    head = _PerMicrobatch(compute=3 * head_gemm_f + (1 + BACKWARD_STREAM_FACTOR) * loss_f, recompute=0.0,
+                          tp=tp_cost.time)
 
     # --- pipeline stages ---------------------------------------------------------------------------
     L = m.layers
@@ -159,8 +156,11 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # ZeRO-2 reduce-scatters every micro-batch; ZeRO-3/FSDP also gathers parameters for forward and
     # backward of every micro-batch (formulas.md pitfall 8)
     per_mb_zero2 = _exposed(scatter_grads.time, bwd_mb, st.overlap_dp)
-    per_mb_zero3 = (_exposed(gather_params.time, fwd_mb, st.overlap_param_gather)
-                    + _exposed(gather_params.time + scatter_grads.time, bwd_mb, st.overlap_param_gather))
+    # ZeRO-3 / FSDP gather and reduce one layer (unit) at a time: a latency term per layer per collective
+    unit_gather = all_gather(weight_bytes / n_layers_local, dp_group, system).time * n_layers_local
+    unit_scatter = reduce_scatter(grad_bytes / n_layers_local, dp_group, system).time * n_layers_local
+    per_mb_zero3 = (_exposed(unit_gather, fwd_mb, st.overlap_param_gather)
+                    + _exposed(unit_gather + unit_scatter, bwd_mb, st.overlap_param_gather))
     dp_exposed = exposed_once + microbatches * np.where(
         st.zero == 2, per_mb_zero2, np.where(st.zero == 3, per_mb_zero3, 0.0))
     dp_exposed = np.where(d > 1, dp_exposed, 0.0)
@@ -224,8 +224,9 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     )
     step = breakdown.total
     devices = t * p * d
-    model_flop = model_flop_per_iteration(m, w)
-    recompute_flop = _recompute_flop(m, st, w)
+    layer_flop = layer_forward_flop(m, w.global_batch, w.seq_len)
+    model_flop = model_flop_per_iteration(m, w, layer_flop)
+    recompute_flop = _recompute_flop(m, st, w, layer_flop)
     tokens = w.global_batch * w.seq_len
     layer_tp_traffic = tp_cost * (4 + 2 * (st.recompute == RECOMPUTE_FULL)) + regather * (2 * sp)
     tp_traffic = microbatches * (layer_tp_traffic * (L / p) + 2 * tp_cost)
@@ -255,19 +256,20 @@ def _pick_max(*candidates: tuple[Array, _PerMicrobatch]) -> _PerMicrobatch:
     return best
 
 
-def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays) -> Array:
+def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays, layer_flop: Array | None = None) -> Array:
     """Model FLOPs of one iteration: 3 x forward (backward = 2 x forward) of all layers and the LM head.
     For GPT: 72 B L s h^2 (1 + s/(6h) + V/(12 h L)) (Korthikanti et al. 2022, App. A)."""
     B, s = w.global_batch, w.seq_len
     head = 2 * B * s * m.hidden * m.vocab
-    return 3 * (m.layers * layer_forward_flop(m, B, s) + head)
+    layer_flop = layer_forward_flop(m, B, s) if layer_flop is None else layer_flop
+    return 3 * (m.layers * layer_flop + head)
 
 
-def _recompute_flop(m: ModelArrays, st: StrategyArrays, w: TrainingArrays) -> Array:
+def _recompute_flop(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layer_flop: Array) -> Array:
     """Extra FLOPs of recomputation: one more layer forward (full) or the attention core, 4Bs^2h per layer
     (selective; our recount, formulas.md §3.2 pitfall)."""
     B, s = w.global_batch, w.seq_len
-    full = m.layers * layer_forward_flop(m, B, s)
+    full = m.layers * layer_flop
     core = m.layers * 4 * B * s * s * m.heads * m.head_dim
     selective = (st.recompute == RECOMPUTE_SELECTIVE) & (st.flash_attention == 0)
     return np.where(st.recompute == RECOMPUTE_FULL, full, np.where(selective, core, 0.0))

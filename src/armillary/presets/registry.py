@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,10 @@ def read_data_file(path: Path) -> Any:
         return yaml.safe_load(f)  # YAML is a superset of JSON
 
 
+@functools.cache
+def _index(kind: str) -> dict[str, Path]:
+    return {p.stem.lower(): p for p in preset_dir(kind).iterdir() if p.suffix in (".yaml", ".yml", ".json")}
+
+
 def find_preset(kind: str, name: str) -> Path | None:
-    wanted = name.lower()
-    for p in preset_dir(kind).iterdir():
-        if p.stem.lower() == wanted and p.suffix in (".yaml", ".yml", ".json"):
-            return p
-    return None
+    return _index(kind).get(name.lower())

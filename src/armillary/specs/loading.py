@@ -5,6 +5,7 @@ Errors name the field and what is allowed, never a traceback: every failure is a
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,9 +58,18 @@ def _read(value: str, kind: str) -> tuple[Any, str]:
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _preset(kind: str, name: str) -> Any:
+    """A shipped preset, validated once (specs are frozen, so sharing them is safe)."""
+    loader = {"models": load_model, "devices": load_device, "systems": load_system}[kind]
+    return loader(read_data_file(find_preset(kind, name)))  # type: ignore[arg-type]
+
+
 def load_model(value: DenseModel | str | dict[str, Any]) -> DenseModel:
     if isinstance(value, DenseModel):
         return value
+    if isinstance(value, str) and find_preset("models", value) is not None:
+        return _preset("models", value.lower())
     data, name = _read(value, "models") if isinstance(value, str) else (value, None)
     if not isinstance(data, dict):
         raise SpecError(f"model: expected a mapping, got {type(data).__name__}")
@@ -74,6 +84,8 @@ def load_model(value: DenseModel | str | dict[str, Any]) -> DenseModel:
 def load_device(value: Device | str | dict[str, Any]) -> Device:
     if isinstance(value, Device):
         return value
+    if isinstance(value, str) and find_preset("devices", value) is not None:
+        return _preset("devices", value.lower())
     data = _read(value, "devices")[0] if isinstance(value, str) else value
     return validate_spec(Device, data, "device")
 
@@ -82,6 +94,8 @@ def load_system(value: System | str | dict[str, Any], gpus: int | None = None) -
     """A system from a preset/file/mapping; `gpus` resizes it to that many devices."""
     if isinstance(value, System):
         system = value
+    elif isinstance(value, str) and find_preset("systems", value) is not None:
+        system = _preset("systems", value.lower())
     else:
         data = _read(value, "systems")[0] if isinstance(value, str) else dict(value)
         if not isinstance(data, dict):

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+
 import numpy as np
 from pydantic import Field, PositiveInt, PrivateAttr, field_validator
 

@@ -25,7 +25,7 @@ class Unsupported(Exception):  # noqa: N818 - a reason, not a failure
 # family defaults: (name pattern, preset whose non-shape fields fill the gaps)
 _FAMILIES = (
     (re.compile(r"llama", re.I), "llama2-7b"),
-    (re.compile(r"mpt", re.I), "mpt-7b"),
+    (re.compile(r"mpt", re.I), "mpt-125m"),  # llm-foundry benchmark configs: learned positions, biases
     (re.compile(r"nemotron", re.I), "nemotron4-340b"),
     (re.compile(r"gpt|megatron", re.I), "megatron-1.7b"),
 )
@@ -130,12 +130,16 @@ def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, A
     prec = _text(row, "precision")
     precision = ("fp8" if "fp8" in prec else "bf16" if "bf16" in prec else "fp16" if "fp16" in prec else None)
     if precision is None:
-        precision = "fp16" if "megatron-lm (20" in framework else "bf16"
+        if "megatron-lm (20" in framework:
+            precision = "fp16"
+        elif "nemo" in framework or "megatron-bridge" in framework:
+            precision = "fp8"  # NVIDIA's NeMo / Megatron-Bridge performance tables are FP8 recipes
+        else:
+            precision = "bf16"
         notes.append(f"precision={precision} ({row.get('precision') or 'not stated'})")
-    legacy = "megatron-lm (20" in framework or ("megatron-lm" == framework and "a100" in _text(row, "gpu"))
-    fsdp = "fsdp" in framework or "zero-3" in framework
-    zero = 3 if ("full_shard" in framework or "zero-3" in framework) else 2 if "shard_grad_op" in framework \
-        else 0 if legacy else 1
+    legacy = "megatron-lm (20" in framework or (framework == "megatron-lm" and "a100" in _text(row, "gpu"))
+    fsdp = "fsdp" in framework or "zero-3" in framework or "fsdp=" in _text(row, "other_reported")
+    zero = 2 if "shard_grad_op" in framework else 3 if fsdp else 0 if legacy else 1
     flash = "flash" in framework or not legacy
     if not legacy and not fsdp:
         notes.append("distributed optimizer, overlapped grad reduce / param gather, FlashAttention "

@@ -1,0 +1,64 @@
+"""Every command and every example, end to end through the CLI."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from armillary.cli import app
+from armillary.presets.registry import KINDS
+from armillary.validation.run import DEFAULT_CSV
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_estimate_every_example(example):
+    result = runner.invoke(app, ["estimate", str(example)])
+    assert result.exit_code == 0, result.output
+    assert "Where the time goes" in result.output
+    out = runner.invoke(app, ["estimate", str(example), "--json"])
+    data = json.loads(out.output)
+    for key in ("step_time_s", "tokens_per_s", "mfu", "hfu", "memory", "breakdown", "feasible"):
+        assert key in data
+    assert data["breakdown"]["total"] == pytest.approx(data["step_time_s"])
+
+
+def test_flags_override_fields():
+    ex = next(e for e in EXAMPLES if e.stem == "gpt3-175b-a100")  # selective recompute there
+    base = json.loads(runner.invoke(app, ["estimate", str(ex), "--json"]).output)
+    full = json.loads(runner.invoke(app, ["estimate", str(ex), "--json", "--set", "strategy.recompute=full"]).output)
+    assert full["breakdown"]["recompute"] > base["breakdown"]["recompute"]
+
+
+def test_bad_input_is_a_clear_error_not_a_traceback():
+    result = runner.invoke(app, ["estimate", str(EXAMPLES[0]), "--set", "strategy.recompute=sometimes"])
+    assert result.exit_code == 2
+    assert "strategy.recompute" in result.output and "Traceback" not in result.output
+
+
+def test_presets_and_schema():
+    out = runner.invoke(app, ["presets"]).output
+    assert all(k in out for k in KINDS)
+    for kind in ("model", "system", "strategy", "run"):
+        schema = json.loads(runner.invoke(app, ["schema", kind]).output)
+        assert schema["type"] == "object"
+
+
+def test_validate_json_on_a_given_csv(tmp_path):
+    with DEFAULT_CSV.open() as f:
+        rows = [r for r in csv.DictReader(f) if r["id"].startswith(("TR-KOR-T5-22B", "TR-SC21-FUSE-11"))]
+    path = tmp_path / "few.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    data = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).output)
+    assert {d["id"] for d in data} == {r["id"] for r in rows}
+    run = [d for d in data if d["predicted"] is not None]
+    assert len(run) == 2 and all({"error", "measured", "assumptions"} <= set(d) for d in run)
+    skipped = [d for d in data if d["predicted"] is None]
+    assert skipped[0]["skipped"]
