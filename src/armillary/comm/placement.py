@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.specs.arrays import Array
+from armillary.specs.arrays import Array, minimum
 
 
 @dataclass(frozen=True)
@@ -32,5 +32,5 @@ def _place(size: Array, stride: Array, devices_per_node: Array) -> Placement:
 
 def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array) -> tuple[Placement, ...]:
     """Placements of the (tp, dp, pp) groups in Megatron's rank order tp -> dp -> pp."""
-    tp_group = Placement(size=tp, per_node=np.minimum(tp, devices_per_node))
+    tp_group = Placement(size=tp, per_node=minimum(tp, devices_per_node))
     return tp_group, _place(dp, tp, devices_per_node), _place(pp, tp * dp, devices_per_node)

@@ -24,15 +24,14 @@ _GEMM_PRECISION = {
 
 def matrix_peak(device: Device, precision_code: Array) -> Array:
     """Peak GEMM FLOP/s for each precision code (index into PRECISIONS)."""
-    peaks = [device.matrix_peak(_GEMM_PRECISION[p]) for p in PRECISIONS]
-    return np.choose(np.asarray(precision_code, dtype=int), peaks)
+    peaks = np.array([device.matrix_peak(_GEMM_PRECISION[p]) for p in PRECISIONS])
+    return peaks[np.asarray(precision_code, dtype=int)]
 
 
 def kernel_times(ops: tuple[Op, ...], device: Device, peak: Array) -> np.ndarray:
     """Roofline time of each op on `device` at matrix peak `peak`, stacked along the first axis
     (one vectorized evaluation for all kernels of a layer)."""
-    flop = np.stack(np.broadcast_arrays(*(op.flop for op in ops)))
-    moved = np.stack(np.broadcast_arrays(*(op.bytes for op in ops)))
+    flop, moved = _stacked([op.flop for op in ops]), _stacked([op.bytes for op in ops])
     hbm = device.hbm
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = np.where(flop > 0, flop / (device.matrix_efficiency(flop) * peak), 0.0)
@@ -43,6 +42,13 @@ def kernel_times(ops: tuple[Op, ...], device: Device, peak: Array) -> np.ndarray
 def stream_time(bytes_moved: Array, device: Device) -> Array:
     """Time to stream `bytes_moved` through HBM (optimizer step, element-wise passes)."""
     return bytes_moved / (device.hbm.efficiency * device.hbm.bandwidth)
+
+
+def _stacked(values: list[Array]) -> np.ndarray:
+    try:  # all scalars, or arrays of one shape: one fast conversion
+        return np.array(values, dtype=float)
+    except ValueError:  # a sweep mixing scalars and arrays
+        return np.stack(np.broadcast_arrays(*values))
 
 
 def fused_attention_time(op: Op, device: Device, peak: Array) -> Array:

@@ -5,9 +5,19 @@ Returns a boolean (array) and, for a single configuration, the reasons in words.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from armillary.specs.arrays import SCHEDULE_INTERLEAVED, Array, ModelArrays, StrategyArrays, TrainingArrays
+from armillary.specs.arrays import (
+    SCHEDULE_INTERLEAVED,
+    Array,
+    ModelArrays,
+    StrategyArrays,
+    TrainingArrays,
+    maximum,
+    where,
+)
 from armillary.specs.system import System
 from armillary.units import GIB
 
@@ -28,19 +38,19 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
         (_divides(t, m.heads), "tp must divide the attention heads"),
         (_divides(t, m.kv_heads) | _divides(m.kv_heads, t), "tp and kv_heads must divide one another"),
         (_divides(t, m.ffn), "tp must divide the MLP size"),
-        (np.where(uneven, (rest > 0) & _divides(np.maximum(p - 2, 1), rest), _divides(p * v, m.layers)),
+        (where(uneven, (rest > 0) & _divides(maximum(p - 2, 1), rest), _divides(p * v, m.layers)),
          "pp*vpp must divide the layers (or the layers left by first/last_stage_layers)"),
         (_divides(st.micro_batch * d, w.global_batch), "micro_batch*dp must divide the global batch"),
-        (np.where(st.schedule == SCHEDULE_INTERLEAVED, _divides(p, w.global_batch / (st.micro_batch * d)), True),
+        (where(st.schedule == SCHEDULE_INTERLEAVED, _divides(p, w.global_batch / (st.micro_batch * d)), True),
          "the interleaved schedule needs the micro-batch count to be a multiple of pp"),
         (hbm_bytes <= system.device.hbm.capacity, "out of memory: the HBM needs more than its capacity"),
         (tier2_bytes <= tier2_capacity, "out of memory: the second tier needs more than its capacity"),
     ]
-    masks = np.broadcast_arrays(*[np.asarray(c, dtype=bool) for c, _ in conditions])
-    feasible = np.logical_and.reduce(masks)
+    feasible = np.asarray(functools.reduce(np.logical_and, (c for c, _ in conditions)), dtype=bool)
     reasons: tuple[str, ...] = ()
-    if np.ndim(feasible) == 0:
-        reasons = tuple(text for ok, (_, text) in zip(masks, conditions, strict=True) if not bool(ok))
+    if feasible.ndim == 0:
+        feasible = feasible[()]
+        reasons = tuple(text for ok, text in conditions if not bool(ok))
         if "out of memory" in " ".join(reasons):
             reasons += (f"HBM: {float(hbm_bytes) / GIB:.1f} GiB needed of "
                         f"{system.device.hbm.capacity / GIB:.1f} GiB",)

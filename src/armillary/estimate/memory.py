@@ -13,11 +13,14 @@ import numpy as np
 
 from armillary.specs.arrays import (
     RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE,
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
     Array,
     ModelArrays,
     StrategyArrays,
+    minimum,
+    where,
 )
 
 # Bytes per parameter of each precision recipe, indexed like PRECISIONS (fp32, bf16, fp16, fp8).
@@ -37,7 +40,8 @@ OPTIMIZER_STEP_BYTES = (4 + 28 + 4.0, 4 + 28 + 6 + 4.0, 6 + 8 + 4 + 28 + 6 + 2.0
 
 
 def per_precision(table: tuple[float, ...], code: Array) -> Array:
-    return np.choose(np.asarray(code, dtype=int), table)
+    """The table entry of each precision code (index into PRECISIONS)."""
+    return np.asarray(table)[np.asarray(code, dtype=int)]
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,8 @@ class LayerActivations:
         full): s*b*h*(10 + 24/t + 5as/(ht)), s*b*h*(10 + 24/t), 2sbh (Korthikanti Table 2, Eq. 2, 6)."""
         no_recompute = self.replicated + self.tensor_parallel + self.attention_core
         selective = self.replicated + self.tensor_parallel
-        return np.choose(np.asarray(recompute, dtype=int), [no_recompute, selective, self.layer_input])
+        return where(recompute == RECOMPUTE_FULL, self.layer_input,
+                        where(recompute == RECOMPUTE_SELECTIVE, selective, no_recompute))
 
     @property
     def working(self) -> Array:
@@ -73,7 +78,7 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
     tensor_parallel = e * T * ((2 * a + 2 * kv) * dh + m.mlp_matrices * f) / t
     scores = b * (a / t) * s * s
     # FlashAttention keeps no s x s tensor, only the fp32 softmax log-sum-exp per row (Dao et al. 2022 §3.1)
-    attention_core = np.where(flash > 0, 4 * b * (a / t) * s, scores * (e + m.dropout * (e + 1)))
+    attention_core = where(flash > 0, 4 * b * (a / t) * s, scores * (e + m.dropout * (e + 1)))
     layer_input = e * T * h / sp_div
     return LayerActivations(replicated, tensor_parallel, attention_core, layer_input)
 
@@ -82,10 +87,10 @@ def microbatches_in_flight(st: StrategyArrays, microbatches: Array) -> Array:
     """Micro-batches whose activations the first stage holds at its peak (formulas.md §5):
     GPipe m; 1F1B min(p, m); interleaved min(p, m) * (1 + (p-1)/(p*v)) (Korthikanti §4.2.3)."""
     p, v = st.pp, st.vpp
-    one_f_one_b = np.minimum(p, microbatches)
+    one_f_one_b = minimum(p, microbatches)
     interleaved = one_f_one_b * (1 + (p - 1) / (p * v))
-    return np.where(st.schedule == SCHEDULE_GPIPE, microbatches,
-                    np.where(st.schedule == SCHEDULE_INTERLEAVED, interleaved, one_f_one_b))
+    return where(st.schedule == SCHEDULE_GPIPE, microbatches,
+                    where(st.schedule == SCHEDULE_INTERLEAVED, interleaved, one_f_one_b))
 
 
 def stage_activations(acts: LayerActivations, layers: Array, st: StrategyArrays,
@@ -94,9 +99,9 @@ def stage_activations(acts: LayerActivations, layers: Array, st: StrategyArrays,
     in_flight = microbatches_in_flight(st, microbatches)
     stored = acts.stored(st.recompute) * layers * in_flight
     full = st.recompute == RECOMPUTE_FULL
-    checkpoints = np.where(full, stored, 0.0)
+    checkpoints = where(full, stored, 0.0)
     # under full recompute one layer's activations are rebuilt during its backward
-    activations = np.where(full, acts.working, stored)
+    activations = where(full, acts.working, stored)
     return activations, checkpoints
 
 
@@ -111,7 +116,7 @@ def model_states(params: Array, st: StrategyArrays) -> ModelStates:
     """Bytes of weights, gradients and optimizer states for `params` parameters on one model-parallel
     rank, sharded over dp by ZeRO stage (SC'20 §5: P_os, P_os+g, P_os+g+p)."""
     d = st.dp
-    weights = params * per_precision(WEIGHT_BYTES, st.precision) / np.where(st.zero >= 3, d, 1)
-    gradients = params * per_precision(GRAD_BYTES, st.precision) / np.where(st.zero >= 2, d, 1)
-    optimizer = params * per_precision(OPTIMIZER_BYTES, st.precision) / np.where(st.zero >= 1, d, 1)
+    weights = params * per_precision(WEIGHT_BYTES, st.precision) / where(st.zero >= 3, d, 1)
+    gradients = params * per_precision(GRAD_BYTES, st.precision) / where(st.zero >= 2, d, 1)
+    optimizer = params * per_precision(OPTIMIZER_BYTES, st.precision) / where(st.zero >= 1, d, 1)
     return ModelStates(weights, gradients, optimizer)

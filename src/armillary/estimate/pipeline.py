@@ -9,16 +9,14 @@ slowest stage set the steady state.
 
 from __future__ import annotations
 
-import numpy as np
-
-from armillary.specs.arrays import SCHEDULE_INTERLEAVED, Array
+from armillary.specs.arrays import SCHEDULE_INTERLEAVED, Array, where
 
 
 def pipeline_time(stage_max: Array, stage_sum: Array, microbatches: Array, vpp: Array,
                   schedule: Array) -> Array:
     """Time from the first forward to the last backward of one iteration."""
     fill_drain = stage_sum - stage_max
-    fill_drain = np.where(schedule == SCHEDULE_INTERLEAVED, fill_drain / vpp, fill_drain)
+    fill_drain = where(schedule == SCHEDULE_INTERLEAVED, fill_drain / vpp, fill_drain)
     return microbatches * stage_max + fill_drain
 
 

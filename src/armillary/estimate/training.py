@@ -27,6 +27,8 @@ from armillary.specs.arrays import (
     ModelArrays,
     StrategyArrays,
     TrainingArrays,
+    maximum,
+    where,
 )
 from armillary.specs.system import System
 from armillary.workload.parameters import count_parameters
@@ -57,8 +59,9 @@ class _PerMicrobatch:
 
 
 def _exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
-    """Communication left on the critical path: all of it, or what compute cannot hide (§2.3)."""
-    return np.where(overlap > 0, np.maximum(0.0, comm - hidden_behind), comm)
+    """Communication left on the critical path: all of it (overlap 0), or what compute cannot hide
+    (overlap 1): max(0, T_comm - T_overlappable) (formulas.md §2.3)."""
+    return maximum(0.0, comm - overlap * hidden_behind)
 
 
 def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System) -> StepEstimate:
@@ -81,8 +84,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel whose backward
     # does 2.5x the forward work (recomputing the scores; FA2 §4.1)
     flash_f = fused_attention_time(fw.flash_attention, device, peak)
-    core_f = np.where(flash > 0, flash_f, core_gemm_f + softmax_f)
-    core_b = np.where(flash > 0, 2.5 * flash_f, 2 * core_gemm_f + BACKWARD_STREAM_FACTOR * softmax_f)
+    core_f = where(flash > 0, flash_f, core_gemm_f + softmax_f)
+    core_b = where(flash > 0, 2.5 * flash_f, 2 * core_gemm_f + BACKWARD_STREAM_FACTOR * softmax_f)
     n_tp = tp_message_bytes(m, b, s, e)
     # two all-reduces per pass (SC'21 §3.2); with SP each becomes all-gather + reduce-scatter of the
     # same bytes (Korthikanti §4.2.2), which costs the same under the ring model. SP's backward gathers
@@ -94,9 +97,9 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     forward = gemm_f + stream_f + core_f
     backward = 2 * gemm_f + BACKWARD_STREAM_FACTOR * stream_f + core_b
     # selective recomputation re-runs the attention core; FlashAttention already recomputes it inside
-    recompute = np.where(st.recompute == RECOMPUTE_FULL, forward,
-                         np.where((st.recompute == RECOMPUTE_SELECTIVE) & (flash == 0), core_f, 0.0))
-    recompute_tp = np.where(st.recompute == RECOMPUTE_FULL, tp_f, 0.0)
+    recompute = where(st.recompute == RECOMPUTE_FULL, forward,
+                         where((st.recompute == RECOMPUTE_SELECTIVE) & (flash == 0), core_f, 0.0))
+    recompute_tp = where(st.recompute == RECOMPUTE_FULL, tp_f, 0.0)
     layer = _PerMicrobatch(compute=forward + backward, recompute=recompute + recompute_tp, tp=tp_f + tp_b)
 
     # --- embedding (first stage), LM head and loss (last stage) -----------------------------------
@@ -108,14 +111,14 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     L = m.layers
     even = L / p
     uneven = (st.first_stage_layers > 0) | (st.last_stage_layers > 0)
-    n_first = np.where(st.first_stage_layers > 0, st.first_stage_layers, even)
-    n_last = np.where(st.last_stage_layers > 0, st.last_stage_layers, even)
-    n_mid = np.where(uneven, (L - n_first - n_last) / np.maximum(p - 2, 1), even)
-    single = np.where(p == 1, 1.0, 0.0)
+    n_first = where(st.first_stage_layers > 0, st.first_stage_layers, even)
+    n_last = where(st.last_stage_layers > 0, st.last_stage_layers, even)
+    n_mid = where(uneven, (L - n_first - n_last) / maximum(p - 2, 1), even)
+    single = where(p == 1, 1.0, 0.0)
     # pipeline activation per micro-batch; with scatter/gather only 1/t crosses nodes (SC'21 §4.1)
     n_pp = b * s * m.hidden * e
-    pp_crosses = np.where(pp_group.per_node < p, 1.0, 0.0)
-    scatter = np.where((st.pp_scatter_gather > 0) & (pp_crosses > 0), t, 1.0)
+    pp_crosses = where(pp_group.per_node < p, 1.0, 0.0)
+    scatter = where((st.pp_scatter_gather > 0) & (pp_crosses > 0), t, 1.0)
     p2p = send_recv(n_pp / scatter, pp_crosses, system) + (scatter > 1) * all_gather(n_pp, tp_group, system)
     # every micro-batch sends its activation forward and its gradient back, once per model chunk
     p2p_per_mb = (1 - single) * 2 * v * p2p.time
@@ -124,9 +127,9 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     last = layer * n_last + head + embedding * single
     middle = layer * n_mid
     stage_first, stage_last, stage_mid = first.total, last.total, middle.total
-    has_mid = np.where(p > 2, 1.0, 0.0)
-    stage_max = np.maximum(np.maximum(stage_first, stage_last), has_mid * stage_mid) + p2p_per_mb
-    stage_sum = stage_first + (1 - single) * stage_last + np.maximum(p - 2, 0) * stage_mid + p * p2p_per_mb
+    has_mid = where(p > 2, 1.0, 0.0)
+    stage_max = maximum(maximum(stage_first, stage_last), has_mid * stage_mid) + p2p_per_mb
+    stage_sum = stage_first + (1 - single) * stage_last + maximum(p - 2, 0) * stage_mid + p * p2p_per_mb
     pipe = pipeline_time(stage_max, stage_sum, microbatches, v, st.schedule)
     # the critical (slowest) stage fixes the steady state; attribute it by component
     crit = _pick_max((stage_first, first), (stage_last, last), (has_mid * stage_mid, middle))
@@ -136,8 +139,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     params = count_parameters(m)
     params_first = (n_first * params.per_layer + params.embedding + single * params.head) / t
     params_last = (n_last * params.per_layer + params.head + single * params.embedding) / t
-    params_local = np.maximum(params_first, params_last)
-    n_layers_local = np.maximum(np.maximum(n_first, n_last), 1)
+    params_local = maximum(params_first, params_last)
+    n_layers_local = maximum(maximum(n_first, n_last), 1)
     grad_bytes = params_local * mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision)
     weight_bytes = params_local * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
     reduce_grads = all_reduce(grad_bytes, dp_group, system)
@@ -146,12 +149,12 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     fwd_mb = crit.compute / 3  # about a third of a micro-batch's compute is forward, two thirds backward
     bwd_mb = 2 * fwd_mb
     last_bucket = 1 / n_layers_local
-    grad_reduction = np.where(st.zero >= 1, scatter_grads.time, reduce_grads.time)
-    exposed_once = np.where(
+    grad_reduction = where(st.zero >= 1, scatter_grads.time, reduce_grads.time)
+    exposed_once = where(
         st.zero <= 1,
         _exposed(grad_reduction, bwd_mb, st.overlap_dp) + grad_reduction * last_bucket * st.overlap_dp
-        + np.where(st.zero == 1, _exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
-        np.where(st.zero == 2, _exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
+        + where(st.zero == 1, _exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
+        where(st.zero == 2, _exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
     )
     # ZeRO-2 reduce-scatters every micro-batch; ZeRO-3/FSDP also gathers parameters for forward and
     # backward of every micro-batch (formulas.md pitfall 8)
@@ -161,21 +164,21 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     unit_scatter = reduce_scatter(grad_bytes / n_layers_local, dp_group, system).time * n_layers_local
     per_mb_zero3 = (_exposed(unit_gather, fwd_mb, st.overlap_param_gather)
                     + _exposed(unit_gather + unit_scatter, bwd_mb, st.overlap_param_gather))
-    dp_exposed = exposed_once + microbatches * np.where(
-        st.zero == 2, per_mb_zero2, np.where(st.zero == 3, per_mb_zero3, 0.0))
-    dp_exposed = np.where(d > 1, dp_exposed, 0.0)
-    dp_traffic = np.where(
-        st.zero == 0, 1.0, 0.0) * reduce_grads + np.where(st.zero == 1, 1.0, 0.0) * (
-        scatter_grads + gather_params) + np.where(st.zero == 2, 1.0, 0.0) * (
-        microbatches * scatter_grads + gather_params) + np.where(st.zero == 3, 1.0, 0.0) * (
+    dp_exposed = exposed_once + microbatches * where(
+        st.zero == 2, per_mb_zero2, where(st.zero == 3, per_mb_zero3, 0.0))
+    dp_exposed = where(d > 1, dp_exposed, 0.0)
+    dp_traffic = where(
+        st.zero == 0, 1.0, 0.0) * reduce_grads + where(st.zero == 1, 1.0, 0.0) * (
+        scatter_grads + gather_params) + where(st.zero == 2, 1.0, 0.0) * (
+        microbatches * scatter_grads + gather_params) + where(st.zero == 3, 1.0, 0.0) * (
         microbatches * (scatter_grads + 2 * gather_params))
 
     # --- optimizer step and second memory tier -----------------------------------------------------
-    updated = params_local / np.where(st.zero >= 1, d, 1)
+    updated = params_local / where(st.zero >= 1, d, 1)
     adam_bytes = updated * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, st.precision)
     tier2 = device.second_tier
     tier2_bw = (tier2.efficiency * tier2.bandwidth) if tier2 is not None else np.inf
-    optimizer = np.where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
+    optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
 
     acts = mem.layer_activations(m, b, s, t, sp, e, flash)
     act_first, ckpt_first = mem.stage_activations(acts, n_first, st, microbatches)
@@ -186,17 +189,17 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     offload_weights = st.offload_weights * 2 * microbatches * weight_bytes / tier2_bw
     stored_mb = acts.stored(st.recompute) * n_first
     offload_acts = st.offload_activations * 2 * microbatches * stored_mb / tier2_bw
-    offload_stall = np.maximum(0.0, offload_weights - compute_total) + np.maximum(
+    offload_stall = maximum(0.0, offload_weights - compute_total) + maximum(
         0.0, offload_acts - compute_total)
 
     # --- memory per tier ----------------------------------------------------------------------------
     states = mem.model_states(params_local, st)
-    unsharded_units = np.where(st.zero >= 3, 2 * weight_bytes / n_layers_local, 0.0)  # prefetched layers
-    buffers = 4 * n_pp / scatter * (1 - single) + 2 * n_tp * np.where(t > 1, 1.0, 0.0) + unsharded_units
+    unsharded_units = where(st.zero >= 3, 2 * weight_bytes / n_layers_local, 0.0)  # prefetched layers
+    buffers = 4 * n_pp / scatter * (1 - single) + 2 * n_tp * where(t > 1, 1.0, 0.0) + unsharded_units
     first_total = act_first + ckpt_first
     last_total = act_last + ckpt_last
-    activations = np.where(first_total >= last_total, act_first, act_last)
-    checkpoints = np.where(first_total >= last_total, ckpt_first, ckpt_last)
+    activations = where(first_total >= last_total, act_first, act_last)
+    checkpoints = where(first_total >= last_total, ckpt_first, ckpt_last)
     ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
     hbm = MemoryBreakdown(
         weights=states.weights * (1 - ow) + ow * 2 * weight_bytes / n_layers_local,
@@ -224,7 +227,9 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     )
     step = breakdown.total
     devices = t * p * d
-    layer_flop = layer_forward_flop(m, w.global_batch, w.seq_len)
+    # GEMM FLOPs are linear in the batch and split evenly over TP ranks: the whole batch's model FLOPs of
+    # one layer follow from this rank's micro-batch (same as layer_forward_flop(m, B, s))
+    layer_flop = sum(op.flop for op in fw.gemms) * t * w.global_batch / b
     model_flop = model_flop_per_iteration(m, w, layer_flop)
     recompute_flop = _recompute_flop(m, st, w, layer_flop)
     tokens = w.global_batch * w.seq_len
@@ -250,9 +255,9 @@ def _pick_max(*candidates: tuple[Array, _PerMicrobatch]) -> _PerMicrobatch:
     best_time, best = candidates[0]
     for time, parts in candidates[1:]:
         take = time > best_time
-        best = _PerMicrobatch(np.where(take, parts.compute, best.compute),
-                              np.where(take, parts.recompute, best.recompute), np.where(take, parts.tp, best.tp))
-        best_time = np.where(take, time, best_time)
+        best = _PerMicrobatch(where(take, parts.compute, best.compute),
+                              where(take, parts.recompute, best.recompute), where(take, parts.tp, best.tp))
+        best_time = where(take, time, best_time)
     return best
 
 
@@ -272,4 +277,4 @@ def _recompute_flop(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layer
     full = m.layers * layer_flop
     core = m.layers * 4 * B * s * s * m.heads * m.head_dim
     selective = (st.recompute == RECOMPUTE_SELECTIVE) & (st.flash_attention == 0)
-    return np.where(st.recompute == RECOMPUTE_FULL, full, np.where(selective, core, 0.0))
+    return where(st.recompute == RECOMPUTE_FULL, full, where(selective, core, 0.0))

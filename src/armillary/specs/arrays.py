@@ -26,6 +26,26 @@ SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = 0, 1, 2
 _SCHEDULE_CODE = {Schedule.GPIPE: 0, Schedule.ONE_F_ONE_B: 1, Schedule.INTERLEAVED: 2}
 
 
+def where(cond: Array | bool, a: Array, b: Array) -> Array:
+    """np.where that stays in plain Python for a single configuration (a float is an array of size one;
+    this only skips numpy's per-call overhead, the result is the same)."""
+    if isinstance(cond, bool | np.bool_):
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
+def maximum(a: Array, b: Array) -> Array:
+    if isinstance(a, float | int | np.floating) and isinstance(b, float | int | np.floating):
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
+def minimum(a: Array, b: Array) -> Array:
+    if isinstance(a, float | int | np.floating) and isinstance(b, float | int | np.floating):
+        return a if a <= b else b
+    return np.minimum(a, b)
+
+
 class _Arrays:
     def broadcast(self) -> Self:
         """All fields as float arrays of one common shape."""
