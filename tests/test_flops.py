@@ -29,3 +29,14 @@ def test_selective_recompute_adds_attention_core(gpt175b):
     r = estimate(gpt175b, "dgx-a100", Strategy(tp=8, pp=8, recompute="selective"),
                  Training(seq_len=s, global_batch=B), gpus=64)
     assert float(r.hardware_flop - r.model_flop) == pytest.approx(4 * B * s * s * h * L, rel=1e-12)
+
+
+def test_backward_is_twice_forward_per_layer(gpt22b):
+    """SC'21 Appendix: backward = 2 x forward FLOPs; weight gradients are one GEMM per weight GEMM."""
+    r = estimate(gpt22b, "dgx-a100", Strategy(tp=8), Training(seq_len=2048, global_batch=4), gpus=8)
+    lc = r.layer
+    b, s, h, t = 1, 2048, 6144, 8  # micro_batch 1
+    assert float(lc.forward.flop) == pytest.approx((24 * b * s * h**2 + 4 * b * s * s * h) / t)
+    assert float(lc.backward_input.flop + lc.backward_weight.flop) == pytest.approx(2 * float(lc.forward.flop))
+    assert float(lc.backward_weight.flop) == pytest.approx(24 * b * s * h**2 / t)
+    assert float(lc.recompute.flop) == 0.0

@@ -83,3 +83,15 @@ def test_every_preset_loads_and_cites_sources(kind):
     for name in names:
         spec = loader(name)
         assert spec.sources, f"{kind}/{name} has no sources"
+
+
+def test_shipped_json_schemas_are_current():
+    """schemas/*.schema.json are what `armillary schema KIND` prints (regenerate them when a spec changes)."""
+    from pathlib import Path
+
+    from armillary.specs.schema import SCHEMAS
+
+    folder = Path(__file__).parent.parent / "schemas"
+    for kind, cls in SCHEMAS.items():
+        shipped = json.loads((folder / f"{kind}.schema.json").read_text())
+        assert shipped == cls.model_json_schema(), f"regenerate schemas/{kind}.schema.json"

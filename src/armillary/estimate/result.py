@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from armillary.estimate.layer import LayerCost
 from armillary.specs.arrays import Array
 
 
@@ -69,7 +70,7 @@ class StepEstimate:
     tier2_capacity_bytes: Array
     traffic: Traffic
     microbatches: Array
-    layer_time_s: Array  # forward + backward (+ recompute, TP) of one layer for one micro-batch
+    layer: LayerCost  # one layer, one micro-batch, per pass: FLOPs, bytes, time, exposed TP
     feasible: Array  # boolean
     infeasible_reasons: tuple[str, ...] = ()
 

@@ -15,9 +15,10 @@ import numpy as np
 
 from armillary.comm.collectives import all_gather, all_reduce, reduce_scatter, send_recv
 from armillary.comm.placement import place_groups
-from armillary.cost.compute import fused_attention_time, kernel_times, matrix_peak, stream_time
+from armillary.cost.compute import matrix_peak, stream_time
 from armillary.estimate import memory as mem
 from armillary.estimate.feasibility import check
+from armillary.estimate.layer import exposed, layer_cost
 from armillary.estimate.pipeline import pipeline_time
 from armillary.estimate.result import MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
 from armillary.specs.arrays import (
@@ -33,10 +34,6 @@ from armillary.specs.arrays import (
 from armillary.specs.system import System
 from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import ends_forward, layer_forward, layer_forward_flop, tp_message_bytes
-
-# Backward element-wise kernels read the output gradient and the saved input and write the input
-# gradient: about 1.5x the forward traffic [derived].
-BACKWARD_STREAM_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -58,12 +55,6 @@ class _PerMicrobatch:
         return self.compute + self.recompute + self.tp
 
 
-def _exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
-    """Communication left on the critical path: all of it (overlap 0), or what compute cannot hide
-    (overlap 1): max(0, T_comm - T_overlappable) (formulas.md §2.3)."""
-    return maximum(0.0, comm - overlap * hidden_behind)
-
-
 def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System) -> StepEstimate:
     device = system.device
     b, s, t, p, d, v = st.micro_batch, w.seq_len, st.tp, st.pp, st.dp, st.vpp
@@ -73,39 +64,13 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     microbatches = w.global_batch / (b * d)
     tp_group, dp_group, pp_group = place_groups(t, d, p, system.devices_per_node)
 
-    # --- one layer, one micro-batch ------------------------------------------------------------------
+    # --- one layer, one micro-batch; embedding (first stage), LM head and loss (last stage) --------
     fw = layer_forward(m, b, s, t, sp, e)
-    flash = st.flash_attention
-    ends = ends_forward(m, b, s, t, e)
-    kt = kernel_times((*fw.dense_gemms, *fw.dense_streams, *fw.core_gemms, fw.softmax, ends.embedding,
-                       ends.head_gemm, ends.loss), device, peak)
-    gemm_f, stream_f, core_gemm_f = kt[0:4].sum(axis=0), kt[4:8].sum(axis=0), kt[8:10].sum(axis=0)
-    softmax_f, embedding_f, head_gemm_f, loss_f = kt[10], kt[11], kt[12], kt[13]
-    # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel whose backward
-    # does 2.5x the forward work (recomputing the scores; FA2 §4.1)
-    flash_f = fused_attention_time(fw.flash_attention, device, peak)
-    core_f = where(flash > 0, flash_f, core_gemm_f + softmax_f)
-    core_b = where(flash > 0, 2.5 * flash_f, 2 * core_gemm_f + BACKWARD_STREAM_FACTOR * softmax_f)
     n_tp = tp_message_bytes(m, b, s, e)
-    # two all-reduces per pass (SC'21 §3.2); with SP each becomes all-gather + reduce-scatter of the
-    # same bytes (Korthikanti §4.2.2), which costs the same under the ring model. SP's backward gathers
-    # each block's input once more for the weight gradient (Megatron keeps only the 1/t shard).
-    tp_cost = all_reduce(n_tp, tp_group, system)
-    regather = all_gather(n_tp, tp_group, system)
-    tp_f = _exposed(2 * tp_cost.time, gemm_f, st.overlap_tp)
-    tp_b = _exposed(2 * tp_cost.time + sp * 2 * regather.time, 2 * gemm_f, st.overlap_tp)
-    forward = gemm_f + stream_f + core_f
-    backward = 2 * gemm_f + BACKWARD_STREAM_FACTOR * stream_f + core_b
-    # selective recomputation re-runs the attention core; FlashAttention already recomputes it inside
-    recompute = where(st.recompute == RECOMPUTE_FULL, forward,
-                         where((st.recompute == RECOMPUTE_SELECTIVE) & (flash == 0), core_f, 0.0))
-    recompute_tp = where(st.recompute == RECOMPUTE_FULL, tp_f, 0.0)
-    layer = _PerMicrobatch(compute=forward + backward, recompute=recompute + recompute_tp, tp=tp_f + tp_b)
-
-    # --- embedding (first stage), LM head and loss (last stage) -----------------------------------
-    embedding = _PerMicrobatch(compute=(1 + BACKWARD_STREAM_FACTOR) * embedding_f, recompute=0.0, tp=tp_cost.time)
-    head = _PerMicrobatch(compute=3 * head_gemm_f + (1 + BACKWARD_STREAM_FACTOR) * loss_f, recompute=0.0,
-                          tp=tp_cost.time)
+    lc, ends, layer_tp_traffic = layer_cost(fw, ends_forward(m, b, s, t, e), st, n_tp, tp_group, system, peak)
+    layer = _PerMicrobatch(compute=lc.compute_s, recompute=lc.recompute.time_s + lc.tp_recompute_s, tp=lc.tp_s)
+    embedding = _PerMicrobatch(compute=ends.embedding_s, recompute=0.0, tp=ends.tp_s)
+    head = _PerMicrobatch(compute=ends.head_s, recompute=0.0, tp=ends.tp_s)
 
     # --- pipeline stages ---------------------------------------------------------------------------
     L = m.layers
@@ -152,18 +117,18 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     grad_reduction = where(st.zero >= 1, scatter_grads.time, reduce_grads.time)
     exposed_once = where(
         st.zero <= 1,
-        _exposed(grad_reduction, bwd_mb, st.overlap_dp) + grad_reduction * last_bucket * st.overlap_dp
-        + where(st.zero == 1, _exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
-        where(st.zero == 2, _exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
+        exposed(grad_reduction, bwd_mb, st.overlap_dp) + grad_reduction * last_bucket * st.overlap_dp
+        + where(st.zero == 1, exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
+        where(st.zero == 2, exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
     )
     # ZeRO-2 reduce-scatters every micro-batch; ZeRO-3/FSDP also gathers parameters for forward and
     # backward of every micro-batch (formulas.md pitfall 8)
-    per_mb_zero2 = _exposed(scatter_grads.time, bwd_mb, st.overlap_dp)
+    per_mb_zero2 = exposed(scatter_grads.time, bwd_mb, st.overlap_dp)
     # ZeRO-3 / FSDP gather and reduce one layer (unit) at a time: a latency term per layer per collective
     unit_gather = all_gather(weight_bytes / n_layers_local, dp_group, system).time * n_layers_local
     unit_scatter = reduce_scatter(grad_bytes / n_layers_local, dp_group, system).time * n_layers_local
-    per_mb_zero3 = (_exposed(unit_gather, fwd_mb, st.overlap_param_gather)
-                    + _exposed(unit_gather + unit_scatter, bwd_mb, st.overlap_param_gather))
+    per_mb_zero3 = (exposed(unit_gather, fwd_mb, st.overlap_param_gather)
+                    + exposed(unit_gather + unit_scatter, bwd_mb, st.overlap_param_gather))
     dp_exposed = exposed_once + microbatches * where(
         st.zero == 2, per_mb_zero2, where(st.zero == 3, per_mb_zero3, 0.0))
     dp_exposed = where(d > 1, dp_exposed, 0.0)
@@ -180,7 +145,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     tier2_bw = (tier2.efficiency * tier2.bandwidth) if tier2 is not None else np.inf
     optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
 
-    acts = mem.layer_activations(m, b, s, t, sp, e, flash)
+    acts = mem.layer_activations(m, b, s, t, sp, e, st.flash_attention)
     act_first, ckpt_first = mem.stage_activations(acts, n_first, st, microbatches)
     act_last, ckpt_last = mem.stage_activations(acts, n_last, st, microbatches)
     logits = b * s * (m.vocab / t) * (4 + e)  # fp32 logits and their 16-bit source on the last stage
@@ -233,8 +198,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     model_flop = model_flop_per_iteration(m, w, layer_flop)
     recompute_flop = _recompute_flop(m, st, w, layer_flop)
     tokens = w.global_batch * w.seq_len
-    layer_tp_traffic = tp_cost * (4 + 2 * (st.recompute == RECOMPUTE_FULL)) + regather * (2 * sp)
-    tp_traffic = microbatches * (layer_tp_traffic * (L / p) + 2 * tp_cost)
+    tp_traffic = microbatches * (layer_tp_traffic * (L / p) + 2 * all_reduce(n_tp, tp_group, system))
     pp_traffic = microbatches * (1 - single) * 2 * v * p2p
     traffic = tp_traffic + pp_traffic + dp_traffic
     feasible, reasons = check(m, st, w, system, hbm.total, tier2_mem.total)
@@ -246,7 +210,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         memory_hbm=hbm, memory_tier2=tier2_mem,
         hbm_capacity_bytes=device.hbm.capacity + 0.0 * step, tier2_capacity_bytes=tier2_capacity + 0.0 * step,
         traffic=Traffic(scale_up_bytes=traffic.scale_up_bytes, scale_out_bytes=traffic.scale_out_bytes),
-        microbatches=microbatches, layer_time_s=layer.total, feasible=feasible, infeasible_reasons=reasons,
+        microbatches=microbatches, layer=lc, feasible=feasible, infeasible_reasons=reasons,
     )
 
 

@@ -17,7 +17,7 @@ def _pct(x: float) -> str:
 
 def estimate_tables(r: StepEstimate, title: str) -> list[Table]:
     step = float(r.step_time_s)
-    head = Table(title=title, show_header=False)
+    head = Table(title=title, show_header=False, min_width=len(title) + 4)
     head.add_row("step time", f"{step:.4g} s")
     head.add_row("tokens/s", f"{float(r.tokens_per_s):,.0f}")
     head.add_row("MFU / HFU", f"{_pct(float(r.mfu))} / {_pct(float(r.hfu))}")

@@ -37,7 +37,7 @@ def _model_tflops(r: StepEstimate, rs: RowSpecs) -> float:
 _METRICS: tuple[tuple[str, str, Callable[[StepEstimate, RowSpecs], float]], ...] = (
     ("end-to-end iteration time", "step time [s]", lambda r, rs: float(r.step_time_s)),
     ("forward+backward time of one transformer layer", "layer fwd+bwd [ms]",
-     lambda r, rs: 1e3 * float(r.layer_time_s)),
+     lambda r, rs: 1e3 * float(r.layer.total_s)),
     ("achieved tflop/s per gpu", "TFLOP/s per GPU (SC'21 Eq. 3)", _eq3_tflops),
     ("per-gpu model tflop/s", "model TFLOP/s per GPU", _model_tflops),
     ("mfu", "MFU [%]", lambda r, rs: 100 * float(r.mfu)),

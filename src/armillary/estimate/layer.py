@@ -1,0 +1,123 @@
+"""Cost of one transformer layer for one micro-batch on one device, per pass.
+
+Forward runs the kernels of `workload.transformer`. Backward splits into input gradients (one GEMM per
+forward GEMM, the element-wise backward kernels and the attention core's backward) and weight gradients
+(one GEMM per weight GEMM): the T_B / T_W split of the zero-bubble schedules (Qi et al. 2024 §2).
+Recomputation re-runs the forward (full) or the attention core (selective; Korthikanti et al. §5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armillary.comm.collectives import CommCost, all_gather, all_reduce
+from armillary.comm.placement import Placement
+from armillary.cost.compute import fused_attention_time, kernel_times
+from armillary.specs.arrays import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, Array, StrategyArrays, maximum, where
+from armillary.specs.system import System
+from armillary.workload.transformer import Ends, LayerForward
+
+# Backward element-wise kernels read the output gradient and the saved input and write the input
+# gradient: about 1.5x the forward traffic [derived].
+BACKWARD_STREAM_FACTOR = 1.5
+# FlashAttention's backward recomputes the scores: 2.5x the forward FLOPs (FA2 §4.1; formulas.md §3.5).
+FLASH_BACKWARD_FACTOR = 2.5
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """FLOPs, HBM bytes and kernel time (no communication) of one pass."""
+
+    flop: Array
+    bytes: Array
+    time_s: Array
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer, one micro-batch, one device. Communication times are what stays exposed."""
+
+    forward: PassCost
+    backward_input: PassCost
+    backward_weight: PassCost
+    recompute: PassCost
+    tp_forward_s: Array
+    tp_backward_s: Array
+    tp_recompute_s: Array
+
+    @property
+    def compute_s(self) -> Array:
+        return self.forward.time_s + self.backward_input.time_s + self.backward_weight.time_s
+
+    @property
+    def tp_s(self) -> Array:
+        return self.tp_forward_s + self.tp_backward_s
+
+    @property
+    def total_s(self) -> Array:
+        return self.compute_s + self.recompute.time_s + self.tp_recompute_s + self.tp_s
+
+
+@dataclass(frozen=True)
+class EndsCost:
+    """Embedding (first stage) and LM head + loss (last stage), forward + backward, one micro-batch."""
+
+    embedding_s: Array
+    head_s: Array
+    tp_s: Array  # vocabulary-parallel embedding all-reduce / LM-head input-gradient all-reduce
+
+
+def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
+    """Communication left on the critical path: all of it (overlap 0), or what compute cannot hide
+    (overlap 1): max(0, T_comm - T_overlappable) (formulas.md §2.3)."""
+    return maximum(0.0, comm - overlap * hidden_behind)
+
+
+def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp_group: Placement,
+               system: System, peak: Array) -> tuple[LayerCost, EndsCost, CommCost]:
+    """Per-pass cost of one layer and of the model's ends; also the cost of one TP all-reduce."""
+    device, flash = system.device, st.flash_attention
+    kt = kernel_times((*fw.dense_gemms, *fw.dense_streams, *fw.core_gemms, fw.softmax, ends.embedding,
+                       ends.head_gemm, ends.loss), device, peak)
+    gemm_t, stream_t, core_gemm_t = kt[0:4].sum(axis=0), kt[4:8].sum(axis=0), kt[8:10].sum(axis=0)
+    softmax_t, embedding_t, head_gemm_t, loss_t = kt[10], kt[11], kt[12], kt[13]
+    flash_t = fused_attention_time(fw.flash_attention, device, peak)
+
+    def total(ops: tuple) -> tuple[Array, Array]:
+        return sum(op.flop for op in ops), sum(op.bytes for op in ops)
+
+    gemm_flop, gemm_bytes = total(fw.dense_gemms)
+    _, stream_bytes = total(fw.dense_streams)
+    core_gemm_flop, core_gemm_bytes = total(fw.core_gemms)
+    # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel
+    core_f = PassCost(where(flash > 0, fw.flash_attention.flop, core_gemm_flop),
+                      where(flash > 0, fw.flash_attention.bytes, core_gemm_bytes + fw.softmax.bytes),
+                      where(flash > 0, flash_t, core_gemm_t + softmax_t))
+    k = BACKWARD_STREAM_FACTOR
+    core_b = PassCost(
+        where(flash > 0, FLASH_BACKWARD_FACTOR * fw.flash_attention.flop, 2 * core_gemm_flop),
+        where(flash > 0, FLASH_BACKWARD_FACTOR * fw.flash_attention.bytes, 2 * core_gemm_bytes + k * fw.softmax.bytes),
+        where(flash > 0, FLASH_BACKWARD_FACTOR * flash_t, 2 * core_gemm_t + k * softmax_t))
+    forward = PassCost(gemm_flop + core_f.flop, gemm_bytes + stream_bytes + core_f.bytes,
+                       gemm_t + stream_t + core_f.time_s)
+    backward_input = PassCost(gemm_flop + core_b.flop, gemm_bytes + k * stream_bytes + core_b.bytes,
+                              gemm_t + k * stream_t + core_b.time_s)
+    backward_weight = PassCost(gemm_flop, gemm_bytes, gemm_t)
+    # selective recomputation re-runs the attention core; FlashAttention already recomputes it inside
+    full, selective = st.recompute == RECOMPUTE_FULL, (st.recompute == RECOMPUTE_SELECTIVE) & (flash == 0)
+    recompute = PassCost(*(where(full, f, where(selective, c, 0.0)) for f, c in (
+        (forward.flop, core_f.flop), (forward.bytes, core_f.bytes), (forward.time_s, core_f.time_s))))
+
+    # two all-reduces per pass (SC'21 §3.2); with SP each becomes all-gather + reduce-scatter of the same
+    # bytes (Korthikanti §4.2.2), which costs the same under the ring model. SP's backward gathers each
+    # block's input once more for the weight gradient (Megatron keeps only the 1/t shard).
+    tp_cost = all_reduce(n_tp, tp_group, system)
+    regather = all_gather(n_tp, tp_group, system)
+    tp_f = exposed(2 * tp_cost.time, gemm_t, st.overlap_tp)
+    tp_b = exposed(2 * tp_cost.time + st.sequence_parallel * 2 * regather.time, 2 * gemm_t, st.overlap_tp)
+    layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
+                      tp_recompute_s=where(full, tp_f, 0.0))
+    ends_cost = EndsCost(embedding_s=(1 + k) * embedding_t, head_s=3 * head_gemm_t + (1 + k) * loss_t,
+                         tp_s=tp_cost.time)
+    tp_traffic = tp_cost * (4 + 2 * full) + regather * (2 * st.sequence_parallel)
+    return layer, ends_cost, tp_traffic
