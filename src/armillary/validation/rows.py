@@ -141,16 +141,20 @@ def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, A
     fsdp = "fsdp" in framework or "zero-3" in framework or "fsdp=" in _text(row, "other_reported")
     zero = 2 if "shard_grad_op" in framework else 3 if fsdp else 0 if legacy else 1
     flash = "flash" in framework or not legacy
+    nvidia_recipe = "nemo" in framework or "megatron-bridge" in framework
+    tp_overlap = "tp-comm-overlap" in notes_text or (nvidia_recipe and tp > 1)
     if not legacy and not fsdp:
         notes.append("distributed optimizer, overlapped grad reduce / param gather, FlashAttention "
                      "(Megatron-Core / NeMo defaults)")
+    if tp_overlap and "tp-comm-overlap" not in notes_text:
+        notes.append("TP communication overlapped with GEMMs (NeMo performance recipes)")
     if legacy:
         notes.append("no DP overlap, standard attention (Megatron-LM before 2023)")
     return dict(
         tp=tp, pp=pp, dp=dp, vpp=vpp, micro_batch=mbs, sequence_parallel=sp and tp > 1,
         zero=zero, precision=precision, attention="flash" if flash else "standard",
         overlap=dict(dp_grad_reduce=not legacy, param_gather=not legacy,
-                     tp_comm="tp-comm-overlap" in notes_text),
+                     tp_comm=tp_overlap),
     )
 
 
