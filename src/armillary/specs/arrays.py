@@ -8,8 +8,7 @@ into `PRECISIONS`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Self
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,20 +45,8 @@ def minimum(a: Array, b: Array) -> Array:
     return np.minimum(a, b)
 
 
-class _Arrays:
-    def broadcast(self) -> Self:
-        """All fields as float arrays of one common shape."""
-        values = np.broadcast_arrays(*(np.asarray(getattr(self, f.name), dtype=float) for f in fields(self)))
-        return replace(self, **{f.name: v for f, v in zip(fields(self), values, strict=True)})
-
-    def at(self, index: int | tuple[int, ...]) -> Self:
-        """The configuration at `index` of a broadcast sweep (for tests and reports)."""
-        b = self.broadcast()
-        return replace(b, **{f.name: np.asarray(getattr(b, f.name))[index] for f in fields(b)})
-
-
 @dataclass(frozen=True)
-class ModelArrays(_Arrays):
+class ModelArrays:
     layers: Array
     hidden: Array
     heads: Array
@@ -88,7 +75,7 @@ class ModelArrays(_Arrays):
 
 
 @dataclass(frozen=True)
-class StrategyArrays(_Arrays):
+class StrategyArrays:
     tp: Array
     pp: Array
     dp: Array
@@ -126,7 +113,7 @@ class StrategyArrays(_Arrays):
 
 
 @dataclass(frozen=True)
-class TrainingArrays(_Arrays):
+class TrainingArrays:
     seq_len: Array
     global_batch: Array
 

@@ -85,12 +85,6 @@ class Device(Spec):
             f"listed: {sorted(p.value for p in self.matrix_flops)}"
         )
 
-    def vector_peak(self, precision: Precision) -> float:
-        for p in _FALLBACK[precision]:
-            if p in self.vector_flops:
-                return self.vector_flops[p]
-        raise ValueError(f"device {self.name!r} lists no vector peak for {precision.value}")
-
     @property
     def hbm(self) -> MemoryTier:
         return self.memory[0]

@@ -67,9 +67,10 @@ def source_group(row_id: str) -> str:
 def _metric(row: dict[str, str]) -> tuple[str, Callable[[StepEstimate, RowSpecs], float]]:
     text = row.get("metric", "").strip().lower()
     for prefix, label, fn in _METRICS:
-        if text.startswith(prefix):
-            if prefix == "achieved tflop/s per gpu" and "eq" not in text and "sc21" not in row["id"].lower():
-                break
+        # "achieved TFLOP/s" counts FLOPs by SC'21 Eq. 3; where neither the metric nor the source says
+        # so, the FLOP convention is unknown and the row is not compared
+        ambiguous = fn is _eq3_tflops and "eq" not in text and "sc21" not in row["id"].lower()
+        if text.startswith(prefix) and not ambiguous:
             return label, fn
     raise Unsupported(f"metric {row.get('metric')!r} is not predicted")
 
