@@ -1,9 +1,10 @@
 """One training iteration, composed from per-layer kernels, collectives and the pipeline schedule.
 
-Recipe: formulas.md §12. Per stage and micro-batch: forward = kernels (roofline through the device's
-efficiency curve) + exposed TP collectives; backward = twice the forward kernels + TP collectives;
-recomputation adds a forward (full) or the attention core (selective). The schedule turns stage times
-into the pipeline time; data-parallel communication and the optimizer step follow. Every function takes
+Recipe: formulas.md §12. Per stage and micro-batch: the layers' passes (`layer.py`: kernels through the
+device's roofline, exposed TP collectives, recomputation), the embedding and the LM head; the schedule
+turns stage times into the pipeline time (`pipeline.py`); data-parallel communication
+(`data_parallel.py`), the optimizer step and the second memory tier follow; memory per device comes
+from `memory.py`. Every function takes
 arrays, so one call evaluates one configuration or a whole sweep.
 """
 
@@ -13,12 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.collectives import all_gather, all_reduce, reduce_scatter, send_recv
+from armillary.comm.collectives import all_gather, all_reduce, send_recv
 from armillary.comm.placement import place_groups
 from armillary.cost.compute import matrix_peak, stream_time
 from armillary.estimate import memory as mem
+from armillary.estimate.data_parallel import data_parallel_cost
 from armillary.estimate.feasibility import check
-from armillary.estimate.layer import exposed, layer_cost
+from armillary.estimate.layer import layer_cost
 from armillary.estimate.pipeline import pipeline_time
 from armillary.estimate.result import MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
 from armillary.specs.arrays import (
@@ -106,37 +108,10 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     params_last = (n_last * params.per_layer + params.head + single * params.embedding) / t
     params_local = maximum(params_first, params_last)
     n_layers_local = maximum(maximum(n_first, n_last), 1)
-    grad_bytes = params_local * mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision)
     weight_bytes = params_local * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
-    reduce_grads = all_reduce(grad_bytes, dp_group, system)
-    scatter_grads = reduce_scatter(grad_bytes, dp_group, system)
-    gather_params = all_gather(weight_bytes, dp_group, system)
-    fwd_mb = crit.compute / 3  # about a third of a micro-batch's compute is forward, two thirds backward
-    bwd_mb = 2 * fwd_mb
-    last_bucket = 1 / n_layers_local
-    grad_reduction = where(st.zero >= 1, scatter_grads.time, reduce_grads.time)
-    exposed_once = where(
-        st.zero <= 1,
-        exposed(grad_reduction, bwd_mb, st.overlap_dp) + grad_reduction * last_bucket * st.overlap_dp
-        + where(st.zero == 1, exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
-        where(st.zero == 2, exposed(gather_params.time, fwd_mb, st.overlap_param_gather), 0.0),
-    )
-    # ZeRO-2 reduce-scatters every micro-batch; ZeRO-3/FSDP also gathers parameters for forward and
-    # backward of every micro-batch (formulas.md pitfall 8)
-    per_mb_zero2 = exposed(scatter_grads.time, bwd_mb, st.overlap_dp)
-    # ZeRO-3 / FSDP gather and reduce one layer (unit) at a time: a latency term per layer per collective
-    unit_gather = all_gather(weight_bytes / n_layers_local, dp_group, system).time * n_layers_local
-    unit_scatter = reduce_scatter(grad_bytes / n_layers_local, dp_group, system).time * n_layers_local
-    per_mb_zero3 = (exposed(unit_gather, fwd_mb, st.overlap_param_gather)
-                    + exposed(unit_gather + unit_scatter, bwd_mb, st.overlap_param_gather))
-    dp_exposed = exposed_once + microbatches * where(
-        st.zero == 2, per_mb_zero2, where(st.zero == 3, per_mb_zero3, 0.0))
-    dp_exposed = where(d > 1, dp_exposed, 0.0)
-    dp_traffic = where(
-        st.zero == 0, 1.0, 0.0) * reduce_grads + where(st.zero == 1, 1.0, 0.0) * (
-        scatter_grads + gather_params) + where(st.zero == 2, 1.0, 0.0) * (
-        microbatches * scatter_grads + gather_params) + where(st.zero == 3, 1.0, 0.0) * (
-        microbatches * (scatter_grads + 2 * gather_params))
+    # about a third of a micro-batch's compute is forward, two thirds backward
+    dp = data_parallel_cost(params_local, n_layers_local, crit.compute / 3, 2 * crit.compute / 3,
+                            microbatches, st, dp_group, system)
 
     # --- optimizer step and second memory tier -----------------------------------------------------
     updated = params_local / where(st.zero >= 1, d, 1)
@@ -186,7 +161,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         tp_exposed=microbatches * crit.tp,
         pp_exposed=microbatches * p2p_per_mb,
         bubble=pipe - busy,
-        dp_exposed=dp_exposed,
+        dp_exposed=dp.exposed_s,
         optimizer=optimizer,
         offload_stall=offload_stall,
     )
@@ -200,7 +175,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     tokens = w.global_batch * w.seq_len
     tp_traffic = microbatches * (layer_tp_traffic * (L / p) + 2 * all_reduce(n_tp, tp_group, system))
     pp_traffic = microbatches * (1 - single) * 2 * v * p2p
-    traffic = tp_traffic + pp_traffic + dp_traffic
+    traffic = tp_traffic + pp_traffic + dp.traffic
     feasible, reasons = check(m, st, w, system, hbm.total, tier2_mem.total)
     tier2_capacity = tier2.capacity if tier2 is not None else 0.0
     return StepEstimate(

@@ -1,0 +1,59 @@
+"""Data-parallel communication: gradient all-reduce, ZeRO / distributed-optimizer reduce-scatter and
+parameter all-gather, FSDP per-layer gathers, and what of it the backward / forward passes hide.
+
+Volumes: formulas.md §2.2 (ZeRO §7; Megatron distributed optimizer; FSDP, Zhao et al. 2023 §3.2).
+ZeRO-2 reduce-scatters every micro-batch; ZeRO-3 / FSDP also gathers parameters for the forward and
+the backward of every micro-batch (formulas.md pitfall 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armillary.comm.collectives import CommCost, all_gather, all_reduce, reduce_scatter
+from armillary.comm.placement import Placement
+from armillary.estimate import memory as mem
+from armillary.estimate.layer import exposed
+from armillary.specs.arrays import Array, StrategyArrays, where
+from armillary.specs.system import System
+
+
+@dataclass(frozen=True)
+class DataParallelCost:
+    exposed_s: Array  # per iteration, on the critical path
+    traffic: CommCost  # per iteration, per device
+
+
+def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Array, backward_s: Array,
+                       microbatches: Array, st: StrategyArrays, dp_group: Placement,
+                       system: System) -> DataParallelCost:
+    """`params_local` parameters per model-parallel rank in `layers_local` layers; `forward_s` and
+    `backward_s` are one micro-batch's compute on the critical stage (what communication can hide behind).
+    """
+    grad_bytes = params_local * mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision)
+    weight_bytes = params_local * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
+    reduce_grads = all_reduce(grad_bytes, dp_group, system)
+    scatter_grads = reduce_scatter(grad_bytes, dp_group, system)
+    gather_params = all_gather(weight_bytes, dp_group, system)
+
+    # once per iteration (ZeRO 0/1): the reduction overlaps the last micro-batch's backward, except the
+    # last bucket; the distributed optimizer's parameter gather overlaps the next forward
+    grad_reduction = where(st.zero >= 1, scatter_grads.time, reduce_grads.time)
+    last_bucket = grad_reduction / layers_local * st.overlap_dp
+    gather_once = exposed(gather_params.time, forward_s, st.overlap_param_gather)
+    once = where(st.zero <= 1, exposed(grad_reduction, backward_s, st.overlap_dp) + last_bucket
+                 + where(st.zero == 1, gather_once, 0.0), where(st.zero == 2, gather_once, 0.0))
+    # every micro-batch (ZeRO 2, 3); ZeRO-3 / FSDP move one layer (unit) at a time: a latency term each
+    per_mb_zero2 = exposed(scatter_grads.time, backward_s, st.overlap_dp)
+    unit_gather = all_gather(weight_bytes / layers_local, dp_group, system).time * layers_local
+    unit_scatter = reduce_scatter(grad_bytes / layers_local, dp_group, system).time * layers_local
+    per_mb_zero3 = (exposed(unit_gather, forward_s, st.overlap_param_gather)
+                    + exposed(unit_gather + unit_scatter, backward_s, st.overlap_param_gather))
+    per_mb = where(st.zero == 2, per_mb_zero2, where(st.zero == 3, per_mb_zero3, 0.0))
+    exposed_s = where(st.dp > 1, once + microbatches * per_mb, 0.0)
+
+    is_stage = [where(st.zero == z, 1.0, 0.0) for z in range(4)]
+    traffic = (reduce_grads * is_stage[0] + (scatter_grads + gather_params) * is_stage[1]
+               + (scatter_grads * microbatches + gather_params) * is_stage[2]
+               + (scatter_grads + gather_params * 2) * (microbatches * is_stage[3]))
+    return DataParallelCost(exposed_s=exposed_s, traffic=traffic)
