@@ -62,3 +62,20 @@ def test_validate_json_on_a_given_csv(tmp_path):
     assert len(run) == 2 and all({"error", "measured", "assumptions"} <= set(d) for d in run)
     skipped = [d for d in data if d["predicted"] is None]
     assert skipped[0]["skipped"]
+
+
+def test_run_file_with_a_huggingface_config_next_to_it(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 32,
+        "num_key_value_heads": 4, "num_hidden_layers": 22, "vocab_size": 32000, "hidden_act": "silu",
+        "max_position_embeddings": 2048, "tie_word_embeddings": False}))
+    (tmp_path / "run.yaml").write_text(
+        "model: config.json\nsystem: dgx-h100\ngpus: 8\nstrategy: {attention: flash}\n"
+        "workload: {seq_len: 2048, global_batch: 256}\n")
+    data = json.loads(runner.invoke(app, ["estimate", str(tmp_path / "run.yaml"), "--json"]).output)
+    assert data["feasible"] and data["step_time_s"] > 0
+
+
+def test_missing_run_file_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["estimate", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2 and "does not exist" in result.output
