@@ -62,6 +62,12 @@ def test_validate_json_on_a_given_csv(tmp_path):
     assert len(run) == 2 and all({"error", "measured", "assumptions"} <= set(d) for d in run)
     skipped = [d for d in data if d["predicted"] is None]
     assert skipped[0]["skipped"]
+    out = runner.invoke(app, ["validate", str(path), "--csv", str(tmp_path / "r.csv"),
+                              "--plot", str(tmp_path / "r.png")])
+    assert out.exit_code == 0, out.output
+    with (tmp_path / "r.csv").open() as f:
+        assert [r["id"] for r in csv.DictReader(f)] == [r["id"] for r in rows]
+    assert (tmp_path / "r.png").stat().st_size > 10_000
 
 
 def test_run_file_with_a_huggingface_config_next_to_it(tmp_path):

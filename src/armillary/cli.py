@@ -63,15 +63,23 @@ def estimate_cmd(
 def validate_cmd(
     csv_path: Annotated[Path | None, typer.Argument(help="validation CSV (default: the shipped copy)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="one JSON object per row")] = False,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="also save the per-row results as CSV")] = None,
+    plot: Annotated[Path | None, typer.Option(help="also save a predicted/measured picture (PNG, SVG, PDF)")] = None,
 ) -> None:
     """Run every supported measured row and report predicted vs measured, per row and per source."""
     from armillary.report.tables import validation_tables
-    from armillary.validation.run import DEFAULT_CSV, summarize, validate
+    from armillary.validation.run import DEFAULT_CSV, summarize, validate, write_csv
 
     path = csv_path or DEFAULT_CSV
     if not path.is_file():
         _fail(f"{path} does not exist")
     results = validate(path)
+    if csv_out is not None:
+        write_csv(results, csv_out)
+    if plot is not None:
+        from armillary.report.plots import validation_plot
+
+        validation_plot(results, plot)
     if json_out:
         sys.stdout.write(json.dumps([asdict(r) for r in results], indent=1) + "\n")
         return

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 
@@ -101,6 +101,16 @@ def run_row(row: dict[str, str]) -> RowResult:
         notes = (*notes, "infeasible as configured: " + "; ".join(result.infeasible_reasons))
     return RowResult(**base, metric=label, predicted=predicted, error=predicted / measured - 1,
                      assumptions=notes, feasible=bool(result.feasible))
+
+
+def write_csv(results: list[RowResult], path: Path | str) -> None:
+    """Per-row results as CSV (assumptions joined with '; ')."""
+    names = [f.name for f in fields(RowResult)]
+    with Path(path).open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(names)
+        for r in results:
+            out.writerow(["; ".join(v) if isinstance(v, tuple) else v for v in (getattr(r, n) for n in names)])
 
 
 def read_rows(path: Path | str = DEFAULT_CSV) -> list[dict[str, str]]:

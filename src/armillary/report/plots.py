@@ -1,0 +1,42 @@
+"""Pictures of results (matplotlib, imported lazily so the estimator never pays for it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from armillary.validation.run import RowResult, source_group
+
+
+def validation_plot(results: list[RowResult], path: Path) -> Path:
+    """Predicted against measured, one colour per source, with the +-10% band; saved to `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.ticker import FuncFormatter
+
+    run = [r for r in results if r.predicted is not None and r.error is not None]
+    groups = sorted({source_group(r.id) for r in run})
+    fig, ax = plt.subplots(figsize=(9, 5))
+    ax.axhspan(0.9, 1.1, color="grey", alpha=0.15, label="within 10%")
+    ax.axhline(1.0, color="black", lw=0.8)
+    for i, group in enumerate(groups):
+        ratio = np.array([1 + r.error for r in run if source_group(r.id) == group])
+        jitter = np.linspace(-0.3, 0.3, len(ratio)) if len(ratio) > 1 else np.zeros(1)
+        ax.scatter(i + jitter, ratio, s=12)
+        mean = np.abs(ratio - 1).mean()
+        ax.annotate(f"{100 * mean:.1f}%", (i, ratio.max()), textcoords="offset points", xytext=(0, 6),
+                    ha="center", fontsize=7)
+    ax.set_xticks(range(len(groups)), [f"{g}\n({sum(source_group(r.id) == g for r in run)})" for g in groups],
+                  rotation=45, ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.set_ylabel("predicted / measured (label: mean |error|)")
+    ax.set_title("armillary against published measurements")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
