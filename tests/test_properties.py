@@ -66,3 +66,21 @@ def test_breakdown_adds_up():
     r = estimate(MODEL, SYSTEM, Strategy(tp=2, pp=4, vpp=2, zero=1), Training(seq_len=2048, global_batch=512))
     assert float(r.breakdown.total) == float(r.step_time_s)
     assert all(float(getattr(r.breakdown, f)) >= 0 for f in r.breakdown.__dataclass_fields__)
+
+
+def test_sweep_over_precision_and_micro_batch_matches_single_estimates():
+    """A 2-D sweep (precision x micro-batch) through the same functions equals point-by-point estimates."""
+    from armillary.specs.arrays import PRECISIONS
+
+    w = Training(seq_len=2048, global_batch=512)
+    h100 = load_system("dgx-h100", 64)
+    base = StrategyArrays.of(Strategy(tp=2, pp=2, attention="flash"), 16)
+    codes = np.arange(len(PRECISIONS))[:, None]
+    mbs = np.array([[1.0, 2.0, 4.0]])
+    sweep = StrategyArrays(**{**base.__dict__, "precision": codes, "micro_batch": mbs})
+    arr = estimate_training(ModelArrays.of(MODEL), sweep, TrainingArrays.of(w), h100)
+    for i, prec in enumerate(PRECISIONS):
+        for j, mb in enumerate(mbs[0]):
+            one = estimate(MODEL, h100, Strategy(tp=2, pp=2, attention="flash", precision=prec,
+                                                 micro_batch=int(mb)), w)
+            assert np.isclose(arr.step_time_s[i, j], one.step_time_s, rtol=1e-12)

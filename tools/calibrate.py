@@ -1,15 +1,19 @@
 """Fit one device's GEMM-efficiency curve (a common scale and the small-GEMM end) and its fused-attention
-efficiency to all validation rows of that device, by grid search on the root mean square over sources of
+efficiency to the validation rows of that device, by grid search on the root mean square over sources of
 each source's mean |error| (every source weighs the same, however many rows it has; the worst source
-weighs more than in a plain mean).
+weighs more than in a plain mean). Prints the best values; copy them into the device preset: one
+description for every row of the device.
 
-Run: python tools/calibrate.py a100-sxm4-80gb TR-KOR-T5 TR-KOR-T4 TR-SC21-T1   (rows of other devices
-are left out); add --flash-only to keep the GEMM curve and fit only the fused-attention efficiency.
+Run: python tools/calibrate.py DEVICE ROW-PREFIX... [--flash-only] [--precision P]
+  --flash-only   keep the GEMM curve, fit only the fused-attention efficiency
+  --precision P  use only rows of training precision P and fit the device's GEMM curve for P (fp8
+                 GEMMs follow their own curve; the attention efficiency stays); without it the base
+                 curve and the attention efficiency are fitted on all rows
 
 What the shipped presets were calibrated on (README, Validation):
-  a100-sxm4-80gb: GEMM curve on TR-KOR-T5 TR-KOR-T4 TR-SC21-T1; flash (--flash-only) on TR-FOUNDRY
-  h100-sxm:       GEMM curve and flash on TR-MLM-H100 TR-NEMO2407 TR-MBRIDGE TR-FOUNDRY
-Prints the best points; copy them into the device preset (one description for every row of the device).
+  a100-sxm4-80gb: curve on TR-KOR-T5 TR-KOR-T4 TR-SC21-T1; --flash-only on TR-FOUNDRY
+  h100-sxm:       curve and flash on TR-MLM-H100 TR-FOUNDRY --precision bf16;
+                  fp8 curve on TR-NEMO2407 TR-MBRIDGE TR-FOUNDRY --precision fp8
 """
 
 from __future__ import annotations
@@ -20,60 +24,79 @@ import sys
 import numpy as np
 
 import armillary.validation.rows as rows_mod
-from armillary.specs.loading import load_device, load_system
+from armillary.specs.loading import load_device
+from armillary.specs.system import Device, EfficiencyCurve, Precision
 from armillary.validation.run import read_rows, run_row
 
 
-def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    keep_curve = "--flash-only" in sys.argv  # fit only the fused-attention efficiency
-    device_name, prefixes = args[0], tuple(args[1:])
-    base = load_device(device_name)
+def _option(name: str) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
 
-    def on_device(row: dict[str, str]) -> bool:
+
+def _score(rows: list[dict[str, str]]) -> tuple[float, float, dict[str, float]]:
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        res = run_row(r)
+        if res.error is not None:
+            groups.setdefault(res.group, []).append(abs(res.error))
+    means = {g: float(np.mean(v)) for g, v in groups.items()}
+    return float(np.sqrt(np.mean([m**2 for m in means.values()]))), max(max(v) for v in groups.values()), means
+
+
+def main() -> None:
+    precision = _option("--precision")
+    args = [a for a in sys.argv[1:] if not a.startswith("--") and a != precision]
+    flash_only = "--flash-only" in sys.argv
+    base = load_device(args[0])
+    prefixes = tuple(args[1:])
+    target = Precision(precision) if precision else None
+
+    def selected(row: dict[str, str]) -> bool:
         try:
-            return rows_mod.row_specs(row)[0].system.device.name == base.name
+            rs = rows_mod.row_specs(row)[0]
         except (rows_mod.Unsupported, ValueError):
             return False
+        return rs.system.device.name == base.name and (
+            target is None or rs.strategy.precision.value == target.value)
 
-    rows = [r for r in read_rows() if r["id"].startswith(prefixes) and r["kind"] == "training" and on_device(r)]
-    print(f"{len(rows)} rows on {base.name}")
-    pts = np.array(base.matrix_efficiency.points)
+    rows = [r for r in read_rows() if r["id"].startswith(prefixes) and r["kind"] == "training" and selected(r)]
+    print(f"{len(rows)} rows on {base.name}" + (f" at {target.value}" if target else ""))
+    start = base.gemm_efficiency(target) if target else base.matrix_efficiency
+    pts = np.array(start.points)
+    scales = (1.0,) if flash_only else np.arange(0.50, 1.32, 0.02)
+    lows = (1.0,) if flash_only else (0.6, 0.8, 1.0)
+    # attention runs in 16 bit, so its efficiency is fitted with the base curve, not with a precision's
+    flashes = (base.flash_attention_efficiency,) if target else (0.1, 0.12, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6)
     original = rows_mod.load_system
     best = None
-    scales = (1.0,) if keep_curve else np.arange(0.50, 1.06, 0.02)
-    flashes = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6) if any("flash" in str(rows_mod.row_specs(r)[0].strategy)
-                                                          for r in rows[:50]) else (base.flash_attention_efficiency,)
-    lows = (1.0,) if keep_curve else (0.6, 0.8, 1.0)
-    for scale, low, flash in itertools.product(scales, lows, flashes):
-        eff = pts[:, 1] * scale
-        eff[:2] *= low  # the small-GEMM end of the curve
-        device = base.model_copy(update={
-            "matrix_efficiency": base.matrix_efficiency.model_validate(
-                {"points": [[float(x), float(min(y, 1.0))] for x, y in zip(pts[:, 0], eff, strict=True)]}),
-            "flash_attention_efficiency": flash})
+    try:
+        for scale, low, flash in itertools.product(scales, lows, flashes):
+            eff = pts[:, 1] * scale
+            eff[:2] *= low  # the small-GEMM end of the curve
+            curve = EfficiencyCurve(points=[[float(x), float(min(y, 1.0))]
+                                            for x, y in zip(pts[:, 0], eff, strict=True)])
+            update: dict[str, object] = {"flash_attention_efficiency": flash}
+            if target is None:
+                update["matrix_efficiency"] = curve
+            else:
+                update["matrix_efficiency_by_precision"] = {**base.matrix_efficiency_by_precision, target: curve}
+            device: Device = base.model_copy(update=update)
 
-        def patched(name, gpus=None, _device=device):
-            s = original(name, gpus)
-            return s.model_copy(update={"device": _device}) if s.device.name == base.name else s
+            def patched(name, gpus=None, _device=device):
+                s = original(name, gpus)
+                return s.model_copy(update={"device": _device}) if s.device.name == base.name else s
 
-        rows_mod.load_system = patched
-        groups: dict[str, list[float]] = {}
-        for r in rows:
-            res = run_row(r)
-            if res.error is not None:
-                groups.setdefault(res.group, []).append(abs(res.error))
-        score = float(np.sqrt(np.mean([np.mean(v) ** 2 for v in groups.values()])))
-        worst = max(max(v) for v in groups.values())
-        if best is None or score < best[0]:
-            best = (score, worst, scale, low, flash, eff.round(3).tolist(),
-                    {g: round(float(np.mean(v)), 4) for g, v in groups.items()})
-    rows_mod.load_system = original
+            rows_mod.load_system = patched
+            score, worst, means = _score(rows)
+            if best is None or score < best[0]:
+                best = (score, worst, scale, low, flash, curve.points, means)
+    finally:
+        rows_mod.load_system = original
+    assert best is not None
     print(f"score {best[0]:.4f} max {best[1]:.4f}  scale {best[2]:.2f} low {best[3]} flash {best[4]}")
-    print("mean |error| per source:", best[6])
-    print("points:", [[float(x), y] for x, y in zip(pts[:, 0], best[5], strict=True)])
+    print("mean |error| per source:", {g: round(m, 4) for g, m in best[6].items()})
+    print("points:", [[x, round(y, 3)] for x, y in best[5]])
 
 
 if __name__ == "__main__":
-    load_system  # noqa: B018 - imported so the patch target exists
     main()

@@ -20,23 +20,60 @@ _GEMM_PRECISION = {
     TrainingPrecision.FP16: Precision.FP16,
     TrainingPrecision.FP8: Precision.FP8,
 }
+# fp8 recipes run only the linear layers in fp8: attention and the LM head stay in bf16 (Transformer
+# Engine recipes as used by Megatron-Core / NeMo; DeepSeek-V3 report §3.3.1 keeps the same split).
+_KEPT_16BIT = {**_GEMM_PRECISION, TrainingPrecision.FP8: Precision.BF16}
 
 
-def matrix_peak(device: Device, precision_code: Array) -> Array:
+def _precisions(sixteen_bit: bool) -> list[Precision]:
+    table = _KEPT_16BIT if sixteen_bit else _GEMM_PRECISION
+    return [table[p] for p in PRECISIONS]
+
+
+def matrix_peak(device: Device, precision_code: Array, sixteen_bit: bool = False) -> Array:
     """Peak GEMM FLOP/s for each precision code (index into PRECISIONS)."""
-    peaks = np.array([device.matrix_peak(_GEMM_PRECISION[p]) for p in PRECISIONS])
+    peaks = np.array([device.matrix_peak(p) for p in _precisions(sixteen_bit)])
     return peaks[np.asarray(precision_code, dtype=int)]
 
 
-def kernel_times(ops: tuple[Op, ...], device: Device, peak: Array) -> np.ndarray:
-    """Roofline time of each op on `device` at matrix peak `peak`, stacked along the first axis
-    (one vectorized evaluation for all kernels of a layer)."""
-    flop, moved = _stacked([op.flop for op in ops]), _stacked([op.bytes for op in ops])
+def _efficiency(device: Device, precision_code: Array, sixteen_bit: bool, flop: np.ndarray) -> np.ndarray:
+    precisions = _precisions(sixteen_bit)
+    if np.ndim(precision_code) == 0:
+        return device.gemm_efficiency(precisions[int(precision_code)])(flop)
+    code = np.asarray(precision_code, dtype=int)
+    return sum(np.where(code == i, device.gemm_efficiency(p)(flop), 0.0) for i, p in enumerate(precisions))
+
+
+def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, sixteen_bit: bool = False) -> np.ndarray:
+    """Roofline time of each op on `device`, stacked along the first axis (one vectorized evaluation for
+    all kernels of a layer). `sixteen_bit`: the ops that fp8 recipes keep in bf16."""
+    flop = _stacked([op.flop for op in ops], np.shape(precision_code))
+    moved = _stacked([op.bytes for op in ops], np.shape(precision_code))
+    peak = matrix_peak(device, precision_code, sixteen_bit)
     hbm = device.hbm
     with np.errstate(divide="ignore", invalid="ignore"):
-        compute = np.where(flop > 0, flop / (device.matrix_efficiency(flop) * peak), 0.0)
+        compute = np.where(flop > 0, flop / (_efficiency(device, precision_code, sixteen_bit, flop) * peak), 0.0)
     memory = moved / (hbm.efficiency * hbm.bandwidth)
     return np.maximum(compute, memory) + device.kernel_overhead
+
+
+def _stacked(values: list[Array], sweep_shape: tuple[int, ...]) -> np.ndarray:
+    """The ops' values stacked on a new first axis; the other axes broadcast with the sweep."""
+    try:  # all scalars, or arrays of one shape: one fast conversion
+        stacked = np.array(values, dtype=float)
+    except ValueError:  # a sweep mixing scalars and arrays
+        stacked = np.stack(np.broadcast_arrays(*values))
+    if sweep_shape and stacked.ndim - 1 < len(sweep_shape):  # align the op axes with the sweep's
+        stacked = stacked.reshape(stacked.shape[0], *([1] * (len(sweep_shape) - stacked.ndim + 1)),
+                                  *stacked.shape[1:])
+    return stacked
+
+
+def fused_attention_time(op: Op, device: Device, precision_code: Array) -> Array:
+    """FlashAttention kernel (16-bit): roofline at the device's fused-attention efficiency."""
+    hbm = device.hbm
+    compute = op.flop / (device.flash_attention_efficiency * matrix_peak(device, precision_code, sixteen_bit=True))
+    return np.maximum(compute, op.bytes / (hbm.efficiency * hbm.bandwidth)) + device.kernel_overhead
 
 
 def stream_time(bytes_moved: Array, device: Device) -> Array:
@@ -44,15 +81,13 @@ def stream_time(bytes_moved: Array, device: Device) -> Array:
     return bytes_moved / (device.hbm.efficiency * device.hbm.bandwidth)
 
 
-def _stacked(values: list[Array]) -> np.ndarray:
+def _stacked(values: list[Array], sweep_shape: tuple[int, ...]) -> np.ndarray:
+    """The ops' values stacked on a new first axis; the other axes broadcast with the sweep."""
     try:  # all scalars, or arrays of one shape: one fast conversion
-        return np.array(values, dtype=float)
+        stacked = np.array(values, dtype=float)
     except ValueError:  # a sweep mixing scalars and arrays
-        return np.stack(np.broadcast_arrays(*values))
-
-
-def fused_attention_time(op: Op, device: Device, peak: Array) -> Array:
-    """FlashAttention kernel: roofline at the device's fused-attention efficiency."""
-    hbm = device.hbm
-    compute = op.flop / (device.flash_attention_efficiency * peak)
-    return np.maximum(compute, op.bytes / (hbm.efficiency * hbm.bandwidth)) + device.kernel_overhead
+        stacked = np.stack(np.broadcast_arrays(*values))
+    if sweep_shape and stacked.ndim - 1 < len(sweep_shape):  # align the op axes with the sweep's
+        stacked = stacked.reshape(stacked.shape[0], *([1] * (len(sweep_shape) - stacked.ndim + 1)),
+                                  *stacked.shape[1:])
+    return stacked

@@ -74,14 +74,14 @@ def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
 
 
 def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp_group: Placement,
-               system: System, peak: Array) -> tuple[LayerCost, EndsCost, CommCost]:
+               system: System) -> tuple[LayerCost, EndsCost, CommCost]:
     """Per-pass cost of one layer and of the model's ends; also the cost of one TP all-reduce."""
-    device, flash = system.device, st.flash_attention
-    kt = kernel_times((*fw.dense_gemms, *fw.dense_streams, *fw.core_gemms, fw.softmax, ends.embedding,
-                       ends.head_gemm, ends.loss), device, peak)
-    gemm_t, stream_t, core_gemm_t = kt[0:4].sum(axis=0), kt[4:8].sum(axis=0), kt[8:10].sum(axis=0)
-    softmax_t, embedding_t, head_gemm_t, loss_t = kt[10], kt[11], kt[12], kt[13]
-    flash_t = fused_attention_time(fw.flash_attention, device, peak)
+    device, flash, code = system.device, st.flash_attention, st.precision
+    kt = kernel_times((*fw.dense_gemms, *fw.dense_streams, ends.embedding, ends.loss), device, code)
+    gemm_t, stream_t, embedding_t, loss_t = kt[0:4].sum(axis=0), kt[4:8].sum(axis=0), kt[8], kt[9]
+    k16 = kernel_times((*fw.core_gemms, fw.softmax, ends.head_gemm), device, code, sixteen_bit=True)
+    core_gemm_t, softmax_t, head_gemm_t = k16[0:2].sum(axis=0), k16[2], k16[3]
+    flash_t = fused_attention_time(fw.flash_attention, device, code)
 
     def total(ops: tuple) -> tuple[Array, Array]:
         return sum(op.flop for op in ops), sum(op.bytes for op in ops)

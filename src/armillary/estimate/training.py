@@ -69,7 +69,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # --- one layer, one micro-batch; embedding (first stage), LM head and loss (last stage) --------
     fw = layer_forward(m, b, s, t, sp, e)
     n_tp = tp_message_bytes(m, b, s, e)
-    lc, ends, layer_tp_traffic = layer_cost(fw, ends_forward(m, b, s, t, e), st, n_tp, tp_group, system, peak)
+    lc, ends, layer_tp_traffic = layer_cost(fw, ends_forward(m, b, s, t, e), st, n_tp, tp_group, system)
     layer = _PerMicrobatch(compute=lc.compute_s, recompute=lc.recompute.time_s + lc.tp_recompute_s, tp=lc.tp_s)
     embedding = _PerMicrobatch(compute=ends.embedding_s, recompute=0.0, tp=ends.tp_s)
     head = _PerMicrobatch(compute=ends.head_s, recompute=0.0, tp=ends.tp_s)

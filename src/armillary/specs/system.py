@@ -68,6 +68,8 @@ class Device(Spec):
     matrix_flops: dict[Precision, FlopPerSecond] = Field(description="dense peak of the matrix units")
     vector_flops: dict[Precision, FlopPerSecond] = Field(description="peak of the vector units")
     matrix_efficiency: EfficiencyCurve = Field(description="GEMM efficiency vs FLOP per GEMM")
+    matrix_efficiency_by_precision: dict[Precision, EfficiencyCurve] = Field(
+        default_factory=dict, description="precisions whose GEMMs follow another curve (e.g. fp8)")
     flash_attention_efficiency: Fraction = Field(
         0.5, description="fraction of the matrix peak that fused (flash) attention kernels achieve")
     memory: tuple[MemoryTier, ...] = Field(min_length=1, max_length=2, description="[HBM, optional tier 2]")
@@ -84,6 +86,9 @@ class Device(Spec):
             f"device {self.name!r} lists no matrix peak for {precision.value}; "
             f"listed: {sorted(p.value for p in self.matrix_flops)}"
         )
+
+    def gemm_efficiency(self, precision: Precision) -> EfficiencyCurve:
+        return self.matrix_efficiency_by_precision.get(precision, self.matrix_efficiency)
 
     @property
     def hbm(self) -> MemoryTier:

@@ -1,0 +1,49 @@
+"""Kernel times: roofline, efficiency curves per precision, what fp8 recipes keep in 16 bit."""
+
+import numpy as np
+import pytest
+
+from armillary.cost.compute import fused_attention_time, kernel_times, matrix_peak
+from armillary.specs.arrays import PRECISIONS
+from armillary.specs.loading import load_device
+from armillary.specs.strategy import TrainingPrecision
+from armillary.specs.system import Precision
+from armillary.workload.transformer import Op, gemm
+
+H100 = load_device("h100-sxm")
+FP8, BF16 = PRECISIONS.index(TrainingPrecision.FP8), PRECISIONS.index(TrainingPrecision.BF16)
+
+
+def test_large_gemm_is_compute_bound_at_curve_efficiency():
+    op = gemm(8192, 8192, 8192, 1, 2.0)
+    t = float(kernel_times((op,), H100, BF16)[0])
+    expected = op.flop / (H100.matrix_efficiency(op.flop) * 989e12) + H100.kernel_overhead
+    assert t == pytest.approx(float(expected))
+
+
+def test_streaming_kernel_is_memory_bound():
+    op = Op(flop=0.0, bytes=1e9)
+    t = float(kernel_times((op,), H100, BF16)[0])
+    assert t == pytest.approx(1e9 / (H100.hbm.efficiency * H100.hbm.bandwidth) + H100.kernel_overhead)
+
+
+def test_fp8_gemms_use_their_own_curve_and_peak():
+    op = gemm(8192, 8192, 8192, 1, 1.0)
+    t = float(kernel_times((op,), H100, FP8)[0])
+    curve = H100.gemm_efficiency(Precision.FP8)
+    assert curve is not H100.matrix_efficiency
+    assert t == pytest.approx(float(op.flop / (curve(op.flop) * 1979e12) + H100.kernel_overhead))
+
+
+def test_fp8_recipes_keep_attention_in_16_bit():
+    assert float(matrix_peak(H100, FP8, sixteen_bit=True)) == pytest.approx(989e12)
+    op = Op(flop=1e13, bytes=1e6)
+    assert float(fused_attention_time(op, H100, FP8)) == pytest.approx(float(fused_attention_time(op, H100, BF16)))
+
+
+def test_precision_codes_broadcast():
+    op = gemm(4096, 4096, 4096, 1, 2.0)
+    codes = np.array([BF16, FP8])
+    both = kernel_times((op,), H100, codes)[0]
+    assert both[0] == pytest.approx(float(kernel_times((op,), H100, BF16)[0]))
+    assert both[1] == pytest.approx(float(kernel_times((op,), H100, FP8)[0]))
