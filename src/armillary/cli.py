@@ -73,7 +73,10 @@ def validate_cmd(
     path = csv_path or DEFAULT_CSV
     if not path.is_file():
         _fail(f"{path} does not exist")
-    results = validate(path)
+    from rich.progress import track
+
+    results = validate(path, progress=lambda rows: track(
+        rows, description="running measured rows", transient=True, console=Console(stderr=True)))
     if csv_out is not None:
         write_csv(results, csv_out)
     if plot is not None:

@@ -41,7 +41,9 @@ def _efficiency(device: Device, precision_code: Array, sixteen_bit: bool, flop: 
     if np.ndim(precision_code) == 0:
         return device.gemm_efficiency(precisions[int(precision_code)])(flop)
     code = np.asarray(precision_code, dtype=int)
-    return sum(np.where(code == i, device.gemm_efficiency(p)(flop), 0.0) for i, p in enumerate(precisions))
+    curves = np.stack([device.gemm_efficiency(p)(flop) for p in precisions])
+    return np.take_along_axis(curves, np.broadcast_to(code, np.broadcast_shapes(code.shape, flop.shape))[None],
+                              axis=0)[0]
 
 
 def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, sixteen_bit: bool = False) -> np.ndarray:
@@ -79,15 +81,3 @@ def fused_attention_time(op: Op, device: Device, precision_code: Array) -> Array
 def stream_time(bytes_moved: Array, device: Device) -> Array:
     """Time to stream `bytes_moved` through HBM (optimizer step, element-wise passes)."""
     return bytes_moved / (device.hbm.efficiency * device.hbm.bandwidth)
-
-
-def _stacked(values: list[Array], sweep_shape: tuple[int, ...]) -> np.ndarray:
-    """The ops' values stacked on a new first axis; the other axes broadcast with the sweep."""
-    try:  # all scalars, or arrays of one shape: one fast conversion
-        stacked = np.array(values, dtype=float)
-    except ValueError:  # a sweep mixing scalars and arrays
-        stacked = np.stack(np.broadcast_arrays(*values))
-    if sweep_shape and stacked.ndim - 1 < len(sweep_shape):  # align the op axes with the sweep's
-        stacked = stacked.reshape(stacked.shape[0], *([1] * (len(sweep_shape) - stacked.ndim + 1)),
-                                  *stacked.shape[1:])
-    return stacked

@@ -22,14 +22,14 @@ from armillary.specs.system import System
 from armillary.units import GIB
 
 
-def _divides(a: Array, b: Array) -> Array:
-    return (np.abs(np.mod(b, a)) < 1e-9) & (a <= b)
+def _divides(a: Array, b: Array) -> np.ndarray:
+    return np.asarray((np.abs(np.mod(b, a)) < 1e-9) & (a <= b))
 
 
 def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
           hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, tuple[str, ...]]:
     t, p, d, v = st.tp, st.pp, st.dp, st.vpp
-    uneven = (st.first_stage_layers > 0) | (st.last_stage_layers > 0)
+    uneven = np.logical_or(st.first_stage_layers > 0, st.last_stage_layers > 0)
     rest = m.layers - st.first_stage_layers - st.last_stage_layers
     tier2 = system.device.second_tier
     tier2_capacity = tier2.capacity if tier2 is not None else 0.0
@@ -38,7 +38,7 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
         (_divides(t, m.heads), "tp must divide the attention heads"),
         (_divides(t, m.kv_heads) | _divides(m.kv_heads, t), "tp and kv_heads must divide one another"),
         (_divides(t, m.ffn), "tp must divide the MLP size"),
-        (where(uneven, (rest > 0) & _divides(maximum(p - 2, 1), rest), _divides(p * v, m.layers)),
+        (where(uneven, np.logical_and(rest > 0, _divides(maximum(p - 2, 1), rest)), _divides(p * v, m.layers)),
          "pp*vpp must divide the layers (or the layers left by first/last_stage_layers)"),
         (_divides(st.micro_batch * d, w.global_batch), "micro_batch*dp must divide the global batch"),
         (where(st.schedule == SCHEDULE_INTERLEAVED, _divides(p, w.global_batch / (st.micro_batch * d)), True),

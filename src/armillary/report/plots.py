@@ -22,7 +22,7 @@ def validation_plot(results: list[RowResult], path: Path) -> Path:
     ax.axhspan(0.9, 1.1, color="grey", alpha=0.15, label="within 10%")
     ax.axhline(1.0, color="black", lw=0.8)
     for i, group in enumerate(groups):
-        ratio = np.array([1 + r.error for r in run if source_group(r.id) == group])
+        ratio = np.array([1 + (r.error or 0.0) for r in run if source_group(r.id) == group])
         jitter = np.linspace(-0.3, 0.3, len(ratio)) if len(ratio) > 1 else np.zeros(1)
         ax.scatter(i + jitter, ratio, s=12)
         mean = np.abs(ratio - 1).mean()

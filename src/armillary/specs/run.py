@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), yaml.safe_load(value)
 
 
-def load_run(path: str | Path, overrides: list[tuple[str, Any]] = ()) -> tuple[
+def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tuple[
         DenseModel, System, Strategy, Training]:
     """Read a run file, apply dotted overrides, and resolve every part into a spec.
 

@@ -77,17 +77,16 @@ def _metric(row: dict[str, str]) -> tuple[str, Callable[[StepEstimate, RowSpecs]
 
 def run_row(row: dict[str, str]) -> RowResult:
     measured = float(row["value"])
-    base = dict(id=row["id"], group=source_group(row["id"]), measured=measured)
+    row_id, group = row["id"], source_group(row["id"])
     try:
         if row.get("kind") != "training":
             raise Unsupported(f"{row.get('kind')} rows arrive with a later issue")
         label, fn = _metric(row)
         candidates = row_specs(row)
     except Unsupported as why:
-        return RowResult(**base, metric=row.get("metric", ""), predicted=None, error=None, assumptions=(),
-                         skipped=str(why))
+        return RowResult(row_id, group, row.get("metric", ""), measured, None, None, (), skipped=str(why))
     except ValueError as err:
-        return RowResult(**base, metric=row.get("metric", ""), predicted=None, error=None, assumptions=(),
+        return RowResult(row_id, group, row.get("metric", ""), measured, None, None, (),
                          skipped=f"invalid configuration: {err}")
     result, chosen = None, candidates[-1]
     for rs in candidates:  # least recomputation that fits, else the last candidate
@@ -99,8 +98,8 @@ def run_row(row: dict[str, str]) -> RowResult:
     notes = chosen.assumptions
     if not bool(result.feasible):
         notes = (*notes, "infeasible as configured: " + "; ".join(result.infeasible_reasons))
-    return RowResult(**base, metric=label, predicted=predicted, error=predicted / measured - 1,
-                     assumptions=notes, feasible=bool(result.feasible))
+    return RowResult(row_id, group, label, measured, predicted, predicted / measured - 1, notes,
+                     feasible=bool(result.feasible))
 
 
 def write_csv(results: list[RowResult], path: Path | str) -> None:
@@ -118,9 +117,13 @@ def read_rows(path: Path | str = DEFAULT_CSV) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training",)) -> list[RowResult]:
-    """Every row of `kinds` in the CSV, run or skipped with the reason."""
-    return [run_row(r) for r in read_rows(path) if r.get("kind") in kinds]
+def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training",),
+             progress: Callable[[list[dict[str, str]]], Iterable[dict[str, str]]] = iter) -> list[RowResult]:
+    """Every row of `kinds` in the CSV, run or skipped with the reason. `progress` wraps the row loop
+    (the CLI passes a progress bar)."""
+    wanted = set(kinds)
+    rows = [r for r in read_rows(path) if r.get("kind", "") in wanted]
+    return [run_row(r) for r in progress(rows)]
 
 
 @dataclass(frozen=True)
