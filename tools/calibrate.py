@@ -66,7 +66,9 @@ def main() -> None:
     scales = (1.0,) if flash_only else np.arange(0.50, 1.32, 0.02)
     lows = (1.0,) if flash_only else (0.6, 0.8, 1.0)
     # attention runs in 16 bit, so its efficiency is fitted with the base curve, not with a precision's
-    flashes = (base.flash_attention_efficiency,) if target else (0.1, 0.12, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6)
+    uses_flash = any(rows_mod.row_specs(r)[0].strategy.attention.value == "flash" for r in rows)
+    flashes = (0.1, 0.12, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6) if uses_flash and not target else (
+        base.flash_attention_efficiency,)
     original = rows_mod.load_system
     best = None
     try:

@@ -1,16 +1,18 @@
 """Cost of collectives on a two-tier system (scale-up inside a node, scale-out between nodes).
 
-Hierarchical ring algorithms, alpha-beta model (Thakur et al. 2005; formulas.md §1.2, hierarchical
-2-D row): each tier is a ring over the group's ranks in that tier, with the per-device bandwidth of the
-tier derated by its efficiency. Every device of a node drives its own share of the scale-out links
-(rails), so the inter-node step moves n / per_node bytes per device (formulas.md pitfall 4).
-Topology-aware algorithms replace these behind the same functions in a later issue.
+Each tier runs its fastest algorithm and protocol (`algorithms.py`); tiers compose hierarchically. Every
+device of a node drives its own share of the scale-out links (rails), so the inter-node step moves
+n / per_node bytes per device (formulas.md pitfall 4). The estimator, the simulator and the search all
+take communication costs from here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from armillary.comm.algorithms import Algorithm, Collective, DimensionCost, dimension_cost
 from armillary.comm.placement import Placement
 from armillary.specs.arrays import Array
 from armillary.specs.system import Network, System
@@ -35,39 +37,96 @@ class CommCost:
     __rmul__ = __mul__
 
 
-def _ring(n_bytes: Array, p: Array, steps_factor: int, net: Network) -> tuple[Array, Array]:
-    """Ring reduce-scatter/all-gather (steps_factor 1) or all-reduce (2) of n bytes over p ranks:
-    k(p-1)*alpha + k(p-1)/p * n / (eta * B). Returns (time, bytes sent per rank)."""
-    sent = steps_factor * (p - 1) / p * n_bytes
-    time = steps_factor * (p - 1) * net.latency + sent / (net.efficiency * net.bandwidth)
-    return time, sent
+@dataclass(frozen=True)
+class CollectiveResult:
+    """A collective's cost and, per tier, the algorithm and protocol chosen."""
+
+    cost: CommCost
+    scale_up: DimensionCost
+    scale_out: DimensionCost
+
+
+def _reduce_rate(system: System) -> float:
+    return system.device.hbm.efficiency * system.device.hbm.bandwidth
+
+
+def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
+               algorithm: Algorithm = Algorithm.AUTO) -> CollectiveResult:
+    """Cost of `op` over `group` (its ranks spread over nodes, `per_node` in each): the fastest algorithm
+    on each tier (or the pinned one), composed hierarchically across tiers (formulas.md §1.2):
+    all-reduce = reduce-scatter inside + all-reduce of n/per_node across + all-gather inside; all-gather =
+    across on n/per_node, then inside on n; reduce-scatter mirrors it; all-to-all splits its bytes between
+    the tiers and runs both at once (formulas.md §1.2, NIC-bound two-level estimate)."""
+    up, out, rate = system.scale_up, system.scale_out, _reduce_rate(system)
+    p_in, nodes, p = group.per_node, group.nodes, group.size
+
+    def on(tier: Network, o: Collective, n: Array, ranks: Array) -> DimensionCost:
+        return dimension_cost(o, n, ranks, tier, rate, algorithm if _pinnable(algorithm, o, tier) else Algorithm.AUTO)
+
+    if op is Collective.ALL_REDUCE:
+        across = on(out, op, n_bytes / p_in, nodes)
+        multi = nodes > 1
+        scalar = not isinstance(multi, np.ndarray)
+        if scalar and not multi:  # one node: the whole all-reduce inside, in-network reduction possible
+            flat = on(up, op, n_bytes, p_in)
+            return CollectiveResult(CommCost(flat.time + across.time, flat.sent_bytes, across.sent_bytes),
+                                    flat, across)
+        rs, ag = on(up, Collective.REDUCE_SCATTER, n_bytes, p_in), on(up, Collective.ALL_GATHER, n_bytes, p_in)
+        if scalar:  # several nodes: reduce-scatter inside, all-reduce across, all-gather inside
+            inside = DimensionCost(rs.time + ag.time, rs.sent_bytes + ag.sent_bytes, rs.algorithm, rs.protocol)
+        else:
+            flat = on(up, op, n_bytes, p_in)
+            inside = DimensionCost(np.where(multi, rs.time + ag.time, flat.time),
+                                   np.where(multi, rs.sent_bytes + ag.sent_bytes, flat.sent_bytes),
+                                   np.where(multi, rs.algorithm, flat.algorithm),
+                                   np.where(multi, rs.protocol, flat.protocol))
+        return CollectiveResult(CommCost(inside.time + across.time, inside.sent_bytes, across.sent_bytes),
+                                inside, across)
+    if op in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.BROADCAST, Collective.REDUCE):
+        across, inside = on(out, op, n_bytes / p_in, nodes), on(up, op, n_bytes, p_in)
+        if op in (Collective.BROADCAST, Collective.REDUCE):
+            across = on(out, op, n_bytes, nodes)
+        return CollectiveResult(CommCost(across.time + inside.time, inside.sent_bytes, across.sent_bytes),
+                                inside, across)
+    if op is Collective.ALL_TO_ALL:
+        inside = on(up, op, n_bytes * p_in / p, p_in)  # sends (p_in - 1)/p of the buffer inside the node
+        cross_fraction = (p - p_in) / p  # the rest leaves the node, spread over the other nodes
+        across = on(out, op, n_bytes * cross_fraction * nodes / np.maximum(nodes - 1, 1), nodes)
+        return CollectiveResult(CommCost(np.maximum(inside.time, across.time), inside.sent_bytes,
+                                         across.sent_bytes), inside, across)
+    raise ValueError(f"{op.value} is point-to-point: use send_recv")
+
+
+def _pinnable(algorithm: Algorithm, op: Collective, tier: Network) -> bool:
+    """A pinned algorithm applies where it can run; elsewhere the tier chooses for itself."""
+    if algorithm is Algorithm.AUTO:
+        return False
+    try:
+        dimension_cost(op, 1.0, 2.0, tier, 1.0, algorithm)
+    except ValueError:
+        return False
+    return True
 
 
 def all_gather(n_bytes: Array, group: Placement, system: System) -> CommCost:
-    """All-gather of an n-byte result (each rank holds n/p): inter-node ring on n/per_node, then
-    intra-node ring on n. Reduce-scatter has the same cost (`reduce_scatter`)."""
-    t_out, b_out = _ring(n_bytes / group.per_node, group.nodes, 1, system.scale_out)
-    t_in, b_in = _ring(n_bytes, group.per_node, 1, system.scale_up)
-    return CommCost(t_out + t_in, b_in, b_out)
+    """All-gather of an n-byte result (each rank holds n/p)."""
+    return collective(Collective.ALL_GATHER, n_bytes, group, system).cost
 
 
 def reduce_scatter(n_bytes: Array, group: Placement, system: System) -> CommCost:
-    """Reduce-scatter of an n-byte input; the mirror image of `all_gather`."""
-    return all_gather(n_bytes, group, system)
+    """Reduce-scatter of an n-byte input."""
+    return collective(Collective.REDUCE_SCATTER, n_bytes, group, system).cost
 
 
 def all_reduce(n_bytes: Array, group: Placement, system: System) -> CommCost:
-    """All-reduce of n bytes: intra-node reduce-scatter, inter-node all-reduce of n/per_node,
-    intra-node all-gather (formulas.md §1.2, hierarchical 2-D)."""
-    t_in, b_in = _ring(n_bytes, group.per_node, 2, system.scale_up)
-    t_out, b_out = _ring(n_bytes / group.per_node, group.nodes, 2, system.scale_out)
-    return CommCost(t_in + t_out, b_in, b_out)
+    """All-reduce of an n-byte buffer."""
+    return collective(Collective.ALL_REDUCE, n_bytes, group, system).cost
 
 
 def send_recv(n_bytes: Array, crosses_nodes: Array, system: System) -> CommCost:
-    """Point-to-point transfer: alpha + n / (eta * B) on the tier it crosses (formulas.md §1.1)."""
-    up, out = system.scale_up, system.scale_out
-    t_up = up.latency + n_bytes / (up.efficiency * up.bandwidth)
-    t_out = out.latency + n_bytes / (out.efficiency * out.bandwidth)
+    """Point-to-point transfer on the tier it crosses (formulas.md §1.1), with its best protocol."""
+    rate = _reduce_rate(system)
+    t_up = dimension_cost(Collective.SEND_RECV, n_bytes, 2.0, system.scale_up, rate).time
+    t_out = dimension_cost(Collective.SEND_RECV, n_bytes, 2.0, system.scale_out, rate).time
     time = crosses_nodes * t_out + (1 - crosses_nodes) * t_up
     return CommCost(time, (1 - crosses_nodes) * n_bytes, crosses_nodes * n_bytes)

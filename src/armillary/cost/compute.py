@@ -32,8 +32,10 @@ def _precisions(sixteen_bit: bool) -> list[Precision]:
 
 def matrix_peak(device: Device, precision_code: Array, sixteen_bit: bool = False) -> Array:
     """Peak GEMM FLOP/s for each precision code (index into PRECISIONS)."""
-    peaks = np.array([device.matrix_peak(p) for p in _precisions(sixteen_bit)])
-    return peaks[np.asarray(precision_code, dtype=int)]
+    precisions = _precisions(sixteen_bit)
+    if not isinstance(precision_code, np.ndarray):
+        return device.matrix_peak(precisions[int(precision_code)])
+    return np.array([device.matrix_peak(p) for p in precisions])[precision_code.astype(int)]
 
 
 def _efficiency(device: Device, precision_code: Array, sixteen_bit: bool, flop: np.ndarray) -> np.ndarray:

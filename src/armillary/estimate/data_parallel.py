@@ -8,7 +8,10 @@ the backward of every micro-batch (formulas.md pitfall 8).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from armillary.comm.collectives import CommCost, all_gather, all_reduce, reduce_scatter
 from armillary.comm.placement import Placement
@@ -16,6 +19,8 @@ from armillary.estimate import memory as mem
 from armillary.estimate.layer import exposed
 from armillary.specs.arrays import Array, StrategyArrays, where
 from armillary.specs.system import System
+
+_NONE = CommCost(0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -32,9 +37,18 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     """
     grad_bytes = params_local * mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision)
     weight_bytes = params_local * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
-    reduce_grads = all_reduce(grad_bytes, dp_group, system)
-    scatter_grads = reduce_scatter(grad_bytes, dp_group, system)
-    gather_params = all_gather(weight_bytes, dp_group, system)
+    zero, active = st.zero, st.dp > 1
+
+    def needed(cost: Callable[[], CommCost], used: Array) -> CommCost:
+        """Skip collectives a single configuration does not use (a sweep evaluates all of them)."""
+        return cost() if np.ndim(used) or used else _NONE
+
+    reduce_grads = needed(lambda: all_reduce(grad_bytes, dp_group, system), active & (zero == 0))
+    scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system), active & (zero >= 1))
+    gather_params = needed(lambda: all_gather(weight_bytes, dp_group, system), active & (zero >= 1))
+    unit = layers_local
+    unit_gather = needed(lambda: all_gather(weight_bytes / unit, dp_group, system), active & (zero == 3))
+    unit_scatter = needed(lambda: reduce_scatter(grad_bytes / unit, dp_group, system), active & (zero == 3))
 
     # once per iteration (ZeRO 0/1): the reduction overlaps the last micro-batch's backward, except the
     # last bucket; the distributed optimizer's parameter gather overlaps the next forward
@@ -45,10 +59,9 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
                  + where(st.zero == 1, gather_once, 0.0), where(st.zero == 2, gather_once, 0.0))
     # every micro-batch (ZeRO 2, 3); ZeRO-3 / FSDP move one layer (unit) at a time: a latency term each
     per_mb_zero2 = exposed(scatter_grads.time, backward_s, st.overlap_dp)
-    unit_gather = all_gather(weight_bytes / layers_local, dp_group, system).time * layers_local
-    unit_scatter = reduce_scatter(grad_bytes / layers_local, dp_group, system).time * layers_local
-    per_mb_zero3 = (exposed(unit_gather, forward_s, st.overlap_param_gather)
-                    + exposed(unit_gather + unit_scatter, backward_s, st.overlap_param_gather))
+    gathers, scatters = unit_gather.time * layers_local, unit_scatter.time * layers_local
+    per_mb_zero3 = (exposed(gathers, forward_s, st.overlap_param_gather)
+                    + exposed(gathers + scatters, backward_s, st.overlap_param_gather))
     per_mb = where(st.zero == 2, per_mb_zero2, where(st.zero == 3, per_mb_zero3, 0.0))
     exposed_s = where(st.dp > 1, once + microbatches * per_mb, 0.0)
 

@@ -22,7 +22,9 @@ from armillary.specs.system import System
 from armillary.units import GIB
 
 
-def _divides(a: Array, b: Array) -> np.ndarray:
+def _divides(a: Array, b: Array) -> Array:
+    if not isinstance(a, np.ndarray) and not isinstance(b, np.ndarray):
+        return bool(b % a < 1e-9 and a <= b)
     return np.asarray((np.abs(np.mod(b, a)) < 1e-9) & (a <= b))
 
 
@@ -36,7 +38,7 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
     conditions: list[tuple[Array, str]] = [
         (np.abs(t * p * d - system.devices) < 0.5, f"tp*pp*dp must equal the {system.devices} devices"),
         (_divides(t, m.heads), "tp must divide the attention heads"),
-        (_divides(t, m.kv_heads) | _divides(m.kv_heads, t), "tp and kv_heads must divide one another"),
+        (np.logical_or(_divides(t, m.kv_heads), _divides(m.kv_heads, t)), "tp and kv_heads must divide one another"),
         (_divides(t, m.ffn), "tp must divide the MLP size"),
         (where(uneven, np.logical_and(rest > 0, _divides(maximum(p - 2, 1), rest)), _divides(p * v, m.layers)),
          "pp*vpp must divide the layers (or the layers left by first/last_stage_layers)"),

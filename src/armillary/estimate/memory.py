@@ -41,7 +41,9 @@ OPTIMIZER_STEP_BYTES = (4 + 28 + 4.0, 4 + 28 + 6 + 4.0, 6 + 8 + 4 + 28 + 6 + 2.0
 
 def per_precision(table: tuple[float, ...], code: Array) -> Array:
     """The table entry of each precision code (index into PRECISIONS)."""
-    return np.asarray(table)[np.asarray(code, dtype=int)]
+    if not isinstance(code, np.ndarray):
+        return table[int(code)]
+    return np.asarray(table)[code.astype(int)]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import numpy as np
 from pydantic import Field, PositiveInt, PrivateAttr, field_validator
 
 from armillary.specs.base import Spec
+from armillary.specs.communication import NCCL_ALGORITHMS, Algorithm
 from armillary.specs.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Seconds
 
 
@@ -108,18 +109,36 @@ _FALLBACK = {
 }
 
 
+class NetworkKind(StrEnum):
+    """How the devices of one network tier are connected."""
+
+    SWITCH = "switch"  # non-blocking switch (NVSwitch, one InfiniBand switch): any pair at full rate
+    FULLY_CONNECTED = "fully_connected"  # a direct link between every pair (AMD Infinity Fabric)
+    FAT_TREE = "fat_tree"  # switched, possibly oversubscribed above the leaves
+    RING = "ring"  # each device links to two neighbours
+    TORUS = "torus"  # `shape` gives the dimensions (2D/3D, wrap-around links)
+    MESH = "mesh"  # like a torus without wrap-around links
+
+
 class Network(Spec):
     """One network tier as seen by one device: injection bandwidth, latency and efficiency.
 
     `bandwidth` is per device and per direction (e.g. NVLink3: 300 GB/s; 8 HDR NICs for 8 GPUs:
-    25 GB/s). Topologies arrive in a later issue behind the same interface.
+    25 GB/s; where NICs are shared, the NIC bandwidth times NICs per node over devices per node).
     """
 
     name: str
+    kind: NetworkKind = NetworkKind.SWITCH
     bandwidth: BytesPerSecond
-    latency: Seconds = Field(description="per-message (per step) latency, alpha")
+    latency: Seconds = Field(description="per-step (per hop) latency, alpha, of the Simple protocol")
     efficiency: Fraction = Field(description="achievable fraction of `bandwidth` for large messages")
-    in_network_reduction: bool = False
+    in_network_reduction: bool = Field(False, description="the switch reduces (NVLink SHARP, IB SHARP)")
+    in_network_efficiency: Fraction = Field(
+        0.6, description="achievable fraction of `bandwidth` for in-network-reduction collectives")
+    oversubscription: float = Field(1.0, ge=1.0, description="fat-tree: bandwidth above the leaves is divided")
+    shape: tuple[PositiveInt, ...] | None = Field(None, description="torus / mesh dimensions, e.g. [4, 4, 4]")
+    algorithms: tuple[Algorithm, ...] = Field(
+        NCCL_ALGORITHMS, description="algorithms the communication library offers on this tier (auto picks)")
     sources: dict[str, str] = Field(default_factory=dict)
 
 

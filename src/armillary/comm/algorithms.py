@@ -1,0 +1,194 @@
+"""Collective algorithms on one network dimension: alpha-beta-gamma costs, protocols, automatic choice.
+
+Costs (formulas.md §1.2; Thakur, Rabenseifner & Gropp 2005; Chan et al. 2007), p ranks, n bytes as defined
+per collective (all-reduce: the buffer; reduce-scatter: the input; all-gather: the gathered output;
+all-to-all: one rank's send buffer; broadcast / reduce / send-recv: the message):
+
+| algorithm | all-reduce | reduce-scatter / all-gather |
+| ring | 2(p-1) a + 2(p-1)/p n b | (p-1) a + (p-1)/p n b |
+| tree (double binary, pipelined) | 2 log2(p) a + 2(p-1)/p n b | - |
+| halving-doubling (Rabenseifner) | 2 log2(p) a + 2(p-1)/p n b | log2(p) a + (p-1)/p n b |
+| direct (one-shot, needs a switch) | a + (p-1) n b | a + (p-1)/p n b |
+| in-network reduction (switch reduces) | a + n b_inr | a + n b_inr (RS), a + (p-1)/p n b_inr (AG) |
+
+plus, for the one-shot all-reduce, a reduction term (p-1) n g after the transfer (g: 3 bytes moved per byte
+reduced through HBM); pipelined ring and tree kernels reduce while data streams through, hidden by the link.
+Each algorithm runs under a protocol (NCCL's LL, LL128, Simple: `PROTOCOLS`) that trades latency for
+bandwidth; the automatic choice takes the fastest (algorithm, protocol) pair for each size, as NCCL's tuner
+does (formulas.md §1.3), which gives the size-dependent efficiency of real runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from armillary.specs.arrays import Array
+from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.system import Network, NetworkKind
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A transfer protocol: fixed cost per collective, latency per step and bandwidth, relative to the
+    network's Simple-protocol figures. NCCL defaults (src/graph/tuning.cc; formulas.md §1.3): base
+    latency 6.6 / 14 / 8.4 us; per NVLink hop 0.6 / 1.9 / 3.4 us; bandwidth x0.5 (LL, half of each word
+    is a flag) / x0.92 (LL128, 120 of 128 bytes) / x1."""
+
+    name: str
+    base_latency_s: float
+    hop_latency_factor: float
+    bandwidth_factor: float
+
+
+PROTOCOLS = (
+    Protocol("LL", 6.6e-6, 0.6 / 3.4, 0.5),
+    Protocol("LL128", 14e-6, 1.9 / 3.4, 0.92),
+    Protocol("Simple", 8.4e-6, 1.0, 1.0),
+)
+
+# bytes moved through HBM per byte reduced: read two operands, write one
+_REDUCE_TRAFFIC = 3.0
+
+
+@dataclass(frozen=True)
+class DimensionCost:
+    """Cost of a collective on one dimension: time, bytes sent per rank, and what was chosen."""
+
+    time: Array
+    sent_bytes: Array
+    algorithm: Array  # index into ALGORITHMS
+    protocol: Array  # index into PROTOCOLS
+
+
+_NOTHING = DimensionCost(0.0, 0.0, 0, 0)
+ALGORITHMS = (Algorithm.RING, Algorithm.TREE, Algorithm.HALVING_DOUBLING, Algorithm.DIRECT, Algorithm.IN_NETWORK)
+
+
+def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
+                     log_p: Array) -> tuple[Array, Array] | None:
+    """(latency steps, bytes sent per rank) of `alg` for `op`, or None where it does not apply.
+    Works on floats and on arrays alike."""
+    frac = (p - 1) / p
+    if op is Collective.ALL_REDUCE:
+        if alg is Algorithm.RING:
+            return 2 * (p - 1), 2 * frac * n
+        if alg in (Algorithm.TREE, Algorithm.HALVING_DOUBLING):
+            return 2 * log_p, 2 * frac * n
+        if alg is Algorithm.DIRECT:
+            return 1.0 + 0 * p, (p - 1) * n
+        return 2.0 + 0 * p, n + 0 * p  # in-network: send n up, receive n reduced
+    if op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):
+        if alg is Algorithm.RING:
+            return p - 1, frac * n
+        if alg is Algorithm.HALVING_DOUBLING:
+            return log_p, frac * n
+        if alg is Algorithm.DIRECT:
+            return 1.0 + 0 * p, frac * n
+        if alg is Algorithm.IN_NETWORK:
+            return 2.0 + 0 * p, (n + 0 * p if op is Collective.REDUCE_SCATTER else frac * n)
+        return None
+    if op is Collective.ALL_TO_ALL:  # pairwise exchange (ring order) or all at once (direct)
+        if alg is Algorithm.RING:
+            return p - 1, frac * n
+        return (1.0 + 0 * p, frac * n) if alg is Algorithm.DIRECT else None
+    if op in (Collective.BROADCAST, Collective.REDUCE):  # pipelined chain, binomial tree, scatter + gather
+        if alg is Algorithm.RING:
+            return p - 1, n + 0 * p
+        if alg is Algorithm.TREE:
+            return log_p, log_p * n
+        return (log_p + p - 1, 2 * frac * n) if alg is Algorithm.HALVING_DOUBLING else None
+    # send / receive
+    return (1.0 + 0 * p, n + 0 * p) if alg in (Algorithm.DIRECT, Algorithm.RING) else None
+
+
+def _allowed(algorithm: Algorithm, net: Network) -> bool:
+    """What the tier's library offers; direct and halving-doubling also need any-to-any links, in-network
+    reduction a reducing switch."""
+    if algorithm not in net.algorithms:
+        return False
+    switched = net.kind in (NetworkKind.SWITCH, NetworkKind.FULLY_CONNECTED, NetworkKind.FAT_TREE)
+    if algorithm in (Algorithm.DIRECT, Algorithm.HALVING_DOUBLING, Algorithm.TREE):
+        return switched
+    if algorithm is Algorithm.IN_NETWORK:
+        return net.in_network_reduction
+    return True
+
+
+def _link_bandwidth(net: Network, algorithm: Algorithm) -> float:
+    """Achievable bytes/s per rank for an algorithm on this dimension."""
+    if algorithm is Algorithm.IN_NETWORK:
+        return net.in_network_efficiency * net.bandwidth
+    bandwidth = net.efficiency * net.bandwidth
+    if net.kind is NetworkKind.FAT_TREE:
+        bandwidth /= net.oversubscription
+    if net.kind in (NetworkKind.TORUS, NetworkKind.RING):
+        bandwidth *= 2  # a bidirectional ring sends half the data each way (`bandwidth` is per direction)
+    return bandwidth
+
+
+_MEMO: dict[int, tuple[Network, tuple[tuple[int, Algorithm, float], ...]]] = {}
+
+
+def _candidates(net: Network) -> tuple[tuple[int, Algorithm, float], ...]:
+    """(index, algorithm, achievable bytes/s) of what can run on `net`; memoized per network object
+    (specs are frozen, so the answer never changes for one object)."""
+    hit = _MEMO.get(id(net))
+    if hit is not None and hit[0] is net:
+        return hit[1]
+    table = tuple((i, a, _link_bandwidth(net, a)) for i, a in enumerate(ALGORITHMS) if _allowed(a, net))
+    if len(_MEMO) > 256:
+        _MEMO.clear()
+    _MEMO[id(net)] = (net, table)
+    return table
+
+
+def _is_scalar(x: Array) -> bool:
+    return not isinstance(x, np.ndarray) or x.ndim == 0
+
+
+def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduce_bytes_per_s: float,
+                   algorithm: Algorithm = Algorithm.AUTO) -> DimensionCost:
+    """Fastest (algorithm, protocol) for `op` of `n_bytes` over `p` ranks of one dimension, or the pinned
+    algorithm (still with its fastest protocol). Broadcasts over n_bytes and p."""
+    scalar = _is_scalar(n_bytes) and _is_scalar(p)
+    if scalar and p <= 1 and algorithm is Algorithm.AUTO:
+        return _NOTHING  # a group of one does nothing
+    if scalar:
+        n_bytes, p = float(n_bytes), float(p)
+        log_p: Array = float(math.ceil(math.log2(max(p, 1.0))))
+    else:
+        log_p = np.ceil(np.log2(np.maximum(p, 1)))
+    times, sents, labels = [], [], []
+    reduces = op.reduces
+    for a_index, alg, link in _candidates(net):
+        if algorithm is not Algorithm.AUTO and alg is not algorithm:
+            continue
+        steps_bytes = _steps_and_bytes(op, alg, n_bytes, p, log_p)
+        if steps_bytes is None:
+            continue
+        steps, sent = steps_bytes
+        reduce_time: Array = 0.0
+        if reduces and alg is Algorithm.DIRECT:  # one-shot reduces the p received buffers afterwards
+            reduce_time = (p - 1) * n_bytes * _REDUCE_TRAFFIC / reduce_bytes_per_s
+        for p_index, proto in enumerate(PROTOCOLS):
+            times.append(proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency)
+                         + sent / (proto.bandwidth_factor * link) + reduce_time)
+            sents.append(sent)
+            labels.append((a_index, p_index))
+    if not times:
+        raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on the {net.kind.value} network "
+                         f"{net.name!r}; it offers {[a.value for _, a, _ in _candidates(net)]}")
+    if scalar:
+        k = min(range(len(times)), key=times.__getitem__)
+        active = p > 1  # a group of one does nothing
+        return DimensionCost(times[k] if active else 0.0, sents[k] if active else 0.0, labels[k][0], labels[k][1])
+    stacked = np.stack(np.broadcast_arrays(*times))
+    k = np.argmin(stacked, axis=0)
+    active = np.broadcast_to(np.asarray(p) > 1, k.shape)
+    time = np.where(active, np.take_along_axis(stacked, k[None], axis=0)[0], 0.0)
+    sent = np.where(active, np.take_along_axis(np.stack(np.broadcast_arrays(*sents)), k[None], axis=0)[0], 0.0)
+    table = np.array(labels)
+    return DimensionCost(time, sent, table[k, 0], table[k, 1])

@@ -1,0 +1,32 @@
+"""Closed choices of collective communication: the operations and the algorithms that run them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Collective(StrEnum):
+    ALL_REDUCE = "all_reduce"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_GATHER = "all_gather"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    SEND_RECV = "send_recv"
+
+    @property
+    def reduces(self) -> bool:
+        return self in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE)
+
+
+class Algorithm(StrEnum):
+    AUTO = "auto"
+    RING = "ring"
+    TREE = "tree"  # pipelined double binary tree (NCCL Tree)
+    HALVING_DOUBLING = "halving_doubling"  # recursive halving / doubling (Rabenseifner; MPI)
+    DIRECT = "direct"  # one-shot: every rank exchanges with every other at once (custom all-reduce)
+    IN_NETWORK = "in_network"  # the switch reduces (NVLink SHARP, InfiniBand SHARP)
+
+
+# what NCCL offers on a tier: ring, tree and, where the switch reduces, NVLS / CollNet
+NCCL_ALGORITHMS = (Algorithm.RING, Algorithm.TREE, Algorithm.IN_NETWORK)
