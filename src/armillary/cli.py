@@ -90,6 +90,71 @@ def validate_cmd(
         console.print(table)
 
 
+@app.command("collective")
+def collective_cmd(
+    system: Annotated[str, typer.Option(help="system preset or file")],
+    op: Annotated[str, typer.Option(help="all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce")] = (
+        "all_reduce"),
+    gpus: Annotated[int, typer.Option(help="ranks in the group (whole nodes beyond one node)")] = 8,
+    sizes: Annotated[str, typer.Option(help="START:END[:FACTOR] (binary K/M/G) or a comma list")] = "1K:16G",
+    algorithm: Annotated[str, typer.Option(help="auto or one of ring, tree, halving_doubling, direct, "
+                                                "in_network")] = "auto",
+    json_out: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+) -> None:
+    """Cost of one collective over a range of sizes, as nccl-tests prints it (time, algbw, busbw)."""
+    from armillary.comm.sweep import collective_sweep, group_of, parse_sizes
+    from armillary.report.tables import sweep_table
+    from armillary.specs.communication import Algorithm, Collective
+    from armillary.specs.loading import load_system
+
+    try:
+        operation = Collective(op)
+        if operation is Collective.SEND_RECV:
+            raise ValueError("send_recv is point-to-point: use a collective")
+        algo = Algorithm(algorithm)
+        spec = load_system(system, gpus)
+        rows = collective_sweep(operation, parse_sizes(sizes), group_of(spec, gpus), spec, algo)
+    except SpecError as err:
+        _fail(str(err))
+        return
+    except ValueError as err:
+        allowed = {"op": [c.value for c in Collective], "algorithm": [a.value for a in Algorithm]}
+        _fail(f"{err} (op: {', '.join(allowed['op'][:-1])}; algorithm: {', '.join(allowed['algorithm'])})")
+        return
+    if json_out:
+        sys.stdout.write(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+        return
+    console.print(sweep_table(rows, f"{operation.value} on {gpus} x {spec.device.name} ({spec.name})"))
+
+
+@app.command("calibrate-network")
+def calibrate_network_cmd(
+    log: Annotated[Path, typer.Argument(help="nccl-tests output (the table it prints)")],
+    system: Annotated[str, typer.Option(help="system preset or file to start from")],
+    op: Annotated[str, typer.Option(help="the collective the log measured")] = "all_reduce",
+    gpus: Annotated[int, typer.Option(help="ranks of the measured run")] = 8,
+    out: Annotated[Path, typer.Option(help="where to write the fitted system (YAML)")] = Path("fitted-system.yaml"),
+) -> None:
+    """Fit the latency, efficiency and size-efficiency of the tier a measured collective crosses."""
+    import yaml
+
+    from armillary.comm.calibration import fit_tier, parse_nccl_tests
+    from armillary.specs.communication import Collective
+    from armillary.specs.loading import load_system
+
+    try:
+        if not log.is_file():
+            raise ValueError(f"{log} does not exist")
+        fitted = fit_tier(parse_nccl_tests(log.read_text()), Collective(op), gpus, load_system(system, gpus))
+    except (SpecError, ValueError) as err:
+        _fail(str(err))
+        return
+    out.write_text(yaml.safe_dump(fitted.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
+    tier = fitted.scale_up if gpus <= fitted.devices_per_node else fitted.scale_out
+    console.print(f"fitted {tier.name}: latency {tier.latency * 1e6:.2f} us, efficiency {tier.efficiency:.3f}, "
+                  f"in-network efficiency {tier.in_network_efficiency:.3f}; written to {out}")
+
+
 @app.command("presets")
 def presets_cmd(kind: Annotated[str | None, typer.Argument(help=f"one of {', '.join(KINDS)}")] = None) -> None:
     """List the shipped presets (models, devices, systems)."""

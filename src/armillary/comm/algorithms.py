@@ -163,6 +163,9 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduc
         log_p = np.ceil(np.log2(np.maximum(p, 1)))
     times, sents, labels = [], [], []
     reduces = op.reduces
+    ramp = 1.0 if net.size_efficiency is None else net.size_efficiency(n_bytes)
+    if scalar and not isinstance(ramp, float):
+        ramp = float(ramp)
     for a_index, alg, link in _candidates(net):
         if algorithm is not Algorithm.AUTO and alg is not algorithm:
             continue
@@ -174,8 +177,10 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduc
         if reduces and alg is Algorithm.DIRECT:  # one-shot reduces the p received buffers afterwards
             reduce_time = (p - 1) * n_bytes * _REDUCE_TRAFFIC / reduce_bytes_per_s
         for p_index, proto in enumerate(PROTOCOLS):
+            if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
+                continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
             times.append(proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency)
-                         + sent / (proto.bandwidth_factor * link) + reduce_time)
+                         + sent / (proto.bandwidth_factor * link * ramp) + reduce_time)
             sents.append(sent)
             labels.append((a_index, p_index))
     if not times:

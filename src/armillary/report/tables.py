@@ -6,6 +6,7 @@ from dataclasses import fields
 
 from rich.table import Table
 
+from armillary.comm.sweep import SweepRow
 from armillary.estimate.result import StepEstimate
 from armillary.units import GIB
 from armillary.validation.run import GroupSummary, RowResult
@@ -73,3 +74,14 @@ def validation_tables(results: list[RowResult], summary: list[GroupSummary]) -> 
         groups.add_row(g.group, str(g.rows), str(g.run), _pct(g.mean_abs_error) if g.run else "-",
                        _pct(g.max_abs_error) if g.run else "-")
     return [rows, skipped, groups]
+
+
+def sweep_table(rows: list[SweepRow], title: str) -> Table:
+    """nccl-tests-style table of a collective sweep."""
+    table = Table(title=title)
+    for c in ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "inside node", "across nodes"):
+        table.add_column(c, justify="right" if "(" in c else "left")
+    for r in rows:
+        table.add_row(f"{r.size_bytes:.0f}", f"{r.time_s * 1e6:.2f}", f"{r.algbw_bytes_per_s / 1e9:.2f}",
+                      f"{r.busbw_bytes_per_s / 1e9:.2f}", r.scale_up, r.scale_out)
+    return table

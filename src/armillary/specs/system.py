@@ -135,6 +135,9 @@ class Network(Spec):
     in_network_reduction: bool = Field(False, description="the switch reduces (NVLink SHARP, IB SHARP)")
     in_network_efficiency: Fraction = Field(
         0.6, description="achievable fraction of `bandwidth` for in-network-reduction collectives")
+    size_efficiency: EfficiencyCurve | None = Field(
+        None, description="bandwidth multiplier vs message bytes (ramp-up of mid-size messages), fitted from "
+        "nccl-tests sweeps by `armillary calibrate-network`")
     oversubscription: float = Field(1.0, ge=1.0, description="fat-tree: bandwidth above the leaves is divided")
     shape: tuple[PositiveInt, ...] | None = Field(None, description="torus / mesh dimensions, e.g. [4, 4, 4]")
     algorithms: tuple[Algorithm, ...] = Field(

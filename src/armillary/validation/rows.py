@@ -81,11 +81,16 @@ def _model(row: dict[str, str], notes: list[str]) -> DenseModel:
     return DenseModel.model_validate(base)
 
 
-def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
-    gpu = row.get("gpu", "")
+def system_preset_for(gpu: str) -> str:
+    """The system preset of a row's `gpu` column."""
     preset = next((p for rx, p in _GPU_SYSTEMS if rx.search(gpu)), None)
     if preset is None:
         raise Unsupported(f"no system preset for gpu {gpu!r}")
+    return preset
+
+
+def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
+    preset = system_preset_for(row.get("gpu", ""))
     system = load_system(preset)
     inter = row.get("inter_net", "")
     per_node = re.search(r"(\d+)\s*Gbps node-node", inter)

@@ -16,6 +16,7 @@ import numpy as np
 
 from armillary.api import estimate
 from armillary.estimate.result import StepEstimate
+from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, predict_busbw
 from armillary.validation.rows import RowSpecs, Unsupported, row_specs
 
 DEFAULT_CSV = Path(str(resources.files("armillary.validation") / "data" / "measurements.csv"))
@@ -75,7 +76,21 @@ def _metric(row: dict[str, str]) -> tuple[str, Callable[[StepEstimate, RowSpecs]
     raise Unsupported(f"metric {row.get('metric')!r} is not predicted")
 
 
+def _run_collective_row(row: dict[str, str]) -> RowResult:
+    measured = float(row["value"])
+    group = source_group(row["id"])
+    try:
+        if row.get("msg_bytes") and float(row["msg_bytes"]) < SMALL_MESSAGE_BYTES:
+            group += " <1MiB"
+        predicted, notes = predict_busbw(row)
+    except (Unsupported, ValueError, KeyError) as why:
+        return RowResult(row["id"], group, row.get("metric", ""), measured, None, None, (), skipped=str(why))
+    return RowResult(row["id"], group, "busbw [GB/s]", measured, predicted, predicted / measured - 1, notes)
+
+
 def run_row(row: dict[str, str]) -> RowResult:
+    if row.get("kind") == "collective":
+        return _run_collective_row(row)
     measured = float(row["value"])
     row_id, group = row["id"], source_group(row["id"])
     try:
@@ -117,7 +132,7 @@ def read_rows(path: Path | str = DEFAULT_CSV) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training",),
+def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training", "collective"),
              progress: Callable[[list[dict[str, str]]], Iterable[dict[str, str]]] = iter) -> list[RowResult]:
     """Every row of `kinds` in the CSV, run or skipped with the reason. `progress` wraps the row loop
     (the CLI passes a progress bar)."""

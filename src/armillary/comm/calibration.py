@@ -1,0 +1,122 @@
+"""Fit a network tier to measured collective sweeps: nccl-tests logs in, a calibrated system out.
+
+The tier the collective crosses (scale-up within one node, scale-out beyond) gets three things, fitted in
+order: its asymptotic efficiency (the largest message's bus bandwidth), its per-step latency (the smallest
+messages, least squares in log time), and a size-efficiency curve (for each measured size, the bandwidth
+multiplier that reproduces the measured time: the ramp-up of mid-size messages, which NCCL drives with its
+channel count).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from armillary.comm.algorithms import ALGORITHMS
+from armillary.comm.collectives import collective
+from armillary.comm.sweep import group_of
+from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.system import EfficiencyCurve, Network, System
+
+
+@dataclass(frozen=True)
+class Measurement:
+    size_bytes: float
+    time_s: float
+
+
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+")
+
+
+def parse_nccl_tests(text: str) -> list[Measurement]:
+    """The out-of-place (size, time) pairs of an nccl-tests log (the table it prints: size, count, type,
+    [redop, root,] time, algbw, busbw, #wrong, then the same for in-place). Times carry more digits than
+    the printed bandwidths, so the fit works on times."""
+    rows = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#") or not _ROW.match(line):
+            continue
+        tokens = line.split()
+        try:
+            # out-of-place time, algbw, busbw, #wrong come before the 4 in-place columns
+            time_us = float(tokens[-8])
+            size = float(tokens[0])
+        except (ValueError, IndexError):
+            continue
+        if size > 0 and time_us > 0:
+            rows.append(Measurement(size, time_us * 1e-6))
+    if not rows:
+        raise ValueError("no nccl-tests result rows found (expected lines: size count type ... busbw #wrong ...)")
+    return rows
+
+
+def _time(op: Collective, size: float, system: System, gpus: int, algorithm: Algorithm) -> tuple[float, int]:
+    """Model time of the collective and the index of the algorithm the crossed tier runs."""
+    result = collective(op, size, group_of(system, gpus), system, algorithm)
+    tier = result.scale_up if gpus <= system.devices_per_node else result.scale_out
+    return float(result.cost.time), int(tier.algorithm)
+
+
+def _with(system: System, tier: str, **update: object) -> System:
+    net: Network = getattr(system, tier)
+    return system.model_copy(update={tier: net.model_copy(update=update)})
+
+
+def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, system: System,
+             algorithm: Algorithm = Algorithm.AUTO) -> System:
+    """`system` with the crossed tier's efficiency, latency and size-efficiency curve fitted."""
+    system = system.with_devices(gpus) if gpus != system.devices else system
+    tier = "scale_up" if gpus <= system.devices_per_node else "scale_out"
+    points = sorted(measurements, key=lambda m: m.size_bytes)
+    base = _with(system, tier, size_efficiency=None)
+
+    # 1. asymptote: scale the efficiency of the algorithm the largest message uses
+    largest = points[-1]
+    alg_index = _time(op, largest.size_bytes, base, gpus, algorithm)[1]
+    field = "in_network_efficiency" if ALGORITHMS[alg_index] is Algorithm.IN_NETWORK else "efficiency"
+    lo, hi = 1e-3, 1.0  # the time falls as the efficiency rises: bisection on the largest message
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        slower = _time(op, largest.size_bytes, _with(base, tier, **{field: mid}), gpus, algorithm)[0] > largest.time_s
+        lo, hi = (mid, hi) if slower else (lo, mid)
+    base = _with(base, tier, **{field: (lo + hi) / 2})
+
+    # 2. latency: least squares in log time over the small messages (grid, then golden-section refinement)
+    small = [m for m in points if m.size_bytes <= max(64 * 1024, points[0].size_bytes)]
+
+    def log_error(latency: float) -> float:
+        trial = _with(base, tier, latency=float(latency))
+        return sum(np.log(_time(op, m.size_bytes, trial, gpus, algorithm)[0] / m.time_s) ** 2 for m in small)
+
+    grid = np.geomspace(0.1e-6, 50e-6, 60)
+    k = int(np.argmin([log_error(x) for x in grid]))
+    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
+    for _ in range(40):
+        a, b = lo + 0.382 * (hi - lo), lo + 0.618 * (hi - lo)
+        lo, hi = (lo, b) if log_error(a) < log_error(b) else (a, hi)
+    base = _with(base, tier, latency=float((lo + hi) / 2))
+
+    # 3. size efficiency: the bandwidth multiplier that reproduces each measured time (bisection)
+    ramp = []
+    for m in points:
+        lo, hi = 0.01, 1.0
+        if _time(op, m.size_bytes, base, gpus, algorithm)[0] >= m.time_s:
+            ramp.append(1.0)
+            continue
+        for _ in range(40):
+            mid = (lo * hi) ** 0.5
+            trial = _with(base, tier, size_efficiency=EfficiencyCurve(points=((1.0, mid),)))
+            if _time(op, m.size_bytes, trial, gpus, algorithm)[0] < m.time_s:
+                hi = mid
+            else:
+                lo = mid
+        ramp.append((lo * hi) ** 0.5)
+    if min(ramp) < 0.999:
+        # the curve is read at the bytes each tier handles: across nodes that is size / ranks per node
+        per_tier = 1.0 if tier == "scale_up" or op is Collective.ALL_TO_ALL else group_of(base, gpus).per_node
+        curve = EfficiencyCurve(points=tuple((m.size_bytes / per_tier, r) for m, r in zip(points, ramp, strict=True)))
+        base = _with(base, tier, size_efficiency=curve)
+    return base

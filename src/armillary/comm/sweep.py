@@ -1,0 +1,94 @@
+"""A collective over a range of sizes, reported with the nccl-tests conventions.
+
+nccl-tests (doc/PERFORMANCE.md; formulas.md §1.4): algbw = S / t and busbw = algbw x f, with S the bytes
+of the operation (all-reduce: one rank's buffer; reduce-scatter, all-gather, all-to-all: the whole
+buffer across ranks) and f = 2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter, all-gather and
+all-to-all, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS
+from armillary.comm.collectives import collective
+from armillary.comm.placement import Placement
+from armillary.specs.arrays import Array
+from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.system import System
+from armillary.units import GIB, KIB, MIB
+
+_SUFFIX = {"": 1, "B": 1, "K": KIB, "M": MIB, "G": GIB}
+
+
+def bus_factor(op: Collective, ranks: Array) -> Array:
+    """nccl-tests' busbw / algbw factor."""
+    if op is Collective.ALL_REDUCE:
+        return 2 * (ranks - 1) / ranks
+    if op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL):
+        return (ranks - 1) / ranks
+    return 1.0 + 0 * ranks
+
+
+def parse_size(text: str) -> float:
+    """'64K' -> 65536 (binary prefixes, as nccl-tests' -b/-e)."""
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([KMG]?)B?\s*", text.upper())
+    if not match:
+        raise ValueError(f"size {text!r}: expected a number with an optional K, M or G suffix, e.g. 64K")
+    return float(match.group(1)) * _SUFFIX[match.group(2)]
+
+
+def parse_sizes(text: str) -> np.ndarray:
+    """'1K:16G' (doubling, like nccl-tests -f 2), 'START:END:FACTOR', or a comma list '8M,1G'."""
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise ValueError(f"sizes {text!r}: expected START:END or START:END:FACTOR")
+        start, end = parse_size(parts[0]), parse_size(parts[1])
+        factor = float(parts[2]) if len(parts) == 3 else 2.0
+        if start <= 0 or end < start or factor <= 1:
+            raise ValueError(f"sizes {text!r}: need 0 < START <= END and FACTOR > 1")
+        count = int(np.floor(np.log(end / start) / np.log(factor) + 1e-9)) + 1
+        return start * factor ** np.arange(count)
+    return np.array([parse_size(t) for t in text.split(",")])
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    size_bytes: float
+    time_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    scale_up: str  # algorithm/protocol chosen inside a node ("-" if the group has one rank per node)
+    scale_out: str  # algorithm/protocol chosen across nodes ("-" within one node)
+
+
+def group_of(system: System, gpus: int) -> Placement:
+    """All `gpus` devices of the system as one group, nodes filled first."""
+    per_node = min(gpus, system.devices_per_node)
+    if gpus % per_node:
+        raise ValueError(f"gpus={gpus} does not fill whole nodes of {system.devices_per_node}")
+    return Placement(size=float(gpus), per_node=float(per_node))
+
+
+def collective_sweep(op: Collective, sizes: np.ndarray, group: Placement, system: System,
+                     algorithm: Algorithm = Algorithm.AUTO) -> list[SweepRow]:
+    """The nccl-tests table of `op` over `group` for each size (one vectorized evaluation)."""
+    result = collective(op, np.asarray(sizes, dtype=float), group, system, algorithm)
+    time = np.broadcast_to(result.cost.time, np.shape(sizes))
+    algbw = sizes / time
+    busbw = algbw * bus_factor(op, group.size)
+
+    def label(dim_ranks: float, alg: Array, proto: Array, i: int) -> str:
+        if dim_ranks <= 1:
+            return "-"
+        return f"{ALGORITHMS[int(np.ravel(alg)[min(i, np.size(alg) - 1)])].value}/" \
+               f"{PROTOCOLS[int(np.ravel(proto)[min(i, np.size(proto) - 1)])].name}"
+
+    return [SweepRow(float(s), float(t), float(a), float(b),
+                     label(float(group.per_node), result.scale_up.algorithm, result.scale_up.protocol, i),
+                     label(float(group.nodes), result.scale_out.algorithm, result.scale_out.protocol, i))
+            for i, (s, t, a, b) in enumerate(zip(sizes, time, algbw, busbw, strict=True))]
