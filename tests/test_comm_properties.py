@@ -1,0 +1,99 @@
+"""Invariants of the collective layer (hypothesis) and closed-form alpha-beta results per algorithm."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from armillary.comm.algorithms import PROTOCOLS, dimension_cost
+from armillary.comm.collectives import collective
+from armillary.comm.placement import Placement
+from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.loading import load_system
+from armillary.specs.system import Network
+
+OPS = [Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL,
+       Collective.BROADCAST, Collective.REDUCE]
+H100 = load_system("dgx-h100", 512)
+GROUPS = [Placement(8, 8), Placement(64, 8), Placement(64, 1), Placement(512, 8)]
+
+
+def _scaled(system, bandwidth=1.0, latency=1.0):
+    def net(n: Network) -> Network:
+        return n.model_copy(update={"bandwidth": n.bandwidth * bandwidth, "latency": n.latency * latency})
+    return system.model_copy(update={"scale_up": net(system.scale_up), "scale_out": net(system.scale_out)})
+
+
+@settings(max_examples=60, deadline=None)
+@given(op=hs.sampled_from(OPS), group=hs.sampled_from(GROUPS), n=hs.floats(1.0, 1e11),
+       faster=hs.floats(1.0, 20.0), quicker=hs.floats(0.05, 1.0))
+def test_more_bandwidth_or_less_latency_never_slows(op, group, n, faster, quicker):
+    base = float(collective(op, n, group, H100).cost.time)
+    assert float(collective(op, n, group, _scaled(H100, bandwidth=faster)).cost.time) <= base * (1 + 1e-12)
+    assert float(collective(op, n, group, _scaled(H100, latency=quicker)).cost.time) <= base * (1 + 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(op=hs.sampled_from(OPS), group=hs.sampled_from(GROUPS), n=hs.floats(1.0, 1e11),
+       pinned=hs.sampled_from([a for a in Algorithm if a is not Algorithm.AUTO]))
+def test_automatic_choice_is_never_slower_than_a_pinned_algorithm(op, group, n, pinned):
+    auto = float(collective(op, n, group, H100).cost.time)
+    try:
+        fixed = float(collective(op, n, group, H100, pinned).cost.time)
+    except ValueError:
+        return  # the algorithm cannot run this collective on these tiers
+    assert auto <= fixed * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(op=hs.sampled_from(OPS), group=hs.sampled_from(GROUPS), n=hs.floats(1.0, 1e10), k=hs.floats(1.0, 100.0))
+def test_time_is_non_decreasing_in_size(op, group, n, k):
+    assert float(collective(op, n * k, group, H100).cost.time) >= float(collective(op, n, group, H100).cost.time)
+
+
+def test_array_sizes_match_scalar_sizes():
+    sizes = np.geomspace(1e3, 1e10, 15)
+    for op in OPS:
+        arr = collective(op, sizes, Placement(64, 8), H100).cost.time
+        one = [float(collective(op, s, Placement(64, 8), H100).cost.time) for s in sizes]
+        assert np.allclose(arr, one, rtol=1e-12)
+
+
+SIMPLE = PROTOCOLS[2]
+NVLINK = H100.scale_up.model_copy(update={"algorithms": (Algorithm.RING, Algorithm.HALVING_DOUBLING,
+                                                          Algorithm.DIRECT, Algorithm.TREE)})
+
+
+@pytest.mark.parametrize(("op", "algorithm", "steps", "volume"), [
+    (Collective.ALL_REDUCE, Algorithm.RING, lambda p: 2 * (p - 1), lambda p, n: 2 * (p - 1) / p * n),
+    (Collective.ALL_REDUCE, Algorithm.HALVING_DOUBLING, lambda p: 2 * np.log2(p), lambda p, n: 2 * (p - 1) / p * n),
+    (Collective.ALL_GATHER, Algorithm.RING, lambda p: p - 1, lambda p, n: (p - 1) / p * n),
+    (Collective.REDUCE_SCATTER, Algorithm.HALVING_DOUBLING, lambda p: np.log2(p), lambda p, n: (p - 1) / p * n),
+    (Collective.ALL_TO_ALL, Algorithm.RING, lambda p: p - 1, lambda p, n: (p - 1) / p * n),
+])
+def test_large_messages_follow_the_closed_form(op, algorithm, steps, volume):
+    """Thakur et al. 2005 (formulas.md §1.2): for a large message the Simple protocol wins and
+    t = base + steps * alpha + volume / (eta B)."""
+    p, n = 8, 4e9
+    got = dimension_cost(op, n, p, NVLINK, 3e12, algorithm)
+    eta_b = NVLINK.efficiency * NVLINK.bandwidth
+    expected = SIMPLE.base_latency_s + steps(p) * NVLINK.latency + volume(p, n) / eta_b
+    assert float(got.time) == pytest.approx(expected)
+    assert float(got.sent_bytes) == pytest.approx(volume(p, n))
+
+
+def test_ring_all_reduce_meets_the_bandwidth_lower_bound():
+    """Patarasuk & Yuan 2009: every rank must send at least 2(p-1)/p n bytes in an all-reduce."""
+    for p in (2, 4, 8):
+        got = dimension_cost(Collective.ALL_REDUCE, 1e9, p, NVLINK, 3e12, Algorithm.RING)
+        assert float(got.sent_bytes) == pytest.approx(2 * (p - 1) / p * 1e9)
+
+
+def test_in_network_reduction_halves_the_all_reduce_volume():
+    got = dimension_cost(Collective.ALL_REDUCE, 1e9, 8, H100.scale_up, 3e12, Algorithm.IN_NETWORK)
+    assert float(got.sent_bytes) == pytest.approx(1e9)  # vs 2(p-1)/p n for the ring
+
+
+def test_pinning_an_algorithm_the_network_lacks_names_what_it_offers():
+    with pytest.raises(ValueError, match="offers"):
+        dimension_cost(Collective.ALL_REDUCE, 1e6, 8, load_system("dgx-a100").scale_up, 3e12, Algorithm.IN_NETWORK)
