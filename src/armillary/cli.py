@@ -59,6 +59,35 @@ def estimate_cmd(
         console.print(table)
 
 
+@app.command("comm-profile")
+def comm_profile_cmd(
+    run_file: Annotated[Path, typer.Argument(help="RUN.yaml with model, system, strategy, workload")],
+    json_out: Annotated[bool, typer.Option("--json", help="print the calls as JSON")] = False,
+    plot: Annotated[Path | None, typer.Option(help="also save a message-size histogram (PNG, SVG, PDF)")] = None,
+) -> None:
+    """Every collective and point-to-point transfer of one step: count, size, bytes per tier, time."""
+    from armillary.report.tables import comm_profile_table
+    from armillary.specs.run import load_run
+
+    try:
+        model, system, strategy, workload = load_run(run_file)
+        result = estimate(model, system, strategy, workload)
+    except SpecError as err:
+        _fail(str(err))
+        return
+    if plot is not None:
+        from armillary.report.plots import message_size_histogram
+
+        message_size_histogram(result.communication, plot)
+    if json_out:
+        from armillary.estimate.result import plain
+
+        sys.stdout.write(json.dumps([plain(asdict(c)) for c in result.communication], indent=1) + "\n")
+        return
+    title = f"Communication of one step: {model.name} on {system.devices} x {system.device.name}"
+    console.print(comm_profile_table(result.communication, title))
+
+
 @app.command("validate")
 def validate_cmd(
     csv_path: Annotated[Path | None, typer.Argument(help="validation CSV (default: the shipped copy)")] = None,

@@ -8,25 +8,22 @@ the backward of every micro-batch (formulas.md pitfall 8).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
 
 from armillary.comm.collectives import CommCost, all_gather, all_reduce, reduce_scatter
 from armillary.comm.placement import Placement
 from armillary.estimate import memory as mem
-from armillary.estimate.layer import exposed
+from armillary.estimate.layer import exposed, needed
+from armillary.estimate.result import CommCall, ParallelDimension
 from armillary.specs.arrays import Array, StrategyArrays, where
+from armillary.specs.communication import Collective
 from armillary.specs.system import System
-
-_NONE = CommCost(0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
 class DataParallelCost:
     exposed_s: Array  # per iteration, on the critical path
-    traffic: CommCost  # per iteration, per device
+    calls: tuple[CommCall, ...]  # every DP / ZeRO / FSDP collective of the step
 
 
 def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Array, backward_s: Array,
@@ -38,10 +35,6 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     grad_bytes = params_local * mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision)
     weight_bytes = params_local * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
     zero, active = st.zero, st.dp > 1
-
-    def needed(cost: Callable[[], CommCost], used: Array) -> CommCost:
-        """Skip collectives a single configuration does not use (a sweep evaluates all of them)."""
-        return cost() if np.ndim(used) or used else _NONE
 
     reduce_grads = needed(lambda: all_reduce(grad_bytes, dp_group, system), active & (zero == 0))
     scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system), active & (zero >= 1))
@@ -65,8 +58,17 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     per_mb = where(st.zero == 2, per_mb_zero2, where(st.zero == 3, per_mb_zero3, 0.0))
     exposed_s = where(st.dp > 1, once + microbatches * per_mb, 0.0)
 
-    is_stage = [where(st.zero == z, 1.0, 0.0) for z in range(4)]
-    traffic = (reduce_grads * is_stage[0] + (scatter_grads + gather_params) * is_stage[1]
-               + (scatter_grads * microbatches + gather_params) * is_stage[2]
-               + (scatter_grads + gather_params * 2) * (microbatches * is_stage[3]))
-    return DataParallelCost(exposed_s=exposed_s, traffic=traffic)
+    on = [where(active & (st.zero == z), 1.0, 0.0) for z in range(4)]
+    m, units = microbatches, layers_local
+    calls = (
+        _call(Collective.ALL_REDUCE, on[0], grad_bytes, reduce_grads),
+        _call(Collective.REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
+        _call(Collective.ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
+        _call(Collective.ALL_GATHER, on[3] * 2 * units * m, weight_bytes / units, unit_gather),
+        _call(Collective.REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
+    )
+    return DataParallelCost(exposed_s=exposed_s, calls=calls)
+
+
+def _call(op: Collective, per_step: Array, n: Array, cost: CommCost) -> CommCall:
+    return CommCall(ParallelDimension.DP, op, per_step, n, cost.time, cost.scale_up_bytes, cost.scale_out_bytes)

@@ -8,12 +8,17 @@ Recomputation re-runs the forward (full) or the attention core (selective; Korth
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from armillary.comm.collectives import CommCost, all_gather, all_reduce
+import numpy as np
+
+from armillary.comm.collectives import CommCost, all_gather, all_reduce, reduce_scatter
 from armillary.comm.placement import Placement
 from armillary.cost.compute import fused_attention_time, kernel_times
+from armillary.estimate.result import CommCall, LayerCost, ParallelDimension, PassCost
 from armillary.specs.arrays import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, Array, StrategyArrays, maximum, where
+from armillary.specs.communication import Collective
 from armillary.specs.system import System
 from armillary.workload.transformer import Ends, LayerForward
 
@@ -22,40 +27,6 @@ from armillary.workload.transformer import Ends, LayerForward
 BACKWARD_STREAM_FACTOR = 1.5
 # FlashAttention's backward recomputes the scores: 2.5x the forward FLOPs (FA2 §4.1; formulas.md §3.5).
 FLASH_BACKWARD_FACTOR = 2.5
-
-
-@dataclass(frozen=True)
-class PassCost:
-    """FLOPs, HBM bytes and kernel time (no communication) of one pass."""
-
-    flop: Array
-    bytes: Array
-    time_s: Array
-
-
-@dataclass(frozen=True)
-class LayerCost:
-    """One layer, one micro-batch, one device. Communication times are what stays exposed."""
-
-    forward: PassCost
-    backward_input: PassCost
-    backward_weight: PassCost
-    recompute: PassCost
-    tp_forward_s: Array
-    tp_backward_s: Array
-    tp_recompute_s: Array
-
-    @property
-    def compute_s(self) -> Array:
-        return self.forward.time_s + self.backward_input.time_s + self.backward_weight.time_s
-
-    @property
-    def tp_s(self) -> Array:
-        return self.tp_forward_s + self.tp_backward_s
-
-    @property
-    def total_s(self) -> Array:
-        return self.compute_s + self.recompute.time_s + self.tp_recompute_s + self.tp_s
 
 
 @dataclass(frozen=True)
@@ -74,8 +45,8 @@ def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
 
 
 def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp_group: Placement,
-               system: System) -> tuple[LayerCost, EndsCost, CommCost]:
-    """Per-pass cost of one layer and of the model's ends; also the cost of one TP all-reduce."""
+               system: System) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
+    """Per-pass cost of one layer and of the model's ends, and the layer's TP calls per micro-batch."""
     device, flash, code = system.device, st.flash_attention, st.precision
     kt = kernel_times((*fw.dense_gemms, *fw.dense_streams, ends.embedding, ends.loss), device, code)
     gemm_t, stream_t, embedding_t, loss_t = kt[0:4].sum(axis=0), kt[4:8].sum(axis=0), kt[8], kt[9]
@@ -108,16 +79,39 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
     recompute = PassCost(*(where(full, f, where(selective, c, 0.0)) for f, c in (
         (forward.flop, core_f.flop), (forward.bytes, core_f.bytes), (forward.time_s, core_f.time_s))))
 
-    # two all-reduces per pass (SC'21 §3.2); with SP each becomes all-gather + reduce-scatter of the same
-    # bytes (Korthikanti §4.2.2), which costs the same under the ring model. SP's backward gathers each
-    # block's input once more for the weight gradient (Megatron keeps only the 1/t shard).
-    tp_cost = all_reduce(n_tp, tp_group, system)
-    regather = all_gather(n_tp, tp_group, system)
-    tp_f = exposed(2 * tp_cost.time, gemm_t, st.overlap_tp)
-    tp_b = exposed(2 * tp_cost.time + st.sequence_parallel * 2 * regather.time, 2 * gemm_t, st.overlap_tp)
+    # two all-reduces per pass (SC'21 §3.2); with SP each becomes an all-gather before and a reduce-scatter
+    # after the block (Korthikanti §4.2.2), and the backward gathers each block's input once more for the
+    # weight gradient (Megatron keeps only the 1/t shard)
+    sp = st.sequence_parallel
+    ar = needed(lambda: all_reduce(n_tp, tp_group, system), sp < 1)
+    ag = needed(lambda: all_gather(n_tp, tp_group, system), sp > 0)
+    rs = needed(lambda: reduce_scatter(n_tp, tp_group, system), sp > 0)
+    block = where(sp > 0, ag.time + rs.time, ar.time)
+    tp_f = exposed(2 * block, gemm_t, st.overlap_tp)
+    tp_b = exposed(2 * block + sp * 2 * ag.time, 2 * gemm_t, st.overlap_tp)
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
                       tp_recompute_s=where(full, tp_f, 0.0))
+    # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
+    ends_ar = all_reduce(n_tp, tp_group, system)
     ends_cost = EndsCost(embedding_s=(1 + k) * embedding_t, head_s=3 * head_gemm_t + (1 + k) * loss_t,
-                         tp_s=tp_cost.time)
-    tp_traffic = tp_cost * (4 + 2 * full) + regather * (2 * st.sequence_parallel)
-    return layer, ends_cost, tp_traffic
+                         tp_s=ends_ar.time)
+    recomputed = 2 * full  # full recomputation repeats the forward's collectives
+    calls = (
+        _call(Collective.ALL_REDUCE, (1 - sp) * (4 + recomputed), n_tp, ar),
+        _call(Collective.ALL_GATHER, sp * (6 + recomputed), n_tp, ag),
+        _call(Collective.REDUCE_SCATTER, sp * (4 + recomputed), n_tp, rs),
+    )
+    return layer, ends_cost, calls
+
+
+def _call(op: Collective, per_layer: Array, n: Array, cost: CommCost) -> CommCall:
+    """A TP call counted per layer and micro-batch (the step composition scales the count)."""
+    return CommCall(ParallelDimension.TP, op, per_layer, n, cost.time, cost.scale_up_bytes, cost.scale_out_bytes)
+
+
+NO_COMM = CommCost(0.0, 0.0, 0.0)
+
+
+def needed(cost: Callable[[], CommCost], used: Array) -> CommCost:
+    """Skip collectives a single configuration does not use (a sweep evaluates all of them)."""
+    return cost() if isinstance(used, np.ndarray) or used else NO_COMM

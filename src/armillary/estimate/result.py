@@ -3,12 +3,47 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
-from armillary.estimate.layer import LayerCost
 from armillary.specs.arrays import Array
+from armillary.specs.communication import Collective
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """FLOPs, HBM bytes and kernel time (no communication) of one pass."""
+
+    flop: Array
+    bytes: Array
+    time_s: Array
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer, one micro-batch, one device. Communication times are what stays exposed."""
+
+    forward: PassCost
+    backward_input: PassCost
+    backward_weight: PassCost
+    recompute: PassCost
+    tp_forward_s: Array
+    tp_backward_s: Array
+    tp_recompute_s: Array
+
+    @property
+    def compute_s(self) -> Array:
+        return self.forward.time_s + self.backward_input.time_s + self.backward_weight.time_s
+
+    @property
+    def tp_s(self) -> Array:
+        return self.tp_forward_s + self.tp_backward_s
+
+    @property
+    def total_s(self) -> Array:
+        return self.compute_s + self.recompute.time_s + self.tp_recompute_s + self.tp_s
 
 
 @dataclass(frozen=True)
@@ -53,6 +88,30 @@ class Traffic:
     scale_out_bytes: Array
 
 
+class ParallelDimension(StrEnum):
+    TP = "TP"  # tensor parallelism (with sequence parallelism: all-gather / reduce-scatter)
+    PP = "PP"  # pipeline point-to-point
+    DP = "DP"  # data-parallel gradient reduction / ZeRO / FSDP
+
+
+@dataclass(frozen=True)
+class CommCall:
+    """One kind of communication call of a step, as one device of the busiest stage sees it."""
+
+    dimension: ParallelDimension
+    operation: Collective
+    per_step: Array  # calls per iteration
+    message_bytes: Array  # size of each call (nccl-tests convention for the operation)
+    time_each_s: Array
+    scale_up_bytes_each: Array  # bytes this device sends per call on each tier
+    scale_out_bytes_each: Array
+
+    @property
+    def time_s(self) -> Array:
+        """Total time of these calls per step, before any overlap with compute."""
+        return self.per_step * self.time_each_s
+
+
 @dataclass(frozen=True)
 class StepEstimate:
     """One training iteration: time, its breakdown, throughput, utilization, memory and traffic."""
@@ -69,6 +128,7 @@ class StepEstimate:
     hbm_capacity_bytes: Array
     tier2_capacity_bytes: Array
     traffic: Traffic
+    communication: tuple[CommCall, ...]  # every collective / transfer of the step (its sum is `traffic`)
     microbatches: Array
     layer: LayerCost  # one layer, one micro-batch, per pass: FLOPs, bytes, time, exposed TP
     feasible: Array  # boolean
@@ -84,14 +144,14 @@ class StepEstimate:
         d["memory"]["tier2_capacity_bytes"] = d.pop("tier2_capacity_bytes")
         d["breakdown"]["total"] = self.breakdown.total
         d["infeasible_reasons"] = list(self.infeasible_reasons)
-        return _plain(d)
+        return plain(d)
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, np.ndarray):
         return value.item() if value.ndim == 0 else value.tolist()
     if isinstance(value, np.generic):

@@ -10,7 +10,7 @@ arrays, so one call evaluates one configuration or a whole sweep.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -20,9 +20,16 @@ from armillary.cost.compute import matrix_peak, stream_time
 from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import data_parallel_cost
 from armillary.estimate.feasibility import check
-from armillary.estimate.layer import layer_cost
+from armillary.estimate.layer import layer_cost, needed
 from armillary.estimate.pipeline import pipeline_time
-from armillary.estimate.result import MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
+from armillary.estimate.result import (
+    CommCall,
+    MemoryBreakdown,
+    ParallelDimension,
+    StepEstimate,
+    TimeBreakdown,
+    Traffic,
+)
 from armillary.specs.arrays import (
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
@@ -33,6 +40,7 @@ from armillary.specs.arrays import (
     maximum,
     where,
 )
+from armillary.specs.communication import Collective
 from armillary.specs.system import System
 from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import ends_forward, layer_forward, layer_forward_flop, tp_message_bytes
@@ -69,7 +77,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # --- one layer, one micro-batch; embedding (first stage), LM head and loss (last stage) --------
     fw = layer_forward(m, b, s, t, sp, e)
     n_tp = tp_message_bytes(m, b, s, e)
-    lc, ends, layer_tp_traffic = layer_cost(fw, ends_forward(m, b, s, t, e), st, n_tp, tp_group, system)
+    lc, ends, layer_calls = layer_cost(fw, ends_forward(m, b, s, t, e), st, n_tp, tp_group, system)
     layer = _PerMicrobatch(compute=lc.compute_s, recompute=lc.recompute.time_s + lc.tp_recompute_s, tp=lc.tp_s)
     embedding = _PerMicrobatch(compute=ends.embedding_s, recompute=0.0, tp=ends.tp_s)
     head = _PerMicrobatch(compute=ends.head_s, recompute=0.0, tp=ends.tp_s)
@@ -86,9 +94,10 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     n_pp = b * s * m.hidden * e
     pp_crosses = where(pp_group.per_node < p, 1.0, 0.0)
     scatter = where((st.pp_scatter_gather > 0) & (pp_crosses > 0), t, 1.0)
-    p2p = send_recv(n_pp / scatter, pp_crosses, system) + (scatter > 1) * all_gather(n_pp, tp_group, system)
+    send = send_recv(n_pp / scatter, pp_crosses, system)
+    regather = needed(lambda: all_gather(n_pp, tp_group, system), scatter > 1)
     # every micro-batch sends its activation forward and its gradient back, once per model chunk
-    p2p_per_mb = (1 - single) * 2 * v * p2p.time
+    p2p_per_mb = (1 - single) * 2 * v * (send.time + (scatter > 1) * regather.time)
 
     first = layer * n_first + embedding + head * single
     last = layer * n_last + head + embedding * single
@@ -173,9 +182,23 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     model_flop = model_flop_per_iteration(m, w, layer_flop)
     recompute_flop = _recompute_flop(m, st, w, layer_flop)
     tokens = w.global_batch * w.seq_len
-    tp_traffic = microbatches * (layer_tp_traffic * (L / p) + 2 * all_reduce(n_tp, tp_group, system))
-    pp_traffic = microbatches * (1 - single) * 2 * v * p2p
-    traffic = tp_traffic + pp_traffic + dp.traffic
+    # every call of the step, as a device of the busiest stage makes them; traffic is their sum
+    layers_here = maximum(n_first, n_last)
+    ends_ar = all_reduce(n_tp, tp_group, system)
+    pp_calls = 2 * v * microbatches * (1 - single)
+    calls = (
+        *(replace(c, per_step=c.per_step * layers_here * microbatches) for c in layer_calls),
+        CommCall(ParallelDimension.TP, Collective.ALL_REDUCE, (1 + single) * microbatches * where(t > 1, 1.0, 0.0),
+                 n_tp, ends_ar.time, ends_ar.scale_up_bytes, ends_ar.scale_out_bytes),
+        CommCall(ParallelDimension.PP, Collective.SEND_RECV, pp_calls, n_pp / scatter, send.time,
+                 send.scale_up_bytes, send.scale_out_bytes),
+        CommCall(ParallelDimension.PP, Collective.ALL_GATHER, pp_calls * (scatter > 1), n_pp, regather.time,
+                 regather.scale_up_bytes, regather.scale_out_bytes),
+        *dp.calls,
+    )
+    calls = tuple(c for c in calls if not _never(c.per_step))
+    traffic = Traffic(scale_up_bytes=sum(c.per_step * c.scale_up_bytes_each for c in calls),
+                      scale_out_bytes=sum(c.per_step * c.scale_out_bytes_each for c in calls))
     feasible, reasons = check(m, st, w, system, hbm.total, tier2_mem.total)
     tier2_capacity = tier2.capacity if tier2 is not None else 0.0
     return StepEstimate(
@@ -184,9 +207,14 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         mfu=model_flop / (step * devices * peak), hfu=(model_flop + recompute_flop) / (step * devices * peak),
         memory_hbm=hbm, memory_tier2=tier2_mem,
         hbm_capacity_bytes=device.hbm.capacity + 0.0 * step, tier2_capacity_bytes=tier2_capacity + 0.0 * step,
-        traffic=Traffic(scale_up_bytes=traffic.scale_up_bytes, scale_out_bytes=traffic.scale_out_bytes),
+        traffic=traffic, communication=calls,
         microbatches=microbatches, layer=lc, feasible=feasible, infeasible_reasons=reasons,
     )
+
+
+def _never(count: Array) -> bool:
+    """A call that a single configuration never makes (kept in a sweep, where some points make it)."""
+    return not isinstance(count, np.ndarray) and count == 0
 
 
 def _pick_max(*candidates: tuple[Array, _PerMicrobatch]) -> _PerMicrobatch:

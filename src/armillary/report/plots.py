@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from armillary.estimate.result import CommCall
 from armillary.validation.run import RowResult, source_group
 
 
@@ -36,6 +37,33 @@ def validation_plot(results: list[RowResult], path: Path) -> Path:
     ax.set_ylabel("predicted / measured (label: mean |error|)")
     ax.set_title("armillary against published measurements")
     ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def message_size_histogram(calls: tuple[CommCall, ...], path: Path) -> Path:
+    """Calls per step by message size (log bins), one colour per parallel dimension."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    sizes = [float(c.message_bytes) for c in calls if float(c.per_step) > 0]
+    bins = list(np.geomspace(max(min(sizes, default=1.0) / 2, 1.0), max(sizes, default=2.0) * 2, 30))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for dim in sorted({c.dimension for c in calls}):
+        mine = [c for c in calls if c.dimension is dim and float(c.per_step) > 0]
+        ax.hist([float(c.message_bytes) for c in mine], bins=bins, weights=[float(c.per_step) for c in mine],
+                alpha=0.6, label=dim.value)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("calls per step")
+    ax.set_title("communication of one step by message size")
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

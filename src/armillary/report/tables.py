@@ -7,7 +7,7 @@ from dataclasses import fields
 from rich.table import Table
 
 from armillary.comm.sweep import SweepRow
-from armillary.estimate.result import StepEstimate
+from armillary.estimate.result import CommCall, StepEstimate
 from armillary.units import GIB
 from armillary.validation.run import GroupSummary, RowResult
 
@@ -85,3 +85,24 @@ def sweep_table(rows: list[SweepRow], title: str) -> Table:
         table.add_row(f"{r.size_bytes:.0f}", f"{r.time_s * 1e6:.2f}", f"{r.algbw_bytes_per_s / 1e9:.2f}",
                       f"{r.busbw_bytes_per_s / 1e9:.2f}", r.scale_up, r.scale_out)
     return table
+
+
+def comm_profile_table(calls: tuple[CommCall, ...], title: str) -> Table:
+    """Every communication call of a step: count, size, bytes per tier and time (before overlap)."""
+    table = Table(title=title)
+    for name in ("dim", "operation", "calls/step", "message", "time each (us)", "total (ms)", "scale-up GB",
+                 "scale-out GB"):
+        table.add_column(name, justify="left" if name in ("dim", "operation") else "right")
+    for c in calls:
+        table.add_row(c.dimension.value, c.operation.value, f"{float(c.per_step):,.0f}",
+                      _size(float(c.message_bytes)), f"{float(c.time_each_s) * 1e6:,.1f}",
+                      f"{float(c.time_s) * 1e3:,.2f}", f"{float(c.per_step * c.scale_up_bytes_each) / 1e9:,.3g}",
+                      f"{float(c.per_step * c.scale_out_bytes_each) / 1e9:,.3g}")
+    return table
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
