@@ -156,6 +156,35 @@ def collective_cmd(
     console.print(sweep_table(rows, f"{operation.value} on {gpus} x {spec.device.name} ({spec.name})"))
 
 
+@app.command("commbench")
+def commbench_cmd(
+    op: Annotated[str, typer.Option(help="all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce")] = (
+        "all_reduce"),
+    ranks: Annotated[int, typer.Option(help="processes (gloo) or GPUs (nccl) on this machine")] = 2,
+    backend: Annotated[str, typer.Option(help="gloo (CPU) or nccl (GPU)")] = "gloo",
+    sizes: Annotated[str, typer.Option(help="START:END[:FACTOR] or a comma list")] = "1K:16M",
+    iters: Annotated[int, typer.Option(help="timed iterations per size")] = 10,
+    out: Annotated[Path | None, typer.Option(help="also write the nccl-tests table here")] = None,
+) -> None:
+    """Measure a collective with torch.distributed and print the nccl-tests table (feeds calibrate-network)."""
+    from armillary.comm.bench import BenchConfig, nccl_tests_table, run_benchmark
+    from armillary.comm.sweep import parse_sizes
+    from armillary.specs.communication import Collective
+
+    try:
+        operation = Collective(op)
+        if operation is Collective.SEND_RECV or backend not in ("gloo", "nccl") or ranks < 2:
+            raise ValueError(f"need a collective, backend gloo or nccl and ranks >= 2 (got {op}, {backend}, {ranks})")
+        config = BenchConfig(operation, tuple(float(x) for x in parse_sizes(sizes)), ranks, backend, iters=iters)
+        table = nccl_tests_table(operation, ranks, run_benchmark(config))
+    except (ValueError, RuntimeError) as err:
+        _fail(str(err))
+        return
+    if out is not None:
+        out.write_text(table)
+    sys.stdout.write(table)
+
+
 @app.command("calibrate-network")
 def calibrate_network_cmd(
     log: Annotated[Path, typer.Argument(help="nccl-tests output (the table it prints)")],

@@ -91,7 +91,7 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
         trial = _with(base, tier, latency=float(latency))
         return sum(np.log(_time(op, m.size_bytes, trial, gpus, algorithm)[0] / m.time_s) ** 2 for m in small)
 
-    grid = np.geomspace(0.1e-6, 50e-6, 60)
+    grid = np.geomspace(0.1e-6, 0.1, 120)  # NVLink hops (us) up to TCP loopback (ms)
     k = int(np.argmin([log_error(x) for x in grid]))
     lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
     for _ in range(40):

@@ -1,0 +1,40 @@
+"""A real gloo benchmark on this machine feeds the calibration end to end (needs torch: the CI installs it)."""
+
+import pytest
+
+from armillary.comm.calibration import fit_tier, parse_nccl_tests
+from armillary.comm.collectives import collective
+from armillary.comm.sweep import group_of
+from armillary.specs.communication import Collective
+from armillary.specs.loading import load_device
+from armillary.specs.system import Network, System
+
+pytest.importorskip("torch")
+
+from armillary.comm.bench import BenchConfig, nccl_tests_table, run_benchmark  # noqa: E402
+
+
+def loopback(ranks: int) -> System:
+    """Processes on one host talking over loopback TCP: one tier, ring only (what gloo runs)."""
+    net = Network(name="loopback TCP (gloo)", bandwidth="1 GB/s", latency="100 us", efficiency=0.5,
+                  algorithms=["ring"])
+    return System(name="localhost", device=load_device("a100-sxm4-80gb"), devices_per_node=ranks,
+                  scale_up=net, scale_out=net)
+
+
+def test_gloo_run_calibrates_a_network():
+    op, ranks = Collective.ALL_REDUCE, 2
+    sizes = tuple(float(2**k) for k in range(10, 22, 2))  # 1 KiB .. 1 MiB
+    measured = run_benchmark(BenchConfig(op, sizes, ranks, "gloo", warmup=2, iters=5))
+    assert [int(s) for s, _ in measured] == [int(s) for s in sizes] and all(t > 0 for _, t in measured)
+    log = nccl_tests_table(op, ranks, measured)
+    rows = parse_nccl_tests(log)
+    fitted = fit_tier(rows, op, ranks, loopback(ranks))
+    net = fitted.scale_up
+    assert 0 < net.latency < 0.1 and 0 < net.efficiency <= 1
+    group = group_of(fitted, ranks)
+    # the fitted description reproduces the measured sweep (loopback timings on a busy 2-core machine are
+    # noisy: each point within 4x, their median within 1.5x)
+    ratios = sorted(float(collective(op, r.size_bytes, group, fitted).cost.time) / r.time_s for r in rows)
+    assert all(0.25 < x < 4 for x in ratios)
+    assert 1 / 1.5 < ratios[len(ratios) // 2] < 1.5
