@@ -2,6 +2,7 @@
 
 import pytest
 
+from armillary.comm.bench import BenchConfig, nccl_tests_table, run_benchmark
 from armillary.comm.calibration import fit_tier, parse_nccl_tests
 from armillary.comm.collectives import collective
 from armillary.comm.sweep import group_of
@@ -10,8 +11,6 @@ from armillary.specs.loading import load_device
 from armillary.specs.system import Network, System
 
 pytest.importorskip("torch")
-
-from armillary.comm.bench import BenchConfig, nccl_tests_table, run_benchmark  # noqa: E402
 
 
 def loopback(ranks: int) -> System:
