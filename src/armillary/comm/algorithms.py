@@ -120,13 +120,25 @@ def _allowed(algorithm: Algorithm, net: Network) -> bool:
 def _link_bandwidth(net: Network, algorithm: Algorithm) -> float:
     """Achievable bytes/s per rank for an algorithm on this dimension."""
     if algorithm is Algorithm.IN_NETWORK:
-        return net.in_network_efficiency * net.bandwidth
-    bandwidth = net.efficiency * net.bandwidth
+        return net.in_network_efficiency * net.bandwidth / net.shared_by
+    bandwidth = net.efficiency * net.bandwidth / net.shared_by
     if net.kind is NetworkKind.FAT_TREE:
         bandwidth /= net.oversubscription
     if net.kind in (NetworkKind.TORUS, NetworkKind.RING):
         bandwidth *= 2  # a bidirectional ring sends half the data each way (`bandwidth` is per direction)
     return bandwidth
+
+
+def _ring_hops(net: Network, p: Array) -> Array | None:
+    """Steps of one ring pass on a torus or mesh that the group fills: the ring runs dimension by dimension,
+    sum(s_k - 1) steps instead of p - 1 (formulas.md §1.2, multi-dimensional row)."""
+    if net.shape is None or net.kind not in (NetworkKind.TORUS, NetworkKind.MESH):
+        return None
+    size = float(np.prod(net.shape))
+    hops = float(sum(k - 1 for k in net.shape))
+    if _is_scalar(p):
+        return hops if float(p) == size and p > 1 else None
+    return np.where(np.asarray(p) == size, hops, np.asarray(p) - 1.0)
 
 
 _MEMO: dict[int, tuple[Network, tuple[tuple[int, Algorithm, float], ...]]] = {}
@@ -163,6 +175,7 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduc
         log_p = np.ceil(np.log2(np.maximum(p, 1)))
     times, sents, labels = [], [], []
     reduces = op.reduces
+    ring_hops = _ring_hops(net, p)
     ramp = 1.0 if net.size_efficiency is None else net.size_efficiency(n_bytes)
     if scalar and not isinstance(ramp, float):
         ramp = float(ramp)
@@ -173,6 +186,8 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduc
         if steps_bytes is None:
             continue
         steps, sent = steps_bytes
+        if alg is Algorithm.RING and ring_hops is not None:
+            steps = steps * ring_hops / (p - 1)
         reduce_time: Array = 0.0
         if reduces and alg is Algorithm.DIRECT:  # one-shot reduces the p received buffers afterwards
             reduce_time = (p - 1) * n_bytes * _REDUCE_TRAFFIC / reduce_bytes_per_s

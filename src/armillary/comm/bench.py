@@ -72,12 +72,14 @@ def _worker(rank: int, config: BenchConfig, port: int, queue: object) -> None:
         dist.barrier()
         if config.backend == "nccl":
             torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(config.iters):
+        samples = []
+        for _ in range(config.iters):  # the median iteration: robust to a busy machine's hiccups
+            start = time.perf_counter()
             once()
-        if config.backend == "nccl":
-            torch.cuda.synchronize()
-        elapsed = torch.tensor([(time.perf_counter() - start) / config.iters], dtype=torch.float64)
+            if config.backend == "nccl":
+                torch.cuda.synchronize()
+            samples.append(time.perf_counter() - start)
+        elapsed = torch.tensor([float(np.median(samples))], dtype=torch.float64)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the time, as in nccl-tests
         results.append((count * _DTYPE_BYTES, float(elapsed)))
     if rank == 0:

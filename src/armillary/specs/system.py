@@ -139,6 +139,8 @@ class Network(Spec):
         None, description="bandwidth multiplier vs message bytes (ramp-up of mid-size messages), fitted from "
         "nccl-tests sweeps by `armillary calibrate-network`")
     oversubscription: float = Field(1.0, ge=1.0, description="fat-tree: bandwidth above the leaves is divided")
+    shared_by: PositiveInt = Field(
+        1, description="devices sharing each link of `bandwidth` (e.g. 2 when 4 NICs serve 8 GPUs)")
     shape: tuple[PositiveInt, ...] | None = Field(None, description="torus / mesh dimensions, e.g. [4, 4, 4]")
     algorithms: tuple[Algorithm, ...] = Field(
         NCCL_ALGORITHMS, description="algorithms the communication library offers on this tier (auto picks)")
