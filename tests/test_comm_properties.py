@@ -97,3 +97,58 @@ def test_in_network_reduction_halves_the_all_reduce_volume():
 def test_pinning_an_algorithm_the_network_lacks_names_what_it_offers():
     with pytest.raises(ValueError, match="offers"):
         dimension_cost(Collective.ALL_REDUCE, 1e6, 8, load_system("dgx-a100").scale_up, 3e12, Algorithm.IN_NETWORK)
+
+
+def test_uniform_matrix_all_to_all_matches_the_uniform_collective():
+    from armillary.comm.collectives import all_to_all_matrix
+
+    p, n = 16, 64e6  # each rank sends n/p to every rank
+    matrix = np.full((p, p), n / p)
+    group = Placement(16, 8)
+    uniform = collective(Collective.ALL_TO_ALL, n, group, H100).cost
+    skewed = matrix.copy()
+    skewed[:, 3] *= 4  # rank 3 is a hot expert
+    got = all_to_all_matrix(matrix, group, H100)
+    assert got.time == pytest.approx(float(uniform.time), rel=1e-9)
+    assert all_to_all_matrix(skewed, group, H100).time > got.time
+
+
+def test_shared_links_divide_the_bandwidth():
+    shared = H100.model_copy(update={"scale_out": H100.scale_out.model_copy(update={"shared_by": 2})})
+    n, group = 1e9, Placement(64, 8)
+    t1 = float(collective(Collective.ALL_REDUCE, n, group, H100).cost.time)
+    t2 = float(collective(Collective.ALL_REDUCE, n, group, shared).cost.time)
+    assert t2 > 1.5 * (t1 - float(collective(Collective.ALL_REDUCE, n, Placement(8, 8), H100).cost.time))
+
+
+def test_torus_ring_runs_dimension_by_dimension():
+    """A 4x4x4 torus: one ring pass takes 3 + 3 + 3 steps instead of 63 (formulas.md §1.2)."""
+    torus = Network(name="ICI 3D torus", kind="torus", shape=(4, 4, 4), bandwidth="100 GB/s", latency="1 us",
+                    efficiency=0.8, algorithms=["ring"])
+    small = dimension_cost(Collective.ALL_GATHER, 64.0, 64, torus, 1e12)
+    flat = dimension_cost(Collective.ALL_GATHER, 64.0, 64, torus.model_copy(update={"shape": None}), 1e12)
+    assert float(flat.time) - float(small.time) == pytest.approx((63 - 9) * 1e-6 * PROTOCOLS[0].hop_latency_factor)
+
+
+def test_topology_graph_of_a_dgx_cluster():
+    import networkx as nx
+
+    from armillary.comm.topology import topology_graph
+
+    g = topology_graph(load_system("dgx-h100", 32))
+    devices = [v for v, k in g.nodes(data="kind") if k == "device"]
+    assert len(devices) == 32 and nx.is_connected(g)
+    assert g.degree["n0.switch"] == 8  # NVSwitch star inside each node
+    assert nx.shortest_path_length(g, "d0.0", "d1.0") == 2  # same rail: device - rail switch - device
+
+
+def test_topology_graph_of_a_torus():
+    import networkx as nx
+
+    from armillary.comm.topology import topology_graph
+    from armillary.specs.system import System
+
+    ici = Network(name="ICI", kind="torus", shape=(2, 2), bandwidth="100 GB/s", latency="1 us", efficiency=0.8)
+    system = System(name="pod", device=H100.device, devices_per_node=4, scale_up=ici, scale_out=H100.scale_out)
+    g = topology_graph(system)
+    assert nx.is_connected(g) and all(deg == 2 for _, deg in g.degree)  # a 2x2 torus is a 4-ring

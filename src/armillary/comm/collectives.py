@@ -130,3 +130,31 @@ def send_recv(n_bytes: Array, crosses_nodes: Array, system: System) -> CommCost:
     t_out = dimension_cost(Collective.SEND_RECV, n_bytes, 2.0, system.scale_out, rate).time
     time = crosses_nodes * t_out + (1 - crosses_nodes) * t_up
     return CommCost(time, (1 - crosses_nodes) * n_bytes, crosses_nodes * n_bytes)
+
+
+def all_to_all_matrix(matrix: np.ndarray, group: Placement, system: System) -> CommCost:
+    """Non-uniform all-to-all (MoE dispatch with uneven routing): `matrix[i, j]` bytes go from rank i to
+    rank j; ranks fill nodes in order (`group.per_node` each). Every rank sends its row and receives its
+    column on both tiers at once; on each tier its time is the uniform all-to-all with the same busiest
+    direction, and the slowest rank sets the time (formulas.md pitfall 12)."""
+    m = np.asarray(matrix, dtype=float)
+    p = m.shape[0]
+    if m.shape != (p, p) or p != int(float(group.size)):
+        raise ValueError(f"matrix must be {int(float(group.size))} x {int(float(group.size))}, got {m.shape}")
+    per_node = int(float(group.per_node))
+    node = np.arange(p) // per_node
+    same = node[:, None] == node[None, :]
+    np.fill_diagonal(same, False)  # a rank's bytes to itself stay put
+    other = node[:, None] != node[None, :]
+    busiest_in = np.maximum((m * same).sum(axis=1), (m * same).sum(axis=0))
+    busiest_out = np.maximum((m * other).sum(axis=1), (m * other).sum(axis=0))
+    rate = _reduce_rate(system)
+    nodes = p / per_node
+    # the uniform all-to-all of n bytes sends (k-1)/k n per rank: find the n with this rank's busiest load
+    inside = dimension_cost(Collective.ALL_TO_ALL, busiest_in * per_node / max(per_node - 1, 1), float(per_node),
+                            system.scale_up, rate)
+    across = dimension_cost(Collective.ALL_TO_ALL, busiest_out * nodes / max(nodes - 1, 1), nodes,
+                            system.scale_out, rate)
+    slowest = int(np.argmax(np.maximum(inside.time, across.time)))
+    return CommCost(float(np.maximum(inside.time, across.time)[slowest]), float(busiest_in[slowest]),
+                    float(busiest_out[slowest]))
