@@ -4,7 +4,7 @@ The tier the collective crosses (scale-up within one node, scale-out beyond) get
 order: its asymptotic efficiency (the largest message's bus bandwidth), its per-step latency (the smallest
 messages, least squares in log time), and a size-efficiency curve (for each measured size, the bandwidth
 multiplier that reproduces the measured time: the ramp-up of mid-size messages, which NCCL drives with its
-channel count).
+channel count), kept non-decreasing in size.
 """
 
 from __future__ import annotations
@@ -114,9 +114,12 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
             else:
                 lo = mid
         ramp.append((lo * hi) ** 0.5)
+    # a message's share of the bandwidth does not shrink as it grows: keep the curve non-decreasing
+    ramp = list(np.minimum.accumulate(np.array(ramp)[::-1])[::-1])
     if min(ramp) < 0.999:
         # the curve is read at the bytes each tier handles: across nodes that is size / ranks per node
         per_tier = 1.0 if tier == "scale_up" or op is Collective.ALL_TO_ALL else group_of(base, gpus).per_node
-        curve = EfficiencyCurve(points=tuple((m.size_bytes / per_tier, r) for m, r in zip(points, ramp, strict=True)))
+        curve = EfficiencyCurve(points=tuple((m.size_bytes / per_tier, float(r))
+                                             for m, r in zip(points, ramp, strict=True)))
         base = _with(base, tier, size_efficiency=curve)
     return base
