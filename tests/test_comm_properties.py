@@ -60,8 +60,9 @@ def test_array_sizes_match_scalar_sizes():
 
 
 SIMPLE = PROTOCOLS[2]
-NVLINK = H100.scale_up.model_copy(update={"algorithms": (Algorithm.RING, Algorithm.HALVING_DOUBLING,
-                                                          Algorithm.DIRECT, Algorithm.TREE)})
+NVLINK = H100.scale_up.model_copy(update={
+    "size_efficiency": None,
+    "algorithms": (Algorithm.RING, Algorithm.HALVING_DOUBLING, Algorithm.DIRECT, Algorithm.TREE)})
 
 
 @pytest.mark.parametrize(("op", "algorithm", "steps", "volume"), [
