@@ -153,3 +153,13 @@ def test_topology_graph_of_a_torus():
     system = System(name="pod", device=H100.device, devices_per_node=4, scale_up=ici, scale_out=H100.scale_out)
     g = topology_graph(system)
     assert nx.is_connected(g) and all(deg == 2 for _, deg in g.degree)  # a 2x2 torus is a 4-ring
+
+
+def test_bandwidth_sweep_matches_respecified_networks():
+    """A search sweeps tier bandwidths as arrays; each element equals a network re-specified with it."""
+    bandwidths = np.array([100e9, 400e9, 900e9])
+    group = Placement(64, 8)
+    swept = collective(Collective.ALL_REDUCE, 1e9, group, H100, scale_out_bandwidth=bandwidths).cost.time
+    for b, t in zip(bandwidths, swept, strict=True):
+        one = H100.model_copy(update={"scale_out": H100.scale_out.model_copy(update={"bandwidth": b})})
+        assert t == pytest.approx(float(collective(Collective.ALL_REDUCE, 1e9, group, one).cost.time))

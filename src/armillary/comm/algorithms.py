@@ -162,10 +162,12 @@ def _is_scalar(x: Array) -> bool:
 
 
 def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduce_bytes_per_s: float,
-                   algorithm: Algorithm = Algorithm.AUTO) -> DimensionCost:
+                   algorithm: Algorithm = Algorithm.AUTO, bandwidth: Array | None = None) -> DimensionCost:
     """Fastest (algorithm, protocol) for `op` of `n_bytes` over `p` ranks of one dimension, or the pinned
-    algorithm (still with its fastest protocol). Broadcasts over n_bytes and p."""
-    scalar = _is_scalar(n_bytes) and _is_scalar(p)
+    algorithm (still with its fastest protocol). Broadcasts over n_bytes, p and `bandwidth` (which replaces
+    the tier's per-device bandwidth, so a search can sweep it)."""
+    scalar = _is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
+    scale: Array = 1.0 if bandwidth is None else bandwidth / net.bandwidth
     if scalar and p <= 1 and algorithm is Algorithm.AUTO:
         return _NOTHING  # a group of one does nothing
     if scalar:
@@ -195,7 +197,7 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduc
             if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
                 continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
             times.append(proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency)
-                         + sent / (proto.bandwidth_factor * link * ramp) + reduce_time)
+                         + sent / (proto.bandwidth_factor * link * scale * ramp) + reduce_time)
             sents.append(sent)
             labels.append((a_index, p_index))
     if not times:
@@ -205,10 +207,11 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduc
         k = min(range(len(times)), key=times.__getitem__)
         active = p > 1  # a group of one does nothing
         return DimensionCost(times[k] if active else 0.0, sents[k] if active else 0.0, labels[k][0], labels[k][1])
-    stacked = np.stack(np.broadcast_arrays(*times))
+    both = np.broadcast_arrays(*times, *sents)  # one common shape for times and bytes
+    stacked, sent_stacked = np.stack(both[: len(times)]), np.stack(both[len(times):])
     k = np.argmin(stacked, axis=0)
     active = np.broadcast_to(np.asarray(p) > 1, k.shape)
     time = np.where(active, np.take_along_axis(stacked, k[None], axis=0)[0], 0.0)
-    sent = np.where(active, np.take_along_axis(np.stack(np.broadcast_arrays(*sents)), k[None], axis=0)[0], 0.0)
+    sent = np.where(active, np.take_along_axis(sent_stacked, k[None], axis=0)[0], 0.0)
     table = np.array(labels)
     return DimensionCost(time, sent, table[k, 0], table[k, 1])

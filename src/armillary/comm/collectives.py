@@ -51,31 +51,35 @@ def _reduce_rate(system: System) -> float:
 
 
 def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
-               algorithm: Algorithm = Algorithm.AUTO) -> CollectiveResult:
+               algorithm: Algorithm = Algorithm.AUTO, scale_up_bandwidth: Array | None = None,
+               scale_out_bandwidth: Array | None = None) -> CollectiveResult:
     """Cost of `op` over `group` (its ranks spread over nodes, `per_node` in each): the fastest algorithm
     on each tier (or the pinned one), composed hierarchically across tiers (formulas.md §1.2):
     all-reduce = reduce-scatter inside + all-reduce of n/per_node across + all-gather inside; all-gather =
     across on n/per_node, then inside on n; reduce-scatter mirrors it; all-to-all splits its bytes between
-    the tiers and runs both at once (formulas.md §1.2, NIC-bound two-level estimate)."""
+    the tiers and runs both at once (formulas.md §1.2, NIC-bound two-level estimate). The per-device
+    bandwidths of the tiers may be given as arrays to sweep them."""
     up, out, rate = system.scale_up, system.scale_out, _reduce_rate(system)
     p_in, nodes, p = group.per_node, group.nodes, group.size
 
-    def on(tier: Network, o: Collective, n: Array, ranks: Array) -> DimensionCost:
-        return dimension_cost(o, n, ranks, tier, rate, algorithm if _pinnable(algorithm, o, tier) else Algorithm.AUTO)
+    def on(inside: bool, o: Collective, n: Array, ranks: Array) -> DimensionCost:
+        tier, bandwidth = (up, scale_up_bandwidth) if inside else (out, scale_out_bandwidth)
+        pinned = algorithm if _pinnable(algorithm, o, tier) else Algorithm.AUTO
+        return dimension_cost(o, n, ranks, tier, rate, pinned, bandwidth)
 
     if op is Collective.ALL_REDUCE:
-        across = on(out, op, n_bytes / p_in, nodes)
+        across = on(False, op, n_bytes / p_in, nodes)
         multi = nodes > 1
         scalar = not isinstance(multi, np.ndarray)
         if scalar and not multi:  # one node: the whole all-reduce inside, in-network reduction possible
-            flat = on(up, op, n_bytes, p_in)
+            flat = on(True, op, n_bytes, p_in)
             return CollectiveResult(CommCost(flat.time + across.time, flat.sent_bytes, across.sent_bytes),
                                     flat, across)
-        rs, ag = on(up, Collective.REDUCE_SCATTER, n_bytes, p_in), on(up, Collective.ALL_GATHER, n_bytes, p_in)
+        rs, ag = on(True, Collective.REDUCE_SCATTER, n_bytes, p_in), on(True, Collective.ALL_GATHER, n_bytes, p_in)
         if scalar:  # several nodes: reduce-scatter inside, all-reduce across, all-gather inside
             inside = DimensionCost(rs.time + ag.time, rs.sent_bytes + ag.sent_bytes, rs.algorithm, rs.protocol)
         else:
-            flat = on(up, op, n_bytes, p_in)
+            flat = on(True, op, n_bytes, p_in)
             inside = DimensionCost(np.where(multi, rs.time + ag.time, flat.time),
                                    np.where(multi, rs.sent_bytes + ag.sent_bytes, flat.sent_bytes),
                                    np.where(multi, rs.algorithm, flat.algorithm),
@@ -83,15 +87,15 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
         return CollectiveResult(CommCost(inside.time + across.time, inside.sent_bytes, across.sent_bytes),
                                 inside, across)
     if op in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.BROADCAST, Collective.REDUCE):
-        across, inside = on(out, op, n_bytes / p_in, nodes), on(up, op, n_bytes, p_in)
+        across, inside = on(False, op, n_bytes / p_in, nodes), on(True, op, n_bytes, p_in)
         if op in (Collective.BROADCAST, Collective.REDUCE):
-            across = on(out, op, n_bytes, nodes)
+            across = on(False, op, n_bytes, nodes)
         return CollectiveResult(CommCost(across.time + inside.time, inside.sent_bytes, across.sent_bytes),
                                 inside, across)
     if op is Collective.ALL_TO_ALL:
-        inside = on(up, op, n_bytes * p_in / p, p_in)  # sends (p_in - 1)/p of the buffer inside the node
+        inside = on(True, op, n_bytes * p_in / p, p_in)  # sends (p_in - 1)/p of the buffer inside the node
         cross_fraction = (p - p_in) / p  # the rest leaves the node, spread over the other nodes
-        across = on(out, op, n_bytes * cross_fraction * nodes / np.maximum(nodes - 1, 1), nodes)
+        across = on(False, op, n_bytes * cross_fraction * nodes / np.maximum(nodes - 1, 1), nodes)
         return CollectiveResult(CommCost(np.maximum(inside.time, across.time), inside.sent_bytes,
                                          across.sent_bytes), inside, across)
     raise ValueError(f"{op.value} is point-to-point: use send_recv")
