@@ -34,8 +34,8 @@ def test_tensor_parallel_all_reduces_per_layer():
 def test_sequence_parallel_turns_all_reduces_into_gathers_and_scatters():
     r = estimate(MODEL, "dgx-a100", Strategy(tp=8, pp=2, sequence_parallel=True), W, gpus=64)
     m = float(r.microbatches)
-    (ag,) = calls_of(r, ParallelDimension.TP, Collective.ALL_GATHER)
-    (rs,) = calls_of(r, ParallelDimension.TP, Collective.REDUCE_SCATTER)
+    (ag,) = calls_of(r, ParallelDimension.SP, Collective.ALL_GATHER)
+    (rs,) = calls_of(r, ParallelDimension.SP, Collective.REDUCE_SCATTER)
     assert float(ag.per_step) == pytest.approx(6 * 16 * m)  # 2 fwd, 2 bwd, 2 re-gathered for weight grads
     assert float(rs.per_step) == pytest.approx(4 * 16 * m)
 
@@ -71,5 +71,5 @@ def test_comm_profile_command(tmp_path):
     assert table.exit_code == 0, table.output
     assert (tmp_path / "h.png").stat().st_size > 5000
     data = json.loads(runner.invoke(app, ["comm-profile", str(example), "--json"]).output)
-    assert {d["dimension"] for d in data} == {"TP", "PP", "DP"}
+    assert {d["dimension"] for d in data} == {"TP", "SP", "PP", "DP"}  # the example runs sequence parallel
     assert all(d["per_step"] > 0 and d["time_each_s"] > 0 for d in data)

@@ -1,7 +1,10 @@
 """armillary: analytical performance, memory and cost models of LLM training on large systems."""
 
 from armillary.api import estimate, parameters
+from armillary.comm.collectives import all_to_all_matrix, collective, collective_time
+from armillary.comm.placement import Placement
 from armillary.estimate.result import MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
+from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
 from armillary.specs.model import DenseModel, MlpKind, NormKind, PositionKind
 from armillary.specs.strategy import (
@@ -17,6 +20,8 @@ from armillary.specs.system import Device, EfficiencyCurve, MemoryTier, Network,
 from armillary.specs.workload import Training
 
 __all__ = [
+    "Algorithm",
+    "Collective",
     "DenseModel",
     "Device",
     "EfficiencyCurve",
@@ -27,6 +32,7 @@ __all__ = [
     "NormKind",
     "Offload",
     "Overlap",
+    "Placement",
     "PositionKind",
     "Precision",
     "Recompute",
@@ -40,6 +46,9 @@ __all__ = [
     "Training",
     "TrainingPrecision",
     "ZeroStage",
+    "all_to_all_matrix",
+    "collective",
+    "collective_time",
     "estimate",
     "load_model",
     "load_strategy",

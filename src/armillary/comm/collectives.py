@@ -101,6 +101,14 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
     raise ValueError(f"{op.value} is point-to-point: use send_recv")
 
 
+def collective_time(op: Collective, size_bytes: Array, group: Placement, system: System,
+                    algorithm: Algorithm = Algorithm.AUTO, scale_up_bandwidth: Array | None = None,
+                    scale_out_bandwidth: Array | None = None) -> Array:
+    """Seconds of one collective: `collective(...)` without the breakdown. Array-friendly in size and in
+    the tiers' bandwidths."""
+    return collective(op, size_bytes, group, system, algorithm, scale_up_bandwidth, scale_out_bandwidth).cost.time
+
+
 def _pinnable(algorithm: Algorithm, op: Collective, tier: Network) -> bool:
     """A pinned algorithm applies where it can run; elsewhere the tier chooses for itself."""
     if algorithm is Algorithm.AUTO:

@@ -97,16 +97,16 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
                          tp_s=ends_ar.time)
     recomputed = 2 * full  # full recomputation repeats the forward's collectives
     calls = (
-        _call(Collective.ALL_REDUCE, (1 - sp) * (4 + recomputed), n_tp, ar),
-        _call(Collective.ALL_GATHER, sp * (6 + recomputed), n_tp, ag),
-        _call(Collective.REDUCE_SCATTER, sp * (4 + recomputed), n_tp, rs),
+        _call(ParallelDimension.TP, Collective.ALL_REDUCE, (1 - sp) * (4 + recomputed), n_tp, ar),
+        _call(ParallelDimension.SP, Collective.ALL_GATHER, sp * (6 + recomputed), n_tp, ag),
+        _call(ParallelDimension.SP, Collective.REDUCE_SCATTER, sp * (4 + recomputed), n_tp, rs),
     )
     return layer, ends_cost, calls
 
 
-def _call(op: Collective, per_layer: Array, n: Array, cost: CommCost) -> CommCall:
-    """A TP call counted per layer and micro-batch (the step composition scales the count)."""
-    return CommCall(ParallelDimension.TP, op, per_layer, n, cost.time, cost.scale_up_bytes, cost.scale_out_bytes)
+def _call(dim: ParallelDimension, op: Collective, per_layer: Array, n: Array, cost: CommCost) -> CommCall:
+    """A TP / SP call counted per layer and micro-batch (the step composition scales the count)."""
+    return CommCall(dim, op, per_layer, n, cost.time, cost.scale_up_bytes, cost.scale_out_bytes)
 
 
 NO_COMM = CommCost(0.0, 0.0, 0.0)

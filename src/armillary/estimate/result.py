@@ -89,7 +89,8 @@ class Traffic:
 
 
 class ParallelDimension(StrEnum):
-    TP = "TP"  # tensor parallelism (with sequence parallelism: all-gather / reduce-scatter)
+    TP = "TP"  # tensor parallelism: all-reduces of the layer outputs
+    SP = "SP"  # sequence parallelism: TP's all-reduces become all-gathers and reduce-scatters
     PP = "PP"  # pipeline point-to-point
     DP = "DP"  # data-parallel gradient reduction / ZeRO / FSDP
 
