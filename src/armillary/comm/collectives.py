@@ -138,9 +138,14 @@ def all_reduce(n_bytes: Array, group: Placement, system: System) -> CommCost:
 def send_recv(n_bytes: Array, crosses_nodes: Array, system: System) -> CommCost:
     """Point-to-point transfer on the tier it crosses (formulas.md §1.1), with its best protocol."""
     rate = _reduce_rate(system)
-    t_up = dimension_cost(Collective.SEND_RECV, n_bytes, 2.0, system.scale_up, rate).time
-    t_out = dimension_cost(Collective.SEND_RECV, n_bytes, 2.0, system.scale_out, rate).time
-    time = crosses_nodes * t_out + (1 - crosses_nodes) * t_up
+
+    def on(tier: Network) -> Array:
+        return dimension_cost(Collective.SEND_RECV, n_bytes, 2.0, tier, rate).time
+
+    if not isinstance(crosses_nodes, np.ndarray):  # one configuration: only the tier it crosses
+        time = on(system.scale_out) if crosses_nodes else on(system.scale_up)
+    else:
+        time = crosses_nodes * on(system.scale_out) + (1 - crosses_nodes) * on(system.scale_up)
     return CommCost(time, (1 - crosses_nodes) * n_bytes, crosses_nodes * n_bytes)
 
 

@@ -35,7 +35,7 @@ class EndsCost:
 
     embedding_s: Array
     head_s: Array
-    tp_s: Array  # vocabulary-parallel embedding all-reduce / LM-head input-gradient all-reduce
+    tp: CommCost  # vocabulary-parallel embedding all-reduce / LM-head input-gradient all-reduce
 
 
 def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
@@ -92,9 +92,9 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
                       tp_recompute_s=where(full, tp_f, 0.0))
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
-    ends_ar = all_reduce(n_tp, tp_group, system)
+    ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(n_tp, tp_group, system)
     ends_cost = EndsCost(embedding_s=(1 + k) * embedding_t, head_s=3 * head_gemm_t + (1 + k) * loss_t,
-                         tp_s=ends_ar.time)
+                         tp=ends_ar)
     recomputed = 2 * full  # full recomputation repeats the forward's collectives
     calls = (
         _call(ParallelDimension.TP, Collective.ALL_REDUCE, (1 - sp) * (4 + recomputed), n_tp, ar),

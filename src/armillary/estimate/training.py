@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from armillary.comm.collectives import all_gather, all_reduce, send_recv
+from armillary.comm.collectives import all_gather, send_recv
 from armillary.comm.placement import place_groups
 from armillary.cost.compute import matrix_peak, stream_time
 from armillary.estimate import memory as mem
@@ -79,8 +79,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     n_tp = tp_message_bytes(m, b, s, e)
     lc, ends, layer_calls = layer_cost(fw, ends_forward(m, b, s, t, e), st, n_tp, tp_group, system)
     layer = _PerMicrobatch(compute=lc.compute_s, recompute=lc.recompute.time_s + lc.tp_recompute_s, tp=lc.tp_s)
-    embedding = _PerMicrobatch(compute=ends.embedding_s, recompute=0.0, tp=ends.tp_s)
-    head = _PerMicrobatch(compute=ends.head_s, recompute=0.0, tp=ends.tp_s)
+    embedding = _PerMicrobatch(compute=ends.embedding_s, recompute=0.0, tp=ends.tp.time)
+    head = _PerMicrobatch(compute=ends.head_s, recompute=0.0, tp=ends.tp.time)
 
     # --- pipeline stages ---------------------------------------------------------------------------
     L = m.layers
@@ -184,7 +184,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     tokens = w.global_batch * w.seq_len
     # every call of the step, as a device of the busiest stage makes them; traffic is their sum
     layers_here = maximum(n_first, n_last)
-    ends_ar = all_reduce(n_tp, tp_group, system)
+    ends_ar = ends.tp
     pp_calls = 2 * v * microbatches * (1 - single)
     calls = (
         *(replace(c, per_step=c.per_step * layers_here * microbatches) for c in layer_calls),

@@ -105,10 +105,18 @@ def load_system(value: System | str | dict[str, Any], gpus: int | None = None) -
         system = validate_spec(System, data, "system")
     if gpus is not None:
         try:
+            if isinstance(value, str) and find_preset("systems", value) is not None:
+                return _sized_preset(value.lower(), gpus)
             system = system.with_devices(gpus)
         except ValueError as err:
             raise SpecError(f"gpus: {err}") from None
     return system
+
+
+@functools.lru_cache(maxsize=256)
+def _sized_preset(name: str, gpus: int) -> System:
+    """A shipped system resized to `gpus` devices, built once (specs are frozen)."""
+    return _preset("systems", name).with_devices(gpus)
 
 
 def load_strategy(value: Strategy | dict[str, Any] | str) -> Strategy:
