@@ -47,3 +47,15 @@ def test_precision_codes_broadcast():
     both = kernel_times((op,), H100, codes)[0]
     assert both[0] == pytest.approx(float(kernel_times((op,), H100, BF16)[0]))
     assert both[1] == pytest.approx(float(kernel_times((op,), H100, FP8)[0]))
+
+
+def test_flash3_uses_its_own_efficiency():
+    """FlashAttention-3 (cuDNN fused attention on Hopper) has its own efficiency; without one it falls back
+    to the FlashAttention-2 figure."""
+    op = Op(flop=1e13, bytes=1e6)
+    fa2 = float(fused_attention_time(op, H100, BF16, 1.0))
+    fa3 = float(fused_attention_time(op, H100, BF16, 2.0))
+    assert H100.flash3_attention_efficiency is not None
+    assert fa2 / fa3 == pytest.approx(H100.flash3_attention_efficiency / H100.flash_attention_efficiency, rel=1e-3)
+    plain = H100.model_copy(update={"flash3_attention_efficiency": None})
+    assert float(fused_attention_time(op, plain, BF16, 2.0)) == pytest.approx(fa2)

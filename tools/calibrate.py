@@ -6,13 +6,14 @@ description for every row of the device.
 
 Run: python tools/calibrate.py DEVICE ROW-PREFIX... [--flash-only] [--precision P]
   --flash-only   keep the GEMM curve, fit only the fused-attention efficiency
+  --flash3       also fit the FlashAttention-3 efficiency (rows that run cuDNN / FA3 attention)
   --precision P  use only rows of training precision P and fit the device's GEMM curve for P (fp8
                  GEMMs follow their own curve; the attention efficiency stays); without it the base
                  curve and the attention efficiency are fitted on all rows
 
 What the shipped presets were calibrated on (README, Validation):
   a100-sxm4-80gb: curve on TR-KOR-T5 TR-KOR-T4 TR-SC21-T1; --flash-only on TR-FOUNDRY
-  h100-sxm:       curve and flash on TR-MLM-H100 TR-FOUNDRY --precision bf16;
+  h100-sxm:       curve, flash and flash3 on TR-MLM-H100 TR-FOUNDRY --precision bf16 --flash3;
                   fp8 curve on TR-NEMO2407 TR-MBRIDGE TR-FOUNDRY --precision fp8
 """
 
@@ -47,6 +48,7 @@ def main() -> None:
     precision = _option("--precision")
     args = [a for a in sys.argv[1:] if not a.startswith("--") and a != precision]
     flash_only = "--flash-only" in sys.argv
+    with_flash3 = "--flash3" in sys.argv  # also fit the FlashAttention-3 efficiency
     base = load_device(args[0])
     prefixes = tuple(args[1:])
     target = Precision(precision) if precision else None
@@ -63,21 +65,23 @@ def main() -> None:
     print(f"{len(rows)} rows on {base.name}" + (f" at {target.value}" if target else ""))
     start = base.gemm_efficiency(target) if target else base.matrix_efficiency
     pts = np.array(start.points)
-    scales = (1.0,) if flash_only else np.arange(0.50, 1.32, 0.02)
-    lows = (1.0,) if flash_only else (0.6, 0.8, 1.0)
-    # attention runs in 16 bit, so its efficiency is fitted with the base curve, not with a precision's
+    scales = (1.0,) if flash_only else np.arange(0.9, 1.32, 0.04) if with_flash3 else np.arange(0.50, 1.32, 0.02)
+    lows = (1.0,) if flash_only else (0.8, 1.0) if with_flash3 else (0.6, 0.8, 1.0)
+    flash3s = (0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7) if with_flash3 else (base.flash3_attention_efficiency,)
     uses_flash = any(rows_mod.row_specs(r)[0].strategy.attention.value == "flash" for r in rows)
-    flashes = (0.1, 0.12, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6) if uses_flash and not target else (
-        base.flash_attention_efficiency,)
+    # attention runs in 16 bit: its efficiencies are fitted with the 16-bit curve, not with fp8's
+    sixteen_bit = target is None or target in (Precision.BF16, Precision.FP16)
+    grid = (0.1, 0.12, 0.15, 0.2, 0.25) if with_flash3 else (0.1, 0.12, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6)
+    flashes = grid if uses_flash and sixteen_bit else (base.flash_attention_efficiency,)
     original = rows_mod.load_system
     best = None
     try:
-        for scale, low, flash in itertools.product(scales, lows, flashes):
+        for scale, low, flash, flash3 in itertools.product(scales, lows, flashes, flash3s):
             eff = pts[:, 1] * scale
             eff[:2] *= low  # the small-GEMM end of the curve
             curve = EfficiencyCurve(points=[[float(x), float(min(y, 1.0))]
                                             for x, y in zip(pts[:, 0], eff, strict=True)])
-            update: dict[str, object] = {"flash_attention_efficiency": flash}
+            update: dict[str, object] = {"flash_attention_efficiency": flash, "flash3_attention_efficiency": flash3}
             if target is None:
                 update["matrix_efficiency"] = curve
             else:
@@ -91,7 +95,7 @@ def main() -> None:
             rows_mod.load_system = patched
             score, worst, means = _score(rows)
             if best is None or score < best[0]:
-                best = (score, worst, scale, low, flash, curve.points, means)
+                best = (score, worst, scale, low, (flash, flash3), curve.points, means)
     finally:
         rows_mod.load_system = original
     assert best is not None

@@ -73,11 +73,19 @@ def _stacked(values: list[Array], sweep_shape: tuple[int, ...]) -> np.ndarray:
     return stacked
 
 
-def fused_attention_time(op: Op, device: Device, precision_code: Array) -> Array:
-    """FlashAttention kernel (16-bit): roofline at the device's fused-attention efficiency."""
+def fused_attention_time(op: Op, device: Device, precision_code: Array, version: Array = 1.0) -> Array:
+    """FlashAttention kernel (16-bit; version 1 = FA2, 2 = FA3): roofline at the device's fused-attention
+    efficiency for that version."""
     hbm = device.hbm
-    compute = op.flop / (device.flash_attention_efficiency * matrix_peak(device, precision_code, sixteen_bit=True))
+    fa3 = device.flash3_attention_efficiency or device.flash_attention_efficiency
+    efficiency = device.flash_attention_efficiency if _is_one(version) else np.where(
+        np.asarray(version) >= 2, fa3, device.flash_attention_efficiency)
+    compute = op.flop / (efficiency * matrix_peak(device, precision_code, sixteen_bit=True))
     return np.maximum(compute, op.bytes / (hbm.efficiency * hbm.bandwidth)) + device.kernel_overhead
+
+
+def _is_one(version: Array) -> bool:
+    return not isinstance(version, np.ndarray) and version < 2
 
 
 def stream_time(bytes_moved: Array, device: Device) -> Array:

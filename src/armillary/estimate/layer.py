@@ -52,7 +52,7 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
     gemm_t, stream_t, embedding_t, loss_t = kt[0:4].sum(axis=0), kt[4:8].sum(axis=0), kt[8], kt[9]
     k16 = kernel_times((*fw.core_gemms, fw.softmax, ends.head_gemm), device, code, sixteen_bit=True)
     core_gemm_t, softmax_t, head_gemm_t = k16[0:2].sum(axis=0), k16[2], k16[3]
-    flash_t = fused_attention_time(fw.flash_attention, device, code)
+    flash_t = fused_attention_time(fw.flash_attention, device, code, flash)
 
     def total(ops: tuple) -> tuple[Array, Array]:
         return sum(op.flop for op in ops), sum(op.bytes for op in ops)

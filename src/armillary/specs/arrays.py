@@ -22,6 +22,7 @@ PRECISIONS = (TrainingPrecision.FP32, TrainingPrecision.BF16, TrainingPrecision.
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
 _RECOMPUTE_CODE = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
 SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = 0, 1, 2
+_ATTENTION_CODE = {Attention.STANDARD: 0.0, Attention.FLASH: 1.0, Attention.FLASH3: 2.0}
 _SCHEDULE_CODE = {Schedule.GPIPE: 0, Schedule.ONE_F_ONE_B: 1, Schedule.INTERLEAVED: 2}
 
 
@@ -95,7 +96,7 @@ class StrategyArrays:
     offload_optimizer: Array
     precision: Array  # index into PRECISIONS
     pp_scatter_gather: Array
-    flash_attention: Array  # 0/1
+    flash_attention: Array  # 0 standard, 1 FlashAttention-2, 2 FlashAttention-3
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
@@ -108,7 +109,7 @@ class StrategyArrays:
             overlap_param_gather=float(s.overlap.param_gather),
             offload_weights=float(s.offload.weights), offload_activations=float(s.offload.activations),
             offload_optimizer=float(s.offload.optimizer), precision=PRECISIONS.index(s.precision),
-            pp_scatter_gather=float(s.pp_scatter_gather), flash_attention=float(s.attention is Attention.FLASH),
+            pp_scatter_gather=float(s.pp_scatter_gather), flash_attention=_ATTENTION_CODE[s.attention],
         )
 
 

@@ -44,10 +44,12 @@ class TrainingPrecision(StrEnum):
 
 
 class Attention(StrEnum):
-    """Attention kernel. flash: fused, tiled, no s x s tensor in HBM (Dao et al. 2022, 2023)."""
+    """Attention kernel. flash: FlashAttention-2 (fused, tiled, no s x s tensor in HBM; Dao 2023);
+    flash3: FlashAttention-3 / cuDNN fused attention on Hopper and later (Shah et al. 2024), faster per FLOP."""
 
     STANDARD = "standard"
     FLASH = "flash"
+    FLASH3 = "flash3"
 
 
 class Overlap(Spec):

@@ -72,7 +72,10 @@ class Device(Spec):
     matrix_efficiency_by_precision: dict[Precision, EfficiencyCurve] = Field(
         default_factory=dict, description="precisions whose GEMMs follow another curve (e.g. fp8)")
     flash_attention_efficiency: Fraction = Field(
-        0.5, description="fraction of the matrix peak that fused (flash) attention kernels achieve")
+        0.5, description="fraction of the 16-bit matrix peak that FlashAttention-2 kernels achieve")
+    flash3_attention_efficiency: Fraction | None = Field(
+        None, description="the same for FlashAttention-3 / cuDNN fused attention (Hopper and later); "
+        "defaults to the FlashAttention-2 figure")
     memory: tuple[MemoryTier, ...] = Field(min_length=1, max_length=2, description="[HBM, optional tier 2]")
     kernel_overhead: Seconds = Field(0.0, description="fixed launch/tail cost per kernel")
     power: float | None = Field(None, gt=0, description="board power in watts (TDP)")

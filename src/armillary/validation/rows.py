@@ -24,6 +24,7 @@ class Unsupported(Exception):  # noqa: N818 - a reason, not a failure
 
 # family defaults: (name pattern, preset whose non-shape fields fill the gaps)
 _FAMILIES = (
+    (re.compile(r"llama[ _-]?3", re.I), "llama3-8b"),  # vocabulary 128256
     (re.compile(r"llama", re.I), "llama2-7b"),
     (re.compile(r"mpt", re.I), "mpt-125m"),  # llm-foundry benchmark configs: learned positions, biases
     (re.compile(r"nemotron", re.I), "nemotron4-340b"),
@@ -143,9 +144,14 @@ def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, A
             precision = "bf16"
         notes.append(f"precision={precision} ({row.get('precision') or 'not stated'})")
     legacy = "megatron-lm (20" in framework or (framework == "megatron-lm" and "a100" in _text(row, "gpu"))
-    fsdp = "fsdp" in framework or "zero-3" in framework or "fsdp=" in _text(row, "other_reported")
+    fsdp_degree = re.search(r"fsdp=(\d+)", _text(row, "other_reported"))
+    fsdp = "fsdp" in framework or "zero-3" in framework or bool(fsdp_degree and int(fsdp_degree.group(1)) > 0)
     zero = 2 if "shard_grad_op" in framework else 3 if fsdp else 0 if legacy else 1
     flash = "flash" in framework or not legacy
+    # Megatron-Core / NeMo / Bridge run cuDNN fused attention (FlashAttention-3 class) on Hopper
+    hopper = bool(re.search(r"h100|h200|h800", _text(row, "gpu")))
+    attention = "standard" if not flash else "flash3" if (hopper and "fsdp" not in framework
+                                                          and "mosaic" not in framework) else "flash"
     nvidia_recipe = "nemo" in framework or "megatron-bridge" in framework
     tp_overlap = "tp-comm-overlap" in notes_text or (nvidia_recipe and tp > 1)
     if not legacy and not fsdp:
@@ -157,7 +163,7 @@ def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, A
         notes.append("no DP overlap, standard attention (Megatron-LM before 2023)")
     return dict(
         tp=tp, pp=pp, dp=dp, vpp=vpp, micro_batch=mbs, sequence_parallel=sp and tp > 1,
-        zero=zero, precision=precision, attention="flash" if flash else "standard",
+        zero=zero, precision=precision, attention=attention,
         overlap=dict(dp_grad_reduce=not legacy, param_gather=not legacy,
                      tp_comm=tp_overlap),
     )
