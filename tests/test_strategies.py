@@ -64,3 +64,26 @@ def test_interleaving_shrinks_the_bubble():
     one, inter = run(tp=2, pp=4), run(tp=2, pp=4, vpp=2)
     assert float(inter.breakdown.bubble) < float(one.breakdown.bubble)
     assert float(inter.breakdown.pp_exposed) > float(one.breakdown.pp_exposed)  # v x more p2p (SC'21 §2.2.2)
+
+
+def test_first_stage_layers_alone_spreads_the_rest_over_the_other_stages():
+    """80 layers, pp 4, first stage 2: the other three stages hold 26 each (Megatron's semantics)."""
+    from armillary.estimate.pipeline import stage_layers
+
+    assert [float(x) for x in stage_layers(80, 4, 2, 0)] == [2, 26, 26]
+    assert [float(x) for x in stage_layers(80, 4, 2, 2)] == [2, 38, 2]
+    one = estimate(gpt(80, 4096, 32), "dgx-a100", Strategy(tp=2, pp=4, first_stage_layers=2), W, gpus=64)
+    both = estimate(gpt(80, 4096, 32), "dgx-a100", Strategy(tp=2, pp=4, first_stage_layers=2, last_stage_layers=26),
+                    W, gpus=64)
+    assert float(one.step_time_s) == pytest.approx(float(both.step_time_s), rel=1e-12)
+    bad = estimate(gpt(80, 4096, 32), "dgx-a100", Strategy(tp=2, pp=4, first_stage_layers=4), W, gpus=64)
+    assert not bool(bad.feasible)  # 76 layers do not split over 3 stages
+
+
+def test_memory_follows_the_fullest_stage():
+    """Shrinking the end stages piles layers onto the middle ones: memory per device must not drop."""
+    model = gpt(80, 4096, 32)
+    even = estimate(model, "dgx-a100", Strategy(tp=8, pp=4), W, gpus=64)
+    squeezed = estimate(model, "dgx-a100", Strategy(tp=8, pp=4, first_stage_layers=2, last_stage_layers=2),
+                        W, gpus=64)
+    assert float(squeezed.memory_hbm.weights) > float(even.memory_hbm.weights)

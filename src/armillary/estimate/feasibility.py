@@ -9,13 +9,13 @@ import functools
 
 import numpy as np
 
+from armillary.estimate.pipeline import stage_layers
 from armillary.specs.arrays import (
     SCHEDULE_INTERLEAVED,
     Array,
     ModelArrays,
     StrategyArrays,
     TrainingArrays,
-    maximum,
     where,
 )
 from armillary.specs.system import System
@@ -31,8 +31,8 @@ def _divides(a: Array, b: Array) -> Array:
 def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
           hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, tuple[str, ...]]:
     t, p, d, v = st.tp, st.pp, st.dp, st.vpp
-    uneven = np.logical_or(st.first_stage_layers > 0, st.last_stage_layers > 0)
-    rest = m.layers - st.first_stage_layers - st.last_stage_layers
+    n_first, n_mid, n_last = stage_layers(m.layers, p, st.first_stage_layers, st.last_stage_layers)
+    whole = lambda x: np.abs(np.asarray(x) - np.round(x)) < 1e-9  # noqa: E731
     tier2 = system.device.second_tier
     tier2_capacity = tier2.capacity if tier2 is not None else 0.0
     conditions: list[tuple[Array, str]] = [
@@ -40,7 +40,8 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
         (_divides(t, m.heads), "tp must divide the attention heads"),
         (np.logical_or(_divides(t, m.kv_heads), _divides(m.kv_heads, t)), "tp and kv_heads must divide one another"),
         (_divides(t, m.ffn), "tp must divide the MLP size"),
-        (where(uneven, np.logical_and(rest > 0, _divides(maximum(p - 2, 1), rest)), _divides(p * v, m.layers)),
+        (functools.reduce(np.logical_and, [whole(n_first), whole(n_mid), whole(n_last), np.asarray(n_mid) >= 1,
+                                           np.asarray(n_last) >= 1, _divides(v, n_mid)]),
          "pp*vpp must divide the layers (or the layers left by first/last_stage_layers)"),
         (_divides(st.micro_batch * d, w.global_batch), "micro_batch*dp must divide the global batch"),
         (where(st.schedule == SCHEDULE_INTERLEAVED, _divides(p, w.global_batch / (st.micro_batch * d)), True),

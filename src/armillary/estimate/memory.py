@@ -85,20 +85,20 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
     return LayerActivations(replicated, tensor_parallel, attention_core, layer_input)
 
 
-def microbatches_in_flight(st: StrategyArrays, microbatches: Array) -> Array:
-    """Micro-batches whose activations the first stage holds at its peak (formulas.md §5):
-    GPipe m; 1F1B min(p, m); interleaved min(p, m) * (1 + (p-1)/(p*v)) (Korthikanti §4.2.3)."""
+def microbatches_in_flight(st: StrategyArrays, microbatches: Array, stage: Array = 0.0) -> Array:
+    """Micro-batches whose activations pipeline stage `stage` (0 = first) holds at its peak (formulas.md §5):
+    GPipe m; 1F1B min(p - stage, m); interleaved min(p, m) * (1 + (p-1)/(p*v)) (Korthikanti §4.2.3)."""
     p, v = st.pp, st.vpp
-    one_f_one_b = minimum(p, microbatches)
+    one_f_one_b = minimum(p - stage, microbatches)
     interleaved = one_f_one_b * (1 + (p - 1) / (p * v))
     return where(st.schedule == SCHEDULE_GPIPE, microbatches,
                     where(st.schedule == SCHEDULE_INTERLEAVED, interleaved, one_f_one_b))
 
 
 def stage_activations(acts: LayerActivations, layers: Array, st: StrategyArrays,
-                      microbatches: Array) -> tuple[Array, Array]:
-    """(activations, checkpoints) bytes of a stage with `layers` layers at its peak."""
-    in_flight = microbatches_in_flight(st, microbatches)
+                      microbatches: Array, stage: Array = 0.0) -> tuple[Array, Array]:
+    """(activations, checkpoints) bytes of pipeline stage `stage` with `layers` layers at its peak."""
+    in_flight = microbatches_in_flight(st, microbatches, stage)
     stored = acts.stored(st.recompute) * layers * in_flight
     full = st.recompute == RECOMPUTE_FULL
     checkpoints = where(full, stored, 0.0)

@@ -9,7 +9,7 @@ slowest stage set the steady state.
 
 from __future__ import annotations
 
-from armillary.specs.arrays import SCHEDULE_INTERLEAVED, Array, where
+from armillary.specs.arrays import SCHEDULE_INTERLEAVED, Array, maximum, where
 
 
 def pipeline_time(stage_max: Array, stage_sum: Array, microbatches: Array, vpp: Array,
@@ -23,3 +23,12 @@ def pipeline_time(stage_max: Array, stage_sum: Array, microbatches: Array, vpp: 
 def bubble_fraction(pp: Array, microbatches: Array, vpp: Array) -> Array:
     """Idle fraction of the ideal time for equal stages: (p - 1) / (v m) (SC'21 §2.2)."""
     return (pp - 1) / (vpp * microbatches)
+
+
+def stage_layers(layers: Array, pp: Array, first: Array, last: Array) -> tuple[Array, Array, Array]:
+    """(first, middle, last) stage layer counts. `first` / `last` = 0 means not given: the stages without
+    a given count share the remaining layers evenly (Megatron's --decoder-first/last-pipeline-num-layers)."""
+    given_first, given_last = first > 0, last > 0
+    others = pp - given_first * 1.0 - given_last * 1.0
+    share = (layers - first - last) / maximum(others, 1)
+    return where(given_first, first, share), share, where(given_last, last, share)

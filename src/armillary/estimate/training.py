@@ -10,7 +10,7 @@ arrays, so one call evaluates one configuration or a whole sweep.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import data_parallel_cost
 from armillary.estimate.feasibility import check
 from armillary.estimate.layer import layer_cost, needed
-from armillary.estimate.pipeline import pipeline_time
+from armillary.estimate.pipeline import pipeline_time, stage_layers
 from armillary.estimate.result import (
     CommCall,
     MemoryBreakdown,
@@ -84,17 +84,16 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
 
     # --- pipeline stages ---------------------------------------------------------------------------
     L = m.layers
-    even = L / p
-    uneven = (st.first_stage_layers > 0) | (st.last_stage_layers > 0)
-    n_first = where(st.first_stage_layers > 0, st.first_stage_layers, even)
-    n_last = where(st.last_stage_layers > 0, st.last_stage_layers, even)
-    n_mid = where(uneven, (L - n_first - n_last) / maximum(p - 2, 1), even)
+    n_first, n_mid, n_last = stage_layers(L, p, st.first_stage_layers, st.last_stage_layers)
     single = where(p == 1, 1.0, 0.0)
-    # pipeline activation per micro-batch; with scatter/gather only 1/t crosses nodes (SC'21 §4.1)
+    # pipeline activation per micro-batch; with scatter/gather only 1/t crosses nodes and is all-gathered
+    # inside (SC'21 §4.1); with sequence parallelism the activation is already the 1/t shard, sent as is
+    # (Megatron skips scatter/gather then)
     n_pp = b * s * m.hidden * e
     pp_crosses = where(pp_group.per_node < p, 1.0, 0.0)
-    scatter = where((st.pp_scatter_gather > 0) & (pp_crosses > 0), t, 1.0)
-    send = send_recv(n_pp / scatter, pp_crosses, system)
+    scatter = where((st.pp_scatter_gather > 0) & (pp_crosses > 0) & (sp == 0), t, 1.0)
+    n_send = where(sp > 0, n_pp / t, n_pp / scatter)
+    send = send_recv(n_send, pp_crosses, system)
     regather = needed(lambda: all_gather(n_pp, tp_group, system), scatter > 1)
     # every micro-batch sends its activation forward and its gradient back, once per model chunk
     p2p_per_mb = (1 - single) * 2 * v * (send.time + (scatter > 1) * regather.time)
@@ -111,12 +110,14 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     crit = _pick_max((stage_first, first), (stage_last, last), (has_mid * stage_mid, middle))
     busy = microbatches * (crit.total + p2p_per_mb)
 
-    # --- data parallelism / ZeRO / FSDP ------------------------------------------------------------
+    # --- parameters, data parallelism / ZeRO / FSDP ---------------------------------------------------
     params = count_parameters(m)
     params_first = (n_first * params.per_layer + params.embedding + single * params.head) / t
+    params_mid = n_mid * params.per_layer / t
     params_last = (n_last * params.per_layer + params.head + single * params.embedding) / t
-    params_local = maximum(params_first, params_last)
-    n_layers_local = maximum(maximum(n_first, n_last), 1)
+    has_mid = where(p > 2, 1.0, 0.0)
+    params_local = maximum(maximum(params_first, params_last), has_mid * params_mid)
+    n_layers_local = maximum(maximum(maximum(n_first, n_last), has_mid * n_mid), 1)
     weight_bytes = params_local * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
     # about a third of a micro-batch's compute is forward, two thirds backward
     dp = data_parallel_cost(params_local, n_layers_local, crit.compute / 3, 2 * crit.compute / 3,
@@ -130,38 +131,40 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
 
     acts = mem.layer_activations(m, b, s, t, sp, e, st.flash_attention)
-    act_first, ckpt_first = mem.stage_activations(acts, n_first, st, microbatches)
-    act_last, ckpt_last = mem.stage_activations(acts, n_last, st, microbatches)
-    logits = b * s * (m.vocab / t) * (4 + e)  # fp32 logits and their 16-bit source on the last stage
-    act_last = act_last + logits
     compute_total = microbatches * (crit.compute + crit.recompute)
-    offload_weights = st.offload_weights * 2 * microbatches * weight_bytes / tier2_bw
-    stored_mb = acts.stored(st.recompute) * n_first
+    # weights (the device's shard under ZeRO-3) and stored activations share the one link to tier 2
+    offload_weights = st.offload_weights * 2 * microbatches * weight_bytes / where(st.zero >= 3, d, 1) / tier2_bw
+    stored_mb = acts.stored(st.recompute) * n_layers_local
     offload_acts = st.offload_activations * 2 * microbatches * stored_mb / tier2_bw
-    offload_stall = maximum(0.0, offload_weights - compute_total) + maximum(
-        0.0, offload_acts - compute_total)
+    offload_stall = maximum(0.0, offload_weights + offload_acts - compute_total)
 
-    # --- memory per tier ----------------------------------------------------------------------------
-    states = mem.model_states(params_local, st)
+    # --- memory per tier: every stage kind, the fullest device reported ------------------------------
     unsharded_units = where(st.zero >= 3, 2 * weight_bytes / n_layers_local, 0.0)  # prefetched layers
-    buffers = 4 * n_pp / scatter * (1 - single) + 2 * n_tp * where(t > 1, 1.0, 0.0) + unsharded_units
-    first_total = act_first + ckpt_first
-    last_total = act_last + ckpt_last
-    activations = where(first_total >= last_total, act_first, act_last)
-    checkpoints = where(first_total >= last_total, ckpt_first, ckpt_last)
+    buffers = 4 * n_send * (1 - single) + 2 * n_tp * where(t > 1, 1.0, 0.0) + unsharded_units
+    logits = b * s * (m.vocab / t) * (4 + e)  # fp32 logits and their 16-bit source on the last stage
     ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
-    hbm = MemoryBreakdown(
-        weights=states.weights * (1 - ow) + ow * 2 * weight_bytes / n_layers_local,
-        gradients=states.gradients,
-        optimizer_states=states.optimizer_states * (1 - oo),
-        activations=activations * (1 - oa) + oa * acts.working,
-        checkpoints=checkpoints * (1 - oa),
-        comm_buffers=buffers,
-    )
-    tier2_mem = MemoryBreakdown(
-        weights=states.weights * ow, gradients=0.0 * ow, optimizer_states=states.optimizer_states * oo,
-        activations=activations * oa, checkpoints=checkpoints * oa, comm_buffers=0.0 * oa,
-    )
+
+    def stage_memory(layers: Array, stage_params: Array, index: Array, extra: Array) -> tuple[
+            MemoryBreakdown, MemoryBreakdown]:
+        states = mem.model_states(stage_params, st)
+        activations, checkpoints = mem.stage_activations(acts, layers, st, microbatches, index)
+        activations = activations + extra
+        stage_weight_bytes = stage_params * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
+        hbm = MemoryBreakdown(
+            weights=states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(layers, 1),
+            gradients=states.gradients, optimizer_states=states.optimizer_states * (1 - oo),
+            activations=activations * (1 - oa) + oa * acts.working, checkpoints=checkpoints * (1 - oa),
+            comm_buffers=buffers)
+        tier2_mem = MemoryBreakdown(
+            weights=states.weights * ow, gradients=0.0 * ow, optimizer_states=states.optimizer_states * oo,
+            activations=activations * oa, checkpoints=checkpoints * oa, comm_buffers=0.0 * oa)
+        return hbm, tier2_mem
+
+    hbm, tier2_mem = _fullest(
+        stage_memory(n_first, params_first, 0.0, single * logits),
+        stage_memory(n_mid, params_mid, 1.0, 0.0),
+        stage_memory(n_last, params_last, p - 1, logits),
+        has_mid)
 
     # --- totals ------------------------------------------------------------------------------------
     breakdown = TimeBreakdown(
@@ -183,7 +186,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     recompute_flop = _recompute_flop(m, st, w, layer_flop)
     tokens = w.global_batch * w.seq_len
     # every call of the step, as a device of the busiest stage makes them; traffic is their sum
-    layers_here = maximum(n_first, n_last)
+    layers_here = n_layers_local
     ends_ar = ends.tp
     pp_calls = 2 * v * microbatches * (1 - single)
     calls = (
@@ -215,6 +218,20 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
 def _never(count: Array) -> bool:
     """A call that a single configuration never makes (kept in a sweep, where some points make it)."""
     return not isinstance(count, np.ndarray) and count == 0
+
+
+def _fullest(first: tuple[MemoryBreakdown, MemoryBreakdown], middle: tuple[MemoryBreakdown, MemoryBreakdown],
+             last: tuple[MemoryBreakdown, MemoryBreakdown], has_mid: Array) -> tuple[MemoryBreakdown, MemoryBreakdown]:
+    """The (HBM, tier 2) memory of the stage whose HBM is fullest (elementwise over a sweep)."""
+    best_total, (best_hbm, best_t2) = first[0].total, first
+    for (hbm, t2), present in ((middle, has_mid), (last, 1.0)):
+        take = (present > 0) & (hbm.total > best_total)
+        best_hbm = MemoryBreakdown(*(where(take, getattr(hbm, f.name), getattr(best_hbm, f.name))
+                                     for f in fields(MemoryBreakdown)))
+        best_t2 = MemoryBreakdown(*(where(take, getattr(t2, f.name), getattr(best_t2, f.name))
+                                    for f in fields(MemoryBreakdown)))
+        best_total = where(take, hbm.total, best_total)
+    return best_hbm, best_t2
 
 
 def _pick_max(*candidates: tuple[Array, _PerMicrobatch]) -> _PerMicrobatch:
