@@ -85,3 +85,17 @@ def test_run_file_with_a_huggingface_config_next_to_it(tmp_path):
 def test_missing_run_file_is_a_clear_error(tmp_path):
     result = runner.invoke(app, ["estimate", str(tmp_path / "nope.yaml")])
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["estimate", "examples/gpt3-175b-a100.yaml", "--set", "strategy.tp=["], "not valid YAML"),
+    (["collective", "--system", "dgx-h100", "--gpus", "0"], "at least one device"),
+    (["collective", "--system", "dgx-h100", "--algorithm", "tree"], "cannot run all_reduce"),
+    (["comm-profile", "examples/gpt3-175b-a100.yaml", "--plot", "/no/such/folder/x.png"], "does not exist"),
+    (["validate", "pyproject.toml"], "not a validation CSV"),
+])
+def test_bad_requests_are_clear_errors(args, message):
+    root = Path(__file__).parent.parent
+    args = [str(root / a) if a.startswith("examples/") or a == "pyproject.toml" else a for a in args]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output

@@ -163,3 +163,18 @@ def test_bandwidth_sweep_matches_respecified_networks():
     for b, t in zip(bandwidths, swept, strict=True):
         one = H100.model_copy(update={"scale_out": H100.scale_out.model_copy(update={"bandwidth": b})})
         assert t == pytest.approx(float(collective(Collective.ALL_REDUCE, 1e9, group, one).cost.time))
+
+
+def test_uneven_group_layouts_are_costed_by_their_even_sub_layout():
+    """6 data-parallel ranks at stride 2 on 8-GPU nodes sit as 4 + 2: costed as 3 nodes of 2."""
+    from armillary.comm.placement import place_groups
+
+    _, dp, _ = place_groups(2, 6, 4, 8)
+    assert (float(dp.size), float(dp.per_node), float(dp.nodes)) == (6.0, 2.0, 3.0)
+
+
+def test_direct_reduce_scatter_reduces_only_its_share():
+    net = NVLINK
+    rs = dimension_cost(Collective.REDUCE_SCATTER, 2**28, 8, net, 3e12, Algorithm.DIRECT)
+    ag = dimension_cost(Collective.ALL_GATHER, 2**28, 8, net, 3e12, Algorithm.DIRECT)
+    assert float(rs.time) - float(ag.time) == pytest.approx(7 / 8 * 2**28 * 3 / 3e12)

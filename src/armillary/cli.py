@@ -20,6 +20,12 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console()
 
 
+def _writable(path: Path | None) -> None:
+    """Fail early, with a message, when an output file cannot be written."""
+    if path is not None and not path.parent.is_dir():
+        _fail(f"cannot write {path}: the folder {path.parent} does not exist")
+
+
 def _fail(message: str) -> None:
     Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {message}", highlight=False)
     raise typer.Exit(2)
@@ -48,7 +54,7 @@ def estimate_cmd(
                 overrides.append((key, value))
         model, system, strategy, workload = load_run(run_file, overrides)
         result = estimate(model, system, strategy, workload)
-    except SpecError as err:
+    except (SpecError, ValueError) as err:
         _fail(str(err))
         return
     if json_out:
@@ -69,10 +75,11 @@ def comm_profile_cmd(
     from armillary.report.tables import comm_profile_table
     from armillary.specs.run import load_run
 
+    _writable(plot)
     try:
         model, system, strategy, workload = load_run(run_file)
         result = estimate(model, system, strategy, workload)
-    except SpecError as err:
+    except (SpecError, ValueError) as err:
         _fail(str(err))
         return
     if plot is not None:
@@ -97,11 +104,16 @@ def validate_cmd(
 ) -> None:
     """Run every supported measured row and report predicted vs measured, per row and per source."""
     from armillary.report.tables import validation_tables
-    from armillary.validation.run import DEFAULT_CSV, summarize, validate, write_csv
+    from armillary.validation.run import DEFAULT_CSV, read_rows, summarize, validate, write_csv
 
     path = csv_path or DEFAULT_CSV
     if not path.is_file():
         _fail(f"{path} does not exist")
+    _writable(csv_out)
+    _writable(plot)
+    missing = {"id", "kind", "value"} - set(read_rows(path)[0] if read_rows(path) else ())
+    if missing:
+        _fail(f"{path}: not a validation CSV (missing columns: {', '.join(sorted(missing))})")
     from rich.progress import track
 
     results = validate(path, progress=lambda rows: track(
@@ -139,7 +151,7 @@ def collective_cmd(
     try:
         operation = Collective(op)
         if operation is Collective.SEND_RECV:
-            raise ValueError("send_recv is point-to-point: use a collective")
+            raise ValueError("send_recv is point-to-point, not a collective")
         algo = Algorithm(algorithm)
         spec = load_system(system, gpus)
         rows = collective_sweep(operation, parse_sizes(sizes), group_of(spec, gpus), spec, algo)
@@ -200,10 +212,14 @@ def calibrate_network_cmd(
     from armillary.specs.communication import Collective
     from armillary.specs.loading import load_system
 
+    _writable(out)
     try:
         if not log.is_file():
             raise ValueError(f"{log} does not exist")
-        fitted = fit_tier(parse_nccl_tests(log.read_text()), Collective(op), gpus, load_system(system, gpus))
+        operation = Collective(op)
+        if operation is Collective.SEND_RECV:
+            raise ValueError("send_recv is point-to-point, not a collective nccl-tests measures")
+        fitted = fit_tier(parse_nccl_tests(log.read_text()), operation, gpus, load_system(system, gpus))
     except (SpecError, ValueError) as err:
         _fail(str(err))
         return

@@ -124,9 +124,7 @@ def _link_bandwidth(net: Network, algorithm: Algorithm) -> float:
     bandwidth = net.efficiency * net.bandwidth / net.shared_by
     if net.kind is NetworkKind.FAT_TREE:
         bandwidth /= net.oversubscription
-    if net.kind in (NetworkKind.TORUS, NetworkKind.RING):
-        bandwidth *= 2  # a bidirectional ring sends half the data each way (`bandwidth` is per direction)
-    return bandwidth
+    return bandwidth  # `bandwidth` is the device's injection rate: a bidirectional ring uses all of it
 
 
 def _ring_hops(net: Network, p: Array) -> Array | None:
@@ -138,7 +136,7 @@ def _ring_hops(net: Network, p: Array) -> Array | None:
     hops = float(sum(k - 1 for k in net.shape))
     if _is_scalar(p):
         return hops if float(p) == size and p > 1 else None
-    return np.where(np.asarray(p) == size, hops, np.asarray(p) - 1.0)
+    return np.where(np.asarray(p) == size, hops, np.maximum(np.asarray(p) - 1.0, 1.0))
 
 
 _MEMO: dict[int, tuple[Network, tuple[tuple[int, Algorithm, float], ...]]] = {}
@@ -192,7 +190,8 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduc
             steps = steps * ring_hops / (p - 1)
         reduce_time: Array = 0.0
         if reduces and alg is Algorithm.DIRECT:  # one-shot reduces the p received buffers afterwards
-            reduce_time = (p - 1) * n_bytes * _REDUCE_TRAFFIC / reduce_bytes_per_s
+            reduced = (p - 1) * n_bytes if op is Collective.ALL_REDUCE else (p - 1) / p * n_bytes
+            reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
         for p_index, proto in enumerate(PROTOCOLS):
             if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
                 continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)

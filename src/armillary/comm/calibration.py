@@ -67,7 +67,9 @@ def _with(system: System, tier: str, **update: object) -> System:
 
 def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, system: System,
              algorithm: Algorithm = Algorithm.AUTO) -> System:
-    """`system` with the crossed tier's efficiency, latency and size-efficiency curve fitted."""
+    """`system` with the crossed tier's efficiency, latency and size-efficiency curve fitted (returned at
+    the size it was given)."""
+    given = system
     system = system.with_devices(gpus) if gpus != system.devices else system
     tier = "scale_up" if gpus <= system.devices_per_node else "scale_out"
     points = sorted(measurements, key=lambda m: m.size_bytes)
@@ -75,13 +77,18 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
 
     # 1. asymptote: scale the efficiency of the algorithm the largest message uses
     largest = points[-1]
-    alg_index = _time(op, largest.size_bytes, base, gpus, algorithm)[1]
-    field = "in_network_efficiency" if ALGORITHMS[alg_index] is Algorithm.IN_NETWORK else "efficiency"
-    lo, hi = 1e-3, 1.0  # the time falls as the efficiency rises: bisection on the largest message
-    for _ in range(50):
+    chosen = ALGORITHMS[_time(op, largest.size_bytes, base, gpus, algorithm)[1]]
+    field = "in_network_efficiency" if chosen is Algorithm.IN_NETWORK else "efficiency"
+    lo, hi = 1e-3, 1.0  # the time falls as the efficiency rises: bisection on the largest message, with the
+    for _ in range(50):  # algorithm pinned so that a switch to another one cannot stall the bisection
         mid = (lo + hi) / 2
-        slower = _time(op, largest.size_bytes, _with(base, tier, **{field: mid}), gpus, algorithm)[0] > largest.time_s
+        trial = _with(base, tier, **{field: mid})
+        slower = _time(op, largest.size_bytes, trial, gpus, chosen)[0] > largest.time_s
         lo, hi = (mid, hi) if slower else (lo, mid)
+    if hi < 2e-3 or lo > 0.999:
+        raise ValueError(f"the largest message ({largest.size_bytes:.0f} B in {largest.time_s * 1e6:.1f} us) cannot "
+                         f"be matched by any {field} of {chosen.value} on {getattr(base, tier).name}: check --gpus, "
+                         "--op and --system")
     base = _with(base, tier, **{field: (lo + hi) / 2})
 
     # 2. latency: least squares in log time over the small messages (grid, then golden-section refinement)
@@ -118,8 +125,9 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
     ramp = list(np.minimum.accumulate(np.array(ramp)[::-1])[::-1])
     if min(ramp) < 0.999:
         # the curve is read at the bytes each tier handles: across nodes that is size / ranks per node
-        per_tier = 1.0 if tier == "scale_up" or op is Collective.ALL_TO_ALL else group_of(base, gpus).per_node
+        whole = op in (Collective.ALL_TO_ALL, Collective.BROADCAST, Collective.REDUCE)
+        per_tier = 1.0 if tier == "scale_up" or whole else group_of(base, gpus).per_node
         curve = EfficiencyCurve(points=tuple((m.size_bytes / per_tier, float(r))
                                              for m, r in zip(points, ramp, strict=True)))
         base = _with(base, tier, size_efficiency=curve)
-    return base
+    return base.model_copy(update={"devices_per_node": given.devices_per_node, "nodes": given.nodes})

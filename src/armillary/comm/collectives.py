@@ -2,8 +2,8 @@
 
 Each tier runs its fastest algorithm and protocol (`algorithms.py`); tiers compose hierarchically. Every
 device of a node drives its own share of the scale-out links (rails), so the inter-node step moves
-n / per_node bytes per device (formulas.md pitfall 4). The estimator, the simulator and the search all
-take communication costs from here.
+n / per_node bytes per device (formulas.md pitfall 4). The estimator takes its communication costs from
+here (and the simulator and the search of later issues will).
 """
 
 from __future__ import annotations
@@ -61,6 +61,12 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
     bandwidths of the tiers may be given as arrays to sweep them."""
     up, out, rate = system.scale_up, system.scale_out, _reduce_rate(system)
     p_in, nodes, p = group.per_node, group.nodes, group.size
+    if algorithm is not Algorithm.AUTO and not isinstance(p, np.ndarray):
+        crossed = [tier for tier, ranks in ((up, p_in), (out, nodes)) if float(ranks) > 1]
+        if crossed and not any(_pinnable(algorithm, op, tier) for tier in crossed):
+            raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on "
+                             f"{' or '.join(t.name for t in crossed)}; they offer "
+                             f"{sorted({a.value for t in crossed for a in t.algorithms})}")
 
     def on(inside: bool, o: Collective, n: Array, ranks: Array) -> DimensionCost:
         tier, bandwidth = (up, scale_up_bandwidth) if inside else (out, scale_out_bandwidth)

@@ -26,8 +26,11 @@ class Placement:
 
 
 def _place(size: Array, stride: Array, devices_per_node: Array) -> Placement:
-    per_node = np.clip(np.floor(devices_per_node / stride), 1, size)
-    return Placement(size=size, per_node=per_node)
+    fit = np.clip(np.floor(devices_per_node / stride), 1, size)
+    # a group that does not fill its nodes evenly (e.g. 6 ranks as 4 + 2) is costed as its even
+    # sub-layout (3 nodes of 2), whose inter-node step is the bottleneck of the uneven one
+    per_node = np.gcd(np.asarray(size, dtype=np.int64), np.asarray(fit, dtype=np.int64)).astype(float)
+    return Placement(size=size, per_node=per_node if np.ndim(per_node) else float(per_node))
 
 
 def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array) -> tuple[Placement, ...]:

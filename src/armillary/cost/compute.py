@@ -1,7 +1,7 @@
 """Time of one kernel on one device: a roofline with size-dependent efficiency (formulas.md §12, pitfall 5).
 
 t = max(FLOP / (eta(FLOP) * F_peak), bytes / (eta_mem * BW)) + launch overhead.
-The simulator and the estimator both take kernel times from here.
+The estimator takes kernel times from here (and the simulator of a later issue will).
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, six
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = np.where(flop > 0, flop / (_efficiency(device, precision_code, sixteen_bit, flop) * peak), 0.0)
     memory = moved / (hbm.efficiency * hbm.bandwidth)
-    return np.maximum(compute, memory) + device.kernel_overhead
+    runs = (flop > 0) | (moved > 0)  # an op with no work (e.g. rotary without rotary positions) is no kernel
+    return np.where(runs, np.maximum(compute, memory) + device.kernel_overhead, 0.0)
 
 
 def _stacked(values: list[Array], sweep_shape: tuple[int, ...]) -> np.ndarray:

@@ -37,8 +37,8 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     zero, active = st.zero, st.dp > 1
 
     reduce_grads = needed(lambda: all_reduce(grad_bytes, dp_group, system), active & (zero == 0))
-    scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system), active & (zero >= 1))
-    gather_params = needed(lambda: all_gather(weight_bytes, dp_group, system), active & (zero >= 1))
+    scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system), active & (zero >= 1) & (zero <= 2))
+    gather_params = needed(lambda: all_gather(weight_bytes, dp_group, system), active & (zero >= 1) & (zero <= 2))
     unit = layers_local
     unit_gather = needed(lambda: all_gather(weight_bytes / unit, dp_group, system), active & (zero == 3))
     unit_scatter = needed(lambda: reduce_scatter(grad_bytes / unit, dp_group, system), active & (zero == 3))

@@ -47,14 +47,16 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
         (where(st.schedule == SCHEDULE_INTERLEAVED, _divides(p, w.global_batch / (st.micro_batch * d)), True),
          "the interleaved schedule needs the micro-batch count to be a multiple of pp"),
         (hbm_bytes <= system.device.hbm.capacity, "out of memory: the HBM needs more than its capacity"),
-        (tier2_bytes <= tier2_capacity, "out of memory: the second tier needs more than its capacity"),
+        (tier2_bytes <= tier2_capacity,
+         "offload needs a second memory tier: the device has none" if tier2 is None else
+         "out of memory: the second tier needs more than its capacity"),
     ]
     feasible = np.asarray(functools.reduce(np.logical_and, (c for c, _ in conditions)), dtype=bool)
     reasons: tuple[str, ...] = ()
     if feasible.ndim == 0:
         feasible = feasible[()]
         reasons = tuple(text for ok, text in conditions if not bool(ok))
-        if "out of memory" in " ".join(reasons):
+        if not bool(np.all(np.asarray(hbm_bytes) <= system.device.hbm.capacity)):
             reasons += (f"HBM: {float(hbm_bytes) / GIB:.1f} GiB needed of "
                         f"{system.device.hbm.capacity / GIB:.1f} GiB",)
     return feasible, reasons

@@ -14,6 +14,10 @@ _ALIASES = {
     "vocab": ("vocab_size",),
 }
 _GATED_ACTIVATIONS = {"silu", "swiglu", "swish"}
+# families whose config.json this reader understands: GPT-style (2-matrix MLP, LayerNorm) and Llama-style
+# (gated MLP, RMSNorm)
+_GPT_STYLE = ("gpt2", "opt", "bloom", "gpt_neox", "mpt", "gpt_bigcode")
+_LLAMA_STYLE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "internlm2", "yi", "deepseek", "olmo2")
 
 
 def is_huggingface_config(data: dict[str, Any]) -> bool:
@@ -33,6 +37,9 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> DenseMode
     if any(k in data for k in ("num_local_experts", "n_routed_experts", "num_experts")):
         raise ValueError("config.json describes a mixture-of-experts model; MoE specs are not supported yet")
     kind = str(data.get("model_type", "")).lower()
+    if kind not in _GPT_STYLE + _LLAMA_STYLE:
+        raise ValueError(f"model_type {kind!r} is not understood yet; known: {', '.join(_GPT_STYLE + _LLAMA_STYLE)} "
+                         "(write the model as a DenseModel YAML instead)")
     hidden, heads = int(_get(data, "hidden")), int(_get(data, "heads"))
     act = str(data.get("hidden_act", data.get("activation_function", "gelu"))).lower()
     spec: dict[str, Any] = {
@@ -42,11 +49,12 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> DenseMode
         "vocab": int(_get(data, "vocab")),
         "max_seq_len": int(data.get("max_position_embeddings") or data.get("n_positions")
                            or data.get("max_seq_len") or data.get("seq_length") or 2048),
-        "tied_embeddings": bool(data.get("tie_word_embeddings", kind in ("gpt2", "opt", "bloom", "mpt"))),
+        # transformers' default is tied, and saved configs leave defaults out
+        "tied_embeddings": bool(data.get("tie_word_embeddings", True)),
     }
     if data.get("head_dim"):
         spec["head_dim"] = int(data["head_dim"])
-    if kind in ("gpt2", "opt", "bloom", "gpt_neox", "mpt", "gpt_bigcode"):
+    if kind in _GPT_STYLE:
         if kind == "mpt":
             ffn = int(data.get("expansion_ratio", 4) * hidden)
         else:

@@ -122,8 +122,15 @@ def _sized_preset(name: str, gpus: int) -> System:
 def load_strategy(value: Strategy | dict[str, Any] | str) -> Strategy:
     if isinstance(value, Strategy):
         return value
-    data = read_data_file(Path(value)) if isinstance(value, str) else value
-    return validate_spec(Strategy, data, "strategy")
+    if isinstance(value, str):
+        path = Path(value)
+        if not path.is_file():
+            raise SpecError(f"strategy file {value!r} does not exist")
+        try:
+            value = read_data_file(path)
+        except Exception as err:  # YAML / JSON syntax
+            raise SpecError(f"{path}: cannot read as YAML/JSON: {err}") from None
+    return validate_spec(Strategy, value, "strategy")
 
 
 def load_workload(value: Training | dict[str, Any]) -> Training:

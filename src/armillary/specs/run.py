@@ -48,7 +48,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise SpecError(f"override {text!r}: expected FIELD=VALUE, e.g. strategy.tp=4")
     key, value = text.split("=", 1)
-    return key.strip(), yaml.safe_load(value)
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError as err:
+        raise SpecError(f"override {text!r}: the value is not valid YAML ({err.__class__.__name__})") from None
 
 
 def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tuple[
@@ -60,7 +63,10 @@ def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tup
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"run file {str(path)!r} does not exist")
-    data = read_data_file(path)
+    try:
+        data = read_data_file(path)
+    except Exception as err:  # YAML / JSON syntax
+        raise SpecError(f"{path}: cannot read as YAML/JSON: {err}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping with model, system, strategy, workload")
     for key, value in overrides:

@@ -95,6 +95,8 @@ class Strategy(Spec):
     def _check(self) -> Self:
         if self.vpp > 1 and self.schedule not in (None, Schedule.INTERLEAVED):
             raise ValueError(f"vpp={self.vpp} needs schedule 'interleaved', not {self.schedule.value!r}")
+        if self.schedule is Schedule.INTERLEAVED and self.vpp < 2:
+            raise ValueError("schedule 'interleaved' needs vpp >= 2 model chunks per pipeline rank")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1")
         if (self.first_stage_layers or self.last_stage_layers) and (self.pp < 3 or self.vpp > 1):

@@ -167,6 +167,8 @@ class System(Spec):
 
     def with_devices(self, n: int) -> System:
         """The same system sized to `n` devices (whole nodes, or part of one node)."""
+        if n < 1:
+            raise ValueError(f"gpus={n}: need at least one device")
         if n <= self.devices_per_node:
             return self.model_copy(update={"devices_per_node": n, "nodes": 1})
         if n % self.devices_per_node:

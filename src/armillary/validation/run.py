@@ -89,6 +89,11 @@ def _run_collective_row(row: dict[str, str]) -> RowResult:
 
 
 def run_row(row: dict[str, str]) -> RowResult:
+    try:
+        float(row.get("value", ""))
+    except ValueError:
+        return RowResult(row.get("id", "?"), source_group(row.get("id", "?")), row.get("metric", ""), float("nan"),
+                         None, None, (), skipped=f"no measured value ({row.get('value')!r})")
     if row.get("kind") == "collective":
         return _run_collective_row(row)
     measured = float(row["value"])
