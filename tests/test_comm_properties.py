@@ -178,3 +178,15 @@ def test_direct_reduce_scatter_reduces_only_its_share():
     rs = dimension_cost(Collective.REDUCE_SCATTER, 2**28, 8, net, 3e12, Algorithm.DIRECT)
     ag = dimension_cost(Collective.ALL_GATHER, 2**28, 8, net, 3e12, Algorithm.DIRECT)
     assert float(rs.time) - float(ag.time) == pytest.approx(7 / 8 * 2**28 * 3 / 3e12)
+
+
+@pytest.mark.parametrize("preset", ["dgx-h100", "dgx-a100", "dgx-b200"])
+def test_time_is_non_decreasing_on_a_dense_size_grid(preset):
+    """Protocol and algorithm switches, calibrated ramps and the fixed cost shared by hierarchical stages
+    must never make a larger message faster (4,000 sizes from 1 B to 100 GB)."""
+    system = load_system(preset, 512)
+    sizes = np.geomspace(1, 1e11, 4000)
+    for op in OPS:
+        for group in (Placement(8, 8), Placement(16, 2), Placement(64, 8), Placement(64, 1), Placement(512, 8)):
+            times = collective(op, sizes, group, system).cost.time
+            assert np.all(np.diff(times) >= -1e-15), (op, group)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.algorithms import Algorithm, Collective, DimensionCost, dimension_cost
+from armillary.comm.algorithms import PROTOCOLS, Algorithm, Collective, DimensionCost, dimension_cost
 from armillary.comm.placement import Placement
 from armillary.specs.arrays import Array
 from armillary.specs.system import Network, System
@@ -82,11 +82,13 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
             return CollectiveResult(CommCost(flat.time + across.time, flat.sent_bytes, across.sent_bytes),
                                     flat, across)
         rs, ag = on(True, Collective.REDUCE_SCATTER, n_bytes, p_in), on(True, Collective.ALL_GATHER, n_bytes, p_in)
+        saved = _shared_base(rs, across, ag)  # one collective call: its fixed cost is paid once
         if scalar:  # several nodes: reduce-scatter inside, all-reduce across, all-gather inside
-            inside = DimensionCost(rs.time + ag.time, rs.sent_bytes + ag.sent_bytes, rs.algorithm, rs.protocol)
+            inside = DimensionCost(rs.time + ag.time - saved, rs.sent_bytes + ag.sent_bytes, rs.algorithm,
+                                   rs.protocol)
         else:
             flat = on(True, op, n_bytes, p_in)
-            inside = DimensionCost(np.where(multi, rs.time + ag.time, flat.time),
+            inside = DimensionCost(np.where(multi, rs.time + ag.time - saved, flat.time),
                                    np.where(multi, rs.sent_bytes + ag.sent_bytes, flat.sent_bytes),
                                    np.where(multi, rs.algorithm, flat.algorithm),
                                    np.where(multi, rs.protocol, flat.protocol))
@@ -96,7 +98,8 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
         across, inside = on(False, op, n_bytes / p_in, nodes), on(True, op, n_bytes, p_in)
         if op in (Collective.BROADCAST, Collective.REDUCE):
             across = on(False, op, n_bytes, nodes)
-        return CollectiveResult(CommCost(across.time + inside.time, inside.sent_bytes, across.sent_bytes),
+        time = across.time + inside.time - _shared_base(across, inside)
+        return CollectiveResult(CommCost(time, inside.sent_bytes, across.sent_bytes),
                                 inside, across)
     if op is Collective.ALL_TO_ALL:
         inside = on(True, op, n_bytes * p_in / p, p_in)  # sends (p_in - 1)/p of the buffer inside the node
@@ -113,6 +116,19 @@ def collective_time(op: Collective, size_bytes: Array, group: Placement, system:
     """Seconds of one collective: `collective(...)` without the breakdown. Array-friendly in size and in
     the tiers' bandwidths."""
     return collective(op, size_bytes, group, system, algorithm, scale_up_bandwidth, scale_out_bandwidth).cost.time
+
+
+_SMALLEST_BASE = min(proto.base_latency_s for proto in PROTOCOLS)
+
+
+def _shared_base(*stages: DimensionCost) -> Array:
+    """What composing stages into one collective saves: each stage's cost includes a protocol's fixed cost
+    per collective call, which the whole hierarchical collective pays once (formulas.md §1.3). The saving
+    is the smallest fixed cost per extra stage, independent of the protocols chosen, so that time stays
+    non-decreasing in size."""
+    active = sum(np.where(np.asarray(st.time) > 0, 1.0, 0.0) for st in stages)
+    saved = np.maximum(active - 1, 0.0) * _SMALLEST_BASE
+    return float(saved) if np.ndim(saved) == 0 else saved
 
 
 def _pinnable(algorithm: Algorithm, op: Collective, tier: Network) -> bool:
