@@ -121,8 +121,13 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
             else:
                 lo = mid
         ramp.append((lo * hi) ** 0.5)
-    # a message's share of the bandwidth does not shrink as it grows: keep the curve non-decreasing
+    # a message's share of the bandwidth does not shrink as it grows (non-decreasing curve), and a larger
+    # message is never faster: between points r may grow at most by 1 + ln(S1/S0), which keeps S / r(S)
+    # non-decreasing under the log-linear interpolation
     ramp = list(np.minimum.accumulate(np.array(ramp)[::-1])[::-1])
+    for i in range(1, len(ramp)):
+        cap = ramp[i - 1] * (1 + 0.98 * np.log(points[i].size_bytes / points[i - 1].size_bytes))
+        ramp[i] = min(ramp[i], float(cap))
     if min(ramp) < 0.999:
         # the curve is read at the bytes each tier handles: across nodes that is size / ranks per node
         whole = op in (Collective.ALL_TO_ALL, Collective.BROADCAST, Collective.REDUCE)
