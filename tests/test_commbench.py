@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 
 def loopback(ranks: int) -> System:
     """Processes on one host talking over loopback TCP: one tier, ring only (what gloo runs)."""
-    net = Network(name="loopback TCP (gloo)", bandwidth="1 GB/s", latency="100 us", efficiency=0.5,
+    net = Network(name="loopback TCP (gloo)", bandwidth="50 GB/s", latency="100 us", efficiency=0.5,
                   algorithms=["ring"])
     return System(name="localhost", device=load_device("a100-sxm4-80gb"), devices_per_node=ranks,
                   scale_up=net, scale_out=net)

@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-from armillary.estimate.pipeline import stage_layers
+from armillary.estimate.pipeline import microbatch_count, stage_layers
 from armillary.specs.arrays import (
     SCHEDULE_INTERLEAVED,
     Array,
@@ -44,7 +44,8 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
                                            np.asarray(n_last) >= 1, _divides(v, n_mid)]),
          "pp*vpp must divide the layers (or the layers left by first/last_stage_layers)"),
         (_divides(st.micro_batch * d, w.global_batch), "micro_batch*dp must divide the global batch"),
-        (where(st.schedule == SCHEDULE_INTERLEAVED, _divides(p, w.global_batch / (st.micro_batch * d)), True),
+        (where(st.schedule == SCHEDULE_INTERLEAVED,
+               _divides(p, microbatch_count(w.global_batch, st.micro_batch, d)), True),
          "the interleaved schedule needs the micro-batch count to be a multiple of pp"),
         (hbm_bytes <= system.device.hbm.capacity, "out of memory: the HBM needs more than its capacity"),
         (tier2_bytes <= tier2_capacity,

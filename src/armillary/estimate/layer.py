@@ -38,6 +38,12 @@ class EndsCost:
     tp: CommCost  # vocabulary-parallel embedding all-reduce / LM-head input-gradient all-reduce
 
 
+def recompute_modes(st: StrategyArrays) -> tuple[Array, Array]:
+    """(full, selective) recomputation as it applies: selective re-runs the attention core, which
+    FlashAttention already recomputes inside its backward, so with it selective recomputes nothing."""
+    return st.recompute == RECOMPUTE_FULL, (st.recompute == RECOMPUTE_SELECTIVE) & (st.flash_attention == 0)
+
+
 def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
     """Communication left on the critical path: all of it (overlap 0), or what compute cannot hide
     (overlap 1): max(0, T_comm - T_overlappable) (formulas.md §2.3)."""
@@ -75,7 +81,7 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
                               gemm_t + k * stream_t + core_b.time_s)
     backward_weight = PassCost(gemm_flop, gemm_bytes, gemm_t)
     # selective recomputation re-runs the attention core; FlashAttention already recomputes it inside
-    full, selective = st.recompute == RECOMPUTE_FULL, (st.recompute == RECOMPUTE_SELECTIVE) & (flash == 0)
+    full, selective = recompute_modes(st)
     recompute = PassCost(*(where(full, f, where(selective, c, 0.0)) for f, c in (
         (forward.flop, core_f.flop), (forward.bytes, core_f.bytes), (forward.time_s, core_f.time_s))))
 

@@ -22,6 +22,7 @@ from armillary.specs.arrays import (
     minimum,
     where,
 )
+from armillary.workload.transformer import sequence_shards
 
 # Bytes per parameter of each precision recipe, indexed like PRECISIONS (fp32, bf16, fp16, fp8).
 # Megatron-LM README, distributed optimizer table: fp32 16 = 4 + 4 + 8 (m, v); bf16 18 = 2 + 4 (fp32
@@ -73,7 +74,7 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
                       flash: Array = 0.0) -> LayerActivations:
     h, a, kv, dh, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn
     T = b * s
-    sp_div = 1 + sp * (t - 1)
+    sp_div = sequence_shards(t, sp)
     # two norm inputs, QKV input, MLP input (e bytes each) + two 1-byte dropout masks
     replicated = (4 * e + 2 * m.dropout) * T * h / sp_div
     # Q, K, V, attention output (projection input), MLP hidden activations (2 tensors, 3 when gated)
@@ -114,11 +115,15 @@ class ModelStates:
     optimizer_states: Array
 
 
+def zero_shards(st: StrategyArrays, stage: int) -> Array:
+    """Ways ZeRO stage `stage` (1 optimizer, 2 gradients, 3 parameters) splits its state: dp if on, else 1."""
+    return where(st.zero >= stage, st.dp, 1)
+
+
 def model_states(params: Array, st: StrategyArrays) -> ModelStates:
     """Bytes of weights, gradients and optimizer states for `params` parameters on one model-parallel
     rank, sharded over dp by ZeRO stage (SC'20 §5: P_os, P_os+g, P_os+g+p)."""
-    d = st.dp
-    weights = params * per_precision(WEIGHT_BYTES, st.precision) / where(st.zero >= 3, d, 1)
-    gradients = params * per_precision(GRAD_BYTES, st.precision) / where(st.zero >= 2, d, 1)
-    optimizer = params * per_precision(OPTIMIZER_BYTES, st.precision) / where(st.zero >= 1, d, 1)
+    weights = params * per_precision(WEIGHT_BYTES, st.precision) / zero_shards(st, 3)
+    gradients = params * per_precision(GRAD_BYTES, st.precision) / zero_shards(st, 2)
+    optimizer = params * per_precision(OPTIMIZER_BYTES, st.precision) / zero_shards(st, 1)
     return ModelStates(weights, gradients, optimizer)

@@ -25,6 +25,11 @@ def bubble_fraction(pp: Array, microbatches: Array, vpp: Array) -> Array:
     return (pp - 1) / (vpp * microbatches)
 
 
+def microbatch_count(global_batch: Array, micro_batch: Array, dp: Array) -> Array:
+    """Micro-batches each pipeline runs per iteration: m = B / (b d) (SC'21 §3.4)."""
+    return global_batch / (micro_batch * dp)
+
+
 def stage_layers(layers: Array, pp: Array, first: Array, last: Array) -> tuple[Array, Array, Array]:
     """(first, middle, last) stage layer counts. `first` / `last` = 0 means not given: the stages without
     a given count share the remaining layers evenly (Megatron's --decoder-first/last-pipeline-num-layers)."""

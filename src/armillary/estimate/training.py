@@ -20,8 +20,8 @@ from armillary.cost.compute import matrix_peak, stream_time
 from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import data_parallel_cost
 from armillary.estimate.feasibility import check
-from armillary.estimate.layer import layer_cost, needed
-from armillary.estimate.pipeline import pipeline_time, stage_layers
+from armillary.estimate.layer import layer_cost, needed, recompute_modes
+from armillary.estimate.pipeline import microbatch_count, pipeline_time, stage_layers
 from armillary.estimate.result import (
     CommCall,
     MemoryBreakdown,
@@ -31,8 +31,6 @@ from armillary.estimate.result import (
     Traffic,
 )
 from armillary.specs.arrays import (
-    RECOMPUTE_FULL,
-    RECOMPUTE_SELECTIVE,
     Array,
     ModelArrays,
     StrategyArrays,
@@ -71,7 +69,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     sp = st.sequence_parallel
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     peak = matrix_peak(device, st.precision)
-    microbatches = w.global_batch / (b * d)
+    microbatches = microbatch_count(w.global_batch, b, d)
     tp_group, dp_group, pp_group = place_groups(t, d, p, system.devices_per_node)
 
     # --- one layer, one micro-batch; embedding (first stage), LM head and loss (last stage) --------
@@ -124,7 +122,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
                             microbatches, st, dp_group, system)
 
     # --- optimizer step and second memory tier -----------------------------------------------------
-    updated = params_local / where(st.zero >= 1, d, 1)
+    updated = params_local / mem.zero_shards(st, 1)
     adam_bytes = updated * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, st.precision)
     tier2 = device.second_tier
     tier2_bw = (tier2.efficiency * tier2.bandwidth) if tier2 is not None else np.inf
@@ -133,7 +131,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     acts = mem.layer_activations(m, b, s, t, sp, e, st.flash_attention)
     compute_total = microbatches * (crit.compute + crit.recompute)
     # weights (the device's shard under ZeRO-3) and stored activations share the one link to tier 2
-    offload_weights = st.offload_weights * 2 * microbatches * weight_bytes / where(st.zero >= 3, d, 1) / tier2_bw
+    offload_weights = st.offload_weights * 2 * microbatches * weight_bytes / mem.zero_shards(st, 3) / tier2_bw
     stored_mb = acts.stored(st.recompute) * n_layers_local
     offload_acts = st.offload_activations * 2 * microbatches * stored_mb / tier2_bw
     offload_stall = maximum(0.0, offload_weights + offload_acts - compute_total)
@@ -183,7 +181,11 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # one layer follow from this rank's micro-batch (same as layer_forward_flop(m, B, s))
     layer_flop = sum(op.flop for op in fw.gemms) * t * w.global_batch / b
     model_flop = model_flop_per_iteration(m, w, layer_flop)
-    recompute_flop = _recompute_flop(m, st, w, layer_flop)
+    core_flop = sum(op.flop for op in fw.core_gemms) * t * w.global_batch / b  # attention core, whole batch
+    full, selective = recompute_modes(st)
+    # recomputation re-runs a layer's forward (full) or its attention core, 4Bs^2h (selective; our recount
+    # of Korthikanti's hardware FLOPs, formulas.md §3.2 pitfall)
+    recompute_flop = m.layers * where(full, layer_flop, where(selective, core_flop, 0.0))
     tokens = w.global_batch * w.seq_len
     # every call of the step, as a device of the busiest stage makes them; traffic is their sum
     layers_here = n_layers_local
@@ -193,7 +195,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         *(replace(c, per_step=c.per_step * layers_here * microbatches) for c in layer_calls),
         CommCall(ParallelDimension.TP, Collective.ALL_REDUCE, (1 + single) * microbatches * where(t > 1, 1.0, 0.0),
                  n_tp, ends_ar.time, ends_ar.scale_up_bytes, ends_ar.scale_out_bytes),
-        CommCall(ParallelDimension.PP, Collective.SEND_RECV, pp_calls, n_pp / scatter, send.time,
+        CommCall(ParallelDimension.PP, Collective.SEND_RECV, pp_calls, n_send, send.time,
                  send.scale_up_bytes, send.scale_out_bytes),
         CommCall(ParallelDimension.PP, Collective.ALL_GATHER, pp_calls * (scatter > 1), n_pp, regather.time,
                  regather.scale_up_bytes, regather.scale_out_bytes),
@@ -252,13 +254,3 @@ def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays, layer_flop: Arra
     head = 2 * B * s * m.hidden * m.vocab
     layer_flop = layer_forward_flop(m, B, s) if layer_flop is None else layer_flop
     return 3 * (m.layers * layer_flop + head)
-
-
-def _recompute_flop(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layer_flop: Array) -> Array:
-    """Extra FLOPs of recomputation: one more layer forward (full) or the attention core, 4Bs^2h per layer
-    (selective; our recount, formulas.md §3.2 pitfall)."""
-    B, s = w.global_batch, w.seq_len
-    full = m.layers * layer_flop
-    core = m.layers * 4 * B * s * s * m.heads * m.head_dim
-    selective = (st.recompute == RECOMPUTE_SELECTIVE) & (st.flash_attention == 0)
-    return where(st.recompute == RECOMPUTE_FULL, full, where(selective, core, 0.0))

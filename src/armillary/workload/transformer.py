@@ -68,6 +68,12 @@ class LayerForward:
         return (self.norms, self.residuals, self.activation, self.rotary)
 
 
+def sequence_shards(t: Array, sp: Array) -> Array:
+    """Ways the sequence is split outside the TP regions: t with sequence parallelism, else 1
+    (Korthikanti et al. §4.2.2)."""
+    return 1 + sp * (t - 1)
+
+
 def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array) -> LayerForward:
     """Kernels of one layer's forward pass on one TP rank.
 
@@ -75,7 +81,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     """
     h, a, kv, dh, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn
     T = b * s
-    T_norm = T / (1 + sp * (t - 1))  # with sequence parallelism norms and dropouts see s/t tokens
+    T_norm = T / sequence_shards(t, sp)  # with sequence parallelism norms and dropouts see s/t tokens
     gated = m.mlp_matrices - 2
     attn = b * (a / t) * s * s  # elements of the score matrix on this rank
     return LayerForward(
