@@ -32,8 +32,14 @@ def test_gloo_run_calibrates_a_network():
     net = fitted.scale_up
     assert 0 < net.latency < 0.1 and 0 < net.efficiency <= 1
     group = group_of(fitted, ranks)
-    # the fitted description reproduces the measured sweep (loopback timings on a busy 2-core machine are
-    # noisy, and TCP loopback latency here is bimodal, ~1 or ~3 ms: each point within 10x, the median within 3x)
-    ratios = sorted(float(collective(op, r.size_bytes, group, fitted).cost.time) / r.time_s for r in rows)
-    assert all(0.1 < x < 10 for x in ratios)
-    assert 1 / 3 < ratios[len(ratios) // 2] < 3
+
+    def predicted(size: float) -> float:
+        return float(collective(op, size, group, fitted).cost.time)
+
+    # the fitted description reproduces the measured sweep where it is determined: the largest message
+    # exactly (its bandwidth), the small ones within the spread of their noisy times (TCP loopback on a
+    # busy 2-core machine is bimodal here, about 0.3 ms or 1 to 3 ms)
+    largest = rows[-1]
+    assert predicted(largest.size_bytes) == pytest.approx(largest.time_s, rel=0.05)
+    small = [r.time_s for r in rows if r.size_bytes <= 64 * 1024]
+    assert min(small) / 2 < predicted(rows[0].size_bytes) < 2 * max(small)

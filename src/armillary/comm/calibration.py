@@ -65,34 +65,25 @@ def _with(system: System, tier: str, **update: object) -> System:
     return system.model_copy(update={tier: net.model_copy(update=update)})
 
 
-def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, system: System,
-             algorithm: Algorithm = Algorithm.AUTO) -> System:
-    """`system` with the crossed tier's efficiency, latency and size-efficiency curve fitted (returned at
-    the size it was given)."""
-    given = system
-    system = system.with_devices(gpus) if gpus != system.devices else system
-    tier = "scale_up" if gpus <= system.devices_per_node else "scale_out"
-    points = sorted(measurements, key=lambda m: m.size_bytes)
-    base = _with(system, tier, size_efficiency=None)
-
-    # 1. asymptote: scale the efficiency of the algorithm the largest message uses
-    largest = points[-1]
-    chosen = ALGORITHMS[_time(op, largest.size_bytes, base, gpus, algorithm)[1]]
-    field = "in_network_efficiency" if chosen is Algorithm.IN_NETWORK else "efficiency"
-    lo, hi = 1e-3, 1.0  # the time falls as the efficiency rises: bisection on the largest message, with the
-    for _ in range(50):  # algorithm pinned so that a switch to another one cannot stall the bisection
+def _fit_asymptote(base: System, tier: str, field: str, chosen: Algorithm, largest: Measurement,
+                   op: Collective, gpus: int) -> System:
+    """Bisection on `field`: the time falls as the efficiency rises. The algorithm is pinned so that a
+    switch to another one cannot stall the bisection."""
+    lo, hi = 1e-3, 1.0
+    for _ in range(50):
         mid = (lo + hi) / 2
-        trial = _with(base, tier, **{field: mid})
-        slower = _time(op, largest.size_bytes, trial, gpus, chosen)[0] > largest.time_s
+        slower = _time(op, largest.size_bytes, _with(base, tier, **{field: mid}), gpus, chosen)[0] > largest.time_s
         lo, hi = (mid, hi) if slower else (lo, mid)
     if hi < 2e-3 or lo > 0.999:
         raise ValueError(f"the largest message ({largest.size_bytes:.0f} B in {largest.time_s * 1e6:.1f} us) cannot "
                          f"be matched by any {field} of {chosen.value} on {getattr(base, tier).name}: check --gpus, "
                          "--op and --system")
-    base = _with(base, tier, **{field: (lo + hi) / 2})
+    return _with(base, tier, **{field: (lo + hi) / 2})
 
-    # 2. latency: least squares in log time over the small messages (grid, then golden-section refinement)
-    small = [m for m in points if m.size_bytes <= max(64 * 1024, points[0].size_bytes)]
+
+def _fit_latency(base: System, tier: str, small: list[Measurement], op: Collective, gpus: int,
+                 algorithm: Algorithm) -> System:
+    """Least squares in log time over `small` (grid, then golden-section refinement)."""
 
     def log_error(latency: float) -> float:
         trial = _with(base, tier, latency=float(latency))
@@ -104,7 +95,29 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
     for _ in range(40):
         a, b = lo + 0.382 * (hi - lo), lo + 0.618 * (hi - lo)
         lo, hi = (lo, b) if log_error(a) < log_error(b) else (a, hi)
-    base = _with(base, tier, latency=float((lo + hi) / 2))
+    return _with(base, tier, latency=float((lo + hi) / 2))
+
+
+def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, system: System,
+             algorithm: Algorithm = Algorithm.AUTO) -> System:
+    """`system` with the crossed tier's efficiency, latency and size-efficiency curve fitted (returned at
+    the size it was given)."""
+    given = system
+    system = system.with_devices(gpus) if gpus != system.devices else system
+    tier = "scale_up" if gpus <= system.devices_per_node else "scale_out"
+    points = sorted(measurements, key=lambda m: m.size_bytes)
+    base = _with(system, tier, size_efficiency=None)
+
+    # 1. asymptote: the efficiency of the algorithm the largest message uses, so that it takes its measured
+    # time; 2. latency: least squares in log time over the small messages. Each shifts the other a little:
+    # alternate until both settle.
+    largest = points[-1]
+    chosen = ALGORITHMS[_time(op, largest.size_bytes, base, gpus, algorithm)[1]]
+    field = "in_network_efficiency" if chosen is Algorithm.IN_NETWORK else "efficiency"
+    small = [m for m in points if m.size_bytes <= max(64 * 1024, points[0].size_bytes)]
+    for _ in range(4):
+        base = _fit_asymptote(base, tier, field, chosen, largest, op, gpus)
+        base = _fit_latency(base, tier, small, op, gpus, algorithm)
 
     # 3. size efficiency: the bandwidth multiplier that reproduces each measured time (bisection)
     ramp = []
