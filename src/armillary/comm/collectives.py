@@ -126,9 +126,10 @@ def _shared_base(*stages: DimensionCost) -> Array:
     per collective call, which the whole hierarchical collective pays once (formulas.md §1.3). The saving
     is the smallest fixed cost per extra stage, independent of the protocols chosen, so that time stays
     non-decreasing in size."""
+    if not any(isinstance(st.time, np.ndarray) for st in stages):  # one configuration
+        return max(sum(1 for st in stages if st.time > 0) - 1, 0) * _SMALLEST_BASE
     active = sum(np.where(np.asarray(st.time) > 0, 1.0, 0.0) for st in stages)
-    saved = np.maximum(active - 1, 0.0) * _SMALLEST_BASE
-    return float(saved) if np.ndim(saved) == 0 else saved
+    return np.maximum(active - 1, 0.0) * _SMALLEST_BASE
 
 
 def _pinnable(algorithm: Algorithm, op: Collective, tier: Network) -> bool:

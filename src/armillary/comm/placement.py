@@ -6,6 +6,7 @@ are contiguous inside a node and PP groups have the largest stride.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,11 +27,14 @@ class Placement:
 
 
 def _place(size: Array, stride: Array, devices_per_node: Array) -> Placement:
-    fit = np.clip(np.floor(devices_per_node / stride), 1, size)
     # a group that does not fill its nodes evenly (e.g. 6 ranks as 4 + 2) is costed as its even
     # sub-layout (3 nodes of 2), whose inter-node step is the bottleneck of the uneven one
+    if not any(isinstance(x, np.ndarray) for x in (size, stride, devices_per_node)):
+        fit = min(max(math.floor(devices_per_node / stride), 1), size)
+        return Placement(size=size, per_node=float(math.gcd(int(size), int(fit))))
+    fit = np.clip(np.floor(devices_per_node / stride), 1, size)
     per_node = np.gcd(np.asarray(size, dtype=np.int64), np.asarray(fit, dtype=np.int64)).astype(float)
-    return Placement(size=size, per_node=per_node if np.ndim(per_node) else float(per_node))
+    return Placement(size=size, per_node=per_node)
 
 
 def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array) -> tuple[Placement, ...]:

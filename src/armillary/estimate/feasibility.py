@@ -32,16 +32,26 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
           hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, tuple[str, ...]]:
     t, p, d, v = st.tp, st.pp, st.dp, st.vpp
     n_first, n_mid, n_last = stage_layers(m.layers, p, st.first_stage_layers, st.last_stage_layers)
-    whole = lambda x: np.abs(np.asarray(x) - np.round(x)) < 1e-9  # noqa: E731
+
+    def whole(x: Array) -> Array:
+        if not isinstance(x, np.ndarray):
+            return bool(abs(x - round(x)) < 1e-9)
+        return np.abs(x - np.round(x)) < 1e-9
+
+    def both(*masks: Array) -> Array:
+        if not any(isinstance(k, np.ndarray) for k in masks):
+            return all(bool(k) for k in masks)
+        return functools.reduce(np.logical_and, masks)
+
     tier2 = system.device.second_tier
     tier2_capacity = tier2.capacity if tier2 is not None else 0.0
     conditions: list[tuple[Array, str]] = [
         (np.abs(t * p * d - system.devices) < 0.5, f"tp*pp*dp must equal the {system.devices} devices"),
         (_divides(t, m.heads), "tp must divide the attention heads"),
-        (np.logical_or(_divides(t, m.kv_heads), _divides(m.kv_heads, t)), "tp and kv_heads must divide one another"),
+        (np.logical_or(_divides(t, m.kv_heads), _divides(m.kv_heads, t)) if isinstance(t, np.ndarray)
+         else bool(_divides(t, m.kv_heads) or _divides(m.kv_heads, t)), "tp and kv_heads must divide one another"),
         (_divides(t, m.ffn), "tp must divide the MLP size"),
-        (functools.reduce(np.logical_and, [whole(n_first), whole(n_mid), whole(n_last), np.asarray(n_mid) >= 1,
-                                           np.asarray(n_last) >= 1, _divides(v, n_mid)]),
+        (both(whole(n_first), whole(n_mid), whole(n_last), n_mid >= 1, n_last >= 1, _divides(v, n_mid)),
          "pp*vpp must divide the layers (or the layers left by first/last_stage_layers)"),
         (_divides(st.micro_batch * d, w.global_batch), "micro_batch*dp must divide the global batch"),
         (where(st.schedule == SCHEDULE_INTERLEAVED,
@@ -52,10 +62,9 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
          "offload needs a second memory tier: the device has none" if tier2 is None else
          "out of memory: the second tier needs more than its capacity"),
     ]
-    feasible = np.asarray(functools.reduce(np.logical_and, (c for c, _ in conditions)), dtype=bool)
+    feasible = both(*(c for c, _ in conditions))
     reasons: tuple[str, ...] = ()
-    if feasible.ndim == 0:
-        feasible = feasible[()]
+    if not isinstance(feasible, np.ndarray):
         reasons = tuple(text for ok, text in conditions if not bool(ok))
         if not bool(np.all(np.asarray(hbm_bytes) <= system.device.hbm.capacity)):
             reasons += (f"HBM: {float(hbm_bytes) / GIB:.1f} GiB needed of "

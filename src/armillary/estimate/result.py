@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -61,7 +61,8 @@ class TimeBreakdown:
 
     @property
     def total(self) -> Array:
-        return sum(getattr(self, f.name) for f in fields(self))
+        return (self.forward_backward + self.recompute + self.tp_exposed + self.pp_exposed + self.bubble
+                + self.dp_exposed + self.optimizer + self.offload_stall)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ class MemoryBreakdown:
 
     @property
     def total(self) -> Array:
-        return sum(getattr(self, f.name) for f in fields(self))
+        return (self.weights + self.gradients + self.optimizer_states + self.activations + self.checkpoints
+                + self.comm_buffers)
 
 
 @dataclass(frozen=True)

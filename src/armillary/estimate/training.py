@@ -228,6 +228,10 @@ def _fullest(first: tuple[MemoryBreakdown, MemoryBreakdown], middle: tuple[Memor
     best_total, (best_hbm, best_t2) = first[0].total, first
     for (hbm, t2), present in ((middle, has_mid), (last, 1.0)):
         take = (present > 0) & (hbm.total > best_total)
+        if not isinstance(take, np.ndarray):  # one configuration: take the whole stage or keep the best
+            if take:
+                best_hbm, best_t2, best_total = hbm, t2, hbm.total
+            continue
         best_hbm = MemoryBreakdown(*(where(take, getattr(hbm, f.name), getattr(best_hbm, f.name))
                                      for f in fields(MemoryBreakdown)))
         best_t2 = MemoryBreakdown(*(where(take, getattr(t2, f.name), getattr(best_t2, f.name))
