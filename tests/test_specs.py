@@ -95,3 +95,32 @@ def test_shipped_json_schemas_are_current():
     for kind, cls in SCHEMAS.items():
         shipped = json.loads((folder / f"{kind}.schema.json").read_text())
         assert shipped == cls.model_json_schema(), f"regenerate schemas/{kind}.schema.json"
+
+
+def test_a_system_file_names_its_device_file_relative_to_itself(tmp_path):
+    import yaml
+
+    from armillary.presets.registry import find_preset, read_data_file
+
+    device = read_data_file(find_preset("devices", "a100-sxm4-80gb"))
+    (tmp_path / "my-gpu.yaml").write_text(yaml.safe_dump({**device, "name": "my GPU"}))
+    system = read_data_file(find_preset("systems", "dgx-a100"))
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({**system, "device": "my-gpu.yaml"}))
+    assert load_system(str(tmp_path / "cluster.yaml")).device.name == "my GPU"
+
+
+def test_fully_connected_pairs_use_one_link():
+    """MI300X: 7 direct xGMI links of 64 GB/s; two GPUs share one of them (AMD datasheet)."""
+    import numpy as np
+
+    from armillary.comm.collectives import collective
+    from armillary.comm.placement import Placement
+    from armillary.specs.communication import Collective
+
+    system = load_system("mi300x-8")
+    n = 2**30
+    two = float(collective(Collective.ALL_REDUCE, n, Placement(2, 2), system).cost.time)
+    eight = float(collective(Collective.ALL_REDUCE, n, Placement(8, 8), system).cost.time)
+    link = system.scale_up.efficiency * system.scale_up.bandwidth / 7
+    assert two == pytest.approx(n / link, rel=0.02)  # 2(p-1)/p n = n bytes over one link
+    assert eight < two and np.isfinite(eight)

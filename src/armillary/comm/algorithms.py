@@ -166,6 +166,8 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduc
     the tier's per-device bandwidth, so a search can sweep it)."""
     scalar = _is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
     scale: Array = 1.0 if bandwidth is None else bandwidth / net.bandwidth
+    if net.kind is NetworkKind.FULLY_CONNECTED and net.links:  # a small group reaches only its peers' links
+        scale = scale * (min(max(p - 1, 1), net.links) if scalar else np.clip(p - 1, 1, net.links)) / net.links
     if scalar and p <= 1 and algorithm is Algorithm.AUTO:
         return _NOTHING  # a group of one does nothing
     if scalar:

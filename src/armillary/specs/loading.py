@@ -100,8 +100,13 @@ def load_system(value: System | str | dict[str, Any], gpus: int | None = None) -
         data = _read(value, "systems")[0] if isinstance(value, str) else dict(value)
         if not isinstance(data, dict):
             raise SpecError(f"system: expected a mapping, got {type(data).__name__}")
-        if isinstance(data.get("device"), str | dict):
-            data = {**data, "device": load_device(data["device"])}
+        device = data.get("device")
+        if isinstance(device, str) and isinstance(value, str) and find_preset("devices", device) is None:
+            beside = Path(value).expanduser().parent / device  # a device file named relative to the system file
+            if beside.is_file():
+                device = str(beside)
+        if isinstance(device, str | dict):
+            data = {**data, "device": load_device(device)}
         system = validate_spec(System, data, "system")
     if gpus is not None:
         try:

@@ -142,6 +142,9 @@ class Network(Spec):
         None, description="bandwidth multiplier vs message bytes (ramp-up of mid-size messages), fitted from "
         "nccl-tests sweeps by `armillary calibrate-network`")
     oversubscription: float = Field(1.0, ge=1.0, description="fat-tree: bandwidth above the leaves is divided")
+    links: PositiveInt | None = Field(
+        None, description="fully connected: direct links per device (devices - 1), sharing `bandwidth` evenly; "
+        "a group of p ranks uses p - 1 of them")
     shared_by: PositiveInt = Field(
         1, description="devices sharing each link of `bandwidth` (e.g. 2 when 4 NICs serve 8 GPUs)")
     shape: tuple[PositiveInt, ...] | None = Field(None, description="torus / mesh dimensions, e.g. [4, 4, 4]")
