@@ -42,6 +42,16 @@ def validate_spec(cls: type[S], data: Any, where: str) -> S:
         raise SpecError(format_validation_error(err, where)) from None
 
 
+def read_spec_file(path: Path, what: str) -> Any:
+    """A YAML / JSON file's data; a missing file or bad syntax is a SpecError naming the file."""
+    if not path.is_file():
+        raise SpecError(f"{what} file {str(path)!r} does not exist")
+    try:
+        return read_data_file(path)
+    except Exception as err:  # YAML / JSON syntax
+        raise SpecError(f"{path}: cannot read as YAML/JSON: {err}") from None
+
+
 def _read(value: str, kind: str) -> tuple[Any, str]:
     """Data of a preset name or a file path."""
     preset = find_preset(kind, value)
@@ -49,10 +59,7 @@ def _read(value: str, kind: str) -> tuple[Any, str]:
         return read_data_file(preset), preset.stem
     path = Path(value).expanduser()
     if path.is_file():
-        try:
-            return read_data_file(path), path.stem
-        except Exception as err:  # yaml/json syntax
-            raise SpecError(f"{path}: cannot read as YAML/JSON: {err}") from None
+        return read_spec_file(path, kind[:-1]), path.stem
     raise SpecError(
         f"{kind[:-1]} {value!r} is neither a file nor a preset; presets: {', '.join(preset_names(kind))}"
     )
@@ -127,15 +134,8 @@ def _sized_preset(name: str, gpus: int) -> System:
 def load_strategy(value: Strategy | dict[str, Any] | str) -> Strategy:
     if isinstance(value, Strategy):
         return value
-    if isinstance(value, str):
-        path = Path(value)
-        if not path.is_file():
-            raise SpecError(f"strategy file {value!r} does not exist")
-        try:
-            value = read_data_file(path)
-        except Exception as err:  # YAML / JSON syntax
-            raise SpecError(f"{path}: cannot read as YAML/JSON: {err}") from None
-    return validate_spec(Strategy, value, "strategy")
+    data = read_spec_file(Path(value), "strategy") if isinstance(value, str) else value
+    return validate_spec(Strategy, data, "strategy")
 
 
 def load_workload(value: Training | dict[str, Any]) -> Training:

@@ -9,7 +9,6 @@ from typing import Any
 import yaml
 from pydantic import Field, PositiveInt
 
-from armillary.presets.registry import read_data_file
 from armillary.specs.base import Spec
 from armillary.specs.loading import (
     SpecError,
@@ -17,6 +16,7 @@ from armillary.specs.loading import (
     load_strategy,
     load_system,
     load_workload,
+    read_spec_file,
     validate_spec,
 )
 from armillary.specs.model import DenseModel
@@ -61,12 +61,7 @@ def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tup
     Relative file paths inside the run file are taken relative to the run file.
     """
     path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"run file {str(path)!r} does not exist")
-    try:
-        data = read_data_file(path)
-    except Exception as err:  # YAML / JSON syntax
-        raise SpecError(f"{path}: cannot read as YAML/JSON: {err}") from None
+    data = read_spec_file(path, "run")
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping with model, system, strategy, workload")
     for key, value in overrides:
