@@ -85,27 +85,31 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
     recompute = PassCost(*(where(full, f, where(selective, c, 0.0)) for f, c in (
         (forward.flop, core_f.flop), (forward.bytes, core_f.bytes), (forward.time_s, core_f.time_s))))
 
-    # two all-reduces per pass (SC'21 §3.2); with SP each becomes an all-gather before and a reduce-scatter
-    # after the block (Korthikanti §4.2.2), and the backward gathers each block's input once more for the
-    # weight gradient (Megatron keeps only the 1/t shard)
+    # collectives per layer and pass (one source for times and call counts): two all-reduces per pass
+    # (SC'21 §3.2); with SP each becomes an all-gather before and a reduce-scatter after the block
+    # (Korthikanti §4.2.2), and the backward gathers each block's input once more for the weight gradient
+    # (Megatron keeps only the 1/t shard)
     sp = st.sequence_parallel
     ar = needed(lambda: all_reduce(n_tp, tp_group, system), sp < 1)
     ag = needed(lambda: all_gather(n_tp, tp_group, system), sp > 0)
     rs = needed(lambda: reduce_scatter(n_tp, tp_group, system), sp > 0)
-    block = where(sp > 0, ag.time + rs.time, ar.time)
-    tp_f = exposed(2 * block, gemm_t, st.overlap_tp)
-    tp_b = exposed(2 * block + sp * 2 * ag.time, 2 * gemm_t, st.overlap_tp)
+    costs = (ar, ag, rs)
+    forward_calls = (2 * (1 - sp), 2 * sp, 2 * sp)  # per cost above
+    backward_calls = (2 * (1 - sp), 4 * sp, 2 * sp)
+    tp_f = exposed(sum(n * c.time for c, n in zip(costs, forward_calls, strict=True)), gemm_t, st.overlap_tp)
+    tp_b = exposed(sum(n * c.time for c, n in zip(costs, backward_calls, strict=True)), 2 * gemm_t, st.overlap_tp)
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
                       tp_recompute_s=where(full, tp_f, 0.0))
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
     ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(n_tp, tp_group, system)
     ends_cost = EndsCost(embedding_s=(1 + k) * embedding_t, head_s=3 * head_gemm_t + (1 + k) * loss_t,
                          tp=ends_ar)
-    recomputed = 2 * full  # full recomputation repeats the forward's collectives
+    # per layer and micro-batch; full recomputation repeats the forward's collectives
+    per_layer = [f * (1 + full) + b for f, b in zip(forward_calls, backward_calls, strict=True)]
     calls = (
-        _call(ParallelDimension.TP, Collective.ALL_REDUCE, (1 - sp) * (4 + recomputed), n_tp, ar),
-        _call(ParallelDimension.SP, Collective.ALL_GATHER, sp * (6 + recomputed), n_tp, ag),
-        _call(ParallelDimension.SP, Collective.REDUCE_SCATTER, sp * (4 + recomputed), n_tp, rs),
+        _call(ParallelDimension.TP, Collective.ALL_REDUCE, per_layer[0], n_tp, ar),
+        _call(ParallelDimension.SP, Collective.ALL_GATHER, per_layer[1], n_tp, ag),
+        _call(ParallelDimension.SP, Collective.REDUCE_SCATTER, per_layer[2], n_tp, rs),
     )
     return layer, ends_cost, calls
 

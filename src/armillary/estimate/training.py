@@ -94,7 +94,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     send = send_recv(n_send, pp_crosses, system)
     regather = needed(lambda: all_gather(n_pp, tp_group, system), scatter > 1)
     # every micro-batch sends its activation forward and its gradient back, once per model chunk
-    p2p_per_mb = (1 - single) * 2 * v * (send.time + (scatter > 1) * regather.time)
+    sends_per_mb = (1 - single) * 2 * v
+    p2p_per_mb = sends_per_mb * (send.time + (scatter > 1) * regather.time)
 
     first = layer * n_first + embedding + head * single
     last = layer * n_last + head + embedding * single
@@ -190,7 +191,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # every call of the step, as a device of the busiest stage makes them; traffic is their sum
     layers_here = n_layers_local
     ends_ar = ends.tp
-    pp_calls = 2 * v * microbatches * (1 - single)
+    pp_calls = sends_per_mb * microbatches
     calls = (
         *(replace(c, per_step=c.per_step * layers_here * microbatches) for c in layer_calls),
         CommCall(ParallelDimension.TP, Collective.ALL_REDUCE, (1 + single) * microbatches * where(t > 1, 1.0, 0.0),
