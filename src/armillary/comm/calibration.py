@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.comm.algorithms import ALGORITHMS
-from armillary.comm.collectives import collective
+from armillary.comm.collectives import collective, tier_bytes
 from armillary.comm.sweep import group_of
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.system import EfficiencyCurve, Network, System
@@ -142,10 +142,9 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
         cap = ramp[i - 1] * (1 + 0.98 * np.log(points[i].size_bytes / points[i - 1].size_bytes))
         ramp[i] = min(ramp[i], float(cap))
     if min(ramp) < 0.999:
-        # the curve is read at the bytes each tier handles: across nodes that is size / ranks per node
-        whole = op in (Collective.ALL_TO_ALL, Collective.BROADCAST, Collective.REDUCE)
-        per_tier = 1.0 if tier == "scale_up" or whole else group_of(base, gpus).per_node
-        curve = EfficiencyCurve(points=tuple((m.size_bytes / per_tier, float(r))
-                                             for m, r in zip(points, ramp, strict=True)))
+        # the curve is read at the bytes the fitted tier handles
+        group = group_of(base, gpus)
+        at = [float(tier_bytes(op, m.size_bytes, group)[0 if tier == "scale_up" else 1]) for m in points]
+        curve = EfficiencyCurve(points=tuple((x, float(r)) for x, r in zip(at, ramp, strict=True)))
         base = _with(base, tier, size_efficiency=curve)
     return base.model_copy(update={"devices_per_node": given.devices_per_node, "nodes": given.nodes})

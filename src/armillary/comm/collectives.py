@@ -14,7 +14,7 @@ import numpy as np
 
 from armillary.comm.algorithms import PROTOCOLS, Algorithm, Collective, DimensionCost, dimension_cost
 from armillary.comm.placement import Placement
-from armillary.specs.arrays import Array
+from armillary.specs.arrays import Array, maximum
 from armillary.specs.system import Network, System
 
 
@@ -73,21 +73,22 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
         pinned = algorithm if _pinnable(algorithm, o, tier) else Algorithm.AUTO
         return dimension_cost(o, n, ranks, tier, rate, pinned, bandwidth)
 
+    n_inside, n_across = tier_bytes(op, n_bytes, group)
     if op is Collective.ALL_REDUCE:
-        across = on(False, op, n_bytes / p_in, nodes)
+        across = on(False, op, n_across, nodes)
         multi = nodes > 1
         scalar = not isinstance(multi, np.ndarray)
         if scalar and not multi:  # one node: the whole all-reduce inside, in-network reduction possible
-            flat = on(True, op, n_bytes, p_in)
+            flat = on(True, op, n_inside, p_in)
             return CollectiveResult(CommCost(flat.time + across.time, flat.sent_bytes, across.sent_bytes),
                                     flat, across)
-        rs, ag = on(True, Collective.REDUCE_SCATTER, n_bytes, p_in), on(True, Collective.ALL_GATHER, n_bytes, p_in)
+        rs, ag = on(True, Collective.REDUCE_SCATTER, n_inside, p_in), on(True, Collective.ALL_GATHER, n_inside, p_in)
         saved = _shared_base(rs, across, ag)  # one collective call: its fixed cost is paid once
         if scalar:  # several nodes: reduce-scatter inside, all-reduce across, all-gather inside
             inside = DimensionCost(rs.time + ag.time - saved, rs.sent_bytes + ag.sent_bytes, rs.algorithm,
                                    rs.protocol)
         else:
-            flat = on(True, op, n_bytes, p_in)
+            flat = on(True, op, n_inside, p_in)
             inside = DimensionCost(np.where(multi, rs.time + ag.time - saved, flat.time),
                                    np.where(multi, rs.sent_bytes + ag.sent_bytes, flat.sent_bytes),
                                    np.where(multi, rs.algorithm, flat.algorithm),
@@ -95,19 +96,28 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
         return CollectiveResult(CommCost(inside.time + across.time, inside.sent_bytes, across.sent_bytes),
                                 inside, across)
     if op in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.BROADCAST, Collective.REDUCE):
-        across, inside = on(False, op, n_bytes / p_in, nodes), on(True, op, n_bytes, p_in)
-        if op in (Collective.BROADCAST, Collective.REDUCE):
-            across = on(False, op, n_bytes, nodes)
+        across, inside = on(False, op, n_across, nodes), on(True, op, n_inside, p_in)
         time = across.time + inside.time - _shared_base(across, inside)
         return CollectiveResult(CommCost(time, inside.sent_bytes, across.sent_bytes),
                                 inside, across)
     if op is Collective.ALL_TO_ALL:
-        inside = on(True, op, n_bytes * p_in / p, p_in)  # sends (p_in - 1)/p of the buffer inside the node
-        cross_fraction = (p - p_in) / p  # the rest leaves the node, spread over the other nodes
-        across = on(False, op, n_bytes * cross_fraction * nodes / np.maximum(nodes - 1, 1), nodes)
+        inside, across = on(True, op, n_inside, p_in), on(False, op, n_across, nodes)
         return CollectiveResult(CommCost(np.maximum(inside.time, across.time), inside.sent_bytes,
                                          across.sent_bytes), inside, across)
     raise ValueError(f"{op.value} is point-to-point: use send_recv")
+
+
+def tier_bytes(op: Collective, n_bytes: Array, group: Placement) -> tuple[Array, Array]:
+    """The message each tier's stage handles (inside a node, across nodes) in the hierarchical composition
+    of `collective`: all-reduce, all-gather and reduce-scatter cross nodes with n / per_node per device
+    (every device drives its own rail); broadcast and reduce with the whole message; all-to-all sends
+    (per_node - 1)/p of its buffer inside the node and the rest, (p - per_node)/p, across."""
+    p_in, nodes, p = group.per_node, group.nodes, group.size
+    if op is Collective.ALL_TO_ALL:
+        return n_bytes * p_in / p, n_bytes * (p - p_in) / p * nodes / maximum(nodes - 1, 1)
+    if op in (Collective.BROADCAST, Collective.REDUCE):
+        return n_bytes, n_bytes
+    return n_bytes, n_bytes / p_in
 
 
 def collective_time(op: Collective, size_bytes: Array, group: Placement, system: System,
