@@ -41,7 +41,7 @@ class EndsCost:
 def recompute_modes(st: StrategyArrays) -> tuple[Array, Array]:
     """(full, selective) recomputation as it applies: selective re-runs the attention core, which
     FlashAttention already recomputes inside its backward, so with it selective recomputes nothing."""
-    return st.recompute == RECOMPUTE_FULL, (st.recompute == RECOMPUTE_SELECTIVE) & (st.flash_attention == 0)
+    return st.recompute == RECOMPUTE_FULL, (st.recompute == RECOMPUTE_SELECTIVE) & (st.attention == 0)
 
 
 def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
@@ -53,7 +53,7 @@ def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
 def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp_group: Placement,
                system: System) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
     """Per-pass cost of one layer and of the model's ends, and the layer's TP calls per micro-batch."""
-    device, flash, code = system.device, st.flash_attention, st.precision
+    device, flash, code = system.device, st.attention, st.precision
     kt = kernel_times((*fw.dense_gemms, *fw.dense_streams, ends.embedding, ends.loss), device, code)
     gemm_t, stream_t, embedding_t, loss_t = kt[0:4].sum(axis=0), kt[4:8].sum(axis=0), kt[8], kt[9]
     k16 = kernel_times((*fw.core_gemms, fw.softmax, ends.head_gemm), device, code, sixteen_bit=True)

@@ -129,7 +129,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     tier2_bw = (tier2.efficiency * tier2.bandwidth) if tier2 is not None else np.inf
     optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
 
-    acts = mem.layer_activations(m, b, s, t, sp, e, st.flash_attention)
+    acts = mem.layer_activations(m, b, s, t, sp, e, st.attention)
     compute_total = microbatches * (crit.compute + crit.recompute)
     # weights (the device's shard under ZeRO-3) and stored activations share the one link to tier 2
     offload_weights = st.offload_weights * 2 * microbatches * weight_bytes / mem.zero_shards(st, 3) / tier2_bw

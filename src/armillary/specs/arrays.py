@@ -96,7 +96,7 @@ class StrategyArrays:
     offload_optimizer: Array
     precision: Array  # index into PRECISIONS
     pp_scatter_gather: Array
-    flash_attention: Array  # 0 standard, 1 FlashAttention-2, 2 FlashAttention-3
+    attention: Array  # 0 standard, 1 FlashAttention-2, 2 FlashAttention-3 (ATTENTION_* codes)
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
@@ -109,7 +109,7 @@ class StrategyArrays:
             overlap_param_gather=float(s.overlap.param_gather),
             offload_weights=float(s.offload.weights), offload_activations=float(s.offload.activations),
             offload_optimizer=float(s.offload.optimizer), precision=PRECISIONS.index(s.precision),
-            pp_scatter_gather=float(s.pp_scatter_gather), flash_attention=_ATTENTION_CODE[s.attention],
+            pp_scatter_gather=float(s.pp_scatter_gather), attention=_ATTENTION_CODE[s.attention],
         )
 
 
