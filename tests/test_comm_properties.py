@@ -169,7 +169,7 @@ def test_uneven_group_layouts_are_costed_by_their_even_sub_layout():
     """6 data-parallel ranks at stride 2 on 8-GPU nodes sit as 4 + 2: costed as 3 nodes of 2."""
     from armillary.comm.placement import place_groups
 
-    _, dp, _ = place_groups(2, 6, 4, 8)
+    _, dp, _, _ = place_groups(2, 6, 4, 8)
     assert (float(dp.size), float(dp.per_node), float(dp.nodes)) == (6.0, 2.0, 3.0)
 
 

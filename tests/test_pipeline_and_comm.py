@@ -46,9 +46,9 @@ def test_hierarchical_all_reduce_moves_1_over_g_across_nodes():
 
 
 def test_megatron_rank_order():
-    tp, dp, pp = place_groups(8, 4, 2, 8)
+    tp, dp, pp, _ = place_groups(8, 4, 2, 8)
     assert (tp.per_node, dp.per_node, pp.per_node) == (8, 1, 1)
-    tp, dp, pp = place_groups(2, 4, 2, 8)
+    tp, dp, pp, _ = place_groups(2, 4, 2, 8)
     assert (float(tp.per_node), float(dp.per_node), float(pp.per_node)) == (2, 4, 1)
 
 

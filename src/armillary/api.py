@@ -25,9 +25,10 @@ def estimate(model: DenseModel | str | dict[str, Any], system: System | str | di
     """
     m, sysm = load_model(model), load_system(system, gpus)
     st, w = load_strategy(strategy), load_workload(workload)
-    dp = st.dp if st.dp is not None else sysm.devices // (st.tp * st.pp)
+    model_parallel = st.tp * st.cp * st.pp
+    dp = st.dp if st.dp is not None else sysm.devices // model_parallel
     if dp < 1:
-        raise SpecError(f"strategy: tp*pp = {st.tp * st.pp} exceeds the system's {sysm.devices} devices")
+        raise SpecError(f"strategy: tp*cp*pp = {model_parallel} exceeds the system's {sysm.devices} devices")
     return estimate_training(ModelArrays.of(m), StrategyArrays.of(st, dp), TrainingArrays.of(w), sysm)
 
 

@@ -115,9 +115,10 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
     chosen = ALGORITHMS[_time(op, largest.size_bytes, base, gpus, algorithm)[1]]
     field = "in_network_efficiency" if chosen is Algorithm.IN_NETWORK else "efficiency"
     small = [m for m in points if m.size_bytes <= max(64 * 1024, points[0].size_bytes)]
-    for _ in range(4):
+    for _ in range(6):
         base = _fit_asymptote(base, tier, field, chosen, largest, op, gpus)
         base = _fit_latency(base, tier, small, op, gpus, algorithm)
+    base = _fit_asymptote(base, tier, field, chosen, largest, op, gpus)  # the largest message exactly
 
     # 3. size efficiency: the bandwidth multiplier that reproduces each measured time (bisection)
     ramp = []

@@ -37,7 +37,10 @@ def _place(size: Array, stride: Array, devices_per_node: Array) -> Placement:
     return Placement(size=size, per_node=per_node)
 
 
-def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array) -> tuple[Placement, ...]:
-    """Placements of the (tp, dp, pp) groups in Megatron's rank order tp -> dp -> pp."""
+def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array,
+                 cp: Array = 1.0) -> tuple[Placement, ...]:
+    """Placements of the (tp, gradient, pp, cp) groups in Megatron's rank order tp -> cp -> dp -> pp. The
+    gradient group is the dp x cp ranks that hold the same parameters."""
     tp_group = Placement(size=tp, per_node=minimum(tp, devices_per_node))
-    return tp_group, _place(dp, tp, devices_per_node), _place(pp, tp * dp, devices_per_node)
+    return (tp_group, _place(cp * dp, tp, devices_per_node), _place(pp, tp * cp * dp, devices_per_node),
+            _place(cp, tp, devices_per_node))

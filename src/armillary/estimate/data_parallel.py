@@ -34,7 +34,7 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     """
     grad_bytes = params_local * mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision)
     weight_bytes = params_local * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
-    zero, active = st.zero, st.dp > 1
+    zero, active = st.zero, st.dp * st.cp > 1  # gradients are reduced over the dp x cp ranks
 
     reduce_grads = needed(lambda: all_reduce(grad_bytes, dp_group, system), active & (zero == 0))
     scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system), active & (zero >= 1) & (zero <= 2))
@@ -56,7 +56,7 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     per_mb_zero3 = (exposed(gathers, forward_s, st.overlap_param_gather)
                     + exposed(gathers + scatters, backward_s, st.overlap_param_gather))
     per_mb = where(st.zero == 2, per_mb_zero2, where(st.zero == 3, per_mb_zero3, 0.0))
-    exposed_s = where(st.dp > 1, once + microbatches * per_mb, 0.0)
+    exposed_s = where(active, once + microbatches * per_mb, 0.0)
 
     on = [where(active & (st.zero == z), 1.0, 0.0) for z in range(4)]
     m, units = microbatches, layers_local

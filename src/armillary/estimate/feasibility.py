@@ -46,7 +46,9 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
     tier2 = system.device.second_tier
     tier2_capacity = tier2.capacity if tier2 is not None else 0.0
     conditions: list[tuple[Array, str]] = [
-        (np.abs(t * p * d - system.devices) < 0.5, f"tp*pp*dp must equal the {system.devices} devices"),
+        (np.abs(t * st.cp * p * d - system.devices) < 0.5, f"tp*cp*pp*dp must equal the {system.devices} devices"),
+        (where(st.cp > 1, _divides(2 * st.cp, w.seq_len), True),
+         "2*cp must divide the sequence (context parallelism balances causal chunks)"),
         (_divides(t, m.heads), "tp must divide the attention heads"),
         (np.logical_or(_divides(t, m.kv_heads), _divides(m.kv_heads, t)) if isinstance(t, np.ndarray)
          else bool(_divides(t, m.kv_heads) or _divides(m.kv_heads, t)), "tp and kv_heads must divide one another"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.collectives import CommCost, all_gather, all_reduce, reduce_scatter
+from armillary.comm.collectives import CommCost, all_gather, all_reduce, collective, reduce_scatter, send_recv
 from armillary.comm.placement import Placement
 from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.estimate.result import CommCall, LayerCost, ParallelDimension, PassCost
@@ -51,8 +51,11 @@ def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
 
 
 def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp_group: Placement,
-               system: System) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
-    """Per-pass cost of one layer and of the model's ends, and the layer's TP calls per micro-batch."""
+               system: System, cp_group: Placement | None = None, kv_block: Array = 0.0,
+               a2a_bytes: tuple[Array, Array] = (0.0, 0.0)) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
+    """Per-pass cost of one layer and of the model's ends, and the layer's TP / SP / CP calls per
+    micro-batch. `kv_block` is the K and V of one rank's sequence chunk (ring attention); `a2a_bytes` the
+    per-rank buffers of the all-to-alls around attention (QKV in, output out; Ulysses)."""
     device, flash, code = system.device, st.attention, st.precision
     kt = kernel_times((*fw.dense_gemms, *fw.dense_streams, ends.embedding, ends.loss), device, code)
     gemm_t, stream_t, embedding_t, loss_t = kt[0:4].sum(axis=0), kt[4:8].sum(axis=0), kt[8], kt[9]
@@ -98,18 +101,36 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
     backward_calls = (2 * (1 - sp), 4 * sp, 2 * sp)
     tp_f = exposed(sum(n * c.time for c, n in zip(costs, forward_calls, strict=True)), gemm_t, st.overlap_tp)
     tp_b = exposed(sum(n * c.time for c, n in zip(costs, backward_calls, strict=True)), 2 * gemm_t, st.overlap_tp)
+    # context parallelism: ring attention passes the K/V blocks around (cp - 1 steps per pass, K/V and
+    # their gradients in backward) behind the attention kernels (Liu et al. 2023 §3); Ulysses re-shards
+    # QKV and the output with all-to-alls, which nothing hides (Jacobs et al. 2023 §3.2)
+    cp = st.cp
+    on_ring = (cp > 1) & (st.cp_all_to_all == 0)
+    on_a2a = (cp > 1) & (st.cp_all_to_all > 0)
+    group = cp_group if cp_group is not None else Placement(1.0, 1.0)
+    crosses = where(group.per_node < cp, 1.0, 0.0)
+    hop = needed(lambda: send_recv(kv_block, crosses, system), on_ring)
+    a2a_in = needed(lambda: collective(Collective.ALL_TO_ALL, a2a_bytes[0], group, system).cost, on_a2a)
+    a2a_out = needed(lambda: collective(Collective.ALL_TO_ALL, a2a_bytes[1], group, system).cost, on_a2a)
+    ring_steps = where(on_ring, cp - 1, 0.0)
+    cp_f = exposed(ring_steps * hop.time, core_f.time_s, 1.0) + a2a_in.time + a2a_out.time
+    cp_b = exposed(2 * ring_steps * hop.time, core_b.time_s, 1.0) + a2a_in.time + a2a_out.time
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
-                      tp_recompute_s=where(full, tp_f, 0.0))
+                      tp_recompute_s=where(full, tp_f, 0.0), cp_s=cp_f * (1 + full) + cp_b)
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
     ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(n_tp, tp_group, system)
     ends_cost = EndsCost(embedding_s=(1 + k) * embedding_t, head_s=3 * head_gemm_t + (1 + k) * loss_t,
                          tp=ends_ar)
     # per layer and micro-batch; full recomputation repeats the forward's collectives
     per_layer = [f * (1 + full) + b for f, b in zip(forward_calls, backward_calls, strict=True)]
+    passes = 2 + full  # forward, backward (+ the recomputed forward)
     calls = (
         _call(ParallelDimension.TP, Collective.ALL_REDUCE, per_layer[0], n_tp, ar),
         _call(ParallelDimension.SP, Collective.ALL_GATHER, per_layer[1], n_tp, ag),
         _call(ParallelDimension.SP, Collective.REDUCE_SCATTER, per_layer[2], n_tp, rs),
+        _call(ParallelDimension.CP, Collective.SEND_RECV, ring_steps * (3 + full), kv_block, hop),
+        _call(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, a2a_bytes[0], a2a_in),
+        _call(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, a2a_bytes[1], a2a_out),
     )
     return layer, ends_cost, calls
 

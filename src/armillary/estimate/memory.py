@@ -71,17 +71,19 @@ class LayerActivations:
 
 
 def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
-                      flash: Array = 0.0) -> LayerActivations:
+                      flash: Array = 0.0, cp: Array = 1.0) -> LayerActivations:
+    """With context parallelism a rank keeps its s/cp tokens, and scores of its queries against all keys."""
     h, a, kv, dh, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn
-    T = b * s
+    q = s / cp
+    T = b * q
     sp_div = sequence_shards(t, sp)
     # two norm inputs, QKV input, MLP input (e bytes each) + two 1-byte dropout masks
     replicated = (4 * e + 2 * m.dropout) * T * h / sp_div
     # Q, K, V, attention output (projection input), MLP hidden activations (2 tensors, 3 when gated)
     tensor_parallel = e * T * ((2 * a + 2 * kv) * dh + m.mlp_matrices * f) / t
-    scores = b * (a / t) * s * s
+    scores = b * (a / t) * q * s
     # FlashAttention keeps no s x s tensor, only the fp32 softmax log-sum-exp per row (Dao et al. 2022 §3.1)
-    attention_core = where(flash > 0, 4 * b * (a / t) * s, scores * (e + m.dropout * (e + 1)))
+    attention_core = where(flash > 0, 4 * b * (a / t) * q, scores * (e + m.dropout * (e + 1)))
     layer_input = e * T * h / sp_div
     return LayerActivations(replicated, tensor_parallel, attention_core, layer_input)
 
@@ -116,8 +118,9 @@ class ModelStates:
 
 
 def zero_shards(st: StrategyArrays, stage: int) -> Array:
-    """Ways ZeRO stage `stage` (1 optimizer, 2 gradients, 3 parameters) splits its state: dp if on, else 1."""
-    return where(st.zero >= stage, st.dp, 1)
+    """Ways ZeRO stage `stage` (1 optimizer, 2 gradients, 3 parameters) splits its state: over the dp x cp
+    ranks that hold the same parameters if on, else 1."""
+    return where(st.zero >= stage, st.dp * st.cp, 1)
 
 
 def model_states(params: Array, st: StrategyArrays) -> ModelStates:

@@ -32,6 +32,7 @@ class LayerCost:
     tp_forward_s: Array
     tp_backward_s: Array
     tp_recompute_s: Array
+    cp_s: Array = 0.0  # context-parallel exchange left exposed (forward, backward and recompute)
 
     @property
     def compute_s(self) -> Array:
@@ -43,7 +44,7 @@ class LayerCost:
 
     @property
     def total_s(self) -> Array:
-        return self.compute_s + self.recompute.time_s + self.tp_recompute_s + self.tp_s
+        return self.compute_s + self.recompute.time_s + self.tp_recompute_s + self.tp_s + self.cp_s
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class TimeBreakdown:
     forward_backward: Array  # GEMMs and element-wise kernels of forward and backward passes
     recompute: Array  # extra forward work from activation recomputation
     tp_exposed: Array  # tensor-parallel collectives not hidden behind GEMMs
+    cp_exposed: Array  # context-parallel K/V exchange (ring) or all-to-alls (Ulysses) not hidden
     pp_exposed: Array  # pipeline send/receive on the critical path
     bubble: Array  # pipeline fill and drain idle time
     dp_exposed: Array  # data-parallel / ZeRO / FSDP communication not hidden behind compute
@@ -61,8 +63,8 @@ class TimeBreakdown:
 
     @property
     def total(self) -> Array:
-        return (self.forward_backward + self.recompute + self.tp_exposed + self.pp_exposed + self.bubble
-                + self.dp_exposed + self.optimizer + self.offload_stall)
+        return (self.forward_backward + self.recompute + self.tp_exposed + self.cp_exposed + self.pp_exposed
+                + self.bubble + self.dp_exposed + self.optimizer + self.offload_stall)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class Traffic:
 class ParallelDimension(StrEnum):
     TP = "TP"  # tensor parallelism: all-reduces of the layer outputs
     SP = "SP"  # sequence parallelism: TP's all-reduces become all-gathers and reduce-scatters
+    CP = "CP"  # context parallelism: K/V blocks around a ring, or all-to-alls around attention
     PP = "PP"  # pipeline point-to-point
     DP = "DP"  # data-parallel gradient reduction / ZeRO / FSDP
 

@@ -51,16 +51,18 @@ class _PerMicrobatch:
     compute: Array
     recompute: Array
     tp: Array
+    cp: Array = 0.0
 
     def __add__(self, o: _PerMicrobatch) -> _PerMicrobatch:
-        return _PerMicrobatch(self.compute + o.compute, self.recompute + o.recompute, self.tp + o.tp)
+        return _PerMicrobatch(self.compute + o.compute, self.recompute + o.recompute, self.tp + o.tp,
+                              self.cp + o.cp)
 
     def __mul__(self, k: Array) -> _PerMicrobatch:
-        return _PerMicrobatch(self.compute * k, self.recompute * k, self.tp * k)
+        return _PerMicrobatch(self.compute * k, self.recompute * k, self.tp * k, self.cp * k)
 
     @property
     def total(self) -> Array:
-        return self.compute + self.recompute + self.tp
+        return self.compute + self.recompute + self.tp + self.cp
 
 
 def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System) -> StepEstimate:
@@ -70,13 +72,20 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     peak = matrix_peak(device, st.precision)
     microbatches = microbatch_count(w.global_batch, b, d)
-    tp_group, dp_group, pp_group = place_groups(t, d, p, system.devices_per_node)
+    c = st.cp
+    tp_group, dp_group, pp_group, cp_group = place_groups(t, d, p, system.devices_per_node, c)
 
     # --- one layer, one micro-batch; embedding (first stage), LM head and loss (last stage) --------
-    fw = layer_forward(m, b, s, t, sp, e)
-    n_tp = tp_message_bytes(m, b, s, e)
-    lc, ends, layer_calls = layer_cost(fw, ends_forward(m, b, s, t, e), st, n_tp, tp_group, system)
-    layer = _PerMicrobatch(compute=lc.compute_s, recompute=lc.recompute.time_s + lc.tp_recompute_s, tp=lc.tp_s)
+    # with context parallelism every rank works on s/cp tokens of each sequence
+    q = s / c
+    fw = layer_forward(m, b, s, t, sp, e, c)
+    n_tp = tp_message_bytes(m, b, q, e)
+    kv_block = 2 * b * q * m.kv_heads * m.head_dim / t * e  # one rank's K and V (ring attention)
+    a2a_bytes = (b * q * (m.heads + 2 * m.kv_heads) * m.head_dim / t * e, b * q * m.heads * m.head_dim / t * e)
+    lc, ends, layer_calls = layer_cost(fw, ends_forward(m, b, q, t, e), st, n_tp, tp_group, system, cp_group,
+                                       kv_block, a2a_bytes)
+    layer = _PerMicrobatch(compute=lc.compute_s, recompute=lc.recompute.time_s + lc.tp_recompute_s, tp=lc.tp_s,
+                           cp=lc.cp_s)
     embedding = _PerMicrobatch(compute=ends.embedding_s, recompute=0.0, tp=ends.tp.time)
     head = _PerMicrobatch(compute=ends.head_s, recompute=0.0, tp=ends.tp.time)
 
@@ -87,7 +96,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # pipeline activation per micro-batch; with scatter/gather only 1/t crosses nodes and is all-gathered
     # inside (SC'21 §4.1); with sequence parallelism the activation is already the 1/t shard, sent as is
     # (Megatron skips scatter/gather then)
-    n_pp = b * s * m.hidden * e
+    n_pp = b * q * m.hidden * e
     pp_crosses = where(pp_group.per_node < p, 1.0, 0.0)
     scatter = where((st.pp_scatter_gather > 0) & (pp_crosses > 0) & (sp == 0), t, 1.0)
     n_send = where(sp > 0, n_pp / t, n_pp / scatter)
@@ -129,7 +138,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     tier2_bw = (tier2.efficiency * tier2.bandwidth) if tier2 is not None else np.inf
     optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
 
-    acts = mem.layer_activations(m, b, s, t, sp, e, st.attention)
+    acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c)
     compute_total = microbatches * (crit.compute + crit.recompute)
     # weights (the device's shard under ZeRO-3) and stored activations share the one link to tier 2
     offload_weights = st.offload_weights * 2 * microbatches * weight_bytes / mem.zero_shards(st, 3) / tier2_bw
@@ -140,7 +149,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # --- memory per tier: every stage kind, the fullest device reported ------------------------------
     unsharded_units = where(st.zero >= 3, 2 * weight_bytes / n_layers_local, 0.0)  # prefetched layers
     buffers = 4 * n_send * (1 - single) + 2 * n_tp * where(t > 1, 1.0, 0.0) + unsharded_units
-    logits = b * s * (m.vocab / t) * (4 + e)  # fp32 logits and their 16-bit source on the last stage
+    logits = b * q * (m.vocab / t) * (4 + e)  # fp32 logits and their 16-bit source on the last stage
     ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
 
     def stage_memory(layers: Array, stage_params: Array, index: Array, extra: Array) -> tuple[
@@ -170,6 +179,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         forward_backward=microbatches * crit.compute,
         recompute=microbatches * crit.recompute,
         tp_exposed=microbatches * crit.tp,
+        cp_exposed=microbatches * crit.cp,
         pp_exposed=microbatches * p2p_per_mb,
         bubble=pipe - busy,
         dp_exposed=dp.exposed_s,
@@ -177,12 +187,12 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         offload_stall=offload_stall,
     )
     step = breakdown.total
-    devices = t * p * d
+    devices = t * c * p * d
     # GEMM FLOPs are linear in the batch and split evenly over TP ranks: the whole batch's model FLOPs of
     # one layer follow from this rank's micro-batch (same as layer_forward_flop(m, B, s))
-    layer_flop = sum(op.flop for op in fw.gemms) * t * w.global_batch / b
+    layer_flop = sum(op.flop for op in fw.gemms) * t * c * w.global_batch / b
     model_flop = model_flop_per_iteration(m, w, layer_flop)
-    core_flop = sum(op.flop for op in fw.core_gemms) * t * w.global_batch / b  # attention core, whole batch
+    core_flop = sum(op.flop for op in fw.core_gemms) * t * c * w.global_batch / b  # attention core, whole batch
     full, selective = recompute_modes(st)
     # recomputation re-runs a layer's forward (full) or its attention core, 4Bs^2h (selective; our recount
     # of Korthikanti's hardware FLOPs, formulas.md §3.2 pitfall)
@@ -247,7 +257,8 @@ def _pick_max(*candidates: tuple[Array, _PerMicrobatch]) -> _PerMicrobatch:
     for time, parts in candidates[1:]:
         take = time > best_time
         best = _PerMicrobatch(where(take, parts.compute, best.compute),
-                              where(take, parts.recompute, best.recompute), where(take, parts.tp, best.tp))
+                              where(take, parts.recompute, best.recompute), where(take, parts.tp, best.tp),
+                              where(take, parts.cp, best.cp))
         best_time = where(take, time, best_time)
     return best
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.specs.model import DenseModel, PositionKind
-from armillary.specs.strategy import Attention, Recompute, Schedule, Strategy, TrainingPrecision
+from armillary.specs.strategy import Attention, ContextParallel, Recompute, Schedule, Strategy, TrainingPrecision
 from armillary.specs.workload import Training
 
 Array = np.ndarray | float
@@ -80,6 +80,8 @@ class StrategyArrays:
     tp: Array
     pp: Array
     dp: Array
+    cp: Array
+    cp_all_to_all: Array  # 0 ring attention, 1 all-to-all (Ulysses)
     vpp: Array
     schedule: Array  # SCHEDULE_* code
     first_stage_layers: Array  # 0 = even split
@@ -101,7 +103,8 @@ class StrategyArrays:
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
         return cls(
-            tp=s.tp, pp=s.pp, dp=dp, vpp=s.vpp, schedule=_SCHEDULE_CODE[s.pipeline_schedule],
+            tp=s.tp, pp=s.pp, dp=dp, cp=s.cp, cp_all_to_all=float(s.cp_comm is ContextParallel.ALL_TO_ALL),
+            vpp=s.vpp, schedule=_SCHEDULE_CODE[s.pipeline_schedule],
             first_stage_layers=s.first_stage_layers or 0, last_stage_layers=s.last_stage_layers or 0,
             micro_batch=s.micro_batch, sequence_parallel=float(s.sequence_parallel),
             recompute=_RECOMPUTE_CODE[s.recompute], zero=int(s.zero),

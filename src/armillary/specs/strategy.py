@@ -52,6 +52,15 @@ class Attention(StrEnum):
     FLASH3 = "flash3"
 
 
+class ContextParallel(StrEnum):
+    """How context parallelism exchanges the sequence: ring attention passes K/V blocks around the ring,
+    overlapped with attention (Liu et al. 2023; Megatron CP); all_to_all re-shards sequence <-> heads around
+    attention (Ulysses, Jacobs et al. 2023)."""
+
+    RING = "ring"
+    ALL_TO_ALL = "all_to_all"
+
+
 class Overlap(Spec):
     """Which communication is overlapped with computation."""
 
@@ -71,7 +80,9 @@ class Offload(Spec):
 class Strategy(Spec):
     tp: PositiveInt = 1
     pp: PositiveInt = 1
-    dp: PositiveInt | None = Field(None, description="defaults to devices / (tp * pp)")
+    cp: PositiveInt = Field(1, description="context-parallel degree: the sequence is split over cp ranks")
+    cp_comm: ContextParallel = ContextParallel.RING
+    dp: PositiveInt | None = Field(None, description="defaults to devices / (tp * cp * pp)")
     vpp: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved schedule)")
     schedule: Schedule | None = Field(None, description="defaults to interleaved when vpp > 1, else 1f1b")
     first_stage_layers: PositiveInt | None = Field(

@@ -117,9 +117,8 @@ def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, A
     tp, pp = _int(row, "tp"), _int(row, "pp")
     if tp is None or pp is None:
         raise Unsupported("parallel configuration (tp, pp) not stated")
-    if (_int(row, "cp") or 1) > 1:
-        raise Unsupported("context parallelism arrives with a later issue")
-    dp = _int(row, "dp") or n_gpus // (tp * pp)
+    cp = _int(row, "cp") or 1
+    dp = _int(row, "dp") or n_gpus // (tp * cp * pp)
     mbs = _int(row, "mbs")
     if mbs is None:
         mbs = 1
@@ -162,7 +161,7 @@ def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, A
     if legacy:
         notes.append("no DP overlap, standard attention (Megatron-LM before 2023)")
     return dict(
-        tp=tp, pp=pp, dp=dp, vpp=vpp, micro_batch=mbs, sequence_parallel=sp and tp > 1,
+        tp=tp, pp=pp, cp=cp, dp=dp, vpp=vpp, micro_batch=mbs, sequence_parallel=sp and tp > 1,
         zero=zero, precision=precision, attention=attention,
         overlap=dict(dp_grad_reduce=not legacy, param_gather=not legacy,
                      tp_comm=tp_overlap),

@@ -74,20 +74,23 @@ def sequence_shards(t: Array, sp: Array) -> Array:
     return 1 + sp * (t - 1)
 
 
-def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array) -> LayerForward:
+def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
+                  cp: Array = 1.0) -> LayerForward:
     """Kernels of one layer's forward pass on one TP rank.
 
-    b micro-batch, s sequence, t tensor-parallel degree, sp sequence parallel (0/1), e activation bytes.
+    b micro-batch, s sequence, t tensor-parallel degree, sp sequence parallel (0/1), e activation bytes,
+    cp context-parallel degree: this rank holds s/cp of the sequence and attends over all s keys.
     """
     h, a, kv, dh, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn
-    T = b * s
+    q = s / cp  # this rank's queries (tokens)
+    T = b * q
     T_norm = T / sequence_shards(t, sp)  # with sequence parallelism norms and dropouts see s/t tokens
     gated = m.mlp_matrices - 2
-    attn = b * (a / t) * s * s  # elements of the score matrix on this rank
+    attn = b * (a / t) * q * s  # elements of the score matrix on this rank
     return LayerForward(
         qkv=gemm(T, (a + 2 * kv) * dh / t, h, 1, e),
-        attention_scores=gemm(s, s, dh, b * a / t, e),
-        attention_over_v=gemm(s, dh, s, b * a / t, e),
+        attention_scores=gemm(q, s, dh, b * a / t, e),
+        attention_over_v=gemm(q, dh, s, b * a / t, e),
         out_proj=gemm(T, h, a * dh / t, 1, e),
         mlp_in=gemm(T, (m.mlp_matrices - 1) * f / t, h, 1, e),
         mlp_out=gemm(T, h, f / t, 1, e),
@@ -101,8 +104,9 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         activation=stream(T * (f / t) * e * (2 + gated)),
         rotary=stream(m.rotary * 2 * T * (a + kv) * dh / t * e),
         # FlashAttention-2 (Dao 2023 §4.1): 4 s^2 d per head, halved by causal masking (the masked blocks
-        # are skipped); reads Q, K, V and writes O once
-        flash_attention=Op(flop=2 * b * (a / t) * s * s * dh, bytes=T * (2 * a + 2 * kv) * dh / t * e),
+        # are skipped; context parallelism balances the causal chunks); reads Q, K, V and writes O once
+        flash_attention=Op(flop=2 * b * (a / t) * q * s * dh,
+                           bytes=(T * 2 * a + b * s * 2 * kv) * dh / t * e),
     )
 
 
