@@ -105,16 +105,24 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
     # their gradients in backward) behind the attention kernels (Liu et al. 2023 §3); Ulysses re-shards
     # QKV and the output with all-to-alls, which nothing hides (Jacobs et al. 2023 §3.2)
     cp = st.cp
-    on_ring = (cp > 1) & (st.cp_all_to_all == 0)
-    on_a2a = (cp > 1) & (st.cp_all_to_all > 0)
-    group = cp_group if cp_group is not None else Placement(1.0, 1.0)
-    crosses = where(group.per_node < cp, 1.0, 0.0)
-    hop = needed(lambda: send_recv(kv_block, crosses, system), on_ring)
-    a2a_in = needed(lambda: collective(Collective.ALL_TO_ALL, a2a_bytes[0], group, system).cost, on_a2a)
-    a2a_out = needed(lambda: collective(Collective.ALL_TO_ALL, a2a_bytes[1], group, system).cost, on_a2a)
-    ring_steps = where(on_ring, cp - 1, 0.0)
-    cp_f = exposed(ring_steps * hop.time, core_f.time_s, 1.0) + a2a_in.time + a2a_out.time
-    cp_b = exposed(2 * ring_steps * hop.time, core_b.time_s, 1.0) + a2a_in.time + a2a_out.time
+    on_a2a: Array
+    ring_steps: Array
+    cp_f: Array
+    cp_b: Array
+    if not isinstance(cp, np.ndarray) and cp == 1:  # one configuration without context parallelism
+        on_a2a, ring_steps, hop, a2a_in, a2a_out = 0.0, 0.0, NO_COMM, NO_COMM, NO_COMM
+        cp_f = cp_b = 0.0
+    else:
+        on_ring = (cp > 1) & (st.cp_all_to_all == 0)
+        on_a2a = (cp > 1) & (st.cp_all_to_all > 0)
+        group = cp_group if cp_group is not None else Placement(1.0, 1.0)
+        crosses = where(group.per_node < cp, 1.0, 0.0)
+        hop = needed(lambda: send_recv(kv_block, crosses, system), on_ring)
+        a2a_in = needed(lambda: collective(Collective.ALL_TO_ALL, a2a_bytes[0], group, system).cost, on_a2a)
+        a2a_out = needed(lambda: collective(Collective.ALL_TO_ALL, a2a_bytes[1], group, system).cost, on_a2a)
+        ring_steps = where(on_ring, cp - 1, 0.0)
+        cp_f = exposed(ring_steps * hop.time, core_f.time_s, 1.0) + a2a_in.time + a2a_out.time
+        cp_b = exposed(2 * ring_steps * hop.time, core_b.time_s, 1.0) + a2a_in.time + a2a_out.time
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
                       tp_recompute_s=where(full, tp_f, 0.0), cp_s=cp_f * (1 + full) + cp_b)
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient

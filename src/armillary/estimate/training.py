@@ -203,7 +203,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     ends_ar = ends.tp
     pp_calls = sends_per_mb * microbatches
     calls = (
-        *(replace(c, per_step=c.per_step * layers_here * microbatches) for c in layer_calls),
+        *(replace(c, per_step=c.per_step * layers_here * microbatches) for c in layer_calls if not _never(c.per_step)),
         CommCall(ParallelDimension.TP, Collective.ALL_REDUCE, (1 + single) * microbatches * where(t > 1, 1.0, 0.0),
                  n_tp, ends_ar.time, ends_ar.scale_up_bytes, ends_ar.scale_out_bytes),
         CommCall(ParallelDimension.PP, Collective.SEND_RECV, pp_calls, n_send, send.time,
