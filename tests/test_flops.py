@@ -40,3 +40,33 @@ def test_backward_is_twice_forward_per_layer(gpt22b):
     assert float(lc.backward_input.flop + lc.backward_weight.flop) == pytest.approx(2 * float(lc.forward.flop))
     assert float(lc.backward_weight.flop) == pytest.approx(24 * b * s * h**2 / t)
     assert float(lc.recompute.flop) == 0.0
+
+
+def test_keys_attended_under_causal_and_sliding_window_masks():
+    from armillary.workload.transformer import keys_attended
+
+    assert float(keys_attended(8192, 0)) == 4096  # causal: half the keys on average
+    assert float(keys_attended(8192, 16384)) == 4096  # a window longer than the sequence changes nothing
+    assert float(keys_attended(32768, 4096)) == pytest.approx(4096 * (1 - 4096 / 65536))
+
+
+def test_sliding_window_shortens_flash_attention_only(gpt22b):
+    """FlashAttention skips blocks outside the window; the standard path computes and masks all of them.
+    Model FLOPs (the MFU numerator) keep counting the full s x s matrix either way."""
+    windowed = gpt22b.model_copy(update={"sliding_window": 512})
+    w = Training(seq_len=8192, global_batch=8)
+    for attention, shorter in (("flash", True), ("standard", False)):
+        st = Strategy(tp=8, attention=attention)
+        full = estimate(gpt22b, "dgx-a100", st, w, gpus=8)
+        local = estimate(windowed, "dgx-a100", st, w, gpus=8)
+        assert (float(local.step_time_s) < float(full.step_time_s)) == shorter
+        assert float(local.model_flop) == pytest.approx(float(full.model_flop))
+
+
+def test_mistral_config_reads_its_window():
+    from armillary import load_model
+
+    cfg = {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 32000, "hidden_act": "silu",
+           "max_position_embeddings": 32768, "sliding_window": 4096, "tie_word_embeddings": False}
+    assert load_model(cfg).sliding_window == 4096

@@ -63,6 +63,7 @@ class ModelArrays:
     learned_positions: Array  # 0/1
     max_seq_len: Array
     tied_embeddings: Array  # 0/1
+    window: Array  # attention window in tokens; 0 = full causal attention
 
     @classmethod
     def of(cls, m: DenseModel) -> ModelArrays:
@@ -71,7 +72,7 @@ class ModelArrays:
             ffn=m.ffn, mlp_matrices=m.mlp.matrices, vocab=m.vocab, dropout=float(m.dropout),
             rotary=float(m.position is PositionKind.ROTARY), norm_params=m.norm.params_per_channel,
             linear_bias=float(m.linear_bias), learned_positions=float(m.position is PositionKind.LEARNED),
-            max_seq_len=m.max_seq_len, tied_embeddings=float(m.tied_embeddings),
+            max_seq_len=m.max_seq_len, tied_embeddings=float(m.tied_embeddings), window=m.sliding_window or 0,
         )
 
 

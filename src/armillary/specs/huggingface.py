@@ -54,6 +54,8 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> DenseMode
     }
     if data.get("head_dim"):
         spec["head_dim"] = int(data["head_dim"])
+    if data.get("sliding_window") and data.get("use_sliding_window", True):
+        spec["sliding_window"] = int(data["sliding_window"])
     if kind in _GPT_STYLE:
         if kind == "mpt":
             ffn = int(data.get("expansion_ratio", 4) * hidden)

@@ -62,6 +62,8 @@ class DenseModel(Spec):
     linear_bias: bool = Field(False, description="biases on the attention and MLP linear layers")
     dropout: bool = Field(False, description="dropout in the block (stores masks for backward)")
     max_seq_len: PositiveInt = 2048
+    sliding_window: PositiveInt | None = Field(
+        None, description="attention window in tokens (Mistral-style local attention); None = full causal")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the number comes from")
 
     @model_validator(mode="after")

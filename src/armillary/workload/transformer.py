@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from armillary.specs.arrays import Array, ModelArrays
+from armillary.specs.arrays import Array, ModelArrays, where
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,13 @@ class LayerForward:
         return (self.norms, self.residuals, self.activation, self.rotary)
 
 
+def keys_attended(s: Array, window: Array) -> Array:
+    """Mean keys a query attends under a causal mask: s/2; with a sliding window w < s, w (1 - w / 2s)
+    (the first w queries see fewer). The separate-kernel (standard) path computes all s keys and masks."""
+    windowed = window * (1 - window / (2 * s))
+    return where((window > 0) & (window < s), windowed, s / 2)
+
+
 def sequence_shards(t: Array, sp: Array) -> Array:
     """Ways the sequence is split outside the TP regions: t with sequence parallelism, else 1
     (Korthikanti et al. §4.2.2)."""
@@ -103,9 +110,10 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         # [derived] GeLU: read, write T x f/t; gated: read gate and up, write product
         activation=stream(T * (f / t) * e * (2 + gated)),
         rotary=stream(m.rotary * 2 * T * (a + kv) * dh / t * e),
-        # FlashAttention-2 (Dao 2023 §4.1): 4 s^2 d per head, halved by causal masking (the masked blocks
-        # are skipped; context parallelism balances the causal chunks); reads Q, K, V and writes O once
-        flash_attention=Op(flop=2 * b * (a / t) * q * s * dh,
+        # FlashAttention-2 (Dao 2023 §4.1): 4 s k d per head for k keys per query: causal masking halves
+        # it (the masked blocks are skipped; context parallelism balances the causal chunks), a sliding
+        # window keeps only the keys inside it; reads Q, K, V and writes O once
+        flash_attention=Op(flop=4 * b * (a / t) * q * keys_attended(s, m.window) * dh,
                            bytes=(T * 2 * a + b * s * 2 * kv) * dh / t * e),
     )
 
