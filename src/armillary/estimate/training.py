@@ -123,7 +123,6 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     params_first = (n_first * params.per_layer + params.embedding + single * params.head) / t
     params_mid = n_mid * params.per_layer / t
     params_last = (n_last * params.per_layer + params.head + single * params.embedding) / t
-    has_mid = where(p > 2, 1.0, 0.0)
     params_local = maximum(maximum(params_first, params_last), has_mid * params_mid)
     n_layers_local = maximum(maximum(maximum(n_first, n_last), has_mid * n_mid), 1)
     weight_bytes = params_local * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
