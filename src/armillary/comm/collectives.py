@@ -14,6 +14,7 @@ import numpy as np
 
 from armillary.comm.algorithms import PROTOCOLS, Algorithm, Collective, DimensionCost, dimension_cost
 from armillary.comm.placement import Placement
+from armillary.cost.compute import hbm_rate
 from armillary.specs.arrays import Array, maximum
 from armillary.specs.system import Network, System
 
@@ -47,7 +48,7 @@ class CollectiveResult:
 
 
 def _reduce_rate(system: System) -> float:
-    return system.device.hbm.efficiency * system.device.hbm.bandwidth
+    return hbm_rate(system.device)
 
 
 def collective(op: Collective, n_bytes: Array, group: Placement, system: System,

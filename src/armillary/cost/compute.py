@@ -54,10 +54,9 @@ def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, six
     flop = _stacked([op.flop for op in ops], np.shape(precision_code))
     moved = _stacked([op.bytes for op in ops], np.shape(precision_code))
     peak = matrix_peak(device, precision_code, sixteen_bit)
-    hbm = device.hbm
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = np.where(flop > 0, flop / (_efficiency(device, precision_code, sixteen_bit, flop) * peak), 0.0)
-    memory = moved / (hbm.efficiency * hbm.bandwidth)
+    memory = stream_time(moved, device)
     runs = (flop > 0) | (moved > 0)  # an op with no work (e.g. rotary without rotary positions) is no kernel
     return np.where(runs, np.maximum(compute, memory) + device.kernel_overhead, 0.0)
 
@@ -77,12 +76,11 @@ def _stacked(values: list[Array], sweep_shape: tuple[int, ...]) -> np.ndarray:
 def fused_attention_time(op: Op, device: Device, precision_code: Array, version: Array = 1.0) -> Array:
     """FlashAttention kernel (16-bit; version 1 = FA2, 2 = FA3): roofline at the device's fused-attention
     efficiency for that version."""
-    hbm = device.hbm
     fa3 = device.flash3_attention_efficiency or device.flash_attention_efficiency
     efficiency = device.flash_attention_efficiency if _is_one(version) else np.where(
         np.asarray(version) >= 2, fa3, device.flash_attention_efficiency)
     compute = op.flop / (efficiency * matrix_peak(device, precision_code, sixteen_bit=True))
-    return np.maximum(compute, op.bytes / (hbm.efficiency * hbm.bandwidth)) + device.kernel_overhead
+    return np.maximum(compute, stream_time(op.bytes, device)) + device.kernel_overhead
 
 
 def _is_one(version: Array) -> bool:
@@ -91,4 +89,9 @@ def _is_one(version: Array) -> bool:
 
 def stream_time(bytes_moved: Array, device: Device) -> Array:
     """Time to stream `bytes_moved` through HBM (optimizer step, element-wise passes)."""
-    return bytes_moved / (device.hbm.efficiency * device.hbm.bandwidth)
+    return bytes_moved / hbm_rate(device)
+
+
+def hbm_rate(device: Device) -> float:
+    """Achievable HBM bytes/s: the tier's bandwidth derated by its streaming efficiency."""
+    return device.hbm.efficiency * device.hbm.bandwidth

@@ -33,7 +33,7 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     `backward_s` are one micro-batch's compute on the critical stage (what communication can hide behind).
     """
     grad_bytes = params_local * mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision)
-    weight_bytes = params_local * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
+    weight_bytes = mem.weight_bytes(params_local, st)
     zero, active = st.zero, st.dp * st.cp > 1  # gradients are reduced over the dp x cp ranks
 
     reduce_grads = needed(lambda: all_reduce(grad_bytes, dp_group, system), active & (zero == 0))

@@ -117,6 +117,11 @@ class ModelStates:
     optimizer_states: Array
 
 
+def weight_bytes(params: Array, st: StrategyArrays) -> Array:
+    """Bytes of the working weights of `params` parameters, unsharded, in the precision recipe."""
+    return params * per_precision(WEIGHT_BYTES, st.precision)
+
+
 def zero_shards(st: StrategyArrays, stage: int) -> Array:
     """Ways ZeRO stage `stage` (1 optimizer, 2 gradients, 3 parameters) splits its state: over the dp x cp
     ranks that hold the same parameters if on, else 1."""
@@ -126,7 +131,7 @@ def zero_shards(st: StrategyArrays, stage: int) -> Array:
 def model_states(params: Array, st: StrategyArrays) -> ModelStates:
     """Bytes of weights, gradients and optimizer states for `params` parameters on one model-parallel
     rank, sharded over dp by ZeRO stage (SC'20 §5: P_os, P_os+g, P_os+g+p)."""
-    weights = params * per_precision(WEIGHT_BYTES, st.precision) / zero_shards(st, 3)
+    weights = weight_bytes(params, st) / zero_shards(st, 3)
     gradients = params * per_precision(GRAD_BYTES, st.precision) / zero_shards(st, 2)
     optimizer = params * per_precision(OPTIMIZER_BYTES, st.precision) / zero_shards(st, 1)
     return ModelStates(weights, gradients, optimizer)

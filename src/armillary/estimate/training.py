@@ -125,7 +125,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     params_last = (n_last * params.per_layer + params.head + single * params.embedding) / t
     params_local = maximum(maximum(params_first, params_last), has_mid * params_mid)
     n_layers_local = maximum(maximum(maximum(n_first, n_last), has_mid * n_mid), 1)
-    weight_bytes = params_local * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
+    weight_bytes = mem.weight_bytes(params_local, st)
     # about a third of a micro-batch's compute is forward, two thirds backward
     dp = data_parallel_cost(params_local, n_layers_local, crit.compute / 3, 2 * crit.compute / 3,
                             microbatches, st, dp_group, system)
@@ -156,7 +156,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         states = mem.model_states(stage_params, st)
         activations, checkpoints = mem.stage_activations(acts, layers, st, microbatches, index)
         activations = activations + extra
-        stage_weight_bytes = stage_params * mem.per_precision(mem.WEIGHT_BYTES, st.precision)
+        stage_weight_bytes = mem.weight_bytes(stage_params, st)
         hbm = MemoryBreakdown(
             weights=states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(layers, 1),
             gradients=states.gradients, optimizer_states=states.optimizer_states * (1 - oo),
