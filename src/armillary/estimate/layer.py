@@ -121,9 +121,8 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
         a2a_in = needed(lambda: collective(Collective.ALL_TO_ALL, a2a_bytes[0], group, system).cost, on_a2a)
         a2a_out = needed(lambda: collective(Collective.ALL_TO_ALL, a2a_bytes[1], group, system).cost, on_a2a)
         ring_steps = where(on_ring, cp - 1, 0.0)
-        a2a = on_a2a * (a2a_in.time + a2a_out.time)  # a sweep evaluates them everywhere: mask
-        cp_f = exposed(ring_steps * hop.time, core_f.time_s, 1.0) + a2a
-        cp_b = exposed(2 * ring_steps * hop.time, core_b.time_s, 1.0) + a2a
+        cp_f = exposed(ring_steps * hop.time, core_f.time_s, 1.0) + a2a_in.time + a2a_out.time
+        cp_b = exposed(2 * ring_steps * hop.time, core_b.time_s, 1.0) + a2a_in.time + a2a_out.time
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
                       tp_recompute_s=where(full, tp_f, 0.0), cp_s=cp_f * (1 + full) + cp_b)
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
@@ -153,5 +152,8 @@ NO_COMM = CommCost(0.0, 0.0, 0.0)
 
 
 def needed(cost: Callable[[], CommCost], used: Array) -> CommCost:
-    """Skip collectives a single configuration does not use (a sweep evaluates all of them)."""
-    return cost() if isinstance(used, np.ndarray) or used else NO_COMM
+    """A collective only where it is used: skipped for a single configuration that does not use it, zeroed
+    at the points of a sweep that do not (so callers never add the cost of an unused call)."""
+    if isinstance(used, np.ndarray):
+        return cost() * np.where(used, 1.0, 0.0)
+    return cost() if used else NO_COMM
