@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from armillary.specs.model import DenseModel
+from armillary.specs.model import Model
 
 
-def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, **kw: object) -> DenseModel:
+def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, **kw: object) -> Model:
     """A Megatron GPT: GeLU 4h MLP, LayerNorm, learned positions, biases, dropout, tied embeddings."""
-    return DenseModel(name=f"gpt-{layers}x{hidden}", layers=layers, hidden=hidden, heads=heads, ffn=4 * hidden,
+    return Model(name=f"gpt-{layers}x{hidden}", layers=layers, hidden=hidden, heads=heads, ffn=4 * hidden,
                       vocab=vocab, mlp="gelu", norm="layernorm", position="learned", linear_bias=True,
                       dropout=True, tied_embeddings=True, max_seq_len=2048, **kw)
 
 
 @pytest.fixture
-def gpt22b() -> DenseModel:
+def gpt22b() -> Model:
     return gpt(48, 6144, 64)
 
 
 @pytest.fixture
-def gpt175b() -> DenseModel:
+def gpt175b() -> Model:
     return gpt(96, 12288, 96)

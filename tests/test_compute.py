@@ -49,13 +49,15 @@ def test_precision_codes_broadcast():
     assert both[1] == pytest.approx(float(kernel_times((op,), H100, FP8)[0]))
 
 
-def test_flash3_uses_its_own_efficiency():
+def test_each_flash_attention_version_uses_its_own_efficiency():
     """FlashAttention-3 (cuDNN fused attention on Hopper) has its own efficiency; without one it falls back
-    to the FlashAttention-2 figure."""
+    to the FlashAttention-2 figure. FlashAttention-1 defaults to half of FlashAttention-2's (Dao 2023: 2x)."""
     op = Op(flop=1e13, bytes=1e6)
-    fa2 = float(fused_attention_time(op, H100, BF16, 1.0))
-    fa3 = float(fused_attention_time(op, H100, BF16, 2.0))
+    fa1, fa2, fa3 = (float(fused_attention_time(op, H100, BF16, v)) for v in (1.0, 2.0, 3.0))
     assert H100.flash3_attention_efficiency is not None
     assert fa2 / fa3 == pytest.approx(H100.flash3_attention_efficiency / H100.flash_attention_efficiency, rel=1e-3)
+    assert fa1 / fa2 == pytest.approx(2.0, rel=1e-3)
     plain = H100.model_copy(update={"flash3_attention_efficiency": None})
-    assert float(fused_attention_time(op, plain, BF16, 2.0)) == pytest.approx(fa2)
+    assert float(fused_attention_time(op, plain, BF16, 3.0)) == pytest.approx(fa2)
+    swept = fused_attention_time(op, H100, BF16, np.array([1.0, 2.0, 3.0]))
+    assert swept == pytest.approx([fa1, fa2, fa3])

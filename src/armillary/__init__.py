@@ -6,7 +6,7 @@ from armillary.comm.placement import Placement
 from armillary.estimate.result import MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
-from armillary.specs.model import DenseModel, MlpKind, NormKind, PositionKind
+from armillary.specs.model import MlpKind, Model, NormKind, PositionKind
 from armillary.specs.strategy import (
     Offload,
     Overlap,
@@ -22,12 +22,12 @@ from armillary.specs.workload import Training
 __all__ = [
     "Algorithm",
     "Collective",
-    "DenseModel",
     "Device",
     "EfficiencyCurve",
     "MemoryBreakdown",
     "MemoryTier",
     "MlpKind",
+    "Model",
     "Network",
     "NormKind",
     "Offload",

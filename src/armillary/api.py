@@ -8,14 +8,14 @@ from armillary.estimate.result import StepEstimate
 from armillary.estimate.training import estimate_training
 from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
-from armillary.specs.model import DenseModel
+from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Training
 from armillary.workload.parameters import count_parameters
 
 
-def estimate(model: DenseModel | str | dict[str, Any], system: System | str | dict[str, Any],
+def estimate(model: Model | str | dict[str, Any], system: System | str | dict[str, Any],
              strategy: Strategy | dict[str, Any], workload: Training | dict[str, Any],
              gpus: int | None = None) -> StepEstimate:
     """Estimate one training iteration. Specs may be objects, preset names, file paths or mappings.
@@ -32,6 +32,6 @@ def estimate(model: DenseModel | str | dict[str, Any], system: System | str | di
     return estimate_training(ModelArrays.of(m), StrategyArrays.of(st, dp), TrainingArrays.of(w), sysm)
 
 
-def parameters(model: DenseModel | str | dict[str, Any]) -> int:
+def parameters(model: Model | str | dict[str, Any]) -> int:
     """Exact parameter count of a model, embeddings and LM head included."""
     return int(count_parameters(ModelArrays.of(load_model(model))).total)

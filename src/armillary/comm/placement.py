@@ -44,3 +44,10 @@ def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array,
     tp_group = Placement(size=tp, per_node=minimum(tp, devices_per_node))
     return (tp_group, _place(cp * dp, tp, devices_per_node), _place(pp, tp * cp * dp, devices_per_node),
             _place(cp, tp, devices_per_node))
+
+
+def place_expert_groups(etp: Array, ep: Array, edp: Array, devices_per_node: Array) -> tuple[Placement, ...]:
+    """Placements of the (etp, ep, expert-dp) groups of the MoE layers, which regroup the tp x cp x dp ranks
+    in the order etp -> ep -> edp (Megatron-Core's MoE parallel folding)."""
+    return (_place(etp, 1.0, devices_per_node), _place(ep, etp, devices_per_node),
+            _place(edp, etp * ep, devices_per_node))

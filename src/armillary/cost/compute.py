@@ -52,10 +52,11 @@ def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, six
     """Roofline time of each op on `device`, stacked along the first axis (one vectorized evaluation for
     all kernels of a layer). `sixteen_bit`: the ops that fp8 recipes keep in bf16."""
     flop = _stacked([op.flop for op in ops], np.shape(precision_code))
+    size = _stacked([op.flop / op.group for op in ops], np.shape(precision_code))  # one problem's FLOPs
     moved = _stacked([op.bytes for op in ops], np.shape(precision_code))
     peak = matrix_peak(device, precision_code, sixteen_bit)
     with np.errstate(divide="ignore", invalid="ignore"):
-        compute = np.where(flop > 0, flop / (_efficiency(device, precision_code, sixteen_bit, flop) * peak), 0.0)
+        compute = np.where(flop > 0, flop / (_efficiency(device, precision_code, sixteen_bit, size) * peak), 0.0)
     memory = stream_time(moved, device)
     runs = (flop > 0) | (moved > 0)  # an op with no work (e.g. rotary without rotary positions) is no kernel
     return np.where(runs, np.maximum(compute, memory) + device.kernel_overhead, 0.0)
@@ -73,18 +74,27 @@ def _stacked(values: list[Array], sweep_shape: tuple[int, ...]) -> np.ndarray:
     return stacked
 
 
-def fused_attention_time(op: Op, device: Device, precision_code: Array, version: Array = 1.0) -> Array:
-    """FlashAttention kernel (16-bit; version 1 = FA2, 2 = FA3): roofline at the device's fused-attention
+def fused_attention_time(op: Op, device: Device, precision_code: Array, version: Array = 2.0) -> Array:
+    """FlashAttention kernel (16-bit; version 1, 2 or 3): roofline at the device's fused-attention
     efficiency for that version."""
-    fa3 = device.flash3_attention_efficiency or device.flash_attention_efficiency
-    efficiency = device.flash_attention_efficiency if _is_one(version) else np.where(
-        np.asarray(version) >= 2, fa3, device.flash_attention_efficiency)
+    fa2 = device.flash_attention_efficiency
+    fa1 = device.flash1_attention_efficiency or fa2 / 2
+    fa3 = device.flash3_attention_efficiency or fa2
+    if not isinstance(version, np.ndarray):
+        efficiency: Array = fa1 if version < 2 else fa2 if version < 3 else fa3
+    else:
+        efficiency = np.where(version < 2, fa1, np.where(version < 3, fa2, fa3))
     compute = op.flop / (efficiency * matrix_peak(device, precision_code, sixteen_bit=True))
     return np.maximum(compute, stream_time(op.bytes, device)) + device.kernel_overhead
 
 
-def _is_one(version: Array) -> bool:
-    return not isinstance(version, np.ndarray) and version < 2
+def addition_time(op: Op, nonzero: Array, device: Device) -> Array:
+    """A ternary-weight projection run as additions on the vector units (Zhu et al. 2024 §3.1): one addition
+    per nonzero weight and token, nonzero x flop / 2, at half the 16-bit vector peak (the peak counts a
+    fused multiply-add as two operations) [derived; formulas.md §10]."""
+    adds = nonzero * op.flop / 2
+    rate = device.vector_flops.get(Precision.BF16) or device.vector_flops[Precision.FP32]
+    return np.maximum(adds / (rate / 2), stream_time(op.bytes, device)) + device.kernel_overhead
 
 
 def stream_time(bytes_moved: Array, device: Device) -> Array:

@@ -28,13 +28,15 @@ class DataParallelCost:
 
 def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Array, backward_s: Array,
                        microbatches: Array, st: StrategyArrays, dp_group: Placement,
-                       system: System) -> DataParallelCost:
-    """`params_local` parameters per model-parallel rank in `layers_local` layers; `forward_s` and
+                       system: System, dimension: ParallelDimension = ParallelDimension.DP) -> DataParallelCost:
+    """`params_local` parameters per model-parallel rank in `layers_local` layers, replicated over the
+    ranks of `dp_group` (dp x cp; for routed experts the expert-dp group, `dimension` EDP); `forward_s` and
     `backward_s` are one micro-batch's compute on the critical stage (what communication can hide behind).
     """
     grad_bytes = params_local * mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision)
     weight_bytes = mem.weight_bytes(params_local, st)
-    zero, active = st.zero, st.dp * st.cp > 1  # gradients are reduced over the dp x cp ranks
+    # gradients are reduced over the ranks holding a replica (none to reduce on a stage without experts)
+    zero, active = st.zero, (dp_group.size > 1) & (params_local > 0)
 
     reduce_grads = needed(lambda: all_reduce(grad_bytes, dp_group, system), active & (zero == 0))
     scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system), active & (zero >= 1) & (zero <= 2))
@@ -61,14 +63,14 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     on = [where(active & (st.zero == z), 1.0, 0.0) for z in range(4)]
     m, units = microbatches, layers_local
     calls = (
-        _call(Collective.ALL_REDUCE, on[0], grad_bytes, reduce_grads),
-        _call(Collective.REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
-        _call(Collective.ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
-        _call(Collective.ALL_GATHER, on[3] * 2 * units * m, weight_bytes / units, unit_gather),
-        _call(Collective.REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
+        _call(dimension, Collective.ALL_REDUCE, on[0], grad_bytes, reduce_grads),
+        _call(dimension, Collective.REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
+        _call(dimension, Collective.ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
+        _call(dimension, Collective.ALL_GATHER, on[3] * 2 * units * m, weight_bytes / units, unit_gather),
+        _call(dimension, Collective.REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
     )
     return DataParallelCost(exposed_s=exposed_s, calls=calls)
 
 
-def _call(op: Collective, per_step: Array, n: Array, cost: CommCost) -> CommCall:
-    return CommCall(ParallelDimension.DP, op, per_step, n, cost.time, cost.scale_up_bytes, cost.scale_out_bytes)
+def _call(dim: ParallelDimension, op: Collective, per_step: Array, n: Array, cost: CommCost) -> CommCall:
+    return CommCall(dim, op, per_step, n, cost.time, cost.scale_up_bytes, cost.scale_out_bytes)

@@ -15,11 +15,12 @@ import numpy as np
 
 from armillary.comm.collectives import CommCost, all_gather, all_reduce, collective, reduce_scatter, send_recv
 from armillary.comm.placement import Placement
-from armillary.cost.compute import fused_attention_time, kernel_times
+from armillary.cost.compute import addition_time, fused_attention_time, kernel_times
 from armillary.estimate.result import CommCall, LayerCost, ParallelDimension, PassCost
 from armillary.specs.arrays import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, Array, StrategyArrays, maximum, where
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
+from armillary.workload.experts import ExpertsForward
 from armillary.workload.transformer import Ends, LayerForward
 
 # Backward element-wise kernels read the output gradient and the saved input and write the input
@@ -50,24 +51,52 @@ def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
     return maximum(0.0, comm - overlap * hidden_behind)
 
 
+@dataclass(frozen=True)
+class ExpertGroups:
+    """Where the ranks of an MoE layer's expert-parallel and expert-tensor-parallel groups sit."""
+
+    ep: Placement
+    etp: Placement
+
+
 def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp_group: Placement,
                system: System, cp_group: Placement | None = None, kv_block: Array = 0.0,
-               a2a_bytes: tuple[Array, Array] = (0.0, 0.0)) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
-    """Per-pass cost of one layer and of the model's ends, and the layer's TP / SP / CP calls per
+               a2a_bytes: tuple[Array, Array] = (0.0, 0.0), experts: ExpertsForward | None = None,
+               expert_groups: ExpertGroups | None = None) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
+    """Per-pass cost of one layer and of the model's ends, and the layer's TP / SP / CP / EP calls per
     micro-batch. `kv_block` is the K and V of one rank's sequence chunk (ring attention); `a2a_bytes` the
-    per-rank buffers of the all-to-alls around attention (QKV in, output out; Ulysses)."""
+    per-rank buffers of the all-to-alls around attention (QKV in, output out; Ulysses). `experts`: the
+    routed experts of an MoE layer, exchanged over `expert_groups`."""
     device, flash, code = system.device, st.attention, st.precision
-    kt = kernel_times((*fw.dense_gemms, *fw.dense_streams, ends.embedding, ends.loss), device, code)
-    gemm_t, stream_t, embedding_t, loss_t = kt[0:4].sum(axis=0), kt[4:8].sum(axis=0), kt[8], kt[9]
-    k16 = kernel_times((*fw.core_gemms, fw.softmax, ends.head_gemm), device, code, sixteen_bit=True)
+    moe = experts is not None
+    expert_gemms = (experts.experts_in, experts.experts_out) if experts is not None else ()
+    expert_streams = (experts.routing, experts.permute, experts.activation) if experts is not None else ()
+    n_gemm, n_stream = len(fw.dense_gemms), len(fw.dense_streams)
+    kt = kernel_times((*fw.dense_gemms, *fw.dense_streams, ends.embedding, ends.loss, *expert_gemms,
+                       *expert_streams), device, code)
+    gemm_t, stream_t = kt[:n_gemm].sum(axis=0), kt[n_gemm:n_gemm + n_stream].sum(axis=0)
+    embedding_t, loss_t = kt[n_gemm + n_stream], kt[n_gemm + n_stream + 1]
+    if experts is not None:  # routed experts: fp8-able GEMMs and their element-wise kernels
+        gemm_t, stream_t = gemm_t + kt[-5:-3].sum(axis=0), stream_t + kt[-3:].sum(axis=0)
+    k16 = kernel_times((*fw.core_gemms, fw.softmax, ends.head_gemm, *((experts.router,) if experts else ())),
+                       device, code, sixteen_bit=True)
     core_gemm_t, softmax_t, head_gemm_t = k16[0:2].sum(axis=0), k16[2], k16[3]
+    router_t = k16[4] if moe else 0.0
     flash_t = fused_attention_time(fw.flash_attention, device, code, flash)
+    # ternary projections as additions in forward and input gradient; the weight gradient stays a matmul
+    weight_gemm_t = gemm_t
+    if isinstance(fw.additions, np.ndarray) or fw.additions > 0:
+        adds = sum(addition_time(op, fw.additions, device) for op in fw.dense_gemms)
+        weight_gemm_t = where(fw.additions > 0, adds + (gemm_t - kt[:n_gemm].sum(axis=0)), gemm_t)
 
     def total(ops: tuple) -> tuple[Array, Array]:
         return sum(op.flop for op in ops), sum(op.bytes for op in ops)
 
-    gemm_flop, gemm_bytes = total(fw.dense_gemms)
-    _, stream_bytes = total(fw.dense_streams)
+    gemm_flop, gemm_bytes = total((*fw.dense_gemms, *expert_gemms))
+    _, stream_bytes = total((*fw.dense_streams, *expert_streams))
+    if experts is not None:  # the router GEMM joins the layer's GEMMs, at 16 bits
+        gemm_flop, gemm_bytes = gemm_flop + experts.router.flop, gemm_bytes + experts.router.bytes
+        gemm_t, weight_gemm_t = gemm_t + router_t, weight_gemm_t + router_t
     core_gemm_flop, core_gemm_bytes = total(fw.core_gemms)
     # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel
     core_f = PassCost(where(flash > 0, fw.flash_attention.flop, core_gemm_flop),
@@ -79,9 +108,9 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
         where(flash > 0, FLASH_BACKWARD_FACTOR * fw.flash_attention.bytes, 2 * core_gemm_bytes + k * fw.softmax.bytes),
         where(flash > 0, FLASH_BACKWARD_FACTOR * flash_t, 2 * core_gemm_t + k * softmax_t))
     forward = PassCost(gemm_flop + core_f.flop, gemm_bytes + stream_bytes + core_f.bytes,
-                       gemm_t + stream_t + core_f.time_s)
+                       weight_gemm_t + stream_t + core_f.time_s)
     backward_input = PassCost(gemm_flop + core_b.flop, gemm_bytes + k * stream_bytes + core_b.bytes,
-                              gemm_t + k * stream_t + core_b.time_s)
+                              weight_gemm_t + k * stream_t + core_b.time_s)
     backward_weight = PassCost(gemm_flop, gemm_bytes, gemm_t)
     # selective recomputation re-runs the attention core; FlashAttention already recomputes it inside
     full, selective = recompute_modes(st)
@@ -123,8 +152,10 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
         ring_steps = where(on_ring, cp - 1, 0.0)
         cp_f = exposed(ring_steps * hop.time, core_f.time_s, 1.0) + a2a_in.time + a2a_out.time
         cp_b = exposed(2 * ring_steps * hop.time, core_b.time_s, 1.0) + a2a_in.time + a2a_out.time
+    ep_s, ep_calls = _expert_exchange(experts, expert_groups, st, system, forward.time_s,
+                                      backward_input.time_s + backward_weight.time_s, full)
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
-                      tp_recompute_s=where(full, tp_f, 0.0), cp_s=cp_f * (1 + full) + cp_b)
+                      tp_recompute_s=where(full, tp_f, 0.0), cp_s=cp_f * (1 + full) + cp_b, ep_s=ep_s)
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
     ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(n_tp, tp_group, system)
     ends_cost = EndsCost(embedding_s=(1 + k) * embedding_t, head_s=3 * head_gemm_t + (1 + k) * loss_t,
@@ -139,8 +170,41 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
         _call(ParallelDimension.CP, Collective.SEND_RECV, ring_steps * (3 + full), kv_block, hop),
         _call(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, a2a_bytes[0], a2a_in),
         _call(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, a2a_bytes[1], a2a_out),
+        *ep_calls,
     )
     return layer, ends_cost, calls
+
+
+def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None, st: StrategyArrays,
+                     system: System, forward_s: Array, backward_s: Array,
+                     full: Array) -> tuple[Array, tuple[CommCall, ...]]:
+    """Exposed time and calls of an MoE layer's token exchange, per micro-batch: a dispatch and a combine
+    all-to-all over the EP group in forward, their gradients in backward, again under full recomputation
+    (formulas.md §7.2: 4 T k h bytes per rank and layer); with expert TP the dispatched tokens are
+    all-gathered over the ETP group before the experts and reduce-scattered after (DeepSpeed-MoE §5;
+    Megatron's all-to-all dispatcher). The busiest rank sets the pace: its buffers carry the load factor.
+    Overlap (DeepSeek-V3 §3.2.1 DualPipe, Megatron's 1F1B all-to-all overlap) hides the exchange behind
+    the other micro-batch's compute of the same pass."""
+    if experts is None or groups is None:
+        return 0.0, ()
+    dispatch = needed(lambda: collective(Collective.ALL_TO_ALL, experts.dispatch_bytes, groups.ep, system).cost,
+                      st.ep > 1)
+    combine = needed(lambda: collective(Collective.ALL_TO_ALL, experts.combine_bytes, groups.ep, system).cost,
+                     st.ep > 1)
+    gathered = experts.gathered_bytes
+    gather = needed(lambda: all_gather(gathered, groups.etp, system), st.etp > 1)
+    scatter = needed(lambda: reduce_scatter(gathered, groups.etp, system), st.etp > 1)
+    per_pass = dispatch.time + combine.time + gather.time + scatter.time
+    exposed_s = (exposed(per_pass, forward_s, st.overlap_ep) * (1 + full)
+                 + exposed(per_pass, backward_s, st.overlap_ep))
+    passes = 2 + full
+    calls = (
+        _call(ParallelDimension.EP, Collective.ALL_TO_ALL, passes * (st.ep > 1), experts.dispatch_bytes, dispatch),
+        _call(ParallelDimension.EP, Collective.ALL_TO_ALL, passes * (st.ep > 1), experts.combine_bytes, combine),
+        _call(ParallelDimension.ETP, Collective.ALL_GATHER, passes * (st.etp > 1), gathered, gather),
+        _call(ParallelDimension.ETP, Collective.REDUCE_SCATTER, passes * (st.etp > 1), gathered, scatter),
+    )
+    return exposed_s, calls
 
 
 def _call(dim: ParallelDimension, op: Collective, per_layer: Array, n: Array, cost: CommCost) -> CommCall:

@@ -22,6 +22,7 @@ from armillary.specs.arrays import (
     minimum,
     where,
 )
+from armillary.workload.experts import ExpertsForward
 from armillary.workload.transformer import sequence_shards
 
 # Bytes per parameter of each precision recipe, indexed like PRECISIONS (fp32, bf16, fp16, fp8).
@@ -55,37 +56,51 @@ class LayerActivations:
     tensor_parallel: Array  # Q, K, V, projections, MLP: 24sbh / t for GPT
     attention_core: Array  # softmax output, dropout mask and output: 5as^2b / t
     layer_input: Array  # what full recomputation keeps: 2sbh (/ t with SP)
+    experts: Array = 0.0  # routed experts of an MoE layer: router scores, dispatched tokens, expert MLPs
 
     def stored(self, recompute: Array) -> Array:
         """Per-layer bytes kept between forward and backward for each recompute mode (none, selective,
         full): s*b*h*(10 + 24/t + 5as/(ht)), s*b*h*(10 + 24/t), 2sbh (Korthikanti Table 2, Eq. 2, 6)."""
-        no_recompute = self.replicated + self.tensor_parallel + self.attention_core
-        selective = self.replicated + self.tensor_parallel
+        no_recompute = self.replicated + self.tensor_parallel + self.attention_core + self.experts
+        selective = self.replicated + self.tensor_parallel + self.experts
         return where(recompute == RECOMPUTE_FULL, self.layer_input,
                         where(recompute == RECOMPUTE_SELECTIVE, selective, no_recompute))
 
     @property
     def working(self) -> Array:
         """Everything one layer holds while its backward runs (full recomputation rebuilds this)."""
-        return self.replicated + self.tensor_parallel + self.attention_core
+        return self.replicated + self.tensor_parallel + self.attention_core + self.experts
 
 
 def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
-                      flash: Array = 0.0, cp: Array = 1.0) -> LayerActivations:
-    """With context parallelism a rank keeps its s/cp tokens, and scores of its queries against all keys."""
-    h, a, kv, dh, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn
+                      flash: Array = 0.0, cp: Array = 1.0, mlp_width: Array | None = None,
+                      experts: ExpertsForward | None = None) -> LayerActivations:
+    """With context parallelism a rank keeps its s/cp tokens, and scores of its queries against all keys.
+    `mlp_width` and `experts` as in `layer_forward` / `experts_forward` (MoE layers)."""
+    h, a, kv, dh, dv = m.hidden, m.heads, m.kv_heads, m.head_dim, m.value_dim
+    f = m.ffn if mlp_width is None else mlp_width
     q = s / cp
     T = b * q
     sp_div = sequence_shards(t, sp)
     # two norm inputs, QKV input, MLP input (e bytes each) + two 1-byte dropout masks
     replicated = (4 * e + 2 * m.dropout) * T * h / sp_div
-    # Q, K, V, attention output (projection input), MLP hidden activations (2 tensors, 3 when gated)
-    tensor_parallel = e * T * ((2 * a + 2 * kv) * dh + m.mlp_matrices * f) / t
-    scores = b * (a / t) * q * s
-    # FlashAttention keeps no s x s tensor, only the fp32 softmax log-sum-exp per row (Dao et al. 2022 §3.1)
-    attention_core = where(flash > 0, 4 * b * (a / t) * q, scores * (e + m.dropout * (e + 1)))
+    # Q, K, V, attention output (projection input), MLP hidden activations (2 tensors, 3 when gated); the
+    # MLGRU keeps its i, f, g gates and output in the same shapes
+    tensor_parallel = e * T * (a * dh + kv * (dh + dv) + a * dv + m.mlp_matrices * f) / t
+    scores = (1 - m.mlgru) * b * (a / t) * q * s
+    # FlashAttention keeps no s x s tensor, only the fp32 softmax statistics per row: max and sum
+    # (FlashAttention-1, Dao et al. 2022 §3.1) or their log-sum-exp (FlashAttention-2, Dao 2023 §3.1.1)
+    row_stats = where(flash == 1, 8.0, 4.0) * (1 - m.mlgru) * b * (a / t) * q
+    attention_core = where(flash > 0, row_stats, scores * (e + m.dropout * (e + 1)))
     layer_input = e * T * h / sp_div
-    return LayerActivations(replicated, tensor_parallel, attention_core, layer_input)
+    routed: Array = 0.0
+    if experts is not None:
+        # [derived] fp32 router logits and probabilities; the dispatched tokens (expert input), the expert
+        # MLP's hidden activations (2, gated 3, tensors of expert_ffn / etp) and its output before combine
+        tokens = experts.received_tokens
+        routed = (8 * T / sp_div * m.experts
+                  + e * tokens * (2 * h + m.mlp_matrices * experts.ffn_shard))
+    return LayerActivations(replicated, tensor_parallel, attention_core, layer_input, routed)
 
 
 def microbatches_in_flight(st: StrategyArrays, microbatches: Array, stage: Array = 0.0) -> Array:
@@ -98,15 +113,16 @@ def microbatches_in_flight(st: StrategyArrays, microbatches: Array, stage: Array
                     where(st.schedule == SCHEDULE_INTERLEAVED, interleaved, one_f_one_b))
 
 
-def stage_activations(acts: LayerActivations, layers: Array, st: StrategyArrays,
+def stage_activations(stored_per_microbatch: Array, working: Array, st: StrategyArrays,
                       microbatches: Array, stage: Array = 0.0) -> tuple[Array, Array]:
-    """(activations, checkpoints) bytes of pipeline stage `stage` with `layers` layers at its peak."""
+    """(activations, checkpoints) bytes of pipeline stage `stage` at its peak, from what its layers store
+    per micro-batch and what one layer holds while its backward runs."""
     in_flight = microbatches_in_flight(st, microbatches, stage)
-    stored = acts.stored(st.recompute) * layers * in_flight
+    stored = stored_per_microbatch * in_flight
     full = st.recompute == RECOMPUTE_FULL
     checkpoints = where(full, stored, 0.0)
     # under full recompute one layer's activations are rebuilt during its backward
-    activations = where(full, acts.working, stored)
+    activations = where(full, working, stored)
     return activations, checkpoints
 
 
@@ -116,22 +132,26 @@ class ModelStates:
     gradients: Array
     optimizer_states: Array
 
+    def __add__(self, o: ModelStates) -> ModelStates:
+        return ModelStates(self.weights + o.weights, self.gradients + o.gradients,
+                           self.optimizer_states + o.optimizer_states)
+
 
 def weight_bytes(params: Array, st: StrategyArrays) -> Array:
     """Bytes of the working weights of `params` parameters, unsharded, in the precision recipe."""
     return params * per_precision(WEIGHT_BYTES, st.precision)
 
 
-def zero_shards(st: StrategyArrays, stage: int) -> Array:
-    """Ways ZeRO stage `stage` (1 optimizer, 2 gradients, 3 parameters) splits its state: over the dp x cp
-    ranks that hold the same parameters if on, else 1."""
-    return where(st.zero >= stage, st.dp * st.cp, 1)
+def zero_shards(st: StrategyArrays, stage: int, replicas: Array | None = None) -> Array:
+    """Ways ZeRO stage `stage` (1 optimizer, 2 gradients, 3 parameters) splits its state: over the
+    `replicas` ranks that hold the same parameters (dp x cp; expert-dp for routed experts) if on, else 1."""
+    return where(st.zero >= stage, st.dp * st.cp if replicas is None else replicas, 1)
 
 
-def model_states(params: Array, st: StrategyArrays) -> ModelStates:
+def model_states(params: Array, st: StrategyArrays, replicas: Array | None = None) -> ModelStates:
     """Bytes of weights, gradients and optimizer states for `params` parameters on one model-parallel
-    rank, sharded over dp by ZeRO stage (SC'20 §5: P_os, P_os+g, P_os+g+p)."""
-    weights = weight_bytes(params, st) / zero_shards(st, 3)
-    gradients = params * per_precision(GRAD_BYTES, st.precision) / zero_shards(st, 2)
-    optimizer = params * per_precision(OPTIMIZER_BYTES, st.precision) / zero_shards(st, 1)
+    rank, sharded over their replicas by ZeRO stage (SC'20 §5: P_os, P_os+g, P_os+g+p)."""
+    weights = weight_bytes(params, st) / zero_shards(st, 3, replicas)
+    gradients = params * per_precision(GRAD_BYTES, st.precision) / zero_shards(st, 2, replicas)
+    optimizer = params * per_precision(OPTIMIZER_BYTES, st.precision) / zero_shards(st, 1, replicas)
     return ModelStates(weights, gradients, optimizer)

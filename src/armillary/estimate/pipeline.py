@@ -9,7 +9,7 @@ slowest stage set the steady state.
 
 from __future__ import annotations
 
-from armillary.specs.arrays import SCHEDULE_INTERLEAVED, Array, maximum, where
+from armillary.specs.arrays import SCHEDULE_INTERLEAVED, Array, maximum, minimum, where
 
 
 def pipeline_time(stage_max: Array, stage_sum: Array, microbatches: Array, vpp: Array,
@@ -37,3 +37,14 @@ def stage_layers(layers: Array, pp: Array, first: Array, last: Array) -> tuple[A
     others = pp - given_first * 1.0 - given_last * 1.0
     share = (layers - first - last) / maximum(others, 1)
     return where(given_first, first, share), share, where(given_last, last, share)
+
+
+def stage_dense_layers(dense: Array, pp: Array, n_first: Array, n_mid: Array, n_last: Array) -> tuple[
+        Array, Array, Array]:
+    """How many of the leading `dense` layers (MoE models' first-k-dense layers; all layers of a dense
+    model) each stage kind holds: the first stage takes them first; the middle stage reported is the last
+    one, with the fewest; the last stage takes what reaches it."""
+    first = minimum(dense, n_first)
+    middle = minimum(maximum(dense - n_first - maximum(pp - 3, 0) * n_mid, 0), n_mid)
+    last = minimum(maximum(dense - n_first - maximum(pp - 2, 0) * n_mid, 0), n_last)
+    return first, middle, last

@@ -33,6 +33,7 @@ class LayerCost:
     tp_backward_s: Array
     tp_recompute_s: Array
     cp_s: Array = 0.0  # context-parallel exchange left exposed (forward, backward and recompute)
+    ep_s: Array = 0.0  # expert-parallel all-to-alls and expert-TP gathers left exposed (MoE layers)
 
     @property
     def compute_s(self) -> Array:
@@ -44,7 +45,7 @@ class LayerCost:
 
     @property
     def total_s(self) -> Array:
-        return self.compute_s + self.recompute.time_s + self.tp_recompute_s + self.tp_s + self.cp_s
+        return self.compute_s + self.recompute.time_s + self.tp_recompute_s + self.tp_s + self.cp_s + self.ep_s
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class TimeBreakdown:
     recompute: Array  # extra forward work from activation recomputation
     tp_exposed: Array  # tensor-parallel collectives not hidden behind GEMMs
     cp_exposed: Array  # context-parallel K/V exchange (ring) or all-to-alls (Ulysses) not hidden
+    ep_exposed: Array  # MoE token dispatch / combine all-to-alls (and expert-TP gathers) not hidden
     pp_exposed: Array  # pipeline send/receive on the critical path
     bubble: Array  # pipeline fill and drain idle time
     dp_exposed: Array  # data-parallel / ZeRO / FSDP communication not hidden behind compute
@@ -63,7 +65,8 @@ class TimeBreakdown:
 
     @property
     def total(self) -> Array:
-        return (self.forward_backward + self.recompute + self.tp_exposed + self.cp_exposed + self.pp_exposed
+        return (self.forward_backward + self.recompute + self.tp_exposed + self.cp_exposed + self.ep_exposed
+                + self.pp_exposed
                 + self.bubble + self.dp_exposed + self.optimizer + self.offload_stall)
 
 
@@ -98,6 +101,9 @@ class ParallelDimension(StrEnum):
     CP = "CP"  # context parallelism: K/V blocks around a ring, or all-to-alls around attention
     PP = "PP"  # pipeline point-to-point
     DP = "DP"  # data-parallel gradient reduction / ZeRO / FSDP
+    EP = "EP"  # expert parallelism: token dispatch and combine all-to-alls
+    ETP = "ETP"  # expert tensor parallelism: gathers of the dispatched tokens
+    EDP = "EDP"  # expert data parallelism: gradient reduction of the expert weights
 
 
 @dataclass(frozen=True)
@@ -136,7 +142,8 @@ class StepEstimate:
     traffic: Traffic
     communication: tuple[CommCall, ...]  # every collective / transfer of the step (its sum is `traffic`)
     microbatches: Array
-    layer: LayerCost  # one layer, one micro-batch, per pass: FLOPs, bytes, time, exposed TP
+    layer: LayerCost  # one dense layer, one micro-batch, per pass: FLOPs, bytes, time, exposed TP
+    moe_layer: LayerCost | None  # one MoE layer (None for a dense model)
     feasible: Array  # boolean
     infeasible_reasons: tuple[str, ...] = ()
 

@@ -15,15 +15,16 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from armillary.comm.collectives import all_gather, send_recv
-from armillary.comm.placement import place_groups
+from armillary.comm.placement import place_expert_groups, place_groups
 from armillary.cost.compute import matrix_peak, stream_time
 from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import data_parallel_cost
 from armillary.estimate.feasibility import check
-from armillary.estimate.layer import layer_cost, needed, recompute_modes
-from armillary.estimate.pipeline import microbatch_count, pipeline_time, stage_layers
+from armillary.estimate.layer import EndsCost, ExpertGroups, layer_cost, needed, recompute_modes
+from armillary.estimate.pipeline import microbatch_count, pipeline_time, stage_dense_layers, stage_layers
 from armillary.estimate.result import (
     CommCall,
+    LayerCost,
     MemoryBreakdown,
     ParallelDimension,
     StepEstimate,
@@ -40,8 +41,9 @@ from armillary.specs.arrays import (
 )
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
+from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
 from armillary.workload.parameters import count_parameters
-from armillary.workload.transformer import ends_forward, layer_forward, layer_forward_flop, tp_message_bytes
+from armillary.workload.transformer import ends_forward, layer_forward, sequence_shards, tp_message_bytes
 
 
 @dataclass(frozen=True)
@@ -52,17 +54,18 @@ class _PerMicrobatch:
     recompute: Array
     tp: Array
     cp: Array = 0.0
+    ep: Array = 0.0
 
     def __add__(self, o: _PerMicrobatch) -> _PerMicrobatch:
         return _PerMicrobatch(self.compute + o.compute, self.recompute + o.recompute, self.tp + o.tp,
-                              self.cp + o.cp)
+                              self.cp + o.cp, self.ep + o.ep)
 
     def __mul__(self, k: Array) -> _PerMicrobatch:
-        return _PerMicrobatch(self.compute * k, self.recompute * k, self.tp * k, self.cp * k)
+        return _PerMicrobatch(self.compute * k, self.recompute * k, self.tp * k, self.cp * k, self.ep * k)
 
     @property
     def total(self) -> Array:
-        return self.compute + self.recompute + self.tp + self.cp
+        return self.compute + self.recompute + self.tp + self.cp + self.ep
 
 
 def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System) -> StepEstimate:
@@ -75,23 +78,51 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     c = st.cp
     tp_group, dp_group, pp_group, cp_group = place_groups(t, d, p, system.devices_per_node, c)
 
-    # --- one layer, one micro-batch; embedding (first stage), LM head and loss (last stage) --------
+    # --- one layer of each kind, one micro-batch; embedding (first stage), LM head and loss (last stage) --
     # with context parallelism every rank works on s/cp tokens of each sequence
     q = s / c
-    fw = layer_forward(m, b, s, t, sp, e, c)
     n_tp = tp_message_bytes(m, b, q, e)
-    kv_block = 2 * b * q * m.kv_heads * m.head_dim / t * e  # one rank's K and V (ring attention)
-    a2a_bytes = (b * q * (m.heads + 2 * m.kv_heads) * m.head_dim / t * e, b * q * m.heads * m.head_dim / t * e)
-    lc, ends, layer_calls = layer_cost(fw, ends_forward(m, b, q, t, e), st, n_tp, tp_group, system, cp_group,
-                                       kv_block, a2a_bytes)
-    layer = _PerMicrobatch(compute=lc.compute_s, recompute=lc.recompute.time_s + lc.tp_recompute_s, tp=lc.tp_s,
-                           cp=lc.cp_s)
+    kv_block = b * q * m.kv_heads * (m.head_dim + m.value_dim) / t * e  # one rank's K and V (ring attention)
+    a2a_bytes = (b * q * (m.heads * m.head_dim + m.kv_heads * (m.head_dim + m.value_dim)) / t * e,
+                 b * q * m.heads * m.value_dim / t * e)
+    ends_fw = ends_forward(m, b, q, t, e)
+
+    def kind(mlp_width: Array | None, experts: ExpertsForward | None, groups: ExpertGroups | None) -> tuple[
+            LayerCost, EndsCost, tuple[CommCall, ...], mem.LayerActivations]:
+        fw = layer_forward(m, b, s, t, sp, e, c, mlp_width)
+        cost = layer_cost(fw, ends_fw, st, n_tp, tp_group, system, cp_group, kv_block, a2a_bytes, experts, groups)
+        return (*cost, mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts))
+
+    lc, ends, layer_calls, acts = kind(None, None, None)
+    has_moe = isinstance(m.experts, np.ndarray) or m.experts > 0
+    edp = t * c * d / (st.etp * st.ep)  # expert layers regroup the tp x cp x dp ranks as etp x ep x edp
+    moe_lc, moe_acts = lc, acts
+    moe_calls: tuple[CommCall, ...] = ()
+    if has_moe:
+        etp_group, ep_group, edp_group = place_expert_groups(st.etp, st.ep, edp, system.devices_per_node)
+        load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity)
+        experts = experts_forward(m, b * q / sequence_shards(t, sp), st.ep, st.etp, load, e,
+                                  where(st.dispatch_fp8 > 0, 1.0, e))
+        moe_lc, _, moe_calls, moe_acts = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group))
+
+    def per_microbatch(cost: LayerCost) -> _PerMicrobatch:
+        return _PerMicrobatch(compute=cost.compute_s, recompute=cost.recompute.time_s + cost.tp_recompute_s,
+                              tp=cost.tp_s, cp=cost.cp_s, ep=cost.ep_s)
+
+    dense_layer, moe_layer = per_microbatch(lc), per_microbatch(moe_lc)
     embedding = _PerMicrobatch(compute=ends.embedding_s, recompute=0.0, tp=ends.tp.time)
     head = _PerMicrobatch(compute=ends.head_s, recompute=0.0, tp=ends.tp.time)
 
-    # --- pipeline stages ---------------------------------------------------------------------------
+    # --- pipeline stages: (dense, MoE) layers of the first, (last) middle and last stage ------------------
     L = m.layers
     n_first, n_mid, n_last = stage_layers(L, p, st.first_stage_layers, st.last_stage_layers)
+    dense_first, dense_mid, dense_last = stage_dense_layers(m.dense_layers, p, n_first, n_mid, n_last)
+    stages = ((dense_first, n_first - dense_first), (dense_mid, n_mid - dense_mid),
+              (dense_last, n_last - dense_last))
+
+    def layers_of(counts: tuple[Array, Array]) -> _PerMicrobatch:
+        return dense_layer * counts[0] + moe_layer * counts[1] if has_moe else dense_layer * counts[0]
+
     single = where(p == 1, 1.0, 0.0)
     # pipeline activation per micro-batch; with scatter/gather only 1/t crosses nodes and is all-gathered
     # inside (SC'21 §4.1); with sequence parallelism the activation is already the 1/t shard, sent as is
@@ -106,9 +137,9 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     sends_per_mb = (1 - single) * 2 * v
     p2p_per_mb = sends_per_mb * (send.time + (scatter > 1) * regather.time)
 
-    first = layer * n_first + embedding + head * single
-    last = layer * n_last + head + embedding * single
-    middle = layer * n_mid
+    first = layers_of(stages[0]) + embedding + head * single
+    middle = layers_of(stages[1])
+    last = layers_of(stages[2]) + head + embedding * single
     stage_first, stage_last, stage_mid = first.total, last.total, middle.total
     has_mid = where(p > 2, 1.0, 0.0)
     stage_max = maximum(maximum(stage_first, stage_last), has_mid * stage_mid) + p2p_per_mb
@@ -119,29 +150,54 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     busy = microbatches * (crit.total + p2p_per_mb)
 
     # --- parameters, data parallelism / ZeRO / FSDP ---------------------------------------------------
+    # per device: dense layers and the replicated part of MoE layers split over tp; routed experts over
+    # ep (experts / ep each) and etp
     params = count_parameters(m)
-    params_first = (n_first * params.per_layer + params.embedding + single * params.head) / t
-    params_mid = n_mid * params.per_layer / t
-    params_last = (n_last * params.per_layer + params.head + single * params.embedding) / t
-    params_local = maximum(maximum(params_first, params_last), has_mid * params_mid)
+    expert_local = m.experts / st.ep * params.expert / st.etp
+
+    def stage_params(counts: tuple[Array, Array], ends_params: Array) -> tuple[Array, Array]:
+        """(replicated over dp x cp, routed experts) parameters of one device of a stage."""
+        return ((counts[0] * params.dense_layer + counts[1] * params.moe_layer_replicated + ends_params) / t,
+                counts[1] * expert_local)
+
+    params_first = stage_params(stages[0], params.embedding + single * params.head)
+    params_mid = stage_params(stages[1], 0.0)
+    params_last = stage_params(stages[2], params.head + single * params.embedding)
+    totals = [sum(x) for x in (params_first, params_mid, params_last)]
+    take_last = totals[2] > totals[0]
+    params_local = tuple(where(take_last, lst, fst) for fst, lst in zip(params_first, params_last, strict=True))
+    take_mid = (has_mid > 0) & (totals[1] > maximum(totals[0], totals[2]))
+    dense_local, experts_local = (where(take_mid, mid, loc) for mid, loc in zip(params_mid, params_local,
+                                                                                strict=True))
     n_layers_local = maximum(maximum(maximum(n_first, n_last), has_mid * n_mid), 1)
-    weight_bytes = mem.weight_bytes(params_local, st)
+    moe_layers_local = maximum(maximum(stages[0][1], stages[2][1]), has_mid * stages[1][1])
+    weight_bytes = mem.weight_bytes(dense_local + experts_local, st)
     # about a third of a micro-batch's compute is forward, two thirds backward
-    dp = data_parallel_cost(params_local, n_layers_local, crit.compute / 3, 2 * crit.compute / 3,
+    dp = data_parallel_cost(dense_local, n_layers_local, crit.compute / 3, 2 * crit.compute / 3,
                             microbatches, st, dp_group, system)
+    edp_cost = data_parallel_cost(experts_local, maximum(moe_layers_local, 1), crit.compute / 3,
+                                  2 * crit.compute / 3, microbatches, st, edp_group, system,
+                                  ParallelDimension.EDP) if has_moe else None
 
     # --- optimizer step and second memory tier -----------------------------------------------------
-    updated = params_local / mem.zero_shards(st, 1)
+    updated = dense_local / mem.zero_shards(st, 1) + experts_local / mem.zero_shards(st, 1, edp)
     adam_bytes = updated * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, st.precision)
     tier2 = device.second_tier
     tier2_bw = (tier2.efficiency * tier2.bandwidth) if tier2 is not None else np.inf
     optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
 
-    acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c)
     compute_total = microbatches * (crit.compute + crit.recompute)
+
+    def stored(counts: tuple[Array, Array]) -> Array:
+        """Bytes one micro-batch leaves stored in a stage's layers."""
+        return counts[0] * acts.stored(st.recompute) + counts[1] * moe_acts.stored(st.recompute)
+
+    working = maximum(acts.working, moe_acts.working)
     # weights (the device's shard under ZeRO-3) and stored activations share the one link to tier 2
-    offload_weights = st.offload_weights * 2 * microbatches * weight_bytes / mem.zero_shards(st, 3) / tier2_bw
-    stored_mb = acts.stored(st.recompute) * n_layers_local
+    sharded_weights = (mem.weight_bytes(dense_local, st) / mem.zero_shards(st, 3)
+                       + mem.weight_bytes(experts_local, st) / mem.zero_shards(st, 3, edp))
+    offload_weights = st.offload_weights * 2 * microbatches * sharded_weights / tier2_bw
+    stored_mb = maximum(maximum(stored(stages[0]), stored(stages[2])), has_mid * stored(stages[1]))
     offload_acts = st.offload_activations * 2 * microbatches * stored_mb / tier2_bw
     offload_stall = maximum(0.0, offload_weights + offload_acts - compute_total)
 
@@ -151,16 +207,17 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     logits = b * q * (m.vocab / t) * (4 + e)  # fp32 logits and their 16-bit source on the last stage
     ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
 
-    def stage_memory(layers: Array, stage_params: Array, index: Array, extra: Array) -> tuple[
-            MemoryBreakdown, MemoryBreakdown]:
-        states = mem.model_states(stage_params, st)
-        activations, checkpoints = mem.stage_activations(acts, layers, st, microbatches, index)
+    def stage_memory(counts: tuple[Array, Array], stage_params: tuple[Array, Array], index: Array,
+                     extra: Array) -> tuple[MemoryBreakdown, MemoryBreakdown]:
+        layers = counts[0] + counts[1]
+        states = mem.model_states(stage_params[0], st) + mem.model_states(stage_params[1], st, edp)
+        activations, checkpoints = mem.stage_activations(stored(counts), working, st, microbatches, index)
         activations = activations + extra
-        stage_weight_bytes = mem.weight_bytes(stage_params, st)
+        stage_weight_bytes = mem.weight_bytes(stage_params[0] + stage_params[1], st)
         hbm = MemoryBreakdown(
             weights=states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(layers, 1),
             gradients=states.gradients, optimizer_states=states.optimizer_states * (1 - oo),
-            activations=activations * (1 - oa) + oa * acts.working, checkpoints=checkpoints * (1 - oa),
+            activations=activations * (1 - oa) + oa * working, checkpoints=checkpoints * (1 - oa),
             comm_buffers=buffers)
         tier2_mem = MemoryBreakdown(
             weights=states.weights * ow, gradients=0.0 * ow, optimizer_states=states.optimizer_states * oo,
@@ -168,9 +225,9 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         return hbm, tier2_mem
 
     hbm, tier2_mem = _fullest(
-        stage_memory(n_first, params_first, 0.0, single * logits),
-        stage_memory(n_mid, params_mid, 1.0, 0.0),
-        stage_memory(n_last, params_last, p - 1, logits),
+        stage_memory(stages[0], params_first, 0.0, single * logits),
+        stage_memory(stages[1], params_mid, 1.0, 0.0),
+        stage_memory(stages[2], params_last, p - 1, logits),
         has_mid)
 
     # --- totals ------------------------------------------------------------------------------------
@@ -179,30 +236,30 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         recompute=microbatches * crit.recompute,
         tp_exposed=microbatches * crit.tp,
         cp_exposed=microbatches * crit.cp,
+        ep_exposed=microbatches * crit.ep,
         pp_exposed=microbatches * p2p_per_mb,
         bubble=pipe - busy,
-        dp_exposed=dp.exposed_s,
+        dp_exposed=dp.exposed_s + (edp_cost.exposed_s if edp_cost is not None else 0.0),
         optimizer=optimizer,
         offload_stall=offload_stall,
     )
     step = breakdown.total
     devices = t * c * p * d
-    # GEMM FLOPs are linear in the batch and split evenly over TP ranks: the whole batch's model FLOPs of
-    # one layer follow from this rank's micro-batch (same as layer_forward_flop(m, B, s))
-    layer_flop = sum(op.flop for op in fw.gemms) * t * c * w.global_batch / b
-    model_flop = model_flop_per_iteration(m, w, layer_flop)
-    core_flop = sum(op.flop for op in fw.core_gemms) * t * c * w.global_batch / b  # attention core, whole batch
+    flops = model_flop_per_iteration(m, w)
     full, selective = recompute_modes(st)
     # recomputation re-runs a layer's forward (full) or its attention core, 4Bs^2h (selective; our recount
     # of Korthikanti's hardware FLOPs, formulas.md §3.2 pitfall)
-    recompute_flop = m.layers * where(full, layer_flop, where(selective, core_flop, 0.0))
+    recompute_flop = where(full, flops.layers / 3, where(selective, flops.attention_core, 0.0))
     tokens = w.global_batch * w.seq_len
     # every call of the step, as a device of the busiest stage makes them; traffic is their sum
-    layers_here = n_layers_local
     ends_ar = ends.tp
     pp_calls = sends_per_mb * microbatches
+    dense_local_layers = maximum(maximum(stages[0][0], stages[2][0]), has_mid * stages[1][0])
     calls = (
-        *(replace(c, per_step=c.per_step * layers_here * microbatches) for c in layer_calls if not _never(c.per_step)),
+        *(replace(call, per_step=call.per_step * dense_local_layers * microbatches) for call in layer_calls
+          if not _never(call.per_step)),
+        *(replace(call, per_step=call.per_step * moe_layers_local * microbatches) for call in moe_calls
+          if not _never(call.per_step)),
         CommCall(ParallelDimension.TP, Collective.ALL_REDUCE, (1 + single) * microbatches * where(t > 1, 1.0, 0.0),
                  n_tp, ends_ar.time, ends_ar.scale_up_bytes, ends_ar.scale_out_bytes),
         CommCall(ParallelDimension.PP, Collective.SEND_RECV, pp_calls, n_send, send.time,
@@ -210,6 +267,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         CommCall(ParallelDimension.PP, Collective.ALL_GATHER, pp_calls * (scatter > 1), n_pp, regather.time,
                  regather.scale_up_bytes, regather.scale_out_bytes),
         *dp.calls,
+        *(edp_cost.calls if edp_cost is not None else ()),
     )
     calls = tuple(c for c in calls if not _never(c.per_step))
     traffic = Traffic(scale_up_bytes=sum(c.per_step * c.scale_up_bytes_each for c in calls),
@@ -218,12 +276,13 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     tier2_capacity = tier2.capacity if tier2 is not None else 0.0
     return StepEstimate(
         step_time_s=step, breakdown=breakdown, tokens_per_s=tokens / step,
-        model_flop=model_flop, hardware_flop=model_flop + recompute_flop,
-        mfu=model_flop / (step * devices * peak), hfu=(model_flop + recompute_flop) / (step * devices * peak),
+        model_flop=flops.total, hardware_flop=flops.total + recompute_flop,
+        mfu=flops.total / (step * devices * peak), hfu=(flops.total + recompute_flop) / (step * devices * peak),
         memory_hbm=hbm, memory_tier2=tier2_mem,
         hbm_capacity_bytes=device.hbm.capacity + 0.0 * step, tier2_capacity_bytes=tier2_capacity + 0.0 * step,
         traffic=traffic, communication=calls,
-        microbatches=microbatches, layer=lc, feasible=feasible, infeasible_reasons=reasons,
+        microbatches=microbatches, layer=lc, moe_layer=moe_lc if has_moe else None,
+        feasible=feasible, infeasible_reasons=reasons,
     )
 
 
@@ -257,15 +316,36 @@ def _pick_max(*candidates: tuple[Array, _PerMicrobatch]) -> _PerMicrobatch:
         take = time > best_time
         best = _PerMicrobatch(where(take, parts.compute, best.compute),
                               where(take, parts.recompute, best.recompute), where(take, parts.tp, best.tp),
-                              where(take, parts.cp, best.cp))
+                              where(take, parts.cp, best.cp), where(take, parts.ep, best.ep))
         best_time = where(take, time, best_time)
     return best
 
 
-def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays, layer_flop: Array | None = None) -> Array:
-    """Model FLOPs of one iteration: 3 x forward (backward = 2 x forward) of all layers and the LM head.
-    For GPT: 72 B L s h^2 (1 + s/(6h) + V/(12 h L)) (Korthikanti et al. 2022, App. A)."""
+@dataclass(frozen=True)
+class ModelFlop:
+    """Model FLOPs of one iteration, whole cluster (no recomputation)."""
+
+    layers: Array  # forward + backward of all layers
+    head: Array  # LM head, forward + backward
+    attention_core: Array  # forward of the attention core of all layers (what selective recompute re-runs)
+
+    @property
+    def total(self) -> Array:
+        return self.layers + self.head
+
+
+def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays) -> ModelFlop:
+    """3 x forward (backward = 2 x forward) of all layers and the LM head. For GPT:
+    72 B L s h^2 (1 + s/(6h) + V/(12 h L)) (Korthikanti et al. 2022, App. A). An MoE layer counts its
+    router, shared experts and top_k routed experts per token (the active parameters)."""
     B, s = w.global_batch, w.seq_len
-    head = 2 * B * s * m.hidden * m.vocab
-    layer_flop = layer_forward_flop(m, B, s) if layer_flop is None else layer_flop
-    return 3 * (m.layers * layer_flop + head)
+    fw = layer_forward(m, B, s, 1.0, 0.0, 2.0)
+    dense = sum(op.flop for op in fw.gemms)
+    core = sum(op.flop for op in fw.core_gemms)
+    moe: Array = 0.0
+    if isinstance(m.experts, np.ndarray) or m.experts > 0:
+        moe_fw = layer_forward(m, B, s, 1.0, 0.0, 2.0, mlp_width=m.shared_ffn)
+        routed = experts_forward(m, B * s, 1.0, 1.0, 1.0, 2.0, 2.0)
+        moe = sum(op.flop for op in (*moe_fw.gemms, routed.router, routed.experts_in, routed.experts_out))
+    layers = 3 * (m.dense_layers * dense + m.moe_layers * moe)
+    return ModelFlop(layers=layers, head=3 * 2 * B * s * m.hidden * m.vocab, attention_core=m.layers * core)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.specs.model import DenseModel, PositionKind
+from armillary.specs.model import Model, PositionKind, TernaryKernel, TokenMixer
 from armillary.specs.strategy import Attention, ContextParallel, Recompute, Schedule, Strategy, TrainingPrecision
 from armillary.specs.workload import Training
 
@@ -22,7 +22,7 @@ PRECISIONS = (TrainingPrecision.FP32, TrainingPrecision.BF16, TrainingPrecision.
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
 _RECOMPUTE_CODE = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
 SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = 0, 1, 2
-_ATTENTION_CODE = {Attention.STANDARD: 0.0, Attention.FLASH: 1.0, Attention.FLASH3: 2.0}
+_ATTENTION_CODE = {Attention.STANDARD: 0.0, Attention.FLASH1: 1.0, Attention.FLASH: 2.0, Attention.FLASH3: 3.0}
 _SCHEDULE_CODE = {Schedule.GPIPE: 0, Schedule.ONE_F_ONE_B: 1, Schedule.INTERLEAVED: 2}
 
 
@@ -64,15 +64,50 @@ class ModelArrays:
     max_seq_len: Array
     tied_embeddings: Array  # 0/1
     window: Array  # attention window in tokens; 0 = full causal attention
+    window_layers: Array  # fraction of layers that use the window
+    qk_norm: Array = 0.0  # 0/1
+    attention_sinks: Array = 0.0  # 0/1
+    # attention variants: value head dimension; MLA latent ranks (0 = not MLA / direct query projection)
+    value_dim: Array = 0.0
+    kv_lora: Array = 0.0
+    q_lora: Array = 0.0
+    rope_dim: Array = 0.0
+    # mixture of experts: experts = 0 for a dense model
+    experts: Array = 0.0
+    top_k: Array = 0.0
+    expert_ffn: Array = 0.0
+    shared_ffn: Array = 0.0  # total intermediate size of the shared experts
+    dense_layers: Array = 0.0  # leading dense layers (all layers of a dense model: see `moe_layers`)
+    router_bias: Array = 0.0
+    # MatMul-free LM: MLGRU token mixer (0/1), ternary BitLinear weights (0/1), additions-only kernels (0/1)
+    mlgru: Array = 0.0
+    ternary: Array = 0.0
+    ternary_additions: Array = 0.0
+    nonzero_fraction: Array = 1.0
+
+    @property
+    def moe_layers(self) -> Array:
+        return self.layers - self.dense_layers
 
     @classmethod
-    def of(cls, m: DenseModel) -> ModelArrays:
+    def of(cls, m: Model) -> ModelArrays:
+        moe, mla, bit = m.moe, m.mla, m.bitlinear
         return cls(
             layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads, head_dim=m.d_head,
             ffn=m.ffn, mlp_matrices=m.mlp.matrices, vocab=m.vocab, dropout=float(m.dropout),
             rotary=float(m.position is PositionKind.ROTARY), norm_params=m.norm.params_per_channel,
             linear_bias=float(m.linear_bias), learned_positions=float(m.position is PositionKind.LEARNED),
             max_seq_len=m.max_seq_len, tied_embeddings=float(m.tied_embeddings), window=m.sliding_window or 0,
+            window_layers=m.window_layers, qk_norm=float(m.qk_norm), attention_sinks=float(m.attention_sinks),
+            value_dim=m.d_value,
+            kv_lora=mla.kv_lora_rank if mla else 0, q_lora=(mla.q_lora_rank or 0) if mla else 0,
+            rope_dim=mla.rope_head_dim if mla else 0,
+            experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 0,
+            expert_ffn=moe.expert_ffn if moe else 0, shared_ffn=moe.shared_size if moe else 0,
+            dense_layers=moe.dense_layers if moe else m.layers, router_bias=float(moe.router_bias) if moe else 0.0,
+            mlgru=float(m.token_mixer is TokenMixer.MLGRU), ternary=float(bit is not None),
+            ternary_additions=float(bit is not None and bit.kernel is TernaryKernel.ADDITIONS),
+            nonzero_fraction=bit.nonzero_fraction if bit else 1.0,
         )
 
 
@@ -99,7 +134,14 @@ class StrategyArrays:
     offload_optimizer: Array
     precision: Array  # index into PRECISIONS
     pp_scatter_gather: Array
-    attention: Array  # 0 standard, 1 FlashAttention-2, 2 FlashAttention-3 (ATTENTION_* codes)
+    attention: Array  # 0 standard, else the FlashAttention version (1, 2, 3)
+    ep: Array = 1.0
+    etp: Array = 1.0
+    overlap_ep: Array = 0.0
+    imbalance: Array = 1.0
+    capacity_factor: Array = 0.0  # 0 = dropless
+    pad_to_capacity: Array = 0.0
+    dispatch_fp8: Array = 0.0
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
@@ -114,6 +156,9 @@ class StrategyArrays:
             offload_weights=float(s.offload.weights), offload_activations=float(s.offload.activations),
             offload_optimizer=float(s.offload.optimizer), precision=PRECISIONS.index(s.precision),
             pp_scatter_gather=float(s.pp_scatter_gather), attention=_ATTENTION_CODE[s.attention],
+            ep=s.ep, etp=s.etp, overlap_ep=float(s.overlap.ep_comm), imbalance=s.routing.imbalance,
+            capacity_factor=s.routing.capacity_factor or 0.0, pad_to_capacity=float(s.routing.pad_to_capacity),
+            dispatch_fp8=float(s.routing.dispatch_fp8),
         )
 
 

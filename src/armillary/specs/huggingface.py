@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from armillary.specs.model import DenseModel, MlpKind, NormKind, PositionKind
+from armillary.specs.model import MlpKind, Model, NormKind, PositionKind
 
 # key aliases used by different model families, first match wins
 _ALIASES = {
@@ -31,15 +31,15 @@ def _get(data: dict[str, Any], field: str) -> Any:
     raise ValueError(f"config.json has no {field}: expected one of the keys {list(_ALIASES[field])}")
 
 
-def from_huggingface(data: dict[str, Any], name: str | None = None) -> DenseModel:
-    """Map config.json keys onto DenseModel. Llama-style families (llama, mistral, qwen2, gemma...),
+def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
+    """Map config.json keys onto Model. Llama-style families (llama, mistral, qwen2, gemma...),
     GPT-2, OPT, BLOOM, MPT and GPT-NeoX are recognised; MoE configs are refused until MoE is modelled."""
     if any(k in data for k in ("num_local_experts", "n_routed_experts", "num_experts")):
         raise ValueError("config.json describes a mixture-of-experts model; MoE specs are not supported yet")
     kind = str(data.get("model_type", "")).lower()
     if kind not in _GPT_STYLE + _LLAMA_STYLE:
         raise ValueError(f"model_type {kind!r} is not understood yet; known: {', '.join(_GPT_STYLE + _LLAMA_STYLE)} "
-                         "(write the model as a DenseModel YAML instead)")
+                         "(write the model as a Model YAML instead)")
     hidden, heads = int(_get(data, "hidden")), int(_get(data, "heads"))
     act = str(data.get("hidden_act", data.get("activation_function", "gelu"))).lower()
     spec: dict[str, Any] = {
@@ -74,4 +74,4 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> DenseMode
                  "norm": NormKind.RMSNORM, "position": PositionKind.ROTARY,
                  "linear_bias": bool(data.get("attention_bias", False) or data.get("mlp_bias", False))}
     spec["sources"] = {"*": "Hugging Face config.json"}
-    return DenseModel.model_validate(spec)
+    return Model.model_validate(spec)

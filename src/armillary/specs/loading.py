@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.specs.huggingface import from_huggingface, is_huggingface_config
-from armillary.specs.model import DenseModel
+from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Device, System
 from armillary.specs.workload import Training
@@ -72,8 +72,8 @@ def _preset(kind: str, name: str) -> Any:
     return loader(read_data_file(find_preset(kind, name)))  # type: ignore[arg-type]
 
 
-def load_model(value: DenseModel | str | dict[str, Any]) -> DenseModel:
-    if isinstance(value, DenseModel):
+def load_model(value: Model | str | dict[str, Any]) -> Model:
+    if isinstance(value, Model):
         return value
     if isinstance(value, str) and find_preset("models", value) is not None:
         return _preset("models", value.lower())
@@ -85,7 +85,7 @@ def load_model(value: DenseModel | str | dict[str, Any]) -> DenseModel:
             return from_huggingface(data, name)
         except (ValueError, ValidationError) as err:
             raise SpecError(f"model (Hugging Face config): {err}") from None
-    return validate_spec(DenseModel, data, "model")
+    return validate_spec(Model, data, "model")
 
 
 def load_device(value: Device | str | dict[str, Any]) -> Device:

@@ -19,7 +19,7 @@ from armillary.specs.loading import (
     read_spec_file,
     validate_spec,
 )
-from armillary.specs.model import DenseModel
+from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Training
@@ -55,7 +55,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tuple[
-        DenseModel, System, Strategy, Training]:
+        Model, System, Strategy, Training]:
     """Read a run file, apply dotted overrides, and resolve every part into a spec.
 
     Relative file paths inside the run file are taken relative to the run file.

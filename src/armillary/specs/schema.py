@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from armillary.specs.model import DenseModel
+from armillary.specs.model import Model
 from armillary.specs.run import RunFile
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Device, System
 from armillary.specs.workload import Training
 
 SCHEMAS: dict[str, type[BaseModel]] = {
-    "model": DenseModel, "device": Device, "system": System, "strategy": Strategy, "workload": Training,
+    "model": Model, "device": Device, "system": System, "strategy": Strategy, "workload": Training,
     "run": RunFile,
 }

@@ -45,9 +45,11 @@ class TrainingPrecision(StrEnum):
 
 class Attention(StrEnum):
     """Attention kernel. flash: FlashAttention-2 (fused, tiled, no s x s tensor in HBM; Dao 2023);
-    flash3: FlashAttention-3 / cuDNN fused attention on Hopper and later (Shah et al. 2024), faster per FLOP."""
+    flash1: FlashAttention-1 (Dao et al. 2022); flash3: FlashAttention-3 / cuDNN fused attention on Hopper
+    and later (Shah et al. 2024), faster per FLOP."""
 
     STANDARD = "standard"
+    FLASH1 = "flash1"
     FLASH = "flash"
     FLASH3 = "flash3"
 
@@ -67,6 +69,26 @@ class Overlap(Spec):
     dp_grad_reduce: bool = Field(True, description="DP gradient reduction overlaps the backward pass")
     tp_comm: bool = Field(False, description="TP collectives overlap the GEMMs (userbuffers / TP overlap)")
     param_gather: bool = Field(True, description="ZeRO/FSDP parameter all-gather is prefetched ahead of use")
+    ep_comm: bool = Field(False, description="MoE dispatch/combine all-to-alls overlap another micro-batch's "
+                          "compute (DeepSeek-V3 DualPipe; Megatron --overlap-moe-expert-parallel-comm)")
+
+
+class Routing(Spec):
+    """How tokens reach the experts in a training run (formulas.md §7)."""
+
+    imbalance: float = Field(1.0, ge=1, description="busiest expert's load over the mean; 1 = balanced "
+                             "(force-balanced benchmarks)")
+    capacity_factor: float | None = Field(None, gt=0, description="expert capacity in multiples of the mean "
+                                          "load; tokens beyond it are dropped (Fedus et al. 2022 Eq. 3); "
+                                          "None = dropless")
+    pad_to_capacity: bool = Field(False, description="every expert computes its full capacity (padding)")
+    dispatch_fp8: bool = Field(False, description="dispatched tokens travel in fp8 (DeepSeek-V3 §3.3.3)")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.pad_to_capacity and self.capacity_factor is None:
+            raise ValueError("pad_to_capacity needs a capacity_factor")
+        return self
 
 
 class Offload(Spec):
@@ -83,6 +105,11 @@ class Strategy(Spec):
     cp: PositiveInt = Field(1, description="context-parallel degree: the sequence is split over cp ranks")
     cp_comm: ContextParallel = ContextParallel.RING
     dp: PositiveInt | None = Field(None, description="defaults to devices / (tp * cp * pp)")
+    ep: PositiveInt = Field(1, description="expert-parallel degree: each rank holds experts / ep routed experts; "
+                            "expert layers regroup the tp x cp x dp ranks as etp x ep x expert-dp")
+    expert_tp: PositiveInt | None = Field(None, description="tensor parallelism inside each expert; "
+                                          "defaults to tp (Megatron-Core's default)")
+    routing: Routing = Routing()
     vpp: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved schedule)")
     schedule: Schedule | None = Field(None, description="defaults to interleaved when vpp > 1, else 1f1b")
     first_stage_layers: PositiveInt | None = Field(
@@ -113,6 +140,10 @@ class Strategy(Spec):
         if (self.first_stage_layers or self.last_stage_layers) and (self.pp < 3 or self.vpp > 1):
             raise ValueError("first_stage_layers/last_stage_layers need pp >= 3 and vpp = 1")
         return self
+
+    @property
+    def etp(self) -> int:
+        return self.expert_tp if self.expert_tp is not None else self.tp
 
     @property
     def pipeline_schedule(self) -> Schedule:

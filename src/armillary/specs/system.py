@@ -71,6 +71,9 @@ class Device(Spec):
     matrix_efficiency: EfficiencyCurve = Field(description="GEMM efficiency vs FLOP per GEMM")
     matrix_efficiency_by_precision: dict[Precision, EfficiencyCurve] = Field(
         default_factory=dict, description="precisions whose GEMMs follow another curve (e.g. fp8)")
+    flash1_attention_efficiency: Fraction | None = Field(
+        None, description="the same for FlashAttention-1; defaults to half the FlashAttention-2 figure "
+        "(Dao 2023, abstract and §4.1: FlashAttention-2 is about 2x faster)")
     flash_attention_efficiency: Fraction = Field(
         0.5, description="fraction of the 16-bit matrix peak that FlashAttention-2 kernels achieve")
     flash3_attention_efficiency: Fraction | None = Field(

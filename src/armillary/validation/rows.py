@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from armillary.specs.loading import load_model, load_system
-from armillary.specs.model import DenseModel
+from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Training
@@ -42,7 +42,7 @@ _GPU_SYSTEMS = (
 
 @dataclass(frozen=True)
 class RowSpecs:
-    model: DenseModel
+    model: Model
     system: System
     strategy: Strategy
     workload: Training
@@ -57,7 +57,7 @@ def _int(row: dict[str, str], key: str) -> int | None:
         return None
 
 
-def _model(row: dict[str, str], notes: list[str]) -> DenseModel:
+def _model(row: dict[str, str], notes: list[str]) -> Model:
     if _int(row, "experts"):
         raise Unsupported("mixture-of-experts rows need the MoE model (a later issue)")
     shape = {k: _int(row, k) for k in _SHAPE}
@@ -79,7 +79,7 @@ def _model(row: dict[str, str], notes: list[str]) -> DenseModel:
     seq = _int(row, "seq") or 2048
     base["max_seq_len"] = max(base["max_seq_len"], seq)
     notes.append(f"mlp={base['mlp']}, norm={base['norm']}, position={base['position']} ({family} family)")
-    return DenseModel.model_validate(base)
+    return Model.model_validate(base)
 
 
 def system_preset_for(gpu: str) -> str:

@@ -11,20 +11,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from armillary.specs.arrays import Array, ModelArrays, where
+from armillary.workload.attention import keys_attended
 
 
 @dataclass(frozen=True)
 class Op:
-    """One kernel (or one group of identical kernels): FLOPs and HBM bytes, per device."""
+    """One kernel (or one group of identical kernels): FLOPs and HBM bytes, per device. `group` > 1 marks a
+    grouped GEMM of that many independent problems (MoE experts), whose efficiency follows the size of
+    one problem; batched attention GEMMs are one problem, as the efficiency curves were calibrated."""
 
     flop: Array
     bytes: Array
+    group: Array = 1.0
 
 
-def gemm(M: Array, N: Array, K: Array, batch: Array, element_bytes: Array) -> Op:
-    """Batched GEMM (M x K)(K x N): 2MKN FLOPs per batch entry; reads both operands, writes the result."""
-    return Op(flop=2 * batch * M * N * K, bytes=batch * (M * K + K * N + M * N) * element_bytes)
+def gemm(M: Array, N: Array, K: Array, batch: Array, element_bytes: Array, input_bytes: Array | None = None,
+         weight_bytes: Array | None = None) -> Op:
+    """Batched GEMM (M x K)(K x N): 2MKN FLOPs per batch entry; reads both operands, writes the result.
+    The input (M x K) and weight (K x N) may be narrower than the result (ternary / int8 kernels)."""
+    e_in = element_bytes if input_bytes is None else input_bytes
+    e_w = element_bytes if weight_bytes is None else weight_bytes
+    return Op(flop=2 * batch * M * N * K, bytes=batch * (M * K * e_in + K * N * e_w + M * N * element_bytes))
+
+
+def grouped(op: Op, problems: Array) -> Op:
+    return Op(op.flop, op.bytes, problems)
 
 
 def stream(bytes_moved: Array) -> Op:
@@ -49,6 +63,9 @@ class LayerForward:
     activation: Op  # GeLU / SwiGLU
     rotary: Op
     flash_attention: Op  # the fused kernel that replaces scores, softmax and attention over V
+    recurrence: Op  # MLGRU token mixer: the element-wise recurrence and output gate (no attention core)
+    quantize: Op  # BitLinear: activation (and, dequantizing, weight) quantization before each projection
+    additions: Array = 0.0  # share of nonzero ternary weights when the projections run as additions, else 0
 
     @property
     def gemms(self) -> tuple[Op, ...]:
@@ -65,14 +82,7 @@ class LayerForward:
 
     @property
     def dense_streams(self) -> tuple[Op, ...]:
-        return (self.norms, self.residuals, self.activation, self.rotary)
-
-
-def keys_attended(s: Array, window: Array) -> Array:
-    """Mean keys a query attends under a causal mask: s/2; with a sliding window w < s, w (1 - w / 2s)
-    (the first w queries see fewer). The separate-kernel (standard) path computes all s keys and masks."""
-    windowed = window * (1 - window / (2 * s))
-    return where((window > 0) & (window < s), windowed, s / 2)
+        return (self.norms, self.residuals, self.activation, self.rotary, self.recurrence, self.quantize)
 
 
 def sequence_shards(t: Array, sp: Array) -> Array:
@@ -82,25 +92,40 @@ def sequence_shards(t: Array, sp: Array) -> Array:
 
 
 def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
-                  cp: Array = 1.0) -> LayerForward:
+                  cp: Array = 1.0, mlp_width: Array | None = None) -> LayerForward:
     """Kernels of one layer's forward pass on one TP rank.
 
     b micro-batch, s sequence, t tensor-parallel degree, sp sequence parallel (0/1), e activation bytes,
     cp context-parallel degree: this rank holds s/cp of the sequence and attends over all s keys.
+    `mlp_width` is the intermediate size of the layer's dense MLP: `ffn` (default), or the shared experts'
+    total in an MoE layer (whose routed experts are `experts.experts_forward`).
     """
-    h, a, kv, dh, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn
+    h, a, kv, dh, dv = m.hidden, m.heads, m.kv_heads, m.head_dim, m.value_dim
+    f = m.ffn if mlp_width is None else mlp_width
     q = s / cp  # this rank's queries (tokens)
     T = b * q
     T_norm = T / sequence_shards(t, sp)  # with sequence parallelism norms and dropouts see s/t tokens
     gated = m.mlp_matrices - 2
-    attn = b * (a / t) * q * s  # elements of the score matrix on this rank
+    attends = 1 - m.mlgru  # the MLGRU token mixer has no attention core
+    attn = attends * b * (a / t) * q * s  # elements of the score matrix on this rank
+    # ternary weights run as additions read 8-bit inputs and 2-bit packed weights (formulas.md §10)
+    adds = m.ternary_additions
+    e_in, e_w = where(adds > 0, 1.0, e), where(adds > 0, 0.25, e)
+    qkv = gemm(T, (a * dh + kv * (dh + dv)) / t, h, 1, e, e_in, e_w)
+    if isinstance(m.kv_lora, np.ndarray) or m.kv_lora > 0:  # multi-head latent attention
+        mla, latent = _latent_projections(m, T, t, e), m.kv_lora > 0
+        qkv = Op(where(latent, mla.flop, qkv.flop), where(latent, mla.bytes, qkv.bytes), where(latent, mla.group, 1.0))
+    # BitLinear quantizes each projection's input per token to 8 bits [derived: read e, write 1 byte]; the
+    # released code also fake-quantizes each weight matrix every forward (read and write it, e bytes)
+    dense_inputs = T * (h + a * dv / t + h + f / t)  # QKV (one read for the three), out, MLP in, MLP out
+    weights = (h * (a * dh + kv * (dh + dv)) + a * dv * h) / t + m.mlp_matrices * h * f / t
     return LayerForward(
-        qkv=gemm(T, (a + 2 * kv) * dh / t, h, 1, e),
-        attention_scores=gemm(q, s, dh, b * a / t, e),
-        attention_over_v=gemm(q, dh, s, b * a / t, e),
-        out_proj=gemm(T, h, a * dh / t, 1, e),
-        mlp_in=gemm(T, (m.mlp_matrices - 1) * f / t, h, 1, e),
-        mlp_out=gemm(T, h, f / t, 1, e),
+        qkv=qkv,
+        attention_scores=gemm(q, s, dh, attends * b * a / t, e),
+        attention_over_v=gemm(q, dv, s, attends * b * a / t, e),
+        out_proj=gemm(T, h, a * dv / t, 1, e, e_in, e_w),
+        mlp_in=gemm(T, (m.mlp_matrices - 1) * f / t, h, 1, e, e_in, e_w),
+        mlp_out=gemm(T, h, f / t, 1, e, e_in, e_w),
         # [derived] read x, write y, per norm
         norms=stream(2 * 2 * T_norm * h * e),
         # [derived] read bias-added output and residual, write sum (+1-byte dropout mask), per block
@@ -109,13 +134,32 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         softmax=stream(attn * (2 * e + m.dropout * (2 * e + 1))),
         # [derived] GeLU: read, write T x f/t; gated: read gate and up, write product
         activation=stream(T * (f / t) * e * (2 + gated)),
-        rotary=stream(m.rotary * 2 * T * (a + kv) * dh / t * e),
-        # FlashAttention-2 (Dao 2023 §4.1): 4 s k d per head for k keys per query: causal masking halves
-        # it (the masked blocks are skipped; context parallelism balances the causal chunks), a sliding
-        # window keeps only the keys inside it; reads Q, K, V and writes O once
-        flash_attention=Op(flop=4 * b * (a / t) * q * keys_attended(s, m.window) * dh,
-                           bytes=(T * 2 * a + b * s * 2 * kv) * dh / t * e),
+        rotary=stream(attends * m.rotary * 2 * T * (a + kv) * dh / t * e),
+        # FlashAttention-2 (Dao 2023 §4.1): 2 s k (d_qk + d_v) per head for k keys per query: causal masking
+        # halves it (the masked blocks are skipped; context parallelism balances the causal chunks), a
+        # sliding window keeps only the keys inside it; reads Q, K, V and writes O once (K/V re-reads per
+        # query block hit L2: workload.attention has the paper's IO count with on-chip memory M)
+        flash_attention=Op(flop=2 * attends * b * (a / t) * q * keys_attended(s, m.window, m.window_layers) * (dh + dv),
+                           bytes=attends * (T * a * (dh + dv) + b * s * kv * (dh + dv)) / t * e),
+        # [derived] MLGRU (Zhu et al. 2024 §3.3.1; HGRNBitAttention): the recurrence reads i, f and writes h;
+        # the output gate reads h, g and writes o: 6 T h/t elements
+        recurrence=stream(m.mlgru * 6 * T * h / t * e),
+        quantize=stream(m.ternary * (dense_inputs * (e + 1) + (1 - m.ternary_additions) * 2 * weights * e)),
+        additions=adds * m.nonzero_fraction,
     )
+
+
+def _latent_projections(m: ModelArrays, T: Array, t: Array, e: Array) -> Op:
+    """MLA's projections (DeepSeek-V2 §2.1.2-2.1.3), one op: the query and KV down-projections run on every
+    TP rank (Megatron keeps them unsplit), the up-projections are split by heads."""
+    h, a, dh, dv, r, dc, dq = m.hidden, m.heads, m.head_dim, m.value_dim, m.rope_dim, m.kv_lora, m.q_lora
+    direct_q = gemm(T, a * dh / t, h, 1, e)
+    q_down, q_up = gemm(T, dq, h, 1, e), gemm(T, a * dh / t, dq, 1, e)
+    kv_down, kv_up = gemm(T, dc + r, h, 1, e), gemm(T, a * (dh - r + dv) / t, dc, 1, e)
+    with_lora = dq > 0
+    flop = where(with_lora, q_down.flop + q_up.flop, direct_q.flop) + kv_down.flop + kv_up.flop
+    moved = where(with_lora, q_down.bytes + q_up.bytes, direct_q.bytes) + kv_down.bytes + kv_up.bytes
+    return Op(flop, moved, where(with_lora, 4.0, 3.0))
 
 
 @dataclass(frozen=True)
@@ -136,13 +180,6 @@ def ends_forward(m: ModelArrays, b: Array, s: Array, t: Array, e: Array) -> Ends
         # [derived] norm (2 T h e); logits read in e, cast and softmax in fp32 (write 4, read 4)
         loss=stream(2 * T * h * e + T * (V / t) * (e + 8)),
     )
-
-
-def layer_forward_flop(m: ModelArrays, b: Array, s: Array) -> Array:
-    """Model FLOPs of one layer's forward for b sequences (no parallelism): 24bsh^2 + 4bs^2h for GPT
-    (SC'21 Appendix), generalized for GQA, head_dim and gated MLPs (formulas.md §3.4)."""
-    fw = layer_forward(m, b, s, 1.0, 0.0, 2.0)
-    return sum(op.flop for op in fw.gemms)
 
 
 def tp_message_bytes(m: ModelArrays, b: Array, s: Array, e: Array) -> Array:
