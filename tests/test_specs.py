@@ -69,10 +69,11 @@ def test_huggingface_gpt2_config():
     assert parameters(cfg) == 124_439_808  # GPT-2 small
 
 
-def test_moe_config_is_refused_clearly():
-    with pytest.raises(SpecError, match="mixture-of-experts"):
+def test_incomplete_moe_config_names_the_missing_keys():
+    with pytest.raises(SpecError, match="num_experts_per_tok"):
         load_model({"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32,
-                    "num_attention_heads": 32, "vocab_size": 32000, "num_local_experts": 8})
+                    "num_attention_heads": 32, "vocab_size": 32000, "num_local_experts": 8,
+                    "intermediate_size": 14336})
 
 
 @pytest.mark.parametrize("kind", KINDS)

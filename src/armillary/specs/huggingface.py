@@ -14,10 +14,19 @@ _ALIASES = {
     "vocab": ("vocab_size",),
 }
 _GATED_ACTIVATIONS = {"silu", "swiglu", "swish"}
-# families whose config.json this reader understands: GPT-style (2-matrix MLP, LayerNorm) and Llama-style
-# (gated MLP, RMSNorm)
+# families whose config.json this reader understands: GPT-style (2-matrix MLP, LayerNorm), Llama-style
+# (gated MLP, RMSNorm), their mixture-of-experts relatives, and the MatMul-free LM
 _GPT_STYLE = ("gpt2", "opt", "bloom", "gpt_neox", "mpt", "gpt_bigcode")
-_LLAMA_STYLE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "internlm2", "yi", "deepseek", "olmo2")
+_MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+_LLAMA_STYLE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "internlm2", "yi", "deepseek", "olmo2",
+                *_MOE)
+_MATMUL_FREE = ("hgrn_bit",)
+_KNOWN = _GPT_STYLE + _LLAMA_STYLE + _MATMUL_FREE
+_QK_NORM = ("qwen3", "qwen3_moe", "olmo2")
+# routed-expert keys, first match wins: (experts, top-k, expert intermediate size)
+_EXPERTS = ("num_local_experts", "n_routed_experts", "num_experts")
+_TOP_K = ("num_experts_per_tok", "experts_per_token")
+_EXPERT_FFN = ("moe_intermediate_size", "intermediate_size")
 
 
 def is_huggingface_config(data: dict[str, Any]) -> bool:
@@ -31,15 +40,23 @@ def _get(data: dict[str, Any], field: str) -> Any:
     raise ValueError(f"config.json has no {field}: expected one of the keys {list(_ALIASES[field])}")
 
 
+def _first(data: dict[str, Any], keys: tuple[str, ...], needed: bool = False) -> Any:
+    value = next((data[k] for k in keys if data.get(k) is not None), None)
+    if needed and value is None:
+        raise ValueError(f"config.json describes experts but has none of the keys {list(keys)}")
+    return value
+
+
 def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
-    """Map config.json keys onto Model. Llama-style families (llama, mistral, qwen2, gemma...),
-    GPT-2, OPT, BLOOM, MPT and GPT-NeoX are recognised; MoE configs are refused until MoE is modelled."""
-    if any(k in data for k in ("num_local_experts", "n_routed_experts", "num_experts")):
-        raise ValueError("config.json describes a mixture-of-experts model; MoE specs are not supported yet")
+    """Map config.json keys onto Model. Llama-style families (llama, mistral, qwen2/3, gemma...), GPT-2,
+    OPT, BLOOM, MPT and GPT-NeoX; mixture-of-experts families (Mixtral, Qwen2/3-MoE, GPT-OSS, DeepSeek-V2/V3
+    with multi-head latent attention) and the MatMul-free LM (hgrn_bit) are recognised."""
     kind = str(data.get("model_type", "")).lower()
-    if kind not in _GPT_STYLE + _LLAMA_STYLE:
-        raise ValueError(f"model_type {kind!r} is not understood yet; known: {', '.join(_GPT_STYLE + _LLAMA_STYLE)} "
+    if kind not in _KNOWN:
+        raise ValueError(f"model_type {kind!r} is not understood yet; known: {', '.join(_KNOWN)} "
                          "(write the model as a Model YAML instead)")
+    if kind in _MATMUL_FREE:
+        return _matmul_free(data, name)
     hidden, heads = int(_get(data, "hidden")), int(_get(data, "heads"))
     act = str(data.get("hidden_act", data.get("activation_function", "gelu"))).lower()
     spec: dict[str, Any] = {
@@ -73,5 +90,50 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
                  else MlpKind.GELU,
                  "norm": NormKind.RMSNORM, "position": PositionKind.ROTARY,
                  "linear_bias": bool(data.get("attention_bias", False) or data.get("mlp_bias", False))}
+    spec |= _experts_and_latent_attention(data, kind)
     spec["sources"] = {"*": "Hugging Face config.json"}
     return Model.model_validate(spec)
+
+
+def _experts_and_latent_attention(data: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The MoE, MLA, q/k-norm, sink and alternating-window fields of a config.json."""
+    spec: dict[str, Any] = {"qk_norm": kind in _QK_NORM, "attention_sinks": kind == "gpt_oss"}
+    experts = _first(data, _EXPERTS)
+    if experts:
+        spec["moe"] = {
+            "experts": int(experts), "top_k": int(_first(data, _TOP_K, needed=True)),
+            "expert_ffn": int(_first(data, _EXPERT_FFN, needed=True)),
+            "shared_experts": int(data.get("n_shared_experts") or 0),
+            "dense_layers": int(data.get("first_k_dense_replace") or 0),
+            "router_bias": kind == "gpt_oss",
+        }
+        if data.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one shared expert of its own size
+            spec["moe"] |= {"shared_experts": 1, "shared_ffn": int(data["shared_expert_intermediate_size"])}
+    if data.get("kv_lora_rank"):
+        spec["mla"] = {"kv_lora_rank": int(data["kv_lora_rank"]), "q_lora_rank": data.get("q_lora_rank"),
+                       "rope_head_dim": int(data["qk_rope_head_dim"]),
+                       "nope_head_dim": int(data["qk_nope_head_dim"]), "v_head_dim": int(data["v_head_dim"])}
+        spec |= {"kv_heads": None, "head_dim": None}
+    layer_types = data.get("layer_types")
+    if spec.get("attention_sinks") or layer_types:
+        spec["linear_bias"] = bool(data.get("attention_bias", False))
+    if data.get("sliding_window") and layer_types:
+        spec["window_layers"] = sum(t == "sliding_attention" for t in layer_types) / len(layer_types)
+        spec["sliding_window"] = int(data["sliding_window"])
+    return spec
+
+
+def _matmul_free(data: dict[str, Any], name: str | None) -> Model:
+    """The MatMul-free LM (ridgerchu/matmulfreellm, HGRNBitConfig): MLGRU token mixer, ternary BitLinear
+    layers, GLU channel mixer of 256 * ceil(hidden * hidden_ratio * 2/3 / 256) unless intermediate_size is
+    given (the modelling code's default)."""
+    hidden = int(data["hidden_size"])
+    ffn = data.get("intermediate_size") or 256 * -(-int(hidden * (data.get("hidden_ratio") or 4) * 2 / 3) // 256)
+    return Model.model_validate({
+        "name": name or data.get("_name_or_path") or "hgrn_bit", "layers": int(data["num_hidden_layers"]),
+        "hidden": hidden, "heads": int(data.get("num_heads") or 1), "ffn": int(ffn), "mlp": MlpKind.SWIGLU,
+        "norm": NormKind.RMSNORM, "position": PositionKind.NONE, "vocab": int(data["vocab_size"]),
+        "max_seq_len": int(data.get("max_position_embeddings") or 2048),
+        "tied_embeddings": bool(data.get("tie_word_embeddings", False)),
+        "token_mixer": "mlgru", "bitlinear": {}, "sources": {"*": "Hugging Face config.json (hgrn_bit)"},
+    })
