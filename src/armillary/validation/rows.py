@@ -31,6 +31,14 @@ _FAMILIES = (
     (re.compile(r"gpt|megatron", re.I), "megatron-1.7b"),
 )
 _SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
+# mixture-of-experts rows state only part of the architecture: the model's preset gives the rest
+_MOE_PRESETS = (
+    (re.compile(r"deepseek[ _-]?v3", re.I), "deepseek-v3"),
+    (re.compile(r"qwen3[ _-]?30b", re.I), "qwen3-30b-a3b"),
+    (re.compile(r"qwen3[ _-]?235b", re.I), "qwen3-235b-a22b"),
+    (re.compile(r"mixtral[ _-]?8x7b", re.I), "mixtral-8x7b"),
+    (re.compile(r"mixtral[ _-]?8x22b", re.I), "mixtral-8x22b"),
+)
 _GPU_SYSTEMS = (
     (re.compile(r"a100.*40", re.I), "dgx-a100-40gb"),
     (re.compile(r"a100", re.I), "dgx-a100"),
@@ -57,9 +65,23 @@ def _int(row: dict[str, str], key: str) -> int | None:
         return None
 
 
+def _moe_model(row: dict[str, str], notes: list[str]) -> Model:
+    preset = next((p for rx, p in _MOE_PRESETS if rx.search(row.get("model", ""))), None)
+    if preset is None:
+        raise Unsupported(f"no mixture-of-experts preset for {row.get('model')!r}")
+    model = load_model(preset)
+    assert model.moe is not None
+    stated = {"layers": model.layers, "hidden": model.hidden, "experts": model.moe.experts, "topk": model.moe.top_k}
+    differ = [f"{k} {_int(row, k)} vs {v}" for k, v in stated.items() if _int(row, k) not in (None, v)]
+    if differ:
+        raise Unsupported(f"the row's architecture differs from the {preset} preset: {', '.join(differ)}")
+    notes.append(f"architecture from the {preset} preset (the row states layers, hidden, experts, top-k)")
+    return model
+
+
 def _model(row: dict[str, str], notes: list[str]) -> Model:
     if _int(row, "experts"):
-        raise Unsupported("mixture-of-experts rows need the MoE model (a later issue)")
+        return _moe_model(row, notes)
     shape = {k: _int(row, k) for k in _SHAPE}
     missing = [k for k in ("layers", "hidden", "heads") if shape[k] is None]
     if missing:
@@ -160,7 +182,13 @@ def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, A
         notes.append("TP communication overlapped with GEMMs (NeMo performance recipes)")
     if legacy:
         notes.append("no DP overlap, standard attention (Megatron-LM before 2023)")
+    moe: dict[str, Any] = {}
+    if _int(row, "experts"):
+        moe = dict(ep=_int(row, "ep") or 1, expert_tp=1)
+        notes.append("expert_tp=1, balanced routing (the benchmarks force-balance the tokens), dispatch and "
+                     "combine all-to-alls not overlapped")
     return dict(
+        **moe,
         tp=tp, pp=pp, cp=cp, dp=dp, vpp=vpp, micro_batch=mbs, sequence_parallel=sp and tp > 1,
         zero=zero, precision=precision, attention=attention,
         overlap=dict(dp_grad_reduce=not legacy, param_gather=not legacy,
