@@ -12,7 +12,7 @@ s, b, h, a = 2048, 1, 12288, 96  # GPT-3 layer (Korthikanti §5 worked example)
 
 def _per_layer(model, t, sp, recompute):
     acts = layer_activations(ModelArrays.of(model), b, s, t, float(sp), 2.0)
-    return float(acts.stored({"none": 0, "selective": 1, "full": 2}[recompute]))
+    return float(acts.stored(StrategyArrays.of(Strategy(recompute=recompute), 1)))
 
 
 @pytest.mark.parametrize(("t", "sp", "recompute", "factor"), [

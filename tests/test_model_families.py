@@ -237,3 +237,32 @@ def test_matmul_free_ideal_and_released_kernels():
         return sum(float(op.bytes) for op in fw.dense_gemms)
 
     assert projection_bytes(ideal) < 0.75 * projection_bytes(released)  # outputs stay 16-bit
+
+
+def test_module_recompute_trades_stored_activations_for_time():
+    """Selective recomputation of layernorm and moe_act (Megatron --recompute-modules) stops storing the two
+    norm outputs (2 e T h) and the experts' activation output (e x received tokens x expert_ffn) per MoE
+    layer, and re-runs those kernels in backward; core_attn alone with FlashAttention changes nothing."""
+    from armillary.estimate.memory import layer_activations
+    from armillary.workload.experts import experts_forward
+
+    m = ModelArrays.of(load_model("mixtral-8x7b"))
+    b, s, e, h, f = 1, 4096, 2.0, 4096, 14336
+    experts = experts_forward(m, b * s, 8.0, 1.0, 1.0, e, e)
+    acts = layer_activations(m, b, s, 1.0, 0.0, e, 2.0, 1.0, m.shared_ffn, experts)
+
+    def stored(**kw):
+        return float(acts.stored(StrategyArrays.of(Strategy(attention="flash", **kw), 1)))
+
+    saved = stored(recompute="selective") - stored(recompute="selective",
+                                                   recompute_modules=("core_attn", "layernorm", "moe_act"))
+    assert saved == pytest.approx(2 * e * b * s * h + e * b * s * 2 * f)  # top-2: 2 T tokens at the experts
+    assert stored(recompute="none") - stored(recompute="selective") == 4 * b * 32 * s  # flash: the fp32 LSE only
+    plain = _mixtral()
+    modules = estimate("mixtral-8x7b", "dgx-h100", Strategy(tp=1, ep=8, attention="flash", recompute="selective",
+                                                            recompute_modules=("layernorm", "moe_act")), W, gpus=8)
+    assert float(modules.breakdown.recompute) > 0 == float(plain.breakdown.recompute)
+    assert float(modules.memory_hbm.activations) < float(plain.memory_hbm.activations)
+    assert float(modules.hardware_flop) == float(plain.hardware_flop)  # norms and activations: no GEMM FLOPs
+    with pytest.raises(ValueError, match="recompute_modules apply to recompute 'selective' only"):
+        Strategy(recompute="full", recompute_modules=("moe_act",))

@@ -40,9 +40,17 @@ class EndsCost:
 
 
 def recompute_modes(st: StrategyArrays) -> tuple[Array, Array]:
-    """(full, selective) recomputation as it applies: selective re-runs the attention core, which
-    FlashAttention already recomputes inside its backward, so with it selective recomputes nothing."""
-    return st.recompute == RECOMPUTE_FULL, (st.recompute == RECOMPUTE_SELECTIVE) & (st.attention == 0)
+    """(full, attention core) recomputation as it applies: selective recomputation of core_attn re-runs the
+    attention core, which FlashAttention already recomputes inside its backward (then it costs nothing)."""
+    return st.recompute == RECOMPUTE_FULL, ((st.recompute == RECOMPUTE_SELECTIVE) & (st.recompute_core_attn > 0)
+                                           & (st.attention == 0))
+
+
+def _module_recompute(st: StrategyArrays, parts: tuple[tuple[Array, Array, Array, Array], ...]) -> PassCost:
+    """What selective recomputation of the other modules re-runs: each part is (module flag, FLOPs, bytes,
+    time) of a module's forward (Megatron-Core --recompute-modules)."""
+    on = [where(st.recompute == RECOMPUTE_SELECTIVE, flag, 0.0) for flag, *_ in parts]
+    return PassCost(*(sum(o * part[i] for o, part in zip(on, parts, strict=True)) for i in (1, 2, 3)))
 
 
 def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
@@ -112,10 +120,23 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
     backward_input = PassCost(gemm_flop + core_b.flop, gemm_bytes + k * stream_bytes + core_b.bytes,
                               weight_gemm_t + k * stream_t + core_b.time_s)
     backward_weight = PassCost(gemm_flop, gemm_bytes, gemm_t)
-    # selective recomputation re-runs the attention core; FlashAttention already recomputes it inside
+    # selective recomputation re-runs the attention core (FlashAttention already recomputes it inside) and
+    # the other modules chosen: norms, the dense MLP or the shared experts, the experts' activation, MLA's
+    # up-projections (time in proportion to their FLOPs within the projection op)
     full, selective = recompute_modes(st)
-    recompute = PassCost(*(where(full, f, where(selective, c, 0.0)) for f, c in (
-        (forward.flop, core_f.flop), (forward.bytes, core_f.bytes), (forward.time_s, core_f.time_s))))
+    mlp_ops = (fw.mlp_in, fw.mlp_out, fw.activation)
+    mlp_time = kt[2] + kt[3] + kt[n_gemm + 2]
+    up_share = fw.latent_up.flop / maximum(fw.qkv.flop, 1e-30)
+    modules = _module_recompute(st, (
+        (st.recompute_layernorm, 0.0, fw.norms.bytes, kt[n_gemm]),
+        (st.recompute_shared_experts if moe else st.recompute_mlp, sum(op.flop for op in mlp_ops),
+         sum(op.bytes for op in mlp_ops), mlp_time),
+        (st.recompute_moe_act * moe, 0.0, experts.activation.bytes if experts else 0.0, kt[-1] if moe else 0.0),
+        (st.recompute_mla_up_proj, fw.latent_up.flop, fw.latent_up.bytes, up_share * kt[0]),
+    ))
+    recompute = PassCost(*(where(full, f, where(selective, c, 0.0) + mod) for f, c, mod in (
+        (forward.flop, core_f.flop, modules.flop), (forward.bytes, core_f.bytes, modules.bytes),
+        (forward.time_s, core_f.time_s, modules.time_s))))
 
     # collectives per layer and pass (one source for times and call counts): two all-reduces per pass
     # (SC'21 §3.2); with SP each becomes an all-gather before and a reduce-scatter after the block
@@ -155,7 +176,9 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
     ep_s, ep_calls = _expert_exchange(experts, expert_groups, st, system, forward.time_s,
                                       backward_input.time_s + backward_weight.time_s, full)
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
-                      tp_recompute_s=where(full, tp_f, 0.0), cp_s=cp_f * (1 + full) + cp_b, ep_s=ep_s)
+                      tp_recompute_s=where(full, tp_f, 0.0), cp_s=cp_f * (1 + full) + cp_b, ep_s=ep_s,
+                      recompute_modules=PassCost(*(where(full, 0.0, x) for x in (
+                          modules.flop, modules.bytes, modules.time_s))))
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
     ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(n_tp, tp_group, system)
     ends_cost = EndsCost(embedding_s=(1 + k) * embedding_t, head_s=3 * head_gemm_t + (1 + k) * loss_t,

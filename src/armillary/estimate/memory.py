@@ -57,14 +57,24 @@ class LayerActivations:
     attention_core: Array  # softmax output, dropout mask and output: 5as^2b / t
     layer_input: Array  # what full recomputation keeps: 2sbh (/ t with SP)
     experts: Array = 0.0  # routed experts of an MoE layer: router scores, dispatched tokens, expert MLPs
+    # what recomputing each further module (selective) saves, out of the terms above
+    norm_outputs: Array = 0.0  # of `replicated`: the two pre-norms' outputs
+    mlp_hidden: Array = 0.0  # of `tensor_parallel`: the MLP's (dense or shared experts') hidden activations
+    latent_up: Array = 0.0  # of `tensor_parallel`: MLA's up-projected Q, K, V less the latents kept instead
+    expert_act: Array = 0.0  # of `experts`: the routed experts' activation output
+    moe: Array = 0.0  # 1 for an MoE layer (its MLP is the shared experts)
 
-    def stored(self, recompute: Array) -> Array:
+    def stored(self, st: StrategyArrays) -> Array:
         """Per-layer bytes kept between forward and backward for each recompute mode (none, selective,
-        full): s*b*h*(10 + 24/t + 5as/(ht)), s*b*h*(10 + 24/t), 2sbh (Korthikanti Table 2, Eq. 2, 6)."""
+        full): s*b*h*(10 + 24/t + 5as/(ht)), s*b*h*(10 + 24/t), 2sbh (Korthikanti Table 2, Eq. 2, 6); selective
+        drops the attention core and whatever further modules it recomputes (Megatron --recompute-modules)."""
         no_recompute = self.replicated + self.tensor_parallel + self.attention_core + self.experts
-        selective = self.replicated + self.tensor_parallel + self.experts
-        return where(recompute == RECOMPUTE_FULL, self.layer_input,
-                        where(recompute == RECOMPUTE_SELECTIVE, selective, no_recompute))
+        mlp_flag = where(self.moe > 0, st.recompute_shared_experts, st.recompute_mlp)
+        selective = (no_recompute - st.recompute_core_attn * self.attention_core
+                     - st.recompute_layernorm * self.norm_outputs - mlp_flag * self.mlp_hidden
+                     - st.recompute_mla_up_proj * self.latent_up - st.recompute_moe_act * self.expert_act)
+        return where(st.recompute == RECOMPUTE_FULL, self.layer_input,
+                     where(st.recompute == RECOMPUTE_SELECTIVE, selective, no_recompute))
 
     @property
     def working(self) -> Array:
@@ -94,13 +104,20 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
     attention_core = where(flash > 0, row_stats, scores * (e + m.dropout * (e + 1)))
     layer_input = e * T * h / sp_div
     routed: Array = 0.0
+    expert_act: Array = 0.0
     if experts is not None:
         # [derived] fp32 router logits and probabilities; the dispatched tokens (expert input), the expert
         # MLP's hidden activations (2, gated 3, tensors of expert_ffn / etp) and its output before combine
         tokens = experts.received_tokens
         routed = (8 * T / sp_div * m.experts
                   + e * tokens * (2 * h + m.mlp_matrices * experts.ffn_shard))
-    return LayerActivations(replicated, tensor_parallel, attention_core, layer_input, routed)
+        expert_act = e * tokens * experts.ffn_shard
+    # MLA keeps the query and KV latents (and the RoPE key) when its up-projections are recomputed
+    latent_up = where(m.kv_lora > 0, e * T * ((a * dh + kv * (dh + dv)) / t - (m.q_lora + m.kv_lora + m.rope_dim)),
+                      0.0)
+    return LayerActivations(replicated, tensor_parallel, attention_core, layer_input, routed,
+                            norm_outputs=2 * e * T * h / sp_div, mlp_hidden=e * T * m.mlp_matrices * f / t,
+                            latent_up=latent_up, expert_act=expert_act, moe=float(experts is not None))
 
 
 def microbatches_in_flight(st: StrategyArrays, microbatches: Array, stage: Array = 0.0) -> Array:

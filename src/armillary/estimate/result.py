@@ -34,6 +34,7 @@ class LayerCost:
     tp_recompute_s: Array
     cp_s: Array = 0.0  # context-parallel exchange left exposed (forward, backward and recompute)
     ep_s: Array = 0.0  # expert-parallel all-to-alls and expert-TP gathers left exposed (MoE layers)
+    recompute_modules: PassCost = PassCost(0.0, 0.0, 0.0)  # of `recompute`: selective modules beyond core_attn
 
     @property
     def compute_s(self) -> Array:

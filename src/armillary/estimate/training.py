@@ -190,7 +190,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
 
     def stored(counts: tuple[Array, Array]) -> Array:
         """Bytes one micro-batch leaves stored in a stage's layers."""
-        return counts[0] * acts.stored(st.recompute) + counts[1] * moe_acts.stored(st.recompute)
+        return counts[0] * acts.stored(st) + counts[1] * moe_acts.stored(st)
 
     working = maximum(acts.working, moe_acts.working)
     # weights (the device's shard under ZeRO-3) and stored activations share the one link to tier 2
@@ -249,7 +249,10 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     full, selective = recompute_modes(st)
     # recomputation re-runs a layer's forward (full) or its attention core, 4Bs^2h (selective; our recount
     # of Korthikanti's hardware FLOPs, formulas.md §3.2 pitfall)
-    recompute_flop = where(full, flops.layers / 3, where(selective, flops.attention_core, 0.0))
+    # + what the further selective modules re-run, summed over every device's layers and micro-batches
+    modules_flop = microbatches * t * c * d * (m.dense_layers * lc.recompute_modules.flop
+                                               + (m.moe_layers * moe_lc.recompute_modules.flop if has_moe else 0.0))
+    recompute_flop = where(full, flops.layers / 3, where(selective, flops.attention_core, 0.0)) + modules_flop
     tokens = w.global_batch * w.seq_len
     # every call of the step, as a device of the busiest stage makes them; traffic is their sum
     ends_ar = ends.tp

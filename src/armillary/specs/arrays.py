@@ -13,7 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.specs.model import Model, PositionKind, TernaryKernel, TokenMixer
-from armillary.specs.strategy import Attention, ContextParallel, Recompute, Schedule, Strategy, TrainingPrecision
+from armillary.specs.strategy import (
+    Attention,
+    ContextParallel,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    Strategy,
+    TrainingPrecision,
+)
 from armillary.specs.workload import Training
 
 Array = np.ndarray | float
@@ -142,6 +150,13 @@ class StrategyArrays:
     capacity_factor: Array = 0.0  # 0 = dropless
     pad_to_capacity: Array = 0.0
     dispatch_fp8: Array = 0.0
+    # modules recompute 'selective' re-runs (0/1 each; they apply only with recompute = selective)
+    recompute_core_attn: Array = 1.0
+    recompute_layernorm: Array = 0.0
+    recompute_mlp: Array = 0.0
+    recompute_shared_experts: Array = 0.0
+    recompute_moe_act: Array = 0.0
+    recompute_mla_up_proj: Array = 0.0
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
@@ -159,6 +174,7 @@ class StrategyArrays:
             ep=s.ep, etp=s.etp, overlap_ep=float(s.overlap.ep_comm), imbalance=s.routing.imbalance,
             capacity_factor=s.routing.capacity_factor or 0.0, pad_to_capacity=float(s.routing.pad_to_capacity),
             dispatch_fp8=float(s.routing.dispatch_fp8),
+            **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
         )
 
 

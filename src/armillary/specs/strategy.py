@@ -18,6 +18,18 @@ class Recompute(StrEnum):
     FULL = "full"  # store only each layer's input, recompute the whole layer in backward
 
 
+class RecomputeModule(StrEnum):
+    """What selective recomputation re-runs (Megatron-Core --recompute-modules): the module's outputs are
+    not stored but recomputed from its input in the backward pass."""
+
+    CORE_ATTN = "core_attn"  # scores, softmax, dropout, attention over V (Korthikanti et al. §5)
+    LAYERNORM = "layernorm"  # the two pre-norms (their outputs feed QKV and the MLP)
+    MLP = "mlp"  # the dense MLP of dense layers
+    SHARED_EXPERTS = "shared_experts"  # the shared experts of MoE layers
+    MOE_ACT = "moe_act"  # the routed experts' activation function
+    MLA_UP_PROJ = "mla_up_proj"  # MLA's up-projections: only the latents are kept
+
+
 class ZeroStage(IntEnum):
     """What data-parallel ranks shard (Rajbhandari et al., SC'20 §5). Stage 1 with reduce-scatter +
     all-gather is Megatron's distributed optimizer; stage 3 is FSDP FULL_SHARD."""
@@ -120,6 +132,9 @@ class Strategy(Spec):
     micro_batch: PositiveInt = 1
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
+    recompute_modules: tuple[RecomputeModule, ...] = Field(
+        (RecomputeModule.CORE_ATTN,), description="what recompute 'selective' re-runs (Megatron's default: "
+        "core_attn; MoE recipes add moe_act, layernorm, mla_up_proj...)")
     attention: Attention = Attention.STANDARD
     zero: ZeroStage = ZeroStage.NONE
     overlap: Overlap = Overlap()
@@ -135,6 +150,8 @@ class Strategy(Spec):
             raise ValueError(f"vpp={self.vpp} needs schedule 'interleaved', not {self.schedule.value!r}")
         if self.schedule is Schedule.INTERLEAVED and self.vpp < 2:
             raise ValueError("schedule 'interleaved' needs vpp >= 2 model chunks per pipeline rank")
+        if self.recompute is not Recompute.SELECTIVE and self.recompute_modules != (RecomputeModule.CORE_ATTN,):
+            raise ValueError("recompute_modules apply to recompute 'selective' only")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1")
         if (self.first_stage_layers or self.last_stage_layers) and (self.pp < 3 or self.vpp > 1):

@@ -196,16 +196,25 @@ def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, A
     )
 
 
-def _recompute_choices(row: dict[str, str], notes: list[str]) -> list[str]:
+# module recompute of the MoE recipes (Megatron MoE model zoo, Qwen3 and DeepSeek-V3 best practice on H100:
+# "norm, act", plus MLA's up-projections for DeepSeek)
+_MOE_MODULES = ("core_attn", "layernorm", "moe_act")
+
+
+def _recompute_choices(row: dict[str, str], model: Model, notes: list[str]) -> list[dict[str, Any]]:
     text = _text(row, "recompute")
     if "selective" in text:
-        return ["selective"]
+        return [{"recompute": "selective"}]
     if text.startswith("full"):
-        return ["full"]
+        return [{"recompute": "full"}]
     if text == "none":
-        return ["none"]
+        return [{"recompute": "none"}]
     notes.append("recompute not stated: the least recomputation that fits memory")
-    return ["none", "selective", "full"]
+    choices: list[dict[str, Any]] = [{"recompute": "none"}, {"recompute": "selective"}]
+    if model.moe is not None:
+        modules = _MOE_MODULES + (("mla_up_proj",) if model.mla is not None else ())
+        choices.append({"recompute": "selective", "recompute_modules": modules})
+    return [*choices, {"recompute": "full"}]
 
 
 def row_specs(row: dict[str, str]) -> list[RowSpecs]:
@@ -222,7 +231,8 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
     strategy = _strategy(row, n_gpus, notes)
     workload = Training(seq_len=seq, global_batch=gbs)
     out = []
-    for recompute in _recompute_choices(row, notes):
-        st = Strategy.model_validate({**strategy, "recompute": recompute})
-        out.append(RowSpecs(model, system, st, workload, (*notes, f"recompute={recompute}")))
+    for recompute in _recompute_choices(row, model, notes):
+        st = Strategy.model_validate({**strategy, **recompute})
+        described = ", ".join(f"{k}={'+'.join(v) if isinstance(v, tuple) else v}" for k, v in recompute.items())
+        out.append(RowSpecs(model, system, st, workload, (*notes, described)))
     return out

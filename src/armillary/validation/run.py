@@ -108,12 +108,16 @@ def run_row(row: dict[str, str]) -> RowResult:
     except ValueError as err:
         return RowResult(row_id, group, row.get("metric", ""), measured, None, None, (),
                          skipped=f"invalid configuration: {err}")
-    result, chosen = None, candidates[-1]
-    for rs in candidates:  # least recomputation that fits, else the last candidate
-        result, chosen = estimate(rs.model, rs.system, rs.strategy, rs.workload), rs
-        if bool(result.feasible):
+    # the least recomputation that fits: feasible, else (a layout the estimator cannot split exactly) the
+    # first whose memory fits, else the last candidate
+    results = []
+    for rs in candidates:
+        results.append((estimate(rs.model, rs.system, rs.strategy, rs.workload), rs))
+        if bool(results[-1][0].feasible):
             break
-    assert result is not None
+    fits = [(r, rs) for r, rs in results if bool(r.feasible)
+            or not any(reason.startswith(("out of memory", "HBM")) for reason in r.infeasible_reasons)]
+    result, chosen = fits[0] if fits else results[-1]
     predicted = fn(result, chosen)
     notes = chosen.assumptions
     if not bool(result.feasible):

@@ -66,6 +66,7 @@ class LayerForward:
     recurrence: Op  # MLGRU token mixer: the element-wise recurrence and output gate (no attention core)
     quantize: Op  # BitLinear: activation (and, dequantizing, weight) quantization before each projection
     additions: Array = 0.0  # share of nonzero ternary weights when the projections run as additions, else 0
+    latent_up: Op = Op(0.0, 0.0)  # MLA's up-projections: the part of `qkv` that mla_up_proj recomputes
 
     @property
     def gemms(self) -> tuple[Op, ...]:
@@ -112,9 +113,11 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     adds = m.ternary_additions
     e_in, e_w = where(adds > 0, 1.0, e), where(adds > 0, 0.25, e)
     qkv = gemm(T, (a * dh + kv * (dh + dv)) / t, h, 1, e, e_in, e_w)
+    latent_up = Op(0.0, 0.0)
     if isinstance(m.kv_lora, np.ndarray) or m.kv_lora > 0:  # multi-head latent attention
-        mla, latent = _latent_projections(m, T, t, e), m.kv_lora > 0
+        (mla, up), latent = _latent_projections(m, T, t, e), m.kv_lora > 0
         qkv = Op(where(latent, mla.flop, qkv.flop), where(latent, mla.bytes, qkv.bytes), where(latent, mla.group, 1.0))
+        latent_up = Op(where(latent, up.flop, 0.0), where(latent, up.bytes, 0.0))
     # BitLinear quantizes each projection's input per token to 8 bits [derived: read e, write 1 byte]; the
     # released code also fake-quantizes each weight matrix every forward (read and write it, e bytes)
     dense_inputs = T * (h + a * dv / t + h + f / t)  # QKV (one read for the three), out, MLP in, MLP out
@@ -146,12 +149,14 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         recurrence=stream(m.mlgru * 6 * T * h / t * e),
         quantize=stream(m.ternary * (dense_inputs * (e + 1) + (1 - m.ternary_additions) * 2 * weights * e)),
         additions=adds * m.nonzero_fraction,
+        latent_up=latent_up,
     )
 
 
-def _latent_projections(m: ModelArrays, T: Array, t: Array, e: Array) -> Op:
-    """MLA's projections (DeepSeek-V2 §2.1.2-2.1.3), one op: the query and KV down-projections run on every
-    TP rank (Megatron keeps them unsplit), the up-projections are split by heads."""
+def _latent_projections(m: ModelArrays, T: Array, t: Array, e: Array) -> tuple[Op, Op]:
+    """MLA's projections (DeepSeek-V2 §2.1.2-2.1.3) as one op, and the up-projections among them: the query
+    and KV down-projections run on every TP rank (Megatron keeps them unsplit), the up-projections are
+    split by heads."""
     h, a, dh, dv, r, dc, dq = m.hidden, m.heads, m.head_dim, m.value_dim, m.rope_dim, m.kv_lora, m.q_lora
     direct_q = gemm(T, a * dh / t, h, 1, e)
     q_down, q_up = gemm(T, dq, h, 1, e), gemm(T, a * dh / t, dq, 1, e)
@@ -159,7 +164,8 @@ def _latent_projections(m: ModelArrays, T: Array, t: Array, e: Array) -> Op:
     with_lora = dq > 0
     flop = where(with_lora, q_down.flop + q_up.flop, direct_q.flop) + kv_down.flop + kv_up.flop
     moved = where(with_lora, q_down.bytes + q_up.bytes, direct_q.bytes) + kv_down.bytes + kv_up.bytes
-    return Op(flop, moved, where(with_lora, 4.0, 3.0))
+    up = Op(where(with_lora, q_up.flop, 0.0) + kv_up.flop, where(with_lora, q_up.bytes, 0.0) + kv_up.bytes)
+    return Op(flop, moved, where(with_lora, 4.0, 3.0)), up
 
 
 @dataclass(frozen=True)
