@@ -43,7 +43,13 @@ from armillary.specs.communication import Collective
 from armillary.specs.system import System
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
 from armillary.workload.parameters import count_parameters
-from armillary.workload.transformer import ends_forward, layer_forward, sequence_shards, tp_message_bytes
+from armillary.workload.transformer import (
+    LayerForward,
+    ends_forward,
+    layer_forward,
+    sequence_shards,
+    tp_message_bytes,
+)
 
 
 @dataclass(frozen=True)
@@ -88,12 +94,12 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     ends_fw = ends_forward(m, b, q, t, e)
 
     def kind(mlp_width: Array | None, experts: ExpertsForward | None, groups: ExpertGroups | None) -> tuple[
-            LayerCost, EndsCost, tuple[CommCall, ...], mem.LayerActivations]:
+            LayerCost, EndsCost, tuple[CommCall, ...], mem.LayerActivations, LayerForward]:
         fw = layer_forward(m, b, s, t, sp, e, c, mlp_width)
         cost = layer_cost(fw, ends_fw, st, n_tp, tp_group, system, cp_group, kv_block, a2a_bytes, experts, groups)
-        return (*cost, mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts))
+        return (*cost, mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts), fw)
 
-    lc, ends, layer_calls, acts = kind(None, None, None)
+    lc, ends, layer_calls, acts, dense_fw = kind(None, None, None)
     has_moe = isinstance(m.experts, np.ndarray) or m.experts > 0
     edp = t * c * d / (st.etp * st.ep)  # expert layers regroup the tp x cp x dp ranks as etp x ep x edp
     moe_lc, moe_acts = lc, acts
@@ -103,7 +109,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity)
         experts = experts_forward(m, b * q / sequence_shards(t, sp), st.ep, st.etp, load, e,
                                   where(st.dispatch_fp8 > 0, 1.0, e))
-        moe_lc, _, moe_calls, moe_acts = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group))
+        moe_lc, _, moe_calls, moe_acts, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group))
 
     def per_microbatch(cost: LayerCost) -> _PerMicrobatch:
         return _PerMicrobatch(compute=cost.compute_s, recompute=cost.recompute.time_s + cost.tp_recompute_s,
@@ -188,9 +194,11 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
 
     compute_total = microbatches * (crit.compute + crit.recompute)
 
+    per_layer_stored = (acts.stored(st), moe_acts.stored(st) if has_moe else 0.0)
+
     def stored(counts: tuple[Array, Array]) -> Array:
         """Bytes one micro-batch leaves stored in a stage's layers."""
-        return counts[0] * acts.stored(st) + counts[1] * moe_acts.stored(st)
+        return counts[0] * per_layer_stored[0] + counts[1] * per_layer_stored[1]
 
     working = maximum(acts.working, moe_acts.working)
     # weights (the device's shard under ZeRO-3) and stored activations share the one link to tier 2
@@ -245,7 +253,13 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     )
     step = breakdown.total
     devices = t * c * p * d
-    flops = model_flop_per_iteration(m, w)
+    # GEMM FLOPs are linear in the batch and split evenly over TP ranks (all of them but MLA's
+    # down-projections): the whole batch's dense-layer FLOPs follow from this rank's micro-batch
+    rank_to_batch = t * c * w.global_batch / b
+    split_evenly = not isinstance(m.kv_lora, np.ndarray) and m.kv_lora == 0
+    flops = model_flop_per_iteration(m, w, (sum(op.flop for op in dense_fw.gemms) * rank_to_batch,
+                                            sum(op.flop for op in dense_fw.core_gemms) * rank_to_batch)
+                                     if split_evenly else None)
     full, selective = recompute_modes(st)
     # recomputation re-runs a layer's forward (full) or its attention core, 4Bs^2h (selective; our recount
     # of Korthikanti's hardware FLOPs, formulas.md §3.2 pitfall)
@@ -337,14 +351,17 @@ class ModelFlop:
         return self.layers + self.head
 
 
-def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays) -> ModelFlop:
+def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays,
+                             dense_layer: tuple[Array, Array] | None = None) -> ModelFlop:
     """3 x forward (backward = 2 x forward) of all layers and the LM head. For GPT:
     72 B L s h^2 (1 + s/(6h) + V/(12 h L)) (Korthikanti et al. 2022, App. A). An MoE layer counts its
-    router, shared experts and top_k routed experts per token (the active parameters)."""
+    router, shared experts and top_k routed experts per token (the active parameters). `dense_layer`: the
+    (all GEMMs, attention core) forward FLOPs of one dense layer for the whole batch, when known."""
     B, s = w.global_batch, w.seq_len
-    fw = layer_forward(m, B, s, 1.0, 0.0, 2.0)
-    dense = sum(op.flop for op in fw.gemms)
-    core = sum(op.flop for op in fw.core_gemms)
+    if dense_layer is None:
+        fw = layer_forward(m, B, s, 1.0, 0.0, 2.0)
+        dense_layer = sum(op.flop for op in fw.gemms), sum(op.flop for op in fw.core_gemms)
+    dense, core = dense_layer
     moe: Array = 0.0
     if isinstance(m.experts, np.ndarray) or m.experts > 0:
         moe_fw = layer_forward(m, B, s, 1.0, 0.0, 2.0, mlp_width=m.shared_ffn)

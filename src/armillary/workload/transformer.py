@@ -111,7 +111,8 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     attn = attends * b * (a / t) * q * s  # elements of the score matrix on this rank
     # ternary weights run as additions read 8-bit inputs and 2-bit packed weights (formulas.md §10)
     adds = m.ternary_additions
-    e_in, e_w = where(adds > 0, 1.0, e), where(adds > 0, 0.25, e)
+    e_in, e_w = (e, e) if not isinstance(adds, np.ndarray) and adds == 0 else (where(adds > 0, 1.0, e),
+                                                                             where(adds > 0, 0.25, e))
     qkv = gemm(T, (a * dh + kv * (dh + dv)) / t, h, 1, e, e_in, e_w)
     latent_up = Op(0.0, 0.0)
     if isinstance(m.kv_lora, np.ndarray) or m.kv_lora > 0:  # multi-head latent attention
