@@ -87,7 +87,7 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
                       experts: ExpertsForward | None = None) -> LayerActivations:
     """With context parallelism a rank keeps its s/cp tokens, and scores of its queries against all keys.
     `mlp_width` and `experts` as in `layer_forward` / `experts_forward` (MoE layers)."""
-    h, a, kv, dh, dv = m.hidden, m.heads, m.kv_heads, m.head_dim, m.value_dim
+    h, a, dv = m.hidden, m.heads, m.value_dim
     f = m.ffn if mlp_width is None else mlp_width
     q = s / cp
     T = b * q
@@ -96,7 +96,7 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
     replicated = (4 * e + 2 * m.dropout) * T * h / sp_div
     # Q, K, V, attention output (projection input), MLP hidden activations (2 tensors, 3 when gated); the
     # MLGRU keeps its i, f, g gates and output in the same shapes
-    tensor_parallel = e * T * (a * dh + kv * (dh + dv) + a * dv + m.mlp_matrices * f) / t
+    tensor_parallel = e * T * (m.qkv_width + a * dv + m.mlp_matrices * f) / t
     scores = (1 - m.mlgru) * b * (a / t) * q * s
     # FlashAttention keeps no s x s tensor, only the fp32 softmax statistics per row: max and sum
     # (FlashAttention-1, Dao et al. 2022 §3.1) or their log-sum-exp (FlashAttention-2, Dao 2023 §3.1.1)
@@ -113,7 +113,7 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
                   + e * tokens * (2 * h + m.mlp_matrices * experts.ffn_shard))
         expert_act = e * tokens * experts.ffn_shard
     # MLA keeps the query and KV latents (and the RoPE key) when its up-projections are recomputed
-    latent_up = where(m.kv_lora > 0, e * T * ((a * dh + kv * (dh + dv)) / t - (m.q_lora + m.kv_lora + m.rope_dim)),
+    latent_up = where(m.kv_lora > 0, e * T * (m.qkv_width / t - (m.q_lora + m.kv_lora + m.rope_dim)),
                       0.0)
     return LayerActivations(replicated, tensor_parallel, attention_core, layer_input, routed,
                             norm_outputs=2 * e * T * h / sp_div, mlp_hidden=e * T * m.mlp_matrices * f / t,

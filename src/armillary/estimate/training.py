@@ -88,8 +88,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # with context parallelism every rank works on s/cp tokens of each sequence
     q = s / c
     n_tp = tp_message_bytes(m, b, q, e)
-    kv_block = b * q * m.kv_heads * (m.head_dim + m.value_dim) / t * e  # one rank's K and V (ring attention)
-    a2a_bytes = (b * q * (m.heads * m.head_dim + m.kv_heads * (m.head_dim + m.value_dim)) / t * e,
+    kv_block = b * q * m.kv_width / t * e  # one rank's K and V (ring attention)
+    a2a_bytes = (b * q * m.qkv_width / t * e,
                  b * q * m.heads * m.value_dim / t * e)
     ends_fw = ends_forward(m, b, q, t, e)
 

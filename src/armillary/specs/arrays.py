@@ -94,6 +94,16 @@ class ModelArrays:
     nonzero_fraction: Array = 1.0
 
     @property
+    def kv_width(self) -> Array:
+        """Key and value elements per token (all KV heads)."""
+        return self.kv_heads * (self.head_dim + self.value_dim)
+
+    @property
+    def qkv_width(self) -> Array:
+        """Query, key and value elements per token: the QKV projection's output."""
+        return self.heads * self.head_dim + self.kv_width
+
+    @property
     def moe_layers(self) -> Array:
         return self.layers - self.dense_layers
 

@@ -44,5 +44,5 @@ def kv_cache_elements_per_token(m: ModelArrays) -> Array:
     """Elements cached per token and layer: 2 n_kv d_h for MHA / GQA / MQA; the compressed latent plus
     the shared RoPE key, d_c + d_h^R, for MLA (DeepSeek-V2 §2.1.4, Table 1); the MatMul-free LM keeps a
     fixed recurrent state instead (0 per token)."""
-    gqa = m.kv_heads * (m.head_dim + m.value_dim)
+    gqa = m.kv_width
     return where(m.mlgru > 0, 0.0, where(m.kv_lora > 0, m.kv_lora + m.rope_dim, gqa))

@@ -49,10 +49,10 @@ def count_parameters(m: ModelArrays) -> ParameterCount:
     """For GPT (MHA, 4h GeLU MLP, biases, LayerNorm, learned positions) this is
     12*l*h^2 + 13*l*h + (V + s)*h (+2h final norm): Narayanan et al. SC'21 Eq. 2 (with 2h for the final
     LayerNorm that Eq. 2 leaves out)."""
-    h, a, kv, f = m.hidden, m.heads, m.kv_heads, m.ffn
+    h, a, f = m.hidden, m.heads, m.ffn
     dh, dv, mm, bias, norm = m.head_dim, m.value_dim, m.mlp_matrices, m.linear_bias, m.norm_params
     # multi-head / grouped-query attention: Q (a heads), K and V (kv heads), output projection
-    qkv_out = a * dh + kv * (dh + dv)
+    qkv_out = m.qkv_width
     gqa = h * qkv_out + a * dv * h + bias * (qkv_out + h)
     # multi-head latent attention (DeepSeek-V2 §2.1.2-2.1.3): query down (norm) up or direct; KV down to the
     # latent plus the shared RoPE key, norm, up to per-head no-RoPE keys and values; output projection

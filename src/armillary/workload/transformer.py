@@ -113,7 +113,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     adds = m.ternary_additions
     e_in, e_w = (e, e) if not isinstance(adds, np.ndarray) and adds == 0 else (where(adds > 0, 1.0, e),
                                                                              where(adds > 0, 0.25, e))
-    qkv = gemm(T, (a * dh + kv * (dh + dv)) / t, h, 1, e, e_in, e_w)
+    qkv = gemm(T, m.qkv_width / t, h, 1, e, e_in, e_w)
     latent_up = Op(0.0, 0.0)
     if isinstance(m.kv_lora, np.ndarray) or m.kv_lora > 0:  # multi-head latent attention
         (mla, up), latent = _latent_projections(m, T, t, e), m.kv_lora > 0
@@ -122,7 +122,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     # BitLinear quantizes each projection's input per token to 8 bits [derived: read e, write 1 byte]; the
     # released code also fake-quantizes each weight matrix every forward (read and write it, e bytes)
     dense_inputs = T * (h + a * dv / t + h + f / t)  # QKV (one read for the three), out, MLP in, MLP out
-    weights = (h * (a * dh + kv * (dh + dv)) + a * dv * h) / t + m.mlp_matrices * h * f / t
+    weights = (h * m.qkv_width + a * dv * h) / t + m.mlp_matrices * h * f / t
     return LayerForward(
         qkv=qkv,
         attention_scores=gemm(q, s, dh, attends * b * a / t, e),
@@ -144,7 +144,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         # sliding window keeps only the keys inside it; reads Q, K, V and writes O once (K/V re-reads per
         # query block hit L2: workload.attention has the paper's IO count with on-chip memory M)
         flash_attention=Op(flop=2 * attends * b * (a / t) * q * keys_attended(s, m.window, m.window_layers) * (dh + dv),
-                           bytes=attends * (T * a * (dh + dv) + b * s * kv * (dh + dv)) / t * e),
+                           bytes=attends * (T * a * (dh + dv) + b * s * m.kv_width) / t * e),
         # [derived] MLGRU (Zhu et al. 2024 §3.3.1; HGRNBitAttention): the recurrence reads i, f and writes h;
         # the output gate reads h, g and writes o: 6 T h/t elements
         recurrence=stream(m.mlgru * 6 * T * h / t * e),
