@@ -33,18 +33,16 @@ def is_huggingface_config(data: dict[str, Any]) -> bool:
     return "model_type" in data or "architectures" in data
 
 
-def _get(data: dict[str, Any], field: str) -> Any:
-    for key in _ALIASES[field]:
-        if data.get(key) is not None:
-            return data[key]
-    raise ValueError(f"config.json has no {field}: expected one of the keys {list(_ALIASES[field])}")
-
-
-def _first(data: dict[str, Any], keys: tuple[str, ...], needed: bool = False) -> Any:
+def _first(data: dict[str, Any], keys: tuple[str, ...], needed: str | None = None) -> Any:
+    """The value of the first key present; a `needed` field that none of the keys gives is an error."""
     value = next((data[k] for k in keys if data.get(k) is not None), None)
     if needed and value is None:
-        raise ValueError(f"config.json describes experts but has none of the keys {list(keys)}")
+        raise ValueError(f"config.json has no {needed}: expected one of the keys {list(keys)}")
     return value
+
+
+def _get(data: dict[str, Any], field: str) -> Any:
+    return _first(data, _ALIASES[field], field)
 
 
 def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
@@ -101,8 +99,8 @@ def _experts_and_latent_attention(data: dict[str, Any], kind: str) -> dict[str, 
     experts = _first(data, _EXPERTS)
     if experts:
         spec["moe"] = {
-            "experts": int(experts), "top_k": int(_first(data, _TOP_K, needed=True)),
-            "expert_ffn": int(_first(data, _EXPERT_FFN, needed=True)),
+            "experts": int(experts), "top_k": int(_first(data, _TOP_K, "top_k")),
+            "expert_ffn": int(_first(data, _EXPERT_FFN, "expert_ffn")),
             "shared_experts": int(data.get("n_shared_experts") or 0),
             "dense_layers": int(data.get("first_k_dense_replace") or 0),
             "router_bias": kind == "gpt_oss",
