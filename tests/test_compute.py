@@ -8,7 +8,7 @@ from armillary.specs.arrays import PRECISIONS
 from armillary.specs.loading import load_device
 from armillary.specs.strategy import TrainingPrecision
 from armillary.specs.system import Precision
-from armillary.workload.transformer import Op, gemm
+from armillary.workload.ops import Op, gemm
 
 H100 = load_device("h100-sxm")
 FP8, BF16 = PRECISIONS.index(TrainingPrecision.FP8), PRECISIONS.index(TrainingPrecision.BF16)

@@ -11,7 +11,7 @@ import numpy as np
 from armillary.specs.arrays import PRECISIONS, Array
 from armillary.specs.strategy import TrainingPrecision
 from armillary.specs.system import Device, Precision
-from armillary.workload.transformer import Op
+from armillary.workload.ops import Op
 
 # GEMM precision of each training recipe (fp32 training runs its GEMMs in TF32 where the device has it).
 _GEMM_PRECISION = {

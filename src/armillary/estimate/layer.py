@@ -178,7 +178,7 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
                       tp_recompute_s=where(full, tp_f, 0.0), cp_s=cp_f * (1 + full) + cp_b, ep_s=ep_s,
                       recompute_modules=PassCost(*(where(full, 0.0, x) for x in (
-                          modules.flop, modules.bytes, modules.time_s))))
+                          modules.flop, modules.bytes, modules.time_s))), attention_core=core_f)
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
     ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(n_tp, tp_group, system)
     ends_cost = EndsCost(embedding_s=(1 + k) * embedding_t, head_s=3 * head_gemm_t + (1 + k) * loss_t,

@@ -35,6 +35,7 @@ class LayerCost:
     cp_s: Array = 0.0  # context-parallel exchange left exposed (forward, backward and recompute)
     ep_s: Array = 0.0  # expert-parallel all-to-alls and expert-TP gathers left exposed (MoE layers)
     recompute_modules: PassCost = PassCost(0.0, 0.0, 0.0)  # of `recompute`: selective modules beyond core_attn
+    attention_core: PassCost = PassCost(0.0, 0.0, 0.0)  # of `forward`: the attention core (scores to output)
 
     @property
     def compute_s(self) -> Array:

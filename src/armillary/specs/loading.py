@@ -16,7 +16,7 @@ from armillary.specs.huggingface import from_huggingface, is_huggingface_config
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Device, System
-from armillary.specs.workload import Training
+from armillary.specs.workload import Inference, Training, Workload
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -138,7 +138,11 @@ def load_strategy(value: Strategy | dict[str, Any] | str) -> Strategy:
     return validate_spec(Strategy, data, "strategy")
 
 
-def load_workload(value: Training | dict[str, Any]) -> Training:
-    if isinstance(value, Training):
+def load_workload(value: Workload | dict[str, Any]) -> Workload:
+    """A training or inference workload, told apart by `kind` (training when absent)."""
+    if isinstance(value, Training | Inference):
         return value
-    return validate_spec(Training, value, "workload")
+    kind = value.get("kind", "training") if isinstance(value, dict) else None
+    if kind not in ("training", "inference"):
+        raise SpecError(f"workload.kind: {kind!r} is not one of training, inference")
+    return validate_spec(Inference if kind == "inference" else Training, value, "workload")

@@ -5,16 +5,41 @@ from __future__ import annotations
 
 import math
 
-from armillary.specs.arrays import Array, ModelArrays, where
+from armillary.specs.arrays import Array, ModelArrays, maximum, minimum, where
+from armillary.workload.ops import Op
 
 
-def keys_attended(s: Array, window: Array, window_layers: Array = 1.0) -> Array:
-    """Mean keys a query attends under a causal mask: s/2; with a sliding window w < s, w (1 - w / 2s)
-    (the first w queries see fewer), on the `window_layers` fraction of layers that use it. The
-    separate-kernel (standard) path computes all s keys and masks."""
-    windowed = window * (1 - window / (2 * s))
-    local = where((window > 0) & (window < s), windowed, s / 2)
-    return window_layers * local + (1 - window_layers) * s / 2
+def keys_attended(s: Array, window: Array, window_layers: Array = 1.0, past: Array = 0.0) -> Array:
+    """Mean keys a query attends under a causal mask when the queries are the last s - past of s positions
+    (past = tokens already in the KV cache; 0 in training and prefill): (s + past) / 2, i.e. s/2 for a
+    whole sequence and about s for one decoded token. With a sliding window w < s a query at position j
+    sees min(j, w) keys: w (1 - w / 2s) for past = 0; on the `window_layers` fraction of layers that use
+    it. The separate-kernel (standard) path computes all s keys and masks."""
+    full = (s + past) / 2
+    span = maximum(s - past, 1e-30)
+    windowed = where(past >= window, window, ((window * window - past * past) / 2 + (s - window) * window) / span)
+    local = where((window > 0) & (window < s), windowed, full)
+    return window_layers * local + (1 - window_layers) * full
+
+
+def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t: Array, e: Array,
+                       past: Array = 0.0, cache_bytes: Array = 0.0) -> Op:
+    """The fused attention kernel of one layer on one TP rank (FlashAttention, Dao 2023 §4.1; in decode
+    FlashDecoding / paged attention): b sequences of `queries` new tokens each attend over `keys` keys,
+    of which `past` are read from the KV cache.
+
+    FLOPs: 2 (d_qk + d_v) per head, query and key attended (`keys_attended`: the causal mask halves a
+    whole sequence, masked blocks are skipped). Bytes: Q and O of the new tokens and their K and V (at
+    `e` bytes) once (K/V re-reads per query block hit L2: `flash_attention_hbm_accesses` has the paper's
+    IO count); with a KV cache (`cache_bytes` per element, 0 in training) the past keys' cache is read and
+    the new keys' entries written, `kv_cache_elements_per_rank` each."""
+    attends = 1 - m.mlgru  # the MLGRU token mixer has no attention core
+    a, dh, dv = m.heads, m.head_dim, m.value_dim
+    mean_keys = keys_attended(keys, m.window, m.window_layers, past)
+    new_keys = keys - past
+    moved = ((b * queries * a * (dh + dv) + b * new_keys * m.kv_width) / t * e
+             + b * keys * kv_cache_elements_per_rank(m, t) * cache_bytes)
+    return Op(flop=2 * attends * b * (a / t) * queries * mean_keys * (dh + dv), bytes=attends * moved)
 
 
 def standard_attention_hbm_accesses(n: float, d: float) -> float:
@@ -46,3 +71,11 @@ def kv_cache_elements_per_token(m: ModelArrays) -> Array:
     fixed recurrent state instead (0 per token)."""
     gqa = m.kv_width
     return where(m.mlgru > 0, 0.0, where(m.kv_lora > 0, m.kv_lora + m.rope_dim, gqa))
+
+
+def kv_cache_elements_per_rank(m: ModelArrays, t: Array) -> Array:
+    """Cache elements per token and layer on one of t tensor-parallel ranks: the KV heads split over the
+    ranks (a rank keeps at least one head: with t > n_kv heads are replicated, as Megatron / TRT-LLM do);
+    MLA's latent is shared by all heads and not split."""
+    per_token = kv_cache_elements_per_token(m)
+    return where(m.kv_lora > 0, per_token, per_token / minimum(t, m.kv_heads))

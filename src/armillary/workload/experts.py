@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armillary.specs.arrays import Array, ModelArrays, minimum, where
-from armillary.workload.transformer import Op, gemm, grouped, stream
+from armillary.workload.ops import Op, gemm, grouped, stream
 
 
 @dataclass(frozen=True)
@@ -48,24 +48,25 @@ def rank_load(experts: Array, ep: Array, imbalance: Array, capacity_factor: Arra
 
 
 def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: Array, e: Array,
-                    dispatch_e: Array) -> ExpertsForward:
+                    dispatch_e: Array, weight_bytes: Array | None = None) -> ExpertsForward:
     """`tokens` routed by this device (its micro-batch share after sequence splitting), `load` from
     `rank_load`, e activation bytes, dispatch_e the bytes per element of the dispatched tokens (1 with
-    fp8 dispatch, DeepSeek-V3 §3.3.3)."""
+    fp8 dispatch, DeepSeek-V3 §3.3.3), weight_bytes per expert weight (quantized inference weights)."""
     h, k, experts, f = m.hidden, m.top_k, m.experts, m.expert_ffn
     local = experts / ep
     received = tokens * k * load * etp
     per_expert = received / local
     gated = m.mlp_matrices - 2
+    w = e if weight_bytes is None else weight_bytes
     return ExpertsForward(
         router=gemm(tokens, experts, h, 1, e),
         routing=stream(3 * tokens * experts * 4),  # [derived] write fp32 logits, read for scores and top-k
         # [derived] dispatch reads T h and writes T k h; combine reads T k h and writes T h
         permute=stream(2 * (tokens + received / etp) * h * e),
         # one problem per local expert: efficiency follows the per-expert size (grouped GEMM)
-        experts_in=grouped(gemm(per_expert, (m.mlp_matrices - 1) * f / etp, h, local, e), local),
+        experts_in=grouped(gemm(per_expert, (m.mlp_matrices - 1) * f / etp, h, local, e, e, w), local),
         activation=stream(received * f / etp * e * (2 + gated)),
-        experts_out=grouped(gemm(per_expert, h, f / etp, local, e), local),
+        experts_out=grouped(gemm(per_expert, h, f / etp, local, e, e, w), local),
         received_tokens=received,
         ffn_shard=f / etp,
         dispatch_bytes=tokens * k * load * h * dispatch_e,

@@ -14,36 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.specs.arrays import Array, ModelArrays, where
-from armillary.workload.attention import keys_attended
-
-
-@dataclass(frozen=True)
-class Op:
-    """One kernel (or one group of identical kernels): FLOPs and HBM bytes, per device. `group` > 1 marks a
-    grouped GEMM of that many independent problems (MoE experts), whose efficiency follows the size of
-    one problem; batched attention GEMMs are one problem, as the efficiency curves were calibrated."""
-
-    flop: Array
-    bytes: Array
-    group: Array = 1.0
-
-
-def gemm(M: Array, N: Array, K: Array, batch: Array, element_bytes: Array, input_bytes: Array | None = None,
-         weight_bytes: Array | None = None) -> Op:
-    """Batched GEMM (M x K)(K x N): 2MKN FLOPs per batch entry; reads both operands, writes the result.
-    The input (M x K) and weight (K x N) may be narrower than the result (ternary / int8 kernels)."""
-    e_in = element_bytes if input_bytes is None else input_bytes
-    e_w = element_bytes if weight_bytes is None else weight_bytes
-    return Op(flop=2 * batch * M * N * K, bytes=batch * (M * K * e_in + K * N * e_w + M * N * element_bytes))
-
-
-def grouped(op: Op, problems: Array) -> Op:
-    return Op(op.flop, op.bytes, problems)
-
-
-def stream(bytes_moved: Array) -> Op:
-    """A memory-bound element-wise kernel: no matrix FLOPs, only traffic."""
-    return Op(flop=0.0 * bytes_moved, bytes=bytes_moved)
+from armillary.workload.attention import fused_attention_op
+from armillary.workload.ops import Op, gemm, stream
 
 
 @dataclass(frozen=True)
@@ -66,7 +38,7 @@ class LayerForward:
     recurrence: Op  # MLGRU token mixer: the element-wise recurrence and output gate (no attention core)
     quantize: Op  # BitLinear: activation (and, dequantizing, weight) quantization before each projection
     additions: Array = 0.0  # share of nonzero ternary weights when the projections run as additions, else 0
-    latent_up: Op = Op(0.0, 0.0)  # MLA's up-projections: the part of `qkv` that mla_up_proj recomputes
+    latent_up: Op = Op(0.0, 0.0)  # noqa: RUF009 (Op is frozen) MLA's up-projections: the part of `qkv` that mla_up_proj recomputes
 
     @property
     def gemms(self) -> tuple[Op, ...]:
@@ -93,13 +65,16 @@ def sequence_shards(t: Array, sp: Array) -> Array:
 
 
 def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
-                  cp: Array = 1.0, mlp_width: Array | None = None) -> LayerForward:
+                  cp: Array = 1.0, mlp_width: Array | None = None, weight_bytes: Array | None = None,
+                  past: Array = 0.0, cache_bytes: Array = 0.0) -> LayerForward:
     """Kernels of one layer's forward pass on one TP rank.
 
     b micro-batch, s sequence, t tensor-parallel degree, sp sequence parallel (0/1), e activation bytes,
     cp context-parallel degree: this rank holds s/cp of the sequence and attends over all s keys.
     `mlp_width` is the intermediate size of the layer's dense MLP: `ffn` (default), or the shared experts'
     total in an MoE layer (whose routed experts are `experts.experts_forward`).
+    Inference: `weight_bytes` per weight element (quantized weights; default e), `past` tokens per sequence
+    already in the KV cache (the s new tokens attend over past + s keys), `cache_bytes` per cache element.
     """
     h, a, kv, dh, dv = m.hidden, m.heads, m.kv_heads, m.head_dim, m.value_dim
     f = m.ffn if mlp_width is None else mlp_width
@@ -108,15 +83,17 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     T_norm = T / sequence_shards(t, sp)  # with sequence parallelism norms and dropouts see s/t tokens
     gated = m.mlp_matrices - 2
     attends = 1 - m.mlgru  # the MLGRU token mixer has no attention core
-    attn = attends * b * (a / t) * q * s  # elements of the score matrix on this rank
+    keys = past + s
+    attn = attends * b * (a / t) * q * keys  # elements of the score matrix on this rank
     # ternary weights run as additions read 8-bit inputs and 2-bit packed weights (formulas.md §10)
     adds = m.ternary_additions
-    e_in, e_w = (e, e) if not isinstance(adds, np.ndarray) and adds == 0 else (where(adds > 0, 1.0, e),
-                                                                             where(adds > 0, 0.25, e))
+    w_bytes = e if weight_bytes is None else weight_bytes
+    e_in, e_w = (e, w_bytes) if not isinstance(adds, np.ndarray) and adds == 0 else (
+        where(adds > 0, 1.0, e), where(adds > 0, 0.25, w_bytes))
     qkv = gemm(T, m.qkv_width / t, h, 1, e, e_in, e_w)
     latent_up = Op(0.0, 0.0)
     if isinstance(m.kv_lora, np.ndarray) or m.kv_lora > 0:  # multi-head latent attention
-        (mla, up), latent = _latent_projections(m, T, t, e), m.kv_lora > 0
+        (mla, up), latent = _latent_projections(m, T, t, e, w_bytes), m.kv_lora > 0
         qkv = Op(where(latent, mla.flop, qkv.flop), where(latent, mla.bytes, qkv.bytes), where(latent, mla.group, 1.0))
         latent_up = Op(where(latent, up.flop, 0.0), where(latent, up.bytes, 0.0))
     # BitLinear quantizes each projection's input per token to 8 bits [derived: read e, write 1 byte]; the
@@ -125,8 +102,8 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     weights = (h * m.qkv_width + a * dv * h) / t + m.mlp_matrices * h * f / t
     return LayerForward(
         qkv=qkv,
-        attention_scores=gemm(q, s, dh, attends * b * a / t, e),
-        attention_over_v=gemm(q, dv, s, attends * b * a / t, e),
+        attention_scores=gemm(q, keys, dh, attends * b * a / t, e),
+        attention_over_v=gemm(q, dv, keys, attends * b * a / t, e),
         out_proj=gemm(T, h, a * dv / t, 1, e, e_in, e_w),
         mlp_in=gemm(T, (m.mlp_matrices - 1) * f / t, h, 1, e, e_in, e_w),
         mlp_out=gemm(T, h, f / t, 1, e, e_in, e_w),
@@ -139,12 +116,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         # [derived] GeLU: read, write T x f/t; gated: read gate and up, write product
         activation=stream(T * (f / t) * e * (2 + gated)),
         rotary=stream(attends * m.rotary * 2 * T * (a + kv) * dh / t * e),
-        # FlashAttention-2 (Dao 2023 §4.1): 2 s k (d_qk + d_v) per head for k keys per query: causal masking
-        # halves it (the masked blocks are skipped; context parallelism balances the causal chunks), a
-        # sliding window keeps only the keys inside it; reads Q, K, V and writes O once (K/V re-reads per
-        # query block hit L2: workload.attention has the paper's IO count with on-chip memory M)
-        flash_attention=Op(flop=2 * attends * b * (a / t) * q * keys_attended(s, m.window, m.window_layers) * (dh + dv),
-                           bytes=attends * (T * a * (dh + dv) + b * s * m.kv_width) / t * e),
+        flash_attention=fused_attention_op(m, b, q, keys, t, e, past, cache_bytes),
         # [derived] MLGRU (Zhu et al. 2024 §3.3.1; HGRNBitAttention): the recurrence reads i, f and writes h;
         # the output gate reads h, g and writes o: 6 T h/t elements
         recurrence=stream(m.mlgru * 6 * T * h / t * e),
@@ -154,14 +126,14 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     )
 
 
-def _latent_projections(m: ModelArrays, T: Array, t: Array, e: Array) -> tuple[Op, Op]:
+def _latent_projections(m: ModelArrays, T: Array, t: Array, e: Array, w: Array) -> tuple[Op, Op]:
     """MLA's projections (DeepSeek-V2 §2.1.2-2.1.3) as one op, and the up-projections among them: the query
     and KV down-projections run on every TP rank (Megatron keeps them unsplit), the up-projections are
     split by heads."""
     h, a, dh, dv, r, dc, dq = m.hidden, m.heads, m.head_dim, m.value_dim, m.rope_dim, m.kv_lora, m.q_lora
-    direct_q = gemm(T, a * dh / t, h, 1, e)
-    q_down, q_up = gemm(T, dq, h, 1, e), gemm(T, a * dh / t, dq, 1, e)
-    kv_down, kv_up = gemm(T, dc + r, h, 1, e), gemm(T, a * (dh - r + dv) / t, dc, 1, e)
+    direct_q = gemm(T, a * dh / t, h, 1, e, e, w)
+    q_down, q_up = gemm(T, dq, h, 1, e, e, w), gemm(T, a * dh / t, dq, 1, e, e, w)
+    kv_down, kv_up = gemm(T, dc + r, h, 1, e, e, w), gemm(T, a * (dh - r + dv) / t, dc, 1, e, e, w)
     with_lora = dq > 0
     flop = where(with_lora, q_down.flop + q_up.flop, direct_q.flop) + kv_down.flop + kv_up.flop
     moved = where(with_lora, q_down.bytes + q_up.bytes, direct_q.bytes) + kv_down.bytes + kv_up.bytes

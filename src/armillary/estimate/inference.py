@@ -1,0 +1,233 @@
+"""LLM inference on one model replica: prefill and decode passes, the KV cache, and a static batch.
+
+A pass runs the same per-layer kernels as training's forward (`workload.transformer.layer_forward`, costed
+by `layer.layer_cost` through the device roofline), for the pass's new tokens, plus one fused attention
+kernel over all sequences of the pass (`workload.attention.fused_attention_op`: new tokens attend over
+the KV cache). Prefill is a pass over the prompts; each decode step a pass of one token per sequence
+whose attention reads a cache that grows by a token per step. The serving simulation costs its
+iterations with the same `ReplicaModel`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from armillary.comm.collectives import all_gather, all_reduce, send_recv
+from armillary.comm.placement import Placement, place_expert_groups, place_groups
+from armillary.cost.compute import fused_attention_time, kernel_times
+from armillary.estimate import memory as mem
+from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
+from armillary.estimate.layer import ExpertGroups, layer_cost, needed
+from armillary.estimate.result import ParallelDimension
+from armillary.specs.arrays import RECOMPUTE_NONE, Array, ModelArrays, StrategyArrays
+from armillary.specs.loading import SpecError
+from armillary.specs.strategy import Strategy, TrainingPrecision
+from armillary.specs.system import System
+from armillary.specs.workload import Inference
+from armillary.workload.attention import kv_cache_elements_per_rank
+from armillary.workload.experts import experts_forward, rank_load
+from armillary.workload.ops import Op
+from armillary.workload.parameters import count_parameters
+from armillary.workload.transformer import ends_forward, layer_forward
+
+
+@dataclass(frozen=True)
+class ReplicaModel:
+    """Cost functions of one model replica (tp x pp devices), built by `replica_model`."""
+
+    m: ModelArrays
+    st: StrategyArrays
+    system: System
+    activation_bytes: float
+    weight_bytes: float
+    cache_bytes: float
+    tier2_fraction: float
+    attention_version: float
+    tp_group: Placement
+    expert_groups: ExpertGroups | None
+
+    @property
+    def devices(self) -> int:
+        return int(self.st.tp * self.st.pp)
+
+    def tokens_time(self, tokens: Array) -> PassTime:
+        """Everything of a pass that depends only on its new tokens: the layers' GEMMs and element-wise
+        kernels, their TP all-reduces and EP exchanges, the embedding, the stage-to-stage sends.
+        Broadcasts over an array of token counts."""
+        m, st, system, e = self.m, self.st, self.system, self.activation_bytes
+        t = st.tp
+        ends = ends_forward(m, 1.0, tokens, t, e)
+        n_tp = tokens * m.hidden * e
+
+        def kind(mlp_width: Array | None, moe: bool) -> tuple[Array, Array, Array]:
+            fw = layer_forward(m, 1.0, tokens, t, 0.0, e, 1.0, mlp_width, self.weight_bytes)
+            experts = None
+            if moe:
+                load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity)
+                experts = experts_forward(m, tokens, st.ep, st.etp, load, e, 1.0 if st.dispatch_fp8 else e,
+                                          self.weight_bytes)
+            cost, _, calls = layer_cost(fw, ends, st, n_tp, self.tp_group, system, experts=experts,
+                                        expert_groups=self.expert_groups)
+            ep = sum((c.time_each_s for c in calls if c.dimension in (ParallelDimension.EP, ParallelDimension.ETP)),
+                     0.0)
+            return cost.forward.time_s - cost.attention_core.time_s, cost.tp_forward_s, ep
+
+        dense = kind(None, False)
+        moe = kind(m.shared_ffn, True) if self.expert_groups is not None else (0.0, 0.0, 0.0)
+        n_moe = m.moe_layers if self.expert_groups is not None else 0.0
+        n_dense = m.layers - n_moe
+        embedding = kernel_times((ends.embedding,), system.device, st.precision)[0]
+        embedding_ar = needed(lambda: all_reduce(n_tp, self.tp_group, system), t > 1).time  # vocab-parallel
+        crosses = 1.0 if t * st.pp > system.devices_per_node else 0.0  # stages sit on the next node
+        hops = (st.pp - 1) * needed(lambda: send_recv(n_tp, crosses, system), st.pp > 1).time
+        return PassTime(layers=n_dense * dense[0] + n_moe * moe[0], attention=0.0 * tokens,
+                        tp=n_dense * dense[1] + n_moe * moe[1] + embedding_ar, ep=n_moe * moe[2], pp=hops,
+                        ends=embedding, tier2=0.0 * tokens)
+
+    def head_time(self, sequences: Array) -> Array:
+        """LM head and sampling for the last token of each sequence, with the gather of the vocabulary-
+        parallel logits."""
+        ends = ends_forward(self.m, sequences, 1.0, self.st.tp, self.activation_bytes)
+        device, code = self.system.device, self.st.precision
+        head = kernel_times((ends.head_gemm,), device, code, sixteen_bit=True)[0]
+        sampling = kernel_times((ends.loss,), device, code)[0]
+        gather = needed(lambda: all_gather(sequences * self.m.vocab * self.activation_bytes, self.tp_group,
+                                           self.system), self.st.tp > 1).time
+        return head + sampling + gather
+
+    def attention(self, new: Array, past: Array, sequences: Array = 1.0) -> Op:
+        """The attention kernel of one layer for `sequences` sequences of `new` tokens over `past` cached
+        ones (arrays broadcast: one op per element)."""
+        op = layer_forward(self.m, 1.0, new, self.st.tp, 0.0, self.activation_bytes, 1.0, None,
+                           self.weight_bytes, past, self.cache_bytes).flash_attention
+        return Op(sequences * op.flop, sequences * op.bytes)
+
+    def attention_time(self, op: Op, cached_tokens: Array) -> tuple[Array, Array]:
+        """(attention kernels, second-tier reads) of all layers: the share of the cache on the second tier
+        streams over its link, the rest through HBM."""
+        m, device = self.m, self.system.device
+        cache = cached_tokens * kv_cache_elements_per_rank(m, self.st.tp) * self.cache_bytes
+        moved = op.bytes - self.tier2_fraction * cache
+        kernel = fused_attention_time(Op(op.flop, moved), device, self.st.precision, self.attention_version)
+        tier2 = device.second_tier
+        remote = self.tier2_fraction * cache / tier2.bandwidth if tier2 is not None and self.tier2_fraction else 0.0
+        attends = 1.0 - float(m.mlgru)
+        return attends * m.layers * kernel, m.layers * remote
+
+    def pass_time(self, tokens: PassTime, sequences: Array, attention: Op, cached_tokens: Array) -> PassTime:
+        """One pass: the token-dependent part (`tokens_time`), the attention of its sequences, the head."""
+        core, remote = self.attention_time(attention, cached_tokens)
+        return replace(tokens, attention=core, tier2=remote, ends=tokens.ends + self.head_time(sequences))
+
+
+def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: System) -> ReplicaModel:
+    """Check the strategy for serving and fix the precisions of weights, activations and cache."""
+    if strategy.cp > 1:
+        raise SpecError("strategy.cp: context parallelism is not modelled for inference (use cp: 1)")
+    moe = bool(m.experts > 0)
+    if moe and strategy.tp % (strategy.ep * strategy.etp):
+        raise SpecError(f"strategy: ep x expert_tp = {strategy.ep * strategy.etp} must divide tp = {strategy.tp} "
+                        "for inference (the experts of a replica spread over its tensor-parallel devices)")
+    st = replace(StrategyArrays.of(strategy, 1), sequence_parallel=0.0, recompute=RECOMPUTE_NONE)
+    e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
+    fp8 = strategy.precision is TrainingPrecision.FP8
+    weights = w.weights.bytes if w.weights is not None else (1.0 if fp8 else e)
+    cache = w.kv_cache.precision.bytes if w.kv_cache.precision is not None else e
+    if w.kv_cache.tier2_fraction > 0 and system.device.second_tier is None:
+        raise SpecError(f"workload.kv_cache.tier2_fraction: the device {system.device.name} has no second memory tier")
+    tp_group = place_groups(st.tp, 1.0, st.pp, system.devices_per_node)[0]
+    groups = None
+    if moe:
+        etp_group, ep_group, _ = place_expert_groups(st.etp, st.ep, st.tp / (st.ep * st.etp), system.devices_per_node)
+        groups = ExpertGroups(ep_group, etp_group)
+    return ReplicaModel(m, st, system, float(e), float(weights), float(cache), w.kv_cache.tier2_fraction,
+                        2.0 if st.attention == 0 else float(st.attention),
+                        tp_group, groups)
+
+
+def inference_memory(r: ReplicaModel, w: Inference, batch: Array) -> InferenceMemory:
+    """Bytes per device of the busiest stage: weights (embedding and LM head kept at 16 bits, routed
+    experts over ep x expert_tp), the paged KV cache of `batch` sequences of input + output tokens, and
+    the working activations of the prefill pass."""
+    m, st = r.m, r.st
+    params = count_parameters(m)
+    layers = math.ceil(float(m.layers) / float(st.pp))
+    share = layers / float(m.layers)
+    routed = params.moe_layers * params.experts * params.expert
+    layer_params = params.total - params.embedding - params.head - routed
+    ends = params.embedding + params.head if st.pp == 1 else np.maximum(params.embedding, params.head)
+    weights = (share * (layer_params / st.tp + routed / (st.ep * st.etp)) * r.weight_bytes
+               + ends / st.tp * r.activation_bytes)
+    pages = math.ceil((w.input_len + w.output_len) / w.kv_cache.block_tokens)
+    per_sequence = pages * w.kv_cache.block_tokens * layers * kv_cache_elements_per_rank(m, st.tp) * r.cache_bytes
+    # [derived] the widest moment of a layer: its input, the QKV or MLP intermediate, and its output; the
+    # fp32 logits of the last tokens
+    tokens = batch * w.input_len
+    widest = np.maximum(m.qkv_width, (m.mlp_matrices - 1) * np.maximum(m.ffn, m.top_k * m.expert_ffn)) / st.tp
+    activations = tokens * (2 * m.hidden + widest) * r.activation_bytes + batch * m.vocab / st.tp * 4
+    return InferenceMemory(weights=weights, kv_cache=(1 - r.tier2_fraction) * batch * per_sequence,
+                           activations=activations, kv_cache_tier2=r.tier2_fraction * batch * per_sequence,
+                           kv_per_sequence=per_sequence)
+
+
+def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system: System, replicas: int) -> (
+        InferenceEstimate):
+    """A static batch: prefill of `batch` prompts (time to first token), then output_len - 1 decode steps
+    whose attention reads input_len + k - 1 cached tokens at step k. With pp > 1 the decode keeps pp
+    micro-batches of batch / pp in flight, so a step takes one pass of batch / pp sequences through all
+    layers (every stage busy); the prefill runs the batch through the stages in turn."""
+    r = replica_model(m, strategy, w, system)
+    b, n_in, n_out, pp = w.batch, w.input_len, w.output_len, float(r.st.pp)
+    prefill = r.pass_time(r.tokens_time(b * n_in), b, r.attention(n_in, 0.0, b), 0.0)
+    steps = n_out - 1
+    micro = math.ceil(b / pp)
+    past = n_in + np.arange(steps, dtype=float)  # cached tokens before each decode step
+    per_step = r.tokens_time(float(micro))
+    core, remote = r.attention_time(r.attention(1.0, past, micro), micro * past)
+    head = r.head_time(float(micro))
+    decode = PassTime(layers=steps * per_step.layers, attention=np.sum(core), tp=steps * per_step.tp,
+                      ep=steps * per_step.ep, pp=steps * per_step.pp, ends=steps * (per_step.ends + head),
+                      tier2=np.sum(remote))
+    memory = inference_memory(r, w, float(b))
+    return _static_batch(r, w, replicas, prefill, decode, memory)
+
+
+def _static_batch(r: ReplicaModel, w: Inference, replicas: int, prefill: PassTime, decode: PassTime,
+                  memory: InferenceMemory) -> InferenceEstimate:
+    device = r.system.device
+    capacity = device.hbm.capacity
+    free = capacity - memory.weights - memory.activations
+    budget = w.kv_cache.memory_fraction * free
+    per_hbm = (1 - r.tier2_fraction) * memory.kv_per_sequence
+    per_act = memory.activations / w.batch
+    # largest batch whose cache fits the budget, activations growing with it: B kv <= f (C - W - B a)
+    max_batch = int(max(0.0, w.kv_cache.memory_fraction * (capacity - memory.weights))
+                    // (per_hbm + w.kv_cache.memory_fraction * per_act)) if per_hbm + per_act > 0 else 0
+    reasons = []
+    if free <= 0:
+        reasons.append(f"weights ({memory.weights / 2**30:.1f} GiB) and activations ({memory.activations / 2**30:.1f}"
+                       f" GiB) exceed the {capacity / 2**30:.0f} GiB of HBM")
+    elif memory.kv_cache > budget:
+        reasons.append(f"KV cache of batch {w.batch} needs {memory.kv_cache / 2**30:.1f} GiB, "
+                       f"{w.kv_cache.memory_fraction:.0%} of the free {free / 2**30:.1f} GiB allows {max_batch} "
+                       "sequences")
+    tier2 = device.second_tier
+    if memory.kv_cache_tier2 > 0 and tier2 is not None and memory.kv_cache_tier2 > tier2.capacity:
+        reasons.append(f"second-tier KV cache ({memory.kv_cache_tier2 / 2**30:.1f} GiB) exceeds its "
+                       f"{tier2.capacity / 2**30:.0f} GiB")
+    ttft, decode_s = prefill.total, decode.total
+    e2e = ttft + decode_s
+    tokens = w.batch * w.output_len
+    per_replica = tokens / e2e
+    notes = ("attention: standard runs as a fused kernel (FlashAttention-2 efficiency) in inference",) if (
+        r.st.attention == 0) else ()
+    return InferenceEstimate(
+        batch=w.batch, input_len=w.input_len, output_len=w.output_len, devices_per_replica=r.devices,
+        replicas=replicas, prefill=prefill, decode=decode, ttft_s=ttft,
+        tpot_s=decode_s / (w.output_len - 1) if w.output_len > 1 else 0.0, e2e_s=e2e,
+        output_tokens_per_s=per_replica * replicas, output_tokens_per_s_per_device=per_replica / r.devices,
+        memory=memory, hbm_capacity_bytes=capacity, max_batch=max_batch, feasible=not reasons,
+        infeasible_reasons=tuple(reasons), notes=notes)

@@ -1,0 +1,36 @@
+"""Kernels as the cost model sees them: FLOPs and HBM bytes per device (formulas.md §12)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armillary.specs.arrays import Array
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel (or one group of identical kernels): FLOPs and HBM bytes, per device. `group` > 1 marks a
+    grouped GEMM of that many independent problems (MoE experts), whose efficiency follows the size of
+    one problem; batched attention GEMMs are one problem, as the efficiency curves were calibrated."""
+
+    flop: Array
+    bytes: Array
+    group: Array = 1.0
+
+
+def gemm(M: Array, N: Array, K: Array, batch: Array, element_bytes: Array, input_bytes: Array | None = None,
+         weight_bytes: Array | None = None) -> Op:
+    """Batched GEMM (M x K)(K x N): 2MKN FLOPs per batch entry; reads both operands, writes the result.
+    The input (M x K) and weight (K x N) may be narrower than the result (ternary / int8 kernels)."""
+    e_in = element_bytes if input_bytes is None else input_bytes
+    e_w = element_bytes if weight_bytes is None else weight_bytes
+    return Op(flop=2 * batch * M * N * K, bytes=batch * (M * K * e_in + K * N * e_w + M * N * element_bytes))
+
+
+def grouped(op: Op, problems: Array) -> Op:
+    return Op(op.flop, op.bytes, problems)
+
+
+def stream(bytes_moved: Array) -> Op:
+    """A memory-bound element-wise kernel: no matrix FLOPs, only traffic."""
+    return Op(flop=0.0 * bytes_moved, bytes=bytes_moved)
