@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
+from armillary.estimate.inference import estimate_inference
+from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.training import estimate_training
 from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
@@ -11,17 +13,35 @@ from armillary.specs.loading import SpecError, load_model, load_strategy, load_s
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
-from armillary.specs.workload import Training
+from armillary.specs.workload import Inference, Training, Workload
 from armillary.workload.parameters import count_parameters
 
 
+@overload
 def estimate(model: Model | str | dict[str, Any], system: System | str | dict[str, Any],
-             strategy: Strategy | dict[str, Any], workload: Training | dict[str, Any],
-             gpus: int | None = None) -> StepEstimate:
-    """Estimate one training iteration. Specs may be objects, preset names, file paths or mappings.
+             strategy: Strategy | dict[str, Any], workload: Training, gpus: int | None = None) -> StepEstimate: ...
 
-    `gpus` sizes the system; without it the system's own size is used. dp defaults to
-    devices / (tp * pp).
+
+@overload
+def estimate(model: Model | str | dict[str, Any], system: System | str | dict[str, Any],
+             strategy: Strategy | dict[str, Any], workload: Inference,
+             gpus: int | None = None) -> InferenceEstimate: ...
+
+
+@overload
+def estimate(model: Model | str | dict[str, Any], system: System | str | dict[str, Any],
+             strategy: Strategy | dict[str, Any], workload: Workload | dict[str, Any],
+             gpus: int | None = None) -> StepEstimate | InferenceEstimate: ...
+
+
+def estimate(model: Model | str | dict[str, Any], system: System | str | dict[str, Any],
+             strategy: Strategy | dict[str, Any], workload: Workload | dict[str, Any],
+             gpus: int | None = None) -> StepEstimate | InferenceEstimate:
+    """Estimate one training iteration (a training workload) or a static inference batch (an inference
+    workload). Specs may be objects, preset names, file paths or mappings.
+
+    `gpus` sizes the system; without it the system's own size is used. dp (data-parallel ranks, or model
+    replicas in inference) defaults to devices / (tp * cp * pp).
     """
     m, sysm = load_model(model), load_system(system, gpus)
     st, w = load_strategy(strategy), load_workload(workload)
@@ -29,6 +49,8 @@ def estimate(model: Model | str | dict[str, Any], system: System | str | dict[st
     dp = st.dp if st.dp is not None else sysm.devices // model_parallel
     if dp < 1:
         raise SpecError(f"strategy: tp*cp*pp = {model_parallel} exceeds the system's {sysm.devices} devices")
+    if isinstance(w, Inference):
+        return estimate_inference(ModelArrays.of(m), st, w, sysm, dp)
     return estimate_training(ModelArrays.of(m), StrategyArrays.of(st, dp), TrainingArrays.of(w), sysm)
 
 

@@ -12,11 +12,13 @@ import typer
 from rich.console import Console
 
 from armillary.api import estimate
+from armillary.estimate.inference_result import InferenceEstimate
 from armillary.presets.registry import KINDS, preset_names
 from armillary.specs.loading import SpecError
+from armillary.specs.workload import Training
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Predict time, memory and traffic of LLM training on large systems.")
+                  help="Predict time, memory and traffic of LLM training and inference on large systems.")
 console = Console()
 
 
@@ -42,8 +44,8 @@ def estimate_cmd(
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="override any field, e.g. --set strategy.recompute=full (repeatable)")] = None,
 ) -> None:
-    """Estimate one training iteration of the run described in RUN_FILE."""
-    from armillary.report.tables import estimate_tables
+    """Estimate one training iteration, or a static inference batch, of the run described in RUN_FILE."""
+    from armillary.report.tables import estimate_tables, inference_tables
     from armillary.specs.run import load_run, parse_override
 
     try:
@@ -61,7 +63,9 @@ def estimate_cmd(
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
         return
     title = f"{model.name} on {system.devices} x {system.device.name}"
-    for table in estimate_tables(result, title):
+    tables = inference_tables(result, title) if isinstance(result, InferenceEstimate) else estimate_tables(
+        result, title)
+    for table in tables:
         console.print(table)
 
 
@@ -78,6 +82,8 @@ def comm_profile_cmd(
     _writable(plot)
     try:
         model, system, strategy, workload = load_run(run_file)
+        if not isinstance(workload, Training):
+            raise SpecError("comm-profile profiles a training step: the run's workload is not training")
         result = estimate(model, system, strategy, workload)
     except (SpecError, ValueError) as err:
         _fail(str(err))

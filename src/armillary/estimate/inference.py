@@ -26,7 +26,7 @@ from armillary.specs.arrays import RECOMPUTE_NONE, Array, ModelArrays, StrategyA
 from armillary.specs.loading import SpecError
 from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import System
-from armillary.specs.workload import Inference
+from armillary.specs.workload import DecodeAttention, Inference
 from armillary.workload.attention import kv_cache_elements_per_rank
 from armillary.workload.experts import experts_forward, rank_load
 from armillary.workload.ops import Op
@@ -45,6 +45,7 @@ class ReplicaModel:
     weight_bytes: float
     cache_bytes: float
     tier2_fraction: float
+    cache_reads: float  # passes of the decode kernel over the cache (query heads per KV head, or 1)
     attention_version: float
     tp_group: Placement
     expert_groups: ExpertGroups | None
@@ -102,14 +103,14 @@ class ReplicaModel:
         """The attention kernel of one layer for `sequences` sequences of `new` tokens over `past` cached
         ones (arrays broadcast: one op per element)."""
         op = layer_forward(self.m, 1.0, new, self.st.tp, 0.0, self.activation_bytes, 1.0, None,
-                           self.weight_bytes, past, self.cache_bytes).flash_attention
+                           self.weight_bytes, past, self.cache_bytes, self.cache_reads).flash_attention
         return Op(sequences * op.flop, sequences * op.bytes)
 
     def attention_time(self, op: Op, cached_tokens: Array) -> tuple[Array, Array]:
         """(attention kernels, second-tier reads) of all layers: the share of the cache on the second tier
         streams over its link, the rest through HBM."""
         m, device = self.m, self.system.device
-        cache = cached_tokens * kv_cache_elements_per_rank(m, self.st.tp) * self.cache_bytes
+        cache = self.cache_reads * cached_tokens * kv_cache_elements_per_rank(m, self.st.tp) * self.cache_bytes
         moved = op.bytes - self.tier2_fraction * cache
         kernel = fused_attention_time(Op(op.flop, moved), device, self.st.precision, self.attention_version)
         tier2 = device.second_tier
@@ -143,7 +144,9 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     if moe:
         etp_group, ep_group, _ = place_expert_groups(st.etp, st.ep, st.tp / (st.ep * st.etp), system.devices_per_node)
         groups = ExpertGroups(ep_group, etp_group)
-    return ReplicaModel(m, st, system, float(e), float(weights), float(cache), w.kv_cache.tier2_fraction,
+    per_head = w.decode_attention is DecodeAttention.PER_QUERY_HEAD and not m.kv_lora > 0
+    reads = float(m.heads / m.kv_heads) if per_head else 1.0
+    return ReplicaModel(m, st, system, float(e), float(weights), float(cache), w.kv_cache.tier2_fraction, reads,
                         2.0 if st.attention == 0 else float(st.attention),
                         tp_group, groups)
 

@@ -7,6 +7,7 @@ from dataclasses import fields
 from rich.table import Table
 
 from armillary.comm.sweep import SweepRow
+from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import CommCall, StepEstimate
 from armillary.units import GIB
 from armillary.validation.run import GroupSummary, RowResult
@@ -51,6 +52,38 @@ def estimate_tables(r: StepEstimate, title: str) -> list[Table]:
     traffic.add_row("scale-up", f"{float(r.traffic.scale_up_bytes) / 1e9:.3g}")
     traffic.add_row("scale-out", f"{float(r.traffic.scale_out_bytes) / 1e9:.3g}")
     return [head, time, memory, traffic]
+
+
+def inference_tables(r: InferenceEstimate, title: str) -> list[Table]:
+    head = Table(title=title, show_header=False, min_width=len(title) + 4)
+    head.add_row("batch x (input + output)", f"{r.batch} x ({r.input_len} + {r.output_len}) tokens")
+    head.add_row("replicas x devices", f"{r.replicas} x {r.devices_per_replica}")
+    head.add_row("time to first token", f"{float(r.ttft_s) * 1e3:.4g} ms")
+    head.add_row("time per output token", f"{float(r.tpot_s) * 1e3:.4g} ms")
+    head.add_row("end to end", f"{float(r.e2e_s):.4g} s")
+    per_device = float(r.output_tokens_per_s_per_device)
+    head.add_row("output tokens/s", f"{float(r.output_tokens_per_s):,.0f} ({per_device:,.0f} per device)")
+    head.add_row("largest batch that fits", f"{r.max_batch}")
+    head.add_row("feasible", "yes" if r.feasible else "[red]no[/red]: " + "; ".join(r.infeasible_reasons))
+    for note in r.notes:
+        head.add_row("note", note)
+
+    time = Table(title="Where the time goes [ms]")
+    for c in ("component", "prefill", "decode (all steps)"):
+        time.add_column(c, justify="left" if c == "component" else "right")
+    for f in fields(r.prefill):
+        time.add_row(f.name, f"{float(getattr(r.prefill, f.name)) * 1e3:.4g}",
+                     f"{float(getattr(r.decode, f.name)) * 1e3:.4g}")
+    time.add_row("[bold]total[/bold]", f"{float(r.prefill.total) * 1e3:.4g}", f"{float(r.decode.total) * 1e3:.4g}")
+
+    memory = Table(title="Memory per device [GiB]")
+    memory.add_column("category")
+    memory.add_column("bytes", justify="right")
+    for name in ("weights", "kv_cache", "activations", "kv_cache_tier2"):
+        memory.add_row(name.replace("_", " "), f"{float(getattr(r.memory, name)) / GIB:.2f}")
+    memory.add_row("[bold]total HBM[/bold]", f"{float(r.memory.total) / GIB:.2f}")
+    memory.add_row("capacity", f"{float(r.hbm_capacity_bytes) / GIB:.2f}")
+    return [head, time, memory]
 
 
 def validation_tables(results: list[RowResult], summary: list[GroupSummary]) -> list[Table]:

@@ -145,4 +145,6 @@ def load_workload(value: Workload | dict[str, Any]) -> Workload:
     kind = value.get("kind", "training") if isinstance(value, dict) else None
     if kind not in ("training", "inference"):
         raise SpecError(f"workload.kind: {kind!r} is not one of training, inference")
-    return validate_spec(Inference if kind == "inference" else Training, value, "workload")
+    if kind == "inference":
+        return validate_spec(Inference, value, "workload")
+    return validate_spec(Training, value, "workload")

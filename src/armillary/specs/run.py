@@ -22,7 +22,7 @@ from armillary.specs.loading import (
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
-from armillary.specs.workload import Training
+from armillary.specs.workload import Workload
 
 
 class RunFile(Spec):
@@ -55,7 +55,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tuple[
-        Model, System, Strategy, Training]:
+        Model, System, Strategy, Workload]:
     """Read a run file, apply dotted overrides, and resolve every part into a spec.
 
     Relative file paths inside the run file are taken relative to the run file.

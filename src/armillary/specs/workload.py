@@ -46,6 +46,14 @@ class KvCache(Spec):
                                   "device's second memory tier (host / CXL) and read over its link")
 
 
+class DecodeAttention(StrEnum):
+    """How the decode attention kernel reads the KV cache of a grouped-query model."""
+
+    GROUPED = "grouped"  # each KV head once per step for its whole query group (FlashDecoding, XQA, vLLM)
+    PER_QUERY_HEAD = "per_query_head"  # once per query head: TensorRT-LLM <= 0.6 masked MHA (GQA-aware MMHA
+    # arrived after v0.6.1: NVIDIA/TensorRT-LLM PR #524, "MMHA optimization for MQA and GQA")
+
+
 class LengthDistribution(StrEnum):
     FIXED = "fixed"  # every request has input_len / output_len tokens
     UNIFORM = "uniform"  # uniform within mean x (1 -+ spread)
@@ -85,6 +93,8 @@ class Inference(Spec):
     weights: StoredPrecision | None = Field(None, description="weight precision; default: fp8 under the fp8 "
                                             "recipe, else the activation precision")
     kv_cache: KvCache = KvCache()
+    decode_attention: DecodeAttention = Field(DecodeAttention.GROUPED, description="how the decode kernel "
+                                              "reads the cache of a GQA / MQA model")
     serving: Serving = Serving()
 
 

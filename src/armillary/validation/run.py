@@ -17,6 +17,7 @@ import numpy as np
 from armillary.api import estimate
 from armillary.estimate.result import StepEstimate
 from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, predict_busbw
+from armillary.validation.inference_rows import predict_inference
 from armillary.validation.rows import RowSpecs, Unsupported, row_specs
 
 DEFAULT_CSV = Path(str(resources.files("armillary.validation") / "data" / "measurements.csv"))
@@ -88,6 +89,22 @@ def _run_collective_row(row: dict[str, str]) -> RowResult:
     return RowResult(row["id"], group, "busbw [GB/s]", measured, predicted, predicted / measured - 1, notes)
 
 
+def _run_inference_row(row: dict[str, str]) -> RowResult:
+    """Inference rows group by source, metric and GPU (throughput and first-token latency differ in kind)."""
+    measured = float(row["value"])
+    kind = "first token" if "token latency" in row.get("metric", "").lower() else "throughput"
+    gpu = "H100" if "h100" in row.get("gpu", "").lower() else "A100" if "a100" in row.get("gpu", "").lower() else ""
+    group = f"{source_group(row['id'])} {kind} {gpu}".strip()
+    try:
+        label, predicted, notes, result = predict_inference(row)
+    except (Unsupported, ValueError) as why:
+        return RowResult(row["id"], group, row.get("metric", ""), measured, None, None, (), skipped=str(why))
+    if not result.feasible:
+        notes = (*notes, "infeasible as configured: " + "; ".join(result.infeasible_reasons))
+    return RowResult(row["id"], group, label, measured, predicted, predicted / measured - 1, notes,
+                     feasible=result.feasible)
+
+
 def run_row(row: dict[str, str]) -> RowResult:
     try:
         float(row.get("value", ""))
@@ -96,6 +113,8 @@ def run_row(row: dict[str, str]) -> RowResult:
                          None, None, (), skipped=f"no measured value ({row.get('value')!r})")
     if row.get("kind") == "collective":
         return _run_collective_row(row)
+    if row.get("kind") == "inference":
+        return _run_inference_row(row)
     measured = float(row["value"])
     row_id, group = row["id"], source_group(row["id"])
     try:
@@ -141,7 +160,7 @@ def read_rows(path: Path | str = DEFAULT_CSV) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training", "collective"),
+def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training", "inference", "collective"),
              progress: Callable[[list[dict[str, str]]], Iterable[dict[str, str]]] = iter) -> list[RowResult]:
     """Every row of `kinds` in the CSV, run or skipped with the reason. `progress` wraps the row loop
     (the CLI passes a progress bar)."""

@@ -23,7 +23,7 @@ def keys_attended(s: Array, window: Array, window_layers: Array = 1.0, past: Arr
 
 
 def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t: Array, e: Array,
-                       past: Array = 0.0, cache_bytes: Array = 0.0) -> Op:
+                       past: Array = 0.0, cache_bytes: Array = 0.0, cache_reads: Array = 1.0) -> Op:
     """The fused attention kernel of one layer on one TP rank (FlashAttention, Dao 2023 §4.1; in decode
     FlashDecoding / paged attention): b sequences of `queries` new tokens each attend over `keys` keys,
     of which `past` are read from the KV cache.
@@ -31,14 +31,15 @@ def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t:
     FLOPs: 2 (d_qk + d_v) per head, query and key attended (`keys_attended`: the causal mask halves a
     whole sequence, masked blocks are skipped). Bytes: Q and O of the new tokens and their K and V (at
     `e` bytes) once (K/V re-reads per query block hit L2: `flash_attention_hbm_accesses` has the paper's
-    IO count); with a KV cache (`cache_bytes` per element, 0 in training) the past keys' cache is read and
-    the new keys' entries written, `kv_cache_elements_per_rank` each."""
+    IO count); with a KV cache (`cache_bytes` per element, 0 in training) the past keys' cache is read
+    `cache_reads` times (1: once per KV head; a kernel that walks query heads separately reads each KV head
+    once per query head of its group) and the new keys' entries written, `kv_cache_elements_per_rank` each."""
     attends = 1 - m.mlgru  # the MLGRU token mixer has no attention core
     a, dh, dv = m.heads, m.head_dim, m.value_dim
     mean_keys = keys_attended(keys, m.window, m.window_layers, past)
     new_keys = keys - past
     moved = ((b * queries * a * (dh + dv) + b * new_keys * m.kv_width) / t * e
-             + b * keys * kv_cache_elements_per_rank(m, t) * cache_bytes)
+             + b * (past * cache_reads + new_keys) * kv_cache_elements_per_rank(m, t) * cache_bytes)
     return Op(flop=2 * attends * b * (a / t) * queries * mean_keys * (dh + dv), bytes=attends * moved)
 
 

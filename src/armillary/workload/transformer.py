@@ -66,7 +66,7 @@ def sequence_shards(t: Array, sp: Array) -> Array:
 
 def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
                   cp: Array = 1.0, mlp_width: Array | None = None, weight_bytes: Array | None = None,
-                  past: Array = 0.0, cache_bytes: Array = 0.0) -> LayerForward:
+                  past: Array = 0.0, cache_bytes: Array = 0.0, cache_reads: Array = 1.0) -> LayerForward:
     """Kernels of one layer's forward pass on one TP rank.
 
     b micro-batch, s sequence, t tensor-parallel degree, sp sequence parallel (0/1), e activation bytes,
@@ -74,7 +74,8 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     `mlp_width` is the intermediate size of the layer's dense MLP: `ffn` (default), or the shared experts'
     total in an MoE layer (whose routed experts are `experts.experts_forward`).
     Inference: `weight_bytes` per weight element (quantized weights; default e), `past` tokens per sequence
-    already in the KV cache (the s new tokens attend over past + s keys), `cache_bytes` per cache element.
+    already in the KV cache (the s new tokens attend over past + s keys), `cache_bytes` per cache element,
+    `cache_reads` passes of the attention kernel over the cache (`attention.fused_attention_op`).
     """
     h, a, kv, dh, dv = m.hidden, m.heads, m.kv_heads, m.head_dim, m.value_dim
     f = m.ffn if mlp_width is None else mlp_width
@@ -116,7 +117,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         # [derived] GeLU: read, write T x f/t; gated: read gate and up, write product
         activation=stream(T * (f / t) * e * (2 + gated)),
         rotary=stream(attends * m.rotary * 2 * T * (a + kv) * dh / t * e),
-        flash_attention=fused_attention_op(m, b, q, keys, t, e, past, cache_bytes),
+        flash_attention=fused_attention_op(m, b, q, keys, t, e, past, cache_bytes, cache_reads),
         # [derived] MLGRU (Zhu et al. 2024 §3.3.1; HGRNBitAttention): the recurrence reads i, f and writes h;
         # the output gate reads h, g and writes o: 6 T h/t elements
         recurrence=stream(m.mlgru * 6 * T * h / t * e),

@@ -1,0 +1,67 @@
+"""Turn one measured inference row of the validation CSV into specifications and a predicted value.
+
+Rows name a model (matched to a preset), a GPU, a TP degree, a precision, and input / output lengths
+with a batch. Throughput rows are compared in output tokens per second and GPU, first-token rows in
+milliseconds. What the row does not state is assumed and written down.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from armillary.api import estimate
+from armillary.estimate.inference_result import InferenceEstimate
+from armillary.specs.loading import load_model, load_system
+from armillary.specs.workload import Inference
+from armillary.validation.rows import Unsupported, system_preset_for
+
+_MODELS = (
+    (re.compile(r"gpt-?j", re.I), "gpt-j-6b"),
+    (re.compile(r"llama[ -]?2 7b", re.I), "llama2-7b"),
+    (re.compile(r"llama[ -]?2 70b", re.I), "llama2-70b"),
+    (re.compile(r"falcon 180b", re.I), "falcon-180b"),
+)
+
+
+def _int(row: dict[str, str], key: str) -> int:
+    try:
+        return int(float(row[key]))
+    except (KeyError, ValueError):
+        raise Unsupported(f"column {key!r} is empty or not a number ({row.get(key)!r})") from None
+
+
+def predict_inference(row: dict[str, str]) -> tuple[str, float, tuple[str, ...], InferenceEstimate]:
+    """(metric label, predicted value, assumptions, the estimate) for one inference row."""
+    notes: list[str] = []
+    preset = next((p for rx, p in _MODELS if rx.search(row.get("model", ""))), None)
+    if preset is None:
+        raise Unsupported(f"no preset for the model {row.get('model')!r}")
+    precision_text = row.get("precision", "").lower()
+    fp8 = "fp8" in precision_text
+    workload: dict[str, Any] = {"kind": "inference", "batch": _int(row, "batch_or_concurrency"),
+                                "input_len": _int(row, "isl"), "output_len": _int(row, "osl")}
+    if "tensorrt-llm v0.5" in row.get("framework", "").lower() or "v0.6" in row.get("framework", "").lower():
+        workload["decode_attention"] = "per_query_head"
+        notes.append("decode attention reads the cache once per query head (TensorRT-LLM <= 0.6 masked MHA; "
+                     "GQA-aware kernels came after v0.6.1, PR #524)")
+    if fp8:
+        workload["weights"] = "fp8"
+        notes.append("fp8 GEMMs and weights; attention and the LM head in 16 bits")
+        if "kv" in precision_text:
+            workload["kv_cache"] = {"precision": "fp8"}
+    precision = "fp8" if fp8 else "fp16" if "fp16" in precision_text else "bf16"
+    tp, gpus = _int(row, "tp"), _int(row, "n_gpus")
+    system = load_system(system_preset_for(row.get("gpu", "")), max(gpus, 1))
+    notes.append(f"{system.name} preset; FlashAttention-2 kernels; KV pages of 64 tokens")
+    result = estimate(load_model(preset), system, {"tp": tp, "pp": _int(row, "pp") or 1, "precision": precision,
+                                                   "attention": "flash"}, Inference(**workload))
+    assert isinstance(result, InferenceEstimate)
+    metric = row.get("metric", "").lower()
+    if "throughput" in metric:
+        if "per-gpu vs total not stated" in row.get("unit", "").lower():
+            notes.append("throughput read as per GPU, like the same document's H100 table")
+        return "output tok/s per GPU", float(result.output_tokens_per_s_per_device), tuple(notes), result
+    if "1st token" in metric or "first token" in metric:
+        return "first-token latency [ms]", float(result.ttft_s) * 1e3, tuple(notes), result
+    raise Unsupported(f"metric {row.get('metric')!r} is not predicted")
