@@ -27,7 +27,7 @@ from armillary.specs.loading import SpecError
 from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import System
 from armillary.specs.workload import DecodeAttention, Inference
-from armillary.workload.attention import kv_cache_elements_per_rank
+from armillary.workload.attention import fused_attention_op, kv_cache_elements_per_rank
 from armillary.workload.experts import experts_forward, rank_load
 from armillary.workload.ops import Op
 from armillary.workload.parameters import count_parameters
@@ -53,6 +53,16 @@ class ReplicaModel:
     @property
     def devices(self) -> int:
         return int(self.st.tp * self.st.pp)
+
+    @property
+    def stage_layers(self) -> int:
+        """Layers of the busiest pipeline stage."""
+        return math.ceil(float(self.m.layers) / float(self.st.pp))
+
+    @property
+    def cache_bytes_per_token(self) -> float:
+        """KV-cache bytes one token takes on one device of the busiest stage (both memory tiers)."""
+        return float(self.stage_layers * kv_cache_elements_per_rank(self.m, self.st.tp) * self.cache_bytes)
 
     def tokens_time(self, tokens: Array) -> PassTime:
         """Everything of a pass that depends only on its new tokens: the layers' GEMMs and element-wise
@@ -101,10 +111,9 @@ class ReplicaModel:
 
     def attention(self, new: Array, past: Array, sequences: Array = 1.0) -> Op:
         """The attention kernel of one layer for `sequences` sequences of `new` tokens over `past` cached
-        ones (arrays broadcast: one op per element)."""
-        op = layer_forward(self.m, 1.0, new, self.st.tp, 0.0, self.activation_bytes, 1.0, None,
-                           self.weight_bytes, past, self.cache_bytes, self.cache_reads).flash_attention
-        return Op(sequences * op.flop, sequences * op.bytes)
+        ones (arrays broadcast: one op per element), as `layer_forward` builds it."""
+        return fused_attention_op(self.m, sequences, new, past + new, self.st.tp, self.activation_bytes, past,
+                                  self.cache_bytes, self.cache_reads)
 
     def attention_time(self, op: Op, cached_tokens: Array) -> tuple[Array, Array]:
         """(attention kernels, second-tier reads) of all layers: the share of the cache on the second tier
@@ -151,24 +160,23 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
                         tp_group, groups)
 
 
-def inference_memory(r: ReplicaModel, w: Inference, batch: Array) -> InferenceMemory:
+def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: Array) -> InferenceMemory:
     """Bytes per device of the busiest stage: weights (embedding and LM head kept at 16 bits, routed
     experts over ep x expert_tp), the paged KV cache of `batch` sequences of input + output tokens, and
-    the working activations of the prefill pass."""
+    the working activations of the largest pass (`pass_tokens` new tokens, `batch` sequences)."""
     m, st = r.m, r.st
     params = count_parameters(m)
-    layers = math.ceil(float(m.layers) / float(st.pp))
-    share = layers / float(m.layers)
+    share = r.stage_layers / float(m.layers)
     routed = params.moe_layers * params.experts * params.expert
     layer_params = params.total - params.embedding - params.head - routed
     ends = params.embedding + params.head if st.pp == 1 else np.maximum(params.embedding, params.head)
     weights = (share * (layer_params / st.tp + routed / (st.ep * st.etp)) * r.weight_bytes
                + ends / st.tp * r.activation_bytes)
     pages = math.ceil((w.input_len + w.output_len) / w.kv_cache.block_tokens)
-    per_sequence = pages * w.kv_cache.block_tokens * layers * kv_cache_elements_per_rank(m, st.tp) * r.cache_bytes
+    per_sequence = pages * w.kv_cache.block_tokens * r.cache_bytes_per_token
     # [derived] the widest moment of a layer: its input, the QKV or MLP intermediate, and its output; the
     # fp32 logits of the last tokens
-    tokens = batch * w.input_len
+    tokens = pass_tokens
     widest = np.maximum(m.qkv_width, (m.mlp_matrices - 1) * np.maximum(m.ffn, m.top_k * m.expert_ffn)) / st.tp
     activations = tokens * (2 * m.hidden + widest) * r.activation_bytes + batch * m.vocab / st.tp * 4
     return InferenceMemory(weights=weights, kv_cache=(1 - r.tier2_fraction) * batch * per_sequence,
@@ -194,7 +202,7 @@ def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system:
     decode = PassTime(layers=steps * per_step.layers, attention=np.sum(core), tp=steps * per_step.tp,
                       ep=steps * per_step.ep, pp=steps * per_step.pp, ends=steps * (per_step.ends + head),
                       tier2=np.sum(remote))
-    memory = inference_memory(r, w, float(b))
+    memory = inference_memory(r, w, float(b), float(b * n_in))
     return _static_batch(r, w, replicas, prefill, decode, memory)
 
 

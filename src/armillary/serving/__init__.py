@@ -1,0 +1,1 @@
+"""Request-level serving simulation: traces, the continuous-batching scheduler, and its metrics."""

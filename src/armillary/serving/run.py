@@ -1,0 +1,191 @@
+"""Serving a request stream on a deployment: replicas (colocated, or prefill and decode pools), the KV
+capacity of each, the trace split among them, and the metrics: TTFT / TPOT / latency percentiles,
+throughput, goodput under SLOs, and the largest request rate that meets P90 TTFT and P99 TPOT targets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from armillary.comm.collectives import send_recv
+from armillary.estimate.inference import ReplicaModel, inference_memory, replica_model
+from armillary.serving.simulate import IterationCost, RequestTimes, SchedulerLimits, kv_blocks, simulate_replica
+from armillary.serving.trace import Trace
+from armillary.specs.arrays import ModelArrays
+from armillary.specs.loading import SpecError
+from armillary.specs.strategy import Strategy
+from armillary.specs.system import System
+from armillary.specs.workload import Inference
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> Percentiles:
+        v = values[np.isfinite(values)]
+        if not len(v):
+            return cls(*(4 * [float("nan")]))
+        p50, p90, p99 = np.percentile(v, [50, 90, 99])
+        return cls(float(v.mean()), float(p50), float(p90), float(p99))
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    """A trace served by `replicas` replicas (of which `prefill_replicas` only prefill)."""
+
+    requests: int
+    completed: int
+    rejected: int  # a request whose cache alone exceeds a replica's KV capacity
+    offered_rate: float  # requests per second of the trace
+    makespan_s: float  # first arrival to last token
+    ttft_s: Percentiles
+    tpot_s: Percentiles  # per request: (last token - first token) / (output tokens - 1)
+    e2e_s: Percentiles
+    output_tokens_per_s: float
+    output_tokens_per_s_per_device: float
+    goodput_requests_per_s: float  # requests meeting both SLOs, per second
+    slo_attainment: float  # share of requests meeting both SLOs
+    ttft_slo_s: float
+    tpot_slo_s: float
+    preemptions: int
+    iterations: int
+    mean_batch: float
+    kv_blocks_per_device: int
+    replicas: int
+    prefill_replicas: int
+    devices: int
+    times: RequestTimes
+
+    def meets(self) -> bool:
+        """P90 TTFT and P99 TPOT within the SLOs, every request served."""
+        return (self.rejected == 0 and self.completed == self.requests and self.ttft_s.p90 <= self.ttft_slo_s
+                and (not np.isfinite(self.tpot_s.p99) or self.tpot_s.p99 <= self.tpot_slo_s))
+
+    def to_dict(self) -> dict[str, object]:
+        from dataclasses import asdict
+
+        d = asdict(self)
+        d.pop("times")
+        return d
+
+
+def _limits(r: ReplicaModel, w: Inference, largest_prompt: int) -> SchedulerLimits:
+    """The scheduler's limits and the pages that fit next to the weights and the largest pass."""
+    sv = w.serving
+    pass_tokens = sv.max_batched_tokens if sv.chunked_prefill else max(sv.max_batched_tokens, largest_prompt)
+    memory = inference_memory(r, w, float(sv.max_batch), float(pass_tokens))
+    free = r.system.device.hbm.capacity - float(memory.weights) - float(memory.activations)
+    if free <= 0:
+        raise SpecError(f"weights ({float(memory.weights) / 2**30:.1f} GiB) and activations leave no room for a KV "
+                        f"cache on {r.system.device.name}")
+    hbm_share = 1 - r.tier2_fraction
+    blocks = kv_blocks(w.kv_cache.memory_fraction * free, hbm_share * r.cache_bytes_per_token, w.kv_cache.block_tokens)
+    return SchedulerLimits(sv.max_batch, sv.max_batched_tokens, sv.chunked_prefill, blocks, w.kv_cache.block_tokens)
+
+
+def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System, replicas: int,
+                trace: Trace) -> ServingResult:
+    """Simulate `trace` on `replicas` replicas: round-robin over them, or, with prefill_replicas > 0, over
+    the prefill pool, then (after the KV handover) over the decode pool in order of first tokens."""
+    r = replica_model(m, strategy, w, system)
+    sv = w.serving
+    if sv.prefill_replicas >= replicas:
+        raise SpecError(f"workload.serving.prefill_replicas: {sv.prefill_replicas} leaves no decode replica of "
+                        f"{replicas}")
+    largest = int(trace.input_len.max()) if len(trace) else 1
+    limits = _limits(r, w, largest)
+    cost = IterationCost(r, max(sv.max_batched_tokens, 1), sv.max_batch)
+    n = len(trace)
+    first, finish, preempted = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int64)
+    iterations = batched = 0
+
+    def run(pool: int, order: np.ndarray, sub: Trace, **kind: bool) -> None:
+        nonlocal iterations, batched
+        for k in range(pool):
+            pick = np.arange(k, len(order), pool)
+            part = simulate_replica(sub.subset(pick), cost, limits, **kind)
+            ids = order[pick]
+            first[ids] = part.times.first_token_s
+            finish[ids] = part.times.finish_s
+            preempted[ids] += part.times.preemptions
+            iterations += part.iterations
+            batched += part.batched_sequences
+
+    if sv.prefill_replicas == 0:
+        run(replicas, np.arange(n), trace)
+    else:
+        run(sv.prefill_replicas, np.arange(n), trace, prefill_only=True)
+        ttft = first.copy()
+        # the prompt's cache moves to a decode replica over the scale-out link (each device its shard)
+        handover = np.array([float(send_recv(float(t) * r.cache_bytes_per_token, 1.0, system).time)
+                             for t in trace.input_len]) if n else np.zeros(0)
+        ready = ttft + handover
+        served = np.isfinite(ready)
+        order = np.flatnonzero(served)[np.argsort(ready[served], kind="stable")]
+        decode_trace = Trace(ready[order], trace.input_len[order], trace.output_len[order])
+        finish[:] = np.nan
+        run(replicas - sv.prefill_replicas, order, decode_trace, prefilled=True)
+        first = ttft
+    times = RequestTimes(trace.arrival_s, first, finish, trace.input_len, trace.output_len, preempted)
+    return _metrics(times, w, r.devices * replicas, replicas, limits.kv_blocks, iterations, batched)
+
+
+def _metrics(times: RequestTimes, w: Inference, devices: int, replicas: int, blocks: int, iterations: int,
+             batched: int) -> ServingResult:
+    sv = w.serving
+    n = len(times.arrival_s)
+    done = np.isfinite(times.finish_s)
+    ttft = times.first_token_s - times.arrival_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(times.output_len > 1, (times.finish_s - times.first_token_s) / (times.output_len - 1), np.nan)
+    e2e = times.finish_s - times.arrival_s
+    start = float(times.arrival_s.min()) if n else 0.0
+    makespan = float(np.nanmax(times.finish_s)) - start if done.any() else 0.0
+    tokens = float(times.output_len[done].sum())
+    good = done & (ttft <= sv.ttft_slo_s) & ~(tpot > sv.tpot_slo_s)
+    span = float(times.arrival_s.max() - start) if n > 1 else 0.0
+    return ServingResult(
+        requests=n, completed=int(done.sum()), rejected=int((~np.isfinite(times.first_token_s)).sum()),
+        offered_rate=(n - 1) / span if span > 0 else 0.0, makespan_s=makespan, ttft_s=Percentiles.of(ttft),
+        tpot_s=Percentiles.of(tpot), e2e_s=Percentiles.of(e2e),
+        output_tokens_per_s=tokens / makespan if makespan > 0 else 0.0,
+        output_tokens_per_s_per_device=tokens / makespan / devices if makespan > 0 else 0.0,
+        goodput_requests_per_s=float(good.sum()) / makespan if makespan > 0 else 0.0,
+        slo_attainment=float(good.mean()) if n else 0.0, ttft_slo_s=sv.ttft_slo_s, tpot_slo_s=sv.tpot_slo_s,
+        preemptions=int(times.preemptions.sum()), iterations=iterations,
+        mean_batch=batched / iterations if iterations else 0.0, kv_blocks_per_device=blocks, replicas=replicas,
+        prefill_replicas=sv.prefill_replicas, devices=devices, times=times)
+
+
+def max_rate(serve: Callable[[float], ServingResult], low: float = 0.05, high: float = 1e4,
+             steps: int = 12) -> tuple[float, ServingResult | None]:
+    """Largest request rate whose result `meets` its SLOs: doubling from `low` to bracket it, then
+    bisection (in log space) for `steps` steps. (0, None) when even `low` misses."""
+    best: tuple[float, ServingResult | None] = (0.0, None)
+    rate = low
+    while rate <= high:
+        result = serve(rate)
+        if not result.meets():
+            break
+        best = (rate, result)
+        rate *= 2
+    else:
+        return best
+    lo, hi = best[0], rate
+    if lo == 0.0:
+        lo = low / 2**steps
+    for _ in range(steps):
+        mid = float(np.sqrt(lo * hi))
+        result = serve(mid)
+        if result.meets():
+            lo, best = mid, (mid, result)
+        else:
+            hi = mid
+    return best
