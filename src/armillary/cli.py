@@ -15,7 +15,7 @@ from armillary.api import estimate
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.presets.registry import KINDS, preset_names
 from armillary.specs.loading import SpecError
-from armillary.specs.workload import Training
+from armillary.specs.workload import Inference, Training
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Predict time, memory and traffic of LLM training and inference on large systems.")
@@ -66,6 +66,61 @@ def estimate_cmd(
     tables = inference_tables(result, title) if isinstance(result, InferenceEstimate) else estimate_tables(
         result, title)
     for table in tables:
+        console.print(table)
+
+
+@app.command("serve")
+def serve_cmd(
+    run_file: Annotated[Path, typer.Argument(help="RUN.yaml with an inference workload")],
+    rate: Annotated[float | None, typer.Option(help="Poisson arrivals, requests/s (without a trace)")] = None,
+    duration: Annotated[float, typer.Option(help="seconds of arrivals (without a trace)")] = 60.0,
+    find_max_rate: Annotated[bool, typer.Option(
+        "--max-rate", help="search the largest rate meeting P90 TTFT and P99 TPOT (workload.serving SLOs)")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="also save per-request times as CSV")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="override any field, e.g. --set workload.serving.max_batch=128 (repeatable)")] = None,
+) -> None:
+    """Simulate serving a request stream (continuous batching, chunked prefill, KV capacity)."""
+    from armillary.api import simulate_serving
+    from armillary.report.tables import serving_tables
+    from armillary.serving.run import max_rate
+    from armillary.specs.run import load_run, parse_override
+
+    _writable(csv_out)
+    try:
+        model, system, strategy, workload = load_run(run_file, [parse_override(s) for s in set_ or []])
+        if not isinstance(workload, Inference):
+            raise SpecError("serve needs an inference workload (workload.kind: inference)")
+        if workload.serving.trace is None and rate is None and not find_max_rate:
+            raise SpecError("give --rate (requests/s), --max-rate, or a trace file in workload.serving.trace")
+        best = None
+        if find_max_rate:
+            best, result = max_rate(lambda r: simulate_serving(model, system, strategy, workload, r, duration))
+            if result is None:
+                raise SpecError(f"no rate meets P90 TTFT <= {workload.serving.ttft_slo_s} s and P99 TPOT <= "
+                                f"{workload.serving.tpot_slo_s} s")
+        else:
+            result = simulate_serving(model, system, strategy, workload, rate, duration)
+    except (SpecError, ValueError) as err:
+        _fail(str(err))
+        return
+    if csv_out is not None:
+        import csv
+
+        t = result.times
+        with csv_out.open("w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(["arrival_s", "input_len", "output_len", "first_token_s", "finish_s", "preemptions"])
+            out.writerows(zip(t.arrival_s, t.input_len, t.output_len, t.first_token_s, t.finish_s, t.preemptions,
+                              strict=True))
+    if json_out:
+        from armillary.estimate.result import plain
+
+        sys.stdout.write(json.dumps(plain({**result.to_dict(), "max_rate": best}), indent=2) + "\n")
+        return
+    title = f"Serving {model.name} on {system.devices} x {system.device.name}"
+    for table in serving_tables(result, title, best):
         console.print(table)
 
 

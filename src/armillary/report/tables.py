@@ -9,6 +9,7 @@ from rich.table import Table
 from armillary.comm.sweep import SweepRow
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import CommCall, StepEstimate
+from armillary.serving.run import ServingResult
 from armillary.units import GIB
 from armillary.validation.run import GroupSummary, RowResult
 
@@ -68,7 +69,7 @@ def inference_tables(r: InferenceEstimate, title: str) -> list[Table]:
     for note in r.notes:
         head.add_row("note", note)
 
-    time = Table(title="Where the time goes [ms]")
+    time = Table(title="Where the time goes (ms)")
     for c in ("component", "prefill", "decode (all steps)"):
         time.add_column(c, justify="left" if c == "component" else "right")
     for f in fields(r.prefill):
@@ -84,6 +85,29 @@ def inference_tables(r: InferenceEstimate, title: str) -> list[Table]:
     memory.add_row("[bold]total HBM[/bold]", f"{float(r.memory.total) / GIB:.2f}")
     memory.add_row("capacity", f"{float(r.hbm_capacity_bytes) / GIB:.2f}")
     return [head, time, memory]
+
+
+def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) -> list[Table]:
+    head = Table(title=title, show_header=False, min_width=len(title) + 4)
+    if max_rate is not None:
+        head.add_row("largest rate meeting the SLOs", f"{max_rate:.3g} requests/s (P90 TTFT <= "
+                     f"{r.ttft_slo_s * 1e3:g} ms, P99 TPOT <= {r.tpot_slo_s * 1e3:g} ms)")
+    head.add_row("requests (completed / rejected)", f"{r.requests} ({r.completed} / {r.rejected})")
+    head.add_row("offered rate", f"{r.offered_rate:.3g} requests/s")
+    head.add_row("replicas (prefill-only)", f"{r.replicas} ({r.prefill_replicas}), {r.devices} devices")
+    per_device = r.output_tokens_per_s_per_device
+    head.add_row("output tokens/s", f"{r.output_tokens_per_s:,.0f} ({per_device:,.0f} per device)")
+    head.add_row("goodput", f"{r.goodput_requests_per_s:.3g} requests/s ({_pct(r.slo_attainment)} meet both SLOs)")
+    head.add_row("mean batch / iterations", f"{r.mean_batch:.1f} / {r.iterations}")
+    head.add_row("preemptions", f"{r.preemptions}")
+    head.add_row("KV pages per device", f"{r.kv_blocks_per_device:,}")
+    latency = Table(title="Latency (ms)")
+    for c in ("metric", "mean", "P50", "P90", "P99"):
+        latency.add_column(c, justify="left" if c == "metric" else "right")
+    for name, p in (("time to first token", r.ttft_s), ("time per output token", r.tpot_s),
+                    ("end to end", r.e2e_s)):
+        latency.add_row(name, *(f"{v * 1e3:.4g}" for v in (p.mean, p.p50, p.p90, p.p99)))
+    return [head, latency]
 
 
 def validation_tables(results: list[RowResult], summary: list[GroupSummary]) -> list[Table]:
