@@ -22,6 +22,11 @@ def test_estimate_every_example(example):
     assert "Where the time goes" in result.output
     out = runner.invoke(app, ["estimate", str(example), "--json"])
     data = json.loads(out.output)
+    if "inference" in example.read_text():
+        for key in ("ttft_s", "tpot_s", "e2e_s", "output_tokens_per_s", "memory", "prefill", "decode", "feasible"):
+            assert key in data
+        assert data["e2e_s"] == pytest.approx(data["prefill"]["total"] + data["decode"]["total"])
+        return
     for key in ("step_time_s", "tokens_per_s", "mfu", "hfu", "memory", "breakdown", "feasible"):
         assert key in data
     assert data["breakdown"]["total"] == pytest.approx(data["step_time_s"])

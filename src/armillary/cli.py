@@ -300,7 +300,8 @@ def presets_cmd(kind: Annotated[str | None, typer.Argument(help=f"one of {', '.j
 
 
 @app.command("schema")
-def schema_cmd(kind: Annotated[str, typer.Argument(help="model, device, system, strategy, workload or run")]) -> None:
+def schema_cmd(kind: Annotated[str, typer.Argument(
+        help="model, device, system, strategy, workload (training), inference or run")]) -> None:
     """Print the JSON Schema of a specification."""
     from armillary.specs.schema import SCHEMAS
 

@@ -8,9 +8,9 @@ from armillary.specs.model import Model
 from armillary.specs.run import RunFile
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Device, System
-from armillary.specs.workload import Training
+from armillary.specs.workload import Inference, Training
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "model": Model, "device": Device, "system": System, "strategy": Strategy, "workload": Training,
-    "run": RunFile,
+    "inference": Inference, "run": RunFile,
 }

@@ -1,0 +1,154 @@
+"""Serving simulation: the scheduler on hand-checkable traces, agreement with the analytical prefill at low
+load, disaggregation, traces, the rate search and the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from armillary.api import estimate, simulate_serving
+from armillary.cli import app
+from armillary.serving.run import max_rate
+from armillary.serving.simulate import SchedulerLimits, simulate_replica
+from armillary.serving.trace import Trace, load_trace, poisson_trace
+from armillary.specs.loading import SpecError
+from armillary.specs.workload import LengthDistribution
+
+FLASH = {"precision": "bf16", "attention": "flash"}
+WORKLOAD = {"kind": "inference", "input_len": 512, "output_len": 64}
+
+
+def one_second_per_iteration(new, past, emitting):
+    return np.ones(np.atleast_2d(np.asarray(new).T).T.shape[1])
+
+
+def _trace(*requests):
+    a, i, o = (np.array(x) for x in zip(*requests, strict=True))
+    return Trace(a.astype(float), i, o)
+
+
+def test_continuous_batching_by_hand():
+    # A arrives at 0 (4 prompt tokens, 3 out), B at 0.5 (4, 2); one second per iteration:
+    # [0,1] A's prompt -> A's first token; [1,2] A decodes while B's prompt joins -> B's first token;
+    # [2,3] both decode: A's third and B's second token, both finish
+    limits = SchedulerLimits(max_batch=8, max_batched_tokens=8, chunked_prefill=True, kv_blocks=100, block_tokens=4)
+    run = simulate_replica(_trace((0.0, 4, 3), (0.5, 4, 2)), one_second_per_iteration, limits)
+    assert run.times.first_token_s.tolist() == [1.0, 2.0]
+    assert run.times.finish_s.tolist() == [3.0, 3.0]
+    assert run.iterations == 3 and run.batched_sequences == 5
+
+
+def test_chunked_prefill_splits_a_prompt_over_iterations():
+    limits = SchedulerLimits(max_batch=8, max_batched_tokens=3, chunked_prefill=True, kv_blocks=100, block_tokens=4)
+    run = simulate_replica(_trace((0.0, 7, 2)), one_second_per_iteration, limits)
+    assert run.times.first_token_s[0] == 3.0  # chunks of 3, 3, 1 tokens
+    assert run.times.finish_s[0] == 4.0
+
+
+def test_without_chunking_prompts_run_in_iterations_of_their_own():
+    limits = SchedulerLimits(max_batch=8, max_batched_tokens=8, chunked_prefill=False, kv_blocks=100, block_tokens=4)
+    run = simulate_replica(_trace((0.0, 4, 3), (0.5, 4, 2)), one_second_per_iteration, limits)
+    # [1,2] B's prompt alone (A waits), then both decode
+    assert run.times.first_token_s.tolist() == [1.0, 2.0]
+    assert run.times.finish_s.tolist() == [4.0, 3.0]
+
+
+def test_full_cache_preempts_the_newest_sequence_and_recomputes_it():
+    # 3 pages of 4 tokens: both prompts fit (a page each), the next token of each needs a page more
+    limits = SchedulerLimits(max_batch=8, max_batched_tokens=16, chunked_prefill=True, kv_blocks=3, block_tokens=4)
+    run = simulate_replica(_trace((0.0, 4, 4), (0.0, 4, 4)), one_second_per_iteration, limits)
+    assert run.times.preemptions.tolist() == [0, 1]
+    assert np.isfinite(run.times.finish_s).all() and run.times.finish_s[1] > run.times.finish_s[0]
+
+
+def test_a_request_larger_than_the_cache_is_rejected():
+    limits = SchedulerLimits(max_batch=8, max_batched_tokens=16, chunked_prefill=True, kv_blocks=2, block_tokens=4)
+    run = simulate_replica(_trace((0.0, 8, 4), (1.0, 2, 2)), one_second_per_iteration, limits)
+    assert np.isnan(run.times.first_token_s[0]) and np.isfinite(run.times.finish_s[1])
+
+
+def test_low_load_ttft_is_the_analytical_prefill_and_tpot_the_decode_step():
+    static = estimate("llama2-7b", "dgx-h100", FLASH, WORKLOAD, gpus=1)
+    trace = _trace((0.0, 512, 64), (100.0, 512, 64), (200.0, 512, 64))
+    served = simulate_serving("llama2-7b", "dgx-h100", FLASH, WORKLOAD, gpus=1, trace=trace)
+    ttft = served.times.first_token_s - served.times.arrival_s
+    np.testing.assert_allclose(ttft, static.ttft_s, rtol=1e-9)
+    assert served.tpot_s.mean == pytest.approx(static.tpot_s, rel=1e-9)
+    assert served.completed == 3 and served.preemptions == 0
+
+
+def test_same_seed_same_result_and_load_raises_latency():
+    quiet = simulate_serving("llama2-7b", "dgx-h100", FLASH, WORKLOAD, rate=1, duration_s=30, gpus=1)
+    again = simulate_serving("llama2-7b", "dgx-h100", FLASH, WORKLOAD, rate=1, duration_s=30, gpus=1)
+    busy = simulate_serving("llama2-7b", "dgx-h100", FLASH, WORKLOAD, rate=40, duration_s=30, gpus=1)
+    assert quiet.to_dict() == again.to_dict()
+    assert busy.ttft_s.p90 > quiet.ttft_s.p90 and busy.tpot_s.p99 > quiet.tpot_s.p99
+    assert busy.mean_batch > quiet.mean_batch and busy.output_tokens_per_s > quiet.output_tokens_per_s
+
+
+def test_replicas_share_the_load():
+    one = simulate_serving("llama2-7b", "dgx-h100", FLASH, WORKLOAD, rate=40, duration_s=20, gpus=1)
+    two = simulate_serving("llama2-7b", "dgx-h100", FLASH, WORKLOAD, rate=40, duration_s=20, gpus=2)
+    assert two.replicas == 2 and two.devices == 2
+    assert two.ttft_s.p90 < one.ttft_s.p90 and two.mean_batch < one.mean_batch
+
+
+def test_disaggregated_prefill_hands_the_cache_to_a_decode_replica():
+    workload = {**WORKLOAD, "serving": {"prefill_replicas": 1}}
+    static = estimate("llama2-7b", "dgx-h100", FLASH, WORKLOAD, gpus=1)
+    trace = _trace((0.0, 512, 64), (100.0, 512, 64))
+    split = simulate_serving("llama2-7b", "dgx-h100", FLASH, workload, gpus=2, trace=trace)
+    np.testing.assert_allclose(split.times.first_token_s - trace.arrival_s, static.ttft_s, rtol=1e-9)
+    # the decode replica starts after the handover: end to end exceeds the colocated one
+    assert split.e2e_s.mean > static.e2e_s
+    assert split.tpot_s.mean > static.tpot_s  # the handover sits between the first and second token
+    with pytest.raises(SpecError, match="prefill_replicas"):
+        simulate_serving("llama2-7b", "dgx-h100", FLASH, workload, gpus=1, trace=trace)
+
+
+def test_traces_generated_and_loaded(tmp_path):
+    t = poisson_trace(10, 100, 256, 32, LengthDistribution.LOGNORMAL, 0.5, seed=3)
+    assert 800 < len(t) < 1200 and (np.diff(t.arrival_s) >= 0).all()
+    assert t.input_len.mean() == pytest.approx(256, rel=0.1) and t.output_len.min() >= 1
+    same = poisson_trace(10, 100, 256, 32, seed=3).arrival_s
+    assert (same == poisson_trace(10, 100, 256, 32, seed=3).arrival_s).all()
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_s,input_len,output_len\n2.0,10,5\n0.5,20,3\n")
+    loaded = load_trace(path)
+    assert loaded.arrival_s.tolist() == [0.5, 2.0] and loaded.input_len.tolist() == [20, 10]
+    path.write_text("when,input_len\n1,2\n")
+    with pytest.raises(SpecError, match="arrival_s"):
+        load_trace(path)
+
+
+def test_max_rate_meets_the_slos_and_a_higher_rate_does_not():
+    workload = {**WORKLOAD, "serving": {"ttft_slo_s": 0.2, "tpot_slo_s": 0.02}}
+
+    def serve(rate):
+        return simulate_serving("llama2-7b", "dgx-h100", FLASH, workload, rate=rate, duration_s=20, gpus=1)
+
+    rate, result = max_rate(serve, low=1.0, steps=6)
+    assert result is not None and result.meets()
+    assert result.ttft_s.p90 <= 0.2 and result.tpot_s.p99 <= 0.02
+    assert not serve(rate * 1.5).meets()
+
+
+def test_serve_cli(tmp_path):
+    run = tmp_path / "run.yaml"
+    run.write_text("model: llama2-7b\nsystem: dgx-h100\ngpus: 1\nstrategy: {attention: flash}\n"
+                   "workload: {kind: inference, input_len: 256, output_len: 32}\n")
+    out = CliRunner().invoke(app, ["serve", str(run), "--rate", "5", "--duration", "10", "--json",
+                                   "--csv", str(tmp_path / "times.csv")])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["completed"] == data["requests"] > 20 and data["ttft_s"]["p90"] > 0
+    assert len((tmp_path / "times.csv").read_text().splitlines()) == data["requests"] + 1
+    table = CliRunner().invoke(app, ["serve", str(run), "--rate", "5", "--duration", "5"])
+    assert "time to first token" in table.output
+    missing = CliRunner().invoke(app, ["serve", str(run)])
+    assert missing.exit_code == 2 and "--rate" in missing.output
+    training = tmp_path / "train.yaml"
+    training.write_text("model: llama2-7b\nsystem: dgx-h100\ngpus: 1\nworkload: {seq_len: 128, global_batch: 8}\n")
+    wrong = CliRunner().invoke(app, ["serve", str(training), "--rate", "1"])
+    assert wrong.exit_code == 2 and "inference workload" in wrong.output
