@@ -152,3 +152,14 @@ def test_serve_cli(tmp_path):
     training.write_text("model: llama2-7b\nsystem: dgx-h100\ngpus: 1\nworkload: {seq_len: 128, global_batch: 8}\n")
     wrong = CliRunner().invoke(app, ["serve", str(training), "--rate", "1"])
     assert wrong.exit_code == 2 and "inference workload" in wrong.output
+
+
+def test_estimate_with_a_trace_file_serves_it(tmp_path):
+    (tmp_path / "requests.csv").write_text("arrival_s,input_len,output_len\n0,128,16\n0.5,256,8\n30,64,4\n")
+    run = tmp_path / "run.yaml"
+    run.write_text("model: llama2-7b\nsystem: dgx-h100\ngpus: 1\nstrategy: {attention: flash}\n"
+                   "workload: {kind: inference, input_len: 1, output_len: 1, serving: {trace: requests.csv}}\n")
+    out = CliRunner().invoke(app, ["estimate", str(run), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["requests"] == data["completed"] == 3

@@ -44,7 +44,8 @@ def estimate_cmd(
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="override any field, e.g. --set strategy.recompute=full (repeatable)")] = None,
 ) -> None:
-    """Estimate one training iteration, or a static inference batch, of the run described in RUN_FILE."""
+    """Estimate one training iteration, or a static inference batch (or, with workload.serving.trace, serve
+    that trace), of the run described in RUN_FILE."""
     from armillary.report.tables import estimate_tables, inference_tables
     from armillary.specs.run import load_run, parse_override
 
@@ -55,6 +56,18 @@ def estimate_cmd(
             if value is not None:
                 overrides.append((key, value))
         model, system, strategy, workload = load_run(run_file, overrides)
+        if isinstance(workload, Inference) and workload.serving.trace is not None:  # a trace: serve it
+            from armillary.api import simulate_serving
+            from armillary.report.tables import serving_tables
+
+            served = simulate_serving(model, system, strategy, workload)
+            if json_out:
+                sys.stdout.write(json.dumps(served.to_dict(), indent=2) + "\n")
+                return
+            for table in serving_tables(served, f"Serving {workload.serving.trace}: {model.name} on "
+                                                f"{system.devices} x {system.device.name}"):
+                console.print(table)
+            return
         result = estimate(model, system, strategy, workload)
     except (SpecError, ValueError) as err:
         _fail(str(err))

@@ -58,7 +58,8 @@ def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tup
         Model, System, Strategy, Workload]:
     """Read a run file, apply dotted overrides, and resolve every part into a spec.
 
-    Relative file paths inside the run file are taken relative to the run file.
+    Relative file paths inside the run file (model, system, a serving trace) are taken relative to the run
+    file.
     """
     path = Path(path)
     data = read_spec_file(path, "run")
@@ -73,5 +74,9 @@ def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tup
             return str(path.parent / value)
         return value
 
+    workload = dict(run.workload)
+    serving = workload.get("serving")
+    if isinstance(serving, dict) and isinstance(serving.get("trace"), str):  # a trace file next to the run file
+        workload["serving"] = {**serving, "trace": local(serving["trace"])}
     return (load_model(local(run.model)), load_system(local(run.system), run.gpus),
-            load_strategy(run.strategy), load_workload(run.workload))
+            load_strategy(run.strategy), load_workload(workload))
