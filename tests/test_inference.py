@@ -94,6 +94,12 @@ def test_throughput_grows_with_batch_until_memory_runs_out():
         previous = r.output_tokens_per_s
     over = estimate("llama2-7b", "dgx-a100", FLASH, {**w, "batch": largest + 1}, gpus=1)
     assert not over.feasible and "KV cache" in over.infeasible_reasons[0]
+    at_16 = estimate("llama2-7b", "dgx-a100", FLASH, {**w, "batch": 16}, gpus=1)
+    assert at_16.max_context >= 1536 and at_16.max_context % 64 == 0
+    longest = estimate("llama2-7b", "dgx-a100", FLASH, {**w, "batch": 16, "input_len": at_16.max_context - 512},
+                       gpus=1)
+    assert longest.memory.kv_cache <= 0.9 * (longest.hbm_capacity_bytes - longest.memory.weights
+                                             - at_16.memory.activations)
 
 
 @settings(max_examples=25, deadline=None)

@@ -217,6 +217,10 @@ def _static_batch(r: ReplicaModel, w: Inference, replicas: int, prefill: PassTim
     # largest batch whose cache fits the budget, activations growing with it: B kv <= f (C - W - B a)
     max_batch = int(max(0.0, w.kv_cache.memory_fraction * (capacity - memory.weights))
                     // (per_hbm + w.kv_cache.memory_fraction * per_act)) if per_hbm + per_act > 0 else 0
+    # longest sequence (input + output tokens, whole pages) whose cache fits at this batch
+    per_token = (1 - r.tier2_fraction) * r.cache_bytes_per_token
+    pages = int(max(0.0, budget) // (w.batch * per_token * w.kv_cache.block_tokens)) if per_token > 0 else 0
+    max_context = pages * w.kv_cache.block_tokens if per_token > 0 else 2**31 - 1
     reasons = []
     if free <= 0:
         reasons.append(f"weights ({memory.weights / 2**30:.1f} GiB) and activations ({memory.activations / 2**30:.1f}"
@@ -240,5 +244,5 @@ def _static_batch(r: ReplicaModel, w: Inference, replicas: int, prefill: PassTim
         replicas=replicas, prefill=prefill, decode=decode, ttft_s=ttft,
         tpot_s=decode_s / (w.output_len - 1) if w.output_len > 1 else 0.0, e2e_s=e2e,
         output_tokens_per_s=per_replica * replicas, output_tokens_per_s_per_device=per_replica / r.devices,
-        memory=memory, hbm_capacity_bytes=capacity, max_batch=max_batch, feasible=not reasons,
+        memory=memory, hbm_capacity_bytes=capacity, max_batch=max_batch, max_context=max_context, feasible=not reasons,
         infeasible_reasons=tuple(reasons), notes=notes)

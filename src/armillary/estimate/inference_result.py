@@ -60,6 +60,7 @@ class InferenceEstimate:
     memory: InferenceMemory
     hbm_capacity_bytes: Array
     max_batch: int  # largest batch whose KV cache fits next to the weights
+    max_context: int  # longest sequence (input + output tokens) whose cache fits at this batch (no cache: 2^31-1)
     feasible: bool
     infeasible_reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()

@@ -64,7 +64,7 @@ def inference_tables(r: InferenceEstimate, title: str) -> list[Table]:
     head.add_row("end to end", f"{float(r.e2e_s):.4g} s")
     per_device = float(r.output_tokens_per_s_per_device)
     head.add_row("output tokens/s", f"{float(r.output_tokens_per_s):,.0f} ({per_device:,.0f} per device)")
-    head.add_row("largest batch that fits", f"{r.max_batch}")
+    head.add_row("largest batch / context that fit", f"{r.max_batch} / {r.max_context:,} tokens")
     head.add_row("feasible", "yes" if r.feasible else "[red]no[/red]: " + "; ".join(r.infeasible_reasons))
     for note in r.notes:
         head.add_row("note", note)
