@@ -1,0 +1,168 @@
+"""Search a strategy space: chunks of points through the training estimator as arrays, infeasible points
+masked, a running top-k. Chunks are independent, so an executor may run them anywhere; the result does not
+depend on which one did (ties break by point index)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from armillary.estimate.training import estimate_training
+from armillary.search.space import (
+    Axes,
+    StrategySpace,
+    chunk_strategy,
+    point_strategy,
+    resolve_axes,
+    structurally_valid,
+)
+from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.specs.model import Model
+from armillary.specs.strategy import Strategy
+from armillary.specs.system import System
+from armillary.specs.workload import Training
+
+
+class Objective(StrEnum):
+    TIME = "time"  # shortest step
+    MEMORY = "memory"  # least HBM per device
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Everything a chunk needs (picklable: it travels to worker processes)."""
+
+    model: Model
+    system: System
+    base: Strategy
+    workload: Training
+    axes: Axes
+    objective: Objective
+    top_k: int
+
+    def evaluate(self, start: int, stop: int) -> ChunkResult:
+        m = ModelArrays.of(self.model)
+        gpus = self.system.devices
+        coded = self.axes.decode(start, stop)
+        valid = structurally_valid(coded, m, gpus, self.workload.global_batch)
+        index = np.arange(start, stop, dtype=np.int64)[valid]
+        if not len(index):
+            return ChunkResult(stop - start, 0, 0, np.zeros(0, np.int64), np.zeros(0))
+        chunk = {k: v[valid] for k, v in coded.items()}
+        st = chunk_strategy(StrategyArrays.of(self.base, 1), chunk, gpus, self.base.expert_tp is None)
+        r = estimate_training(m, st, TrainingArrays.of(self.workload), self.system)
+        feasible = np.broadcast_to(np.asarray(r.feasible, bool), index.shape)
+        value = np.broadcast_to(np.asarray(
+            r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total, float), index.shape)
+        value = np.where(feasible, value, np.inf)
+        keep = _best(index, value, self.top_k)
+        return ChunkResult(stop - start, len(index), int(feasible.sum()), index[keep], value[keep])
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    points: int
+    evaluated: int  # structurally valid points run through the estimator
+    feasible: int
+    index: np.ndarray  # the chunk's best points
+    value: np.ndarray
+
+
+def _best(index: np.ndarray, value: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k best finite values, ordered by (value, index)."""
+    finite = np.flatnonzero(np.isfinite(value))
+    order = np.lexsort((index[finite], value[finite]))
+    return finite[order[:k]]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    rank: int
+    index: int
+    strategy: Strategy
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    memory_bytes: float
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    top: tuple[Candidate, ...]
+    points: int  # size of the space
+    evaluated: int  # run through the estimator
+    pruned: int  # rejected by the divisibility masks before evaluation
+    feasible: int
+    elapsed_s: float
+
+    @property
+    def points_per_s(self) -> float:
+        return self.points / self.elapsed_s if self.elapsed_s > 0 else float("inf")
+
+
+Executor = Callable[[Callable[[int, int], ChunkResult], list[tuple[int, int]]], Iterator[ChunkResult]]
+
+
+def serial(fn: Callable[[int, int], ChunkResult], ranges: list[tuple[int, int]]) -> Iterator[ChunkResult]:
+    return (fn(a, b) for a, b in ranges)
+
+
+def process_pool(workers: int | None = None) -> Executor:
+    """Chunks over local processes (results in submission order)."""
+
+    def run(fn: Callable[[int, int], ChunkResult], ranges: list[tuple[int, int]]) -> Iterator[ChunkResult]:
+        with ProcessPoolExecutor(workers) as pool:
+            yield from pool.map(fn, *zip(*ranges, strict=True)) if ranges else iter(())
+
+    return run
+
+
+def search(model: Model, system: System, workload: Training, base: Strategy | None = None,
+           space: StrategySpace | None = None, objective: Objective = Objective.TIME, top_k: int = 10,
+           chunk: int = 65536, executor: Executor = serial,
+           progress: Callable[[Iterable[ChunkResult], int], Iterable[ChunkResult]] | None = None) -> SearchResult:
+    """The top_k strategies of `space` (default: everything valid) for `model` on `system` (all its
+    devices) and `workload`; fields outside the space come from `base`."""
+    base = base or Strategy()
+    axes = resolve_axes(space or StrategySpace(), model, system.devices, system.devices_per_node)
+    problem = Problem(model, system, base, workload, axes, objective, top_k)
+    ranges = [(a, min(a + chunk, axes.size)) for a in range(0, axes.size, chunk)]
+    started = time.perf_counter()
+    results: Iterable[ChunkResult] = executor(problem.evaluate, ranges)
+    if progress is not None:
+        results = progress(results, len(ranges))
+    index, value = np.zeros(0, np.int64), np.zeros(0)
+    evaluated = feasible = 0
+    for part in results:  # running top-k: memory stays bounded by chunk size + k
+        index, value = np.concatenate((index, part.index)), np.concatenate((value, part.value))
+        keep = _best(index, value, top_k)
+        index, value = index[keep], value[keep]
+        evaluated += part.evaluated
+        feasible += part.feasible
+    elapsed = time.perf_counter() - started
+    top = tuple(_candidate(rank, int(i), problem) for rank, i in enumerate(index))
+    return SearchResult(top, axes.size, evaluated, axes.size - evaluated, feasible, elapsed)
+
+
+def _candidate(rank: int, index: int, problem: Problem) -> Candidate:
+    """Re-estimate one winner as a single configuration (its full, explained result)."""
+    strategy = point_strategy(problem.base, problem.axes.point(index))
+    dp = problem.system.devices // (strategy.tp * strategy.cp * strategy.pp)
+    r = estimate_training(ModelArrays.of(problem.model), StrategyArrays.of(strategy, dp),
+                          TrainingArrays.of(problem.workload), problem.system)
+    return Candidate(rank, index, strategy, float(r.step_time_s), float(r.tokens_per_s), float(r.mfu),
+                     float(r.memory_hbm.total))
+
+
+def candidate_row(c: Candidate) -> dict[str, Any]:
+    s = c.strategy
+    return {"rank": c.rank, "tp": s.tp, "pp": s.pp, "cp": s.cp, "vpp": s.vpp, "micro_batch": s.micro_batch,
+            "sequence_parallel": s.sequence_parallel, "recompute": s.recompute.value, "zero": int(s.zero),
+            "overlap": s.overlap.model_dump(), "ep": s.ep, "step_time_s": c.step_time_s,
+            "tokens_per_s": c.tokens_per_s, "mfu": c.mfu, "memory_gib": c.memory_bytes / 2**30}

@@ -1,0 +1,73 @@
+"""Strategy search: the chunked array search finds what estimating every point one by one finds."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from armillary.api import estimate
+from armillary.search.run import Objective, process_pool, search
+from armillary.search.space import StrategySpace, point_strategy, resolve_axes, structurally_valid
+from armillary.specs.arrays import ModelArrays
+from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+from armillary.specs.strategy import Recompute, ZeroStage
+
+MODEL, GPUS = load_model("llama2-7b"), 16
+SYSTEM = load_system("dgx-a100", GPUS)
+BASE = load_strategy({"attention": "flash"})
+
+
+def brute_force(space, workload, objective, k):
+    """Every point through `estimate`, one at a time."""
+    axes = resolve_axes(space, MODEL, GPUS, SYSTEM.devices_per_node)
+    m = ModelArrays.of(MODEL)
+    coded = axes.decode(0, axes.size)
+    valid = structurally_valid(coded, m, GPUS, workload.global_batch)
+    scored = []
+    for i in np.flatnonzero(valid):
+        r = estimate(MODEL, SYSTEM, point_strategy(BASE, axes.point(int(i))), workload)
+        if r.feasible:
+            scored.append((float(r.step_time_s if objective is Objective.TIME else r.memory_hbm.total), int(i)))
+    return sorted(scored)[:k], int(valid.sum())
+
+
+@settings(max_examples=6, deadline=None)
+@given(hs.sampled_from([(1, 2, 4), (2, 8), (1, 4, 8)]), hs.sampled_from([(1, 2), (1, 4), (2,)]),
+       hs.sampled_from([(1,), (1, 2)]), hs.sampled_from([(1, 2), (4,)]),
+       hs.sampled_from([(Recompute.NONE, Recompute.FULL), (Recompute.SELECTIVE,)]),
+       hs.sampled_from([(ZeroStage.NONE, ZeroStage.PARAMETERS), (ZeroStage.OPTIMIZER,)]),
+       hs.sampled_from([Objective.TIME, Objective.MEMORY]), hs.sampled_from([1024, 2048]))
+def test_top_k_equals_brute_force(tp, pp, vpp, mb, recompute, zero, objective, seq):
+    space = StrategySpace(tp=tp, pp=pp, vpp=vpp, micro_batch=mb, recompute=recompute, zero=zero,
+                          overlap_tp=(False,), overlap_param_gather=(True,))
+    workload = load_workload({"seq_len": seq, "global_batch": 32})
+    expected, valid = brute_force(space, workload, objective, 5)
+    result = search(MODEL, SYSTEM, workload, BASE, space, objective, top_k=5, chunk=7)
+    assert result.evaluated == valid and result.pruned == result.points - valid
+    assert [c.index for c in result.top] == [i for _, i in expected]
+    got = [c.step_time_s if objective is Objective.TIME else c.memory_bytes for c in result.top]
+    np.testing.assert_allclose(got, [v for v, _ in expected], rtol=1e-9)
+
+
+def test_process_pool_gives_the_serial_answer():
+    workload = load_workload({"seq_len": 2048, "global_batch": 64})
+    space = StrategySpace(tp=(1, 2, 4, 8), micro_batch=(1, 2))
+    serial = search(MODEL, SYSTEM, workload, BASE, space, top_k=8, chunk=500)
+    pooled = search(MODEL, SYSTEM, workload, BASE, space, top_k=8, chunk=500, executor=process_pool(2))
+    assert [c.index for c in pooled.top] == [c.index for c in serial.top]
+    assert (pooled.evaluated, pooled.feasible) == (serial.evaluated, serial.feasible)
+
+
+def test_the_best_gpt3_strategy_on_64_a100s_is_feasible_and_explained():
+    result = search(load_model("gpt3-175b"), load_system("dgx-a100", 64),
+                    load_workload({"seq_len": 2048, "global_batch": 64}), BASE, top_k=3)
+    assert result.points > 100_000 and result.pruned > 0 and result.feasible > 0
+    best = result.top[0]
+    assert best.strategy.tp * best.strategy.pp * best.strategy.cp <= 64
+    assert best.step_time_s <= result.top[-1].step_time_s
+    assert best.memory_bytes <= load_system("dgx-a100", 64).device.hbm.capacity
+
+
+def test_space_values_are_validated():
+    with pytest.raises(ValueError, match="recompute"):
+        StrategySpace(recompute=("sometimes",))
