@@ -71,3 +71,23 @@ def test_the_best_gpt3_strategy_on_64_a100s_is_feasible_and_explained():
 def test_space_values_are_validated():
     with pytest.raises(ValueError, match="recompute"):
         StrategySpace(recompute=("sometimes",))
+
+
+def test_search_cli(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from armillary.cli import app
+
+    (tmp_path / "space.yaml").write_text("tp: [2, 4]\npp: [1, 2]\nmicro_batch: [1]\n")
+    args = ["search", "--model", "llama2-7b", "--system", "dgx-a100", "--gpus", "16", "--global-batch", "32",
+            "--space", str(tmp_path / "space.yaml"), "--top", "3"]
+    out = CliRunner().invoke(app, [*args, "--json", "--csv", str(tmp_path / "top.csv")])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert len(data["top"]) == 3 and data["points"] == data["evaluated"] + data["pruned"]
+    assert {r["tp"] for r in data["top"]} <= {2, 4} and data["top"][0]["step_time_s"] <= data["top"][2]["step_time_s"]
+    assert len((tmp_path / "top.csv").read_text().splitlines()) == 4
+    bad = CliRunner().invoke(app, [*args, "--objective", "fast"])
+    assert bad.exit_code == 2 and "time or memory" in bad.output

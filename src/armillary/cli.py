@@ -137,6 +137,78 @@ def serve_cmd(
         console.print(table)
 
 
+@app.command("search")
+def search_cmd(
+    model: Annotated[str, typer.Option(help="model preset or file")],
+    system: Annotated[str, typer.Option(help="system preset or file")],
+    gpus: Annotated[int, typer.Option(help="devices to use")],
+    global_batch: Annotated[int, typer.Option(help="samples per iteration")],
+    seq_len: Annotated[int, typer.Option(help="tokens per sample")] = 2048,
+    strategy: Annotated[Path | None, typer.Option(help="base strategy (YAML) for the fields not searched")] = None,
+    space: Annotated[Path | None, typer.Option(help="strategy space (YAML): values per axis")] = None,
+    objective: Annotated[str, typer.Option(help="time or memory")] = "time",
+    top: Annotated[int, typer.Option(help="how many strategies to keep")] = 10,
+    workers: Annotated[int, typer.Option(help="local processes (1 = serial)")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="also save the top strategies as CSV")] = None,
+) -> None:
+    """The fastest (or leanest) parallelization strategies for a model on a system."""
+    from rich.progress import Progress
+
+    from armillary.report.tables import search_table
+    from armillary.search.run import Objective, candidate_row, process_pool, search, serial
+    from armillary.search.space import StrategySpace
+    from armillary.specs.loading import (
+        load_model,
+        load_strategy,
+        load_system,
+        read_spec_file,
+        validate_spec,
+    )
+
+    _writable(csv_out)
+    try:
+        goal = Objective(objective)
+        spec_space = validate_spec(StrategySpace, read_spec_file(space, "space"), "space") if space else None
+        base = load_strategy(read_spec_file(strategy, "strategy") if strategy else {"attention": "flash"})
+        m, sysm = load_model(model), load_system(system, gpus)
+        workload = validate_spec(Training, {"seq_len": seq_len, "global_batch": global_batch}, "workload")
+        with Progress(console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("searching", total=None)
+
+            def tick(parts, total):
+                bar.update(task, total=total)
+                for part in parts:
+                    bar.advance(task)
+                    yield part
+
+            result = search(m, sysm, workload, base, spec_space, goal, top,
+                             executor=process_pool(workers) if workers > 1 else serial, progress=tick)
+    except SpecError as err:
+        _fail(str(err))
+        return
+    except ValueError as err:
+        _fail(f"{err} (objective: time or memory)")
+        return
+    rows = [candidate_row(c) for c in result.top]
+    if csv_out is not None:
+        import csv
+
+        with csv_out.open("w", newline="") as f:
+            out = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["rank"])
+            out.writeheader()
+            out.writerows({**r, "overlap": json.dumps(r["overlap"])} for r in rows)
+    if json_out:
+        summary = {"points": result.points, "evaluated": result.evaluated, "pruned": result.pruned,
+                   "feasible": result.feasible, "elapsed_s": result.elapsed_s, "top": rows}
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        return
+    console.print(search_table(rows, f"{m.name} on {gpus} x {sysm.device.name}: top {len(rows)} by {goal.value}"))
+    console.print(f"{result.points:,} points: {result.pruned:,} pruned by divisibility, {result.evaluated:,} "
+                  f"evaluated, {result.feasible:,} feasible, in {result.elapsed_s:.2f} s "
+                  f"({result.points_per_s:,.0f} points/s)")
+
+
 @app.command("comm-profile")
 def comm_profile_cmd(
     run_file: Annotated[Path, typer.Argument(help="RUN.yaml with model, system, strategy, workload")],
