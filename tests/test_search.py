@@ -58,6 +58,18 @@ def test_process_pool_gives_the_serial_answer():
     assert (pooled.evaluated, pooled.feasible) == (serial.evaluated, serial.feasible)
 
 
+def test_dask_local_cluster_gives_the_serial_answer():
+    from armillary.search.run import dask_cluster
+
+    workload = load_workload({"seq_len": 2048, "global_batch": 64})
+    space = StrategySpace(tp=(1, 2, 4, 8), micro_batch=(1, 2))
+    serial = search(MODEL, SYSTEM, workload, BASE, space, top_k=8, chunk=500)
+    dask = search(MODEL, SYSTEM, workload, BASE, space, top_k=8, chunk=500, executor=dask_cluster("local", 2))
+    assert [c.index for c in dask.top] == [c.index for c in serial.top]
+    assert [c.step_time_s for c in dask.top] == [c.step_time_s for c in serial.top]
+    assert (dask.evaluated, dask.feasible) == (serial.evaluated, serial.feasible)
+
+
 def test_the_best_gpt3_strategy_on_64_a100s_is_feasible_and_explained():
     result = search(load_model("gpt3-175b"), load_system("dgx-a100", 64),
                     load_workload({"seq_len": 2048, "global_batch": 64}), BASE, top_k=3)

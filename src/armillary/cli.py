@@ -148,7 +148,9 @@ def search_cmd(
     space: Annotated[Path | None, typer.Option(help="strategy space (YAML): values per axis")] = None,
     objective: Annotated[str, typer.Option(help="time or memory")] = "time",
     top: Annotated[int, typer.Option(help="how many strategies to keep")] = 10,
-    workers: Annotated[int, typer.Option(help="local processes (1 = serial)")] = 1,
+    workers: Annotated[int, typer.Option(help="local processes (1 = serial), or Dask workers with --dask local")] = 1,
+    dask: Annotated[str | None, typer.Option(help="run the chunks on a Dask cluster: tcp://scheduler:8786, or "
+                                                  "local (a LocalCluster); pip install 'armillary[dask]'")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="also save the top strategies as CSV")] = None,
 ) -> None:
@@ -156,7 +158,7 @@ def search_cmd(
     from rich.progress import Progress
 
     from armillary.report.tables import search_table
-    from armillary.search.run import Objective, candidate_row, process_pool, search, serial
+    from armillary.search.run import Objective, candidate_row, dask_cluster, process_pool, search, serial
     from armillary.search.space import StrategySpace
     from armillary.specs.loading import (
         load_model,
@@ -182,8 +184,9 @@ def search_cmd(
                     bar.advance(task)
                     yield part
 
-            result = search(m, sysm, workload, base, spec_space, goal, top,
-                             executor=process_pool(workers) if workers > 1 else serial, progress=tick)
+            executor = (dask_cluster(dask, max(workers, 2)) if dask else process_pool(workers) if workers > 1
+                        else serial)
+            result = search(m, sysm, workload, base, spec_space, goal, top, executor=executor, progress=tick)
     except SpecError as err:
         _fail(str(err))
         return

@@ -23,6 +23,7 @@ from armillary.search.space import (
     structurally_valid,
 )
 from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.specs.loading import SpecError
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
@@ -119,6 +120,30 @@ def process_pool(workers: int | None = None) -> Executor:
     def run(fn: Callable[[int, int], ChunkResult], ranges: list[tuple[int, int]]) -> Iterator[ChunkResult]:
         with ProcessPoolExecutor(workers) as pool:
             yield from pool.map(fn, *zip(*ranges, strict=True)) if ranges else iter(())
+
+    return run
+
+
+def dask_cluster(address: str = "local", workers: int = 2) -> Executor:
+    """Chunks over a Dask cluster: a scheduler address (tcp://host:8786), or "local" for a LocalCluster of
+    `workers` processes started for the search and closed after it. Needs the optional `dask` extra."""
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:  # pragma: no cover - depends on the installation
+        raise SpecError("the Dask executor needs dask[distributed]: pip install 'armillary[dask]'") from None
+
+    def run(fn: Callable[[int, int], ChunkResult], ranges: list[tuple[int, int]]) -> Iterator[ChunkResult]:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None) if address == "local" else None
+        client = Client(cluster if cluster is not None else address)
+        try:
+            futures = client.map(fn, *zip(*ranges, strict=True), pure=False) if ranges else []
+            for future in as_completed(futures):  # any order: the top-k merge does not depend on it
+                yield future.result()
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
 
     return run
 
