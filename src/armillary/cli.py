@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,6 +16,9 @@ from armillary.estimate.inference_result import InferenceEstimate
 from armillary.presets.registry import KINDS, preset_names
 from armillary.specs.loading import SpecError
 from armillary.specs.workload import Inference, Training
+
+if TYPE_CHECKING:
+    from armillary.search.systems import CoDesignResult
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Predict time, memory and traffic of LLM training and inference on large systems.")
@@ -145,7 +148,10 @@ def search_cmd(
     global_batch: Annotated[int, typer.Option(help="samples per iteration")],
     seq_len: Annotated[int, typer.Option(help="tokens per sample")] = 2048,
     strategy: Annotated[Path | None, typer.Option(help="base strategy (YAML) for the fields not searched")] = None,
-    space: Annotated[Path | None, typer.Option(help="strategy space (YAML): values per axis")] = None,
+    strategies: Annotated[Path | None, typer.Option(help="strategy space (YAML): values per axis")] = None,
+    space: Annotated[Path | None, typer.Option(help="system space (YAML): GPU counts, memory, bandwidths, "
+                                                    "prices, power; the best strategy of each system")] = None,
+    pareto: Annotated[Path | None, typer.Option(help="with --space: draw the time / cost front (PNG)")] = None,
     objective: Annotated[str, typer.Option(help="time or memory")] = "time",
     top: Annotated[int, typer.Option(help="how many strategies to keep")] = 10,
     workers: Annotated[int, typer.Option(help="local processes (1 = serial), or Dask workers with --dask local")] = 1,
@@ -169,9 +175,11 @@ def search_cmd(
     )
 
     _writable(csv_out)
+    _writable(pareto)
     try:
         goal = Objective(objective)
-        spec_space = validate_spec(StrategySpace, read_spec_file(space, "space"), "space") if space else None
+        spec_space = (validate_spec(StrategySpace, read_spec_file(strategies, "strategies"), "strategies")
+                      if strategies else None)
         base = load_strategy(read_spec_file(strategy, "strategy") if strategy else {"attention": "flash"})
         m, sysm = load_model(model), load_system(system, gpus)
         workload = validate_spec(Training, {"seq_len": seq_len, "global_batch": global_batch}, "workload")
@@ -186,6 +194,13 @@ def search_cmd(
 
             executor = (dask_cluster(dask, max(workers, 2)) if dask else process_pool(workers) if workers > 1
                         else serial)
+            if space is not None:
+                from armillary.search.systems import SystemSpace, codesign
+
+                systems = validate_spec(SystemSpace, read_spec_file(space, "space"), "space")
+                designs = codesign(m, sysm, workload, systems, base, spec_space, executor)
+                _print_codesign(designs, json_out, pareto, f"{m.name}: best strategy per system")
+                return
             result = search(m, sysm, workload, base, spec_space, goal, top, executor=executor, progress=tick)
     except SpecError as err:
         _fail(str(err))
@@ -210,6 +225,28 @@ def search_cmd(
     console.print(f"{result.points:,} points: {result.pruned:,} pruned by divisibility, {result.evaluated:,} "
                   f"evaluated, {result.feasible:,} feasible, in {result.elapsed_s:.2f} s "
                   f"({result.points_per_s:,.0f} points/s)")
+
+
+def _print_codesign(designs: CoDesignResult, json_out: bool, pareto: Path | None, title: str) -> None:
+    from armillary.report.tables import codesign_table
+    from armillary.search.run import candidate_row
+
+    rows = [{**{k: (v / 2**30 if "capacity" in k else v / 1e9 if "bandwidth" in k else v)
+                for k, v in p.values.items() if v is not None},
+             "cost_usd": p.cost, "power_w": p.power, "step_time_s": p.step_time_s, "pareto": i in designs.pareto,
+             "strategy": candidate_row(p.best) if p.best else None} for i, p in enumerate(designs.points)]
+    if pareto is not None:
+        from armillary.report.plots import pareto_plot
+
+        pareto_plot([(r["step_time_s"], r["cost_usd"], r["pareto"],
+                      f"{r['gpus']} GPUs, {r['hbm_capacity']:.0f} GiB") for r in rows if r["strategy"]], pareto)
+    if json_out:
+        sys.stdout.write(json.dumps({"systems": rows, "strategies_evaluated": designs.strategies_evaluated},
+                                    indent=2, default=str) + "\n")
+        return
+    console.print(codesign_table(rows, title))
+    console.print(f"{len(rows)} systems, {designs.strategies_evaluated:,} strategies evaluated; "
+                  f"{len(designs.pareto)} on the time / cost / power front (*)")
 
 
 @app.command("comm-profile")

@@ -68,3 +68,28 @@ def message_size_histogram(calls: tuple[CommCall, ...], path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def pareto_plot(points: list[tuple[float, float, bool, str]], path: Path) -> Path:
+    """Step time against cost of each system (its best strategy), the Pareto front joined and labelled;
+    `points` are (step time s, cost $, on the front, label)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.scatter([c / 1e6 for _, c, _, _ in points], [t for t, _, _, _ in points], s=14, color="grey",
+               label="systems (best strategy each)")
+    front = sorted((c / 1e6, t, label) for t, c, on, label in points if on)
+    ax.plot([c for c, _, _ in front], [t for _, t, _ in front], "o-", color="C3", label="Pareto front")
+    for c, t, label in front:
+        ax.annotate(label, (c, t), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xlabel("capital cost [M$]")
+    ax.set_ylabel("step time [s]")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path

@@ -122,6 +122,21 @@ def search_table(rows: list[dict], title: str) -> Table:
     return table
 
 
+def codesign_table(rows: list[dict], title: str) -> Table:
+    table = Table(title=title)
+    for c in ("", "GPUs", "HBM GiB", "tier 2 GiB", "scale-up GB/s", "scale-out GB/s", "per node", "best tp/pp/vpp/mb",
+              "step s", "cost M$", "power kW"):
+        table.add_column(c, justify="right")
+    for r in sorted(rows, key=lambda r: r["step_time_s"]):
+        st = r["strategy"]
+        table.add_row("*" if r["pareto"] else "", str(r["gpus"]), f"{r['hbm_capacity']:.0f}",
+                      f"{r.get('tier2_capacity', 0):.0f}", f"{r['scale_up_bandwidth']:.0f}",
+                      f"{r['scale_out_bandwidth']:.0f}", str(r["devices_per_node"]),
+                      f"{st['tp']}/{st['pp']}/{st['vpp']}/{st['micro_batch']}" if st else "nothing fits",
+                      f"{r['step_time_s']:.4g}", f"{r['cost_usd'] / 1e6:.2f}", f"{r['power_w'] / 1e3:.0f}")
+    return table
+
+
 def validation_tables(results: list[RowResult], summary: list[GroupSummary]) -> list[Table]:
     rows = Table(title="Validation: predicted vs measured")
     for c in ("id", "metric", "measured", "predicted", "error"):

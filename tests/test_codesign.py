@@ -1,0 +1,72 @@
+"""Co-design: system variants, the cost and power models, the Pareto front, the search over systems."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from armillary.cli import app
+from armillary.search.space import StrategySpace
+from armillary.search.systems import SystemSpace, capital_cost, codesign, pareto_front, power_draw, system_variant
+from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
+
+PRICES = {"device": 10000, "hbm_per_gib": 100, "tier2_per_gib": 5, "scale_out_per_gbps": 20}
+
+
+def test_pareto_front_by_hand():
+    points = np.array([[1, 9, 1], [2, 5, 1], [3, 5, 1], [4, 1, 1], [5, 1, 2], [np.inf, 0, 0]], float)
+    # (3, 5) is dominated by (2, 5); (5, 1, 2) by (4, 1, 1); the infeasible point never counts
+    assert pareto_front(points).tolist() == [0, 1, 3]
+
+
+def test_system_variant_and_its_cost_and_power():
+    base = load_system("dgx-a100", 8)
+    variant = system_variant(base, {"gpus": 64, "hbm_capacity": 40 * 2**30, "hbm_bandwidth": 2e12,
+                                    "tier2_capacity": 512e9, "tier2_bandwidth": 32e9,
+                                    "scale_up_bandwidth": 450e9, "scale_out_bandwidth": 50e9, "devices_per_node": 4})
+    assert variant.devices == 64 and variant.devices_per_node == 4 and variant.nodes == 16
+    assert variant.device.hbm.capacity == 40 * 2**30 and variant.scale_out.bandwidth == 50e9
+    space = SystemSpace.model_validate({"gpus": [64], "prices": PRICES, "power": {"hbm_per_gib": 0.5}})
+    per_device = 10000 + 100 * 40 + 5 * 512e9 / 2**30 + 20 * 50
+    assert capital_cost(variant, space.prices) == pytest.approx(64 * per_device)
+    assert power_draw(variant, space.power) == pytest.approx(64 * (base.device.power + 0.5 * 40))
+
+
+def test_codesign_more_gpus_is_faster_and_costs_more():
+    space = SystemSpace.model_validate({"gpus": [16, 32], "hbm_capacity": ["40 GiB", "80 GiB"], "prices": PRICES})
+    strategies = StrategySpace(tp=(1, 2, 4, 8), micro_batch=(1, 2))
+    r = codesign(load_model("llama2-7b"), load_system("dgx-a100", 8), load_workload(
+        {"seq_len": 2048, "global_batch": 64}), space, load_strategy({"attention": "flash"}), strategies)
+    assert len(r.points) == 4 and r.pareto
+    by = {(p.values["gpus"], p.values["hbm_capacity"] / 2**30): p for p in r.points}
+    assert by[(32, 80)].step_time_s < by[(16, 80)].step_time_s and by[(32, 80)].cost > by[(16, 80)].cost
+    assert by[(16, 80)].step_time_s <= by[(16, 40)].step_time_s  # more memory never hurts the best strategy
+    front = [r.points[i] for i in r.pareto]
+    for p in r.points:  # every system off the front is matched or beaten on all objectives by one on it
+        assert p in front or any(q.step_time_s <= p.step_time_s and q.cost <= p.cost and q.power <= p.power
+                                 for q in front)
+
+
+def test_a_tier2_size_needs_a_device_with_a_second_tier():
+    tpu = load_system("tpu-v4-pod-slice")
+    if tpu.device.second_tier is not None:
+        pytest.skip("the TPU preset has a second tier")
+    with pytest.raises(SpecError, match="tier2_capacity"):
+        system_variant(tpu, {"gpus": tpu.devices, "hbm_capacity": 1e9, "hbm_bandwidth": 1e12, "tier2_capacity": 1e9,
+                             "tier2_bandwidth": 1e9, "scale_up_bandwidth": 1e9, "scale_out_bandwidth": 1e9,
+                             "devices_per_node": tpu.devices_per_node})
+
+
+def test_search_cli_over_a_system_space(tmp_path):
+    (tmp_path / "space.yaml").write_text("gpus: [16, 32]\nprices: {device: 10000, hbm_per_gib: 100}\n")
+    (tmp_path / "strategies.yaml").write_text("tp: [2, 4]\nmicro_batch: [1]\n")
+    args = ["search", "--model", "llama2-7b", "--system", "dgx-a100", "--gpus", "8", "--global-batch", "64",
+            "--space", str(tmp_path / "space.yaml"), "--strategies", str(tmp_path / "strategies.yaml")]
+    out = CliRunner().invoke(app, [*args, "--json", "--pareto", str(tmp_path / "front.png")])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert [s["gpus"] for s in data["systems"]] == [16, 32] and any(s["pareto"] for s in data["systems"])
+    assert (tmp_path / "front.png").stat().st_size > 10_000
+    missing = CliRunner().invoke(app, [*args[:-4], "--space", str(tmp_path / "strategies.yaml")])
+    assert missing.exit_code == 2 and "space" in missing.output
