@@ -1,5 +1,7 @@
 """Strategy search: the chunked array search finds what estimating every point one by one finds."""
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -49,6 +51,22 @@ def test_top_k_equals_brute_force(tp, pp, vpp, mb, recompute, zero, objective, s
     np.testing.assert_allclose(got, [v for v, _ in expected], rtol=1e-9)
 
 
+@pytest.mark.parametrize("target", [1, 7, 100, 1000, 10**9])
+def test_blocks_cover_the_space_and_decode_as_outer_products(target):
+    axes = resolve_axes(StrategySpace(cp=(1, 2, 4), micro_batch=(1, 2, 4, 8, 16)), load_model("gpt3-175b"), 64, 8)
+    assert axes.pruned > 0 and axes.size < axes.size + axes.pruned
+    ranges = axes.blocks(target)
+    assert ranges[0][0] == 0 and ranges[-1][1] == axes.size
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    assert max(b - a for a, b in ranges) <= max(target, 4)  # at least one step of the split axis
+    for a, b in (*ranges[:3], *ranges[-2:], ranges[len(ranges) // 2]):
+        block = axes.block(a, b)
+        shape = np.broadcast_shapes(*(np.shape(v) for v in block.values()))
+        points = axes.decode(a, b)
+        for name, values in points.items():
+            np.testing.assert_array_equal(np.broadcast_to(block[name], shape).ravel(), values)
+
+
 def test_process_pool_gives_the_serial_answer():
     workload = load_workload({"seq_len": 2048, "global_batch": 64})
     space = StrategySpace(tp=(1, 2, 4, 8), micro_batch=(1, 2))
@@ -94,7 +112,7 @@ def test_search_cli(tmp_path):
 
     (tmp_path / "space.yaml").write_text("tp: [2, 4]\npp: [1, 2]\nmicro_batch: [1]\n")
     args = ["search", "--model", "llama2-7b", "--system", "dgx-a100", "--gpus", "16", "--global-batch", "32",
-            "--space", str(tmp_path / "space.yaml"), "--top", "3"]
+            "--strategies", str(tmp_path / "space.yaml"), "--top", "3"]
     out = CliRunner().invoke(app, [*args, "--json", "--csv", str(tmp_path / "top.csv")])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)

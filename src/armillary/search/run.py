@@ -48,22 +48,24 @@ class Problem:
     top_k: int
 
     def evaluate(self, start: int, stop: int) -> ChunkResult:
+        """One block of points (`Axes.block`): evaluated as an outer product of its trailing axes, so each
+        quantity is computed once per combination of the axes it depends on; divisibility and memory
+        are masks on the result."""
         m = ModelArrays.of(self.model)
         gpus = self.system.devices
-        coded = self.axes.decode(start, stop)
-        valid = structurally_valid(coded, m, gpus, self.workload.global_batch)
-        index = np.arange(start, stop, dtype=np.int64)[valid]
-        if not len(index):
-            return ChunkResult(stop - start, 0, 0, np.zeros(0, np.int64), np.zeros(0))
-        chunk = {k: v[valid] for k, v in coded.items()}
-        st = chunk_strategy(StrategyArrays.of(self.base, 1), chunk, gpus, self.base.expert_tp is None)
-        r = estimate_training(m, st, TrainingArrays.of(self.workload), self.system)
-        feasible = np.broadcast_to(np.asarray(r.feasible, bool), index.shape)
+        coded = self.axes.block(start, stop)
+        shape = np.broadcast_shapes(*(np.shape(v) for v in coded.values()))
+        st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None)
+        with np.errstate(all="ignore"):  # invalid points (masked below) may divide by zero
+            r = estimate_training(m, st, TrainingArrays.of(self.workload), self.system)
+        valid = np.broadcast_to(structurally_valid(coded, m, gpus, self.workload.global_batch), shape).ravel()
+        feasible = valid & np.broadcast_to(np.asarray(r.feasible, bool), shape).ravel()
         value = np.broadcast_to(np.asarray(
-            r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total, float), index.shape)
+            r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total, float), shape).ravel()
         value = np.where(feasible, value, np.inf)
+        index = np.arange(start, stop, dtype=np.int64)
         keep = _best(index, value, self.top_k)
-        return ChunkResult(stop - start, len(index), int(feasible.sum()), index[keep], value[keep])
+        return ChunkResult(stop - start, int(valid.sum()), int(feasible.sum()), index[keep], value[keep])
 
 
 @dataclass(frozen=True)
@@ -96,9 +98,9 @@ class Candidate:
 @dataclass(frozen=True)
 class SearchResult:
     top: tuple[Candidate, ...]
-    points: int  # size of the space
-    evaluated: int  # run through the estimator
-    pruned: int  # rejected by the divisibility masks before evaluation
+    points: int  # size of the space (the product of the axes)
+    evaluated: int  # structurally valid points, run through the estimator
+    pruned: int  # left out because degrees do not divide: whole layouts before indexing, the rest by mask
     feasible: int
     elapsed_s: float
 
@@ -150,14 +152,14 @@ def dask_cluster(address: str = "local", workers: int = 2) -> Executor:
 
 def search(model: Model, system: System, workload: Training, base: Strategy | None = None,
            space: StrategySpace | None = None, objective: Objective = Objective.TIME, top_k: int = 10,
-           chunk: int = 65536, executor: Executor = serial,
+           chunk: int = 262144, executor: Executor = serial,
            progress: Callable[[Iterable[ChunkResult], int], Iterable[ChunkResult]] | None = None) -> SearchResult:
     """The top_k strategies of `space` (default: everything valid) for `model` on `system` (all its
     devices) and `workload`; fields outside the space come from `base`."""
     base = base or Strategy()
     axes = resolve_axes(space or StrategySpace(), model, system.devices, system.devices_per_node)
     problem = Problem(model, system, base, workload, axes, objective, top_k)
-    ranges = [(a, min(a + chunk, axes.size)) for a in range(0, axes.size, chunk)]
+    ranges = axes.blocks(chunk)
     started = time.perf_counter()
     results: Iterable[ChunkResult] = executor(problem.evaluate, ranges)
     if progress is not None:
@@ -172,7 +174,8 @@ def search(model: Model, system: System, workload: Training, base: Strategy | No
         feasible += part.feasible
     elapsed = time.perf_counter() - started
     top = tuple(_candidate(rank, int(i), problem) for rank, i in enumerate(index))
-    return SearchResult(top, axes.size, evaluated, axes.size - evaluated, feasible, elapsed)
+    return SearchResult(top, axes.size + axes.pruned, evaluated, axes.size + axes.pruned - evaluated, feasible,
+                        elapsed)
 
 
 def _candidate(rank: int, index: int, problem: Problem) -> Candidate:

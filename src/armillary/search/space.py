@@ -6,6 +6,7 @@ space can be materialized as arrays without the rest, and any point rebuilt as a
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,9 +39,10 @@ class StrategySpace(Spec):
     ep: tuple[PositiveInt, ...] = (1,)
 
 
-# axis name -> StrategyArrays field it sets (and how a value is coded)
-_AXES = ("tp", "pp", "cp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "overlap_dp",
-         "overlap_tp", "overlap_param_gather", "offload_optimizer", "offload_activations", "ep")
+# axes in index order (the last varies fastest); the first is compound: the model-parallel layout
+_LAYOUT = ("tp", "pp", "cp", "vpp")
+_AXES = ("micro_batch", "sequence_parallel", "recompute", "zero", "overlap_dp", "overlap_tp",
+         "overlap_param_gather", "offload_optimizer", "offload_activations", "ep")
 
 
 def _code(axis: str, value: Any) -> float:
@@ -51,31 +53,75 @@ def _code(axis: str, value: Any) -> float:
 
 @dataclass(frozen=True)
 class Axes:
-    """The resolved axes of one search: names and coded values, in index order."""
+    """The resolved axes of one search, in index order. An axis sets one or more strategy fields (`names`):
+    its values are rows of coded field values (as StrategyArrays stores them) and of spec values (for
+    rebuilding a Strategy)."""
 
-    names: tuple[str, ...]
-    values: tuple[np.ndarray, ...]  # coded as StrategyArrays stores them
-    labels: tuple[tuple[Any, ...], ...]  # the spec values, for rebuilding a Strategy
+    names: tuple[tuple[str, ...], ...]
+    values: tuple[np.ndarray, ...]  # per axis: (choices x fields), coded
+    labels: tuple[tuple[tuple[Any, ...], ...], ...]  # per axis: choices of spec values
+    pruned: int = 0  # points of the full product left out before indexing (layouts whose degrees do not divide)
 
     @property
     def size(self) -> int:
         return int(np.prod([len(v) for v in self.values], dtype=np.int64))
 
     def decode(self, start: int, stop: int) -> dict[str, np.ndarray]:
-        """Coded axis values of the points start..stop-1."""
+        """Coded field values of the points start..stop-1."""
         index = np.arange(start, stop, dtype=np.int64)
         out: dict[str, np.ndarray] = {}
-        for name, vals in zip(reversed(self.names), reversed(self.values), strict=True):
+        for names, vals in zip(reversed(self.names), reversed(self.values), strict=True):
             index, digit = np.divmod(index, len(vals))
-            out[name] = vals[digit]
+            out.update({name: vals[digit, k] for k, name in enumerate(names)})
+        return out
+
+    def _inner(self, target: int) -> tuple[int, int]:
+        """(axis split by blocks, points per step of it): the trailing axes after the split axis fit in
+        `target` whole; the split axis is cut into runs so that a block stays within `target`."""
+        count = 1
+        for i in range(len(self.values) - 1, -1, -1):
+            if count * len(self.values[i]) > target:
+                return i, count
+            count *= len(self.values[i])
+        return 0, count // len(self.values[0])
+
+    def blocks(self, target: int) -> list[tuple[int, int]]:
+        """Contiguous index ranges of at most `target` points (at least one step of the split axis), each
+        an outer product of axis slices (`block`)."""
+        axis, count = self._inner(target)
+        run = max(1, target // count) * count
+        span = len(self.values[axis]) * count  # one pass over the split axis
+        return [(a, min(a + run, (a // span + 1) * span)) for outer in range(0, self.size, span)
+                for a in range(outer, outer + span, run)]
+
+    def block(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Coded field values of the points start..stop-1 (a range from `blocks`) as an outer product: the
+        leading axes as scalars, the split axis as its slice and each trailing axis as an array, each
+        along its own dimension, so that what depends on few axes is computed once per combination of
+        them (numpy broadcasting); C-order flattening gives the points in index order."""
+        axis, count = 0, 1
+        for i in range(len(self.values) - 1, -1, -1):  # the innermost axis the range does not cover whole
+            axis = i
+            if stop - start <= count * len(self.values[i]):
+                break
+            count *= len(self.values[i])
+        first = (start // count) % len(self.values[axis])
+        steps = (stop - start) // count
+        dims = list(range(axis, len(self.values)))
+        out = {name: value[0] for name, value in self.decode(start, start + 1).items()}
+        for dim, i in enumerate(dims):
+            shape = [1] * len(dims)
+            rows = self.values[i][first:first + steps] if i == axis else self.values[i]
+            shape[dim] = len(rows)
+            out.update({name: rows[:, k].reshape(shape) for k, name in enumerate(self.names[i])})
         return out
 
     def point(self, index: int) -> dict[str, Any]:
         """Spec values of one point."""
         out: dict[str, Any] = {}
-        for name, labels in zip(reversed(self.names), reversed(self.labels), strict=True):
+        for names, labels in zip(reversed(self.names), reversed(self.labels), strict=True):
             index, digit = divmod(index, len(labels))
-            out[name] = labels[digit]
+            out.update(zip(names, labels[digit], strict=True))
         return out
 
 
@@ -84,12 +130,22 @@ def _divisors(n: int, limit: int) -> tuple[int, ...]:
 
 
 def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node: int) -> Axes:
-    tp = space.tp or tuple(t for t in (1, 2, 4, 8, 16, 32, 64) if t <= devices_per_node and t <= gpus)
-    pp = space.pp or _divisors(model.layers, gpus)
-    chosen = {**{a: getattr(space, a) for a in _AXES}, "tp": tp, "pp": pp}
-    labels = tuple(tuple(chosen[a]) for a in _AXES)
-    return Axes(_AXES, tuple(np.array([_code(a, v) for v in vals]) for a, vals in zip(_AXES, labels, strict=True)),
-                labels)
+    """The axes of `space`; the (tp, pp, cp, vpp) layouts whose degrees cannot divide (tp x cp x pp | GPUs,
+    heads % tp, pp x vpp | layers, vpp > 1 only with pp > 1) are left out before indexing: an exact
+    pruning of whole sub-spaces, counted in `pruned`."""
+    tps = space.tp or tuple(t for t in (1, 2, 4, 8, 16, 32, 64) if t <= devices_per_node and t <= gpus)
+    pps = space.pp or _divisors(model.layers, gpus)
+    every = list(itertools.product(tps, pps, space.cp, space.vpp))
+    layouts = [(t, p, c, v) for t, p, c, v in every if gpus % (t * p * c) == 0 and model.heads % t == 0
+               and (v == 1 or (p > 1 and model.layers % (p * v) == 0))]
+    others = [tuple((value,) for value in getattr(space, a)) for a in _AXES]
+    labels = (tuple(layouts), *others)
+    names = (_LAYOUT, *((a,) for a in _AXES))
+    values = tuple(np.array([[_code(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
+                            dtype=float).reshape(len(rows), len(axis_names))
+                   for axis_names, rows in zip(names, labels, strict=True))
+    rest = int(np.prod([len(o) for o in others], dtype=np.int64))
+    return Axes(names, values, labels, pruned=(len(every) - len(layouts)) * rest)
 
 
 def structurally_valid(c: dict[str, np.ndarray], m: ModelArrays, gpus: int, global_batch: int) -> np.ndarray:
@@ -99,11 +155,11 @@ def structurally_valid(c: dict[str, np.ndarray], m: ModelArrays, gpus: int, glob
     model_parallel = c["tp"] * c["cp"] * c["pp"]
     dp = gpus / model_parallel
     ok = (np.mod(gpus, model_parallel) == 0) & (np.mod(m.heads, c["tp"]) == 0)
-    ok &= np.where(c["vpp"] > 1, (c["pp"] > 1) & (np.mod(m.layers, c["pp"] * c["vpp"]) == 0), True)
-    ok &= (c["sequence_parallel"] == 0) | (c["tp"] > 1)
-    ok &= np.mod(global_batch, np.maximum(dp, 1) * c["micro_batch"]) == 0
+    ok = ok & np.where(c["vpp"] > 1, (c["pp"] > 1) & (np.mod(m.layers, c["pp"] * c["vpp"]) == 0), True)
+    ok = ok & ((c["sequence_parallel"] == 0) | (c["tp"] > 1))
+    ok = ok & (np.mod(global_batch, np.maximum(dp, 1) * c["micro_batch"]) == 0)
     experts = float(m.experts)
-    ok &= np.where(c["ep"] > 1, (experts > 0) & (np.mod(experts, c["ep"]) == 0)
+    ok = ok & np.where(c["ep"] > 1, (experts > 0) & (np.mod(experts, c["ep"]) == 0)
                    & (np.mod(np.maximum(dp, 1) * c["cp"] * c["tp"], c["ep"]) == 0), True)
     return np.asarray(ok)
 

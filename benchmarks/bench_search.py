@@ -1,0 +1,53 @@
+"""Speed and memory of the strategy search and of the co-design study.
+
+Run: python benchmarks/bench_search.py   (target: >= 1,000,000 evaluated configurations per second per core
+on the GPT-3 175B / 64-GPU strategy space; Calculon: 134 per CPU-second, 1.3k with logging silenced)
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from armillary.search.run import search
+from armillary.search.space import StrategySpace
+from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+
+ROOT = Path(__file__).parent.parent
+
+
+def timed(label: str, model: str, gpus: int, global_batch: int, space: StrategySpace | None = None) -> None:
+    m, system = load_model(model), load_system("dgx-a100", gpus)
+    workload = load_workload({"seq_len": 2048, "global_batch": global_batch})
+    base = load_strategy({"attention": "flash"})
+    search(m, system, workload, base, space)  # warm the caches (presets, efficiency curves)
+    runs = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        r = search(m, system, workload, base, space)
+        runs.append(time.perf_counter() - t0)
+    best = min(runs)
+    print(f"{label}: {r.points:,} points ({r.pruned:,} masked by divisibility), {r.evaluated:,} evaluated, "
+          f"{best:.3f} s -> {r.points / best:,.0f} points/s, {r.evaluated / best:,.0f} evaluated/s (one core)")
+
+
+def main() -> None:
+    timed("GPT-3 175B, 64 A100", "gpt3-175b", 64, 64)
+    wide = StrategySpace(cp=(1, 2, 4), micro_batch=(1, 2, 4, 8, 16), offload_optimizer=(False, True),
+                         offload_activations=(False, True))
+    timed("GPT-3 175B, 64 A100, wide space (cp, offload, mb 16)", "gpt3-175b", 64, 64, wide)
+    timed("Megatron 1T, 4,096 A100", "megatron-1t", 4096, 3072)
+    print(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "armillary.cli", "search", "--model", "megatron-1t", "--system", "dgx-a100",
+                    "--gpus", "8", "--global-batch", "3072", "--space", str(ROOT / "examples/codesign-megatron-1t-space.yaml"),
+                    "--strategies", str(ROOT / "examples/codesign-strategies.yaml"), "--json"], check=True,
+                   capture_output=True)
+    print(f"co-design example (18 systems), end to end: {time.perf_counter() - t0:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
