@@ -11,7 +11,7 @@ from armillary.api import estimate
 from armillary.search.run import Objective, process_pool, search
 from armillary.search.space import StrategySpace, point_strategy, resolve_axes, structurally_valid
 from armillary.specs.arrays import ModelArrays
-from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
 from armillary.specs.strategy import Recompute, ZeroStage
 
 MODEL, GPUS = load_model("llama2-7b"), 16
@@ -86,6 +86,38 @@ def test_dask_local_cluster_gives_the_serial_answer():
     assert [c.index for c in dask.top] == [c.index for c in serial.top]
     assert [c.step_time_s for c in dask.top] == [c.step_time_s for c in serial.top]
     assert (dask.evaluated, dask.feasible) == (serial.evaluated, serial.feasible)
+
+
+def test_an_interrupted_search_resumes_from_its_checkpoint(tmp_path):
+    workload = load_workload({"seq_len": 2048, "global_batch": 64})
+    space = StrategySpace(tp=(1, 2, 4, 8), micro_batch=(1, 2))
+    whole = search(MODEL, SYSTEM, workload, BASE, space, top_k=6, chunk=300)
+    checkpoint = tmp_path / "search.ckpt"
+
+    def stop_after_two(parts, total):
+        for n, part in enumerate(parts):
+            if n == 2:
+                raise KeyboardInterrupt
+            yield part
+
+    with pytest.raises(KeyboardInterrupt):
+        search(MODEL, SYSTEM, workload, BASE, space, top_k=6, chunk=300, progress=stop_after_two,
+               checkpoint=checkpoint)
+    with checkpoint.open("a") as f:
+        f.write('{"start": 9')  # a block cut mid-line by the interruption
+    ran = []
+
+    def counting(fn, ranges):
+        ran.extend(ranges)
+        return (fn(a, b) for a, b in ranges)
+
+    resumed = search(MODEL, SYSTEM, workload, BASE, space, top_k=6, chunk=300, executor=counting,
+                     checkpoint=checkpoint)
+    assert [c.index for c in resumed.top] == [c.index for c in whole.top]
+    assert (resumed.evaluated, resumed.feasible) == (whole.evaluated, whole.feasible)
+    assert len(ran) == len(resolve_axes(space, MODEL, GPUS, 8).blocks(300)) - 2  # two blocks were kept
+    with pytest.raises(SpecError, match="another search"):
+        search(MODEL, SYSTEM, workload, BASE, space, top_k=5, chunk=300, checkpoint=checkpoint)
 
 
 def test_the_best_gpt3_strategy_on_64_a100s_is_feasible_and_explained():

@@ -159,6 +159,8 @@ def search_cmd(
                                                   "local (a LocalCluster); pip install 'armillary[dask]'")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="also save the top strategies as CSV")] = None,
+    resume: Annotated[Path | None, typer.Option(help="checkpoint file: finished blocks are appended, and a rerun "
+                                                     "of the same search skips them")] = None,
 ) -> None:
     """The fastest (or leanest) parallelization strategies for a model on a system."""
     from rich.progress import Progress
@@ -176,6 +178,7 @@ def search_cmd(
 
     _writable(csv_out)
     _writable(pareto)
+    _writable(resume)
     try:
         goal = Objective(objective)
         spec_space = (validate_spec(StrategySpace, read_spec_file(strategies, "strategies"), "strategies")
@@ -201,7 +204,8 @@ def search_cmd(
                 designs = codesign(m, sysm, workload, systems, base, spec_space, executor)
                 _print_codesign(designs, json_out, pareto, f"{m.name}: best strategy per system")
                 return
-            result = search(m, sysm, workload, base, spec_space, goal, top, executor=executor, progress=tick)
+            result = search(m, sysm, workload, base, spec_space, goal, top, executor=executor, progress=tick,
+                            checkpoint=resume)
     except SpecError as err:
         _fail(str(err))
         return

@@ -4,11 +4,15 @@ depend on which one did (ties break by point index)."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,11 +69,13 @@ class Problem:
         value = np.where(feasible, value, np.inf)
         index = np.arange(start, stop, dtype=np.int64)
         keep = _best(index, value, self.top_k)
-        return ChunkResult(stop - start, int(valid.sum()), int(feasible.sum()), index[keep], value[keep])
+        return ChunkResult(start, stop, stop - start, int(valid.sum()), int(feasible.sum()), index[keep], value[keep])
 
 
 @dataclass(frozen=True)
 class ChunkResult:
+    start: int
+    stop: int
     points: int
     evaluated: int  # structurally valid points run through the estimator
     feasible: int
@@ -153,29 +159,80 @@ def dask_cluster(address: str = "local", workers: int = 2) -> Executor:
 def search(model: Model, system: System, workload: Training, base: Strategy | None = None,
            space: StrategySpace | None = None, objective: Objective = Objective.TIME, top_k: int = 10,
            chunk: int = 262144, executor: Executor = serial,
-           progress: Callable[[Iterable[ChunkResult], int], Iterable[ChunkResult]] | None = None) -> SearchResult:
+           progress: Callable[[Iterable[ChunkResult], int], Iterable[ChunkResult]] | None = None,
+           checkpoint: Path | None = None) -> SearchResult:
     """The top_k strategies of `space` (default: everything valid) for `model` on `system` (all its
-    devices) and `workload`; fields outside the space come from `base`."""
+    devices) and `workload`; fields outside the space come from `base`. With `checkpoint`, every finished
+    block is appended to that file and a rerun of the same search skips the blocks it holds (resume after
+    an interruption; the answer is the same)."""
     base = base or Strategy()
     axes = resolve_axes(space or StrategySpace(), model, system.devices, system.devices_per_node)
     problem = Problem(model, system, base, workload, axes, objective, top_k)
     ranges = axes.blocks(chunk)
     started = time.perf_counter()
-    results: Iterable[ChunkResult] = executor(problem.evaluate, ranges)
+    done = _resume(checkpoint, problem, chunk) if checkpoint is not None else []
+    finished = {(p.start, p.stop) for p in done}
+    results: Iterable[ChunkResult] = executor(problem.evaluate, [r for r in ranges if r not in finished])
     if progress is not None:
-        results = progress(results, len(ranges))
+        results = progress(results, len(ranges) - len(finished))
     index, value = np.zeros(0, np.int64), np.zeros(0)
     evaluated = feasible = 0
-    for part in results:  # running top-k: memory stays bounded by chunk size + k
-        index, value = np.concatenate((index, part.index)), np.concatenate((value, part.value))
-        keep = _best(index, value, top_k)
-        index, value = index[keep], value[keep]
-        evaluated += part.evaluated
-        feasible += part.feasible
+    log = checkpoint.open("a") if checkpoint is not None else None
+    try:
+        for part in itertools.chain(done, results):  # running top-k: memory bounded by chunk size + k
+            if log is not None and (part.start, part.stop) not in finished:
+                log.write(json.dumps({"start": part.start, "stop": part.stop, "evaluated": part.evaluated,
+                                      "feasible": part.feasible, "index": part.index.tolist(),
+                                      "value": part.value.tolist()}) + "\n")
+                log.flush()
+            index, value = np.concatenate((index, part.index)), np.concatenate((value, part.value))
+            keep = _best(index, value, top_k)
+            index, value = index[keep], value[keep]
+            evaluated += part.evaluated
+            feasible += part.feasible
+    finally:
+        if log is not None:
+            log.close()
     elapsed = time.perf_counter() - started
     top = tuple(_candidate(rank, int(i), problem) for rank, i in enumerate(index))
     return SearchResult(top, axes.size + axes.pruned, evaluated, axes.size + axes.pruned - evaluated, feasible,
                         elapsed)
+
+
+def _signature(problem: Problem, chunk: int) -> str:
+    """What makes two searches the same (a checkpoint may only resume its own search)."""
+    parts = [problem.model.model_dump_json(), problem.system.model_dump_json(), problem.base.model_dump_json(),
+             problem.workload.model_dump_json(), repr(problem.axes.labels), problem.objective.value,
+             str(problem.top_k), str(chunk)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+def _resume(path: Path, problem: Problem, chunk: int) -> list[ChunkResult]:
+    """The blocks a checkpoint holds; a new checkpoint starts with the search's signature."""
+    signature = _signature(problem, chunk)
+    if not path.exists() or path.stat().st_size == 0:
+        path.write_text(json.dumps({"search": signature}) + "\n")
+        return []
+    text = path.read_text()
+    lines = text.splitlines()
+    if not text.endswith("\n"):  # the last block was cut mid-line: drop it, it runs again
+        lines = lines[:-1]
+        path.write_text("".join(line + "\n" for line in lines))
+    try:
+        header = json.loads(lines[0])
+    except (json.JSONDecodeError, IndexError):
+        raise SpecError(f"checkpoint {path}: not a search checkpoint") from None
+    if header.get("search") != signature:
+        raise SpecError(f"checkpoint {path} belongs to another search (model, system, space or options differ)")
+    done = []
+    for line in lines[1:]:
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by the interruption: that block runs again
+            continue
+        done.append(ChunkResult(d["start"], d["stop"], d["stop"] - d["start"], d["evaluated"], d["feasible"],
+                                np.array(d["index"], np.int64), np.array(d["value"], float)))
+    return done
 
 
 def _candidate(rank: int, index: int, problem: Problem) -> Candidate:
