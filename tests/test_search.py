@@ -153,3 +153,23 @@ def test_search_cli(tmp_path):
     assert len((tmp_path / "top.csv").read_text().splitlines()) == 4
     bad = CliRunner().invoke(app, [*args, "--objective", "fast"])
     assert bad.exit_code == 2 and "time or memory" in bad.output
+
+
+def test_inference_search_maximizes_throughput_within_the_tpot_limit():
+    from armillary.search.inference import InferenceSpace, search_inference
+    from armillary.specs.workload import Inference
+
+    model, system = load_model("llama2-7b"), load_system("dgx-a100", 8)
+    workload = Inference(input_len=512, output_len=128)
+    space = InferenceSpace(tp=(1, 2, 4), batch=(1, 8, 64, 256), tpot_limit_s=0.02)
+    result = search_inference(model, system, workload, BASE, space, top_k=50)
+    assert result.within_limits == len(result.top) > 0
+    best = result.top[0].estimate
+    for tp in (1, 2, 4):  # brute force: nothing within the limit beats the first
+        for batch in (1, 8, 64, 256):
+            r = estimate(model, system, {"attention": "flash", "tp": tp}, workload.model_copy(update={"batch": batch}))
+            if r.feasible and r.tpot_s <= 0.02:
+                assert r.output_tokens_per_s_per_device <= best.output_tokens_per_s_per_device
+    assert all(c.estimate.tpot_s <= 0.02 for c in result.top)
+    tighter = search_inference(model, system, workload, BASE, space.model_copy(update={"tpot_limit_s": 0.01}))
+    assert tighter.top[0].estimate.output_tokens_per_s_per_device <= best.output_tokens_per_s_per_device

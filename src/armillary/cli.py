@@ -19,6 +19,9 @@ from armillary.specs.workload import Inference, Training
 
 if TYPE_CHECKING:
     from armillary.search.systems import CoDesignResult
+    from armillary.specs.model import Model
+    from armillary.specs.strategy import Strategy
+    from armillary.specs.system import System
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Predict time, memory and traffic of LLM training and inference on large systems.")
@@ -145,8 +148,13 @@ def search_cmd(
     model: Annotated[str, typer.Option(help="model preset or file")],
     system: Annotated[str, typer.Option(help="system preset or file")],
     gpus: Annotated[int, typer.Option(help="devices to use")],
-    global_batch: Annotated[int, typer.Option(help="samples per iteration")],
+    global_batch: Annotated[int | None, typer.Option(help="samples per iteration (training)")] = None,
     seq_len: Annotated[int, typer.Option(help="tokens per sample")] = 2048,
+    tpot_limit: Annotated[float | None, typer.Option(help="inference: the most output tokens/s per device with "
+                                                          "time per output token at most this (s)")] = None,
+    ttft_limit: Annotated[float | None, typer.Option(help="inference: time to first token at most this (s)")] = None,
+    input_len: Annotated[int, typer.Option(help="inference: prompt tokens")] = 2048,
+    output_len: Annotated[int, typer.Option(help="inference: generated tokens")] = 256,
     strategy: Annotated[Path | None, typer.Option(help="base strategy (YAML) for the fields not searched")] = None,
     strategies: Annotated[Path | None, typer.Option(help="strategy space (YAML): values per axis")] = None,
     space: Annotated[Path | None, typer.Option(help="system space (YAML): GPU counts, memory, bandwidths, "
@@ -185,6 +193,12 @@ def search_cmd(
                       if strategies else None)
         base = load_strategy(read_spec_file(strategy, "strategy") if strategy else {"attention": "flash"})
         m, sysm = load_model(model), load_system(system, gpus)
+        if tpot_limit is not None:
+            _inference_search(m, sysm, base, strategies, tpot_limit, ttft_limit, input_len, output_len, top,
+                              json_out)
+            return
+        if global_batch is None:
+            raise SpecError("--global-batch is needed for a training search (or give --tpot-limit for inference)")
         workload = validate_spec(Training, {"seq_len": seq_len, "global_batch": global_batch}, "workload")
         with Progress(console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("searching", total=None)
@@ -229,6 +243,32 @@ def search_cmd(
     console.print(f"{result.points:,} points: {result.pruned:,} pruned by divisibility, {result.evaluated:,} "
                   f"evaluated, {result.feasible:,} feasible, in {result.elapsed_s:.2f} s "
                   f"({result.points_per_s:,.0f} points/s)")
+
+
+def _inference_search(m: Model, sysm: System, base: Strategy, space_file: Path | None, tpot_limit: float,
+                      ttft_limit: float | None, input_len: int, output_len: int, top: int, json_out: bool) -> None:
+    from armillary.report.tables import serving_search_table
+    from armillary.search.inference import InferenceSpace, search_inference
+    from armillary.specs.loading import read_spec_file, validate_spec
+    from armillary.specs.workload import Inference
+
+    data = read_spec_file(space_file, "strategies") if space_file else {}
+    space = validate_spec(InferenceSpace, {**data, "tpot_limit_s": tpot_limit, "ttft_limit_s": ttft_limit},
+                          "strategies")
+    workload = validate_spec(Inference, {"input_len": input_len, "output_len": output_len}, "workload")
+    result = search_inference(m, sysm, workload, base, space, top)
+    rows = [{"rank": c.rank, "tp": c.strategy.tp, "pp": c.strategy.pp, "batch": c.batch,
+             "weights": c.weights.value if c.weights else None,
+             "output_tokens_per_s_per_device": float(c.estimate.output_tokens_per_s_per_device),
+             "ttft_s": float(c.estimate.ttft_s), "tpot_s": float(c.estimate.tpot_s),
+             "memory_gib": float(c.estimate.memory.total) / 2**30} for c in result.top]
+    if json_out:
+        sys.stdout.write(json.dumps({"points": result.points, "feasible": result.feasible,
+                                     "within_limits": result.within_limits, "top": rows}, indent=2) + "\n")
+        return
+    console.print(serving_search_table(rows, f"{m.name} on {sysm.devices} x {sysm.device.name}: most tokens/s per "
+                                             f"device with TPOT <= {tpot_limit * 1e3:g} ms"))
+    console.print(f"{result.points} points, {result.feasible} fit, {result.within_limits} within the limits")
 
 
 def _print_codesign(designs: CoDesignResult, json_out: bool, pareto: Path | None, title: str) -> None:

@@ -137,6 +137,17 @@ def codesign_table(rows: list[dict], title: str) -> Table:
     return table
 
 
+def serving_search_table(rows: list[dict], title: str) -> Table:
+    table = Table(title=title)
+    for c in ("rank", "tp", "pp", "batch", "weights", "tok/s/device", "TTFT ms", "TPOT ms", "GiB"):
+        table.add_column(c, justify="right")
+    for r in rows:
+        table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["batch"]), r["weights"] or "default",
+                      f"{r['output_tokens_per_s_per_device']:,.0f}", f"{r['ttft_s'] * 1e3:.4g}",
+                      f"{r['tpot_s'] * 1e3:.4g}", f"{r['memory_gib']:.1f}")
+    return table
+
+
 def validation_tables(results: list[RowResult], summary: list[GroupSummary]) -> list[Table]:
     rows = Table(title="Validation: predicted vs measured")
     for c in ("id", "metric", "measured", "predicted", "error"):
