@@ -42,10 +42,11 @@ def main() -> None:
     timed("Megatron 1T, 4,096 A100", "megatron-1t", 4096, 3072)
     print(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     t0 = time.perf_counter()
+    study = ROOT / "examples" / "codesign"
+    space, strategies = study / "megatron-1t-system-space.yaml", study / "strategies.yaml"
     subprocess.run([sys.executable, "-m", "armillary.cli", "search", "--model", "megatron-1t", "--system", "dgx-a100",
-                    "--gpus", "8", "--global-batch", "3072", "--space", str(ROOT / "examples/codesign-megatron-1t-space.yaml"),
-                    "--strategies", str(ROOT / "examples/codesign-strategies.yaml"), "--json"], check=True,
-                   capture_output=True)
+                    "--gpus", "8", "--global-batch", "3072", "--space", str(space), "--strategies", str(strategies),
+                    "--json"], check=True, capture_output=True)
     print(f"co-design example (18 systems), end to end: {time.perf_counter() - t0:.2f} s")
 
 

@@ -70,3 +70,15 @@ def test_search_cli_over_a_system_space(tmp_path):
     assert (tmp_path / "front.png").stat().st_size > 10_000
     missing = CliRunner().invoke(app, [*args[:-4], "--space", str(tmp_path / "strategies.yaml")])
     assert missing.exit_code == 2 and "space" in missing.output
+
+
+def test_the_example_study_files_are_valid_spaces():
+    from pathlib import Path
+
+    import yaml
+
+    study = Path(__file__).parent.parent / "examples" / "codesign"
+    systems = SystemSpace.model_validate(yaml.safe_load((study / "megatron-1t-system-space.yaml").read_text()))
+    strategies = StrategySpace.model_validate(yaml.safe_load((study / "strategies.yaml").read_text()))
+    assert len(systems.gpus) * len(systems.hbm_capacity or ()) * len(systems.tier2_capacity or ()) == 18
+    assert systems.prices.sources and True in strategies.offload_optimizer

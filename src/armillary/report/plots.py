@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from armillary.estimate.result import CommCall
 from armillary.validation.run import RowResult, source_group
@@ -37,10 +38,7 @@ def validation_plot(results: list[RowResult], path: Path) -> Path:
     ax.set_ylabel("predicted / measured (label: mean |error|)")
     ax.set_title("armillary against published measurements")
     ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path, 120)
 
 
 def message_size_histogram(calls: tuple[CommCall, ...], path: Path) -> Path:
@@ -64,10 +62,7 @@ def message_size_histogram(calls: tuple[CommCall, ...], path: Path) -> Path:
     ax.set_ylabel("calls per step")
     ax.set_title("communication of one step by message size")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path, 120)
 
 
 def pareto_plot(points: list[tuple[float, float, bool, str]], path: Path) -> Path:
@@ -89,7 +84,13 @@ def pareto_plot(points: list[tuple[float, float, bool, str]], path: Path) -> Pat
     ax.set_ylabel("step time [s]")
     ax.set_yscale("log")
     ax.legend()
+    return _save(fig, path, 150)
+
+
+def _save(fig: Any, path: Path, dpi: int) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
