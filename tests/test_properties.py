@@ -66,6 +66,33 @@ def test_more_bandwidth_never_slows_a_step(tp, pp, scale, zero, overlap):
         estimate(MODEL, SYSTEM, st, w).step_time_s) * (1 + 1e-12)
 
 
+@settings(max_examples=40, deadline=None)
+@given(tp=degrees, pp=degrees, vpp=hs.sampled_from([1, 2]), mb=hs.sampled_from([1, 2, 4]), zero=hs.integers(0, 3),
+       flag=hs.sampled_from(["dp_grad_reduce", "tp_comm", "param_gather"]), gbs=hs.sampled_from([64, 512]))
+def test_overlap_never_slows_a_step(tp, pp, vpp, mb, zero, flag, gbs):
+    vpp = vpp if pp > 1 else 1
+    w = Training(seq_len=2048, global_batch=gbs)
+    plain = Strategy.model_validate({"tp": tp, "pp": pp, "vpp": vpp, "micro_batch": mb, "zero": zero,
+                                     "sequence_parallel": tp > 1, "overlap": {"dp_grad_reduce": False,
+                                                                              "tp_comm": False,
+                                                                              "param_gather": False}})
+    hidden = plain.model_copy(update={"overlap": plain.overlap.model_copy(update={flag: True})})
+    assert float(estimate(MODEL, SYSTEM, hidden, w).step_time_s) <= float(
+        estimate(MODEL, SYSTEM, plain, w).step_time_s) * (1 + 1e-12)
+
+
+def test_overlapped_gradient_reduction_never_exceeds_the_plain_one_when_backward_is_short():
+    # 1T on 4,096 A100s, 4 layers per stage and micro-batch 1: one micro-batch's backward is shorter than
+    # one bucket's reduction, where the last bucket used to be counted twice
+    base = Strategy.model_validate({"tp": 8, "pp": 32, "vpp": 4, "sequence_parallel": True, "zero": 1,
+                                    "attention": "flash", "overlap": {"dp_grad_reduce": False}})
+    w = Training(seq_len=2048, global_batch=3072)
+    plain = estimate("megatron-1t", "dgx-a100", base, w, gpus=4096)
+    overlapped = Strategy.model_validate({**base.model_dump(), "overlap": {"dp_grad_reduce": True}})
+    hidden = estimate("megatron-1t", "dgx-a100", overlapped, w, gpus=4096)
+    assert float(hidden.breakdown.dp_exposed) <= float(plain.breakdown.dp_exposed)
+
+
 def test_breakdown_adds_up():
     r = estimate(MODEL, SYSTEM, Strategy(tp=2, pp=4, vpp=2, zero=1), Training(seq_len=2048, global_batch=512))
     assert float(r.breakdown.total) == float(r.step_time_s)

@@ -45,12 +45,13 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     unit_gather = needed(lambda: all_gather(weight_bytes / unit, dp_group, system), active & (zero == 3))
     unit_scatter = needed(lambda: reduce_scatter(grad_bytes / unit, dp_group, system), active & (zero == 3))
 
-    # once per iteration (ZeRO 0/1): the reduction overlaps the last micro-batch's backward, except the
-    # last bucket; the distributed optimizer's parameter gather overlaps the next forward
+    # once per iteration (ZeRO 0/1): the reduction of all buckets but the last overlaps the last
+    # micro-batch's backward, the last bucket (one layer's) follows it; the distributed optimizer's
+    # parameter gather overlaps the next forward
     grad_reduction = where(st.zero >= 1, scatter_grads.time, reduce_grads.time)
     last_bucket = grad_reduction / layers_local * st.overlap_dp
     gather_once = exposed(gather_params.time, forward_s, st.overlap_param_gather)
-    once = where(st.zero <= 1, exposed(grad_reduction, backward_s, st.overlap_dp) + last_bucket
+    once = where(st.zero <= 1, exposed(grad_reduction - last_bucket, backward_s, st.overlap_dp) + last_bucket
                  + where(st.zero == 1, gather_once, 0.0), where(st.zero == 2, gather_once, 0.0))
     # every micro-batch (ZeRO 2, 3); ZeRO-3 / FSDP move one layer (unit) at a time: a latency term each
     per_mb_zero2 = exposed(scatter_grads.time, backward_s, st.overlap_dp)
