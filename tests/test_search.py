@@ -9,7 +9,7 @@ from hypothesis import strategies as hs
 
 from armillary.api import estimate
 from armillary.search.run import Objective, process_pool, search
-from armillary.search.space import StrategySpace, point_strategy, resolve_axes, structurally_valid
+from armillary.search.space import StrategySpace, memory_floor, point_strategy, resolve_axes, structurally_valid
 from armillary.specs.arrays import ModelArrays
 from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
 from armillary.specs.strategy import Recompute, ZeroStage
@@ -19,18 +19,21 @@ SYSTEM = load_system("dgx-a100", GPUS)
 BASE = load_strategy({"attention": "flash"})
 
 
-def brute_force(space, workload, objective, k):
-    """Every point through `estimate`, one at a time."""
-    axes = resolve_axes(space, MODEL, GPUS, SYSTEM.devices_per_node)
-    m = ModelArrays.of(MODEL)
+def brute_force(space, workload, objective, k, model=MODEL, system=SYSTEM):
+    """Every point of the unpruned space through `estimate`, one at a time: (value, strategy) of the k
+    best, and the count of points whose degrees divide."""
+    axes = resolve_axes(space, model, system.devices, system.devices_per_node)
+    m = ModelArrays.of(model)
     coded = axes.decode(0, axes.size)
-    valid = structurally_valid(coded, m, GPUS, workload.global_batch)
+    valid = structurally_valid(coded, m, system.devices, workload.global_batch)
     scored = []
     for i in np.flatnonzero(valid):
-        r = estimate(MODEL, SYSTEM, point_strategy(BASE, axes.point(int(i))), workload)
+        strategy = point_strategy(BASE, axes.point(int(i)))
+        r = estimate(model, system, strategy, workload)
         if r.feasible:
-            scored.append((float(r.step_time_s if objective is Objective.TIME else r.memory_hbm.total), int(i)))
-    return sorted(scored)[:k], int(valid.sum())
+            scored.append((float(r.step_time_s if objective is Objective.TIME else r.memory_hbm.total), int(i),
+                           strategy))
+    return [(v, st) for v, _, st in sorted(scored, key=lambda x: x[:2])[:k]], int(valid.sum())
 
 
 @settings(max_examples=6, deadline=None)
@@ -45,10 +48,30 @@ def test_top_k_equals_brute_force(tp, pp, vpp, mb, recompute, zero, objective, s
     workload = load_workload({"seq_len": seq, "global_batch": 32})
     expected, valid = brute_force(space, workload, objective, 5)
     result = search(MODEL, SYSTEM, workload, BASE, space, objective, top_k=5, chunk=7)
-    assert result.evaluated == valid and result.pruned == result.points - valid
-    assert [c.index for c in result.top] == [i for _, i in expected]
+    assert result.evaluated <= valid and result.pruned == result.points - result.evaluated
+    assert [c.strategy for c in result.top] == [st for _, st in expected]
     got = [c.step_time_s if objective is Objective.TIME else c.memory_bytes for c in result.top]
     np.testing.assert_allclose(got, [v for v, _ in expected], rtol=1e-9)
+
+
+def test_memory_floor_is_a_lower_bound_and_pruning_keeps_the_optimum():
+    model, system = load_model("llama2-13b"), load_system("dgx-a100-40gb", 8)
+    workload = load_workload({"seq_len": 2048, "global_batch": 16})
+    space = StrategySpace(tp=(1, 2, 4, 8), pp=(1, 2, 4), vpp=(1,), micro_batch=(1,), sequence_parallel=(False,),
+                          recompute=(Recompute.FULL,), zero=(ZeroStage.NONE, ZeroStage.OPTIMIZER),
+                          overlap_dp=(True,), overlap_tp=(False,), overlap_param_gather=(True,))
+    pruned_axes = resolve_axes(space, model, 8, 8, BASE, system.device.hbm.capacity)
+    assert pruned_axes.size < resolve_axes(space, model, 8, 8).size  # tp1 / tp2 x pp1 cannot hold the states
+    axes = resolve_axes(space, model, 8, 8)
+    for i in range(axes.size):  # the floor never exceeds what the estimator needs
+        values = axes.point(i)
+        strategy = point_strategy(BASE, values)
+        r = estimate(model, system, strategy, workload)
+        floor = memory_floor(model, BASE, space, values["tp"], values["pp"], values["cp"], 8)
+        assert floor <= float(r.memory_hbm.total) * (1 + 1e-12)
+    expected, _ = brute_force(space, workload, Objective.TIME, 3, model, system)
+    result = search(model, system, workload, BASE, space, top_k=3)
+    assert [c.strategy for c in result.top] == [st for _, st in expected]
 
 
 @pytest.mark.parametrize("target", [1, 7, 100, 1000, 10**9])

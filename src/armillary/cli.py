@@ -240,7 +240,8 @@ def search_cmd(
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
     console.print(search_table(rows, f"{m.name} on {gpus} x {sysm.device.name}: top {len(rows)} by {goal.value}"))
-    console.print(f"{result.points:,} points: {result.pruned:,} pruned by divisibility, {result.evaluated:,} "
+    console.print(f"{result.points:,} points: {result.pruned:,} pruned (degrees that do not divide, memory "
+                  f"floor), {result.evaluated:,} "
                   f"evaluated, {result.feasible:,} feasible, in {result.elapsed_s:.2f} s "
                   f"({result.points_per_s:,.0f} points/s)")
 

@@ -166,7 +166,8 @@ def search(model: Model, system: System, workload: Training, base: Strategy | No
     block is appended to that file and a rerun of the same search skips the blocks it holds (resume after
     an interruption; the answer is the same)."""
     base = base or Strategy()
-    axes = resolve_axes(space or StrategySpace(), model, system.devices, system.devices_per_node)
+    axes = resolve_axes(space or StrategySpace(), model, system.devices, system.devices_per_node, base,
+                        system.device.hbm.capacity)
     problem = Problem(model, system, base, workload, axes, objective, top_k)
     ranges = axes.blocks(chunk)
     started = time.perf_counter()

@@ -13,10 +13,19 @@ from typing import Any
 import numpy as np
 from pydantic import Field, PositiveInt
 
-from armillary.specs.arrays import _RECOMPUTE_CODE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, ModelArrays, StrategyArrays
+from armillary.estimate.memory import model_states
+from armillary.specs.arrays import (
+    _RECOMPUTE_CODE,
+    SCHEDULE_1F1B,
+    SCHEDULE_INTERLEAVED,
+    Array,
+    ModelArrays,
+    StrategyArrays,
+)
 from armillary.specs.base import Spec
 from armillary.specs.model import Model
 from armillary.specs.strategy import Recompute, Strategy, ZeroStage
+from armillary.workload.parameters import count_parameters
 
 
 class StrategySpace(Spec):
@@ -129,15 +138,40 @@ def _divisors(n: int, limit: int) -> tuple[int, ...]:
     return tuple(d for d in range(1, min(n, limit) + 1) if n % d == 0)
 
 
-def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node: int) -> Axes:
-    """The axes of `space`; the (tp, pp, cp, vpp) layouts whose degrees cannot divide (tp x cp x pp | GPUs,
-    heads % tp, pp x vpp | layers, vpp > 1 only with pp > 1) are left out before indexing: an exact
-    pruning of whole sub-spaces, counted in `pruned`."""
+def memory_floor(model: Model, base: Strategy, space: StrategySpace, tp: Array, pp: Array, cp: Array,
+                 gpus: int) -> Array:
+    """A lower bound of the HBM a device of layout (tp, pp, cp) needs at any point of `space` (arrays: one
+    bound per layout): the model states (`estimate.memory.model_states`) of a middle stage's replicated
+    layer parameters, under the most ZeRO sharding and the most offload the space allows, with no
+    activations and no routed experts. Every term the estimator adds is non-negative, so no point of the
+    layout needs less."""
+    m = ModelArrays.of(model)
+    params = count_parameters(m)
+    mlp = min(float(params.dense_mlp), float(params.moe_shared)) if float(m.experts) > 0 else params.dense_mlp
+    stage_params = (model.layers // pp) * (params.attention + mlp) / tp
+    st = replace(StrategyArrays.of(base, 1), dp=gpus // (tp * pp * cp), cp=cp,
+                 zero=float(max(int(z) for z in space.zero)))
+    states = model_states(stage_params, st)
+    weights = 0.0 if base.offload.weights else states.weights
+    optimizer = 0.0 if any(space.offload_optimizer) else states.optimizer_states
+    return weights + states.gradients + optimizer
+
+
+def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node: int,
+                 base: Strategy | None = None, hbm_bytes: float | None = None) -> Axes:
+    """The axes of `space`. Two exact prunings of whole sub-spaces happen before indexing, counted in
+    `pruned`: (tp, pp, cp, vpp) layouts whose degrees cannot divide (tp x cp x pp | GPUs, heads % tp,
+    pp x vpp | layers, vpp > 1 only with pp > 1), and, given `hbm_bytes`, layouts whose `memory_floor`
+    already exceeds it."""
     tps = space.tp or tuple(t for t in (1, 2, 4, 8, 16, 32, 64) if t <= devices_per_node and t <= gpus)
     pps = space.pp or _divisors(model.layers, gpus)
     every = list(itertools.product(tps, pps, space.cp, space.vpp))
     layouts = [(t, p, c, v) for t, p, c, v in every if gpus % (t * p * c) == 0 and model.heads % t == 0
                and (v == 1 or (p > 1 and model.layers % (p * v) == 0))]
+    if hbm_bytes is not None and layouts:
+        t, p, c = (np.array([row[k] for row in layouts], dtype=float) for k in range(3))
+        fits = np.broadcast_to(memory_floor(model, base or Strategy(), space, t, p, c, gpus) <= hbm_bytes, t.shape)
+        layouts = [row for row, ok in zip(layouts, fits, strict=True) if ok]
     others = [tuple((value,) for value in getattr(space, a)) for a in _AXES]
     labels = (tuple(layouts), *others)
     names = (_LAYOUT, *((a,) for a in _AXES))
