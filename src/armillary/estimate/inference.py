@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from armillary.specs.loading import SpecError
 from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import System
 from armillary.specs.workload import DecodeAttention, Inference
-from armillary.workload.attention import fused_attention_op, kv_cache_elements_per_rank
+from armillary.workload.attention import cache_read_bytes, fused_attention_op, kv_cache_elements_per_rank
 from armillary.workload.experts import experts_forward, rank_load
 from armillary.workload.ops import Op
 from armillary.workload.parameters import count_parameters
@@ -119,7 +120,7 @@ class ReplicaModel:
         """(attention kernels, second-tier reads) of all layers: the share of the cache on the second tier
         streams over its link, the rest through HBM."""
         m, device = self.m, self.system.device
-        cache = self.cache_reads * cached_tokens * kv_cache_elements_per_rank(m, self.st.tp) * self.cache_bytes
+        cache = cache_read_bytes(m, self.st.tp, cached_tokens, self.cache_bytes, self.cache_reads)
         moved = op.bytes - self.tier2_fraction * cache
         kernel = fused_attention_time(Op(op.flop, moved), device, self.st.precision, self.attention_version)
         tier2 = device.second_tier
@@ -160,6 +161,11 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
                         tp_group, groups)
 
 
+def kv_pages(tokens: Any, block_tokens: int) -> Any:
+    """Pages of a paged KV cache (`block_tokens` each) that hold `tokens` (an int or an int array)."""
+    return -(-tokens // block_tokens)
+
+
 def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: Array) -> InferenceMemory:
     """Bytes per device of the busiest stage: weights (embedding and LM head kept at 16 bits, routed
     experts over ep x expert_tp), the paged KV cache of `batch` sequences of input + output tokens, and
@@ -172,7 +178,7 @@ def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: A
     ends = params.embedding + params.head if st.pp == 1 else np.maximum(params.embedding, params.head)
     weights = (share * (layer_params / st.tp + routed / (st.ep * st.etp)) * r.weight_bytes
                + ends / st.tp * r.activation_bytes)
-    pages = math.ceil((w.input_len + w.output_len) / w.kv_cache.block_tokens)
+    pages = kv_pages(w.input_len + w.output_len, w.kv_cache.block_tokens)
     per_sequence = pages * w.kv_cache.block_tokens * r.cache_bytes_per_token
     # [derived] the widest moment of a layer: its input, the QKV or MLP intermediate, and its output; the
     # fp32 logits of the last tokens
@@ -182,6 +188,12 @@ def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: A
     return InferenceMemory(weights=weights, kv_cache=(1 - r.tier2_fraction) * batch * per_sequence,
                            activations=activations, kv_cache_tier2=r.tier2_fraction * batch * per_sequence,
                            kv_per_sequence=per_sequence)
+
+
+def kv_budget(r: ReplicaModel, w: Inference, memory: InferenceMemory) -> tuple[float, float]:
+    """(HBM left after weights and activations, the share of it the KV cache may take) per device."""
+    free = float(r.system.device.hbm.capacity - memory.weights - memory.activations)
+    return free, w.kv_cache.memory_fraction * free
 
 
 def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system: System, replicas: int) -> (
@@ -210,8 +222,7 @@ def _static_batch(r: ReplicaModel, w: Inference, replicas: int, prefill: PassTim
                   memory: InferenceMemory) -> InferenceEstimate:
     device = r.system.device
     capacity = device.hbm.capacity
-    free = capacity - memory.weights - memory.activations
-    budget = w.kv_cache.memory_fraction * free
+    free, budget = kv_budget(r, w, memory)
     per_hbm = (1 - r.tier2_fraction) * memory.kv_per_sequence
     per_act = memory.activations / w.batch
     # largest batch whose cache fits the budget, activations growing with it: B kv <= f (C - W - B a)

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from armillary.estimate.inference import estimate_inference
+from armillary.api import estimate
 from armillary.estimate.inference_result import InferenceEstimate
-from armillary.specs.arrays import ModelArrays
+from armillary.search.space import default_tp
 from armillary.specs.base import Spec
 from armillary.specs.loading import SpecError
 from armillary.specs.model import Model
@@ -50,8 +50,7 @@ def search_inference(model: Model, system: System, workload: Inference, base: St
                      top_k: int = 10) -> InferenceSearchResult:
     """Rank the points of `space` that fit and meet the limits by output tokens/s per device (ties: lower
     TPOT, then enumeration order)."""
-    m = ModelArrays.of(model)
-    tps = space.tp or tuple(t for t in (1, 2, 4, 8, 16, 32) if t <= system.devices_per_node and t <= system.devices)
+    tps = space.tp or default_tp(system.devices_per_node, system.devices)
     points = feasible = 0
     kept: list[tuple[float, float, int, ServingCandidate]] = []
     for n, (tp, pp, batch, weights) in enumerate(itertools.product(tps, space.pp, space.batch, space.weights)):
@@ -61,7 +60,7 @@ def search_inference(model: Model, system: System, workload: Inference, base: St
         strategy = base.model_copy(update={"tp": tp, "pp": pp, "dp": None})
         w = workload.model_copy(update={"batch": batch, "weights": weights})
         try:
-            r = estimate_inference(m, strategy, w, system, system.devices // (tp * pp))
+            r = estimate(model, system, strategy, w)
         except SpecError:
             continue
         if not r.feasible:

@@ -134,6 +134,11 @@ class Axes:
         return out
 
 
+def default_tp(devices_per_node: int, gpus: int) -> tuple[int, ...]:
+    """Tensor-parallel degrees tried when a space names none: powers of two within one node."""
+    return tuple(t for t in (1, 2, 4, 8, 16, 32, 64) if t <= devices_per_node and t <= gpus)
+
+
 def _divisors(n: int, limit: int) -> tuple[int, ...]:
     return tuple(d for d in range(1, min(n, limit) + 1) if n % d == 0)
 
@@ -163,7 +168,7 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
     `pruned`: (tp, pp, cp, vpp) layouts whose degrees cannot divide (tp x cp x pp | GPUs, heads % tp,
     pp x vpp | layers, vpp > 1 only with pp > 1), and, given `hbm_bytes`, layouts whose `memory_floor`
     already exceeds it."""
-    tps = space.tp or tuple(t for t in (1, 2, 4, 8, 16, 32, 64) if t <= devices_per_node and t <= gpus)
+    tps = space.tp or default_tp(devices_per_node, gpus)
     pps = space.pp or _divisors(model.layers, gpus)
     every = list(itertools.product(tps, pps, space.cp, space.vpp))
     layouts = [(t, p, c, v) for t, p, c, v in every if gpus % (t * p * c) == 0 and model.heads % t == 0

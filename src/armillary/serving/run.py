@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.comm.collectives import send_recv
-from armillary.estimate.inference import ReplicaModel, inference_memory, replica_model
+from armillary.estimate.inference import ReplicaModel, inference_memory, kv_budget, replica_model
 from armillary.serving.simulate import IterationCost, RequestTimes, SchedulerLimits, kv_blocks, simulate_replica
 from armillary.serving.trace import Trace
 from armillary.specs.arrays import ModelArrays
@@ -81,12 +81,12 @@ def _limits(r: ReplicaModel, w: Inference, largest_prompt: int) -> SchedulerLimi
     sv = w.serving
     pass_tokens = sv.max_batched_tokens if sv.chunked_prefill else max(sv.max_batched_tokens, largest_prompt)
     memory = inference_memory(r, w, float(sv.max_batch), float(pass_tokens))
-    free = r.system.device.hbm.capacity - float(memory.weights) - float(memory.activations)
+    free, budget = kv_budget(r, w, memory)
     if free <= 0:
         raise SpecError(f"weights ({float(memory.weights) / 2**30:.1f} GiB) and activations leave no room for a KV "
                         f"cache on {r.system.device.name}")
     hbm_share = 1 - r.tier2_fraction
-    blocks = kv_blocks(w.kv_cache.memory_fraction * free, hbm_share * r.cache_bytes_per_token, w.kv_cache.block_tokens)
+    blocks = kv_blocks(budget, hbm_share * r.cache_bytes_per_token, w.kv_cache.block_tokens)
     return SchedulerLimits(sv.max_batch, sv.max_batched_tokens, sv.chunked_prefill, blocks, w.kv_cache.block_tokens)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.estimate.inference import ReplicaModel
+from armillary.estimate.inference import ReplicaModel, kv_pages
 from armillary.serving.trace import Trace
 from armillary.workload.ops import Op
 
@@ -89,7 +89,17 @@ def simulate_replica(trace: Trace, cost: IterationCost, limits: SchedulerLimits,
     now, arrived, done, iterations, batched = 0.0, 0, 0, 0, 0
 
     def pages(tokens: int) -> int:
-        return -(-tokens // B)
+        return kv_pages(tokens, B)
+
+    def preempt(idx: int) -> int:
+        """Send a sequence back to the queue head to recompute its prompt and output so far; its pages
+        are freed (returned)."""
+        freed = int(blocks[idx])
+        blocks[idx], cached[idx] = 0, 0
+        target[idx] = n_in[idx] + generated[idx]
+        preempted[idx] += 1
+        waiting.appendleft(idx)
+        return freed
 
     while done < n:
         while arrived < n and arrival[arrived] <= now:
@@ -144,7 +154,7 @@ def simulate_replica(trace: Trace, cost: IterationCost, limits: SchedulerLimits,
             before = np.cumsum(want) - want
             m = int(np.searchsorted(before, budget, side="left"))
             ids, want = ids[:m], np.minimum(want[:m], budget - before[:m])
-            need = -(-(cached[ids] + want) // B) - blocks[ids]
+            need = kv_pages(cached[ids] + want, B) - blocks[ids]
             if need.sum() <= free:
                 free -= int(need.sum())
                 blocks[ids] += need
@@ -159,19 +169,11 @@ def simulate_replica(trace: Trace, cost: IterationCost, limits: SchedulerLimits,
             need = pages(int(cached[idx] + want)) - blocks[idx]
             while need > free and running[-1] != idx:  # preempt the newest sequence (vLLM recompute)
                 victim = running.pop()
-                free += blocks[victim]
-                blocks[victim], cached[victim] = 0, 0
-                target[victim] = n_in[victim] + generated[victim]  # recompute prompt and output so far
-                preempted[victim] += 1
+                free += preempt(victim)
                 schedule.pop(victim, None)
-                waiting.appendleft(victim)
             if need > free:  # not even this one fits: it waits
                 running.pop(i)
-                free += blocks[idx]
-                blocks[idx], cached[idx] = 0, 0
-                target[idx] = n_in[idx] + generated[idx]
-                preempted[idx] += 1
-                waiting.appendleft(idx)
+                free += preempt(idx)
                 continue
             free -= need
             blocks[idx] += need
@@ -247,7 +249,7 @@ def _decode_stretch(running: list[int], cached: np.ndarray, n_out: np.ndarray, g
     times = cost(np.ones_like(past), past, len(ids))
     ends = now + np.cumsum(times)
     k = 1 + int(np.searchsorted(ends[:-1], next_arrival, side="left"))  # steps that start before the arrival
-    added = -(-(cached[ids] + k) // block_tokens) - blocks[ids]
+    added = kv_pages(cached[ids] + k, block_tokens) - blocks[ids]
     if added.sum() > free:
         return None
     return k, float(ends[k - 1]), added

@@ -14,7 +14,7 @@ from armillary.api import estimate
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.workload import Inference
-from armillary.validation.rows import Unsupported, system_preset_for
+from armillary.validation.rows import Unsupported, int_column, system_preset_for
 
 _MODELS = (
     (re.compile(r"gpt-?j", re.I), "gpt-j-6b"),
@@ -25,10 +25,10 @@ _MODELS = (
 
 
 def _int(row: dict[str, str], key: str) -> int:
-    try:
-        return int(float(row[key]))
-    except (KeyError, ValueError):
-        raise Unsupported(f"column {key!r} is empty or not a number ({row.get(key)!r})") from None
+    value = int_column(row, key)
+    if value is None:
+        raise Unsupported(f"column {key!r} is empty or not a number ({row.get(key)!r})")
+    return value
 
 
 def predict_inference(row: dict[str, str]) -> tuple[str, float, tuple[str, ...], InferenceEstimate]:

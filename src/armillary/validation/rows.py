@@ -57,7 +57,8 @@ class RowSpecs:
     assumptions: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _int(row: dict[str, str], key: str) -> int | None:
+def int_column(row: dict[str, str], key: str) -> int | None:
+    """An integer column of a row, None when empty or not a number."""
     value = row.get(key, "").strip()
     try:
         return int(float(value))
@@ -72,7 +73,7 @@ def _moe_model(row: dict[str, str], notes: list[str]) -> Model:
     model = load_model(preset)
     assert model.moe is not None
     stated = {"layers": model.layers, "hidden": model.hidden, "experts": model.moe.experts, "topk": model.moe.top_k}
-    differ = [f"{k} {_int(row, k)} vs {v}" for k, v in stated.items() if _int(row, k) not in (None, v)]
+    differ = [f"{k} {int_column(row, k)} vs {v}" for k, v in stated.items() if int_column(row, k) not in (None, v)]
     if differ:
         raise Unsupported(f"the row's architecture differs from the {preset} preset: {', '.join(differ)}")
     notes.append(f"architecture from the {preset} preset (the row states layers, hidden, experts, top-k)")
@@ -80,9 +81,9 @@ def _moe_model(row: dict[str, str], notes: list[str]) -> Model:
 
 
 def _model(row: dict[str, str], notes: list[str]) -> Model:
-    if _int(row, "experts"):
+    if int_column(row, "experts"):
         return _moe_model(row, notes)
-    shape = {k: _int(row, k) for k in _SHAPE}
+    shape = {k: int_column(row, k) for k in _SHAPE}
     missing = [k for k in ("layers", "hidden", "heads") if shape[k] is None]
     if missing:
         raise Unsupported(f"architecture columns missing: {', '.join(missing)}")
@@ -98,7 +99,7 @@ def _model(row: dict[str, str], notes: list[str]) -> Model:
     if "kv_heads" not in filled:
         base["kv_heads"] = filled["heads"]
         notes.append("kv_heads = heads (not stated)")
-    seq = _int(row, "seq") or 2048
+    seq = int_column(row, "seq") or 2048
     base["max_seq_len"] = max(base["max_seq_len"], seq)
     notes.append(f"mlp={base['mlp']}, norm={base['norm']}, position={base['position']} ({family} family)")
     return Model.model_validate(base)
@@ -136,16 +137,16 @@ def _text(row: dict[str, str], key: str) -> str:
 
 
 def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, Any]:
-    tp, pp = _int(row, "tp"), _int(row, "pp")
+    tp, pp = int_column(row, "tp"), int_column(row, "pp")
     if tp is None or pp is None:
         raise Unsupported("parallel configuration (tp, pp) not stated")
-    cp = _int(row, "cp") or 1
-    dp = _int(row, "dp") or n_gpus // (tp * cp * pp)
-    mbs = _int(row, "mbs")
+    cp = int_column(row, "cp") or 1
+    dp = int_column(row, "dp") or n_gpus // (tp * cp * pp)
+    mbs = int_column(row, "mbs")
     if mbs is None:
         mbs = 1
         notes.append("micro_batch=1 (not stated)")
-    vpp = _int(row, "vpp") or 1
+    vpp = int_column(row, "vpp") or 1
     framework = _text(row, "framework")
     notes_text = _text(row, "notes")
     sp_text = _text(row, "seq_parallel")
@@ -183,8 +184,8 @@ def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, A
     if legacy:
         notes.append("no DP overlap, standard attention (Megatron-LM before 2023)")
     moe: dict[str, Any] = {}
-    if _int(row, "experts"):
-        moe = dict(ep=_int(row, "ep") or 1, expert_tp=1)
+    if int_column(row, "experts"):
+        moe = dict(ep=int_column(row, "ep") or 1, expert_tp=1)
         notes.append("expert_tp=1, balanced routing (the benchmarks force-balance the tokens), dispatch and "
                      "combine all-to-alls not overlapped")
     return dict(
@@ -219,10 +220,10 @@ def _recompute_choices(row: dict[str, str], model: Model, notes: list[str]) -> l
 
 def row_specs(row: dict[str, str]) -> list[RowSpecs]:
     """Candidate specifications for a row (several when recomputation is not stated, least first)."""
-    n_gpus = _int(row, "n_gpus")
+    n_gpus = int_column(row, "n_gpus")
     if n_gpus is None:
         raise Unsupported("n_gpus not stated")
-    seq, gbs = _int(row, "seq"), _int(row, "gbs")
+    seq, gbs = int_column(row, "seq"), int_column(row, "gbs")
     if seq is None or gbs is None:
         raise Unsupported("seq or global batch not stated")
     notes: list[str] = []

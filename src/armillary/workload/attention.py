@@ -39,7 +39,8 @@ def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t:
     mean_keys = keys_attended(keys, m.window, m.window_layers, past)
     new_keys = keys - past
     moved = ((b * queries * a * (dh + dv) + b * new_keys * m.kv_width) / t * e
-             + b * (past * cache_reads + new_keys) * kv_cache_elements_per_rank(m, t) * cache_bytes)
+             + b * (cache_read_bytes(m, t, past, cache_bytes, cache_reads)
+                    + new_keys * kv_cache_elements_per_rank(m, t) * cache_bytes))
     return Op(flop=2 * attends * b * (a / t) * queries * mean_keys * (dh + dv), bytes=attends * moved)
 
 
@@ -80,3 +81,9 @@ def kv_cache_elements_per_rank(m: ModelArrays, t: Array) -> Array:
     MLA's latent is shared by all heads and not split."""
     per_token = kv_cache_elements_per_token(m)
     return where(m.kv_lora > 0, per_token, per_token / minimum(t, m.kv_heads))
+
+
+def cache_read_bytes(m: ModelArrays, t: Array, cached_tokens: Array, cache_bytes: Array, reads: Array = 1.0) -> Array:
+    """Bytes one layer's attention reads from the KV cache of `cached_tokens` tokens on one TP rank, the
+    cache walked `reads` times (see `fused_attention_op`)."""
+    return reads * cached_tokens * kv_cache_elements_per_rank(m, t) * cache_bytes
