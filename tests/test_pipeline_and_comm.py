@@ -52,6 +52,17 @@ def test_megatron_rank_order():
     assert (float(tp.per_node), float(dp.per_node), float(pp.per_node)) == (2, 4, 1)
 
 
+def test_pipeline_inner_rank_order():
+    """tp-cp-pp-dp: ranks tp2 x pp4 share a node, data-parallel groups stride 8 ranks (one per node)."""
+    tp, dp, pp, _ = place_groups(2, 4, 4, 8, pp_inner=1.0)
+    assert (float(tp.per_node), float(dp.per_node), float(pp.per_node)) == (2, 1, 4)
+    # with cp: the gradient group is cp2 (inside the node) x dp4 (across nodes)
+    _, grad, pp, cp = place_groups(2, 4, 2, 8, cp=2.0, pp_inner=1.0)
+    assert (float(grad.size), float(grad.per_node), float(pp.per_node), float(cp.per_node)) == (8, 2, 2, 2)
+    arrays = place_groups(np.array([2.0, 2.0]), 4, 4, 8, pp_inner=np.array([0.0, 1.0]))
+    assert arrays[1].per_node.tolist() == [4, 1] and arrays[2].per_node.tolist() == [1, 4]
+
+
 @given(n=hs.floats(1e3, 1e11), scale=hs.floats(1.0, 100.0), ranks=hs.sampled_from([2, 8, 16, 64, 512]))
 def test_more_bandwidth_never_slows_a_collective(n, scale, ranks):
     system = load_system("dgx-a100", max(ranks, 8))

@@ -30,6 +30,13 @@ def test_unknown_field_is_an_error():
         load_strategy({"tensor_parallel": 8})
 
 
+def test_rank_order_names_allowed_values_and_rejects_expert_parallelism():
+    with pytest.raises(SpecError, match="tp-cp-pp-dp"):
+        load_strategy({"rank_order": "pp-dp-tp"})
+    with pytest.raises(SpecError, match="expert parallelism"):
+        load_strategy({"rank_order": "tp-cp-pp-dp", "ep": 2})
+
+
 def test_unknown_preset_lists_presets():
     with pytest.raises(SpecError, match="dgx-a100"):
         load_system("dgx-z900")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.specs.arrays import Array, minimum
+from armillary.specs.arrays import Array, minimum, where
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,19 @@ def _place(size: Array, stride: Array, devices_per_node: Array) -> Placement:
     return Placement(size=size, per_node=per_node)
 
 
-def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array,
-                 cp: Array = 1.0) -> tuple[Placement, ...]:
-    """Placements of the (tp, gradient, pp, cp) groups in Megatron's rank order tp -> cp -> dp -> pp. The
-    gradient group is the dp x cp ranks that hold the same parameters."""
+def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array, cp: Array = 1.0,
+                 pp_inner: Array = 0.0) -> tuple[Placement, ...]:
+    """Placements of the (tp, gradient, pp, cp) groups. Ranks are numbered tp -> cp -> dp -> pp
+    (Megatron's order), or tp -> cp -> pp -> dp with `pp_inner` (`RankOrder`): a group's stride is the
+    product of the degrees numbered before it. The gradient group is the dp x cp ranks that hold the
+    same parameters: its ranks in one node are those of its cp part times those of its dp part."""
     tp_group = Placement(size=tp, per_node=minimum(tp, devices_per_node))
-    return (tp_group, _place(cp * dp, tp, devices_per_node), _place(pp, tp * cp * dp, devices_per_node),
-            _place(cp, tp, devices_per_node))
+    cp_group = _place(cp, tp, devices_per_node)
+    inner = _place(cp * dp, tp, devices_per_node)  # cp and dp adjacent: one group of stride tp
+    split = cp_group.per_node * _place(dp, tp * cp * pp, devices_per_node).per_node  # pp between cp and dp
+    gradient = Placement(size=cp * dp, per_node=where(pp_inner > 0, split, inner.per_node))
+    pp_group = _place(pp, where(pp_inner > 0, tp * cp, tp * cp * dp), devices_per_node)
+    return tp_group, gradient, pp_group, cp_group
 
 
 def place_expert_groups(etp: Array, ep: Array, edp: Array, devices_per_node: Array) -> tuple[Placement, ...]:

@@ -82,7 +82,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     peak = matrix_peak(device, st.precision)
     microbatches = microbatch_count(w.global_batch, b, d)
     c = st.cp
-    tp_group, dp_group, pp_group, cp_group = place_groups(t, d, p, system.devices_per_node, c)
+    tp_group, dp_group, pp_group, cp_group = place_groups(t, d, p, system.devices_per_node, c, st.pp_inner)
 
     # --- one layer of each kind, one micro-batch; embedding (first stage), LM head and loss (last stage) --
     # with context parallelism every rank works on s/cp tokens of each sequence

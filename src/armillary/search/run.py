@@ -249,5 +249,6 @@ def candidate_row(c: Candidate) -> dict[str, Any]:
     s = c.strategy
     return {"rank": c.rank, "tp": s.tp, "pp": s.pp, "cp": s.cp, "vpp": s.vpp, "micro_batch": s.micro_batch,
             "sequence_parallel": s.sequence_parallel, "recompute": s.recompute.value, "zero": int(s.zero),
-            "overlap": s.overlap.model_dump(), "ep": s.ep, "step_time_s": c.step_time_s,
+            "overlap": s.overlap.model_dump(), "ep": s.ep,
+            "rank_order": s.rank_order.value, "step_time_s": c.step_time_s,
             "tokens_per_s": c.tokens_per_s, "mfu": c.mfu, "memory_gib": c.memory_bytes / 2**30}

@@ -24,7 +24,7 @@ from armillary.specs.arrays import (
 )
 from armillary.specs.base import Spec
 from armillary.specs.model import Model
-from armillary.specs.strategy import Recompute, Strategy, ZeroStage
+from armillary.specs.strategy import RankOrder, Recompute, Strategy, ZeroStage
 from armillary.workload.parameters import count_parameters
 
 
@@ -46,17 +46,22 @@ class StrategySpace(Spec):
     offload_optimizer: tuple[bool, ...] = (False,)
     offload_activations: tuple[bool, ...] = (False,)
     ep: tuple[PositiveInt, ...] = (1,)
+    rank_order: tuple[RankOrder, ...] = Field((RankOrder.DP_INNER, RankOrder.PP_INNER),
+                                              description="mappings of the parallel groups onto network tiers")
 
 
 # axes in index order (the last varies fastest); the first is compound: the model-parallel layout
 _LAYOUT = ("tp", "pp", "cp", "vpp")
 _AXES = ("micro_batch", "sequence_parallel", "recompute", "zero", "overlap_dp", "overlap_tp",
-         "overlap_param_gather", "offload_optimizer", "offload_activations", "ep")
+         "overlap_param_gather", "offload_optimizer", "offload_activations", "ep",
+         "rank_order")
 
 
 def _code(axis: str, value: Any) -> float:
     if axis == "recompute":
         return float(_RECOMPUTE_CODE[value])
+    if axis == "rank_order":
+        return float(value is RankOrder.PP_INNER)
     return float(int(value)) if isinstance(value, ZeroStage) else float(value)
 
 
@@ -190,7 +195,7 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
 def structurally_valid(c: dict[str, np.ndarray], m: ModelArrays, gpus: int, global_batch: int) -> np.ndarray:
     """Points whose degrees divide (Megatron's checks): tp x cp x pp | gpus, heads % tp, pp x vpp | layers
     with vpp > 1 only under pp > 1, sequence parallelism only with tp > 1, dp x micro_batch | global batch,
-    ep | experts and ep | dp x cp x tp."""
+    ep | experts and ep | dp x cp x tp, rank order tp-cp-pp-dp only without ep."""
     model_parallel = c["tp"] * c["cp"] * c["pp"]
     dp = gpus / model_parallel
     ok = (np.mod(gpus, model_parallel) == 0) & (np.mod(m.heads, c["tp"]) == 0)
@@ -199,7 +204,8 @@ def structurally_valid(c: dict[str, np.ndarray], m: ModelArrays, gpus: int, glob
     ok = ok & (np.mod(global_batch, np.maximum(dp, 1) * c["micro_batch"]) == 0)
     experts = float(m.experts)
     ok = ok & np.where(c["ep"] > 1, (experts > 0) & (np.mod(experts, c["ep"]) == 0)
-                   & (np.mod(np.maximum(dp, 1) * c["cp"] * c["tp"], c["ep"]) == 0), True)
+                   & (np.mod(np.maximum(dp, 1) * c["cp"] * c["tp"], c["ep"]) == 0)
+                   & (c["rank_order"] == 0), True)
     return np.asarray(ok)
 
 
@@ -212,7 +218,8 @@ def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, ex
         micro_batch=c["micro_batch"], sequence_parallel=c["sequence_parallel"], recompute=c["recompute"],
         zero=c["zero"], overlap_dp=c["overlap_dp"], overlap_tp=c["overlap_tp"],
         overlap_param_gather=c["overlap_param_gather"], offload_optimizer=c["offload_optimizer"],
-        offload_activations=c["offload_activations"], ep=c["ep"], etp=c["tp"] if expert_tp_is_tp else base.etp)
+        offload_activations=c["offload_activations"], ep=c["ep"],
+        pp_inner=c["rank_order"], etp=c["tp"] if expert_tp_is_tp else base.etp)
 
 
 def point_strategy(base: Strategy, values: dict[str, Any]) -> Strategy:

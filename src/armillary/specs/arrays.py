@@ -16,6 +16,7 @@ from armillary.specs.model import Model, PositionKind, TernaryKernel, TokenMixer
 from armillary.specs.strategy import (
     Attention,
     ContextParallel,
+    RankOrder,
     Recompute,
     RecomputeModule,
     Schedule,
@@ -155,6 +156,7 @@ class StrategyArrays:
     attention: Array  # 0 standard, else the FlashAttention version (1, 2, 3)
     ep: Array = 1.0
     etp: Array = 1.0
+    pp_inner: Array = 0.0  # rank order: 0 tp-cp-dp-pp, 1 tp-cp-pp-dp
     overlap_ep: Array = 0.0
     imbalance: Array = 1.0
     capacity_factor: Array = 0.0  # 0 = dropless
@@ -181,7 +183,8 @@ class StrategyArrays:
             offload_weights=float(s.offload.weights), offload_activations=float(s.offload.activations),
             offload_optimizer=float(s.offload.optimizer), precision=PRECISIONS.index(s.precision),
             pp_scatter_gather=float(s.pp_scatter_gather), attention=_ATTENTION_CODE[s.attention],
-            ep=s.ep, etp=s.etp, overlap_ep=float(s.overlap.ep_comm), imbalance=s.routing.imbalance,
+            ep=s.ep, etp=s.etp, pp_inner=float(s.rank_order is RankOrder.PP_INNER),
+            overlap_ep=float(s.overlap.ep_comm), imbalance=s.routing.imbalance,
             capacity_factor=s.routing.capacity_factor or 0.0, pad_to_capacity=float(s.routing.pad_to_capacity),
             dispatch_fp8=float(s.routing.dispatch_fp8),
             **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},

@@ -46,6 +46,16 @@ class Schedule(StrEnum):
     INTERLEAVED = "interleaved"  # interleaved 1F1B with `vpp` model chunks per pipeline rank
 
 
+class RankOrder(StrEnum):
+    """How parallel groups map onto the network tiers: consecutive ranks share a node, so the dimensions
+    listed first get the scale-up network (Megatron-Core's RankGenerator `order`). tp-cp-dp-pp is
+    Megatron's default (pipeline groups have the largest stride); tp-cp-pp-dp keeps pipeline neighbours
+    close and spreads data-parallel groups across nodes instead."""
+
+    DP_INNER = "tp-cp-dp-pp"
+    PP_INNER = "tp-cp-pp-dp"
+
+
 class TrainingPrecision(StrEnum):
     """Numeric recipe. fp8: fp8 GEMMs with bf16 activations and weights elsewhere (Transformer Engine)."""
 
@@ -122,6 +132,8 @@ class Strategy(Spec):
     expert_tp: PositiveInt | None = Field(None, description="tensor parallelism inside each expert; "
                                           "defaults to tp (Megatron-Core's default)")
     routing: Routing = Routing()
+    rank_order: RankOrder = Field(RankOrder.DP_INNER, description="which groups sit closest: "
+                                  "tp-cp-dp-pp (Megatron's default) or tp-cp-pp-dp")
     vpp: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved schedule)")
     schedule: Schedule | None = Field(None, description="defaults to interleaved when vpp > 1, else 1f1b")
     first_stage_layers: PositiveInt | None = Field(
@@ -152,6 +164,9 @@ class Strategy(Spec):
             raise ValueError("schedule 'interleaved' needs vpp >= 2 model chunks per pipeline rank")
         if self.recompute is not Recompute.SELECTIVE and self.recompute_modules != (RecomputeModule.CORE_ATTN,):
             raise ValueError("recompute_modules apply to recompute 'selective' only")
+        if self.rank_order is RankOrder.PP_INNER and self.ep > 1:
+            raise ValueError("rank_order 'tp-cp-pp-dp' is not modeled with expert parallelism (ep > 1): "
+                             "use 'tp-cp-dp-pp'")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1")
         if (self.first_stage_layers or self.last_stage_layers) and (self.pp < 3 or self.vpp > 1):
