@@ -1,6 +1,7 @@
 """Strategy search: the chunked array search finds what estimating every point one by one finds."""
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -9,7 +10,14 @@ from hypothesis import strategies as hs
 
 from armillary.api import estimate
 from armillary.search.run import Objective, process_pool, search
-from armillary.search.space import StrategySpace, memory_floor, point_strategy, resolve_axes, structurally_valid
+from armillary.search.space import (
+    StrategySpace,
+    memory_floor,
+    point_strategy,
+    resolve_axes,
+    structurally_valid,
+    time_floor,
+)
 from armillary.specs.arrays import ModelArrays
 from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
 from armillary.specs.strategy import Recompute, ZeroStage
@@ -117,28 +125,31 @@ def test_an_interrupted_search_resumes_from_its_checkpoint(tmp_path):
     whole = search(MODEL, SYSTEM, workload, BASE, space, top_k=6, chunk=300)
     checkpoint = tmp_path / "search.ckpt"
 
-    def stop_after_two(parts, total):
-        for n, part in enumerate(parts):
+    def stop_after_two(fn, waves):
+        for n, (a, b) in enumerate(r for wave in waves for r in wave):
             if n == 2:
                 raise KeyboardInterrupt
-            yield part
+            yield fn(a, b)
 
     with pytest.raises(KeyboardInterrupt):
-        search(MODEL, SYSTEM, workload, BASE, space, top_k=6, chunk=300, progress=stop_after_two,
+        search(MODEL, SYSTEM, workload, BASE, space, top_k=6, chunk=300, executor=stop_after_two,
                checkpoint=checkpoint)
     with checkpoint.open("a") as f:
         f.write('{"start": 9')  # a block cut mid-line by the interruption
     ran = []
 
-    def counting(fn, ranges):
-        ran.extend(ranges)
-        return (fn(a, b) for a, b in ranges)
+    def counting(fn, waves):
+        for wave in waves:
+            ran.extend(wave)
+            yield from (fn(a, b) for a, b in wave)
 
     resumed = search(MODEL, SYSTEM, workload, BASE, space, top_k=6, chunk=300, executor=counting,
                      checkpoint=checkpoint)
     assert [c.index for c in resumed.top] == [c.index for c in whole.top]
-    assert (resumed.evaluated, resumed.feasible) == (whole.evaluated, whole.feasible)
-    assert len(ran) == len(resolve_axes(space, MODEL, GPUS, 8).blocks(300)) - 2  # two blocks were kept
+    kept = [tuple(json.loads(line)[k] for k in ("start", "stop")) for line in checkpoint.read_text().splitlines()[1:3]]
+    assert len(kept) == 2 and not set(kept) & set(ran)  # the two finished blocks did not run again
+    # (what the bound skips may differ: the resumed search starts from the kept blocks' top-k)
+    assert len(ran) + resumed.bounded // 300 <= len(resolve_axes(space, MODEL, GPUS, 8).blocks(300)) - 2
     with pytest.raises(SpecError, match="another search"):
         search(MODEL, SYSTEM, workload, BASE, space, top_k=5, chunk=300, checkpoint=checkpoint)
 
@@ -151,6 +162,41 @@ def test_the_best_gpt3_strategy_on_64_a100s_is_feasible_and_explained():
     assert best.strategy.tp * best.strategy.pp * best.strategy.cp <= 64
     assert best.step_time_s <= result.top[-1].step_time_s
     assert best.memory_bytes <= load_system("dgx-a100", 64).device.hbm.capacity
+
+
+@settings(max_examples=8, deadline=None)
+@given(hs.sampled_from(["llama2-7b", "mixtral-8x7b", "gpt3-175b"]), hs.sampled_from([(1, 2), (2, 4), (1, 8)]),
+       hs.sampled_from([1, 2, 4]), hs.sampled_from([128, 512]), hs.sampled_from([1, 2]),
+       hs.sampled_from(["tp-cp-dp-pp", "tp-cp-pp-dp"]), hs.integers(0, 10**6))
+def test_time_floor_never_exceeds_the_estimate(name, mb_choices, tp, batch, vpp, order, seed):
+    model = load_model(name)
+    rng = np.random.default_rng(seed)
+    pp = int(rng.choice([p for p in (1, 2, 4, 8) if model.layers % (p * vpp) == 0 and (vpp == 1 or p > 1)]))
+    system = load_system("dgx-h100", 64)
+    workload = load_workload({"seq_len": 2048, "global_batch": batch})
+    space = StrategySpace(micro_batch=mb_choices)
+    dp = 64 // (tp * pp)
+    mb = int(rng.choice(mb_choices))
+    strategy = load_strategy({"tp": tp, "pp": pp, "vpp": vpp, "micro_batch": mb, "attention": "flash",
+                              "recompute": str(rng.choice(["none", "selective", "full"])), "rank_order": order,
+                              "precision": str(rng.choice(["bf16", "fp8"])), "sequence_parallel": tp > 1})
+    if batch % (dp * mb):
+        return
+    r = estimate(model, system, strategy, workload)
+    assert time_floor(model, system, workload, space, pp, vpp, dp) <= float(r.step_time_s) * (1 + 1e-12)
+
+
+def test_skipping_by_the_time_bound_keeps_the_brute_force_answer():
+    """A space whose pipeline-heavy layouts are bounded out: the search skips them and still finds the
+    brute-force top-k."""
+    space = StrategySpace(tp=(1, 2, 4, 8), pp=(1, 2, 4, 8, 16), vpp=(1,), micro_batch=(1, 2),
+                          recompute=(Recompute.NONE,), zero=(ZeroStage.OPTIMIZER,), overlap_tp=(False,),
+                          overlap_param_gather=(True,))
+    workload = load_workload({"seq_len": 2048, "global_batch": 16})
+    expected, _ = brute_force(space, workload, Objective.TIME, 3)
+    result = search(MODEL, SYSTEM, workload, BASE, space, top_k=3, chunk=4)
+    assert result.bounded > 0
+    assert [c.strategy for c in result.top] == [st for _, st in expected]
 
 
 def test_space_values_are_validated():
@@ -174,6 +220,14 @@ def test_search_cli(tmp_path):
     assert len(data["top"]) == 3 and data["points"] == data["evaluated"] + data["pruned"]
     assert {r["tp"] for r in data["top"]} <= {2, 4} and data["top"][0]["step_time_s"] <= data["top"][2]["step_time_s"]
     assert len((tmp_path / "top.csv").read_text().splitlines()) == 4
+    import pyarrow.parquet as pq
+
+    assert CliRunner().invoke(app, [*args, "--save", str(tmp_path / "top.parquet")]).exit_code == 0
+    table = pq.read_table(tmp_path / "top.parquet").to_pylist()
+    assert [r["tp"] for r in table] == [r["tp"] for r in data["top"]]
+    assert [r["step_time_s"] for r in table] == [r["step_time_s"] for r in data["top"]]
+    wrong = CliRunner().invoke(app, [*args, "--save", str(tmp_path / "top.xlsx")])
+    assert wrong.exit_code == 2 and ".parquet" in wrong.output
     bad = CliRunner().invoke(app, [*args, "--objective", "fast"])
     assert bad.exit_code == 2 and "time or memory" in bad.output
 

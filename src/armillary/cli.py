@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -28,10 +29,14 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console()
 
 
-def _writable(path: Path | None) -> None:
-    """Fail early, with a message, when an output file cannot be written."""
+def _writable(path: Path | None, table: bool = False) -> None:
+    """Fail early, with a message, when an output file cannot be written (`table`: nor its format named)."""
     if path is not None and not path.parent.is_dir():
         _fail(f"cannot write {path}: the folder {path.parent} does not exist")
+    from armillary.report.files import FORMATS
+
+    if path is not None and table and path.suffix.lower() not in FORMATS:
+        _fail(f"{path}: the file name must end in one of {', '.join(FORMATS)}")
 
 
 def _fail(message: str) -> None:
@@ -96,7 +101,8 @@ def serve_cmd(
     find_max_rate: Annotated[bool, typer.Option(
         "--max-rate", help="search the largest rate meeting P90 TTFT and P99 TPOT (workload.serving SLOs)")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
-    csv_out: Annotated[Path | None, typer.Option("--csv", help="also save per-request times as CSV")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--save", "--csv", help="also save per-request times: .csv, "
+                                                 ".json or .parquet")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="override any field, e.g. --set workload.serving.max_batch=128 (repeatable)")] = None,
 ) -> None:
@@ -106,7 +112,7 @@ def serve_cmd(
     from armillary.serving.run import max_rate
     from armillary.specs.run import load_run, parse_override
 
-    _writable(csv_out)
+    _writable(csv_out, table=True)
     try:
         model, system, strategy, workload = load_run(run_file, [parse_override(s) for s in set_ or []])
         if not isinstance(workload, Inference):
@@ -125,14 +131,13 @@ def serve_cmd(
         _fail(str(err))
         return
     if csv_out is not None:
-        import csv
+        from armillary.report.files import save_rows
 
         t = result.times
-        with csv_out.open("w", newline="") as f:
-            out = csv.writer(f)
-            out.writerow(["arrival_s", "input_len", "output_len", "first_token_s", "finish_s", "preemptions"])
-            out.writerows(zip(t.arrival_s, t.input_len, t.output_len, t.first_token_s, t.finish_s, t.preemptions,
-                              strict=True))
+        names = ("arrival_s", "input_len", "output_len", "first_token_s", "finish_s", "preemptions")
+        save_rows([dict(zip(names, values, strict=True)) for values in zip(
+            t.arrival_s.tolist(), t.input_len.tolist(), t.output_len.tolist(), t.first_token_s.tolist(),
+            t.finish_s.tolist(), t.preemptions.tolist(), strict=True)], csv_out)
     if json_out:
         from armillary.estimate.result import plain
 
@@ -166,12 +171,13 @@ def search_cmd(
     dask: Annotated[str | None, typer.Option(help="run the chunks on a Dask cluster: tcp://scheduler:8786, or "
                                                   "local (a LocalCluster); pip install 'armillary[dask]'")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
-    csv_out: Annotated[Path | None, typer.Option("--csv", help="also save the top strategies as CSV")] = None,
+    save: Annotated[Path | None, typer.Option("--save", "--csv", help="also save the top strategies: .csv, .json "
+                                              "or .parquet (pip install 'armillary[parquet]')")] = None,
     resume: Annotated[Path | None, typer.Option(help="checkpoint file: finished blocks are appended, and a rerun "
                                                      "of the same search skips them")] = None,
 ) -> None:
     """The fastest (or leanest) parallelization strategies for a model on a system."""
-    from rich.progress import Progress
+    from rich.progress import Progress, TextColumn, TimeRemainingColumn
 
     from armillary.report.tables import search_table
     from armillary.search.run import Objective, candidate_row, dask_cluster, process_pool, search, serial
@@ -184,7 +190,7 @@ def search_cmd(
         validate_spec,
     )
 
-    _writable(csv_out)
+    _writable(save, table=True)
     _writable(pareto)
     _writable(resume)
     try:
@@ -200,14 +206,15 @@ def search_cmd(
         if global_batch is None:
             raise SpecError("--global-batch is needed for a training search (or give --tpot-limit for inference)")
         workload = validate_spec(Training, {"seq_len": seq_len, "global_batch": global_batch}, "workload")
-        with Progress(console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task("searching", total=None)
+        columns = (*Progress.get_default_columns()[:-1], TextColumn("{task.fields[rate]} points/s"),
+                   TimeRemainingColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("searching", total=None, rate="-")
+            started = time.perf_counter()
 
-            def tick(parts, total):
-                bar.update(task, total=total)
-                for part in parts:
-                    bar.advance(task)
-                    yield part
+            def tick(done: int, total: int) -> None:
+                rate = done / max(time.perf_counter() - started, 1e-9)
+                bar.update(task, completed=done, total=total, rate=f"{rate:,.0f}")
 
             executor = (dask_cluster(dask, max(workers, 2)) if dask else process_pool(workers) if workers > 1
                         else serial)
@@ -227,21 +234,19 @@ def search_cmd(
         _fail(f"{err} (objective: time or memory)")
         return
     rows = [candidate_row(c) for c in result.top]
-    if csv_out is not None:
-        import csv
+    if save is not None:
+        from armillary.report.files import save_rows
 
-        with csv_out.open("w", newline="") as f:
-            out = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["rank"])
-            out.writeheader()
-            out.writerows({**r, "overlap": json.dumps(r["overlap"])} for r in rows)
+        save_rows(rows, save)
     if json_out:
         summary = {"points": result.points, "evaluated": result.evaluated, "pruned": result.pruned,
+                   "bounded": result.bounded,
                    "feasible": result.feasible, "elapsed_s": result.elapsed_s, "top": rows}
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
     console.print(search_table(rows, f"{m.name} on {gpus} x {sysm.device.name}: top {len(rows)} by {goal.value}"))
     console.print(f"{result.points:,} points: {result.pruned:,} pruned (degrees that do not divide, memory "
-                  f"floor), {result.evaluated:,} "
+                  f"floor, {result.bounded:,} of them by the lower bound of the objective), {result.evaluated:,} "
                   f"evaluated, {result.feasible:,} feasible, in {result.elapsed_s:.2f} s "
                   f"({result.points_per_s:,.0f} points/s)")
 

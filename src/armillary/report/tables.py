@@ -112,13 +112,14 @@ def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) 
 
 def search_table(rows: list[dict], title: str) -> Table:
     table = Table(title=title)
-    for c in ("rank", "tp", "pp", "vpp", "cp", "mb", "SP", "recompute", "ZeRO", "overlap", "step s", "MFU", "GiB"):
-        table.add_column(c, justify="left" if c in ("recompute", "overlap") else "right")
+    for c in ("rank", "tp", "pp", "vpp", "cp", "mb", "SP", "recompute", "ZeRO", "overlap", "rank order", "step s",
+              "MFU", "GiB"):
+        table.add_column(c, justify="left" if c in ("recompute", "overlap", "rank order") else "right")
     for r in rows:
         overlap = ",".join(k.split("_")[0] for k, on in r["overlap"].items() if on) or "-"
         table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["vpp"]), str(r["cp"]), str(r["micro_batch"]),
                       "yes" if r["sequence_parallel"] else "no", r["recompute"], str(r["zero"]), overlap,
-                      f"{r['step_time_s']:.4g}", _pct(r["mfu"]), f"{r['memory_gib']:.1f}")
+                      r["rank_order"], f"{r['step_time_s']:.4g}", _pct(r["mfu"]), f"{r['memory_gib']:.1f}")
     return table
 
 

@@ -23,9 +23,11 @@ from armillary.search.space import (
     Axes,
     StrategySpace,
     chunk_strategy,
+    memory_floor,
     point_strategy,
     resolve_axes,
     structurally_valid,
+    time_floor,
 )
 from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.loading import SpecError
@@ -48,6 +50,7 @@ class Problem:
     system: System
     base: Strategy
     workload: Training
+    space: StrategySpace
     axes: Axes
     objective: Objective
     top_k: int
@@ -107,7 +110,8 @@ class SearchResult:
     top: tuple[Candidate, ...]
     points: int  # size of the space (the product of the axes)
     evaluated: int  # structurally valid points, run through the estimator
-    pruned: int  # left out because degrees do not divide: whole layouts before indexing, the rest by mask
+    pruned: int  # not evaluated: degrees that do not divide or memory floor over HBM, and `bounded`
+    bounded: int  # of those, points of blocks skipped because their lower bound exceeded the k-th best
     feasible: int
     elapsed_s: float
 
@@ -116,39 +120,46 @@ class SearchResult:
         return self.points / self.elapsed_s if self.elapsed_s > 0 else float("inf")
 
 
-Executor = Callable[[Callable[[int, int], ChunkResult], list[tuple[int, int]]], Iterator[ChunkResult]]
+# Blocks run in waves of this many; the lower bound is checked between waves, so what is skipped (and the
+# answer) does not depend on the executor or the number of workers.
+WAVE = 16
+
+Waves = Iterable[list[tuple[int, int]]]
+Executor = Callable[[Callable[[int, int], ChunkResult], Waves], Iterator[ChunkResult]]
 
 
-def serial(fn: Callable[[int, int], ChunkResult], ranges: list[tuple[int, int]]) -> Iterator[ChunkResult]:
-    return (fn(a, b) for a, b in ranges)
+def serial(fn: Callable[[int, int], ChunkResult], waves: Waves) -> Iterator[ChunkResult]:
+    return (fn(a, b) for wave in waves for a, b in wave)
 
 
 def process_pool(workers: int | None = None) -> Executor:
-    """Chunks over local processes (results in submission order)."""
+    """Blocks over local processes (results in submission order); one pool serves every wave."""
 
-    def run(fn: Callable[[int, int], ChunkResult], ranges: list[tuple[int, int]]) -> Iterator[ChunkResult]:
+    def run(fn: Callable[[int, int], ChunkResult], waves: Waves) -> Iterator[ChunkResult]:
         with ProcessPoolExecutor(workers) as pool:
-            yield from pool.map(fn, *zip(*ranges, strict=True)) if ranges else iter(())
+            for wave in waves:
+                yield from pool.map(fn, *zip(*wave, strict=True))
 
     return run
 
 
 def dask_cluster(address: str = "local", workers: int = 2) -> Executor:
-    """Chunks over a Dask cluster: a scheduler address (tcp://host:8786), or "local" for a LocalCluster of
+    """Blocks over a Dask cluster: a scheduler address (tcp://host:8786), or "local" for a LocalCluster of
     `workers` processes started for the search and closed after it. Needs the optional `dask` extra."""
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:  # pragma: no cover - depends on the installation
         raise SpecError("the Dask executor needs dask[distributed]: pip install 'armillary[dask]'") from None
 
-    def run(fn: Callable[[int, int], ChunkResult], ranges: list[tuple[int, int]]) -> Iterator[ChunkResult]:
+    def run(fn: Callable[[int, int], ChunkResult], waves: Waves) -> Iterator[ChunkResult]:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=None) if address == "local" else None
         client = Client(cluster if cluster is not None else address)
         try:
-            futures = client.map(fn, *zip(*ranges, strict=True), pure=False) if ranges else []
-            for future in as_completed(futures):  # any order: the top-k merge does not depend on it
-                yield future.result()
+            for wave in waves:
+                futures = client.map(fn, *zip(*wave, strict=True), pure=False)
+                for future in as_completed(futures):  # any order: the top-k merge does not depend on it
+                    yield future.result()
         finally:
             client.close()
             if cluster is not None:
@@ -157,48 +168,95 @@ def dask_cluster(address: str = "local", workers: int = 2) -> Executor:
     return run
 
 
+def layout_bounds(problem: Problem) -> np.ndarray:
+    """Per layout of the space (the first axis), a lower bound of the objective at any of its points:
+    `time_floor` or `memory_floor`."""
+    rows = np.array(problem.axes.labels[0], dtype=float).reshape(-1, 4)
+    tp, pp, cp, vpp = rows.T
+    gpus = problem.system.devices
+    if problem.objective is Objective.TIME:
+        return np.broadcast_to(time_floor(problem.model, problem.system, problem.workload, problem.space, pp, vpp,
+                                          gpus // (tp * pp * cp)), tp.shape)
+    return np.broadcast_to(memory_floor(problem.model, problem.base, problem.space, tp, pp, cp, gpus), tp.shape)
+
+
 def search(model: Model, system: System, workload: Training, base: Strategy | None = None,
            space: StrategySpace | None = None, objective: Objective = Objective.TIME, top_k: int = 10,
            chunk: int = 262144, executor: Executor = serial,
-           progress: Callable[[Iterable[ChunkResult], int], Iterable[ChunkResult]] | None = None,
+           progress: Callable[[int, int], None] | None = None,
            checkpoint: Path | None = None) -> SearchResult:
     """The top_k strategies of `space` (default: everything valid) for `model` on `system` (all its
-    devices) and `workload`; fields outside the space come from `base`. With `checkpoint`, every finished
-    block is appended to that file and a rerun of the same search skips the blocks it holds (resume after
-    an interruption; the answer is the same)."""
+    devices) and `workload`; fields outside the space come from `base`.
+
+    Blocks run in order of a lower bound of the objective over their layouts (`layout_bounds`); once the
+    top_k are full, blocks whose bound exceeds the k-th best are skipped (exact: none of their points
+    could enter). `progress(points_done, points)` is called as blocks finish or are skipped. With
+    `checkpoint`, every finished block is appended to that file and a rerun of the same search skips the
+    blocks it holds (resume after an interruption; the answer is the same)."""
     base = base or Strategy()
-    axes = resolve_axes(space or StrategySpace(), model, system.devices, system.devices_per_node, base,
-                        system.device.hbm.capacity)
-    problem = Problem(model, system, base, workload, axes, objective, top_k)
-    ranges = axes.blocks(chunk)
+    space = space or StrategySpace()
+    axes = resolve_axes(space, model, system.devices, system.devices_per_node, base, system.device.hbm.capacity)
+    problem = Problem(model, system, base, workload, space, axes, objective, top_k)
     started = time.perf_counter()
     done = _resume(checkpoint, problem, chunk) if checkpoint is not None else []
     finished = {(p.start, p.stop) for p in done}
-    results: Iterable[ChunkResult] = executor(problem.evaluate, [r for r in ranges if r not in finished])
-    if progress is not None:
-        results = progress(results, len(ranges) - len(finished))
-    index, value = np.zeros(0, np.int64), np.zeros(0)
-    evaluated = feasible = 0
+    per_layout = axes.size // max(len(axes.labels[0]), 1)
+    bounds = layout_bounds(problem)
+    todo = sorted(((float(bounds[a // per_layout:(b - 1) // per_layout + 1].min()), a, b)
+                   for a, b in axes.blocks(chunk) if (a, b) not in finished))
+    best = _Best(top_k)
+    skipped = 0
+
+    def waves() -> Iterator[list[tuple[int, int]]]:
+        nonlocal skipped
+        for i in range(0, len(todo), WAVE):
+            wave = [(a, b) for bound, a, b in todo[i:i + WAVE] if not bound > best.kth]
+            skipped += sum(b - a for bound, a, b in todo[i:i + WAVE] if bound > best.kth)
+            if progress is not None:
+                progress(best.points + skipped, axes.size)
+            if wave:
+                yield wave
+
     log = checkpoint.open("a") if checkpoint is not None else None
     try:
-        for part in itertools.chain(done, results):  # running top-k: memory bounded by chunk size + k
+        for part in itertools.chain(done, executor(problem.evaluate, waves())):  # memory: chunk size + k
             if log is not None and (part.start, part.stop) not in finished:
                 log.write(json.dumps({"start": part.start, "stop": part.stop, "evaluated": part.evaluated,
                                       "feasible": part.feasible, "index": part.index.tolist(),
                                       "value": part.value.tolist()}) + "\n")
                 log.flush()
-            index, value = np.concatenate((index, part.index)), np.concatenate((value, part.value))
-            keep = _best(index, value, top_k)
-            index, value = index[keep], value[keep]
-            evaluated += part.evaluated
-            feasible += part.feasible
+            best.merge(part)
+            if progress is not None:
+                progress(best.points + skipped, axes.size)
     finally:
         if log is not None:
             log.close()
     elapsed = time.perf_counter() - started
-    top = tuple(_candidate(rank, int(i), problem) for rank, i in enumerate(index))
-    return SearchResult(top, axes.size + axes.pruned, evaluated, axes.size + axes.pruned - evaluated, feasible,
-                        elapsed)
+    top = tuple(_candidate(rank, int(i), problem) for rank, i in enumerate(best.index))
+    points = axes.size + axes.pruned
+    return SearchResult(top, points, best.evaluated, points - best.evaluated, skipped, best.feasible, elapsed)
+
+
+class _Best:
+    """The running top-k of a search and its counts."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.index, self.value = np.zeros(0, np.int64), np.zeros(0)
+        self.points = self.evaluated = self.feasible = 0
+
+    @property
+    def kth(self) -> float:
+        """The value a point must beat to enter (inf until k points are held)."""
+        return float(self.value[-1]) if len(self.value) == self.k else np.inf
+
+    def merge(self, part: ChunkResult) -> None:
+        index, value = np.concatenate((self.index, part.index)), np.concatenate((self.value, part.value))
+        keep = _best(index, value, self.k)
+        self.index, self.value = index[keep], value[keep]
+        self.points += part.points
+        self.evaluated += part.evaluated
+        self.feasible += part.feasible
 
 
 def _signature(problem: Problem, chunk: int) -> str:

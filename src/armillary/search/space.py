@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import Field, PositiveInt
 
 from armillary.estimate.memory import model_states
+from armillary.estimate.training import model_flop_per_iteration
 from armillary.specs.arrays import (
     _RECOMPUTE_CODE,
     SCHEDULE_1F1B,
@@ -21,11 +22,16 @@ from armillary.specs.arrays import (
     Array,
     ModelArrays,
     StrategyArrays,
+    TrainingArrays,
+    minimum,
 )
 from armillary.specs.base import Spec
-from armillary.specs.model import Model
+from armillary.specs.model import Model, TokenMixer
 from armillary.specs.strategy import RankOrder, Recompute, Strategy, ZeroStage
+from armillary.specs.system import System
+from armillary.specs.workload import Training
 from armillary.workload.parameters import count_parameters
+from armillary.workload.transformer import layer_forward
 
 
 class StrategySpace(Spec):
@@ -165,6 +171,35 @@ def memory_floor(model: Model, base: Strategy, space: StrategySpace, tp: Array, 
     weights = 0.0 if base.offload.weights else states.weights
     optimizer = 0.0 if any(space.offload_optimizer) else states.optimizer_states
     return weights + states.gradients + optimizer
+
+
+def time_floor(model: Model, system: System, workload: Training, space: StrategySpace, pp: Array, vpp: Array,
+               dp: Array) -> Array:
+    """A lower bound of the step time of layout (pp, vpp, dp) at any point of `space` (arrays: one bound
+    per layout). The pipeline takes m stage_max + (stage_sum - stage_max)/v (`estimate.pipeline`), which
+    grows with stage_max >= stage_sum/p, so a step takes at least (stage_sum/p)(m + (p - 1)/v); every
+    kernel runs at most at the device's highest matrix peak times its highest efficiency (`cost.compute`:
+    the curves interpolate between their points), so stage_sum/p >= F/(devices m peak) for the step's model
+    FLOPs F, and the bound F/(devices peak) (1 + (p - 1)/(v m)) falls with m, which is largest
+    for the smallest micro-batch. F counts every layer as the cheaper of a dense layer and an MoE layer
+    without its routed experts (token dropping may shrink those); MatMul-free models get no bound (their
+    kernels are additions, not matrix FLOPs)."""
+    m, w = ModelArrays.of(model), TrainingArrays.of(workload)
+    if model.token_mixer is TokenMixer.MLGRU or model.bitlinear is not None:
+        return np.zeros(np.shape(pp))
+    def layer_flop(mlp_width: Array | None) -> Array:  # forward + backward of one layer, whole batch
+        return 3 * sum(op.flop for op in layer_forward(m, w.global_batch, w.seq_len, 1.0, 0.0, 2.0,
+                                                       mlp_width=mlp_width).gemms)
+
+    per_layer = layer_flop(None) if model.moe is None else minimum(layer_flop(None), layer_flop(m.shared_ffn))
+    head = model_flop_per_iteration(m, w).head
+    device = system.device
+    curves = (device.matrix_efficiency, *device.matrix_efficiency_by_precision.values())
+    best_efficiency = max(*(e for c in curves for _, e in c.points), device.flash_attention_efficiency,
+                          device.flash3_attention_efficiency or 0.0, device.flash1_attention_efficiency or 0.0)
+    peak = max(device.matrix_flops.values()) * best_efficiency
+    microbatches = workload.global_batch / (dp * min(space.micro_batch))
+    return (per_layer * model.layers + head) / (system.devices * peak) * (1 + (pp - 1) / (vpp * microbatches))
 
 
 def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node: int,
