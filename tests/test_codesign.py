@@ -68,6 +68,15 @@ def test_search_cli_over_a_system_space(tmp_path):
     data = json.loads(out.output)
     assert [s["gpus"] for s in data["systems"]] == [16, 32] and any(s["pareto"] for s in data["systems"])
     assert (tmp_path / "front.png").stat().st_size > 10_000
+    # the best system by each goal, by hand from the rows; a budget below the 32-GPU system's cost leaves 16
+    systems = data["systems"]
+    for r in systems:
+        assert r["tokens_per_s_per_dollar"] == pytest.approx(r["strategy"]["tokens_per_s"] / r["cost_usd"])
+    fastest = min(range(2), key=lambda i: systems[i]["step_time_s"])
+    per_dollar = max(range(2), key=lambda i: systems[i]["tokens_per_s_per_dollar"])
+    assert data["best"]["time"] == fastest and data["best"]["per-dollar"] == per_dollar
+    cheap = CliRunner().invoke(app, [*args, "--json", "--budget", str(systems[0]["cost_usd"])])
+    assert json.loads(cheap.output)["best"] == {"time": 0, "per-dollar": 0, "per-watt": 0}
     missing = CliRunner().invoke(app, [*args[:-4], "--space", str(tmp_path / "strategies.yaml")])
     assert missing.exit_code == 2 and "space" in missing.output
 

@@ -165,6 +165,7 @@ def search_cmd(
     space: Annotated[Path | None, typer.Option(help="system space (YAML): GPU counts, memory, bandwidths, "
                                                     "prices, power; the best strategy of each system")] = None,
     pareto: Annotated[Path | None, typer.Option(help="with --space: draw the time / cost front (PNG)")] = None,
+    budget: Annotated[float | None, typer.Option(help="with --space: best systems costing at most this (USD)")] = None,
     objective: Annotated[str, typer.Option(help="time or memory")] = "time",
     top: Annotated[int, typer.Option(help="how many strategies to keep")] = 10,
     workers: Annotated[int, typer.Option(help="local processes (1 = serial), or Dask workers with --dask local")] = 1,
@@ -223,7 +224,7 @@ def search_cmd(
 
                 systems = validate_spec(SystemSpace, read_spec_file(space, "space"), "space")
                 designs = codesign(m, sysm, workload, systems, base, spec_space, executor)
-                _print_codesign(designs, json_out, pareto, f"{m.name}: best strategy per system")
+                _print_codesign(designs, json_out, pareto, f"{m.name}: best strategy per system", budget)
                 return
             result = search(m, sysm, workload, base, spec_space, goal, top, executor=executor, progress=tick,
                             checkpoint=resume)
@@ -277,26 +278,38 @@ def _inference_search(m: Model, sysm: System, base: Strategy, space_file: Path |
     console.print(f"{result.points} points, {result.feasible} fit, {result.within_limits} within the limits")
 
 
-def _print_codesign(designs: CoDesignResult, json_out: bool, pareto: Path | None, title: str) -> None:
+def _print_codesign(designs: CoDesignResult, json_out: bool, pareto: Path | None, title: str,
+                    budget: float | None) -> None:
     from armillary.report.tables import codesign_table
     from armillary.search.run import candidate_row
+    from armillary.search.systems import DesignGoal
 
     rows = [{**{k: (v / 2**30 if "capacity" in k else v / 1e9 if "bandwidth" in k else v)
                 for k, v in p.values.items() if v is not None},
              "cost_usd": p.cost, "power_w": p.power, "step_time_s": p.step_time_s, "pareto": i in designs.pareto,
+             "tokens_per_s_per_dollar": p.tokens_per_s_per_dollar, "tokens_per_joule": p.tokens_per_joule,
              "strategy": candidate_row(p.best) if p.best else None} for i, p in enumerate(designs.points)]
+    best = {goal.value: designs.best(goal, budget) for goal in DesignGoal}
+    position = {id(p): i for i, p in enumerate(designs.points)}
     if pareto is not None:
         from armillary.report.plots import pareto_plot
 
         pareto_plot([(r["step_time_s"], r["cost_usd"], r["pareto"],
                       f"{r['gpus']} GPUs, {r['hbm_capacity']:.0f} GiB") for r in rows if r["strategy"]], pareto)
     if json_out:
-        sys.stdout.write(json.dumps({"systems": rows, "strategies_evaluated": designs.strategies_evaluated},
+        sys.stdout.write(json.dumps({"systems": rows, "strategies_evaluated": designs.strategies_evaluated,
+                                     "budget_usd": budget,
+                                     "best": {k: position[id(p)] if p else None for k, p in best.items()}},
                                     indent=2, default=str) + "\n")
         return
     console.print(codesign_table(rows, title))
     console.print(f"{len(rows)} systems, {designs.strategies_evaluated:,} strategies evaluated; "
                   f"{len(designs.pareto)} on the time / cost / power front (*)")
+    within = f" within ${budget:,.0f}" if budget is not None else ""
+    for goal, p in best.items():
+        text = (f"{p.system.devices} GPUs, {p.system.device.hbm.capacity / 2**30:.0f} GiB HBM: "
+                f"{p.step_time_s:.4g} s, ${p.cost / 1e6:.2f}M, {p.power / 1e3:.0f} kW" if p else "none")
+        console.print(f"best by {goal}{within}: {text}")
 
 
 @app.command("comm-profile")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -128,12 +129,39 @@ class DesignPoint:
     def step_time_s(self) -> float:
         return self.best.step_time_s if self.best is not None else float("inf")
 
+    @property
+    def tokens_per_s(self) -> float:
+        return self.best.tokens_per_s if self.best is not None else 0.0
+
+    @property
+    def tokens_per_s_per_dollar(self) -> float:
+        return self.tokens_per_s / self.cost if self.cost > 0 else float("inf")
+
+    @property
+    def tokens_per_joule(self) -> float:
+        """Training throughput per watt: tokens/s / W."""
+        return self.tokens_per_s / self.power if self.power > 0 else float("inf")
+
+
+class DesignGoal(StrEnum):
+    TIME = "time"  # shortest step
+    PER_DOLLAR = "per-dollar"  # most tokens/s per dollar of capital cost
+    PER_WATT = "per-watt"  # most tokens per joule
+
 
 @dataclass(frozen=True)
 class CoDesignResult:
     points: tuple[DesignPoint, ...]
     pareto: tuple[int, ...]  # positions in `points` on the front of (step time, cost, power)
     strategies_evaluated: int
+
+    def best(self, goal: DesignGoal = DesignGoal.TIME, budget_usd: float | None = None) -> DesignPoint | None:
+        """The best system that fits a strategy (and costs at most `budget_usd`) by `goal`; ties go to the
+        first in space order."""
+        fits = [p for p in self.points if p.best is not None and (budget_usd is None or p.cost <= budget_usd)]
+        key = {DesignGoal.TIME: lambda p: p.step_time_s, DesignGoal.PER_DOLLAR: lambda p: -p.tokens_per_s_per_dollar,
+               DesignGoal.PER_WATT: lambda p: -p.tokens_per_joule}[goal]
+        return min(fits, key=key) if fits else None
 
 
 def pareto_front(objectives: np.ndarray) -> np.ndarray:
