@@ -16,7 +16,7 @@ import numpy as np
 from armillary.comm.collectives import CommCost, all_gather, all_reduce, collective, reduce_scatter, send_recv
 from armillary.comm.placement import Placement
 from armillary.cost.compute import addition_time, fused_attention_time, kernel_times
-from armillary.estimate.result import CommCall, LayerCost, ParallelDimension, PassCost
+from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
 from armillary.specs.arrays import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, Array, StrategyArrays, maximum, where
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
@@ -28,15 +28,6 @@ from armillary.workload.transformer import Ends, LayerForward
 BACKWARD_STREAM_FACTOR = 1.5
 # FlashAttention's backward recomputes the scores: 2.5x the forward FLOPs (FA2 §4.1; formulas.md §3.5).
 FLASH_BACKWARD_FACTOR = 2.5
-
-
-@dataclass(frozen=True)
-class EndsCost:
-    """Embedding (first stage) and LM head + loss (last stage), forward + backward, one micro-batch."""
-
-    embedding_s: Array
-    head_s: Array
-    tp: CommCost  # vocabulary-parallel embedding all-reduce / LM-head input-gradient all-reduce
 
 
 def recompute_modes(st: StrategyArrays) -> tuple[Array, Array]:
@@ -173,16 +164,17 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
         ring_steps = where(on_ring, cp - 1, 0.0)
         cp_f = exposed(ring_steps * hop.time, core_f.time_s, 1.0) + a2a_in.time + a2a_out.time
         cp_b = exposed(2 * ring_steps * hop.time, core_b.time_s, 1.0) + a2a_in.time + a2a_out.time
-    ep_s, ep_calls = _expert_exchange(experts, expert_groups, st, system, forward.time_s,
+    ep_s, ep_forward_s, ep_calls = _expert_exchange(experts, expert_groups, st, system, forward.time_s,
                                       backward_input.time_s + backward_weight.time_s, full)
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
                       tp_recompute_s=where(full, tp_f, 0.0), cp_s=cp_f * (1 + full) + cp_b, ep_s=ep_s,
+                      cp_forward_s=cp_f, ep_forward_s=ep_forward_s,
                       recompute_modules=PassCost(*(where(full, 0.0, x) for x in (
                           modules.flop, modules.bytes, modules.time_s))), attention_core=core_f)
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
     ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(n_tp, tp_group, system)
     ends_cost = EndsCost(embedding_s=(1 + k) * embedding_t, head_s=3 * head_gemm_t + (1 + k) * loss_t,
-                         tp=ends_ar)
+                         tp=ends_ar, embedding_forward_s=embedding_t, head_forward_s=head_gemm_t + loss_t)
     # per layer and micro-batch; full recomputation repeats the forward's collectives
     per_layer = [f * (1 + full) + b for f, b in zip(forward_calls, backward_calls, strict=True)]
     passes = 2 + full  # forward, backward (+ the recomputed forward)
@@ -200,8 +192,9 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
 
 def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None, st: StrategyArrays,
                      system: System, forward_s: Array, backward_s: Array,
-                     full: Array) -> tuple[Array, tuple[CommCall, ...]]:
-    """Exposed time and calls of an MoE layer's token exchange, per micro-batch: a dispatch and a combine
+                     full: Array) -> tuple[Array, Array, tuple[CommCall, ...]]:
+    """Exposed time (all passes, and of it one forward's) and calls of an MoE layer's token exchange, per
+    micro-batch: a dispatch and a combine
     all-to-all over the EP group in forward, their gradients in backward, again under full recomputation
     (formulas.md §7.2: 4 T k h bytes per rank and layer); with expert TP the dispatched tokens are
     all-gathered over the ETP group before the experts and reduce-scattered after (DeepSpeed-MoE §5;
@@ -209,7 +202,7 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
     Overlap (DeepSeek-V3 §3.2.1 DualPipe, Megatron's 1F1B all-to-all overlap) hides the exchange behind
     the other micro-batch's compute of the same pass."""
     if experts is None or groups is None:
-        return 0.0, ()
+        return 0.0, 0.0, ()
     dispatch = needed(lambda: collective(Collective.ALL_TO_ALL, experts.dispatch_bytes, groups.ep, system).cost,
                       st.ep > 1)
     combine = needed(lambda: collective(Collective.ALL_TO_ALL, experts.combine_bytes, groups.ep, system).cost,
@@ -218,8 +211,8 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
     gather = needed(lambda: all_gather(gathered, groups.etp, system), st.etp > 1)
     scatter = needed(lambda: reduce_scatter(gathered, groups.etp, system), st.etp > 1)
     per_pass = dispatch.time + combine.time + gather.time + scatter.time
-    exposed_s = (exposed(per_pass, forward_s, st.overlap_ep) * (1 + full)
-                 + exposed(per_pass, backward_s, st.overlap_ep))
+    forward_exposed = exposed(per_pass, forward_s, st.overlap_ep)
+    exposed_s = forward_exposed * (1 + full) + exposed(per_pass, backward_s, st.overlap_ep)
     passes = 2 + full
     calls = (
         _call(ParallelDimension.EP, Collective.ALL_TO_ALL, passes * (st.ep > 1), experts.dispatch_bytes, dispatch),
@@ -227,7 +220,7 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
         _call(ParallelDimension.ETP, Collective.ALL_GATHER, passes * (st.etp > 1), gathered, gather),
         _call(ParallelDimension.ETP, Collective.REDUCE_SCATTER, passes * (st.etp > 1), gathered, scatter),
     )
-    return exposed_s, calls
+    return exposed_s, forward_exposed, calls
 
 
 def _call(dim: ParallelDimension, op: Collective, per_layer: Array, n: Array, cost: CommCost) -> CommCall:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from armillary.comm.collectives import CommCost
 from armillary.specs.arrays import Array
 from armillary.specs.communication import Collective
 
@@ -34,6 +35,8 @@ class LayerCost:
     tp_recompute_s: Array
     cp_s: Array = 0.0  # context-parallel exchange left exposed (forward, backward and recompute)
     ep_s: Array = 0.0  # expert-parallel all-to-alls and expert-TP gathers left exposed (MoE layers)
+    cp_forward_s: Array = 0.0  # of `cp_s`: one forward pass's (a full recomputation repeats it)
+    ep_forward_s: Array = 0.0  # of `ep_s`: one forward pass's
     recompute_modules: PassCost = PassCost(0.0, 0.0, 0.0)  # of `recompute`: selective modules beyond core_attn
     attention_core: PassCost = PassCost(0.0, 0.0, 0.0)  # of `forward`: the attention core (scores to output)
 
@@ -48,6 +51,17 @@ class LayerCost:
     @property
     def total_s(self) -> Array:
         return self.compute_s + self.recompute.time_s + self.tp_recompute_s + self.tp_s + self.cp_s + self.ep_s
+
+
+@dataclass(frozen=True)
+class EndsCost:
+    """Embedding (first stage) and LM head + loss (last stage), forward + backward, one micro-batch."""
+
+    embedding_s: Array
+    head_s: Array
+    tp: CommCost  # vocabulary-parallel embedding all-reduce / LM-head input-gradient all-reduce
+    embedding_forward_s: Array = 0.0  # of `embedding_s`: the forward pass
+    head_forward_s: Array = 0.0  # of `head_s`: the forward pass
 
 
 @dataclass(frozen=True)
@@ -148,6 +162,7 @@ class StepEstimate:
     moe_layer: LayerCost | None  # one MoE layer (None for a dense model)
     feasible: Array  # boolean
     infeasible_reasons: tuple[str, ...] = ()
+    ends: EndsCost | None = None  # embedding and LM head, one micro-batch (for the step's simulation)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping (floats for a single configuration, lists for a sweep)."""

@@ -20,10 +20,11 @@ from armillary.cost.compute import matrix_peak, stream_time
 from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import data_parallel_cost
 from armillary.estimate.feasibility import check
-from armillary.estimate.layer import EndsCost, ExpertGroups, layer_cost, needed, recompute_modes
+from armillary.estimate.layer import ExpertGroups, layer_cost, needed, recompute_modes
 from armillary.estimate.pipeline import microbatch_count, pipeline_time, stage_dense_layers, stage_layers
 from armillary.estimate.result import (
     CommCall,
+    EndsCost,
     LayerCost,
     MemoryBreakdown,
     ParallelDimension,
@@ -299,7 +300,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         hbm_capacity_bytes=device.hbm.capacity + 0.0 * step, tier2_capacity_bytes=tier2_capacity + 0.0 * step,
         traffic=traffic, communication=calls,
         microbatches=microbatches, layer=lc, moe_layer=moe_lc if has_moe else None,
-        feasible=feasible, infeasible_reasons=reasons,
+        feasible=feasible, infeasible_reasons=reasons, ends=ends,
     )
 
 
