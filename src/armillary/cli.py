@@ -500,3 +500,12 @@ def schema_cmd(kind: Annotated[str, typer.Argument(
 
 if __name__ == "__main__":
     app()
+
+
+def _register_simulate() -> None:
+    from armillary.simulate.cli import simulate_cmd
+
+    app.command("simulate")(simulate_cmd)
+
+
+_register_simulate()

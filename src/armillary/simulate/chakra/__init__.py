@@ -1,0 +1,6 @@
+"""Chakra execution traces (the format ASTRA-sim reads): write a task graph, read one back or from other tools."""
+
+from armillary.simulate.chakra.schema import CollectiveCommType, NodeType
+from armillary.simulate.chakra.trace import read_chakra, write_chakra
+
+__all__ = ["CollectiveCommType", "NodeType", "read_chakra", "write_chakra"]

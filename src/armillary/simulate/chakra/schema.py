@@ -1,0 +1,170 @@
+"""Chakra ET message classes and the framing of trace files.
+
+The classes are built at run time from the schema of `et_def.proto` (field names and numbers of
+mlcommons/chakra schema/protobuf/et_def.proto), so no generated code ties the package to one protobuf
+release; `tests/test_chakra.py` checks that this table and the .proto agree field for field.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterable
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+PACKAGE = "ChakraProtoMsg"  # mlcommons/chakra schema/protobuf/et_def.proto: package
+VERSION = "0.0.4"  # GlobalMetadata.version of the Chakra schema ASTRA-sim 2.0 reads
+
+
+class NodeType(IntEnum):
+    """mlcommons/chakra schema/protobuf/et_def.proto: enum NodeType."""
+
+    INVALID_NODE = 0
+    METADATA_NODE = 1
+    MEM_LOAD_NODE = 2
+    MEM_STORE_NODE = 3
+    COMP_NODE = 4
+    COMM_SEND_NODE = 5
+    COMM_RECV_NODE = 6
+    COMM_COLL_NODE = 7
+    STORAGE_NODE = 8
+    BATCH_NODE = 9
+    CHECKPOINT_NODE = 10
+
+
+class CollectiveCommType(IntEnum):
+    """mlcommons/chakra schema/protobuf/et_def.proto: enum CollectiveCommType."""
+
+    ALL_REDUCE = 0
+    REDUCE = 1
+    ALL_GATHER = 2
+    GATHER = 3
+    SCATTER = 4
+    BROADCAST = 5
+    ALL_TO_ALL = 6
+    REDUCE_SCATTER = 7
+    REDUCE_SCATTER_BLOCK = 8
+    BARRIER = 9
+
+
+# element types of AttributeProto's values, in upstream order: `{t}_val` is field 3 + 2i, `{t}_list` 4 + 2i,
+# and `{T}List` holds `repeated t values = 1` (mlcommons/chakra schema/protobuf/et_def.proto)
+SCALARS = ("double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64",
+           "sfixed32", "sfixed64", "bool", "string", "bytes")
+
+# message -> (field name, number, type, repeated); a type outside SCALARS names a message or an enum
+MESSAGES: dict[str, list[tuple[str, int, str, bool]]] = {
+    "AttributeProto": [("name", 1, "string", False), ("doc_string", 2, "string", False)]
+    + [(f"{t}_{what}", 3 + 2 * i + j, t if j == 0 else f"{t.capitalize()}List", False)
+       for i, t in enumerate(SCALARS) for j, what in enumerate(("val", "list"))],
+    **{f"{t.capitalize()}List": [("values", 1, t, True)] for t in SCALARS},
+    "GlobalMetadata": [("version", 1, "string", False), ("attr", 2, "AttributeProto", True)],
+    "Node": [("id", 1, "uint64", False), ("name", 2, "string", False), ("type", 3, "NodeType", False),
+             ("ctrl_deps", 4, "uint64", True), ("data_deps", 5, "uint64", True),
+             ("start_time_micros", 6, "uint64", False), ("duration_micros", 7, "uint64", False),
+             ("inputs", 8, "IOInfo", False), ("outputs", 9, "IOInfo", False), ("attr", 10, "AttributeProto", True)],
+    "IOInfo": [("values", 1, "string", False), ("shapes", 2, "string", False), ("types", 3, "string", False),
+               ("strides", 4, "string", False)],
+    "Tensor": [("tensor_id", 1, "uint64", False), ("storage_id", 2, "uint64", False), ("offset", 3, "uint64", False),
+               ("num_elem", 4, "uint64", False), ("elem_bytes", 5, "uint64", False), ("device", 6, "string", False)],
+}
+ONEOFS = {"AttributeProto": "value"}  # every field numbered 3 and up of AttributeProto is in `oneof value`
+ENUMS: tuple[type[IntEnum], ...] = (NodeType, CollectiveCommType)
+
+
+def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
+    """The schema as a FileDescriptorProto (what protoc would produce from et_def.proto)."""
+    f = descriptor_pb2.FileDescriptorProto(name="et_def.proto", package=PACKAGE, syntax="proto3")
+    field = descriptor_pb2.FieldDescriptorProto
+    enums = {e.__name__ for e in ENUMS}
+    for name, fields in MESSAGES.items():
+        message = f.message_type.add(name=name)
+        if name in ONEOFS:
+            message.oneof_decl.add(name=ONEOFS[name])
+        for field_name, number, kind, repeated in fields:
+            fd = message.field.add(name=field_name, number=number,
+                                   label=field.LABEL_REPEATED if repeated else field.LABEL_OPTIONAL)
+            if kind in SCALARS:
+                fd.type = getattr(field, f"TYPE_{kind.upper()}")
+            else:
+                fd.type = field.TYPE_ENUM if kind in enums else field.TYPE_MESSAGE
+                fd.type_name = f".{PACKAGE}.{kind}"
+            if name in ONEOFS and number >= 3:
+                fd.oneof_index = 0
+    for enum in ENUMS:
+        e = f.enum_type.add(name=enum.__name__)
+        for member in enum:
+            e.value.add(name=member.name, number=member.value)
+    return f
+
+
+_POOL = descriptor_pool.DescriptorPool()  # private: no clash with chakra's own generated et_def_pb2
+_POOL.AddSerializedFile(file_descriptor().SerializeToString())
+
+
+def _message_class(name: str) -> Any:
+    return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+
+
+GlobalMetadata = _message_class("GlobalMetadata")
+Node = _message_class("Node")
+AttributeProto = _message_class("AttributeProto")
+IOInfo = _message_class("IOInfo")
+Tensor = _message_class("Tensor")
+Int64List = _message_class("Int64List")
+
+
+def encode_varint(value: int) -> bytes:
+    """Base-128 varint, low 7 bits first (chakra src/third_party/utils/protolib.py: _EncodeVarint32)."""
+    if value < 0:
+        raise ValueError("a message length is non-negative")
+    out = bytearray()
+    while value > 0x7F:
+        out.append(0x80 | (value & 0x7F))
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def decode_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at `pos` and the position after it."""
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise ValueError("trace ends inside a length prefix")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 64:
+            raise ValueError("length prefix longer than 10 bytes")
+
+
+def write_trace(path: Path, metadata: Any, nodes: Iterable[Any]) -> None:
+    """GlobalMetadata, then each Node, each prefixed by its length (protolib.py: encodeMessage)."""
+    with open(path, "wb") as out:
+        for message in (metadata, *nodes):
+            body = message.SerializeToString()
+            out.write(encode_varint(len(body)) + body)
+
+
+def read_trace(path: Path) -> tuple[Any, list[Any]]:
+    """GlobalMetadata and the Nodes of one file, plain or gzipped (protolib.py: openFileRd)."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":  # gzip magic, as protoio.cc checks
+        data = gzip.decompress(data)
+    messages, pos = [], 0
+    while pos < len(data):
+        size, pos = decode_varint(data, pos)
+        if pos + size > len(data):
+            raise ValueError(f"{path}: truncated message at byte {pos}")
+        messages.append(data[pos:pos + size])
+        pos += size
+    if not messages:
+        raise ValueError(f"{path}: empty trace (no GlobalMetadata)")
+    return GlobalMetadata.FromString(messages[0]), [Node.FromString(m) for m in messages[1:]]

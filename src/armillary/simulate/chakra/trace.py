@@ -1,0 +1,385 @@
+"""Task graphs to and from Chakra execution traces: one `{prefix}.{rank}.et` file per rank.
+
+Each task becomes one node on every rank it involves (a send: COMM_SEND_NODE on the source and
+COMM_RECV_NODE on the destination, matched by comm_tag). Nodes carry the standard attributes ASTRA-sim
+reads and armillary's own, from which `read_chakra` rebuilds the graph exactly. Traces from other tools
+are costed with the system's devices and the collectives layer.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import math
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from armillary.comm.collectives import collective, send_recv
+from armillary.comm.placement import Placement
+from armillary.simulate.chakra.schema import (
+    VERSION,
+    AttributeProto,
+    CollectiveCommType,
+    GlobalMetadata,
+    Int64List,
+    Node,
+    NodeType,
+    read_trace,
+    write_trace,
+)
+from armillary.simulate.graph import Category, Stream, Task, TaskGraph, TaskKind, Tier
+from armillary.specs.communication import Collective
+from armillary.specs.loading import SpecError
+from armillary.specs.system import Precision, System
+
+PRODUCER = "armillary"
+_COMM_TYPES = {"all_reduce": CollectiveCommType.ALL_REDUCE, "all_gather": CollectiveCommType.ALL_GATHER,
+               "reduce_scatter": CollectiveCommType.REDUCE_SCATTER, "all_to_all": CollectiveCommType.ALL_TO_ALL,
+               "broadcast": CollectiveCommType.BROADCAST, "reduce": CollectiveCommType.REDUCE}
+# foreign collectives as our collectives layer costs them; gather / scatter as the all-gather /
+# reduce-scatter with the same bytes per rank, a barrier as an all-reduce of its (empty) message
+_C, _O = CollectiveCommType, Collective
+_COLLECTIVES = {_C.ALL_REDUCE: _O.ALL_REDUCE, _C.REDUCE: _O.REDUCE, _C.ALL_GATHER: _O.ALL_GATHER,
+                _C.GATHER: _O.ALL_GATHER, _C.SCATTER: _O.REDUCE_SCATTER, _C.BROADCAST: _O.BROADCAST,
+                _C.ALL_TO_ALL: _O.ALL_TO_ALL, _C.REDUCE_SCATTER: _O.REDUCE_SCATTER,
+                _C.REDUCE_SCATTER_BLOCK: _O.REDUCE_SCATTER, _C.BARRIER: _O.ALL_REDUCE}
+_LOAD_WORDS = {"load", "reload", "fetch", "prefetch", "restore", "h2d", "swapin"}  # copies back into HBM
+_PG_STREAMS = {"tp": Stream.TP, "tensor": Stream.TP, "cp": Stream.CP, "context": Stream.CP, "ep": Stream.EP,
+               "expert": Stream.EP, "pp": Stream.PP, "pipeline": Stream.PP, "dp": Stream.DP, "data": Stream.DP}
+_KNOWN = {NodeType.COMP_NODE, NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE,
+          NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE}
+_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")  # astra-sim workload/Workload.cc: {prefix}.{id}.et
+Key = tuple[Any, ...]
+
+
+def _attr(name: str, **value: Any) -> Any:
+    return AttributeProto(name=name, **value)
+
+
+def _attrs(message: Any) -> dict[str, Any]:
+    """Attribute name -> value (a list for list values), whichever member of the oneof holds it."""
+    out: dict[str, Any] = {}
+    for a in message.attr:
+        which = a.WhichOneof("value")
+        if which is not None:
+            value = getattr(a, which)
+            out[a.name] = list(value.values) if which.endswith("_list") else value
+    return out
+
+
+def _node_type(task: Task, rank: int) -> NodeType:
+    if task.kind is TaskKind.COMPUTE:
+        return NodeType.COMP_NODE
+    if task.kind is TaskKind.COLLECTIVE:
+        return NodeType.COMM_COLL_NODE
+    if task.kind is TaskKind.SEND:
+        return NodeType.COMM_SEND_NODE if rank == task.ranks[0] else NodeType.COMM_RECV_NODE
+    loads = not _LOAD_WORDS.isdisjoint(re.findall(r"[a-z0-9]+", task.name.lower()))
+    return NodeType.MEM_LOAD_NODE if loads else NodeType.MEM_STORE_NODE
+
+
+def _standard_attrs(task: Task, index: int, pg_name: str) -> list[Any]:
+    """What ASTRA-sim's feeder reads, with the value types it reads them as (mlcommons/chakra
+    src/feeder/et_feeder_node.cpp). is_cpu_op defaults to true there and ASTRA-sim issues communication
+    only for nodes that are not CPU ops (astra-sim workload/Workload.cc: issue)."""
+    out = [_attr("is_cpu_op", bool_val=False)]
+    if task.kind is TaskKind.COMPUTE:
+        out += [_attr("num_ops", int64_val=round(task.flop)), _attr("tensor_size", uint64_val=round(task.bytes))]
+    elif task.kind is TaskKind.MEMORY:
+        out.append(_attr("tensor_size", uint64_val=round(task.bytes)))
+    elif task.kind is TaskKind.COLLECTIVE:
+        comm_type = _COMM_TYPES.get(task.collective, CollectiveCommType.ALL_REDUCE)
+        out += [_attr("comm_type", int64_val=int(comm_type)), _attr("comm_size", int64_val=round(task.bytes)),
+                _attr("pg_name", string_val=pg_name)]
+    else:
+        out += [_attr("comm_src", int32_val=task.ranks[0]), _attr("comm_dst", int32_val=task.ranks[1]),
+                _attr("comm_tag", int32_val=index), _attr("comm_size", int64_val=round(task.bytes))]
+    return out
+
+
+def _own_attrs(task: Task, index: int) -> list[Any]:
+    """armillary's exact task, for a lossless read back."""
+    return [_attr("task", int64_val=index), _attr("duration_ns", int64_val=task.duration_ns),
+            _attr("kind", int64_val=int(task.kind)),
+            _attr("stream", int64_val=-1 if task.stream is None else int(task.stream)),
+            _attr("tier", int64_val=int(task.tier)), _attr("category", string_val=task.category.value),
+            _attr("group", string_val=task.group), _attr("collective", string_val=task.collective),
+            _attr("participants", int64_list=Int64List(values=task.ranks)),
+            _attr("deps", int64_list=Int64List(values=task.deps)),
+            _attr("after", int64_list=Int64List(values=task.after)),
+            _attr("bytes", double_val=task.bytes), _attr("flop", double_val=task.flop)]
+
+
+def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> list[Path]:
+    """Write `{prefix}.{rank}.et` for every rank (node id = task index) and `{prefix}.comm_group.json`, the
+    ranks of each `pg_name` (ASTRA-sim's communicator-group file); return the trace files.
+
+    A node's data_deps are the task's dependencies that run on the same rank, and the rank's previous task
+    on the same stream (program order); dependencies on other ranks travel through the matched sends and
+    collectives, and all of them are kept in the `deps` attribute."""
+    directory.mkdir(parents=True, exist_ok=True)
+    groups: dict[tuple[int, ...], str] = {}
+    nodes: list[list[Any]] = [[] for _ in range(graph.ranks)]
+    last: dict[tuple[int, Stream], int] = {}
+    for i, task in enumerate(graph.tasks):
+        if task.kind is TaskKind.SEND and (len(task.ranks) != 2 or i > 2**31 - 1):
+            raise ValueError(f"task {i} {task.name!r}: a send has ranks (source, destination) and an int32 tag")
+        pg_name = groups.setdefault(tuple(sorted(set(task.ranks))), str(len(groups))) \
+            if task.kind is TaskKind.COLLECTIVE else ""
+        for rank in dict.fromkeys(task.ranks):
+            if not 0 <= rank < graph.ranks:
+                raise ValueError(f"task {i} {task.name!r}: rank {rank} outside 0..{graph.ranks - 1}")
+            deps = {d for d in task.deps if rank in graph.tasks[d].ranks}
+            if task.stream is not None:
+                if (rank, task.stream) in last:
+                    deps.add(last[(rank, task.stream)])
+                last[(rank, task.stream)] = i
+            node = Node(id=i, name=task.name, type=int(_node_type(task, rank)), data_deps=sorted(deps),
+                        duration_micros=round(task.duration_ns / 1000))
+            node.attr.extend(_standard_attrs(task, i, pg_name) + _own_attrs(task, i))
+            nodes[rank].append(node)
+    paths = []
+    for rank in range(graph.ranks):
+        meta = GlobalMetadata(version=VERSION, attr=[
+            _attr("producer", string_val=PRODUCER), _attr("rank", int64_val=rank),
+            _attr("ranks", int64_val=graph.ranks), _attr("rank_label", string_val=graph.rank_labels[rank]),
+            _attr("rank_weight", int64_val=graph.rank_weights[rank])])
+        paths.append(directory / f"{prefix}.{rank}.et")
+        write_trace(paths[-1], meta, nodes[rank])
+    (directory / f"{prefix}.comm_group.json").write_text(
+        json.dumps({name: list(ranks) for ranks, name in groups.items()}, indent=1) + "\n")
+    return paths
+
+
+def _files(directory: Path, prefix: str | None) -> dict[int, Path]:
+    found: dict[int, Path] = {}
+    prefixes = set()
+    for path in sorted(directory.glob("*.et")):
+        match = _FILE.match(path.name)
+        if match and (prefix is None or match["prefix"] == prefix):
+            prefixes.add(match["prefix"])
+            found[int(match["rank"])] = path
+    if not found:
+        raise FileNotFoundError(f"no {prefix or '<prefix>'}.<rank>.et trace files in {directory}")
+    if len(prefixes) > 1:
+        raise ValueError(f"{directory} holds several traces ({', '.join(sorted(prefixes))}): pass prefix=")
+    return found
+
+
+def read_chakra(directory: Path, system: System | None = None, prefix: str | None = None) -> TaskGraph:
+    """The task graph of the `{prefix}.{rank}.et` files in `directory`. Traces written by `write_chakra`
+    come back exactly; others are costed on `system` (see `_foreign`)."""
+    traces = {rank: read_trace(path) for rank, path in _files(directory, prefix).items()}
+    metas = {rank: _attrs(meta) for rank, (meta, _) in traces.items()}
+    if all(m.get("producer") == PRODUCER for m in metas.values()):
+        return _ours(traces, metas)
+    return _foreign(traces, system)
+
+
+def _ours(traces: dict[int, tuple[Any, list[Any]]], metas: dict[int, dict[str, Any]]) -> TaskGraph:
+    ranks = max(max(m.get("ranks", 0) for m in metas.values()), max(traces) + 1)
+    labels, weights = [f"rank {r}" for r in range(ranks)], [1] * ranks
+    tasks: dict[int, Task] = {}
+    for rank, (_, nodes) in traces.items():
+        labels[rank], weights[rank] = metas[rank]["rank_label"], metas[rank]["rank_weight"]
+        for node in nodes:
+            a = _attrs(node)
+            if a["task"] not in tasks:
+                tasks[a["task"]] = Task(
+                    node.name, TaskKind(a["kind"]), Category(a["category"]), tuple(a["participants"]),
+                    None if a["stream"] < 0 else Stream(a["stream"]), a["duration_ns"], tuple(a["deps"]),
+                    Tier(a["tier"]), a["bytes"], a["flop"], a["group"], a["collective"], tuple(a.get("after", ())))
+    if sorted(tasks) != list(range(len(tasks))):
+        raise ValueError("the trace lacks some of its tasks: are files of some ranks missing?")
+    return TaskGraph(tuple(tasks[i] for i in range(len(tasks))), ranks, tuple(labels), tuple(weights))
+
+
+def _forward(deps_of: dict[int, list[int]], dropped: set[int]) -> dict[int, frozenset[int]]:
+    """For each dropped node, the kept nodes it depends on, through chains of dropped ones."""
+    memo: dict[int, frozenset[int]] = {}
+    for start in dropped:
+        if start in memo:
+            continue
+        stack, active = [(start, iter(deps_of.get(start, ())))], {start}
+        while stack:
+            node, pending = stack[-1]
+            for d in pending:
+                if d in dropped and d not in memo:
+                    if d in active:
+                        raise ValueError(f"dependency cycle through node {d}")
+                    active.add(d)
+                    stack.append((d, iter(deps_of.get(d, ()))))
+                    break
+            else:
+                memo[node] = frozenset().union(*(memo[d] if d in dropped else {d} for d in deps_of.get(node, ())))
+                active.discard(node)
+                stack.pop()
+    return memo
+
+
+def _key(rank: int, node: Any, a: dict[str, Any]) -> Key:
+    """What the nodes of one task share across ranks: a send and its receive share (source, destination,
+    tag); the collectives of one process group pair up in order of appearance."""
+    try:
+        if node.type == NodeType.COMM_SEND_NODE:
+            return ("p2p", a.get("comm_src", rank), a["comm_dst"], a.get("comm_tag", 0))
+        if node.type == NodeType.COMM_RECV_NODE:
+            return ("p2p", a["comm_src"], a.get("comm_dst", rank), a.get("comm_tag", 0))
+    except KeyError as err:
+        raise ValueError(f"node {node.id} of rank {rank} ({node.name!r}) has no {err.args[0]} attribute") from None
+    if node.type == NodeType.COMM_COLL_NODE:
+        return ("coll", str(a.get("pg_name", "")))
+    return ("local", rank, node.id)
+
+
+def _pg_stream(pg_name: str) -> Stream:
+    return next((_PG_STREAMS[w] for w in re.findall(r"[a-z]+", pg_name.lower()) if w in _PG_STREAMS), Stream.DP)
+
+
+def _seconds_ns(seconds: Any) -> int:
+    return round(float(seconds) * 1e9)
+
+
+def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None) -> TaskGraph:
+    """Nodes of other tools: sends and receives matched by (source, destination, tag) and collectives by
+    process group and order, each into one task with the union of the nodes' data_deps (ctrl_deps are
+    ignored, as ASTRA-sim's feeder does). CPU-op nodes of other types are dropped, their dependencies
+    passed on; other nodes of other types become empty compute. Compute takes duration_micros, or
+    num_ops at the device's bf16 matrix peak; communication is costed by the collectives layer."""
+    entries: dict[Key, list[tuple[int, int, Any, dict[str, Any]]]] = {}
+    owner: dict[tuple[int, int], Key] = {}
+    raw_deps: dict[Key, set[tuple[int, int]]] = {}
+    for rank, (_, nodes) in sorted(traces.items()):
+        attrs = [_attrs(n) for n in nodes]
+        if len({n.id for n in nodes}) != len(nodes):
+            raise ValueError(f"rank {rank}: node ids are not unique")
+        dropped = {n.id for n, a in zip(nodes, attrs, strict=True) if n.type not in _KNOWN and a.get("is_cpu_op", True)}
+        forward = _forward({n.id: list(n.data_deps) for n in nodes}, dropped)
+        seen: Counter[Key] = Counter()
+        for pos, (node, a) in enumerate(zip(nodes, attrs, strict=True)):
+            if node.id not in dropped:
+                key = _key(rank, node, a)
+                seen[key] += 1
+                key = (*key, seen[key])
+                entries.setdefault(key, []).append((rank, pos, node, a))
+                owner[(rank, node.id)] = key
+                raw_deps.setdefault(key, set()).update((rank, x) for d in node.data_deps for x in forward.get(d, {d}))
+    members: dict[str, set[int]] = {}
+    for key, nodes_of in entries.items():
+        if key[0] == "coll":
+            members.setdefault(key[1], set()).update(rank for rank, *_ in nodes_of)
+        elif key[0] == "p2p" and sorted(n.type for _, _, n, _ in nodes_of) != [NodeType.COMM_SEND_NODE,
+                                                                               NodeType.COMM_RECV_NODE]:
+            raise ValueError(f"send {key[1]}->{key[2]} tag {key[3]} (#{key[4]}) has no matching send and receive")
+    for key, nodes_of in entries.items():
+        if key[0] == "coll" and len(nodes_of) != len(members[key[1]]):
+            raise ValueError(f"collective #{key[2]} of process group {key[1]!r} is missing on some of ranks "
+                             f"{sorted(members[key[1]])}")
+    deps: dict[Key, set[Key]] = {}
+    for key, raw in raw_deps.items():
+        missing = [f"{d} (rank {r})" for r, d in raw if (r, d) not in owner]
+        if missing:
+            raise ValueError(f"{key}: depends on nodes not in the trace: {', '.join(missing)}")
+        deps[key] = {owner[rd] for rd in raw} - {key}
+    order, after = _order(entries, deps)
+    index = {key: i for i, key in enumerate(order)}
+    tasks = [_task(key, entries[key], members, system, tuple(sorted(index[d] for d in deps[key])))
+             ._replace(after=tuple(sorted(index[d] for d in after[key]))) for key in order]
+    ranks = max(traces) + 1
+    return TaskGraph(tuple(tasks), ranks, tuple(f"rank {r}" for r in range(ranks)), (1,) * ranks)
+
+
+def _stream(key: Key, node: Any) -> Stream | None:
+    if key[0] == "coll":
+        return _pg_stream(key[1])
+    if key[0] == "p2p":
+        return None
+    return Stream.OFFLOAD if node.type in (NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE) else Stream.COMPUTE
+
+
+def _order(entries: dict[Key, list[tuple[int, int, Any, dict[str, Any]]]],
+           deps: dict[Key, set[Key]]) -> tuple[list[Key], dict[Key, set[Key]]]:
+    """A topological order of the tasks that keeps each rank's file order on every stream, and what each
+    task waits for: its dependencies and its streams' previous tasks (`Task.after`)."""
+    after = {key: set(d) for key, d in deps.items()}
+    last: dict[tuple[int, Stream], Key] = {}
+    for rank, _, key in sorted((r, pos, key) for key, nodes in entries.items() for r, pos, _, _ in nodes):
+        stream = _stream(key, entries[key][0][2])
+        if stream is not None:
+            if (rank, stream) in last and last[(rank, stream)] != key:
+                after[key].add(last[(rank, stream)])
+            last[(rank, stream)] = key
+    users: dict[Key, list[Key]] = {key: [] for key in entries}
+    for key, before in after.items():
+        for d in before:
+            users[d].append(key)
+    waiting = {key: len(before) for key, before in after.items()}
+    first = {key: min((pos, rank) for rank, pos, _, _ in nodes) for key, nodes in entries.items()}
+    tie = itertools.count()
+    ready = [(first[key], next(tie), key) for key in entries if not waiting[key]]
+    heapq.heapify(ready)
+    order: list[Key] = []
+    while ready:
+        *_, key = heapq.heappop(ready)
+        order.append(key)
+        for user in users[key]:
+            waiting[user] -= 1
+            if not waiting[user]:
+                heapq.heappush(ready, (first[user], next(tie), user))
+    if len(order) != len(entries):
+        raise ValueError("the trace's dependencies and per-rank stream order form a cycle (collectives of one "
+                         "stream in different orders on different ranks?)")
+    return order, after
+
+
+def _need(system: System | None) -> System:
+    if system is None:
+        raise SpecError("this Chakra trace was not written by armillary: costing its communication (and compute "
+                        "nodes without duration_micros) needs a system: pass system=load_system(...)")
+    return system
+
+
+def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: dict[str, set[int]],
+          system: System | None, deps: tuple[int, ...]) -> Task:
+    rank, _, node, a = min(nodes, key=lambda n: (n[2].type != NodeType.COMM_SEND_NODE, n[0]))
+    micros_ns = node.duration_micros * 1000
+    stream = _stream(key, node)
+    if key[0] == "p2p":
+        s = _need(system)
+        src, dst = key[1], key[2]
+        size = float(a.get("comm_size", 0))
+        crosses = src // s.devices_per_node != dst // s.devices_per_node
+        return Task(node.name, TaskKind.SEND, Category.PP, (src, dst), None,
+                    _seconds_ns(send_recv(size, crosses, s).time), deps, Tier.SCALE_OUT if crosses else Tier.SCALE_UP,
+                    size, 0.0, "", Collective.SEND_RECV.value)
+    if key[0] == "coll":
+        s = _need(system)
+        ranks = tuple(sorted(members[key[1]]))
+        per_node = Counter(r // s.devices_per_node for r in ranks)
+        group = Placement(float(len(ranks)), float(math.gcd(len(ranks), max(per_node.values()))))
+        op = _COLLECTIVES.get(a.get("comm_type", 0), Collective.ALL_REDUCE)
+        size = float(a.get("comm_size", 0))
+        assert stream is not None
+        return Task(node.name, TaskKind.COLLECTIVE, Category(stream.name.lower()), ranks, stream,
+                    _seconds_ns(collective(op, size, group, s).cost.time), deps,
+                    Tier.SCALE_OUT if len(per_node) > 1 else Tier.SCALE_UP, size, 0.0, key[1], op.value)
+    size = float(a.get("tensor_size", 0))
+    if stream is Stream.OFFLOAD:  # duration_micros, or the bytes over the second memory tier's link
+        duration = micros_ns
+        if micros_ns == 0 and size > 0:
+            device = _need(system).device
+            tier = device.second_tier or device.hbm
+            duration = _seconds_ns(size / (tier.bandwidth * tier.efficiency))
+        return Task(node.name, TaskKind.MEMORY, Category.OFFLOAD, (rank,), stream, duration, deps, Tier.MEMORY, size)
+    flop = float(a.get("num_ops", 0)) if node.type == NodeType.COMP_NODE else 0.0
+    if node.type != NodeType.COMP_NODE:
+        duration = 0
+    elif micros_ns > 0 or flop == 0:
+        duration = micros_ns
+    else:
+        duration = _seconds_ns(flop / _need(system).device.matrix_peak(Precision.BF16))
+    return Task(node.name, TaskKind.COMPUTE, Category.COMPUTE, (rank,), Stream.COMPUTE, duration, deps,
+                Tier.NONE, size, flop)

@@ -1,0 +1,123 @@
+"""The task graph of a step: per rank, operations with dependencies and the stream each runs on.
+
+An operation is compute (FLOPs, bytes), a collective over a group of ranks, a point-to-point send, or a
+copy between memory tiers. Each takes `duration_ns` alone on idle links (from the estimator's cost
+functions and the collectives layer: one source of truth); a transfer also names the network tier it
+crosses, whose per-rank links it shares with the other transfers in flight (`engine.py`). Streams keep
+program order: a rank's tasks on one stream start in the order they were added (CUDA streams, NCCL
+communicators); sends have no stream, they wait only on their dependencies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import NamedTuple
+
+
+class TaskKind(IntEnum):
+    COMPUTE = 0
+    COLLECTIVE = 1
+    SEND = 2
+    MEMORY = 3  # copy between memory tiers (offload)
+
+
+class Stream(IntEnum):
+    """The streams of one rank: compute, one per communicating parallel dimension, and the offload copy."""
+
+    COMPUTE = 0
+    TP = 1
+    CP = 2
+    EP = 3
+    PP = 4
+    DP = 5  # gradient reductions
+    OFFLOAD = 6
+    DP_GATHER = 7  # parameter gathers (ZeRO / FSDP run them on their own stream, ahead of use)
+
+
+class Tier(IntEnum):
+    """Links a transfer occupies: the scale-up or scale-out network, or the second memory tier's link."""
+
+    NONE = -1
+    SCALE_UP = 0
+    SCALE_OUT = 1
+    MEMORY = 2
+
+
+class Category(StrEnum):
+    """What a task's time is, for breakdowns."""
+
+    COMPUTE = "compute"
+    RECOMPUTE = "recompute"
+    TP = "tp"
+    CP = "cp"
+    EP = "ep"
+    PP = "pp"
+    DP = "dp"
+    OPTIMIZER = "optimizer"
+    OFFLOAD = "offload"
+
+
+class Task(NamedTuple):
+    """One operation (a tuple: millions of them are built for an unsymmetric 1,000-GPU step)."""
+
+    name: str
+    kind: TaskKind
+    category: Category
+    ranks: tuple[int, ...]  # participants: one rank (compute), the group (collective), (source, destination)
+    stream: Stream | None  # stream occupied on every participant; None: sends (dependencies only)
+    duration_ns: int  # alone, on idle links
+    deps: tuple[int, ...] = ()
+    tier: Tier = Tier.NONE
+    bytes: float = 0.0  # message size (collectives: the nccl-tests convention), or bytes moved
+    flop: float = 0.0
+    group: str = ""  # label of the process group, e.g. "dp" or "pp 3->4"
+    collective: str = ""  # all_reduce, all_gather, reduce_scatter, all_to_all, send_recv
+    after: tuple[int, ...] = ()  # every task it waits for: `deps` and its stream predecessors (set by the builder)
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    """Tasks in program order (a stream runs its tasks in index order) and what each rank stands for."""
+
+    tasks: tuple[Task, ...]
+    ranks: int
+    rank_labels: tuple[str, ...]  # e.g. "stage 3" or "pp3 dp0 tp1"
+    rank_weights: tuple[int, ...]  # identical ranks each simulated rank stands for (symmetry)
+
+    @property
+    def devices(self) -> int:
+        return sum(self.rank_weights)
+
+
+@dataclass
+class GraphBuilder:
+    """Appends tasks and returns their indices; `graph()` freezes the result."""
+
+    tasks: list[Task] = field(default_factory=list)
+    _last: dict[int, int] = field(default_factory=dict)  # (rank, stream) key -> its last task
+
+    def add(self, name: str, kind: TaskKind, category: Category, ranks: tuple[int, ...], stream: Stream | None,
+            seconds: float, deps: tuple[int, ...] | list[int] = (), tier: Tier = Tier.NONE, bytes: float = 0.0,
+            flop: float = 0.0, group: str = "", collective: str = "") -> int:
+        if not seconds >= 0:
+            raise ValueError(f"task {name!r}: duration must be a non-negative number of seconds, not {seconds}")
+        if deps and (max(deps) >= len(self.tasks) or min(deps) < 0):
+            raise ValueError(f"task {name!r}: dependencies must be tasks added before it")
+        index = len(self.tasks)
+        after = set(deps)
+        if stream is not None:  # a stream runs one task at a time, in program order
+            last = self._last
+            for r in ranks:
+                key = r * len(Stream) + stream
+                if key in last:
+                    after.add(last[key])
+                last[key] = index
+        self.tasks.append(Task(name, kind, category, ranks, stream, round(seconds * 1e9), tuple(deps), tier, bytes,
+                               flop, group, collective, tuple(after)))
+        return index
+
+    def graph(self, ranks: int, labels: tuple[str, ...] | None = None,
+              weights: tuple[int, ...] | None = None) -> TaskGraph:
+        return TaskGraph(tuple(self.tasks), ranks, labels or tuple(f"rank {r}" for r in range(ranks)),
+                         weights or (1,) * ranks)

@@ -1,0 +1,99 @@
+"""Simulate one training iteration: build its task graph from the estimate, run it, explain the result."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from armillary.estimate.result import StepEstimate
+from armillary.estimate.training import estimate_training
+from armillary.simulate.engine import Timeline, paused_gc, run
+from armillary.simulate.graph import Category, TaskGraph
+from armillary.simulate.schedules import PipelineSchedule
+from armillary.simulate.training import training_graph
+from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.specs.loading import SpecError
+from armillary.specs.model import Model
+from armillary.specs.strategy import Strategy
+from armillary.specs.system import System
+from armillary.specs.workload import Training
+
+
+@dataclass(frozen=True)
+class CategoryTimes:
+    """Seconds per kind of work (a field per `Category`)."""
+
+    compute: float = 0.0
+    recompute: float = 0.0
+    tp: float = 0.0
+    cp: float = 0.0
+    ep: float = 0.0
+    pp: float = 0.0
+    dp: float = 0.0
+    optimizer: float = 0.0
+    offload: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return sum(getattr(self, f.name) for f in fields(self))
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    graph: TaskGraph
+    timeline: Timeline
+    estimate: StepEstimate  # the analytical estimate of the same configuration
+    schedule: PipelineSchedule
+    critical_path: tuple[int, ...]  # task indices, first to last
+    on_critical_path: CategoryTimes  # time of the critical path by kind of work (sums to the step time)
+    busiest_rank: int
+    busiest_compute_s: float  # compute and recompute of the busiest rank
+    wall_s: float  # time the simulation took (building the graph and running it)
+
+    @property
+    def step_time_s(self) -> float:
+        return self.timeline.makespan_ns / 1e9
+
+    @property
+    def difference(self) -> float:
+        """Relative difference to the analytical step time."""
+        return self.step_time_s / float(self.estimate.step_time_s) - 1
+
+    @property
+    def events_per_s(self) -> float:
+        return self.timeline.events / self.wall_s if self.wall_s > 0 else float("inf")
+
+
+def simulate_training(model: Model, system: System, strategy: Strategy, workload: Training,
+                      schedule: PipelineSchedule | None = None, symmetric: bool = True,
+                      stragglers: Mapping[int, float] | None = None, jitter: float = 0.0,
+                      seed: int = 0) -> SimulationResult:
+    """One iteration as a task graph on the event engine. `schedule` defaults to the strategy's (zb-h1 is
+    simulated only); `stragglers`: compute slowdown per simulated rank; `jitter`: relative standard
+    deviation of every task's duration, drawn from `seed`."""
+    started = time.perf_counter()
+    dp = system.devices // (strategy.tp * strategy.cp * strategy.pp)
+    if dp < 1 or system.devices % (strategy.tp * strategy.cp * strategy.pp):
+        raise SpecError(f"simulate: tp x cp x pp = {strategy.tp * strategy.cp * strategy.pp} does not divide the "
+                        f"{system.devices} devices")
+    est = estimate_training(ModelArrays.of(model), StrategyArrays.of(strategy, dp), TrainingArrays.of(workload),
+                            system)
+    chosen = schedule or PipelineSchedule.of(strategy.pipeline_schedule)
+    with paused_gc():
+        graph = training_graph(model, system, strategy, workload, est, chosen, symmetric)
+    timeline = run(graph, stragglers, jitter, seed)
+    path = timeline.critical_path()
+    per_category = dict.fromkeys(Category, 0.0)
+    for i in path:
+        per_category[graph.tasks[i].category] += (timeline.end_ns[i] - timeline.start_ns[i]) / 1e9
+    busy = np.zeros(graph.ranks)
+    for i, task in enumerate(graph.tasks):
+        if task.category in (Category.COMPUTE, Category.RECOMPUTE):
+            busy[task.ranks[0]] += timeline.duration_ns[i] / 1e9
+    busiest = int(np.argmax(busy))
+    return SimulationResult(graph, timeline, est, chosen, path,
+                            CategoryTimes(**{c.value: t for c, t in per_category.items()}), busiest,
+                            float(busy[busiest]), time.perf_counter() - started)
