@@ -1,6 +1,7 @@
 """Event-driven simulation: tiny graphs with known makespans, schedules against their closed forms, the
 training generator against the analytical estimator, determinism, a SimPy cross-check, Chakra round trip."""
 
+import itertools
 import json
 
 import numpy as np
@@ -89,7 +90,7 @@ def test_makespan_is_the_longest_path_without_shared_links_and_never_below_it(se
         assert tl.makespan_ns == bound
     path = tl.critical_path()
     assert tl.end_ns[path[-1]] == tl.makespan_ns
-    assert all(tl.start_ns[j] == tl.end_ns[i] for i, j in zip(path, path[1:], strict=False))
+    assert all(tl.start_ns[j] == tl.end_ns[i] for i, j in itertools.pairwise(path))
 
 
 def pipeline_makespan(schedule, p, m, v=1, tf=1.0, tb=2.0, tw=0.0, send=0.0):

@@ -101,13 +101,14 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
             successors[d].append(i)
     links: list[tuple[int, ...]] = [()] * n
     known: dict[tuple[tuple[int, ...], Tier, bool], tuple[int, ...]] = {}
-    for i, t in enumerate(tasks):
-        if t.tier is not Tier.NONE and duration[i] > 0:
-            key = (t.ranks, t.tier, t.kind is TaskKind.SEND)
-            if key not in known:
-                known[key] = ((_link(t.ranks[0], t.tier, 0), _link(t.ranks[-1], t.tier, 1)) if key[2]
-                              else tuple(_link(r, t.tier, d) for r in t.ranks for d in (0, 1)))
-            links[i] = known[key]
+    tiers = [t.tier for t in tasks]
+    for i in [i for i, tier in enumerate(tiers) if tier >= 0 and duration[i] > 0]:
+        t = tasks[i]
+        key = (t.ranks, t.tier, t.kind is TaskKind.SEND)
+        if key not in known:
+            known[key] = ((_link(t.ranks[0], t.tier, 0), _link(t.ranks[-1], t.tier, 1)) if key[2]
+                          else tuple(_link(r, t.tier, d) for r in t.ranks for d in (0, 1)))
+        links[i] = known[key]
 
     start = [0] * n
     end = [-1] * n
@@ -115,11 +116,11 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
     heap: list[int] = []
     events = 0
     # flows in flight: remaining work (ns at full rate), rate, time of the last update, scheduled end
-    remaining: dict[int, float] = {}
-    rate: dict[int, float] = {}
-    updated: dict[int, int] = {}
-    due: dict[int, int] = {}
-    on_link: dict[int, set[int]] = {}
+    remaining = [0.0] * n
+    rate = [0.0] * n
+    updated = [0] * n
+    due = [-1] * n  # -1: not in flight
+    on_link: list[set[int]] = [set() for _ in range(6 * graph.ranks)]
     push = heapq.heappush
 
     def rebalance(seeds: list[int], now: int) -> None:
@@ -129,7 +130,7 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
         stack = list(seeds)
         while stack:
             f = stack.pop()
-            if f in component or f not in remaining:
+            if f in component or due[f] < 0:
                 continue
             component.add(f)
             for link in links[f]:
@@ -149,11 +150,12 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
         remaining[i], rate[i], updated[i] = float(duration[i]), 1.0, now
         alone = True
         for link in links[i]:
-            flows = on_link.setdefault(link, set())
-            alone = alone and not flows
+            flows = on_link[link]
+            if flows:
+                alone = False
             flows.add(i)
+        due[i] = now + duration[i]
         if alone:  # nothing shares its links: full rate, no one else changes
-            due[i] = now + duration[i]
             push(heap, (due[i] << _SHIFT) | i)
         else:
             rebalance([i], now)
@@ -171,15 +173,15 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
         if links[i]:  # a flow: skip entries its rate changes made stale
             if end[i] >= 0 or due[i] != now:
                 continue
-            del remaining[i], rate[i], updated[i], due[i]
+            due[i] = -1
             neighbours: list[int] = []
             for link in links[i]:
                 flows = on_link[link]
                 flows.discard(i)
-                neighbours.extend(flows)
+                if flows:
+                    neighbours.extend(flows)
             if neighbours:
                 rebalance(neighbours, now)
-        events += 2  # its start and its end
         end[i] = now
         for s in successors[i]:
             pending[s] -= 1
@@ -195,7 +197,7 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
         raise ValueError(f"the task graph deadlocks: task {stuck} ({tasks[stuck].name!r}) never starts "
                          "(a stream's program order contradicts the dependencies)")
     return Timeline(np.array(start, dtype=np.int64), np.array(end, dtype=np.int64), np.array(cause, dtype=np.int64),
-                    np.array(duration, dtype=np.int64), events)
+                    np.array(duration, dtype=np.int64), events + 2 * n)  # + every task's start and end
 
 
 def _link(rank: int, tier: Tier, direction: int) -> int:

@@ -69,12 +69,22 @@ def _call(est: StepEstimate, dims: tuple[ParallelDimension, ...], op: Collective
     return next((c for c in est.communication if c.dimension in dims and (op is None or c.operation is op)), None)
 
 
-def stage_layer_kinds(model: Model, pp: int, vpp: int) -> list[list[bool]]:
+def stage_layer_kinds(model: Model, strategy: Strategy) -> list[list[bool]]:
     """Per virtual stage (chunk c of rank s is c pp + s), its layers: True for an MoE layer. Layers are
-    split evenly; a remainder goes to the last virtual stages; leading dense layers come first."""
-    virtual = pp * vpp
+    split evenly (a remainder goes to the last virtual stages), or as the strategy's first/last stage
+    layer counts say with the other stages sharing the rest; leading dense layers come first."""
+    pp, virtual = strategy.pp, strategy.pp * strategy.vpp
+    first, last = strategy.first_stage_layers, strategy.last_stage_layers
+    if first or last:
+        others = model.layers - (first or 0) - (last or 0)
+        share, rest = divmod(others, pp - (first is not None) - (last is not None))
+        if rest or share < 1:
+            raise SpecError(f"simulate: {others} layers do not split evenly over the stages without a given count")
+        counts = [first or share, *([share] * (pp - 2)), last or share]
+    else:
+        counts = [model.layers // virtual + (1 if v >= virtual - model.layers % virtual else 0)
+                  for v in range(virtual)]
     dense = model.moe.dense_layers if model.moe is not None else model.layers
-    counts = [model.layers // virtual + (1 if v >= virtual - model.layers % virtual else 0) for v in range(virtual)]
     kinds, seen = [], 0
     for n in counts:
         kinds.append([seen + i >= dense for i in range(n)])
@@ -85,8 +95,6 @@ def stage_layer_kinds(model: Model, pp: int, vpp: int) -> list[list[bool]]:
 def training_graph(model: Model, system: System, strategy: Strategy, workload: Training, est: StepEstimate,
                    schedule: PipelineSchedule, symmetric: bool = True) -> TaskGraph:
     """One iteration's task graph. `est`: the estimate of the same configuration (its costs)."""
-    if strategy.first_stage_layers or strategy.last_stage_layers:
-        raise SpecError("simulate: uneven first/last stages are not generated yet; split the layers evenly")
     pp, vpp = strategy.pp, strategy.vpp
     m = round(float(est.microbatches))
     if m != float(est.microbatches) or m < 1:
@@ -95,7 +103,7 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
     if schedule is PipelineSchedule.INTERLEAVED and vpp < 2:
         raise SpecError("simulate: the interleaved schedule needs vpp >= 2")
     lay = layout(strategy, system.devices, symmetric)
-    kinds = stage_layer_kinds(model, pp, vpp)
+    kinds = stage_layer_kinds(model, strategy)
     b = GraphBuilder()
     full = strategy.recompute is Recompute.FULL
     zb = schedule is PipelineSchedule.ZB_H1
