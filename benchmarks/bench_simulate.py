@@ -56,7 +56,7 @@ def agreement() -> None:
             continue
         try:
             candidates = row_specs(row)
-        except Exception as why:  # noqa: BLE001 - rows without a stated layout are reported, not fatal
+        except Exception as why:
             print(f"  {row['id']:26s} skipped: {why}")
             continue
         rs = next((c for c in candidates if bool(estimate(c.model, c.system, c.strategy, c.workload).feasible)),
