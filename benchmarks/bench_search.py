@@ -32,7 +32,8 @@ def timed(label: str, model: str, gpus: int, global_batch: int, space: StrategyS
         r = search(m, system, workload, base, space, top_k=1, chunk=chunk)  # one winner re-estimated in full
         runs.append(time.perf_counter() - t0)
     median = statistics.median(runs)
-    print(f"{label}: {r.points:,} points ({r.pruned:,} pruned, {r.bounded:,} of them by the time bound), {r.evaluated:,} evaluated, median {median:.3f} s "
+    print(f"{label}: {r.points:,} points ({r.pruned:,} pruned, {r.bounded:,} of them by the time bound), "
+          f"{r.evaluated:,} evaluated, median {median:.3f} s "
           f"(best {min(runs):.3f}) -> {r.evaluated / median:,.0f} evaluated/s, {r.points / median:,.0f} points/s "
           "(one core)")
 
