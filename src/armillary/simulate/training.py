@@ -120,8 +120,9 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
     virtual = pp * vpp
 
     def op(name: str, category: Category, stream: Stream, seconds: float, lanes: list[int],
-           deps: list[list[int]], groups: list[list[int]], tier: Tier = Tier.NONE) -> list[list[int]]:
-        return _op(b, name, category, stream, seconds, lanes, deps, groups, tier)
+           deps: list[list[int]], groups: list[list[int]], tier: Tier = Tier.NONE,
+           flop: float = 0.0) -> list[list[int]]:
+        return _op(b, name, category, stream, seconds, lanes, deps, groups, tier, flop=flop)
 
     def emit(s: int, p: Pass, deps: list[list[int]]) -> list[int]:
         lanes = lay.lanes[s]
@@ -129,10 +130,10 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
         layers = kinds[vs]
         tag = f"{p.kind}{p.microbatch}" + (f".{p.chunk}" if vpp > 1 else "")
 
-        def compute(name: str, seconds: float, category: Category = Category.COMPUTE) -> None:
+        def compute(name: str, seconds: float, category: Category = Category.COMPUTE, flop: float = 0.0) -> None:
             nonlocal deps
             if seconds > 0:
-                deps = op(f"{name} {tag}", category, Stream.COMPUTE, seconds, lanes, deps, [])
+                deps = op(f"{name} {tag}", category, Stream.COMPUTE, seconds, lanes, deps, [], flop=flop)
 
         def comm(name: str, seconds: float, category: Category, stream: Stream, groups: list[list[int]],
                  tier: Tier) -> None:
@@ -148,7 +149,7 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
             for i, moe in enumerate(layers):
                 lc = est.moe_layer if moe and est.moe_layer is not None else est.layer
                 deps = dp.before_forward(s, i, p, lanes, deps)
-                compute(f"layer {i}", float(lc.forward.time_s))
+                compute(f"layer {i}", float(lc.forward.time_s), flop=float(lc.forward.flop))
                 comm(f"tp layer {i}", float(lc.tp_forward_s), Category.TP, Stream.TP, tpg, tp_tier)
                 comm(f"cp layer {i}", float(lc.cp_forward_s), Category.CP, Stream.CP, tpg, cp_tier)
                 comm(f"ep layer {i}", float(lc.ep_forward_s), Category.EP, Stream.EP, tpg, ep_tier)
@@ -161,14 +162,16 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
                 comm("lm head all-reduce", float(ends.tp.time), Category.TP, Stream.TP, tpg, tp_tier)
             for i in reversed(range(len(layers))):
                 lc = est.moe_layer if layers[i] and est.moe_layer is not None else est.layer
-                compute(f"recompute layer {i}", float(lc.recompute.time_s), Category.RECOMPUTE)
+                compute(f"recompute layer {i}", float(lc.recompute.time_s), Category.RECOMPUTE,
+                        float(lc.recompute.flop))
                 comm(f"tp recompute layer {i}", float(lc.tp_recompute_s), Category.TP, Stream.TP, tpg, tp_tier)
                 if full:
                     comm(f"cp recompute layer {i}", float(lc.cp_forward_s), Category.CP, Stream.CP, tpg, cp_tier)
                     comm(f"ep recompute layer {i}", float(lc.ep_forward_s), Category.EP, Stream.EP, tpg, ep_tier)
                 deps = dp.before_backward(s, i, p, lanes, deps)
-                backward = lc.backward_input.time_s + (0.0 if zb else lc.backward_weight.time_s)
-                compute(f"backward layer {i}", float(backward))
+                weight = 0.0 if zb else 1.0
+                compute(f"backward layer {i}", float(lc.backward_input.time_s + weight * lc.backward_weight.time_s),
+                        flop=float(lc.backward_input.flop + weight * lc.backward_weight.flop))
                 comm(f"tp backward layer {i}", float(lc.tp_backward_s), Category.TP, Stream.TP, tpg, tp_tier)
                 comm(f"cp backward layer {i}", float(lc.cp_s - lc.cp_forward_s * (1 + full)), Category.CP,
                      Stream.CP, tpg, cp_tier)
@@ -181,7 +184,7 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
             return [d[-1] for d in deps]
         for i in reversed(range(len(layers))):  # W: weight gradients (zero-bubble)
             lc = est.moe_layer if layers[i] and est.moe_layer is not None else est.layer
-            compute(f"weight gradient layer {i}", float(lc.backward_weight.time_s))
+            compute(f"weight gradient layer {i}", float(lc.backward_weight.time_s), flop=float(lc.backward_weight.flop))
             deps = dp.after_backward(s, i, p, m, lanes, deps)
         return [d[-1] for d in deps]
 
@@ -201,11 +204,12 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
 
 
 def _op(b: GraphBuilder, name: str, category: Category, stream: Stream, seconds: float, lanes: list[int],
-        deps: list[list[int]], groups: list[list[int]], tier: Tier = Tier.NONE, nbytes: float = 0.0) -> list[list[int]]:
+        deps: list[list[int]], groups: list[list[int]], tier: Tier = Tier.NONE, nbytes: float = 0.0,
+        flop: float = 0.0) -> list[list[int]]:
     """A compute task per lane, or a collective per group of lanes (indices into `lanes`); returns each
     lane's dependencies for what follows."""
     if stream is Stream.COMPUTE:
-        return [[b.add(name, TaskKind.COMPUTE, category, (r,), Stream.COMPUTE, seconds, deps[i])]
+        return [[b.add(name, TaskKind.COMPUTE, category, (r,), Stream.COMPUTE, seconds, deps[i], flop=flop)]
                 for i, r in enumerate(lanes)]
     out: list[list[int]] = [[] for _ in lanes]
     for members in groups:
