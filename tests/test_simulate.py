@@ -243,3 +243,32 @@ def test_simulate_cli(tmp_path):
     assert json.loads(again.output)["step_time_s"] == pytest.approx(data["step_time_s"])
     bad = CliRunner().invoke(app, ["simulate", str(run_file), "--schedule", "pipedream"])
     assert bad.exit_code == 2 and "zb-h1" in bad.output
+
+
+@pytest.mark.parametrize(("pp", "batch"), [(1, 8), (2, 16), (4, 64), (4, 2)])
+def test_an_inference_batch_simulates_as_the_estimate_says(pp, batch):
+    """Prefill through the stages in turn is the estimator's time to first token exactly; decode with
+    micro-batches in flight takes at least one micro-batch's trip through all stages per token (the
+    estimator's step), more when the last stage's LM head over all micro-batches in flight is the
+    bottleneck (pp 4, 16 sequences per micro-batch)."""
+    from armillary.simulate.inference import simulate_inference
+    from armillary.specs.workload import Inference
+
+    sim = simulate_inference(load_model("llama2-70b"), load_system("dgx-h100", 8),
+                             load_strategy({"tp": 8 // pp, "pp": pp, "attention": "flash"}),
+                             Inference(batch=batch, input_len=1024, output_len=64))
+    assert sim.ttft_s == pytest.approx(float(sim.estimate.ttft_s), rel=1e-6)
+    assert float(sim.estimate.tpot_s) * (1 - 1e-6) <= sim.tpot_s <= float(sim.estimate.tpot_s) * 1.03
+    if pp == 1:
+        assert sim.tpot_s == pytest.approx(float(sim.estimate.tpot_s), rel=1e-6)
+
+
+def test_simulate_cli_inference(tmp_path):
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("model: llama2-7b\nsystem: dgx-h100\ngpus: 2\nstrategy: {pp: 2, attention: flash}\n"
+                        "workload: {kind: inference, batch: 4, input_len: 256, output_len: 16}\n")
+    out = CliRunner().invoke(app, ["simulate", str(run_file), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    ttft = data["time_to_first_token"]
+    assert ttft["simulated_s"] == pytest.approx(ttft["analytical_s"], rel=1e-6)

@@ -31,8 +31,9 @@ def simulate_cmd(
     set_: Annotated[list[str] | None, typer.Option("--set", help="override any field of the run file, e.g. "
                                                    "--set strategy.pp=8 (repeatable)")] = None,
 ) -> None:
-    """Simulate one training iteration as a task graph (step time, breakdown, critical path), or the Chakra
-    traces given with --chakra-in."""
+    """Simulate one training iteration as a task graph (step time, breakdown, critical path), a static
+    inference batch (prefill and decode with micro-batches in flight), or the Chakra traces given with
+    --chakra-in."""
     from armillary.cli import _fail, _writable, console
     from armillary.simulate.engine import run
     from armillary.simulate.perfetto import write_trace
@@ -61,7 +62,13 @@ def simulate_cmd(
         overrides = [parse_override(s) for s in set_ or []] + ([("gpus", gpus)] if gpus else [])
         model, sysm, strategy, workload = load_run(run_file, overrides)
         if not isinstance(workload, Training):
-            raise SpecError("simulate: the workload must be training (kind: training)")
+            from armillary.simulate.inference import simulate_inference
+
+            served = simulate_inference(model, sysm, strategy, workload)
+            if trace is not None:
+                write_trace(served.graph, served.timeline, trace)
+            _print_inference(served, json_out, console)
+            return
         chosen = None
         if schedule is not None:
             try:
@@ -110,6 +117,23 @@ def simulate_cmd(
     console.print(f"{len(result.graph.tasks):,} tasks, {result.timeline.events:,} events in {result.wall_s:.2f} s "
                   f"({result.events_per_s:,.0f} events/s); busiest rank: "
                   f"{result.graph.rank_labels[result.busiest_rank]} ({result.busiest_compute_s:.4g} s of compute)")
+
+
+def _print_inference(sim, json_out: bool, console) -> None:
+    est = sim.estimate
+    rows = (("time to first token", sim.ttft_s, float(est.ttft_s)), ("time per output token", sim.tpot_s,
+                                                                      float(est.tpot_s)),
+            ("end to end", sim.e2e_s, float(est.e2e_s)))
+    if json_out:
+        sys.stdout.write(json.dumps({name.replace(" ", "_"): {"simulated_s": a, "analytical_s": b}
+                                     for name, a, b in rows} | {"tasks": len(sim.graph.tasks)}, indent=2) + "\n")
+        return
+    table = Table(title=f"static batch of {est.batch}: simulated ({sim.graph.ranks} stages) vs analytical")
+    for column in ("", "simulated s", "analytical s", "difference"):
+        table.add_column(column, justify="right" if column else "left")
+    for name, a, b in rows:
+        table.add_row(name, f"{a:.4g}", f"{b:.4g}", f"{a / b - 1:+.2%}" if b else "")
+    console.print(table)
 
 
 def _straggler(text: str) -> tuple[int, float]:
