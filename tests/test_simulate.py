@@ -241,6 +241,9 @@ def test_simulate_cli(tmp_path):
     again = CliRunner().invoke(app, ["simulate", "--chakra-in", str(tmp_path / "et"), "--json"])
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["step_time_s"] == pytest.approx(data["step_time_s"])
+    proto = CliRunner().invoke(app, ["simulate", str(run_file), "--trace", str(tmp_path / "t.pftrace")])
+    assert proto.exit_code == 0, proto.output
+    assert (tmp_path / "t.pftrace").stat().st_size > 10_000
     bad = CliRunner().invoke(app, ["simulate", str(run_file), "--schedule", "pipedream"])
     assert bad.exit_code == 2 and "zb-h1" in bad.output
 
@@ -272,3 +275,22 @@ def test_simulate_cli_inference(tmp_path):
     data = json.loads(out.output)
     ttft = data["time_to_first_token"]
     assert ttft["simulated_s"] == pytest.approx(ttft["analytical_s"], rel=1e-6)
+
+
+def test_a_protobuf_trace_holds_every_slice(tmp_path):
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    from armillary.simulate.perfetto import write_protobuf_trace
+
+    result = simulate_training(*small_run(gpus=32, zero=1))
+    path = tmp_path / "step.pftrace"
+    write_protobuf_trace(result.graph, result.timeline, path)
+    packets = Trace.FromString(path.read_bytes()).packet
+    events = [p for p in packets if p.HasField("track_event")]
+    begins = [p for p in events if p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+    ends = [p.timestamp for p in events if p.track_event.type == TrackEvent.TYPE_SLICE_END]
+    per_task = sum(len(set(t.ranks)) for t in result.graph.tasks)
+    assert len(begins) == len(ends) == per_task
+    assert max(ends) == result.timeline.makespan_ns
+    tracks = {p.track_descriptor.uuid for p in packets if p.HasField("track_descriptor")}
+    assert {p.track_event.track_uuid for p in begins} <= tracks

@@ -14,7 +14,8 @@ from rich.table import Table
 
 def simulate_cmd(
     run_file: Annotated[Path | None, typer.Argument(help="RUN.yaml with model, system, strategy, workload")] = None,
-    trace: Annotated[Path | None, typer.Option(help="write the timeline (Chrome trace JSON: Perfetto)")] = None,
+    trace: Annotated[Path | None, typer.Option(help="write the timeline for Perfetto: Chrome trace JSON, or "
+                                                     "Perfetto protobuf if the name ends in .pftrace")] = None,
     chakra: Annotated[Path | None, typer.Option(help="write one Chakra ET file per rank into this folder")] = None,
     chakra_in: Annotated[Path | None, typer.Option(help="simulate the Chakra ET files of this folder instead")] = None,
     system: Annotated[str | None, typer.Option(help="with --chakra-in: system preset or file")] = None,
@@ -36,7 +37,7 @@ def simulate_cmd(
     --chakra-in."""
     from armillary.cli import _fail, _writable, console
     from armillary.simulate.engine import run
-    from armillary.simulate.perfetto import write_trace
+    from armillary.simulate.perfetto import write_protobuf_trace, write_trace
     from armillary.simulate.run import simulate_training
     from armillary.simulate.schedules import PipelineSchedule
     from armillary.specs.loading import SpecError, load_system
@@ -44,6 +45,8 @@ def simulate_cmd(
     from armillary.specs.workload import Training
 
     _writable(trace)
+    if trace is not None and trace.suffix == ".pftrace":
+        write_trace = write_protobuf_trace
     try:
         stragglers = dict(_straggler(s) for s in straggler or [])
         if jitter < 0:
