@@ -14,13 +14,14 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+import operator
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.simulate.graph import TaskGraph, TaskKind, Tier
+from armillary.simulate.graph import Stream, Task, TaskGraph, TaskKind, Tier
 
 _EPS = 1e-12
 
@@ -99,16 +100,7 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
     for i, t in enumerate(tasks):
         for d in t.after:
             successors[d].append(i)
-    links: list[tuple[int, ...]] = [()] * n
-    known: dict[tuple[tuple[int, ...], Tier, bool], tuple[int, ...]] = {}
-    tiers = [t.tier for t in tasks]
-    for i in [i for i, tier in enumerate(tiers) if tier >= 0 and duration[i] > 0]:
-        t = tasks[i]
-        key = (t.ranks, t.tier, t.kind is TaskKind.SEND)
-        if key not in known:
-            known[key] = ((_link(t.ranks[0], t.tier, 0), _link(t.ranks[-1], t.tier, 1)) if key[2]
-                          else tuple(_link(r, t.tier, d) for r in t.ranks for d in (0, 1)))
-        links[i] = known[key]
+    links = _shared_links(tasks, duration)
 
     start = [0] * n
     end = [-1] * n
@@ -184,8 +176,9 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
                 rebalance(neighbours, now)
         end[i] = now
         for s in successors[i]:
-            pending[s] -= 1
-            if not pending[s]:
+            left = pending[s] - 1
+            pending[s] = left
+            if not left:
                 start[s] = now
                 cause[s] = i
                 if links[s]:
@@ -198,6 +191,34 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
                          "(a stream's program order contradicts the dependencies)")
     return Timeline(np.array(start, dtype=np.int64), np.array(end, dtype=np.int64), np.array(cause, dtype=np.int64),
                     np.array(duration, dtype=np.int64), events + 2 * n)  # + every task's start and end
+
+
+def _shared_links(tasks: tuple[Task, ...], duration: list[int]) -> list[tuple[int, ...]]:
+    """Per task, the links it may share with another transfer in flight. A link that only tasks of one
+    stream use is left out: they all occupy that stream on the link's rank, so they never overlap on it
+    (e.g. a TP group's collectives on its scale-up links); a task left with none runs as plain time."""
+    kinds: dict[tuple[tuple[int, ...], Tier, TaskKind, Stream | None], list[int]] = {}
+    fields = operator.itemgetter(3, 7, 1, 4)  # (ranks, tier, kind, stream) of a Task, at C speed
+    for i, t in enumerate(tasks):
+        if t.tier >= 0 and duration[i] > 0:
+            kinds.setdefault(fields(t), []).append(i)
+    mixed = -2
+    owner: dict[int, int] = {}  # link -> the one stream using it, or mixed (several, or sends)
+    every: dict[tuple[tuple[int, ...], Tier, TaskKind, Stream | None], tuple[int, ...]] = {}
+    for key in kinds:
+        ranks, tier, kind, on = key
+        send = kind is TaskKind.SEND
+        stream = -1 if send or on is None else int(on)
+        every[key] = ((_link(ranks[0], tier, 0), _link(ranks[-1], tier, 1)) if send
+                      else tuple(_link(r, tier, d) for r in ranks for d in (0, 1)))
+        for link in every[key]:
+            owner[link] = stream if owner.get(link, stream) == stream and stream >= 0 else mixed
+    links: list[tuple[int, ...]] = [()] * len(tasks)
+    for key, members in kinds.items():
+        shared = tuple(link for link in every[key] if owner[link] == mixed)
+        for i in members:
+            links[i] = shared
+    return links
 
 
 def _link(rank: int, tier: Tier, direction: int) -> int:
