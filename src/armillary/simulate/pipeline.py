@@ -27,15 +27,10 @@ class Send:
     tier: Tier
 
 
-@dataclass(frozen=True)
-class PipelineTasks:
-    last: list[list[int]]  # per stage and lane: the stage's last pass
-    completion: dict[tuple[int, Pass], list[int]]  # per (stage, pass): its completing task per lane
-
-
 def build_pipeline(b: GraphBuilder, schedule: PipelineSchedule, stages: int, microbatches: int, chunks: int,
-                   lanes: list[list[int]], emit: Emit, send: Send) -> PipelineTasks:
-    """Emit every stage's passes in schedule order (`lanes[s]`: the ranks of stage s, lane by lane)."""
+                   lanes: list[list[int]], emit: Emit, send: Send) -> list[list[int]]:
+    """Emit every stage's passes in schedule order (`lanes[s]`: the ranks of stage s, lane by lane); returns
+    per stage and lane the task that completes its last pass."""
     orders = [passes(schedule, stages, s, microbatches, chunks) for s in range(stages)]
     virtual = stages * chunks
     done: dict[tuple[int, Pass], list[int]] = {}
@@ -72,8 +67,7 @@ def build_pipeline(b: GraphBuilder, schedule: PipelineSchedule, stages: int, mic
         if not progressed:
             raise ValueError(f"schedule {schedule.value!r} deadlocks with {stages} stages and {microbatches} "
                              "micro-batches")
-    last = [done[(s, orders[s][-1])] for s in range(stages)]
-    return PipelineTasks(last, done)
+    return [done[(s, orders[s][-1])] for s in range(stages)]
 
 
 def _chunk_stage(vs: int, stages: int) -> tuple[int, int]:

@@ -188,14 +188,13 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
             deps = dp.after_backward(s, i, p, m, lanes, deps)
         return [d[-1] for d in deps]
 
-    tasks = build_pipeline(b, schedule, pp, m, vpp, lay.lanes, emit, send)
+    last_pass = build_pipeline(b, schedule, pp, m, vpp, lay.lanes, emit, send)
     # after the last pass: the gradient reductions (in flight, or all of them now without overlap), the
     # optimizer step, the offload stall
     for s in range(pp):
         lanes = lay.lanes[s]
-        last = [[t] for t in tasks.last[s]]
-        dp.unoverlapped(s, lanes, last)
-        deps = [[tasks.last[s][i], *dp.pending(s, i)] for i in range(len(lanes))]
+        dp.unoverlapped(s, lanes, [[t] for t in last_pass[s]])
+        deps = [[last_pass[s][i], *dp.pending(s, i)] for i in range(len(lanes))]
         deps = op("optimizer step", Category.OPTIMIZER, Stream.COMPUTE, float(est.breakdown.optimizer), lanes,
                   deps, [])
         if float(est.breakdown.offload_stall) > 0:
