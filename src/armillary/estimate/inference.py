@@ -65,6 +65,11 @@ class ReplicaModel:
         """KV-cache bytes one token takes on one device of the busiest stage (both memory tiers)."""
         return float(self.stage_layers * kv_cache_elements_per_rank(self.m, self.st.tp) * self.cache_bytes)
 
+    @property
+    def stages_cross_nodes(self) -> bool:
+        """Whether the pipeline's stages sit on the next node (the stage-to-stage sends go scale-out)."""
+        return bool(self.st.tp * self.st.pp > self.system.devices_per_node)
+
     def tokens_time(self, tokens: Array) -> PassTime:
         """Everything of a pass that depends only on its new tokens: the layers' GEMMs and element-wise
         kernels, their TP all-reduces and EP exchanges, the embedding, the stage-to-stage sends.
@@ -93,7 +98,7 @@ class ReplicaModel:
         n_dense = m.layers - n_moe
         embedding = kernel_times((ends.embedding,), system.device, st.precision)[0]
         embedding_ar = needed(lambda: all_reduce(n_tp, self.tp_group, system), t > 1).time  # vocab-parallel
-        crosses = 1.0 if t * st.pp > system.devices_per_node else 0.0  # stages sit on the next node
+        crosses = 1.0 if self.stages_cross_nodes else 0.0
         hops = (st.pp - 1) * needed(lambda: send_recv(n_tp, crosses, system), st.pp > 1).time
         return PassTime(layers=n_dense * dense[0] + n_moe * moe[0], attention=0.0 * tokens,
                         tp=n_dense * dense[1] + n_moe * moe[1] + embedding_ar, ep=n_moe * moe[2], pp=hops,
@@ -196,6 +201,32 @@ def kv_budget(r: ReplicaModel, w: Inference, memory: InferenceMemory) -> tuple[f
     return free, w.kv_cache.memory_fraction * free
 
 
+def prefill_pass(r: ReplicaModel, w: Inference) -> PassTime:
+    """The prompt pass of a static batch: all batch x input_len tokens through the model (the time to
+    first token)."""
+    return r.pass_time(r.tokens_time(w.batch * w.input_len), w.batch, r.attention(w.input_len, 0.0, w.batch), 0.0)
+
+
+@dataclass(frozen=True)
+class DecodeSteps:
+    """The output_len - 1 decode steps of a static batch, each one pass of a micro-batch of ceil(batch / pp)
+    sequences (pp micro-batches in flight keep every stage busy)."""
+
+    micro: int  # sequences per micro-batch
+    tokens: PassTime  # what depends only on the micro-batch's new tokens (every step alike)
+    attention: np.ndarray  # per step: attention kernels over input_len + k - 1 cached tokens
+    tier2: np.ndarray  # per step: KV-cache reads from the second memory tier
+    head: Array  # LM head and sampling of the micro-batch, per step
+
+
+def decode_steps(r: ReplicaModel, w: Inference) -> DecodeSteps:
+    micro = math.ceil(w.batch / float(r.st.pp))
+    past = w.input_len + np.arange(w.output_len - 1, dtype=float)  # cached tokens before each decode step
+    core, remote = r.attention_time(r.attention(1.0, past, micro), micro * past)
+    return DecodeSteps(micro, r.tokens_time(float(micro)), np.broadcast_to(core, past.shape),
+                       np.broadcast_to(remote, past.shape), r.head_time(float(micro)))
+
+
 def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system: System, replicas: int) -> (
         InferenceEstimate):
     """A static batch: prefill of `batch` prompts (time to first token), then output_len - 1 decode steps
@@ -203,17 +234,12 @@ def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system:
     micro-batches of batch / pp in flight, so a step takes one pass of batch / pp sequences through all
     layers (every stage busy); the prefill runs the batch through the stages in turn."""
     r = replica_model(m, strategy, w, system)
-    b, n_in, n_out, pp = w.batch, w.input_len, w.output_len, float(r.st.pp)
-    prefill = r.pass_time(r.tokens_time(b * n_in), b, r.attention(n_in, 0.0, b), 0.0)
-    steps = n_out - 1
-    micro = math.ceil(b / pp)
-    past = n_in + np.arange(steps, dtype=float)  # cached tokens before each decode step
-    per_step = r.tokens_time(float(micro))
-    core, remote = r.attention_time(r.attention(1.0, past, micro), micro * past)
-    head = r.head_time(float(micro))
-    decode = PassTime(layers=steps * per_step.layers, attention=np.sum(core), tp=steps * per_step.tp,
-                      ep=steps * per_step.ep, pp=steps * per_step.pp, ends=steps * (per_step.ends + head),
-                      tier2=np.sum(remote))
+    b, n_in = w.batch, w.input_len
+    prefill = prefill_pass(r, w)
+    d = decode_steps(r, w)
+    steps, t = w.output_len - 1, d.tokens
+    decode = PassTime(layers=steps * t.layers, attention=np.sum(d.attention), tp=steps * t.tp, ep=steps * t.ep,
+                      pp=steps * t.pp, ends=steps * (t.ends + d.head), tier2=np.sum(d.tier2))
     memory = inference_memory(r, w, float(b), float(b * n_in))
     return _static_batch(r, w, replicas, prefill, decode, memory)
 

@@ -45,8 +45,8 @@ def simulate_cmd(
     from armillary.specs.workload import Training
 
     _writable(trace)
-    if trace is not None and trace.suffix == ".pftrace":
-        write_trace = write_protobuf_trace
+    # Perfetto's protobuf format by suffix, else Chrome trace JSON (the same arguments)
+    write_timeline = write_protobuf_trace if trace is not None and trace.suffix == ".pftrace" else write_trace
     try:
         stragglers = dict(_straggler(s) for s in straggler or [])
         if jitter < 0:
@@ -57,7 +57,7 @@ def simulate_cmd(
             graph = read_chakra(chakra_in, load_system(system, gpus) if system else None)
             timeline = run(graph, stragglers, jitter, seed)
             if trace is not None:
-                write_trace(graph, timeline, trace)
+                write_timeline(graph, timeline, trace)
             _print_traces(graph.ranks, len(graph.tasks), timeline.makespan_ns, json_out, console)
             return
         if run_file is None:
@@ -69,7 +69,7 @@ def simulate_cmd(
 
             served = simulate_inference(model, sysm, strategy, workload)
             if trace is not None:
-                write_trace(served.graph, served.timeline, trace)
+                write_timeline(served.graph, served.timeline, trace)
             _print_inference(served, json_out, console)
             return
         chosen = None
@@ -81,7 +81,7 @@ def simulate_cmd(
                                 ) from None
         result = simulate_training(model, sysm, strategy, workload, chosen, symmetric, stragglers, jitter, seed)
         if trace is not None:
-            write_trace(result.graph, result.timeline, trace)
+            write_timeline(result.graph, result.timeline, trace)
         if chakra is not None:
             from armillary.simulate.chakra import write_chakra
 

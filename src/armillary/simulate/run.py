@@ -8,13 +8,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from armillary.api import estimate
 from armillary.estimate.result import StepEstimate
-from armillary.estimate.training import estimate_training
 from armillary.simulate.engine import Timeline, paused_gc, run
 from armillary.simulate.graph import Category, TaskGraph
 from armillary.simulate.schedules import PipelineSchedule
 from armillary.simulate.training import training_graph
-from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.loading import SpecError
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
@@ -75,12 +74,10 @@ def simulate_training(model: Model, system: System, strategy: Strategy, workload
     simulated only); `stragglers`: compute slowdown per simulated rank; `jitter`: relative standard
     deviation of every task's duration, drawn from `seed`."""
     started = time.perf_counter()
-    dp = system.devices // (strategy.tp * strategy.cp * strategy.pp)
-    if dp < 1 or system.devices % (strategy.tp * strategy.cp * strategy.pp):
+    if system.devices % (strategy.tp * strategy.cp * strategy.pp):
         raise SpecError(f"simulate: tp x cp x pp = {strategy.tp * strategy.cp * strategy.pp} does not divide the "
                         f"{system.devices} devices")
-    est = estimate_training(ModelArrays.of(model), StrategyArrays.of(strategy, dp), TrainingArrays.of(workload),
-                            system)
+    est = estimate(model, system, strategy, workload)
     chosen = schedule or PipelineSchedule.of(strategy.pipeline_schedule)
     with paused_gc():
         graph = training_graph(model, system, strategy, workload, est, chosen, symmetric)

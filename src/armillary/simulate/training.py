@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from armillary.estimate.result import CommCall, ParallelDimension, StepEstimate
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
-from armillary.simulate.pipeline import Send, build_pipeline
+from armillary.simulate.pipeline import Send, build_pipeline, whole_layers
 from armillary.simulate.schedules import Kind, Pass, PipelineSchedule
 from armillary.specs.communication import Collective
 from armillary.specs.loading import SpecError
@@ -82,8 +82,7 @@ def stage_layer_kinds(model: Model, strategy: Strategy) -> list[list[bool]]:
             raise SpecError(f"simulate: {others} layers do not split evenly over the stages without a given count")
         counts = [first or share, *([share] * (pp - 2)), last or share]
     else:
-        counts = [model.layers // virtual + (1 if v >= virtual - model.layers % virtual else 0)
-                  for v in range(virtual)]
+        counts = whole_layers(model.layers, virtual)
     dense = model.moe.dense_layers if model.moe is not None else model.layers
     kinds, seen = [], 0
     for n in counts:
@@ -108,8 +107,7 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
     full = strategy.recompute is Recompute.FULL
     zb = schedule is PipelineSchedule.ZB_H1
     ends = est.ends
-    tp_call = _call(est, (ParallelDimension.TP, ParallelDimension.SP))
-    tp_tier = _tier(tp_call) if tp_call is not None else Tier.SCALE_UP
+    tp_tier = _tier(_call(est, (ParallelDimension.TP, ParallelDimension.SP)))
     cp_tier, ep_tier = _tier(_call(est, (ParallelDimension.CP,))), _tier(_call(est, (ParallelDimension.EP,)))
     send_call = _call(est, (ParallelDimension.PP,), Collective.SEND_RECV)
     gather_call = _call(est, (ParallelDimension.PP,), Collective.ALL_GATHER)
