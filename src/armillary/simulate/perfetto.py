@@ -15,9 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from armillary.simulate.engine import Timeline
-from armillary.simulate.graph import Stream, TaskGraph, TaskKind
+from armillary.simulate.graph import Stream, Task, TaskGraph, TaskKind
 
 _P2P = len(Stream)  # thread id of the send track
+
+
+def _tracks(task: Task) -> list[tuple[int, int]]:
+    """(rank, track) pairs a task is shown on: its stream on every participant; a send on the p2p track of
+    its source and destination."""
+    ranks = task.ranks if task.kind is not TaskKind.SEND else task.ranks[:1] + task.ranks[-1:]
+    track = int(task.stream) if task.stream is not None else _P2P
+    return [(r, track) for r in dict.fromkeys(ranks)]
 
 
 def trace_events(graph: TaskGraph, timeline: Timeline) -> list[dict[str, Any]]:
@@ -36,10 +44,8 @@ def trace_events(graph: TaskGraph, timeline: Timeline) -> list[dict[str, Any]]:
             args.update(group=t.group, bytes=t.bytes, ranks=list(t.ranks), collective=t.collective)
         elif t.flop:
             args["flop"] = t.flop
-        ranks = t.ranks if t.kind is not TaskKind.SEND else t.ranks[:1] + t.ranks[-1:]
-        for r in dict.fromkeys(ranks):
-            events.append({"ph": "X", "name": t.name, "cat": t.category.value, "pid": r,
-                           "tid": int(t.stream) if t.stream is not None else _P2P,
+        for r, tid in _tracks(t):
+            events.append({"ph": "X", "name": t.name, "cat": t.category.value, "pid": r, "tid": tid,
                            "ts": start[i] / 1e3, "dur": (end[i] - start[i]) / 1e3, "args": args})
     return events
 
@@ -81,9 +87,8 @@ def write_protobuf_trace(graph: TaskGraph, timeline: Timeline, path: Path) -> No
                 out.write_packet(p)
         start, end = timeline.start_ns.tolist(), timeline.end_ns.tolist()
         for i, t in enumerate(graph.tasks):
-            ranks = t.ranks if t.kind is not TaskKind.SEND else t.ranks[:1] + t.ranks[-1:]
-            for r in dict.fromkeys(ranks):
-                track = 2 + r * (tracks + 1) + (int(t.stream) if t.stream is not None else _P2P)
+            for r, tid in _tracks(t):
+                track = 2 + r * (tracks + 1) + tid
                 for ts, kind in ((start[i], TrackEvent.TYPE_SLICE_BEGIN), (end[i], TrackEvent.TYPE_SLICE_END)):
                     p = packet()
                     p.timestamp = ts
