@@ -64,6 +64,24 @@ def test_flows_on_one_link_share_it_max_min_fairly():
     assert run(b.graph(2)).makespan_ns == 10_000
 
 
+@settings(max_examples=30, deadline=None)
+@given(hs.lists(hs.integers(1, 10**6), min_size=1, max_size=12))
+def test_flows_out_of_one_link_finish_as_under_processor_sharing(durations_ns):
+    """n sends leave rank 0 at once: its link is shared equally, so with durations sorted d1 <= ... <= dn,
+    flow k ends at d1 + ... + d(k-1) + (n - k + 1) dk (processor sharing, Kleinrock 1967); every rate
+    change moves the ends of the flows still in flight."""
+    b = GraphBuilder()
+    for k, d in enumerate(durations_ns):
+        b.add(f"s{k}", TaskKind.SEND, Category.DP, (0, k + 1), None, d * 1e-9, (), Tier.SCALE_OUT)
+    tl = run(b.graph(len(durations_ns) + 1))
+    n, done = len(durations_ns), 0
+    for rank, k in enumerate(sorted(range(n), key=lambda k: (durations_ns[k], k))):
+        expected = done + (n - rank) * durations_ns[k]
+        assert abs(int(tl.end_ns[k]) - expected) <= n, (k, int(tl.end_ns[k]), expected)
+        done += durations_ns[k]
+    assert abs(tl.makespan_ns - sum(durations_ns)) <= n  # the link is never idle
+
+
 def longest_path(b):
     finish = []
     for t in b.tasks:
