@@ -86,8 +86,7 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
         raise ValueError(f"a task waits for a task that is not in the graph (indices must be in 0..{n - 1})")
     # successors as compressed rows: the tasks waiting for task i are successors[first[i]:first[i + 1]]
     successors = np.repeat(np.arange(n, dtype=np.int64), pending)[np.argsort(waits_on, kind="stable")]
-    first = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(waits_on, minlength=n), out=first[1:])
+    first = _row_starts(np.bincount(waits_on, minlength=n))
     link_first, links, n_links = _shared_links(tasks, duration)
     slot_task = np.repeat(np.arange(n, dtype=np.int64), np.diff(link_first))
     start, end, cause, changes = _simulate(duration, pending, first, successors, link_first, links, slot_task,
@@ -97,6 +96,13 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
         raise ValueError(f"the task graph deadlocks: task {stuck} ({tasks[stuck].name!r}) never starts "
                          "(a stream's program order contradicts the dependencies)")
     return Timeline(start, end, cause, duration, int(changes) + 2 * n)  # + every task's start and end
+
+
+def _row_starts(counts: np.ndarray) -> np.ndarray:
+    """Where each row starts in compressed rows of these lengths, and where the last ends."""
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    return starts
 
 
 def _durations(graph: TaskGraph, stragglers: Mapping[int, float], jitter: float, seed: int) -> np.ndarray:
@@ -142,8 +148,7 @@ def _shared_links(tasks: tuple[Task, ...], duration: np.ndarray) -> tuple[np.nda
     per_transfer = list(map(shared.__getitem__, keys))
     counts = np.zeros(n, dtype=np.int64)
     counts[transfers] = np.fromiter(map(len, per_transfer), dtype=np.int64, count=len(transfers))
-    first = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=first[1:])
+    first = _row_starts(counts)
     flat = np.fromiter(itertools.chain.from_iterable(per_transfer), dtype=np.int64, count=int(first[-1]))
     return first, flat, len(number)
 
