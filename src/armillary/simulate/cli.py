@@ -120,6 +120,10 @@ def simulate_cmd(
     console.print(f"{len(result.graph.tasks):,} tasks, {result.timeline.events:,} events in {result.wall_s:.2f} s "
                   f"({result.events_per_s:,.0f} events/s); busiest rank: "
                   f"{result.graph.rank_labels[result.busiest_rank]} ({result.busiest_compute_s:.4g} s of compute)")
+    from armillary.simulate.engine import compiled_here
+
+    if compiled_here():
+        console.print("(this first simulation compiled the event engine; later runs load it from numba's cache)")
 
 
 def _print_inference(sim, json_out: bool, console) -> None:

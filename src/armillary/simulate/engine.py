@@ -62,6 +62,12 @@ def run(graph: TaskGraph, stragglers: Mapping[int, float] | None = None, jitter:
         return _run(graph, stragglers, jitter, seed)
 
 
+def compiled_here() -> bool:
+    """Whether this process compiled the event loop rather than loading it from numba's cache (the first
+    simulation after installing or changing the engine compiles it: about 10 s)."""
+    return sum(_simulate.stats.cache_misses.values()) > 0
+
+
 @contextmanager
 def paused_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector: building and running a graph allocates millions of small
