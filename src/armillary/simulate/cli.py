@@ -93,7 +93,7 @@ def simulate_cmd(
     summary = {"step_time_s": result.step_time_s, "estimate_step_time_s": float(result.estimate.step_time_s),
                "difference": result.difference, "schedule": result.schedule.value, "symmetric": symmetric,
                "ranks": result.graph.ranks, "devices": result.graph.devices, "tasks": len(result.graph.tasks),
-               "events": result.timeline.events, "wall_s": result.wall_s,
+               "events": result.timeline.events, "wall_s": result.wall_s, "engine_s": result.engine_s,
                "critical_path": {f.name: getattr(result.on_critical_path, f.name)
                                  for f in fields(result.on_critical_path)},
                "critical_path_tasks": len(result.critical_path),
@@ -117,9 +117,10 @@ def simulate_cmd(
     path = result.critical_path
     names = [result.graph.tasks[i].name for i in (path[0], path[-1])] if path else []
     console.print(f"critical path: {len(path):,} tasks, from {names[0]!r} to {names[-1]!r}" if path else "")
-    console.print(f"{len(result.graph.tasks):,} tasks, {result.timeline.events:,} events in {result.wall_s:.2f} s "
-                  f"({result.events_per_s:,.0f} events/s); busiest rank: "
-                  f"{result.graph.rank_labels[result.busiest_rank]} ({result.busiest_compute_s:.4g} s of compute)")
+    console.print(f"{len(result.graph.tasks):,} tasks, {result.timeline.events:,} events; {result.wall_s:.2f} s in "
+                  f"all, of which the event engine {result.engine_s:.3f} s (with loading it, once per process); "
+                  f"busiest rank: {result.graph.rank_labels[result.busiest_rank]} "
+                  f"({result.busiest_compute_s:.4g} s of compute)")
     from armillary.simulate.engine import compiled_here
 
     if compiled_here():
