@@ -35,6 +35,9 @@ class Stream(IntEnum):
     DP_GATHER = 7  # parameter gathers (ZeRO / FSDP run them on their own stream, ahead of use)
 
 
+_STREAMS = len(Stream)
+
+
 class Tier(IntEnum):
     """Links a transfer occupies: the scale-up or scale-out network, or the second memory tier's link."""
 
@@ -109,7 +112,7 @@ class GraphBuilder:
         if stream is not None:  # a stream runs one task at a time, in program order
             last = self._last
             for r in ranks:
-                key = r * len(Stream) + stream
+                key = r * _STREAMS + stream
                 if key in last:
                     after.add(last[key])
                 last[key] = index

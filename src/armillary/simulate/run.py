@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -90,10 +92,12 @@ def simulate_training(model: Model, system: System, strategy: Strategy, workload
     per_category = dict.fromkeys(Category, 0.0)
     for i in path:
         per_category[graph.tasks[i].category] += (timeline.end_ns[i] - timeline.start_ns[i]) / 1e9
-    busy = np.zeros(graph.ranks)
-    for i, task in enumerate(graph.tasks):
-        if task.category in (Category.COMPUTE, Category.RECOMPUTE):
-            busy[task.ranks[0]] += timeline.duration_ns[i] / 1e9
+    n = len(graph.tasks)
+    computing = np.fromiter(map({Category.COMPUTE, Category.RECOMPUTE}.__contains__,
+                                map(operator.itemgetter(2), graph.tasks)), dtype=bool, count=n)  # Task.category
+    rank = np.fromiter(map(operator.itemgetter(0), map(operator.itemgetter(3), itertools.compress(
+        graph.tasks, computing.tolist()))), dtype=np.int64)  # Task.ranks[0] of the compute tasks
+    busy = np.bincount(rank, weights=timeline.duration_ns[computing] / 1e9, minlength=graph.ranks)
     busiest = int(np.argmax(busy))
     return SimulationResult(graph, timeline, est, chosen, path,
                             CategoryTimes(**{c.value: t for c, t in per_category.items()}), busiest,
