@@ -15,6 +15,7 @@ from rich.console import Console
 from armillary.api import estimate
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.presets.registry import KINDS, preset_names
+from armillary.simulate.cli import simulate_cmd
 from armillary.specs.loading import SpecError
 from armillary.specs.workload import Inference, Training
 
@@ -498,14 +499,7 @@ def schema_cmd(kind: Annotated[str, typer.Argument(
     sys.stdout.write(json.dumps(SCHEMAS[kind].model_json_schema(), indent=2) + "\n")
 
 
+app.command("simulate")(simulate_cmd)  # its own module (simulate/cli.py); registered last, as listed in --help
+
 if __name__ == "__main__":
     app()
-
-
-def _register_simulate() -> None:
-    from armillary.simulate.cli import simulate_cmd
-
-    app.command("simulate")(simulate_cmd)
-
-
-_register_simulate()

@@ -260,7 +260,3 @@ def kv_blocks(capacity_bytes: float, per_token_bytes: float, block_tokens: int) 
     return int(capacity_bytes // (per_token_bytes * block_tokens)) if per_token_bytes > 0 else 2**62 // block_tokens
 
 
-def transfer_s(tokens: np.ndarray, per_token_bytes: float, link_bytes_per_s: float) -> np.ndarray:
-    """KV-cache handover of a prompt from a prefill to a decode replica (DistServe, Zhong et al. 2024)."""
-    return tokens * per_token_bytes / link_bytes_per_s if link_bytes_per_s > 0 else 0.0 * tokens
-

@@ -85,7 +85,6 @@ def simulate_cmd(
         if chakra is not None:
             from armillary.simulate.chakra import write_chakra
 
-            chakra.mkdir(parents=True, exist_ok=True)
             write_chakra(result.graph, chakra)
     except (SpecError, ValueError) as err:
         _fail(str(err))

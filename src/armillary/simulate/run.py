@@ -6,7 +6,7 @@ import itertools
 import operator
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,10 +37,6 @@ class CategoryTimes:
     optimizer: float = 0.0
     offload: float = 0.0
 
-    @property
-    def total(self) -> float:
-        return sum(getattr(self, f.name) for f in fields(self))
-
 
 @dataclass(frozen=True)
 class SimulationResult:
@@ -63,11 +59,6 @@ class SimulationResult:
     def difference(self) -> float:
         """Relative difference to the analytical step time."""
         return self.step_time_s / float(self.estimate.step_time_s) - 1
-
-    @property
-    def events_per_s(self) -> float:
-        """The event engine's speed."""
-        return self.timeline.events / self.engine_s if self.engine_s > 0 else float("inf")
 
 
 def simulate_training(model: Model, system: System, strategy: Strategy, workload: Training,

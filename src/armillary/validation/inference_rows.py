@@ -54,7 +54,7 @@ def predict_inference(row: dict[str, str]) -> tuple[str, float, tuple[str, ...],
     tp, gpus = _int(row, "tp"), _int(row, "n_gpus")
     system = load_system(system_preset_for(row.get("gpu", "")), max(gpus, 1))
     notes.append(f"{system.name} preset; FlashAttention-2 kernels; KV pages of 64 tokens")
-    result = estimate(load_model(preset), system, {"tp": tp, "pp": _int(row, "pp") or 1, "precision": precision,
+    result = estimate(load_model(preset), system, {"tp": tp, "pp": int_column(row, "pp") or 1, "precision": precision,
                                                    "attention": "flash"}, Inference(**workload))
     assert isinstance(result, InferenceEstimate)
     metric = row.get("metric", "").lower()

@@ -112,8 +112,6 @@ def _message_class(name: str) -> Any:
 GlobalMetadata = _message_class("GlobalMetadata")
 Node = _message_class("Node")
 AttributeProto = _message_class("AttributeProto")
-IOInfo = _message_class("IOInfo")
-Tensor = _message_class("Tensor")
 Int64List = _message_class("Int64List")
 
 
