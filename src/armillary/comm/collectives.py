@@ -47,10 +47,6 @@ class CollectiveResult:
     scale_out: DimensionCost
 
 
-def _reduce_rate(system: System) -> float:
-    return hbm_rate(system.device)
-
-
 def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
                algorithm: Algorithm = Algorithm.AUTO, scale_up_bandwidth: Array | None = None,
                scale_out_bandwidth: Array | None = None) -> CollectiveResult:
@@ -60,7 +56,7 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
     across on n/per_node, then inside on n; reduce-scatter mirrors it; all-to-all splits its bytes between
     the tiers and runs both at once (formulas.md §1.2, NIC-bound two-level estimate). The per-device
     bandwidths of the tiers may be given as arrays to sweep them."""
-    up, out, rate = system.scale_up, system.scale_out, _reduce_rate(system)
+    up, out, rate = system.scale_up, system.scale_out, hbm_rate(system.device)
     p_in, nodes, p = group.per_node, group.nodes, group.size
     if algorithm is not Algorithm.AUTO and not isinstance(p, np.ndarray):
         crossed = [tier for tier, ranks in ((up, p_in), (out, nodes)) if float(ranks) > 1]
@@ -171,7 +167,7 @@ def all_reduce(n_bytes: Array, group: Placement, system: System) -> CommCost:
 
 def send_recv(n_bytes: Array, crosses_nodes: Array, system: System) -> CommCost:
     """Point-to-point transfer on the tier it crosses (formulas.md §1.1), with its best protocol."""
-    rate = _reduce_rate(system)
+    rate = hbm_rate(system.device)
 
     def on(tier: Network) -> Array:
         return dimension_cost(Collective.SEND_RECV, n_bytes, 2.0, tier, rate).time
@@ -199,7 +195,7 @@ def all_to_all_matrix(matrix: np.ndarray, group: Placement, system: System) -> C
     other = node[:, None] != node[None, :]
     busiest_in = np.maximum((m * same).sum(axis=1), (m * same).sum(axis=0))
     busiest_out = np.maximum((m * other).sum(axis=1), (m * other).sum(axis=0))
-    rate = _reduce_rate(system)
+    rate = hbm_rate(system.device)
     nodes = p / per_node
     # the uniform all-to-all of n bytes sends (k-1)/k n per rank: find the n with this rank's busiest load
     inside = dimension_cost(Collective.ALL_TO_ALL, busiest_in * per_node / max(per_node - 1, 1), float(per_node),

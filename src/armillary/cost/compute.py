@@ -10,7 +10,7 @@ import numpy as np
 
 from armillary.specs.arrays import PRECISIONS, Array
 from armillary.specs.strategy import TrainingPrecision
-from armillary.specs.system import Device, Precision
+from armillary.specs.system import Device, MemoryTier, Precision
 from armillary.workload.ops import Op
 
 # GEMM precision of each training recipe (fp32 training runs its GEMMs in TF32 where the device has it).
@@ -103,5 +103,10 @@ def stream_time(bytes_moved: Array, device: Device) -> Array:
 
 
 def hbm_rate(device: Device) -> float:
-    """Achievable HBM bytes/s: the tier's bandwidth derated by its streaming efficiency."""
-    return device.hbm.efficiency * device.hbm.bandwidth
+    """Achievable HBM bytes/s."""
+    return tier_rate(device.hbm)
+
+
+def tier_rate(tier: MemoryTier) -> float:
+    """Achievable bytes/s of a memory tier: its bandwidth derated by its streaming efficiency."""
+    return tier.efficiency * tier.bandwidth
