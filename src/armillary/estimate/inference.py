@@ -195,6 +195,11 @@ def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: A
                            kv_per_sequence=per_sequence)
 
 
+def kv_blocks(capacity_bytes: float, per_token_bytes: float, block_tokens: int) -> int:
+    """Pages of `block_tokens` tokens that fit in `capacity_bytes`."""
+    return int(capacity_bytes // (per_token_bytes * block_tokens)) if per_token_bytes > 0 else 2**62 // block_tokens
+
+
 def kv_budget(r: ReplicaModel, w: Inference, memory: InferenceMemory) -> tuple[float, float]:
     """(HBM left after weights and activations, the share of it the KV cache may take) per device."""
     free = float(r.system.device.hbm.capacity - memory.weights - memory.activations)
@@ -256,7 +261,7 @@ def _static_batch(r: ReplicaModel, w: Inference, replicas: int, prefill: PassTim
                     // (per_hbm + w.kv_cache.memory_fraction * per_act)) if per_hbm + per_act > 0 else 0
     # longest sequence (input + output tokens, whole pages) whose cache fits at this batch
     per_token = (1 - r.tier2_fraction) * r.cache_bytes_per_token
-    pages = int(max(0.0, budget) // (w.batch * per_token * w.kv_cache.block_tokens)) if per_token > 0 else 0
+    pages = kv_blocks(max(0.0, budget) / w.batch, per_token, w.kv_cache.block_tokens)
     max_context = pages * w.kv_cache.block_tokens if per_token > 0 else 2**31 - 1
     reasons = []
     if free <= 0:

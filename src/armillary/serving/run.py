@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.comm.collectives import send_recv
-from armillary.estimate.inference import ReplicaModel, inference_memory, kv_budget, replica_model
-from armillary.serving.simulate import IterationCost, RequestTimes, SchedulerLimits, kv_blocks, simulate_replica
+from armillary.estimate.inference import ReplicaModel, inference_memory, kv_blocks, kv_budget, replica_model
+from armillary.serving.simulate import IterationCost, RequestTimes, SchedulerLimits, simulate_replica
 from armillary.serving.trace import Trace
 from armillary.specs.arrays import ModelArrays
 from armillary.specs.loading import SpecError

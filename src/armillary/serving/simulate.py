@@ -255,8 +255,3 @@ def _decode_stretch(running: list[int], cached: np.ndarray, n_out: np.ndarray, g
     return k, float(ends[k - 1]), added
 
 
-def kv_blocks(capacity_bytes: float, per_token_bytes: float, block_tokens: int) -> int:
-    """Pages of `block_tokens` tokens that fit in `capacity_bytes`."""
-    return int(capacity_bytes // (per_token_bytes * block_tokens)) if per_token_bytes > 0 else 2**62 // block_tokens
-
-
