@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from armillary.comm.collectives import all_gather, all_reduce, send_recv
+from armillary.comm.collectives import all_gather, send_recv
 from armillary.comm.placement import Placement, place_expert_groups, place_groups
 from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.estimate import memory as mem
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
 from armillary.estimate.layer import ExpertGroups, layer_cost, needed
-from armillary.estimate.result import ParallelDimension
+from armillary.estimate.result import EndsCost, ParallelDimension
 from armillary.specs.arrays import RECOMPUTE_NONE, Array, ModelArrays, StrategyArrays
 from armillary.specs.loading import SpecError
 from armillary.specs.strategy import Strategy, TrainingPrecision
@@ -79,25 +79,25 @@ class ReplicaModel:
         ends = ends_forward(m, 1.0, tokens, t, e)
         n_tp = tokens * m.hidden * e
 
-        def kind(mlp_width: Array | None, moe: bool) -> tuple[Array, Array, Array]:
+        def kind(mlp_width: Array | None, moe: bool) -> tuple[Array, Array, Array, EndsCost]:
             fw = layer_forward(m, 1.0, tokens, t, 0.0, e, 1.0, mlp_width, self.weight_bytes)
             experts = None
             if moe:
                 load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity)
                 experts = experts_forward(m, tokens, st.ep, st.etp, load, e, 1.0 if st.dispatch_fp8 else e,
                                           self.weight_bytes)
-            cost, _, calls = layer_cost(fw, ends, st, n_tp, self.tp_group, system, experts=experts,
-                                        expert_groups=self.expert_groups)
+            cost, ends_cost, calls = layer_cost(fw, ends, st, n_tp, self.tp_group, system, experts=experts,
+                                                expert_groups=self.expert_groups)
             ep = sum((c.time_each_s for c in calls if c.dimension in (ParallelDimension.EP, ParallelDimension.ETP)),
                      0.0)
-            return cost.forward.time_s - cost.attention_core.time_s, cost.tp_forward_s, ep
+            return cost.forward.time_s - cost.attention_core.time_s, cost.tp_forward_s, ep, ends_cost
 
         dense = kind(None, False)
-        moe = kind(m.shared_ffn, True) if self.expert_groups is not None else (0.0, 0.0, 0.0)
+        moe = kind(m.shared_ffn, True)[:3] if self.expert_groups is not None else (0.0, 0.0, 0.0)
         n_moe = m.moe_layers if self.expert_groups is not None else 0.0
         n_dense = m.layers - n_moe
-        embedding = kernel_times((ends.embedding,), system.device, st.precision)[0]
-        embedding_ar = needed(lambda: all_reduce(n_tp, self.tp_group, system), t > 1).time  # vocab-parallel
+        embedding = dense[3].embedding_forward_s
+        embedding_ar = dense[3].tp.time  # the vocabulary-parallel embedding's all-reduce
         crosses = 1.0 if self.stages_cross_nodes else 0.0
         hops = (st.pp - 1) * needed(lambda: send_recv(n_tp, crosses, system), st.pp > 1).time
         return PassTime(layers=n_dense * dense[0] + n_moe * moe[0], attention=0.0 * tokens,
