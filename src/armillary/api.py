@@ -47,7 +47,7 @@ def estimate(model: Model | str | dict[str, Any], system: System | str | dict[st
     """
     m, sysm = load_model(model), load_system(system, gpus)
     st, w = load_strategy(strategy), load_workload(workload)
-    dp = _data_parallel(st, sysm)
+    dp = data_parallel(st, sysm)
     if isinstance(w, Inference):
         return estimate_inference(ModelArrays.of(m), st, w, sysm, dp)
     return estimate_training(ModelArrays.of(m), StrategyArrays.of(st, dp), TrainingArrays.of(w), sysm)
@@ -64,7 +64,7 @@ def simulate_serving(model: Model | str | dict[str, Any], system: System | str |
     st, w = load_strategy(strategy), load_workload(workload)
     if not isinstance(w, Inference):
         raise SpecError("workload: serving needs an inference workload (kind: inference)")
-    replicas = _data_parallel(st, sysm)
+    replicas = data_parallel(st, sysm)
     if trace is None:
         if w.serving.trace is not None:
             trace = load_trace(w.serving.trace)
@@ -76,7 +76,8 @@ def simulate_serving(model: Model | str | dict[str, Any], system: System | str |
     return serve_trace(ModelArrays.of(m), st, w, sysm, replicas, trace)
 
 
-def _data_parallel(st: Strategy, sysm: System) -> int:
+def data_parallel(st: Strategy, sysm: System) -> int:
+    """Data-parallel ranks (model replicas in inference): the strategy's dp, else devices / (tp cp pp)."""
     model_parallel = st.tp * st.cp * st.pp
     dp = st.dp if st.dp is not None else sysm.devices // model_parallel
     if dp < 1:

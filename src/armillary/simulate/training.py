@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from armillary.api import data_parallel
+from armillary.estimate.pipeline import stage_layers
 from armillary.estimate.result import CommCall, ParallelDimension, StepEstimate
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
 from armillary.simulate.pipeline import Send, build_pipeline, whole_layers
@@ -37,10 +39,10 @@ class Layout:
     weights: tuple[int, ...]
 
 
-def layout(strategy: Strategy, devices: int, symmetric: bool) -> Layout:
+def layout(strategy: Strategy, dp: int, symmetric: bool) -> Layout:
     """Ranks numbered in the strategy's rank order (tp fastest); lanes of a stage in (dp, cp, tp) order."""
     tp, cp, pp = strategy.tp, strategy.cp, strategy.pp
-    dp = devices // (tp * cp * pp)
+    devices = tp * cp * pp * dp
     if symmetric:
         return Layout([[s] for s in range(pp)], [[0]], [[0]], tuple(f"stage {s}" for s in range(pp)),
                       (tp * cp * dp,) * pp)
@@ -76,11 +78,11 @@ def stage_layer_kinds(model: Model, strategy: Strategy) -> list[list[bool]]:
     pp, virtual = strategy.pp, strategy.pp * strategy.vpp
     first, last = strategy.first_stage_layers, strategy.last_stage_layers
     if first or last:
-        others = model.layers - (first or 0) - (last or 0)
-        share, rest = divmod(others, pp - (first is not None) - (last is not None))
-        if rest or share < 1:
-            raise SpecError(f"simulate: {others} layers do not split evenly over the stages without a given count")
-        counts = [first or share, *([share] * (pp - 2)), last or share]
+        n_first, share, n_last = (float(n) for n in stage_layers(model.layers, pp, first or 0, last or 0))
+        if share != int(share) or share < 1:
+            raise SpecError(f"simulate: {model.layers - (first or 0) - (last or 0)} layers do not split evenly "
+                            "over the stages without a given count")
+        counts = [int(n_first), *([int(share)] * (pp - 2)), int(n_last)]
     else:
         counts = whole_layers(model.layers, virtual)
     dense = model.moe.dense_layers if model.moe is not None else model.layers
@@ -101,7 +103,7 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
                         "it must be a whole number")
     if schedule is PipelineSchedule.INTERLEAVED and vpp < 2:
         raise SpecError("simulate: the interleaved schedule needs vpp >= 2")
-    lay = layout(strategy, system.devices, symmetric)
+    lay = layout(strategy, data_parallel(strategy, system), symmetric)
     kinds = stage_layer_kinds(model, strategy)
     b = GraphBuilder()
     full = strategy.recompute is Recompute.FULL
