@@ -164,11 +164,12 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
         ring_steps = where(on_ring, cp - 1, 0.0)
         cp_f = exposed(ring_steps * hop.time, core_f.time_s, 1.0) + a2a_in.time + a2a_out.time
         cp_b = exposed(2 * ring_steps * hop.time, core_b.time_s, 1.0) + a2a_in.time + a2a_out.time
-    ep_s, ep_forward_s, ep_calls = _expert_exchange(experts, expert_groups, st, system, forward.time_s,
+    ep_f, ep_b, ep_calls = _expert_exchange(experts, expert_groups, st, system, forward.time_s,
                                       backward_input.time_s + backward_weight.time_s, full)
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
-                      tp_recompute_s=where(full, tp_f, 0.0), cp_s=cp_f * (1 + full) + cp_b, ep_s=ep_s,
-                      cp_forward_s=cp_f, ep_forward_s=ep_forward_s,
+                      tp_recompute_s=where(full, tp_f, 0.0), cp_forward_s=cp_f, cp_backward_s=cp_b,
+                      cp_recompute_s=where(full, cp_f, 0.0), ep_forward_s=ep_f, ep_backward_s=ep_b,
+                      ep_recompute_s=where(full, ep_f, 0.0),
                       recompute_modules=PassCost(*(where(full, 0.0, x) for x in (
                           modules.flop, modules.bytes, modules.time_s))), attention_core=core_f)
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
@@ -193,7 +194,7 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
 def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None, st: StrategyArrays,
                      system: System, forward_s: Array, backward_s: Array,
                      full: Array) -> tuple[Array, Array, tuple[CommCall, ...]]:
-    """Exposed time (all passes, and of it one forward's) and calls of an MoE layer's token exchange, per
+    """Exposed time (one forward, the backward) and calls of an MoE layer's token exchange, per
     micro-batch: a dispatch and a combine
     all-to-all over the EP group in forward, their gradients in backward, again under full recomputation
     (formulas.md §7.2: 4 T k h bytes per rank and layer); with expert TP the dispatched tokens are
@@ -211,8 +212,6 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
     gather = needed(lambda: all_gather(gathered, groups.etp, system), st.etp > 1)
     scatter = needed(lambda: reduce_scatter(gathered, groups.etp, system), st.etp > 1)
     per_pass = dispatch.time + combine.time + gather.time + scatter.time
-    forward_exposed = exposed(per_pass, forward_s, st.overlap_ep)
-    exposed_s = forward_exposed * (1 + full) + exposed(per_pass, backward_s, st.overlap_ep)
     passes = 2 + full
     calls = (
         _call(ParallelDimension.EP, Collective.ALL_TO_ALL, passes * (st.ep > 1), experts.dispatch_bytes, dispatch),
@@ -220,7 +219,7 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
         _call(ParallelDimension.ETP, Collective.ALL_GATHER, passes * (st.etp > 1), gathered, gather),
         _call(ParallelDimension.ETP, Collective.REDUCE_SCATTER, passes * (st.etp > 1), gathered, scatter),
     )
-    return exposed_s, forward_exposed, calls
+    return exposed(per_pass, forward_s, st.overlap_ep), exposed(per_pass, backward_s, st.overlap_ep), calls
 
 
 def _call(dim: ParallelDimension, op: Collective, per_layer: Array, n: Array, cost: CommCost) -> CommCall:

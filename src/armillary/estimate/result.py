@@ -33,10 +33,14 @@ class LayerCost:
     tp_forward_s: Array
     tp_backward_s: Array
     tp_recompute_s: Array
-    cp_s: Array = 0.0  # context-parallel exchange left exposed (forward, backward and recompute)
-    ep_s: Array = 0.0  # expert-parallel all-to-alls and expert-TP gathers left exposed (MoE layers)
-    cp_forward_s: Array = 0.0  # of `cp_s`: one forward pass's (a full recomputation repeats it)
-    ep_forward_s: Array = 0.0  # of `ep_s`: one forward pass's
+    # context-parallel exchange, and expert-parallel all-to-alls with expert-TP gathers (MoE layers), left
+    # exposed per pass (a full recomputation repeats the forward's)
+    cp_forward_s: Array = 0.0
+    cp_backward_s: Array = 0.0
+    cp_recompute_s: Array = 0.0
+    ep_forward_s: Array = 0.0
+    ep_backward_s: Array = 0.0
+    ep_recompute_s: Array = 0.0
     recompute_modules: PassCost = PassCost(0.0, 0.0, 0.0)  # of `recompute`: selective modules beyond core_attn
     attention_core: PassCost = PassCost(0.0, 0.0, 0.0)  # of `forward`: the attention core (scores to output)
 
@@ -47,6 +51,14 @@ class LayerCost:
     @property
     def tp_s(self) -> Array:
         return self.tp_forward_s + self.tp_backward_s
+
+    @property
+    def cp_s(self) -> Array:
+        return self.cp_forward_s + self.cp_recompute_s + self.cp_backward_s
+
+    @property
+    def ep_s(self) -> Array:
+        return self.ep_forward_s + self.ep_recompute_s + self.ep_backward_s
 
     @property
     def total_s(self) -> Array:

@@ -23,7 +23,7 @@ from armillary.simulate.schedules import Kind, Pass, PipelineSchedule
 from armillary.specs.communication import Collective
 from armillary.specs.loading import SpecError
 from armillary.specs.model import Model
-from armillary.specs.strategy import RankOrder, Recompute, Strategy, ZeroStage
+from armillary.specs.strategy import RankOrder, Strategy, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Training
 
@@ -106,7 +106,6 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
     lay = layout(strategy, data_parallel(strategy, system), symmetric)
     kinds = stage_layer_kinds(model, strategy)
     b = GraphBuilder()
-    full = strategy.recompute is Recompute.FULL
     zb = schedule is PipelineSchedule.ZB_H1
     ends = est.ends
     tp_tier = _tier(_call(est, (ParallelDimension.TP, ParallelDimension.SP)))
@@ -165,18 +164,15 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
                 compute(f"recompute layer {i}", float(lc.recompute.time_s), Category.RECOMPUTE,
                         float(lc.recompute.flop))
                 comm(f"tp recompute layer {i}", float(lc.tp_recompute_s), Category.TP, Stream.TP, tpg, tp_tier)
-                if full:
-                    comm(f"cp recompute layer {i}", float(lc.cp_forward_s), Category.CP, Stream.CP, tpg, cp_tier)
-                    comm(f"ep recompute layer {i}", float(lc.ep_forward_s), Category.EP, Stream.EP, tpg, ep_tier)
+                comm(f"cp recompute layer {i}", float(lc.cp_recompute_s), Category.CP, Stream.CP, tpg, cp_tier)
+                comm(f"ep recompute layer {i}", float(lc.ep_recompute_s), Category.EP, Stream.EP, tpg, ep_tier)
                 deps = dp.before_backward(s, i, p, lanes, deps)
                 weight = 0.0 if zb else 1.0
                 compute(f"backward layer {i}", float(lc.backward_input.time_s + weight * lc.backward_weight.time_s),
                         flop=float(lc.backward_input.flop + weight * lc.backward_weight.flop))
                 comm(f"tp backward layer {i}", float(lc.tp_backward_s), Category.TP, Stream.TP, tpg, tp_tier)
-                comm(f"cp backward layer {i}", float(lc.cp_s - lc.cp_forward_s * (1 + full)), Category.CP,
-                     Stream.CP, tpg, cp_tier)
-                comm(f"ep backward layer {i}", float(lc.ep_s - lc.ep_forward_s * (1 + full)), Category.EP,
-                     Stream.EP, tpg, ep_tier)
+                comm(f"cp backward layer {i}", float(lc.cp_backward_s), Category.CP, Stream.CP, tpg, cp_tier)
+                comm(f"ep backward layer {i}", float(lc.ep_backward_s), Category.EP, Stream.EP, tpg, ep_tier)
                 if not zb:
                     deps = dp.after_backward(s, i, p, m, lanes, deps)
             if vs == 0 and ends is not None:
