@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from armillary.comm.collectives import CommCost, all_gather, all_reduce, reduce_scatter
+from armillary.comm.collectives import all_gather, all_reduce, reduce_scatter
 from armillary.comm.placement import Placement
 from armillary.estimate import memory as mem
 from armillary.estimate.layer import exposed, needed
@@ -64,14 +64,12 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     on = [where(active & (st.zero == z), 1.0, 0.0) for z in range(4)]
     m, units = microbatches, layers_local
     calls = (
-        _call(dimension, Collective.ALL_REDUCE, on[0], grad_bytes, reduce_grads),
-        _call(dimension, Collective.REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
-        _call(dimension, Collective.ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
-        _call(dimension, Collective.ALL_GATHER, on[3] * 2 * units * m, weight_bytes / units, unit_gather),
-        _call(dimension, Collective.REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
+        CommCall.of(dimension, Collective.ALL_REDUCE, on[0], grad_bytes, reduce_grads),
+        CommCall.of(dimension, Collective.REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
+        CommCall.of(dimension, Collective.ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
+        CommCall.of(dimension, Collective.ALL_GATHER, on[3] * 2 * units * m, weight_bytes / units, unit_gather),
+        CommCall.of(dimension, Collective.REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
     )
     return DataParallelCost(exposed_s=exposed_s, calls=calls)
 
 
-def _call(dim: ParallelDimension, op: Collective, per_step: Array, n: Array, cost: CommCost) -> CommCall:
-    return CommCall(dim, op, per_step, n, cost.time, cost.scale_up_bytes, cost.scale_out_bytes)

@@ -180,12 +180,12 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
     per_layer = [f * (1 + full) + b for f, b in zip(forward_calls, backward_calls, strict=True)]
     passes = 2 + full  # forward, backward (+ the recomputed forward)
     calls = (
-        _call(ParallelDimension.TP, Collective.ALL_REDUCE, per_layer[0], n_tp, ar),
-        _call(ParallelDimension.SP, Collective.ALL_GATHER, per_layer[1], n_tp, ag),
-        _call(ParallelDimension.SP, Collective.REDUCE_SCATTER, per_layer[2], n_tp, rs),
-        _call(ParallelDimension.CP, Collective.SEND_RECV, ring_steps * (3 + full), kv_block, hop),
-        _call(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, a2a_bytes[0], a2a_in),
-        _call(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, a2a_bytes[1], a2a_out),
+        CommCall.of(ParallelDimension.TP, Collective.ALL_REDUCE, per_layer[0], n_tp, ar),
+        CommCall.of(ParallelDimension.SP, Collective.ALL_GATHER, per_layer[1], n_tp, ag),
+        CommCall.of(ParallelDimension.SP, Collective.REDUCE_SCATTER, per_layer[2], n_tp, rs),
+        CommCall.of(ParallelDimension.CP, Collective.SEND_RECV, ring_steps * (3 + full), kv_block, hop),
+        CommCall.of(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, a2a_bytes[0], a2a_in),
+        CommCall.of(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, a2a_bytes[1], a2a_out),
         *ep_calls,
     )
     return layer, ends_cost, calls
@@ -214,17 +214,16 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
     per_pass = dispatch.time + combine.time + gather.time + scatter.time
     passes = 2 + full
     calls = (
-        _call(ParallelDimension.EP, Collective.ALL_TO_ALL, passes * (st.ep > 1), experts.dispatch_bytes, dispatch),
-        _call(ParallelDimension.EP, Collective.ALL_TO_ALL, passes * (st.ep > 1), experts.combine_bytes, combine),
-        _call(ParallelDimension.ETP, Collective.ALL_GATHER, passes * (st.etp > 1), gathered, gather),
-        _call(ParallelDimension.ETP, Collective.REDUCE_SCATTER, passes * (st.etp > 1), gathered, scatter),
+        CommCall.of(ParallelDimension.EP, Collective.ALL_TO_ALL, passes * (st.ep > 1), experts.dispatch_bytes,
+                    dispatch),
+        CommCall.of(ParallelDimension.EP, Collective.ALL_TO_ALL, passes * (st.ep > 1), experts.combine_bytes,
+                    combine),
+        CommCall.of(ParallelDimension.ETP, Collective.ALL_GATHER, passes * (st.etp > 1), gathered, gather),
+        CommCall.of(ParallelDimension.ETP, Collective.REDUCE_SCATTER, passes * (st.etp > 1), gathered, scatter),
     )
     return exposed(per_pass, forward_s, st.overlap_ep), exposed(per_pass, backward_s, st.overlap_ep), calls
 
 
-def _call(dim: ParallelDimension, op: Collective, per_layer: Array, n: Array, cost: CommCost) -> CommCall:
-    """A TP / SP call counted per layer and micro-batch (the step composition scales the count)."""
-    return CommCall(dim, op, per_layer, n, cost.time, cost.scale_up_bytes, cost.scale_out_bytes)
 
 
 NO_COMM = CommCost(0.0, 0.0, 0.0)

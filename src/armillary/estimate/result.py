@@ -146,6 +146,13 @@ class CommCall:
     scale_up_bytes_each: Array  # bytes this device sends per call on each tier
     scale_out_bytes_each: Array
 
+    @classmethod
+    def of(cls, dimension: ParallelDimension, operation: Collective, per_step: Array, message_bytes: Array,
+           cost: CommCost) -> CommCall:
+        """`per_step` calls of `message_bytes` each, at `cost` per call."""
+        return cls(dimension, operation, per_step, message_bytes, cost.time, cost.scale_up_bytes,
+                   cost.scale_out_bytes)
+
     @property
     def time_s(self) -> Array:
         """Total time of these calls per step, before any overlap with compute."""

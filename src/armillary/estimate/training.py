@@ -278,12 +278,10 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
           if not _never(call.per_step)),
         *(replace(call, per_step=call.per_step * moe_layers_local * microbatches) for call in moe_calls
           if not _never(call.per_step)),
-        CommCall(ParallelDimension.TP, Collective.ALL_REDUCE, (1 + single) * microbatches * where(t > 1, 1.0, 0.0),
-                 n_tp, ends_ar.time, ends_ar.scale_up_bytes, ends_ar.scale_out_bytes),
-        CommCall(ParallelDimension.PP, Collective.SEND_RECV, pp_calls, n_send, send.time,
-                 send.scale_up_bytes, send.scale_out_bytes),
-        CommCall(ParallelDimension.PP, Collective.ALL_GATHER, pp_calls * (scatter > 1), n_pp, regather.time,
-                 regather.scale_up_bytes, regather.scale_out_bytes),
+        CommCall.of(ParallelDimension.TP, Collective.ALL_REDUCE, (1 + single) * microbatches * where(t > 1, 1.0, 0.0),
+                    n_tp, ends_ar),
+        CommCall.of(ParallelDimension.PP, Collective.SEND_RECV, pp_calls, n_send, send),
+        CommCall.of(ParallelDimension.PP, Collective.ALL_GATHER, pp_calls * (scatter > 1), n_pp, regather),
         *dp.calls,
         *(edp_cost.calls if edp_cost is not None else ()),
     )
