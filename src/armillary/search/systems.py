@@ -21,8 +21,7 @@ from armillary.specs.quantity import Bytes, BytesPerSecond
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import MemoryTier, System
 from armillary.specs.workload import Training
-
-GIB, GBPS = 2.0**30, 1e9
+from armillary.units import GIB, GIGA
 
 
 class ComponentPrices(Spec):
@@ -95,25 +94,24 @@ def system_variant(system: System, values: dict[str, Any]) -> System:
 
 def capital_cost(system: System, prices: ComponentPrices) -> float:
     """Dollars: per device, its accelerator, HBM, second tier and network injection bandwidth."""
-    tier2 = system.device.second_tier
-    per_device = (prices.device + prices.hbm_per_gib * system.device.hbm.capacity / GIB
-                  + prices.tier2_per_gib * (tier2.capacity / GIB if tier2 else 0.0)
-                  + prices.scale_up_per_gbps * system.scale_up.bandwidth / GBPS
-                  + prices.scale_out_per_gbps * system.scale_out.bandwidth / GBPS)
-    return system.devices * per_device
+    return system.devices * _per_device(prices.device, prices, system)
 
 
 def power_draw(system: System, power: ComponentPower) -> float:
     """Watts of the devices, their memory tiers beyond the board and their network injection."""
-    tier2 = system.device.second_tier
     device = power.device if power.device is not None else system.device.power
     if device is None:
         raise SpecError(f"space.power.device: the device {system.device.name} has no board power; give one")
-    per_device = (device + power.hbm_per_gib * system.device.hbm.capacity / GIB
-                  + power.tier2_per_gib * (tier2.capacity / GIB if tier2 else 0.0)
-                  + power.scale_up_per_gbps * system.scale_up.bandwidth / GBPS
-                  + power.scale_out_per_gbps * system.scale_out.bandwidth / GBPS)
-    return system.devices * per_device
+    return system.devices * _per_device(device, power, system)
+
+
+def _per_device(device: float, rates: ComponentPrices | ComponentPower, system: System) -> float:
+    """`device` plus the rates per GiB of each memory tier and per GB/s of each network's injection."""
+    tier2 = system.device.second_tier
+    return (device + rates.hbm_per_gib * system.device.hbm.capacity / GIB
+            + rates.tier2_per_gib * (tier2.capacity / GIB if tier2 else 0.0)
+            + rates.scale_up_per_gbps * system.scale_up.bandwidth / GIGA
+            + rates.scale_out_per_gbps * system.scale_out.bandwidth / GIGA)
 
 
 @dataclass(frozen=True)
