@@ -11,12 +11,11 @@ import resource
 import statistics
 import time
 
-from armillary.api import estimate
 from armillary.simulate.engine import run
 from armillary.simulate.run import simulate_training
 from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
 from armillary.validation.rows import row_specs
-from armillary.validation.run import read_rows
+from armillary.validation.run import choose_candidate, read_rows
 
 # Llama 3 405B as trained (Llama Team 2024 §3.3.2): TP8, PP16, 8,192-token sequences, one layer fewer on
 # the first and the last stage (126 = 7 + 14 x 8 + 7)
@@ -60,8 +59,7 @@ def agreement() -> None:
         except Exception as why:
             print(f"  {row['id']:26s} skipped: {why}")
             continue
-        rs = next((c for c in candidates if bool(estimate(c.model, c.system, c.strategy, c.workload).feasible)),
-                  candidates[0])
+        rs = choose_candidate(candidates)[1]
         r = simulate_training(rs.model, rs.system, rs.strategy, rs.workload)
         errors.append(abs(r.difference))
         s = rs.strategy

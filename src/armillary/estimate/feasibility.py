@@ -28,6 +28,12 @@ def _divides(a: Array, b: Array) -> Array:
     return np.asarray((np.abs(np.mod(b, a)) < 1e-9) & (a <= b))
 
 
+def memory_fits(system: System, hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, Array]:
+    """(the HBM holds `hbm_bytes`, the second tier holds `tier2_bytes`: a device without one holds none)."""
+    tier2 = system.device.second_tier
+    return hbm_bytes <= system.device.hbm.capacity, tier2_bytes <= (tier2.capacity if tier2 is not None else 0.0)
+
+
 def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
           hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, tuple[str, ...]]:
     t, p, d, v = st.tp, st.pp, st.dp, st.vpp
@@ -44,7 +50,7 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
         return functools.reduce(np.logical_and, masks)
 
     tier2 = system.device.second_tier
-    tier2_capacity = tier2.capacity if tier2 is not None else 0.0
+    hbm_fits, tier2_fits = memory_fits(system, hbm_bytes, tier2_bytes)
     conditions: list[tuple[Array, str]] = [
         (np.abs(t * st.cp * p * d - system.devices) < 0.5, f"tp*cp*pp*dp must equal the {system.devices} devices"),
         (where(st.cp > 1, _divides(2 * st.cp, w.seq_len), True),
@@ -64,8 +70,8 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
         (where(st.schedule == SCHEDULE_INTERLEAVED,
                _divides(p, microbatch_count(w.global_batch, st.micro_batch, d)), True),
          "the interleaved schedule needs the micro-batch count to be a multiple of pp"),
-        (hbm_bytes <= system.device.hbm.capacity, "out of memory: the HBM needs more than its capacity"),
-        (tier2_bytes <= tier2_capacity,
+        (hbm_fits, "out of memory: the HBM needs more than its capacity"),
+        (tier2_fits,
          "offload needs a second memory tier: the device has none" if tier2 is None else
          "out of memory: the second tier needs more than its capacity"),
     ]
@@ -73,7 +79,7 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
     reasons: tuple[str, ...] = ()
     if not isinstance(feasible, np.ndarray):
         reasons = tuple(text for ok, text in conditions if not bool(ok))
-        if not bool(np.all(np.asarray(hbm_bytes) <= system.device.hbm.capacity)):
+        if not bool(hbm_fits):
             reasons += (f"HBM: {float(hbm_bytes) / GIB:.1f} GiB needed of "
                         f"{system.device.hbm.capacity / GIB:.1f} GiB",)
     return feasible, reasons

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from armillary.api import estimate
+from armillary.estimate.feasibility import memory_fits
 from armillary.estimate.result import StepEstimate
 from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, predict_busbw
 from armillary.validation.inference_rows import predict_inference
@@ -127,22 +128,28 @@ def run_row(row: dict[str, str]) -> RowResult:
     except ValueError as err:
         return RowResult(row_id, group, row.get("metric", ""), measured, None, None, (),
                          skipped=f"invalid configuration: {err}")
-    # the least recomputation that fits: feasible, else (a layout the estimator cannot split exactly) the
-    # first whose memory fits, else the last candidate
-    results = []
-    for rs in candidates:
-        results.append((estimate(rs.model, rs.system, rs.strategy, rs.workload), rs))
-        if bool(results[-1][0].feasible):
-            break
-    fits = [(r, rs) for r, rs in results if bool(r.feasible)
-            or not any(reason.startswith(("out of memory", "HBM")) for reason in r.infeasible_reasons)]
-    result, chosen = fits[0] if fits else results[-1]
+    result, chosen = choose_candidate(candidates)
     predicted = fn(result, chosen)
     notes = chosen.assumptions
     if not bool(result.feasible):
         notes = (*notes, "infeasible as configured: " + "; ".join(result.infeasible_reasons))
     return RowResult(row_id, group, label, measured, predicted, predicted / measured - 1, notes,
                      feasible=bool(result.feasible))
+
+
+def choose_candidate(candidates: list[RowSpecs]) -> tuple[StepEstimate, RowSpecs]:
+    """The row's configuration to report, with its estimate: the least recomputation that is feasible,
+    else (a layout the estimator cannot split exactly) the first whose memory fits, else the last."""
+    results = []
+    for rs in candidates:
+        result = estimate(rs.model, rs.system, rs.strategy, rs.workload)
+        assert isinstance(result, StepEstimate)
+        results.append((result, rs))
+        if bool(result.feasible):
+            break
+    fits = [(r, rs) for r, rs in results if bool(r.feasible) or all(
+        bool(ok) for ok in memory_fits(rs.system, r.memory_hbm.total, r.memory_tier2.total))]
+    return fits[0] if fits else results[-1]
 
 
 def write_csv(results: list[RowResult], path: Path | str) -> None:
