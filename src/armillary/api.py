@@ -57,7 +57,7 @@ def simulate_serving(model: Model | str | dict[str, Any], system: System | str |
                      strategy: Strategy | dict[str, Any], workload: Inference | dict[str, Any],
                      rate: float | None = None, duration_s: float | None = None, gpus: int | None = None,
                      trace: Trace | None = None) -> ServingResult:
-    """Serve a request stream on dp = devices / (tp * pp) replicas: `trace`, else the workload's
+    """Serve a request stream on dp replicas (`data_parallel`): `trace`, else the workload's
     `serving.trace` CSV, else Poisson arrivals at `rate` requests/s for `duration_s` seconds with the
     workload's lengths. Returns latency percentiles, throughput and goodput."""
     m, sysm = load_model(model), load_system(system, gpus)

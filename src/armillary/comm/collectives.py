@@ -3,7 +3,7 @@
 Each tier runs its fastest algorithm and protocol (`algorithms.py`); tiers compose hierarchically. Every
 device of a node drives its own share of the scale-out links (rails), so the inter-node step moves
 n / per_node bytes per device (formulas.md pitfall 4). The estimator takes its communication costs from
-here (and the simulator and the search of later issues will).
+here; the search and the simulators take them through it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Time of one kernel on one device: a roofline with size-dependent efficiency (formulas.md §12, pitfall 5).
 
 t = max(FLOP / (eta(FLOP) * F_peak), bytes / (eta_mem * BW)) + launch overhead.
-The estimator takes kernel times from here (and the simulator of a later issue will).
+The estimator takes kernel times from here; the search and the simulators take them through it.
 """
 
 from __future__ import annotations

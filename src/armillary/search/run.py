@@ -73,18 +73,21 @@ class Problem:
         value = np.where(feasible, value, np.inf)
         index = np.arange(start, stop, dtype=np.int64)
         keep = _best(index, value, self.top_k)
-        return ChunkResult(start, stop, stop - start, int(valid.sum()), int(feasible.sum()), index[keep], value[keep])
+        return ChunkResult(start, stop, int(valid.sum()), int(feasible.sum()), index[keep], value[keep])
 
 
 @dataclass(frozen=True)
 class ChunkResult:
     start: int
     stop: int
-    points: int
     evaluated: int  # structurally valid points run through the estimator
     feasible: int
     index: np.ndarray  # the chunk's best points
     value: np.ndarray
+
+    @property
+    def points(self) -> int:
+        return self.stop - self.start
 
 
 def _best(index: np.ndarray, value: np.ndarray, k: int) -> np.ndarray:
@@ -290,7 +293,7 @@ def _resume(path: Path, problem: Problem, chunk: int) -> list[ChunkResult]:
             d = json.loads(line)
         except json.JSONDecodeError:  # a line cut by the interruption: that block runs again
             continue
-        done.append(ChunkResult(d["start"], d["stop"], d["stop"] - d["start"], d["evaluated"], d["feasible"],
+        done.append(ChunkResult(d["start"], d["stop"], d["evaluated"], d["feasible"],
                                 np.array(d["index"], np.int64), np.array(d["value"], float)))
     return done
 

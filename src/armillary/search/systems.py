@@ -151,7 +151,10 @@ class DesignGoal(StrEnum):
 class CoDesignResult:
     points: tuple[DesignPoint, ...]
     pareto: tuple[int, ...]  # positions in `points` on the front of (step time, cost, power)
-    strategies_evaluated: int
+
+    @property
+    def strategies_evaluated(self) -> int:
+        return sum(p.evaluated for p in self.points)
 
     def best(self, goal: DesignGoal = DesignGoal.TIME, budget_usd: float | None = None) -> DesignPoint | None:
         """The best system that fits a strategy (and costs at most `budget_usd`) by `goal`; ties go to the
@@ -179,14 +182,12 @@ def codesign(model: Model, system: System, workload: Training, space: SystemSpac
     """For every system of `space`, the fastest strategy; then the time / cost / power Pareto front."""
     choices = [getattr(space, p) or (_base_value(system, p),) for p in _PARAMETERS]
     points = []
-    total = 0
     for combo in itertools.product(*choices):
         values = dict(zip(_PARAMETERS, combo, strict=True))
         variant = system_variant(system, values)
         found = search(model, variant, workload, base, strategies, Objective.TIME, top_k=1, executor=executor)
-        total += found.evaluated
         points.append(DesignPoint(values, variant, found.top[0] if found.top else None,
                                   capital_cost(variant, space.prices), power_draw(variant, space.power),
                                   found.evaluated))
     objectives = np.array([[p.step_time_s, p.cost, p.power] for p in points])
-    return CoDesignResult(tuple(points), tuple(int(i) for i in pareto_front(objectives)), total)
+    return CoDesignResult(tuple(points), tuple(int(i) for i in pareto_front(objectives)))
