@@ -65,17 +65,15 @@ def sequence_shards(t: Array, sp: Array) -> Array:
 
 
 def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
-                  cp: Array = 1.0, mlp_width: Array | None = None, weight_bytes: Array | None = None,
-                  past: Array = 0.0, cache_bytes: Array = 0.0, cache_reads: Array = 1.0) -> LayerForward:
+                  cp: Array = 1.0, mlp_width: Array | None = None, weight_bytes: Array | None = None) -> LayerForward:
     """Kernels of one layer's forward pass on one TP rank.
 
     b micro-batch, s sequence, t tensor-parallel degree, sp sequence parallel (0/1), e activation bytes,
     cp context-parallel degree: this rank holds s/cp of the sequence and attends over all s keys.
     `mlp_width` is the intermediate size of the layer's dense MLP: `ffn` (default), or the shared experts'
     total in an MoE layer (whose routed experts are `experts.experts_forward`).
-    Inference: `weight_bytes` per weight element (quantized weights; default e), `past` tokens per sequence
-    already in the KV cache (the s new tokens attend over past + s keys), `cache_bytes` per cache element,
-    `cache_reads` passes of the attention kernel over the cache (`attention.fused_attention_op`).
+    Inference: `weight_bytes` per weight element (quantized weights; default e); attention over a KV cache
+    is built by `attention.fused_attention_op` with the cached tokens.
     """
     h, a, kv, dh, dv = m.hidden, m.heads, m.kv_heads, m.head_dim, m.value_dim
     f = m.ffn if mlp_width is None else mlp_width
@@ -84,7 +82,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     T_norm = T / sequence_shards(t, sp)  # with sequence parallelism norms and dropouts see s/t tokens
     gated = m.mlp_matrices - 2
     attends = 1 - m.mlgru  # the MLGRU token mixer has no attention core
-    keys = past + s
+    keys = s
     attn = attends * b * (a / t) * q * keys  # elements of the score matrix on this rank
     # ternary weights run as additions read 8-bit inputs and 2-bit packed weights (formulas.md §10)
     adds = m.ternary_additions
@@ -117,7 +115,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         # [derived] GeLU: read, write T x f/t; gated: read gate and up, write product
         activation=stream(T * (f / t) * e * (2 + gated)),
         rotary=stream(attends * m.rotary * 2 * T * (a + kv) * dh / t * e),
-        flash_attention=fused_attention_op(m, b, q, keys, t, e, past, cache_bytes, cache_reads),
+        flash_attention=fused_attention_op(m, b, q, keys, t, e),
         # [derived] MLGRU (Zhu et al. 2024 §3.3.1; HGRNBitAttention): the recurrence reads i, f and writes h;
         # the output gate reads h, g and writes o: 6 T h/t elements
         recurrence=stream(m.mlgru * 6 * T * h / t * e),
