@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from armillary.specs.arrays import PRECISIONS, Array
+from armillary.specs.arrays import PRECISIONS, Array, where
 from armillary.specs.strategy import TrainingPrecision
 from armillary.specs.system import Device, MemoryTier, Precision
 from armillary.workload.ops import Op
@@ -80,10 +80,7 @@ def fused_attention_time(op: Op, device: Device, precision_code: Array, version:
     fa2 = device.flash_attention_efficiency
     fa1 = device.flash1_attention_efficiency or fa2 / 2
     fa3 = device.flash3_attention_efficiency or fa2
-    if not isinstance(version, np.ndarray):
-        efficiency: Array = fa1 if version < 2 else fa2 if version < 3 else fa3
-    else:
-        efficiency = np.where(version < 2, fa1, np.where(version < 3, fa2, fa3))
+    efficiency = where(version < 2, fa1, where(version < 3, fa2, fa3))
     compute = op.flop / (efficiency * matrix_peak(device, precision_code, sixteen_bit=True))
     return np.maximum(compute, stream_time(op.bytes, device)) + device.kernel_overhead
 

@@ -203,8 +203,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
 
     working = maximum(acts.working, moe_acts.working)
     # weights (the device's shard under ZeRO-3) and stored activations share the one link to tier 2
-    sharded_weights = (mem.weight_bytes(dense_local, st) / mem.zero_shards(st, 3)
-                       + mem.weight_bytes(experts_local, st) / mem.zero_shards(st, 3, edp))
+    sharded_weights = (mem.model_states(dense_local, st) + mem.model_states(experts_local, st, edp)).weights
     offload_weights = st.offload_weights * 2 * microbatches * sharded_weights / tier2_bw
     stored_mb = maximum(maximum(stored(stages[0]), stored(stages[2])), has_mid * stored(stages[1]))
     offload_acts = st.offload_activations * 2 * microbatches * stored_mb / tier2_bw
