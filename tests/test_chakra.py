@@ -11,11 +11,12 @@ import pytest
 
 from armillary.comm.collectives import collective, send_recv
 from armillary.comm.placement import Placement
+from armillary.errors import SpecError
 from armillary.simulate.chakra import CollectiveCommType, NodeType, read_chakra, schema, write_chakra
 from armillary.simulate.chakra.schema import AttributeProto, GlobalMetadata, Node
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
 from armillary.specs.communication import Collective
-from armillary.specs.loading import SpecError, load_system
+from armillary.specs.loading import load_system
 
 PROTO = Path(schema.__file__).with_name("et_def.proto")
 

@@ -7,9 +7,10 @@ import pytest
 from typer.testing import CliRunner
 
 from armillary.cli import app
+from armillary.errors import SpecError
 from armillary.search.space import StrategySpace
 from armillary.search.systems import SystemSpace, capital_cost, codesign, pareto_front, power_draw, system_variant
-from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
+from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
 
 PRICES = {"device": 10000, "hbm_per_gib": 100, "tier2_per_gib": 5, "scale_out_per_gbps": 20}
 

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from armillary.api import estimate
+from armillary.errors import SpecError
 from armillary.search.run import Objective, process_pool, search
 from armillary.search.space import (
     StrategySpace,
@@ -19,7 +20,7 @@ from armillary.search.space import (
     time_floor,
 )
 from armillary.specs.arrays import ModelArrays
-from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
+from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
 from armillary.specs.strategy import Recompute, ZeroStage
 
 MODEL, GPUS = load_model("llama2-7b"), 16

@@ -9,10 +9,10 @@ from typer.testing import CliRunner
 
 from armillary.api import estimate, simulate_serving
 from armillary.cli import app
+from armillary.errors import SpecError
 from armillary.serving.run import max_rate
 from armillary.serving.simulate import SchedulerLimits, simulate_replica
 from armillary.serving.trace import Trace, load_trace, poisson_trace
-from armillary.specs.loading import SpecError
 from armillary.specs.workload import LengthDistribution
 
 FLASH = {"precision": "bf16", "attention": "flash"}

@@ -3,12 +3,13 @@
 from armillary.api import estimate, parameters, simulate_serving
 from armillary.comm.collectives import all_to_all_matrix, collective, collective_time
 from armillary.comm.placement import Placement
+from armillary.errors import SpecError
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
 from armillary.estimate.result import MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
 from armillary.serving.run import Percentiles, ServingResult
 from armillary.serving.trace import Trace, load_trace, poisson_trace
 from armillary.specs.communication import Algorithm, Collective
-from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
+from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
 from armillary.specs.model import MlpKind, Model, NormKind, PositionKind
 from armillary.specs.strategy import (
     Offload,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, overload
 
+from armillary.errors import SpecError
 from armillary.estimate.inference import estimate_inference
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import StepEstimate
@@ -11,7 +12,7 @@ from armillary.estimate.training import estimate_training
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace, load_trace, poisson_trace
 from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
-from armillary.specs.loading import SpecError, load_model, load_strategy, load_system, load_workload
+from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System

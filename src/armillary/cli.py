@@ -13,10 +13,10 @@ import typer
 from rich.console import Console
 
 from armillary.api import estimate
+from armillary.errors import SpecError
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.presets.registry import KINDS, preset_names
 from armillary.simulate.cli import simulate_cmd
-from armillary.specs.loading import SpecError
 from armillary.specs.workload import Inference, Training
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.specs.arrays import Array
+from armillary.numerics import Array
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.system import Network, NetworkKind
 

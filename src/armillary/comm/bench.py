@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.comm.sweep import bus_factor
+from armillary.errors import MissingExtra
 from armillary.specs.communication import Collective
 
 _DTYPE_BYTES = 4  # float32, as nccl-tests' default
@@ -92,7 +93,7 @@ def run_benchmark(config: BenchConfig) -> list[tuple[float, float]]:
     try:
         import torch.multiprocessing as mp
     except ImportError:
-        raise RuntimeError("commbench needs torch: pip install 'armillary[commbench]'") from None
+        raise MissingExtra("commbench", "commbench", "torch") from None
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     mp.start_processes(_worker, args=(config, _free_port(), queue), nprocs=config.ranks, join=True,

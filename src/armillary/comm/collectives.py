@@ -15,7 +15,7 @@ import numpy as np
 from armillary.comm.algorithms import PROTOCOLS, Algorithm, Collective, DimensionCost, dimension_cost
 from armillary.comm.placement import Placement
 from armillary.cost.compute import hbm_rate
-from armillary.specs.arrays import Array, maximum
+from armillary.numerics import Array, maximum
 from armillary.specs.system import Network, System
 
 

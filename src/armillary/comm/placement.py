@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.specs.arrays import Array, minimum, where
+from armillary.numerics import Array, minimum, where
 
 
 @dataclass(frozen=True)

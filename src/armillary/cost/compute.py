@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from armillary.specs.arrays import PRECISIONS, Array, where
+from armillary.numerics import Array, where
+from armillary.specs.arrays import PRECISIONS
 from armillary.specs.strategy import TrainingPrecision
 from armillary.specs.system import Device, MemoryTier, Precision
 from armillary.workload.ops import Op

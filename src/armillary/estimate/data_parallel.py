@@ -15,7 +15,8 @@ from armillary.comm.placement import Placement
 from armillary.estimate import memory as mem
 from armillary.estimate.layer import exposed, needed
 from armillary.estimate.result import CommCall, ParallelDimension
-from armillary.specs.arrays import Array, StrategyArrays, where
+from armillary.numerics import Array, where
+from armillary.specs.arrays import StrategyArrays
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
 

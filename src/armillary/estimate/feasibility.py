@@ -10,14 +10,8 @@ import functools
 import numpy as np
 
 from armillary.estimate.pipeline import microbatch_count, stage_layers
-from armillary.specs.arrays import (
-    SCHEDULE_INTERLEAVED,
-    Array,
-    ModelArrays,
-    StrategyArrays,
-    TrainingArrays,
-    where,
-)
+from armillary.numerics import Array, where
+from armillary.specs.arrays import SCHEDULE_INTERLEAVED, ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.system import System
 from armillary.units import GIB
 

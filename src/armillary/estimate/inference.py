@@ -19,12 +19,13 @@ import numpy as np
 from armillary.comm.collectives import all_gather, send_recv
 from armillary.comm.placement import Placement, place_expert_groups, place_groups
 from armillary.cost.compute import fused_attention_time, kernel_times
+from armillary.errors import SpecError
 from armillary.estimate import memory as mem
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
 from armillary.estimate.layer import ExpertGroups, layer_cost, needed
 from armillary.estimate.result import EndsCost, ParallelDimension
-from armillary.specs.arrays import RECOMPUTE_NONE, Array, ModelArrays, StrategyArrays
-from armillary.specs.loading import SpecError
+from armillary.numerics import Array
+from armillary.specs.arrays import RECOMPUTE_NONE, ModelArrays, StrategyArrays
 from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import System
 from armillary.specs.workload import DecodeAttention, Inference

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from armillary.estimate.result import plain
-from armillary.specs.arrays import Array
+from armillary.numerics import Array
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from armillary.comm.collectives import CommCost, all_gather, all_reduce, collect
 from armillary.comm.placement import Placement
 from armillary.cost.compute import addition_time, fused_attention_time, kernel_times
 from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
-from armillary.specs.arrays import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, Array, StrategyArrays, maximum, where
+from armillary.numerics import Array, maximum, where
+from armillary.specs.arrays import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, StrategyArrays
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
 from armillary.workload.experts import ExpertsForward

@@ -11,16 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armillary.numerics import Array, minimum, where
 from armillary.specs.arrays import (
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
     SCHEDULE_GPIPE,
     SCHEDULE_INTERLEAVED,
-    Array,
     ModelArrays,
     StrategyArrays,
-    minimum,
-    where,
 )
 from armillary.workload.experts import ExpertsForward
 from armillary.workload.transformer import sequence_shards

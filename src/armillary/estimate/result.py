@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from armillary.comm.collectives import CommCost
-from armillary.specs.arrays import Array
+from armillary.numerics import Array
 from armillary.specs.communication import Collective
 
 

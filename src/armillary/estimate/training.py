@@ -32,14 +32,8 @@ from armillary.estimate.result import (
     TimeBreakdown,
     Traffic,
 )
-from armillary.specs.arrays import (
-    Array,
-    ModelArrays,
-    StrategyArrays,
-    TrainingArrays,
-    maximum,
-    where,
-)
+from armillary.numerics import Array, maximum, where
+from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load

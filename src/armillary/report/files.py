@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from armillary.specs.loading import SpecError
+from armillary.errors import MissingExtra, SpecError
 
 FORMATS = (".csv", ".json", ".parquet")
 
@@ -37,5 +37,5 @@ def save_rows(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:  # pragma: no cover - depends on the installation
-            raise SpecError("Parquet output needs pyarrow: pip install 'armillary[parquet]'") from None
+            raise MissingExtra("Parquet output", "parquet", "pyarrow") from None
         pq.write_table(pa.table({n: [_flat(r[n]) for r in rows] for n in names}), path)

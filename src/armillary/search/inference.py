@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from armillary.api import estimate
+from armillary.errors import SpecError
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.search.space import default_tp
 from armillary.specs.base import Spec
-from armillary.specs.loading import SpecError
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System

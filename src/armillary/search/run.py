@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from armillary.api import estimate
+from armillary.errors import MissingExtra, SpecError
 from armillary.estimate.training import estimate_training
 from armillary.search.space import (
     Axes,
@@ -30,7 +31,6 @@ from armillary.search.space import (
     time_floor,
 )
 from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
-from armillary.specs.loading import SpecError
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
@@ -152,7 +152,7 @@ def dask_cluster(address: str = "local", workers: int = 2) -> Executor:
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:  # pragma: no cover - depends on the installation
-        raise SpecError("the Dask executor needs dask[distributed]: pip install 'armillary[dask]'") from None
+        raise MissingExtra("the Dask executor", "dask", "dask[distributed]") from None
 
     def run(fn: Callable[[int, int], ChunkResult], waves: Waves) -> Iterator[ChunkResult]:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,

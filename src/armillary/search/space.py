@@ -15,15 +15,14 @@ from pydantic import Field, PositiveInt
 
 from armillary.estimate.memory import model_states
 from armillary.estimate.training import model_flop_per_iteration
+from armillary.numerics import Array, minimum
 from armillary.specs.arrays import (
     _RECOMPUTE_CODE,
     SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
-    Array,
     ModelArrays,
     StrategyArrays,
     TrainingArrays,
-    minimum,
 )
 from armillary.specs.base import Spec
 from armillary.specs.model import Model, TokenMixer

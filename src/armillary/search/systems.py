@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveInt
 
+from armillary.errors import SpecError
 from armillary.search.run import Candidate, Executor, Objective, search, serial
 from armillary.search.space import StrategySpace
 from armillary.specs.base import Spec
-from armillary.specs.loading import SpecError
 from armillary.specs.model import Model
 from armillary.specs.quantity import Bytes, BytesPerSecond
 from armillary.specs.strategy import Strategy

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.comm.collectives import send_recv
+from armillary.errors import SpecError
 from armillary.estimate.inference import ReplicaModel, inference_memory, kv_blocks, kv_budget, replica_model
 from armillary.serving.simulate import IterationCost, RequestTimes, SchedulerLimits, simulate_replica
 from armillary.serving.trace import Trace
 from armillary.specs.arrays import ModelArrays
-from armillary.specs.loading import SpecError
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference

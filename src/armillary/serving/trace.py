@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from armillary.specs.loading import SpecError
+from armillary.errors import SpecError
 from armillary.specs.workload import LengthDistribution
 
 

@@ -36,11 +36,12 @@ def simulate_cmd(
     inference batch (prefill and decode with micro-batches in flight), or the Chakra traces given with
     --chakra-in."""
     from armillary.cli import _fail, _writable, console
+    from armillary.errors import SpecError
     from armillary.simulate.engine import run
     from armillary.simulate.perfetto import write_protobuf_trace, write_trace
     from armillary.simulate.run import simulate_training
     from armillary.simulate.schedules import PipelineSchedule
-    from armillary.specs.loading import SpecError, load_system
+    from armillary.specs.loading import load_system
     from armillary.specs.run import load_run, parse_override
     from armillary.specs.workload import Training
 
@@ -144,7 +145,7 @@ def _print_inference(sim, json_out: bool, console) -> None:
 
 
 def _straggler(text: str) -> tuple[int, float]:
-    from armillary.specs.loading import SpecError
+    from armillary.errors import SpecError
 
     rank, _, factor = text.partition("=")
     try:

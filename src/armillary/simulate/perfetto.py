@@ -61,9 +61,9 @@ def write_protobuf_trace(graph: TaskGraph, timeline: Timeline, path: Path) -> No
         from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
         from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
     except ImportError:  # pragma: no cover - depends on the installation
-        from armillary.specs.loading import SpecError
+        from armillary.errors import MissingExtra
 
-        raise SpecError("protobuf traces need the perfetto package: pip install 'armillary[perfetto]'") from None
+        raise MissingExtra("protobuf traces", "perfetto", "the perfetto package") from None
     sequence = 1
     tracks = len(Stream) + 1  # streams and the p2p track of each rank
     with path.open("wb") as f:

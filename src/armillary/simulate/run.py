@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.api import estimate
+from armillary.errors import SpecError
 from armillary.estimate.result import StepEstimate
 from armillary.simulate.engine import Timeline, paused_gc, run
 from armillary.simulate.graph import Category, TaskGraph
 from armillary.simulate.schedules import PipelineSchedule
 from armillary.simulate.training import training_graph
-from armillary.specs.loading import SpecError
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System

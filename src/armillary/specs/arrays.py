@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from armillary.numerics import Array
 from armillary.specs.model import Model, PositionKind, TernaryKernel, TokenMixer
 from armillary.specs.strategy import (
     Attention,
@@ -25,34 +24,12 @@ from armillary.specs.strategy import (
 )
 from armillary.specs.workload import Training
 
-Array = np.ndarray | float
-
 PRECISIONS = (TrainingPrecision.FP32, TrainingPrecision.BF16, TrainingPrecision.FP16, TrainingPrecision.FP8)
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
 _RECOMPUTE_CODE = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
 SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = 0, 1, 2
 _ATTENTION_CODE = {Attention.STANDARD: 0.0, Attention.FLASH1: 1.0, Attention.FLASH: 2.0, Attention.FLASH3: 3.0}
 _SCHEDULE_CODE = {Schedule.GPIPE: 0, Schedule.ONE_F_ONE_B: 1, Schedule.INTERLEAVED: 2}
-
-
-def where(cond: Array | bool, a: Array, b: Array) -> Array:
-    """np.where that stays in plain Python for a single configuration (a float is an array of size one;
-    this only skips numpy's per-call overhead, the result is the same)."""
-    if isinstance(cond, bool | np.bool_):
-        return a if cond else b
-    return np.where(cond, a, b)
-
-
-def maximum(a: Array, b: Array) -> Array:
-    if isinstance(a, float | int | np.floating) and isinstance(b, float | int | np.floating):
-        return a if a >= b else b
-    return np.maximum(a, b)
-
-
-def minimum(a: Array, b: Array) -> Array:
-    if isinstance(a, float | int | np.floating) and isinstance(b, float | int | np.floating):
-        return a if a <= b else b
-    return np.minimum(a, b)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from armillary.errors import SpecError
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.specs.huggingface import from_huggingface, is_huggingface_config
 from armillary.specs.model import Model
@@ -19,10 +20,6 @@ from armillary.specs.system import Device, System
 from armillary.specs.workload import Inference, Training, Workload
 
 S = TypeVar("S", bound=BaseModel)
-
-
-class SpecError(ValueError):
-    """A specification that cannot be used, with the field and the allowed values in the message."""
 
 
 def format_validation_error(err: ValidationError, where: str) -> str:

@@ -9,16 +9,9 @@ from typing import Any
 import yaml
 from pydantic import Field, PositiveInt
 
+from armillary.errors import SpecError
 from armillary.specs.base import Spec
-from armillary.specs.loading import (
-    SpecError,
-    load_model,
-    load_strategy,
-    load_system,
-    load_workload,
-    read_spec_file,
-    validate_spec,
-)
+from armillary.specs.loading import load_model, load_strategy, load_system, load_workload, read_spec_file, validate_spec
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from armillary.specs.arrays import Array, ModelArrays, maximum, minimum, where
+from armillary.numerics import Array, maximum, minimum, where
+from armillary.specs.arrays import ModelArrays
 from armillary.workload.ops import Op
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from armillary.specs.arrays import Array, ModelArrays, minimum, where
+from armillary.numerics import Array, minimum, where
+from armillary.specs.arrays import ModelArrays
 from armillary.workload.ops import Op, gemm, grouped, stream
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from armillary.specs.arrays import Array
+from armillary.numerics import Array
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from armillary.specs.arrays import Array, ModelArrays, where
+from armillary.numerics import Array, where
+from armillary.specs.arrays import ModelArrays
 
 
 @dataclass(frozen=True)

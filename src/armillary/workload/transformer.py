@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.specs.arrays import Array, ModelArrays, where
+from armillary.numerics import Array, where
+from armillary.specs.arrays import ModelArrays
 from armillary.workload.attention import fused_attention_op
 from armillary.workload.ops import Op, gemm, stream
 

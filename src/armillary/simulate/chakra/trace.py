@@ -20,6 +20,7 @@ from typing import Any
 from armillary.comm.collectives import collective, send_recv
 from armillary.comm.placement import Placement
 from armillary.cost.compute import tier_rate
+from armillary.errors import SpecError
 from armillary.simulate.chakra.schema import (
     VERSION,
     AttributeProto,
@@ -33,7 +34,6 @@ from armillary.simulate.chakra.schema import (
 )
 from armillary.simulate.graph import Category, Stream, Task, TaskGraph, TaskKind, Tier
 from armillary.specs.communication import Collective
-from armillary.specs.loading import SpecError
 from armillary.specs.system import Precision, System
 
 PRODUCER = "armillary"

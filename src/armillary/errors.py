@@ -1,0 +1,26 @@
+"""What armillary raises, by kind. Every message names the field, file or option and what is allowed.
+
+- `SpecError`: a specification, file or option that cannot be used (a field, a value, a missing file).
+- `MissingExtra`: an optional dependency is not installed; the message gives the pip extra to install.
+
+Both derive from `ArmillaryError`, which the command line turns into a one-line message and exit code 2.
+Infeasible configurations are not errors: estimates report them (`feasible`, `infeasible_reasons`).
+"""
+
+from __future__ import annotations
+
+
+class ArmillaryError(Exception):
+    """Base of every error armillary raises on purpose."""
+
+
+class SpecError(ArmillaryError, ValueError):
+    """A specification that cannot be used, with the field and the allowed values in the message."""
+
+
+class MissingExtra(ArmillaryError, ImportError):  # noqa: N818 - reads as what is missing
+    """An optional dependency is not installed."""
+
+    def __init__(self, what: str, extra: str, package: str) -> None:
+        super().__init__(f"{what} needs {package}: pip install 'armillary[{extra}]'")
+        self.extra = extra

@@ -1,0 +1,66 @@
+"""Scalar-or-array helpers shared by every cost formula.
+
+A formula takes floats for one configuration or numpy arrays for a sweep (lesson 2 of the architecture
+notes). These helpers keep one configuration in plain Python (skipping numpy's per-call overhead) and
+broadcast over arrays; the results are the same either way.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+Array = np.ndarray | float
+
+
+def is_array(*values: object) -> bool:
+    """Whether any of `values` is a numpy array (a sweep) rather than one configuration's number."""
+    return any(isinstance(v, np.ndarray) for v in values)
+
+
+def where(cond: Array | bool, a: Array, b: Array) -> Array:
+    """np.where that stays in plain Python for a single configuration."""
+    if isinstance(cond, bool | np.bool_):
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
+def maximum(a: Array, b: Array) -> Array:
+    if isinstance(a, float | int | np.floating) and isinstance(b, float | int | np.floating):
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
+def minimum(a: Array, b: Array) -> Array:
+    if isinstance(a, float | int | np.floating) and isinstance(b, float | int | np.floating):
+        return a if a <= b else b
+    return np.minimum(a, b)
+
+
+def divides(a: Array, b: Array) -> Array:
+    """a divides b (a <= b and b mod a = 0, within rounding)."""
+    if not is_array(a, b):
+        return bool(b % a < 1e-9 and a <= b)
+    return np.asarray((np.abs(np.mod(b, a)) < 1e-9) & (a <= b))
+
+
+def whole(x: Array) -> Array:
+    """x is a whole number (within rounding)."""
+    if not is_array(x):
+        return bool(abs(x - round(x)) < 1e-9)
+    return np.abs(x - np.round(x)) < 1e-9
+
+
+def all_of(*masks: Array) -> Array:
+    """Elementwise and of booleans or boolean arrays."""
+    if not is_array(*masks):
+        return all(bool(k) for k in masks)
+    return functools.reduce(np.logical_and, masks)
+
+
+def any_of(*masks: Array) -> Array:
+    """Elementwise or of booleans or boolean arrays."""
+    if not is_array(*masks):
+        return any(bool(k) for k in masks)
+    return functools.reduce(np.logical_or, masks)
