@@ -1,19 +1,36 @@
-"""armillary: analytical performance, memory and cost models of LLM training and inference on large systems."""
+"""armillary: analytical performance, memory and cost models of LLM training and inference on large systems.
 
-from armillary.api import estimate, parameters, simulate_serving
-from armillary.comm.collectives import all_to_all_matrix, collective, collective_time
-from armillary.comm.placement import Placement
-from armillary.errors import SpecError
+The public API: the calls of `api` (every one takes spec objects, preset names, file paths or mappings),
+the specifications they take, and the results they return. Everything else is reachable through its
+module (`armillary.estimate.training`, `armillary.comm.collectives`, ...) but may change between
+versions.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from armillary.api import codesign, collective, estimate, parameters, search, simulate, simulate_serving, validate
+from armillary.comm.sweep import SweepRow
+from armillary.errors import ArmillaryError, MissingExtra, SpecError
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
-from armillary.estimate.result import MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
+from armillary.estimate.result import CommCall, LayerCost, MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
+from armillary.search.inference import InferenceSearchResult, InferenceSpace
+from armillary.search.run import Candidate, Objective, SearchResult
+from armillary.search.space import StrategySpace
+from armillary.search.systems import CoDesignResult, SystemSpace
 from armillary.serving.run import Percentiles, ServingResult
 from armillary.serving.trace import Trace, load_trace, poisson_trace
+from armillary.simulate.inference import InferenceSimulation
+from armillary.simulate.run import SimulationResult
+from armillary.simulate.schedules import PipelineSchedule
 from armillary.specs.communication import Algorithm, Collective
-from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
-from armillary.specs.model import MlpKind, Model, NormKind, PositionKind
+from armillary.specs.loading import load_device, load_model, load_strategy, load_system, load_workload
+from armillary.specs.model import Model
+from armillary.specs.run import load_run
 from armillary.specs.strategy import (
+    Attention,
     Offload,
     Overlap,
+    RankOrder,
     Recompute,
     Schedule,
     Strategy,
@@ -22,54 +39,80 @@ from armillary.specs.strategy import (
 )
 from armillary.specs.system import Device, EfficiencyCurve, MemoryTier, Network, Precision, System
 from armillary.specs.workload import Inference, KvCache, Serving, StoredPrecision, Training
+from armillary.validation.run import RowResult
+
+try:
+    __version__ = version("armillary")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Algorithm",
+    "ArmillaryError",
+    "Attention",
+    "Candidate",
+    "CoDesignResult",
     "Collective",
+    "CommCall",
     "Device",
     "EfficiencyCurve",
     "Inference",
     "InferenceEstimate",
     "InferenceMemory",
+    "InferenceSearchResult",
+    "InferenceSimulation",
+    "InferenceSpace",
     "KvCache",
+    "LayerCost",
     "MemoryBreakdown",
     "MemoryTier",
-    "MlpKind",
+    "MissingExtra",
     "Model",
     "Network",
-    "NormKind",
+    "Objective",
     "Offload",
     "Overlap",
     "PassTime",
     "Percentiles",
-    "Placement",
-    "PositionKind",
+    "PipelineSchedule",
     "Precision",
+    "RankOrder",
     "Recompute",
+    "RowResult",
     "Schedule",
+    "SearchResult",
     "Serving",
     "ServingResult",
+    "SimulationResult",
     "SpecError",
     "StepEstimate",
     "StoredPrecision",
     "Strategy",
+    "StrategySpace",
+    "SweepRow",
     "System",
+    "SystemSpace",
     "TimeBreakdown",
     "Trace",
     "Traffic",
     "Training",
     "TrainingPrecision",
     "ZeroStage",
-    "all_to_all_matrix",
+    "__version__",
+    "codesign",
     "collective",
-    "collective_time",
     "estimate",
+    "load_device",
     "load_model",
+    "load_run",
     "load_strategy",
     "load_system",
     "load_trace",
     "load_workload",
     "parameters",
     "poisson_trace",
+    "search",
+    "simulate",
     "simulate_serving",
+    "validate",
 ]

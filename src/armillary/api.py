@@ -1,71 +1,86 @@
-"""The library's entry points: one call from specifications to a typed result."""
+"""The public facade: one call from specifications to a typed result.
+
+Every function accepts spec objects, preset names, file paths or mappings alike (`specs.loading`), and
+`gpus` sizes the system (default: the system's own size). Internal modules never import this one: they
+call the layer below (`estimate.run`, `search.run`, `simulate.run`...).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, overload
 
+import numpy as np
+
+from armillary import defaults
+from armillary.comm.sweep import SweepRow, collective_sweep, group_of
 from armillary.errors import SpecError
-from armillary.estimate.inference import estimate_inference
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import StepEstimate
-from armillary.estimate.training import estimate_training
+from armillary.estimate.run import estimate_run
+from armillary.plan.layout import data_parallel
+from armillary.search.inference import InferenceSearchResult, InferenceSpace, search_inference
+from armillary.search.run import Executor, Objective, SearchResult, serial
+from armillary.search.run import search as search_strategies
+from armillary.search.space import StrategySpace
+from armillary.search.systems import CoDesignResult, SystemSpace
+from armillary.search.systems import codesign as codesign_systems
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace, load_trace, poisson_trace
-from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
-from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+from armillary.simulate.inference import InferenceSimulation, simulate_inference
+from armillary.simulate.run import SimulationResult, simulate_training
+from armillary.simulate.schedules import PipelineSchedule
+from armillary.specs.arrays import ModelArrays
+from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.loading import load_model, load_spec, load_strategy, load_system, load_workload
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference, Training, Workload
+from armillary.validation.run import DEFAULT_CSV, RowResult
+from armillary.validation.run import validate as validate_rows
 from armillary.workload.parameters import count_parameters
 
+ModelLike = Model | str | Mapping[str, Any]
+SystemLike = System | str | Mapping[str, Any]
+StrategyLike = Strategy | str | Mapping[str, Any]
+WorkloadLike = Workload | Mapping[str, Any]
+
 
 @overload
-def estimate(model: Model | str | dict[str, Any], system: System | str | dict[str, Any],
-             strategy: Strategy | dict[str, Any], workload: Training, gpus: int | None = None) -> StepEstimate: ...
+def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: Training,
+             gpus: int | None = None) -> StepEstimate: ...
 
 
 @overload
-def estimate(model: Model | str | dict[str, Any], system: System | str | dict[str, Any],
-             strategy: Strategy | dict[str, Any], workload: Inference,
+def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: Inference,
              gpus: int | None = None) -> InferenceEstimate: ...
 
 
 @overload
-def estimate(model: Model | str | dict[str, Any], system: System | str | dict[str, Any],
-             strategy: Strategy | dict[str, Any], workload: Workload | dict[str, Any],
+def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
              gpus: int | None = None) -> StepEstimate | InferenceEstimate: ...
 
 
-def estimate(model: Model | str | dict[str, Any], system: System | str | dict[str, Any],
-             strategy: Strategy | dict[str, Any], workload: Workload | dict[str, Any],
+def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
              gpus: int | None = None) -> StepEstimate | InferenceEstimate:
     """Estimate one training iteration (a training workload) or a static inference batch (an inference
-    workload). Specs may be objects, preset names, file paths or mappings.
-
-    `gpus` sizes the system; without it the system's own size is used. dp (data-parallel ranks, or model
-    replicas in inference) defaults to devices / (tp * cp * pp).
-    """
-    m, sysm = load_model(model), load_system(system, gpus)
-    st, w = load_strategy(strategy), load_workload(workload)
-    dp = data_parallel(st, sysm)
-    if isinstance(w, Inference):
-        return estimate_inference(ModelArrays.of(m), st, w, sysm, dp)
-    return estimate_training(ModelArrays.of(m), StrategyArrays.of(st, dp), TrainingArrays.of(w), sysm)
+    workload). dp (data-parallel ranks, or model replicas in inference) defaults to devices / (tp cp pp)."""
+    return estimate_run(load_model(model), load_system(system, gpus), load_strategy(strategy),
+                        load_workload(workload))
 
 
-def simulate_serving(model: Model | str | dict[str, Any], system: System | str | dict[str, Any],
-                     strategy: Strategy | dict[str, Any], workload: Inference | dict[str, Any],
+def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
                      rate: float | None = None, duration_s: float | None = None, gpus: int | None = None,
                      trace: Trace | None = None) -> ServingResult:
-    """Serve a request stream on dp replicas (`data_parallel`): `trace`, else the workload's
-    `serving.trace` CSV, else Poisson arrivals at `rate` requests/s for `duration_s` seconds with the
-    workload's lengths. Returns latency percentiles, throughput and goodput."""
+    """Serve a request stream on dp replicas: `trace`, else the workload's `serving.trace` CSV, else Poisson
+    arrivals at `rate` requests/s for `duration_s` seconds with the workload's lengths. Returns latency
+    percentiles, throughput and goodput."""
     m, sysm = load_model(model), load_system(system, gpus)
     st, w = load_strategy(strategy), load_workload(workload)
     if not isinstance(w, Inference):
         raise SpecError("workload: serving needs an inference workload (kind: inference)")
-    replicas = data_parallel(st, sysm)
     if trace is None:
         if w.serving.trace is not None:
             trace = load_trace(w.serving.trace)
@@ -74,18 +89,106 @@ def simulate_serving(model: Model | str | dict[str, Any], system: System | str |
         else:
             sv = w.serving
             trace = poisson_trace(rate, duration_s, w.input_len, w.output_len, sv.lengths, sv.spread, sv.seed)
-    return serve_trace(ModelArrays.of(m), st, w, sysm, replicas, trace)
+    return serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace)
 
 
-def data_parallel(st: Strategy, sysm: System) -> int:
-    """Data-parallel ranks (model replicas in inference): the strategy's dp, else devices / (tp cp pp)."""
-    model_parallel = st.tp * st.cp * st.pp
-    dp = st.dp if st.dp is not None else sysm.devices // model_parallel
-    if dp < 1:
-        raise SpecError(f"strategy: tp*cp*pp = {model_parallel} exceeds the system's {sysm.devices} devices")
-    return dp
+def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strategy: StrategyLike | None = None,
+           space: StrategySpace | InferenceSpace | str | Mapping[str, Any] | None = None, gpus: int | None = None,
+           objective: Objective | str = Objective.TIME, top: int = defaults.SEARCH_TOP,
+           executor: Executor = serial, progress: Callable[[int, int], None] | None = None,
+           checkpoint: Path | None = None) -> SearchResult | InferenceSearchResult:
+    """The best strategies for `model` on `system` and `workload`. Training: the `top` fastest (or, with
+    objective "memory", leanest) points of a strategy space (`StrategySpace`; default: every valid value),
+    fields outside the space from `strategy` (default `defaults.SEARCH_BASE_STRATEGY`). Inference: the
+    configurations of an `InferenceSpace` (it states the TPOT limit) with the most output tokens/s per
+    device."""
+    m, sysm, w = load_model(model), load_system(system, gpus), load_workload(workload)
+    base = load_strategy(strategy if strategy is not None else defaults.SEARCH_BASE_STRATEGY)
+    if isinstance(w, Inference):
+        if space is None:
+            raise SpecError("space: an inference search needs an InferenceSpace with tpot_limit_s")
+        return search_inference(m, sysm, w, base, load_spec(InferenceSpace, space, "strategies"), top)
+    spec_space = load_spec(StrategySpace, space, "strategies") if space is not None else None
+    try:
+        goal = Objective(objective)
+    except ValueError:
+        raise SpecError(f"objective {objective!r}: one of {', '.join(o.value for o in Objective)}") from None
+    return search_strategies(m, sysm, w, base, spec_space, goal, top, executor=executor, progress=progress,
+                             checkpoint=checkpoint)
 
 
-def parameters(model: Model | str | dict[str, Any]) -> int:
+def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
+             systems: SystemSpace | str | Mapping[str, Any], strategy: StrategyLike | None = None,
+             space: StrategySpace | str | Mapping[str, Any] | None = None,
+             executor: Executor = serial) -> CoDesignResult:
+    """For every system of `systems` (variants of `system`), the fastest strategy of `space`; the time /
+    cost / power Pareto front."""
+    w = load_workload(workload)
+    if not isinstance(w, Training):
+        raise SpecError("workload: co-design searches a training workload")
+    base = load_strategy(strategy if strategy is not None else defaults.SEARCH_BASE_STRATEGY)
+    spec_space = load_spec(StrategySpace, space, "strategies") if space is not None else None
+    return codesign_systems(load_model(model), load_system(system), w, load_spec(SystemSpace, systems, "space"),
+                            base, spec_space, executor)
+
+
+def simulate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
+             gpus: int | None = None, schedule: PipelineSchedule | str | None = None, symmetric: bool = True,
+             stragglers: Mapping[int, float] | None = None, jitter: float = 0.0,
+             seed: int = 0) -> SimulationResult | InferenceSimulation:
+    """Simulate one training iteration as a task graph on the event engine (`schedule` defaults to the
+    strategy's; zb-h1 is simulated only), or a static inference batch."""
+    m, sysm = load_model(model), load_system(system, gpus)
+    st, w = load_strategy(strategy), load_workload(workload)
+    if isinstance(w, Inference):
+        return simulate_inference(m, sysm, st, w)
+    try:
+        chosen = PipelineSchedule(schedule) if schedule is not None else None
+    except ValueError:
+        raise SpecError(f"schedule {schedule!r}: one of {', '.join(s.value for s in PipelineSchedule)}") from None
+    return simulate_training(m, sysm, st, w, chosen, symmetric, stragglers, jitter, seed)
+
+
+def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training", "inference", "collective"),
+             progress: Callable[[list[dict[str, str]]], Iterable[dict[str, str]]] = iter) -> list[RowResult]:
+    """Every measured row of `kinds` in the validation CSV (default: the shipped copy), predicted and
+    compared, or skipped with the reason."""
+    return validate_rows(path, kinds, progress)
+
+
+@overload
+def collective(op: Collective | str, size_bytes: float, system: SystemLike, gpus: int = ...,
+               algorithm: Algorithm | str = ...) -> SweepRow: ...
+
+
+@overload
+def collective(op: Collective | str, size_bytes: Sequence[float] | np.ndarray, system: SystemLike, gpus: int = ...,
+               algorithm: Algorithm | str = ...) -> list[SweepRow]: ...
+
+
+def collective(op: Collective | str, size_bytes: float | Sequence[float] | np.ndarray, system: SystemLike,
+               gpus: int = defaults.COLLECTIVE_GPUS,
+               algorithm: Algorithm | str = Algorithm.AUTO) -> SweepRow | list[SweepRow]:
+    """One collective over `gpus` devices of `system` (nodes filled first), as nccl-tests reports it:
+    time, algbw, busbw and the algorithm / protocol chosen per network tier. A sequence of sizes gives a
+    row per size."""
+    try:
+        operation, chosen = Collective(op), Algorithm(algorithm)
+    except ValueError:
+        raise SpecError(f"op {op!r} / algorithm {algorithm!r}: op is one of "
+                        f"{', '.join(c.value for c in Collective if c is not Collective.SEND_RECV)}; algorithm "
+                        f"one of {', '.join(a.value for a in Algorithm)}") from None
+    if operation is Collective.SEND_RECV:
+        raise SpecError("op: send_recv is point-to-point, not a collective")
+    sysm = load_system(system, gpus)
+    sizes = np.atleast_1d(np.asarray(size_bytes, dtype=float))
+    try:
+        rows = collective_sweep(operation, sizes, group_of(sysm, gpus), sysm, chosen)
+    except ValueError as err:
+        raise SpecError(str(err)) from None
+    return rows if np.ndim(size_bytes) else rows[0]
+
+
+def parameters(model: ModelLike) -> int:
     """Exact parameter count of a model, embeddings and LM head included."""
     return int(count_parameters(ModelArrays.of(load_model(model))).total)

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from armillary.api import estimate
 from armillary.errors import SpecError
 from armillary.estimate.inference_result import InferenceEstimate
+from armillary.estimate.run import estimate_inference_run
 from armillary.search.space import default_tp
 from armillary.specs.base import Spec
 from armillary.specs.model import Model
@@ -60,7 +60,7 @@ def search_inference(model: Model, system: System, workload: Inference, base: St
         strategy = base.model_copy(update={"tp": tp, "pp": pp, "dp": None})
         w = workload.model_copy(update={"batch": batch, "weights": weights})
         try:
-            r = estimate(model, system, strategy, w)
+            r = estimate_inference_run(model, system, strategy, w)
         except SpecError:
             continue
         if not r.feasible:

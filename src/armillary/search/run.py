@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from armillary.api import estimate
 from armillary.errors import MissingExtra, SpecError
+from armillary.estimate.run import estimate_training_run
 from armillary.estimate.training import estimate_training
 from armillary.search.space import (
     Axes,
@@ -301,7 +301,7 @@ def _resume(path: Path, problem: Problem, chunk: int) -> list[ChunkResult]:
 def _candidate(rank: int, index: int, problem: Problem) -> Candidate:
     """Re-estimate one winner as a single configuration (its full, explained result)."""
     strategy = point_strategy(problem.base, problem.axes.point(index))
-    r = estimate(problem.model, problem.system, strategy, problem.workload)
+    r = estimate_training_run(problem.model, problem.system, strategy, problem.workload)
     return Candidate(rank, index, strategy, float(r.step_time_s), float(r.tokens_per_s), float(r.mfu),
                      float(r.memory_hbm.total))
 

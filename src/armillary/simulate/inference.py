@@ -17,9 +17,9 @@ import math
 import time
 from dataclasses import dataclass, replace
 
-from armillary.api import estimate
 from armillary.estimate.inference import decode_steps, prefill_pass, replica_model
 from armillary.estimate.inference_result import InferenceEstimate, PassTime
+from armillary.estimate.run import estimate_inference_run
 from armillary.simulate.engine import Timeline, paused_gc, run
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
 from armillary.simulate.pipeline import whole_layers
@@ -46,7 +46,7 @@ class InferenceSimulation:
 
 def simulate_inference(model: Model, system: System, strategy: Strategy, workload: Inference) -> InferenceSimulation:
     started = time.perf_counter()
-    est = estimate(model, system, strategy, workload)
+    est = estimate_inference_run(model, system, strategy, workload)
     r = replica_model(ModelArrays.of(model), strategy, workload, system)
     pp, steps = strategy.pp, workload.output_len - 1
     share = [n / model.layers for n in whole_layers(model.layers, pp)]

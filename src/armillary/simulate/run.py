@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.api import estimate
 from armillary.errors import SpecError
 from armillary.estimate.result import StepEstimate
+from armillary.estimate.run import estimate_training_run
 from armillary.simulate.engine import Timeline, paused_gc, run
 from armillary.simulate.graph import Category, TaskGraph
 from armillary.simulate.schedules import PipelineSchedule
@@ -72,7 +72,7 @@ def simulate_training(model: Model, system: System, strategy: Strategy, workload
     if system.devices % (strategy.tp * strategy.cp * strategy.pp):
         raise SpecError(f"simulate: tp x cp x pp = {strategy.tp * strategy.cp * strategy.pp} does not divide the "
                         f"{system.devices} devices")
-    est = estimate(model, system, strategy, workload)
+    est = estimate_training_run(model, system, strategy, workload)
     chosen = schedule or PipelineSchedule.of(strategy.pipeline_schedule)
     with paused_gc():
         graph = training_graph(model, system, strategy, workload, est, chosen, symmetric)

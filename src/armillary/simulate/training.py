@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from armillary.api import data_parallel
 from armillary.errors import SpecError
 from armillary.estimate.pipeline import stage_layers
 from armillary.estimate.result import CommCall, ParallelDimension, StepEstimate
+from armillary.plan.layout import data_parallel
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
 from armillary.simulate.pipeline import Send, build_pipeline, whole_layers
 from armillary.simulate.schedules import Kind, Pass, PipelineSchedule

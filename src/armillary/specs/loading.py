@@ -6,6 +6,7 @@ Errors name the field and what is allowed, never a traceback: every failure is a
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -67,6 +68,15 @@ def _preset(kind: str, name: str) -> Any:
     """A shipped preset, validated once (specs are frozen, so sharing them is safe)."""
     loader = {"models": load_model, "devices": load_device, "systems": load_system}[kind]
     return loader(read_data_file(find_preset(kind, name)))  # type: ignore[arg-type]
+
+
+def load_spec(cls: type[S], value: S | str | Path | Mapping[str, Any], what: str) -> S:
+    """A spec of class `cls` from an object of it, a YAML / JSON file path or a mapping; `what` names it in
+    errors (e.g. "strategies")."""
+    if isinstance(value, cls):
+        return value
+    data = read_spec_file(Path(value), what) if isinstance(value, str | Path) else value
+    return validate_spec(cls, data, what)
 
 
 def load_model(value: Model | str | dict[str, Any]) -> Model:

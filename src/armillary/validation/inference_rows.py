@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from armillary.api import estimate
 from armillary.estimate.inference_result import InferenceEstimate
+from armillary.estimate.run import estimate_inference_run
 from armillary.specs.loading import load_model, load_system
+from armillary.specs.strategy import Strategy
 from armillary.specs.workload import Inference
 from armillary.validation.rows import Unsupported, int_column, system_preset_for
 
@@ -54,9 +55,9 @@ def predict_inference(row: dict[str, str]) -> tuple[str, float, tuple[str, ...],
     tp, gpus = _int(row, "tp"), _int(row, "n_gpus")
     system = load_system(system_preset_for(row.get("gpu", "")), max(gpus, 1))
     notes.append(f"{system.name} preset; FlashAttention-2 kernels; KV pages of 64 tokens")
-    result = estimate(load_model(preset), system, {"tp": tp, "pp": int_column(row, "pp") or 1, "precision": precision,
-                                                   "attention": "flash"}, Inference(**workload))
-    assert isinstance(result, InferenceEstimate)
+    strategy = Strategy.model_validate({"tp": tp, "pp": int_column(row, "pp") or 1, "precision": precision,
+                                        "attention": "flash"})
+    result = estimate_inference_run(load_model(preset), system, strategy, Inference(**workload))
     metric = row.get("metric", "").lower()
     if "throughput" in metric:
         if "per-gpu vs total not stated" in row.get("unit", "").lower():

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from armillary.api import estimate
 from armillary.estimate.feasibility import memory_fits
 from armillary.estimate.result import StepEstimate
+from armillary.estimate.run import estimate_training_run
 from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, predict_busbw
 from armillary.validation.inference_rows import predict_inference
 from armillary.validation.rows import RowSpecs, Unsupported, row_specs
@@ -142,8 +142,7 @@ def choose_candidate(candidates: list[RowSpecs]) -> tuple[StepEstimate, RowSpecs
     else (a layout the estimator cannot split exactly) the first whose memory fits, else the last."""
     results = []
     for rs in candidates:
-        result = estimate(rs.model, rs.system, rs.strategy, rs.workload)
-        assert isinstance(result, StepEstimate)
+        result = estimate_training_run(rs.model, rs.system, rs.strategy, rs.workload)
         results.append((result, rs))
         if bool(result.feasible):
             break

@@ -1,0 +1,41 @@
+"""One call from specifications to an estimate: a training iteration or a static inference batch."""
+
+from __future__ import annotations
+
+from armillary.estimate.inference import estimate_inference
+from armillary.estimate.inference_result import InferenceEstimate
+from armillary.estimate.result import StepEstimate
+from armillary.estimate.training import estimate_training
+from armillary.plan.layout import data_parallel
+from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.specs.model import Model
+from armillary.specs.strategy import Strategy
+from armillary.specs.system import System
+from armillary.specs.workload import Inference, Training, Workload
+
+
+def estimate_run(model: Model, system: System, strategy: Strategy, workload: Workload) -> (
+        StepEstimate | InferenceEstimate):
+    """Estimate one training iteration (a training workload) or a static inference batch (an inference
+    workload) on all of `system`'s devices: dp data-parallel ranks (model replicas in inference) from
+    `plan.layout.data_parallel`."""
+    dp = data_parallel(strategy, system)
+    if isinstance(workload, Inference):
+        return estimate_inference(ModelArrays.of(model), strategy, workload, system, dp)
+    return estimate_training(ModelArrays.of(model), StrategyArrays.of(strategy, dp), TrainingArrays.of(workload),
+                             system)
+
+
+def estimate_training_run(model: Model, system: System, strategy: Strategy, workload: Training) -> StepEstimate:
+    """`estimate_run` of a training workload, typed as such."""
+    result = estimate_run(model, system, strategy, workload)
+    assert isinstance(result, StepEstimate)
+    return result
+
+
+def estimate_inference_run(model: Model, system: System, strategy: Strategy, workload: Inference) -> (
+        InferenceEstimate):
+    """`estimate_run` of an inference workload, typed as such."""
+    result = estimate_run(model, system, strategy, workload)
+    assert isinstance(result, InferenceEstimate)
+    return result
