@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 
 from armillary.cost.compute import fused_attention_time, kernel_times, matrix_peak
-from armillary.specs.arrays import PRECISIONS
+from armillary.plan.codes import PRECISION
 from armillary.specs.loading import load_device
 from armillary.specs.strategy import TrainingPrecision
 from armillary.specs.system import Precision
 from armillary.workload.ops import Op, gemm
 
 H100 = load_device("h100-sxm")
-FP8, BF16 = PRECISIONS.index(TrainingPrecision.FP8), PRECISIONS.index(TrainingPrecision.BF16)
+FP8, BF16 = PRECISION.members.index(TrainingPrecision.FP8), PRECISION.members.index(TrainingPrecision.BF16)
 
 
 def test_large_gemm_is_compute_bound_at_curve_efficiency():

@@ -6,9 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as hs
 
 from armillary.comm.collectives import all_gather, all_reduce, send_recv
-from armillary.comm.placement import Placement, place_groups
 from armillary.estimate.pipeline import bubble_fraction, pipeline_time
-from armillary.specs.arrays import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED
+from armillary.plan.codes import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED
+from armillary.plan.placement import Placement, place_groups
 from armillary.specs.loading import load_system
 
 
@@ -54,12 +54,12 @@ def test_megatron_rank_order():
 
 def test_pipeline_inner_rank_order():
     """tp-cp-pp-dp: ranks tp2 x pp4 share a node, data-parallel groups stride 8 ranks (one per node)."""
-    tp, dp, pp, _ = place_groups(2, 4, 4, 8, pp_inner=1.0)
+    tp, dp, pp, _ = place_groups(2, 4, 4, 8, rank_order=1.0)
     assert (float(tp.per_node), float(dp.per_node), float(pp.per_node)) == (2, 1, 4)
     # with cp: the gradient group is cp2 (inside the node) x dp4 (across nodes)
-    _, grad, pp, cp = place_groups(2, 4, 2, 8, cp=2.0, pp_inner=1.0)
+    _, grad, pp, cp = place_groups(2, 4, 2, 8, cp=2.0, rank_order=1.0)
     assert (float(grad.size), float(grad.per_node), float(pp.per_node), float(cp.per_node)) == (8, 2, 2, 2)
-    arrays = place_groups(np.array([2.0, 2.0]), 4, 4, 8, pp_inner=np.array([0.0, 1.0]))
+    arrays = place_groups(np.array([2.0, 2.0]), 4, 4, 8, rank_order=np.array([0.0, 1.0]))
     assert arrays[1].per_node.tolist() == [4, 1] and arrays[2].per_node.tolist() == [1, 4]
 
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as hs
 
 from armillary import Strategy, Training, estimate
 from armillary.estimate.training import estimate_training
-from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.loading import load_system
 
 MODEL = gpt(32, 4096, 32)
@@ -101,16 +101,16 @@ def test_breakdown_adds_up():
 
 def test_sweep_over_precision_and_micro_batch_matches_single_estimates():
     """A 2-D sweep (precision x micro-batch) through the same functions equals point-by-point estimates."""
-    from armillary.specs.arrays import PRECISIONS
+    from armillary.plan.codes import PRECISION
 
     w = Training(seq_len=2048, global_batch=512)
     h100 = load_system("dgx-h100", 64)
     base = StrategyArrays.of(Strategy(tp=2, pp=2, attention="flash"), 16)
-    codes = np.arange(len(PRECISIONS))[:, None]
+    codes = np.arange(len(PRECISION.members))[:, None]
     mbs = np.array([[1.0, 2.0, 4.0]])
     sweep = StrategyArrays(**{**base.__dict__, "precision": codes, "micro_batch": mbs})
     arr = estimate_training(ModelArrays.of(MODEL), sweep, TrainingArrays.of(w), h100)
-    for i, prec in enumerate(PRECISIONS):
+    for i, prec in enumerate(PRECISION.members):
         for j, mb in enumerate(mbs[0]):
             one = estimate(MODEL, h100, Strategy(tp=2, pp=2, attention="flash", precision=prec,
                                                  micro_batch=int(mb)), w)

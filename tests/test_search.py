@@ -10,6 +10,7 @@ from hypothesis import strategies as hs
 
 from armillary.api import estimate
 from armillary.errors import SpecError
+from armillary.plan.arrays import ModelArrays
 from armillary.search.run import Objective, process_pool, search
 from armillary.search.space import (
     StrategySpace,
@@ -19,7 +20,6 @@ from armillary.search.space import (
     structurally_valid,
     time_floor,
 )
-from armillary.specs.arrays import ModelArrays
 from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
 from armillary.specs.strategy import Recompute, ZeroStage
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.comm.algorithms import PROTOCOLS, Algorithm, Collective, DimensionCost, dimension_cost
-from armillary.comm.placement import Placement
 from armillary.cost.compute import hbm_rate
 from armillary.numerics import Array, maximum
+from armillary.plan.placement import Placement
 from armillary.specs.system import Network, System
 
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS
 from armillary.comm.collectives import collective
-from armillary.comm.placement import Placement
 from armillary.numerics import Array
+from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.system import System
 from armillary.units import GIB, KIB, MIB

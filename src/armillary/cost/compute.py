@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from armillary.numerics import Array, where
-from armillary.specs.arrays import PRECISIONS
+from armillary.plan.codes import PRECISION
 from armillary.specs.strategy import TrainingPrecision
 from armillary.specs.system import Device, MemoryTier, Precision
 from armillary.workload.ops import Op
@@ -28,11 +28,11 @@ _KEPT_16BIT = {**_GEMM_PRECISION, TrainingPrecision.FP8: Precision.BF16}
 
 def _precisions(sixteen_bit: bool) -> list[Precision]:
     table = _KEPT_16BIT if sixteen_bit else _GEMM_PRECISION
-    return [table[p] for p in PRECISIONS]
+    return [table[p] for p in PRECISION.members]
 
 
 def matrix_peak(device: Device, precision_code: Array, sixteen_bit: bool = False) -> Array:
-    """Peak GEMM FLOP/s for each precision code (index into PRECISIONS)."""
+    """Peak GEMM FLOP/s for each precision code (`plan.codes.PRECISION`)."""
     precisions = _precisions(sixteen_bit)
     if not isinstance(precision_code, np.ndarray):
         return device.matrix_peak(precisions[int(precision_code)])

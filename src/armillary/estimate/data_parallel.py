@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armillary.comm.collectives import all_gather, all_reduce, reduce_scatter
-from armillary.comm.placement import Placement
 from armillary.estimate import memory as mem
 from armillary.estimate.layer import exposed, needed
 from armillary.estimate.result import CommCall, ParallelDimension
 from armillary.numerics import Array, where
-from armillary.specs.arrays import StrategyArrays
+from armillary.plan.arrays import StrategyArrays
+from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
 

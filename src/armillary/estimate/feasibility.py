@@ -11,7 +11,8 @@ import numpy as np
 
 from armillary.estimate.pipeline import microbatch_count, stage_layers
 from armillary.numerics import Array, where
-from armillary.specs.arrays import SCHEDULE_INTERLEAVED, ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.codes import SCHEDULE_INTERLEAVED
 from armillary.specs.system import System
 from armillary.units import GIB
 

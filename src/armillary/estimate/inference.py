@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from armillary.comm.collectives import all_gather, send_recv
-from armillary.comm.placement import Placement, place_expert_groups, place_groups
 from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.errors import SpecError
 from armillary.estimate import memory as mem
@@ -25,7 +24,9 @@ from armillary.estimate.inference_result import InferenceEstimate, InferenceMemo
 from armillary.estimate.layer import ExpertGroups, layer_cost, needed
 from armillary.estimate.result import EndsCost, ParallelDimension
 from armillary.numerics import Array
-from armillary.specs.arrays import RECOMPUTE_NONE, ModelArrays, StrategyArrays
+from armillary.plan.arrays import ModelArrays, StrategyArrays
+from armillary.plan.codes import RECOMPUTE_NONE
+from armillary.plan.placement import Placement, place_expert_groups, place_groups
 from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import System
 from armillary.specs.workload import DecodeAttention, Inference

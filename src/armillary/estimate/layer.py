@@ -14,11 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.comm.collectives import CommCost, all_gather, all_reduce, collective, reduce_scatter, send_recv
-from armillary.comm.placement import Placement
 from armillary.cost.compute import addition_time, fused_attention_time, kernel_times
 from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
 from armillary.numerics import Array, maximum, where
-from armillary.specs.arrays import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, StrategyArrays
+from armillary.plan.arrays import StrategyArrays
+from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
 from armillary.workload.experts import ExpertsForward
@@ -155,8 +156,8 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
         on_a2a, ring_steps, hop, a2a_in, a2a_out = 0.0, 0.0, NO_COMM, NO_COMM, NO_COMM
         cp_f = cp_b = 0.0
     else:
-        on_ring = (cp > 1) & (st.cp_all_to_all == 0)
-        on_a2a = (cp > 1) & (st.cp_all_to_all > 0)
+        on_ring = (cp > 1) & (st.cp_comm == 0)
+        on_a2a = (cp > 1) & (st.cp_comm > 0)
         group = cp_group if cp_group is not None else Placement(1.0, 1.0)
         crosses = where(group.per_node < cp, 1.0, 0.0)
         hop = needed(lambda: send_recv(kv_block, crosses, system), on_ring)

@@ -12,18 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.numerics import Array, minimum, where
-from armillary.specs.arrays import (
-    RECOMPUTE_FULL,
-    RECOMPUTE_SELECTIVE,
-    SCHEDULE_GPIPE,
-    SCHEDULE_INTERLEAVED,
-    ModelArrays,
-    StrategyArrays,
-)
+from armillary.plan.arrays import ModelArrays, StrategyArrays
+from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 from armillary.workload.experts import ExpertsForward
 from armillary.workload.transformer import sequence_shards
 
-# Bytes per parameter of each precision recipe, indexed like PRECISIONS (fp32, bf16, fp16, fp8).
+# Bytes per parameter of each precision recipe, indexed like plan.codes.PRECISION (fp32, bf16, fp16, fp8).
 # Megatron-LM README, distributed optimizer table: fp32 16 = 4 + 4 + 8 (m, v); bf16 18 = 2 + 4 (fp32
 # main grad) + 12 (master, m, v); fp16 20 = 2 + 2 + 16 (fp32 main grad, master, m, v). fp8 keeps bf16
 # weights plus an fp8 copy (Transformer Engine) [derived]: 3 + 4 + 12.
@@ -40,7 +34,7 @@ OPTIMIZER_STEP_BYTES = (4 + 28 + 4.0, 4 + 28 + 6 + 4.0, 6 + 8 + 4 + 28 + 6 + 2.0
 
 
 def per_precision(table: tuple[float, ...], code: Array) -> Array:
-    """The table entry of each precision code (index into PRECISIONS)."""
+    """The table entry of each precision code (`plan.codes.PRECISION`)."""
     if not isinstance(code, np.ndarray):
         return table[int(code)]
     return np.asarray(table)[code.astype(int)]

@@ -10,7 +10,7 @@ slowest stage set the steady state.
 from __future__ import annotations
 
 from armillary.numerics import Array, maximum, minimum, where
-from armillary.specs.arrays import SCHEDULE_INTERLEAVED
+from armillary.plan.codes import SCHEDULE_INTERLEAVED
 
 
 def pipeline_time(stage_max: Array, stage_sum: Array, microbatches: Array, vpp: Array,

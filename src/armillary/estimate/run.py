@@ -6,8 +6,8 @@ from armillary.estimate.inference import estimate_inference
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.training import estimate_training
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import data_parallel
-from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System

@@ -15,7 +15,6 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from armillary.comm.collectives import all_gather, send_recv
-from armillary.comm.placement import place_expert_groups, place_groups
 from armillary.cost.compute import matrix_peak, stream_time, tier_rate
 from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import data_parallel_cost
@@ -33,7 +32,8 @@ from armillary.estimate.result import (
     Traffic,
 )
 from armillary.numerics import Array, maximum, where
-from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.placement import place_expert_groups, place_groups
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
@@ -77,7 +77,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     peak = matrix_peak(device, st.precision)
     microbatches = microbatch_count(w.global_batch, b, d)
     c = st.cp
-    tp_group, dp_group, pp_group, cp_group = place_groups(t, d, p, system.devices_per_node, c, st.pp_inner)
+    tp_group, dp_group, pp_group, cp_group = place_groups(t, d, p, system.devices_per_node, c, st.rank_order)
 
     # --- one layer of each kind, one micro-batch; embedding (first stage), LM head and loss (last stage) --
     # with context parallelism every rank works on s/cp tokens of each sequence

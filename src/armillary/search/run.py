@@ -20,6 +20,7 @@ import numpy as np
 from armillary.errors import MissingExtra, SpecError
 from armillary.estimate.run import estimate_training_run
 from armillary.estimate.training import estimate_training
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.search.space import (
     Axes,
     StrategySpace,
@@ -30,7 +31,6 @@ from armillary.search.space import (
     structurally_valid,
     time_floor,
 )
-from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System

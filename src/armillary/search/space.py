@@ -16,14 +16,8 @@ from pydantic import Field, PositiveInt
 from armillary.estimate.memory import model_states
 from armillary.estimate.training import model_flop_per_iteration
 from armillary.numerics import Array, minimum
-from armillary.specs.arrays import (
-    _RECOMPUTE_CODE,
-    SCHEDULE_1F1B,
-    SCHEDULE_INTERLEAVED,
-    ModelArrays,
-    StrategyArrays,
-    TrainingArrays,
-)
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.codes import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, encode, with_values
 from armillary.specs.base import Spec
 from armillary.specs.model import Model, TokenMixer
 from armillary.specs.strategy import RankOrder, Recompute, Strategy, ZeroStage
@@ -60,14 +54,6 @@ _LAYOUT = ("tp", "pp", "cp", "vpp")
 _AXES = ("micro_batch", "sequence_parallel", "recompute", "zero", "overlap_dp", "overlap_tp",
          "overlap_param_gather", "offload_optimizer", "offload_activations", "ep",
          "rank_order")
-
-
-def _code(axis: str, value: Any) -> float:
-    if axis == "recompute":
-        return float(_RECOMPUTE_CODE[value])
-    if axis == "rank_order":
-        return float(value is RankOrder.PP_INNER)
-    return float(int(value)) if isinstance(value, ZeroStage) else float(value)
 
 
 @dataclass(frozen=True)
@@ -219,7 +205,7 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
     others = [tuple((value,) for value in getattr(space, a)) for a in _AXES]
     labels = (tuple(layouts), *others)
     names = (_LAYOUT, *((a,) for a in _AXES))
-    values = tuple(np.array([[_code(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
+    values = tuple(np.array([[encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
                             dtype=float).reshape(len(rows), len(axis_names))
                    for axis_names, rows in zip(names, labels, strict=True))
     rest = int(np.prod([len(o) for o in others], dtype=np.int64))
@@ -253,21 +239,9 @@ def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, ex
         zero=c["zero"], overlap_dp=c["overlap_dp"], overlap_tp=c["overlap_tp"],
         overlap_param_gather=c["overlap_param_gather"], offload_optimizer=c["offload_optimizer"],
         offload_activations=c["offload_activations"], ep=c["ep"],
-        pp_inner=c["rank_order"], etp=c["tp"] if expert_tp_is_tp else base.etp)
+        rank_order=c["rank_order"], etp=c["tp"] if expert_tp_is_tp else base.etp)
 
 
 def point_strategy(base: Strategy, values: dict[str, Any]) -> Strategy:
     """One point of the space as a Strategy (what `estimate` takes)."""
-    data = base.model_dump()
-    overlap = dict(data["overlap"])
-    offload = dict(data["offload"])
-    for name, value in values.items():
-        if name.startswith("overlap_"):
-            overlap[{"overlap_dp": "dp_grad_reduce", "overlap_tp": "tp_comm",
-                     "overlap_param_gather": "param_gather"}[name]] = value
-        elif name.startswith("offload_"):
-            offload[name.removeprefix("offload_")] = value
-        else:
-            data[name] = value
-    data.update(overlap=overlap, offload=offload, dp=None, schedule=None)
-    return Strategy.model_validate(data)
+    return with_values(base, values)

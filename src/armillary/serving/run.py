@@ -12,9 +12,9 @@ import numpy as np
 from armillary.comm.collectives import send_recv
 from armillary.errors import SpecError
 from armillary.estimate.inference import ReplicaModel, inference_memory, kv_blocks, kv_budget, replica_model
+from armillary.plan.arrays import ModelArrays
 from armillary.serving.simulate import IterationCost, RequestTimes, SchedulerLimits, simulate_replica
 from armillary.serving.trace import Trace
-from armillary.specs.arrays import ModelArrays
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference

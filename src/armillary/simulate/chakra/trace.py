@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from armillary.comm.collectives import collective, send_recv
-from armillary.comm.placement import Placement
 from armillary.cost.compute import tier_rate
 from armillary.errors import SpecError
+from armillary.plan.placement import Placement
 from armillary.simulate.chakra.schema import (
     VERSION,
     AttributeProto,

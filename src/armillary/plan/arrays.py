@@ -2,8 +2,8 @@
 
 Every cost function takes these and broadcasts: a field is a float for one configuration or an array
 for a sweep (lesson 2 of the architecture notes: the search expands axes, not configuration objects).
-Closed choices become small integer codes (`Recompute` -> 0/1/2, `ZeroStage` -> 0..3, precision -> index
-into `PRECISIONS`).
+Closed choices become the codes of `plan.codes` (`Recompute` -> 0/1/2, `ZeroStage` -> 0..3, precision ->
+its position in `PRECISION`), flags 0/1.
 """
 
 from __future__ import annotations
@@ -11,25 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armillary.numerics import Array
+from armillary.plan.codes import SCHEDULE, STRATEGY_FIELDS, encode, strategy_value
 from armillary.specs.model import Model, PositionKind, TernaryKernel, TokenMixer
-from armillary.specs.strategy import (
-    Attention,
-    ContextParallel,
-    RankOrder,
-    Recompute,
-    RecomputeModule,
-    Schedule,
-    Strategy,
-    TrainingPrecision,
-)
+from armillary.specs.strategy import RecomputeModule, Strategy
 from armillary.specs.workload import Training
-
-PRECISIONS = (TrainingPrecision.FP32, TrainingPrecision.BF16, TrainingPrecision.FP16, TrainingPrecision.FP8)
-RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
-_RECOMPUTE_CODE = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
-SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = 0, 1, 2
-_ATTENTION_CODE = {Attention.STANDARD: 0.0, Attention.FLASH1: 1.0, Attention.FLASH: 2.0, Attention.FLASH3: 3.0}
-_SCHEDULE_CODE = {Schedule.GPIPE: 0, Schedule.ONE_F_ONE_B: 1, Schedule.INTERLEAVED: 2}
 
 
 @dataclass(frozen=True)
@@ -113,14 +98,14 @@ class StrategyArrays:
     pp: Array
     dp: Array
     cp: Array
-    cp_all_to_all: Array  # 0 ring attention, 1 all-to-all (Ulysses)
+    cp_comm: Array  # plan.codes.CP_COMM: 0 ring attention, 1 all-to-all (Ulysses)
     vpp: Array
-    schedule: Array  # SCHEDULE_* code
+    schedule: Array  # plan.codes.SCHEDULE
     first_stage_layers: Array  # 0 = even split
     last_stage_layers: Array  # 0 = even split
     micro_batch: Array
     sequence_parallel: Array  # 0/1
-    recompute: Array  # RECOMPUTE_* code
+    recompute: Array  # plan.codes.RECOMPUTE
     zero: Array  # 0..3
     overlap_dp: Array
     overlap_tp: Array
@@ -128,12 +113,12 @@ class StrategyArrays:
     offload_weights: Array
     offload_activations: Array
     offload_optimizer: Array
-    precision: Array  # index into PRECISIONS
+    precision: Array  # plan.codes.PRECISION
     pp_scatter_gather: Array
-    attention: Array  # 0 standard, else the FlashAttention version (1, 2, 3)
+    attention: Array  # plan.codes.ATTENTION: 0 standard, else the FlashAttention version (1, 2, 3)
     ep: Array = 1.0
     etp: Array = 1.0
-    pp_inner: Array = 0.0  # rank order: 0 tp-cp-dp-pp, 1 tp-cp-pp-dp
+    rank_order: Array = 0.0  # plan.codes.RANK_ORDER: 0 tp-cp-dp-pp, 1 tp-cp-pp-dp
     overlap_ep: Array = 0.0
     imbalance: Array = 1.0
     capacity_factor: Array = 0.0  # 0 = dropless
@@ -149,21 +134,12 @@ class StrategyArrays:
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
+        coded = {name: encode(name, strategy_value(s, name)) for name in STRATEGY_FIELDS}
         return cls(
-            tp=s.tp, pp=s.pp, dp=dp, cp=s.cp, cp_all_to_all=float(s.cp_comm is ContextParallel.ALL_TO_ALL),
-            vpp=s.vpp, schedule=_SCHEDULE_CODE[s.pipeline_schedule],
+            **coded, dp=dp, schedule=SCHEDULE.code(s.pipeline_schedule),
             first_stage_layers=s.first_stage_layers or 0, last_stage_layers=s.last_stage_layers or 0,
-            micro_batch=s.micro_batch, sequence_parallel=float(s.sequence_parallel),
-            recompute=_RECOMPUTE_CODE[s.recompute], zero=int(s.zero),
-            overlap_dp=float(s.overlap.dp_grad_reduce), overlap_tp=float(s.overlap.tp_comm),
-            overlap_param_gather=float(s.overlap.param_gather),
-            offload_weights=float(s.offload.weights), offload_activations=float(s.offload.activations),
-            offload_optimizer=float(s.offload.optimizer), precision=PRECISIONS.index(s.precision),
-            pp_scatter_gather=float(s.pp_scatter_gather), attention=_ATTENTION_CODE[s.attention],
-            ep=s.ep, etp=s.etp, pp_inner=float(s.rank_order is RankOrder.PP_INNER),
-            overlap_ep=float(s.overlap.ep_comm), imbalance=s.routing.imbalance,
-            capacity_factor=s.routing.capacity_factor or 0.0, pad_to_capacity=float(s.routing.pad_to_capacity),
-            dispatch_fp8=float(s.routing.dispatch_fp8),
+            etp=s.etp, imbalance=s.routing.imbalance, capacity_factor=s.routing.capacity_factor or 0.0,
+            pad_to_capacity=float(s.routing.pad_to_capacity), dispatch_fp8=float(s.routing.dispatch_fp8),
             **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
         )
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.numerics import Array, minimum, where
+from armillary.plan.codes import RANK_ORDER_PP_INNER
 
 
 @dataclass(frozen=True)
@@ -38,17 +39,18 @@ def _place(size: Array, stride: Array, devices_per_node: Array) -> Placement:
 
 
 def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array, cp: Array = 1.0,
-                 pp_inner: Array = 0.0) -> tuple[Placement, ...]:
+                 rank_order: Array = 0.0) -> tuple[Placement, ...]:
     """Placements of the (tp, gradient, pp, cp) groups. Ranks are numbered tp -> cp -> dp -> pp
-    (Megatron's order), or tp -> cp -> pp -> dp with `pp_inner` (`RankOrder`): a group's stride is the
+    (Megatron's order), or tp -> cp -> pp -> dp (`rank_order` coded as `plan.codes.RANK_ORDER`): a group's stride is the
     product of the degrees numbered before it. The gradient group is the dp x cp ranks that hold the
     same parameters: its ranks in one node are those of its cp part times those of its dp part."""
     tp_group = Placement(size=tp, per_node=minimum(tp, devices_per_node))
     cp_group = _place(cp, tp, devices_per_node)
     inner = _place(cp * dp, tp, devices_per_node)  # cp and dp adjacent: one group of stride tp
     split = cp_group.per_node * _place(dp, tp * cp * pp, devices_per_node).per_node  # pp between cp and dp
-    gradient = Placement(size=cp * dp, per_node=where(pp_inner > 0, split, inner.per_node))
-    pp_group = _place(pp, where(pp_inner > 0, tp * cp, tp * cp * dp), devices_per_node)
+    pp_inner = rank_order == RANK_ORDER_PP_INNER
+    gradient = Placement(size=cp * dp, per_node=where(pp_inner, split, inner.per_node))
+    pp_group = _place(pp, where(pp_inner, tp * cp, tp * cp * dp), devices_per_node)
     return tp_group, gradient, pp_group, cp_group
 
 
