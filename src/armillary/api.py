@@ -19,6 +19,7 @@ from armillary.errors import SpecError
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.run import estimate_run
+from armillary.plan.arrays import ModelArrays
 from armillary.plan.layout import data_parallel
 from armillary.search.inference import InferenceSearchResult, InferenceSpace, search_inference
 from armillary.search.run import Executor, Objective, SearchResult, serial
@@ -31,7 +32,6 @@ from armillary.serving.trace import Trace, load_trace, poisson_trace
 from armillary.simulate.inference import InferenceSimulation, simulate_inference
 from armillary.simulate.run import SimulationResult, simulate_training
 from armillary.simulate.schedules import PipelineSchedule
-from armillary.specs.arrays import ModelArrays
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_model, load_spec, load_strategy, load_system, load_workload
 from armillary.specs.model import Model
