@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from armillary.comm.collectives import collective, send_recv
-from armillary.comm.placement import Placement
 from armillary.errors import SpecError
+from armillary.plan.placement import Placement
 from armillary.simulate.chakra import CollectiveCommType, NodeType, read_chakra, schema, write_chakra
 from armillary.simulate.chakra.schema import AttributeProto, GlobalMetadata, Node
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier

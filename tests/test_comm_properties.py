@@ -7,7 +7,7 @@ from hypothesis import strategies as hs
 
 from armillary.comm.algorithms import PROTOCOLS, dimension_cost
 from armillary.comm.collectives import collective
-from armillary.comm.placement import Placement
+from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
 from armillary.specs.system import Network
@@ -167,7 +167,7 @@ def test_bandwidth_sweep_matches_respecified_networks():
 
 def test_uneven_group_layouts_are_costed_by_their_even_sub_layout():
     """6 data-parallel ranks at stride 2 on 8-GPU nodes sit as 4 + 2: costed as 3 nodes of 2."""
-    from armillary.comm.placement import place_groups
+    from armillary.plan.placement import place_groups
 
     _, dp, _, _ = place_groups(2, 6, 4, 8)
     assert (float(dp.size), float(dp.per_node), float(dp.nodes)) == (6.0, 2.0, 3.0)

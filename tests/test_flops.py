@@ -4,7 +4,7 @@ import pytest
 
 from armillary import Strategy, Training, estimate
 from armillary.estimate.training import model_flop_per_iteration
-from armillary.specs.arrays import ModelArrays, TrainingArrays
+from armillary.plan.arrays import ModelArrays, TrainingArrays
 
 
 def test_model_flops_korthikanti(gpt175b):

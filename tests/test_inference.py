@@ -11,7 +11,7 @@ from armillary.api import estimate, parameters
 from armillary.cost.compute import hbm_rate
 from armillary.errors import SpecError
 from armillary.estimate.inference import replica_model
-from armillary.specs.arrays import ModelArrays
+from armillary.plan.arrays import ModelArrays
 from armillary.specs.loading import load_model, load_strategy, load_system
 from armillary.specs.workload import Inference
 from armillary.validation.run import summarize, validate

@@ -14,8 +14,8 @@ from armillary import estimate
 from armillary.estimate.pipeline import stage_dense_layers
 from armillary.estimate.result import ParallelDimension
 from armillary.estimate.training import estimate_training, model_flop_per_iteration
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.presets.registry import preset_names
-from armillary.specs.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.communication import Collective
 from armillary.specs.huggingface import from_huggingface
 from armillary.specs.loading import load_model, load_system

@@ -122,7 +122,7 @@ def test_fully_connected_pairs_use_one_link():
     import numpy as np
 
     from armillary.comm.collectives import collective
-    from armillary.comm.placement import Placement
+    from armillary.plan.placement import Placement
     from armillary.specs.communication import Collective
 
     system = load_system("mi300x-8")

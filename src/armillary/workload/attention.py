@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from armillary.numerics import Array, maximum, minimum, where
-from armillary.specs.arrays import ModelArrays
+from armillary.plan.arrays import ModelArrays
 from armillary.workload.ops import Op
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armillary.numerics import Array, minimum, where
-from armillary.specs.arrays import ModelArrays
+from armillary.plan.arrays import ModelArrays
 from armillary.workload.ops import Op, gemm, grouped, stream
 
 

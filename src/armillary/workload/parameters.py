@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armillary.numerics import Array, where
-from armillary.specs.arrays import ModelArrays
+from armillary.plan.arrays import ModelArrays
 
 
 @dataclass(frozen=True)

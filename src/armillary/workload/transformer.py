@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.numerics import Array, where
-from armillary.specs.arrays import ModelArrays
+from armillary.plan.arrays import ModelArrays
 from armillary.workload.attention import fused_attention_op
 from armillary.workload.ops import Op, gemm, stream
 
