@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from armillary import estimate
-from armillary.estimate.pipeline import stage_dense_layers
 from armillary.estimate.result import ParallelDimension
 from armillary.estimate.training import estimate_training, model_flop_per_iteration
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.layout import stage_dense_layers
 from armillary.presets.registry import preset_names
 from armillary.specs.communication import Collective
 from armillary.specs.huggingface import from_huggingface

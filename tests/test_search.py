@@ -10,14 +10,15 @@ from hypothesis import strategies as hs
 
 from armillary.api import estimate
 from armillary.errors import SpecError
-from armillary.plan.arrays import ModelArrays
+from armillary.estimate.feasibility import training_checks
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.layout import data_parallel
 from armillary.search.run import Objective, process_pool, search
 from armillary.search.space import (
     StrategySpace,
     memory_floor,
     point_strategy,
     resolve_axes,
-    structurally_valid,
     time_floor,
 )
 from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
@@ -32,17 +33,22 @@ def brute_force(space, workload, objective, k, model=MODEL, system=SYSTEM):
     """Every point of the unpruned space through `estimate`, one at a time: (value, strategy) of the k
     best, and the count of points whose degrees divide."""
     axes = resolve_axes(space, model, system.devices, system.devices_per_node)
-    m = ModelArrays.of(model)
-    coded = axes.decode(0, axes.size)
-    valid = structurally_valid(coded, m, system.devices, workload.global_batch)
-    scored = []
-    for i in np.flatnonzero(valid):
-        strategy = point_strategy(BASE, axes.point(int(i)))
+    m, w = ModelArrays.of(model), TrainingArrays.of(workload)
+    scored, valid = [], 0
+    for i in range(axes.size):
+        try:
+            strategy = point_strategy(BASE, axes.point(i))
+        except ValueError:  # a strategy the spec refuses (e.g. sequence parallelism without tp)
+            continue
+        checks = training_checks(m, StrategyArrays.of(strategy, data_parallel(strategy, system)), w, system.devices)
+        if not all(bool(c.ok) for c in checks):
+            continue
+        valid += 1
         r = estimate(model, system, strategy, workload)
         if r.feasible:
-            scored.append((float(r.step_time_s if objective is Objective.TIME else r.memory_hbm.total), int(i),
+            scored.append((float(r.step_time_s if objective is Objective.TIME else r.memory_hbm.total), i,
                            strategy))
-    return [(v, st) for v, _, st in sorted(scored, key=lambda x: x[:2])[:k]], int(valid.sum())
+    return [(v, st) for v, _, st in sorted(scored, key=lambda x: x[:2])[:k]], valid
 
 
 @settings(max_examples=6, deadline=None)

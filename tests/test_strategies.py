@@ -68,7 +68,7 @@ def test_interleaving_shrinks_the_bubble():
 
 def test_first_stage_layers_alone_spreads_the_rest_over_the_other_stages():
     """80 layers, pp 4, first stage 2: the other three stages hold 26 each (Megatron's semantics)."""
-    from armillary.estimate.pipeline import stage_layers
+    from armillary.plan.layout import stage_layers
 
     assert [float(x) for x in stage_layers(80, 4, 2, 0)] == [2, 26, 26]
     assert [float(x) for x in stage_layers(80, 4, 2, 2)] == [2, 38, 2]

@@ -1,26 +1,44 @@
-"""Is a configuration runnable? Degrees that do not divide, and memory that does not fit.
+"""Is a configuration runnable? Degrees that do not divide (`plan.rules`), and memory that does not fit.
 
 Returns a boolean (array) and, for a single configuration, the reasons in words.
 """
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from armillary.estimate.pipeline import microbatch_count, stage_layers
-from armillary.numerics import Array, where
+from armillary.numerics import Array, all_of
+from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.codes import SCHEDULE_INTERLEAVED
+from armillary.plan.layout import microbatch_count, stage_layers
 from armillary.specs.system import System
 from armillary.units import GIB
 
 
-def _divides(a: Array, b: Array) -> Array:
-    if not isinstance(a, np.ndarray) and not isinstance(b, np.ndarray):
-        return bool(b % a < 1e-9 and a <= b)
-    return np.asarray((np.abs(np.mod(b, a)) < 1e-9) & (a <= b))
+def training_checks(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, devices: int) -> tuple[rules.Check, ...]:
+    """Every divisibility and shape rule of a training configuration (the search's mask, the estimator's
+    feasibility): degrees against devices and shapes, experts, stages, the batch and the schedule."""
+    t, p, d, v = st.tp, st.pp, st.dp, st.vpp
+    n_first, n_mid, n_last = stage_layers(m.layers, p, st.first_stage_layers, st.last_stage_layers)
+    return (
+        rules.devices_match(t, st.cp, p, d, devices),
+        rules.cp_balances_sequence(st.cp, w.seq_len),
+        rules.tp_divides_heads(t, m.heads),
+        rules.tp_and_kv_heads(t, m.kv_heads),
+        rules.tp_divides_ffn(t, m.ffn),
+        rules.ep_divides_experts(st.ep, m.experts),
+        rules.expert_groups_fit(st.ep, st.etp, t * st.cp * d),
+        rules.etp_divides_expert_ffn(st.etp, m.experts, m.expert_ffn),
+        rules.stages_split(m.layers, n_first, n_mid, n_last, v),
+        rules.interleaving_needs_stages(v, p),
+        rules.batch_divides(st.micro_batch, d, w.global_batch),
+        rules.interleaved_microbatches(st.schedule == SCHEDULE_INTERLEAVED, p,
+                                       microbatch_count(w.global_batch, st.micro_batch, d)),
+        rules.sequence_parallel_needs_tp(st.sequence_parallel, t),
+        rules.rank_order_without_ep(st.rank_order, st.ep),
+        rules.uneven_stages_supported(st.first_stage_layers, st.last_stage_layers, p, v),
+    )
 
 
 def memory_fits(system: System, hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, Array]:
@@ -31,49 +49,16 @@ def memory_fits(system: System, hbm_bytes: Array, tier2_bytes: Array) -> tuple[A
 
 def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
           hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, tuple[str, ...]]:
-    t, p, d, v = st.tp, st.pp, st.dp, st.vpp
-    n_first, n_mid, n_last = stage_layers(m.layers, p, st.first_stage_layers, st.last_stage_layers)
-
-    def whole(x: Array) -> Array:
-        if not isinstance(x, np.ndarray):
-            return bool(abs(x - round(x)) < 1e-9)
-        return np.abs(x - np.round(x)) < 1e-9
-
-    def both(*masks: Array) -> Array:
-        if not any(isinstance(k, np.ndarray) for k in masks):
-            return all(bool(k) for k in masks)
-        return functools.reduce(np.logical_and, masks)
-
     tier2 = system.device.second_tier
     hbm_fits, tier2_fits = memory_fits(system, hbm_bytes, tier2_bytes)
-    conditions: list[tuple[Array, str]] = [
-        (np.abs(t * st.cp * p * d - system.devices) < 0.5, f"tp*cp*pp*dp must equal the {system.devices} devices"),
-        (where(st.cp > 1, _divides(2 * st.cp, w.seq_len), True),
-         "2*cp must divide the sequence (context parallelism balances causal chunks)"),
-        (_divides(t, m.heads), "tp must divide the attention heads"),
-        (np.logical_or(_divides(t, m.kv_heads), _divides(m.kv_heads, t)) if isinstance(t, np.ndarray)
-         else bool(_divides(t, m.kv_heads) or _divides(m.kv_heads, t)), "tp and kv_heads must divide one another"),
-        (_divides(t, m.ffn), "tp must divide the MLP size"),
-        (where(m.experts > 0, _divides(st.ep, m.experts), st.ep == 1),
-         "ep must divide the routed experts (and needs an MoE model)"),
-        (_divides(st.ep * st.etp, t * st.cp * d),
-         "ep*expert_tp must divide tp*cp*dp (expert layers regroup those ranks)"),
-        (where(m.experts > 0, _divides(st.etp, m.expert_ffn), True), "expert_tp must divide expert_ffn"),
-        (both(whole(n_first), whole(n_mid), whole(n_last), n_mid >= 1, n_last >= 1, _divides(v, n_mid)),
-         "pp*vpp must divide the layers (or the layers left by first/last_stage_layers)"),
-        (_divides(st.micro_batch * d, w.global_batch), "micro_batch*dp must divide the global batch"),
-        (where(st.schedule == SCHEDULE_INTERLEAVED,
-               _divides(p, microbatch_count(w.global_batch, st.micro_batch, d)), True),
-         "the interleaved schedule needs the micro-batch count to be a multiple of pp"),
-        (hbm_fits, "out of memory: the HBM needs more than its capacity"),
-        (tier2_fits,
-         "offload needs a second memory tier: the device has none" if tier2 is None else
-         "out of memory: the second tier needs more than its capacity"),
-    ]
-    feasible = both(*(c for c, _ in conditions))
+    checks = (*training_checks(m, st, w, system.devices),
+              rules.Check(hbm_fits, "out of memory: the HBM needs more than its capacity"),
+              rules.Check(tier2_fits, "offload needs a second memory tier: the device has none" if tier2 is None
+                          else "out of memory: the second tier needs more than its capacity"))
+    feasible = all_of(*(c.ok for c in checks))
     reasons: tuple[str, ...] = ()
     if not isinstance(feasible, np.ndarray):
-        reasons = tuple(text for ok, text in conditions if not bool(ok))
+        reasons = tuple(rules.failed(checks))
         if not bool(hbm_fits):
             reasons += (f"HBM: {float(hbm_bytes) / GIB:.1f} GiB needed of "
                         f"{system.device.hbm.capacity / GIB:.1f} GiB",)

@@ -26,6 +26,7 @@ from armillary.estimate.result import EndsCost, ParallelDimension
 from armillary.numerics import Array
 from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.codes import RECOMPUTE_NONE
+from armillary.plan.layout import busiest_stage_layers
 from armillary.plan.placement import Placement, place_expert_groups, place_groups
 from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import System
@@ -60,7 +61,7 @@ class ReplicaModel:
     @property
     def stage_layers(self) -> int:
         """Layers of the busiest pipeline stage."""
-        return math.ceil(float(self.m.layers) / float(self.st.pp))
+        return busiest_stage_layers(self.m.layers, self.st.pp)
 
     @property
     def cache_bytes_per_token(self) -> float:

@@ -14,6 +14,7 @@ import numpy as np
 from armillary.numerics import Array, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
+from armillary.plan.layout import rank_queries
 from armillary.workload.experts import ExpertsForward
 from armillary.workload.transformer import sequence_shards
 
@@ -81,7 +82,7 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
     `mlp_width` and `experts` as in `layer_forward` / `experts_forward` (MoE layers)."""
     h, a, dv = m.hidden, m.heads, m.value_dim
     f = m.ffn if mlp_width is None else mlp_width
-    q = s / cp
+    q = rank_queries(s, cp)
     T = b * q
     sp_div = sequence_shards(t, sp)
     # two norm inputs, QKV input, MLP input (e bytes each) + two 1-byte dropout masks

@@ -20,7 +20,7 @@ from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import data_parallel_cost
 from armillary.estimate.feasibility import check
 from armillary.estimate.layer import ExpertGroups, layer_cost, needed, recompute_modes
-from armillary.estimate.pipeline import microbatch_count, pipeline_time, stage_dense_layers, stage_layers
+from armillary.estimate.pipeline import pipeline_time
 from armillary.estimate.result import (
     CommCall,
     EndsCost,
@@ -33,6 +33,7 @@ from armillary.estimate.result import (
 )
 from armillary.numerics import Array, maximum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.layout import microbatch_count, rank_queries, stage_dense_layers, stage_layers
 from armillary.plan.placement import place_expert_groups, place_groups
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
@@ -81,7 +82,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
 
     # --- one layer of each kind, one micro-batch; embedding (first stage), LM head and loss (last stage) --
     # with context parallelism every rank works on s/cp tokens of each sequence
-    q = s / c
+    q = rank_queries(s, c)
     n_tp = tp_message_bytes(m, b, q, e)
     kv_block = b * q * m.kv_width / t * e  # one rank's K and V (ring attention)
     a2a_bytes = (b * q * m.qkv_width / t * e,

@@ -1,13 +1,24 @@
-"""The layout of a run, derived once from its strategy and system: how many data-parallel ranks, how many
-micro-batches, how many layers each pipeline stage holds, where each parallel group's ranks sit, and how
-many tokens each rank works on. Every function broadcasts over arrays (a search evaluates many layouts
-at once)."""
+"""The layout of a run, derived once from its strategy and system: data-parallel ranks, micro-batches,
+layers per pipeline stage (in each flavour a caller needs), and the tokens each rank works on. Functions
+over numbers broadcast over arrays (a search evaluates many layouts at once); the spec-level ones take
+specs. Where the ranks of each group sit is `plan.placement`.
+"""
 
 from __future__ import annotations
 
+import math
+
 from armillary.errors import SpecError
+from armillary.numerics import Array, maximum, minimum, where
+from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
+
+
+def data_parallel_degree(devices: Array, tp: Array, cp: Array, pp: Array) -> Array:
+    """Data-parallel ranks of a layout that uses every device: devices // (tp cp pp), at least 1 (a layout
+    whose degrees do not divide the devices is refused by `plan.rules.devices_match`)."""
+    return maximum(devices // (tp * cp * pp), 1)
 
 
 def data_parallel(strategy: Strategy, system: System) -> int:
@@ -17,3 +28,74 @@ def data_parallel(strategy: Strategy, system: System) -> int:
     if dp < 1:
         raise SpecError(f"strategy: tp*cp*pp = {model_parallel} exceeds the system's {system.devices} devices")
     return dp
+
+
+def microbatch_count(global_batch: Array, micro_batch: Array, dp: Array) -> Array:
+    """Micro-batches each pipeline runs per iteration: m = B / (b d) (SC'21 §3.4)."""
+    return global_batch / (micro_batch * dp)
+
+
+def rank_queries(seq_len: Array, cp: Array) -> Array:
+    """Tokens of each sequence one rank works on: context parallelism splits the sequence over cp ranks,
+    q = s / cp; attention still reads all s keys (Liu et al. 2023 §3; Megatron CP)."""
+    return seq_len / cp
+
+
+def stage_layers(layers: Array, pp: Array, first: Array, last: Array) -> tuple[Array, Array, Array]:
+    """(first, middle, last) stage layer counts, fractional where the split is uneven: what the estimator
+    prices. `first` / `last` = 0 means not given: the stages without a given count share the remaining
+    layers evenly (Megatron's --decoder-first/last-pipeline-num-layers)."""
+    given_first, given_last = first > 0, last > 0
+    others = pp - given_first * 1.0 - given_last * 1.0
+    share = (layers - first - last) / maximum(others, 1)
+    return where(given_first, first, share), share, where(given_last, last, share)
+
+
+def stage_dense_layers(dense: Array, pp: Array, n_first: Array, n_mid: Array, n_last: Array) -> tuple[
+        Array, Array, Array]:
+    """How many of the leading `dense` layers (MoE models' first-k-dense layers; all layers of a dense
+    model) each stage kind holds: the first stage takes them first; the middle stage reported is the last
+    one, with the fewest; the last stage takes what reaches it."""
+    first = minimum(dense, n_first)
+    middle = minimum(maximum(dense - n_first - maximum(pp - 3, 0) * n_mid, 0), n_mid)
+    last = minimum(maximum(dense - n_first - maximum(pp - 2, 0) * n_mid, 0), n_last)
+    return first, middle, last
+
+
+def whole_layers(layers: int, stages: int) -> list[int]:
+    """Layers per (virtual) stage in whole numbers, as the simulator runs them: an even split, the
+    remainder on the last stages."""
+    return [layers // stages + (1 if v >= stages - layers % stages else 0) for v in range(stages)]
+
+
+def busiest_stage_layers(layers: Array, pp: Array) -> int:
+    """Layers of the fullest stage of an even whole split: ceil(L / pp) (inference memory and KV cache)."""
+    return math.ceil(float(layers) / float(pp))
+
+
+def fewest_stage_layers(layers: Array, pp: Array) -> Array:
+    """Layers of the emptiest stage of an even whole split: floor(L / pp) (lower bounds of the search)."""
+    return layers // pp
+
+
+def stage_layer_kinds(model: Model, strategy: Strategy) -> list[list[bool]]:
+    """Per virtual stage (chunk c of rank s is c pp + s), its layers as the simulator runs them: True for an
+    MoE layer. Layers are split evenly in whole numbers (`whole_layers`), or as the strategy's first/last
+    stage layer counts say with the other stages sharing the rest (`stage_layers`); leading dense layers
+    come first."""
+    pp, virtual = strategy.pp, strategy.pp * strategy.vpp
+    first, last = strategy.first_stage_layers, strategy.last_stage_layers
+    if first or last:
+        n_first, share, n_last = (float(n) for n in stage_layers(model.layers, pp, first or 0, last or 0))
+        if share != int(share) or share < 1:
+            raise SpecError(f"simulate: {model.layers - (first or 0) - (last or 0)} layers do not split evenly "
+                            "over the stages without a given count")
+        counts = [int(n_first), *([int(share)] * (pp - 2)), int(n_last)]
+    else:
+        counts = whole_layers(model.layers, virtual)
+    dense = model.moe.dense_layers if model.moe is not None else model.layers
+    kinds, seen = [], 0
+    for n in counts:
+        kinds.append([seen + i >= dense for i in range(n)])
+        seen += n
+    return kinds

@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from armillary.errors import MissingExtra, SpecError
+from armillary.estimate.feasibility import training_checks
 from armillary.estimate.run import estimate_training_run
 from armillary.estimate.training import estimate_training
+from armillary.numerics import all_of
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.search.space import (
     Axes,
@@ -28,7 +30,6 @@ from armillary.search.space import (
     memory_floor,
     point_strategy,
     resolve_axes,
-    structurally_valid,
     time_floor,
 )
 from armillary.specs.model import Model
@@ -66,7 +67,8 @@ class Problem:
         st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None)
         with np.errstate(all="ignore"):  # invalid points (masked below) may divide by zero
             r = estimate_training(m, st, TrainingArrays.of(self.workload), self.system)
-        valid = np.broadcast_to(structurally_valid(coded, m, gpus, self.workload.global_batch), shape).ravel()
+        checks = training_checks(m, st, TrainingArrays.of(self.workload), gpus)
+        valid = np.broadcast_to(all_of(*(c.ok for c in checks)), shape).ravel()
         feasible = valid & np.broadcast_to(np.asarray(r.feasible, bool), shape).ravel()
         value = np.broadcast_to(np.asarray(
             r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total, float), shape).ravel()

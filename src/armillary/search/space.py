@@ -15,9 +15,11 @@ from pydantic import Field, PositiveInt
 
 from armillary.estimate.memory import model_states
 from armillary.estimate.training import model_flop_per_iteration
-from armillary.numerics import Array, minimum
+from armillary.numerics import Array, all_of, minimum
+from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.codes import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, encode, with_values
+from armillary.plan.layout import data_parallel_degree, fewest_stage_layers, stage_layers
 from armillary.specs.base import Spec
 from armillary.specs.model import Model, TokenMixer
 from armillary.specs.strategy import RankOrder, Recompute, Strategy, ZeroStage
@@ -149,7 +151,7 @@ def memory_floor(model: Model, base: Strategy, space: StrategySpace, tp: Array, 
     m = ModelArrays.of(model)
     params = count_parameters(m)
     mlp = min(float(params.dense_mlp), float(params.moe_shared)) if float(m.experts) > 0 else params.dense_mlp
-    stage_params = (model.layers // pp) * (params.attention + mlp) / tp
+    stage_params = fewest_stage_layers(model.layers, pp) * (params.attention + mlp) / tp
     st = replace(StrategyArrays.of(base, 1), dp=gpus // (tp * pp * cp), cp=cp,
                  zero=float(max(int(z) for z in space.zero)))
     states = model_states(stage_params, st)
@@ -187,20 +189,33 @@ def time_floor(model: Model, system: System, workload: Training, space: Strategy
     return (per_layer * model.layers + head) / (system.devices * peak) * (1 + (pp - 1) / (vpp * microbatches))
 
 
+def layout_checks(model: Model, base: Strategy, gpus: int, tp: Array, pp: Array, cp: Array,
+                  vpp: Array) -> tuple[rules.Check, ...]:
+    """The rules a (tp, pp, cp, vpp) layout must obey whatever the other axes: the degrees divide the GPUs,
+    tp the heads, the layers split into stages (with the base strategy's first/last stage counts) of vpp
+    chunks, interleaving needs stages."""
+    n_first, n_mid, n_last = stage_layers(model.layers, pp, base.first_stage_layers or 0, base.last_stage_layers or 0)
+    return (rules.model_parallel_divides(tp, cp, pp, gpus), rules.tp_divides_heads(tp, model.heads),
+            rules.stages_split(model.layers, n_first, n_mid, n_last, vpp), rules.interleaving_needs_stages(vpp, pp))
+
+
 def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node: int,
                  base: Strategy | None = None, hbm_bytes: float | None = None) -> Axes:
     """The axes of `space`. Two exact prunings of whole sub-spaces happen before indexing, counted in
-    `pruned`: (tp, pp, cp, vpp) layouts whose degrees cannot divide (tp x cp x pp | GPUs, heads % tp,
-    pp x vpp | layers, vpp > 1 only with pp > 1), and, given `hbm_bytes`, layouts whose `memory_floor`
-    already exceeds it."""
+    `pruned`: (tp, pp, cp, vpp) layouts that break a rule of the layout alone (`layout_checks`), and,
+    given `hbm_bytes`, layouts whose `memory_floor` already exceeds it."""
+    base = base or Strategy()
     tps = space.tp or default_tp(devices_per_node, gpus)
     pps = space.pp or _divisors(model.layers, gpus)
     every = list(itertools.product(tps, pps, space.cp, space.vpp))
-    layouts = [(t, p, c, v) for t, p, c, v in every if gpus % (t * p * c) == 0 and model.heads % t == 0
-               and (v == 1 or (p > 1 and model.layers % (p * v) == 0))]
+    layouts = []
+    if every:
+        t, p, c, v = np.array(every, dtype=float).T
+        ok = all_of(*(check.ok for check in layout_checks(model, base, gpus, t, p, c, v)))
+        layouts = [row for row, keep in zip(every, np.broadcast_to(ok, t.shape), strict=True) if keep]
     if hbm_bytes is not None and layouts:
         t, p, c = (np.array([row[k] for row in layouts], dtype=float) for k in range(3))
-        fits = np.broadcast_to(memory_floor(model, base or Strategy(), space, t, p, c, gpus) <= hbm_bytes, t.shape)
+        fits = np.broadcast_to(memory_floor(model, base, space, t, p, c, gpus) <= hbm_bytes, t.shape)
         layouts = [row for row, ok in zip(layouts, fits, strict=True) if ok]
     others = [tuple((value,) for value in getattr(space, a)) for a in _AXES]
     labels = (tuple(layouts), *others)
@@ -212,34 +227,14 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
     return Axes(names, values, labels, pruned=(len(every) - len(layouts)) * rest)
 
 
-def structurally_valid(c: dict[str, np.ndarray], m: ModelArrays, gpus: int, global_batch: int) -> np.ndarray:
-    """Points whose degrees divide (Megatron's checks): tp x cp x pp | gpus, heads % tp, pp x vpp | layers
-    with vpp > 1 only under pp > 1, sequence parallelism only with tp > 1, dp x micro_batch | global batch,
-    ep | experts and ep | dp x cp x tp, rank order tp-cp-pp-dp only without ep."""
-    model_parallel = c["tp"] * c["cp"] * c["pp"]
-    dp = gpus / model_parallel
-    ok = (np.mod(gpus, model_parallel) == 0) & (np.mod(m.heads, c["tp"]) == 0)
-    ok = ok & np.where(c["vpp"] > 1, (c["pp"] > 1) & (np.mod(m.layers, c["pp"] * c["vpp"]) == 0), True)
-    ok = ok & ((c["sequence_parallel"] == 0) | (c["tp"] > 1))
-    ok = ok & (np.mod(global_batch, np.maximum(dp, 1) * c["micro_batch"]) == 0)
-    experts = float(m.experts)
-    ok = ok & np.where(c["ep"] > 1, (experts > 0) & (np.mod(experts, c["ep"]) == 0)
-                   & (np.mod(np.maximum(dp, 1) * c["cp"] * c["tp"], c["ep"]) == 0)
-                   & (c["rank_order"] == 0), True)
-    return np.asarray(ok)
-
-
 def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, expert_tp_is_tp: bool) -> StrategyArrays:
-    """The base strategy with the chunk's axis values (arrays) in place."""
-    model_parallel = c["tp"] * c["cp"] * c["pp"]
+    """The base strategy with the chunk's axis values (coded arrays, named as StrategyArrays' fields) in
+    place; dp and the schedule follow the degrees (`plan.layout.data_parallel_degree`; interleaved when
+    vpp > 1), expert TP follows tp unless the base strategy fixes it."""
     return replace(
-        base, tp=c["tp"], pp=c["pp"], cp=c["cp"], dp=np.maximum(gpus // model_parallel, 1), vpp=c["vpp"],
+        base, **c, dp=data_parallel_degree(gpus, c["tp"], c["cp"], c["pp"]),
         schedule=np.where(c["vpp"] > 1, float(SCHEDULE_INTERLEAVED), float(SCHEDULE_1F1B)),
-        micro_batch=c["micro_batch"], sequence_parallel=c["sequence_parallel"], recompute=c["recompute"],
-        zero=c["zero"], overlap_dp=c["overlap_dp"], overlap_tp=c["overlap_tp"],
-        overlap_param_gather=c["overlap_param_gather"], offload_optimizer=c["offload_optimizer"],
-        offload_activations=c["offload_activations"], ep=c["ep"],
-        rank_order=c["rank_order"], etp=c["tp"] if expert_tp_is_tp else base.etp)
+        etp=c["tp"] if expert_tp_is_tp else base.etp)
 
 
 def point_strategy(base: Strategy, values: dict[str, Any]) -> Strategy:

@@ -21,9 +21,9 @@ from armillary.estimate.inference import decode_steps, prefill_pass, replica_mod
 from armillary.estimate.inference_result import InferenceEstimate, PassTime
 from armillary.estimate.run import estimate_inference_run
 from armillary.plan.arrays import ModelArrays
+from armillary.plan.layout import whole_layers
 from armillary.simulate.engine import Timeline, paused_gc, run
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
-from armillary.simulate.pipeline import whole_layers
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System

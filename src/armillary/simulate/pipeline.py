@@ -70,11 +70,6 @@ def build_pipeline(b: GraphBuilder, schedule: PipelineSchedule, stages: int, mic
     return [done[(s, orders[s][-1])] for s in range(stages)]
 
 
-def whole_layers(layers: int, stages: int) -> list[int]:
-    """Layers per (virtual) stage in whole numbers: an even split, the remainder on the last stages."""
-    return [layers // stages + (1 if v >= stages - layers % stages else 0) for v in range(stages)]
-
-
 def _chunk_stage(vs: int, stages: int) -> tuple[int, int]:
     return vs % stages, vs // stages
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armillary.errors import SpecError
-from armillary.estimate.pipeline import stage_layers
 from armillary.estimate.result import CommCall, ParallelDimension, StepEstimate
-from armillary.plan.layout import data_parallel
+from armillary.plan.layout import data_parallel, stage_layer_kinds
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
-from armillary.simulate.pipeline import Send, build_pipeline, whole_layers
+from armillary.simulate.pipeline import Send, build_pipeline
 from armillary.simulate.schedules import Kind, Pass, PipelineSchedule
 from armillary.specs.communication import Collective
 from armillary.specs.model import Model
@@ -69,28 +68,6 @@ def _tier(call: CommCall | None) -> Tier:
 
 def _call(est: StepEstimate, dims: tuple[ParallelDimension, ...], op: Collective | None = None) -> CommCall | None:
     return next((c for c in est.communication if c.dimension in dims and (op is None or c.operation is op)), None)
-
-
-def stage_layer_kinds(model: Model, strategy: Strategy) -> list[list[bool]]:
-    """Per virtual stage (chunk c of rank s is c pp + s), its layers: True for an MoE layer. Layers are
-    split evenly (a remainder goes to the last virtual stages), or as the strategy's first/last stage
-    layer counts say with the other stages sharing the rest; leading dense layers come first."""
-    pp, virtual = strategy.pp, strategy.pp * strategy.vpp
-    first, last = strategy.first_stage_layers, strategy.last_stage_layers
-    if first or last:
-        n_first, share, n_last = (float(n) for n in stage_layers(model.layers, pp, first or 0, last or 0))
-        if share != int(share) or share < 1:
-            raise SpecError(f"simulate: {model.layers - (first or 0) - (last or 0)} layers do not split evenly "
-                            "over the stages without a given count")
-        counts = [int(n_first), *([int(share)] * (pp - 2)), int(n_last)]
-    else:
-        counts = whole_layers(model.layers, virtual)
-    dense = model.moe.dense_layers if model.moe is not None else model.layers
-    kinds, seen = [], 0
-    for n in counts:
-        kinds.append([seen + i >= dense for i in range(n)])
-        seen += n
-    return kinds
 
 
 def training_graph(model: Model, system: System, strategy: Strategy, workload: Training, est: StepEstimate,

@@ -7,6 +7,7 @@ from typing import Self
 
 from pydantic import Field, PositiveInt, model_validator
 
+from armillary.plan import rules
 from armillary.specs.base import Spec
 
 
@@ -164,13 +165,13 @@ class Strategy(Spec):
             raise ValueError("schedule 'interleaved' needs vpp >= 2 model chunks per pipeline rank")
         if self.recompute is not Recompute.SELECTIVE and self.recompute_modules != (RecomputeModule.CORE_ATTN,):
             raise ValueError("recompute_modules apply to recompute 'selective' only")
-        if self.rank_order is RankOrder.PP_INNER and self.ep > 1:
-            raise ValueError("rank_order 'tp-cp-pp-dp' is not modeled with expert parallelism (ep > 1): "
-                             "use 'tp-cp-dp-pp'")
-        if self.sequence_parallel and self.tp == 1:
-            raise ValueError("sequence_parallel needs tp > 1")
-        if (self.first_stage_layers or self.last_stage_layers) and (self.pp < 3 or self.vpp > 1):
-            raise ValueError("first_stage_layers/last_stage_layers need pp >= 3 and vpp = 1")
+        broken = rules.failed((
+            rules.rank_order_without_ep(float(self.rank_order is RankOrder.PP_INNER), self.ep),
+            rules.sequence_parallel_needs_tp(float(self.sequence_parallel), self.tp),
+            rules.uneven_stages_supported(self.first_stage_layers or 0, self.last_stage_layers or 0, self.pp,
+                                          self.vpp)))
+        if broken:
+            raise ValueError(broken[0])
         return self
 
     @property

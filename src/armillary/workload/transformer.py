@@ -15,6 +15,7 @@ import numpy as np
 
 from armillary.numerics import Array, where
 from armillary.plan.arrays import ModelArrays
+from armillary.plan.layout import rank_queries
 from armillary.workload.attention import fused_attention_op
 from armillary.workload.ops import Op, gemm, stream
 
@@ -78,7 +79,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     """
     h, a, kv, dh, dv = m.hidden, m.heads, m.kv_heads, m.head_dim, m.value_dim
     f = m.ffn if mlp_width is None else mlp_width
-    q = s / cp  # this rank's queries (tokens)
+    q = rank_queries(s, cp)  # this rank's queries (tokens)
     T = b * q
     T_norm = T / sequence_shards(t, sp)  # with sequence parallelism norms and dropouts see s/t tokens
     gated = m.mlp_matrices - 2

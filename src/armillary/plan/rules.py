@@ -1,0 +1,116 @@
+"""Every divisibility and shape rule a configuration must obey, written once, with its message.
+
+Each rule is a predicate over numbers that takes floats (one configuration) or arrays (a search's
+points) alike. The Strategy spec's validation, the estimator's feasibility check, the search's masks and
+layout pruning, inference and the simulator all call these. This module depends on `numerics` alone, so
+every layer may call it, the specs' validators included (choices arrive as flags: "is interleaved").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armillary.numerics import Array, all_of, any_of, divides, where, whole
+
+
+@dataclass(frozen=True)
+class Check:
+    """A rule's verdict (a boolean, or a boolean array over a search's points) and what it requires."""
+
+    ok: Array
+    message: str
+
+
+# --- degrees against the devices ---------------------------------------------------------------------
+def devices_match(tp: Array, cp: Array, pp: Array, dp: Array, devices: int) -> Check:
+    return Check(abs(tp * cp * pp * dp - devices) < 0.5, f"tp*cp*pp*dp must equal the {devices} devices")
+
+
+def model_parallel_divides(tp: Array, cp: Array, pp: Array, devices: int) -> Check:
+    """A layout that uses every device with whole data-parallel replicas (Megatron's world-size check)."""
+    return Check(divides(tp * cp * pp, devices), f"tp x cp x pp must divide the {devices} devices")
+
+
+def replica_fits(tp: Array, pp: Array, devices: int) -> Check:
+    """Inference: one tp x pp model replica needs that many devices."""
+    return Check(tp * pp <= devices, f"tp x pp must not exceed the {devices} devices")
+
+
+# --- degrees against the model's shapes ----------------------------------------------------------------
+def tp_divides_heads(tp: Array, heads: Array) -> Check:
+    return Check(divides(tp, heads), "tp must divide the attention heads")
+
+
+def tp_and_kv_heads(tp: Array, kv_heads: Array) -> Check:
+    """Each rank holds whole KV heads, or a KV head is replicated over whole groups of ranks."""
+    return Check(any_of(divides(tp, kv_heads), divides(kv_heads, tp)), "tp and kv_heads must divide one another")
+
+
+def tp_divides_ffn(tp: Array, ffn: Array) -> Check:
+    return Check(divides(tp, ffn), "tp must divide the MLP size")
+
+
+def cp_balances_sequence(cp: Array, seq_len: Array) -> Check:
+    """Context parallelism cuts each sequence into 2 cp chunks, two per rank, to balance the causal mask
+    (Megatron CP's load balancing)."""
+    return Check(where(cp > 1, divides(2 * cp, seq_len), True),
+                 "2*cp must divide the sequence (context parallelism balances causal chunks)")
+
+
+def stages_split(layers: Array, first: Array, mid: Array, last: Array, vpp: Array) -> Check:
+    """Whole layers on every stage (`plan.layout.stage_layers`), at least one on the middle and last
+    stages, and the middle stages' layers in vpp whole model chunks."""
+    return Check(all_of(whole(first), whole(mid), whole(last), mid >= 1, last >= 1, divides(vpp, mid)),
+                 "pp*vpp must divide the layers (or the layers left by first/last_stage_layers)")
+
+
+# --- mixture of experts ----------------------------------------------------------------------------------
+def ep_divides_experts(ep: Array, experts: Array) -> Check:
+    return Check(where(experts > 0, divides(ep, experts), ep == 1),
+                 "ep must divide the routed experts (and needs an MoE model)")
+
+
+def expert_groups_fit(ep: Array, etp: Array, ranks: Array, what: str = "tp*cp*dp") -> Check:
+    """Expert layers regroup `ranks` (training: the tp x cp x dp ranks of a stage; inference: a replica's
+    tp ranks) as expert-tp x ep x expert-dp (Megatron-Core's MoE parallel folding)."""
+    return Check(divides(ep * etp, ranks), f"ep*expert_tp must divide {what} (expert layers regroup those ranks)")
+
+
+def etp_divides_expert_ffn(etp: Array, experts: Array, expert_ffn: Array) -> Check:
+    return Check(where(experts > 0, divides(etp, expert_ffn), True), "expert_tp must divide expert_ffn")
+
+
+# --- the batch and the pipeline schedule -----------------------------------------------------------------
+def batch_divides(micro_batch: Array, dp: Array, global_batch: Array) -> Check:
+    return Check(divides(micro_batch * dp, global_batch), "micro_batch*dp must divide the global batch")
+
+
+def interleaved_microbatches(interleaved: Array, pp: Array, microbatches: Array) -> Check:
+    """Megatron's interleaved 1F1B runs micro-batches in groups of pp (SC'21 §2.2.2)."""
+    return Check(where(interleaved, divides(pp, microbatches), True),
+                 "the interleaved schedule needs the micro-batch count to be a multiple of pp")
+
+
+def interleaving_needs_stages(vpp: Array, pp: Array) -> Check:
+    return Check(any_of(vpp == 1, pp > 1), "vpp > 1 (model chunks per pipeline rank) needs pp > 1")
+
+
+# --- the strategy's own fields ---------------------------------------------------------------------------
+def sequence_parallel_needs_tp(sequence_parallel: Array, tp: Array) -> Check:
+    return Check(any_of(sequence_parallel == 0, tp > 1), "sequence_parallel needs tp > 1")
+
+
+def rank_order_without_ep(pp_inner: Array, ep: Array) -> Check:
+    """`pp_inner`: the rank order tp-cp-pp-dp (`RankOrder.PP_INNER`)."""
+    return Check(any_of(pp_inner == 0, ep == 1),
+                 "rank_order 'tp-cp-pp-dp' is not modeled with expert parallelism (ep > 1): use 'tp-cp-dp-pp'")
+
+
+def uneven_stages_supported(first: Array, last: Array, pp: Array, vpp: Array) -> Check:
+    return Check(any_of(all_of(first == 0, last == 0), all_of(pp >= 3, vpp == 1)),
+                 "first_stage_layers/last_stage_layers need pp >= 3 and vpp = 1")
+
+
+def failed(checks: tuple[Check, ...] | list[Check]) -> list[str]:
+    """The messages of the checks a single configuration fails."""
+    return [c.message for c in checks if not bool(c.ok)]
