@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from armillary.api import estimate, parameters
-from armillary.cost.compute import hbm_rate
 from armillary.errors import SpecError
 from armillary.estimate.inference import replica_model
 from armillary.plan.arrays import ModelArrays
@@ -66,7 +65,7 @@ def test_decode_at_batch_one_is_memory_bound_at_weights_over_bandwidth():
     r = estimate("llama2-7b", "dgx-h100", FLASH, {"kind": "inference", "input_len": 16, "output_len": 65}, gpus=1)
     device = load_system("dgx-h100", 1).device
     layer_weights = (parameters("llama2-7b") - 2 * 32000 * 4096) * 2  # all but embedding and LM head, bf16
-    floor = layer_weights / hbm_rate(device)
+    floor = layer_weights / device.hbm.rate
     launches = 8 * 32 * device.kernel_overhead  # GEMMs and element-wise kernels of 32 layers: 11%
     assert floor < r.decode.layers / 64 <= 1.01 * (floor + launches)  # the layers stream their weights
     assert floor < r.tpot_s < 1.25 * floor  # plus head, attention and launch overheads

@@ -8,12 +8,12 @@ here; the search and the simulators take them through it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from armillary.comm.algorithms import PROTOCOLS, Algorithm, Collective, DimensionCost, dimension_cost
-from armillary.cost.compute import hbm_rate
 from armillary.numerics import Array, maximum
 from armillary.plan.placement import Placement
 from armillary.specs.system import Network, System
@@ -38,6 +38,17 @@ class CommCost:
     __rmul__ = __mul__
 
 
+NO_COMM = CommCost(0.0, 0.0, 0.0)
+
+
+def needed(cost: Callable[[], CommCost], used: Array) -> CommCost:
+    """A collective only where it is used: skipped for a single configuration that does not use it, zeroed
+    at the points of a sweep that do not (so callers never add the cost of an unused call)."""
+    if isinstance(used, np.ndarray):
+        return cost() * np.where(used, 1.0, 0.0)
+    return cost() if used else NO_COMM
+
+
 @dataclass(frozen=True)
 class CollectiveResult:
     """A collective's cost and, per tier, the algorithm and protocol chosen."""
@@ -56,7 +67,7 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
     across on n/per_node, then inside on n; reduce-scatter mirrors it; all-to-all splits its bytes between
     the tiers and runs both at once (formulas.md §1.2, NIC-bound two-level estimate). The per-device
     bandwidths of the tiers may be given as arrays to sweep them."""
-    up, out, rate = system.scale_up, system.scale_out, hbm_rate(system.device)
+    up, out, rate = system.scale_up, system.scale_out, system.device.hbm.rate
     p_in, nodes, p = group.per_node, group.nodes, group.size
     if algorithm is not Algorithm.AUTO and not isinstance(p, np.ndarray):
         crossed = [tier for tier, ranks in ((up, p_in), (out, nodes)) if float(ranks) > 1]
@@ -167,7 +178,7 @@ def all_reduce(n_bytes: Array, group: Placement, system: System) -> CommCost:
 
 def send_recv(n_bytes: Array, crosses_nodes: Array, system: System) -> CommCost:
     """Point-to-point transfer on the tier it crosses (formulas.md §1.1), with its best protocol."""
-    rate = hbm_rate(system.device)
+    rate = system.device.hbm.rate
 
     def on(tier: Network) -> Array:
         return dimension_cost(Collective.SEND_RECV, n_bytes, 2.0, tier, rate).time
@@ -195,7 +206,7 @@ def all_to_all_matrix(matrix: np.ndarray, group: Placement, system: System) -> C
     other = node[:, None] != node[None, :]
     busiest_in = np.maximum((m * same).sum(axis=1), (m * same).sum(axis=0))
     busiest_out = np.maximum((m * other).sum(axis=1), (m * other).sum(axis=0))
-    rate = hbm_rate(system.device)
+    rate = system.device.hbm.rate
     nodes = p / per_node
     # the uniform all-to-all of n bytes sends (k-1)/k n per rank: find the n with this rank's busiest load
     inside = dimension_cost(Collective.ALL_TO_ALL, busiest_in * per_node / max(per_node - 1, 1), float(per_node),

@@ -11,7 +11,7 @@ import numpy as np
 from armillary.numerics import Array, where
 from armillary.plan.codes import PRECISION
 from armillary.specs.strategy import TrainingPrecision
-from armillary.specs.system import Device, MemoryTier, Precision
+from armillary.specs.system import Device, Precision
 from armillary.workload.ops import Op
 
 # GEMM precision of each training recipe (fp32 training runs its GEMMs in TF32 where the device has it).
@@ -97,14 +97,6 @@ def addition_time(op: Op, nonzero: Array, device: Device) -> Array:
 
 def stream_time(bytes_moved: Array, device: Device) -> Array:
     """Time to stream `bytes_moved` through HBM (optimizer step, element-wise passes)."""
-    return bytes_moved / hbm_rate(device)
+    return bytes_moved / device.hbm.rate
 
 
-def hbm_rate(device: Device) -> float:
-    """Achievable HBM bytes/s."""
-    return tier_rate(device.hbm)
-
-
-def tier_rate(tier: MemoryTier) -> float:
-    """Achievable bytes/s of a memory tier: its bandwidth derated by its streaming efficiency."""
-    return tier.efficiency * tier.bandwidth

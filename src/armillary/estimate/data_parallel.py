@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from armillary.comm.collectives import all_gather, all_reduce, reduce_scatter
+from armillary.comm.collectives import all_gather, all_reduce, needed, reduce_scatter
+from armillary.comm.overlap import exposed
 from armillary.estimate import memory as mem
-from armillary.estimate.layer import exposed, needed
 from armillary.estimate.result import CommCall, ParallelDimension
 from armillary.numerics import Array, where
 from armillary.plan.arrays import StrategyArrays

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from armillary.comm.collectives import all_gather, send_recv
+from armillary.comm.collectives import all_gather, needed, send_recv
 from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.errors import SpecError
 from armillary.estimate import memory as mem
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
-from armillary.estimate.layer import ExpertGroups, layer_cost, needed
+from armillary.estimate.layer import ExpertGroups, layer_cost
 from armillary.estimate.result import EndsCost, ParallelDimension
 from armillary.numerics import Array
 from armillary.plan.arrays import ModelArrays, StrategyArrays

@@ -8,12 +8,12 @@ Recomputation re-runs the forward (full) or the attention core (selective; Korth
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.collectives import CommCost, all_gather, all_reduce, collective, reduce_scatter, send_recv
+from armillary.comm.collectives import NO_COMM, all_gather, all_reduce, collective, needed, reduce_scatter, send_recv
+from armillary.comm.overlap import exposed
 from armillary.cost.compute import addition_time, fused_attention_time, kernel_times
 from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
 from armillary.numerics import Array, maximum, where
@@ -44,12 +44,6 @@ def _module_recompute(st: StrategyArrays, parts: tuple[tuple[Array, Array, Array
     time) of a module's forward (Megatron-Core --recompute-modules)."""
     on = [where(st.recompute == RECOMPUTE_SELECTIVE, flag, 0.0) for flag, *_ in parts]
     return PassCost(*(sum(o * part[i] for o, part in zip(on, parts, strict=True)) for i in (1, 2, 3)))
-
-
-def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
-    """Communication left on the critical path: all of it (overlap 0), or what compute cannot hide
-    (overlap 1): max(0, T_comm - T_overlappable) (formulas.md §2.3)."""
-    return maximum(0.0, comm - overlap * hidden_behind)
 
 
 @dataclass(frozen=True)
@@ -224,16 +218,3 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
         CommCall.of(ParallelDimension.ETP, Collective.REDUCE_SCATTER, passes * (st.etp > 1), gathered, scatter),
     )
     return exposed(per_pass, forward_s, st.overlap_ep), exposed(per_pass, backward_s, st.overlap_ep), calls
-
-
-
-
-NO_COMM = CommCost(0.0, 0.0, 0.0)
-
-
-def needed(cost: Callable[[], CommCost], used: Array) -> CommCost:
-    """A collective only where it is used: skipped for a single configuration that does not use it, zeroed
-    at the points of a sweep that do not (so callers never add the cost of an unused call)."""
-    if isinstance(used, np.ndarray):
-        return cost() * np.where(used, 1.0, 0.0)
-    return cost() if used else NO_COMM

@@ -14,12 +14,12 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from armillary.comm.collectives import all_gather, send_recv
-from armillary.cost.compute import matrix_peak, stream_time, tier_rate
+from armillary.comm.collectives import all_gather, needed, send_recv
+from armillary.cost.compute import matrix_peak, stream_time
 from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import data_parallel_cost
 from armillary.estimate.feasibility import check
-from armillary.estimate.layer import ExpertGroups, layer_cost, needed, recompute_modes
+from armillary.estimate.layer import ExpertGroups, layer_cost, recompute_modes
 from armillary.estimate.pipeline import pipeline_time
 from armillary.estimate.result import (
     CommCall,
@@ -185,7 +185,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     updated = dense_local / mem.zero_shards(st, 1) + experts_local / mem.zero_shards(st, 1, edp)
     adam_bytes = updated * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, st.precision)
     tier2 = device.second_tier
-    tier2_bw = tier_rate(tier2) if tier2 is not None else np.inf
+    tier2_bw = tier2.rate if tier2 is not None else np.inf
     optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
 
     compute_total = microbatches * (crit.compute + crit.recompute)

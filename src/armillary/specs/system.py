@@ -61,6 +61,11 @@ class MemoryTier(Spec):
     bandwidth: BytesPerSecond = Field(description="bandwidth between this tier and the compute units")
     efficiency: Fraction = Field(0.85, description="achievable fraction of the bandwidth for streams")
 
+    @property
+    def rate(self) -> float:
+        """Achievable bytes/s for streams: the bandwidth derated by the streaming efficiency."""
+        return self.efficiency * self.bandwidth
+
 
 class Device(Spec):
     """One accelerator: per-precision peak rates, efficiency curves and memory tiers."""

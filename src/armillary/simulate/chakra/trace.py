@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from armillary.comm.collectives import collective, send_recv
-from armillary.cost.compute import tier_rate
 from armillary.errors import SpecError
 from armillary.plan.placement import Placement
 from armillary.simulate.chakra.schema import (
@@ -373,7 +372,7 @@ def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: 
         if micros_ns == 0 and size > 0:
             device = _need(system).device
             tier = device.second_tier or device.hbm
-            duration = _seconds_ns(size / tier_rate(tier))
+            duration = _seconds_ns(size / tier.rate)
         return Task(node.name, TaskKind.MEMORY, Category.OFFLOAD, (rank,), stream, duration, deps, Tier.MEMORY, size)
     flop = float(a.get("num_ops", 0)) if node.type == NodeType.COMP_NODE else 0.0
     if node.type != NodeType.COMP_NODE:
