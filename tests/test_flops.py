@@ -3,7 +3,7 @@
 import pytest
 
 from armillary import Strategy, Training, estimate
-from armillary.estimate.training import model_flop_per_iteration
+from armillary.estimate.flops import model_flop_per_iteration
 from armillary.plan.arrays import ModelArrays, TrainingArrays
 
 

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from armillary import estimate
+from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.result import ParallelDimension
-from armillary.estimate.training import estimate_training, model_flop_per_iteration
+from armillary.estimate.training import estimate_training
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import stage_dense_layers
 from armillary.presets.registry import preset_names

@@ -157,7 +157,7 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     cache = w.kv_cache.precision.bytes if w.kv_cache.precision is not None else e
     if w.kv_cache.tier2_fraction > 0 and system.device.second_tier is None:
         raise SpecError(f"workload.kv_cache.tier2_fraction: the device {system.device.name} has no second memory tier")
-    tp_group = place_groups(st.tp, 1.0, st.pp, system.devices_per_node)[0]
+    tp_group = place_groups(st.tp, 1.0, st.pp, system.devices_per_node).tp
     groups = None
     if moe:
         etp_group, ep_group, _ = place_expert_groups(st.etp, st.ep, st.tp / (st.ep * st.etp), system.devices_per_node)

@@ -50,7 +50,9 @@ class LayerCost:
 
     @property
     def tp_s(self) -> Array:
-        return self.tp_forward_s + self.tp_backward_s
+        """TP / SP collectives left exposed per micro-batch: forward, recomputed forward and backward (as
+        `cp_s` and `ep_s`)."""
+        return self.tp_forward_s + self.tp_recompute_s + self.tp_backward_s
 
     @property
     def cp_s(self) -> Array:
@@ -62,7 +64,8 @@ class LayerCost:
 
     @property
     def total_s(self) -> Array:
-        return self.compute_s + self.recompute.time_s + self.tp_recompute_s + self.tp_s + self.cp_s + self.ep_s
+        return (self.compute_s + self.recompute.time_s + self.tp_recompute_s + (self.tp_forward_s + self.tp_backward_s)
+                + self.cp_s + self.ep_s)
 
 
 @dataclass(frozen=True)

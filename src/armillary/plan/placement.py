@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,8 +39,17 @@ def _place(size: Array, stride: Array, devices_per_node: Array) -> Placement:
     return Placement(size=size, per_node=per_node)
 
 
+class Groups(NamedTuple):
+    """Where the ranks of each parallel group of a layer sit."""
+
+    tp: Placement
+    gradient: Placement  # the dp x cp ranks that hold the same parameters (gradient reduction, ZeRO)
+    pp: Placement
+    cp: Placement
+
+
 def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array, cp: Array = 1.0,
-                 rank_order: Array = 0.0) -> tuple[Placement, ...]:
+                 rank_order: Array = 0.0) -> Groups:
     """Placements of the (tp, gradient, pp, cp) groups. Ranks are numbered tp -> cp -> dp -> pp
     (Megatron's order), or tp -> cp -> pp -> dp (`rank_order` coded as `plan.codes.RANK_ORDER`): a group's stride is the
     product of the degrees numbered before it. The gradient group is the dp x cp ranks that hold the
@@ -51,7 +61,7 @@ def place_groups(tp: Array, dp: Array, pp: Array, devices_per_node: Array, cp: A
     pp_inner = rank_order == RANK_ORDER_PP_INNER
     gradient = Placement(size=cp * dp, per_node=where(pp_inner, split, inner.per_node))
     pp_group = _place(pp, where(pp_inner, tp * cp, tp * cp * dp), devices_per_node)
-    return tp_group, gradient, pp_group, cp_group
+    return Groups(tp_group, gradient, pp_group, cp_group)
 
 
 def place_expert_groups(etp: Array, ep: Array, edp: Array, devices_per_node: Array) -> tuple[Placement, ...]:

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field, PositiveInt
 
+from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.memory import model_states
-from armillary.estimate.training import model_flop_per_iteration
 from armillary.numerics import Array, all_of, minimum
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays

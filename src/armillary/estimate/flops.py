@@ -1,0 +1,45 @@
+"""Model FLOPs of a training iteration (no recomputation), the numerator of MFU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from armillary.numerics import Array
+from armillary.plan.arrays import ModelArrays, TrainingArrays
+from armillary.workload.experts import experts_forward
+from armillary.workload.transformer import layer_forward
+
+
+@dataclass(frozen=True)
+class ModelFlop:
+    """Model FLOPs of one iteration, whole cluster (no recomputation)."""
+
+    layers: Array  # forward + backward of all layers
+    head: Array  # LM head, forward + backward
+    attention_core: Array  # forward of the attention core of all layers (what selective recompute re-runs)
+
+    @property
+    def total(self) -> Array:
+        return self.layers + self.head
+
+
+def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays,
+                             dense_layer: tuple[Array, Array] | None = None) -> ModelFlop:
+    """3 x forward (backward = 2 x forward) of all layers and the LM head. For GPT:
+    72 B L s h^2 (1 + s/(6h) + V/(12 h L)) (Korthikanti et al. 2022, App. A). An MoE layer counts its
+    router, shared experts and top_k routed experts per token (the active parameters). `dense_layer`: the
+    (all GEMMs, attention core) forward FLOPs of one dense layer for the whole batch, when known."""
+    B, s = w.global_batch, w.seq_len
+    if dense_layer is None:
+        fw = layer_forward(m, B, s, 1.0, 0.0, 2.0)
+        dense_layer = sum(op.flop for op in fw.gemms), sum(op.flop for op in fw.core_gemms)
+    dense, core = dense_layer
+    moe: Array = 0.0
+    if isinstance(m.experts, np.ndarray) or m.experts > 0:
+        moe_fw = layer_forward(m, B, s, 1.0, 0.0, 2.0, mlp_width=m.shared_ffn)
+        routed = experts_forward(m, B * s, 1.0, 1.0, 1.0, 2.0, 2.0)
+        moe = sum(op.flop for op in (*moe_fw.gemms, routed.router, routed.experts_in, routed.experts_out))
+    layers = 3 * (m.dense_layers * dense + m.moe_layers * moe)
+    return ModelFlop(layers=layers, head=3 * 2 * B * s * m.hidden * m.vocab, attention_core=m.layers * core)

@@ -1,0 +1,103 @@
+"""Pipeline stages of a training step: which layers each stage kind holds (the first, a middle and the last
+stage), the time one micro-batch spends on each by component, the slowest (critical) stage, and the
+memory of the fullest one. Every function broadcasts over a sweep."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from armillary.estimate.result import MemoryBreakdown
+from armillary.numerics import Array, maximum, where
+from armillary.plan.layout import stage_dense_layers, stage_layers
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """Time of one micro-batch through a set of layers or kernels, by component."""
+
+    compute: Array
+    recompute: Array
+    tp: Array
+    cp: Array = 0.0
+    ep: Array = 0.0
+
+    def __add__(self, o: StageTime) -> StageTime:
+        return StageTime(self.compute + o.compute, self.recompute + o.recompute, self.tp + o.tp,
+                         self.cp + o.cp, self.ep + o.ep)
+
+    def __mul__(self, k: Array) -> StageTime:
+        return StageTime(self.compute * k, self.recompute * k, self.tp * k, self.cp * k, self.ep * k)
+
+    @property
+    def total(self) -> Array:
+        return self.compute + self.recompute + self.tp + self.cp + self.ep
+
+
+@dataclass(frozen=True)
+class StageLayers:
+    """(dense, MoE) layer counts of the first, middle and last stage kinds, and the pipeline's shape:
+    `single` is 1 for one stage (it holds both ends), `has_mid` 1 when middle stages exist."""
+
+    first: tuple[Array, Array]
+    middle: tuple[Array, Array]
+    last: tuple[Array, Array]
+    totals: tuple[Array, Array, Array]  # layers of the first, middle and last stage kinds
+    single: Array
+    has_mid: Array
+
+    @property
+    def kinds(self) -> tuple[tuple[Array, Array], ...]:
+        return self.first, self.middle, self.last
+
+    def busiest(self, which: int) -> Array:
+        """The most dense (0) or MoE (1) layers any stage holds."""
+        return maximum(maximum(self.first[which], self.last[which]), self.has_mid * self.middle[which])
+
+    @property
+    def most_layers(self) -> Array:
+        """The most layers (at least 1) any stage holds."""
+        n_first, n_mid, n_last = self.totals
+        return maximum(maximum(maximum(n_first, n_last), self.has_mid * n_mid), 1)
+
+
+def split_stages(layers: Array, dense_layers: Array, pp: Array, first: Array, last: Array) -> StageLayers:
+    """The stage kinds of `plan.layout.stage_layers` with their leading dense layers
+    (`plan.layout.stage_dense_layers`); MoE models' other layers are MoE layers."""
+    n_first, n_mid, n_last = stage_layers(layers, pp, first, last)
+    dense_first, dense_mid, dense_last = stage_dense_layers(dense_layers, pp, n_first, n_mid, n_last)
+    return StageLayers((dense_first, n_first - dense_first), (dense_mid, n_mid - dense_mid),
+                       (dense_last, n_last - dense_last), (n_first, n_mid, n_last), where(pp == 1, 1.0, 0.0),
+                       where(pp > 2, 1.0, 0.0))
+
+
+def critical_stage(*candidates: tuple[Array, StageTime]) -> StageTime:
+    """The per-component times of whichever stage is slowest (elementwise over a sweep)."""
+    best_time, best = candidates[0]
+    for time, parts in candidates[1:]:
+        take = time > best_time
+        best = StageTime(where(take, parts.compute, best.compute), where(take, parts.recompute, best.recompute),
+                         where(take, parts.tp, best.tp), where(take, parts.cp, best.cp), where(take, parts.ep, best.ep))
+        best_time = where(take, time, best_time)
+    return best
+
+
+StageMemory = tuple[MemoryBreakdown, MemoryBreakdown]  # (HBM, second tier) of one device of a stage
+
+
+def fullest_stage(first: StageMemory, middle: StageMemory, last: StageMemory, has_mid: Array) -> StageMemory:
+    """The (HBM, tier 2) memory of the stage whose HBM is fullest (elementwise over a sweep)."""
+    best_total, (best_hbm, best_t2) = first[0].total, first
+    for (hbm, t2), present in ((middle, has_mid), (last, 1.0)):
+        take = (present > 0) & (hbm.total > best_total)
+        if not isinstance(take, np.ndarray):  # one configuration: take the whole stage or keep the best
+            if take:
+                best_hbm, best_t2, best_total = hbm, t2, hbm.total
+            continue
+        best_hbm = MemoryBreakdown(*(where(take, getattr(hbm, f.name), getattr(best_hbm, f.name))
+                                     for f in fields(MemoryBreakdown)))
+        best_t2 = MemoryBreakdown(*(where(take, getattr(t2, f.name), getattr(best_t2, f.name))
+                                    for f in fields(MemoryBreakdown)))
+        best_total = where(take, hbm.total, best_total)
+    return best_hbm, best_t2
