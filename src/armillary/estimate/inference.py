@@ -21,7 +21,7 @@ from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.errors import SpecError
 from armillary.estimate import memory as mem
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
-from armillary.estimate.layer import ExpertGroups, layer_cost
+from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost
 from armillary.estimate.result import EndsCost, ParallelDimension
 from armillary.numerics import Array
 from armillary.plan.arrays import ModelArrays, StrategyArrays
@@ -89,8 +89,8 @@ class ReplicaModel:
                 load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity)
                 experts = experts_forward(m, tokens, st.ep, st.etp, load, e, 1.0 if st.dispatch_fp8 else e,
                                           self.weight_bytes)
-            cost, ends_cost, calls = layer_cost(fw, ends, st, n_tp, self.tp_group, system, experts=experts,
-                                                expert_groups=self.expert_groups)
+            exchange = LayerExchange(n_tp, self.tp_group, expert_groups=self.expert_groups)
+            cost, ends_cost, calls = layer_cost(fw, ends, st, system, exchange, experts)
             ep = sum((c.time_each_s for c in calls if c.dimension in (ParallelDimension.EP, ParallelDimension.ETP)),
                      0.0)
             return cost.forward.time_s - cost.attention_core.time_s, cost.tp_forward_s, ep, ends_cost

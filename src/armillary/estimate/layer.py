@@ -12,17 +12,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.collectives import NO_COMM, all_gather, all_reduce, collective, needed, reduce_scatter, send_recv
+from armillary.comm.collectives import (
+    NO_COMM,
+    CommCost,
+    all_gather,
+    all_reduce,
+    collective,
+    needed,
+    reduce_scatter,
+    send_recv,
+)
 from armillary.comm.overlap import exposed
-from armillary.cost.compute import addition_time, fused_attention_time, kernel_times
+from armillary.cost.compute import addition_time
+from armillary.estimate.kernels import LayerKernels, layer_kernels
 from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
 from armillary.numerics import Array, maximum, where
 from armillary.plan.arrays import StrategyArrays
 from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
-from armillary.specs.system import System
+from armillary.specs.system import Device, System
 from armillary.workload.experts import ExpertsForward
+from armillary.workload.ops import Op
 from armillary.workload.transformer import Ends, LayerForward
 
 # Backward element-wise kernels read the output gradient and the saved input and write the input
@@ -54,93 +65,152 @@ class ExpertGroups:
     etp: Placement
 
 
-def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp_group: Placement,
-               system: System, cp_group: Placement | None = None, kv_block: Array = 0.0,
-               a2a_bytes: tuple[Array, Array] = (0.0, 0.0), experts: ExpertsForward | None = None,
-               expert_groups: ExpertGroups | None = None) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
+@dataclass(frozen=True)
+class LayerExchange:
+    """What a layer's communication needs besides the strategy: the TP message and group, the CP group with
+    one rank's K and V (ring attention) and the all-to-all buffers around attention (QKV in, output out;
+    Ulysses), and the expert groups of an MoE layer."""
+
+    tp_bytes: Array
+    tp_group: Placement
+    cp_group: Placement = Placement(1.0, 1.0)  # noqa: RUF009 (frozen)
+    kv_block: Array = 0.0
+    a2a_bytes: tuple[Array, Array] = (0.0, 0.0)
+    expert_groups: ExpertGroups | None = None
+
+
+def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System, exchange: LayerExchange,
+               experts: ExpertsForward | None = None) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
     """Per-pass cost of one layer and of the model's ends, and the layer's TP / SP / CP / EP calls per
-    micro-batch. `kv_block` is the K and V of one rank's sequence chunk (ring attention); `a2a_bytes` the
-    per-rank buffers of the all-to-alls around attention (QKV in, output out; Ulysses). `experts`: the
-    routed experts of an MoE layer, exchanged over `expert_groups`."""
-    device, flash, code = system.device, st.attention, st.precision
-    moe = experts is not None
-    expert_gemms = (experts.experts_in, experts.experts_out) if experts is not None else ()
-    expert_streams = (experts.routing, experts.permute, experts.activation) if experts is not None else ()
-    n_gemm, n_stream = len(fw.dense_gemms), len(fw.dense_streams)
-    kt = kernel_times((*fw.dense_gemms, *fw.dense_streams, ends.embedding, ends.loss, *expert_gemms,
-                       *expert_streams), device, code)
-    gemm_t, stream_t = kt[:n_gemm].sum(axis=0), kt[n_gemm:n_gemm + n_stream].sum(axis=0)
-    embedding_t, loss_t = kt[n_gemm + n_stream], kt[n_gemm + n_stream + 1]
+    micro-batch. `experts`: the routed experts of an MoE layer, exchanged over `exchange.expert_groups`."""
+    kt = layer_kernels(fw, ends, experts, system.device, st.precision, st.attention)
+    passes = _passes(fw, kt, experts, st, system.device)
+    forward, backward_input, backward_weight, core_f, core_b = passes
+    full = recompute_modes(st)[0]
+    recompute, modules = _recompute(fw, kt, experts, st, forward, core_f)
+    tp_costs, tp_f, tp_b = _tensor_parallel(st, system, exchange, backward_weight.time_s)
+    cp_f, cp_b, cp_calls = _context_parallel(st, system, exchange, core_f, core_b, full)
+    ep_f, ep_b, ep_calls = _expert_exchange(experts, exchange.expert_groups, st, system, forward.time_s,
+                                            backward_input.time_s + backward_weight.time_s, full)
+    layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
+                      tp_recompute_s=where(full, tp_f, 0.0), cp_forward_s=cp_f, cp_backward_s=cp_b,
+                      cp_recompute_s=where(full, cp_f, 0.0), ep_forward_s=ep_f, ep_backward_s=ep_b,
+                      ep_recompute_s=where(full, ep_f, 0.0),
+                      recompute_modules=PassCost(*(where(full, 0.0, x) for x in (
+                          modules.flop, modules.bytes, modules.time_s))), attention_core=core_f)
+    # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
+    sp, ar = st.sequence_parallel, tp_costs[0]
+    ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(exchange.tp_bytes, exchange.tp_group,
+                                                                              system)
+    k = BACKWARD_STREAM_FACTOR
+    ends_cost = EndsCost(embedding_s=(1 + k) * kt.embedding, head_s=3 * kt.head_gemm + (1 + k) * kt.loss,
+                         tp=ends_ar, embedding_forward_s=kt.embedding, head_forward_s=kt.head_gemm + kt.loss)
+    per_layer = [f * (1 + full) + b for f, b in zip(*tp_calls_per_pass(sp), strict=True)]
+    calls = (*(CommCall.of(dim, op, n, exchange.tp_bytes, cost) for (dim, op), n, cost in
+               zip(TP_OPERATIONS, per_layer, tp_costs, strict=True)), *cp_calls, *ep_calls)
+    return layer, ends_cost, calls
+
+
+def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, st: StrategyArrays,
+            device: Device) -> tuple[PassCost, PassCost, PassCost, PassCost, PassCost]:
+    """(forward, input gradient, weight gradient, attention core forward, attention core backward) of the
+    layer's kernels, without communication."""
+    flash = st.attention
+    gemm_t, stream_t = kt.dense_gemms, kt.dense_streams
     if experts is not None:  # routed experts: fp8-able GEMMs and their element-wise kernels
-        gemm_t, stream_t = gemm_t + kt[-5:-3].sum(axis=0), stream_t + kt[-3:].sum(axis=0)
-    k16 = kernel_times((*fw.core_gemms, fw.softmax, ends.head_gemm, *((experts.router,) if experts else ())),
-                       device, code, sixteen_bit=True)
-    core_gemm_t, softmax_t, head_gemm_t = k16[0:2].sum(axis=0), k16[2], k16[3]
-    router_t = k16[4] if moe else 0.0
-    flash_t = fused_attention_time(fw.flash_attention, device, code, flash)
+        gemm_t, stream_t = gemm_t + kt.expert_gemms, stream_t + kt.expert_streams
     # ternary projections as additions in forward and input gradient; the weight gradient stays a matmul
     weight_gemm_t = gemm_t
     if isinstance(fw.additions, np.ndarray) or fw.additions > 0:
         adds = sum(addition_time(op, fw.additions, device) for op in fw.dense_gemms)
-        weight_gemm_t = where(fw.additions > 0, adds + (gemm_t - kt[:n_gemm].sum(axis=0)), gemm_t)
-
-    def total(ops: tuple) -> tuple[Array, Array]:
-        return sum(op.flop for op in ops), sum(op.bytes for op in ops)
-
-    gemm_flop, gemm_bytes = total((*fw.dense_gemms, *expert_gemms))
-    _, stream_bytes = total((*fw.dense_streams, *expert_streams))
+        weight_gemm_t = where(fw.additions > 0, adds + (gemm_t - kt.dense_gemms), gemm_t)
+    expert_gemms = (experts.experts_in, experts.experts_out) if experts is not None else ()
+    expert_streams = (experts.routing, experts.permute, experts.activation) if experts is not None else ()
+    gemm_flop, gemm_bytes = _total((*fw.dense_gemms, *expert_gemms))
+    _, stream_bytes = _total((*fw.dense_streams, *expert_streams))
     if experts is not None:  # the router GEMM joins the layer's GEMMs, at 16 bits
         gemm_flop, gemm_bytes = gemm_flop + experts.router.flop, gemm_bytes + experts.router.bytes
-        gemm_t, weight_gemm_t = gemm_t + router_t, weight_gemm_t + router_t
-    core_gemm_flop, core_gemm_bytes = total(fw.core_gemms)
+        gemm_t, weight_gemm_t = gemm_t + kt.router, weight_gemm_t + kt.router
+    core_gemm_flop, core_gemm_bytes = _total(fw.core_gemms)
     # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel
     core_f = PassCost(where(flash > 0, fw.flash_attention.flop, core_gemm_flop),
                       where(flash > 0, fw.flash_attention.bytes, core_gemm_bytes + fw.softmax.bytes),
-                      where(flash > 0, flash_t, core_gemm_t + softmax_t))
+                      where(flash > 0, kt.flash, kt.core_gemms + kt.softmax))
     k = BACKWARD_STREAM_FACTOR
     core_b = PassCost(
         where(flash > 0, FLASH_BACKWARD_FACTOR * fw.flash_attention.flop, 2 * core_gemm_flop),
         where(flash > 0, FLASH_BACKWARD_FACTOR * fw.flash_attention.bytes, 2 * core_gemm_bytes + k * fw.softmax.bytes),
-        where(flash > 0, FLASH_BACKWARD_FACTOR * flash_t, 2 * core_gemm_t + k * softmax_t))
+        where(flash > 0, FLASH_BACKWARD_FACTOR * kt.flash, 2 * kt.core_gemms + k * kt.softmax))
     forward = PassCost(gemm_flop + core_f.flop, gemm_bytes + stream_bytes + core_f.bytes,
                        weight_gemm_t + stream_t + core_f.time_s)
     backward_input = PassCost(gemm_flop + core_b.flop, gemm_bytes + k * stream_bytes + core_b.bytes,
                               weight_gemm_t + k * stream_t + core_b.time_s)
     backward_weight = PassCost(gemm_flop, gemm_bytes, gemm_t)
-    # selective recomputation re-runs the attention core (FlashAttention already recomputes it inside) and
-    # the other modules chosen: norms, the dense MLP or the shared experts, the experts' activation, MLA's
-    # up-projections (time in proportion to their FLOPs within the projection op)
+    return forward, backward_input, backward_weight, core_f, core_b
+
+
+def _total(ops: tuple[Op, ...]) -> tuple[Array, Array]:
+    return sum(op.flop for op in ops), sum(op.bytes for op in ops)
+
+
+def _recompute(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, st: StrategyArrays,
+               forward: PassCost, core_f: PassCost) -> tuple[PassCost, PassCost]:
+    """(what recomputation re-runs, of which the further selective modules). Full recomputation re-runs the
+    forward; selective re-runs the attention core (FlashAttention already recomputes it inside) and the
+    other modules chosen: norms, the dense MLP or the shared experts, the experts' activation, MLA's
+    up-projections (time in proportion to their FLOPs within the projection op)."""
     full, selective = recompute_modes(st)
+    moe = experts is not None
     mlp_ops = (fw.mlp_in, fw.mlp_out, fw.activation)
-    mlp_time = kt[2] + kt[3] + kt[n_gemm + 2]
     up_share = fw.latent_up.flop / maximum(fw.qkv.flop, 1e-30)
     modules = _module_recompute(st, (
-        (st.recompute_layernorm, 0.0, fw.norms.bytes, kt[n_gemm]),
+        (st.recompute_layernorm, 0.0, fw.norms.bytes, kt.norms),
         (st.recompute_shared_experts if moe else st.recompute_mlp, sum(op.flop for op in mlp_ops),
-         sum(op.bytes for op in mlp_ops), mlp_time),
-        (st.recompute_moe_act * moe, 0.0, experts.activation.bytes if experts else 0.0, kt[-1] if moe else 0.0),
-        (st.recompute_mla_up_proj, fw.latent_up.flop, fw.latent_up.bytes, up_share * kt[0]),
+         sum(op.bytes for op in mlp_ops), kt.mlp_in + kt.mlp_out + kt.activation),
+        (st.recompute_moe_act * moe, 0.0, experts.activation.bytes if experts else 0.0,
+         kt.expert_activation if moe else 0.0),
+        (st.recompute_mla_up_proj, fw.latent_up.flop, fw.latent_up.bytes, up_share * kt.qkv),
     ))
     recompute = PassCost(*(where(full, f, where(selective, c, 0.0) + mod) for f, c, mod in (
         (forward.flop, core_f.flop, modules.flop), (forward.bytes, core_f.bytes, modules.bytes),
         (forward.time_s, core_f.time_s, modules.time_s))))
+    return recompute, modules
 
-    # collectives per layer and pass (one source for times and call counts): two all-reduces per pass
-    # (SC'21 §3.2); with SP each becomes an all-gather before and a reduce-scatter after the block
-    # (Korthikanti §4.2.2), and the backward gathers each block's input once more for the weight gradient
-    # (Megatron keeps only the 1/t shard)
-    sp = st.sequence_parallel
-    ar = needed(lambda: all_reduce(n_tp, tp_group, system), sp < 1)
-    ag = needed(lambda: all_gather(n_tp, tp_group, system), sp > 0)
-    rs = needed(lambda: reduce_scatter(n_tp, tp_group, system), sp > 0)
+
+# TP collectives per layer and pass (one source for times and call counts): two all-reduces per pass
+# (SC'21 §3.2); with SP each becomes an all-gather before and a reduce-scatter after the block
+# (Korthikanti §4.2.2), and the backward gathers each block's input once more for the weight gradient
+# (Megatron keeps only the 1/t shard)
+TP_OPERATIONS = ((ParallelDimension.TP, Collective.ALL_REDUCE), (ParallelDimension.SP, Collective.ALL_GATHER),
+                 (ParallelDimension.SP, Collective.REDUCE_SCATTER))
+
+
+def tp_calls_per_pass(sp: Array) -> tuple[tuple[Array, Array, Array], tuple[Array, Array, Array]]:
+    """Calls of each of TP_OPERATIONS in (forward, backward) of one layer."""
+    return (2 * (1 - sp), 2 * sp, 2 * sp), (2 * (1 - sp), 4 * sp, 2 * sp)
+
+
+def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange,
+                     gemm_t: Array) -> tuple[tuple[CommCost, CommCost, CommCost], Array, Array]:
+    """(cost per call of each TP operation, exposed forward, exposed backward) per layer and micro-batch;
+    with TP overlap hidden behind the forward's GEMMs (`gemm_t`) and the backward's (twice as many)."""
+    sp, n, group = st.sequence_parallel, exchange.tp_bytes, exchange.tp_group
+    ar = needed(lambda: all_reduce(n, group, system), sp < 1)
+    ag = needed(lambda: all_gather(n, group, system), sp > 0)
+    rs = needed(lambda: reduce_scatter(n, group, system), sp > 0)
     costs = (ar, ag, rs)
-    forward_calls = (2 * (1 - sp), 2 * sp, 2 * sp)  # per cost above
-    backward_calls = (2 * (1 - sp), 4 * sp, 2 * sp)
-    tp_f = exposed(sum(n * c.time for c, n in zip(costs, forward_calls, strict=True)), gemm_t, st.overlap_tp)
-    tp_b = exposed(sum(n * c.time for c, n in zip(costs, backward_calls, strict=True)), 2 * gemm_t, st.overlap_tp)
-    # context parallelism: ring attention passes the K/V blocks around (cp - 1 steps per pass, K/V and
-    # their gradients in backward) behind the attention kernels (Liu et al. 2023 §3); Ulysses re-shards
-    # QKV and the output with all-to-alls, which nothing hides (Jacobs et al. 2023 §3.2)
+    forward_calls, backward_calls = tp_calls_per_pass(sp)
+    tp_f = exposed(sum(k * c.time for c, k in zip(costs, forward_calls, strict=True)), gemm_t, st.overlap_tp)
+    tp_b = exposed(sum(k * c.time for c, k in zip(costs, backward_calls, strict=True)), 2 * gemm_t, st.overlap_tp)
+    return costs, tp_f, tp_b
+
+
+def _context_parallel(st: StrategyArrays, system: System, exchange: LayerExchange, core_f: PassCost,
+                      core_b: PassCost, full: Array) -> tuple[Array, Array, tuple[CommCall, ...]]:
+    """Exposed forward and backward time and the calls of context parallelism: ring attention passes the
+    K/V blocks around (cp - 1 steps per pass, K/V and their gradients in backward) behind the attention
+    kernels (Liu et al. 2023 §3); Ulysses re-shards QKV and the output with all-to-alls, which nothing
+    hides (Jacobs et al. 2023 §3.2)."""
     cp = st.cp
     on_a2a: Array
     ring_steps: Array
@@ -152,39 +222,21 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, n_tp: Array, tp
     else:
         on_ring = (cp > 1) & (st.cp_comm == 0)
         on_a2a = (cp > 1) & (st.cp_comm > 0)
-        group = cp_group if cp_group is not None else Placement(1.0, 1.0)
+        group, (bytes_in, bytes_out) = exchange.cp_group, exchange.a2a_bytes
         crosses = where(group.per_node < cp, 1.0, 0.0)
-        hop = needed(lambda: send_recv(kv_block, crosses, system), on_ring)
-        a2a_in = needed(lambda: collective(Collective.ALL_TO_ALL, a2a_bytes[0], group, system).cost, on_a2a)
-        a2a_out = needed(lambda: collective(Collective.ALL_TO_ALL, a2a_bytes[1], group, system).cost, on_a2a)
+        hop = needed(lambda: send_recv(exchange.kv_block, crosses, system), on_ring)
+        a2a_in = needed(lambda: collective(Collective.ALL_TO_ALL, bytes_in, group, system).cost, on_a2a)
+        a2a_out = needed(lambda: collective(Collective.ALL_TO_ALL, bytes_out, group, system).cost, on_a2a)
         ring_steps = where(on_ring, cp - 1, 0.0)
         cp_f = exposed(ring_steps * hop.time, core_f.time_s, 1.0) + a2a_in.time + a2a_out.time
         cp_b = exposed(2 * ring_steps * hop.time, core_b.time_s, 1.0) + a2a_in.time + a2a_out.time
-    ep_f, ep_b, ep_calls = _expert_exchange(experts, expert_groups, st, system, forward.time_s,
-                                      backward_input.time_s + backward_weight.time_s, full)
-    layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
-                      tp_recompute_s=where(full, tp_f, 0.0), cp_forward_s=cp_f, cp_backward_s=cp_b,
-                      cp_recompute_s=where(full, cp_f, 0.0), ep_forward_s=ep_f, ep_backward_s=ep_b,
-                      ep_recompute_s=where(full, ep_f, 0.0),
-                      recompute_modules=PassCost(*(where(full, 0.0, x) for x in (
-                          modules.flop, modules.bytes, modules.time_s))), attention_core=core_f)
-    # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
-    ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(n_tp, tp_group, system)
-    ends_cost = EndsCost(embedding_s=(1 + k) * embedding_t, head_s=3 * head_gemm_t + (1 + k) * loss_t,
-                         tp=ends_ar, embedding_forward_s=embedding_t, head_forward_s=head_gemm_t + loss_t)
-    # per layer and micro-batch; full recomputation repeats the forward's collectives
-    per_layer = [f * (1 + full) + b for f, b in zip(forward_calls, backward_calls, strict=True)]
     passes = 2 + full  # forward, backward (+ the recomputed forward)
     calls = (
-        CommCall.of(ParallelDimension.TP, Collective.ALL_REDUCE, per_layer[0], n_tp, ar),
-        CommCall.of(ParallelDimension.SP, Collective.ALL_GATHER, per_layer[1], n_tp, ag),
-        CommCall.of(ParallelDimension.SP, Collective.REDUCE_SCATTER, per_layer[2], n_tp, rs),
-        CommCall.of(ParallelDimension.CP, Collective.SEND_RECV, ring_steps * (3 + full), kv_block, hop),
-        CommCall.of(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, a2a_bytes[0], a2a_in),
-        CommCall.of(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, a2a_bytes[1], a2a_out),
-        *ep_calls,
+        CommCall.of(ParallelDimension.CP, Collective.SEND_RECV, ring_steps * (3 + full), exchange.kv_block, hop),
+        CommCall.of(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, exchange.a2a_bytes[0], a2a_in),
+        CommCall.of(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, exchange.a2a_bytes[1], a2a_out),
     )
-    return layer, ends_cost, calls
+    return cp_f, cp_b, calls
 
 
 def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None, st: StrategyArrays,

@@ -21,7 +21,7 @@ from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import DataParallelCost, data_parallel_cost
 from armillary.estimate.feasibility import check
 from armillary.estimate.flops import model_flop_per_iteration
-from armillary.estimate.layer import ExpertGroups, layer_cost, recompute_modes
+from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost, recompute_modes
 from armillary.estimate.pipeline import pipeline_time
 from armillary.estimate.result import (
     CommCall,
@@ -142,8 +142,8 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     def kind(mlp_width: Array | None, experts: ExpertsForward | None = None,
              expert_groups: ExpertGroups | None = None) -> tuple[LayerKind, EndsCost]:
         fw = layer_forward(m, b, s, t, sp, e, c, mlp_width)
-        cost, ends, calls = layer_cost(fw, ends_fw, st, n_tp, groups.tp, system, groups.cp, kv_block, a2a_bytes,
-                                       experts, expert_groups)
+        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups)
+        cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts)
         acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts)
         return LayerKind(cost, calls, acts, fw), ends
 
