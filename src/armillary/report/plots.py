@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from armillary.estimate.result import CommCall
+from armillary.report.records import design_values
 from armillary.validation.run import RowResult, source_group
+
+if TYPE_CHECKING:
+    from armillary.search.systems import CoDesignResult
 
 
 def validation_plot(results: list[RowResult], path: Path) -> Path:
@@ -85,6 +89,14 @@ def pareto_plot(points: list[tuple[float, float, bool, str]], path: Path) -> Pat
     ax.set_yscale("log")
     ax.legend()
     return _save(fig, path, 150)
+
+
+def codesign_pareto_plot(designs: CoDesignResult, path: Path) -> Path:
+    """`pareto_plot` of the systems of a co-design that fit a strategy, labelled by GPUs and HBM."""
+    labels = [design_values(p) for p in designs.points]
+    return pareto_plot([(p.step_time_s, p.cost, i in designs.pareto, f"{v['gpus']} GPUs, {v['hbm_capacity']:.0f} GiB")
+                        for i, (p, v) in enumerate(zip(designs.points, labels, strict=True)) if p.best is not None],
+                       path)
 
 
 def _save(fig: Any, path: Path, dpi: int) -> Path:

@@ -1,17 +1,43 @@
-"""Rich tables for estimates and validation results. Rendering only: no model logic here."""
+"""Rich tables (and the lines printed under them) of results. Rendering only: no model logic here; the
+figures come from the result objects, converted for output in `report.records`."""
 
 from __future__ import annotations
 
 from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from armillary.comm.sweep import SweepRow
 from armillary.estimate.inference_result import InferenceEstimate
-from armillary.estimate.result import CommCall, StepEstimate
-from armillary.serving.run import ServingResult
+from armillary.presets.registry import preset_names
+from armillary.report.records import (
+    codesign_best,
+    design_values,
+    inference_search_rows,
+    inference_simulation_rows,
+    search_rows,
+)
 from armillary.units import GIB
-from armillary.validation.run import GroupSummary, RowResult
+
+if TYPE_CHECKING:
+    from armillary.comm.sweep import SweepRow
+    from armillary.estimate.result import CommCall, StepEstimate
+    from armillary.search.inference import InferenceSearchResult
+    from armillary.search.run import Objective, SearchResult
+    from armillary.search.systems import CoDesignResult
+    from armillary.serving.run import ServingResult
+    from armillary.simulate.engine import Timeline
+    from armillary.simulate.graph import TaskGraph
+    from armillary.simulate.inference import InferenceSimulation
+    from armillary.simulate.run import SimulationResult
+    from armillary.specs.model import Model
+    from armillary.specs.system import System
+    from armillary.validation.run import GroupSummary, RowResult
+
+
+def _on(model: Model, system: System) -> str:
+    return f"{model.name} on {system.devices} x {system.device.name}"
 
 
 def _pct(x: float) -> str:
@@ -87,6 +113,20 @@ def inference_tables(r: InferenceEstimate, title: str) -> list[Table]:
     return [head, time, memory]
 
 
+def estimate_report(r: StepEstimate | InferenceEstimate, model: Model, system: System) -> list[Table]:
+    """A training iteration's or a static inference batch's tables."""
+    if isinstance(r, InferenceEstimate):
+        return inference_tables(r, _on(model, system))
+    return estimate_tables(r, _on(model, system))
+
+
+def serving_report(r: ServingResult, model: Model, system: System, max_rate: float | None = None,
+                   trace: Path | str | None = None) -> list[Table]:
+    """A served request stream (from the `trace` file, if named), with the largest rate meeting the SLOs."""
+    title = f"Serving {trace}: {_on(model, system)}" if trace is not None else f"Serving {_on(model, system)}"
+    return serving_tables(r, title, max_rate)
+
+
 def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) -> list[Table]:
     head = Table(title=title, show_header=False, min_width=len(title) + 4)
     if max_rate is not None:
@@ -110,8 +150,10 @@ def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) 
     return [head, latency]
 
 
-def search_table(rows: list[dict], title: str) -> Table:
-    table = Table(title=title)
+def search_report(result: SearchResult, model: Model, system: System, objective: Objective) -> list[Table | str]:
+    """The top strategies of a training search, and what the search did."""
+    rows = search_rows(result)
+    table = Table(title=f"{_on(model, system)}: top {len(rows)} by {objective.value}")
     for c in ("rank", "tp", "pp", "vpp", "cp", "mb", "SP", "recompute", "ZeRO", "overlap", "rank order", "step s",
               "MFU", "GiB"):
         table.add_column(c, justify="left" if c in ("recompute", "overlap", "rank order") else "right")
@@ -120,33 +162,46 @@ def search_table(rows: list[dict], title: str) -> Table:
         table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["vpp"]), str(r["cp"]), str(r["micro_batch"]),
                       "yes" if r["sequence_parallel"] else "no", r["recompute"], str(r["zero"]), overlap,
                       r["rank_order"], f"{r['step_time_s']:.4g}", _pct(r["mfu"]), f"{r['memory_gib']:.1f}")
-    return table
+    return [table, f"{result.points:,} points: {result.pruned:,} pruned (degrees that do not divide, memory "
+                   f"floor, {result.bounded:,} of them by the lower bound of the objective), {result.evaluated:,} "
+                   f"evaluated, {result.feasible:,} feasible, in {result.elapsed_s:.2f} s "
+                   f"({result.points_per_s:,.0f} points/s)"]
 
 
-def codesign_table(rows: list[dict], title: str) -> Table:
-    table = Table(title=title)
+def codesign_report(designs: CoDesignResult, model: Model, budget: float | None) -> list[Table | str]:
+    """Every system with its best strategy (fastest first, * on the front), and the best by each goal."""
+    table = Table(title=f"{model.name}: best strategy per system")
     for c in ("", "GPUs", "HBM GiB", "tier 2 GiB", "scale-up GB/s", "scale-out GB/s", "per node", "best tp/pp/vpp/mb",
               "step s", "cost M$", "power kW"):
         table.add_column(c, justify="right")
-    for r in sorted(rows, key=lambda r: r["step_time_s"]):
-        st = r["strategy"]
-        table.add_row("*" if r["pareto"] else "", str(r["gpus"]), f"{r['hbm_capacity']:.0f}",
-                      f"{r.get('tier2_capacity', 0):.0f}", f"{r['scale_up_bandwidth']:.0f}",
-                      f"{r['scale_out_bandwidth']:.0f}", str(r["devices_per_node"]),
-                      f"{st['tp']}/{st['pp']}/{st['vpp']}/{st['micro_batch']}" if st else "nothing fits",
-                      f"{r['step_time_s']:.4g}", f"{r['cost_usd'] / 1e6:.2f}", f"{r['power_w'] / 1e3:.0f}")
-    return table
+    for i, p in sorted(enumerate(designs.points), key=lambda ip: ip[1].step_time_s):
+        v, st = design_values(p), p.best.strategy if p.best else None
+        table.add_row("*" if i in designs.pareto else "", str(v["gpus"]), f"{v['hbm_capacity']:.0f}",
+                      f"{v.get('tier2_capacity', 0):.0f}", f"{v['scale_up_bandwidth']:.0f}",
+                      f"{v['scale_out_bandwidth']:.0f}", str(v["devices_per_node"]),
+                      f"{st.tp}/{st.pp}/{st.vpp}/{st.micro_batch}" if st else "nothing fits",
+                      f"{p.step_time_s:.4g}", f"{p.cost / 1e6:.2f}", f"{p.power / 1e3:.0f}")
+    lines: list[Table | str] = [table, f"{len(designs.points)} systems, {designs.strategies_evaluated:,} strategies "
+                                       f"evaluated; {len(designs.pareto)} on the time / cost / power front (*)"]
+    within = f" within ${budget:,.0f}" if budget is not None else ""
+    for goal, best in codesign_best(designs, budget).items():
+        text = (f"{best.system.devices} GPUs, {best.system.device.hbm.capacity / GIB:.0f} GiB HBM: "
+                f"{best.step_time_s:.4g} s, ${best.cost / 1e6:.2f}M, {best.power / 1e3:.0f} kW" if best else "none")
+        lines.append(f"best by {goal}{within}: {text}")
+    return lines
 
 
-def serving_search_table(rows: list[dict], title: str) -> Table:
-    table = Table(title=title)
+def inference_search_report(result: InferenceSearchResult, model: Model, system: System,
+                            tpot_limit_s: float) -> list[Table | str]:
+    """The configurations with the most output tokens/s per device within the limits."""
+    table = Table(title=f"{_on(model, system)}: most tokens/s per device with TPOT <= {tpot_limit_s * 1e3:g} ms")
     for c in ("rank", "tp", "pp", "batch", "weights", "tok/s/device", "TTFT ms", "TPOT ms", "GiB"):
         table.add_column(c, justify="right")
-    for r in rows:
+    for r in inference_search_rows(result):
         table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["batch"]), r["weights"] or "default",
                       f"{r['output_tokens_per_s_per_device']:,.0f}", f"{r['ttft_s'] * 1e3:.4g}",
                       f"{r['tpot_s'] * 1e3:.4g}", f"{r['memory_gib']:.1f}")
-    return table
+    return [table, f"{result.points} points, {result.feasible} fit, {result.within_limits} within the limits"]
 
 
 def validation_tables(results: list[RowResult], summary: list[GroupSummary]) -> list[Table]:
@@ -172,9 +227,9 @@ def validation_tables(results: list[RowResult], summary: list[GroupSummary]) -> 
     return [rows, skipped, groups]
 
 
-def sweep_table(rows: list[SweepRow], title: str) -> Table:
-    """nccl-tests-style table of a collective sweep."""
-    table = Table(title=title)
+def sweep_table(rows: list[SweepRow], op: str, system: System) -> Table:
+    """nccl-tests-style table of a collective `op` over every device of `system`."""
+    table = Table(title=f"{op} on {system.devices} x {system.device.name} ({system.name})")
     for c in ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "inside node", "across nodes"):
         table.add_column(c, justify="right" if "(" in c else "left")
     for r in rows:
@@ -183,9 +238,9 @@ def sweep_table(rows: list[SweepRow], title: str) -> Table:
     return table
 
 
-def comm_profile_table(calls: tuple[CommCall, ...], title: str) -> Table:
+def comm_profile_table(calls: tuple[CommCall, ...], model: Model, system: System) -> Table:
     """Every communication call of a step: count, size, bytes per tier and time (before overlap)."""
-    table = Table(title=title)
+    table = Table(title=f"Communication of one step: {_on(model, system)}")
     for name in ("dim", "operation", "calls/step", "message", "time each (us)", "total (ms)", "scale-up GB",
                  "scale-out GB"):
         table.add_column(name, justify="left" if name in ("dim", "operation") else "right")
@@ -202,3 +257,57 @@ def _size(n: float) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n:.0f} B"
+
+
+def simulation_report(result: SimulationResult, model: Model, compiled: bool = False) -> list[Table | str]:
+    """A simulated iteration: the critical path by kind of work against the estimate, where the path runs,
+    and what the simulation cost (`compiled`: this run compiled the event engine)."""
+    step = result.step_time_s
+    table = Table(title=f"{model.name}: one iteration simulated ({result.schedule.value}, "
+                        f"{result.graph.ranks} simulated ranks for {result.graph.devices} devices)")
+    table.add_column("critical path")
+    table.add_column("s", justify="right")
+    table.add_column("share", justify="right")
+    for f in fields(result.on_critical_path):
+        value = getattr(result.on_critical_path, f.name)
+        if value > 0:
+            table.add_row(f.name, f"{value:.4g}", f"{value / step:.1%}")
+    table.add_row("step (simulated)", f"{step:.4g}", "")
+    table.add_row("step (analytical)", f"{float(result.estimate.step_time_s):.4g}", f"{result.difference:+.2%}")
+    path, tasks = result.critical_path, result.graph.tasks
+    lines: list[Table | str] = [
+        table, f"critical path: {len(path):,} tasks, from {tasks[path[0]].name!r} to {tasks[path[-1]].name!r}"
+        if path else "",
+        f"{len(tasks):,} tasks, {result.timeline.events:,} events; {result.wall_s:.2f} s in all, of which the "
+        f"event engine {result.engine_s:.3f} s (with loading it, once per process); busiest rank: "
+        f"{result.graph.rank_labels[result.busiest_rank]} ({result.busiest_compute_s:.4g} s of compute)"]
+    if compiled:
+        lines.append("(this first simulation compiled the event engine; later runs load it from numba's cache)")
+    return lines
+
+
+def inference_simulation_table(sim: InferenceSimulation) -> Table:
+    """A simulated static batch against the estimate: TTFT, TPOT, end to end."""
+    table = Table(title=f"static batch of {sim.estimate.batch}: simulated ({sim.graph.ranks} stages) vs analytical")
+    for column in ("", "simulated s", "analytical s", "difference"):
+        table.add_column(column, justify="right" if column else "left")
+    for name, a, b in inference_simulation_rows(sim):
+        table.add_row(name, f"{a:.4g}", f"{b:.4g}", f"{a / b - 1:+.2%}" if b else "")
+    return table
+
+
+def traces_line(graph: TaskGraph, timeline: Timeline) -> str:
+    """Simulated Chakra traces in one line."""
+    return f"{graph.ranks} ranks, {len(graph.tasks):,} tasks: {timeline.makespan_ns / 1e9:.6g} s"
+
+
+def calibration_line(fitted: System, gpus: int, path: Path) -> str:
+    """The tier a collective over `gpus` devices crosses, as fitted, and where the system was written."""
+    tier = fitted.scale_up if gpus <= fitted.devices_per_node else fitted.scale_out
+    return (f"fitted {tier.name}: latency {tier.latency * 1e6:.2f} us, efficiency {tier.efficiency:.3f}, "
+            f"in-network efficiency {tier.in_network_efficiency:.3f}; written to {path}")
+
+
+def presets_lines(kinds: tuple[str, ...]) -> list[str]:
+    """The shipped presets of each kind, one line per kind (rich markup)."""
+    return [f"[bold]{k}[/bold]: " + ", ".join(preset_names(k)) for k in kinds]

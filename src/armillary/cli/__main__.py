@@ -1,0 +1,5 @@
+"""`python -m armillary.cli`."""
+
+from armillary.cli import app
+
+app()

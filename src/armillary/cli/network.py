@@ -1,0 +1,94 @@
+"""Network commands: a collective's modelled cost (`collective`), measuring one (`commbench`), and fitting
+a system's network tier to a measurement (`calibrate-network`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from armillary import api, defaults
+from armillary.cli.common import SystemOption, print_json, reported, show, writable
+from armillary.errors import SpecError
+from armillary.report import records, tables
+from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.loading import load_system
+
+_OPS = ", ".join(c.value for c in Collective if c is not Collective.SEND_RECV)
+OpOption = Annotated[str, typer.Option(help=_OPS)]
+
+
+def collective_cmd(
+    system: SystemOption,
+    op: OpOption = Collective.ALL_REDUCE.value,
+    gpus: Annotated[int, typer.Option(help="ranks in the group (whole nodes beyond one node)")] = (
+        defaults.COLLECTIVE_GPUS),
+    sizes: Annotated[str, typer.Option(help="START:END[:FACTOR] (binary K/M/G) or a comma list")] = "1K:16G",
+    algorithm: Annotated[str, typer.Option(help="auto or one of " + ", ".join(
+        a.value for a in Algorithm if a is not Algorithm.AUTO))] = Algorithm.AUTO.value,
+    json_out: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+) -> None:
+    """Cost of one collective over a range of sizes, as nccl-tests prints it (time, algbw, busbw)."""
+    from armillary.comm.sweep import parse_sizes
+
+    group = load_system(system, gpus)
+    rows = api.collective(op, parse_sizes(sizes), group, gpus, algorithm)
+    if json_out:
+        print_json(records.sweep_records(rows), indent=1)
+        return
+    show([tables.sweep_table(rows, op, group)])
+
+
+def commbench_cmd(
+    op: OpOption = Collective.ALL_REDUCE.value,
+    ranks: Annotated[int, typer.Option(help="processes (gloo) or GPUs (nccl) on this machine")] = 2,
+    backend: Annotated[str, typer.Option(help="gloo (CPU) or nccl (GPU)")] = "gloo",
+    sizes: Annotated[str, typer.Option(help="START:END[:FACTOR] or a comma list")] = "1K:16M",
+    iters: Annotated[int, typer.Option(help="timed iterations per size")] = 10,
+    out: Annotated[Path | None, typer.Option(help="also write the nccl-tests table here")] = None,
+) -> None:
+    """Measure a collective with torch.distributed and print the nccl-tests table (feeds calibrate-network)."""
+    from armillary.comm.bench import BenchConfig, nccl_tests_table, run_benchmark
+    from armillary.comm.sweep import parse_sizes
+
+    operation = _collective(op)
+    if backend not in ("gloo", "nccl") or ranks < 2:
+        raise SpecError(f"need backend gloo or nccl and ranks >= 2 (got {backend}, {ranks})")
+    config = BenchConfig(operation, tuple(float(x) for x in parse_sizes(sizes)), ranks, backend, iters=iters)
+    with reported(RuntimeError):  # what torch.distributed raises
+        table = nccl_tests_table(operation, ranks, run_benchmark(config))
+    if out is not None:
+        out.write_text(table)
+    sys.stdout.write(table)
+
+
+def calibrate_network_cmd(
+    log: Annotated[Path, typer.Argument(help="nccl-tests output (the table it prints)")],
+    system: Annotated[str, typer.Option(help="system preset or file to start from")],
+    op: Annotated[str, typer.Option(help="the collective the log measured")] = Collective.ALL_REDUCE.value,
+    gpus: Annotated[int, typer.Option(help="ranks of the measured run")] = 8,
+    out: Annotated[Path, typer.Option(help="where to write the fitted system (YAML)")] = Path("fitted-system.yaml"),
+) -> None:
+    """Fit the latency, efficiency and size-efficiency of the tier a measured collective crosses."""
+    import yaml
+
+    from armillary.comm.calibration import fit_tier, parse_nccl_tests
+
+    writable(out)
+    if not log.is_file():
+        raise SpecError(f"{log} does not exist")
+    fitted = fit_tier(parse_nccl_tests(log.read_text()), _collective(op), gpus, load_system(system, gpus))
+    out.write_text(yaml.safe_dump(fitted.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
+    show([tables.calibration_line(fitted, gpus, out)])
+
+
+def _collective(op: str) -> Collective:
+    try:
+        operation = Collective(op)
+    except ValueError:
+        raise SpecError(f"--op {op!r}: one of {_OPS}") from None
+    if operation is Collective.SEND_RECV:
+        raise SpecError("--op send_recv is point-to-point, not a collective")
+    return operation

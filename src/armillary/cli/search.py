@@ -1,0 +1,155 @@
+"""`armillary search`: the best strategies of a training run, the best serving configurations within a
+latency limit (`--tpot-limit`), or the best strategy per system of a system space (`--space`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from armillary import api, defaults
+from armillary.cli.common import JsonFlag, SystemOption, print_json, show, stderr_console, writable
+from armillary.errors import SpecError
+from armillary.report import records, tables
+from armillary.search.inference import InferenceSearchResult
+from armillary.search.run import Objective, SearchResult
+from armillary.search.systems import CoDesignResult
+from armillary.specs.loading import load_model, load_system
+
+if TYPE_CHECKING:
+    from armillary.search.run import Executor
+    from armillary.specs.model import Model
+    from armillary.specs.system import System
+
+_BASE = ", ".join(f"{k}: {v}" for k, v in defaults.SEARCH_BASE_STRATEGY.items())
+
+
+def search_cmd(
+    model: Annotated[str, typer.Option(help="model preset or file")],
+    system: SystemOption,
+    gpus: Annotated[int, typer.Option(help="devices to use")],
+    global_batch: Annotated[int | None, typer.Option(help="samples per iteration (training)")] = None,
+    seq_len: Annotated[int, typer.Option(help="tokens per sample")] = defaults.SEQ_LEN,
+    tpot_limit: Annotated[float | None, typer.Option(help="inference: the most output tokens/s per device with "
+                                                          "time per output token at most this (s)")] = None,
+    ttft_limit: Annotated[float | None, typer.Option(help="inference: time to first token at most this (s)")] = None,
+    input_len: Annotated[int, typer.Option(help="inference: prompt tokens")] = defaults.INPUT_LEN,
+    output_len: Annotated[int, typer.Option(help="inference: generated tokens")] = defaults.OUTPUT_LEN,
+    strategy: Annotated[Path | None, typer.Option(help=f"base strategy (YAML) for the fields not searched (default: "
+                                                       f"{_BASE})")] = None,
+    strategies: Annotated[Path | None, typer.Option(help="strategy space (YAML): values per axis")] = None,
+    space: Annotated[Path | None, typer.Option(help="system space (YAML): GPU counts, memory, bandwidths, "
+                                                    "prices, power; the best strategy of each system")] = None,
+    pareto: Annotated[Path | None, typer.Option(help="with --space: draw the time / cost front (PNG)")] = None,
+    budget: Annotated[float | None, typer.Option(help="with --space: best systems costing at most this (USD)")] = None,
+    objective: Annotated[str, typer.Option(help="time or memory")] = Objective.TIME.value,
+    top: Annotated[int, typer.Option(help="how many strategies to keep")] = defaults.SEARCH_TOP,
+    workers: Annotated[int, typer.Option(help="local processes (1 = serial), or Dask workers with --dask local")] = 1,
+    dask: Annotated[str | None, typer.Option(help="run the chunks on a Dask cluster: tcp://scheduler:8786, or "
+                                                  "local (a LocalCluster); pip install 'armillary[dask]'")] = None,
+    json_out: JsonFlag = False,
+    save: Annotated[Path | None, typer.Option("--save", "--csv", help="also save the top strategies: .csv, .json "
+                                              "or .parquet (pip install 'armillary[parquet]')")] = None,
+    resume: Annotated[Path | None, typer.Option(help="checkpoint file: finished blocks are appended, and a rerun "
+                                                     "of the same search skips them")] = None,
+) -> None:
+    """The fastest (or leanest) parallelization strategies for a model on a system."""
+    writable(save, table=True)
+    writable(pareto)
+    writable(resume)
+    goal = _objective(objective)
+    m, sysm = load_model(model), load_system(system, gpus)
+    base = str(strategy) if strategy is not None else None  # None: api.search's default base strategy
+    if tpot_limit is not None:
+        _inference_search(m, sysm, base, strategies, {"tpot_limit_s": tpot_limit, "ttft_limit_s": ttft_limit},
+                          {"kind": "inference", "input_len": input_len, "output_len": output_len}, top, json_out)
+        return
+    if global_batch is None:
+        raise SpecError("--global-batch is needed for a training search (or give --tpot-limit for inference)")
+    workload = {"seq_len": seq_len, "global_batch": global_batch}
+    with _progress_bar() as tick:
+        executor = _executor(workers, dask)
+        result = (api.codesign(m, sysm, workload, str(space), base, _text(strategies), executor) if space is not None
+                  else api.search(m, sysm, workload, base, _text(strategies), objective=goal, top=top,
+                                  executor=executor, progress=tick, checkpoint=resume))
+    if isinstance(result, CoDesignResult):
+        _show_codesign(result, m, json_out, pareto, budget)
+        return
+    assert isinstance(result, SearchResult)  # a training workload
+    if save is not None:
+        from armillary.report.files import save_rows
+
+        save_rows(records.search_rows(result), save)
+    if json_out:
+        print_json(records.search_record(result))
+        return
+    show(tables.search_report(result, m, sysm, goal))
+
+
+def _objective(text: str) -> Objective:
+    try:
+        return Objective(text)
+    except ValueError:
+        raise SpecError(f"--objective {text!r}: {' or '.join(o.value for o in Objective)}") from None
+
+
+def _text(path: Path | None) -> str | None:
+    return str(path) if path is not None else None
+
+
+def _executor(workers: int, dask: str | None) -> Executor:
+    from armillary.search.run import dask_cluster, process_pool, serial
+
+    if dask:
+        return dask_cluster(dask, max(workers, 2))
+    return process_pool(workers) if workers > 1 else serial
+
+
+@contextmanager
+def _progress_bar() -> Iterator[Callable[[int, int], None]]:
+    """A transient bar on stderr; yields the `progress(done, total)` callback of the search."""
+    from rich.progress import Progress, TextColumn, TimeRemainingColumn
+
+    columns = (*Progress.get_default_columns()[:-1], TextColumn("{task.fields[rate]} points/s"),
+               TimeRemainingColumn())
+    with Progress(*columns, console=stderr_console(), transient=True) as bar:
+        task = bar.add_task("searching", total=None, rate="-")
+        started = time.perf_counter()
+
+        def tick(done: int, total: int) -> None:
+            rate = done / max(time.perf_counter() - started, 1e-9)
+            bar.update(task, completed=done, total=total, rate=f"{rate:,.0f}")
+
+        yield tick
+
+
+def _inference_search(m: Model, sysm: System, base: str | None, space_file: Path | None, limits: dict[str, Any],
+                      workload: dict[str, Any], top: int, json_out: bool) -> None:
+    """The serving configurations (axes from `space_file`, latency `limits` from the options)."""
+    from armillary.specs.loading import read_spec_file
+
+    axes = read_spec_file(space_file, "strategies") if space_file is not None else {}
+    if not isinstance(axes, dict):
+        raise SpecError(f"{space_file}: expected a mapping of axes (tp, pp, batch, weights)")
+    result = api.search(m, sysm, workload, base, {**axes, **limits}, top=top)
+    assert isinstance(result, InferenceSearchResult)  # an inference workload
+    if json_out:
+        print_json(records.inference_search_record(result))
+        return
+    show(tables.inference_search_report(result, m, sysm, limits["tpot_limit_s"]))
+
+
+def _show_codesign(designs: CoDesignResult, m: Model, json_out: bool, pareto: Path | None,
+                   budget: float | None) -> None:
+    if pareto is not None:
+        from armillary.report.plots import codesign_pareto_plot
+
+        codesign_pareto_plot(designs, pareto)
+    if json_out:
+        print_json(records.codesign_record(designs, budget), default=str)
+        return
+    show(tables.codesign_report(designs, m, budget))

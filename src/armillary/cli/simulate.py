@@ -1,0 +1,115 @@
+"""`armillary simulate`: one training iteration or a static inference batch on the event engine, or the
+Chakra traces of a folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from armillary import api
+from armillary.cli.common import (
+    GpusOption,
+    JsonFlag,
+    SetOption,
+    load_run_file,
+    print_json,
+    reported,
+    show,
+    writable,
+)
+from armillary.errors import SpecError
+from armillary.report import records, tables
+from armillary.simulate.inference import InferenceSimulation
+
+if TYPE_CHECKING:
+    from armillary.simulate.engine import Timeline
+    from armillary.simulate.graph import TaskGraph
+
+
+def simulate_cmd(
+    run_file: Annotated[Path | None, typer.Argument(help="RUN.yaml with model, system, strategy, workload")] = None,
+    trace: Annotated[Path | None, typer.Option(help="write the timeline for Perfetto: Chrome trace JSON, or "
+                                                     "Perfetto protobuf if the name ends in .pftrace")] = None,
+    chakra: Annotated[Path | None, typer.Option(help="write one Chakra ET file per rank into this folder")] = None,
+    chakra_in: Annotated[Path | None, typer.Option(help="simulate the Chakra ET files of this folder instead")] = None,
+    system: Annotated[str | None, typer.Option(help="with --chakra-in: system preset or file")] = None,
+    gpus: GpusOption = None,
+    schedule: Annotated[str | None, typer.Option(help="gpipe, 1f1b, interleaved or zb-h1 (default: the "
+                                                      "strategy's)")] = None,
+    symmetric: Annotated[bool, typer.Option(help="simulate one rank per pipeline stage (--no-symmetric: "
+                                                 "every rank)")] = True,
+    straggler: Annotated[list[str] | None, typer.Option(help="RANK=FACTOR: that simulated rank's compute is "
+                                                             "FACTOR times slower (repeatable)")] = None,
+    jitter: Annotated[float, typer.Option(help="relative standard deviation of every task's duration")] = 0.0,
+    seed: Annotated[int, typer.Option(help="seed of the jitter")] = 0,
+    json_out: JsonFlag = False,
+    set_: SetOption = None,
+) -> None:
+    """Simulate one training iteration as a task graph (step time, breakdown, critical path), a static
+    inference batch (prefill and decode with micro-batches in flight), or the Chakra traces given with
+    --chakra-in."""
+    writable(trace)
+    stragglers = dict(_straggler(s) for s in straggler or [])
+    if jitter < 0:
+        raise SpecError(f"--jitter must be >= 0, not {jitter}")
+    if chakra_in is not None:
+        _simulate_traces(chakra_in, system, gpus, stragglers, jitter, seed, trace, json_out)
+        return
+    if run_file is None:
+        raise SpecError("give RUN.yaml, or --chakra-in DIR with --system")
+    model, sysm, strategy, workload = load_run_file(run_file, set_, gpus=gpus)
+    result = api.simulate(model, sysm, strategy, workload, schedule=schedule, symmetric=symmetric,
+                          stragglers=stragglers, jitter=jitter, seed=seed)
+    if trace is not None:
+        _write_timeline(result.graph, result.timeline, trace)
+    if isinstance(result, InferenceSimulation):
+        if json_out:
+            print_json(records.inference_simulation_record(result))
+            return
+        show([tables.inference_simulation_table(result)])
+        return
+    if chakra is not None:
+        from armillary.simulate.chakra import write_chakra
+
+        write_chakra(result.graph, chakra)
+    if json_out:
+        print_json(records.simulation_record(result, symmetric))
+        return
+    from armillary.simulate.engine import compiled_here
+
+    show(tables.simulation_report(result, model, compiled_here()))
+
+
+def _simulate_traces(folder: Path, system: str | None, gpus: int | None, stragglers: dict[int, float],
+                     jitter: float, seed: int, trace: Path | None, json_out: bool) -> None:
+    """Chakra ET files (ours, or others' with `system` for the costs) on the event engine."""
+    from armillary.simulate.chakra import read_chakra
+    from armillary.simulate.engine import run
+    from armillary.specs.loading import load_system
+
+    with reported(FileNotFoundError):  # a folder without trace files
+        graph = read_chakra(folder, load_system(system, gpus) if system else None)
+    timeline = run(graph, stragglers, jitter, seed)
+    if trace is not None:
+        _write_timeline(graph, timeline, trace)
+    if json_out:
+        print_json(records.traces_record(graph, timeline), indent=None)
+        return
+    show([tables.traces_line(graph, timeline)])
+
+
+def _write_timeline(graph: TaskGraph, timeline: Timeline, path: Path) -> None:
+    """Perfetto's protobuf format if the name ends in .pftrace, else Chrome trace JSON."""
+    from armillary.simulate.perfetto import write_protobuf_trace, write_trace
+
+    (write_protobuf_trace if path.suffix == ".pftrace" else write_trace)(graph, timeline, path)
+
+
+def _straggler(text: str) -> tuple[int, float]:
+    rank, _, factor = text.partition("=")
+    try:
+        return int(rank), float(factor)
+    except ValueError:
+        raise SpecError(f"--straggler {text!r}: expected RANK=FACTOR, e.g. 3=1.2") from None

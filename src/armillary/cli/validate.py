@@ -1,0 +1,47 @@
+"""`armillary validate`: every measured row of a validation CSV, predicted and compared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from armillary import api
+from armillary.cli.common import print_json, show, stderr_console, writable
+from armillary.errors import SpecError
+from armillary.report import records, tables
+
+
+def validate_cmd(
+    csv_path: Annotated[Path | None, typer.Argument(help="validation CSV (default: the shipped copy)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON object per row")] = False,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="also save the per-row results as CSV")] = None,
+    plot: Annotated[Path | None, typer.Option(help="also save a predicted/measured picture (PNG, SVG, PDF)")] = None,
+) -> None:
+    """Run every supported measured row and report predicted vs measured, per row and per source."""
+    from rich.progress import track
+
+    from armillary.validation.run import DEFAULT_CSV, read_rows, summarize, write_csv
+
+    path = csv_path or DEFAULT_CSV
+    if not path.is_file():
+        raise SpecError(f"{path} does not exist")
+    writable(csv_out)
+    writable(plot)
+    rows = read_rows(path)
+    missing = {"id", "kind", "value"} - set(rows[0] if rows else ())
+    if missing:
+        raise SpecError(f"{path}: not a validation CSV (missing columns: {', '.join(sorted(missing))})")
+    results = api.validate(path, progress=lambda todo: track(
+        todo, description="running measured rows", transient=True, console=stderr_console()))
+    if csv_out is not None:
+        write_csv(results, csv_out)
+    if plot is not None:
+        from armillary.report.plots import validation_plot
+
+        validation_plot(results, plot)
+    if json_out:
+        print_json(records.validation_records(results), indent=1)
+        return
+    show(tables.validation_tables(results, summarize(results)))

@@ -1,0 +1,148 @@
+"""Results as JSON-ready data: what `--json` prints and `--save` writes, in one place. The tables of
+`report.tables` read the same rows, so a figure is converted (units, names) once."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import TYPE_CHECKING, Any
+
+from armillary.estimate.result import plain
+from armillary.search.run import candidate_row
+from armillary.search.systems import DesignGoal
+from armillary.units import GIB, GIGA
+
+if TYPE_CHECKING:
+    from armillary.comm.sweep import SweepRow
+    from armillary.estimate.inference_result import InferenceEstimate
+    from armillary.estimate.result import CommCall, StepEstimate
+    from armillary.search.inference import InferenceSearchResult
+    from armillary.search.run import SearchResult
+    from armillary.search.systems import CoDesignResult, DesignPoint
+    from armillary.serving.run import ServingResult
+    from armillary.simulate.engine import Timeline
+    from armillary.simulate.graph import TaskGraph
+    from armillary.simulate.inference import InferenceSimulation
+    from armillary.simulate.run import SimulationResult
+    from armillary.validation.run import RowResult
+
+# The unit each system parameter of a co-design point is reported in, by field (absent: as it is):
+# capacities in GiB, bandwidths in GB/s.
+DESIGN_UNITS: dict[str, float] = {
+    "hbm_capacity": GIB, "tier2_capacity": GIB, "hbm_bandwidth": GIGA, "tier2_bandwidth": GIGA,
+    "scale_up_bandwidth": GIGA, "scale_out_bandwidth": GIGA}
+
+
+def estimate_record(r: StepEstimate | InferenceEstimate) -> dict[str, Any]:
+    """A training iteration or a static inference batch (floats for one configuration, lists for a sweep)."""
+    return r.to_dict()
+
+
+def serving_record(r: ServingResult) -> dict[str, Any]:
+    """A served trace: counts, rates, latency percentiles, goodput."""
+    return r.to_dict()
+
+
+def rate_record(r: ServingResult, max_rate: float | None) -> dict[str, Any]:
+    """A served stream and the largest rate meeting the SLOs (None: not searched)."""
+    return plain({**serving_record(r), "max_rate": max_rate})
+
+
+def request_rows(r: ServingResult) -> list[dict[str, Any]]:
+    """One row per request: arrival, lengths, first token, finish, preemptions."""
+    t = r.times
+    names = ("arrival_s", "input_len", "output_len", "first_token_s", "finish_s", "preemptions")
+    return [dict(zip(names, values, strict=True)) for values in zip(
+        t.arrival_s.tolist(), t.input_len.tolist(), t.output_len.tolist(), t.first_token_s.tolist(),
+        t.finish_s.tolist(), t.preemptions.tolist(), strict=True)]
+
+
+def search_rows(result: SearchResult) -> list[dict[str, Any]]:
+    return [candidate_row(c) for c in result.top]
+
+
+def search_record(result: SearchResult) -> dict[str, Any]:
+    return {"points": result.points, "evaluated": result.evaluated, "pruned": result.pruned,
+            "bounded": result.bounded, "feasible": result.feasible, "elapsed_s": result.elapsed_s,
+            "top": search_rows(result)}
+
+
+def inference_search_rows(result: InferenceSearchResult) -> list[dict[str, Any]]:
+    return [{"rank": c.rank, "tp": c.strategy.tp, "pp": c.strategy.pp, "batch": c.batch,
+             "weights": c.weights.value if c.weights else None,
+             "output_tokens_per_s_per_device": float(c.estimate.output_tokens_per_s_per_device),
+             "ttft_s": float(c.estimate.ttft_s), "tpot_s": float(c.estimate.tpot_s),
+             "memory_gib": float(c.estimate.memory.total) / GIB} for c in result.top]
+
+
+def inference_search_record(result: InferenceSearchResult) -> dict[str, Any]:
+    return {"points": result.points, "feasible": result.feasible, "within_limits": result.within_limits,
+            "top": inference_search_rows(result)}
+
+
+def design_values(p: DesignPoint) -> dict[str, Any]:
+    """The system parameters of a co-design point in their reporting units (`DESIGN_UNITS`); unset ones
+    (a device without a second tier) left out."""
+    return {k: v / DESIGN_UNITS[k] if k in DESIGN_UNITS else v for k, v in p.values.items() if v is not None}
+
+
+def codesign_rows(designs: CoDesignResult) -> list[dict[str, Any]]:
+    """Per system: its parameters, cost, power, step time, whether on the front, and its best strategy."""
+    return [{**design_values(p), "cost_usd": p.cost, "power_w": p.power, "step_time_s": p.step_time_s,
+             "pareto": i in designs.pareto, "tokens_per_s_per_dollar": p.tokens_per_s_per_dollar,
+             "tokens_per_joule": p.tokens_per_joule, "strategy": candidate_row(p.best) if p.best else None}
+            for i, p in enumerate(designs.points)]
+
+
+def codesign_best(designs: CoDesignResult, budget: float | None) -> dict[str, DesignPoint | None]:
+    """The best system by each goal (costing at most `budget` dollars)."""
+    return {goal.value: designs.best(goal, budget) for goal in DesignGoal}
+
+
+def codesign_record(designs: CoDesignResult, budget: float | None) -> dict[str, Any]:
+    """The systems, and the best by each goal as a position in them. Dump with `default=str`."""
+    position = {id(p): i for i, p in enumerate(designs.points)}
+    return {"systems": codesign_rows(designs), "strategies_evaluated": designs.strategies_evaluated,
+            "budget_usd": budget,
+            "best": {k: position[id(p)] if p else None for k, p in codesign_best(designs, budget).items()}}
+
+
+def simulation_record(result: SimulationResult, symmetric: bool) -> dict[str, Any]:
+    """A simulated training iteration against the estimate; `symmetric`: one rank per stage was run."""
+    return {"step_time_s": result.step_time_s, "estimate_step_time_s": float(result.estimate.step_time_s),
+            "difference": result.difference, "schedule": result.schedule.value, "symmetric": symmetric,
+            "ranks": result.graph.ranks, "devices": result.graph.devices, "tasks": len(result.graph.tasks),
+            "events": result.timeline.events, "wall_s": result.wall_s, "engine_s": result.engine_s,
+            "critical_path": {f.name: getattr(result.on_critical_path, f.name)
+                              for f in fields(result.on_critical_path)},
+            "critical_path_tasks": len(result.critical_path),
+            "busiest_rank": result.graph.rank_labels[result.busiest_rank],
+            "busiest_compute_s": result.busiest_compute_s}
+
+
+def inference_simulation_rows(sim: InferenceSimulation) -> tuple[tuple[str, float, float], ...]:
+    """(metric, simulated s, analytical s) of a simulated static batch."""
+    est = sim.estimate
+    return (("time to first token", sim.ttft_s, float(est.ttft_s)),
+            ("time per output token", sim.tpot_s, float(est.tpot_s)), ("end to end", sim.e2e_s, float(est.e2e_s)))
+
+
+def inference_simulation_record(sim: InferenceSimulation) -> dict[str, Any]:
+    return {name.replace(" ", "_"): {"simulated_s": a, "analytical_s": b}
+            for name, a, b in inference_simulation_rows(sim)} | {"tasks": len(sim.graph.tasks)}
+
+
+def traces_record(graph: TaskGraph, timeline: Timeline) -> dict[str, Any]:
+    """Simulated Chakra traces: ranks, tasks, step time."""
+    return {"ranks": graph.ranks, "tasks": len(graph.tasks), "step_time_s": timeline.makespan_ns / 1e9}
+
+
+def comm_records(calls: tuple[CommCall, ...]) -> list[dict[str, Any]]:
+    return [plain(asdict(c)) for c in calls]
+
+
+def validation_records(results: list[RowResult]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in results]
+
+
+def sweep_records(rows: list[SweepRow]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in rows]
