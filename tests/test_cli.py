@@ -151,6 +151,8 @@ def test_search_commands(tmp_path):
     assert "most tokens/s per device with TPOT <= 50 ms" in inference and "within the limits" in inference
     missing = runner.invoke(app, SEARCH)
     assert missing.exit_code == 2 and "--global-batch" in missing.output
+    help_text = _ok(["search", "--help"])  # rich markup: the extras' brackets are escaped
+    assert "armillary[dask]" in help_text and "armillary[parquet]" in help_text
 
 
 def test_codesign_table_reports_units_per_field(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
@@ -79,14 +79,14 @@ def writable(path: Path | None, table: bool = False) -> None:
         raise SpecError(f"{path}: the file name must end in one of {', '.join(FORMATS)}")
 
 
-def load_run_file(path: Path, sets: list[str] | None = None, **fields: Any) -> tuple[
+def load_run_file(path: Path, sets: list[str] | None = None, named: Mapping[str, Any] | None = None) -> tuple[
         Model, System, Strategy, Workload]:
-    """The run file with the `--set FIELD=VALUE` overrides, then the named ones (dotted field: value; None
-    ones left out)."""
+    """The run file with the `--set FIELD=VALUE` overrides, then the `named` ones (dotted field: the value of
+    an option such as --tp; None: not given)."""
     from armillary.specs.run import load_run, parse_override
 
     overrides = [parse_override(s) for s in sets or []]
-    overrides += [(key, value) for key, value in fields.items() if value is not None]
+    overrides += [(key, value) for key, value in (named or {}).items() if value is not None]
     return load_run(path, overrides)
 
 

@@ -25,8 +25,8 @@ def estimate_cmd(
 ) -> None:
     """Estimate one training iteration, or a static inference batch (or, with workload.serving.trace, serve
     that trace), of the run described in RUN_FILE."""
-    model, system, strategy, workload = load_run_file(run_file, set_, gpus=gpus, **{
-        "strategy.tp": tp, "strategy.pp": pp, "strategy.micro_batch": micro_batch})
+    model, system, strategy, workload = load_run_file(run_file, set_, {
+        "gpus": gpus, "strategy.tp": tp, "strategy.pp": pp, "strategy.micro_batch": micro_batch})
     if isinstance(workload, Inference) and workload.serving.trace is not None:  # a trace: serve it
         served = api.simulate_serving(model, system, strategy, workload)
         if json_out:

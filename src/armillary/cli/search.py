@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from armillary import api, defaults
 from armillary.cli.common import JsonFlag, SystemOption, print_json, show, stderr_console, writable
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
     from armillary.specs.system import System
 
 _BASE = ", ".join(f"{k}: {v}" for k, v in defaults.SEARCH_BASE_STRATEGY.items())
+# help text is rich markup: the extras' brackets escaped
+_DASK_HELP = ("run the chunks on a Dask cluster: tcp://scheduler:8786, or local (a LocalCluster); "
+              + escape("pip install 'armillary[dask]'"))
+_SAVE_HELP = ("also save the top strategies: .csv, .json or .parquet ("
+              + escape("pip install 'armillary[parquet]'") + ")")
 
 
 def search_cmd(
@@ -49,11 +55,9 @@ def search_cmd(
     objective: Annotated[str, typer.Option(help="time or memory")] = Objective.TIME.value,
     top: Annotated[int, typer.Option(help="how many strategies to keep")] = defaults.SEARCH_TOP,
     workers: Annotated[int, typer.Option(help="local processes (1 = serial), or Dask workers with --dask local")] = 1,
-    dask: Annotated[str | None, typer.Option(help="run the chunks on a Dask cluster: tcp://scheduler:8786, or "
-                                                  "local (a LocalCluster); pip install 'armillary[dask]'")] = None,
+    dask: Annotated[str | None, typer.Option(help=_DASK_HELP)] = None,
     json_out: JsonFlag = False,
-    save: Annotated[Path | None, typer.Option("--save", "--csv", help="also save the top strategies: .csv, .json "
-                                              "or .parquet (pip install 'armillary[parquet]')")] = None,
+    save: Annotated[Path | None, typer.Option("--save", "--csv", help=_SAVE_HELP)] = None,
     resume: Annotated[Path | None, typer.Option(help="checkpoint file: finished blocks are appended, and a rerun "
                                                      "of the same search skips them")] = None,
 ) -> None:

@@ -59,7 +59,7 @@ def simulate_cmd(
         return
     if run_file is None:
         raise SpecError("give RUN.yaml, or --chakra-in DIR with --system")
-    model, sysm, strategy, workload = load_run_file(run_file, set_, gpus=gpus)
+    model, sysm, strategy, workload = load_run_file(run_file, set_, {"gpus": gpus})
     result = api.simulate(model, sysm, strategy, workload, schedule=schedule, symmetric=symmetric,
                           stragglers=stragglers, jitter=jitter, seed=seed)
     if trace is not None:
