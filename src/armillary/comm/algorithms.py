@@ -20,6 +20,7 @@ does (formulas.md §1.3), which gives the size-dependent efficiency of real runs
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -139,20 +140,21 @@ def _ring_hops(net: Network, p: Array) -> Array | None:
     return np.where(np.asarray(p) == size, hops, np.maximum(np.asarray(p) - 1.0, 1.0))
 
 
-_MEMO: dict[int, tuple[Network, tuple[tuple[int, Algorithm, float], ...]]] = {}
-
-
 def _candidates(net: Network) -> tuple[tuple[int, Algorithm, float], ...]:
-    """(index, algorithm, achievable bytes/s) of what can run on `net`; memoized per network object
-    (specs are frozen, so the answer never changes for one object)."""
-    hit = _MEMO.get(id(net))
-    if hit is not None and hit[0] is net:
-        return hit[1]
-    table = tuple((i, a, _link_bandwidth(net, a)) for i, a in enumerate(ALGORITHMS) if _allowed(a, net))
-    if len(_MEMO) > 256:
-        _MEMO.clear()
-    _MEMO[id(net)] = (net, table)
-    return table
+    """(index, algorithm, achievable bytes/s) of what can run on `net`."""
+    return _candidate_table(net.kind, net.algorithms, net.in_network_reduction, net.in_network_efficiency,
+                            net.efficiency, net.bandwidth, net.shared_by, net.oversubscription)
+
+
+@functools.lru_cache(maxsize=256)
+def _candidate_table(kind: NetworkKind, algorithms: tuple[Algorithm, ...], in_network_reduction: bool,
+                     in_network_efficiency: float, efficiency: float, bandwidth: float, shared_by: int,
+                     oversubscription: float) -> tuple[tuple[int, Algorithm, float], ...]:
+    """`_candidates` of the network with these fields: a pure function of them, so cached by value."""
+    net = Network(name="", kind=kind, algorithms=algorithms, in_network_reduction=in_network_reduction,
+                  in_network_efficiency=in_network_efficiency, efficiency=efficiency, bandwidth=bandwidth,
+                  shared_by=shared_by, oversubscription=oversubscription, latency=0.0)
+    return tuple((i, a, _link_bandwidth(net, a)) for i, a in enumerate(ALGORITHMS) if _allowed(a, net))
 
 
 def _is_scalar(x: Array) -> bool:

@@ -24,6 +24,7 @@ from armillary.estimate.inference_result import InferenceEstimate, InferenceMemo
 from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost
 from armillary.estimate.result import EndsCost, ParallelDimension
 from armillary.numerics import Array
+from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.codes import RECOMPUTE_NONE
 from armillary.plan.layout import busiest_stage_layers
@@ -132,7 +133,7 @@ class ReplicaModel:
         moved = op.bytes - self.tier2_fraction * cache
         kernel = fused_attention_time(Op(op.flop, moved), device, self.st.precision, self.attention_version)
         tier2 = device.second_tier
-        remote = self.tier2_fraction * cache / tier2.bandwidth if tier2 is not None and self.tier2_fraction else 0.0
+        remote = self.tier2_fraction * cache / tier2.rate if tier2 is not None and self.tier2_fraction else 0.0
         attends = 1.0 - float(m.mlgru)
         return attends * m.layers * kernel, m.layers * remote
 
@@ -147,9 +148,10 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     if strategy.cp > 1:
         raise SpecError("strategy.cp: context parallelism is not modelled for inference (use cp: 1)")
     moe = bool(m.experts > 0)
-    if moe and strategy.tp % (strategy.ep * strategy.etp):
-        raise SpecError(f"strategy: ep x expert_tp = {strategy.ep * strategy.etp} must divide tp = {strategy.tp} "
-                        "for inference (the experts of a replica spread over its tensor-parallel devices)")
+    experts_fit = rules.expert_groups_fit(strategy.ep, strategy.etp, strategy.tp, "tp for inference")
+    if moe and not experts_fit.ok:
+        raise SpecError(f"strategy: {experts_fit.message} (the experts of a replica spread over its tensor-parallel "
+                        "devices)")
     st = replace(StrategyArrays.of(strategy, 1), sequence_parallel=0.0, recompute=RECOMPUTE_NONE)
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     fp8 = strategy.precision is TrainingPrecision.FP8

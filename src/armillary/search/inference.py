@@ -12,6 +12,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from armillary.errors import SpecError
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.run import estimate_inference_run
+from armillary.plan import rules
 from armillary.search.space import default_tp
 from armillary.specs.base import Spec
 from armillary.specs.model import Model
@@ -55,7 +56,7 @@ def search_inference(model: Model, system: System, workload: Inference, base: St
     kept: list[tuple[float, float, int, ServingCandidate]] = []
     for n, (tp, pp, batch, weights) in enumerate(itertools.product(tps, space.pp, space.batch, space.weights)):
         points += 1
-        if tp * pp > system.devices or model.heads % tp:
+        if not (rules.replica_fits(tp, pp, system.devices).ok and rules.tp_divides_heads(tp, model.heads).ok):
             continue
         strategy = base.model_copy(update={"tp": tp, "pp": pp, "dp": None})
         w = workload.model_copy(update={"batch": batch, "weights": weights})

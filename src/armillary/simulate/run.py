@@ -13,6 +13,7 @@ import numpy as np
 from armillary.errors import SpecError
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.run import estimate_training_run
+from armillary.plan import rules
 from armillary.simulate.engine import Timeline, paused_gc, run
 from armillary.simulate.graph import Category, TaskGraph
 from armillary.simulate.schedules import PipelineSchedule
@@ -69,7 +70,7 @@ def simulate_training(model: Model, system: System, strategy: Strategy, workload
     simulated only); `stragglers`: compute slowdown per simulated rank; `jitter`: relative standard
     deviation of every task's duration, drawn from `seed`."""
     started = time.perf_counter()
-    if system.devices % (strategy.tp * strategy.cp * strategy.pp):
+    if not rules.model_parallel_divides(strategy.tp, strategy.cp, strategy.pp, system.devices).ok:
         raise SpecError(f"simulate: tp x cp x pp = {strategy.tp * strategy.cp * strategy.pp} does not divide the "
                         f"{system.devices} devices")
     est = estimate_training_run(model, system, strategy, workload)
