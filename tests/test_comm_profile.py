@@ -1,4 +1,4 @@
-"""The communication profile of a step: every call counted as the papers count them (formulas.md §2.2)."""
+"""The communication profile of a step: every call counted as the papers count them (docs/formulas.md §2.2)."""
 
 import json
 from pathlib import Path

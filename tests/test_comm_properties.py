@@ -73,7 +73,7 @@ NVLINK = H100.scale_up.model_copy(update={
     (Collective.ALL_TO_ALL, Algorithm.RING, lambda p: p - 1, lambda p, n: (p - 1) / p * n),
 ])
 def test_large_messages_follow_the_closed_form(op, algorithm, steps, volume):
-    """Thakur et al. 2005 (formulas.md §1.2): for a large message the Simple protocol wins and
+    """Thakur et al. 2005 (docs/formulas.md §1.2): for a large message the Simple protocol wins and
     t = base + steps * alpha + volume / (eta B)."""
     p, n = 8, 4e9
     got = dimension_cost(op, n, p, NVLINK, 3e12, algorithm)
@@ -123,7 +123,7 @@ def test_shared_links_divide_the_bandwidth():
 
 
 def test_torus_ring_runs_dimension_by_dimension():
-    """A 4x4x4 torus: one ring pass takes 3 + 3 + 3 steps instead of 63 (formulas.md §1.2)."""
+    """A 4x4x4 torus: one ring pass takes 3 + 3 + 3 steps instead of 63 (docs/formulas.md §1.2)."""
     torus = Network(name="ICI 3D torus", kind="torus", shape=(4, 4, 4), bandwidth="100 GB/s", latency="1 us",
                     efficiency=0.8, algorithms=["ring"])
     small = dimension_cost(Collective.ALL_GATHER, 64.0, 64, torus, 1e12)

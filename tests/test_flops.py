@@ -24,7 +24,7 @@ def test_full_recompute_hardware_flops_are_sc21_eq3(gpt175b):
 
 
 def test_selective_recompute_adds_attention_core(gpt175b):
-    """Selective recomputation re-runs QK^T and attention over V: +4 B s^2 h per layer (formulas.md §3.2)."""
+    """Selective recomputation re-runs QK^T and attention over V: +4 B s^2 h per layer (docs/formulas.md §3.2)."""
     B, s, L, h = 64, 2048, 96, 12288
     r = estimate(gpt175b, "dgx-a100", Strategy(tp=8, pp=8, recompute="selective"),
                  Training(seq_len=s, global_batch=B), gpus=64)

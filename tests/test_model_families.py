@@ -84,7 +84,7 @@ def test_deepseek_v3_by_place():
 
 
 def test_kv_cache_per_token_for_each_attention_kind():
-    """Elements cached per token and layer (DeepSeek-V2 Table 1; formulas.md §9.1): MHA 2 n_h d_h, GQA
+    """Elements cached per token and layer (DeepSeek-V2 Table 1; docs/formulas.md §9.1): MHA 2 n_h d_h, GQA
     2 n_g d_h, MLA d_c + d_h^R; DeepSeek-V3 in bf16 caches (512 + 64) x 61 x 2 B = 68.6 KiB per token,
     Llama 2 70B 2 x 8 x 128 x 80 x 2 B = 320 KiB; the MatMul-free LM none."""
     def per_token_bytes(name: str) -> float:
@@ -148,7 +148,7 @@ def test_imbalance_one_reproduces_the_balanced_result_exactly():
 def test_all_to_all_volume_is_tokens_times_top_k_times_hidden():
     """Mixtral 8x7B, micro-batch 1 of 4096 tokens, ep 8 inside one node: each dispatch and combine buffer is
     T k h e = 4096 x 2 x 4096 x 2 B; forward and backward make 4 T k h e per layer and micro-batch
-    (formulas.md §7.2), of which (ep - 1)/ep leaves the device."""
+    (docs/formulas.md §7.2), of which (ep - 1)/ep leaves the device."""
     r = _mixtral()
     ep = [c for c in r.communication if c.dimension is ParallelDimension.EP]
     buffer = 4096 * 2 * 4096 * 2
@@ -220,7 +220,7 @@ def test_matmul_free_ideal_and_released_kernels():
     quantization traffic; the ideal additions-only kernels read 2-bit weights and 8-bit inputs, so their
     projections move fewer bytes, but on a GPU the vector units add far slower than the tensor cores
     multiply (H100: 134 vs 989 TFLOP/s), so the ideal form pays off only on other hardware (Zhu et al. 2024
-    §5; formulas.md §10)."""
+    §5; docs/formulas.md §10)."""
     released = load_model("matmulfree-2.7b")
     ideal = released.model_copy(update={"bitlinear": BitLinear(kernel=TernaryKernel.ADDITIONS)})
     plain = released.model_copy(update={"bitlinear": None})

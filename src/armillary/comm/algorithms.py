@@ -1,6 +1,6 @@
 """Collective algorithms on one network dimension: alpha-beta-gamma costs, protocols, automatic choice.
 
-Costs (formulas.md §1.2; Thakur, Rabenseifner & Gropp 2005; Chan et al. 2007), p ranks, n bytes as defined
+Costs (docs/formulas.md §1.2; Thakur, Rabenseifner & Gropp 2005; Chan et al. 2007), p ranks, n bytes as defined
 per collective (all-reduce: the buffer; reduce-scatter: the input; all-gather: the gathered output;
 all-to-all: one rank's send buffer; broadcast / reduce / send-recv: the message):
 
@@ -15,7 +15,7 @@ plus, for the one-shot all-reduce, a reduction term (p-1) n g after the transfer
 reduced through HBM); pipelined ring and tree kernels reduce while data streams through, hidden by the link.
 Each algorithm runs under a protocol (NCCL's LL, LL128, Simple: `PROTOCOLS`) that trades latency for
 bandwidth; the automatic choice takes the fastest (algorithm, protocol) pair for each size, as NCCL's tuner
-does (formulas.md §1.3), which gives the size-dependent efficiency of real runs.
+does (docs/formulas.md §1.3), which gives the size-dependent efficiency of real runs.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from armillary.specs.system import Network, NetworkKind
 @dataclass(frozen=True)
 class Protocol:
     """A transfer protocol: fixed cost per collective, latency per step and bandwidth, relative to the
-    network's Simple-protocol figures. NCCL defaults (src/graph/tuning.cc; formulas.md §1.3): base
+    network's Simple-protocol figures. NCCL defaults (src/graph/tuning.cc; docs/formulas.md §1.3): base
     latency 6.6 / 14 / 8.4 us; per NVLink hop 0.6 / 1.9 / 3.4 us; bandwidth x0.5 (LL, half of each word
     is a flag) / x0.92 (LL128, 120 of 128 bytes) / x1."""
 
@@ -130,7 +130,7 @@ def _link_bandwidth(net: Network, algorithm: Algorithm) -> float:
 
 def _ring_hops(net: Network, p: Array) -> Array | None:
     """Steps of one ring pass on a torus or mesh that the group fills: the ring runs dimension by dimension,
-    sum(s_k - 1) steps instead of p - 1 (formulas.md §1.2, multi-dimensional row)."""
+    sum(s_k - 1) steps instead of p - 1 (docs/formulas.md §1.2, multi-dimensional row)."""
     if net.shape is None or net.kind not in (NetworkKind.TORUS, NetworkKind.MESH):
         return None
     size = float(np.prod(net.shape))

@@ -2,7 +2,7 @@
 
 Each tier runs its fastest algorithm and protocol (`algorithms.py`); tiers compose hierarchically. Every
 device of a node drives its own share of the scale-out links (rails), so the inter-node step moves
-n / per_node bytes per device (formulas.md pitfall 4). The estimator takes its communication costs from
+n / per_node bytes per device (docs/formulas.md pitfall 4). The estimator takes its communication costs from
 here; the search and the simulators take them through it.
 """
 
@@ -62,10 +62,10 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
                algorithm: Algorithm = Algorithm.AUTO, scale_up_bandwidth: Array | None = None,
                scale_out_bandwidth: Array | None = None) -> CollectiveResult:
     """Cost of `op` over `group` (its ranks spread over nodes, `per_node` in each): the fastest algorithm
-    on each tier (or the pinned one), composed hierarchically across tiers (formulas.md §1.2):
+    on each tier (or the pinned one), composed hierarchically across tiers (docs/formulas.md §1.2):
     all-reduce = reduce-scatter inside + all-reduce of n/per_node across + all-gather inside; all-gather =
     across on n/per_node, then inside on n; reduce-scatter mirrors it; all-to-all splits its bytes between
-    the tiers and runs both at once (formulas.md §1.2, NIC-bound two-level estimate). The per-device
+    the tiers and runs both at once (docs/formulas.md §1.2, NIC-bound two-level estimate). The per-device
     bandwidths of the tiers may be given as arrays to sweep them."""
     up, out, rate = system.scale_up, system.scale_out, system.device.hbm.rate
     p_in, nodes, p = group.per_node, group.nodes, group.size
@@ -141,7 +141,7 @@ _SMALLEST_BASE = min(proto.base_latency_s for proto in PROTOCOLS)
 
 def _shared_base(*stages: DimensionCost) -> Array:
     """What composing stages into one collective saves: each stage's cost includes a protocol's fixed cost
-    per collective call, which the whole hierarchical collective pays once (formulas.md §1.3). The saving
+    per collective call, which the whole hierarchical collective pays once (docs/formulas.md §1.3). The saving
     is the smallest fixed cost per extra stage, independent of the protocols chosen, so that time stays
     non-decreasing in size."""
     if not any(isinstance(st.time, np.ndarray) for st in stages):  # one configuration
@@ -177,7 +177,7 @@ def all_reduce(n_bytes: Array, group: Placement, system: System) -> CommCost:
 
 
 def send_recv(n_bytes: Array, crosses_nodes: Array, system: System) -> CommCost:
-    """Point-to-point transfer on the tier it crosses (formulas.md §1.1), with its best protocol."""
+    """Point-to-point transfer on the tier it crosses (docs/formulas.md §1.1), with its best protocol."""
     rate = system.device.hbm.rate
 
     def on(tier: Network) -> Array:
@@ -194,7 +194,7 @@ def all_to_all_matrix(matrix: np.ndarray, group: Placement, system: System) -> C
     """Non-uniform all-to-all (MoE dispatch with uneven routing): `matrix[i, j]` bytes go from rank i to
     rank j; ranks fill nodes in order (`group.per_node` each). Every rank sends its row and receives its
     column on both tiers at once; on each tier its time is the uniform all-to-all with the same busiest
-    direction, and the slowest rank sets the time (formulas.md pitfall 12)."""
+    direction, and the slowest rank sets the time (docs/formulas.md pitfall 12)."""
     m = np.asarray(matrix, dtype=float)
     p = m.shape[0]
     if m.shape != (p, p) or p != int(float(group.size)):

@@ -1,6 +1,6 @@
 """A collective over a range of sizes, reported with the nccl-tests conventions.
 
-nccl-tests (doc/PERFORMANCE.md; formulas.md §1.4): algbw = S / t and busbw = algbw x f, with S the bytes
+nccl-tests (doc/PERFORMANCE.md; docs/formulas.md §1.4): algbw = S / t and busbw = algbw x f, with S the bytes
 of the operation (all-reduce: one rank's buffer; reduce-scatter, all-gather, all-to-all: the whole
 buffer across ranks) and f = 2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter, all-gather and
 all-to-all, 1 otherwise.

@@ -1,4 +1,4 @@
-"""Time of one kernel on one device: a roofline with size-dependent efficiency (formulas.md §12, pitfall 5).
+"""Time of one kernel on one device: a roofline with size-dependent efficiency (docs/formulas.md §12, pitfall 5).
 
 t = max(FLOP / (eta(FLOP) * F_peak), bytes / (eta_mem * BW)) + launch overhead.
 The estimator takes kernel times from here; the search and the simulators take them through it.
@@ -89,7 +89,7 @@ def fused_attention_time(op: Op, device: Device, precision_code: Array, version:
 def addition_time(op: Op, nonzero: Array, device: Device) -> Array:
     """A ternary-weight projection run as additions on the vector units (Zhu et al. 2024 §3.1): one addition
     per nonzero weight and token, nonzero x flop / 2, at half the 16-bit vector peak (the peak counts a
-    fused multiply-add as two operations) [derived; formulas.md §10]."""
+    fused multiply-add as two operations) [derived; docs/formulas.md §10]."""
     adds = nonzero * op.flop / 2
     rate = device.vector_flops.get(Precision.BF16) or device.vector_flops[Precision.FP32]
     return np.maximum(adds / (rate / 2), stream_time(op.bytes, device)) + device.kernel_overhead

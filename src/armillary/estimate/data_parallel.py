@@ -1,9 +1,9 @@
 """Data-parallel communication: gradient all-reduce, ZeRO / distributed-optimizer reduce-scatter and
 parameter all-gather, FSDP per-layer gathers, and what of it the backward / forward passes hide.
 
-Volumes: formulas.md §2.2 (ZeRO §7; Megatron distributed optimizer; FSDP, Zhao et al. 2023 §3.2).
+Volumes: docs/formulas.md §2.2 (ZeRO §7; Megatron distributed optimizer; FSDP, Zhao et al. 2023 §3.2).
 ZeRO-2 reduce-scatters every micro-batch; ZeRO-3 / FSDP also gathers parameters for the forward and
-the backward of every micro-batch (formulas.md pitfall 8).
+the backward of every micro-batch (docs/formulas.md pitfall 8).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from armillary.workload.transformer import Ends, LayerForward
 # Backward element-wise kernels read the output gradient and the saved input and write the input
 # gradient: about 1.5x the forward traffic [derived].
 BACKWARD_STREAM_FACTOR = 1.5
-# FlashAttention's backward recomputes the scores: 2.5x the forward FLOPs (FA2 §4.1; formulas.md §3.5).
+# FlashAttention's backward recomputes the scores: 2.5x the forward FLOPs (FA2 §4.1; docs/formulas.md §3.5).
 FLASH_BACKWARD_FACTOR = 2.5
 
 
@@ -245,7 +245,7 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
     """Exposed time (one forward, the backward) and calls of an MoE layer's token exchange, per
     micro-batch: a dispatch and a combine
     all-to-all over the EP group in forward, their gradients in backward, again under full recomputation
-    (formulas.md §7.2: 4 T k h bytes per rank and layer); with expert TP the dispatched tokens are
+    (docs/formulas.md §7.2: 4 T k h bytes per rank and layer); with expert TP the dispatched tokens are
     all-gathered over the ETP group before the experts and reduce-scattered after (DeepSpeed-MoE §5;
     Megatron's all-to-all dispatcher). The busiest rank sets the pace: its buffers carry the load factor.
     Overlap (DeepSeek-V3 §3.2.1 DualPipe, Megatron's 1F1B all-to-all overlap) hides the exchange behind

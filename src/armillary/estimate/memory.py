@@ -1,7 +1,7 @@
 """Memory per device: model states under ZeRO, activations under each recompute mode, buffers.
 
 Model states: Rajbhandari et al. SC'20 §5 and the Megatron-LM distributed-optimizer table
-(formulas.md §4.1-4.2). Activations: Korthikanti et al. 2022 §4 (formulas.md §4.3), generalized to
+(docs/formulas.md §4.1-4.2). Activations: Korthikanti et al. 2022 §4 (docs/formulas.md §4.3), generalized to
 GQA, head_dim and gated MLPs.
 """
 
@@ -114,7 +114,7 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
 
 
 def microbatches_in_flight(st: StrategyArrays, microbatches: Array, stage: Array = 0.0) -> Array:
-    """Micro-batches whose activations pipeline stage `stage` (0 = first) holds at its peak (formulas.md §5):
+    """Micro-batches whose activations pipeline stage `stage` (0 = first) holds at its peak (docs/formulas.md §5):
     GPipe m; 1F1B min(p - stage, m); interleaved min(p, m) * (1 + (p-1)/(p*v)) (Korthikanti §4.2.3)."""
     p, v = st.pp, st.vpp
     one_f_one_b = minimum(p - stage, microbatches)

@@ -1,4 +1,4 @@
-"""Pipeline schedules: iteration time from per-stage, per-micro-batch times (formulas.md §5).
+"""Pipeline schedules: iteration time from per-stage, per-micro-batch times (docs/formulas.md §5).
 
 With stage times t_i (forward + backward of one micro-batch) and m micro-batches, 1F1B and GPipe take
 m * max_i t_i + (sum_i t_i - max_i t_i): for equal stages (m + p - 1) * t, i.e. the bubble (p - 1) t of

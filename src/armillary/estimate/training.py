@@ -1,6 +1,6 @@
 """One training iteration, composed from per-layer kernels, collectives and the pipeline schedule.
 
-Recipe (formulas.md §12), one named step each: one layer of each kind and the model's ends for one
+Recipe (docs/formulas.md §12), one named step each: one layer of each kind and the model's ends for one
 micro-batch (`layer.py`: kernels through the device's roofline, exposed TP / CP / EP collectives,
 recomputation); the pipeline sends; the stages' times and the schedule (`stages.py`, `pipeline.py`); the
 parameters each stage holds and their data-parallel communication (`data_parallel.py`); the optimizer step
@@ -329,7 +329,7 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
     """(model FLOPs, recomputed FLOPs) of the iteration, whole cluster. GEMM FLOPs are linear in the batch
     and split evenly over TP ranks (all of them but MLA's down-projections): the whole batch's dense-layer
     FLOPs follow from this rank's micro-batch. Recomputation re-runs a layer's forward (full) or its
-    attention core, 4Bs^2h (selective; our recount of Korthikanti's hardware FLOPs, formulas.md §3.2
+    attention core, 4Bs^2h (selective; our recount of Korthikanti's hardware FLOPs, docs/formulas.md §3.2
     pitfall), plus what the further selective modules re-run, summed over every device's layers and
     micro-batches."""
     t, c = st.tp, st.cp

@@ -47,7 +47,7 @@ class PositionKind(StrEnum):
 
 class MixtureOfExperts(Spec):
     """Routed experts with top-k gating, optional shared experts and leading dense layers
-    (Fedus et al. 2022; DeepSeekMoE, Dai et al. 2024 §3; formulas.md §7)."""
+    (Fedus et al. 2022; DeepSeekMoE, Dai et al. 2024 §3; docs/formulas.md §7)."""
 
     experts: PositiveInt = Field(description="routed experts per MoE layer")
     top_k: PositiveInt = Field(description="routed experts each token is sent to")
@@ -90,7 +90,7 @@ class TokenMixer(StrEnum):
 
 
 class TernaryKernel(StrEnum):
-    """How ternary BitLinear layers execute (formulas.md §10 pitfall)."""
+    """How ternary BitLinear layers execute (docs/formulas.md §10 pitfall)."""
 
     DEQUANTIZE = "dequantize"  # released GPU code: quantize, dequantize, dense 16-bit matmul
     ADDITIONS = "additions"  # ideal: packed 2-bit weights, accumulations only (no multiplies)

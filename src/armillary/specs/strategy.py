@@ -97,7 +97,7 @@ class Overlap(Spec):
 
 
 class Routing(Spec):
-    """How tokens reach the experts in a training run (formulas.md §7)."""
+    """How tokens reach the experts in a training run (docs/formulas.md §7)."""
 
     imbalance: float = Field(1.0, ge=1, description="busiest expert's load over the mean; 1 = balanced "
                              "(force-balanced benchmarks)")

@@ -1,6 +1,6 @@
 """What the routed experts of one MoE layer compute and send, per micro-batch and device.
 
-Routing follows the Switch / GShard / DeepSeekMoE formulation (formulas.md §7.1): every token goes to
+Routing follows the Switch / GShard / DeepSeekMoE formulation (docs/formulas.md §7.1): every token goes to
 top_k of the routed experts; expert parallelism (EP) spreads the experts over ep ranks, which exchange
 tokens with an all-to-all before (dispatch) and after (combine) the experts; expert tensor parallelism
 (ETP) splits each expert's intermediate dimension and gathers the tokens of its etp ranks. All functions

@@ -1,4 +1,4 @@
-"""Kernels as the cost model sees them: FLOPs and HBM bytes per device (formulas.md §12)."""
+"""Kernels as the cost model sees them: FLOPs and HBM bytes per device (docs/formulas.md §12)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 FLOPs follow Narayanan et al. SC'21, Appendix (a GEMM (M x K)(K x N) is 2MKN FLOPs; attention scores
 and attention over V count the full s x s matrix, as Megatron and Korthikanti et al. count them:
-formulas.md §3.1, §3.5). Bytes are HBM traffic (operands read, results written). Element-wise traffic is
-derived from the tensors each fused Megatron kernel reads and writes (formulas.md §12) and is marked
+docs/formulas.md §3.1, §3.5). Bytes are HBM traffic (operands read, results written). Element-wise traffic is
+derived from the tensors each fused Megatron kernel reads and writes (docs/formulas.md §12) and is marked
 [derived]. All functions broadcast over arrays.
 """
 
@@ -86,7 +86,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     attends = 1 - m.mlgru  # the MLGRU token mixer has no attention core
     keys = s
     attn = attends * b * (a / t) * q * keys  # elements of the score matrix on this rank
-    # ternary weights run as additions read 8-bit inputs and 2-bit packed weights (formulas.md §10)
+    # ternary weights run as additions read 8-bit inputs and 2-bit packed weights (docs/formulas.md §10)
     adds = m.ternary_additions
     w_bytes = e if weight_bytes is None else weight_bytes
     e_in, e_w = (e, w_bytes) if not isinstance(adds, np.ndarray) and adds == 0 else (
