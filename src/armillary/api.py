@@ -42,10 +42,10 @@ from armillary.validation.run import DEFAULT_CSV, RowResult
 from armillary.validation.run import validate as validate_rows
 from armillary.workload.parameters import count_parameters
 
-ModelLike = Model | str | Mapping[str, Any]
-SystemLike = System | str | Mapping[str, Any]
-StrategyLike = Strategy | str | Mapping[str, Any]
-WorkloadLike = Workload | Mapping[str, Any]
+ModelLike = Model | str | dict[str, Any]
+SystemLike = System | str | dict[str, Any]
+StrategyLike = Strategy | str | dict[str, Any]
+WorkloadLike = Workload | dict[str, Any]
 
 
 @overload

@@ -48,7 +48,7 @@ def divides(a: Array, b: Array) -> Array:
 def whole(x: Array) -> Array:
     """x is a whole number (within rounding)."""
     if not is_array(x):
-        return bool(abs(x - round(x)) < 1e-9)
+        return bool(abs(float(x) - round(float(x))) < 1e-9)
     return np.abs(x - np.round(x)) < 1e-9
 
 

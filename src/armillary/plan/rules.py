@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from armillary.numerics import Array, all_of, any_of, divides, where, whole
 
 
@@ -23,7 +25,7 @@ class Check:
 
 # --- degrees against the devices ---------------------------------------------------------------------
 def devices_match(tp: Array, cp: Array, pp: Array, dp: Array, devices: int) -> Check:
-    return Check(abs(tp * cp * pp * dp - devices) < 0.5, f"tp*cp*pp*dp must equal the {devices} devices")
+    return Check(np.abs(tp * cp * pp * dp - devices) < 0.5, f"tp*cp*pp*dp must equal the {devices} devices")
 
 
 def model_parallel_divides(tp: Array, cp: Array, pp: Array, devices: int) -> Check:

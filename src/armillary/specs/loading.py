@@ -6,7 +6,6 @@ Errors name the field and what is allowed, never a traceback: every failure is a
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -70,7 +69,7 @@ def _preset(kind: str, name: str) -> Any:
     return loader(read_data_file(find_preset(kind, name)))  # type: ignore[arg-type]
 
 
-def load_spec(cls: type[S], value: S | str | Path | Mapping[str, Any], what: str) -> S:
+def load_spec(cls: type[S], value: Any, what: str) -> S:
     """A spec of class `cls` from an object of it, a YAML / JSON file path or a mapping; `what` names it in
     errors (e.g. "strategies")."""
     if isinstance(value, cls):
