@@ -10,7 +10,7 @@ from armillary.comm.collectives import all_to_all_matrix, collective, send_recv,
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
-from armillary.specs.system import Network, System
+from armillary.specs.system import Network
 
 H100 = load_system("dgx-h100", 16)  # 2 nodes of 8
 UP, OUT = H100.scale_up, H100.scale_out
@@ -98,7 +98,9 @@ def test_tier_bytes_by_hand(op, group, expected):
 def test_tier_bytes_over_arrays():
     group = Placement(np.array([16.0, 64.0]), np.array([8.0, 4.0]))
     inside, across = tier_bytes(Collective.ALL_REDUCE, 1600.0, group)
-    assert np.asarray(inside).tolist() == [1600, 1600] and across.tolist() == [200, 400]
+    assert np.broadcast_to(inside, 2).tolist() == [1600, 1600] and across.tolist() == [200, 400]
+    inside, across = tier_bytes(Collective.ALL_TO_ALL, 1600.0, group)
+    assert inside.tolist() == [800, 100] and across.tolist() == [1600, 1600]
 
 
 def test_send_recv_uses_the_tier_it_crosses():
