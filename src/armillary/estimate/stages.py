@@ -47,10 +47,6 @@ class StageLayers:
     single: Array
     has_mid: Array
 
-    @property
-    def kinds(self) -> tuple[tuple[Array, Array], ...]:
-        return self.first, self.middle, self.last
-
     def busiest(self, which: int) -> Array:
         """The most dense (0) or MoE (1) layers any stage holds."""
         return maximum(maximum(self.first[which], self.last[which]), self.has_mid * self.middle[which])
