@@ -22,3 +22,16 @@ def gpt22b() -> Model:
 @pytest.fixture
 def gpt175b() -> Model:
     return gpt(96, 12288, 96)
+
+
+def on_nodes(size, per_node):
+    """A group of `size` ranks, `per_node` in each node of a two-dimension (node, rails) network."""
+    from armillary.plan.placement import Placement
+
+    return Placement((per_node, size / per_node))
+
+
+def with_bandwidth_scaled(system, scale):
+    """`system` with every network dimension's bandwidth times `scale`."""
+    return system.model_copy(update={"network": tuple(d.model_copy(update={"bandwidth": d.bandwidth * scale})
+                                                      for d in system.network)})

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import on_nodes
 
 from armillary.comm.collectives import collective, send_recv
 from armillary.errors import SpecError
-from armillary.plan.placement import Placement
+from armillary.plan.placement import pair_across
 from armillary.simulate.chakra import CollectiveCommType, NodeType, read_chakra, schema, write_chakra
 from armillary.simulate.chakra.schema import AttributeProto, GlobalMetadata, Node
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
@@ -240,13 +241,13 @@ def test_foreign_trace_is_matched_and_costed(tmp_path: Path) -> None:
     send = by_name["send act"]
     assert (send.kind, send.ranks, send.stream, send.tier) == (TaskKind.SEND, (0, 1), None, Tier.SCALE_UP)
     assert deps("send act") == {"gemm", "fwd1"}  # the sender's and the receiver's dependencies
-    assert send.duration_ns == round(send_recv(1e6, False, system).time * 1e9)
+    assert send.duration_ns == round(send_recv(1e6, pair_across(0, 2), system).time * 1e9)
     ar = by_name["allreduce grads"]
     assert (ar.kind, ar.ranks, ar.stream, ar.tier) == (TaskKind.COLLECTIVE, (0, 8), Stream.DP, Tier.SCALE_OUT)
     assert ar.bytes == 64e6 and ar.collective == "all_reduce" and ar.category is Category.DP
-    one_per_node = collective(Collective.ALL_REDUCE, 64e6, Placement(2.0, 1.0), system).cost.time
+    one_per_node = collective(Collective.ALL_REDUCE, 64e6, on_nodes(2.0, 1.0), system).cost.time
     assert ar.duration_ns == round(one_per_node * 1e9)
-    assert ar.duration_ns > 5 * round(collective(Collective.ALL_REDUCE, 64e6, Placement(2.0, 2.0), system).cost.time
+    assert ar.duration_ns > 5 * round(collective(Collective.ALL_REDUCE, 64e6, on_nodes(2.0, 2.0), system).cost.time
                                       * 1e9)  # across nodes, not NVLink
     assert deps("allreduce grads") == {"gemm"}
     assert deps("opt") == {"allreduce grads"}  # through the dropped marker
@@ -254,7 +255,7 @@ def test_foreign_trace_is_matched_and_costed(tmp_path: Path) -> None:
     gather = by_name["tp gather"]
     assert (gather.ranks, gather.stream, gather.tier, gather.collective) == ((0, 1), Stream.TP, Tier.SCALE_UP,
                                                                              "all_gather")
-    assert gather.duration_ns == round(collective(Collective.ALL_GATHER, 8e6, Placement(2.0, 2.0), system)
+    assert gather.duration_ns == round(collective(Collective.ALL_GATHER, 8e6, on_nodes(2.0, 2.0), system)
                                        .cost.time * 1e9)
     assert deps("tp gather") == {"fwd"}
     assert deps("bwd1") == {"send act"}

@@ -27,7 +27,7 @@ def test_system_variant_and_its_cost_and_power():
                                     "tier2_capacity": 512e9, "tier2_bandwidth": 32e9,
                                     "scale_up_bandwidth": 450e9, "scale_out_bandwidth": 50e9, "devices_per_node": 4})
     assert variant.devices == 64 and variant.devices_per_node == 4 and variant.nodes == 16
-    assert variant.device.hbm.capacity == 40 * 2**30 and variant.scale_out.bandwidth == 50e9
+    assert variant.device.hbm.capacity == 40 * 2**30 and variant.network[-1].bandwidth == 50e9
     space = SystemSpace.model_validate({"gpus": [64], "prices": PRICES, "power": {"hbm_per_gib": 0.5}})
     per_device = 10000 + 100 * 40 + 5 * 512e9 / 2**30 + 20 * 50
     assert capital_cost(variant, space.prices) == pytest.approx(64 * per_device)

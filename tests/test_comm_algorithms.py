@@ -14,9 +14,9 @@ from hypothesis import strategies as hs
 
 from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS, dimension_cost
 from armillary.specs.communication import Algorithm, Collective
-from armillary.specs.system import Network, NetworkKind
+from armillary.specs.network import NetworkDimension, NetworkKind
 
-NET = Network(name="test switch", kind="switch", bandwidth=50e9, latency=2e-6, efficiency=0.8,
+NET = NetworkDimension(name="test switch", kind="switch", bandwidth=50e9, latency=2e-6, efficiency=0.8,
               in_network_reduction=True, in_network_efficiency=0.6,
               algorithms=["ring", "tree", "halving_doubling", "direct", "in_network"])
 REDUCE = 2e12  # bytes/s through HBM for the one-shot reduction
@@ -48,13 +48,23 @@ def test_ring_all_reduce_of_1_kib_on_16_ranks_runs_the_low_latency_protocol():
     assert float(c.time) == pytest.approx(min(ll, ll128, simple)) and protocol(c) == "LL"
 
 
-@pytest.mark.parametrize("algorithm", [Algorithm.HALVING_DOUBLING, Algorithm.TREE])
-def test_logarithmic_all_reduce(algorithm):
-    """2 log2(p) alpha + 2(p-1)/p n / B; a group of 12 takes ceil(log2 12) = 4 rounds each way."""
-    assert float(cost(Collective.ALL_REDUCE, GiB, 16, algorithm).time) == pytest.approx(
+def test_logarithmic_all_reduce():
+    """Halving-doubling: 2 log2(p) alpha + 2(p-1)/p n / B; a group of 12 takes ceil(log2 12) = 4 rounds
+    each way."""
+    assert float(cost(Collective.ALL_REDUCE, GiB, 16, Algorithm.HALVING_DOUBLING).time) == pytest.approx(
         8.4e-6 + 8 * 2e-6 + 1.875 * GiB / 40e9)
-    assert float(cost(Collective.ALL_REDUCE, GiB, 12, algorithm).time) == pytest.approx(
+    assert float(cost(Collective.ALL_REDUCE, GiB, 12, Algorithm.HALVING_DOUBLING).time) == pytest.approx(
         8.4e-6 + 8 * 2e-6 + 22 / 12 * GiB / 40e9)
+
+
+@pytest.mark.parametrize(("p", "busiest"), [(2, 1.0), (3, 1.5), (4, 2.0), (16, 2.0)])
+def test_double_binary_tree_busiest_rank(p, busiest):
+    """Two trees, each rank inner in one and a leaf in the other: with two children it sends n/2 up and
+    n down in one tree and n/2 up in the other (2 n); 2 ranks: root and leaf of each, n; 3 ranks: 1.5 n."""
+    got = cost(Collective.ALL_REDUCE, GiB, p, Algorithm.TREE)
+    rounds = 2 * np.ceil(np.log2(p))
+    assert float(got.sent_bytes) == pytest.approx(busiest * GiB)
+    assert float(got.time) == pytest.approx(8.4e-6 + rounds * 2e-6 + busiest * GiB / 40e9)
 
 
 def test_halving_doubling_reduce_scatter_and_ring_all_gather():
@@ -168,7 +178,7 @@ def test_arrays_give_the_scalar_costs(sizes, data, net, op):
     network = {"switch": NET,
                "fully_connected": NET.model_copy(update={"kind": NetworkKind.FULLY_CONNECTED, "links": 7}),
                "torus": NET.model_copy(update={"kind": NetworkKind.TORUS, "shape": (4, 4),
-                                            "algorithms": (Algorithm.RING,)})}[net]
+                                            "in_network_reduction": False, "algorithms": (Algorithm.RING,)})}[net]
     ranks = data.draw(hs.lists(hs.sampled_from([2, 3, 8, 16, 64]), min_size=len(sizes), max_size=len(sizes)))
     at_once = cost(op, np.array(sizes), np.array(ranks, dtype=float), net=network)
     for i, (n, p) in enumerate(zip(sizes, ranks, strict=True)):

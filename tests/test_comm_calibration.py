@@ -27,17 +27,16 @@ def nccl_tests_log(system, op, gpus, sizes="1K:16G"):
 
 
 def _perturbed(system, tier, latency, efficiency):
-    net = getattr(system, tier)
-    return system.model_copy(update={tier: net.model_copy(update={"latency": latency, "efficiency": efficiency})})
+    return system.with_dimension(tier, latency=latency, efficiency=efficiency)
 
 
-@pytest.mark.parametrize(("preset", "gpus", "tier"), [("dgx-a100", 8, "scale_up"), ("dgx-a100", 32, "scale_out")])
+@pytest.mark.parametrize(("preset", "gpus", "tier"), [("dgx-a100", 8, 0), ("dgx-a100", 32, 1)])
 def test_round_trip_recovers_latency_and_efficiency(preset, gpus, tier):
     truth = load_system(preset, gpus)
     measured = parse_nccl_tests(nccl_tests_log(truth, Collective.ALL_REDUCE, gpus))
-    start = _perturbed(truth, tier, getattr(truth, tier).latency * 3, 0.5)
+    start = _perturbed(truth, tier, truth.network[tier].latency * 3, 0.5)
     fitted = fit_tier(measured, Collective.ALL_REDUCE, gpus, start)
-    got, want = getattr(fitted, tier), getattr(truth, tier)
+    got, want = fitted.network[tier], truth.network[tier]
     assert got.efficiency == pytest.approx(want.efficiency, rel=0.02)
     assert got.latency == pytest.approx(want.latency, rel=0.02)
     again = parse_nccl_tests(nccl_tests_log(fitted, Collective.ALL_REDUCE, gpus))
@@ -48,15 +47,15 @@ def test_round_trip_recovers_latency_and_efficiency(preset, gpus, tier):
 def test_size_efficiency_reproduces_a_ramp():
     """A fabric whose mid-size messages reach only part of the bandwidth (a known ramp) is fitted back from
     its sweep, starting from the plain alpha-beta description."""
-    from armillary.specs.system import EfficiencyCurve
+    from armillary.specs.efficiency import EfficiencyCurve
 
     plain = load_system("hgx-h200", 8)
-    plain = plain.model_copy(update={"scale_up": plain.scale_up.model_copy(update={"size_efficiency": None})})
+    plain = plain.with_dimension(0, size_efficiency=None)
     ramp = EfficiencyCurve(points=((1e6, 0.3), (64e6, 1.0)))
-    truth = plain.model_copy(update={"scale_up": plain.scale_up.model_copy(update={"size_efficiency": ramp})})
+    truth = plain.with_dimension(0, size_efficiency=ramp)
     measured = parse_nccl_tests(nccl_tests_log(truth, Collective.ALL_REDUCE, 8, "1K:1G"))
     fitted = fit_tier(measured, Collective.ALL_REDUCE, 8, plain)
-    assert fitted.scale_up.size_efficiency is not None
+    assert fitted.network[0].size_efficiency is not None
     again = parse_nccl_tests(nccl_tests_log(fitted, Collective.ALL_REDUCE, 8, "1K:1G"))
     errors = [m.time_s / a.time_s - 1 for a, m in zip(again, measured, strict=True)]
     assert max(abs(e) for e in errors) < 0.03
@@ -75,4 +74,4 @@ def test_calibrate_network_command(tmp_path):
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
     fitted = load_system(str(out))
-    assert fitted.scale_up.latency == pytest.approx(load_system("dgx-a100").scale_up.latency, rel=0.02)
+    assert fitted.network[0].latency == pytest.approx(load_system("dgx-a100").network[0].latency, rel=0.02)

@@ -1,26 +1,30 @@
-"""comm/collectives.py: collectives on two tiers composed by hand from one-dimension costs (formulas.md
-§1.2: all-reduce = reduce-scatter inside + all-reduce of n / per_node across + all-gather inside), the bytes
-each tier handles, and point-to-point and non-uniform all-to-all against the uniform collectives."""
+"""comm/collectives.py and comm/compose.py on a two-dimension system: the sequential composition by hand
+from one-dimension costs (formulas.md §1.4: all-reduce = reduce-scatter inside + all-reduce of n / per_node
+across + all-gather inside), the message of each dimension's phase, NCCL's flat ring and pinned algorithms,
+and point-to-point and non-uniform all-to-all against the uniform collectives."""
 
 import numpy as np
 import pytest
+from conftest import on_nodes
 
 from armillary.comm.algorithms import dimension_cost
-from armillary.comm.collectives import all_to_all_matrix, collective, send_recv, tier_bytes
-from armillary.plan.placement import Placement
-from armillary.specs.communication import Algorithm, Collective
+from armillary.comm.collectives import all_to_all_matrix, collective, send_recv
+from armillary.comm.compose import phase_message
+from armillary.plan.placement import Placement, pair_across
+from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_system
-from armillary.specs.system import Network
+from armillary.specs.network import NetworkDimension
 
 H100 = load_system("dgx-h100", 16)  # 2 nodes of 8
-UP, OUT = H100.scale_up, H100.scale_out
+UP, OUT = H100.network
+SEQUENTIAL = Composition.SEQUENTIAL
 RATE = H100.device.hbm.efficiency * H100.device.hbm.bandwidth
 GiB = 2**30
 SHARED = 6.6e-6  # the smallest protocol base latency (NCCL LL), paid once per hierarchical collective
-TWO_NODES = Placement(16, 8)
+TWO_NODES = on_nodes(16, 8)
 
 
-def on(tier: Network, op: Collective, n, p):
+def on(tier: NetworkDimension, op: Collective, n, p):
     return dimension_cost(op, n, p, tier, RATE)
 
 
@@ -28,26 +32,26 @@ def test_hierarchical_all_reduce_over_two_nodes():
     n = GiB
     rs, across, ag = on(UP, Collective.REDUCE_SCATTER, n, 8), on(OUT, Collective.ALL_REDUCE, n / 8, 2), \
         on(UP, Collective.ALL_GATHER, n, 8)
-    got = collective(Collective.ALL_REDUCE, n, TWO_NODES, H100)
+    got = collective(Collective.ALL_REDUCE, n, TWO_NODES, H100, composition=SEQUENTIAL)
     assert float(got.cost.time) == pytest.approx(float(rs.time + across.time + ag.time) - 2 * SHARED)
     assert float(got.cost.scale_up_bytes) == pytest.approx(2 * 7 / 8 * n)  # reduce-scatter + all-gather
     # across: a 2-rank all-reduce of 128 MiB on 400 Gb/s at 90%: 2 steps of 14 us, 128 MiB at 45 GB/s
     assert float(across.time) == pytest.approx(8.4e-6 + 2 * 14e-6 + n / 8 / 45e9)
     assert float(got.cost.scale_out_bytes) == pytest.approx(n / 8)
-    assert float(got.scale_out.time) == pytest.approx(float(across.time))
+    assert float(got.dimensions[1].time) == pytest.approx(float(across.time))
 
 
 def test_all_reduce_inside_one_node_is_the_flat_one():
     n = GiB
     flat = on(UP, Collective.ALL_REDUCE, n, 8)  # in-network reduction may run here
-    got = collective(Collective.ALL_REDUCE, n, Placement(8, 8), H100)
+    got = collective(Collective.ALL_REDUCE, n, on_nodes(8, 8), H100)
     assert float(got.cost.time) == pytest.approx(float(flat.time))
     assert float(got.cost.scale_out_bytes) == 0
 
 
 def test_all_reduce_with_one_rank_per_node_runs_across_only():
     n = GiB
-    got = collective(Collective.ALL_REDUCE, n, Placement(16, 1), load_system("dgx-h100", 128))
+    got = collective(Collective.ALL_REDUCE, n, on_nodes(16, 1), load_system("dgx-h100", 128))
     # a ring over 16 nodes moves 2 x 15/16 n per device at 45 GB/s (no stage inside, nothing shared)
     assert float(got.cost.time) == pytest.approx(float(on(OUT, Collective.ALL_REDUCE, n, 16).time))
     assert float(got.cost.scale_out_bytes) == pytest.approx(2 * 15 / 16 * n)
@@ -58,7 +62,7 @@ def test_all_reduce_with_one_rank_per_node_runs_across_only():
 def test_gather_and_scatter_compose_two_stages(op):
     n = GiB
     across, inside = on(OUT, op, n / 8, 2), on(UP, op, n, 8)
-    got = collective(op, n, TWO_NODES, H100)
+    got = collective(op, n, TWO_NODES, H100, composition=SEQUENTIAL)
     assert float(got.cost.time) == pytest.approx(float(across.time + inside.time) - SHARED)
     assert float(got.cost.scale_out_bytes) == pytest.approx(n / 16)  # half of each device's n/8 rail share
     assert float(got.cost.scale_up_bytes) == pytest.approx(7 / 8 * n)
@@ -66,7 +70,7 @@ def test_gather_and_scatter_compose_two_stages(op):
 
 def test_broadcast_moves_the_whole_message_on_both_tiers():
     n = 2**24
-    got = collective(Collective.BROADCAST, n, TWO_NODES, H100)
+    got = collective(Collective.BROADCAST, n, TWO_NODES, H100, composition=SEQUENTIAL)
     expected = on(OUT, Collective.BROADCAST, n, 2).time + on(UP, Collective.BROADCAST, n, 8).time - SHARED
     assert float(got.cost.time) == pytest.approx(float(expected))
 
@@ -77,47 +81,47 @@ def test_all_to_all_runs_both_tiers_at_once():
     got = collective(Collective.ALL_TO_ALL, n, TWO_NODES, H100)
     assert float(got.cost.scale_up_bytes) == pytest.approx(7 * n / 16)
     assert float(got.cost.scale_out_bytes) == pytest.approx(8 * n / 16)
-    assert float(got.cost.time) == pytest.approx(max(float(got.scale_up.time), float(got.scale_out.time)))
+    assert float(got.cost.time) == pytest.approx(max(float(d.time) for d in got.dimensions))
 
 
 @pytest.mark.parametrize(("op", "group", "expected"), [
-    (Collective.ALL_REDUCE, Placement(16, 8), (1600, 200)),  # n / per_node on each device's rail
-    (Collective.ALL_GATHER, Placement(16, 8), (1600, 200)),
-    (Collective.REDUCE_SCATTER, Placement(64, 4), (1600, 400)),
-    (Collective.BROADCAST, Placement(16, 8), (1600, 1600)),
-    (Collective.REDUCE, Placement(64, 8), (1600, 1600)),
+    (Collective.ALL_REDUCE, on_nodes(16, 8), (1600, 200)),  # n / per_node on each device's rail
+    (Collective.ALL_GATHER, on_nodes(16, 8), (1600, 200)),
+    (Collective.REDUCE_SCATTER, on_nodes(64, 4), (1600, 400)),
+    (Collective.BROADCAST, on_nodes(16, 8), (1600, 1600)),
+    (Collective.REDUCE, on_nodes(64, 8), (1600, 1600)),
     # all-to-all: 1/nodes of the buffer stays in the node (8/16, 8/64); the uniform all-to-all over the
     # nodes of a 1600-byte buffer sends (nodes-1)/nodes of it: 800 = 8 x 100, 1400 = 56 x 25 bytes
-    (Collective.ALL_TO_ALL, Placement(16, 8), (800, 1600)),
-    (Collective.ALL_TO_ALL, Placement(64, 8), (200, 1600)),
+    (Collective.ALL_TO_ALL, on_nodes(16, 8), (800, 1600)),
+    (Collective.ALL_TO_ALL, on_nodes(64, 8), (200, 1600)),
 ])
-def test_tier_bytes_by_hand(op, group, expected):
-    assert tuple(float(x) for x in tier_bytes(op, 1600.0, group)) == pytest.approx(expected)
+def test_phase_messages_by_hand(op, group, expected):
+    assert tuple(float(phase_message(op, 1600.0, group, i)) for i in range(2)) == pytest.approx(expected)
 
 
-def test_tier_bytes_over_arrays():
-    group = Placement(np.array([16.0, 64.0]), np.array([8.0, 4.0]))
-    inside, across = tier_bytes(Collective.ALL_REDUCE, 1600.0, group)
+def test_phase_messages_over_arrays():
+    group = on_nodes(np.array([16.0, 64.0]), np.array([8.0, 4.0]))
+    inside, across = (phase_message(Collective.ALL_REDUCE, 1600.0, group, i) for i in range(2))
     assert np.broadcast_to(inside, 2).tolist() == [1600, 1600] and across.tolist() == [200, 400]
-    inside, across = tier_bytes(Collective.ALL_TO_ALL, 1600.0, group)
+    inside, across = (phase_message(Collective.ALL_TO_ALL, 1600.0, group, i) for i in range(2))
     assert inside.tolist() == [800, 100] and across.tolist() == [1600, 1600]
 
 
 def test_send_recv_uses_the_tier_it_crosses():
     n = GiB
-    across = send_recv(n, True, H100)
+    across = send_recv(n, pair_across(1, 2), H100)
     assert float(across.time) == pytest.approx(8.4e-6 + 14e-6 + n / 45e9)  # one step on InfiniBand
     assert (float(across.scale_up_bytes), float(across.scale_out_bytes)) == (0, n)
-    inside = send_recv(n, False, H100)
+    inside = send_recv(n, pair_across(0, 2), H100)
     assert float(inside.time) == pytest.approx(float(on(UP, Collective.SEND_RECV, n, 2).time))
     assert (float(inside.scale_up_bytes), float(inside.scale_out_bytes)) == (n, 0)
-    both = send_recv(n, np.array([0.0, 1.0]), H100)
+    both = send_recv(n, Placement((np.array([2.0, 1.0]), np.array([1.0, 2.0]))), H100)
     assert both.time.tolist() == pytest.approx([float(inside.time), float(across.time)])
 
 
 def test_uniform_matrix_on_four_nodes_is_the_uniform_all_to_all():
     p, share = 32, 2**20  # every rank sends 1 MiB to every rank
-    group = Placement(32, 8)
+    group = on_nodes(32, 8)
     system = load_system("dgx-h100", 32)
     got = all_to_all_matrix(np.full((p, p), float(share)), group, system)
     uniform = collective(Collective.ALL_TO_ALL, p * share, group, system).cost
@@ -131,7 +135,7 @@ def test_cross_node_pairs_are_a_point_to_point_exchange():
     matrix = np.zeros((16, 16))
     matrix[np.arange(16), (np.arange(16) + 8) % 16] = n
     got = all_to_all_matrix(matrix, TWO_NODES, H100)
-    assert got.time == pytest.approx(float(send_recv(n, True, H100).time))
+    assert got.time == pytest.approx(float(send_recv(n, pair_across(1, 2), H100).time))
     assert (got.scale_up_bytes, got.scale_out_bytes) == (0, n)
 
 
@@ -140,15 +144,24 @@ def test_matrix_must_match_the_group():
         all_to_all_matrix(np.ones((8, 8)), TWO_NODES, H100)
 
 
-def test_pinned_algorithm_applies_where_it_runs():
+def test_pinned_ring_is_the_flat_ring():
+    """NCCL_ALGO=Ring over 2 nodes: one ring of 16 ranks; 7 of each 8 of its edges run on NVLink, 1 on the
+    rails (f = 7/8, 1/8); the slower dimension paces it."""
     n = GiB
     ring = collective(Collective.ALL_REDUCE, n, TWO_NODES, H100, Algorithm.RING)
-    rs, ag = (dimension_cost(op, n, 8, UP, RATE, Algorithm.RING)
-              for op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER))
-    across = dimension_cost(Collective.ALL_REDUCE, n / 8, 2, OUT, RATE, Algorithm.RING)
-    assert float(ring.cost.time) == pytest.approx(float(rs.time + across.time + ag.time) - 2 * SHARED)
-    # NVLink SHARP runs inside only; across, InfiniBand chooses for itself
+    inside = dimension_cost(Collective.ALL_REDUCE, n * 7 / 8, 16, UP, RATE, Algorithm.RING)
+    across = dimension_cost(Collective.ALL_REDUCE, n / 8, 16, OUT, RATE, Algorithm.RING)
+    assert float(ring.cost.time) == pytest.approx(max(float(inside.time), float(across.time)))
+    assert float(ring.cost.scale_out_bytes) == pytest.approx(2 * 15 / 16 * n / 8)
+    assert ring.composition_name == "flat_ring"
+
+
+def test_pinned_algorithm_applies_where_it_runs():
+    n = GiB
+    # NVLink SHARP runs inside only; across, InfiniBand takes its fastest non-ring phase (a tree)
     inn = collective(Collective.ALL_REDUCE, n, TWO_NODES, H100, Algorithm.IN_NETWORK)
-    assert float(inn.scale_out.time) == pytest.approx(float(on(OUT, Collective.ALL_REDUCE, n / 8, 2).time))
+    tree = dimension_cost(Collective.ALL_REDUCE, n / 8, 2, OUT, RATE, exclude=(Algorithm.RING,))
+    assert float(inn.dimensions[1].time) == pytest.approx(float(tree.time))
+    assert inn.composition_name == "pipelined"
     with pytest.raises(ValueError, match="cannot run"):
         collective(Collective.ALL_REDUCE, n, TWO_NODES, H100, Algorithm.DIRECT)

@@ -2,26 +2,26 @@
 
 import numpy as np
 import pytest
+from conftest import on_nodes
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from armillary.comm.algorithms import PROTOCOLS, dimension_cost
 from armillary.comm.collectives import collective
-from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
-from armillary.specs.system import Network
+from armillary.specs.network import NetworkDimension
 
 OPS = [Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL,
        Collective.BROADCAST, Collective.REDUCE]
 H100 = load_system("dgx-h100", 512)
-GROUPS = [Placement(8, 8), Placement(64, 8), Placement(64, 1), Placement(512, 8)]
+GROUPS = [on_nodes(8, 8), on_nodes(64, 8), on_nodes(64, 1), on_nodes(512, 8)]
 
 
 def _scaled(system, bandwidth=1.0, latency=1.0):
-    def net(n: Network) -> Network:
+    def net(n: NetworkDimension) -> NetworkDimension:
         return n.model_copy(update={"bandwidth": n.bandwidth * bandwidth, "latency": n.latency * latency})
-    return system.model_copy(update={"scale_up": net(system.scale_up), "scale_out": net(system.scale_out)})
+    return system.model_copy(update={"network": tuple(net(d) for d in system.network)})
 
 
 @settings(max_examples=60, deadline=None)
@@ -54,13 +54,13 @@ def test_time_is_non_decreasing_in_size(op, group, n, k):
 def test_array_sizes_match_scalar_sizes():
     sizes = np.geomspace(1e3, 1e10, 15)
     for op in OPS:
-        arr = collective(op, sizes, Placement(64, 8), H100).cost.time
-        one = [float(collective(op, s, Placement(64, 8), H100).cost.time) for s in sizes]
+        arr = collective(op, sizes, on_nodes(64, 8), H100).cost.time
+        one = [float(collective(op, s, on_nodes(64, 8), H100).cost.time) for s in sizes]
         assert np.allclose(arr, one, rtol=1e-12)
 
 
 SIMPLE = PROTOCOLS[2]
-NVLINK = H100.scale_up.model_copy(update={
+NVLINK = H100.network[0].model_copy(update={
     "size_efficiency": None,
     "algorithms": (Algorithm.RING, Algorithm.HALVING_DOUBLING, Algorithm.DIRECT, Algorithm.TREE)})
 
@@ -91,13 +91,13 @@ def test_ring_all_reduce_meets_the_bandwidth_lower_bound():
 
 
 def test_in_network_reduction_halves_the_all_reduce_volume():
-    got = dimension_cost(Collective.ALL_REDUCE, 1e9, 8, H100.scale_up, 3e12, Algorithm.IN_NETWORK)
+    got = dimension_cost(Collective.ALL_REDUCE, 1e9, 8, H100.network[0], 3e12, Algorithm.IN_NETWORK)
     assert float(got.sent_bytes) == pytest.approx(1e9)  # vs 2(p-1)/p n for the ring
 
 
 def test_pinning_an_algorithm_the_network_lacks_names_what_it_offers():
     with pytest.raises(ValueError, match="offers"):
-        dimension_cost(Collective.ALL_REDUCE, 1e6, 8, load_system("dgx-a100").scale_up, 3e12, Algorithm.IN_NETWORK)
+        dimension_cost(Collective.ALL_REDUCE, 1e6, 8, load_system("dgx-a100").network[0], 3e12, Algorithm.IN_NETWORK)
 
 
 def test_uniform_matrix_all_to_all_matches_the_uniform_collective():
@@ -105,7 +105,7 @@ def test_uniform_matrix_all_to_all_matches_the_uniform_collective():
 
     p, n = 16, 64e6  # each rank sends n/p to every rank
     matrix = np.full((p, p), n / p)
-    group = Placement(16, 8)
+    group = on_nodes(16, 8)
     uniform = collective(Collective.ALL_TO_ALL, n, group, H100).cost
     skewed = matrix.copy()
     skewed[:, 3] *= 4  # rank 3 is a hot expert
@@ -115,16 +115,16 @@ def test_uniform_matrix_all_to_all_matches_the_uniform_collective():
 
 
 def test_shared_links_divide_the_bandwidth():
-    shared = H100.model_copy(update={"scale_out": H100.scale_out.model_copy(update={"shared_by": 2})})
-    n, group = 1e9, Placement(64, 8)
+    shared = H100.with_dimension(1, shared_by=2)
+    n, group = 1e9, on_nodes(64, 8)
     t1 = float(collective(Collective.ALL_REDUCE, n, group, H100).cost.time)
     t2 = float(collective(Collective.ALL_REDUCE, n, group, shared).cost.time)
-    assert t2 > 1.5 * (t1 - float(collective(Collective.ALL_REDUCE, n, Placement(8, 8), H100).cost.time))
+    assert t2 > 1.5 * (t1 - float(collective(Collective.ALL_REDUCE, n, on_nodes(8, 8), H100).cost.time))
 
 
 def test_torus_ring_runs_dimension_by_dimension():
     """A 4x4x4 torus: one ring pass takes 3 + 3 + 3 steps instead of 63 (docs/formulas.md §1.2)."""
-    torus = Network(name="ICI 3D torus", kind="torus", shape=(4, 4, 4), bandwidth="100 GB/s", latency="1 us",
+    torus = NetworkDimension(name="ICI 3D torus", kind="torus", shape=(4, 4, 4), bandwidth="100 GB/s", latency="1 us",
                     efficiency=0.8, algorithms=["ring"])
     small = dimension_cost(Collective.ALL_GATHER, 64.0, 64, torus, 1e12)
     flat = dimension_cost(Collective.ALL_GATHER, 64.0, 64, torus.model_copy(update={"shape": None}), 1e12)
@@ -149,8 +149,8 @@ def test_topology_graph_of_a_torus():
     from armillary.comm.topology import topology_graph
     from armillary.specs.system import System
 
-    ici = Network(name="ICI", kind="torus", shape=(2, 2), bandwidth="100 GB/s", latency="1 us", efficiency=0.8)
-    system = System(name="pod", device=H100.device, devices_per_node=4, scale_up=ici, scale_out=H100.scale_out)
+    ici = NetworkDimension(name="ICI", kind="torus", shape=(2, 2), bandwidth="100 GB/s", latency="1 us", efficiency=0.8)
+    system = System(name="pod", device=H100.device, devices_per_node=4, scale_up=ici, scale_out=H100.network[-1])
     g = topology_graph(system)
     assert nx.is_connected(g) and all(deg == 2 for _, deg in g.degree)  # a 2x2 torus is a 4-ring
 
@@ -158,10 +158,10 @@ def test_topology_graph_of_a_torus():
 def test_bandwidth_sweep_matches_respecified_networks():
     """A search sweeps tier bandwidths as arrays; each element equals a network re-specified with it."""
     bandwidths = np.array([100e9, 400e9, 900e9])
-    group = Placement(64, 8)
-    swept = collective(Collective.ALL_REDUCE, 1e9, group, H100, scale_out_bandwidth=bandwidths).cost.time
+    group = on_nodes(64, 8)
+    swept = collective(Collective.ALL_REDUCE, 1e9, group, H100, bandwidths=(None, bandwidths)).cost.time
     for b, t in zip(bandwidths, swept, strict=True):
-        one = H100.model_copy(update={"scale_out": H100.scale_out.model_copy(update={"bandwidth": b})})
+        one = H100.with_dimension(1, bandwidth=b)
         assert t == pytest.approx(float(collective(Collective.ALL_REDUCE, 1e9, group, one).cost.time))
 
 
@@ -169,7 +169,7 @@ def test_uneven_group_layouts_are_costed_by_their_even_sub_layout():
     """6 data-parallel ranks at stride 2 on 8-GPU nodes sit as 4 + 2: costed as 3 nodes of 2."""
     from armillary.plan.placement import place_groups
 
-    _, dp, _, _ = place_groups(2, 6, 4, 8)
+    _, dp, _, _ = place_groups(2, 6, 4, (8, 4096))
     assert (float(dp.size), float(dp.per_node), float(dp.nodes)) == (6.0, 2.0, 3.0)
 
 
@@ -187,6 +187,6 @@ def test_time_is_non_decreasing_on_a_dense_size_grid(preset):
     system = load_system(preset, 512)
     sizes = np.geomspace(1, 1e11, 4000)
     for op in OPS:
-        for group in (Placement(8, 8), Placement(16, 2), Placement(64, 8), Placement(64, 1), Placement(512, 8)):
+        for group in (on_nodes(8, 8), on_nodes(16, 2), on_nodes(64, 8), on_nodes(64, 1), on_nodes(512, 8)):
             times = collective(op, sizes, group, system).cost.time
             assert np.all(np.diff(times) >= -1e-15), (op, group)

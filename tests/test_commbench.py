@@ -8,14 +8,15 @@ from armillary.comm.collectives import collective
 from armillary.comm.sweep import group_of
 from armillary.specs.communication import Collective
 from armillary.specs.loading import load_device
-from armillary.specs.system import Network, System
+from armillary.specs.network import NetworkDimension
+from armillary.specs.system import System
 
 pytest.importorskip("torch")
 
 
 def loopback(ranks: int) -> System:
     """Processes on one host talking over loopback TCP: one tier, ring only (what gloo runs)."""
-    net = Network(name="loopback TCP (gloo)", bandwidth="50 GB/s", latency="100 us", efficiency=0.5,
+    net = NetworkDimension(name="loopback TCP (gloo)", bandwidth="50 GB/s", latency="100 us", efficiency=0.5,
                   algorithms=["ring"])
     return System(name="localhost", device=load_device("a100-sxm4-80gb"), devices_per_node=ranks,
                   scale_up=net, scale_out=net)
@@ -29,7 +30,7 @@ def test_gloo_run_calibrates_a_network():
     log = nccl_tests_table(op, ranks, measured)
     rows = parse_nccl_tests(log)
     fitted = fit_tier(rows, op, ranks, loopback(ranks))
-    net = fitted.scale_up
+    net = fitted.network[0]
     assert 0 < net.latency < 0.1 and 0 < net.efficiency <= 1
     group = group_of(fitted, ranks)
 

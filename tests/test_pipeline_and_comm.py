@@ -2,13 +2,15 @@
 
 import numpy as np
 import pytest
+from conftest import on_nodes, with_bandwidth_scaled
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from armillary.comm.collectives import all_gather, all_reduce, send_recv
+from armillary.comm.collectives import all_gather, all_reduce, collective, send_recv
 from armillary.estimate.pipeline import bubble_fraction, pipeline_time
 from armillary.plan.codes import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED
-from armillary.plan.placement import Placement, place_groups
+from armillary.plan.placement import pair_across, place_groups
+from armillary.specs.communication import Collective, Composition
 from armillary.specs.loading import load_system
 
 
@@ -32,44 +34,43 @@ def test_ring_all_reduce_in_one_node():
     base + 2(p-1) alpha + 2(p-1)/p n / (eta B) (Thakur et al. 2005; NCCL base latency 8.4 us)."""
     sys8 = load_system("dgx-a100", 8)
     n, p = 1e9, 8
-    up = sys8.scale_up
+    up = sys8.network[0]
     expected = 8.4e-6 + 2 * (p - 1) * up.latency + 2 * (p - 1) / p * n / (up.efficiency * up.bandwidth)
-    assert float(all_reduce(n, Placement(8, 8), sys8).time) == pytest.approx(expected)
+    assert float(all_reduce(n, on_nodes(8, 8), sys8).time) == pytest.approx(expected)
 
 
 def test_hierarchical_all_reduce_moves_1_over_g_across_nodes():
     system = load_system("dgx-a100", 64)
     n = 8e9
-    cost = all_reduce(n, Placement(64, 8), system)
+    cost = collective(Collective.ALL_REDUCE, n, on_nodes(64, 8), system, composition=Composition.SEQUENTIAL).cost
     assert float(cost.scale_out_bytes) == pytest.approx(2 * 7 / 8 * n / 8)  # 8 nodes, n/8 per device
     assert float(cost.scale_up_bytes) == pytest.approx(2 * 7 / 8 * n)
 
 
 def test_megatron_rank_order():
-    tp, dp, pp, _ = place_groups(8, 4, 2, 8)
+    tp, dp, pp, _ = place_groups(8, 4, 2, (8, 4096))
     assert (tp.per_node, dp.per_node, pp.per_node) == (8, 1, 1)
-    tp, dp, pp, _ = place_groups(2, 4, 2, 8)
+    tp, dp, pp, _ = place_groups(2, 4, 2, (8, 4096))
     assert (float(tp.per_node), float(dp.per_node), float(pp.per_node)) == (2, 4, 1)
 
 
 def test_pipeline_inner_rank_order():
     """tp-cp-pp-dp: ranks tp2 x pp4 share a node, data-parallel groups stride 8 ranks (one per node)."""
-    tp, dp, pp, _ = place_groups(2, 4, 4, 8, rank_order=1.0)
+    tp, dp, pp, _ = place_groups(2, 4, 4, (8, 4096), rank_order=1.0)
     assert (float(tp.per_node), float(dp.per_node), float(pp.per_node)) == (2, 1, 4)
     # with cp: the gradient group is cp2 (inside the node) x dp4 (across nodes)
-    _, grad, pp, cp = place_groups(2, 4, 2, 8, cp=2.0, rank_order=1.0)
+    _, grad, pp, cp = place_groups(2, 4, 2, (8, 4096), cp=2.0, rank_order=1.0)
     assert (float(grad.size), float(grad.per_node), float(pp.per_node), float(cp.per_node)) == (8, 2, 2, 2)
-    arrays = place_groups(np.array([2.0, 2.0]), 4, 4, 8, rank_order=np.array([0.0, 1.0]))
+    arrays = place_groups(np.array([2.0, 2.0]), 4, 4, (8, 4096), rank_order=np.array([0.0, 1.0]))
     assert arrays[1].per_node.tolist() == [4, 1] and arrays[2].per_node.tolist() == [1, 4]
 
 
 @given(n=hs.floats(1e3, 1e11), scale=hs.floats(1.0, 100.0), ranks=hs.sampled_from([2, 8, 16, 64, 512]))
 def test_more_bandwidth_never_slows_a_collective(n, scale, ranks):
     system = load_system("dgx-a100", max(ranks, 8))
-    faster = system.model_copy(update={
-        "scale_up": system.scale_up.model_copy(update={"bandwidth": system.scale_up.bandwidth * scale}),
-        "scale_out": system.scale_out.model_copy(update={"bandwidth": system.scale_out.bandwidth * scale})})
-    group = Placement(ranks, min(ranks, 8))
+    faster = with_bandwidth_scaled(system, scale)
+    group = on_nodes(ranks, min(ranks, 8))
     for op in (all_reduce, all_gather):
         assert float(op(n, group, faster).time) <= float(op(n, group, system).time) * (1 + 1e-12)
-    assert float(send_recv(n, 1.0, faster).time) <= float(send_recv(n, 1.0, system).time) * (1 + 1e-12)
+    apart = pair_across(1, 2)
+    assert float(send_recv(n, apart, faster).time) <= float(send_recv(n, apart, system).time) * (1 + 1e-12)

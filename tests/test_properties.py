@@ -1,7 +1,7 @@
 """Invariants of the estimator, checked with hypothesis."""
 
 import numpy as np
-from conftest import gpt
+from conftest import gpt, with_bandwidth_scaled
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
@@ -59,9 +59,7 @@ def test_memory_never_grows_with_tp_or_pp(tp, pp, rc, zero):
 def test_more_bandwidth_never_slows_a_step(tp, pp, scale, zero, overlap):
     st = Strategy(tp=tp, pp=pp, zero=zero, overlap={"dp_grad_reduce": overlap, "tp_comm": overlap})
     w = Training(seq_len=2048, global_batch=512)
-    faster = SYSTEM.model_copy(update={
-        "scale_up": SYSTEM.scale_up.model_copy(update={"bandwidth": SYSTEM.scale_up.bandwidth * scale}),
-        "scale_out": SYSTEM.scale_out.model_copy(update={"bandwidth": SYSTEM.scale_out.bandwidth * scale})})
+    faster = with_bandwidth_scaled(SYSTEM, scale)
     assert float(estimate(MODEL, faster, st, w).step_time_s) <= float(
         estimate(MODEL, SYSTEM, st, w).step_time_s) * (1 + 1e-12)
 

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from conftest import on_nodes
 
 from armillary import (
     SpecError,
@@ -122,13 +123,12 @@ def test_fully_connected_pairs_use_one_link():
     import numpy as np
 
     from armillary.comm.collectives import collective
-    from armillary.plan.placement import Placement
     from armillary.specs.communication import Collective
 
     system = load_system("mi300x-8")
     n = 2**30
-    two = float(collective(Collective.ALL_REDUCE, n, Placement(2, 2), system).cost.time)
-    eight = float(collective(Collective.ALL_REDUCE, n, Placement(8, 8), system).cost.time)
-    link = system.scale_up.efficiency * system.scale_up.bandwidth / 7
+    two = float(collective(Collective.ALL_REDUCE, n, on_nodes(2, 2), system).cost.time)
+    eight = float(collective(Collective.ALL_REDUCE, n, on_nodes(8, 8), system).cost.time)
+    link = system.network[0].efficiency * system.network[0].bandwidth / 7
     assert two == pytest.approx(n / link, rel=0.02)  # 2(p-1)/p n = n bytes over one link
     assert eight < two and np.isfinite(eight)

@@ -22,9 +22,11 @@ from armillary.serving.trace import Trace, load_trace, poisson_trace
 from armillary.simulate.inference import InferenceSimulation
 from armillary.simulate.run import SimulationResult
 from armillary.simulate.schedules import PipelineSchedule
-from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.communication import Algorithm, Collective, Composition
+from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.loading import load_device, load_model, load_strategy, load_system, load_workload
 from armillary.specs.model import Model
+from armillary.specs.network import CollectiveLibrary, NetworkDimension, NetworkKind
 from armillary.specs.run import load_run
 from armillary.specs.strategy import (
     Attention,
@@ -37,7 +39,7 @@ from armillary.specs.strategy import (
     TrainingPrecision,
     ZeroStage,
 )
-from armillary.specs.system import Device, EfficiencyCurve, MemoryTier, Network, Precision, System
+from armillary.specs.system import Device, MemoryTier, Precision, System
 from armillary.specs.workload import Inference, KvCache, Serving, StoredPrecision, Training
 from armillary.validation.run import RowResult
 
@@ -53,7 +55,9 @@ __all__ = [
     "Candidate",
     "CoDesignResult",
     "Collective",
+    "CollectiveLibrary",
     "CommCall",
+    "Composition",
     "Device",
     "EfficiencyCurve",
     "Inference",
@@ -68,7 +72,8 @@ __all__ = [
     "MemoryTier",
     "MissingExtra",
     "Model",
-    "Network",
+    "NetworkDimension",
+    "NetworkKind",
     "Objective",
     "Offload",
     "Overlap",

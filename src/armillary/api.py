@@ -32,7 +32,7 @@ from armillary.serving.trace import Trace, load_trace, poisson_trace
 from armillary.simulate.inference import InferenceSimulation, simulate_inference
 from armillary.simulate.run import SimulationResult, simulate_training
 from armillary.simulate.schedules import PipelineSchedule
-from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_model, load_spec, load_strategy, load_system, load_workload
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
@@ -158,32 +158,34 @@ def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training",
 
 @overload
 def collective(op: Collective | str, size_bytes: float, system: SystemLike, gpus: int = ...,
-               algorithm: Algorithm | str = ...) -> SweepRow: ...
+               algorithm: Algorithm | str = ..., composition: Composition | str = ...) -> SweepRow: ...
 
 
 @overload
 def collective(op: Collective | str, size_bytes: Sequence[float] | np.ndarray, system: SystemLike, gpus: int = ...,
-               algorithm: Algorithm | str = ...) -> list[SweepRow]: ...
+               algorithm: Algorithm | str = ..., composition: Composition | str = ...) -> list[SweepRow]: ...
 
 
 def collective(op: Collective | str, size_bytes: float | Sequence[float] | np.ndarray, system: SystemLike,
                gpus: int = defaults.COLLECTIVE_GPUS,
-               algorithm: Algorithm | str = Algorithm.AUTO) -> SweepRow | list[SweepRow]:
-    """One collective over `gpus` devices of `system` (nodes filled first), as nccl-tests reports it:
-    time, algbw, busbw and the algorithm / protocol chosen per network tier. A sequence of sizes gives a
-    row per size."""
+               algorithm: Algorithm | str = Algorithm.AUTO,
+               composition: Composition | str = Composition.AUTO) -> SweepRow | list[SweepRow]:
+    """One collective over `gpus` devices of `system` (inner dimensions filled first), as nccl-tests reports
+    it: time, algbw, busbw, how the dimensions were composed and the algorithm / protocol chosen per
+    dimension. A sequence of sizes gives a row per size."""
     try:
-        operation, chosen = Collective(op), Algorithm(algorithm)
+        operation, chosen, composed = Collective(op), Algorithm(algorithm), Composition(composition)
     except ValueError:
-        raise SpecError(f"op {op!r} / algorithm {algorithm!r}: op is one of "
+        raise SpecError(f"op {op!r} / algorithm {algorithm!r} / composition {composition!r}: op is one of "
                         f"{', '.join(c.value for c in Collective if c is not Collective.SEND_RECV)}; algorithm "
-                        f"one of {', '.join(a.value for a in Algorithm)}") from None
+                        f"one of {', '.join(a.value for a in Algorithm)}; composition one of "
+                        f"{', '.join(c.value for c in Composition)}") from None
     if operation is Collective.SEND_RECV:
         raise SpecError("op: send_recv is point-to-point, not a collective")
     sysm = load_system(system, gpus)
     sizes = np.atleast_1d(np.asarray(size_bytes, dtype=float))
     try:
-        rows = collective_sweep(operation, sizes, group_of(sysm, gpus), sysm, chosen)
+        rows = collective_sweep(operation, sizes, group_of(sysm, gpus), sysm, chosen, composed)
     except ValueError as err:
         raise SpecError(str(err)) from None
     return rows if np.ndim(size_bytes) else rows[0]

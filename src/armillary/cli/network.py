@@ -13,7 +13,7 @@ from armillary import api, defaults
 from armillary.cli.common import SystemOption, print_json, reported, show, writable
 from armillary.errors import SpecError
 from armillary.report import records, tables
-from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_system
 
 _OPS = ", ".join(c.value for c in Collective if c is not Collective.SEND_RECV)
@@ -28,13 +28,17 @@ def collective_cmd(
     sizes: Annotated[str, typer.Option(help="START:END[:FACTOR] (binary K/M/G) or a comma list")] = "1K:16G",
     algorithm: Annotated[str, typer.Option(help="auto or one of " + ", ".join(
         a.value for a in Algorithm if a is not Algorithm.AUTO))] = Algorithm.AUTO.value,
+    composition: Annotated[str, typer.Option(help="how a group over several network dimensions runs: auto or "
+                                             "one of " + ", ".join(c.value for c in Composition
+                                                                   if c is not Composition.AUTO))] = (
+        Composition.AUTO.value),
     json_out: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
 ) -> None:
     """Cost of one collective over a range of sizes, as nccl-tests prints it (time, algbw, busbw)."""
     from armillary.comm.sweep import parse_sizes
 
     group = load_system(system, gpus)
-    rows = api.collective(op, parse_sizes(sizes), group, gpus, algorithm)
+    rows = api.collective(op, parse_sizes(sizes), group, gpus, algorithm, composition)
     if json_out:
         print_json(records.sweep_records(rows), indent=1)
         return

@@ -6,12 +6,17 @@ all-to-all: one rank's send buffer; broadcast / reduce / send-recv: the message)
 
 | algorithm | all-reduce | reduce-scatter / all-gather |
 | ring | 2(p-1) a + 2(p-1)/p n b | (p-1) a + (p-1)/p n b |
-| tree (double binary, pipelined) | 2 log2(p) a + 2(p-1)/p n b | - |
+| tree (double binary, pipelined) | 2 log2(p) a + min(p, 4)/2 n b | - |
 | halving-doubling (Rabenseifner) | 2 log2(p) a + 2(p-1)/p n b | log2(p) a + (p-1)/p n b |
 | direct (one-shot, needs a switch) | a + (p-1) n b | a + (p-1)/p n b |
-| in-network reduction (switch reduces) | a + n b_inr | a + n b_inr (RS), a + (p-1)/p n b_inr (AG) |
+| in-network reduction (switch reduces) | 2 a + n b_inr | 2 a + n b_inr (RS), 2 a + (p-1)/p n b_inr (AG) |
 
-plus, for the one-shot all-reduce, a reduction term (p-1) n g after the transfer (g: 3 bytes moved per byte
+The double binary tree (NCCL Tree; Sanders, Speck & Traeff 2009) splits the buffer over two trees in which
+each rank is inner in one and a leaf in the other: an inner rank with two children sends n/2 up and n down
+in one tree and n/2 up in the other, 2n in all, so the busiest rank sends n, 1.5 n, 2 n for p = 2, 3, >= 4
+(docs/formulas.md §1.2). A mesh is bounded by its corner devices, which have half the links of a torus's.
+
+Plus, for the one-shot all-reduce, a reduction term (p-1) n g after the transfer (g: 3 bytes moved per byte
 reduced through HBM); pipelined ring and tree kernels reduce while data streams through, hidden by the link.
 Each algorithm runs under a protocol (NCCL's LL, LL128, Simple: `PROTOCOLS`) that trades latency for
 bandwidth; the automatic choice takes the fastest (algorithm, protocol) pair for each size, as NCCL's tuner
@@ -26,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.numerics import Array
+from armillary.numerics import Array, minimum
 from armillary.specs.communication import Algorithm, Collective
-from armillary.specs.system import Network, NetworkKind
+from armillary.specs.network import SWITCHED, NetworkDimension, NetworkKind
 
 
 @dataclass(frozen=True)
@@ -56,15 +61,22 @@ _REDUCE_TRAFFIC = 3.0
 
 @dataclass(frozen=True)
 class DimensionCost:
-    """Cost of a collective on one dimension: time, bytes sent per rank, and what was chosen."""
+    """Cost of a collective on one dimension: time (of which `fixed` is the latency part: the protocol's
+    base cost and the per-step latencies), bytes sent per rank, and what was chosen."""
 
     time: Array
     sent_bytes: Array
     algorithm: Array  # index into ALGORITHMS
     protocol: Array  # index into PROTOCOLS
+    fixed: Array = 0.0
+
+    @property
+    def transfer(self) -> Array:
+        """The time that scales with the bytes: what pipelining across dimensions overlaps."""
+        return self.time - self.fixed
 
 
-_NOTHING = DimensionCost(0.0, 0.0, 0, 0)
+NOTHING = DimensionCost(0.0, 0.0, 0, 0)
 ALGORITHMS = (Algorithm.RING, Algorithm.TREE, Algorithm.HALVING_DOUBLING, Algorithm.DIRECT, Algorithm.IN_NETWORK)
 
 
@@ -76,7 +88,9 @@ def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
     if op is Collective.ALL_REDUCE:
         if alg is Algorithm.RING:
             return 2 * (p - 1), 2 * frac * n
-        if alg in (Algorithm.TREE, Algorithm.HALVING_DOUBLING):
+        if alg is Algorithm.TREE:  # double binary tree: each rank is inner in one tree, a leaf in the other
+            return 2 * log_p, minimum(p, 4.0) / 2 * n
+        if alg is Algorithm.HALVING_DOUBLING:
             return 2 * log_p, 2 * frac * n
         if alg is Algorithm.DIRECT:
             return 1.0 + 0 * p, (p - 1) * n
@@ -105,12 +119,12 @@ def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
     return (1.0 + 0 * p, n + 0 * p) if alg in (Algorithm.DIRECT, Algorithm.RING) else None
 
 
-def _allowed(algorithm: Algorithm, net: Network) -> bool:
+def _allowed(algorithm: Algorithm, net: NetworkDimension) -> bool:
     """What the tier's library offers; direct and halving-doubling also need any-to-any links, in-network
     reduction a reducing switch."""
     if algorithm not in net.algorithms:
         return False
-    switched = net.kind in (NetworkKind.SWITCH, NetworkKind.FULLY_CONNECTED, NetworkKind.FAT_TREE)
+    switched = net.kind in SWITCHED
     if algorithm in (Algorithm.DIRECT, Algorithm.HALVING_DOUBLING, Algorithm.TREE):
         return switched
     if algorithm is Algorithm.IN_NETWORK:
@@ -118,17 +132,17 @@ def _allowed(algorithm: Algorithm, net: Network) -> bool:
     return True
 
 
-def _link_bandwidth(net: Network, algorithm: Algorithm) -> float:
+def _link_bandwidth(net: NetworkDimension, algorithm: Algorithm) -> float:
     """Achievable bytes/s per rank for an algorithm on this dimension."""
     if algorithm is Algorithm.IN_NETWORK:
         return net.in_network_efficiency * net.bandwidth / net.shared_by
     bandwidth = net.efficiency * net.bandwidth / net.shared_by
-    if net.kind is NetworkKind.FAT_TREE:
-        bandwidth /= net.oversubscription
+    if net.kind is NetworkKind.MESH:  # a corner device has one link per axis, not two: it bounds the rest
+        bandwidth /= 2
     return bandwidth  # `bandwidth` is the device's injection rate: a bidirectional ring uses all of it
 
 
-def _ring_hops(net: Network, p: Array) -> Array | None:
+def _ring_hops(net: NetworkDimension, p: Array) -> Array | None:
     """Steps of one ring pass on a torus or mesh that the group fills: the ring runs dimension by dimension,
     sum(s_k - 1) steps instead of p - 1 (docs/formulas.md §1.2, multi-dimensional row)."""
     if net.shape is None or net.kind not in (NetworkKind.TORUS, NetworkKind.MESH):
@@ -140,20 +154,20 @@ def _ring_hops(net: Network, p: Array) -> Array | None:
     return np.where(np.asarray(p) == size, hops, np.maximum(np.asarray(p) - 1.0, 1.0))
 
 
-def _candidates(net: Network) -> tuple[tuple[int, Algorithm, float], ...]:
+def _candidates(net: NetworkDimension) -> tuple[tuple[int, Algorithm, float], ...]:
     """(index, algorithm, achievable bytes/s) of what can run on `net`."""
     return _candidate_table(net.kind, net.algorithms, net.in_network_reduction, net.in_network_efficiency,
-                            net.efficiency, net.bandwidth, net.shared_by, net.oversubscription)
+                            net.efficiency, net.bandwidth, net.shared_by)
 
 
 @functools.lru_cache(maxsize=256)
 def _candidate_table(kind: NetworkKind, algorithms: tuple[Algorithm, ...], in_network_reduction: bool,
-                     in_network_efficiency: float, efficiency: float, bandwidth: float, shared_by: int,
-                     oversubscription: float) -> tuple[tuple[int, Algorithm, float], ...]:
+                     in_network_efficiency: float, efficiency: float,
+                     bandwidth: float, shared_by: int) -> tuple[tuple[int, Algorithm, float], ...]:
     """`_candidates` of the network with these fields: a pure function of them, so cached by value."""
-    net = Network(name="", kind=kind, algorithms=algorithms, in_network_reduction=in_network_reduction,
+    net = NetworkDimension(name="", kind=kind, algorithms=algorithms, in_network_reduction=in_network_reduction,
                   in_network_efficiency=in_network_efficiency, efficiency=efficiency, bandwidth=bandwidth,
-                  shared_by=shared_by, oversubscription=oversubscription, latency=0.0)
+                  shared_by=shared_by, latency=0.0)
     return tuple((i, a, _link_bandwidth(net, a)) for i, a in enumerate(ALGORITHMS) if _allowed(a, net))
 
 
@@ -161,30 +175,35 @@ def _is_scalar(x: Array) -> bool:
     return not isinstance(x, np.ndarray) or x.ndim == 0
 
 
-def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduce_bytes_per_s: float,
-                   algorithm: Algorithm = Algorithm.AUTO, bandwidth: Array | None = None) -> DimensionCost:
+def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
+                   algorithm: Algorithm = Algorithm.AUTO, bandwidth: Array | None = None,
+                   exclude: tuple[Algorithm, ...] = ()) -> DimensionCost:
     """Fastest (algorithm, protocol) for `op` of `n_bytes` over `p` ranks of one dimension, or the pinned
-    algorithm (still with its fastest protocol). Broadcasts over n_bytes, p and `bandwidth` (which replaces
-    the tier's per-device bandwidth, so a search can sweep it)."""
+    algorithm (still with its fastest protocol), leaving out `exclude`. Broadcasts over n_bytes, p and
+    `bandwidth` (which replaces the dimension's per-device bandwidth, so a search can sweep it)."""
     scalar = _is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
     scale: Array = 1.0 if bandwidth is None else bandwidth / net.bandwidth
     if net.kind is NetworkKind.FULLY_CONNECTED and net.links:  # a small group reaches only its peers' links
         scale = scale * (min(max(p - 1, 1), net.links) if scalar else np.clip(p - 1, 1, net.links)) / net.links
+    if net.kind in (NetworkKind.FAT_TREE, NetworkKind.RAIL_OPTIMIZED) and net.oversubscription > 1:
+        # a group beyond one leaf crosses the spines, whose bandwidth is divided by the oversubscription
+        beyond = 1.0 if net.leaf_size is None else (p > net.leaf_size)
+        scale = scale / (1.0 + (net.oversubscription - 1.0) * (beyond if scalar else np.asarray(beyond, float)))
     if scalar and p <= 1 and algorithm is Algorithm.AUTO:
-        return _NOTHING  # a group of one does nothing
+        return NOTHING  # a group of one does nothing
     if scalar:
         n_bytes, p = float(n_bytes), float(p)
         log_p: Array = float(math.ceil(math.log2(max(p, 1.0))))
     else:
         log_p = np.ceil(np.log2(np.maximum(p, 1)))
-    times, sents, labels = [], [], []
+    times, fixeds, sents, labels = [], [], [], []
     reduces = op.reduces
     ring_hops = _ring_hops(net, p)
     ramp = 1.0 if net.size_efficiency is None else net.size_efficiency(n_bytes)
     if scalar and not isinstance(ramp, float):
         ramp = float(ramp)
     for a_index, alg, link in _candidates(net):
-        if algorithm is not Algorithm.AUTO and alg is not algorithm:
+        if (algorithm is not Algorithm.AUTO and alg is not algorithm) or alg in exclude:
             continue
         steps_bytes = _steps_and_bytes(op, alg, n_bytes, p, log_p)
         if steps_bytes is None:
@@ -199,22 +218,28 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: Network, reduc
         for p_index, proto in enumerate(PROTOCOLS):
             if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
                 continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
-            times.append(proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency)
-                         + sent / (proto.bandwidth_factor * link * scale * ramp) + reduce_time)
+            fixed = proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency)
+            times.append(fixed + sent / (proto.bandwidth_factor * link * scale * ramp) + reduce_time)
+            fixeds.append(fixed)
             sents.append(sent)
             labels.append((a_index, p_index))
     if not times:
         raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on the {net.kind.value} network "
-                         f"{net.name!r}; it offers {[a.value for _, a, _ in _candidates(net)]}")
+                         f"{net.name!r}; it offers {[a.value for _, a, _ in _candidates(net) if a not in exclude]}")
     if scalar:
         k = min(range(len(times)), key=times.__getitem__)
-        active = p > 1  # a group of one does nothing
-        return DimensionCost(times[k] if active else 0.0, sents[k] if active else 0.0, labels[k][0], labels[k][1])
-    both = np.broadcast_arrays(*times, *sents)  # one common shape for times and bytes
-    stacked, sent_stacked = np.stack(both[: len(times)]), np.stack(both[len(times):])
+        if not p > 1:  # a group of one does nothing
+            return DimensionCost(0.0, 0.0, labels[k][0], labels[k][1])
+        return DimensionCost(times[k], sents[k], labels[k][0], labels[k][1], fixeds[k])
+    count = len(times)
+    both = np.broadcast_arrays(*times, *sents, *fixeds)  # one common shape for times, bytes and latencies
+    stacked = np.stack(both[:count])
     k = np.argmin(stacked, axis=0)
     active = np.broadcast_to(np.asarray(p) > 1, k.shape)
-    time = np.where(active, np.take_along_axis(stacked, k[None], axis=0)[0], 0.0)
-    sent = np.where(active, np.take_along_axis(sent_stacked, k[None], axis=0)[0], 0.0)
+
+    def chosen(values: tuple[np.ndarray, ...]) -> np.ndarray:
+        return np.where(active, np.take_along_axis(np.stack(values), k[None], axis=0)[0], 0.0)
+
     table = np.array(labels)
-    return DimensionCost(time, sent, table[k, 0], table[k, 1])
+    return DimensionCost(chosen(both[:count]), chosen(both[count:2 * count]), table[k, 0], table[k, 1],
+                         chosen(both[2 * count:]))

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.comm.algorithms import ALGORITHMS
-from armillary.comm.collectives import collective, tier_bytes
+from armillary.comm.collectives import collective
+from armillary.comm.compose import phase_message
 from armillary.comm.sweep import group_of
 from armillary.specs.communication import Algorithm, Collective
-from armillary.specs.system import EfficiencyCurve, Network, System
+from armillary.specs.efficiency import EfficiencyCurve
+from armillary.specs.system import System
 
 
 @dataclass(frozen=True)
@@ -53,19 +55,22 @@ def parse_nccl_tests(text: str) -> list[Measurement]:
     return rows
 
 
+def fitted_dimension(system: System, gpus: int) -> int:
+    """The dimension a calibration over `gpus` devices fits: the outermost one the group spans."""
+    return int(group_of(system, gpus).outermost)
+
+
 def _time(op: Collective, size: float, system: System, gpus: int, algorithm: Algorithm) -> tuple[float, int]:
-    """Model time of the collective and the index of the algorithm the crossed tier runs."""
+    """Model time of the collective and the index of the algorithm the fitted dimension runs."""
     result = collective(op, size, group_of(system, gpus), system, algorithm)
-    tier = result.scale_up if gpus <= system.devices_per_node else result.scale_out
-    return float(result.cost.time), int(tier.algorithm)
+    return float(result.cost.time), int(result.dimensions[fitted_dimension(system, gpus)].algorithm)
 
 
-def _with(system: System, tier: str, **update: object) -> System:
-    net: Network = getattr(system, tier)
-    return system.model_copy(update={tier: net.model_copy(update=update)})
+def _with(system: System, tier: int, **update: object) -> System:
+    return system.with_dimension(tier, **update)
 
 
-def _fit_asymptote(base: System, tier: str, field: str, chosen: Algorithm, largest: Measurement,
+def _fit_asymptote(base: System, tier: int, field: str, chosen: Algorithm, largest: Measurement,
                    op: Collective, gpus: int) -> System:
     """Bisection on `field`: the time falls as the efficiency rises. The algorithm is pinned so that a
     switch to another one cannot stall the bisection."""
@@ -76,12 +81,12 @@ def _fit_asymptote(base: System, tier: str, field: str, chosen: Algorithm, large
         lo, hi = (mid, hi) if slower else (lo, mid)
     if hi < 2e-3 or lo > 0.999:
         raise ValueError(f"the largest message ({largest.size_bytes:.0f} B in {largest.time_s * 1e6:.1f} us) cannot "
-                         f"be matched by any {field} of {chosen.value} on {getattr(base, tier).name}: check --gpus, "
+                         f"be matched by any {field} of {chosen.value} on {base.network[tier].name}: check --gpus, "
                          "--op and --system")
     return _with(base, tier, **{field: (lo + hi) / 2})
 
 
-def _fit_latency(base: System, tier: str, small: list[Measurement], op: Collective, gpus: int,
+def _fit_latency(base: System, tier: int, small: list[Measurement], op: Collective, gpus: int,
                  algorithm: Algorithm) -> System:
     """Least squares in log time over `small` (grid, then golden-section refinement)."""
 
@@ -104,7 +109,7 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
     the size it was given)."""
     given = system
     system = system.with_devices(gpus) if gpus != system.devices else system
-    tier = "scale_up" if gpus <= system.devices_per_node else "scale_out"
+    tier = fitted_dimension(system, gpus)
     points = sorted(measurements, key=lambda m: m.size_bytes)
     base = _with(system, tier, size_efficiency=None)
 
@@ -145,7 +150,7 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
     if min(ramp) < 0.999:
         # the curve is read at the bytes the fitted tier handles
         group = group_of(base, gpus)
-        at = [float(tier_bytes(op, m.size_bytes, group)[0 if tier == "scale_up" else 1]) for m in points]
+        at = [float(phase_message(op, m.size_bytes, group, tier)) for m in points]
         curve = EfficiencyCurve(points=tuple((x, float(r)) for x, r in zip(at, ramp, strict=True)))
         base = _with(base, tier, size_efficiency=curve)
-    return base.model_copy(update={"devices_per_node": given.devices_per_node, "nodes": given.nodes})
+    return base.resized(given.sizes)

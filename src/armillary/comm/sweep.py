@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS
+from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS, DimensionCost
 from armillary.comm.collectives import collective
+from armillary.comm.compose import COMPOSITIONS
 from armillary.numerics import Array
-from armillary.plan.placement import Placement
-from armillary.specs.communication import Algorithm, Collective
+from armillary.plan.placement import Placement, place
+from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.system import System
 from armillary.units import GIB, KIB, MIB
 
@@ -62,33 +63,32 @@ class SweepRow:
     time_s: float
     algbw_bytes_per_s: float
     busbw_bytes_per_s: float
-    scale_up: str  # algorithm/protocol chosen inside a node ("-" if the group has one rank per node)
-    scale_out: str  # algorithm/protocol chosen across nodes ("-" within one node)
+    composition: str  # how the dimensions were put together (flat_ring, pipelined, sequential)
+    dimensions: tuple[str, ...]  # per dimension, the algorithm/protocol of its phase ("-" where not spanned)
 
 
 def group_of(system: System, gpus: int) -> Placement:
-    """All `gpus` devices of the system as one group, nodes filled first."""
-    per_node = min(gpus, system.devices_per_node)
-    if gpus % per_node:
-        raise ValueError(f"gpus={gpus} does not fill whole nodes of {system.devices_per_node}")
-    return Placement(size=float(gpus), per_node=float(per_node))
+    """All `gpus` devices of the system as one group, inner dimensions filled first."""
+    return place(float(gpus), 1.0, system.with_devices(gpus).sizes)
 
 
 def collective_sweep(op: Collective, sizes: np.ndarray, group: Placement, system: System,
-                     algorithm: Algorithm = Algorithm.AUTO) -> list[SweepRow]:
+                     algorithm: Algorithm = Algorithm.AUTO,
+                     composition: Composition = Composition.AUTO) -> list[SweepRow]:
     """The nccl-tests table of `op` over `group` for each size (one vectorized evaluation)."""
-    result = collective(op, np.asarray(sizes, dtype=float), group, system, algorithm)
+    result = collective(op, np.asarray(sizes, dtype=float), group, system, algorithm, composition=composition)
     time = np.broadcast_to(result.cost.time, np.shape(sizes))
     algbw = sizes / time
     busbw = algbw * bus_factor(op, group.size)
 
-    def label(dim_ranks: float, alg: Array, proto: Array, i: int) -> str:
-        if dim_ranks <= 1:
-            return "-"
-        return f"{ALGORITHMS[int(np.ravel(alg)[min(i, np.size(alg) - 1)])].value}/" \
-               f"{PROTOCOLS[int(np.ravel(proto)[min(i, np.size(proto) - 1)])].name}"
+    def at(values: Array, i: int) -> int:
+        return int(np.ravel(values)[min(i, np.size(values) - 1)])
 
-    return [SweepRow(float(s), float(t), float(a), float(b),
-                     label(float(group.per_node), result.scale_up.algorithm, result.scale_up.protocol, i),
-                     label(float(group.nodes), result.scale_out.algorithm, result.scale_out.protocol, i))
+    def label(span: Array, dim: DimensionCost, i: int) -> str:
+        if float(span) <= 1:
+            return "-"
+        return f"{ALGORITHMS[at(dim.algorithm, i)].value}/{PROTOCOLS[at(dim.protocol, i)].name}"
+
+    return [SweepRow(float(s), float(t), float(a), float(b), COMPOSITIONS[at(result.composition, i)].value,
+                     tuple(label(span, dim, i) for span, dim in zip(group.spans, result.dimensions, strict=True)))
             for i, (s, t, a, b) in enumerate(zip(sizes, time, algbw, busbw, strict=True))]

@@ -1,9 +1,12 @@
-"""A system's devices, switches and links as a networkx graph, for inspection and for schedule synthesis.
+"""A system's devices, switches and links as a networkx graph, for inspection, for schedule synthesis and for
+routing flows in the simulator.
 
-Nodes are devices ("d{node}.{i}") and switches; edges carry `bandwidth` (bytes/s per direction, per link)
-and `latency` (s) and `tier` ("scale_up" / "scale_out"). Scale-out fat-trees are rail-optimized: the i-th
-device of every node hangs off leaf switch i, and the leaves meet at a spine whose links are divided by the
-oversubscription.
+Devices are named by their coordinates, outermost first ("d{node}.{i}" on a two-dimension system). Along
+each dimension, the devices that differ only in that coordinate (a node's devices; one rail across nodes)
+are wired by the dimension's kind: a switch, direct links, a ring, a torus or mesh, or leaf switches of
+`leaf_size` ports joined by one spine per dimension whose links are divided by the oversubscription (a
+rail-optimized fat-tree: device i of every node on rail i). Edges carry `bandwidth` (bytes/s per direction,
+per link), `latency` (s) and `dimension` (its index).
 """
 
 from __future__ import annotations
@@ -13,54 +16,68 @@ import math
 
 import networkx as nx
 
-from armillary.specs.system import Network, NetworkKind, System
+from armillary.specs.network import NetworkDimension, NetworkKind
+from armillary.specs.system import System
 
 
-def _device(node: int, i: int) -> str:
-    return f"d{node}.{i}"
+def device_name(coords: tuple[int, ...]) -> str:
+    """`coords` innermost first, named outermost first."""
+    return "d" + ".".join(str(c) for c in reversed(coords))
 
 
-def _connect(g: nx.Graph, members: list[str], net: Network, tier: str, hub: str) -> None:
-    """Join `members` with the network's wiring; `hub` names the switch where there is one."""
-    bandwidth = net.bandwidth / net.shared_by
-    link: dict[str, object] = {"bandwidth": bandwidth, "latency": net.latency, "tier": tier}
+def _connect(g: nx.Graph, members: list[str], dim: NetworkDimension, index: int, hub: str) -> None:
+    """Join `members` with the dimension's wiring; `hub` names its switches where it has them."""
+    bandwidth = dim.bandwidth / dim.shared_by
+    link: dict[str, object] = {"bandwidth": bandwidth, "latency": dim.latency, "dimension": index}
     k = len(members)
-    if net.kind in (NetworkKind.SWITCH, NetworkKind.FAT_TREE):
-        g.add_node(hub, kind="switch", in_network_reduction=net.in_network_reduction)
+    if dim.kind is NetworkKind.SWITCH:
+        g.add_node(hub, kind="switch", in_network_reduction=dim.in_network_reduction)
         g.add_edges_from(((hub, m) for m in members), **link)
-    elif net.kind is NetworkKind.FULLY_CONNECTED:
+    elif dim.kind in (NetworkKind.FAT_TREE, NetworkKind.RAIL_OPTIMIZED):
+        leaf = dim.leaf_size or k
+        spine = f"spine{index}"
+        g.add_node(spine, kind="switch", in_network_reduction=dim.in_network_reduction)
+        for j in range(0, k, leaf):
+            name = f"{hub}.leaf{j // leaf}"
+            g.add_node(name, kind="switch", in_network_reduction=dim.in_network_reduction)
+            g.add_edges_from(((name, m) for m in members[j: j + leaf]), **link)
+            if k > leaf:  # the leaf's uplinks carry its ports' bandwidth divided by the oversubscription
+                uplink = {**link, "bandwidth": bandwidth * len(members[j: j + leaf]) / dim.oversubscription}
+                g.add_edge(name, spine, **uplink)
+    elif dim.kind is NetworkKind.FULLY_CONNECTED:
         per_pair = {**link, "bandwidth": bandwidth / max(k - 1, 1)}
         g.add_edges_from(itertools.combinations(members, 2), **per_pair)
-    elif net.kind is NetworkKind.RING:
+    elif dim.kind is NetworkKind.RING:
         per_side = {**link, "bandwidth": bandwidth / 2}
         g.add_edges_from(((members[i], members[(i + 1) % k]) for i in range(k) if k > 1), **per_side)
     else:  # torus / mesh
-        shape = list(net.shape) if net.shape else [k]
+        shape = list(dim.shape) if dim.shape else [k]
         if math.prod(shape) != k:
-            raise ValueError(f"{net.name}: shape {shape} does not hold {k} members")
-        grid = nx.grid_graph(dim=shape, periodic=net.kind is NetworkKind.TORUS)
-        index = {coord: members[i] for i, coord in enumerate(sorted(grid.nodes))}
-        per_link = {**link, "bandwidth": bandwidth / (2 * len(shape))}
-        g.add_edges_from(((index[a], index[b]) for a, b in grid.edges), **per_link)
+            raise ValueError(f"{dim.name}: shape {shape} does not hold {k} members")
+        grid = nx.grid_graph(dim=shape, periodic=dim.kind is NetworkKind.TORUS)
+        index_of = {coord: members[i] for i, coord in enumerate(sorted(grid.nodes))}
+        per_link = {**link, "bandwidth": bandwidth / (2 * len(shape))}  # the injection over 2 links per axis
+        g.add_edges_from(((index_of[a], index_of[b]) for a, b in grid.edges), **per_link)
 
 
 def topology_graph(system: System) -> nx.Graph:
     g = nx.Graph(name=system.name)
-    n, d = system.nodes, system.devices_per_node
-    for node in range(n):
-        members = [_device(node, i) for i in range(d)]
-        g.add_nodes_from(members, kind="device", node=node)
-        _connect(g, members, system.scale_up, "scale_up", f"n{node}.switch")
-    if n == 1:
-        return g
-    out = system.scale_out
-    if out.kind is NetworkKind.FAT_TREE:  # rail-optimized leaves, one spine layer
-        for i in range(d):
-            _connect(g, [_device(node, i) for node in range(n)], out, "scale_out", f"leaf{i}")
-        spine = {"bandwidth": out.bandwidth * n / out.oversubscription, "latency": out.latency, "tier": "scale_out"}
-        g.add_node("spine", kind="switch", in_network_reduction=out.in_network_reduction)
-        g.add_edges_from((("spine", f"leaf{i}") for i in range(d)), **spine)
-    else:  # one plane per rail: device i of every node on its own switch / ring / torus
-        for i in range(d):
-            _connect(g, [_device(node, i) for node in range(n)], out, "scale_out", f"rail{i}")
+    sizes = system.sizes
+    coords = list(itertools.product(*(range(k) for k in reversed(sizes))))
+    for c in coords:  # outermost first: the node is the position among the blocks of the innermost dimension
+        node = 0
+        for x, k in zip(c[:-1], reversed(sizes[1:]), strict=True):
+            node = node * k + x
+        g.add_node(device_name(c[::-1]), kind="device", node=node)
+    for i, dim in enumerate(system.network):
+        if sizes[i] <= 1:
+            continue
+        others = [range(k) for j, k in enumerate(sizes) if j != i]
+        for rest in itertools.product(*others):
+            line = []
+            for position in range(sizes[i]):
+                line.append(device_name((*rest[:i], position, *rest[i:])))
+            tag = ".".join(str(x) for x in reversed(rest))
+            hub = f"n{tag}.switch" if i == 0 else f"dim{i}.{tag}"
+            _connect(g, line, dim, i, hub)
     return g

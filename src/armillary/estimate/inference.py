@@ -53,6 +53,7 @@ class ReplicaModel:
     cache_reads: float  # passes of the decode kernel over the cache (query heads per KV head, or 1)
     attention_version: float
     tp_group: Placement
+    pp_group: Placement
     expert_groups: ExpertGroups | None
 
     @property
@@ -71,8 +72,8 @@ class ReplicaModel:
 
     @property
     def stages_cross_nodes(self) -> bool:
-        """Whether the pipeline's stages sit on the next node (the stage-to-stage sends go scale-out)."""
-        return bool(self.st.tp * self.st.pp > self.system.devices_per_node)
+        """Whether the pipeline's stages sit in different nodes (the stage-to-stage sends go scale-out)."""
+        return bool(self.pp_group.outermost > 0)
 
     def tokens_time(self, tokens: Array) -> PassTime:
         """Everything of a pass that depends only on its new tokens: the layers' GEMMs and element-wise
@@ -102,8 +103,7 @@ class ReplicaModel:
         n_dense = m.layers - n_moe
         embedding = dense[3].embedding_forward_s
         embedding_ar = dense[3].tp.time  # the vocabulary-parallel embedding's all-reduce
-        crosses = 1.0 if self.stages_cross_nodes else 0.0
-        hops = (st.pp - 1) * needed(lambda: send_recv(n_tp, crosses, system), st.pp > 1).time
+        hops = (st.pp - 1) * needed(lambda: send_recv(n_tp, self.pp_group, system), st.pp > 1).time
         return PassTime(layers=n_dense * dense[0] + n_moe * moe[0], attention=0.0 * tokens,
                         tp=n_dense * dense[1] + n_moe * moe[1] + embedding_ar, ep=n_moe * moe[2], pp=hops,
                         ends=embedding, tier2=0.0 * tokens)
@@ -159,16 +159,16 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     cache = w.kv_cache.precision.bytes if w.kv_cache.precision is not None else e
     if w.kv_cache.tier2_fraction > 0 and system.device.second_tier is None:
         raise SpecError(f"workload.kv_cache.tier2_fraction: the device {system.device.name} has no second memory tier")
-    tp_group = place_groups(st.tp, 1.0, st.pp, system.devices_per_node).tp
+    placed = place_groups(st.tp, 1.0, st.pp, system.sizes)
     groups = None
     if moe:
-        etp_group, ep_group, _ = place_expert_groups(st.etp, st.ep, st.tp / (st.ep * st.etp), system.devices_per_node)
+        etp_group, ep_group, _ = place_expert_groups(st.etp, st.ep, st.tp / (st.ep * st.etp), system.sizes)
         groups = ExpertGroups(ep_group, etp_group)
     per_head = w.decode_attention is DecodeAttention.PER_QUERY_HEAD and not m.kv_lora > 0
     reads = float(m.heads / m.kv_heads) if per_head else 1.0
     return ReplicaModel(m, st, system, float(e), float(weights), float(cache), w.kv_cache.tier2_fraction, reads,
                         2.0 if st.attention == 0 else float(st.attention),
-                        tp_group, groups)
+                        placed.tp, placed.pp, groups)
 
 
 def kv_pages(tokens: Any, block_tokens: int) -> Any:

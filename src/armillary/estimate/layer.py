@@ -73,7 +73,7 @@ class LayerExchange:
 
     tp_bytes: Array
     tp_group: Placement
-    cp_group: Placement = Placement(1.0, 1.0)  # noqa: RUF009 (frozen)
+    cp_group: Placement | None = None  # None: no context parallelism
     kv_block: Array = 0.0
     a2a_bytes: tuple[Array, Array] = (0.0, 0.0)
     expert_groups: ExpertGroups | None = None
@@ -223,8 +223,9 @@ def _context_parallel(st: StrategyArrays, system: System, exchange: LayerExchang
         on_ring = (cp > 1) & (st.cp_comm == 0)
         on_a2a = (cp > 1) & (st.cp_comm > 0)
         group, (bytes_in, bytes_out) = exchange.cp_group, exchange.a2a_bytes
-        crosses = where(group.per_node < cp, 1.0, 0.0)
-        hop = needed(lambda: send_recv(exchange.kv_block, crosses, system), on_ring)
+        if group is None:
+            raise ValueError("context parallelism needs the cp group's placement")
+        hop = needed(lambda: send_recv(exchange.kv_block, group, system), on_ring)
         a2a_in = needed(lambda: collective(Collective.ALL_TO_ALL, bytes_in, group, system).cost, on_a2a)
         a2a_out = needed(lambda: collective(Collective.ALL_TO_ALL, bytes_out, group, system).cost, on_a2a)
         ring_steps = where(on_ring, cp - 1, 0.0)

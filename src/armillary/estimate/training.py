@@ -78,7 +78,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     device = system.device
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     microbatches = microbatch_count(w.global_batch, st.micro_batch, st.dp)
-    groups = place_groups(st.tp, st.dp, st.pp, system.devices_per_node, st.cp, st.rank_order)
+    groups = place_groups(st.tp, st.dp, st.pp, system.sizes, st.cp, st.rank_order)
     layers = _layers(m, st, w, system, groups, e)
     stages = split_stages(m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers)
     sends = _pipeline_sends(m, st, w, system, groups, e)
@@ -151,7 +151,7 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     edp = t * c * st.dp / (st.etp * st.ep)  # expert layers regroup the tp x cp x dp ranks as etp x ep x edp
     if not (isinstance(m.experts, np.ndarray) or m.experts > 0):
         return Layers(dense, None, ends, n_tp, edp, None)
-    etp_group, ep_group, edp_group = place_expert_groups(st.etp, st.ep, edp, system.devices_per_node)
+    etp_group, ep_group, edp_group = place_expert_groups(st.etp, st.ep, edp, system.sizes)
     load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity)
     experts = experts_forward(m, b * q / sequence_shards(t, sp), st.ep, st.etp, load, e,
                               where(st.dispatch_fp8 > 0, 1.0, e))
@@ -180,10 +180,10 @@ def _pipeline_sends(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, syste
     back, once per model chunk."""
     t, p, sp = st.tp, st.pp, st.sequence_parallel
     n_pp = st.micro_batch * rank_queries(w.seq_len, st.cp) * m.hidden * e
-    crosses = where(groups.pp.per_node < p, 1.0, 0.0)
-    scatter = where((st.pp_scatter_gather > 0) & (crosses > 0) & (sp == 0), t, 1.0)
+    crosses = groups.pp.outermost > 0  # the stages sit in different nodes
+    scatter = where((st.pp_scatter_gather > 0) & crosses & (sp == 0), t, 1.0)
     n_send = where(sp > 0, n_pp / t, n_pp / scatter)
-    send = send_recv(n_send, crosses, system)
+    send = send_recv(n_send, groups.pp, system)
     regather = needed(lambda: all_gather(n_pp, groups.tp, system), scatter > 1)
     sends_per_mb = (1 - where(p == 1, 1.0, 0.0)) * 2 * st.vpp
     return PipelineSends(n_pp, n_send, send, regather, scatter, sends_per_mb,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from armillary.comm.calibration import fitted_dimension
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.presets.registry import preset_names
 from armillary.report.records import (
@@ -230,11 +231,12 @@ def validation_tables(results: list[RowResult], summary: list[GroupSummary]) -> 
 def sweep_table(rows: list[SweepRow], op: str, system: System) -> Table:
     """nccl-tests-style table of a collective `op` over every device of `system`."""
     table = Table(title=f"{op} on {system.devices} x {system.device.name} ({system.name})")
-    for c in ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "inside node", "across nodes"):
+    for c in ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "composition",
+              *(f"dim {i}" for i in range(len(system.network)))):
         table.add_column(c, justify="right" if "(" in c else "left")
     for r in rows:
         table.add_row(f"{r.size_bytes:.0f}", f"{r.time_s * 1e6:.2f}", f"{r.algbw_bytes_per_s / 1e9:.2f}",
-                      f"{r.busbw_bytes_per_s / 1e9:.2f}", r.scale_up, r.scale_out)
+                      f"{r.busbw_bytes_per_s / 1e9:.2f}", r.composition, *r.dimensions)
     return table
 
 
@@ -302,8 +304,9 @@ def traces_line(graph: TaskGraph, timeline: Timeline) -> str:
 
 
 def calibration_line(fitted: System, gpus: int, path: Path) -> str:
-    """The tier a collective over `gpus` devices crosses, as fitted, and where the system was written."""
-    tier = fitted.scale_up if gpus <= fitted.devices_per_node else fitted.scale_out
+    """The dimension a collective over `gpus` devices crosses last, as fitted, and where the system was
+    written."""
+    tier = fitted.network[fitted_dimension(fitted, gpus)]
     return (f"fitted {tier.name}: latency {tier.latency * 1e6:.2f} us, efficiency {tier.efficiency:.3f}, "
             f"in-network efficiency {tier.in_network_efficiency:.3f}; written to {path}")
 

@@ -70,7 +70,7 @@ def _base_value(system: System, name: str) -> Any:
     tier2 = system.device.second_tier
     return {"hbm_capacity": system.device.hbm.capacity, "hbm_bandwidth": system.device.hbm.bandwidth,
             "tier2_capacity": tier2.capacity if tier2 else None, "tier2_bandwidth": tier2.bandwidth if tier2 else None,
-            "scale_up_bandwidth": system.scale_up.bandwidth, "scale_out_bandwidth": system.scale_out.bandwidth,
+            "scale_up_bandwidth": system.network[0].bandwidth, "scale_out_bandwidth": system.network[-1].bandwidth,
             "devices_per_node": system.devices_per_node}[name]
 
 
@@ -84,11 +84,12 @@ def system_variant(system: System, values: dict[str, Any]) -> System:
                                                              "bandwidth": values["tier2_bandwidth"]}))
     elif values["tier2_capacity"] is not None:
         raise SpecError(f"space: tier2_capacity given, but the device {device.name} has no second memory tier")
-    per_node = int(values["devices_per_node"])
-    varied = system.model_copy(update={
-        "device": device.model_copy(update={"memory": memory}), "devices_per_node": per_node,
-        "scale_up": system.scale_up.model_copy(update={"bandwidth": values["scale_up_bandwidth"]}),
-        "scale_out": system.scale_out.model_copy(update={"bandwidth": values["scale_out_bandwidth"]})})
+    if len(system.network) < 2:
+        raise SpecError(f"space: {system.name} has one network dimension; co-design varies a scale-up domain "
+                        "under a scale-out network")
+    varied = system.model_copy(update={"device": device.model_copy(update={"memory": memory})})
+    varied = varied.with_dimension(0, bandwidth=values["scale_up_bandwidth"], size=int(values["devices_per_node"]))
+    varied = varied.with_dimension(-1, bandwidth=values["scale_out_bandwidth"])
     return varied.with_devices(int(values["gpus"]))
 
 
@@ -110,8 +111,8 @@ def _per_device(device: float, rates: ComponentPrices | ComponentPower, system: 
     tier2 = system.device.second_tier
     return (device + rates.hbm_per_gib * system.device.hbm.capacity / GIB
             + rates.tier2_per_gib * (tier2.capacity / GIB if tier2 else 0.0)
-            + rates.scale_up_per_gbps * system.scale_up.bandwidth / GIGA
-            + rates.scale_out_per_gbps * system.scale_out.bandwidth / GIGA)
+            + rates.scale_up_per_gbps * system.network[0].bandwidth / GIGA
+            + rates.scale_out_per_gbps * sum(d.bandwidth for d in system.network[1:]) / GIGA)
 
 
 @dataclass(frozen=True)

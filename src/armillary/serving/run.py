@@ -13,6 +13,7 @@ from armillary.comm.collectives import send_recv
 from armillary.errors import SpecError
 from armillary.estimate.inference import ReplicaModel, inference_memory, kv_blocks, kv_budget, replica_model
 from armillary.plan.arrays import ModelArrays
+from armillary.plan.placement import pair_across
 from armillary.serving.simulate import IterationCost, RequestTimes, SchedulerLimits, simulate_replica
 from armillary.serving.trace import Trace
 from armillary.specs.strategy import Strategy
@@ -124,7 +125,8 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
         run(sv.prefill_replicas, np.arange(n), trace, prefill_only=True)
         ttft = first.copy()
         # the prompt's cache moves to a decode replica over the scale-out link (each device its shard)
-        handover = np.array([float(send_recv(float(t) * r.cache_bytes_per_token, 1.0, system).time)
+        apart = pair_across(len(system.network) - 1, len(system.network))
+        handover = np.array([float(send_recv(float(t) * r.cache_bytes_per_token, apart, system).time)
                              for t in trace.input_len]) if n else np.zeros(0)
         ready = ttft + handover
         served = np.isfinite(ready)

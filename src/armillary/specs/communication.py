@@ -30,3 +30,13 @@ class Algorithm(StrEnum):
 
 # what NCCL offers on a tier: ring, tree and, where the switch reduces, NVLS / CollNet
 NCCL_ALGORITHMS = (Algorithm.RING, Algorithm.TREE, Algorithm.IN_NETWORK)
+
+
+class Composition(StrEnum):
+    """How a collective over a group that spans several network dimensions is put together
+    (docs/formulas.md §1.4). `auto` takes the fastest that the system's library offers."""
+
+    AUTO = "auto"
+    FLAT_RING = "flat_ring"  # one ring through every rank, its channels over the rails (NCCL Ring)
+    PIPELINED = "pipelined"  # a phase per dimension, chunks pipelined across them (ASTRA-sim; NCCL Tree family)
+    SEQUENTIAL = "sequential"  # a phase per dimension, one after another

@@ -1,16 +1,17 @@
-"""System specification: device (compute units, memory tiers), node (scale-up network) and cluster
-(scale-out network). Hardware is data: presets live in `armillary/presets/{devices,systems}`.
+"""System specification: device (compute units, memory tiers) and network (`specs/network.py`).
+Hardware is data: presets live in `armillary/presets/{devices,systems}`.
 """
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 
-import numpy as np
-from pydantic import Field, PositiveInt, PrivateAttr, field_validator
+from pydantic import Field, model_validator
 
 from armillary.specs.base import Spec
-from armillary.specs.communication import NCCL_ALGORITHMS, Algorithm
+from armillary.specs.efficiency import EfficiencyCurve
+from armillary.specs.network import CollectiveLibrary, NetworkDimension
 from armillary.specs.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Seconds
 
 
@@ -24,33 +25,6 @@ class Precision(StrEnum):
     @property
     def bytes(self) -> int:
         return {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[self.value]
-
-
-class EfficiencyCurve(Spec):
-    """Achieved fraction of peak as a function of operation size (FLOP or bytes).
-
-    Piecewise linear in log(size) between the points, constant beyond the ends. The same curve
-    serves one estimate (a float) and a sweep (an array of sizes).
-    """
-
-    points: tuple[tuple[float, Fraction], ...] = Field(min_length=1)
-    _log_sizes: np.ndarray = PrivateAttr()
-    _efficiencies: np.ndarray = PrivateAttr()
-
-    @field_validator("points")
-    @classmethod
-    def _ascending(cls, points: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
-        sizes = [p[0] for p in points]
-        if any(s <= 0 for s in sizes) or sizes != sorted(sizes):
-            raise ValueError("points must have positive sizes in ascending order: [[size, efficiency], ...]")
-        return points
-
-    def model_post_init(self, context: object, /) -> None:
-        self._log_sizes = np.log([p[0] for p in self.points])
-        self._efficiencies = np.array([p[1] for p in self.points])
-
-    def __call__(self, size: np.ndarray | float) -> np.ndarray:
-        return np.interp(np.log(np.maximum(size, 1.0)), self._log_sizes, self._efficiencies)
 
 
 class MemoryTier(Spec):
@@ -120,70 +94,85 @@ _FALLBACK = {
 }
 
 
-class NetworkKind(StrEnum):
-    """How the devices of one network tier are connected."""
+class System(Spec):
+    """A cluster: devices joined by a network of one or more dimensions, innermost first.
 
-    SWITCH = "switch"  # non-blocking switch (NVSwitch, one InfiniBand switch): any pair at full rate
-    FULLY_CONNECTED = "fully_connected"  # a direct link between every pair (AMD Infinity Fabric)
-    FAT_TREE = "fat_tree"  # switched, possibly oversubscribed above the leaves
-    RING = "ring"  # each device links to two neighbours
-    TORUS = "torus"  # `shape` gives the dimensions (2D/3D, wrap-around links)
-    MESH = "mesh"  # like a torus without wrap-around links
-
-
-class Network(Spec):
-    """One network tier as seen by one device: injection bandwidth, latency and efficiency.
-
-    `bandwidth` is per device and per direction (e.g. NVLink3: 300 GB/s; 8 HDR NICs for 8 GPUs:
-    25 GB/s; where NICs are shared, the NIC bandwidth times NICs per node over devices per node).
+    The innermost dimension is the scale-up domain ("node": NVLink, a TPU tray, an NVL72 rack); devices
+    number mixed-radix over the dimensions' sizes. The two-tier form (`devices_per_node`, `scale_up`,
+    `nodes`, `scale_out`) still loads: it is a two-dimension network.
     """
 
     name: str
-    kind: NetworkKind = NetworkKind.SWITCH
-    bandwidth: BytesPerSecond
-    latency: Seconds = Field(description="per-step (per hop) latency, alpha, of the Simple protocol")
-    efficiency: Fraction = Field(description="achievable fraction of `bandwidth` for large messages")
-    in_network_reduction: bool = Field(False, description="the switch reduces (NVLink SHARP, IB SHARP)")
-    in_network_efficiency: Fraction = Field(
-        0.6, description="achievable fraction of `bandwidth` for in-network-reduction collectives")
-    size_efficiency: EfficiencyCurve | None = Field(
-        None, description="bandwidth multiplier vs message bytes (ramp-up of mid-size messages), fitted from "
-        "nccl-tests sweeps by `armillary calibrate-network`")
-    oversubscription: float = Field(1.0, ge=1.0, description="fat-tree: bandwidth above the leaves is divided")
-    links: PositiveInt | None = Field(
-        None, description="fully connected: direct links per device (devices - 1), sharing `bandwidth` evenly; "
-        "a group of p ranks uses p - 1 of them")
-    shared_by: PositiveInt = Field(
-        1, description="devices sharing each link of `bandwidth` (e.g. 2 when 4 NICs serve 8 GPUs)")
-    shape: tuple[PositiveInt, ...] | None = Field(None, description="torus / mesh dimensions, e.g. [4, 4, 4]")
-    algorithms: tuple[Algorithm, ...] = Field(
-        NCCL_ALGORITHMS, description="algorithms the communication library offers on this tier (auto picks)")
-    sources: dict[str, str] = Field(default_factory=dict)
-
-
-class System(Spec):
-    """A cluster: nodes of `devices_per_node` devices joined by `scale_up`, nodes joined by `scale_out`."""
-
-    name: str
     device: Device
-    devices_per_node: PositiveInt
-    scale_up: Network
-    scale_out: Network
-    nodes: PositiveInt = 1
+    network: tuple[NetworkDimension, ...] = Field(min_length=1, description="dimensions, innermost first")
+    collectives: CollectiveLibrary = Field(
+        CollectiveLibrary.NCCL, description="how collectives spanning several dimensions run (docs/formulas.md §1.4)")
     sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _two_tier(cls, data: object) -> object:
+        """The two-tier form: scale_up (devices_per_node positions) under scale_out (nodes positions)."""
+        if not isinstance(data, dict) or "network" in data or "scale_up" not in data:
+            return data
+        legacy = {"devices_per_node", "nodes", "scale_up", "scale_out"}
+        missing = sorted({"devices_per_node", "scale_up", "scale_out"} - data.keys())
+        if missing:
+            raise ValueError(f"the two-tier form needs {missing} too (or give `network`: a list of dimensions)")
+        up, out = (_as_dict(data[k]) for k in ("scale_up", "scale_out"))
+        network = [{**up, "size": data["devices_per_node"]}, {**out, "size": data.get("nodes", 1)}]
+        return {**{k: v for k, v in data.items() if k not in legacy}, "network": network}
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Positions along each dimension, innermost first."""
+        return tuple(d.size for d in self.network)
 
     @property
     def devices(self) -> int:
-        return self.devices_per_node * self.nodes
+        return math.prod(self.sizes)
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices of one scale-up domain: the innermost dimension."""
+        return self.network[0].size
+
+    @property
+    def nodes(self) -> int:
+        return self.devices // self.devices_per_node
 
     def with_devices(self, n: int) -> System:
-        """The same system sized to `n` devices (whole nodes, or part of one node)."""
+        """The same system sized to `n` devices: the inner dimensions fill first (at most their size), the
+        outermost takes the rest (part of one node when `n` is smaller than a node)."""
         if n < 1:
             raise ValueError(f"gpus={n}: need at least one device")
-        if n <= self.devices_per_node:
-            return self.model_copy(update={"devices_per_node": n, "nodes": 1})
-        if n % self.devices_per_node:
-            raise ValueError(
-                f"gpus={n} is not a multiple of devices_per_node={self.devices_per_node} of {self.name!r}"
-            )
-        return self.model_copy(update={"nodes": n // self.devices_per_node})
+        sizes: list[int] = []
+        rest = n
+        for dim in self.network[:-1]:
+            take = min(dim.size, rest)
+            if rest % take:
+                inner = math.prod(sizes) * take
+                raise ValueError(f"gpus={n} is not a multiple of the {inner} devices of the inner dimensions "
+                                 f"({', '.join(d.name for d in self.network[: len(sizes) + 1])}) of {self.name!r}")
+            sizes.append(take)
+            rest //= take
+        sizes.append(rest)
+        return self.resized(tuple(sizes))
+
+    def resized(self, sizes: tuple[int, ...]) -> System:
+        """The same system with `sizes` positions along its dimensions."""
+        return self.model_copy(update={"network": tuple(d.sized(k) for d, k in zip(self.network, sizes, strict=True))})
+
+    def with_dimension(self, index: int, **changes: object) -> System:
+        """The same system with fields of one dimension replaced (e.g. its bandwidth, for a sweep)."""
+        dims = list(self.network)
+        dims[index] = dims[index].model_copy(update=changes)
+        return self.model_copy(update={"network": tuple(dims)})
+
+
+def _as_dict(value: object) -> dict[str, object]:
+    if isinstance(value, Spec):
+        return value.model_dump(exclude_unset=True)
+    if not isinstance(value, dict):
+        raise ValueError(f"scale_up / scale_out must be a network dimension (a mapping), got {value!r}")
+    return value

@@ -125,10 +125,9 @@ def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
         gbps = float(per_nic.group(1)) * float(per_nic.group(2)) / system.devices_per_node
     else:
         gbps = None
-        notes.append(f"scale-out network not stated: {system.scale_out.name} of the {preset} preset")
+        notes.append(f"scale-out network not stated: {system.network[-1].name} of the {preset} preset")
     if gbps is not None:
-        net = system.scale_out.model_copy(update={"bandwidth": gbps * 1e9 / 8})
-        system = system.model_copy(update={"scale_out": net})
+        system = system.with_dimension(-1, bandwidth=gbps * 1e9 / 8)
     return system.with_devices(n_gpus)
 
 

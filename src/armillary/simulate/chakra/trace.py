@@ -11,7 +11,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
-import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 from armillary.comm.collectives import collective, send_recv
 from armillary.errors import SpecError
-from armillary.plan.placement import Placement
+from armillary.plan.placement import placement_of
 from armillary.simulate.chakra.schema import (
     VERSION,
     AttributeProto,
@@ -351,21 +350,21 @@ def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: 
         s = _need(system)
         src, dst = key[1], key[2]
         size = float(a.get("comm_size", 0))
-        crosses = src // s.devices_per_node != dst // s.devices_per_node
+        pair = placement_of((src, dst), s.sizes)
+        crosses = pair.outermost > 0
         return Task(node.name, TaskKind.SEND, Category.PP, (src, dst), None,
-                    _seconds_ns(send_recv(size, crosses, s).time), deps, Tier.SCALE_OUT if crosses else Tier.SCALE_UP,
+                    _seconds_ns(send_recv(size, pair, s).time), deps, Tier.SCALE_OUT if crosses else Tier.SCALE_UP,
                     size, 0.0, "", Collective.SEND_RECV.value)
     if key[0] == "coll":
         s = _need(system)
         ranks = tuple(sorted(members[key[1]]))
-        per_node = Counter(r // s.devices_per_node for r in ranks)
-        group = Placement(float(len(ranks)), float(math.gcd(len(ranks), max(per_node.values()))))
+        group = placement_of(ranks, s.sizes)
         op = _COLLECTIVES.get(a.get("comm_type", 0), Collective.ALL_REDUCE)
         size = float(a.get("comm_size", 0))
         assert stream is not None
         return Task(node.name, TaskKind.COLLECTIVE, Category(stream.name.lower()), ranks, stream,
                     _seconds_ns(collective(op, size, group, s).cost.time), deps,
-                    Tier.SCALE_OUT if len(per_node) > 1 else Tier.SCALE_UP, size, 0.0, key[1], op.value)
+                    Tier.SCALE_OUT if group.outermost > 0 else Tier.SCALE_UP, size, 0.0, key[1], op.value)
     size = float(a.get("tensor_size", 0))
     if stream is Stream.OFFLOAD:  # duration_micros, or the bytes over the second memory tier's link
         duration = micros_ns

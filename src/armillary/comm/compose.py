@@ -1,0 +1,266 @@
+"""Collectives over groups that span several network dimensions (docs/formulas.md §1.4).
+
+A group spans `s_i` positions on dimension i; `inner_i` = s_0 ... s_(i-1) of its ranks share one block
+of the dimensions below i, and the outermost dimension with s_i > 1 is the group's top. Three ways to put
+the dimensions together:
+
+- flat ring (NCCL Ring): one ring through all p ranks, its channels spread over the rails. Of the ring's
+  edges, a share f_i runs on dimension i: f_i = (s_i - 1) / (s_i inner_i) below the top and 1 / inner_top
+  at the top (the edges that leave a block of the dimensions below). Each dimension carries the ring's
+  traffic times f_i; the slowest dimension paces the ring, whose steps wait for the slowest hop.
+- phases (ASTRA-sim's hierarchical collectives; NCCL's Tree family): all-reduce = reduce-scatter up the
+  dimensions on messages n / inner_i, all-reduce at the top, all-gather down; reduce-scatter and
+  all-gather one phase per dimension on n / inner_i; broadcast and reduce on n per dimension; all-to-all
+  sends to the ranks that differ on dimension i over dimension i, all dimensions at once.
+  - sequential: the phases one after another: the sum of their times.
+  - pipelined: the message is cut into chunks that flow through the phases, so after the pipeline fills
+    the slowest dimension sets the pace: T = sum of latencies + max_i B_i + (sum_i B_i - max_i B_i) / k,
+    with B_i the bandwidth time of dimension i (its all-reduce phase carries both directions) and
+    k = n / chunk chunks (ASTRA-sim 2.0, Won et al. 2023, §IV; Rashidi et al. 2020, Themis).
+
+NCCL offers the flat ring and the pipelined phases whose top phase is a tree, NVLS or CollNet (NCCL has no
+ring that reduces per dimension); the hierarchical library offers the pipelined phases with any algorithm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from armillary.comm.algorithms import NOTHING, PROTOCOLS, DimensionCost, dimension_cost
+from armillary.numerics import Array, is_array, where
+from armillary.plan.placement import Placement
+from armillary.specs.communication import Algorithm, Collective, Composition
+from armillary.specs.network import CollectiveLibrary
+from armillary.specs.system import System
+from armillary.units import MIB
+
+COMPOSITIONS = (Composition.FLAT_RING, Composition.PIPELINED, Composition.SEQUENTIAL)
+# bytes per pipelined chunk: the order of NCCL's per-step slice over its channels (NCCL_BUFFSIZE 4 MiB
+# split in NCCL_STEPS = 8 slots per channel)
+PIPELINE_CHUNK_BYTES = MIB
+_RINGS = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.BROADCAST,
+          Collective.REDUCE)
+_SMALLEST_BASE = min(proto.base_latency_s for proto in PROTOCOLS)
+
+
+@dataclass(frozen=True)
+class Composed:
+    time: Array
+    dimensions: tuple[DimensionCost, ...]  # per dimension: its phases' time, bytes and choice
+    composition: Array  # index into COMPOSITIONS
+
+
+def offered(system: System, algorithm: Algorithm) -> tuple[Composition, ...]:
+    """The compositions the system's library runs; a pinned ring is NCCL's flat ring."""
+    if system.collectives is CollectiveLibrary.HIERARCHICAL:
+        return (Composition.PIPELINED,)
+    if algorithm is Algorithm.RING:
+        return (Composition.FLAT_RING,)
+    return (Composition.FLAT_RING, Composition.PIPELINED) if algorithm is Algorithm.AUTO else (Composition.PIPELINED,)
+
+
+def compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
+            bandwidths: tuple[Array | None, ...] | None, composition: Composition) -> Composed:
+    """The fastest of the offered compositions (or the pinned one) of `op` over `group`."""
+    if len(group.spans) != len(system.network):
+        raise ValueError(f"group spans {len(group.spans)} dimensions, the system has {len(system.network)}")
+    net = _Net(system, group, algorithm, bandwidths or (None,) * len(system.network))
+    if algorithm is not Algorithm.AUTO and not is_array(group.size):
+        spanned = [d for d, s in zip(system.network, group.spans, strict=True) if float(s) > 1]
+        if spanned and not any(_pinnable(algorithm, op, d) for d in spanned):
+            raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on "
+                             f"{' or '.join(d.name for d in spanned)}; they offer "
+                             f"{sorted({a.value for d in spanned for a in d.algorithms})}")
+    choices = offered(system, algorithm) if composition is Composition.AUTO else (composition,)
+    built = [c for c in (_build(kind, op, n_bytes, net) for kind in choices) if c is not None]
+    if not built:
+        raise ValueError(f"{op.value} cannot run as {' or '.join(c.value for c in choices)} over the dimensions "
+                         f"{[d.name for d in system.network]} of {system.name!r}")
+    best = built[0]
+    for other in built[1:]:
+        best = _faster(best, other)
+    if not is_array(best.time) and not np.isfinite(best.time):
+        raise ValueError(f"{op.value} cannot run over {system.name!r} with algorithm {algorithm.value!r}")
+    return best
+
+
+@dataclass(frozen=True)
+class _Net:
+    """What a phase needs: the system, the group, the pinned algorithm and swept bandwidths."""
+
+    system: System
+    group: Placement
+    algorithm: Algorithm
+    bandwidths: tuple[Array | None, ...]
+
+    def top(self, i: int) -> Array:
+        """Whether dimension i is the outermost the group spans."""
+        return self.group.outermost == i
+
+    def phase(self, i: int, op: Collective, n: Array, p: Array | None = None,
+              exclude: tuple[Algorithm, ...] = (), algorithm: Algorithm | None = None) -> DimensionCost:
+        """`op` on dimension i over p ranks (default: the group's span there), with the dimension's fastest
+        algorithm (or the collective's pinned one where it runs, or `algorithm`, which must run); infinite
+        where it cannot run."""
+        dim, span = self.system.network[i], self.group.spans[i]
+        ranks = span if p is None else p
+        if not is_array(span) and float(span) <= 1:
+            return NOTHING
+        blocked = DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0)
+        if algorithm is not None and not _pinnable(algorithm, op, dim):
+            return blocked  # a phase that must run this algorithm cannot run here
+        pinned = algorithm or self.algorithm
+        pinned = pinned if _pinnable(pinned, op, dim, exclude) else Algorithm.AUTO
+        try:
+            cost = dimension_cost(op, n, ranks, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i], exclude)
+        except ValueError:
+            return blocked
+        if p is None:
+            return cost
+        return _scaled(cost, where(span > 1, 1.0, 0.0))  # a ring over all ranks only where the group spans i
+
+
+def _build(kind: Composition, op: Collective, n: Array, net: _Net) -> Composed | None:
+    index = COMPOSITIONS.index(kind)
+    if kind is Composition.FLAT_RING:
+        return _flat_ring(op, n, net, index)
+    return _phases(op, n, net, kind is Composition.PIPELINED, index)
+
+
+def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | None:
+    """One ring through all ranks; dimension i carries the share f_i of its edges."""
+    if op not in _RINGS:
+        return None
+    group, dims = net.group, []
+    for i in range(len(net.system.network)):
+        span, inner = group.spans[i], group.inner(i)
+        share = where(net.top(i), 1.0 / inner, (span - 1) / (inner * span))
+        dims.append(net.phase(i, op, n * share, p=group.size, algorithm=Algorithm.RING))
+    time = dims[0].time
+    for d in dims[1:]:
+        time = np.maximum(time, d.time) if is_array(time) or is_array(d.time) else max(time, d.time)
+    return Composed(time, tuple(dims), index)
+
+
+def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) -> Composed:
+    """A phase per dimension, pipelined or one after another."""
+    count, group = len(net.system.network), net.group
+    nccl_top = (Algorithm.RING,) if pipelined and net.system.collectives is CollectiveLibrary.NCCL else ()
+    stages: list[list[DimensionCost]] = []
+    for i in range(count):
+        top, message = net.top(i), phase_message(op, n, group, i)
+        if op is Collective.ALL_TO_ALL:  # all dimensions at once
+            stages.append([net.phase(i, op, message)])
+            continue
+        at_top = _when(top, partial(net.phase, i, op, message, exclude=nccl_top))
+        if op is Collective.ALL_REDUCE and not pipelined:  # below the top: reduce-scatter, later all-gather
+            below = [_when(_not(top), partial(net.phase, i, o, message))
+                     for o in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER)]
+            stages.append([_select(top, at_top, NOTHING)] + [_select(top, NOTHING, b) for b in below])
+        else:
+            stages.append([_select(top, at_top, _when(_not(top), partial(net.phase, i, op, message)))])
+    flat = [s for dim in stages for s in dim]
+    dims = tuple(_sum(dim) for dim in stages)
+    if op is Collective.ALL_TO_ALL:
+        time = flat[0].time
+        for s in flat[1:]:
+            time = np.maximum(time, s.time)
+        return Composed(time if is_array(time) else float(time), dims, index)
+    if not pipelined:
+        return Composed(sum(s.time for s in flat) - _shared_base(flat), dims, index)
+    fixed = sum(s.fixed for s in flat) - _shared_base(flat)
+    transfers = [d.transfer for d in dims]
+    slowest = transfers[0]
+    for t in transfers[1:]:
+        slowest = np.maximum(slowest, t)
+    chunks = np.maximum(np.asarray(n, dtype=float) / PIPELINE_CHUNK_BYTES, 1.0)
+    total = sum(transfers)
+    runs = np.isfinite(total)  # where a phase cannot run, the composition takes forever
+    fill = np.where(runs, total - np.where(runs, slowest, 0.0), 0.0) / chunks
+    time = fixed + slowest + fill
+    return Composed(time if is_array(time) else float(time), dims, index)
+
+
+def phase_message(op: Collective, n: Array, group: Placement, i: int) -> Array:
+    """The message of dimension i's phase: n / inner_i for all-reduce, reduce-scatter and all-gather (each
+    block below has reduced or will gather its share), n for broadcast and reduce, and for all-to-all the
+    bytes to the ranks that differ on dimension i or above, n inner_(i+1) / p, of which the phase sends
+    (s_i - 1) / s_i."""
+    if op in (Collective.BROADCAST, Collective.REDUCE):
+        return n
+    if op is Collective.ALL_TO_ALL:
+        return n * group.inner(i + 1) / group.size
+    return n / group.inner(i)
+
+
+def _faster(a: Composed, b: Composed) -> Composed:
+    """Point by point, the faster of two compositions."""
+    if not (is_array(a.time) or is_array(b.time)):
+        return a if a.time <= b.time else b
+    take_a = np.asarray(a.time) <= np.asarray(b.time)
+    return Composed(np.where(take_a, a.time, b.time),
+                    tuple(_select(take_a, x, y) for x, y in zip(a.dimensions, b.dimensions, strict=True)),
+                    np.where(take_a, a.composition, b.composition))
+
+
+def _not(mask: Array) -> Array:
+    return ~np.asarray(mask, dtype=bool) if is_array(mask) else not mask
+
+
+def _when(mask: Array, cost: Callable[[], DimensionCost]) -> DimensionCost:
+    """A phase only where it is needed: not computed at all for a single configuration that skips it."""
+    if not is_array(mask) and not mask:
+        return NOTHING
+    return cost()
+
+
+def _select(mask: Array, a: DimensionCost, b: DimensionCost) -> DimensionCost:
+    if not is_array(mask):
+        return a if mask else b
+    return DimensionCost(*(np.where(mask, x, y) for x, y in zip(_fields(a), _fields(b), strict=True)))
+
+
+def _fields(c: DimensionCost) -> tuple[Array, ...]:
+    return c.time, c.sent_bytes, c.algorithm, c.protocol, c.fixed
+
+
+def _scaled(c: DimensionCost, k: Array) -> DimensionCost:
+    if not is_array(k):
+        return c if k else NOTHING
+    return DimensionCost(c.time * k, c.sent_bytes * k, c.algorithm, c.protocol, c.fixed * k)
+
+
+def _sum(stages: list[DimensionCost]) -> DimensionCost:
+    """The phases of one dimension together, named by the last that runs (the top phase is first, and idle
+    below the top)."""
+    named = stages[0]
+    for s in stages[1:]:
+        named = _select(np.asarray(s.time) > 0 if is_array(s.time) else s.time > 0, s, named)
+    return DimensionCost(sum(s.time for s in stages), sum(s.sent_bytes for s in stages), named.algorithm,
+                         named.protocol, sum(s.fixed for s in stages))
+
+
+def _shared_base(stages: list[DimensionCost]) -> Array:
+    """What composing phases into one collective saves: each phase's cost includes a protocol's fixed cost
+    per collective call, which the whole collective pays once (docs/formulas.md §1.3). The saving is the
+    smallest fixed cost per extra phase, independent of the protocols chosen, so that time stays
+    non-decreasing in size."""
+    if not any(is_array(st.time) for st in stages):  # one configuration
+        return max(sum(1 for st in stages if st.time > 0) - 1, 0) * _SMALLEST_BASE
+    active = sum(np.where(np.asarray(st.time) > 0, 1.0, 0.0) for st in stages)
+    return np.maximum(active - 1, 0.0) * _SMALLEST_BASE
+
+
+def _pinnable(algorithm: Algorithm, op: Collective, dim: object, exclude: tuple[Algorithm, ...] = ()) -> bool:
+    """A pinned algorithm applies where it can run; elsewhere the dimension chooses for itself."""
+    if algorithm is Algorithm.AUTO or algorithm in exclude:
+        return False
+    try:
+        dimension_cost(op, 1.0, 2.0, dim, 1.0, algorithm)  # type: ignore[arg-type]
+    except ValueError:
+        return False
+    return True

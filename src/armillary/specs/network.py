@@ -1,0 +1,114 @@
+"""A system's network: an ordered list of dimensions, innermost first (e.g. NVLink inside a node, then the
+InfiniBand rails between nodes, then a spine), and the library that composes collectives across them.
+
+Every dimension is described as one device sees it: its injection bandwidth (all of the device's links on
+that dimension, per direction), latency per hop, achievable efficiency, and how many positions it has
+(`size`). The devices of the system are the product of the sizes: device coordinates are mixed-radix,
+innermost dimension fastest, so ranks fill the innermost dimension first.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+
+from pydantic import Field, PositiveInt, model_validator
+
+from armillary.specs.base import Spec
+from armillary.specs.communication import NCCL_ALGORITHMS, Algorithm
+from armillary.specs.efficiency import EfficiencyCurve
+from armillary.specs.quantity import BytesPerSecond, Fraction, Seconds
+
+
+class NetworkKind(StrEnum):
+    """How the devices along one dimension are connected."""
+
+    SWITCH = "switch"  # non-blocking switch (NVSwitch, one InfiniBand switch): any pair at full rate
+    FULLY_CONNECTED = "fully_connected"  # a direct link between every pair (AMD Infinity Fabric)
+    FAT_TREE = "fat_tree"  # leaf switches of `leaf_size` ports joined by spines, oversubscribed above the leaves
+    RAIL_OPTIMIZED = "rail_optimized"  # the same as fat_tree, with device i of every node on leaf (rail) i
+    RING = "ring"  # each device links to two neighbours
+    TORUS = "torus"  # `shape` gives the axes (2-D/3-D, wrap-around links)
+    MESH = "mesh"  # like a torus without wrap-around links: a corner device has half the links
+
+
+SWITCHED = (NetworkKind.SWITCH, NetworkKind.FULLY_CONNECTED, NetworkKind.FAT_TREE, NetworkKind.RAIL_OPTIMIZED)
+
+
+class CollectiveLibrary(StrEnum):
+    """How collectives that span several dimensions are run (docs/formulas.md §1.4).
+
+    - nccl: NCCL's multi-node algorithms. Ring: one ring through every rank, its channels spread over
+      the rails, so each dimension carries the ring's traffic in proportion to the ring's edges on it.
+      Tree family (Tree, NVLS-Tree, CollNet): a phase per dimension, pipelined in chunks, whose outermost
+      phase is a tree or an in-network reduction (NCCL has no ring that reduces per dimension).
+    - hierarchical: ASTRA-sim's multi-dimensional collectives. A phase per dimension (reduce-scatter up
+      the dimensions, all-reduce on the outermost, all-gather down), each phase with its dimension's
+      fastest algorithm, pipelined in chunks across dimensions.
+    """
+
+    NCCL = "nccl"
+    HIERARCHICAL = "hierarchical"
+
+
+class NetworkDimension(Spec):
+    """One dimension of the network as seen by one device: injection bandwidth, latency and efficiency.
+
+    `bandwidth` is per device and per direction, over all of the device's links on this dimension (NVLink4:
+    450 GB/s; one 400 Gb/s NIC per GPU: 50 GB/s; where NICs are shared, set `shared_by`; a torus of 50 GB/s
+    links in 3 axes: 6 x 50 = 300 GB/s).
+    """
+
+    name: str
+    kind: NetworkKind = NetworkKind.SWITCH
+    size: PositiveInt = Field(1, description="positions along this dimension (devices per node for the "
+                              "innermost; the outermost grows with the system)")
+    bandwidth: BytesPerSecond
+    latency: Seconds = Field(description="per-step (per hop) latency, alpha, of the Simple protocol")
+    efficiency: Fraction = Field(description="achievable fraction of `bandwidth` for large messages")
+    in_network_reduction: bool = Field(False, description="the switch reduces (NVLink SHARP, IB SHARP)")
+    in_network_efficiency: Fraction = Field(
+        0.6, description="achievable fraction of `bandwidth` for in-network-reduction collectives")
+    size_efficiency: EfficiencyCurve | None = Field(
+        None, description="bandwidth multiplier vs message bytes (ramp-up of mid-size messages), fitted from "
+        "nccl-tests sweeps by `armillary calibrate-network`")
+    oversubscription: float = Field(1.0, ge=1.0, description="fat-tree: bandwidth above the leaves is divided")
+    leaf_size: PositiveInt | None = Field(
+        None, description="fat-tree: positions under one leaf switch; a group inside one leaf is not "
+        "oversubscribed (default: none is, the whole dimension hangs off oversubscribed spines)")
+    links: PositiveInt | None = Field(
+        None, description="fully connected: direct links per device (devices - 1), sharing `bandwidth` evenly; "
+        "a group of p ranks uses p - 1 of them")
+    shared_by: PositiveInt = Field(
+        1, description="devices sharing each link of `bandwidth` (e.g. 2 when 4 NICs serve 8 GPUs)")
+    shape: tuple[PositiveInt, ...] | None = Field(None, description="torus / mesh axes, e.g. [4, 4, 4]")
+    algorithms: tuple[Algorithm, ...] = Field(
+        NCCL_ALGORITHMS, description="algorithms the communication library offers on this dimension (auto picks)")
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size_of_shape(cls, data: object) -> object:
+        """A torus or mesh given by its shape has as many positions as the shape holds."""
+        if isinstance(data, dict) and data.get("shape") and "size" not in data:
+            return {**data, "size": math.prod(int(k) for k in data["shape"])}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NetworkDimension:
+        if self.shape is not None:
+            if self.kind not in (NetworkKind.TORUS, NetworkKind.MESH):
+                raise ValueError(f"shape is for kind torus or mesh, not {self.kind.value}")
+            if math.prod(self.shape) != self.size:
+                raise ValueError(f"shape {list(self.shape)} holds {math.prod(self.shape)} devices, size is {self.size}")
+        if self.in_network_reduction and self.kind not in SWITCHED:
+            raise ValueError(f"in_network_reduction needs a switch; kind is {self.kind.value}")
+        return self
+
+    def sized(self, size: int) -> NetworkDimension:
+        """This dimension with `size` positions; a torus or mesh keeps its shape only when full."""
+        shape = self.shape if self.shape is not None and math.prod(self.shape) == size else None
+        if self.shape is not None and shape is None and size > 1:
+            raise ValueError(f"dimension {self.name!r} is a {'x'.join(map(str, self.shape))} {self.kind.value}: "
+                             f"{size} positions would use part of it")
+        return self.model_copy(update={"size": size, "shape": shape})
