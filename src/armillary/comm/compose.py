@@ -30,7 +30,7 @@ from functools import partial
 
 import numpy as np
 
-from armillary.comm.algorithms import NOTHING, PROTOCOLS, DimensionCost, dimension_cost
+from armillary.comm.algorithms import ALGORITHMS, NOTHING, PROTOCOLS, DimensionCost, dimension_cost
 from armillary.numerics import Array, is_array, where
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
@@ -75,6 +75,8 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
             raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on "
                              f"{' or '.join(d.name for d in spanned)}; they offer "
                              f"{sorted({a.value for d in spanned for a in d.algorithms})}")
+    if composition is Composition.AUTO and algorithm is Algorithm.AUTO and _one_dimension_each(group):
+        return _on_one_dimension(op, n_bytes, net)
     choices = offered(system, algorithm) if composition is Composition.AUTO else (composition,)
     built = [c for c in (_build(kind, op, n_bytes, net) for kind in choices) if c is not None]
     if not built:
@@ -108,7 +110,7 @@ class _Net:
         where it cannot run."""
         dim, span = self.system.network[i], self.group.spans[i]
         ranks = span if p is None else p
-        if not is_array(span) and float(span) <= 1:
+        if not np.any(np.asarray(span) > 1):  # no point of the sweep spans this dimension
             return NOTHING
         blocked = DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0)
         if algorithm is not None and not _pinnable(algorithm, op, dim):
@@ -122,6 +124,23 @@ class _Net:
         if p is None:
             return cost
         return _scaled(cost, where(span > 1, 1.0, 0.0))  # a ring over all ranks only where the group spans i
+
+
+def _one_dimension_each(group: Placement) -> bool:
+    """Whether the group spans at most one dimension (at every point of a sweep)."""
+    spanned = sum(np.asarray(s) > 1 for s in group.spans)
+    return bool(np.all(spanned <= 1))
+
+
+def _on_one_dimension(op: Collective, n: Array, net: _Net) -> Composed:
+    """A group inside one dimension: every composition is that dimension's own fastest algorithm (NCCL's flat
+    ring is its ring; the pipelined phases are its other algorithms), so it is costed directly."""
+    dims = tuple(net.phase(i, op, phase_message(op, n, net.group, i)) for i in range(len(net.system.network)))
+    time = sum(d.time for d in dims)
+    ring = ALGORITHMS.index(Algorithm.RING)
+    flat = sum(d.algorithm == ring for d in dims) if net.system.collectives is CollectiveLibrary.NCCL else False
+    return Composed(time, dims, where(flat, COMPOSITIONS.index(Composition.FLAT_RING),
+                                      COMPOSITIONS.index(Composition.PIPELINED)))
 
 
 def _build(kind: Composition, op: Collective, n: Array, net: _Net) -> Composed | None:
@@ -213,7 +232,7 @@ def _not(mask: Array) -> Array:
 
 def _when(mask: Array, cost: Callable[[], DimensionCost]) -> DimensionCost:
     """A phase only where it is needed: not computed at all for a single configuration that skips it."""
-    if not is_array(mask) and not mask:
+    if not np.any(mask):
         return NOTHING
     return cost()
 
