@@ -1,4 +1,4 @@
-"""Collectives over groups that span several network dimensions (docs/formulas.md §1.4).
+"""Collectives over groups that span several network dimensions (docs/formulas.md §1.5).
 
 A group spans `s_i` positions on dimension i; `inner_i` = s_0 ... s_(i-1) of its ranks share one block
 of the dimensions below i, and the outermost dimension with s_i > 1 is the group's top. Three ways to put

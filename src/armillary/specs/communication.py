@@ -34,7 +34,7 @@ NCCL_ALGORITHMS = (Algorithm.RING, Algorithm.TREE, Algorithm.IN_NETWORK)
 
 class Composition(StrEnum):
     """How a collective over a group that spans several network dimensions is put together
-    (docs/formulas.md §1.4). `auto` takes the fastest that the system's library offers."""
+    (docs/formulas.md §1.5). `auto` takes the fastest that the system's library offers."""
 
     AUTO = "auto"
     FLAT_RING = "flat_ring"  # one ring through every rank, its channels over the rails (NCCL Ring)

@@ -36,7 +36,7 @@ SWITCHED = (NetworkKind.SWITCH, NetworkKind.FULLY_CONNECTED, NetworkKind.FAT_TRE
 
 
 class CollectiveLibrary(StrEnum):
-    """How collectives that span several dimensions are run (docs/formulas.md §1.4).
+    """How collectives that span several dimensions are run (docs/formulas.md §1.5).
 
     - nccl: NCCL's multi-node algorithms. Ring: one ring through every rank, its channels spread over
       the rails, so each dimension carries the ring's traffic in proportion to the ring's edges on it.

@@ -106,7 +106,7 @@ class System(Spec):
     device: Device
     network: tuple[NetworkDimension, ...] = Field(min_length=1, description="dimensions, innermost first")
     collectives: CollectiveLibrary = Field(
-        CollectiveLibrary.NCCL, description="how collectives spanning several dimensions run (docs/formulas.md §1.4)")
+        CollectiveLibrary.NCCL, description="how collectives spanning several dimensions run (docs/formulas.md §1.5)")
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")
