@@ -81,12 +81,6 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
     return CollectiveResult(CommCost(composed.time, sent[0].sent_bytes, outer), sent, composed.composition)
 
 
-def collective_time(op: Collective, size_bytes: Array, group: Placement, system: System,
-                    algorithm: Algorithm = Algorithm.AUTO) -> Array:
-    """Seconds of one collective: `collective(...)` without the breakdown. Array-friendly in size."""
-    return collective(op, size_bytes, group, system, algorithm).cost.time
-
-
 def all_gather(n_bytes: Array, group: Placement, system: System) -> CommCost:
     """All-gather of an n-byte result (each rank holds n/p)."""
     return collective(Collective.ALL_GATHER, n_bytes, group, system).cost

@@ -52,10 +52,6 @@ class Placement:
         return math.prod(self.spans[:dim], start=1.0)
 
 
-def single_rank(dims: int) -> Placement:
-    return Placement((1.0,) * dims)
-
-
 def place(size: Array, stride: Array, sizes: tuple[int, ...]) -> Placement:
     """The spans of a group of `size` ranks, `stride` apart, on dimensions of `sizes` positions. The ranks
     inside the first k dimensions are those that fit there, floor(prod(sizes[:k]) / stride), kept a divisor
