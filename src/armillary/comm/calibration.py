@@ -142,11 +142,12 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
         ramp.append((lo * hi) ** 0.5)
     # a message's share of the bandwidth does not shrink as it grows (non-decreasing curve), and a larger
     # message is never faster: between points r may grow at most by 1 + ln(S1/S0), which keeps S / r(S)
-    # non-decreasing under the log-linear interpolation
+    # non-decreasing under the log-linear interpolation. Both are enforced from the largest message down,
+    # so that it keeps its measured time (a noisy mid-size point is raised, never the anchor lowered).
     ramp = list(np.minimum.accumulate(np.array(ramp)[::-1])[::-1])
-    for i in range(1, len(ramp)):
-        cap = ramp[i - 1] * (1 + 0.98 * np.log(points[i].size_bytes / points[i - 1].size_bytes))
-        ramp[i] = min(ramp[i], float(cap))
+    for i in range(len(ramp) - 1, 0, -1):
+        floor = ramp[i] / (1 + 0.98 * np.log(points[i].size_bytes / points[i - 1].size_bytes))
+        ramp[i - 1] = max(ramp[i - 1], float(floor))
     if min(ramp) < 0.999:
         # the curve is read at the bytes the fitted tier handles
         group = group_of(base, gpus)
