@@ -135,5 +135,8 @@ def test_two_tier_files_load_as_two_dimensions():
     h100 = load_system("dgx-h100", 32)
     assert h100.sizes == (8, 4) and h100.devices_per_node == 8 and h100.nodes == 4
     assert h100.with_devices(4).sizes == (4, 1)
-    with pytest.raises(ValueError, match="not a multiple"):
-        h100.with_devices(12)
+    # a job that does not fill whole nodes takes equal shares: 12 GPUs as 2 nodes x 6, 256 GPUs on
+    # NVL72 racks as 4 racks x 64
+    assert h100.with_devices(12).sizes == (6, 2)
+    assert load_system("gb200-nvl72", 256).sizes == (64, 4)
+    assert load_system("gb200-nvl72", 7).sizes == (7, 1)

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-KINDS = ("models", "devices", "systems")
+KINDS = ("models", "devices", "systems", "stacks")
 
 
 def preset_dir(kind: str) -> Path:

@@ -15,6 +15,7 @@ from armillary.errors import SpecError
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.specs.huggingface import from_huggingface, is_huggingface_config
 from armillary.specs.model import Model
+from armillary.specs.stack import SoftwareStack
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Device, System
 from armillary.specs.workload import Inference, Training, Workload
@@ -65,7 +66,7 @@ def _read(value: str, kind: str) -> tuple[Any, str]:
 @functools.lru_cache(maxsize=256)
 def _preset(kind: str, name: str) -> Any:
     """A shipped preset, validated once (specs are frozen, so sharing them is safe)."""
-    loader = {"models": load_model, "devices": load_device, "systems": load_system}[kind]
+    loader = {"models": load_model, "devices": load_device, "systems": load_system, "stacks": load_stack}[kind]
     return loader(read_data_file(find_preset(kind, name)))  # type: ignore[arg-type]
 
 
@@ -135,6 +136,24 @@ def load_system(value: System | str | dict[str, Any], gpus: int | None = None) -
 def _sized_preset(name: str, gpus: int) -> System:
     """A shipped system resized to `gpus` devices, built once (specs are frozen)."""
     return _preset("systems", name).with_devices(gpus)
+
+
+def load_stack(value: SoftwareStack | str | dict[str, Any]) -> SoftwareStack:
+    """A software stack profile from a preset name, a file path or a mapping."""
+    if isinstance(value, SoftwareStack):
+        return value
+    if isinstance(value, str) and find_preset("stacks", value) is not None:
+        return _preset("stacks", value.lower())
+    data = _read(value, "stacks")[0] if isinstance(value, str) else value
+    return validate_spec(SoftwareStack, data, "stack")
+
+
+def stack_for(framework: str) -> SoftwareStack | None:
+    """The shipped stack whose patterns match the most of a framework description (None: no stack)."""
+    scored = [(stack.match_length(framework), name, stack)
+              for name in preset_names("stacks") for stack in (load_stack(name),)]
+    length, _, best = max(scored, key=lambda t: (t[0], t[1]))
+    return best if length > 0 else None
 
 
 def load_strategy(value: Strategy | dict[str, Any] | str) -> Strategy:

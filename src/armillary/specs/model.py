@@ -119,6 +119,8 @@ class Model(Spec):
     blocks, MoE, MLA and MatMul-free models."""
 
     name: str = "custom"
+    aliases: tuple[str, ...] = Field((), description="other names the same architecture is published under "
+                                     "(DeepSeek-R1 for DeepSeek-V3); rows and run files may use them")
     layers: PositiveInt
     hidden: PositiveInt
     heads: PositiveInt

@@ -11,8 +11,17 @@ from pydantic import Field, PositiveInt
 
 from armillary.errors import SpecError
 from armillary.specs.base import Spec
-from armillary.specs.loading import load_model, load_strategy, load_system, load_workload, read_spec_file, validate_spec
+from armillary.specs.loading import (
+    load_model,
+    load_stack,
+    load_strategy,
+    load_system,
+    load_workload,
+    read_spec_file,
+    validate_spec,
+)
 from armillary.specs.model import Model
+from armillary.specs.stack import hopper_or_later, merged
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Workload
@@ -22,6 +31,9 @@ class RunFile(Spec):
     model: str | dict[str, Any] = Field(description="preset name, file path or inline mapping")
     system: str | dict[str, Any] = Field(description="preset name, file path or inline mapping")
     gpus: PositiveInt | None = Field(None, description="size the system to this many devices")
+    stack: str | dict[str, Any] | None = Field(
+        None, description="software stack (preset name, file or mapping) whose defaults the strategy takes "
+        "where it is silent: attention kernel, overlaps, sharding, precision (armillary presets stacks)")
     strategy: dict[str, Any] = Field(default_factory=dict)
     workload: dict[str, Any]
 
@@ -71,5 +83,11 @@ def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tup
     serving = workload.get("serving")
     if isinstance(serving, dict) and isinstance(serving.get("trace"), str):  # a trace file next to the run file
         workload["serving"] = {**serving, "trace": local(serving["trace"])}
-    return (load_model(local(run.model)), load_system(local(run.system), run.gpus),
-            load_strategy(run.strategy), load_workload(workload))
+    system = load_system(local(run.system), run.gpus)
+    strategy = run.strategy
+    if run.stack is not None:
+        stack = load_stack(local(run.stack) if isinstance(run.stack, str) else run.stack)
+        tp = strategy.get("tp", 1)
+        strategy = merged(stack.strategy_defaults(tp if isinstance(tp, int) else 1,
+                                                  hopper_or_later(system.device.name)), strategy)
+    return load_model(local(run.model)), system, load_strategy(strategy), load_workload(workload)

@@ -6,11 +6,12 @@ from pydantic import BaseModel
 
 from armillary.specs.model import Model
 from armillary.specs.run import RunFile
+from armillary.specs.stack import SoftwareStack
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Device, System
 from armillary.specs.workload import Inference, Training
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "model": Model, "device": Device, "system": System, "strategy": Strategy, "workload": Training,
-    "inference": Inference, "run": RunFile,
+    "inference": Inference, "run": RunFile, "stack": SoftwareStack,
 }

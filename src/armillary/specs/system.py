@@ -142,18 +142,16 @@ class System(Spec):
         return self.devices // self.devices_per_node
 
     def with_devices(self, n: int) -> System:
-        """The same system sized to `n` devices: the inner dimensions fill first (at most their size), the
-        outermost takes the rest (part of one node when `n` is smaller than a node)."""
+        """The same system sized to `n` devices: the inner dimensions fill first, the outermost takes the
+        rest (part of one node when `n` is smaller than a node). Where `n` does not fill whole inner
+        dimensions, each takes the largest share that divides the rest evenly: a 256-GPU job on 72-GPU NVLink
+        racks runs on 64 GPUs of each of 4 racks, as schedulers place such jobs."""
         if n < 1:
             raise ValueError(f"gpus={n}: need at least one device")
         sizes: list[int] = []
         rest = n
         for dim in self.network[:-1]:
-            take = min(dim.size, rest)
-            if rest % take:
-                inner = math.prod(sizes) * take
-                raise ValueError(f"gpus={n} is not a multiple of the {inner} devices of the inner dimensions "
-                                 f"({', '.join(d.name for d in self.network[: len(sizes) + 1])}) of {self.name!r}")
+            take = max(k for k in range(1, min(dim.size, rest) + 1) if rest % k == 0)
             sizes.append(take)
             rest //= take
         sizes.append(rest)

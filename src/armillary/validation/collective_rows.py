@@ -2,34 +2,66 @@
 
 from __future__ import annotations
 
+import re
+
 from armillary.comm.collectives import collective
 from armillary.comm.sweep import bus_factor, group_of
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
 from armillary.units import MIB
-from armillary.validation.rows import Unsupported, system_preset_for
+from armillary.validation.rows import Unsupported, int_column
+from armillary.validation.vocabulary import clean, system_preset_for
 
 SMALL_MESSAGE_BYTES = MIB  # below this, collectives are latency-bound: reported as their own group
 
 
-def predict_busbw(row: dict[str, str]) -> tuple[float, tuple[str, ...]]:
-    """Predicted busbw in GB/s of a collective row, and what was assumed."""
-    metric = row.get("metric", "").lower()
-    if not metric.startswith("busbw"):
-        raise Unsupported(f"metric {row.get('metric')!r} is not predicted (only nccl-tests busbw)")
+def _algorithm(op_text: str, metric: str) -> Algorithm:
+    """The algorithm a row pins: NCCL_ALGO=... in the op, or "ring" / "NVLS" in the metric ("NVLS off",
+    "NVLS disabled" pin nothing but turn the in-network path off, which the ring then is)."""
+    pinned = re.search(r"nccl_algo\s*=\s*([a-z_]+)", op_text)
+    name = pinned.group(1) if pinned else ""
+    nvls_off = re.search(r"nvls\W*(off|disabled|no)\b|no nvls|without nvls", metric) is not None
+    if name in ("nvls", "nvlstree", "collnet", "collnetdirect", "collnetchain") or (
+            "nvls" in metric and not nvls_off):
+        return Algorithm.IN_NETWORK
+    if name == "ring" or "ring" in metric or nvls_off:
+        return Algorithm.RING
+    if name == "tree":
+        return Algorithm.TREE
+    return Algorithm.AUTO
+
+
+def predict_collective(row: dict[str, str]) -> tuple[str, float, tuple[str, ...]]:
+    """(what is compared, the predicted value in the row's unit, what was assumed) for a collective row:
+    nccl-tests bus bandwidth in GB/s, or its time (us, ms, s)."""
+    metric, unit = clean(row.get("metric")), clean(row.get("unit"))
+    op_text = clean(row.get("op"))
     try:
-        op = Collective(row.get("op", "").strip())
+        op = Collective(re.split(r"[\s(]", op_text, maxsplit=1)[0])
     except ValueError:
-        raise Unsupported(f"op {row.get('op')!r} is not a collective") from None
-    n_gpus, size = int(float(row["n_gpus"])), float(row["msg_bytes"])
-    preset = system_preset_for(row.get("gpu", ""))
+        raise Unsupported(f"op {row.get('op')!r}: not one of {', '.join(c.value for c in Collective)}") from None
+    n_gpus = int_column(row, "n_gpus")
+    if n_gpus is None:
+        raise Unsupported(f"n_gpus: not stated ({row.get('n_gpus')!r})")
+    try:
+        size = float(row.get("msg_bytes") or "")
+    except ValueError:
+        raise Unsupported(f"msg_bytes: the message size is not stated ({row.get('msg_bytes')!r})") from None
+    preset = system_preset_for(row.get("gpu"))
+    if preset is None:
+        raise Unsupported(f"gpu: no system preset for {row.get('gpu')!r}")
     system = load_system(preset, n_gpus)
-    algorithm = Algorithm.AUTO
-    if "nvls" in metric and "off" not in metric:
-        algorithm = Algorithm.IN_NETWORK
-    elif "ring" in metric:
-        algorithm = Algorithm.RING
+    algorithm = _algorithm(op_text, metric)
     group = group_of(system, n_gpus)
     time = float(collective(op, size, group, system, algorithm).cost.time)
-    busbw = size / time * float(bus_factor(op, group.size))
-    return busbw / 1e9, (f"system {preset}", f"algorithm {algorithm.value}")
+    notes = (f"system {preset}", f"algorithm {algorithm.value}")
+    if metric.startswith("busbw") or "bus bandwidth" in metric:
+        return "busbw [GB/s]", size / time * float(bus_factor(op, group.size)) / 1e9, notes
+    if metric.startswith("algbw"):
+        return "algbw [GB/s]", size / time / 1e9, notes
+    if metric.startswith("time") or "latency" in metric:
+        scale = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}.get(unit)
+        if scale is None:
+            raise Unsupported(f"unit {row.get('unit')!r}: a time in us, ms or s")
+        return f"time [{unit}]", time / scale, notes
+    raise Unsupported(f"metric {row.get('metric')!r}: not predicted (busbw, algbw or time of one collective)")

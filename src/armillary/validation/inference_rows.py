@@ -7,7 +7,6 @@ milliseconds. What the row does not state is assumed and written down.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from armillary.estimate.inference_result import InferenceEstimate
@@ -15,14 +14,8 @@ from armillary.estimate.run import estimate_inference_run
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.strategy import Strategy
 from armillary.specs.workload import Inference
-from armillary.validation.rows import Unsupported, int_column, system_preset_for
-
-_MODELS = (
-    (re.compile(r"gpt-?j", re.I), "gpt-j-6b"),
-    (re.compile(r"llama[ -]?2 7b", re.I), "llama2-7b"),
-    (re.compile(r"llama[ -]?2 70b", re.I), "llama2-70b"),
-    (re.compile(r"falcon 180b", re.I), "falcon-180b"),
-)
+from armillary.validation.rows import Unsupported, int_column
+from armillary.validation.vocabulary import model_preset_for, system_preset_for
 
 
 def _int(row: dict[str, str], key: str) -> int:
@@ -35,9 +28,12 @@ def _int(row: dict[str, str], key: str) -> int:
 def predict_inference(row: dict[str, str]) -> tuple[str, float, tuple[str, ...], InferenceEstimate]:
     """(metric label, predicted value, assumptions, the estimate) for one inference row."""
     notes: list[str] = []
-    preset = next((p for rx, p in _MODELS if rx.search(row.get("model", ""))), None)
+    preset = model_preset_for(row.get("model"))
     if preset is None:
-        raise Unsupported(f"no preset for the model {row.get('model')!r}")
+        raise Unsupported(f"model: no preset for {row.get('model')!r}")
+    system_preset = system_preset_for(row.get("gpu"))
+    if system_preset is None:
+        raise Unsupported(f"gpu: no system preset for {row.get('gpu')!r}")
     precision_text = row.get("precision", "").lower()
     fp8 = "fp8" in precision_text
     workload: dict[str, Any] = {"kind": "inference", "batch": _int(row, "batch_or_concurrency"),
@@ -53,7 +49,7 @@ def predict_inference(row: dict[str, str]) -> tuple[str, float, tuple[str, ...],
             workload["kv_cache"] = {"precision": "fp8"}
     precision = "fp8" if fp8 else "fp16" if "fp16" in precision_text else "bf16"
     tp, gpus = _int(row, "tp"), _int(row, "n_gpus")
-    system = load_system(system_preset_for(row.get("gpu", "")), max(gpus, 1))
+    system = load_system(system_preset, max(gpus, 1))
     notes.append(f"{system.name} preset; FlashAttention-2 kernels; KV pages of 64 tokens")
     strategy = Strategy.model_validate({"tp": tp, "pp": int_column(row, "pp") or 1, "precision": precision,
                                         "attention": "flash"})

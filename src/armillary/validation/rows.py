@@ -11,18 +11,31 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from armillary.specs.loading import load_model, load_system
+from armillary.specs.loading import load_model, load_stack, load_system, stack_for
 from armillary.specs.model import Model
-from armillary.specs.strategy import Strategy
+from armillary.specs.stack import SoftwareStack, hopper_or_later
+from armillary.specs.strategy import Strategy, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Training
+from armillary.validation.vocabulary import (
+    clean,
+    flag,
+    memory_gb_of,
+    model_preset_for,
+    precision_of,
+    recompute_of,
+    sharding_of,
+    system_preset_for,
+)
+
+DEFAULT_STACK = "megatron-core"  # a row that names no framework: today's most published stack
 
 
 class Unsupported(Exception):  # noqa: N818 - a reason, not a failure
     """The row cannot be run yet; the message says why."""
 
 
-# family defaults: (name pattern, preset whose non-shape fields fill the gaps)
+# family defaults for a model no preset names: (name pattern, preset whose non-shape fields fill the gaps)
 _FAMILIES = (
     (re.compile(r"llama[ _-]?3", re.I), "llama3-8b"),  # vocabulary 128256
     (re.compile(r"llama", re.I), "llama2-7b"),
@@ -31,21 +44,6 @@ _FAMILIES = (
     (re.compile(r"gpt|megatron", re.I), "megatron-1.7b"),
 )
 _SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
-# mixture-of-experts rows state only part of the architecture: the model's preset gives the rest
-_MOE_PRESETS = (
-    (re.compile(r"deepseek[ _-]?v3", re.I), "deepseek-v3"),
-    (re.compile(r"qwen3[ _-]?30b", re.I), "qwen3-30b-a3b"),
-    (re.compile(r"qwen3[ _-]?235b", re.I), "qwen3-235b-a22b"),
-    (re.compile(r"mixtral[ _-]?8x7b", re.I), "mixtral-8x7b"),
-    (re.compile(r"mixtral[ _-]?8x22b", re.I), "mixtral-8x22b"),
-)
-_GPU_SYSTEMS = (
-    (re.compile(r"a100.*40", re.I), "dgx-a100-40gb"),
-    (re.compile(r"a100", re.I), "dgx-a100"),
-    (re.compile(r"h100", re.I), "dgx-h100"),
-    (re.compile(r"h200", re.I), "hgx-h200"),
-    (re.compile(r"b200", re.I), "dgx-b200"),
-)
 
 
 @dataclass(frozen=True)
@@ -66,63 +64,75 @@ def int_column(row: dict[str, str], key: str) -> int | None:
         return None
 
 
-def _moe_model(row: dict[str, str], notes: list[str]) -> Model:
-    preset = next((p for rx, p in _MOE_PRESETS if rx.search(row.get("model", ""))), None)
+def _moe_model(row: dict[str, str], preset: str | None, notes: list[str]) -> Model:
     if preset is None:
-        raise Unsupported(f"no mixture-of-experts preset for {row.get('model')!r}")
+        raise Unsupported(f"model: no mixture-of-experts preset for {row.get('model')!r}")
     model = load_model(preset)
-    assert model.moe is not None
+    if model.moe is None:
+        raise Unsupported(f"model: the row states experts but the {preset} preset has none")
     stated = {"layers": model.layers, "hidden": model.hidden, "experts": model.moe.experts, "topk": model.moe.top_k}
     differ = [f"{k} {int_column(row, k)} vs {v}" for k, v in stated.items() if int_column(row, k) not in (None, v)]
     if differ:
-        raise Unsupported(f"the row's architecture differs from the {preset} preset: {', '.join(differ)}")
+        raise Unsupported(f"model: the row's architecture differs from the {preset} preset: {', '.join(differ)}")
     notes.append(f"architecture from the {preset} preset (the row states layers, hidden, experts, top-k)")
     return model
 
 
 def _model(row: dict[str, str], notes: list[str]) -> Model:
+    preset = model_preset_for(row.get("model"))
     if int_column(row, "experts"):
-        return _moe_model(row, notes)
+        return _moe_model(row, preset, notes)
     shape = {k: int_column(row, k) for k in _SHAPE}
+    if preset is not None and all(v is None for v in shape.values()):
+        notes.append(f"architecture from the {preset} preset (the row states none)")
+        return load_model(preset)
     missing = [k for k in ("layers", "hidden", "heads") if shape[k] is None]
     if missing:
-        raise Unsupported(f"architecture columns missing: {', '.join(missing)}")
-    family = next((p for rx, p in _FAMILIES if rx.search(row.get("model", ""))), None)
+        raise Unsupported(f"architecture columns missing: {', '.join(missing)} (and no preset named "
+                          f"{row.get('model')!r})")
+    family = preset or next((p for rx, p in _FAMILIES if rx.search(row.get("model", ""))), None)
     if family is None:
-        raise Unsupported(f"no model family known for {row.get('model')!r}")
+        raise Unsupported(f"model: no preset or model family known for {row.get('model')!r}")
     base = load_model(family).model_dump()
     filled = {k: v for k, v in shape.items() if v is not None}
     for k in _SHAPE:
         if k not in filled and k != "kv_heads":
             notes.append(f"{k}={base[k]} from the {family} preset")
-    base.update(filled, name=row.get("model") or "row", head_dim=None, sources={"*": row.get("source", "")})
+    base.update(filled, name=row.get("model") or "row", head_dim=None, published=None, aliases=(),
+                sources={"*": row.get("source", "")})
     if "kv_heads" not in filled:
         base["kv_heads"] = filled["heads"]
         notes.append("kv_heads = heads (not stated)")
     seq = int_column(row, "seq") or 2048
     base["max_seq_len"] = max(base["max_seq_len"], seq)
-    notes.append(f"mlp={base['mlp']}, norm={base['norm']}, position={base['position']} ({family} family)")
+    notes.append(f"mlp={base['mlp']}, norm={base['norm']}, position={base['position']} ({family} preset)")
     return Model.model_validate(base)
 
 
-def system_preset_for(gpu: str) -> str:
-    """The system preset of a row's `gpu` column."""
-    preset = next((p for rx, p in _GPU_SYSTEMS if rx.search(gpu)), None)
-    if preset is None:
-        raise Unsupported(f"no system preset for gpu {gpu!r}")
-    return preset
-
-
 def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
-    preset = system_preset_for(row.get("gpu", ""))
+    preset = system_preset_for(row.get("gpu"))
+    if preset is None:
+        raise Unsupported(f"gpu: no system preset for {row.get('gpu')!r}")
     system = load_system(preset)
+    stated_gb = memory_gb_of(row.get("gpu"))
+    hbm = system.device.hbm
+    if stated_gb is not None and abs(stated_gb * 2**30 / hbm.capacity - 1) > 0.1:
+        # "80GB" parts hold about 80 GiB: the size in the GPU's name is read as GiB, like the presets
+        device = system.device.model_copy(update={"memory": (
+            hbm.model_copy(update={"capacity": stated_gb * 2**30}), *system.device.memory[1:])})
+        system = system.model_copy(update={"device": device})
+        notes.append(f"HBM {stated_gb:g} GiB as the gpu column states (the {preset} preset has "
+                     f"{hbm.capacity / 2**30:g} GiB); its peak rates kept")
     inter = row.get("inter_net", "")
     per_node = re.search(r"(\d+)\s*Gbps node-node", inter)
     per_nic = re.search(r"(\d+)x\s.*?(\d+)\s*Gb/s", inter)
+    per_gpu = re.search(r"(\d+)\s*Gb(?:/s|ps)\s*(?:per|/)\s*GPU", inter, re.I)
     if per_node:
-        gbps = float(per_node.group(1)) / system.devices_per_node
+        gbps: float | None = float(per_node.group(1)) / system.devices_per_node
     elif per_nic:
         gbps = float(per_nic.group(1)) * float(per_nic.group(2)) / system.devices_per_node
+    elif per_gpu:
+        gbps = float(per_gpu.group(1))
     else:
         gbps = None
         notes.append(f"scale-out network not stated: {system.network[-1].name} of the {preset} preset")
@@ -131,69 +141,54 @@ def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
     return system.with_devices(n_gpus)
 
 
-def _text(row: dict[str, str], key: str) -> str:
-    return row.get(key, "").strip().lower()
+def _stack(row: dict[str, str], notes: list[str]) -> SoftwareStack:
+    framework = row.get("framework", "")
+    stack = stack_for(framework)
+    if stack is None:
+        stack = load_stack(DEFAULT_STACK)
+        notes.append(f"framework {framework or 'not stated'!r}: defaults of {stack.name}")
+    else:
+        notes.append(f"defaults of {stack.name}")
+    return stack
 
 
-def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, Any]:
+def _strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: list[str]) -> dict[str, Any]:
     tp, pp = int_column(row, "tp"), int_column(row, "pp")
     if tp is None or pp is None:
-        raise Unsupported("parallel configuration (tp, pp) not stated")
+        raise Unsupported("tp, pp: parallel configuration not stated")
     cp = int_column(row, "cp") or 1
     dp = int_column(row, "dp") or n_gpus // (tp * cp * pp)
     mbs = int_column(row, "mbs")
     if mbs is None:
         mbs = 1
         notes.append("micro_batch=1 (not stated)")
-    vpp = int_column(row, "vpp") or 1
-    framework = _text(row, "framework")
-    notes_text = _text(row, "notes")
-    sp_text = _text(row, "seq_parallel")
-    if sp_text in ("yes", "no"):
-        sp = sp_text == "yes"
+    out = stack.strategy_defaults(tp, hopper_or_later(row.get("gpu", "")))
+    framework, other = clean(row.get("framework")), clean(row.get("other_reported"))
+    sp = flag(row.get("seq_parallel"))
+    if sp is None:
+        notes.append(f"sequence_parallel={out['sequence_parallel']} (not stated)")
     else:
-        sp = tp > 1 and "megatron-lm (20" not in framework
-        notes.append(f"sequence_parallel={sp} (not stated)")
-    prec = _text(row, "precision")
-    precision = ("fp8" if "fp8" in prec else "bf16" if "bf16" in prec else "fp16" if "fp16" in prec else None)
+        out["sequence_parallel"] = sp and tp > 1
+    precision = precision_of(row.get("precision"))
     if precision is None:
-        if "megatron-lm (20" in framework:
-            precision = "fp16"
-        elif "nemo" in framework or "megatron-bridge" in framework:
-            precision = "fp8"  # NVIDIA's NeMo / Megatron-Bridge performance tables are FP8 recipes
-        else:
-            precision = "bf16"
-        notes.append(f"precision={precision} ({row.get('precision') or 'not stated'})")
-    legacy = "megatron-lm (20" in framework or (framework == "megatron-lm" and "a100" in _text(row, "gpu"))
-    fsdp_degree = re.search(r"fsdp=(\d+)", _text(row, "other_reported"))
-    fsdp = "fsdp" in framework or "zero-3" in framework or bool(fsdp_degree and int(fsdp_degree.group(1)) > 0)
-    zero = 2 if "shard_grad_op" in framework else 3 if fsdp else 0 if legacy else 1
-    flash = "flash" in framework or not legacy
-    # Megatron-Core / NeMo / Bridge run cuDNN fused attention (FlashAttention-3 class) on Hopper
-    hopper = bool(re.search(r"h100|h200|h800", _text(row, "gpu")))
-    attention = "standard" if not flash else "flash3" if (hopper and "fsdp" not in framework
-                                                          and "mosaic" not in framework) else "flash"
-    nvidia_recipe = "nemo" in framework or "megatron-bridge" in framework
-    tp_overlap = "tp-comm-overlap" in notes_text or (nvidia_recipe and tp > 1)
-    if not legacy and not fsdp:
-        notes.append("distributed optimizer, overlapped grad reduce / param gather, FlashAttention "
-                     "(Megatron-Core / NeMo defaults)")
-    if tp_overlap and "tp-comm-overlap" not in notes_text:
-        notes.append("TP communication overlapped with GEMMs (NeMo performance recipes)")
-    if legacy:
-        notes.append("no DP overlap, standard attention (Megatron-LM before 2023)")
+        notes.append(f"precision={out['precision'].value} ({row.get('precision') or 'not stated'})")
+    else:
+        out["precision"] = precision
+    fsdp_degree = re.search(r"fsdp=(\d+)", other)
+    sharding = sharding_of(framework) or (ZeroStage.PARAMETERS if fsdp_degree and int(fsdp_degree.group(1)) > 0
+                                          else None)
+    if sharding is not None:
+        out["zero"] = sharding
+    if re.search(r"tp-comm-overlap|tp comm overlap|async ?tp|collective matmul", f"{framework} "
+                 f"{clean(row.get('notes'))}") and tp > 1:
+        out["overlap"]["tp_comm"] = True
+    notes.append(f"attention={out['attention'].value}, zero={int(out['zero'])}, overlapped: "
+                 + (", ".join(k for k, v in out["overlap"].items() if v) or "nothing"))
     moe: dict[str, Any] = {}
     if int_column(row, "experts"):
         moe = dict(ep=int_column(row, "ep") or 1, expert_tp=1)
-        notes.append("expert_tp=1, balanced routing (the benchmarks force-balance the tokens), dispatch and "
-                     "combine all-to-alls not overlapped")
-    return dict(
-        **moe,
-        tp=tp, pp=pp, cp=cp, dp=dp, vpp=vpp, micro_batch=mbs, sequence_parallel=sp and tp > 1,
-        zero=zero, precision=precision, attention=attention,
-        overlap=dict(dp_grad_reduce=not legacy, param_gather=not legacy,
-                     tp_comm=tp_overlap),
-    )
+        notes.append("expert_tp=1, balanced routing (the benchmarks force-balance the tokens)")
+    return dict(**out, **moe, tp=tp, pp=pp, cp=cp, dp=dp, vpp=int_column(row, "vpp") or 1, micro_batch=mbs)
 
 
 # module recompute of the MoE recipes (Megatron MoE model zoo, Qwen3 and DeepSeek-V3 best practice on H100:
@@ -201,14 +196,11 @@ def _strategy(row: dict[str, str], n_gpus: int, notes: list[str]) -> dict[str, A
 _MOE_MODULES = ("core_attn", "layernorm", "moe_act")
 
 
-def _recompute_choices(row: dict[str, str], model: Model, notes: list[str]) -> list[dict[str, Any]]:
-    text = _text(row, "recompute")
-    if "selective" in text:
-        return [{"recompute": "selective"}]
-    if text.startswith("full"):
-        return [{"recompute": "full"}]
-    if text == "none":
-        return [{"recompute": "none"}]
+def _recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack,
+                       notes: list[str]) -> list[dict[str, Any]]:
+    stated_choice = recompute_of(row.get("recompute")) or stack.recompute
+    if stated_choice is not None:
+        return [{"recompute": stated_choice}]
     notes.append("recompute not stated: the least recomputation that fits memory")
     choices: list[dict[str, Any]] = [{"recompute": "none"}, {"recompute": "selective"}]
     if model.moe is not None:
@@ -221,17 +213,21 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
     """Candidate specifications for a row (several when recomputation is not stated, least first)."""
     n_gpus = int_column(row, "n_gpus")
     if n_gpus is None:
-        raise Unsupported("n_gpus not stated")
-    seq, gbs = int_column(row, "seq"), int_column(row, "gbs")
-    if seq is None or gbs is None:
-        raise Unsupported("seq or global batch not stated")
+        raise Unsupported("n_gpus: not stated")
     notes: list[str] = []
+    stack = _stack(row, notes)
+    seq, gbs = int_column(row, "seq"), int_column(row, "gbs")
+    if seq is None and stack.seq_len is not None:
+        seq = stack.seq_len
+        notes.append(f"seq={seq}: the default of {stack.name} training configs (not stated)")
+    if seq is None or gbs is None:
+        raise Unsupported(f"{'seq' if seq is None else 'gbs'}: not stated")
     model = _model(row, notes)
     system = _system(row, n_gpus, notes)
-    strategy = _strategy(row, n_gpus, notes)
+    strategy = _strategy(row, n_gpus, stack, notes)
     workload = Training(seq_len=seq, global_batch=gbs)
     out = []
-    for recompute in _recompute_choices(row, model, notes):
+    for recompute in _recompute_choices(row, model, stack, notes):
         st = Strategy.model_validate({**strategy, **recompute})
         described = ", ".join(f"{k}={'+'.join(v) if isinstance(v, tuple) else v}" for k, v in recompute.items())
         out.append(RowSpecs(model, system, st, workload, (*notes, described)))

@@ -1,6 +1,6 @@
 """Run the measured rows of a validation CSV through the estimator and compare.
 
-Each metric of the CSV maps to one quantity of the estimate (`_METRICS`); the error is
+Each metric of the CSV maps to one quantity of the estimate (`metrics.read_metric`); the error is
 predicted / measured - 1. Rows that cannot run say why instead of disappearing.
 """
 
@@ -17,36 +17,12 @@ import numpy as np
 from armillary.estimate.feasibility import memory_fits
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.run import estimate_training_run
-from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, predict_busbw
+from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, predict_collective
 from armillary.validation.inference_rows import predict_inference
-from armillary.validation.rows import RowSpecs, Unsupported, row_specs
+from armillary.validation.metrics import read_metric
+from armillary.validation.rows import RowSpecs, Unsupported, int_column, row_specs
 
 DEFAULT_CSV = Path(str(resources.files("armillary.validation") / "data" / "measurements.csv"))
-
-
-def _eq3_tflops(r: StepEstimate, rs: RowSpecs) -> float:
-    """SC'21 Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs per iteration (counts the recompute forward)."""
-    m, w = rs.model, rs.workload
-    B, s, L, h, V = w.global_batch, w.seq_len, m.layers, m.hidden, m.vocab
-    flop = 96 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
-    return flop / (float(r.step_time_s) * rs.system.devices) / 1e12
-
-
-def _model_tflops(r: StepEstimate, rs: RowSpecs) -> float:
-    return float(r.model_flop) / (float(r.step_time_s) * rs.system.devices) / 1e12
-
-
-# metric text (lower case, prefix match) -> (what is predicted, function of the estimate)
-_METRICS: tuple[tuple[str, str, Callable[[StepEstimate, RowSpecs], float]], ...] = (
-    ("end-to-end iteration time", "step time [s]", lambda r, rs: float(r.step_time_s)),
-    ("forward+backward time of one transformer layer", "layer fwd+bwd [ms]",
-     lambda r, rs: 1e3 * float(r.layer.total_s)),
-    ("achieved tflop/s per gpu", "TFLOP/s per GPU (SC'21 Eq. 3)", _eq3_tflops),
-    ("per-gpu model tflop/s", "model TFLOP/s per GPU", _model_tflops),
-    ("mfu", "MFU [%]", lambda r, rs: 100 * float(r.mfu)),
-    ("tokens/s/gpu", "tokens/s per GPU", lambda r, rs: float(r.tokens_per_s) / rs.system.devices),
-    ("throughput tokens/s/gpu", "tokens/s per GPU", lambda r, rs: float(r.tokens_per_s) / rs.system.devices),
-)
 
 
 @dataclass(frozen=True)
@@ -67,27 +43,17 @@ def source_group(row_id: str) -> str:
     return "-".join(parts[:3]) if len(parts) > 3 else "-".join(parts[:-1]) or row_id
 
 
-def _metric(row: dict[str, str]) -> tuple[str, Callable[[StepEstimate, RowSpecs], float]]:
-    text = row.get("metric", "").strip().lower()
-    for prefix, label, fn in _METRICS:
-        # "achieved TFLOP/s" counts FLOPs by SC'21 Eq. 3; where neither the metric nor the source says
-        # so, the FLOP convention is unknown and the row is not compared
-        ambiguous = fn is _eq3_tflops and "eq" not in text and "sc21" not in row["id"].lower()
-        if text.startswith(prefix) and not ambiguous:
-            return label, fn
-    raise Unsupported(f"metric {row.get('metric')!r} is not predicted")
-
-
 def _run_collective_row(row: dict[str, str]) -> RowResult:
     measured = float(row["value"])
     group = source_group(row["id"])
     try:
-        if row.get("msg_bytes") and float(row["msg_bytes"]) < SMALL_MESSAGE_BYTES:
+        size = int_column(row, "msg_bytes")
+        if size is not None and size < SMALL_MESSAGE_BYTES:
             group += " <1MiB"
-        predicted, notes = predict_busbw(row)
-    except (Unsupported, ValueError, KeyError) as why:
+        label, predicted, notes = predict_collective(row)
+    except Unsupported as why:
         return RowResult(row["id"], group, row.get("metric", ""), measured, None, None, (), skipped=str(why))
-    return RowResult(row["id"], group, "busbw [GB/s]", measured, predicted, predicted / measured - 1, notes)
+    return RowResult(row["id"], group, label, measured, predicted, predicted / measured - 1, notes)
 
 
 def _run_inference_row(row: dict[str, str]) -> RowResult:
@@ -121,7 +87,7 @@ def run_row(row: dict[str, str]) -> RowResult:
     try:
         if row.get("kind") != "training":
             raise Unsupported(f"{row.get('kind')} rows arrive with a later issue")
-        label, fn = _metric(row)
+        metric = read_metric(row)
         candidates = row_specs(row)
     except Unsupported as why:
         return RowResult(row_id, group, row.get("metric", ""), measured, None, None, (), skipped=str(why))
@@ -129,11 +95,11 @@ def run_row(row: dict[str, str]) -> RowResult:
         return RowResult(row_id, group, row.get("metric", ""), measured, None, None, (),
                          skipped=f"invalid configuration: {err}")
     result, chosen = choose_candidate(candidates)
-    predicted = fn(result, chosen)
+    predicted = metric.read(result, chosen)
     notes = chosen.assumptions
     if not bool(result.feasible):
         notes = (*notes, "infeasible as configured: " + "; ".join(result.infeasible_reasons))
-    return RowResult(row_id, group, label, measured, predicted, predicted / measured - 1, notes,
+    return RowResult(row_id, group, metric.label, measured, predicted, predicted / measured - 1, notes,
                      feasible=bool(result.feasible))
 
 

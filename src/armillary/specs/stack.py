@@ -1,0 +1,81 @@
+"""A training software stack's defaults (Megatron-LM 2021, Megatron-Core, NeMo, FSDP, torchtitan...).
+
+Published runs rarely state every setting: the framework that ran them fixes the rest (which attention
+kernel, which communication overlaps, what its "FSDP" shards, the precision of its performance recipes).
+A stack profile is a data file (presets/stacks) saying those defaults with sources; a run file or a
+validation row names its stack and the strategy takes the defaults it leaves unstated.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field, PositiveInt, field_validator
+
+from armillary.specs.base import Spec
+from armillary.specs.strategy import Attention, Overlap, Recompute, TrainingPrecision, ZeroStage
+
+
+_HOPPER_OR_LATER = re.compile(r"h100|h200|h800|h20\b|gh200|b100|b200|b300|gb[23]00|blackwell|hopper", re.I)
+
+
+def hopper_or_later(gpu: str) -> bool:
+    """Whether a GPU name is NVIDIA Hopper or later (where stacks pick FlashAttention-3-class kernels)."""
+    return _HOPPER_OR_LATER.search(gpu) is not None
+
+
+def merged(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """`given` over `defaults`, mappings merged key by key (a run's overlap.tp_comm keeps the others)."""
+    out = dict(defaults)
+    for key, value in given.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+class SoftwareStack(Spec):
+    name: str
+    matches: tuple[str, ...] = Field(
+        min_length=1, description="regular expressions (case-insensitive) that recognise the stack in a "
+        "framework description; the stack with the longest match wins")
+    attention: Attention = Field(description="attention kernel")
+    attention_hopper: Attention | None = Field(
+        None, description="attention kernel on Hopper and later GPUs; defaults to `attention`")
+    sequence_parallel: bool = Field(description="sequence parallelism whenever tp > 1")
+    zero: ZeroStage = Field(description="what data-parallel ranks shard when the run states no sharding "
+                            "(Megatron's distributed optimizer = 1, FSDP FULL_SHARD = 3)")
+    overlap: Overlap = Field(description="which communication the stack overlaps with computation")
+    precision: TrainingPrecision = Field(
+        description="precision of the stack's published performance recipes when a run does not state one")
+    recompute: Recompute | None = Field(
+        None, description="recomputation the stack's recipes use; None = not fixed (the least that fits)")
+    seq_len: PositiveInt | None = Field(
+        None, description="sequence length of the stack's example training configs, for runs that omit it")
+    sources: dict[str, str] = Field(default_factory=dict, description="field -> where the default comes from")
+
+    @field_validator("matches")
+    @classmethod
+    def _compiles(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for p in patterns:
+            try:
+                re.compile(p)
+            except re.error as err:
+                raise ValueError(f"{p!r} is not a regular expression: {err}") from None
+        return patterns
+
+    def match_length(self, framework: str) -> int:
+        """Characters of `framework` that the longest of the stack's patterns matches (0: none)."""
+        spans = (m.end() - m.start() for p in self.matches if (m := re.search(p, framework, re.I)))
+        return max(spans, default=0)
+
+    def strategy_defaults(self, tp: int, hopper: bool) -> dict[str, Any]:
+        """Strategy fields this stack fixes for a run with tensor-parallel degree `tp` (on a Hopper-or-later
+        GPU when `hopper`); a run's own settings override them."""
+        attention = self.attention_hopper if hopper and self.attention_hopper is not None else self.attention
+        out: dict[str, Any] = dict(attention=attention, sequence_parallel=self.sequence_parallel and tp > 1,
+                                   zero=self.zero, overlap=self.overlap.model_dump(), precision=self.precision)
+        if not tp > 1:
+            out["overlap"]["tp_comm"] = False
+        if self.recompute is not None:
+            out["recompute"] = self.recompute
+        return out

@@ -1,0 +1,108 @@
+"""What a training row measured, in whatever words and unit its source used, as a function of our estimate.
+
+Metric names vary ("end-to-end iteration time", "training step time", "TFLOP/s per GPU", "MFU",
+"tokens/sec/GPU", "time to train", "GPU-hours"), units too (ms, s, h, days; per GPU, per node, total). The
+FLOP convention of a TFLOP/s figure comes from the metric or its source: SC'21 Eq. 3 counts the recompute
+forward pass, "hardware" FLOPs count every executed FLOP, otherwise model FLOPs (6N-style plus attention).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from armillary.estimate.result import StepEstimate
+from armillary.validation.rows import RowSpecs, Unsupported
+from armillary.validation.vocabulary import clean
+
+Reading = Callable[[StepEstimate, RowSpecs], float]
+
+_SECONDS = {"ms": 1e-3, "millisecond": 1e-3, "s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0,
+            "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "day": 86400.0, "d": 86400.0}
+
+
+@dataclass(frozen=True)
+class Metric:
+    label: str  # what is compared, in the row's unit
+    read: Reading  # the predicted value in the row's unit
+
+
+def _time_unit(unit: str, default: str) -> float:
+    words = re.findall(r"[a-z]+", unit) or [default]
+    for w in words:
+        key = w[:-1] if w.endswith("s") and w[:-1] in _SECONDS else w
+        if key in _SECONDS:
+            return _SECONDS[key]
+    raise Unsupported(f"unit {unit!r}: not a time unit (ms, s, min, h, days)")
+
+
+def _eq3_flop(rs: RowSpecs) -> float:
+    """SC'21 Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs per iteration (counts the recompute forward)."""
+    m, w = rs.model, rs.workload
+    B, s, L, h, V = w.global_batch, w.seq_len, m.layers, m.hidden, m.vocab
+    return 96 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
+
+
+def _flop_convention(text: str, source: str) -> tuple[str, Callable[[StepEstimate, RowSpecs], float]]:
+    if "eq" in text or "sc21" in source or "2104.04473" in source or "includes recompute" in text:
+        return "SC'21 Eq. 3", lambda r, rs: _eq3_flop(rs)
+    if "hardware" in text or "hfu" in text:
+        return "hardware", lambda r, rs: float(r.hardware_flop)
+    return "model", lambda r, rs: float(r.model_flop)
+
+
+def _per(text: str, unit: str, row: dict[str, str]) -> tuple[str, Callable[[RowSpecs], float]]:
+    """Whose throughput a rate is: per GPU, per node, per TP group / replica, or the whole job."""
+    both = f"{text} {unit}"
+    if re.search(r"(per|/)[\s-]*(gpu|device|accelerator|chip)\b", both):
+        return "per GPU", lambda rs: float(rs.system.devices)
+    if re.search(r"(per|/)[\s-]*(node|server|host)\b", both):
+        return "per node", lambda rs: rs.system.devices / rs.system.devices_per_node
+    if re.search(r"(per|/)[\s-]*(tp group|model replica|replica)\b", both):
+        return "per replica", lambda rs: float(rs.strategy.dp or rs.system.devices // (
+            rs.strategy.tp * rs.strategy.cp * rs.strategy.pp))
+    if re.search(r"total|aggregate|cluster|whole|all gpus|global", both):
+        return "total", lambda rs: 1.0
+    raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: per GPU or total not stated")
+
+
+def read_metric(row: dict[str, str]) -> Metric:
+    """The measured quantity of a training row; Unsupported names the metric and unit when unknown."""
+    text, unit = clean(row.get("metric")), clean(row.get("unit"))
+    source = clean(row.get("source")) + " " + clean(row.get("id"))
+    if re.search(r"(forward|fwd).*(backward|bwd).*(one|single|per) (transformer )?layer", text):
+        k = _time_unit(unit, "ms")
+        return Metric("layer fwd+bwd [row unit]", lambda r, rs: float(r.layer.total_s) / k)
+    if re.search(r"time to train|training time|wall[- ]?clock", text):
+        raise Unsupported(f"metric {row.get('metric')!r}: time to train needs the token or step count, "
+                          "which the row's columns do not carry")
+    if re.search(r"gpu[- ]?hours", text):
+        raise Unsupported(f"metric {row.get('metric')!r}: GPU-hours need the token or step count")
+    if re.search(r"(iteration|step|batch)[- ]?time|time (per|of one|of an?) (iteration|step)|"
+                 r"(seconds|sec|s|ms) per (iteration|step)", text):
+        k = _time_unit(unit or text, "s")
+        return Metric("step time [row unit]", lambda r, rs: float(r.step_time_s) / k)
+    # a utilisation is a percentage when the unit says so, or (no unit) when the value is above 1.5
+    percent = "%" in unit or "percent" in unit or (not unit and float(row.get("value") or 0) > 1.5)
+    scale = 100.0 if percent else 1.0
+    if re.search(r"\bhfu\b|hardware flops utili[sz]ation", text):
+        return Metric("HFU", lambda r, rs: scale * float(r.hfu))
+    if re.search(r"\bmfu\b|model flops utili[sz]ation", text):
+        return Metric("MFU", lambda r, rs: scale * float(r.mfu))
+    if re.search(r"[tp]flop", text + " " + unit):
+        if "fusion" in text:
+            raise Unsupported(f"metric {row.get('metric')!r}: operator fusion on/off is not modelled")
+        convention, flop = _flop_convention(text, source)
+        per, share = _per(text, unit, row)
+        scale = 1e15 if "pflop" in unit or "pflop" in text else 1e12
+        return Metric(f"{convention} TFLOP/s {per}".replace("TFLOP", "PFLOP" if scale == 1e15 else "TFLOP"),
+                      lambda r, rs: flop(r, rs) / float(r.step_time_s) / share(rs) / scale)
+    both = text + " " + unit
+    if re.search(r"(samples?|sequences?|seqs?)\s*(/|per)\s*(s|sec|second)\b", both):
+        per, share = _per(text, unit, row)
+        return Metric(f"samples/s {per}", lambda r, rs: float(r.tokens_per_s) / rs.workload.seq_len / share(rs))
+    if re.search(r"(tokens?|tok)\s*(/|per)\s*(s|sec|second)\b|\btps\b|throughput", both):
+        per, share = _per(text, unit, row)
+        return Metric(f"tokens/s {per}", lambda r, rs: float(r.tokens_per_s) / share(rs))
+    raise Unsupported(f"metric {row.get('metric')!r} ({row.get('unit')!r}) is not predicted")

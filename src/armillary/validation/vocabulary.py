@@ -1,0 +1,169 @@
+"""How people write the columns of published measurements, read into our terms.
+
+Rows are written by many hands: "none (activation checkpointing off)", "NVLS disabled", "default",
+"Llama-2-70B", "LLAMA3.1_405B", "H100 SXM 96GB HBM2e". Every reader here returns None for a value that is
+not stated (so the caller records what it assumed instead), and never guesses silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from armillary.presets.registry import find_preset, preset_names, read_data_file
+from armillary.specs.strategy import Recompute, TrainingPrecision, ZeroStage
+
+# a column that says nothing: empty, "n/a", "not stated ...", "per recipe (not in table)", "default", "?"
+_UNSTATED = re.compile(r"^(|-+|\?|n/?a|na|none stated|unknown|unspecified|not (stated|given|reported)\b.*|"
+                       r"per recipe\b.*|default\b.*|auto\b.*|tbd)$")
+
+
+def clean(text: str | None) -> str:
+    """Lower case, single spaces, no surrounding blanks or quotes."""
+    return re.sub(r"\s+", " ", (text or "").strip().strip("\"'").lower())
+
+
+def stated(text: str | None) -> str | None:
+    """The column in lower case, or None when it states nothing ("", "n/a", "not stated", "default"...)."""
+    value = clean(text)
+    return None if _UNSTATED.match(value) else value
+
+
+def head(text: str | None) -> str | None:
+    """The value before its qualifiers: "none (activation checkpointing off)" -> "none", "yes; 8 rails"
+    -> "yes"; None when nothing is stated."""
+    value = stated(text)
+    if value is None:
+        return None
+    first = re.split(r"\s*[(;,\[]", value, maxsplit=1)[0].strip()
+    return stated(first) if first else None
+
+
+_YES = {"yes", "y", "true", "on", "enabled", "enable", "1", "used", "with"}
+_NO = {"no", "n", "false", "off", "disabled", "disable", "0", "none", "unused", "without"}
+
+
+def flag(text: str | None) -> bool | None:
+    """A yes/no column ("yes", "on", "enabled", "TRUE", "no (...)", "disabled"); None when not stated."""
+    value = head(text)
+    if value is None:
+        return None
+    words = value.split()
+    if words[0] in _YES or words[-1] in _YES:
+        return True
+    if words[0] in _NO or words[-1] in _NO:
+        return False
+    return None
+
+
+def recompute_of(text: str | None) -> Recompute | None:
+    """Activation recomputation from its description; None when not stated."""
+    value = stated(text)
+    if value is None:
+        return None
+    first = head(value) or ""
+    if first in _NO or re.match(r"(no|without) (activation )?(checkpointing|recompute|recomputation)", value):
+        return Recompute.NONE
+    if "selective" in value:
+        return Recompute.SELECTIVE
+    if "full" in value or first in _YES or re.match(r"(activation )?(checkpointing|recompute)", first):
+        return Recompute.FULL
+    return None
+
+
+def precision_of(text: str | None) -> TrainingPrecision | None:
+    """The GEMM precision of a training recipe ("amp_bf16", "FP8-CS", "Float8 + BF16", "fp16 mixed");
+    None when not stated or only "16-bit" (which could be either)."""
+    value = stated(text)
+    if value is None:
+        return None
+    if re.search(r"fp8|float8|mxfp8|e4m3|nvfp4|fp4", value):
+        return TrainingPrecision.FP8
+    if re.search(r"bf16|bfloat16", value):
+        return TrainingPrecision.BF16
+    if re.search(r"fp16|float16|half", value):
+        return TrainingPrecision.FP16
+    if re.search(r"fp32|float32|tf32|single", value):
+        return TrainingPrecision.FP32
+    return None
+
+
+def sharding_of(text: str | None) -> ZeroStage | None:
+    """Data-parallel sharding named in a framework description (FSDP strategies, ZeRO stages, the
+    distributed optimizer); None when none is named."""
+    value = clean(text)
+    if re.search(r"no_shard|ddp only|zero[- ]?(stage[- ]?)?0\b", value):
+        return ZeroStage.NONE
+    if re.search(r"shard_grad_op|zero[- ]?(stage[- ]?)?2\b", value):
+        return ZeroStage.GRADIENTS
+    if re.search(r"full_shard|hybrid_shard|zero[- ]?(stage[- ]?)?3\b|\bfsdp|fully_shard|zero[- ]infinity", value):
+        return ZeroStage.PARAMETERS
+    if re.search(r"zero[- ]?(stage[- ]?)?1\b|distributed optimi[sz]er", value):
+        return ZeroStage.OPTIMIZER
+    return None
+
+
+# words that name a variant of the same architecture, not another model
+_NOT_ARCHITECTURE = {"megatron", "instruct", "chat", "base", "hf", "fp8", "fp16", "bf16", "kv", "it", "moe",
+                     "the", "model", "dense"}
+
+
+def model_key(name: str) -> str:
+    """A spelling-free key of a model name: "Llama-2-70B", "LLAMA2_70B" and "llama 2 70b (chat)" all give
+    "llama270b". Parenthesised qualifiers and words such as "instruct" or "FP8" are dropped."""
+    text = name.lower()
+    while re.search(r"\([^()]*\)", text):
+        text = re.sub(r"\([^()]*\)", " ", text)
+    text = text.split("/")[-1]  # "meta-llama/Llama-3.1-405B" -> the model's own name
+    words = [w for w in re.split(r"[^a-z0-9.]+", text) if w and w not in _NOT_ARCHITECTURE]
+    return "".join(words).strip(".")
+
+
+@functools.cache
+def _model_keys() -> dict[str, str]:
+    """Key -> model preset, from each preset's file name, `name` and `aliases`."""
+    keys: dict[str, str] = {}
+    for stem in preset_names("models"):
+        path = find_preset("models", stem)
+        data = read_data_file(path) if path is not None else {}
+        for spelling in (stem, data.get("name", ""), *data.get("aliases", ())):
+            keys.setdefault(model_key(spelling), stem)
+    return keys
+
+
+def model_preset_for(name: str | None) -> str | None:
+    """The shipped model preset a row's model text names, whatever its spelling; None when none does."""
+    key = model_key(name or "")
+    return _model_keys().get(key) if key else None
+
+
+# GPU text -> system preset; the first pattern that matches wins (GB200 before B200)
+_GPU_SYSTEMS = (
+    (re.compile(r"a100.*\b40\s*gb|a100[_-]40", re.I), "dgx-a100-40gb"),
+    (re.compile(r"a100", re.I), "dgx-a100"),
+    (re.compile(r"h800", re.I), "dgx-h800"),
+    (re.compile(r"h200", re.I), "hgx-h200"),
+    (re.compile(r"h100", re.I), "dgx-h100"),
+    (re.compile(r"gb300|b300", re.I), "gb300-nvl72"),
+    (re.compile(r"gb200", re.I), "gb200-nvl72"),
+    (re.compile(r"b200", re.I), "dgx-b200"),
+    (re.compile(r"mi300x", re.I), "mi300x-8"),
+    (re.compile(r"tpu\s*v5p", re.I), "tpu-v5p-slice"),
+    (re.compile(r"tpu\s*v4", re.I), "tpu-v4-pod-slice"),
+)
+
+
+def system_preset_for(gpu: str | None) -> str | None:
+    """The system preset of a row's `gpu` text; None when no shipped system has that GPU."""
+    return next((p for rx, p in _GPU_SYSTEMS if rx.search(gpu or "")), None)
+
+
+def memory_gb_of(gpu: str | None) -> float | None:
+    """The HBM capacity a GPU text states ("H100 SXM 96GB HBM2e" -> 96): the size written next to HBM, else
+    the largest size named (a second, smaller size is usually the other variant or host memory)."""
+    text = clean(gpu)
+    sizes = [(float(m.group(1)), m.end()) for m in re.finditer(r"(\d+(?:\.\d+)?)\s*gi?b\b", text)]
+    if not sizes:
+        return None
+    beside_hbm = [s for s, end in sizes if re.match(r"\s*(of\s*)?hbm", text[end:])]
+    return beside_hbm[0] if beside_hbm else max(s for s, _ in sizes)
