@@ -152,7 +152,9 @@ def test_inference_rejects_what_it_does_not_model():
 
 
 def test_validation_covers_the_inference_rows():
-    results = validate(kinds=("inference",))
+    # the TensorRT-LLM static-batch rows; the serving rows (SRV-*, request streams) arrive with the serving
+    # issue and say why they are not run
+    results = [r for r in validate(kinds=("inference",)) if r.id.startswith("INF-")]
     assert len(results) == 45 and all(r.predicted is not None for r in results)
     errors = np.array([abs(r.error) for r in results])
     assert errors.mean() < 0.15  # the issue's target

@@ -16,7 +16,6 @@ from pydantic import Field, PositiveInt, field_validator
 from armillary.specs.base import Spec
 from armillary.specs.strategy import Attention, Overlap, Recompute, TrainingPrecision, ZeroStage
 
-
 _HOPPER_OR_LATER = re.compile(r"h100|h200|h800|h20\b|gh200|b100|b200|b300|gb[23]00|blackwell|hopper", re.I)
 
 
@@ -49,6 +48,9 @@ class SoftwareStack(Spec):
         description="precision of the stack's published performance recipes when a run does not state one")
     recompute: Recompute | None = Field(
         None, description="recomputation the stack's recipes use; None = not fixed (the least that fits)")
+    local_batch: bool = Field(
+        False, description="the stack's batch setting is each data-parallel rank's batch: no gradient "
+        "accumulation by default, and pipeline stages split it into as many micro-batches as stages")
     seq_len: PositiveInt | None = Field(
         None, description="sequence length of the stack's example training configs, for runs that omit it")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the default comes from")

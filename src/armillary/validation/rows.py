@@ -152,16 +152,41 @@ def _stack(row: dict[str, str], notes: list[str]) -> SoftwareStack:
     return stack
 
 
+def global_batch(row: dict[str, str], stack: SoftwareStack, n_gpus: int, notes: list[str]) -> int | None:
+    """The row's global batch; for a stack whose batch setting is per rank (torchtitan), the local batch
+    times the data-parallel degree when the row states only that."""
+    gbs = int_column(row, "gbs")
+    local, tp, pp = int_column(row, "mbs"), int_column(row, "tp") or 1, int_column(row, "pp") or 1
+    if gbs is None and stack.local_batch and local is not None:
+        gbs = local * (n_gpus // (tp * (int_column(row, "cp") or 1) * pp))
+        notes.append(f"gbs={gbs}: the local batch {local} on every data-parallel rank ({stack.name} accumulates "
+                     "no gradients by default)")
+    return gbs
+
+
+def _micro_batch(row: dict[str, str], stack: SoftwareStack, dp: int, pp: int, notes: list[str]) -> int:
+    mbs = int_column(row, "mbs")
+    if mbs is None:
+        notes.append("micro_batch=1 (not stated)")
+        return 1
+    if stack.local_batch and pp > 1:
+        # torchtitan splits the local batch into as many micro-batches as pipeline stages by default
+        micro = max(1, mbs // pp)
+        notes.append(f"micro_batch={micro}: the local batch {mbs} split over {pp} pipeline stages ({stack.name})")
+        return micro
+    return mbs
+
+
 def _strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: list[str]) -> dict[str, Any]:
     tp, pp = int_column(row, "tp"), int_column(row, "pp")
     if tp is None or pp is None:
         raise Unsupported("tp, pp: parallel configuration not stated")
     cp = int_column(row, "cp") or 1
-    dp = int_column(row, "dp") or n_gpus // (tp * cp * pp)
-    mbs = int_column(row, "mbs")
-    if mbs is None:
-        mbs = 1
-        notes.append("micro_batch=1 (not stated)")
+    dp = n_gpus // (tp * cp * pp)
+    if int_column(row, "dp") not in (None, dp):
+        notes.append(f"dp={dp} from n_gpus / (tp cp pp); the row's dp {int_column(row, 'dp')} does not multiply "
+                     f"to its {n_gpus} GPUs")
+    mbs = _micro_batch(row, stack, dp, pp, notes)
     out = stack.strategy_defaults(tp, hopper_or_later(row.get("gpu", "")))
     framework, other = clean(row.get("framework")), clean(row.get("other_reported"))
     sp = flag(row.get("seq_parallel"))
@@ -216,7 +241,7 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
         raise Unsupported("n_gpus: not stated")
     notes: list[str] = []
     stack = _stack(row, notes)
-    seq, gbs = int_column(row, "seq"), int_column(row, "gbs")
+    seq, gbs = int_column(row, "seq"), global_batch(row, stack, n_gpus, notes)
     if seq is None and stack.seq_len is not None:
         seq = stack.seq_len
         notes.append(f"seq={seq}: the default of {stack.name} training configs (not stated)")

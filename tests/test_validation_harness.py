@@ -1,0 +1,189 @@
+"""The validation harness reads rows written by other people: synonyms, qualifiers, spellings and units give
+the same prediction, stacks supply what a row leaves unstated, and a row it cannot run names its column."""
+
+import re
+
+import pytest
+
+from armillary.specs.loading import load_stack, stack_for
+from armillary.specs.run import load_run
+from armillary.specs.strategy import Attention, Recompute, TrainingPrecision, ZeroStage
+from armillary.validation.collective_rows import predict_collective
+from armillary.validation.rows import row_specs
+from armillary.validation.run import read_rows, run_row
+from armillary.validation.vocabulary import (
+    flag,
+    head,
+    memory_gb_of,
+    model_preset_for,
+    precision_of,
+    recompute_of,
+    sharding_of,
+    system_preset_for,
+)
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("none (activation checkpointing off)", "none"), ("yes; 8 rails", "yes"), ("  Not stated ", None),
+    ("n/a", None), ("default (auto)", None), ("per recipe (not in table)", None), ("", None), ("-", None)])
+def test_qualified_and_unstated_values(text, value):
+    assert head(text) == value
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("yes", True), ("Enabled", True), ("TRUE", True), ("NVLS disabled", False), ("off (not used)", False),
+    ("no", False), ("not stated", None), ("n/a", None), ("maybe", None)])
+def test_flags(text, value):
+    assert flag(text) is value
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("none (activation checkpointing off)", Recompute.NONE), ("No activation checkpointing", Recompute.NONE),
+    ("full (uniform, every layer)", Recompute.FULL), ("Full activation checkpointing", Recompute.FULL),
+    ("activation checkpointing", Recompute.FULL), ("selective (attention core)", Recompute.SELECTIVE),
+    ("per recipe (not in table)", None), ("not stated", None)])
+def test_recompute_descriptions(text, value):
+    assert recompute_of(text) is value
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("amp_bf16", TrainingPrecision.BF16), ("Float8 + BF16", TrainingPrecision.FP8),
+    ("FP8-CS (FP8-MX)", TrainingPrecision.FP8), ("fp16 mixed (loss scale 8192)", TrainingPrecision.FP16),
+    ("mixed precision (16-bit)", None), ("not stated in 25.09 table", None)])
+def test_precision_descriptions(text, value):
+    assert precision_of(text) is value
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("MosaicML Composer/llm-foundry, FSDP SHARD_GRAD_OP", ZeroStage.GRADIENTS),
+    ("torchtitan; FSDP 8 + TP 8", ZeroStage.PARAMETERS), ("Megatron-LM + DeepSpeed ZeRO-3", ZeroStage.PARAMETERS),
+    ("Megatron-Core, distributed optimizer", ZeroStage.OPTIMIZER), ("NeMo 24.07", None)])
+def test_sharding_descriptions(text, value):
+    assert sharding_of(text) is value
+
+
+@pytest.mark.parametrize(("text", "preset"), [
+    ("Llama-2-70B", "llama2-70b"), ("LLAMA2_70B", "llama2-70b"), ("llama 2 70b (chat)", "llama2-70b"),
+    ("LLAMA3.1_405B", "llama3.1-405b"), ("meta-llama/Llama-3.1-405B-Instruct-FP8", "llama3.1-405b"),
+    ("GPT OSS 120B (MoE)", "gpt-oss-120b"), ("DeepSeek-R1 (MoE, MLA)", "deepseek-v3"),
+    ("Qwen3_235B_a22B (MoE)", "qwen3-235b-a22b"), ("GPT 530B (Megatron)", "korthikanti-530b"),
+    ("Nemotron-8B", None)])
+def test_model_names_in_any_spelling(text, preset):
+    assert model_preset_for(text) == preset
+
+
+@pytest.mark.parametrize(("text", "gb", "system"), [
+    ("H100 SXM 96GB HBM2e, 500 W power limit", 96, "dgx-h100"), ("GH200 (96GB HBM3 + 480GB LPDDR5X)", 96, None),
+    ("A100 40GB/80GB", 80, "dgx-a100-40gb"), ("a100_40gb", 40, "dgx-a100-40gb"), ("GB200 (NVL72)", None, "gb200-nvl72"),
+    ("B200 (DGX-B200)", None, "dgx-b200"), ("GB300 (DGX-GB300, NVL72)", None, "gb300-nvl72")])
+def test_gpu_texts(text, gb, system):
+    assert memory_gb_of(text) == gb
+    if system is not None:
+        assert system_preset_for(text) == system
+
+
+@pytest.mark.parametrize(("framework", "stack"), [
+    ("Megatron-LM (2021, commit 6985e589)", "megatron-lm-2021"), ("Megatron-LM + DeepSpeed ZeRO-3",
+                                                                  "megatron-deepspeed-2021"),
+    ("Megatron-Core r0.8.0", "megatron-core"), ("Megatron-Core r0.3.0", "megatron-core-2023"),
+    ("NeMo 24.07", "nemo-2"), ("Megatron-Bridge / NeMo 25.11 container", "megatron-bridge"),
+    ("MosaicML Composer/llm-foundry, FSDP FULL_SHARD", "llm-foundry"), ("torchtitan @9dec370; FSDP", "torchtitan"),
+    ("MaxText on TPU v5p", "maxtext"), ("PyTorch FSDP", "pytorch-fsdp1"),
+    ("DeepSpeed ZeRO stage 3", "deepspeed-zero3")])
+def test_framework_text_names_its_stack(framework, stack):
+    found = stack_for(framework)
+    assert found is not None and found == load_stack(stack)
+
+
+def test_stack_defaults_fill_only_what_a_run_leaves_unstated(tmp_path):
+    run = tmp_path / "run.yaml"
+    run.write_text("model: llama3-8b\nsystem: dgx-h100\ngpus: 16\nstack: megatron-lm-2021\n"
+                   "strategy: {tp: 2, overlap: {dp_grad_reduce: true}}\nworkload: {seq_len: 4096, global_batch: 64}\n")
+    _, _, strategy, _ = load_run(run)
+    assert strategy.attention is Attention.STANDARD and strategy.precision is TrainingPrecision.FP16
+    assert strategy.zero is ZeroStage.NONE and not strategy.sequence_parallel
+    assert strategy.overlap.dp_grad_reduce and not strategy.overlap.param_gather  # the run's own setting wins
+    run.write_text(run.read_text().replace("megatron-lm-2021", "megatron-core"))
+    _, _, strategy, _ = load_run(run)
+    assert strategy.attention is Attention.FLASH3 and strategy.sequence_parallel
+    assert strategy.zero is ZeroStage.OPTIMIZER
+
+
+def _training_rows():
+    return [r for r in read_rows() if r["kind"] == "training"]
+
+
+_METRIC_PARAPHRASES = {
+    "tokens/s/GPU": "Tokens per second per GPU", "throughput tokens/s/GPU": "Throughput (tokens/sec/GPU)",
+    "MFU": "Model FLOPs Utilization", "per-GPU model TFLOP/s": "Model TFLOP/s per GPU",
+    "achieved TFLOP/s per GPU": "Achieved TFLOPS per GPU", "end-to-end iteration time": "Training step time",
+}
+_RECOMPUTE_PARAPHRASES = {"none": "None (activation checkpointing off)", "full": "FULL (every layer)",
+                          "selective": "Selective (attention core)", "not stated": "n/a", "": "not stated"}
+
+
+def _paraphrased(row: dict[str, str]) -> tuple[dict[str, str], float]:
+    """The row written another way, and the factor its measured value (and prediction) scale by."""
+    out = dict(row)
+    out["model"] = re.sub(r"\s+", "-", row["model"].upper())
+    out["framework"] = row["framework"].upper()
+    out["gpu"] = row["gpu"].replace("-", " ").replace("_", " ").upper()
+    out["metric"] = _METRIC_PARAPHRASES.get(row["metric"], row["metric"].upper())
+    out["recompute"] = _RECOMPUTE_PARAPHRASES.get(row["recompute"], row["recompute"].upper())
+    out["seq_parallel"] = {"yes": "Enabled", "no": "disabled (not used)", "": "n/a"}.get(
+        row["seq_parallel"], row["seq_parallel"])
+    out["precision"] = row["precision"].upper()
+    scale = 1.0
+    if row["unit"] == "s" and "time" in row["metric"]:
+        out["unit"], scale = "ms", 1e3
+        out["value"] = str(float(row["value"]) * scale)
+    return out, scale
+
+
+def test_paraphrased_rows_give_the_same_prediction():
+    """Each training row written with synonyms, capitals, qualifiers and another unit predicts the same."""
+    compared = 0
+    for row in _training_rows():
+        original = run_row(row)
+        if original.predicted is None:
+            continue
+        other, scale = _paraphrased(row)
+        again = run_row(other)
+        assert again.predicted == pytest.approx(original.predicted * scale, rel=1e-9), (row["id"], again.skipped)
+        compared += 1
+    assert compared > 300
+
+
+def test_every_unrunnable_row_names_a_column_or_what_is_missing():
+    columns = set(read_rows()[0]) | {"model", "gpu", "op", "metric", "unit"}
+    for row in read_rows():
+        result = run_row(row)
+        if result.skipped:
+            named = re.findall(r"[a-z_]+", result.skipped.split(":")[0])
+            assert set(named) & columns or "metric" in result.skipped, (row["id"], result.skipped)
+
+
+def test_degrees_that_do_not_multiply_to_the_gpus_take_dp_from_the_gpus():
+    row = next(r for r in read_rows() if r["id"] == "TR-NEMO-LONGSEQ-B200-01")
+    spec = row_specs(row)[0]
+    assert spec.system.devices == 8 and spec.strategy.dp == 8
+    assert any("does not multiply" in a for a in spec.assumptions)
+
+
+def test_torchtitan_local_batch_is_split_over_pipeline_stages():
+    row = next(r for r in read_rows() if r["id"] == "TR-TORCHTITAN-2412-T5-3D-1F1B")
+    spec = row_specs(row)[0]
+    assert spec.strategy.micro_batch == 32 // 8 and spec.workload.seq_len == 8192
+    missing_gbs = next(r for r in read_rows() if r["id"] == "TR-TORCHTITAN-2412-T2-CP1-32K")
+    spec = row_specs(missing_gbs)[0]
+    assert spec.workload.global_batch == int(missing_gbs["mbs"]) * spec.strategy.dp
+
+
+def test_collective_op_text_pins_the_algorithm():
+    row = next(r for r in read_rows() if r["op"].startswith("all_reduce (NCCL_ALGO=Ring"))
+    _, _, notes = predict_collective(row)
+    assert "algorithm ring" in notes
+    time_row = next(r for r in read_rows() if r["kind"] == "collective" and r["metric"].startswith("time"))
+    label, value, _ = predict_collective(time_row)
+    assert label == "time [us]" and value > 0
+    assert run_row({**time_row, "msg_bytes": ""}).skipped.startswith("msg_bytes")
