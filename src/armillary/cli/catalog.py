@@ -13,7 +13,7 @@ from armillary.report import tables
 
 
 def presets_cmd(kind: Annotated[str | None, typer.Argument(help=f"one of {', '.join(KINDS)}")] = None) -> None:
-    """List the shipped presets (models, devices, systems)."""
+    """List the shipped presets (models, devices, systems, software stacks)."""
     if kind is not None and kind not in KINDS:
         raise SpecError(f"kind {kind!r}: allowed values are {', '.join(KINDS)}")
     show(tables.presets_lines((kind,) if kind else KINDS))
