@@ -187,3 +187,41 @@ def test_collective_op_text_pins_the_algorithm():
     label, value, _ = predict_collective(time_row)
     assert label == "time [us]" and value > 0
     assert run_row({**time_row, "msg_bytes": ""}).skipped.startswith("msg_bytes")
+
+
+def test_error_bands_come_from_the_shipped_residuals_and_cover_unseen_sources():
+    import importlib.util
+    from pathlib import Path
+
+    from armillary.validation.bands import leave_one_source_out, shipped_residuals
+
+    tool = Path(__file__).parent.parent / "tools" / "error_bands.py"
+    spec = importlib.util.spec_from_file_location("error_bands", tool)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fresh = module.residuals()
+    shipped = shipped_residuals()
+    assert [(r.source, r.regime) for r in fresh] == [(r.source, r.regime) for r in shipped], \
+        "regenerate validation/data/residuals.json: python tools/error_bands.py"
+    assert [r.error for r in fresh] == pytest.approx([r.error for r in shipped], abs=1e-5)
+    coverage = leave_one_source_out(shipped)
+    covered, total = sum(c for c, _ in coverage.values()), sum(n for _, n in coverage.values())
+    assert covered / total >= 0.8  # the target, measured leaving each source out
+
+
+def test_every_training_estimate_carries_its_band():
+    from armillary import api
+    from armillary.validation.bands import Regime, band, shipped_residuals
+
+    result = api.estimate("llama3-70b", "dgx-h100", {"tp": 8, "pp": 4, "zero": 1}, {"seq_len": 4096,
+                          "global_batch": 256}, gpus=256)
+    assert result.error_band is not None and 0 < result.error_band.relative < 1
+    assert result.error_band.rows >= 8 and "calibrated device" in result.error_band.regime
+    assert "error_band" in result.to_dict()
+    uncalibrated = api.estimate("llama3-70b", "dgx-b200", {"tp": 8, "pp": 4}, {"seq_len": 4096,
+                                "global_batch": 256}, gpus=256)
+    assert uncalibrated.error_band is not None and "uncalibrated" in uncalibrated.error_band.regime
+    # a regime with no rows at all falls back to every row
+    nowhere = Regime(calibrated=None, precision="fp4", moe=None, sharded=None, scale=None)
+    assert band(nowhere, shipped_residuals()).rows == len(shipped_residuals())

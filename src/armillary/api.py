@@ -8,6 +8,7 @@ call the layer below (`estimate.run`, `search.run`, `simulate.run`...).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, overload
 
@@ -38,6 +39,7 @@ from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference, Training, Workload
+from armillary.validation.bands import error_band
 from armillary.validation.run import DEFAULT_CSV, RowResult
 from armillary.validation.run import validate as validate_rows
 from armillary.workload.parameters import count_parameters
@@ -67,8 +69,11 @@ def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workl
              gpus: int | None = None) -> StepEstimate | InferenceEstimate:
     """Estimate one training iteration (a training workload) or a static inference batch (an inference
     workload). dp (data-parallel ranks, or model replicas in inference) defaults to devices / (tp cp pp)."""
-    return estimate_run(load_model(model), load_system(system, gpus), load_strategy(strategy),
-                        load_workload(workload))
+    m, sysm, st = load_model(model), load_system(system, gpus), load_strategy(strategy)
+    result = estimate_run(m, sysm, st, load_workload(workload))
+    if isinstance(result, StepEstimate):  # how far to trust it: the residuals of its regime
+        return replace(result, error_band=error_band(m, sysm, st))
+    return result
 
 
 def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,

@@ -163,6 +163,17 @@ class CommCall:
 
 
 @dataclass(frozen=True)
+class ErrorBand:
+    """How far to trust a prediction: the 80th percentile of |predicted / measured - 1| over the validation
+    rows of its regime (device calibrated or not, precision, dense or MoE, sharded or not, scale)."""
+
+    relative: float  # e.g. 0.15: the measured value lies within +-15% in 80% of the regime's rows
+    regime: str  # the regime the rows were drawn from (coarsened until it has enough rows)
+    rows: int
+    sources: int
+
+
+@dataclass(frozen=True)
 class StepEstimate:
     """One training iteration: time, its breakdown, throughput, utilization, memory and traffic."""
 
@@ -185,6 +196,7 @@ class StepEstimate:
     feasible: Array  # boolean
     infeasible_reasons: tuple[str, ...] = ()
     ends: EndsCost | None = None  # embedding and LM head, one micro-batch (for the step's simulation)
+    error_band: ErrorBand | None = None  # from validation residuals (set by armillary.api for one configuration)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping (floats for a single configuration, lists for a sweep)."""

@@ -48,7 +48,10 @@ def _pct(x: float) -> str:
 def estimate_tables(r: StepEstimate, title: str) -> list[Table]:
     step = float(r.step_time_s)
     head = Table(title=title, show_header=False, min_width=len(title) + 4)
-    head.add_row("step time", f"{step:.4g} s")
+    band = r.error_band
+    trust = (f"  [dim]± {band.relative:.0%} (80% of {band.rows} measured rows, {band.regime})[/dim]"
+             if band is not None else "")
+    head.add_row("step time", f"{step:.4g} s{trust}")
     head.add_row("tokens/s", f"{float(r.tokens_per_s):,.0f}")
     head.add_row("MFU / HFU", f"{_pct(float(r.mfu))} / {_pct(float(r.hfu))}")
     head.add_row("micro-batches", f"{float(r.microbatches):g}")

@@ -61,6 +61,9 @@ class Device(Spec):
     memory: tuple[MemoryTier, ...] = Field(min_length=1, max_length=2, description="[HBM, optional tier 2]")
     kernel_overhead: Seconds = Field(0.0, description="fixed launch/tail cost per kernel")
     power: float | None = Field(None, gt=0, description="board power in watts (TDP)")
+    calibrated_on: tuple[str, ...] = Field(
+        (), description="validation sources the efficiency curves were fitted on (a sibling chip's count: "
+        "same silicon); empty = uncalibrated, and sources.matrix_efficiency says what it was copied from")
     sources: dict[str, str] = Field(default_factory=dict)
 
     def matrix_peak(self, precision: Precision) -> float:

@@ -1,0 +1,111 @@
+"""An error band on every training prediction, from the validation residuals of its regime.
+
+The regime of a configuration is what the residuals depend on most: whether the device's efficiency curves
+were calibrated on measurements, fp8 or 16-bit GEMMs, dense or mixture-of-experts, parameters sharded
+(ZeRO-3 / FSDP) or not, and the scale. The band is the 80th percentile of |error| over the shipped
+residuals of that regime; where a regime has fewer than `MIN_ROWS` rows it is coarsened (scale first, then
+sharding, precision, MoE), and the band says which regime it used. `leave_one_source_out` measures how
+often the band covers a source's rows when that source is left out (the honest coverage).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from armillary.estimate.result import ErrorBand
+from armillary.specs.model import Model
+from armillary.specs.strategy import Strategy, TrainingPrecision, ZeroStage
+from armillary.specs.system import System
+
+RESIDUALS = Path(str(resources.files("armillary.validation") / "data" / "residuals.json"))
+MIN_ROWS = 8
+QUANTILE = 0.8
+# features dropped in this order when a regime has too few rows (calibration is kept to the end)
+_COARSENING = ("scale", "sharded", "precision", "moe", "calibrated")
+
+
+@dataclass(frozen=True)
+class Regime:
+    calibrated: bool | None
+    precision: str | None  # "fp8" or "16-bit"
+    moe: bool | None
+    sharded: bool | None  # ZeRO-3 / FSDP parameter sharding
+    scale: str | None  # "<=64", "<=1024" or ">1024" devices
+
+    def matches(self, other: Regime) -> bool:
+        """Whether `other` (a residual's full regime) falls in this possibly coarsened regime."""
+        return all(v is None or v == getattr(other, k) for k, v in asdict(self).items())
+
+    def describe(self) -> str:
+        words = {"calibrated": ("calibrated device", "uncalibrated device"), "moe": ("MoE", "dense"),
+                 "sharded": ("ZeRO-3/FSDP", "unsharded")}
+        parts = [words[k][0 if v else 1] if k in words else f"{k} {v}" if k == "scale" else str(v)
+                 for k, v in asdict(self).items() if v is not None]
+        return ", ".join(parts) or "all rows"
+
+
+@dataclass(frozen=True)
+class Residual:
+    source: str
+    regime: Regime
+    error: float  # predicted / measured - 1
+
+
+def _scale(devices: int) -> str:
+    return "<=64" if devices <= 64 else "<=1024" if devices <= 1024 else ">1024"
+
+
+def regime_of(model: Model, system: System, strategy: Strategy) -> Regime:
+    return Regime(calibrated=bool(system.device.calibrated_on),
+                  precision="fp8" if strategy.precision is TrainingPrecision.FP8 else "16-bit",
+                  moe=model.moe is not None, sharded=strategy.zero >= ZeroStage.PARAMETERS,
+                  scale=_scale(system.devices))
+
+
+def band(regime: Regime, residuals: Sequence[Residual]) -> ErrorBand:
+    """The 80th percentile of |error| of the residuals in `regime`, coarsened until MIN_ROWS rows match."""
+    current = regime
+    for feature in (None, *_COARSENING):
+        if feature is not None:
+            current = replace(current, **{feature: None})
+        rows = [r for r in residuals if current.matches(r.regime)]
+        if len(rows) >= MIN_ROWS or feature == _COARSENING[-1]:
+            break
+    errors = np.abs([r.error for r in rows]) if rows else np.array([np.nan])
+    return ErrorBand(relative=float(np.quantile(errors, QUANTILE)), regime=current.describe(), rows=len(rows),
+                     sources=len({r.source for r in rows}))
+
+
+def leave_one_source_out(residuals: Sequence[Residual]) -> dict[str, tuple[int, int]]:
+    """Per full regime: (rows whose |error| lies inside the band computed without their source, rows)."""
+    out: dict[str, tuple[int, int]] = {}
+    for r in residuals:
+        others = [x for x in residuals if x.source != r.source]
+        inside = abs(r.error) <= band(r.regime, others).relative
+        covered, total = out.get(r.regime.describe(), (0, 0))
+        out[r.regime.describe()] = (covered + inside, total + 1)
+    return out
+
+
+def write_residuals(residuals: Sequence[Residual], path: Path = RESIDUALS) -> None:
+    path.write_text(json.dumps([{"source": r.source, **asdict(r.regime), "error": round(r.error, 6)}
+                                for r in residuals], indent=0) + "\n")
+
+
+@functools.cache
+def shipped_residuals() -> tuple[Residual, ...]:
+    data = json.loads(RESIDUALS.read_text())
+    return tuple(Residual(d.pop("source"), Regime(**{k: d[k] for k in Regime.__dataclass_fields__}), d["error"])
+                 for d in data)
+
+
+def error_band(model: Model, system: System, strategy: Strategy) -> ErrorBand:
+    """The error band of one training configuration, from the shipped residuals."""
+    return band(regime_of(model, system, strategy), shipped_residuals())
