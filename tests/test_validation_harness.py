@@ -225,3 +225,12 @@ def test_every_training_estimate_carries_its_band():
     # a regime with no rows at all falls back to every row
     nowhere = Regime(calibrated=None, precision="fp4", moe=None, sharded=None, scale=None)
     assert band(nowhere, shipped_residuals()).rows == len(shipped_residuals())
+
+
+def test_a_bare_framework_name_takes_the_stack_of_the_sources_year():
+    from armillary.validation.rows import year_of
+
+    assert year_of("Narayanan et al., SC21 (arXiv:2104.04473), Table 2") == 2021
+    assert stack_for("Megatron-LM", 2021) == load_stack("megatron-lm-2021")
+    assert stack_for("Megatron-LM", None) == load_stack("megatron-core")  # unknown year: today's stack
+    assert stack_for("Megatron-Core r0.8.0", 2021) == load_stack("megatron-core")  # the text decides first

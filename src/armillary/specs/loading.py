@@ -148,12 +148,18 @@ def load_stack(value: SoftwareStack | str | dict[str, Any]) -> SoftwareStack:
     return validate_spec(SoftwareStack, data, "stack")
 
 
-def stack_for(framework: str) -> SoftwareStack | None:
-    """The shipped stack whose patterns match the most of a framework description (None: no stack)."""
-    scored = [(stack.match_length(framework), name, stack)
+def stack_for(framework: str, year: int | None = None) -> SoftwareStack | None:
+    """The shipped stack whose patterns match the most of a framework description (None: no stack); with
+    the run's `year`, a matching stack of that year comes first."""
+    def of_year(stack: SoftwareStack) -> bool:
+        return year is not None and stack.years is not None and stack.years[0] <= year <= stack.years[1]
+
+    # ties go to the most recent profile: a bare "Megatron-LM" of unknown year is today's Megatron-Core
+    scored = [(stack.match_length(framework) > 0, of_year(stack), stack.match_length(framework),
+               stack.years[1] if stack.years else 0, name, stack)
               for name in preset_names("stacks") for stack in (load_stack(name),)]
-    length, _, best = max(scored, key=lambda t: (t[0], t[1]))
-    return best if length > 0 else None
+    matched, *_, best = max(scored, key=lambda t: t[:5])
+    return best if matched else None
 
 
 def load_strategy(value: Strategy | dict[str, Any] | str) -> Strategy:

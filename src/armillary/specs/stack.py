@@ -37,6 +37,9 @@ class SoftwareStack(Spec):
     matches: tuple[str, ...] = Field(
         min_length=1, description="regular expressions (case-insensitive) that recognise the stack in a "
         "framework description; the stack with the longest match wins")
+    years: tuple[int, int] | None = Field(
+        None, description="first and last year the profile describes; a run of a known year whose framework "
+        "text fits several stacks (a bare 'Megatron-LM') takes the one of its year")
     attention: Attention = Field(description="attention kernel")
     attention_hopper: Attention | None = Field(
         None, description="attention kernel on Hopper and later GPUs; defaults to `attention`")

@@ -141,9 +141,18 @@ def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
     return system.with_devices(n_gpus)
 
 
+def year_of(source: str) -> int | None:
+    """The year a source was published: an arXiv number (2104.04473 -> 2021), else the first year named."""
+    arxiv = re.search(r"arxiv:?\s*(\d{2})(\d{2})\.\d{4,5}", source, re.I)
+    if arxiv:
+        return 2000 + int(arxiv.group(1))
+    named = re.search(r"\b(20[0-3]\d)\b", source)
+    return int(named.group(1)) if named else None
+
+
 def _stack(row: dict[str, str], notes: list[str]) -> SoftwareStack:
     framework = row.get("framework", "")
-    stack = stack_for(framework)
+    stack = stack_for(framework, year_of(row.get("source", "")))
     if stack is None:
         stack = load_stack(DEFAULT_STACK)
         notes.append(f"framework {framework or 'not stated'!r}: defaults of {stack.name}")
