@@ -1,8 +1,9 @@
 """Turn one measured training row of the validation CSV into specifications.
 
-The model comes from the row's architecture columns; a family preset fills only what the row leaves
-empty (MLP kind, norm, positions). The system comes from `gpu`, `n_gpus` and the network columns; the
-strategy from the parallelism columns. Whatever the row does not state is assumed and written down.
+The model comes from the preset the row names (any spelling) and its architecture columns; a preset fills
+only what the row leaves empty (MLP kind, norm, positions). The system comes from `gpu`, `n_gpus` and the
+network columns; the strategy from the parallelism columns, and what they leave unstated from the row's
+software stack (presets/stacks). Whatever the row does not state is assumed and written down.
 """
 
 from __future__ import annotations
