@@ -95,13 +95,18 @@ def load_model(value: Model | str | dict[str, Any]) -> Model:
     return validate_spec(Model, data, "model")
 
 
-def load_device(value: Device | str | dict[str, Any]) -> Device:
-    if isinstance(value, Device):
+def _load_plain(cls: type[S], kind: str, value: S | str | dict[str, Any]) -> S:
+    """A spec that is only data: an object of `cls`, a shipped preset of `kind`, a file path or a mapping."""
+    if isinstance(value, cls):
         return value
-    if isinstance(value, str) and find_preset("devices", value) is not None:
-        return _preset("devices", value.lower())
-    data = _read(value, "devices")[0] if isinstance(value, str) else value
-    return validate_spec(Device, data, "device")
+    if isinstance(value, str) and find_preset(kind, value) is not None:
+        return _preset(kind, value.lower())  # type: ignore[no-any-return]
+    data = _read(value, kind)[0] if isinstance(value, str) else value
+    return validate_spec(cls, data, kind[:-1])
+
+
+def load_device(value: Device | str | dict[str, Any]) -> Device:
+    return _load_plain(Device, "devices", value)
 
 
 def load_system(value: System | str | dict[str, Any], gpus: int | None = None) -> System:
@@ -140,12 +145,7 @@ def _sized_preset(name: str, gpus: int) -> System:
 
 def load_stack(value: SoftwareStack | str | dict[str, Any]) -> SoftwareStack:
     """A software stack profile from a preset name, a file path or a mapping."""
-    if isinstance(value, SoftwareStack):
-        return value
-    if isinstance(value, str) and find_preset("stacks", value) is not None:
-        return _preset("stacks", value.lower())
-    data = _read(value, "stacks")[0] if isinstance(value, str) else value
-    return validate_spec(SoftwareStack, data, "stack")
+    return _load_plain(SoftwareStack, "stacks", value)
 
 
 def stack_for(framework: str, year: int | None = None) -> SoftwareStack | None:
