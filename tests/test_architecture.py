@@ -13,7 +13,7 @@ PUBLIC = sorted([
     "EfficiencyCurve", "Inference", "InferenceEstimate", "InferenceMemory", "InferenceSearchResult",
     "InferenceSimulation", "InferenceSpace", "KvCache", "LayerCost", "MemoryBreakdown", "MemoryTier", "MissingExtra",
     "Model", "NetworkDimension", "NetworkKind", "CollectiveLibrary", "Composition", "Objective", "Offload",
-    "Overlap", "PassTime", "Percentiles", "PipelineSchedule", "Precision",
+    "Overlap", "PassTime", "Percentiles", "Precision",
     "RankOrder", "Recompute", "RowResult", "Schedule", "SearchResult", "Serving", "ServingResult",
     "SimulationResult", "SpecError", "StepEstimate", "StoredPrecision", "Strategy", "StrategySpace", "SweepRow",
     "System", "SystemSpace", "TimeBreakdown", "Trace", "Traffic", "Training", "TrainingPrecision", "ZeroStage",

@@ -95,7 +95,7 @@ def test_missing_run_file_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["estimate", "examples/gpt3-175b-a100.yaml", "--set", "strategy.tp=["], "not valid YAML"),
-    (["collective", "--system", "dgx-h100", "--gpus", "0"], "at least one device"),
+    (["collective", "--system", "dgx-h100", "--gpus", "0"], "gpus: expected a whole number >= 1"),
     (["collective", "--system", "dgx-h100", "--algorithm", "tree"], "cannot run all_reduce"),
     (["comm-profile", "examples/gpt3-175b-a100.yaml", "--plot", "/no/such/folder/x.png"], "does not exist"),
     (["validate", "pyproject.toml"], "not a validation CSV"),
@@ -258,3 +258,22 @@ def test_module_entry_point():
     out = subprocess.run([sys.executable, "-m", "armillary.cli", "presets", "devices"], capture_output=True,
                          text=True, check=True)
     assert out.stdout.startswith("devices: ")
+
+
+def test_an_estimate_says_what_it_assumed():
+    """The JSON carries the resolved inputs (dp and the schedule worked out) and the defaulted fields; the
+    table is headed by the strategy line."""
+    example = str(Path(__file__).parent.parent / "examples" / "gpt3-175b-a100.yaml")
+    data = json.loads(CliRunner().invoke(app, ["estimate", example, "--json"]).output)
+    run = data["run"]
+    strategy = run["strategy"]
+    assert run["devices"] == strategy["tp"] * strategy["pp"] * strategy["dp"] * strategy["cp"]
+    assert strategy["schedule"] == ("interleaved" if strategy["vpp"] > 1 else "1f1b")
+    assert "dp" in run["defaults"] and "tp" not in run["defaults"]
+    table = CliRunner().invoke(app, ["estimate", example]).output
+    assert f"dp {strategy['dp']}" in table and f"tp {strategy['tp']}" in table
+
+
+def test_shell_completion_is_offered():
+    out = CliRunner().invoke(app, ["--help"])
+    assert "--install-completion" in out.output and "--show-completion" in out.output

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import on_nodes
 
-from armillary.comm.algorithms import dimension_cost
+from armillary.comm.algorithms import PROTOCOLS, dimension_cost
 from armillary.comm.collectives import all_to_all_matrix, collective, send_recv
 from armillary.comm.compose import phase_message
 from armillary.plan.placement import Placement, pair_across
@@ -15,7 +15,9 @@ from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_system
 from armillary.specs.network import NetworkDimension
 
-H100 = load_system("dgx-h100", 16)  # 2 nodes of 8
+# 2 nodes of 8, the rails at their datasheet figures (the preset's are calibrated to nccl-tests sweeps)
+H100 = load_system("dgx-h100", 16).with_dimension(1, latency=14e-6, efficiency=0.9, tree_efficiency=None,
+                                                  size_efficiency=None)
 UP, OUT = H100.network
 SEQUENTIAL = Composition.SEQUENTIAL
 RATE = H100.device.hbm.efficiency * H100.device.hbm.bandwidth
@@ -51,7 +53,11 @@ def test_all_reduce_inside_one_node_is_the_flat_one():
 
 def test_all_reduce_with_one_rank_per_node_runs_across_only():
     n = GiB
-    got = collective(Collective.ALL_REDUCE, n, on_nodes(16, 1), load_system("dgx-h100", 128))
+    preset = load_system("dgx-h100", 128)
+    got = collective(Collective.ALL_REDUCE, n, on_nodes(16, 1), preset)
+    calibrated = float(dimension_cost(Collective.ALL_REDUCE, n, 16, preset.network[1], RATE).time)
+    assert float(got.cost.time) == pytest.approx(calibrated)
+    got = collective(Collective.ALL_REDUCE, n, on_nodes(16, 1), H100.with_devices(128))
     # a ring over 16 nodes moves 2 x 15/16 n per device at 45 GB/s (no stage inside, nothing shared)
     assert float(got.cost.time) == pytest.approx(float(on(OUT, Collective.ALL_REDUCE, n, 16).time))
     assert float(got.cost.scale_out_bytes) == pytest.approx(2 * 15 / 16 * n)
@@ -146,12 +152,16 @@ def test_matrix_must_match_the_group():
 
 def test_pinned_ring_is_the_flat_ring():
     """NCCL_ALGO=Ring over 2 nodes: one ring of 16 ranks; 7 of each 8 of its edges run on NVLink, 1 on the
-    rails (f = 7/8, 1/8); the slower dimension paces it."""
+    rails (f = 7/8, 1/8); a chunk crosses 2(p-1) f_i edges of each dimension, each with that dimension's
+    per-step latency (NCCL tuning.cc: 2(nNodes-1) network steps, not 2(p-1)); the slower dimension paces it."""
     n = GiB
     ring = collective(Collective.ALL_REDUCE, n, TWO_NODES, H100, Algorithm.RING)
-    inside = dimension_cost(Collective.ALL_REDUCE, n * 7 / 8, 16, UP, RATE, Algorithm.RING)
-    across = dimension_cost(Collective.ALL_REDUCE, n / 8, 16, OUT, RATE, Algorithm.RING)
+    inside = dimension_cost(Collective.ALL_REDUCE, n * 7 / 8, 16, UP, RATE, Algorithm.RING, latency_scale=7 / 8)
+    across = dimension_cost(Collective.ALL_REDUCE, n / 8, 16, OUT, RATE, Algorithm.RING, latency_scale=1 / 8)
     assert float(ring.cost.time) == pytest.approx(max(float(inside.time), float(across.time)))
+    simple = PROTOCOLS[-1]
+    assert int(across.protocol) == len(PROTOCOLS) - 1  # 1 GiB runs the Simple protocol
+    assert float(across.fixed) == pytest.approx(simple.base_latency_s + 30 / 8 * OUT.latency)
     assert float(ring.cost.scale_out_bytes) == pytest.approx(2 * 15 / 16 * n / 8)
     assert ring.composition_name == "flat_ring"
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as hs
 
 from armillary.comm.collectives import all_gather, all_reduce, collective, send_recv
 from armillary.estimate.pipeline import bubble_fraction, pipeline_time
-from armillary.plan.codes import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED
+from armillary.plan.codes import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_ZB_H1
 from armillary.plan.placement import pair_across, place_groups
 from armillary.specs.communication import Collective, Composition
 from armillary.specs.loading import load_system
@@ -18,15 +18,23 @@ from armillary.specs.loading import load_system
 def test_equal_stages(p, m, v):
     t = 0.1  # forward + backward of one micro-batch on one stage
     sched = SCHEDULE_INTERLEAVED if v > 1 else SCHEDULE_1F1B
-    got = pipeline_time(t, p * t, m, v, sched)
+    got = pipeline_time(t, p * t, m, v, sched, 1 / 3)
     assert float(got) == pytest.approx((m + (p - 1) / v) * t)  # SC'21 §2.2.1-2.2.2
     assert float(got) / (m * t) - 1 == pytest.approx(bubble_fraction(p, m, v))
 
 
 def test_slowest_stage_sets_steady_state():
     stages = np.array([0.1, 0.1, 0.12, 0.1])
-    got = pipeline_time(stages.max(), stages.sum(), 10, 1, SCHEDULE_1F1B)
+    got = pipeline_time(stages.max(), stages.sum(), 10, 1, SCHEDULE_1F1B, 1 / 3)
     assert float(got) == pytest.approx(10 * 0.12 + 0.3)
+
+
+@pytest.mark.parametrize(("p", "m"), [(4, 8), (8, 64)])
+def test_zero_bubble_h1_bubble(p, m):
+    """ZB-H1's bubble is (p - 1)(t_F + t_B - t_W) (Qi et al. ICLR'24; docs/formulas.md §5): with
+    t_F = t_B = t_W = 1 a third of 1F1B's (p - 1)(t_F + t_B + t_W)."""
+    got = pipeline_time(3.0, 3.0 * p, m, 1, SCHEDULE_ZB_H1, 1 / 3)
+    assert float(got) == pytest.approx(3 * m + (p - 1) * (1 + 1 - 1))
 
 
 def test_ring_all_reduce_in_one_node():

@@ -113,9 +113,6 @@ def test_stage_dense_layers_match_counting_layer_by_layer(pp, mid, first, last, 
     assert [float(x) for x in got] == [by_hand[0], by_hand[-2], by_hand[-1]]
 
 
-@pytest.mark.xfail(strict=True, reason="with pp = 1 the one stage is first and last, but stage_dense_layers "
-                   "reports 0 dense layers on it as the last stage (dense - n_first), so an MoE model with "
-                   "leading dense layers is priced with all its layers as MoE layers on its last stage")
 def test_a_single_stage_is_its_own_last_stage():
     n_first, n_mid, n_last = layout.stage_layers(61, 1, 0, 0)
     first, _, last = layout.stage_dense_layers(3, 1, n_first, n_mid, n_last)

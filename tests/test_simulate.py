@@ -11,14 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 from typer.testing import CliRunner
 
+from armillary import api
 from armillary.cli import app
 from armillary.simulate.chakra import read_chakra, write_chakra
 from armillary.simulate.engine import run
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskKind, Tier
 from armillary.simulate.pipeline import Send, build_pipeline
 from armillary.simulate.run import simulate_training
-from armillary.simulate.schedules import Kind, PipelineSchedule
+from armillary.simulate.schedules import Kind
 from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+from armillary.specs.strategy import Schedule
 from armillary.validation.rows import row_specs
 from armillary.validation.run import read_rows
 
@@ -126,11 +128,11 @@ def pipeline_makespan(schedule, p, m, v=1, tf=1.0, tb=2.0, tw=0.0, send=0.0):
 def test_schedule_bubbles_match_their_closed_forms(p, m):
     """Equal stages, t_F = 1, t_B = 2: GPipe and 1F1B take (m + p - 1)(t_F + t_B); interleaving v chunks
     shrinks the bubble to (p - 1)/v (SC'21 §2.2); ZB-H1's is (p - 1)(t_F + t_B - t_W) (Qi et al. §3.1)."""
-    assert pipeline_makespan(PipelineSchedule.GPIPE, p, m) == pytest.approx((m + p - 1) * 3)
-    assert pipeline_makespan(PipelineSchedule.ONE_F_ONE_B, p, m) == pytest.approx((m + p - 1) * 3)
+    assert pipeline_makespan(Schedule.GPIPE, p, m) == pytest.approx((m + p - 1) * 3)
+    assert pipeline_makespan(Schedule.ONE_F_ONE_B, p, m) == pytest.approx((m + p - 1) * 3)
     for v in (2, 3):
-        assert pipeline_makespan(PipelineSchedule.INTERLEAVED, p, m, v) == pytest.approx((m + (p - 1) / v) * 3)
-    zb = pipeline_makespan(PipelineSchedule.ZB_H1, p, m, tf=1, tb=1, tw=1)
+        assert pipeline_makespan(Schedule.INTERLEAVED, p, m, v) == pytest.approx((m + (p - 1) / v) * 3)
+    zb = pipeline_makespan(Schedule.ZB_H1, p, m, tf=1, tb=1, tw=1)
     assert zb == pytest.approx(3 * m + (p - 1) * (1 + 1 - 1))
 
 
@@ -175,7 +177,7 @@ def simpy_pipeline(p, m, tf, tb, send):
 
 @pytest.mark.parametrize(("p", "m", "send"), [(4, 8, 0.1), (3, 5, 0.25), (6, 6, 0.0)])
 def test_a_simpy_model_of_the_pipeline_gives_the_same_makespan(p, m, send):
-    ours = pipeline_makespan(PipelineSchedule.ONE_F_ONE_B, p, m, send=send)
+    ours = pipeline_makespan(Schedule.ONE_F_ONE_B, p, m, send=send)
     assert ours == pytest.approx(simpy_pipeline(p, m, 1.0, 2.0, send), abs=1e-6)
 
 
@@ -246,13 +248,13 @@ def test_chakra_round_trip_preserves_the_step(tmp_path):
 def test_simulate_cli(tmp_path):
     run_file = tmp_path / "run.yaml"
     run_file.write_text("model: gpt3-175b\nsystem: dgx-a100\ngpus: 64\n"
-                        "strategy: {tp: 4, pp: 4, attention: flash, sequence_parallel: true}\n"
+                        "strategy: {tp: 8, pp: 8, attention: flash, sequence_parallel: true}\n"
                         "workload: {seq_len: 2048, global_batch: 32}\n")
     out = CliRunner().invoke(app, ["simulate", str(run_file), "--json", "--trace", str(tmp_path / "t.json"),
                                    "--chakra", str(tmp_path / "et"), "--schedule", "zb-h1"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
-    assert data["schedule"] == "zb-h1" and data["ranks"] == 4 and data["step_time_s"] > 0
+    assert data["schedule"] == "zb-h1" and data["ranks"] == 8 and data["step_time_s"] > 0
     trace = json.loads((tmp_path / "t.json").read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(data["step_time_s"] * 1e6, rel=1e-6)
@@ -312,3 +314,21 @@ def test_a_protobuf_trace_holds_every_slice(tmp_path):
     assert max(ends) == result.timeline.makespan_ns
     tracks = {p.track_descriptor.uuid for p in packets if p.HasField("track_descriptor")}
     assert {p.track_event.track_uuid for p in begins} <= tracks
+
+
+def test_zero_bubble_schedule_agrees_with_the_estimate_and_beats_1f1b():
+    """ZB-H1 is one schedule for both models: the estimator's closed form (bubble (p - 1)(t_F + t_B - t_W))
+    and the simulator's pass order agree within 2%, and both are faster than 1F1B on the same run."""
+    args = ("llama3-70b", "dgx-h100", {"tp": 8, "pp": 4, "attention": "flash", "recompute": "full"},
+            {"seq_len": 4096, "global_batch": 64})
+    one_f_one_b = api.simulate(*args, gpus=64, schedule="1f1b")
+    zb = api.simulate(*args, gpus=64, schedule="zb-h1")
+    assert abs(zb.difference) < 0.02
+    assert zb.step_time_s < one_f_one_b.step_time_s
+    assert float(zb.estimate.breakdown.bubble) < float(one_f_one_b.estimate.breakdown.bubble)
+
+
+def test_every_stream_says_what_kind_of_time_it_carries():
+    """One mapping from streams to breakdown categories (parameter gathers are data-parallel time)."""
+    assert all(isinstance(s.category, Category) for s in Stream)
+    assert Stream.DP_GATHER.category is Category.DP and Stream.TP.category is Category.TP

@@ -86,7 +86,10 @@ def test_incomplete_moe_config_names_the_missing_keys():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_preset_loads_and_cites_sources(kind):
-    loader = {"models": load_model, "devices": load_device, "systems": load_system, "stacks": load_stack}[kind]
+    from armillary.serving.engine import load_engine
+
+    loader = {"models": load_model, "devices": load_device, "systems": load_system, "stacks": load_stack,
+              "engines": load_engine}[kind]
     names = preset_names(kind)
     assert names
     for name in names:

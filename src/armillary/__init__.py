@@ -21,7 +21,6 @@ from armillary.serving.run import Percentiles, ServingResult
 from armillary.serving.trace import Trace, load_trace, poisson_trace
 from armillary.simulate.inference import InferenceSimulation
 from armillary.simulate.run import SimulationResult
-from armillary.simulate.schedules import PipelineSchedule
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.loading import load_device, load_model, load_strategy, load_system, load_workload
@@ -79,7 +78,6 @@ __all__ = [
     "Overlap",
     "PassTime",
     "Percentiles",
-    "PipelineSchedule",
     "Precision",
     "RankOrder",
     "Recompute",

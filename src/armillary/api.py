@@ -29,14 +29,13 @@ from armillary.search.space import StrategySpace
 from armillary.search.systems import CoDesignResult, SystemSpace
 from armillary.search.systems import codesign as codesign_systems
 from armillary.serving.run import ServingResult, serve_trace
-from armillary.serving.trace import Trace, load_trace, poisson_trace
+from armillary.serving.trace import Trace, generated_trace, load_trace
 from armillary.simulate.inference import InferenceSimulation, simulate_inference
 from armillary.simulate.run import SimulationResult, simulate_training
-from armillary.simulate.schedules import PipelineSchedule
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_model, load_spec, load_strategy, load_system, load_workload
 from armillary.specs.model import Model
-from armillary.specs.strategy import Strategy
+from armillary.specs.strategy import Schedule, Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference, Training, Workload
 from armillary.validation.bands import error_band
@@ -92,8 +91,7 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
         elif rate is None or duration_s is None:
             raise SpecError("serving: give a rate and a duration, or a trace (workload.serving.trace)")
         else:
-            sv = w.serving
-            trace = poisson_trace(rate, duration_s, w.input_len, w.output_len, sv.lengths, sv.spread, sv.seed)
+            trace = generated_trace(w, rate, duration_s)
     return serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace)
 
 
@@ -138,19 +136,19 @@ def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
 
 
 def simulate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
-             gpus: int | None = None, schedule: PipelineSchedule | str | None = None, symmetric: bool = True,
+             gpus: int | None = None, schedule: Schedule | str | None = None, symmetric: bool = True,
              stragglers: Mapping[int, float] | None = None, jitter: float = 0.0,
              seed: int = 0) -> SimulationResult | InferenceSimulation:
     """Simulate one training iteration as a task graph on the event engine (`schedule` defaults to the
-    strategy's; zb-h1 is simulated only), or a static inference batch."""
+    strategy's), or a static inference batch."""
     m, sysm = load_model(model), load_system(system, gpus)
     st, w = load_strategy(strategy), load_workload(workload)
     if isinstance(w, Inference):
-        return simulate_inference(m, sysm, st, w)
+        return simulate_inference(m, sysm, st, w, stragglers, jitter, seed)
     try:
-        chosen = PipelineSchedule(schedule) if schedule is not None else None
+        chosen = Schedule(schedule) if schedule is not None else None
     except ValueError:
-        raise SpecError(f"schedule {schedule!r}: one of {', '.join(s.value for s in PipelineSchedule)}") from None
+        raise SpecError(f"schedule {schedule!r}: one of {', '.join(s.value for s in Schedule)}") from None
     return simulate_training(m, sysm, st, w, chosen, symmetric, stragglers, jitter, seed)
 
 

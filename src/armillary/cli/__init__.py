@@ -6,10 +6,23 @@ from __future__ import annotations
 
 import typer
 
-from armillary.cli import catalog, estimate, network, search, serve, simulate, validate
-from armillary.cli.common import handled
+from armillary.cli import (
+    calibrate,
+    catalog,
+    compare,
+    estimate,
+    network,
+    report,
+    search,
+    serve,
+    simulate,
+    sweep,
+    synthesis,
+    validate,
+)
+from armillary.cli.common import handled, version_option
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=True, no_args_is_help=True,
                   help="Predict time, memory and traffic of LLM training and inference on large systems.")
 
 # in the order `armillary --help` lists them
@@ -17,7 +30,11 @@ for name, command in (("estimate", estimate.estimate_cmd), ("serve", serve.serve
                       ("comm-profile", estimate.comm_profile_cmd), ("validate", validate.validate_cmd),
                       ("collective", network.collective_cmd), ("commbench", network.commbench_cmd),
                       ("calibrate-network", network.calibrate_network_cmd), ("presets", catalog.presets_cmd),
-                      ("schema", catalog.schema_cmd), ("simulate", simulate.simulate_cmd)):
+                      ("schema", catalog.schema_cmd), ("simulate", simulate.simulate_cmd),
+                      ("calibrate-compute", calibrate.calibrate_compute_cmd),
+                      ("synthesize", synthesis.synthesize_cmd), ("network-optimize", synthesis.network_optimize_cmd),
+                      ("compare", compare.compare_cmd), ("sweep", sweep.sweep_cmd), ("report", report.report_cmd)):
     app.command(name)(handled(command))
+app.callback()(version_option)
 
 __all__ = ["app"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -12,10 +13,25 @@ from armillary.presets.registry import KINDS
 from armillary.report import tables
 
 
-def presets_cmd(kind: Annotated[str | None, typer.Argument(help=f"one of {', '.join(KINDS)}")] = None) -> None:
-    """List the shipped presets (models, devices, systems, software stacks)."""
+def presets_cmd(
+    kind: Annotated[str | None, typer.Argument(help=f"one of {', '.join(KINDS)}; or show")] = None,
+    name: Annotated[str | None, typer.Argument(help="with show: the preset to print")] = None,
+    of_kind: Annotated[str | None, typer.Option("--kind", help="with show: the kind the name is of, where "
+                                                "it is ambiguous")] = None,
+) -> None:
+    """List the shipped presets (models, devices, systems, software stacks, engines); `presets show NAME`
+    prints one as resolved YAML with its sources and calibration status."""
+    if kind == "show":
+        if name is None:
+            raise SpecError("presets show NAME: give the preset's name, e.g. armillary presets show h100-sxm")
+        from armillary.report.presets import preset_document
+
+        sys.stdout.write(preset_document(name, of_kind))
+        return
     if kind is not None and kind not in KINDS:
-        raise SpecError(f"kind {kind!r}: allowed values are {', '.join(KINDS)}")
+        raise SpecError(f"kind {kind!r}: allowed values are {', '.join(KINDS)}, or show NAME")
+    if name is not None:
+        raise SpecError(f"presets {kind} {name}: to print a preset, use armillary presets show {name}")
     show(tables.presets_lines((kind,) if kind else KINDS))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -14,10 +15,13 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 import typer
 from rich.console import Console, RenderableType
 from rich.markup import escape
+from rich.measure import Measurement
 
 from armillary.errors import ArmillaryError, SpecError
+from armillary.writing import check_writable
 
 if TYPE_CHECKING:
+    from armillary.specs.costs import Costs
     from armillary.specs.model import Model
     from armillary.specs.strategy import Strategy
     from armillary.specs.system import System
@@ -33,7 +37,14 @@ RunFileArg = Annotated[Path, typer.Argument(help="RUN.yaml with model, system, s
 JsonFlag = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
 GpusOption = Annotated[int | None, typer.Option(help="size the system to this many devices")]
 SetOption = Annotated[list[str] | None, typer.Option(
-    "--set", help="override any field of the run file, e.g. --set strategy.recompute=full (repeatable)")]
+    "--set", help="override any field of the run file or of the presets it names, e.g. --set "
+    "strategy.recompute=full, --set system.scale_out.bandwidth=+20%, --set model.layers=40 (repeatable)")]
+PueOption = Annotated[float | None, typer.Option(
+    "--pue", help="power usage effectiveness (facility / IT power; default 1.56, Uptime Institute 2024 survey "
+    "average) for the energy per token; or costs.pue in the run file")]
+PriceOption = Annotated[float | None, typer.Option(
+    "--usd-per-gpu-hour", help="price of one device-hour in US dollars, for the cost per million tokens "
+    "(none by default: no dollar figures); or costs.usd_per_gpu_hour in the run file")]
 SystemOption = Annotated[str, typer.Option(help="system preset or file")]
 
 
@@ -71,8 +82,7 @@ def writable(path: Path | None, table: bool = False) -> None:
     """Fail early when an output file cannot be written (`table`: nor its format named by its suffix)."""
     if path is None:
         return
-    if not path.parent.is_dir():
-        raise SpecError(f"cannot write {path}: the folder {path.parent} does not exist")
+    check_writable(path)
     from armillary.report.files import FORMATS
 
     if table and path.suffix.lower() not in FORMATS:
@@ -90,13 +100,70 @@ def load_run_file(path: Path, sets: list[str] | None = None, named: Mapping[str,
     return load_run(path, overrides)
 
 
+def load_costs_file(path: Path, sets: list[str] | None = None, named: Mapping[str, Any] | None = None) -> Costs:
+    """The run file's `costs:` block with the `--set costs.*` overrides and then the `named` ones."""
+    from armillary.specs.run import load_costs, parse_override
+
+    overrides = [parse_override(s) for s in sets or []]
+    overrides += [(key, value) for key, value in (named or {}).items() if value is not None]
+    return load_costs(path, overrides)
+
+
 def print_json(data: Any, indent: int | None = 2, default: Callable[[Any], Any] | None = None) -> None:
-    sys.stdout.write(json.dumps(data, indent=indent, default=default) + "\n")
+    """Valid JSON: a number that is not finite (a percentile of no requests, an unbounded capacity) is null."""
+    sys.stdout.write(json.dumps(_finite(data), indent=indent, default=default, allow_nan=False) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def show(renderables: Iterable[RenderableType]) -> None:
+    """Print to the terminal at its width; piped or redirected, each table at its natural width, so no
+    cell is cut (rich would otherwise fit everything into 80 columns, or the width of the terminal)."""
     for r in renderables:
-        console.print(r)
+        if console.is_terminal:
+            console.print(r)
+            continue
+        natural = Measurement.get(console, console.options.update_width(_PIPED_MAX_WIDTH), r).maximum
+        Console(file=console.file, width=max(80, natural), soft_wrap=isinstance(r, str)).print(r)
+
+
+_PIPED_MAX_WIDTH = 2000  # columns a piped table may take at most
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from armillary import __version__
+
+        sys.stdout.write(f"armillary {__version__}\n")
+        raise typer.Exit()
+
+
+VersionFlag = Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                           help="print the armillary version and exit")]
+
+
+def version_option(version: VersionFlag = False) -> None:
+    """Predict time, memory and traffic of LLM training and inference on large systems."""
+
+
+@contextmanager
+def working(message: str) -> Iterator[None]:
+    """A transient spinner with `message` on stderr while a long step runs (nothing when stderr is not a
+    terminal, so piped output and logs stay clean)."""
+    err = stderr_console()
+    if not err.is_terminal:
+        yield
+        return
+    with err.status(escape(message)):
+        yield
 
 
 def stderr_console() -> Console:

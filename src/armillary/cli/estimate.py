@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from armillary import api
-from armillary.cli.common import GpusOption, JsonFlag, RunFileArg, SetOption, load_run_file, print_json, show, writable
+from armillary.cli.common import (
+    GpusOption,
+    JsonFlag,
+    PriceOption,
+    PueOption,
+    RunFileArg,
+    SetOption,
+    load_costs_file,
+    load_run_file,
+    print_json,
+    show,
+    writable,
+)
 from armillary.errors import SpecError
+from armillary.estimate.economics import inference_economics, serving_economics, training_economics
+from armillary.estimate.inference_result import InferenceEstimate
 from armillary.report import records, tables
+from armillary.report.deploy import Target
 from armillary.specs.workload import Inference, Training
 
 
@@ -22,23 +38,56 @@ def estimate_cmd(
     pp: Annotated[int | None, typer.Option(help="override strategy.pp")] = None,
     micro_batch: Annotated[int | None, typer.Option(help="override strategy.micro_batch")] = None,
     set_: SetOption = None,
+    show_infeasible: Annotated[bool, typer.Option(help="print the numbers of an infeasible run too (it still "
+                                                       "exits with 1)")] = False,
+    pue: PueOption = None,
+    usd_per_gpu_hour: PriceOption = None,
+    emit: Annotated[str | None, typer.Option(help="print the run as deployment arguments instead: megatron "
+                                                  "(Megatron-LM / NeMo, training), vllm or trtllm (inference)")] = None,
 ) -> None:
     """Estimate one training iteration, or a static inference batch (or, with workload.serving.trace, serve
     that trace), of the run described in RUN_FILE."""
     model, system, strategy, workload = load_run_file(run_file, set_, {
         "gpus": gpus, "strategy.tp": tp, "strategy.pp": pp, "strategy.micro_batch": micro_batch})
+    target = _target(emit)
+    costs = load_costs_file(run_file, set_, {"costs.pue": pue, "costs.usd_per_gpu_hour": usd_per_gpu_hour})
     if isinstance(workload, Inference) and workload.serving.trace is not None:  # a trace: serve it
         served = api.simulate_serving(model, system, strategy, workload)
+        money = serving_economics(served.output_tokens_per_s, served.devices, system, costs)
         if json_out:
-            print_json(records.serving_record(served))
+            print_json({**records.serving_record(served), "economics": money.to_dict()})
             return
-        show(tables.serving_report(served, model, system, trace=workload.serving.trace))
+        show([*tables.serving_report(served, model, system, trace=workload.serving.trace),
+              tables.economics_line(money)])
         return
     result = api.estimate(model, system, strategy, workload)
-    if json_out:
-        print_json(records.estimate_record(result))
+    feasible = bool(result.feasible)
+    econ = (inference_economics(result, system, costs) if isinstance(result, InferenceEstimate) else
+            training_economics(result, system, costs))
+    if target is not None and feasible:
+        from armillary.report.deploy import deployment
+
+        sys.stdout.write(deployment(target, model, system, strategy, workload).text())
         return
-    show(tables.estimate_report(result, model, system))
+    if json_out:
+        run = records.run_record(model, system, strategy, workload)
+        print_json({**records.estimate_record(result, run), "economics": econ.to_dict()}
+                   if feasible or show_infeasible else
+                   {"feasible": False, "infeasible_reasons": list(result.infeasible_reasons), "run": run})
+    elif feasible or show_infeasible:
+        show([records.strategy_line(strategy, system), *tables.estimate_report(result, model, system),
+              tables.economics_line(econ)])
+    else:
+        show([f"infeasible: {'; '.join(result.infeasible_reasons)} (--show-infeasible prints the numbers)"])
+    if not feasible:
+        raise typer.Exit(1)
+
+
+def _target(emit: str | None) -> Target | None:
+    try:
+        return Target(emit) if emit is not None else None
+    except ValueError:
+        raise SpecError(f"--emit {emit!r}: one of {', '.join(t.value for t in Target)}") from None
 
 
 def comm_profile_cmd(
@@ -60,3 +109,10 @@ def comm_profile_cmd(
         print_json(records.comm_records(calls), indent=1)
         return
     show([tables.comm_profile_table(calls, model, system)])
+    from armillary.comm.libraries import library_names, with_library
+
+    if library_names(system):  # the network lists several communication libraries: which one each call uses
+        from armillary.report.backends import library_choice
+
+        show(library_choice(calls, {n: api.estimate(model, with_library(system, n), strategy, workload).communication
+                                    for n in library_names(system)}))

@@ -51,21 +51,62 @@ def commbench_cmd(
     backend: Annotated[str, typer.Option(help="gloo (CPU) or nccl (GPU)")] = "gloo",
     sizes: Annotated[str, typer.Option(help="START:END[:FACTOR] or a comma list")] = "1K:16M",
     iters: Annotated[int, typer.Option(help="timed iterations per size")] = 10,
-    out: Annotated[Path | None, typer.Option(help="also write the nccl-tests table here")] = None,
+    out: Annotated[Path | None, typer.Option(help="also write the nccl-tests table here (with --backends: "
+                                             "one file per backend and op, OUT-BACKEND-OP.txt)")] = None,
+    backends: Annotated[str | None, typer.Option(help="compare several, e.g. gloo,shm[,nccl] (shm: armillary's "
+                                                 "shared-memory backend); replaces --backend")] = None,
+    ops: Annotated[str | None, typer.Option(help="with --backends: comma list of ops (default: --op)")] = None,
+    dtype: Annotated[str, typer.Option(help="with --backends: torch dtype, e.g. float32, bfloat16")] = "float32",
+    tune: Annotated[Path | None, typer.Option(help="with --backends: write the tuning table (YAML) here")] = None,
 ) -> None:
-    """Measure a collective with torch.distributed and print the nccl-tests table (feeds calibrate-network)."""
+    """Measure collectives with torch.distributed and print the nccl-tests table (feeds calibrate-network);
+    with --backends, every backend on every op and size, and with --tune the runtime's dispatch table."""
     from armillary.comm.bench import BenchConfig, nccl_tests_table, run_benchmark
     from armillary.comm.sweep import parse_sizes
 
+    size_list = tuple(float(x) for x in parse_sizes(sizes))
+    if backends is not None:
+        _commbench_backends(backends, ops or op, ranks, size_list, iters, dtype, out, tune)
+        return
     operation = _collective(op)
     if backend not in ("gloo", "nccl") or ranks < 2:
         raise SpecError(f"need backend gloo or nccl and ranks >= 2 (got {backend}, {ranks})")
-    config = BenchConfig(operation, tuple(float(x) for x in parse_sizes(sizes)), ranks, backend, iters=iters)
+    config = BenchConfig(operation, size_list, ranks, backend, iters=iters)
     with reported(RuntimeError):  # what torch.distributed raises
         table = nccl_tests_table(operation, ranks, run_benchmark(config))
     if out is not None:
         out.write_text(table)
     sys.stdout.write(table)
+
+
+def _commbench_backends(backends: str, ops: str, ranks: int, sizes: tuple[float, ...], iters: int, dtype: str,
+                        out: Path | None, tune: Path | None) -> None:
+    """commbench --backends: sweep, print one table per backend and op, write the tuning table."""
+    from armillary.comm.bench import MixConfig, nccl_tests_table, run_mix_benchmark, tuned_table
+    from armillary.report import backends as backend_tables
+    from armillary.runtime.table import save_table
+
+    names = tuple(b.strip() for b in backends.split(",") if b.strip())
+    known = ("gloo", "shm", "nccl", "mpi", "ucc")
+    if not names or any(b not in known for b in names) or ranks < 2:
+        raise SpecError(f"--backends: a comma list of {', '.join(known)}, with --ranks >= 2 "
+                        f"(got {backends!r}, {ranks})")
+    operations = tuple(_collective(o.strip()) for o in ops.split(","))
+    writable(tune)
+    config = MixConfig(operations, sizes, ranks, names, dtype=dtype, iters=iters)
+    with reported(RuntimeError):
+        samples = run_mix_benchmark(config)
+    for name in names:
+        for operation in operations:
+            rows = [(s.size_bytes, s.time_s) for s in samples if s.backend == name and s.op is operation]
+            text = f"# backend: {name}\n" + nccl_tests_table(operation, ranks, rows)
+            if out is not None:
+                out.with_name(f"{out.stem}-{name}-{operation.value}.txt").write_text(text)
+            sys.stdout.write(text)
+    if tune is not None:
+        table = tuned_table(samples, ranks, dtype)
+        save_table(table, tune)
+        show([backend_tables.tuning_table(table)])
 
 
 def calibrate_network_cmd(

@@ -24,7 +24,9 @@ from armillary.specs.loading import load_model, load_system
 if TYPE_CHECKING:
     from armillary.search.run import Executor
     from armillary.specs.model import Model
+    from armillary.specs.strategy import Strategy
     from armillary.specs.system import System
+    from armillary.specs.workload import Workload
 
 _BASE = ", ".join(f"{k}: {v}" for k, v in defaults.SEARCH_BASE_STRATEGY.items())
 # help text is rich markup: the extras' brackets escaped
@@ -60,9 +62,12 @@ def search_cmd(
     save: Annotated[Path | None, typer.Option("--save", "--csv", help=_SAVE_HELP)] = None,
     resume: Annotated[Path | None, typer.Option(help="checkpoint file: finished blocks are appended, and a rerun "
                                                      "of the same search skips them")] = None,
+    emit: Annotated[Path | None, typer.Option(help="also write the best strategy as a run file (RUN.yaml) that "
+                                                   "`armillary estimate` reads")] = None,
 ) -> None:
     """The fastest (or leanest) parallelization strategies for a model on a system."""
     writable(save, table=True)
+    writable(emit)
     writable(pareto)
     writable(resume)
     goal = _objective(objective)
@@ -70,7 +75,8 @@ def search_cmd(
     base = str(strategy) if strategy is not None else None  # None: api.search's default base strategy
     if tpot_limit is not None:
         _inference_search(m, sysm, base, strategies, {"tpot_limit_s": tpot_limit, "ttft_limit_s": ttft_limit},
-                          {"kind": "inference", "input_len": input_len, "output_len": output_len}, top, json_out)
+                          {"kind": "inference", "input_len": input_len, "output_len": output_len}, top, json_out,
+                          _emitter(emit, model, system, gpus))
         return
     if global_batch is None:
         raise SpecError("--global-batch is needed for a training search (or give --tpot-limit for inference)")
@@ -84,14 +90,19 @@ def search_cmd(
         _show_codesign(result, m, json_out, pareto, budget)
         return
     assert isinstance(result, SearchResult)  # a training workload
+    if json_out:  # printed before saving: a failed save does not lose the search
+        print_json(records.search_record(result))
+    else:
+        show(tables.search_report(result, m, sysm, goal))
     if save is not None:
         from armillary.report.files import save_rows
 
         save_rows(records.search_rows(result), save)
-    if json_out:
-        print_json(records.search_record(result))
-        return
-    show(tables.search_report(result, m, sysm, goal))
+    if not result.top:
+        raise typer.Exit(1)
+    from armillary.specs.workload import Training
+
+    _emitter(emit, model, system, gpus)(result.top[0].strategy, Training(seq_len=seq_len, global_batch=global_batch))
 
 
 def _objective(text: str) -> Objective:
@@ -132,7 +143,8 @@ def _progress_bar() -> Iterator[Callable[[int, int], None]]:
 
 
 def _inference_search(m: Model, sysm: System, base: str | None, space_file: Path | None, limits: dict[str, Any],
-                      workload: dict[str, Any], top: int, json_out: bool) -> None:
+                      workload: dict[str, Any], top: int, json_out: bool,
+                      emit: Callable[[Strategy, Workload], None]) -> None:
     """The serving configurations (axes from `space_file`, latency `limits` from the options)."""
     from armillary.specs.loading import read_spec_file
 
@@ -141,10 +153,34 @@ def _inference_search(m: Model, sysm: System, base: str | None, space_file: Path
         raise SpecError(f"{space_file}: expected a mapping of axes (tp, pp, batch, weights)")
     result = api.search(m, sysm, workload, base, {**axes, **limits}, top=top)
     assert isinstance(result, InferenceSearchResult)  # an inference workload
+    if result.top:
+        from armillary.specs.workload import Inference
+
+        best = result.top[0]
+        emit(best.strategy, Inference.model_validate({**workload, "batch": best.batch, "weights": best.weights}))
     if json_out:
         print_json(records.inference_search_record(result))
         return
     show(tables.inference_search_report(result, m, sysm, limits["tpot_limit_s"]))
+
+
+def _emitter(path: Path | None, model: str, system: str, gpus: int) -> Callable[[Strategy, Workload], None]:
+    """Writes the best strategy to `path` as a run file (nothing when None); model and system files named by
+    a path are written as absolute paths, so the run file works from anywhere."""
+
+    def emit(strategy: Strategy, workload: Workload) -> None:
+        if path is None:
+            return
+        from armillary.report.deploy import run_file_text
+
+        def ref(name: str) -> str:
+            return str(Path(name).resolve()) if Path(name).is_file() else name
+
+        path.write_text(run_file_text(ref(model), ref(system), gpus, strategy, workload,
+                                      "the best strategy found by `armillary search`"))
+        typer.echo(f"wrote {path}", err=True)
+
+    return emit
 
 
 def _show_codesign(designs: CoDesignResult, m: Model, json_out: bool, pareto: Path | None,

@@ -1,4 +1,5 @@
-"""`armillary serve`: a request stream on the run's replicas (continuous batching, chunked prefill)."""
+"""`armillary serve`: a request stream on the run's replicas (engine profile, capacity policy, chunked
+prefill, open- or closed-loop arrivals)."""
 
 from __future__ import annotations
 
@@ -8,48 +9,79 @@ from typing import Annotated
 import typer
 
 from armillary import api, defaults
-from armillary.cli.common import JsonFlag, load_run_file, print_json, show, writable
+from armillary.cli.common import (
+    JsonFlag,
+    PriceOption,
+    PueOption,
+    load_costs_file,
+    load_run_file,
+    print_json,
+    show,
+    working,
+    writable,
+)
 from armillary.errors import SpecError
+from armillary.estimate.economics import serving_economics
 from armillary.report import records, tables
 from armillary.specs.workload import Inference
 
 
 def serve_cmd(
     run_file: Annotated[Path, typer.Argument(help="RUN.yaml with an inference workload")],
-    rate: Annotated[float | None, typer.Option(help="Poisson arrivals, requests/s (without a trace)")] = None,
+    rate: Annotated[float | None, typer.Option(help="arrivals, requests/s (without a trace)")] = None,
     duration: Annotated[float, typer.Option(help="seconds of arrivals (without a trace)")] = (
         defaults.SERVE_DURATION_S),
     find_max_rate: Annotated[bool, typer.Option(
-        "--max-rate", help="search the largest rate meeting P90 TTFT and P99 TPOT (workload.serving SLOs)")] = False,
+        "--max-rate", help="search the largest rate meeting P90 TTFT and P99 TPOT (workload.serving SLOs) on the "
+        "steady part of the run (warm-up trimmed); a trace is stretched to each rate")] = False,
+    seeds: Annotated[int, typer.Option(min=1, help="--max-rate: seeds of the generated arrivals (mean and range)")] = 3,
     json_out: JsonFlag = False,
     csv_out: Annotated[Path | None, typer.Option("--save", "--csv", help="also save per-request times: .csv, "
                                                  ".json or .parquet")] = None,
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="override any field, e.g. --set workload.serving.max_batch=128 (repeatable)")] = None,
+        "--set", help="override any field, e.g. --set workload.serving.engine=vllm-0.8 (repeatable)")] = None,
+    pue: PueOption = None,
+    usd_per_gpu_hour: PriceOption = None,
 ) -> None:
-    """Simulate serving a request stream (continuous batching, chunked prefill, KV capacity)."""
+    """Simulate serving a request stream (engine profile, capacity policy, chunked prefill, KV capacity)."""
     writable(csv_out, table=True)
     model, system, strategy, workload = load_run_file(run_file, set_)
+    costs = load_costs_file(run_file, set_, {"costs.pue": pue, "costs.usd_per_gpu_hour": usd_per_gpu_hour})
     if not isinstance(workload, Inference):
         raise SpecError("serve needs an inference workload (workload.kind: inference)")
     if workload.serving.trace is None and rate is None and not find_max_rate:
         raise SpecError("give --rate (requests/s), --max-rate, or a trace file in workload.serving.trace")
     best = None
     if find_max_rate:
-        from armillary.serving.run import max_rate
+        from armillary.serving.rate import steady_max_rate
+        from armillary.serving.trace import load_trace, scaled
 
-        best, found = max_rate(lambda r: api.simulate_serving(model, system, strategy, workload, r, duration))
-        if found is None:
-            raise SpecError(f"no rate meets P90 TTFT <= {workload.serving.ttft_slo_s} s and P99 TPOT <= "
-                            f"{workload.serving.tpot_slo_s} s")
-        result = found
+        sv = workload.serving
+        base = load_trace(sv.trace) if sv.trace is not None else None
+
+        def serve(r: float, seed: int) -> api.ServingResult:
+            if base is not None:
+                return api.simulate_serving(model, system, strategy, workload, trace=scaled(base, r))
+            w = workload.model_copy(update={"serving": sv.model_copy(update={"seed": sv.seed + seed})})
+            return api.simulate_serving(model, system, strategy, w, r, duration)
+
+        with working(f"searching the largest rate meeting the SLOs ({seeds} seeds)"):
+            found = steady_max_rate(serve, 1 if base is not None else seeds)
+        if found.result is None:
+            raise SpecError(f"no rate meets P90 TTFT <= {sv.ttft_slo_s} s and P99 TPOT <= {sv.tpot_slo_s} s")
+        result, best = found.result, found.rate
+        if found.high > found.low:
+            typer.echo(f"max rate over {seeds} seeds: {found.rate:.3g} requests/s "
+                       f"(range {found.low:.3g} - {found.high:.3g})", err=True)
     else:
-        result = api.simulate_serving(model, system, strategy, workload, rate, duration)
+        with working(f"serving {rate:g} requests/s for {duration:g} s"):
+            result = api.simulate_serving(model, system, strategy, workload, rate, duration)
+    money = serving_economics(result.output_tokens_per_s, result.devices, system, costs)
+    if json_out:  # printed first: a failed save does not lose the run
+        print_json({**records.rate_record(result, best), "economics": money.to_dict()})
+    else:
+        show([*tables.serving_report(result, model, system, best), tables.economics_line(money)])
     if csv_out is not None:
         from armillary.report.files import save_rows
 
         save_rows(records.request_rows(result), csv_out)
-    if json_out:
-        print_json(records.rate_record(result, best))
-        return
-    show(tables.serving_report(result, model, system, best))

@@ -17,15 +17,17 @@ from armillary.cli.common import (
     print_json,
     reported,
     show,
+    working,
     writable,
 )
 from armillary.errors import SpecError
 from armillary.report import records, tables
 from armillary.simulate.inference import InferenceSimulation
+from armillary.specs.workload import Training
 
 if TYPE_CHECKING:
-    from armillary.simulate.engine import Timeline
     from armillary.simulate.graph import TaskGraph
+    from armillary.simulate.timeline import Timeline
 
 
 def simulate_cmd(
@@ -34,7 +36,8 @@ def simulate_cmd(
                                                      "Perfetto protobuf if the name ends in .pftrace")] = None,
     chakra: Annotated[Path | None, typer.Option(help="write one Chakra ET file per rank into this folder")] = None,
     chakra_in: Annotated[Path | None, typer.Option(help="simulate the Chakra ET files of this folder instead")] = None,
-    system: Annotated[str | None, typer.Option(help="with --chakra-in: system preset or file")] = None,
+    system: Annotated[str | None, typer.Option(help="with --chakra-in, --hlo or --torch-trace: system preset "
+                                                    "or file")] = None,
     gpus: GpusOption = None,
     schedule: Annotated[str | None, typer.Option(help="gpipe, 1f1b, interleaved or zb-h1 (default: the "
                                                       "strategy's)")] = None,
@@ -44,42 +47,66 @@ def simulate_cmd(
                                                              "FACTOR times slower (repeatable)")] = None,
     jitter: Annotated[float, typer.Option(help="relative standard deviation of every task's duration")] = 0.0,
     seed: Annotated[int, typer.Option(help="seed of the jitter")] = 0,
+    hlo: Annotated[Path | None, typer.Option(help="simulate this XLA HLO text module (with --system)")] = None,
+    replicas: Annotated[int, typer.Option(help="with --hlo: partitions to simulate (1: one stands for all)")] = 1,
+    torch_trace: Annotated[Path | None, typer.Option(help="replay this torch.profiler trace (a file, or a folder "
+                                                           "of one per rank) on --system")] = None,
+    source_system: Annotated[str | None, typer.Option(help="with --torch-trace: the system it was recorded on "
+                                                             "(rescales its GEMMs to --system's device)")] = None,
     json_out: JsonFlag = False,
     set_: SetOption = None,
+    show_infeasible: Annotated[bool, typer.Option(help="simulate an infeasible run too (exits with 1)")] = False,
 ) -> None:
     """Simulate one training iteration as a task graph (step time, breakdown, critical path), a static
     inference batch (prefill and decode with micro-batches in flight), or the Chakra traces given with
     --chakra-in."""
     writable(trace)
+    if chakra is not None and chakra.exists() and not chakra.is_dir():
+        raise SpecError(f"--chakra {chakra}: a file is in the way of that folder")
     stragglers = dict(_straggler(s) for s in straggler or [])
-    if jitter < 0:
-        raise SpecError(f"--jitter must be >= 0, not {jitter}")
+    if hlo is not None or torch_trace is not None:
+        from armillary.cli import simulate_ingest as ingest
+
+        if hlo is not None:
+            ingest.simulate_hlo_file(hlo, system, gpus, replicas, trace, chakra, json_out)
+        else:
+            ingest.replay_torch_trace(torch_trace, system, gpus, source_system, trace, chakra, json_out)
+        return
     if chakra_in is not None:
         _simulate_traces(chakra_in, system, gpus, stragglers, jitter, seed, trace, json_out)
         return
     if run_file is None:
         raise SpecError("give RUN.yaml, or --chakra-in DIR with --system")
     model, sysm, strategy, workload = load_run_file(run_file, set_, {"gpus": gpus})
-    result = api.simulate(model, sysm, strategy, workload, schedule=schedule, symmetric=symmetric,
+    estimate = api.estimate(model, sysm, strategy, workload)
+    if not estimate.feasible and not show_infeasible:
+        show([f"infeasible: {'; '.join(estimate.infeasible_reasons)} (--show-infeasible simulates it anyway)"])
+        raise typer.Exit(1)
+    with working("simulating (the first run after installing compiles the event engine: about 10 s)"):
+        result = api.simulate(model, sysm, strategy, workload, schedule=schedule, symmetric=symmetric,
                           stragglers=stragglers, jitter=jitter, seed=seed)
-    if trace is not None:
-        _write_timeline(result.graph, result.timeline, trace)
+    # printed first: a failed save does not lose the simulation
     if isinstance(result, InferenceSimulation):
         if json_out:
             print_json(records.inference_simulation_record(result))
-            return
-        show([tables.inference_simulation_table(result)])
-        return
-    if chakra is not None:
-        from armillary.simulate.chakra import write_chakra
-
-        write_chakra(result.graph, chakra)
-    if json_out:
+        else:
+            show([tables.inference_simulation_table(result)])
+    elif json_out:
         print_json(records.simulation_record(result, symmetric))
-        return
-    from armillary.simulate.engine import compiled_here
+    else:
+        from armillary.simulate.engine import compiled_here
 
-    show(tables.simulation_report(result, model, compiled_here()))
+        show(tables.simulation_report(result, model, compiled_here()))
+    if trace is not None:
+        _write_timeline(result.graph, result.timeline, trace)
+    if chakra is not None and not isinstance(result, InferenceSimulation):
+        from armillary.simulate.chakra import write_chakra
+        from armillary.simulate.run import every_rank_graph
+
+        assert isinstance(workload, Training)  # a training simulation
+        write_chakra(every_rank_graph(model, sysm, strategy, workload, result), chakra)  # real groups for ASTRA-sim
+    if not estimate.feasible:
+        raise typer.Exit(1)
 
 
 def _simulate_traces(folder: Path, system: str | None, gpus: int | None, stragglers: dict[int, float],
@@ -92,12 +119,12 @@ def _simulate_traces(folder: Path, system: str | None, gpus: int | None, straggl
     with reported(FileNotFoundError):  # a folder without trace files
         graph = read_chakra(folder, load_system(system, gpus) if system else None)
     timeline = run(graph, stragglers, jitter, seed)
-    if trace is not None:
-        _write_timeline(graph, timeline, trace)
     if json_out:
         print_json(records.traces_record(graph, timeline), indent=None)
-        return
-    show([tables.traces_line(graph, timeline)])
+    else:
+        show([tables.traces_line(graph, timeline)])
+    if trace is not None:
+        _write_timeline(graph, timeline, trace)
 
 
 def _write_timeline(graph: TaskGraph, timeline: Timeline, path: Path) -> None:

@@ -18,8 +18,17 @@ def validate_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="one JSON object per row")] = False,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="also save the per-row results as CSV")] = None,
     plot: Annotated[Path | None, typer.Option(help="also save a predicted/measured picture (PNG, SVG, PDF)")] = None,
+    device: Annotated[Path | None, typer.Option(help="instead: a device file from calibrate-compute, predicting "
+                                                "its measured kernels back (CSV: the measurements; default "
+                                                "NAME.kernels.csv beside it)")] = None,
+    compare: Annotated[Path | None, typer.Option(help="with --device: save measured vs fitted (PNG, SVG)")] = None,
 ) -> None:
     """Run every supported measured row and report predicted vs measured, per row and per source."""
+    if device is not None:  # the compute calibration's round trip (cli/calibrate.py)
+        from armillary.cli.calibrate import device_round_trip
+
+        device_round_trip(device, csv_path, compare, json_out)
+        return
     from rich.progress import track
 
     from armillary.validation.run import DEFAULT_CSV, read_rows, summarize, write_csv
@@ -35,13 +44,13 @@ def validate_cmd(
         raise SpecError(f"{path}: not a validation CSV (missing columns: {', '.join(sorted(missing))})")
     results = api.validate(path, progress=lambda todo: track(
         todo, description="running measured rows", transient=True, console=stderr_console()))
+    if json_out:  # printed first: a failed save does not lose the run
+        print_json(records.validation_records(results), indent=1)
+    else:
+        show(tables.validation_tables(results, summarize(results)))
     if csv_out is not None:
         write_csv(results, csv_out)
     if plot is not None:
         from armillary.report.plots import validation_plot
 
         validation_plot(results, plot)
-    if json_out:
-        print_json(records.validation_records(results), indent=1)
-        return
-    show(tables.validation_tables(results, summarize(results)))

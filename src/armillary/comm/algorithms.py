@@ -77,7 +77,8 @@ class DimensionCost:
 
 
 NOTHING = DimensionCost(0.0, 0.0, 0, 0)
-ALGORITHMS = (Algorithm.RING, Algorithm.TREE, Algorithm.HALVING_DOUBLING, Algorithm.DIRECT, Algorithm.IN_NETWORK)
+ALGORITHMS = (Algorithm.RING, Algorithm.TREE, Algorithm.HALVING_DOUBLING, Algorithm.DIRECT, Algorithm.IN_NETWORK,
+              Algorithm.SYNTHESIZED)
 
 
 def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
@@ -85,6 +86,8 @@ def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
     """(latency steps, bytes sent per rank) of `alg` for `op`, or None where it does not apply.
     Works on floats and on arrays alike."""
     frac = (p - 1) / p
+    if alg is Algorithm.SYNTHESIZED:  # costed by comm/synthesized_cost.py when pinned
+        return None
     if op is Collective.ALL_REDUCE:
         if alg is Algorithm.RING:
             return 2 * (p - 1), 2 * frac * n
@@ -119,6 +122,28 @@ def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
     return (1.0 + 0 * p, n + 0 * p) if alg in (Algorithm.DIRECT, Algorithm.RING) else None
 
 
+def _synthesizable(op: Collective, p: Array, net: NetworkDimension, algorithm: Algorithm,
+                   exclude: tuple[Algorithm, ...]) -> bool:
+    """Whether auto should weigh a synthesized schedule: offered on the dimension, one collective it
+    synthesizes, one group size (a synthesis per size), not excluded."""
+    return (algorithm is Algorithm.AUTO and Algorithm.SYNTHESIZED in net.algorithms
+            and Algorithm.SYNTHESIZED not in exclude and np.ndim(p) == 0 and float(p) > 1
+            and op in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE))
+
+
+def _synthesized(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension,
+                 bandwidth: Array | None) -> DimensionCost:
+    """A synthesized schedule (comm/synthesized_cost.py; imported here only when asked for), run by a
+    Simple-protocol kernel: its base cost is added."""
+    from armillary.comm.synthesized_cost import synthesized_time
+
+    time, fixed = synthesized_time(op, n_bytes, p, net, bandwidth)
+    time, fixed = time + PROTOCOLS[-1].base_latency_s, fixed + PROTOCOLS[-1].base_latency_s
+    ring = _steps_and_bytes(op, Algorithm.RING, n_bytes, p, 0.0)
+    sent = 0.0 if ring is None else ring[1]
+    return DimensionCost(time, sent, ALGORITHMS.index(Algorithm.SYNTHESIZED), len(PROTOCOLS) - 1, fixed)
+
+
 def _allowed(algorithm: Algorithm, net: NetworkDimension) -> bool:
     """What the tier's library offers; direct and halving-doubling also need any-to-any links, in-network
     reduction a reducing switch."""
@@ -136,7 +161,10 @@ def _link_bandwidth(net: NetworkDimension, algorithm: Algorithm) -> float:
     """Achievable bytes/s per rank for an algorithm on this dimension."""
     if algorithm is Algorithm.IN_NETWORK:
         return net.in_network_efficiency * net.bandwidth / net.shared_by
-    bandwidth = net.efficiency * net.bandwidth / net.shared_by
+    efficiency = net.efficiency
+    if algorithm is Algorithm.TREE and net.tree_efficiency is not None:  # NCCL's tree: its own share
+        efficiency = net.tree_efficiency
+    bandwidth = efficiency * net.bandwidth / net.shared_by
     if net.kind is NetworkKind.MESH:  # a corner device has one link per axis, not two: it bounds the rest
         bandwidth /= 2
     return bandwidth  # `bandwidth` is the device's injection rate: a bidirectional ring uses all of it
@@ -157,17 +185,18 @@ def _ring_hops(net: NetworkDimension, p: Array) -> Array | None:
 def _candidates(net: NetworkDimension) -> tuple[tuple[int, Algorithm, float], ...]:
     """(index, algorithm, achievable bytes/s) of what can run on `net`."""
     return _candidate_table(net.kind, net.algorithms, net.in_network_reduction, net.in_network_efficiency,
-                            net.efficiency, net.bandwidth, net.shared_by)
+                            net.efficiency, net.bandwidth, net.shared_by, net.tree_efficiency)
 
 
 @functools.lru_cache(maxsize=256)
 def _candidate_table(kind: NetworkKind, algorithms: tuple[Algorithm, ...], in_network_reduction: bool,
                      in_network_efficiency: float, efficiency: float,
-                     bandwidth: float, shared_by: int) -> tuple[tuple[int, Algorithm, float], ...]:
+                     bandwidth: float, shared_by: int,
+                     tree_efficiency: float | None = None) -> tuple[tuple[int, Algorithm, float], ...]:
     """`_candidates` of the network with these fields: a pure function of them, so cached by value."""
     net = NetworkDimension(name="", kind=kind, algorithms=algorithms, in_network_reduction=in_network_reduction,
                   in_network_efficiency=in_network_efficiency, efficiency=efficiency, bandwidth=bandwidth,
-                  shared_by=shared_by, latency=0.0)
+                  shared_by=shared_by, latency=0.0, tree_efficiency=tree_efficiency)
     return tuple((i, a, _link_bandwidth(net, a)) for i, a in enumerate(ALGORITHMS) if _allowed(a, net))
 
 
@@ -177,20 +206,25 @@ def _is_scalar(x: Array) -> bool:
 
 def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
                    algorithm: Algorithm = Algorithm.AUTO, bandwidth: Array | None = None,
-                   exclude: tuple[Algorithm, ...] = ()) -> DimensionCost:
+                   exclude: tuple[Algorithm, ...] = (), latency_scale: Array = 1.0) -> DimensionCost:
     """Fastest (algorithm, protocol) for `op` of `n_bytes` over `p` ranks of one dimension, or the pinned
     algorithm (still with its fastest protocol), leaving out `exclude`. Broadcasts over n_bytes, p and
-    `bandwidth` (which replaces the dimension's per-device bandwidth, so a search can sweep it)."""
-    scalar = _is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
-    scale: Array = 1.0 if bandwidth is None else bandwidth / net.bandwidth
-    if net.kind is NetworkKind.FULLY_CONNECTED and net.links:  # a small group reaches only its peers' links
-        scale = scale * (min(max(p - 1, 1), net.links) if scalar else np.clip(p - 1, 1, net.links)) / net.links
-    if net.kind in (NetworkKind.FAT_TREE, NetworkKind.RAIL_OPTIMIZED) and net.oversubscription > 1:
-        # a group beyond one leaf crosses the spines, whose bandwidth is divided by the oversubscription
-        beyond = 1.0 if net.leaf_size is None else (p > net.leaf_size)
-        scale = scale / (1.0 + (net.oversubscription - 1.0) * (beyond if scalar else np.asarray(beyond, float)))
+    `bandwidth` (which replaces the dimension's per-device bandwidth, so a search can sweep it).
+    `latency_scale` multiplies the per-step latency: the share of a flat ring's steps on this dimension."""
+    scalar = (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
+              and _is_scalar(latency_scale))
     if scalar and p <= 1 and algorithm is Algorithm.AUTO:
         return NOTHING  # a group of one does nothing
+    if algorithm is Algorithm.SYNTHESIZED:
+        if Algorithm.SYNTHESIZED not in net.algorithms:
+            raise ValueError(f"algorithm 'synthesized' is not offered on the network {net.name!r}; list it in the "
+                             f"dimension's algorithms (offered: {[a.value for a in net.algorithms]})")
+        return _synthesized(op, n_bytes, p, net, bandwidth)
+    if _synthesizable(op, p, net, algorithm, exclude):  # offered here: auto weighs it against the rest
+        other = dimension_cost(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth,
+                               (*exclude, Algorithm.SYNTHESIZED), latency_scale)
+        return _faster(_synthesized(op, n_bytes, p, net, bandwidth), other)
+    scale = _bandwidth_scale(net, p, bandwidth, scalar)
     if scalar:
         n_bytes, p = float(n_bytes), float(p)
         log_p: Array = float(math.ceil(math.log2(max(p, 1.0))))
@@ -218,7 +252,7 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
         for p_index, proto in enumerate(PROTOCOLS):
             if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
                 continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
-            fixed = proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency)
+            fixed = proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency) * latency_scale
             times.append(fixed + sent / (proto.bandwidth_factor * link * scale * ramp) + reduce_time)
             fixeds.append(fixed)
             sents.append(sent)
@@ -226,9 +260,38 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
     if not times:
         raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on the {net.kind.value} network "
                          f"{net.name!r}; it offers {[a.value for _, a, _ in _candidates(net) if a not in exclude]}")
+    return _fastest(times, sents, fixeds, labels, p, scalar)
+
+
+def _bandwidth_scale(net: NetworkDimension, p: Array, bandwidth: Array | None, scalar: bool) -> Array:
+    """The dimension's per-device bandwidth as a group of `p` ranks sees it, relative to `net.bandwidth`:
+    `bandwidth` when swept; a small fully connected group reaches only its peers' links; a group beyond
+    one leaf of an oversubscribed fat tree crosses the spines."""
+    scale: Array = 1.0 if bandwidth is None else bandwidth / net.bandwidth
+    if net.kind is NetworkKind.FULLY_CONNECTED and net.links:
+        scale = scale * (min(max(p - 1, 1), net.links) if scalar else np.clip(p - 1, 1, net.links)) / net.links
+    if net.kind in (NetworkKind.FAT_TREE, NetworkKind.RAIL_OPTIMIZED) and net.oversubscription > 1:
+        beyond = 1.0 if net.leaf_size is None else (p > net.leaf_size)
+        scale = scale / (1.0 + (net.oversubscription - 1.0) * (beyond if scalar else np.asarray(beyond, float)))
+    return scale
+
+
+def _faster(a: DimensionCost, b: DimensionCost) -> DimensionCost:
+    """Elementwise the faster of two costs (`a` where strictly faster)."""
+    take = np.asarray(a.time) < np.asarray(b.time)
+    if take.ndim == 0:
+        return a if take else b
+    return DimensionCost(*(np.where(take, x, y) for x, y in zip(
+        (a.time, a.sent_bytes, a.algorithm, a.protocol, a.fixed),
+        (b.time, b.sent_bytes, b.algorithm, b.protocol, b.fixed), strict=True)))
+
+
+def _fastest(times: list[Array], sents: list[Array], fixeds: list[Array], labels: list[tuple[int, int]],
+             p: Array, scalar: bool) -> DimensionCost:
+    """The fastest candidate (algorithm, protocol), elementwise over a sweep; a group of one does nothing."""
     if scalar:
         k = min(range(len(times)), key=times.__getitem__)
-        if not p > 1:  # a group of one does nothing
+        if not p > 1:
             return DimensionCost(0.0, 0.0, labels[k][0], labels[k][1])
         return DimensionCost(times[k], sents[k], labels[k][0], labels[k][1], fixeds[k])
     count = len(times)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from armillary.comm.algorithms import ALGORITHMS
 from armillary.comm.collectives import collective
 from armillary.comm.compose import phase_message
 from armillary.comm.sweep import group_of
+from armillary.fitting import bisect, golden_section, non_decreasing_ramp
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.system import System
@@ -74,16 +76,19 @@ def _fit_asymptote(base: System, tier: int, field: str, chosen: Algorithm, large
                    op: Collective, gpus: int) -> System:
     """Bisection on `field`: the time falls as the efficiency rises. The algorithm is pinned so that a
     switch to another one cannot stall the bisection."""
-    lo, hi = 1e-3, 1.0
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        slower = _time(op, largest.size_bytes, _with(base, tier, **{field: mid}), gpus, chosen)[0] > largest.time_s
-        lo, hi = (mid, hi) if slower else (lo, mid)
+    lo, hi = bisect(lambda mid: _time(op, largest.size_bytes, _with(base, tier, **{field: mid}), gpus, chosen)[0]
+                    > largest.time_s, 1e-3, 1.0)
     if hi < 2e-3 or lo > 0.999:
         raise ValueError(f"the largest message ({largest.size_bytes:.0f} B in {largest.time_s * 1e6:.1f} us) cannot "
                          f"be matched by any {field} of {chosen.value} on {base.network[tier].name}: check --gpus, "
                          "--op and --system")
     return _with(base, tier, **{field: (lo + hi) / 2})
+
+
+def _efficiency_field(algorithm: Algorithm) -> str:
+    """The dimension field that sets `algorithm`'s achievable share of the bandwidth."""
+    fields = {Algorithm.IN_NETWORK: "in_network_efficiency", Algorithm.TREE: "tree_efficiency"}
+    return fields.get(algorithm, "efficiency")
 
 
 def _fit_latency(base: System, tier: int, small: list[Measurement], op: Collective, gpus: int,
@@ -95,12 +100,7 @@ def _fit_latency(base: System, tier: int, small: list[Measurement], op: Collecti
         return sum(np.log(_time(op, m.size_bytes, trial, gpus, algorithm)[0] / m.time_s) ** 2 for m in small)
 
     grid = np.geomspace(0.1e-6, 0.1, 120)  # NVLink hops (us) up to TCP loopback (ms)
-    k = int(np.argmin([log_error(x) for x in grid]))
-    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
-    for _ in range(40):
-        a, b = lo + 0.382 * (hi - lo), lo + 0.618 * (hi - lo)
-        lo, hi = (lo, b) if log_error(a) < log_error(b) else (a, hi)
-    return _with(base, tier, latency=float((lo + hi) / 2))
+    return _with(base, tier, latency=golden_section(log_error, grid))
 
 
 def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, system: System,
@@ -118,36 +118,31 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
     # alternate until both settle.
     largest = points[-1]
     chosen = ALGORITHMS[_time(op, largest.size_bytes, base, gpus, algorithm)[1]]
-    field = "in_network_efficiency" if chosen is Algorithm.IN_NETWORK else "efficiency"
-    small = [m for m in points if m.size_bytes <= max(64 * 1024, points[0].size_bytes)]
-    for _ in range(6):
+    field = _efficiency_field(chosen)
+    # a sweep that starts above the latency-bound sizes (<= 64 KiB) says little about the latency: it keeps
+    # the given one unless the sweep has no more than its smallest message to go by
+    small = [m for m in points if m.size_bytes <= 64 * 1024] or (
+        [points[0]] if len(points) < 4 else [])
+    for _ in range(6 if small else 1):
         base = _fit_asymptote(base, tier, field, chosen, largest, op, gpus)
-        base = _fit_latency(base, tier, small, op, gpus, algorithm)
+        if small:
+            base = _fit_latency(base, tier, small, op, gpus, algorithm)
     base = _fit_asymptote(base, tier, field, chosen, largest, op, gpus)  # the largest message exactly
 
     # 3. size efficiency: the bandwidth multiplier that reproduces each measured time (bisection)
+    def too_low(mid: float, m: Measurement) -> bool:
+        trial = _with(base, tier, size_efficiency=EfficiencyCurve(points=((1.0, mid),)))
+        return _time(op, m.size_bytes, trial, gpus, algorithm)[0] >= m.time_s
+
     ramp = []
     for m in points:
-        lo, hi = 0.01, 1.0
         if _time(op, m.size_bytes, base, gpus, algorithm)[0] >= m.time_s:
             ramp.append(1.0)
             continue
-        for _ in range(40):
-            mid = (lo * hi) ** 0.5
-            trial = _with(base, tier, size_efficiency=EfficiencyCurve(points=((1.0, mid),)))
-            if _time(op, m.size_bytes, trial, gpus, algorithm)[0] < m.time_s:
-                hi = mid
-            else:
-                lo = mid
+        lo, hi = bisect(partial(too_low, m=m), 0.01, 1.0, iterations=40, geometric=True)
         ramp.append((lo * hi) ** 0.5)
-    # a message's share of the bandwidth does not shrink as it grows (non-decreasing curve), and a larger
-    # message is never faster: between points r may grow at most by 1 + ln(S1/S0), which keeps S / r(S)
-    # non-decreasing under the log-linear interpolation. Both are enforced from the largest message down,
-    # so that it keeps its measured time (a noisy mid-size point is raised, never the anchor lowered).
-    ramp = list(np.minimum.accumulate(np.array(ramp)[::-1])[::-1])
-    for i in range(len(ramp) - 1, 0, -1):
-        floor = ramp[i] / (1 + 0.98 * np.log(points[i].size_bytes / points[i - 1].size_bytes))
-        ramp[i - 1] = max(ramp[i - 1], float(floor))
+    # a message's share of the bandwidth does not shrink as it grows, and a larger message is never faster
+    ramp = non_decreasing_ramp([m.size_bytes for m in points], ramp)
     if min(ramp) < 0.999:
         # the curve is read at the bytes the fitted tier handles
         group = group_of(base, gpus)
@@ -155,3 +150,23 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
         curve = EfficiencyCurve(points=tuple((x, float(r)) for x, r in zip(at, ramp, strict=True)))
         base = _with(base, tier, size_efficiency=curve)
     return base.resized(given.sizes)
+
+
+def fit_efficiency(measurements: Sequence[Measurement], op: Collective, gpus: int, system: System,
+                   algorithm: Algorithm) -> System:
+    """`system` with only the asymptotic efficiency of `algorithm` on the crossed tier fitted to the largest
+    message (its latency and size-efficiency curve kept): a second sweep that pins another algorithm
+    (e.g. NCCL_ALGO=Ring after an auto sweep that ran the tree) calibrates that algorithm's share."""
+    given = system
+    system = system.with_devices(gpus) if gpus != system.devices else system
+    tier = fitted_dimension(system, gpus)
+    largest = max(measurements, key=lambda m: m.size_bytes)
+    fitted = _fit_asymptote(system, tier, _efficiency_field(algorithm), algorithm, largest, op, gpus)
+    return fitted.resized(given.sizes)
+
+
+def chosen_algorithm(measurements: Sequence[Measurement], op: Collective, gpus: int, system: System) -> Algorithm:
+    """The algorithm the crossed tier runs for the largest message (auto)."""
+    largest = max(measurements, key=lambda m: m.size_bytes)
+    sized = system.with_devices(gpus) if gpus != system.devices else system
+    return ALGORITHMS[_time(op, largest.size_bytes, sized, gpus, Algorithm.AUTO)[1]]

@@ -8,13 +8,14 @@ estimator takes its communication costs from here; the search and the simulators
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from armillary.comm.algorithms import DimensionCost, dimension_cost
 from armillary.comm.compose import COMPOSITIONS, compose
+from armillary.comm.libraries import choose, fastest, library_names
 from armillary.numerics import Array
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
@@ -60,6 +61,7 @@ class CollectiveResult:
     cost: CommCost
     dimensions: tuple[DimensionCost, ...]
     composition: Array  # index into COMPOSITIONS
+    library: Array = -1  # index into comm.libraries.library_names(system); -1: the dimensions' own figures
 
     @property
     def composition_name(self) -> str:
@@ -75,10 +77,28 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
     as arrays to sweep them (None keeps a dimension's own)."""
     if op is Collective.SEND_RECV:
         raise ValueError(f"{op.value} is point-to-point: use send_recv")
+    if library_names(system):  # several libraries: the fastest per call (comm/libraries.py)
+        best, index = fastest(lambda view: collective(op, n_bytes, group, view, algorithm, bandwidths, composition),
+                              lambda r: r.cost.time, system, _pick_result, op)
+        return replace(best, library=index)
     composed = compose(op, n_bytes, group, system, algorithm, bandwidths, composition)
     sent = composed.dimensions
     outer = sum(d.sent_bytes for d in sent[1:]) if len(sent) > 1 else 0.0
     return CollectiveResult(CommCost(composed.time, sent[0].sent_bytes, outer), sent, composed.composition)
+
+
+def _pick_cost(costs: Sequence[CommCost], k: Array) -> CommCost:
+    return CommCost(choose(k, [c.time for c in costs]), choose(k, [c.scale_up_bytes for c in costs]),
+                    choose(k, [c.scale_out_bytes for c in costs]))
+
+
+def _pick_result(results: Sequence[CollectiveResult], k: Array) -> CollectiveResult:
+    """Per point, the result of library k (for sweeps, where the fastest library varies by point)."""
+    dims = tuple(DimensionCost(*(choose(k, [getattr(r.dimensions[i], f) for r in results])
+                                 for f in ("time", "sent_bytes", "algorithm", "protocol", "fixed")))
+                 for i in range(len(results[0].dimensions)))
+    return CollectiveResult(_pick_cost([r.cost for r in results], k), dims,
+                            choose(k, [r.composition for r in results]))
 
 
 def all_gather(n_bytes: Array, group: Placement, system: System) -> CommCost:
@@ -99,7 +119,10 @@ def all_reduce(n_bytes: Array, group: Placement, system: System) -> CommCost:
 def send_recv(n_bytes: Array, group: Placement, system: System) -> CommCost:
     """Point-to-point transfer between neighbours of `group` (pipeline stages, context-parallel ring) on the
     outermost dimension the group spans, whose link paces the exchange (docs/formulas.md §1.1), with its
-    best protocol."""
+    best protocol (and, where the network lists libraries, the fastest library)."""
+    if library_names(system):
+        return fastest(lambda view: send_recv(n_bytes, group, view), lambda c: c.time, system, _pick_cost,
+                       Collective.SEND_RECV)[0]
     rate = system.device.hbm.rate
     outermost = group.outermost
     if not isinstance(outermost, np.ndarray):
@@ -116,7 +139,10 @@ def all_to_all_matrix(matrix: np.ndarray, group: Placement, system: System) -> C
     rank j; ranks number mixed-radix over the group's spans, innermost first. A pair's bytes travel on the
     outermost dimension where the two ranks differ; every dimension carries its share at once. On each
     dimension a rank's time is the uniform all-to-all with the same busiest direction, and the slowest rank
-    sets the time (docs/formulas.md pitfall 12)."""
+    sets the time (docs/formulas.md pitfall 12). Where the network lists libraries, the fastest one."""
+    if library_names(system):
+        return fastest(lambda view: all_to_all_matrix(matrix, group, view), lambda c: c.time, system,
+                       _pick_cost, Collective.ALL_TO_ALL)[0]
     m = np.asarray(matrix, dtype=float)
     p = m.shape[0]
     spans = [round(float(s)) for s in group.spans]

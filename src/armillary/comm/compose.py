@@ -104,7 +104,8 @@ class _Net:
         return self.group.outermost == i
 
     def phase(self, i: int, op: Collective, n: Array, p: Array | None = None,
-              exclude: tuple[Algorithm, ...] = (), algorithm: Algorithm | None = None) -> DimensionCost:
+              exclude: tuple[Algorithm, ...] = (), algorithm: Algorithm | None = None,
+              latency_scale: Array = 1.0) -> DimensionCost:
         """`op` on dimension i over p ranks (default: the group's span there), with the dimension's fastest
         algorithm (or the collective's pinned one where it runs, or `algorithm`, which must run); infinite
         where it cannot run."""
@@ -118,7 +119,8 @@ class _Net:
         pinned = algorithm or self.algorithm
         pinned = pinned if _pinnable(pinned, op, dim, exclude) else Algorithm.AUTO
         try:
-            cost = dimension_cost(op, n, ranks, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i], exclude)
+            cost = dimension_cost(op, n, ranks, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i], exclude,
+                                  latency_scale)
         except ValueError:
             return blocked
         if p is None:
@@ -158,7 +160,10 @@ def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | No
     for i in range(len(net.system.network)):
         span, inner = group.spans[i], group.inner(i)
         share = where(net.top(i), 1.0 / inner, (span - 1) / (inner * span))
-        dims.append(net.phase(i, op, n * share, p=group.size, algorithm=Algorithm.RING))
+        # a chunk passes 2(p-1) edges, the share f_i of them on dimension i: that dimension's per-step latency
+        # counts f_i times (NCCL tuning.cc: ring latency = intra-node steps x intra latency + 2(nNodes-1) x
+        # network latency); the slowest dimension, latency and bandwidth together, paces the ring
+        dims.append(net.phase(i, op, n * share, p=group.size, algorithm=Algorithm.RING, latency_scale=share))
     time = dims[0].time
     for d in dims[1:]:
         time = np.maximum(time, d.time) if is_array(time) or is_array(d.time) else max(time, d.time)

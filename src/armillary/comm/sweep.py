@@ -16,6 +16,7 @@ import numpy as np
 from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS, DimensionCost
 from armillary.comm.collectives import collective
 from armillary.comm.compose import COMPOSITIONS
+from armillary.errors import SpecError
 from armillary.numerics import Array
 from armillary.plan.placement import Placement, place
 from armillary.specs.communication import Algorithm, Collective, Composition
@@ -76,6 +77,10 @@ def collective_sweep(op: Collective, sizes: np.ndarray, group: Placement, system
                      algorithm: Algorithm = Algorithm.AUTO,
                      composition: Composition = Composition.AUTO) -> list[SweepRow]:
     """The nccl-tests table of `op` over `group` for each size (one vectorized evaluation)."""
+    if group.size < 2:
+        raise SpecError(f"a collective needs a group of at least 2 GPUs, not {group.size:g}")
+    if not (np.all(np.isfinite(sizes)) and np.all(np.asarray(sizes) > 0)):
+        raise SpecError("message sizes must be positive, finite numbers of bytes")
     result = collective(op, np.asarray(sizes, dtype=float), group, system, algorithm, composition=composition)
     time = np.broadcast_to(result.cost.time, np.shape(sizes))
     algbw = sizes / time

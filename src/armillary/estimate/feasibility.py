@@ -41,6 +41,20 @@ def training_checks(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, devic
     )
 
 
+def inference_checks(m: ModelArrays, tp: Array, cp: Array, pp: Array, ep: Array, replicas: Array,
+                     devices: int) -> tuple[rules.Check, ...]:
+    """The divisibility and shape rules of an inference deployment: `replicas` model replicas of
+    tp x cp x pp devices each use every device; tp splits heads and the MLP; stages hold layers."""
+    return (
+        rules.devices_match(tp, cp, pp, replicas, devices),
+        rules.tp_divides_heads(tp, m.heads),
+        rules.tp_and_kv_heads(tp, m.kv_heads),
+        rules.tp_divides_ffn(tp, m.ffn),
+        rules.stages_hold_layers(m.layers, pp),
+        rules.ep_divides_experts(ep, m.experts),
+    )
+
+
 def memory_fits(system: System, hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, Array]:
     """(the HBM holds `hbm_bytes`, the second tier holds `tier2_bytes`: a device without one holds none)."""
     tier2 = system.device.second_tier

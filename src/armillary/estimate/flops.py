@@ -26,11 +26,13 @@ class ModelFlop:
 
 
 def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays,
-                             dense_layer: tuple[Array, Array] | None = None) -> ModelFlop:
+                             dense_layer: tuple[Array, Array] | None = None, routed_share: Array = 1.0) -> ModelFlop:
     """3 x forward (backward = 2 x forward) of all layers and the LM head. For GPT:
     72 B L s h^2 (1 + s/(6h) + V/(12 h L)) (Korthikanti et al. 2022, App. A). An MoE layer counts its
-    router, shared experts and top_k routed experts per token (the active parameters). `dense_layer`: the
-    (all GEMMs, attention core) forward FLOPs of one dense layer for the whole batch, when known."""
+    router, shared experts and top_k routed experts per token (the active parameters), of which the
+    experts process `routed_share` (tokens beyond a capacity factor below 1 are dropped, not computed).
+    `dense_layer`: the (all GEMMs, attention core) forward FLOPs of one dense layer for the whole batch,
+    when known."""
     B, s = w.global_batch, w.seq_len
     if dense_layer is None:
         fw = layer_forward(m, B, s, 1.0, 0.0, 2.0)
@@ -40,6 +42,7 @@ def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays,
     if isinstance(m.experts, np.ndarray) or m.experts > 0:
         moe_fw = layer_forward(m, B, s, 1.0, 0.0, 2.0, mlp_width=m.shared_ffn)
         routed = experts_forward(m, B * s, 1.0, 1.0, 1.0, 2.0, 2.0)
-        moe = sum(op.flop for op in (*moe_fw.gemms, routed.router, routed.experts_in, routed.experts_out))
+        moe = (sum(op.flop for op in (*moe_fw.gemms, routed.router))
+               + routed_share * (routed.experts_in.flop + routed.experts_out.flop))
     layers = 3 * (m.dense_layers * dense + m.moe_layers * moe)
     return ModelFlop(layers=layers, head=3 * 2 * B * s * m.hidden * m.vocab, attention_core=m.layers * core)

@@ -20,6 +20,7 @@ from armillary.comm.collectives import all_gather, needed, send_recv
 from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.errors import SpecError
 from armillary.estimate import memory as mem
+from armillary.estimate.feasibility import inference_checks
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
 from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost
 from armillary.estimate.result import EndsCost, ParallelDimension
@@ -33,7 +34,7 @@ from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import System
 from armillary.specs.workload import DecodeAttention, Inference
 from armillary.workload.attention import cache_read_bytes, fused_attention_op, kv_cache_elements_per_rank
-from armillary.workload.experts import experts_forward, rank_load
+from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
 from armillary.workload.ops import Op
 from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import ends_forward, layer_forward
@@ -86,12 +87,9 @@ class ReplicaModel:
 
         def kind(mlp_width: Array | None, moe: bool) -> tuple[Array, Array, Array, EndsCost]:
             fw = layer_forward(m, 1.0, tokens, t, 0.0, e, 1.0, mlp_width, self.weight_bytes)
-            experts = None
-            if moe:
-                load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity)
-                experts = experts_forward(m, tokens, st.ep, st.etp, load, e, 1.0 if st.dispatch_fp8 else e,
-                                          self.weight_bytes)
-            exchange = LayerExchange(n_tp, self.tp_group, expert_groups=self.expert_groups)
+            experts = replicated_experts(m, st, tokens, e, self.weight_bytes) if moe else None
+            # no expert exchange: the MoE output's partial sums join the layer's MLP all-reduce
+            exchange = LayerExchange(n_tp, self.tp_group, expert_groups=None)
             cost, ends_cost, calls = layer_cost(fw, ends, st, system, exchange, experts)
             ep = sum((c.time_each_s for c in calls if c.dimension in (ParallelDimension.EP, ParallelDimension.ETP)),
                      0.0)
@@ -141,6 +139,22 @@ class ReplicaModel:
         """One pass: the token-dependent part (`tokens_time`), the attention of its sequences, the head."""
         core, remote = self.attention_time(attention, cached_tokens)
         return replace(tokens, attention=core, tier2=remote, ends=tokens.ends + self.head_time(sequences))
+
+
+def replicated_experts(m: ModelArrays, st: StrategyArrays, tokens: Array, e: float,
+                       weight_bytes: float) -> ExpertsForward:
+    """The routed experts of one MoE layer on a replica's busiest device, as vLLM's and SGLang's fused MoE
+    run them with tensor parallelism (vLLM `FusedMoE`, SGLang `fused_moe`): after attention every TP rank
+    holds all `tokens` of the pass, so none is dispatched; the ranks regroup as expert-tp x ep x expert-dp
+    (tp / (ep etp) groups each taking a share of the tokens), each rank computes its experts' shard
+    (expert_ffn / etp) for the tokens routed to them, and the partial outputs are summed by the layer's
+    one all-reduce over TP (the dense MLP's). Received tokens per rank: tokens k load etp / tp. Every rank
+    routes all tokens (the router and top-k run replicated)."""
+    load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity)
+    local = experts_forward(m, tokens / st.tp, st.ep, st.etp, load, e, e, weight_bytes)
+    routed = experts_forward(m, tokens, st.ep, st.etp, load, e, e, weight_bytes)
+    return replace(local, router=routed.router, routing=routed.routing, dispatch_bytes=0.0 * tokens,
+                   combine_bytes=0.0 * tokens, gathered_bytes=0.0 * tokens)
 
 
 def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: System) -> ReplicaModel:
@@ -194,6 +208,9 @@ def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: A
     # fp32 logits of the last tokens
     tokens = pass_tokens
     widest = np.maximum(m.qkv_width, (m.mlp_matrices - 1) * np.maximum(m.ffn, m.top_k * m.expert_ffn)) / st.tp
+    # the fused MoE's output buffer holds each token's top-k expert outputs at full width before their
+    # weighted sum (vLLM fused_moe intermediate_cache3: tokens x top_k x hidden)
+    widest = np.maximum(widest, np.where(m.experts > 0, m.top_k * m.hidden, 0.0))
     activations = tokens * (2 * m.hidden + widest) * r.activation_bytes + batch * m.vocab / st.tp * 4
     return InferenceMemory(weights=weights, kv_cache=(1 - r.tier2_fraction) * batch * per_sequence,
                            activations=activations, kv_cache_tier2=r.tier2_fraction * batch * per_sequence,
@@ -205,16 +222,63 @@ def kv_blocks(capacity_bytes: float, per_token_bytes: float, block_tokens: int) 
     return int(capacity_bytes // (per_token_bytes * block_tokens)) if per_token_bytes > 0 else 2**62 // block_tokens
 
 
-def kv_budget(r: ReplicaModel, w: Inference, memory: InferenceMemory) -> tuple[float, float]:
-    """(HBM left after weights and activations, the share of it the KV cache may take) per device."""
-    free = float(r.system.device.hbm.capacity - memory.weights - memory.activations)
+def kv_budget(r: ReplicaModel, w: Inference, memory: InferenceMemory, of_total: bool = False) -> tuple[Array, Array]:
+    """(HBM left after weights and activations, the share of it the KV cache may take) per device. With
+    `of_total` the fraction caps the whole memory and the KV cache takes what weights and activations leave
+    of that cap (vLLM's gpu_memory_utilization, Worker.determine_num_available_blocks). Broadcasts."""
+    capacity = float(r.system.device.hbm.capacity)
+    free = capacity - memory.weights - memory.activations
+    if of_total:
+        return free, np.maximum(0.0, w.kv_cache.memory_fraction * capacity - (memory.weights + memory.activations))
     return free, w.kv_cache.memory_fraction * free
 
 
-def prefill_pass(r: ReplicaModel, w: Inference) -> PassTime:
+def prefill_pass(r: ReplicaModel, w: Inference, batch: Array | None = None) -> PassTime:
     """The prompt pass of a static batch: all batch x input_len tokens through the model (the time to
-    first token)."""
-    return r.pass_time(r.tokens_time(w.batch * w.input_len), w.batch, r.attention(w.input_len, 0.0, w.batch), 0.0)
+    first token). `batch` (default the workload's) may be an array: one pass per element."""
+    b = w.batch if batch is None else batch
+    return r.pass_time(r.tokens_time(b * w.input_len), b, r.attention(w.input_len, 0.0, b), 0.0)
+
+
+def decode_phase(r: ReplicaModel, w: Inference, batch: Array) -> PassTime:
+    """All output_len - 1 decode steps of a static batch of `batch` sequences (an array: one phase per
+    element), each a pass of ceil(batch / pp) sequences whose attention reads input_len + k - 1 cached
+    tokens at step k (see `decode_steps`)."""
+    micro = np.ceil(np.asarray(batch, dtype=float) / float(r.st.pp))
+    steps = w.output_len - 1
+    past = w.input_len + np.arange(steps, dtype=float)
+    core, remote = _decode_attention(r, past, micro)
+    t = r.tokens_time(micro)
+    return PassTime(layers=steps * t.layers, attention=core, tp=steps * t.tp, ep=steps * t.ep, pp=steps * t.pp,
+                    ends=steps * (t.ends + r.head_time(micro)), tier2=remote)
+
+
+def _decode_attention(r: ReplicaModel, past: np.ndarray, micro: np.ndarray) -> tuple[Array, Array]:
+    """(attention kernels, second-tier reads) summed over the decode steps (`past` cached tokens each) for
+    each micro-batch size. A step's time is convex in the micro-batch (the roofline's max of two terms
+    affine in the sequences), so when it is collinear at the smallest, next and largest size it is affine
+    on all of them: the sum is then read off those three columns (exact) instead of a steps x sizes grid."""
+    def summed(mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        col = past.reshape(-1, *([1] * mu.ndim))
+        core, remote = r.attention_time(r.attention(1.0, col, mu), mu * col)
+        shape = col.shape[:1] + mu.shape
+        return np.broadcast_to(core, shape), np.broadcast_to(remote, shape)
+
+    low, high = (float(micro.min()), float(micro.max())) if micro.size else (1.0, 1.0)
+    if micro.size < 4 or high - low < 2:
+        core, remote = summed(micro)
+        return np.sum(core, axis=0), np.sum(remote, axis=0)
+    probe = np.array([low, low + 1, high])
+    core, remote = summed(probe)
+    affine = True
+    for grid in (core, remote):
+        slope = grid[:, 1] - grid[:, 0]
+        affine = affine and bool(np.allclose(grid[:, 2], grid[:, 0] + slope * (high - low), rtol=1e-9, atol=0))
+    if not affine:
+        core, remote = summed(micro)
+        return np.sum(core, axis=0), np.sum(remote, axis=0)
+    totals = [(g[:, 0].sum(), (g[:, 1] - g[:, 0]).sum()) for g in (core, remote)]
+    return tuple(base + slope * (micro - low) for base, slope in totals)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -246,16 +310,15 @@ def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system:
     r = replica_model(m, strategy, w, system)
     b, n_in = w.batch, w.input_len
     prefill = prefill_pass(r, w)
-    d = decode_steps(r, w)
-    steps, t = w.output_len - 1, d.tokens
-    decode = PassTime(layers=steps * t.layers, attention=np.sum(d.attention), tp=steps * t.tp, ep=steps * t.ep,
-                      pp=steps * t.pp, ends=steps * (t.ends + d.head), tier2=np.sum(d.tier2))
+    decode = decode_phase(r, w, float(b))
     memory = inference_memory(r, w, float(b), float(b * n_in))
-    return _static_batch(r, w, replicas, prefill, decode, memory)
+    rule_breaks = rules.failed(inference_checks(m, strategy.tp, strategy.cp, strategy.pp, strategy.ep, replicas,
+                                                system.devices))
+    return _static_batch(r, w, replicas, prefill, decode, memory, tuple(rule_breaks))
 
 
 def _static_batch(r: ReplicaModel, w: Inference, replicas: int, prefill: PassTime, decode: PassTime,
-                  memory: InferenceMemory) -> InferenceEstimate:
+                  memory: InferenceMemory, rule_breaks: tuple[str, ...] = ()) -> InferenceEstimate:
     device = r.system.device
     capacity = device.hbm.capacity
     free, budget = kv_budget(r, w, memory)
@@ -266,9 +329,9 @@ def _static_batch(r: ReplicaModel, w: Inference, replicas: int, prefill: PassTim
                     // (per_hbm + w.kv_cache.memory_fraction * per_act)) if per_hbm + per_act > 0 else 0
     # longest sequence (input + output tokens, whole pages) whose cache fits at this batch
     per_token = (1 - r.tier2_fraction) * r.cache_bytes_per_token
-    pages = kv_blocks(max(0.0, budget) / w.batch, per_token, w.kv_cache.block_tokens)
+    pages = kv_blocks(max(0.0, float(budget)) / w.batch, per_token, w.kv_cache.block_tokens)
     max_context = pages * w.kv_cache.block_tokens if per_token > 0 else 2**31 - 1
-    reasons = []
+    reasons = list(rule_breaks)
     if free <= 0:
         reasons.append(f"weights ({memory.weights / 2**30:.1f} GiB) and activations ({memory.activations / 2**30:.1f}"
                        f" GiB) exceed the {capacity / 2**30:.0f} GiB of HBM")

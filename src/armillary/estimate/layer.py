@@ -90,8 +90,10 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     recompute, modules = _recompute(fw, kt, experts, st, forward, core_f)
     tp_costs, tp_f, tp_b = _tensor_parallel(st, system, exchange, backward_weight.time_s)
     cp_f, cp_b, cp_calls = _context_parallel(st, system, exchange, core_f, core_b, full)
-    ep_f, ep_b, ep_calls = _expert_exchange(experts, exchange.expert_groups, st, system, forward.time_s,
-                                            backward_input.time_s + backward_weight.time_s, full)
+    # the token exchange overlaps the whole pass, its exposed TP / CP time included (one schedule: a faster
+    # kernel can expose more of it, never slow the pass)
+    ep_f, ep_b, ep_calls = _expert_exchange(experts, exchange.expert_groups, st, system, forward.time_s + tp_f + cp_f,
+                                            backward_input.time_s + backward_weight.time_s + tp_b + cp_b, full)
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
                       tp_recompute_s=where(full, tp_f, 0.0), cp_forward_s=cp_f, cp_backward_s=cp_b,
                       cp_recompute_s=where(full, cp_f, 0.0), ep_forward_s=ep_f, ep_backward_s=ep_b,

@@ -3,21 +3,25 @@
 With stage times t_i (forward + backward of one micro-batch) and m micro-batches, 1F1B and GPipe take
 m * max_i t_i + (sum_i t_i - max_i t_i): for equal stages (m + p - 1) * t, i.e. the bubble (p - 1) t of
 Narayanan et al. SC'21 §2.2.1 / Eq. 1. Interleaving v chunks per rank divides the fill and drain by v
-(§2.2.2): m * max + (sum - max) / v. Unequal stages (embedding, LM head, uneven splits) make the
-slowest stage set the steady state.
+(§2.2.2): m * max + (sum - max) / v. Zero-bubble ZB-H1 runs the weight gradients W of the drain in its
+idle slots: its bubble is (p - 1)(t_F + t_B - t_W) instead of (p - 1)(t_F + t_B + t_W) (Qi et al.
+ICLR'24 §3.1, t_B the input gradient), so the fill and drain shrink by 2 t_W / t. Unequal stages
+(embedding, LM head, uneven splits) make the slowest stage set the steady state.
 """
 
 from __future__ import annotations
 
 from armillary.numerics import Array, where
-from armillary.plan.codes import SCHEDULE_INTERLEAVED
+from armillary.plan.codes import SCHEDULE_INTERLEAVED, SCHEDULE_ZB_H1
 
 
 def pipeline_time(stage_max: Array, stage_sum: Array, microbatches: Array, vpp: Array,
-                  schedule: Array) -> Array:
-    """Time from the first forward to the last backward of one iteration."""
+                  schedule: Array, weight_share: Array) -> Array:
+    """Time from the first forward to the last backward of one iteration. `weight_share`: the weight
+    gradients' share t_W / t of a stage's time per micro-batch."""
     fill_drain = stage_sum - stage_max
-    fill_drain = where(schedule == SCHEDULE_INTERLEAVED, fill_drain / vpp, fill_drain)
+    fill_drain = where(schedule == SCHEDULE_INTERLEAVED, fill_drain / vpp,
+                       where(schedule == SCHEDULE_ZB_H1, fill_drain * (1 - 2 * weight_share), fill_drain))
     return microbatches * stage_max + fill_drain
 
 

@@ -34,7 +34,7 @@ from armillary.estimate.result import (
     Traffic,
 )
 from armillary.estimate.stages import StageLayers, StageMemory, StageTime, critical_stage, fullest_stage, split_stages
-from armillary.numerics import Array, maximum, where
+from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
 from armillary.plan.placement import Groups, Placement, place_expert_groups, place_groups
@@ -86,13 +86,15 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     stage_max = maximum(maximum(times[0].total, times[2].total), stages.has_mid * times[1].total) + sends.per_mb
     stage_sum = (times[0].total + (1 - stages.single) * times[2].total + maximum(st.pp - 2, 0) * times[1].total
                  + st.pp * sends.per_mb)
-    pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule)
     # the critical (slowest) stage fixes the steady state; attribute it by component
     crit = critical_stage((times[0].total, times[0]), (times[2].total, times[2]),
                           (stages.has_mid * times[1].total, times[1]))
+    dense = layers.dense.cost  # the weight gradients' share of a layer's compute, of a stage's time
+    weight_share = crit.compute * dense.backward_weight.time_s / dense.compute_s / stage_max
+    pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share)
     params = _stage_params(m, st, stages)
     dp = _data_parallel(params, stages, crit, microbatches, st, groups.gradient, system, layers)
-    optimizer, offload_stall = _optimizer_and_offload(params, stages, layers, crit, microbatches, st, system)
+    optimizer, offload_s = _optimizer_and_offload(params, stages, layers, microbatches, st, system)
     hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e)
     breakdown = TimeBreakdown(
         forward_backward=microbatches * crit.compute,
@@ -104,8 +106,10 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         bubble=pipe - microbatches * (crit.total + sends.per_mb),
         dp_exposed=sum((cost.exposed_s for cost in dp), 0.0),
         optimizer=optimizer,
-        offload_stall=offload_stall,
+        offload_stall=0.0,
     )
+    # the second tier's link runs alongside the whole pipeline: it stalls the step only by what it takes longer
+    breakdown = replace(breakdown, offload_stall=maximum(0.0, offload_s - (breakdown.total - optimizer)))
     step = breakdown.total
     devices = st.tp * st.cp * st.pp * st.dp
     model_flop, recompute_flop = _flops(m, st, w, layers, microbatches)
@@ -244,9 +248,12 @@ def _data_parallel(params: StageParams, stages: StageLayers, crit: StageTime, mi
                    st: StrategyArrays, group: Placement, system: System,
                    layers: Layers) -> tuple[DataParallelCost, ...]:
     """Gradient reduction and parameter gathers of the busiest device: its replicated parameters over the
-    dp x cp ranks, its routed experts over expert-dp. About a third of a micro-batch's compute is forward,
-    two thirds backward (what the communication can hide behind)."""
-    forward, backward = crit.compute / 3, 2 * crit.compute / 3
+    dp x cp ranks, its routed experts over expert-dp. They run on their own stream alongside a micro-batch's
+    passes on the critical stage, exposed layer communication included: about a third of it forward, two
+    thirds backward, with the recomputation (one schedule: a faster pass can expose more of them, never
+    make the step slower)."""
+    passes = crit.compute + crit.tp + crit.cp + crit.ep
+    forward, backward = passes / 3, 2 * passes / 3 + crit.recompute
     dense = data_parallel_cost(params.dense_local, stages.most_layers, forward, backward, microbatches, st, group,
                                system)
     if layers.moe is None or layers.edp_group is None:
@@ -268,24 +275,23 @@ def _stored(layers: Layers, st: StrategyArrays, counts: tuple[Array, Array]) -> 
     return counts[0] * layers.dense.activations.stored(st) + counts[1] * moe
 
 
-def _optimizer_and_offload(params: StageParams, stages: StageLayers, layers: Layers, crit: StageTime,
-                           microbatches: Array, st: StrategyArrays, system: System) -> tuple[Array, Array]:
-    """The optimizer step (memory-bound, or over the second tier's link when offloaded) and the stall on the
-    second tier: weights (the device's shard under ZeRO-3) and stored activations share its one link,
-    hidden behind the step's compute."""
+def _optimizer_and_offload(params: StageParams, stages: StageLayers, layers: Layers, microbatches: Array,
+                           st: StrategyArrays, system: System) -> tuple[Array, Array]:
+    """The optimizer step (memory-bound, or over the second tier's link when offloaded) and the time the
+    second tier's one link is busy in the pipeline: weights (the device's shard under ZeRO-3) and stored
+    activations, out and back once per micro-batch."""
     device, edp = system.device, layers.edp
     updated = params.dense_local / mem.zero_shards(st, 1) + params.experts_local / mem.zero_shards(st, 1, edp)
     adam_bytes = updated * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, st.precision)
     tier2 = device.second_tier
     tier2_bw = tier2.rate if tier2 is not None else np.inf
     optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
-    compute_total = microbatches * (crit.compute + crit.recompute)
     sharded_weights = _sharded_states((params.dense_local, params.experts_local), st, edp).weights
     offload_weights = st.offload_weights * 2 * microbatches * sharded_weights / tier2_bw
     stored_mb = maximum(maximum(_stored(layers, st, stages.first), _stored(layers, st, stages.last)),
                         stages.has_mid * _stored(layers, st, stages.middle))
     offload_acts = st.offload_activations * 2 * microbatches * stored_mb / tier2_bw
-    return optimizer, maximum(0.0, offload_weights + offload_acts - compute_total)
+    return optimizer, offload_weights + offload_acts
 
 
 def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: StageLayers, params: StageParams,
@@ -336,9 +342,10 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
     rank_to_batch = t * c * w.global_batch / st.micro_batch
     split_evenly = not isinstance(m.kv_lora, np.ndarray) and m.kv_lora == 0
     fw = layers.dense.forward
+    processed = where(st.capacity_factor > 0, minimum(st.capacity_factor, 1.0), 1.0)  # routed tokens computed
     flops = model_flop_per_iteration(m, w, (sum(op.flop for op in fw.gemms) * rank_to_batch,
                                             sum(op.flop for op in fw.core_gemms) * rank_to_batch)
-                                     if split_evenly else None)
+                                     if split_evenly else None, processed)
     full, selective = recompute_modes(st)
     moe_modules = m.moe_layers * layers.moe.cost.recompute_modules.flop if layers.moe is not None else 0.0
     modules_flop = microbatches * t * c * st.dp * (m.dense_layers * layers.dense.cost.recompute_modules.flop

@@ -41,8 +41,7 @@ class Codes(Generic[E]):
 
 PRECISION = Codes((TrainingPrecision.FP32, TrainingPrecision.BF16, TrainingPrecision.FP16, TrainingPrecision.FP8))
 RECOMPUTE = Codes((Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL))
-# the estimator's schedules; zero-bubble ZB-H1 is simulated only (`simulate.schedules`)
-SCHEDULE = Codes((Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED))
+SCHEDULE = Codes((Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1))
 # 0 standard attention, else the FlashAttention version (1, 2, 3)
 ATTENTION = Codes((Attention.STANDARD, Attention.FLASH1, Attention.FLASH, Attention.FLASH3))
 ZERO = Codes(tuple(ZeroStage))
@@ -51,7 +50,7 @@ CP_COMM = Codes((ContextParallel.RING, ContextParallel.ALL_TO_ALL))
 
 # named codes the formulas compare against
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = (RECOMPUTE.code(r) for r in RECOMPUTE.members)
-SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = (SCHEDULE.code(s) for s in SCHEDULE.members)
+SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_ZB_H1 = (SCHEDULE.code(s) for s in SCHEDULE.members)
 RANK_ORDER_PP_INNER = RANK_ORDER.code(RankOrder.PP_INNER)
 
 

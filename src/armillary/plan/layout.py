@@ -55,10 +55,10 @@ def stage_dense_layers(dense: Array, pp: Array, n_first: Array, n_mid: Array, n_
         Array, Array, Array]:
     """How many of the leading `dense` layers (MoE models' first-k-dense layers; all layers of a dense
     model) each stage kind holds: the first stage takes them first; the middle stage reported is the last
-    one, with the fewest; the last stage takes what reaches it."""
+    one, with the fewest; the last stage takes what reaches it (a single stage is its own last stage)."""
     first = minimum(dense, n_first)
     middle = minimum(maximum(dense - n_first - maximum(pp - 3, 0) * n_mid, 0), n_mid)
-    last = minimum(maximum(dense - n_first - maximum(pp - 2, 0) * n_mid, 0), n_last)
+    last = where(pp == 1, first, minimum(maximum(dense - n_first - maximum(pp - 2, 0) * n_mid, 0), n_last))
     return first, middle, last
 
 

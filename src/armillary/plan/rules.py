@@ -66,6 +66,11 @@ def stages_split(layers: Array, first: Array, mid: Array, last: Array, vpp: Arra
                  "pp*vpp must divide the layers (or the layers left by first/last_stage_layers)")
 
 
+def stages_hold_layers(layers: Array, pp: Array) -> Check:
+    """Inference splits the layers into whole stages as evenly as it can: each needs at least one."""
+    return Check(pp <= layers, "pp must not exceed the layers (every pipeline stage holds at least one)")
+
+
 # --- mixture of experts ----------------------------------------------------------------------------------
 def ep_divides_experts(ep: Array, experts: Array) -> Check:
     return Check(where(experts > 0, divides(ep, experts), ep == 1),

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-KINDS = ("models", "devices", "systems", "stacks")
+KINDS = ("models", "devices", "systems", "stacks", "engines")
 
 
 def preset_dir(kind: str) -> Path:
@@ -20,10 +21,45 @@ def preset_names(kind: str) -> list[str]:
     return sorted(p.stem for p in preset_dir(kind).iterdir() if p.suffix in (".yaml", ".yml", ".json"))
 
 
+MAX_FILE_BYTES = 32 * 2**20  # a spec, a run file or a Hugging Face config.json is far smaller
+MAX_VALUES = 1_000_000  # values a document may expand to through its aliases
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """Safe YAML that refuses a document whose aliases expand it beyond MAX_VALUES values (a "billion
+    laughs" file is a few hundred bytes that expand to billions)."""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        if _expanded(node, {}, MAX_VALUES) > MAX_VALUES:
+            raise yaml.YAMLError(f"the document expands to more than {MAX_VALUES:,} values through its aliases")
+        return node
+
+
+def _expanded(node: yaml.Node, sizes: dict[int, int], limit: int) -> int:
+    """How many values `node` stands for once its aliases are expanded (stops counting past `limit`)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    total = 1
+    if isinstance(node, yaml.SequenceNode | yaml.MappingNode):
+        children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+        for child in children:
+            total += _expanded(child, sizes, limit)
+            if total > limit:
+                break
+    sizes[id(node)] = total
+    return total
+
+
 def read_data_file(path: Path) -> Any:
-    """Read a YAML or JSON file."""
-    with path.open() as f:
-        return yaml.safe_load(f)  # YAML is a superset of JSON
+    """Read a JSON file (its numbers as JSON reads them: 1e-05 is a number) or a YAML file safely: no
+    Python objects, bounded size."""
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise yaml.YAMLError(f"the file is larger than {MAX_FILE_BYTES // 2**20} MiB")
+    with path.open(encoding="utf-8") as f:
+        if path.suffix.lower() == ".json":
+            return json.load(f)
+        return yaml.load(f, Loader=_BoundedLoader)  # a SafeLoader, with limits
 
 
 @functools.cache

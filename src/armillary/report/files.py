@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from armillary.errors import MissingExtra, SpecError
+from armillary.writing import replaced
 
 FORMATS = (".csv", ".json", ".parquet")
 
@@ -25,17 +26,19 @@ def save_rows(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     if suffix not in FORMATS:
         raise SpecError(f"{path}: the file name must end in one of {', '.join(FORMATS)}")
     names = list(rows[0]) if rows else []
-    if suffix == ".json":
-        path.write_text(json.dumps(list(rows), indent=2) + "\n")
-    elif suffix == ".csv":
-        with path.open("w", newline="") as f:
-            out = csv.writer(f)
-            out.writerow(names)
-            out.writerows([_flat(r[n]) for n in names] for r in rows)
-    else:
+    if suffix == ".parquet":
         try:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:  # pragma: no cover - depends on the installation
             raise MissingExtra("Parquet output", "parquet", "pyarrow") from None
-        pq.write_table(pa.table({n: [_flat(r[n]) for r in rows] for n in names}), path)
+    with replaced(path) as temporary:
+        if suffix == ".json":
+            temporary.write_text(json.dumps(list(rows), indent=2) + "\n")
+        elif suffix == ".csv":
+            with temporary.open("w", newline="") as f:
+                out = csv.writer(f)
+                out.writerow(names)
+                out.writerows([_flat(r[n]) for n in names] for r in rows)
+        else:
+            pq.write_table(pa.table({n: [_flat(r[n]) for r in rows] for n in names}), temporary)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from armillary.estimate.result import CommCall
 from armillary.report.records import design_values
 from armillary.validation.run import RowResult, source_group
+from armillary.writing import replaced
 
 if TYPE_CHECKING:
     from armillary.search.systems import CoDesignResult
@@ -103,6 +104,9 @@ def _save(fig: Any, path: Path, dpi: int) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        with replaced(path) as temporary:
+            fig.savefig(temporary, dpi=dpi, format=path.suffix.lstrip(".").lower() or "png")
+    finally:
+        plt.close(fig)
     return path

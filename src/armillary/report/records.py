@@ -7,6 +7,7 @@ from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from armillary.estimate.result import plain
+from armillary.plan.layout import data_parallel
 from armillary.search.run import candidate_row
 from armillary.search.systems import DesignGoal
 from armillary.units import GIB, GIGA
@@ -19,10 +20,14 @@ if TYPE_CHECKING:
     from armillary.search.run import SearchResult
     from armillary.search.systems import CoDesignResult, DesignPoint
     from armillary.serving.run import ServingResult
-    from armillary.simulate.engine import Timeline
     from armillary.simulate.graph import TaskGraph
     from armillary.simulate.inference import InferenceSimulation
     from armillary.simulate.run import SimulationResult
+    from armillary.simulate.timeline import Timeline
+    from armillary.specs.model import Model
+    from armillary.specs.strategy import Strategy
+    from armillary.specs.system import System
+    from armillary.specs.workload import Workload
     from armillary.validation.run import RowResult
 
 # The unit each system parameter of a co-design point is reported in, by field (absent: as it is):
@@ -32,9 +37,30 @@ DESIGN_UNITS: dict[str, float] = {
     "scale_up_bandwidth": GIGA, "scale_out_bandwidth": GIGA}
 
 
-def estimate_record(r: StepEstimate | InferenceEstimate) -> dict[str, Any]:
-    """A training iteration or a static inference batch (floats for one configuration, lists for a sweep)."""
-    return r.to_dict()
+def estimate_record(r: StepEstimate | InferenceEstimate, run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A training iteration or a static inference batch (floats for one configuration, lists for a sweep),
+    with what it assumed (`run_record`) when given."""
+    return {**r.to_dict(), **({"run": run} if run is not None else {})}
+
+
+def run_record(model: Model, system: System, strategy: Strategy, workload: Workload) -> dict[str, Any]:
+    """What a result assumed: the resolved inputs (dp and the schedule worked out) and the strategy fields
+    that took their defaults."""
+    return {"model": model.name, "system": system.name, "device": system.device.name, "devices": system.devices,
+            "strategy": {**strategy.model_dump(mode="json"), "dp": data_parallel(strategy, system),
+                         "schedule": strategy.pipeline_schedule.value},
+            "workload": workload.model_dump(mode="json"),
+            "defaults": sorted(set(type(strategy).model_fields) - strategy.model_fields_set)}
+
+
+def strategy_line(strategy: Strategy, system: System) -> str:
+    """The strategy in one line, as the tables head it."""
+    s = strategy
+    parts = [f"tp {s.tp}", f"pp {s.pp}", f"dp {data_parallel(s, system)}", f"cp {s.cp}", f"ep {s.ep}",
+             f"micro-batch {s.micro_batch}", f"{s.pipeline_schedule.value}" + (f" vpp {s.vpp}" if s.vpp > 1 else ""),
+             f"attention {s.attention.value}", f"{s.precision.value}", f"recompute {s.recompute.value}",
+             f"ZeRO {int(s.zero)}", "SP" if s.sequence_parallel else "no SP"]
+    return " · ".join(parts) + f" on {system.devices} x {system.device.name}"
 
 
 def serving_record(r: ServingResult) -> dict[str, Any]:

@@ -23,15 +23,16 @@ from armillary.units import GIB
 
 if TYPE_CHECKING:
     from armillary.comm.sweep import SweepRow
+    from armillary.estimate.economics import Economics
     from armillary.estimate.result import CommCall, StepEstimate
     from armillary.search.inference import InferenceSearchResult
     from armillary.search.run import Objective, SearchResult
     from armillary.search.systems import CoDesignResult
     from armillary.serving.run import ServingResult
-    from armillary.simulate.engine import Timeline
     from armillary.simulate.graph import TaskGraph
     from armillary.simulate.inference import InferenceSimulation
     from armillary.simulate.run import SimulationResult
+    from armillary.simulate.timeline import Timeline
     from armillary.specs.model import Model
     from armillary.specs.system import System
     from armillary.validation.run import GroupSummary, RowResult
@@ -158,18 +159,30 @@ def search_report(result: SearchResult, model: Model, system: System, objective:
     """The top strategies of a training search, and what the search did."""
     rows = search_rows(result)
     table = Table(title=f"{_on(model, system)}: top {len(rows)} by {objective.value}")
-    for c in ("rank", "tp", "pp", "vpp", "cp", "mb", "SP", "recompute", "ZeRO", "overlap", "rank order", "step s",
-              "MFU", "GiB"):
-        table.add_column(c, justify="left" if c in ("recompute", "overlap", "rank order") else "right")
+    for c in ("rank", "tp", "pp", "dp", "vpp", "cp", "ep", "mb", "attention", "SP", "recompute", "ZeRO", "overlap",
+              "rank order", "step s", "MFU", "GiB"):
+        table.add_column(c, justify="left" if c in ("attention", "recompute", "overlap", "rank order") else "right")
     for r in rows:
         overlap = ",".join(k.split("_")[0] for k, on in r["overlap"].items() if on) or "-"
-        table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["vpp"]), str(r["cp"]), str(r["micro_batch"]),
-                      "yes" if r["sequence_parallel"] else "no", r["recompute"], str(r["zero"]), overlap,
-                      r["rank_order"], f"{r['step_time_s']:.4g}", _pct(r["mfu"]), f"{r['memory_gib']:.1f}")
-    return [table, f"{result.points:,} points: {result.pruned:,} pruned (degrees that do not divide, memory "
-                   f"floor, {result.bounded:,} of them by the lower bound of the objective), {result.evaluated:,} "
-                   f"evaluated, {result.feasible:,} feasible, in {result.elapsed_s:.2f} s "
-                   f"({result.points_per_s:,.0f} points/s)"]
+        table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["cp"]),
+                      str(r["ep"]), str(r["micro_batch"]), r["attention"], "yes" if r["sequence_parallel"] else "no",
+                      r["recompute"], str(r["zero"]), overlap, r["rank_order"], f"{r['step_time_s']:.4g}",
+                      _pct(r["mfu"]), f"{r['memory_gib']:.1f}")
+    summary = (f"{result.points:,} points: {result.pruned:,} pruned (degrees that do not divide, memory "
+               f"floor, {result.bounded:,} of them by the lower bound of the objective), {result.evaluated:,} "
+               f"evaluated, {result.feasible:,} feasible, in {result.elapsed_s:.2f} s "
+               f"({result.points_per_s:,.0f} points/s)")
+    if not rows:
+        return [f"infeasible: no strategy of the space runs {_on(model, system)} ({no_strategy_reason(result)})",
+                summary]
+    return [table, summary]
+
+
+def no_strategy_reason(result: SearchResult) -> str:
+    if result.evaluated == 0:
+        return ("every layout was pruned: its degrees do not divide the GPUs, or its model states alone exceed "
+                "HBM; try more GPUs, ZeRO-3 or offload")
+    return f"all {result.evaluated:,} evaluated points are out of memory or break a rule"
 
 
 def codesign_report(designs: CoDesignResult, model: Model, budget: float | None) -> list[Table | str]:
@@ -317,3 +330,16 @@ def calibration_line(fitted: System, gpus: int, path: Path) -> str:
 def presets_lines(kinds: tuple[str, ...]) -> list[str]:
     """The shipped presets of each kind, one line per kind (rich markup)."""
     return [f"[bold]{k}[/bold]: " + ", ".join(preset_names(k)) for k in kinds]
+
+
+def economics_line(e: Economics) -> str:
+    """Energy and cost per token in one line, with what they assumed."""
+    if e.joules_per_token is None:
+        energy = "energy: the device lists no power (give costs.device_power)"
+    else:
+        energy = (f"energy {float(e.joules_per_token):.4g} J per {e.tokens.value} token ({e.devices} x "
+                  f"{e.device_power_w:g} W x PUE {e.pue:g})")
+    if e.usd_per_million_tokens is None:
+        return energy + " · cost: give --usd-per-gpu-hour"
+    return energy + (f" · ${float(e.usd_per_million_tokens):.4g} per million {e.tokens.value} tokens at "
+                     f"${e.usd_per_gpu_hour:g}/device-hour")

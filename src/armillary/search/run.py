@@ -23,6 +23,7 @@ from armillary.estimate.run import estimate_training_run
 from armillary.estimate.training import estimate_training
 from armillary.numerics import all_of
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.layout import data_parallel
 from armillary.search.space import (
     Axes,
     StrategySpace,
@@ -93,10 +94,14 @@ class ChunkResult:
 
 
 def _best(index: np.ndarray, value: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k best finite values, ordered by (value, index)."""
+    """Positions of the k best distinct finite values, ordered by (value, index). Points with equal values
+    differ only in axes that change nothing (an overlap flag with nothing to hide, a rank order without
+    a group it moves): the first of them stands for all."""
     finite = np.flatnonzero(np.isfinite(value))
-    order = np.lexsort((index[finite], value[finite]))
-    return finite[order[:k]]
+    order = finite[np.lexsort((index[finite], value[finite]))]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = value[order[1:]] != value[order[:-1]]
+    return order[first][:k]
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class Candidate:
     rank: int
     index: int
     strategy: Strategy
+    dp: int  # data-parallel degree: the devices over tp x cp x pp
     step_time_s: float
     tokens_per_s: float
     mfu: float
@@ -128,6 +134,8 @@ class SearchResult:
 # Blocks run in waves of this many; the lower bound is checked between waves, so what is skipped (and the
 # answer) does not depend on the executor or the number of workers.
 WAVE = 16
+CONNECT_TIMEOUT_S = 10  # a Dask scheduler that does not answer by then is reported, not waited for
+MAX_TOP = 100_000  # the running top-k is held in memory and re-estimated one by one at the end
 
 Waves = Iterable[list[tuple[int, int]]]
 Executor = Callable[[Callable[[int, int], ChunkResult], Waves], Iterator[ChunkResult]]
@@ -159,7 +167,11 @@ def dask_cluster(address: str = "local", workers: int = 2) -> Executor:
     def run(fn: Callable[[int, int], ChunkResult], waves: Waves) -> Iterator[ChunkResult]:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=None) if address == "local" else None
-        client = Client(cluster if cluster is not None else address)
+        try:
+            client = Client(cluster if cluster is not None else address, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as err:
+            raise SpecError(f"--dask {address}: no Dask scheduler answered within {CONNECT_TIMEOUT_S} s "
+                            f"({err})") from None
         try:
             for wave in waves:
                 futures = client.map(fn, *zip(*wave, strict=True), pure=False)
@@ -198,38 +210,39 @@ def search(model: Model, system: System, workload: Training, base: Strategy | No
     could enter). `progress(points_done, points)` is called as blocks finish or are skipped. With
     `checkpoint`, every finished block is appended to that file and a rerun of the same search skips the
     blocks it holds (resume after an interruption; the answer is the same)."""
+    if not 1 <= top_k <= MAX_TOP:
+        raise SpecError(f"top_k = {top_k}: the number of strategies to keep must be 1..{MAX_TOP:,}")
     base = base or Strategy()
     space = space or StrategySpace()
-    axes = resolve_axes(space, model, system.devices, system.devices_per_node, base, system.device.hbm.capacity)
+    axes = resolve_axes(space, model, system.devices, system.devices_per_node, base, system.device.hbm.capacity,
+                        system.device.flash3_attention_efficiency is not None)
     problem = Problem(model, system, base, workload, space, axes, objective, top_k)
     started = time.perf_counter()
     done = _resume(checkpoint, problem, chunk) if checkpoint is not None else []
     finished = {(p.start, p.stop) for p in done}
-    per_layout = axes.size // max(len(axes.labels[0]), 1)
-    bounds = layout_bounds(problem)
-    todo = sorted(((float(bounds[a // per_layout:(b - 1) // per_layout + 1].min()), a, b)
-                   for a, b in axes.blocks(chunk) if (a, b) not in finished))
+    todo = (block for block in _ordered_blocks(axes, layout_bounds(problem), chunk)
+            if (block[1], block[2]) not in finished)
     best = _Best(top_k)
     skipped = 0
 
     def waves() -> Iterator[list[tuple[int, int]]]:
         nonlocal skipped
-        for i in range(0, len(todo), WAVE):
-            wave = [(a, b) for bound, a, b in todo[i:i + WAVE] if not bound > best.kth]
-            skipped += sum(b - a for bound, a, b in todo[i:i + WAVE] if bound > best.kth)
+        while batch := list(itertools.islice(todo, WAVE)):
+            wave = [(a, b) for bound, a, b in batch if not bound > best.kth]
+            skipped += sum(b - a for bound, a, b in batch if bound > best.kth)
             if progress is not None:
                 progress(best.points + skipped, axes.size)
             if wave:
                 yield wave
 
-    log = checkpoint.open("a") if checkpoint is not None else None
+    # unbuffered appends, one write per block: lines of concurrent runs on one file never interleave
+    log = checkpoint.open("ab", buffering=0) if checkpoint is not None else None
     try:
         for part in itertools.chain(done, executor(problem.evaluate, waves())):  # memory: chunk size + k
             if log is not None and (part.start, part.stop) not in finished:
-                log.write(json.dumps({"start": part.start, "stop": part.stop, "evaluated": part.evaluated,
-                                      "feasible": part.feasible, "index": part.index.tolist(),
-                                      "value": part.value.tolist()}) + "\n")
-                log.flush()
+                log.write((json.dumps({"start": part.start, "stop": part.stop, "evaluated": part.evaluated,
+                                       "feasible": part.feasible, "index": part.index.tolist(),
+                                       "value": part.value.tolist()}) + "\n").encode())
             best.merge(part)
             if progress is not None:
                 progress(best.points + skipped, axes.size)
@@ -240,6 +253,21 @@ def search(model: Model, system: System, workload: Training, base: Strategy | No
     top = tuple(_candidate(rank, int(i), problem) for rank, i in enumerate(best.index))
     points = axes.size + axes.pruned
     return SearchResult(top, points, best.evaluated, points - best.evaluated, skipped, best.feasible, elapsed)
+
+
+def _ordered_blocks(axes: Axes, bounds: np.ndarray, chunk: int) -> Iterator[tuple[float, int, int]]:
+    """The blocks of the space as (lower bound, start, stop), lowest bound first (ties in index order).
+    Blocks within one layout are generated layout by layout in the order of their bounds, so memory does
+    not grow with the space; blocks that span several layouts (few points per layout) are sorted."""
+    layouts = len(axes.labels[0])
+    per_layout = axes.size // max(layouts, 1)
+    if axes.split_axis(chunk)[0] > 0:  # the split axis is inside a layout
+        for layout in np.argsort(bounds, kind="stable").tolist():
+            for a, b in axes.blocks(chunk, layout * per_layout, (layout + 1) * per_layout):
+                yield float(bounds[layout]), a, b
+        return
+    yield from sorted((float(bounds[a // per_layout:(b - 1) // per_layout + 1].min()), a, b)
+                      for a, b in axes.blocks(chunk))
 
 
 class _Best:
@@ -289,29 +317,31 @@ def _resume(path: Path, problem: Problem, chunk: int) -> list[ChunkResult]:
         raise SpecError(f"checkpoint {path}: not a search checkpoint") from None
     if header.get("search") != signature:
         raise SpecError(f"checkpoint {path} belongs to another search (model, system, space or options differ)")
-    done = []
+    done: dict[tuple[int, int], ChunkResult] = {}  # one per block: concurrent runs may both have logged it
     for line in lines[1:]:
         try:
             d = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by the interruption: that block runs again
+            part = ChunkResult(int(d["start"]), int(d["stop"]), int(d["evaluated"]), int(d["feasible"]),
+                               np.array(d["index"], np.int64), np.array(d["value"], float))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):  # a cut or foreign line: the block reruns
             continue
-        done.append(ChunkResult(d["start"], d["stop"], d["evaluated"], d["feasible"],
-                                np.array(d["index"], np.int64), np.array(d["value"], float)))
-    return done
+        done.setdefault((part.start, part.stop), part)
+    return list(done.values())
 
 
 def _candidate(rank: int, index: int, problem: Problem) -> Candidate:
     """Re-estimate one winner as a single configuration (its full, explained result)."""
     strategy = point_strategy(problem.base, problem.axes.point(index))
     r = estimate_training_run(problem.model, problem.system, strategy, problem.workload)
-    return Candidate(rank, index, strategy, float(r.step_time_s), float(r.tokens_per_s), float(r.mfu),
-                     float(r.memory_hbm.total))
+    return Candidate(rank, index, strategy, data_parallel(strategy, problem.system), float(r.step_time_s),
+                     float(r.tokens_per_s), float(r.mfu), float(r.memory_hbm.total))
 
 
 def candidate_row(c: Candidate) -> dict[str, Any]:
     s = c.strategy
-    return {"rank": c.rank, "tp": s.tp, "pp": s.pp, "cp": s.cp, "vpp": s.vpp, "micro_batch": s.micro_batch,
+    return {"rank": c.rank, "tp": s.tp, "pp": s.pp, "dp": c.dp, "cp": s.cp, "vpp": s.vpp, "ep": s.ep,
+            "micro_batch": s.micro_batch, "attention": s.attention.value,
             "sequence_parallel": s.sequence_parallel, "recompute": s.recompute.value, "zero": int(s.zero),
-            "overlap": s.overlap.model_dump(), "ep": s.ep,
+            "overlap": s.overlap.model_dump(),
             "rank_order": s.rank_order.value, "step_time_s": c.step_time_s,
             "tokens_per_s": c.tokens_per_s, "mfu": c.mfu, "memory_gib": c.memory_bytes / 2**30}

@@ -7,6 +7,7 @@ space can be materialized as arrays without the rest, and any point rebuilt as a
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,7 +23,7 @@ from armillary.plan.codes import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, encode, wi
 from armillary.plan.layout import data_parallel_degree, fewest_stage_layers, stage_layers
 from armillary.specs.base import Spec
 from armillary.specs.model import Model, TokenMixer
-from armillary.specs.strategy import RankOrder, Recompute, Strategy, ZeroStage
+from armillary.specs.strategy import Attention, RankOrder, Recompute, Strategy, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Training
 from armillary.workload.parameters import count_parameters
@@ -47,13 +48,16 @@ class StrategySpace(Spec):
     offload_optimizer: tuple[bool, ...] = (False,)
     offload_activations: tuple[bool, ...] = (False,)
     ep: tuple[PositiveInt, ...] = (1,)
+    attention: tuple[Attention, ...] | None = Field(
+        None, description="default: flash, and flash3 where the device has it (standard and flash1 only when "
+                          "listed: they are never faster)")
     rank_order: tuple[RankOrder, ...] = Field((RankOrder.DP_INNER, RankOrder.PP_INNER),
                                               description="mappings of the parallel groups onto network tiers")
 
 
 # axes in index order (the last varies fastest); the first is compound: the model-parallel layout
 _LAYOUT = ("tp", "pp", "cp", "vpp")
-_AXES = ("micro_batch", "sequence_parallel", "recompute", "zero", "overlap_dp", "overlap_tp",
+_AXES = ("attention", "micro_batch", "sequence_parallel", "recompute", "zero", "overlap_dp", "overlap_tp",
          "overlap_param_gather", "offload_optimizer", "offload_activations", "ep",
          "rank_order")
 
@@ -82,7 +86,7 @@ class Axes:
             out.update({name: vals[digit, k] for k, name in enumerate(names)})
         return out
 
-    def _inner(self, target: int) -> tuple[int, int]:
+    def split_axis(self, target: int) -> tuple[int, int]:
         """(axis split by blocks, points per step of it): the trailing axes after the split axis fit in
         `target` whole; the split axis is cut into runs so that a block stays within `target`."""
         count = 1
@@ -90,16 +94,20 @@ class Axes:
             if count * len(self.values[i]) > target:
                 return i, count
             count *= len(self.values[i])
-        return 0, count // len(self.values[0])
+        return 0, count // max(len(self.values[0]), 1)
 
-    def blocks(self, target: int) -> list[tuple[int, int]]:
+    def blocks(self, target: int, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, int]]:
         """Contiguous index ranges of at most `target` points (at least one step of the split axis), each
-        an outer product of axis slices (`block`)."""
-        axis, count = self._inner(target)
+        an outer product of axis slices (`block`), from `start` to `stop` (on boundaries of passes over
+        the split axis), generated one at a time: constant memory whatever the size of the space."""
+        if self.size == 0:
+            return
+        axis, count = self.split_axis(target)
         run = max(1, target // count) * count
         span = len(self.values[axis]) * count  # one pass over the split axis
-        return [(a, min(a + run, (a // span + 1) * span)) for outer in range(0, self.size, span)
-                for a in range(outer, outer + span, run)]
+        for outer in range(start, self.size if stop is None else stop, span):
+            for a in range(outer, outer + span, run):
+                yield a, min(a + run, outer + span)
 
     def block(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Coded field values of the points start..stop-1 (a range from `blocks`) as an outer product: the
@@ -200,14 +208,14 @@ def layout_checks(model: Model, base: Strategy, gpus: int, tp: Array, pp: Array,
 
 
 def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node: int,
-                 base: Strategy | None = None, hbm_bytes: float | None = None) -> Axes:
+                 base: Strategy | None = None, hbm_bytes: float | None = None, flash3: bool = False) -> Axes:
     """The axes of `space`. Two exact prunings of whole sub-spaces happen before indexing, counted in
     `pruned`: (tp, pp, cp, vpp) layouts that break a rule of the layout alone (`layout_checks`), and,
     given `hbm_bytes`, layouts whose `memory_floor` already exceeds it."""
     base = base or Strategy()
     tps = space.tp or default_tp(devices_per_node, gpus)
     pps = space.pp or _divisors(model.layers, gpus)
-    every = list(itertools.product(tps, pps, space.cp, space.vpp))
+    every = list(itertools.product(*(dict.fromkeys(values) for values in (tps, pps, space.cp, space.vpp))))
     layouts = []
     if every:
         t, p, c, v = np.array(every, dtype=float).T
@@ -217,7 +225,9 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
         t, p, c = (np.array([row[k] for row in layouts], dtype=float) for k in range(3))
         fits = np.broadcast_to(memory_floor(model, base, space, t, p, c, gpus) <= hbm_bytes, t.shape)
         layouts = [row for row, ok in zip(layouts, fits, strict=True) if ok]
-    others = [tuple((value,) for value in getattr(space, a)) for a in _AXES]
+    attention = space.attention or ((Attention.FLASH, Attention.FLASH3) if flash3 else (Attention.FLASH,))
+    space = space.model_copy(update={"attention": attention})
+    others = [tuple((value,) for value in dict.fromkeys(getattr(space, a))) for a in _AXES]  # each value once
     labels = (tuple(layouts), *others)
     names = (_LAYOUT, *((a,) for a in _AXES))
     values = tuple(np.array([[encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],

@@ -5,7 +5,7 @@ throughput, goodput under SLOs, and the largest request rate that meets P90 TTFT
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -14,11 +14,12 @@ from armillary.errors import SpecError
 from armillary.estimate.inference import ReplicaModel, inference_memory, kv_blocks, kv_budget, replica_model
 from armillary.plan.arrays import ModelArrays
 from armillary.plan.placement import pair_across
+from armillary.serving.engine import Engine, overheads, with_engine
 from armillary.serving.simulate import IterationCost, RequestTimes, SchedulerLimits, simulate_replica
 from armillary.serving.trace import Trace
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
-from armillary.specs.workload import Inference
+from armillary.specs.workload import Inference, Policy
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,19 @@ class ServingResult:
     devices: int
     times: RequestTimes
 
+    @property
+    def requests_per_s(self) -> float:
+        """Request throughput as the benchmark clients print it: completed requests over the duration."""
+        return self.completed / self.makespan_s if self.makespan_s > 0 else 0.0
+
+    @property
+    def itl_mean_s(self) -> float:
+        """Mean inter-token latency over every generated token after the first (token-weighted TPOT)."""
+        t = self.times
+        done = np.isfinite(t.finish_s) & (t.output_len > 1)
+        gaps = float((t.output_len[done] - 1).sum())
+        return float((t.finish_s[done] - t.first_token_s[done]).sum()) / gaps if gaps else float("nan")
+
     def meets(self) -> bool:
         """P90 TTFT and P99 TPOT within the SLOs, every request served."""
         return (self.rejected == 0 and self.completed == self.requests and self.ttft_s.p90 <= self.ttft_slo_s
@@ -77,42 +91,58 @@ class ServingResult:
         return d
 
 
-def _limits(r: ReplicaModel, w: Inference, largest_prompt: int) -> SchedulerLimits:
+def _limits(r: ReplicaModel, w: Inference, largest_prompt: int, engine: Engine | None) -> SchedulerLimits:
     """The scheduler's limits and the pages that fit next to the weights and the largest pass."""
     sv = w.serving
     pass_tokens = sv.max_batched_tokens if sv.chunked_prefill else max(sv.max_batched_tokens, largest_prompt)
     memory = inference_memory(r, w, float(sv.max_batch), float(pass_tokens))
-    free, budget = kv_budget(r, w, memory)
+    free, budget = kv_budget(r, w, memory, engine is not None and engine.memory_of_total)
     if free <= 0:
         raise SpecError(f"weights ({float(memory.weights) / 2**30:.1f} GiB) and activations leave no room for a KV "
                         f"cache on {r.system.device.name}")
     hbm_share = 1 - r.tier2_fraction
-    blocks = kv_blocks(budget, hbm_share * r.cache_bytes_per_token, w.kv_cache.block_tokens)
-    return SchedulerLimits(sv.max_batch, sv.max_batched_tokens, sv.chunked_prefill, blocks, w.kv_cache.block_tokens)
+    blocks = kv_blocks(float(budget), hbm_share * r.cache_bytes_per_token, w.kv_cache.block_tokens)
+    swap = 0.0
+    if sv.policy is Policy.SWAP:
+        tier2 = r.system.device.second_tier
+        if tier2 is None:
+            raise SpecError(f"workload.serving.policy: swap needs a second memory tier; {r.system.device.name} has "
+                            "none (use recompute, max_utilization or guaranteed_no_evict)")
+        swap = r.cache_bytes_per_token / tier2.rate  # each device moves its shard over its own link
+    return SchedulerLimits(sv.max_batch, sv.max_batched_tokens, sv.chunked_prefill, blocks, w.kv_cache.block_tokens,
+                           sv.policy, sv.prefix_hit_rate, sv.concurrency, swap,
+                           overheads(engine, r.stage_layers).request_s)
 
 
 def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System, replicas: int,
-                trace: Trace) -> ServingResult:
+                trace: Trace, engine: Engine | None = None) -> ServingResult:
     """Simulate `trace` on `replicas` replicas: round-robin over them, or, with prefill_replicas > 0, over
-    the prefill pool, then (after the KV handover) over the decode pool in order of first tokens."""
+    the prefill pool, then (after the KV handover) over the decode pool in order of first tokens.
+    `engine` (else the workload's `serving.engine`) fills the workload's unset fields and costs overheads."""
+    w, engine = with_engine(w, engine)
     r = replica_model(m, strategy, w, system)
     sv = w.serving
     if sv.prefill_replicas >= replicas:
         raise SpecError(f"workload.serving.prefill_replicas: {sv.prefill_replicas} leaves no decode replica of "
                         f"{replicas}")
     largest = int(trace.input_len.max()) if len(trace) else 1
-    limits = _limits(r, w, largest)
-    cost = IterationCost(r, max(sv.max_batched_tokens, 1), sv.max_batch)
+    limits = _limits(r, w, largest, engine)
+    cost = IterationCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.stage_layers))
     n = len(trace)
     first, finish, preempted = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int64)
+    sent = trace.arrival_s.astype(float).copy()
     iterations = batched = 0
 
     def run(pool: int, order: np.ndarray, sub: Trace, **kind: bool) -> None:
         nonlocal iterations, batched
         for k in range(pool):
             pick = np.arange(k, len(order), pool)
-            part = simulate_replica(sub.subset(pick), cost, limits, **kind)
+            c = None if kind.get("prefilled") else limits.concurrency  # the client's cap: at the first pool
+            mine = replace(limits, concurrency=None if c is None else max(1, c // pool + (k < c % pool)))
+            part = simulate_replica(sub.subset(pick), cost, mine, **kind)
             ids = order[pick]
+            if c is not None:
+                sent[ids] = part.times.arrival_s
             first[ids] = part.times.first_token_s
             finish[ids] = part.times.finish_s
             preempted[ids] += part.times.preemptions
@@ -135,7 +165,7 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
         finish[:] = np.nan
         run(replicas - sv.prefill_replicas, order, decode_trace, prefilled=True)
         first = ttft
-    times = RequestTimes(trace.arrival_s, first, finish, trace.input_len, trace.output_len, preempted)
+    times = RequestTimes(sent, first, finish, trace.input_len, trace.output_len, preempted)
     return _metrics(times, w, r.devices * replicas, replicas, limits.kv_blocks, iterations, batched)
 
 
@@ -167,14 +197,15 @@ def _metrics(times: RequestTimes, w: Inference, devices: int, replicas: int, blo
 
 
 def max_rate(serve: Callable[[float], ServingResult], low: float = 0.05, high: float = 1e4,
-             steps: int = 12) -> tuple[float, ServingResult | None]:
+             steps: int = 12, meets: Callable[[ServingResult], bool] = ServingResult.meets,
+             ) -> tuple[float, ServingResult | None]:
     """Largest request rate whose result `meets` its SLOs: doubling from `low` to bracket it, then
     bisection (in log space) for `steps` steps. (0, None) when even `low` misses."""
     best: tuple[float, ServingResult | None] = (0.0, None)
     rate = low
     while rate <= high:
         result = serve(rate)
-        if not result.meets():
+        if not meets(result):
             break
         best = (rate, result)
         rate *= 2
@@ -186,7 +217,7 @@ def max_rate(serve: Callable[[float], ServingResult], low: float = 0.05, high: f
     for _ in range(steps):
         mid = float(np.sqrt(lo * hi))
         result = serve(mid)
-        if result.meets():
+        if meets(result):
             lo, best = mid, (mid, result)
         else:
             hi = mid

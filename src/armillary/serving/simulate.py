@@ -1,18 +1,22 @@
 """A request-level discrete-event simulation of one serving replica: continuous batching (Orca, Yu et al.
-2022), chunked prefill (Sarathi-Serve, Agrawal et al. 2024), a paged KV cache with preemption by
-recomputation (vLLM, Kwon et al. 2023). Each iteration is costed by the analytical model
-(`estimate.inference.ReplicaModel`), so at low load a request's TTFT is the analytical prefill time.
+2022), chunked prefill (Sarathi-Serve, Agrawal et al. 2024), a paged KV cache under a capacity policy
+(`policy.Policy`: guaranteed-no-evict, max-utilization, recompute or swap; vLLM, Kwon et al. 2023), prefix
+reuse at a hit rate, open- or closed-loop arrivals. Each iteration is costed by the analytical model
+(`estimate.inference.ReplicaModel`) plus the engine's host overheads, so at low load a request's TTFT is
+the analytical prefill time. The scheduler's steps live in `scheduler.ReplicaState`.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
 from armillary.estimate.inference import ReplicaModel, kv_pages
+from armillary.serving.engine import Overheads
+from armillary.serving.scheduler import Cost, ReplicaState
 from armillary.serving.trace import Trace
+from armillary.specs.workload import Policy
 from armillary.workload.ops import Op
 
 
@@ -23,12 +27,17 @@ class SchedulerLimits:
     chunked_prefill: bool
     kv_blocks: int  # pages of the KV cache on one device
     block_tokens: int
+    policy: Policy = Policy.RECOMPUTE
+    prefix_hit_rate: float = 0.0  # share of each prompt already cached (not computed)
+    concurrency: int | None = None  # closed loop: requests outstanding at most
+    swap_s_per_token: float = 0.0  # one token's cache over the second tier's link, one way
+    request_overhead_s: float = 0.0  # from sending a request to its place in the queue
 
 
 @dataclass(frozen=True)
 class RequestTimes:
     """Per request (trace order): NaN where a request never got that far (rejected: its cache alone
-    exceeds the KV capacity)."""
+    exceeds the KV capacity). `arrival_s` is when the client sent it (closed loop: when a slot freed)."""
 
     arrival_s: np.ndarray
     first_token_s: np.ndarray
@@ -46,13 +55,26 @@ class ReplicaRun:
 
 
 class IterationCost:
-    """Time of one iteration from its sequences' new and cached tokens. The token-dependent part and the
-    head are tabulated once (the same functions, evaluated over every count at once)."""
+    """Time of one iteration from its sequences' new and cached tokens, plus the engine's host overheads.
+    The token-dependent part and the head are tabulated once (the same functions over every count)."""
 
-    def __init__(self, replica: ReplicaModel, max_tokens: int, max_sequences: int) -> None:
+    def __init__(self, replica: ReplicaModel, max_tokens: int, max_sequences: int,
+                 overheads: Overheads | None = None) -> None:
         self.replica = replica
+        self.overheads = overheads = overheads if overheads is not None else Overheads()
         self.by_tokens = np.asarray(replica.tokens_time(np.arange(1, max_tokens + 1, dtype=float)).total)
-        self.by_sequences = np.concatenate(([0.0], replica.head_time(np.arange(1, max_sequences + 1, dtype=float))))
+        sequences = np.arange(0, max_sequences + 1, dtype=float)
+        self.by_sequences = np.concatenate(([0.0], replica.head_time(sequences[1:]))) + overheads(sequences)
+        self.affine = _affine_attention(replica)
+
+    def attention_op(self, new: np.ndarray, past: np.ndarray) -> Op:
+        """The attention op of each iteration (a column), summed over its sequences."""
+        if self.affine is not None:
+            flop, per_new, per_past = self.affine
+            return Op(flop * np.sum(new * (2 * past + new) / 2, axis=0),
+                      per_new * np.sum(new, axis=0) + per_past * np.sum(past, axis=0))
+        op = self.replica.attention(new, past)
+        return Op(np.sum(op.flop, axis=0), np.sum(op.bytes, axis=0))
 
     def __call__(self, new: np.ndarray, past: np.ndarray, emitting: int) -> np.ndarray:
         """Times of iterations over the same sequences: `new` and `past` are (sequences x iterations), or
@@ -62,196 +84,82 @@ class IterationCost:
         tokens = int(new2[:, 0].sum())
         layers = (self.by_tokens[tokens - 1] if tokens <= len(self.by_tokens)
                   else float(r.tokens_time(float(tokens)).total))
-        op = r.attention(new2, past2)
-        summed = Op(np.sum(op.flop, axis=0), np.sum(op.bytes, axis=0))
-        core, remote = r.attention_time(summed, past2.sum(axis=0))
-        return np.asarray(layers + core + remote + self.by_sequences[min(emitting, len(self.by_sequences) - 1)])
+        core, remote = r.attention_time(self.attention_op(new2, past2), past2.sum(axis=0))
+        head = (self.by_sequences[emitting] if emitting < len(self.by_sequences)
+                else float(r.head_time(float(emitting))) + self.overheads(emitting))
+        return np.asarray(layers + core + remote + head)
 
 
-def simulate_replica(trace: Trace, cost: IterationCost, limits: SchedulerLimits, prefilled: bool = False,
+def _affine_attention(r: ReplicaModel) -> tuple[float, float, float] | None:
+    """Coefficients (c_f, b_new, b_past) with which one sequence's attention op is c_f q (2p + q) / 2 FLOPs
+    and b_new q + b_past p bytes (q new tokens over p cached: a causal mask without a window), read off
+    `ReplicaModel.attention` itself and checked against it at far-apart points; None when it is not of
+    that form (sliding windows), and every call then evaluates the op per sequence."""
+    q = np.array([1.0, 1.0, 2.0, 7.0, 1.0, 5.0])
+    p = np.array([0.0, 1.0, 0.0, 100.0, 1e6, 3e5])
+    op = r.attention(q, p)
+    flops, moved = np.asarray(op.flop, dtype=float), np.asarray(op.bytes, dtype=float)
+    flop, per_new = 2 * float(flops[0]), float(moved[0])
+    per_past = float(moved[1]) - per_new
+    fits = (np.allclose(flops, flop * q * (2 * p + q) / 2, rtol=1e-9, atol=0)
+            and np.allclose(moved, per_new * q + per_past * p, rtol=1e-9, atol=0))
+    return (flop, per_new, per_past) if fits else None
+
+
+def simulate_replica(trace: Trace, cost: Cost, limits: SchedulerLimits, prefilled: bool = False,
                      prefill_only: bool = False) -> ReplicaRun:
     """Run the trace through one replica. `prefilled`: requests arrive with their prompt's cache (the
     decode pool of a disaggregated deployment); `prefill_only`: requests leave after their first token
     (the prefill pool)."""
-    n = len(trace)
-    arrival, n_in = trace.arrival_s, trace.input_len.astype(np.int64)
-    n_out = np.ones(n, np.int64) if prefill_only else trace.output_len.astype(np.int64)
-    first, finish = np.full(n, np.nan), np.full(n, np.nan)
-    preempted = np.zeros(n, np.int64)
-    cached = np.zeros(n, np.int64)  # tokens in the KV cache
-    target = n_in.copy()  # tokens the (re)computed prompt must reach before the next token is sampled
-    generated = np.zeros(n, np.int64)
-    blocks = np.zeros(n, np.int64)
-    B = limits.block_tokens
-    free = limits.kv_blocks
-    waiting: deque[int] = deque()
-    running: list[int] = []
-    now, arrived, done, iterations, batched = 0.0, 0, 0, 0, 0
-
-    def pages(tokens: int) -> int:
-        return kv_pages(tokens, B)
-
-    def preempt(idx: int) -> int:
-        """Send a sequence back to the queue head to recompute its prompt and output so far; its pages
-        are freed (returned)."""
-        freed = int(blocks[idx])
-        blocks[idx], cached[idx] = 0, 0
-        target[idx] = n_in[idx] + generated[idx]
-        preempted[idx] += 1
-        waiting.appendleft(idx)
-        return freed
-
-    while done < n:
-        while arrived < n and arrival[arrived] <= now:
-            idx = arrived
-            arrived += 1
-            if pages(int(n_in[idx] + n_out[idx])) > limits.kv_blocks:  # can never fit: rejected
-                done += 1
-                continue
-            if prefilled:
-                cached[idx] = target[idx] = n_in[idx]
-                generated[idx] = 1
-                first[idx] = arrival[idx]
-                if n_out[idx] <= 1:
-                    finish[idx] = arrival[idx]
-                    done += 1
-                    continue
-            waiting.append(idx)
-        if not running and not waiting:
-            if arrived < n:
-                now = max(now, float(arrival[arrived]))
+    s = ReplicaState(trace, limits, prefilled, prefill_only)
+    while s.done < s.n:
+        s.arrive()
+        if not s.running and not s.waiting:
+            s.now = max(s.now, s.next_event())
             continue
-        if not waiting and running and bool((cached[running] >= target[running]).all()):
-            steps = _decode_stretch(running, cached, n_out, generated, blocks, free, B, cost, now,
-                                    float(arrival[arrived]) if arrived < n else np.inf)
-            if steps is not None:  # several decode steps of an unchanged batch at once
-                k, end, added = steps
-                ids = np.array(running)
-                cached[ids] += k
-                generated[ids] += k
-                blocks[ids] += added
-                free -= int(added.sum())
-                now = end
-                iterations += k
-                batched += k * len(ids)
-                finished = ids[generated[ids] >= n_out[ids]]
-                free += _finish(finished, now, finish, blocks, running)
-                done += len(finished)
-                continue
+        if not s.waiting and bool((s.cached[s.running] >= s.target[s.running]).all()) and _decode_stretch(s, cost):
+            continue
         schedule: dict[int, int] = {}
+        prefill_phase = s.prefill_phase()
         budget = limits.max_batched_tokens
-        # without chunking an iteration either prefills whole prompts or decodes (vLLM's default scheduler
-        # before chunked prefill): prompts go first when the next one fits
-        head = waiting[0] if waiting else -1
-        prefill_phase = (not limits.chunked_prefill and head >= 0 and len(running) < limits.max_batch
-                         and pages(int(target[head])) - blocks[head] <= free)
-        # running sequences first (decodes and unfinished chunked prompts), in admission order, as far as
-        # the token budget goes; when their pages fit, all at once
-        i = 0
-        if running and not prefill_phase:
-            ids = np.array(running, np.int64)
-            want = np.maximum(target[ids] - cached[ids], 1)
-            before = np.cumsum(want) - want
-            m = int(np.searchsorted(before, budget, side="left"))
-            ids, want = ids[:m], np.minimum(want[:m], budget - before[:m])
-            need = kv_pages(cached[ids] + want, B) - blocks[ids]
-            if need.sum() <= free:
-                free -= int(need.sum())
-                blocks[ids] += need
-                schedule.update(zip(ids.tolist(), want.tolist(), strict=True))
-                budget -= int(want.sum())
-                i = len(running)  # done: the step-by-step loop below has nothing left
-        while i < len(running) and not prefill_phase:
-            idx = running[i]
-            want = 1 if cached[idx] >= target[idx] else min(int(target[idx] - cached[idx]), budget)
-            if want <= 0 or budget <= 0:
-                break
-            need = pages(int(cached[idx] + want)) - blocks[idx]
-            while need > free and running[-1] != idx:  # preempt the newest sequence (vLLM recompute)
-                victim = running.pop()
-                free += preempt(victim)
-                schedule.pop(victim, None)
-            if need > free:  # not even this one fits: it waits
-                running.pop(i)
-                free += preempt(idx)
-                continue
-            free -= need
-            blocks[idx] += need
-            schedule[idx] = want
-            budget -= want
-            i += 1
-        # admit waiting requests while sequences, tokens and pages allow
-        while waiting and len(running) < limits.max_batch and budget > 0 and (prefill_phase or limits.chunked_prefill
-                                                                                or not schedule):
-            idx = waiting[0]
-            remaining = int(target[idx] - cached[idx])
-            if limits.chunked_prefill:
-                want = min(remaining, budget)
-            elif remaining <= budget or not schedule:
-                want = remaining  # a whole prompt (one may exceed the budget on its own)
-            else:
-                break
-            need = pages(int(cached[idx] + want)) - blocks[idx]
-            if need > free:
-                break
-            waiting.popleft()
-            running.append(idx)
-            free -= need
-            blocks[idx] += need
-            schedule[idx] = want
-            budget -= want
+        if not prefill_phase:
+            budget = s.schedule_running(schedule, budget)
+        s.admit(schedule, budget, prefill_phase)
         if not schedule:  # nothing fits until something finishes or arrives
-            if arrived < n:
-                now = max(now, float(arrival[arrived]))
+            upcoming = s.next_event()
+            if np.isfinite(upcoming):
+                s.now = max(s.now, upcoming)
                 continue
             raise RuntimeError("serving simulation stalled: no request can be scheduled")
-        ids = np.fromiter(schedule.keys(), np.int64, len(schedule))
-        new = np.fromiter(schedule.values(), np.int64, len(schedule))
-        past = cached[ids]
-        emits = cached[ids] + new >= target[ids]
-        now += float(cost(new, past, int(emits.sum()))[0])
-        iterations += 1
-        batched += len(ids)
-        cached[ids] += new
-        sampled = ids[emits]
-        generated[sampled] += 1
-        first[sampled[np.isnan(first[sampled])]] = now
-        finished = sampled[generated[sampled] >= n_out[sampled]]
-        free += _finish(finished, now, finish, blocks, running)
-        done += len(finished)
-    times = RequestTimes(arrival, first, finish, trace.input_len, trace.output_len, preempted)
-    return ReplicaRun(times, iterations, batched)
+        s.run_iteration(schedule, cost)
+    times = RequestTimes(s.sent, s.first, s.finish, trace.input_len, trace.output_len, s.preempted)
+    return ReplicaRun(times, s.iterations, s.batched)
 
 
-def _finish(finished: np.ndarray, now: float, finish: np.ndarray, blocks: np.ndarray, running: list[int]) -> int:
-    """Record the finished sequences, drop them from `running`, and return the pages they free."""
-    if not len(finished):
-        return 0
-    finish[finished] = now
-    freed = int(blocks[finished].sum())
-    blocks[finished] = 0
-    gone = set(finished.tolist())
-    running[:] = [i for i in running if i not in gone]
-    return freed
-
-
-def _decode_stretch(running: list[int], cached: np.ndarray, n_out: np.ndarray, generated: np.ndarray,
-                    blocks: np.ndarray, free: int, block_tokens: int, cost: IterationCost, now: float,
-                    next_arrival: float) -> tuple[int, float, np.ndarray] | None:
-    """Decode steps of the running batch until a sequence finishes or a request arrives, costed at once:
-    (steps, end time, pages added per sequence); None when their pages do not all fit (the step-by-step
-    path then preempts)."""
-    ids = np.array(running)
-    k_max = int(min(4096, (n_out[ids] - generated[ids]).min()))
+def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
+    """Decode steps of the running batch until a sequence finishes or a request arrives, costed at once;
+    False when their pages do not all fit (the step-by-step path then preempts)."""
+    ids = np.array(s.running)
+    k_max = int(min(4096, (s.n_out[ids] - s.generated[ids]).min()))
     if k_max < 2:
-        return None
-    past = cached[ids][:, None] + np.arange(k_max)[None, :]
-    times = cost(np.ones_like(past), past, len(ids))
-    ends = now + np.cumsum(times)
-    k = 1 + int(np.searchsorted(ends[:-1], next_arrival, side="left"))  # steps that start before the arrival
-    added = kv_pages(cached[ids] + k, block_tokens) - blocks[ids]
-    if added.sum() > free:
-        return None
-    return k, float(ends[k - 1]), added
-
-
+        return False
+    past = s.cached[ids][:, None] + np.arange(k_max)[None, :]
+    # pages the batch adds by the end of each step: the steps that fit the free pages (the step-by-step
+    # path preempts when not even the first does)
+    added = np.maximum(kv_pages(past + 1, s.limits.block_tokens) - s.blocks[ids][:, None], 0).sum(axis=0)
+    fit = int(np.searchsorted(added, s.free, side="right"))
+    if fit < 1:
+        return False
+    times = cost(np.ones_like(past[:, :fit]), past[:, :fit], len(ids))
+    ends = s.now + np.cumsum(times)
+    k = 1 + int(np.searchsorted(ends[:-1], s.next_event(), side="left"))  # steps that start before it
+    added = np.maximum(kv_pages(s.cached[ids] + k, s.limits.block_tokens) - s.blocks[ids], 0)
+    s.cached[ids] += k
+    s.generated[ids] += k
+    s.blocks[ids] += added
+    s.free -= int(added.sum())
+    s.now = float(ends[k - 1])
+    s.iterations += k
+    s.batched += k * len(ids)
+    s.finish_sequences(ids[s.generated[ids] >= s.n_out[ids]])
+    return True

@@ -20,44 +20,28 @@ import math
 import operator
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numba
 import numpy as np
 
+from armillary.errors import SpecError
 from armillary.simulate.graph import Stream, Task, TaskGraph, TaskKind, Tier
+from armillary.simulate.timeline import Timeline
 
 _EPS = 1e-12
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """When every task ran. `cause[i]`: the task whose end let task i start (-1: it started at time 0)."""
-
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    cause: np.ndarray
-    duration_ns: np.ndarray  # as run: after perturbations, before link sharing
-    events: int  # task starts and ends, and rate changes of flows
-
-    @property
-    def makespan_ns(self) -> int:
-        return int(self.end_ns.max()) if len(self.end_ns) else 0
-
-    def critical_path(self) -> tuple[int, ...]:
-        """The chain of tasks, first to last, that ends with the last task to finish."""
-        if not len(self.end_ns):
-            return ()
-        chain = [int(np.argmax(self.end_ns))]
-        while self.cause[chain[-1]] >= 0:
-            chain.append(int(self.cause[chain[-1]]))
-        return tuple(reversed(chain))
 
 
 def run(graph: TaskGraph, stragglers: Mapping[int, float] | None = None, jitter: float = 0.0,
         seed: int = 0) -> Timeline:
     """Simulate `graph`. `stragglers`: slowdown factor of compute per rank; `jitter`: relative standard
     deviation of every task's duration."""
+    for rank, factor in (stragglers or {}).items():
+        if not 0 <= rank < graph.ranks:
+            raise SpecError(f"straggler rank {rank}: the simulation has ranks 0..{graph.ranks - 1}")
+        if not 0 < factor < math.inf:
+            raise SpecError(f"straggler {rank}={factor}: the slowdown factor must be a positive number")
+    if not 0 <= jitter < math.inf:
+        raise SpecError(f"jitter {jitter}: must be a number >= 0")
     with paused_gc():
         return _run(graph, stragglers, jitter, seed)
 
@@ -159,213 +143,242 @@ def _shared_links(tasks: tuple[Task, ...], duration: np.ndarray) -> tuple[np.nda
     return first, flat, len(number)
 
 
+# The event loop, compiled by numba; its state is plain arrays passed by name (a tuple of them costs a
+# reference count per access). Per task: `pending`, start, end, cause; a flow's `remaining` work (ns at full
+# rate) and `rate` since `updated`. A link's flows form a doubly linked list of link slots (`head`, `nxt`,
+# `prv`). The heap holds each started task once by (`key`: its end, task index); `position` locates it.
+
+
+@numba.njit(cache=True, inline="always")
+def _earlier(key: np.ndarray, a: int, b: int) -> bool:
+    return key[a] < key[b] or (key[a] == key[b] and a < b)
+
+
+@numba.njit(cache=True, inline="always")
+def _sift_up(heap: np.ndarray, key: np.ndarray, position: np.ndarray, k: int) -> None:
+    t = heap[k]
+    while k > 0 and _earlier(key, t, heap[(k - 1) >> 1]):
+        heap[k] = heap[(k - 1) >> 1]
+        position[heap[k]] = k
+        k = (k - 1) >> 1
+    heap[k], position[t] = t, k
+
+
+@numba.njit(cache=True, inline="always")
+def _sift_down(heap: np.ndarray, key: np.ndarray, position: np.ndarray, size: int, k: int) -> None:
+    t = heap[k]
+    while 2 * k + 1 < size:
+        c = 2 * k + 1
+        if c + 1 < size and _earlier(key, heap[c + 1], heap[c]):
+            c += 1
+        if not _earlier(key, heap[c], t):
+            break
+        heap[k] = heap[c]
+        position[heap[k]] = k
+        k = c
+    heap[k], position[t] = t, k
+
+
+@numba.njit(cache=True, inline="always")
+def _schedule(heap: np.ndarray, key: np.ndarray, position: np.ndarray, counters: np.ndarray, t: int,
+              at: int) -> None:
+    """Task t ends at `at`: put it on the heap, or move it there."""
+    if position[t] < 0:
+        heap[counters[2]], key[t] = t, at
+        counters[2] += 1
+        _sift_up(heap, key, position, counters[2] - 1)
+    elif at < key[t]:
+        key[t] = at
+        _sift_up(heap, key, position, position[t])
+    else:
+        key[t] = at
+        _sift_down(heap, key, position, counters[2], position[t])
+
+
+@numba.njit(cache=True, inline="always")
+def _pop(heap: np.ndarray, key: np.ndarray, position: np.ndarray, counters: np.ndarray) -> int:
+    """The task that ends next, taken off the heap."""
+    i = heap[0]
+    counters[2] -= 1
+    position[i] = -1
+    if counters[2]:
+        heap[0] = heap[counters[2]]
+        _sift_down(heap, key, position, counters[2], 0)
+    return i
+
+
+@numba.njit(cache=True, inline="always")
+def _push_flows(head: np.ndarray, nxt: np.ndarray, slot_task: np.ndarray, link: int, stamp: int,
+                mark: np.ndarray, stack: np.ndarray, size: int) -> int:
+    """Push on `stack` the flows on `link` not yet marked with `stamp` (marking them); returns its size."""
+    q = head[link]
+    while q >= 0:
+        f = slot_task[q]
+        if mark[f] != stamp:
+            mark[f] = stamp
+            stack[size] = f
+            size += 1
+        q = nxt[q]
+    return size
+
+
+@numba.njit(cache=True, inline="always")
+def _connected(link_first: np.ndarray, links: np.ndarray, slot_task: np.ndarray, head: np.ndarray,
+               nxt: np.ndarray, seeds: int, stamp: int, mark: np.ndarray, link_mark: np.ndarray,
+               stack: np.ndarray, component: np.ndarray, touched: np.ndarray,
+               capacity: np.ndarray) -> tuple[int, int]:
+    """The flows connected through shared links to the `seeds` flows on `stack`, depth first (flows are
+    marked with the round's `stamp` when pushed), into `component`; their links, at full capacity, into
+    `touched`. Returns how many of each."""
+    size, members, n_touched = seeds, 0, 0
+    for k in range(seeds):
+        mark[stack[k]] = stamp
+    while size:
+        size -= 1
+        f = stack[size]
+        component[members] = f
+        members += 1
+        for p in range(link_first[f], link_first[f + 1]):
+            link = links[p]
+            if link_mark[link] != stamp:
+                link_mark[link] = stamp
+                touched[n_touched] = link
+                n_touched += 1
+                capacity[link] = 1.0
+            size = _push_flows(head, nxt, slot_task, link, stamp, mark, stack, size)
+    return members, n_touched
+
+
+@numba.njit(cache=True, inline="always")
+def _fill(link_first: np.ndarray, links: np.ndarray, component: np.ndarray, members: int, touched: np.ndarray,
+          n_touched: int, capacity: np.ndarray, users: np.ndarray, frozen: np.ndarray, rate: np.ndarray,
+          changed: np.ndarray) -> None:
+    """Progressive filling (Bertsekas & Gallager, Data Networks §6.5.2) of the flows in `component`: all
+    unfrozen flows rise together until a link is full (capacity 1; a flow alone runs at rate 1), and the
+    flows on full links freeze at that level (all start unfrozen). Sets `rate`, and `changed` for the flows
+    whose rate changed."""
+    level, left = 0.0, members
+    while left:
+        for k in range(n_touched):
+            users[touched[k]] = 0
+        for k in range(members):
+            f = component[k]
+            if not frozen[f]:
+                for p in range(link_first[f], link_first[f + 1]):
+                    users[links[p]] += 1
+        step = 1.0 - level
+        for k in range(n_touched):
+            if users[touched[k]]:
+                step = min(step, capacity[touched[k]] / users[touched[k]])
+        level += step
+        for k in range(n_touched):
+            capacity[touched[k]] -= step * users[touched[k]]
+        for k in range(members):
+            f = component[k]
+            if frozen[f]:
+                continue
+            full = level >= 1.0 - _EPS
+            for p in range(link_first[f], link_first[f + 1]):
+                full = full or capacity[links[p]] <= _EPS
+            if full:
+                frozen[f] = True
+                left -= 1
+                changed[f] = level != rate[f]
+                rate[f] = level
+
+
+@numba.njit(cache=True, inline="always")
+def _leave(link_first: np.ndarray, links: np.ndarray, slot_task: np.ndarray, head: np.ndarray, nxt: np.ndarray,
+           prv: np.ndarray, i: int, stamp: int, seed_mark: np.ndarray, stack: np.ndarray) -> int:
+    """Flow i leaves its links; the flows left on them are marked with the round's `stamp` and pushed on
+    `stack` as seeds of its rebalance. Returns how many."""
+    seeds = 0
+    for p in range(link_first[i], link_first[i + 1]):
+        if prv[p] >= 0:
+            nxt[prv[p]] = nxt[p]
+        else:
+            head[links[p]] = nxt[p]
+        if nxt[p] >= 0:
+            prv[nxt[p]] = prv[p]
+        seeds = _push_flows(head, nxt, slot_task, links[p], stamp, seed_mark, stack, seeds)
+    return seeds
+
+
+@numba.njit(cache=True, inline="always")
+def _join(link_first: np.ndarray, links: np.ndarray, head: np.ndarray, nxt: np.ndarray, prv: np.ndarray,
+          i: int) -> bool:
+    """Flow i's slot goes to the front of each of its links' lists; returns whether it shares one."""
+    shares = False
+    for p in range(link_first[i], link_first[i + 1]):
+        nxt[p], prv[p] = head[links[p]], -1
+        if head[links[p]] >= 0:
+            prv[head[links[p]]] = p
+            shares = True
+        head[links[p]] = p
+    return shares
+
+
 @numba.njit(cache=True)
 def _simulate(duration: np.ndarray, pending: np.ndarray, first: np.ndarray, successors: np.ndarray,
               link_first: np.ndarray, links: np.ndarray, slot_task: np.ndarray, n_links: int) -> tuple[
                   np.ndarray, np.ndarray, np.ndarray, int]:
-    """The event loop, compiled. Returns start, end and cause per task, and the number of flow rate changes.
+    """The event loop. Returns start, end and cause per task, and the number of flow rate changes.
 
-    A task starts when all it waits for (`pending` counts them; `successors[first[i]:first[i+1]]` wait for
-    task i) have ended. A task on no shared link takes its duration. A flow (a task on the shared links
-    `links[link_first[i]:link_first[i+1]]`; `slot_task[p]`: whose slot p is) has `remaining` work (ns at
-    full rate) and progresses at its max-min fair `rate` since `updated`; its end is rescheduled whenever a
-    flow connected to it starts or ends. The flows on a link form a doubly linked list through their link
-    slots (`head`, `nxt`, `prv`). The heap holds each started task once, ordered by (end, task index),
-    so ties break by task index; `position` locates a task in it (a flow's end moves)."""
+    A task starts when all it waits for (`successors[first[i]:first[i+1]]` wait for task i) have ended. A
+    flow (on shared links `links[link_first[i]:link_first[i+1]]`) joins at full rate; when a flow connected
+    to it starts or ends, its component's rates are filled again (once per instant: rates depend only on
+    the flows in flight) and the flows whose rate changed, or that started, are rescheduled."""
     n = len(duration)
     pending = pending.copy()
-    start = np.zeros(n, dtype=np.int64)
-    end = np.full(n, -1, dtype=np.int64)
-    cause = np.full(n, -1, dtype=np.int64)
-    remaining = np.zeros(n)
-    rate = np.zeros(n)
-    updated = np.zeros(n, dtype=np.int64)
+    start, end, cause = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    remaining, rate, updated = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
     head = np.full(n_links, -1, dtype=np.int64)
-    nxt = np.full(len(links), -1, dtype=np.int64)
-    prv = np.full(len(links), -1, dtype=np.int64)
-    heap = np.empty(n, dtype=np.int64)
-    key = np.zeros(n, dtype=np.int64)  # a started task's end
-    position = np.full(n, -1, dtype=np.int64)
-    # scratch of a rebalance: flows and links are marked with its round's stamp (no clearing between uses)
-    mark = np.zeros(n, dtype=np.int64)
-    seed_mark = np.zeros(n, dtype=np.int64)
-    link_mark = np.zeros(n_links, dtype=np.int64)
-    stack = np.empty(n, dtype=np.int64)
-    component = np.empty(n, dtype=np.int64)
-    frozen = np.zeros(n, dtype=np.bool_)
-    touched = np.empty(n_links, dtype=np.int64)
-    capacity = np.zeros(n_links)
-    users = np.zeros(n_links, dtype=np.int64)
-    counters = np.zeros(3, dtype=np.int64)  # the round's stamp, rate changes, tasks on the heap
-
-    def before(a: int, b: int) -> bool:
-        return key[a] < key[b] or (key[a] == key[b] and a < b)
-
-    def sift_up(k: int) -> None:
-        t = heap[k]
-        while k > 0 and before(t, heap[(k - 1) >> 1]):
-            heap[k] = heap[(k - 1) >> 1]
-            position[heap[k]] = k
-            k = (k - 1) >> 1
-        heap[k], position[t] = t, k
-
-    def sift_down(k: int) -> None:
-        t, size = heap[k], counters[2]
-        while 2 * k + 1 < size:
-            c = 2 * k + 1
-            if c + 1 < size and before(heap[c + 1], heap[c]):
-                c += 1
-            if not before(heap[c], t):
-                break
-            heap[k] = heap[c]
-            position[heap[k]] = k
-            k = c
-        heap[k], position[t] = t, k
-
-    def schedule(t: int, at: int) -> None:
-        """Task t ends at `at`: put it on the heap, or move it there."""
-        if position[t] < 0:
-            heap[counters[2]], key[t] = t, at
-            counters[2] += 1
-            sift_up(counters[2] - 1)
-        elif at < key[t]:
-            key[t] = at
-            sift_up(position[t])
-        else:
-            key[t] = at
-            sift_down(position[t])
-
-    def rebalance(seeds: int, now: int) -> None:
-        """Max-min fair rates for the flows connected through shared links to the `seeds` flows on
-        `stack` (marked with this round's stamp in `seed_mark`), by progressive filling (Bertsekas &
-        Gallager, Data Networks §6.5.2): all unfrozen flows rise together until a link is full (capacity
-        1; a flow alone runs at rate 1), and the flows on full links freeze at that level. A flow whose
-        rate changes, or a seed, is rescheduled."""
-        stamp = counters[0]
-        size, members, n_touched = seeds, 0, 0
-        for k in range(seeds):
-            mark[stack[k]] = stamp
-        while size:  # the connected component, depth first; flows are marked when pushed
-            size -= 1
-            f = stack[size]
-            component[members] = f
-            members += 1
-            for p in range(link_first[f], link_first[f + 1]):
-                link = links[p]
-                if link_mark[link] != stamp:
-                    link_mark[link] = stamp
-                    touched[n_touched] = link
-                    n_touched += 1
-                    capacity[link] = 1.0
-                q = head[link]
-                while q >= 0:
-                    g = slot_task[q]
-                    if mark[g] != stamp:
-                        mark[g] = stamp
-                        stack[size] = g
-                        size += 1
-                    q = nxt[q]
-        for k in range(members):  # progress so far at the old rates
-            f = component[k]
-            remaining[f] -= rate[f] * (now - updated[f])
-            updated[f] = now
-            frozen[f] = False
-        level = 0.0
-        left = members
-        while left:
-            for k in range(n_touched):
-                users[touched[k]] = 0
-            for k in range(members):
-                f = component[k]
-                if not frozen[f]:
-                    for p in range(link_first[f], link_first[f + 1]):
-                        users[links[p]] += 1
-            step = 1.0 - level
-            for k in range(n_touched):
-                link = touched[k]
-                if users[link]:
-                    step = min(step, capacity[link] / users[link])
-            level += step
-            for k in range(n_touched):
-                capacity[touched[k]] -= step * users[touched[k]]
-            for k in range(members):
-                f = component[k]
-                if frozen[f]:
-                    continue
-                full = level >= 1.0 - _EPS
-                for p in range(link_first[f], link_first[f + 1]):
-                    full = full or capacity[links[p]] <= _EPS
-                if full:
-                    frozen[f] = True
-                    left -= 1
-                    if level != rate[f] or seed_mark[f] == stamp:
-                        rate[f] = level
-                        schedule(f, now + math.ceil(max(remaining[f], 0.0) / level - 1e-6))
-                        counters[1] += 1
-
-    def begin(i: int, now: int, seeds: int) -> int:
-        """Start task i: it ends after its duration if nothing changes; a flow joins its links at full
-        rate, and if it shares one, it becomes a seed of this round's rebalance. Returns the seeds."""
-        schedule(i, now + duration[i])
-        if link_first[i + 1] == link_first[i]:
-            return seeds
-        remaining[i], rate[i], updated[i] = duration[i], 1.0, now
-        alone = True
-        for p in range(link_first[i], link_first[i + 1]):  # its slot goes to the front of each link's list
-            link = links[p]
-            nxt[p], prv[p] = head[link], -1
-            if head[link] >= 0:
-                prv[head[link]] = p
-                alone = False
-            head[link] = p
-        if alone:
-            return seeds
-        seed_mark[i] = counters[0]
-        stack[seeds] = i
-        return seeds + 1
-
-    # each round: the next task to end, the tasks that then start, and one rebalance for all the flows
-    # that started or lost a neighbour (rates depend only on the flows in flight, so one rebalance after
-    # all of an instant's changes gives the rates that one per change would)
-    counters[0] = 1
-    seeds = 0
-    for i in range(n):
-        if pending[i] == 0:
-            seeds = begin(i, 0, seeds)
-    if seeds:
-        rebalance(seeds, 0)
-    while counters[2]:
-        i = heap[0]
-        now = key[i]
-        counters[2] -= 1
-        position[i] = -1
-        if counters[2]:
-            heap[0] = heap[counters[2]]
-            sift_down(0)
-        counters[0] += 1
-        seeds = 0
-        for p in range(link_first[i], link_first[i + 1]):  # a flow leaves its links; the flows left are seeds
-            if prv[p] >= 0:
-                nxt[prv[p]] = nxt[p]
-            else:
-                head[links[p]] = nxt[p]
-            if nxt[p] >= 0:
-                prv[nxt[p]] = prv[p]
-            q = head[links[p]]
-            while q >= 0:
-                f = slot_task[q]
-                if seed_mark[f] != counters[0]:
-                    seed_mark[f] = counters[0]
-                    stack[seeds] = f
+    nxt, prv = np.full(len(links), -1, dtype=np.int64), np.full(len(links), -1, dtype=np.int64)
+    heap, key, position = np.empty(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    # a rebalance's scratch: flows and links are marked with its round's stamp (no clearing between uses)
+    mark, seed_mark, link_mark = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n_links, np.int64)
+    stack, component = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    frozen, changed = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
+    touched, capacity, users = np.empty(n_links, dtype=np.int64), np.zeros(n_links), np.zeros(n_links, np.int64)
+    counters = np.array([1, 0, 0], dtype=np.int64)  # the round's stamp (from 1: scratch starts at 0), rate
+    # changes, tasks on the heap
+    now, i = 0, -1
+    while True:
+        seeds, lo, hi = 0, 0, n  # at time 0, every task that waits for nothing starts
+        if i >= 0:  # task i ends: it leaves its links (the flows left there are seeds); its successors may start
+            seeds = _leave(link_first, links, slot_task, head, nxt, prv, i, counters[0], seed_mark, stack)
+            end[i] = now
+            lo, hi = first[i], first[i + 1]
+        for k in range(lo, hi):
+            s = k if i < 0 else successors[k]
+            if i >= 0:
+                pending[s] -= 1
+            if pending[s]:
+                continue
+            start[s], cause[s] = now, i
+            _schedule(heap, key, position, counters, s, now + duration[s])  # its end if nothing changes
+            if link_first[s + 1] > link_first[s]:  # a flow: at full rate until the rebalance
+                remaining[s], rate[s], updated[s] = duration[s], 1.0, now
+                if _join(link_first, links, head, nxt, prv, s):
+                    seed_mark[s] = counters[0]
+                    stack[seeds] = s
                     seeds += 1
-                q = nxt[q]
-        end[i] = now
-        for k in range(first[i], first[i + 1]):
-            s = successors[k]
-            pending[s] -= 1
-            if pending[s] == 0:
-                start[s], cause[s] = now, i
-                seeds = begin(s, now, seeds)
         if seeds:
-            rebalance(seeds, now)
-    return start, end, cause, counters[1]
+            members, n_touched = _connected(link_first, links, slot_task, head, nxt, seeds, counters[0], mark,
+                                            link_mark, stack, component, touched, capacity)
+            for k in range(members):  # progress so far at the old rates
+                f = component[k]
+                remaining[f] -= rate[f] * (now - updated[f])
+                updated[f], frozen[f] = now, False
+            _fill(link_first, links, component, members, touched, n_touched, capacity, users, frozen, rate, changed)
+            for k in range(members):
+                f = component[k]
+                if changed[f] or seed_mark[f] == counters[0]:
+                    counters[1] += 1
+                    _schedule(heap, key, position, counters, f,
+                              now + math.ceil(max(remaining[f], 0.0) / rate[f] - 1e-6))
+        if not counters[2]:
+            return start, end, cause, counters[1]
+        i = _pop(heap, key, position, counters)
+        now = key[i]
+        counters[0] += 1

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import NamedTuple
 
+from armillary.specs.communication import Collective
+
 
 class TaskKind(IntEnum):
     COMPUTE = 0
@@ -33,6 +35,12 @@ class Stream(IntEnum):
     DP = 5  # gradient reductions
     OFFLOAD = 6
     DP_GATHER = 7  # parameter gathers (ZeRO / FSDP run them on their own stream, ahead of use)
+
+    @property
+    def category(self) -> Category:
+        """The kind of time a communication or copy on this stream is (a compute task says its own:
+        compute, recompute or optimizer)."""
+        return _STREAM_CATEGORY[self]
 
 
 _STREAMS = len(Stream)
@@ -61,6 +69,11 @@ class Category(StrEnum):
     OFFLOAD = "offload"
 
 
+_STREAM_CATEGORY = {Stream.COMPUTE: Category.COMPUTE, Stream.TP: Category.TP, Stream.CP: Category.CP,
+                    Stream.EP: Category.EP, Stream.PP: Category.PP, Stream.DP: Category.DP,
+                    Stream.OFFLOAD: Category.OFFLOAD, Stream.DP_GATHER: Category.DP}
+
+
 class Task(NamedTuple):
     """One operation (a tuple: millions of them are built for an unsymmetric 1,000-GPU step)."""
 
@@ -75,7 +88,7 @@ class Task(NamedTuple):
     bytes: float = 0.0  # message size (collectives: the nccl-tests convention), or bytes moved
     flop: float = 0.0
     group: str = ""  # label of the process group, e.g. "dp" or "pp 3->4"
-    collective: str = ""  # all_reduce, all_gather, reduce_scatter, all_to_all, send_recv
+    collective: Collective | None = None  # the operation of a collective or send
     after: tuple[int, ...] = ()  # every task it waits for: `deps` and its stream predecessors (set by the builder)
 
 
@@ -102,7 +115,7 @@ class GraphBuilder:
 
     def add(self, name: str, kind: TaskKind, category: Category, ranks: tuple[int, ...], stream: Stream | None,
             seconds: float, deps: tuple[int, ...] | list[int] = (), tier: Tier = Tier.NONE, bytes: float = 0.0,
-            flop: float = 0.0, group: str = "", collective: str = "") -> int:
+            flop: float = 0.0, group: str = "", collective: Collective | None = None) -> int:
         if not seconds >= 0:
             raise ValueError(f"task {name!r}: duration must be a non-negative number of seconds, not {seconds}")
         if deps and (max(deps) >= len(self.tasks) or min(deps) < 0):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from armillary.estimate.inference import decode_steps, prefill_pass, replica_model
@@ -22,8 +23,10 @@ from armillary.estimate.inference_result import InferenceEstimate, PassTime
 from armillary.estimate.run import estimate_inference_run
 from armillary.plan.arrays import ModelArrays
 from armillary.plan.layout import whole_layers
-from armillary.simulate.engine import Timeline, paused_gc, run
+from armillary.simulate.engine import paused_gc, run
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
+from armillary.simulate.timeline import Timeline
+from armillary.specs.communication import Collective
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
@@ -44,7 +47,9 @@ class InferenceSimulation:
         return self.timeline.makespan_ns / 1e9
 
 
-def simulate_inference(model: Model, system: System, strategy: Strategy, workload: Inference) -> InferenceSimulation:
+def simulate_inference(model: Model, system: System, strategy: Strategy, workload: Inference,
+                       stragglers: Mapping[int, float] | None = None, jitter: float = 0.0,
+                       seed: int = 0) -> InferenceSimulation:
     started = time.perf_counter()
     est = estimate_inference_run(model, system, strategy, workload)
     r = replica_model(ModelArrays.of(model), strategy, workload, system)
@@ -69,7 +74,7 @@ def simulate_inference(model: Model, system: System, strategy: Strategy, workloa
                 last = g.add(f"{name} head", TaskKind.COMPUTE, Category.COMPUTE, (s,), Stream.COMPUTE, head, (last,))
             if s < pp - 1:
                 deps = [g.add(f"{name} send {s}->{s + 1}", TaskKind.SEND, Category.PP, (s, s + 1), None,
-                              float(p.pp) / (pp - 1), (last,), tier, collective="send_recv")]
+                              float(p.pp) / (pp - 1), (last,), tier, collective=Collective.SEND_RECV)]
         return last
 
     with paused_gc():
@@ -82,7 +87,7 @@ def simulate_inference(model: Model, system: System, strategy: Strategy, workloa
             for j in range(len(previous)):
                 previous[j] = through_stages(f"decode {k} mb {j}", step, head, [previous[j]])
         graph = g.graph(pp, tuple(f"stage {s}" for s in range(pp)), (strategy.tp,) * pp)
-    timeline = run(graph)
+    timeline = run(graph, stragglers, jitter, seed)
     ttft = timeline.end_ns[prefill_end] / 1e9
     tpot = (timeline.makespan_ns / 1e9 - ttft) / steps if steps > 0 else 0.0
     return InferenceSimulation(graph, timeline, est, ttft, tpot, time.perf_counter() - started)

@@ -14,8 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from armillary.simulate.engine import Timeline
 from armillary.simulate.graph import Stream, Task, TaskGraph, TaskKind
+from armillary.simulate.timeline import Timeline
+from armillary.writing import replaced
 
 _P2P = len(Stream)  # thread id of the send track
 
@@ -52,7 +53,8 @@ def trace_events(graph: TaskGraph, timeline: Timeline) -> list[dict[str, Any]]:
 
 def write_trace(graph: TaskGraph, timeline: Timeline, path: Path) -> None:
     """Write the timeline as {"traceEvents": [...], "displayTimeUnit": "ms"}."""
-    path.write_text(json.dumps({"traceEvents": trace_events(graph, timeline), "displayTimeUnit": "ms"}))
+    with replaced(path) as temporary:
+        temporary.write_text(json.dumps({"traceEvents": trace_events(graph, timeline), "displayTimeUnit": "ms"}))
 
 
 def write_protobuf_trace(graph: TaskGraph, timeline: Timeline, path: Path) -> None:
@@ -66,7 +68,7 @@ def write_protobuf_trace(graph: TaskGraph, timeline: Timeline, path: Path) -> No
         raise MissingExtra("protobuf traces", "perfetto", "the perfetto package") from None
     sequence = 1
     tracks = len(Stream) + 1  # streams and the p2p track of each rank
-    with path.open("wb") as f:
+    with replaced(path) as temporary, temporary.open("wb") as f:
         out = StreamingTraceProtoBuilder(f)
 
         def packet():

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from armillary.simulate.graph import Category, GraphBuilder, TaskKind, Tier
-from armillary.simulate.schedules import Kind, Pass, PipelineSchedule, passes
+from armillary.simulate.schedules import Kind, Pass, passes
+from armillary.specs.communication import Collective
+from armillary.specs.strategy import Schedule
 
 # emit(stage, pass, deps per lane) -> the task that completes the pass, per lane
 Emit = Callable[[int, Pass, list[list[int]]], list[int]]
@@ -27,7 +29,7 @@ class Send:
     tier: Tier
 
 
-def build_pipeline(b: GraphBuilder, schedule: PipelineSchedule, stages: int, microbatches: int, chunks: int,
+def build_pipeline(b: GraphBuilder, schedule: Schedule, stages: int, microbatches: int, chunks: int,
                    lanes: list[list[int]], emit: Emit, send: Send) -> list[list[int]]:
     """Emit every stage's passes in schedule order (`lanes[s]`: the ranks of stage s, lane by lane); returns
     per stage and lane the task that completes its last pass."""
@@ -59,7 +61,7 @@ def build_pipeline(b: GraphBuilder, schedule: PipelineSchedule, stages: int, mic
                     sends = [b.add(f"send {p.kind}{p.microbatch}.{p.chunk} {s}->{target[0]}", TaskKind.SEND,
                                    Category.PP, (lanes[s][lane], lanes[target[0]][lane]), None, send.seconds,
                                    (done[(s, p)][lane],), send.tier, send.bytes, group=f"pp {s}->{target[0]}",
-                                   collective="send_recv") for lane in range(len(lanes[s]))]
+                                   collective=Collective.SEND_RECV) for lane in range(len(lanes[s]))]
                     outgoing[(s, p)] = sends
                     arriving[target] = sends
                 cursor[s] += 1

@@ -25,19 +25,6 @@ class Pass(NamedTuple):
     chunk: int = 0
 
 
-class PipelineSchedule(StrEnum):
-    """What the simulator runs: the estimator's schedules and zero-bubble ZB-H1 (Qi et al. 2024 §3.1)."""
-
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-    INTERLEAVED = "interleaved"
-    ZB_H1 = "zb-h1"
-
-    @classmethod
-    def of(cls, schedule: Schedule) -> PipelineSchedule:
-        return cls(schedule.value)
-
-
 def gpipe(stages: int, stage: int, microbatches: int) -> list[Pass]:
     """All forwards, then all backwards (Huang et al. 2019)."""
     return [Pass(Kind.F, i) for i in range(microbatches)] + [Pass(Kind.B, i) for i in range(microbatches)]
@@ -92,10 +79,10 @@ def zb_h1(stages: int, stage: int, microbatches: int) -> list[Pass]:
     return order + [Pass(Kind.W, mb) for mb in deferred]
 
 
-def passes(schedule: PipelineSchedule, stages: int, stage: int, microbatches: int, chunks: int = 1) -> list[Pass]:
-    if schedule is PipelineSchedule.INTERLEAVED:
+def passes(schedule: Schedule, stages: int, stage: int, microbatches: int, chunks: int = 1) -> list[Pass]:
+    if schedule is Schedule.INTERLEAVED:
         return interleaved(stages, stage, microbatches, chunks)
     if chunks != 1:
         raise ValueError(f"schedule {schedule.value!r} runs one model chunk per rank, not {chunks}")
-    return {PipelineSchedule.GPIPE: gpipe, PipelineSchedule.ONE_F_ONE_B: one_f_one_b,
-            PipelineSchedule.ZB_H1: zb_h1}[schedule](stages, stage, microbatches)
+    return {Schedule.GPIPE: gpipe, Schedule.ONE_F_ONE_B: one_f_one_b,
+            Schedule.ZB_H1: zb_h1}[schedule](stages, stage, microbatches)

@@ -13,16 +13,19 @@ gather their groups.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from armillary.errors import SpecError
-from armillary.estimate.result import CommCall, ParallelDimension, StepEstimate
+from armillary.estimate.layer import TP_OPERATIONS, tp_calls_per_pass
+from armillary.estimate.result import CommCall, LayerCost, ParallelDimension, StepEstimate
+from armillary.numerics import Array
 from armillary.plan.layout import data_parallel, stage_layer_kinds
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
 from armillary.simulate.pipeline import Send, build_pipeline
-from armillary.simulate.schedules import Kind, Pass, PipelineSchedule
+from armillary.simulate.schedules import Kind, Pass
 from armillary.specs.communication import Collective
 from armillary.specs.model import Model
-from armillary.specs.strategy import RankOrder, Strategy, ZeroStage
+from armillary.specs.strategy import RankOrder, Schedule, Strategy, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Training
 
@@ -70,114 +73,185 @@ def _call(est: StepEstimate, dims: tuple[ParallelDimension, ...], op: Collective
     return next((c for c in est.communication if c.dimension in dims and (op is None or c.operation is op)), None)
 
 
+class _Exchange(NamedTuple):
+    """A layer's exchange within its TP x CP group: what it is, where it runs, which operation, and the bytes
+    of one forward (also a recomputed forward) and one backward pass: calls x message bytes."""
+
+    name: str
+    category: Category
+    stream: Stream
+    tier: Tier
+    collective: Collective
+    forward_bytes: float = 0.0
+    backward_bytes: float = 0.0
+
+
+def _first(est: StepEstimate, dim: ParallelDimension, op: Collective, nth: int = 0) -> float:
+    """Message bytes of the `nth` call of `dim` and `op` (dense layers' calls come first), 0 if none."""
+    found = [c for c in est.communication if c.dimension is dim and c.operation is op]
+    return float(found[nth].message_bytes) if len(found) > nth else 0.0
+
+
+def _exchanges(est: StepEstimate, strategy: Strategy) -> tuple[_Exchange, _Exchange, _Exchange]:
+    """The TP (or SP), CP and EP exchanges of a layer, their tiers, operations and bytes per pass from the
+    estimate's calls. Calls per pass as the estimator counts them (estimate/layer.py): TP/SP
+    `tp_calls_per_pass`; ring CP cp - 1 K/V hops forward, twice that backward; Ulysses CP one all-to-all in
+    and one out per pass; EP a dispatch and a combine all-to-all per pass."""
+    tp = _call(est, (ParallelDimension.TP, ParallelDimension.SP))
+    cp, ep = _call(est, (ParallelDimension.CP,)), _call(est, (ParallelDimension.EP,))
+    forward_calls, backward_calls = tp_calls_per_pass(float(strategy.sequence_parallel))
+    tp_ops = [_first(est, d, op) for d, op in TP_OPERATIONS]
+    tp_f = sum(float(k) * n for k, n in zip(forward_calls, tp_ops, strict=True))
+    tp_b = sum(float(k) * n for k, n in zip(backward_calls, tp_ops, strict=True))
+    hops = (strategy.cp - 1) * _first(est, ParallelDimension.CP, Collective.SEND_RECV)
+    a2a = sum(_first(est, ParallelDimension.CP, Collective.ALL_TO_ALL, i) for i in (0, 1))
+    cp_f, cp_b = hops + a2a, 2 * hops + a2a
+    ep_pass = sum(_first(est, ParallelDimension.EP, Collective.ALL_TO_ALL, i) for i in (0, 1))
+    return (_Exchange("tp", Category.TP, Stream.TP, _tier(tp), tp.operation if tp else Collective.ALL_REDUCE,
+                      tp_f, tp_b),
+            _Exchange("cp", Category.CP, Stream.CP, _tier(cp), cp.operation if cp else Collective.SEND_RECV,
+                      cp_f, cp_b),
+            _Exchange("ep", Category.EP, Stream.EP, _tier(ep), Collective.ALL_TO_ALL, ep_pass, ep_pass))
+
+
+def _pipeline_send(est: StepEstimate) -> Send:
+    """The activation (or gradient) a stage hands to the next: the send, and with sequence parallelism
+    the all-gather that rebuilds the full activation."""
+    send_call = _call(est, (ParallelDimension.PP,), Collective.SEND_RECV)
+    gather_call = _call(est, (ParallelDimension.PP,), Collective.ALL_GATHER)
+    seconds = sum(float(c.time_each_s) for c in (send_call, gather_call) if c is not None)
+    return Send(seconds, float(send_call.message_bytes) if send_call else 0.0, _tier(send_call))
+
+
 def training_graph(model: Model, system: System, strategy: Strategy, workload: Training, est: StepEstimate,
-                   schedule: PipelineSchedule, symmetric: bool = True) -> TaskGraph:
+                   schedule: Schedule, symmetric: bool = True) -> TaskGraph:
     """One iteration's task graph. `est`: the estimate of the same configuration (its costs)."""
-    pp, vpp = strategy.pp, strategy.vpp
     m = round(float(est.microbatches))
     if m != float(est.microbatches) or m < 1:
         raise SpecError(f"simulate: the global batch makes {float(est.microbatches)} micro-batches per pipeline; "
                         "it must be a whole number")
-    if schedule is PipelineSchedule.INTERLEAVED and vpp < 2:
+    if schedule is Schedule.INTERLEAVED and strategy.vpp < 2:
         raise SpecError("simulate: the interleaved schedule needs vpp >= 2")
     lay = layout(strategy, data_parallel(strategy, system), symmetric)
-    kinds = stage_layer_kinds(model, strategy)
     b = GraphBuilder()
-    zb = schedule is PipelineSchedule.ZB_H1
-    ends = est.ends
-    tp_tier = _tier(_call(est, (ParallelDimension.TP, ParallelDimension.SP)))
-    cp_tier, ep_tier = _tier(_call(est, (ParallelDimension.CP,))), _tier(_call(est, (ParallelDimension.EP,)))
-    send_call = _call(est, (ParallelDimension.PP,), Collective.SEND_RECV)
-    gather_call = _call(est, (ParallelDimension.PP,), Collective.ALL_GATHER)
-    send_s = (float(send_call.time_each_s) if send_call else 0.0) + (float(gather_call.time_each_s)
-                                                                       if gather_call else 0.0)
-    send = Send(send_s, float(send_call.message_bytes) if send_call else 0.0, _tier(send_call))
-    dp = _DataParallel(b, est, strategy, max(max(len(k) for k in kinds) * vpp, 1), lay.dp_groups)
-    virtual = pp * vpp
-
-    def op(name: str, category: Category, stream: Stream, seconds: float, lanes: list[int],
-           deps: list[list[int]], groups: list[list[int]], tier: Tier = Tier.NONE,
-           flop: float = 0.0) -> list[list[int]]:
-        return _op(b, name, category, stream, seconds, lanes, deps, groups, tier, flop=flop)
-
-    def emit(s: int, p: Pass, deps: list[list[int]]) -> list[int]:
-        lanes = lay.lanes[s]
-        vs = p.chunk * pp + s
-        layers = kinds[vs]
-        tag = f"{p.kind}{p.microbatch}" + (f".{p.chunk}" if vpp > 1 else "")
-
-        def compute(name: str, seconds: float, category: Category = Category.COMPUTE, flop: float = 0.0) -> None:
-            nonlocal deps
-            if seconds > 0:
-                deps = op(f"{name} {tag}", category, Stream.COMPUTE, seconds, lanes, deps, [], flop=flop)
-
-        def comm(name: str, seconds: float, category: Category, stream: Stream, groups: list[list[int]],
-                 tier: Tier) -> None:
-            nonlocal deps
-            if seconds > 0:
-                deps = op(f"{name} {tag}", category, stream, seconds, lanes, deps, groups, tier)
-
-        tpg = lay.tp_groups
-        if p.kind is Kind.F:
-            if vs == 0 and ends is not None:
-                compute("embedding", float(ends.embedding_forward_s))
-                comm("embedding all-reduce", float(ends.tp.time), Category.TP, Stream.TP, tpg, tp_tier)
-            for i, moe in enumerate(layers):
-                lc = est.moe_layer if moe and est.moe_layer is not None else est.layer
-                deps = dp.before_forward(s, i, p, lanes, deps)
-                compute(f"layer {i}", float(lc.forward.time_s), flop=float(lc.forward.flop))
-                comm(f"tp layer {i}", float(lc.tp_forward_s), Category.TP, Stream.TP, tpg, tp_tier)
-                comm(f"cp layer {i}", float(lc.cp_forward_s), Category.CP, Stream.CP, tpg, cp_tier)
-                comm(f"ep layer {i}", float(lc.ep_forward_s), Category.EP, Stream.EP, tpg, ep_tier)
-            if vs == virtual - 1 and ends is not None:
-                compute("lm head", float(ends.head_forward_s))
-            return [d[-1] for d in deps]
-        if p.kind is Kind.B:
-            if vs == virtual - 1 and ends is not None:
-                compute("lm head backward", float(ends.head_s - ends.head_forward_s))
-                comm("lm head all-reduce", float(ends.tp.time), Category.TP, Stream.TP, tpg, tp_tier)
-            for i in reversed(range(len(layers))):
-                lc = est.moe_layer if layers[i] and est.moe_layer is not None else est.layer
-                compute(f"recompute layer {i}", float(lc.recompute.time_s), Category.RECOMPUTE,
-                        float(lc.recompute.flop))
-                comm(f"tp recompute layer {i}", float(lc.tp_recompute_s), Category.TP, Stream.TP, tpg, tp_tier)
-                comm(f"cp recompute layer {i}", float(lc.cp_recompute_s), Category.CP, Stream.CP, tpg, cp_tier)
-                comm(f"ep recompute layer {i}", float(lc.ep_recompute_s), Category.EP, Stream.EP, tpg, ep_tier)
-                deps = dp.before_backward(s, i, p, lanes, deps)
-                weight = 0.0 if zb else 1.0
-                compute(f"backward layer {i}", float(lc.backward_input.time_s + weight * lc.backward_weight.time_s),
-                        flop=float(lc.backward_input.flop + weight * lc.backward_weight.flop))
-                comm(f"tp backward layer {i}", float(lc.tp_backward_s), Category.TP, Stream.TP, tpg, tp_tier)
-                comm(f"cp backward layer {i}", float(lc.cp_backward_s), Category.CP, Stream.CP, tpg, cp_tier)
-                comm(f"ep backward layer {i}", float(lc.ep_backward_s), Category.EP, Stream.EP, tpg, ep_tier)
-                if not zb:
-                    deps = dp.after_backward(s, i, p, m, lanes, deps)
-            if vs == 0 and ends is not None:
-                compute("embedding backward", float(ends.embedding_s - ends.embedding_forward_s))
-            return [d[-1] for d in deps]
-        for i in reversed(range(len(layers))):  # W: weight gradients (zero-bubble)
-            lc = est.moe_layer if layers[i] and est.moe_layer is not None else est.layer
-            compute(f"weight gradient layer {i}", float(lc.backward_weight.time_s), flop=float(lc.backward_weight.flop))
-            deps = dp.after_backward(s, i, p, m, lanes, deps)
-        return [d[-1] for d in deps]
-
-    last_pass = build_pipeline(b, schedule, pp, m, vpp, lay.lanes, emit, send)
-    # after the last pass: the gradient reductions (in flight, or all of them now without overlap), the
-    # optimizer step, the offload stall
-    for s in range(pp):
-        lanes = lay.lanes[s]
-        dp.unoverlapped(s, lanes, [[t] for t in last_pass[s]])
-        deps = [[last_pass[s][i], *dp.pending(s, i)] for i in range(len(lanes))]
-        deps = op("optimizer step", Category.OPTIMIZER, Stream.COMPUTE, float(est.breakdown.optimizer), lanes,
-                  deps, [])
-        if float(est.breakdown.offload_stall) > 0:
-            op("offload stall", Category.OFFLOAD, Stream.COMPUTE, float(est.breakdown.offload_stall), lanes, deps, [])
+    passes = _Passes(b, est, strategy, lay, stage_layer_kinds(model, strategy), schedule is Schedule.ZB_H1, m)
+    last_pass = build_pipeline(b, schedule, strategy.pp, m, strategy.vpp, lay.lanes, passes.emit,
+                               _pipeline_send(est))
+    passes.finish(last_pass)
     return b.graph(len(lay.labels), lay.labels, lay.weights)
+
+
+class _Passes:
+    """Fills a pipeline pass of a stage with its tasks, for every lane of the stage: the layers of its
+    model chunk (forward; recompute and backward; or the weight gradients of zero-bubble), each with its
+    TP / CP / EP exchanges and data-parallel calls, and the embedding / LM head at the ends."""
+
+    def __init__(self, b: GraphBuilder, est: StepEstimate, strategy: Strategy, lay: Layout,
+                 kinds: list[list[bool]], zero_bubble: bool, microbatches: int) -> None:
+        self.b, self.est, self.lay, self.kinds, self.zb, self.m = b, est, lay, kinds, zero_bubble, microbatches
+        self.pp, self.vpp = strategy.pp, strategy.vpp
+        self.tp, self.cp, self.ep = _exchanges(est, strategy)
+        # the embedding's and the LM head's all-reduce: one call of the layers' TP message each
+        tp_ar = _first(est, ParallelDimension.TP, Collective.ALL_REDUCE)
+        self.ends_tp = self.tp._replace(collective=Collective.ALL_REDUCE, forward_bytes=tp_ar, backward_bytes=tp_ar)
+        self.dp = _DataParallel(b, est, strategy, max(max(len(k) for k in kinds) * strategy.vpp, 1), lay.dp_groups)
+        self.lanes: list[int] = []
+        self.deps: list[list[int]] = []
+        self.tag = ""
+
+    def emit(self, s: int, p: Pass, deps: list[list[int]]) -> list[int]:
+        """The tasks of pass `p` on stage `s`, after `deps` per lane; returns each lane's last task."""
+        self.lanes, self.deps = self.lay.lanes[s], deps
+        self.tag = f"{p.kind}{p.microbatch}" + (f".{p.chunk}" if self.vpp > 1 else "")
+        virtual = p.chunk * self.pp + s
+        first, last = virtual == 0, virtual == self.pp * self.vpp - 1
+        layers = [self._cost(moe) for moe in self.kinds[virtual]]
+        if p.kind is Kind.F:
+            self._forward(s, p, layers, first, last)
+        elif p.kind is Kind.B:
+            self._backward(s, p, layers, first, last)
+        else:
+            self._weight_gradients(s, p, layers)
+        return [d[-1] for d in self.deps]
+
+    def _cost(self, moe: bool) -> LayerCost:
+        return self.est.moe_layer if moe and self.est.moe_layer is not None else self.est.layer
+
+    def _forward(self, s: int, p: Pass, layers: list[LayerCost], first: bool, last: bool) -> None:
+        ends = self.est.ends
+        if first and ends is not None:
+            self._compute("embedding", float(ends.embedding_forward_s))
+            self._exchange("embedding all-reduce", float(ends.tp.time), self.ends_tp)
+        for i, lc in enumerate(layers):
+            self.deps = self.dp.before_forward(s, i, p, self.lanes, self.deps)
+            self._compute(f"layer {i}", float(lc.forward.time_s), flop=float(lc.forward.flop))
+            self._exchanges(f"layer {i}", lc.tp_forward_s, lc.cp_forward_s, lc.ep_forward_s)
+        if last and ends is not None:
+            self._compute("lm head", float(ends.head_forward_s))
+
+    def _backward(self, s: int, p: Pass, layers: list[LayerCost], first: bool, last: bool) -> None:
+        """Input and (except under zero-bubble) weight gradients, each layer recomputed first as the
+        strategy says; a layer's gradient bucket once its backward is done."""
+        ends = self.est.ends
+        if last and ends is not None:
+            self._compute("lm head backward", float(ends.head_s - ends.head_forward_s))
+            self._exchange("lm head all-reduce", float(ends.tp.time), self.ends_tp, backward=True)
+        weight = 0.0 if self.zb else 1.0
+        for i in reversed(range(len(layers))):
+            lc = layers[i]
+            self._compute(f"recompute layer {i}", float(lc.recompute.time_s), Category.RECOMPUTE,
+                          float(lc.recompute.flop))
+            self._exchanges(f"recompute layer {i}", lc.tp_recompute_s, lc.cp_recompute_s, lc.ep_recompute_s)
+            self.deps = self.dp.before_backward(s, i, p, self.lanes, self.deps)
+            self._compute(f"backward layer {i}", float(lc.backward_input.time_s + weight * lc.backward_weight.time_s),
+                          flop=float(lc.backward_input.flop + weight * lc.backward_weight.flop))
+            self._exchanges(f"backward layer {i}", lc.tp_backward_s, lc.cp_backward_s, lc.ep_backward_s, backward=True)
+            if not self.zb:
+                self.deps = self.dp.after_backward(s, i, p, self.m, self.lanes, self.deps)
+        if first and ends is not None:
+            self._compute("embedding backward", float(ends.embedding_s - ends.embedding_forward_s))
+
+    def _weight_gradients(self, s: int, p: Pass, layers: list[LayerCost]) -> None:
+        """W passes of zero-bubble schedules: the weight gradients, then the layer's gradient bucket."""
+        for i in reversed(range(len(layers))):
+            lc = layers[i]
+            self._compute(f"weight gradient layer {i}", float(lc.backward_weight.time_s),
+                          flop=float(lc.backward_weight.flop))
+            self.deps = self.dp.after_backward(s, i, p, self.m, self.lanes, self.deps)
+
+    def _compute(self, name: str, seconds: float, category: Category = Category.COMPUTE, flop: float = 0.0) -> None:
+        if seconds > 0:
+            self.deps = _op(self.b, f"{name} {self.tag}", category, Stream.COMPUTE, seconds, self.lanes, self.deps,
+                            [], flop=flop)
+
+    def _exchange(self, name: str, seconds: float, how: _Exchange, backward: bool = False) -> None:
+        if seconds > 0:
+            self.deps = _op(self.b, f"{name} {self.tag}", how.category, how.stream, seconds, self.lanes, self.deps,
+                            self.lay.tp_groups, how.tier, how.backward_bytes if backward else how.forward_bytes,
+                            collective=how.collective)
+
+    def _exchanges(self, what: str, tp: Array, cp: Array, ep: Array, backward: bool = False) -> None:
+        for how, seconds in ((self.tp, tp), (self.cp, cp), (self.ep, ep)):
+            self._exchange(f"{how.name} {what}", float(seconds), how, backward)
+
+    def finish(self, last_pass: list[list[int]]) -> None:
+        """After each stage's last pass: the gradient reductions (in flight, or all of them now without
+        overlap), the optimizer step, the offload stall."""
+        breakdown = self.est.breakdown
+        for s in range(self.pp):
+            lanes = self.lay.lanes[s]
+            self.dp.unoverlapped(s, lanes, [[t] for t in last_pass[s]])
+            deps = [[last_pass[s][i], *self.dp.pending(s, i)] for i in range(len(lanes))]
+            deps = _op(self.b, "optimizer step", Category.OPTIMIZER, Stream.COMPUTE, float(breakdown.optimizer),
+                       lanes, deps, [])
+            if float(breakdown.offload_stall) > 0:
+                _op(self.b, "offload stall", Category.OFFLOAD, Stream.COMPUTE, float(breakdown.offload_stall),
+                    lanes, deps, [])
 
 
 def _op(b: GraphBuilder, name: str, category: Category, stream: Stream, seconds: float, lanes: list[int],
         deps: list[list[int]], groups: list[list[int]], tier: Tier = Tier.NONE, nbytes: float = 0.0,
-        flop: float = 0.0) -> list[list[int]]:
+        flop: float = 0.0, collective: Collective | None = None) -> list[list[int]]:
     """A compute task per lane, or a collective per group of lanes (indices into `lanes`); returns each
     lane's dependencies for what follows."""
     if stream is Stream.COMPUTE:
@@ -186,7 +260,8 @@ def _op(b: GraphBuilder, name: str, category: Category, stream: Stream, seconds:
     out: list[list[int]] = [[] for _ in lanes]
     for members in groups:
         t = b.add(name, TaskKind.COLLECTIVE, category, tuple(lanes[i] for i in members), stream, seconds,
-                  sorted({d for i in members for d in deps[i]}), tier, nbytes, group=category.value)
+                  sorted({d for i in members for d in deps[i]}), tier, nbytes, group=category.value,
+                  collective=collective)
         for i in members:
             out[i] = [t]
     return out
@@ -208,16 +283,25 @@ class _DataParallel:
         self.reduce = sum(float(c.time_each_s) / per_layer for c in calls
                           if c.operation in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER))
         self.gather = sum(float(c.time_each_s) / per_layer for c in calls if c.operation is Collective.ALL_GATHER)
+        self.reduce_op = next((c.operation for c in calls if c.operation is Collective.REDUCE_SCATTER),
+                              Collective.ALL_REDUCE)
         self.tier = Tier.SCALE_OUT if any(float(c.scale_out_bytes_each) > 0 for c in calls) else Tier.SCALE_UP
-        self.bytes = sum(float(c.message_bytes) for c in calls) / per_layer
+        # each task its own operation's message: the reductions' (all-reduce or reduce-scatter) or the gathers'
+        self.reduce_bytes = sum(float(c.message_bytes) / per_layer for c in calls
+                                if c.operation in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER))
+        self.gather_bytes = sum(float(c.message_bytes) / per_layer for c in calls
+                                if c.operation is Collective.ALL_GATHER)
         self._pending: dict[tuple[int, int], list[int]] = {}
 
     def pending(self, s: int, lane: int) -> list[int]:
         return self._pending.get((s, lane), [])
 
     def _add(self, name: str, seconds: float, s: int, lanes: list[int], deps: list[list[int]],
-             stream: Stream = Stream.DP) -> list[list[int]]:
-        out = _op(self.b, name, Category.DP, stream, seconds, lanes, deps, self.groups, self.tier, self.bytes)
+             stream: Stream = Stream.DP, buckets: int = 1) -> list[list[int]]:
+        gather = stream is Stream.DP_GATHER
+        out = _op(self.b, name, Category.DP, stream, seconds, lanes, deps, self.groups, self.tier,
+                  buckets * (self.gather_bytes if gather else self.reduce_bytes),
+                  collective=Collective.ALL_GATHER if gather else self.reduce_op)
         for i, d in enumerate(out):
             self._pending.setdefault((s, i), []).extend(d)
         return out
@@ -251,4 +335,4 @@ class _DataParallel:
         """Without overlap, the whole reduction after the stage's last pass."""
         every = self.zero in (ZeroStage.GRADIENTS, ZeroStage.PARAMETERS)
         if self.reduce > 0 and not self.overlap_grad and not every:
-            self._add("dp reduce (all layers)", self.reduce * self.layers, s, lanes, deps)
+            self._add("dp reduce (all layers)", self.reduce * self.layers, s, lanes, deps, buckets=self.layers)

@@ -26,6 +26,7 @@ class Algorithm(StrEnum):
     HALVING_DOUBLING = "halving_doubling"  # recursive halving / doubling (Rabenseifner; MPI)
     DIRECT = "direct"  # one-shot: every rank exchanges with every other at once (custom all-reduce)
     IN_NETWORK = "in_network"  # the switch reduces (NVLink SHARP, InfiniBand SHARP)
+    SYNTHESIZED = "synthesized"  # a schedule synthesized for the dimension's topology (comm/synthesis.py)
 
 
 # what NCCL offers on a tier: ring, tree and, where the switch reduces, NVLS / CollNet

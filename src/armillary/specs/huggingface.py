@@ -29,6 +29,35 @@ _TOP_K = ("num_experts_per_tok", "experts_per_token")
 _EXPERT_FFN = ("moe_intermediate_size", "intermediate_size")
 
 
+# keys read as sizes (whole numbers), ratios (numbers) and flags (JSON true / false)
+_WHOLE = (*(k for keys in _ALIASES.values() for k in keys), "num_key_value_heads", "intermediate_size",
+          "max_position_embeddings", "n_positions", "head_dim", "sliding_window", *_EXPERTS, *_TOP_K,
+          "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "shared_expert_intermediate_size",
+          "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_heads")
+_RATIOS = ("expansion_ratio", "hidden_ratio")
+_FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias")
+_LARGEST = 2**40
+
+
+def _check_values(data: dict[str, Any]) -> None:
+    """Sizes are whole numbers in 1..2^40, ratios positive numbers, flags true or false; anything else
+    is an error naming the key (a list, a dict or "no" is not read as something else)."""
+    for key in _WHOLE:
+        value = data.get(key)
+        if value is None:
+            continue
+        integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not integral or not 0 <= value <= _LARGEST:
+            raise ValueError(f"config.json {key}: expected a whole number up to 2^40, got {value!r}")
+    for key in _RATIOS:
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6):
+            raise ValueError(f"config.json {key}: expected a positive number, got {value!r}")
+    for key in _FLAGS:
+        if key in data and not isinstance(data[key], bool):
+            raise ValueError(f"config.json {key}: expected true or false, got {data[key]!r}")
+
+
 def is_huggingface_config(data: dict[str, Any]) -> bool:
     return "model_type" in data or "architectures" in data
 
@@ -53,6 +82,7 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
     if kind not in _KNOWN:
         raise ValueError(f"model_type {kind!r} is not understood yet; known: {', '.join(_KNOWN)} "
                          "(write the model as a Model YAML instead)")
+    _check_values(data)
     if kind in _MATMUL_FREE:
         return _matmul_free(data, name)
     hidden, heads = int(_get(data, "hidden")), int(_get(data, "heads"))

@@ -28,7 +28,9 @@ def format_validation_error(err: ValidationError, where: str) -> str:
     for e in err.errors():
         loc = ".".join(str(x) for x in (where, *e["loc"]) if x != "")
         got = e.get("input")
-        got_text = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
+        text = repr(got)
+        shown = text if len(text) <= 200 else text[:200] + "..."
+        got_text = f" (got {shown})" if got is not None and not isinstance(got, dict) else ""
         lines.append(f"{loc}: {e['msg']}{got_text}")
     return "\n".join(lines)
 
@@ -90,7 +92,7 @@ def load_model(value: Model | str | dict[str, Any]) -> Model:
     if is_huggingface_config(data):
         try:
             return from_huggingface(data, name)
-        except (ValueError, ValidationError) as err:
+        except (ValueError, ValidationError, TypeError, KeyError, AttributeError, OverflowError) as err:
             raise SpecError(f"model (Hugging Face config): {err}") from None
     return validate_spec(Model, data, "model")
 
@@ -111,6 +113,10 @@ def load_device(value: Device | str | dict[str, Any]) -> Device:
 
 def load_system(value: System | str | dict[str, Any], gpus: int | None = None) -> System:
     """A system from a preset/file/mapping; `gpus` resizes it to that many devices."""
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise SpecError(f"gpus: expected a whole number >= 1, got {gpus!r}")
+    if not isinstance(value, System | str | dict):
+        raise SpecError(f"system: expected a preset name, a file path, a mapping or a System, got {value!r}")
     if isinstance(value, System):
         system = value
     elif isinstance(value, str) and find_preset("systems", value) is not None:

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pydantic import Field, PositiveInt, model_validator
 
 from armillary.specs.base import Spec
-from armillary.specs.communication import NCCL_ALGORITHMS, Algorithm
+from armillary.specs.communication import NCCL_ALGORITHMS, Algorithm, Collective
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.quantity import BytesPerSecond, Fraction, Seconds
 
@@ -51,6 +51,24 @@ class CollectiveLibrary(StrEnum):
     HIERARCHICAL = "hierarchical"
 
 
+class LibraryProfile(Spec):
+    """A communication library (backend) on one dimension with its own calibrated figures: MCR-DL (Anthony et
+    al., IPDPS'23) dispatches each call to the fastest library; the collective model does the same
+    (`comm/libraries.py`). Fitted from nccl-tests or `armillary commbench --backends` logs of each library
+    (`comm.libraries.fit_library`). Not to be confused with `CollectiveLibrary`, which says how collectives
+    spanning several dimensions are composed."""
+
+    name: str = Field(description="e.g. nccl, gloo, mpi, shm")
+    latency: Seconds = Field(description="per-step latency (alpha) of this library on the dimension")
+    efficiency: Fraction = Field(description="achievable fraction of the dimension's bandwidth, large messages")
+    size_efficiency: EfficiencyCurve | None = Field(None, description="bandwidth multiplier vs message bytes")
+    algorithms: tuple[Algorithm, ...] | None = Field(None, description="what it runs (default: the dimension's)")
+    ops: tuple[Collective, ...] | None = Field(
+        None, description="the operations these figures are for (default: all); a library may be listed once "
+        "per operation, as its implementations differ (e.g. gloo's all-gather vs its all-reduce)")
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
 class NetworkDimension(Spec):
     """One dimension of the network as seen by one device: injection bandwidth, latency and efficiency.
 
@@ -69,6 +87,11 @@ class NetworkDimension(Spec):
     in_network_reduction: bool = Field(False, description="the switch reduces (NVLink SHARP, IB SHARP)")
     in_network_efficiency: Fraction = Field(
         0.6, description="achievable fraction of `bandwidth` for in-network-reduction collectives")
+    tree_efficiency: Fraction | None = Field(
+        None, description="achievable fraction of `bandwidth` for the (double binary) tree, where it differs "
+        "from the ring's: NCCL's tree reaches less of its ideal rate than its ring (per-channel tree bandwidth "
+        "cap, NCCL tuning.cc); fitted by `armillary calibrate-network` on a sweep that runs the tree (default: "
+        "`efficiency`)")
     size_efficiency: EfficiencyCurve | None = Field(
         None, description="bandwidth multiplier vs message bytes (ramp-up of mid-size messages), fitted from "
         "nccl-tests sweeps by `armillary calibrate-network`")
@@ -84,6 +107,9 @@ class NetworkDimension(Spec):
     shape: tuple[PositiveInt, ...] | None = Field(None, description="torus / mesh axes, e.g. [4, 4, 4]")
     algorithms: tuple[Algorithm, ...] = Field(
         NCCL_ALGORITHMS, description="algorithms the communication library offers on this dimension (auto picks)")
+    libraries: tuple[LibraryProfile, ...] = Field(
+        (), description="communication libraries with their own latency and efficiency: each call uses the "
+        "fastest (none: the dimension's own figures)")
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")

@@ -1,4 +1,6 @@
-"""A run file (RUN.yaml): model, system (or a device count), strategy and workload in one document."""
+"""A run file (RUN.yaml): model, system (or a device count), strategy and workload in one document.
+
+`parse_override` and `Relative` come from `specs.overrides` (what-if `--set`)."""
 
 from __future__ import annotations
 
@@ -6,11 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, PositiveInt
 
 from armillary.errors import SpecError
 from armillary.specs.base import Spec
+from armillary.specs.costs import Costs
 from armillary.specs.loading import (
     load_model,
     load_stack,
@@ -21,10 +23,13 @@ from armillary.specs.loading import (
     validate_spec,
 )
 from armillary.specs.model import Model
+from armillary.specs.overrides import Relative, apply_overrides, parse_override
 from armillary.specs.stack import hopper_or_later, merged
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Workload
+
+__all__ = ["Relative", "RunFile", "load_costs", "load_run", "parse_override"]
 
 
 class RunFile(Spec):
@@ -36,27 +41,8 @@ class RunFile(Spec):
         "where it is silent: attention kernel, overlaps, sharding, precision (armillary presets stacks)")
     strategy: dict[str, Any] = Field(default_factory=dict)
     workload: dict[str, Any]
-
-
-def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = data
-    for k in keys[:-1]:
-        if not isinstance(node.get(k), dict):
-            node[k] = {}
-        node = node[k]
-    node[keys[-1]] = value
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """'strategy.tp=4' -> ('strategy.tp', 4); values are read as YAML scalars."""
-    if "=" not in text:
-        raise SpecError(f"override {text!r}: expected FIELD=VALUE, e.g. strategy.tp=4")
-    key, value = text.split("=", 1)
-    try:
-        return key.strip(), yaml.safe_load(value)
-    except yaml.YAMLError as err:
-        raise SpecError(f"override {text!r}: the value is not valid YAML ({err.__class__.__name__})") from None
+    costs: Costs = Field(default_factory=Costs, description="PUE, $/device-hour, device power (energy and cost "
+                         "per token)")
 
 
 def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tuple[
@@ -70,14 +56,13 @@ def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tup
     data = read_spec_file(path, "run")
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping with model, system, strategy, workload")
-    for key, value in overrides:
-        _set(data, key, value)
-    run = validate_spec(RunFile, data, "run")
 
     def local(value: str | dict[str, Any]) -> str | dict[str, Any]:
         if isinstance(value, str) and (path.parent / value).is_file():
             return str(path.parent / value)
         return value
+
+    run = validate_spec(RunFile, apply_overrides(data, overrides, RunFile, local), "run")
 
     workload = dict(run.workload)
     serving = workload.get("serving")
@@ -91,3 +76,13 @@ def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tup
         strategy = merged(stack.strategy_defaults(tp if isinstance(tp, int) else 1,
                                                   hopper_or_later(system.device.name)), strategy)
     return load_model(local(run.model)), system, load_strategy(strategy), load_workload(workload)
+
+
+def load_costs(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> Costs:
+    """The run file's `costs:` block (defaults where absent), with the `costs.*` overrides."""
+    data = read_spec_file(Path(path), "run")
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping with model, system, strategy, workload")
+    mine = [(k, v) for k, v in overrides if k == "costs" or k.startswith("costs.")]
+    costs = apply_overrides({"costs": data.get("costs") or {}}, mine, RunFile, lambda v: v)["costs"]
+    return validate_spec(Costs, costs, "costs")

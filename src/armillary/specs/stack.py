@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import Field, PositiveInt
 
-from armillary.specs.base import Spec
+from armillary.specs.base import NamedByPatterns
 from armillary.specs.strategy import Attention, Overlap, Recompute, TrainingPrecision, ZeroStage
 
 _HOPPER_OR_LATER = re.compile(r"h100|h200|h800|h20\b|gh200|b100|b200|b300|gb[23]00|blackwell|hopper", re.I)
@@ -32,11 +32,8 @@ def merged(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class SoftwareStack(Spec):
+class SoftwareStack(NamedByPatterns):
     name: str
-    matches: tuple[str, ...] = Field(
-        min_length=1, description="regular expressions (case-insensitive) that recognise the stack in a "
-        "framework description; the stack with the longest match wins")
     years: tuple[int, int] | None = Field(
         None, description="first and last year the profile describes; a run of a known year whose framework "
         "text fits several stacks (a bare 'Megatron-LM') takes the one of its year")
@@ -58,20 +55,6 @@ class SoftwareStack(Spec):
         None, description="sequence length of the stack's example training configs, for runs that omit it")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the default comes from")
 
-    @field_validator("matches")
-    @classmethod
-    def _compiles(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
-        for p in patterns:
-            try:
-                re.compile(p)
-            except re.error as err:
-                raise ValueError(f"{p!r} is not a regular expression: {err}") from None
-        return patterns
-
-    def match_length(self, framework: str) -> int:
-        """Characters of `framework` that the longest of the stack's patterns matches (0: none)."""
-        spans = (m.end() - m.start() for p in self.matches if (m := re.search(p, framework, re.I)))
-        return max(spans, default=0)
 
     def strategy_defaults(self, tp: int, hopper: bool) -> dict[str, Any]:
         """Strategy fields this stack fixes for a run with tensor-parallel degree `tp` (on a Hopper-or-later

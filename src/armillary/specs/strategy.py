@@ -45,6 +45,7 @@ class Schedule(StrEnum):
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"  # interleaved 1F1B with `vpp` model chunks per pipeline rank
+    ZB_H1 = "zb-h1"  # zero-bubble ZB-H1: weight gradients split off to fill the drain (Qi et al. ICLR'24 §3.1)
 
 
 class RankOrder(StrEnum):

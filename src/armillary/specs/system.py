@@ -164,6 +164,19 @@ class System(Spec):
         """The same system with `sizes` positions along its dimensions."""
         return self.model_copy(update={"network": tuple(d.sized(k) for d, k in zip(self.network, sizes, strict=True))})
 
+    def scaled(self, flops: float = 1.0, hbm_bandwidth: float = 1.0, network_bandwidth: float = 1.0,
+               latency: float = 1.0) -> System:
+        """What if: the same system with its device's peak FLOP/s (matrix and vector), its HBM bandwidth,
+        every network dimension's bandwidth or latency multiplied by these factors."""
+        d = self.device
+        device = d.model_copy(update={
+            "matrix_flops": {p: flops * v for p, v in d.matrix_flops.items()},
+            "vector_flops": {p: flops * v for p, v in d.vector_flops.items()},
+            "hbm": d.hbm.model_copy(update={"bandwidth": hbm_bandwidth * d.hbm.bandwidth})})
+        network = tuple(n.model_copy(update={"bandwidth": network_bandwidth * n.bandwidth,
+                                             "latency": latency * n.latency}) for n in self.network)
+        return self.model_copy(update={"device": device, "network": network})
+
     def with_dimension(self, index: int, **changes: object) -> System:
         """The same system with fields of one dimension replaced (e.g. its bandwidth, for a sweep)."""
         dims = list(self.network)

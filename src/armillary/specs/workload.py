@@ -60,6 +60,32 @@ class LengthDistribution(StrEnum):
     LOGNORMAL = "lognormal"  # lognormal with the given mean and sigma = spread
 
 
+class Policy(StrEnum):
+    """What the scheduler does when the KV cache cannot hold every admitted sequence."""
+
+    # TensorRT-LLM default: a request is admitted only when pages for its prompt and its whole output are
+    # free; they stay reserved, so nothing is ever paused (TensorRT-LLM "Useful Runtime Options":
+    # CapacitySchedulerPolicy GUARANTEED_NO_EVICT)
+    GUARANTEED_NO_EVICT = "guaranteed_no_evict"
+    # TensorRT-LLM MAX_UTILIZATION: admit while the current pages fit; pause the newest when the cache
+    # runs out (its cache dropped and recomputed on resumption)
+    MAX_UTILIZATION = "max_utilization"
+    # vLLM default: the newest running sequence is preempted, its pages freed, prompt and output so far
+    # recomputed when it is scheduled again (Kwon et al. 2023, section 4.5, "recomputation")
+    RECOMPUTE = "recompute"
+    # vLLM V0 swap: the preempted sequence's pages are copied to the second memory tier over its link and
+    # copied back before it resumes (Kwon et al. 2023, section 4.5, "swapping")
+    SWAP = "swap"
+
+
+class Arrivals(StrEnum):
+    """How a benchmark client sends requests (vLLM benchmark_serving.py / sglang bench_serving.py)."""
+
+    POISSON = "poisson"  # exponential gaps at the request rate
+    GAMMA = "gamma"  # gamma gaps of shape `burstiness` at the request rate (vLLM --burstiness; < 1: bursty)
+    OFFLINE = "offline"  # every request queued at t = 0 (trtllm-bench throughput, vLLM benchmark_throughput)
+
+
 class Serving(Spec):
     """The request stream and the scheduler of the serving simulation (`armillary serve`)."""
 
@@ -76,6 +102,15 @@ class Serving(Spec):
                                   "decodes (Sarathi-Serve); off: a prompt runs whole, in an iteration of its own")
     prefill_replicas: NonNegativeInt = Field(0, description="disaggregation: this many replicas only prefill "
                                              "and hand the KV cache to the others (DistServe); 0 = colocated")
+    engine: str | None = Field(None, description="serving engine profile (presets/engines, or a file): its "
+                               "defaults fill the fields left unset and its overheads cost each iteration")
+    policy: Policy = Field(Policy.RECOMPUTE, description="what a full KV cache does")
+    prefix_hit_rate: float = Field(0.0, ge=0, lt=1, description="share of each prompt found in the prefix "
+                                   "cache (not computed)")
+    arrivals: Arrivals = Field(Arrivals.POISSON, description="generated arrivals: poisson, gamma or offline")
+    burstiness: PositiveFloat = Field(1.0, description="gamma arrivals: shape of the gaps (1 = Poisson)")
+    concurrency: PositiveInt | None = Field(None, description="closed loop: at most this many requests "
+                                            "outstanding (benchmark --max-concurrency)")
     ttft_slo_s: PositiveFloat = Field(1.0, description="time-to-first-token limit: P90 for the rate search, "
                                       "per request for goodput")
     tpot_slo_s: PositiveFloat = Field(0.1, description="time-per-output-token limit: P99 for the rate search, "
@@ -87,9 +122,11 @@ class Inference(Spec):
     model replica (tp x pp x ep devices; dp replicas)."""
 
     kind: Literal["inference"] = "inference"
-    batch: PositiveInt = Field(1, description="sequences decoded together per replica")
-    input_len: PositiveInt = Field(description="prompt tokens per request")
-    output_len: PositiveInt = Field(description="generated tokens per request (the first comes from prefill)")
+    # bounds: far beyond any model's context, small enough that per-step arrays stay within memory
+    batch: PositiveInt = Field(1, le=2**24, description="sequences decoded together per replica")
+    input_len: PositiveInt = Field(le=2**24, description="prompt tokens per request")
+    output_len: PositiveInt = Field(le=2**20, description="generated tokens per request (the first comes from "
+                                                          "prefill)")
     weights: StoredPrecision | None = Field(None, description="weight precision; default: fp8 under the fp8 "
                                             "recipe, else the activation precision")
     kv_cache: KvCache = KvCache()

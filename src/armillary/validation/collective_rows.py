@@ -15,7 +15,7 @@ from armillary.validation.vocabulary import clean, system_preset_for
 SMALL_MESSAGE_BYTES = MIB  # below this, collectives are latency-bound: reported as their own group
 
 
-def _algorithm(op_text: str, metric: str) -> Algorithm:
+def pinned_algorithm(op_text: str, metric: str) -> Algorithm:
     """The algorithm a row pins: NCCL_ALGO=... in the op, or "ring" / "NVLS" in the metric ("NVLS off",
     "NVLS disabled" pin nothing but turn the in-network path off, which the ring then is)."""
     pinned = re.search(r"nccl_algo\s*=\s*([a-z_]+)", op_text)
@@ -51,7 +51,7 @@ def predict_collective(row: dict[str, str]) -> tuple[str, float, tuple[str, ...]
     if preset is None:
         raise Unsupported(f"gpu: no system preset for {row.get('gpu')!r}")
     system = load_system(preset, n_gpus)
-    algorithm = _algorithm(op_text, metric)
+    algorithm = pinned_algorithm(op_text, metric)
     group = group_of(system, n_gpus)
     time = float(collective(op, size, group, system, algorithm).cost.time)
     notes = (f"system {preset}", f"algorithm {algorithm.value}")

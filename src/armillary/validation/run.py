@@ -7,6 +7,7 @@ predicted / measured - 1. Rows that cannot run say why instead of disappearing.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from importlib import resources
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from armillary.errors import SpecError
 from armillary.estimate.feasibility import memory_fits
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.run import estimate_training_run
@@ -21,6 +23,8 @@ from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, predict_co
 from armillary.validation.inference_rows import predict_inference
 from armillary.validation.metrics import read_metric
 from armillary.validation.rows import RowSpecs, Unsupported, int_column, row_specs
+from armillary.validation.serving_rows import simulate_serving_row
+from armillary.writing import replaced
 
 DEFAULT_CSV = Path(str(resources.files("armillary.validation") / "data" / "measurements.csv"))
 
@@ -72,14 +76,30 @@ def _run_inference_row(row: dict[str, str]) -> RowResult:
                      feasible=result.feasible)
 
 
+def _run_serving_row(row: dict[str, str]) -> RowResult:
+    """Serving-under-load rows ("SRV-..."): a simulated engine benchmark, grouped by source and engine."""
+    measured = float(row["value"])
+    group = "-".join(row["id"].split("-")[:2])  # SRV-VLLM, SRV-SGLANG, ...
+    try:
+        predicted, notes, _ = simulate_serving_row(row)
+    except (Unsupported, ValueError) as why:
+        return RowResult(row["id"], group, row.get("metric", ""), measured, None, None, (), skipped=str(why))
+    return RowResult(row["id"], group, "output tok/s (server)", measured, predicted, predicted / measured - 1, notes)
+
+
 def run_row(row: dict[str, str]) -> RowResult:
     try:
-        float(row.get("value", ""))
+        value = float(row.get("value") or "nan")
     except ValueError:
-        return RowResult(row.get("id", "?"), source_group(row.get("id", "?")), row.get("metric", ""), float("nan"),
-                         None, None, (), skipped=f"no measured value ({row.get('value')!r})")
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        return RowResult(row.get("id", "?"), source_group(row.get("id", "?")), row.get("metric", ""), math.nan,
+                         None, None, (), skipped=f"no measured value: expected a positive number, got "
+                                                 f"{row.get('value')!r}")
     if row.get("kind") == "collective":
         return _run_collective_row(row)
+    if row.get("kind") == "inference" and row.get("id", "").startswith("SRV-"):
+        return _run_serving_row(row)
     if row.get("kind") == "inference":
         return _run_inference_row(row)
     measured = float(row["value"])
@@ -120,7 +140,7 @@ def choose_candidate(candidates: list[RowSpecs]) -> tuple[StepEstimate, RowSpecs
 def write_csv(results: list[RowResult], path: Path | str) -> None:
     """Per-row results as CSV (assumptions joined with '; ')."""
     names = [f.name for f in fields(RowResult)]
-    with Path(path).open("w", newline="") as f:
+    with replaced(Path(path)) as temporary, temporary.open("w", newline="") as f:
         out = csv.writer(f)
         out.writerow(names)
         for r in results:
@@ -128,8 +148,11 @@ def write_csv(results: list[RowResult], path: Path | str) -> None:
 
 
 def read_rows(path: Path | str = DEFAULT_CSV) -> list[dict[str, str]]:
-    with Path(path).open(newline="") as f:
-        return list(csv.DictReader(f))
+    try:
+        with Path(path).open(newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise SpecError(f"{path}: not a readable CSV file ({err})") from None
 
 
 def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training", "inference", "collective"),

@@ -137,8 +137,15 @@ def model_preset_for(name: str | None) -> str | None:
     return _model_keys().get(key) if key else None
 
 
-# GPU text -> system preset; the first pattern that matches wins (GB200 before B200)
+# GPU text -> system preset; the first pattern that matches wins (cloud instances before their GPU, GB200
+# before B200)
 _GPU_SYSTEMS = (
+    (re.compile(r"a3[\s-]?mega", re.I), "gcp-a3-mega"),
+    (re.compile(r"\ba4-highgpu|\bgcp a4\b", re.I), "gcp-a4"),
+    (re.compile(r"\bp5e\b", re.I), "aws-p5e"),
+    (re.compile(r"\bp5\b", re.I), "aws-p5"),
+    (re.compile(r"\bp4dn?\b", re.I), "aws-p4d"),
+    (re.compile(r"\bnd[\s-]?h100[\s-]?v5\b", re.I), "azure-nd-h100-v5"),
     (re.compile(r"a100.*\b40\s*gb|a100[_-]40", re.I), "dgx-a100-40gb"),
     (re.compile(r"a100", re.I), "dgx-a100"),
     (re.compile(r"h800", re.I), "dgx-h800"),

@@ -33,11 +33,9 @@ from armillary.simulate.chakra.schema import (
 from armillary.simulate.graph import Category, Stream, Task, TaskGraph, TaskKind, Tier
 from armillary.specs.communication import Collective
 from armillary.specs.system import Precision, System
+from armillary.writing import replaced_files
 
 PRODUCER = "armillary"
-_COMM_TYPES = {"all_reduce": CollectiveCommType.ALL_REDUCE, "all_gather": CollectiveCommType.ALL_GATHER,
-               "reduce_scatter": CollectiveCommType.REDUCE_SCATTER, "all_to_all": CollectiveCommType.ALL_TO_ALL,
-               "broadcast": CollectiveCommType.BROADCAST, "reduce": CollectiveCommType.REDUCE}
 # foreign collectives as our collectives layer costs them; gather / scatter as the all-gather /
 # reduce-scatter with the same bytes per rank, a barrier as an all-reduce of its (empty) message
 _C, _O = CollectiveCommType, Collective
@@ -45,6 +43,8 @@ _COLLECTIVES = {_C.ALL_REDUCE: _O.ALL_REDUCE, _C.REDUCE: _O.REDUCE, _C.ALL_GATHE
                 _C.GATHER: _O.ALL_GATHER, _C.SCATTER: _O.REDUCE_SCATTER, _C.BROADCAST: _O.BROADCAST,
                 _C.ALL_TO_ALL: _O.ALL_TO_ALL, _C.REDUCE_SCATTER: _O.REDUCE_SCATTER,
                 _C.REDUCE_SCATTER_BLOCK: _O.REDUCE_SCATTER, _C.BARRIER: _O.ALL_REDUCE}
+_COMM_TYPES = {_O.ALL_REDUCE: _C.ALL_REDUCE, _O.ALL_GATHER: _C.ALL_GATHER, _O.REDUCE_SCATTER: _C.REDUCE_SCATTER,
+               _O.ALL_TO_ALL: _C.ALL_TO_ALL, _O.BROADCAST: _C.BROADCAST, _O.REDUCE: _C.REDUCE}
 _LOAD_WORDS = {"load", "reload", "fetch", "prefetch", "restore", "h2d", "swapin"}  # copies back into HBM
 _PG_STREAMS = {"tp": Stream.TP, "tensor": Stream.TP, "cp": Stream.CP, "context": Stream.CP, "ep": Stream.EP,
                "expert": Stream.EP, "pp": Stream.PP, "pipeline": Stream.PP, "dp": Stream.DP, "data": Stream.DP}
@@ -90,7 +90,7 @@ def _standard_attrs(task: Task, index: int, pg_name: str) -> list[Any]:
     elif task.kind is TaskKind.MEMORY:
         out.append(_attr("tensor_size", uint64_val=round(task.bytes)))
     elif task.kind is TaskKind.COLLECTIVE:
-        comm_type = _COMM_TYPES.get(task.collective, CollectiveCommType.ALL_REDUCE)
+        comm_type = _COMM_TYPES.get(task.collective or Collective.ALL_REDUCE, CollectiveCommType.ALL_REDUCE)
         out += [_attr("comm_type", int64_val=int(comm_type)), _attr("comm_size", int64_val=round(task.bytes)),
                 _attr("pg_name", string_val=pg_name)]
     else:
@@ -105,7 +105,7 @@ def _own_attrs(task: Task, index: int) -> list[Any]:
             _attr("kind", int64_val=int(task.kind)),
             _attr("stream", int64_val=-1 if task.stream is None else int(task.stream)),
             _attr("tier", int64_val=int(task.tier)), _attr("category", string_val=task.category.value),
-            _attr("group", string_val=task.group), _attr("collective", string_val=task.collective),
+            _attr("group", string_val=task.group), _attr("collective", string_val=task.collective or ""),
             _attr("participants", int64_list=Int64List(values=task.ranks)),
             _attr("deps", int64_list=Int64List(values=task.deps)),
             _attr("after", int64_list=Int64List(values=task.after)),
@@ -118,8 +118,17 @@ def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> li
 
     A node's data_deps are the task's dependencies that run on the same rank, and the rank's previous task
     on the same stream (program order); dependencies on other ranks travel through the matched sends and
-    collectives, and all of them are kept in the `deps` attribute."""
-    directory.mkdir(parents=True, exist_ok=True)
+    collectives, and all of them are kept in the `deps` attribute.
+
+    A symmetric graph whose collectives run over 1-rank groups (one simulated rank standing for its group) is
+    refused: ASTRA-sim would run those collectives on one rank. Build the graph with every rank
+    (`simulate(..., symmetric=False)`, `simulate.run.every_rank_graph`); `armillary simulate --chakra` does."""
+    lone = next((t for t in graph.tasks if t.kind is TaskKind.COLLECTIVE and len(set(t.ranks)) == 1
+                 and graph.rank_weights[t.ranks[0]] > 1), None)
+    if lone is not None:
+        raise SpecError(f"write_chakra: a symmetric graph ({graph.ranks} simulated ranks standing for "
+                        f"{graph.devices}): collective {lone.name!r} has a 1-rank group that ASTRA-sim would run "
+                        "alone; export a graph with every rank (simulate with symmetric=False / --no-symmetric)")
     groups: dict[tuple[int, ...], str] = {}
     nodes: list[list[Any]] = [[] for _ in range(graph.ranks)]
     last: dict[tuple[int, Stream], int] = {}
@@ -140,17 +149,16 @@ def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> li
                         duration_micros=round(task.duration_ns / 1000))
             node.attr.extend(_standard_attrs(task, i, pg_name) + _own_attrs(task, i))
             nodes[rank].append(node)
-    paths = []
-    for rank in range(graph.ranks):
-        meta = GlobalMetadata(version=VERSION, attr=[
-            _attr("producer", string_val=PRODUCER), _attr("rank", int64_val=rank),
-            _attr("ranks", int64_val=graph.ranks), _attr("rank_label", string_val=graph.rank_labels[rank]),
-            _attr("rank_weight", int64_val=graph.rank_weights[rank])])
-        paths.append(directory / f"{prefix}.{rank}.et")
-        write_trace(paths[-1], meta, nodes[rank])
-    (directory / f"{prefix}.comm_group.json").write_text(
-        json.dumps({name: list(ranks) for ranks, name in groups.items()}, indent=1) + "\n")
-    return paths
+    with replaced_files(directory) as staging:  # every file, or none
+        for rank in range(graph.ranks):
+            meta = GlobalMetadata(version=VERSION, attr=[
+                _attr("producer", string_val=PRODUCER), _attr("rank", int64_val=rank),
+                _attr("ranks", int64_val=graph.ranks), _attr("rank_label", string_val=graph.rank_labels[rank]),
+                _attr("rank_weight", int64_val=graph.rank_weights[rank])])
+            write_trace(staging / f"{prefix}.{rank}.et", meta, nodes[rank])
+        (staging / f"{prefix}.comm_group.json").write_text(
+            json.dumps({name: list(ranks) for ranks, name in groups.items()}, indent=1) + "\n")
+    return [directory / f"{prefix}.{rank}.et" for rank in range(graph.ranks)]
 
 
 def _files(directory: Path, prefix: str | None) -> dict[int, Path]:
@@ -190,7 +198,8 @@ def _ours(traces: dict[int, tuple[Any, list[Any]]], metas: dict[int, dict[str, A
                 tasks[a["task"]] = Task(
                     node.name, TaskKind(a["kind"]), Category(a["category"]), tuple(a["participants"]),
                     None if a["stream"] < 0 else Stream(a["stream"]), a["duration_ns"], tuple(a["deps"]),
-                    Tier(a["tier"]), a["bytes"], a["flop"], a["group"], a["collective"], tuple(a.get("after", ())))
+                    Tier(a["tier"]), a["bytes"], a["flop"], a["group"],
+                    Collective(a["collective"]) if a["collective"] else None, tuple(a.get("after", ())))
     if sorted(tasks) != list(range(len(tasks))):
         raise ValueError("the trace lacks some of its tasks: are files of some ranks missing?")
     return TaskGraph(tuple(tasks[i] for i in range(len(tasks))), ranks, tuple(labels), tuple(weights))
@@ -354,7 +363,7 @@ def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: 
         crosses = pair.outermost > 0
         return Task(node.name, TaskKind.SEND, Category.PP, (src, dst), None,
                     _seconds_ns(send_recv(size, pair, s).time), deps, Tier.SCALE_OUT if crosses else Tier.SCALE_UP,
-                    size, 0.0, "", Collective.SEND_RECV.value)
+                    size, 0.0, "", Collective.SEND_RECV)
     if key[0] == "coll":
         s = _need(system)
         ranks = tuple(sorted(members[key[1]]))
@@ -362,9 +371,9 @@ def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: 
         op = _COLLECTIVES.get(a.get("comm_type", 0), Collective.ALL_REDUCE)
         size = float(a.get("comm_size", 0))
         assert stream is not None
-        return Task(node.name, TaskKind.COLLECTIVE, Category(stream.name.lower()), ranks, stream,
+        return Task(node.name, TaskKind.COLLECTIVE, stream.category, ranks, stream,
                     _seconds_ns(collective(op, size, group, s).cost.time), deps,
-                    Tier.SCALE_OUT if group.outermost > 0 else Tier.SCALE_UP, size, 0.0, key[1], op.value)
+                    Tier.SCALE_OUT if group.outermost > 0 else Tier.SCALE_UP, size, 0.0, key[1], op)
     size = float(a.get("tensor_size", 0))
     if stream is Stream.OFFLOAD:  # duration_micros, or the bytes over the second memory tier's link
         duration = micros_ns

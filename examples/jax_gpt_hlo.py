@@ -1,0 +1,165 @@
+"""A GPT layer stack in JAX, sharded tensor-, data- or fully-sharded-data-parallel over 8 host devices,
+lowered and compiled on the CPU: writes the compiled HLO text that `armillary simulate --hlo` reads, and
+optionally times the step on this machine.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python examples/jax_gpt_hlo.py OUT_DIR [--measure]
+
+Needs the `jax` extra (pip install 'armillary[jax]'). The tests' fixtures in tests/data/hlo were made by it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+@dataclass(frozen=True)
+class Config:
+    layers: int = 2
+    hidden: int = 256
+    heads: int = 8
+    ffn: int = 1024
+    vocab: int = 1024
+    seq: int = 128
+    batch: int = 8
+    dtype: str = "float32"
+
+
+def init(cfg: Config) -> dict[str, Any]:
+    k = jax.random.split(jax.random.PRNGKey(0), 6)
+    L, h, n, f, d = cfg.layers, cfg.hidden, cfg.heads, cfg.ffn, cfg.hidden // cfg.heads
+    dt = jnp.dtype(cfg.dtype)
+
+    def w(key: Any, *shape: int) -> Any:
+        return (0.02 * jax.random.normal(key, shape)).astype(dt)
+
+    return {"emb": w(k[0], cfg.vocab, h), "pos": w(k[1], cfg.seq, h),
+            "ln1": jnp.ones((L, 2, h), dt), "ln2": jnp.ones((L, 2, h), dt), "lnf": jnp.ones((2, h), dt),
+            "wqkv": w(k[2], L, h, 3, n, d), "bqkv": jnp.zeros((L, 3, n, d), dt),
+            "wo": w(k[3], L, n, d, h), "bo": jnp.zeros((L, h), dt),
+            "w1": w(k[4], L, h, f), "b1": jnp.zeros((L, f), dt), "w2": w(k[5], L, f, h), "b2": jnp.zeros((L, h), dt)}
+
+
+def _ln(x: Any, g: Any) -> Any:
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + 1e-5) * g[0] + g[1]
+
+
+def loss(params: dict[str, Any], tokens: Any) -> Any:
+    x = params["emb"][tokens] + params["pos"][None]
+    s = tokens.shape[1]
+    mask = jnp.tril(jnp.ones((s, s), bool))
+
+    def layer(x: Any, p: tuple[Any, ...]) -> tuple[Any, None]:
+        ln1, ln2, wqkv, bqkv, wo, bo, w1, b1, w2, b2 = p
+        qkv = jnp.einsum("bsh,htnd->bstnd", _ln(x, ln1), wqkv) + bqkv
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        scores = jnp.einsum("bqnd,bknd->bnqk", q, k) / jnp.sqrt(q.shape[-1]).astype(x.dtype)
+        probs = jax.nn.softmax(jnp.where(mask, scores, -1e9), axis=-1)
+        x = x + jnp.einsum("bnqk,bknd,ndh->bqh", probs, v, wo) + bo
+        x = x + jax.nn.gelu(_ln(x, ln2) @ w1 + b1) @ w2 + b2
+        return x, None
+
+    stacked = tuple(params[n] for n in ("ln1", "ln2", "wqkv", "bqkv", "wo", "bo", "w1", "b1", "w2", "b2"))
+    x, _ = jax.lax.scan(layer, x, stacked)
+    logits = (_ln(x, params["lnf"]) @ params["emb"].T).astype(jnp.float32)
+    labels = jnp.roll(tokens, -1, axis=1)
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], axis=-1))
+
+
+def step(params: dict[str, Any], m: dict[str, Any], v: dict[str, Any], tokens: Any) -> tuple[Any, ...]:
+    """One training step with Adam (Kingma & Ba 2015, Algorithm 1; no bias correction)."""
+    grads = jax.grad(loss)(params, tokens)
+    m = jax.tree.map(lambda a, g: 0.9 * a + 0.1 * g.astype(jnp.float32), m, grads)
+    v = jax.tree.map(lambda a, g: 0.999 * a + 0.001 * jnp.square(g.astype(jnp.float32)), v, grads)
+    params = jax.tree.map(lambda p, a, b: (p - 1e-4 * a / (jnp.sqrt(b) + 1e-8)).astype(p.dtype), params, m, v)
+    return params, m, v
+
+
+# Megatron-style tensor parallelism: heads and the MLP's inner dimension split, the vocabulary split
+_TP = {"emb": P("tp", None), "wqkv": P(None, None, None, "tp", None), "bqkv": P(None, None, "tp", None),
+       "wo": P(None, "tp", None, None), "w1": P(None, None, "tp"), "b1": P(None, "tp"), "w2": P(None, "tp", None)}
+# FSDP / ZeRO-3: every weight split along its largest dimension over the data-parallel devices
+_FSDP = {"emb": P("dp", None), "pos": P("dp", None), "wqkv": P(None, "dp", None, None, None),
+         "wo": P(None, None, None, "dp"), "w1": P(None, None, "dp"), "w2": P(None, "dp", None),
+         "bo": P(None, "dp"), "b1": P(None, "dp"), "b2": P(None, "dp"), "ln1": P(None, None, "dp"),
+         "ln2": P(None, None, "dp"), "lnf": P(None, "dp"), "bqkv": P(None, None, "dp", None)}
+
+
+def compile_step(cfg: Config, strategy: str, abstract: bool = False) -> tuple[Any, tuple[Any, ...]]:
+    """The compiled step and its (sharded) arguments. strategy: tp, dp or fsdp over all 8 devices.
+    `abstract`: compile from shapes only (no arrays: a model too large for this machine's memory)."""
+    devices = jax.devices()
+    grid = np.array(devices).reshape((1, len(devices)) if strategy == "tp" else (len(devices), 1))
+    mesh = Mesh(grid, ("dp", "tp"))
+    specs = {"tp": _TP, "dp": {}, "fsdp": _FSDP}[strategy]
+    params = jax.eval_shape(lambda: init(cfg)) if abstract else init(cfg)
+    shard = {n: NamedSharding(mesh, specs.get(n, P())) for n in params}
+    batch = NamedSharding(mesh, P("dp", None))
+    fn = jax.jit(step, in_shardings=(shard, shard, shard, batch), out_shardings=(shard, shard, shard))
+    if abstract:
+        spec = {n: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=shard[n]) for n, p in params.items()}
+        state = {n: jax.ShapeDtypeStruct(p.shape, jnp.float32, sharding=shard[n]) for n, p in params.items()}
+        shapes = (spec, state, state, jax.ShapeDtypeStruct((cfg.batch, cfg.seq), jnp.int32, sharding=batch))
+        return fn.lower(*shapes).compile(), ()
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+    tokens = jnp.zeros((cfg.batch, cfg.seq), jnp.int32)
+    args = (jax.device_put(params, shard), jax.device_put(zeros, shard), jax.device_put(zeros, shard),
+            jax.device_put(tokens, batch))
+    return fn.lower(*args).compile(), args
+
+
+def measure(compiled: Any, args: tuple[Any, ...], repeats: int = 10) -> float:
+    """Median wall time of the compiled step (after two warm-up runs)."""
+    for _ in range(2):
+        jax.block_until_ready(compiled(*args))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]
+
+
+def _lean(text: str) -> str:
+    """The HLO text without source metadata and stack-frame tables (a third of the size)."""
+    text = re.sub(r", metadata=\{[^}]*\}", "", text)
+    return re.sub(r"\n(FileNames|FunctionNames|FileLocations|StackFrames)\n.*?\n\n", "\n", text, flags=re.S)
+
+
+def main(out: Path, run: bool, cfg: Config, tag: str, abstract: bool = False) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for strategy in ("tp", "dp", "fsdp"):
+        compiled, args = compile_step(cfg, strategy, abstract)
+        (out / f"gpt_{tag}_{strategy}.hlo.txt").write_text(_lean(compiled.as_text()))
+        if run:
+            results[strategy] = measure(compiled, args)
+            print(strategy, f"{results[strategy] * 1e3:.2f} ms", flush=True)
+    (out / f"gpt_{tag}.json").write_text(json.dumps({"config": asdict(cfg), "measured_s": results}, indent=1))
+
+
+if __name__ == "__main__":
+    small = Config()
+    # an H100-sized step in fp32 (the CPU backend computes bf16 dots and collectives in f32 anyway)
+    large = Config(layers=4, hidden=2048, heads=16, ffn=8192, vocab=32768, seq=2048, batch=8)
+    target = Path(sys.argv[1])
+    if "--small" in sys.argv or "--large" not in sys.argv:
+        main(target, "--measure" in sys.argv, small, "small")
+    if "--large" in sys.argv:
+        main(target, False, large, "large", abstract=True)

@@ -1,0 +1,47 @@
+"""`armillary compare`: two or more run files side by side, with the differences from the first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from armillary import api
+from armillary.cli.common import GpusOption, JsonFlag, SetOption, load_run_file, print_json, show, writable
+from armillary.estimate.compare import compare
+from armillary.report.compare import comparison_record, comparison_tables
+
+PlotOption = Annotated[Path | None, typer.Option(help="also save a grouped bar chart (PNG, SVG, PDF)")]
+
+
+def run_names(paths: list[Path]) -> list[str]:
+    """Each run file's name without its extension; where two are alike, with its parent folder too."""
+    stems = [p.stem for p in paths]
+    return [f"{p.parent.name}/{p.stem}" if stems.count(p.stem) > 1 else p.stem for p in paths]
+
+
+def compare_cmd(
+    run_files: Annotated[list[Path], typer.Argument(help="two or more RUN.yaml files, training or inference")],
+    json_out: JsonFlag = False,
+    plot: PlotOption = None,
+    gpus: GpusOption = None,
+    set_: SetOption = None,
+) -> None:
+    """Estimate run files side by side: headline figures, time by component, memory by category and
+    traffic, each with its difference from the first run (the --set overrides apply to every run; an
+    inference run is estimated as a static batch)."""
+    writable(plot)
+    named = []
+    for name, path in zip(run_names(run_files), run_files, strict=True):
+        model, system, strategy, workload = load_run_file(path, set_, {"gpus": gpus})
+        named.append((name, api.estimate(model, system, strategy, workload)))
+    comparison = compare(named)
+    if plot is not None:
+        from armillary.report.whatif_plots import comparison_plot
+
+        comparison_plot(comparison, plot)
+    if json_out:
+        print_json(comparison_record(comparison))
+        return
+    show(comparison_tables(comparison))

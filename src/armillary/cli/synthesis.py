@@ -1,0 +1,190 @@
+"""Topology-aware commands: `synthesize` (a collective schedule for a topology, next to the closed-form
+algorithms) and `network-optimize` (each network dimension's bandwidth for a run's workload)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from armillary.cli.common import JsonFlag, RunFileArg, load_run_file, print_json, show, writable
+from armillary.errors import SpecError
+from armillary.specs.communication import Collective
+from armillary.units import parse_quantity
+
+TopologyOption = Annotated[str | None, typer.Option(
+    help="instead of --system: KIND:SHAPE with KIND mesh, torus or ring, e.g. mesh:5x5, torus:4x4x4, ring:8")]
+
+
+def _quantity(text: str, dimension: str, option: str) -> float:
+    try:
+        return parse_quantity(text, dimension)
+    except ValueError as err:
+        raise SpecError(f"{option}: {err}") from None
+
+
+ENGINE_TRANSFERS = 200_000  # schedules up to this size are also run through the event simulator
+
+
+def synthesize_cmd(
+    system: Annotated[str | None, typer.Option(help="system preset or file (its topology graph)")] = None,
+    gpus: Annotated[int | None, typer.Option(help="devices of the system")] = None,
+    topology: TopologyOption = None,
+    link_bandwidth: Annotated[str, typer.Option(help="with --topology: per link and direction")] = "50GiB/s",
+    latency: Annotated[str, typer.Option(help="with --topology: per link")] = "0.5us",
+    op: Annotated[str, typer.Option(help="all_gather, reduce_scatter or all_reduce")] = "all_gather",
+    size: Annotated[str, typer.Option(help="all-gather output / reduce-scatter input / all-reduce buffer")] = "1GiB",
+    chunks: Annotated[int, typer.Option(help="chunks per device")] = 1,
+    seeds: Annotated[int, typer.Option(help="syntheses to run; the fastest is kept")] = 16,
+    xml: Annotated[Path | None, typer.Option(help="also write the schedule as MSCCL XML")] = None,
+    chakra: Annotated[Path | None, typer.Option(help="also write Chakra ET traces (one per device) here")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Synthesize a collective for a topology (TACOS-style greedy link-chunk matching) and compare it with
+    ring, tree, halving-doubling, direct, hierarchical and the lower bound."""
+    from armillary.comm.baselines import baselines, grid_system, synthesize_on
+    from armillary.comm.synthesis import SYNTHESIZED_OPS
+    from armillary.simulate.replay import replay, simulate_schedule
+    from armillary.specs.loading import load_system
+    from armillary.specs.network import NetworkKind
+
+    writable(xml)
+    try:
+        operation = Collective(op)
+    except ValueError:
+        operation = Collective.SEND_RECV
+    if operation not in SYNTHESIZED_OPS:
+        raise SpecError(f"--op {op!r}: one of {', '.join(o.value for o in SYNTHESIZED_OPS)}")
+    if (system is None) == (topology is None):
+        raise SpecError("give either --system (with --gpus) or --topology")
+    if topology is not None:
+        kind_text, _, shape_text = topology.partition(":")
+        try:
+            kind, shape = NetworkKind(kind_text), tuple(int(x) for x in shape_text.split("x"))
+        except ValueError:
+            raise SpecError(f"--topology {topology!r}: KIND:SHAPE, e.g. mesh:5x5, torus:4x4x4, ring:8") from None
+        sysm = grid_system(kind, shape, _quantity(link_bandwidth, "bytes_per_s", "--link-bandwidth"),
+                           _quantity(latency, "s", "--latency"))
+        devices = math.prod(shape)
+    else:
+        sysm = load_system(str(system), gpus)
+        devices = gpus or math.prod(sysm.sizes)
+    total = _quantity(size, "bytes", "--size")
+    schedule = synthesize_on(sysm, devices, operation, total, chunks, seeds)
+    replayed = replay(schedule)
+    rows: list[tuple[str, float | None]] = [("synthesized", schedule.time), ("replayed", replayed.time)]
+    if len(schedule.link) <= ENGINE_TRANSFERS:  # the event simulator builds a Python task per transfer
+        rows.append(("event simulator", simulate_schedule(schedule)))
+    rows += [(b.name, b.time_s) for b in baselines(sysm, devices, operation, total)]
+    rows.append(("lower bound", schedule.bound))
+    if xml is not None:
+        from armillary.comm.msccl import to_xml
+
+        xml.write_text(to_xml(schedule))
+    if chakra is not None:
+        from armillary.simulate.schedule_chakra import write_schedule
+
+        write_schedule(schedule, chakra)
+    if json_out:
+        print_json({"op": operation.value, "devices": devices, "bytes": total, "seed": schedule.seed,
+                    "link_utilization_mean": float(schedule.utilization.mean()),
+                    "times_s": {name: t for name, t in rows}})
+        return
+    use = schedule.utilization
+    table = Table(title=f"{operation.value} of {size} over {devices} devices of {sysm.name} "
+                        f"(link utilization mean {use.mean():.0%}, max {use.max():.0%})")
+    table.add_column("algorithm")
+    table.add_column("time (us)", justify="right")
+    table.add_column("x bound", justify="right")
+    for name, t in rows:
+        table.add_row(name, "-" if t is None else f"{t * 1e6:.1f}", "-" if t is None else f"{t / schedule.bound:.3f}")
+    show([table])
+
+
+def network_optimize_cmd(
+    run_file: RunFileArg,
+    total: Annotated[str | None, typer.Option(help="total bandwidth per device over all dimensions")] = None,
+    budget: Annotated[float | None, typer.Option(help="network cost cap ($ per device, with --cost)")] = None,
+    objective: Annotated[str, typer.Option(help="time, time_cost or time_power")] = "time",
+    cost: Annotated[str | None, typer.Option(help="$ per GB/s per device of each dimension, comma list")] = None,
+    power: Annotated[str | None, typer.Option(help="W per GB/s per device of each dimension, comma list")] = None,
+    minimum: Annotated[str, typer.Option("--min", help="least bandwidth of any dimension")] = "1GB/s",
+    maximum: Annotated[str | None, typer.Option("--max", help="most bandwidth of any dimension")] = None,
+    ordered: Annotated[bool, typer.Option(help="inner dimensions at least as fast as outer ones")] = False,
+    pipelined: Annotated[bool, typer.Option(help="a collective runs at its slowest dimension (else: sum)")] = True,
+    plot: Annotated[Path | None, typer.Option(help="save step time vs network cost over the budget range")] = None,
+    refine: Annotated[bool, typer.Option(help="then refine with the full estimator as the objective")] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Choose each network dimension's bandwidth for the run's step (LIBRA-style convex program; --refine:
+    then a pattern search on the full estimator, so algorithms and overlap move with the bandwidths)."""
+    from armillary import api
+    from armillary.search.bandwidth_workload import workload_from_estimate
+    from armillary.search.network_bandwidth import BandwidthConstraints, BandwidthObjective, optimize, step_time
+    from armillary.specs.workload import Training
+
+    writable(plot)
+    model, system, strategy, workload = load_run_file(run_file)
+    if not isinstance(workload, Training):
+        raise SpecError("network-optimize takes a training run")
+    try:
+        goal = BandwidthObjective(objective)
+    except ValueError:
+        raise SpecError(f"--objective {objective!r}: one of {', '.join(o.value for o in BandwidthObjective)}") from None
+    work = workload_from_estimate(api.estimate(model, system, strategy, workload), system, strategy, pipelined)
+    n = len(system.network)
+    now = np.array([d.bandwidth for d in system.network])
+    cap = _quantity(total, "bytes_per_s", "--total") if total else None
+    top = _quantity(maximum, "bytes_per_s", "--max") if maximum else (cap or 4 * float(now.sum()))
+    cons = BandwidthConstraints(np.full(n, _quantity(minimum, "bytes_per_s", "--min")), np.full(n, top), cap,
+                                ordered, _per_dim(cost, n, "--cost"), budget, _per_dim(power, n, "--power"))
+    try:
+        best = optimize(work, cons, goal)
+    except ValueError as err:
+        raise SpecError(str(err)) from None
+    current = float(step_time(work, now))
+    bandwidth, estimated = best.bandwidth, None
+    if refine:
+        from armillary.search.bandwidth_refine import estimator_step
+        from armillary.search.bandwidth_refine import refine as refine_search
+
+        refined = refine_search(model, system, strategy, workload, best.bandwidth, cons)
+        bandwidth, estimated = refined.bandwidth, refined.step_time_s
+        estimated_now = estimator_step(model, system, strategy, workload, now)
+    if plot is not None:
+        from armillary.report.bandwidth_plot import time_vs_cost_plot
+
+        time_vs_cost_plot(work, cons, plot)
+    if json_out:
+        print_json({"bandwidth_bytes_per_s": bandwidth.tolist(), "step_time_s": best.step_time_s,
+                    "estimator_step_time_s": estimated, "model_optimum_bytes_per_s": best.bandwidth.tolist(),
+                    "current_step_time_s": current, "cost": best.cost, "power_w": best.power,
+                    "sensitivity_s_per_gbps": (best.sensitivity * 1e9).tolist()})
+        return
+    table = Table(title=f"{system.name}: step {best.step_time_s:.4g} s at the optimum vs {current:.4g} s now "
+                        f"(model step time, LIBRA-style; cost {best.cost:.4g}, power {best.power:.4g})")
+    if estimated is not None:
+        table.caption = (f"refined with the full estimator: step {estimated:.4g} s (the estimator at the "
+                         f"system's own bandwidths: {estimated_now:.4g} s)")
+    for col in ("dimension", "now (GB/s)", "optimum (GB/s)", "d step / d bw (ms per GB/s)"):
+        table.add_column(col, justify="left" if col == "dimension" else "right")
+    for d, b, s, b0 in zip(system.network, bandwidth, best.sensitivity, now, strict=True):
+        table.add_row(d.name, f"{b0 / 1e9:.2f}", f"{b / 1e9:.2f}", f"{s * 1e9 * 1e3:.4g}")
+    show([table])
+
+
+def _per_dim(text: str | None, n: int, option: str) -> np.ndarray | None:
+    """A comma list of n numbers per GB/s, as per byte/s."""
+    if text is None:
+        return None
+    try:
+        values = np.array([float(x) for x in text.split(",")])
+    except ValueError:
+        raise SpecError(f"{option} {text!r}: {n} numbers separated by commas") from None
+    if len(values) != n:
+        raise SpecError(f"{option}: {n} numbers (one per network dimension), got {len(values)}")
+    return values / 1e9

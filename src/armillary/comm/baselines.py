@@ -1,0 +1,73 @@
+"""A synthesized collective next to the closed-form algorithms of the collective model on the same system:
+ring, direct, halving-doubling, double binary tree, hierarchical multi-dimensional, and the lower bound."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from armillary.comm.sweep import collective_sweep, group_of
+from armillary.comm.synthesis import Schedule, from_graph, synthesize_best
+from armillary.comm.topology import topology_graph
+from armillary.errors import SpecError
+from armillary.specs.communication import Algorithm, Collective, Composition
+from armillary.specs.loading import load_device, load_system
+from armillary.specs.network import CollectiveLibrary, NetworkDimension, NetworkKind
+from armillary.specs.system import System
+
+_ALL = (Algorithm.RING, Algorithm.TREE, Algorithm.HALVING_DOUBLING, Algorithm.DIRECT)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    time_s: float | None  # None: the algorithm cannot run on this system
+
+
+def grid_system(kind: NetworkKind, shape: tuple[int, ...], link_bandwidth: float, latency: float,
+                device: str = "h100-sxm") -> System:
+    """A one-dimension system of `shape` whose every link carries `link_bandwidth` per direction (the
+    dimension's per-device bandwidth is that times the links per device, as `comm.topology` divides it),
+    at efficiency 1 so that it compares with synthesis."""
+    if kind not in (NetworkKind.RING, NetworkKind.TORUS, NetworkKind.MESH):
+        raise SpecError(f"topology kind {kind.value}: ring, torus or mesh")
+    ring = kind is NetworkKind.RING
+    dim = NetworkDimension(name=f"{kind.value} {'x'.join(map(str, shape))}", kind=kind,
+                           bandwidth=(2 if ring else 2 * len(shape)) * link_bandwidth, latency=latency,
+                           efficiency=1.0, algorithms=_ALL, size=math.prod(shape), shape=None if ring else shape)
+    return System(name=dim.name, device=load_device(device), network=(dim,))
+
+
+def synthesize_on(system: System, gpus: int, op: Collective, total_bytes: float, chunks_per_npu: int = 1,
+                  seeds: int = 16) -> Schedule:
+    """The best of `seeds` syntheses over the system's topology graph (switches unwound into links)."""
+    sized = load_system(system, gpus)
+    try:
+        links = from_graph(topology_graph(sized))
+        return synthesize_best(op, links, total_bytes, chunks_per_npu, seeds, sized.device.hbm.rate)
+    except ValueError as err:
+        raise SpecError(str(err)) from None
+
+
+def _time(op: Collective, total_bytes: float, system: System, gpus: int, algorithm: Algorithm,
+          composition: Composition = Composition.AUTO) -> float | None:
+    """The collective model's time (`comm.sweep`, as `armillary collective` prints it), None where the
+    algorithm cannot run."""
+    sized = load_system(system, gpus)
+    try:
+        row = collective_sweep(op, np.array([total_bytes]), group_of(sized, gpus), sized, algorithm, composition)[0]
+    except ValueError:
+        return None
+    return row.time_s if np.isfinite(row.time_s) else None
+
+
+def baselines(system: System, gpus: int, op: Collective, total_bytes: float) -> tuple[Baseline, ...]:
+    """Each closed-form algorithm pinned (None where it cannot run), and the hierarchical library's
+    pipelined phases."""
+    out = [Baseline(a.value, _time(op, total_bytes, system, gpus, a)) for a in _ALL]
+    hierarchical = system.model_copy(update={"collectives": CollectiveLibrary.HIERARCHICAL})
+    out.append(Baseline("hierarchical", _time(op, total_bytes, hierarchical, gpus, Algorithm.AUTO,
+                                              Composition.PIPELINED)))
+    return tuple(out)

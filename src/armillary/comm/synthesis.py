@@ -1,0 +1,206 @@
+"""Topology-aware collective synthesis (the role of TACOS, Won et al., MICRO'24): a schedule of chunk
+transfers, link by link, for all-gather, reduce-scatter and all-reduce on any topology.
+
+- all-gather: greedy link-chunk matching on the time-expanded network (`comm/greedy.py`).
+- reduce-scatter: the time-reversed all-gather on the reversed links (TACOS §IV-D): where the all-gather
+  sends chunk c from u to v at [s, e], the reduce-scatter sends v's partial sum of c to u at [T - e, T - s],
+  each transfer also paying the reduction of the chunk it receives.
+- all-reduce: reduce-scatter, then all-gather.
+
+The lower bound is set by the busiest node's incoming links (TACOS §III): the bytes a node must receive
+over the sum of its incoming bandwidths, maximised over nodes (latencies left out).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+
+from armillary.comm.greedy import greedy_all_gather
+from armillary.specs.communication import Collective
+
+SYNTHESIZED_OPS = (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE)
+# bytes moved through HBM per byte reduced: read two operands, write one (comm/algorithms.py)
+REDUCE_TRAFFIC = 3.0
+# candidates a link compares (by how many other in-neighbours of the destination hold them) before it takes
+# the best: four find the published optima of small tori (4x4: 5002 us, 4x4x4: 3443 us; one does not); beyond
+# LOOK_NODES devices the oldest candidate alone reaches the bound's round count at half the cost (32x32, 48x48)
+LOOK, LOOK_NODES = 4, 1024
+
+
+@dataclass(frozen=True)
+class LinkGraph:
+    """Directed point-to-point links between `nodes` devices: bandwidth (bytes/s) and latency (s) each."""
+
+    nodes: int
+    src: np.ndarray
+    dst: np.ndarray
+    bandwidth: np.ndarray
+    latency: np.ndarray
+    names: tuple[str, ...] = ()
+
+    def reversed(self) -> LinkGraph:
+        return LinkGraph(self.nodes, self.dst, self.src, self.bandwidth, self.latency, self.names)
+
+    def incoming_bandwidth(self) -> np.ndarray:
+        return np.bincount(self.dst, weights=self.bandwidth, minlength=self.nodes)
+
+
+def grid(shape: tuple[int, ...], periodic: bool, bandwidth: float, latency: float) -> LinkGraph:
+    """A mesh (or torus, `periodic`) of `shape`, every link `bandwidth` bytes/s per direction."""
+    g = nx.grid_graph(dim=list(shape), periodic=periodic)
+    return from_graph(g, bandwidth=bandwidth, latency=latency)
+
+
+def ring(n: int, bandwidth: float, latency: float) -> LinkGraph:
+    """A bidirectional ring of n devices."""
+    return from_graph(nx.cycle_graph(n), bandwidth=bandwidth, latency=latency)
+
+
+def from_graph(g: nx.Graph, bandwidth: float | None = None, latency: float | None = None) -> LinkGraph:
+    """The directed links of a topology graph (`comm.topology.topology_graph`, or any networkx graph whose
+    edges carry `bandwidth` and `latency`, or take the defaults given). A switch (a node with kind "switch")
+    is unwound into direct links between the devices on its ports, each port's bandwidth shared over the
+    other k - 1 ports, latency twice the hop's; switches joined to other switches (spines) are not unwound."""
+    devices = sorted((n for n, d in g.nodes(data=True) if d.get("kind", "device") != "switch"), key=str)
+    index = {n: i for i, n in enumerate(devices)}
+    src: list[int] = []
+    dst: list[int] = []
+    bws: list[float] = []
+    lats: list[float] = []
+
+    def add(a: int, b: int, bw: float, lat: float) -> None:
+        src.extend((a, b))
+        dst.extend((b, a))
+        bws.extend((bw, bw))
+        lats.extend((lat, lat))
+
+    for a, b, data in g.edges(data=True):
+        if a in index and b in index:
+            add(index[a], index[b], float(data.get("bandwidth", bandwidth)), float(data.get("latency", latency)))
+    for s, d in g.nodes(data=True):
+        if d.get("kind") != "switch":
+            continue
+        ports = [n for n in g.neighbors(s) if n in index]
+        if any(n not in index for n in g.neighbors(s)):
+            raise ValueError(f"switch {s!r} connects to other switches: multi-level switching is not unwound")
+        for i, a in enumerate(ports):
+            for b in ports[i + 1:]:
+                bw = min(float(g.edges[s, a]["bandwidth"]), float(g.edges[s, b]["bandwidth"])) / (len(ports) - 1)
+                add(index[a], index[b], bw, float(g.edges[s, a]["latency"]) + float(g.edges[s, b]["latency"]))
+    return LinkGraph(len(devices), np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(bws, float),
+                     np.asarray(lats, float), tuple(str(n) for n in devices))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A synthesized collective: transfers (link index, chunk, start, end; ordered by start), its time, the
+    busiest-node lower bound and each link's utilization (busy time / collective time)."""
+
+    op: Collective
+    links: LinkGraph
+    chunks: int
+    chunk_bytes: float
+    owner: np.ndarray  # node where each chunk starts (all-gather) or ends (reduce-scatter)
+    link: np.ndarray
+    chunk: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    time: float
+    bound: float
+    utilization: np.ndarray
+    seed: int
+    reducing: np.ndarray  # per transfer: whether it carries a partial sum the receiver reduces
+    reduce_s: float = 0.0  # seconds to reduce one received chunk
+
+    @property
+    def src(self) -> np.ndarray:
+        return self.links.src[self.link]
+
+    @property
+    def dst(self) -> np.ndarray:
+        return self.links.dst[self.link]
+
+
+def lower_bound(op: Collective, links: LinkGraph, total_bytes: float) -> float:
+    """max over nodes of bytes received / incoming bandwidth (TACOS §III); an all-reduce moves twice the
+    (p - 1)/p of its buffer. `total_bytes`: the all-gather's output, the reduce-scatter's input, the
+    all-reduce's buffer."""
+    p = links.nodes
+    factor = 2.0 if op is Collective.ALL_REDUCE else 1.0
+    return float(factor * (p - 1) / p * total_bytes / links.incoming_bandwidth().min())
+
+
+def synthesize(op: Collective, links: LinkGraph, total_bytes: float, chunks_per_npu: int = 1, seed: int = 0,
+               reduce_bytes_per_s: float = math.inf, record: bool = True) -> Schedule:
+    """Synthesize `op` over `links` for a buffer of `total_bytes` (as in `lower_bound`)."""
+    if op not in SYNTHESIZED_OPS:
+        raise ValueError(f"synthesis supports {[o.value for o in SYNTHESIZED_OPS]}, not {op.value}")
+    if chunks_per_npu < 1 or links.nodes < 1:
+        raise ValueError("chunks_per_npu and the node count must be at least 1")
+    chunk_bytes = total_bytes / (links.nodes * chunks_per_npu)
+    owner = np.repeat(np.arange(links.nodes), chunks_per_npu)
+    if op is Collective.ALL_GATHER:
+        return _all_gather(op, links, owner, chunk_bytes, 0.0, seed, record, total_bytes)
+    reduce_s = chunk_bytes * REDUCE_TRAFFIC / reduce_bytes_per_s
+    rs = _reduce_scatter(links, owner, chunk_bytes, reduce_s, seed, record, total_bytes)
+    if op is Collective.REDUCE_SCATTER:
+        return rs
+    ag = _all_gather(Collective.ALL_GATHER, links, owner, chunk_bytes, 0.0, seed, record, total_bytes)
+    time = rs.time + ag.time
+    util = (rs.utilization * rs.time + ag.utilization * ag.time) / time if time > 0 else rs.utilization
+    return Schedule(op, links, rs.chunks, chunk_bytes, owner, np.concatenate([rs.link, ag.link]),
+                    np.concatenate([rs.chunk, ag.chunk]), np.concatenate([rs.start, ag.start + rs.time]),
+                    np.concatenate([rs.end, ag.end + rs.time]), time, lower_bound(op, links, total_bytes),
+                    util, seed, np.concatenate([rs.reducing, ag.reducing]), reduce_s)
+
+
+def synthesize_best(op: Collective, links: LinkGraph, total_bytes: float, chunks_per_npu: int = 1,
+                    seeds: int = 8, reduce_bytes_per_s: float = math.inf, record: bool = True) -> Schedule:
+    """The fastest of `seeds` seeded syntheses (the first on ties)."""
+    best: Schedule | None = None
+    for seed in range(seeds):
+        s = synthesize(op, links, total_bytes, chunks_per_npu, seed, reduce_bytes_per_s, record)
+        if best is None or s.time < best.time:
+            best = s
+    assert best is not None
+    return best
+
+
+def _csr(ends: np.ndarray, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The links at every node (`ends`: their sources or destinations): links[start[v]:start[v + 1]]."""
+    order = np.argsort(ends, kind="stable")
+    counts = np.bincount(ends, minlength=nodes)
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), order.astype(np.int64)
+
+
+def _all_gather(op: Collective, links: LinkGraph, owner: np.ndarray, chunk_bytes: float, extra_s: float,
+                seed: int, record: bool, total_bytes: float) -> Schedule:
+    # a transfer takes the link's latency plus the chunk at the link's bandwidth (alpha-beta, TACOS §IV-A)
+    duration = links.latency + chunk_bytes / links.bandwidth + extra_s
+    out_start, out_links = _csr(links.src, links.nodes)
+    in_start, in_links = _csr(links.dst, links.nodes)
+    time, busy, link, chunk, start, end, missing = greedy_all_gather(
+        links.nodes, owner.astype(np.int64), links.src, links.dst, duration.astype(float), out_start, out_links,
+        in_start, links.src[in_links], seed, record, LOOK if links.nodes <= LOOK_NODES else 1)
+    if missing:
+        raise ValueError(f"the topology does not connect every device: {missing} (device, chunk) pairs unserved")
+    util = busy / time if time > 0 else np.zeros_like(busy)
+    return Schedule(op, links, owner.shape[0], chunk_bytes, owner, link.astype(np.int64), chunk.astype(np.int64),
+                    start, end, float(time), lower_bound(op, links, total_bytes), util, seed,
+                    np.zeros(len(link), bool))
+
+
+def _reduce_scatter(links: LinkGraph, owner: np.ndarray, chunk_bytes: float, reduce_s: float, seed: int,
+                    record: bool, total_bytes: float) -> Schedule:
+    """The all-gather on the reversed links, run backwards in time."""
+    ag = _all_gather(Collective.ALL_GATHER, links.reversed(), owner, chunk_bytes, reduce_s, seed, record,
+                     total_bytes)
+    order = np.argsort(ag.time - ag.end, kind="stable")
+    return Schedule(Collective.REDUCE_SCATTER, links, ag.chunks, chunk_bytes, owner, ag.link[order],
+                    ag.chunk[order], (ag.time - ag.end)[order], (ag.time - ag.start)[order], ag.time,
+                    lower_bound(Collective.REDUCE_SCATTER, links, total_bytes), ag.utilization, seed,
+                    np.ones(len(order), bool), reduce_s)

@@ -1,0 +1,203 @@
+"""The work of one HLO instruction: matrix FLOPs and bytes moved through memory, or the collective it runs.
+
+FLOPs count the dots and convolutions only (2 per multiply-add, as the estimator's GEMMs: docs/formulas.md
+§12); element-wise arithmetic is memory-bound and costed by its bytes. Bytes are the operands read and the
+result written, except for in-place and sliced accesses: a dynamic-update-slice writes only its update
+(XLA updates the buffer in place), a (dynamic-)slice reads only what it returns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from armillary.ingest.hlo_attrs import (
+    called,
+    custom_call_target,
+    dimension_numbers,
+    gemm_dimension_numbers,
+)
+from armillary.ingest.hlo_parse import Computation, HloModule, Instruction
+from armillary.specs.communication import Collective
+
+
+class OpKind(StrEnum):
+    """The kinds of a per-op breakdown (as a profiler groups kernels)."""
+
+    DOT = "dot"  # dots, and fusions and library calls around one (GEMM kernels)
+    CONVOLUTION = "convolution"
+    FUSION = "fusion"  # fused element-wise / reduction kernels
+    ELEMENTWISE = "elementwise"  # unfused element-wise, reductions, copies, data movement
+    ALL_REDUCE = "all-reduce"
+    ALL_GATHER = "all-gather"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_TO_ALL = "all-to-all"
+    COLLECTIVE_PERMUTE = "collective-permute"
+    BROADCAST = "collective-broadcast"
+
+    @property
+    def communicates(self) -> bool:
+        return self not in (OpKind.DOT, OpKind.CONVOLUTION, OpKind.FUSION, OpKind.ELEMENTWISE)
+
+
+# opcode (sync, or the -start of an async pair) -> collective and its breakdown kind
+COLLECTIVES = {
+    "all-reduce": (Collective.ALL_REDUCE, OpKind.ALL_REDUCE),
+    "all-gather": (Collective.ALL_GATHER, OpKind.ALL_GATHER),
+    "reduce-scatter": (Collective.REDUCE_SCATTER, OpKind.REDUCE_SCATTER),
+    "all-to-all": (Collective.ALL_TO_ALL, OpKind.ALL_TO_ALL),
+    "collective-permute": (Collective.SEND_RECV, OpKind.COLLECTIVE_PERMUTE),
+    "collective-broadcast": (Collective.BROADCAST, OpKind.BROADCAST),
+}
+# instructions that are no kernel: names, views, control and the -done half of async pairs
+FREE = frozenset({
+    "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id", "replica-id",
+    "opt-barrier", "add-dependency", "domain", "all-reduce-done", "all-gather-done", "collective-permute-done",
+    "async-done", "async-update", "copy-done", "send-done", "recv-done", "get-dimension-size", "set-dimension-size",
+})
+CONTROL = frozenset({"while", "call", "conditional"})
+_SLICES = frozenset({"dynamic-slice", "slice", "gather"})
+_VIEWS = frozenset({"convert", "bitcast", "copy"})
+_PARTIAL = _SLICES | {"dynamic-update-slice"}
+_MATRIX = frozenset({"dot", "convolution", "custom-call", "fusion", "call"})
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    kind: OpKind
+    flop: float
+    bytes: float
+    precision_dtype: str  # element type of the GEMM's inputs ("" when no GEMM)
+
+
+def collective_of(inst: Instruction, module: HloModule) -> tuple[Collective, OpKind, Instruction] | None:
+    """The collective an instruction starts (sync op, `-start`, or `async-start` wrapping one), with the
+    instruction that describes it."""
+    op = inst.opcode.removesuffix("-start")
+    if op in COLLECTIVES:
+        return (*COLLECTIVES[op], inst)
+    if inst.opcode == "async-start":
+        for name in called(inst):
+            root = module.computations[name].root if name in module.computations else None
+            if root is not None and root.opcode in COLLECTIVES:
+                return (*COLLECTIVES[root.opcode], root)
+    return None
+
+
+def message_bytes(op: Collective, inst: Instruction, operand_bytes: float) -> float:
+    """Message size in the nccl-tests convention: the reduced buffer (all-reduce), the gathered result
+    (all-gather), the input before scattering (reduce-scatter), the buffer each rank sends (all-to-all,
+    permute). An async start's tuple result holds (input, output[, contexts]): its output counts."""
+    leaves = inst.shape.leaves
+    result = float(leaves[1].bytes if inst.shape.is_tuple and len(leaves) > 1 and inst.opcode.endswith("-start")
+                   else inst.shape.bytes)
+    return operand_bytes if op is Collective.REDUCE_SCATTER else result
+
+
+def instruction_work(inst: Instruction, comp: Computation, module: HloModule) -> Work:
+    """FLOPs and bytes of a kernel (fusion, dot, convolution, library call or unfused op)."""
+    operands = [comp.by_name[o].shape for o in inst.operands if o in comp.by_name]
+    if inst.opcode == "fusion":
+        fused = module.computations.get(next(iter(called(inst)), ""))
+        if fused is not None:
+            flop, dtype, conv = _fused_flop(module, fused.name)
+            moved = _fused_bytes(module, fused.name, tuple(s.bytes for s in operands), inst.shape.bytes)
+            kind = OpKind.CONVOLUTION if conv else OpKind.DOT if flop > 0 else OpKind.FUSION
+            return Work(kind, flop, moved, dtype)
+    flop, dtype, conv = _own_flop(inst, comp)
+    if inst.opcode == "dynamic-update-slice" and len(operands) > 1:
+        moved = 2.0 * operands[1].bytes
+    elif inst.opcode in _SLICES:
+        moved = 2.0 * inst.shape.bytes
+    else:
+        moved = float(sum(s.bytes for s in operands) + inst.shape.bytes)
+    kind = OpKind.CONVOLUTION if conv else OpKind.DOT if flop > 0 else OpKind.ELEMENTWISE
+    return Work(kind, flop, moved, dtype)
+
+
+def _own_flop(inst: Instruction, comp: Computation) -> tuple[float, str, bool]:
+    """(FLOPs, input element type, is a convolution) of a dot, convolution or GEMM library call."""
+    if inst.opcode not in ("dot", "convolution", "custom-call") or not inst.operands:
+        return 0.0, "", False
+    lhs = comp.by_name.get(inst.operands[0])
+    rhs = comp.by_name.get(inst.operands[1]) if len(inst.operands) > 1 else None
+    if lhs is None or rhs is None:
+        return 0.0, "", False
+    out = inst.shape.array.elements
+    if inst.opcode == "convolution":
+        # 2 x output elements x (kernel elements / output features) (each output sums over the window and
+        # the input features of its group)
+        labels = inst.attributes.split("dim_labels=")[1].split("->")[0].split("_")[1] if "dim_labels=" in \
+            inst.attributes else ""
+        kernel = rhs.shape.array
+        o = labels.find("o")
+        features = kernel.dims[o] if 0 <= o < len(kernel.dims) else kernel.dims[-1] if kernel.dims else 1
+        return 2.0 * out * kernel.elements / max(features, 1), lhs.shape.array.dtype, True
+    if inst.opcode == "custom-call":
+        target = custom_call_target(inst).lower()
+        if "gemm" not in target and "matmul" not in target:
+            return 0.0, "", False
+        contracting = gemm_dimension_numbers(inst).get("lhs_contracting_dimensions", ())
+    else:
+        contracting = dimension_numbers(inst).get("lhs_contracting_dims", ())
+    dims = lhs.shape.array.dims
+    k = math.prod(dims[d] for d in contracting if d < len(dims))
+    out_elements = inst.shape.leaves[0].elements  # a GEMM call's tuple result holds its workspace after it
+    return 2.0 * out_elements * k, lhs.shape.array.dtype, False
+
+
+def _fused_flop(module: HloModule, name: str) -> tuple[float, str, bool]:
+    """FLOPs of the dots and convolutions inside a fused computation (nested fusions included)."""
+    comp = module.computations[name]
+    flop, dtype, conv = 0.0, "", False
+    if comp.opcodes.isdisjoint(_MATRIX):
+        return flop, dtype, conv
+    for inst in comp.instructions:
+        if inst.opcode == "fusion" or inst.opcode == "call":
+            for inner in called(inst):
+                if inner in module.computations:
+                    f, d, c = _fused_flop(module, inner)
+                    flop, dtype, conv = flop + f, dtype or d, conv or c
+            continue
+        f, d, c = _own_flop(inst, comp)
+        flop, dtype, conv = flop + f, dtype or d, conv or c
+    return flop, dtype, conv
+
+
+def _fused_bytes(module: HloModule, name: str, operand_bytes: tuple[int, ...], result_bytes: int) -> float:
+    """Bytes a fusion moves: each parameter read whole unless the fusion only slices it (then the slices)
+    or updates it in place (then nothing); the result written, or only the update of an in-place root."""
+    comp = module.computations[name]
+    if comp.opcodes.isdisjoint(_PARTIAL):  # every parameter read whole, the result written whole
+        return float(sum(operand_bytes) + result_bytes)
+    params: dict[str, int] = {}
+    for inst in comp.instructions:
+        if inst.opcode == "parameter":
+            params[inst.name] = int(inst.argument.strip() or 0)
+    users: dict[str, list[Instruction]] = {p: [] for p in params}
+    for inst in comp.instructions:
+        for o in inst.operands:
+            if o in users:
+                users[o].append(inst)
+    # in-place updates (XLA aliases a dynamic-update-slice's buffer with its result): the buffer is neither
+    # read nor written whole, only the update is written
+    # (the CPU backend wraps bf16 buffers in converts around the update: followed through)
+    source = {i.name: i.operands[0] for i in comp.instructions
+              if i.opcode in _VIEWS and i.operands and len(users.get(i.operands[0], [i])) == 1}
+    updates = [i for i in comp.instructions if i.opcode == "dynamic-update-slice" and len(i.operands) > 1
+               and source.get(i.operands[0], i.operands[0]) in params and i.operands[1] in comp.by_name]
+    aliased = {source.get(u.operands[0], u.operands[0]) for u in updates}
+    moved = 0.0
+    for pname, number in params.items():
+        full = operand_bytes[number] if number < len(operand_bytes) else 0
+        uses = [u for u in users[pname] if not (pname in aliased and (u in updates or u.name in source))]
+        if pname in aliased and not uses:
+            continue
+        if uses and all(u.opcode in _SLICES and u.operands[0] == pname for u in uses):
+            moved += sum(u.shape.bytes for u in uses)
+        else:
+            moved += full
+    written = result_bytes - sum(u.shape.bytes for u in updates) + sum(comp.by_name[u.operands[1]].shape.bytes
+                                                                       for u in updates)
+    return moved + max(written, 0)

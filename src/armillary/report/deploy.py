@@ -1,0 +1,258 @@
+"""A chosen configuration as the arguments of the frameworks that run it: Megatron-LM / NeMo (Megatron-Core)
+for a training strategy, vLLM and TensorRT-LLM for an inference one. Pure functions from specs to argument
+lists; what a framework cannot express is said in `notes`, never dropped silently.
+
+Flag names: Megatron-LM megatron/training/arguments.py (Megatron-Core 0.12+: --attention-backend,
+--cp-comm-type, --overlap-moe-expert-parallel-comm, --use-tp-pp-dp-mapping); vLLM `vllm serve --help`
+(engine arguments, v0.8+); TensorRT-LLM `trtllm-serve serve` (PyTorch backend, --extra_llm_api_options YAML)
+and `trtllm-build` (TensorRT engines)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from enum import StrEnum
+
+import yaml
+
+from armillary.errors import SpecError
+from armillary.plan.layout import data_parallel
+from armillary.specs.model import Model
+from armillary.specs.strategy import (
+    Attention,
+    ContextParallel,
+    RankOrder,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    Strategy,
+    TrainingPrecision,
+    ZeroStage,
+)
+from armillary.specs.system import System
+from armillary.specs.workload import Inference, StoredPrecision, Training, Workload
+
+
+class Target(StrEnum):
+    MEGATRON = "megatron"  # Megatron-LM pretrain_gpt.py / NeMo (Megatron-Core) arguments
+    VLLM = "vllm"  # vllm serve
+    TRTLLM = "trtllm"  # trtllm-serve serve (+ trtllm-build for a TensorRT engine)
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: tuple[str, ...]
+
+    def shell(self) -> str:
+        """The program and its positional arguments, then one option (with its value) per line, continued
+        with backslashes."""
+        first = next((i for i, a in enumerate(self.argv) if a.startswith("--")), len(self.argv))
+        lines: list[str] = [shlex.join(self.argv[:first])]
+        rest = list(self.argv[first:])
+        while rest:
+            item = [rest.pop(0)]
+            if rest and not rest[0].startswith("--"):
+                item.append(rest.pop(0))
+            lines.append("  " + shlex.join(item))
+        return " \\\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    target: Target
+    commands: tuple[Command, ...]
+    files: tuple[tuple[str, str], ...] = ()  # (file name, contents) the commands read
+    notes: tuple[str, ...] = ()  # what the arguments cannot express
+
+    def text(self) -> str:
+        """A shell snippet: notes as comments, files as here-documents, then the commands."""
+        parts = [f"# {n}" for n in self.notes]
+        parts += [f"cat > {name} <<'EOF'\n{body}EOF" for name, body in self.files]
+        parts += [c.shell() for c in self.commands]
+        return "\n".join(parts) + "\n"
+
+
+def deployment(target: Target, model: Model, system: System, strategy: Strategy, workload: Workload) -> Deployment:
+    """The arguments of `target` for this run; a training target for an inference run (or back) is an error."""
+    if target is Target.MEGATRON:
+        if not isinstance(workload, Training):
+            raise SpecError("--emit megatron needs a training workload; vllm or trtllm export an inference run")
+        return megatron(model, system, strategy, workload)
+    if not isinstance(workload, Inference):
+        raise SpecError(f"--emit {target.value} needs an inference workload; megatron exports a training run")
+    return vllm(model, system, strategy, workload) if target is Target.VLLM else trtllm(model, strategy, workload)
+
+
+def _model_args(model: Model, seq_len: int) -> list[str]:
+    args = ["--num-layers", str(model.layers), "--hidden-size", str(model.hidden), "--num-attention-heads",
+            str(model.heads), "--ffn-hidden-size", str(model.ffn), "--seq-length", str(seq_len),
+            "--max-position-embeddings", str(max(model.max_seq_len, seq_len))]
+    if model.kv_heads is not None and model.kv_heads != model.heads:
+        args += ["--group-query-attention", "--num-query-groups", str(model.kv_heads)]
+    if model.moe is not None:
+        args += ["--num-experts", str(model.moe.experts), "--moe-router-topk", str(model.moe.top_k)]
+    return args
+
+
+def _pipeline_args(model: Model, s: Strategy, notes: list[str]) -> list[str]:
+    args = ["--pipeline-model-parallel-size", str(s.pp)]
+    if s.first_stage_layers is not None:
+        args += ["--decoder-first-pipeline-num-layers", str(s.first_stage_layers)]
+    if s.last_stage_layers is not None:
+        args += ["--decoder-last-pipeline-num-layers", str(s.last_stage_layers)]
+    if s.vpp > 1:
+        even = s.first_stage_layers is None and s.last_stage_layers is None and model.layers % (s.pp * s.vpp) == 0
+        args += (["--num-layers-per-virtual-pipeline-stage", str(model.layers // (s.pp * s.vpp))] if even
+                 else ["--num-virtual-stages-per-pipeline-rank", str(s.vpp)])
+    if s.pipeline_schedule in (Schedule.GPIPE, Schedule.ZB_H1):
+        notes.append(f"schedule {s.pipeline_schedule.value}: Megatron-LM runs 1F1B (interleaved with vpp > 1); "
+                     "zero-bubble schedules need the sail-sg/zero-bubble-pipeline-parallelism fork")
+    return args
+
+
+_RECOMPUTE_MODULES = {RecomputeModule.CORE_ATTN: "core_attn", RecomputeModule.LAYERNORM: "layernorm",
+                      RecomputeModule.MLP: "mlp", RecomputeModule.SHARED_EXPERTS: "shared_experts",
+                      RecomputeModule.MOE_ACT: "moe_act", RecomputeModule.MLA_UP_PROJ: "mla_up_proj"}
+# Megatron-Core AttnBackend: flash (FlashAttention via Transformer Engine), fused (cuDNN fused attention,
+# the FlashAttention-3 class kernel on Hopper), unfused (PyTorch attention: the s x s scores in HBM)
+_ATTENTION = {Attention.STANDARD: "unfused", Attention.FLASH1: "flash", Attention.FLASH: "flash",
+              Attention.FLASH3: "fused"}
+
+
+def _memory_args(s: Strategy, notes: list[str]) -> list[str]:
+    args: list[str] = []
+    if s.recompute is Recompute.SELECTIVE:
+        args += ["--recompute-granularity", "selective"]
+        if s.recompute_modules != (RecomputeModule.CORE_ATTN,):
+            args += ["--recompute-modules", *(_RECOMPUTE_MODULES[m] for m in s.recompute_modules)]
+    elif s.recompute is Recompute.FULL:
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if s.zero is ZeroStage.PARAMETERS:
+        args += ["--use-torch-fsdp2"]
+    elif s.zero is not ZeroStage.NONE:
+        args += ["--use-distributed-optimizer"]
+        if s.zero is ZeroStage.GRADIENTS:
+            notes.append("ZeRO-2: Megatron's distributed optimizer reduce-scatters gradients into optimizer "
+                         "shards but keeps a full gradient buffer (ZeRO-1 memory)")
+    if s.offload.optimizer:
+        args += ["--optimizer-cpu-offload"]
+    if s.offload.weights or s.offload.activations:
+        notes.append("weight / activation offload has no Megatron-LM argument (Transformer Engine "
+                     "cpu_offloading in NeMo: model.cpu_offloading)")
+    return args
+
+
+def megatron(model: Model, system: System, s: Strategy, workload: Training) -> Deployment:
+    """Megatron-LM `pretrain_gpt.py` arguments (the same names are NeMo's model.* / trainer settings)."""
+    notes: list[str] = [f"{system.devices} devices: torchrun world size {system.devices}, "
+                        f"data parallel {data_parallel(s, system)} (implied)"]
+    args = ["--tensor-model-parallel-size", str(s.tp), *_pipeline_args(model, s, notes)]
+    if s.cp > 1:
+        args += ["--context-parallel-size", str(s.cp),
+                 "--cp-comm-type", "a2a" if s.cp_comm is ContextParallel.ALL_TO_ALL else "p2p"]
+    if s.ep > 1:
+        args += ["--expert-model-parallel-size", str(s.ep)]
+    if s.expert_tp is not None and s.expert_tp != s.tp:
+        args += ["--expert-tensor-parallel-size", str(s.expert_tp)]
+    if s.sequence_parallel:
+        args += ["--sequence-parallel"]
+    if s.rank_order is RankOrder.PP_INNER:
+        args += ["--use-tp-pp-dp-mapping"]
+    args += ["--micro-batch-size", str(s.micro_batch), "--global-batch-size", str(workload.global_batch),
+             *_model_args(model, workload.seq_len), *_memory_args(s, notes)]
+    if s.overlap.dp_grad_reduce:
+        args += ["--overlap-grad-reduce"]
+    if s.overlap.param_gather and s.zero is not ZeroStage.NONE:
+        args += ["--overlap-param-gather"]
+    if s.overlap.tp_comm and s.tp > 1:
+        args += ["--tp-comm-overlap"]
+    if s.overlap.ep_comm and s.ep > 1:
+        args += ["--overlap-moe-expert-parallel-comm"]
+    args += {TrainingPrecision.BF16: ["--bf16"], TrainingPrecision.FP16: ["--fp16"], TrainingPrecision.FP32: [],
+             TrainingPrecision.FP8: ["--bf16", "--fp8-format", "hybrid"]}[s.precision]
+    args += ["--attention-backend", _ATTENTION[s.attention]]
+    if s.attention is Attention.FLASH1:
+        notes.append("flash1: Megatron's flash backend runs FlashAttention-2 (faster than the estimate)")
+    return Deployment(Target.MEGATRON, (Command(("torchrun", "pretrain_gpt.py", *args)),), notes=tuple(notes))
+
+
+def _serving_checks(s: Strategy, w: Inference, notes: list[str]) -> None:
+    if s.cp > 1:
+        notes.append(f"cp {s.cp}: context parallelism has no serving-engine flag here")
+    if w.serving.prefill_replicas:
+        notes.append(f"{w.serving.prefill_replicas} prefill-only replicas: disaggregated serving needs the "
+                     "engine's disaggregation setup (not expressed by these flags)")
+
+
+def vllm(model: Model, system: System, s: Strategy, w: Inference) -> Deployment:
+    """`vllm serve` flags: parallelism, batch limits, cache and weight precision, chunked prefill."""
+    notes: list[str] = []
+    _serving_checks(s, w, notes)
+    replicas = system.devices // (s.tp * s.pp)
+    args = ["vllm", "serve", model.name, "--tensor-parallel-size", str(s.tp), "--pipeline-parallel-size", str(s.pp)]
+    if replicas > 1:
+        args += ["--data-parallel-size", str(replicas)]
+    if s.ep > 1:  # vLLM then spreads the experts over tp x dp ranks
+        args += ["--enable-expert-parallel"]
+        if s.ep not in (1, s.tp * replicas):
+            notes.append(f"ep {s.ep}: vLLM's expert parallelism spans tp x dp = {s.tp * replicas} ranks")
+    sv = w.serving
+    args += ["--max-model-len", str(w.input_len + w.output_len), "--max-num-seqs", str(sv.max_batch),
+             "--max-num-batched-tokens", str(sv.max_batched_tokens),
+             "--enable-chunked-prefill" if sv.chunked_prefill else "--no-enable-chunked-prefill",
+             "--dtype", "float16" if s.precision is TrainingPrecision.FP16 else "bfloat16"]
+    if w.kv_cache.block_tokens in (1, 8, 16, 32, 64, 128):
+        args += ["--block-size", str(w.kv_cache.block_tokens)]
+    if w.kv_cache.precision is StoredPrecision.FP8:
+        args += ["--kv-cache-dtype", "fp8"]
+    weights = w.weights or (StoredPrecision.FP8 if s.precision is TrainingPrecision.FP8 else None)
+    if weights is StoredPrecision.FP8:
+        args += ["--quantization", "fp8"]
+    elif weights in (StoredPrecision.INT8, StoredPrecision.INT4):
+        notes.append(f"{weights.value} weights: serve a pre-quantized checkpoint (GPTQ / AWQ); vLLM reads its "
+                     "quantization from the checkpoint")
+    if sv.prefix_hit_rate > 0:
+        args += ["--enable-prefix-caching"]
+    notes.append(f"model {model.name!r}: replace with its Hugging Face id or local path")
+    return Deployment(Target.VLLM, (Command(tuple(args)),), notes=tuple(notes))
+
+
+def trtllm(model: Model, s: Strategy, w: Inference) -> Deployment:
+    """`trtllm-serve serve` (PyTorch backend) flags and its --extra_llm_api_options YAML; the `trtllm-build`
+    limits of a TensorRT engine for the same batch as a second command."""
+    notes: list[str] = []
+    _serving_checks(s, w, notes)
+    sv, seq = w.serving, w.input_len + w.output_len
+    args = ["trtllm-serve", "serve", model.name, "--backend", "pytorch", "--tp_size", str(s.tp),
+            "--pp_size", str(s.pp)]
+    if s.ep > 1:
+        args += ["--ep_size", str(s.ep)]
+    args += ["--max_batch_size", str(sv.max_batch), "--max_num_tokens", str(sv.max_batched_tokens),
+             "--max_seq_len", str(seq), "--extra_llm_api_options", "extra_llm_api_options.yaml"]
+    kv: dict[str, object] = {"tokens_per_block": w.kv_cache.block_tokens, "enable_block_reuse": sv.prefix_hit_rate > 0}
+    if w.kv_cache.precision is StoredPrecision.FP8:
+        kv["dtype"] = "fp8"
+    options = {"enable_chunked_prefill": sv.chunked_prefill, "kv_cache_config": kv}
+    weights = w.weights or (StoredPrecision.FP8 if s.precision is TrainingPrecision.FP8 else None)
+    if weights is not None and weights not in (StoredPrecision.BF16, StoredPrecision.FP16):
+        notes.append(f"{weights.value} weights: serve a checkpoint quantized with TensorRT Model Optimizer")
+    build = ("trtllm-build", "--checkpoint_dir", "checkpoint", "--output_dir", "engine",
+             "--max_batch_size", str(sv.max_batch), "--max_input_len", str(w.input_len), "--max_seq_len", str(seq),
+             "--max_num_tokens", str(sv.max_batched_tokens), "--tokens_per_block", str(w.kv_cache.block_tokens),
+             "--kv_cache_type", "paged", "--use_paged_context_fmha", "enable", "--gemm_plugin", "auto")
+    notes.append("the TensorRT backend instead: convert_checkpoint.py --tp_size/--pp_size, then trtllm-build "
+                 "(second command), then trtllm-serve engine --backend tensorrt")
+    notes.append(f"model {model.name!r}: replace with its Hugging Face id or local path")
+    return Deployment(Target.TRTLLM, (Command(tuple(args)), Command(build)),
+                      (("extra_llm_api_options.yaml", yaml.safe_dump(options, sort_keys=False)),), tuple(notes))
+
+
+def run_file_text(model: str, system: str, gpus: int, strategy: Strategy, workload: Workload,
+                  comment: str = "") -> str:
+    """A run file (RUN.yaml) for `strategy`: the model and system as named (presets or paths), the strategy's
+    fields that differ from their defaults, and the workload."""
+    data = {"model": model, "system": system, "gpus": gpus,
+            "strategy": strategy.model_dump(mode="json", exclude_defaults=True),
+            "workload": {"kind": workload.kind, **workload.model_dump(mode="json", exclude_defaults=True)}}
+    head = "".join(f"# {line}\n" for line in comment.splitlines())
+    return head + yaml.safe_dump(data, sort_keys=False)

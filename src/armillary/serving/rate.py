@@ -1,0 +1,59 @@
+"""The largest sustainable request rate: SLOs judged on the steady part of a run (warm-up trimmed, the
+last arrivals checked for a growing queue), over several seeds for an interval.
+
+A short run at a rate above capacity can pass: its queue has not grown yet (the max rate then moved with
+the duration: 13.9 req/s at 30 s, 10.0 at 600 s). Here the first `warmup` share of the arrivals is left
+out, and the requests of the last tenth must meet the TTFT SLO too: at an unsustainable rate their wait
+grows with the duration, so they fail at any duration once the backlog exceeds the SLO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from armillary.serving.run import ServingResult, max_rate
+
+WARMUP = 0.2  # [assumed] share of the arrival span left out as warm-up (an empty server fills)
+TAIL = 0.1  # share of the arrivals, at the end, checked for a growing queue
+
+
+def steady_meets(result: ServingResult, warmup: float = WARMUP) -> bool:
+    """P90 TTFT and P99 TPOT of the requests sent after the warm-up within the SLOs, every request
+    served, and P90 TTFT of the last arrivals within the SLO (no growing backlog)."""
+    t = result.times
+    if result.rejected or result.completed < result.requests:
+        return False
+    start, end = float(t.arrival_s.min()), float(t.arrival_s.max())
+    kept = t.arrival_s >= start + warmup * (end - start)
+    tail = t.arrival_s >= end - TAIL * (end - start)
+    ttft = t.first_token_s - t.arrival_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(t.output_len > 1, (t.finish_s - t.first_token_s) / (t.output_len - 1), np.nan)
+
+    def p(values: np.ndarray, q: float) -> float:
+        v = values[np.isfinite(values)]
+        return float(np.percentile(v, q)) if len(v) else 0.0
+
+    return (p(ttft[kept], 90) <= result.ttft_slo_s and p(tpot[kept], 99) <= result.tpot_slo_s
+            and p(ttft[tail], 90) <= result.ttft_slo_s)
+
+
+@dataclass(frozen=True)
+class MaxRate:
+    rate: float  # mean over the seeds
+    low: float  # smallest and largest of the seeds' rates
+    high: float
+    per_seed: tuple[float, ...]
+    result: ServingResult | None  # the first seed's run at its max rate
+
+
+def steady_max_rate(serve: Callable[[float, int], ServingResult], seeds: int = 3, warmup: float = WARMUP,
+                    low: float = 0.05, high: float = 1e4, steps: int = 12) -> MaxRate:
+    """The max rate (`steady_meets`) for seeds 0..seeds-1 of `serve(rate, seed)`: mean and range."""
+    found = [max_rate(lambda r, s=seed: serve(r, s), low, high, steps,  # type: ignore[misc]
+                      lambda res: steady_meets(res, warmup)) for seed in range(seeds)]
+    rates = tuple(r for r, _ in found)
+    return MaxRate(float(np.mean(rates)), min(rates), max(rates), rates, found[0][1])

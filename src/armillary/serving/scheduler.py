@@ -1,0 +1,238 @@
+"""The state of one serving replica and the named steps of an iteration: arrivals (open or closed loop),
+the running sequences' share of the token budget (preempting under the policy when pages run out), the
+admission of waiting requests, and the iteration itself. `simulate.simulate_replica` drives it.
+
+Policies (`policy.Policy`): guaranteed-no-evict reserves a request's prompt and whole output at admission
+and never preempts; max-utilization and recompute free the newest sequence's pages and recompute it;
+swap copies them to the second memory tier and back (Kwon et al. 2023, section 4.5).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from armillary.estimate.inference import kv_pages
+from armillary.serving.trace import Trace
+from armillary.specs.workload import Policy
+
+if TYPE_CHECKING:
+    from armillary.serving.simulate import SchedulerLimits
+
+Cost = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+
+
+class ReplicaState:
+    """Per-request arrays (trace order), the waiting queue and the running list of one replica."""
+
+    def __init__(self, trace: Trace, limits: SchedulerLimits, prefilled: bool, prefill_only: bool) -> None:
+        n = len(trace)
+        self.n, self.limits, self.prefilled = n, limits, prefilled
+        self.arrival, self.n_in = trace.arrival_s, trace.input_len.astype(np.int64)
+        self.n_out = np.ones(n, np.int64) if prefill_only else trace.output_len.astype(np.int64)
+        self.sent = trace.arrival_s.astype(float).copy()  # when the client sends (closed loop: a slot frees)
+        self.first, self.finish = np.full(n, np.nan), np.full(n, np.nan)
+        self.preempted = np.zeros(n, np.int64)
+        self.hit = np.minimum((limits.prefix_hit_rate * self.n_in).astype(np.int64), self.n_in - 1)
+        self.cached = np.zeros(n, np.int64)  # tokens in the KV cache (HBM or, swapped out, the second tier)
+        self.target = self.n_in.copy()  # tokens the (re)computed prompt must reach before the next sample
+        self.generated = np.zeros(n, np.int64)
+        self.blocks = np.zeros(n, np.int64)  # HBM pages held (reserved, under no-evict)
+        self.swapped = np.zeros(n, bool)
+        self.free = limits.kv_blocks
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []
+        self.now = 0.0
+        self.sent_n = self.queued_n = self.done = self.iterations = self.batched = 0
+        self.slot_open = -np.inf  # closed loop: when the last slot freed
+        self.extra_s = 0.0  # swap traffic of the iteration being scheduled
+
+    # ---- arrivals -------------------------------------------------------------------------------------
+    def _gate_open(self) -> bool:
+        c = self.limits.concurrency
+        return c is None or self.sent_n - self.done < c
+
+    def next_event(self) -> float:
+        """The next time a request is sent or queued (inf: none until something finishes)."""
+        times = []
+        if self.sent_n < self.n and self._gate_open():
+            times.append(max(float(self.arrival[self.sent_n]), self.slot_open))
+        if self.queued_n < self.sent_n:
+            times.append(float(self.sent[self.queued_n]) + self.limits.request_overhead_s)
+        return min(times, default=np.inf)
+
+    def arrive(self) -> None:
+        """Send what the client may send by now, and queue what the server has received by now."""
+        while True:
+            if self.sent_n < self.n and self._gate_open():
+                t = max(float(self.arrival[self.sent_n]), self.slot_open)
+                if t <= self.now:
+                    self.sent[self.sent_n] = t
+                    self.sent_n += 1
+                    continue
+            if self.queued_n < self.sent_n and self.sent[self.queued_n] + self.limits.request_overhead_s <= self.now:
+                self.queued_n += 1
+                self._enqueue(self.queued_n - 1)
+                continue
+            return
+
+    def _enqueue(self, idx: int) -> None:
+        lim = self.limits
+        if kv_pages(int(self.n_in[idx] + self.n_out[idx]), lim.block_tokens) > lim.kv_blocks:
+            self._done(1)  # can never fit: rejected
+            return
+        self.cached[idx] = self.hit[idx]
+        if self.prefilled:
+            self.cached[idx] = self.target[idx] = self.n_in[idx]
+            self.generated[idx] = 1
+            self.first[idx] = self.sent[idx]
+            if self.n_out[idx] <= 1:
+                self.finish[idx] = self.sent[idx]
+                self._done(1)
+                return
+        self.waiting.append(idx)
+
+    def _done(self, count: int) -> None:
+        if count and not self._gate_open():
+            self.slot_open = self.now
+        self.done += count
+
+    # ---- pages and preemption -------------------------------------------------------------------------
+    def need(self, idx: int, want: int) -> int:
+        """Pages sequence `idx` must add to run `want` more tokens (no-evict: its whole reservation)."""
+        lim = self.limits
+        tokens = int(self.cached[idx] + want)
+        if lim.policy is Policy.GUARANTEED_NO_EVICT:
+            tokens = max(tokens, int(self.n_in[idx] + self.n_out[idx]))
+        return max(0, int(kv_pages(tokens, lim.block_tokens)) - int(self.blocks[idx]))
+
+    def take(self, idx: int, pages: int) -> None:
+        self.free -= pages
+        self.blocks[idx] += pages
+        if self.swapped[idx]:  # its cache comes back from the second tier first
+            self.swapped[idx] = False
+            self.extra_s += float(self.cached[idx]) * self.limits.swap_s_per_token
+
+    def preempt(self, idx: int) -> None:
+        """Send a sequence back to the queue head, its pages freed: recomputed from its prompt and output
+        so far, or (swap) copied out to the second tier to come back as they were."""
+        self.free += int(self.blocks[idx])
+        self.blocks[idx] = 0
+        if self.limits.policy is Policy.SWAP:
+            self.swapped[idx] = True
+            self.extra_s += float(self.cached[idx]) * self.limits.swap_s_per_token
+        else:
+            self.cached[idx] = self.hit[idx]
+            self.target[idx] = self.n_in[idx] + self.generated[idx]
+        self.preempted[idx] += 1
+        self.waiting.appendleft(idx)
+
+    def want(self, idx: int, budget: int) -> int:
+        """New tokens of sequence `idx` this iteration: a decode token, or a chunk of its prompt."""
+        left = int(self.target[idx] - self.cached[idx])
+        return 1 if left <= 0 else min(left, budget)
+
+    # ---- one iteration --------------------------------------------------------------------------------
+    def schedule_running(self, schedule: dict[int, int], budget: int) -> int:
+        """Running sequences in admission order as far as the token budget goes; when pages run out the
+        newest sequence is preempted. Returns the budget left."""
+        running = self.running
+        if running and self._all_running_fit(schedule):
+            return budget - sum(schedule.values())
+        i = 0
+        while i < len(running) and budget > 0:
+            idx = running[i]
+            want = self.want(idx, budget)
+            need = self.need(idx, want)
+            while need > self.free and running[-1] != idx:  # preempt the newest sequence
+                victim = running.pop()
+                self.preempt(victim)
+                schedule.pop(victim, None)
+            if need > self.free:  # not even this one fits: it waits
+                running.pop(i)
+                self.preempt(idx)
+                continue
+            self.take(idx, need)
+            schedule[idx] = want
+            budget -= want
+            i += 1
+        return budget
+
+    def _all_running_fit(self, schedule: dict[int, int]) -> bool:
+        """Schedule the running sequences that the budget reaches at once when their pages all fit (the
+        budget is then spent or every running sequence scheduled)."""
+        budget = self.limits.max_batched_tokens
+        ids = np.array(self.running, np.int64)
+        want = np.maximum(self.target[ids] - self.cached[ids], 1)
+        before = np.cumsum(want) - want
+        m = int(np.searchsorted(before, budget, side="left"))
+        ids, want = ids[:m], np.minimum(want[:m], budget - before[:m])
+        tokens = self.cached[ids] + want
+        if self.limits.policy is Policy.GUARANTEED_NO_EVICT:
+            tokens = np.maximum(tokens, self.n_in[ids] + self.n_out[ids])
+        need = np.maximum(kv_pages(tokens, self.limits.block_tokens) - self.blocks[ids], 0)
+        if int(need.sum()) > self.free or self.swapped[ids].any():
+            return False
+        self.free -= int(need.sum())
+        self.blocks[ids] += need
+        schedule.update(zip(ids.tolist(), want.tolist(), strict=True))
+        return True
+
+    def admit(self, schedule: dict[int, int], budget: int, prefill_phase: bool) -> None:
+        """Admit waiting requests, in order, while sequences, tokens and pages allow."""
+        lim = self.limits
+        while (self.waiting and len(self.running) < lim.max_batch and budget > 0
+               and (prefill_phase or lim.chunked_prefill or not schedule)):
+            idx = self.waiting[0]
+            remaining = int(self.target[idx] - self.cached[idx])
+            if lim.chunked_prefill or remaining <= 0:
+                want = self.want(idx, budget)
+            elif remaining <= budget or not schedule:
+                want = remaining  # a whole prompt (one may exceed the budget on its own)
+            else:
+                break
+            need = self.need(idx, want)
+            if need > self.free:
+                break
+            self.waiting.popleft()
+            self.running.append(idx)
+            self.take(idx, need)
+            schedule[idx] = want
+            budget -= want
+
+    def prefill_phase(self) -> bool:
+        """Without chunking an iteration either prefills whole prompts or decodes (vLLM's scheduler before
+        chunked prefill): prompts go first when the next one fits."""
+        lim = self.limits
+        if lim.chunked_prefill or not self.waiting or len(self.running) >= lim.max_batch:
+            return False
+        head = self.waiting[0]
+        return self.need(head, max(int(self.target[head] - self.cached[head]), 1)) <= self.free
+
+    def run_iteration(self, schedule: dict[int, int], cost: Cost) -> None:
+        ids = np.fromiter(schedule.keys(), np.int64, len(schedule))
+        new = np.fromiter(schedule.values(), np.int64, len(schedule))
+        emits = self.cached[ids] + new >= self.target[ids]
+        self.now += float(cost(new, self.cached[ids], int(emits.sum()))[0]) + self.extra_s
+        self.extra_s = 0.0
+        self.iterations += 1
+        self.batched += len(ids)
+        self.cached[ids] += new
+        sampled = ids[emits]
+        self.generated[sampled] += 1
+        self.first[sampled[np.isnan(self.first[sampled])]] = self.now
+        self.finish_sequences(sampled[self.generated[sampled] >= self.n_out[sampled]])
+
+    def finish_sequences(self, finished: np.ndarray) -> None:
+        """Record the finished sequences, drop them from `running`, free their pages."""
+        if not len(finished):
+            return
+        self.finish[finished] = self.now
+        self.free += int(self.blocks[finished].sum())
+        self.blocks[finished] = 0
+        gone = set(finished.tolist())
+        self.running[:] = [i for i in self.running if i not in gone]
+        self._done(len(finished))

@@ -1,0 +1,143 @@
+"""Turn one serving-under-load row of the validation CSV (ids "SRV-...": an engine benchmark at a request
+rate or a concurrency) into a simulated benchmark run and its output-token throughput.
+
+The row names the engine (its profile from presets/engines, overridden by the flags the row states), the
+model and GPU presets, the lengths (fixed, or ShareGPT totals as lognormal means) and the client: closed
+loop at a concurrency (all requests ready at t = 0) or Poisson at a rate. What is not stated is assumed
+and written down.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from armillary.plan.arrays import ModelArrays
+from armillary.serving.engine import Engine, engine_for
+from armillary.serving.run import ServingResult, serve_trace
+from armillary.serving.trace import benchmark_trace
+from armillary.specs.loading import load_model, load_system
+from armillary.specs.stack import hopper_or_later
+from armillary.specs.strategy import Strategy
+from armillary.specs.workload import Arrivals, Inference, LengthDistribution
+from armillary.validation.rows import Unsupported, int_column
+from armillary.validation.vocabulary import model_preset_for, system_preset_for
+
+SHAREGPT_SIGMA = 1.0  # [assumed] lognormal sigma of ShareGPT prompt and reply lengths (heavy-tailed)
+
+
+def _number(pattern: str, text: str) -> float | None:
+    found = re.search(pattern, text, re.I)
+    return float(found.group(1)) if found else None
+
+
+def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len: int = 0) -> Engine:
+    text = f"{row.get('framework', '')} {row.get('other_reported', '')}"
+    engine = engine_for(row.get("framework", ""))
+    if engine is None:
+        raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
+    update: dict[str, Any] = {}
+    if (seqs := _number(r"max-num-seqs[ =]+(\d+)", text)) is not None:
+        update["max_batch"] = int(seqs)
+    if (tokens := _number(r"max-num-batched-tokens[ =]+(\d+)", text)) is not None:
+        update["max_batched_tokens"] = int(tokens)
+    if re.search(r"chunked[- ]prefill(=| )?(false|off)|enable-chunked-prefill false", text, re.I):
+        update["chunked_prefill"] = False
+    elif re.search(r"enable-chunked-prefill(=| )?true", text, re.I):
+        update["chunked_prefill"] = True
+    if model_mla and engine.name.startswith("vLLM 0.6") and "chunked_prefill" not in update:
+        update["chunked_prefill"] = False
+        notes.append("chunked prefill off: vLLM V0 runs MLA models without it")
+    # vLLM's max_model_len defaults to the model config's max_position_embeddings (ModelConfig)
+    model_len = _number(r"max-model-len[ =]+(\d+)", text) or (float(max_seq_len) if max_seq_len else None)
+    v0 = engine.name.startswith("vLLM 0.6")
+    if v0 and model_len is not None and model_len > 32768 and "chunked_prefill" not in update:
+        # V0 turns chunked prefill on by default above 32K context (EngineArgs.create_engine_config)
+        update["chunked_prefill"] = True
+        update.setdefault("max_batched_tokens", 512)  # its token budget then (the profile's source, PR #4580)
+    chunked = update.get("chunked_prefill", engine.chunked_prefill)
+    if (v0 and not chunked and model_len is not None
+            and "max_batched_tokens" not in update):
+        # V0 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) (EngineArgs /
+        # SchedulerConfig defaults, vLLM 0.6-0.7)
+        update["max_batched_tokens"] = max(int(model_len), 2048)
+    if (steps := _number(r"num-scheduler-steps?[ =]+(\d+)", text)) is not None and steps > 1:
+        # multi-step scheduling: one scheduler pass per `steps` decode iterations (vLLM 0.6.0 release)
+        update["iteration_overhead_s"] = engine.iteration_overhead_s / steps
+        update["sequence_overhead_s"] = engine.sequence_overhead_s / steps
+    if re.search(r"enable-dp-attention", text):
+        notes.append("--enable-dp-attention not modelled: attention runs tensor-parallel here")
+    notes.append(f"engine {engine.name}" + (f", from the row and V0 defaults: {update}" if update else ""))
+    return engine.model_copy(update=update)
+
+
+def _lengths(row: dict[str, str], requests: int, notes: list[str]) -> tuple[int, int, bool]:
+    """(mean input, mean output, whether they vary)."""
+    isl, osl = row.get("isl", ""), row.get("osl", "")
+    fixed_in, fixed_out = int_column(row, "isl"), int_column(row, "osl")
+    if fixed_in is not None and fixed_out is not None:
+        return fixed_in, fixed_out, False
+    total_in = _number(r"(\d+) input tokens total", isl)
+    total_out = _number(r"(\d+) output tokens generated", osl)
+    approx_in = _number(r"~\s*(\d+)", isl)
+    if total_in is not None and total_out is not None:
+        notes.append(f"ShareGPT lengths: lognormal (sigma {SHAREGPT_SIGMA}) around the row's totals / prompts")
+        return round(total_in / requests), round(total_out / requests), True
+    if approx_in is not None and fixed_out is not None:
+        return int(approx_in), fixed_out, False
+    raise Unsupported(f"isl / osl: cannot read lengths from {isl!r} / {osl!r}")
+
+
+def _prefix_hit_rate(row: dict[str, str], input_len: int, notes: list[str]) -> float:
+    text = row.get("notes", "")
+    prefix = _number(r"gsp-system-prompt-len (\d+)", text)
+    per_group = _number(r"gsp-prompts-per-group (\d+)", text)
+    if prefix is None or per_group is None:
+        return 0.0
+    rate = prefix / input_len * (per_group - 1) / per_group  # the group's first prompt computes its prefix
+    notes.append(f"prefix hit rate {rate:.2f}: shared {prefix:g}-token system prompt, {per_group:g} per group")
+    return rate
+
+
+def simulate_serving_row(row: dict[str, str]) -> tuple[float, tuple[str, ...], ServingResult]:
+    """(predicted output tokens/s of the whole server, assumptions, the simulated benchmark)."""
+    notes: list[str] = []
+    preset, system_preset = model_preset_for(row.get("model")), system_preset_for(row.get("gpu"))
+    if preset is None or system_preset is None:
+        raise Unsupported(f"model / gpu: no preset for {row.get('model')!r} on {row.get('gpu')!r}")
+    model = load_model(preset)
+    client = row.get("batch_or_concurrency", "")
+    requests = int(_number(r"(\d+) prompts", client) or 0)
+    concurrency, rate = _number(r"max-concurrency (\d+)", client), _number(r"request rate (\d+) req/s", client)
+    if not requests or (concurrency is None and rate is None):
+        raise Unsupported(f"batch_or_concurrency: no request count and concurrency or rate in {client!r}")
+    engine = _engine(row, model.mla is not None, notes, model.max_seq_len)
+    input_len, output_len, varied = _lengths(row, requests, notes)
+    precision = row.get("precision", "").lower()
+    fp8 = "fp8" in precision or (model.mla is not None and "not stated" in precision)
+    if model.mla is not None and "not stated" in precision:
+        notes.append("fp8 weights and GEMMs: the deepseek-ai checkpoint is stored in block-scaled fp8")
+    workload: dict[str, Any] = {
+        "kind": "inference", "input_len": input_len, "output_len": output_len, "weights": "fp8" if fp8 else None,
+        "kv_cache": {"precision": "fp8"} if "fp8 kv" in precision else {},
+        "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, notes),
+                    "concurrency": int(concurrency) if concurrency is not None else None}}
+    tp = int_column(row, "tp") or 8
+    system = load_system(system_preset, int_column(row, "n_gpus") or tp)
+    attention = "flash3" if hopper_or_later(row.get("gpu", "")) else "flash"
+    moe: dict[str, Any] = {}
+    if model.moe is not None:
+        # `--tp 8` without expert parallelism: the fused MoE shards every expert over the TP ranks
+        # (estimate.inference.replicated_experts: one all-reduce per layer, no token exchange)
+        moe = {"ep": 1, "expert_tp": tp}
+        notes.append(f"experts sharded over the {tp} TP ranks (expert_tp={tp}, ep=1), as the engine runs them")
+    strategy = Strategy.model_validate({"tp": tp, "precision": "fp8" if fp8 else "bf16", "attention": attention,
+                                        **moe})
+    notes.append(f"tp={tp}, {attention} attention, {system.name} preset")
+    arrivals = Arrivals.OFFLINE if concurrency is not None else Arrivals.POISSON
+    trace = benchmark_trace(requests, rate or 0.0, input_len, output_len, arrivals,
+                            lengths=LengthDistribution.LOGNORMAL if varied else LengthDistribution.FIXED,
+                            spread=SHAREGPT_SIGMA)
+    result = serve_trace(ModelArrays.of(model), strategy, Inference.model_validate(workload), system, 1, trace,
+                         engine=engine)
+    return float(result.output_tokens_per_s), tuple(notes), result

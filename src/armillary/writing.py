@@ -1,0 +1,63 @@
+"""Output files written whole or not at all: a temporary file beside the target, renamed over it once
+complete (`os.replace` is atomic on one file system), removed on any failure; an operating-system error
+(a folder in the way, a full disk, no permission) becomes a SpecError that names the file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from armillary.errors import SpecError
+
+
+def check_writable(path: Path) -> None:
+    """Fail before the work starts when `path` cannot be written: a folder in its place, a missing or
+    read-only folder."""
+    if path.is_dir():
+        raise SpecError(f"cannot write {path}: it is a folder")
+    if path.exists() and not path.is_file():
+        raise SpecError(f"cannot write {path}: not a regular file (a device or a pipe)")
+    folder = path.parent
+    if not folder.is_dir():
+        raise SpecError(f"cannot write {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise SpecError(f"cannot write {path}: the folder {folder} is not writable")
+
+
+@contextmanager
+def replaced(path: Path) -> Iterator[Path]:
+    """A temporary path to write; when the block ends without error it replaces `path`."""
+    check_writable(path)
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except OSError as e:
+        raise SpecError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+@contextmanager
+def replaced_files(folder: Path) -> Iterator[Path]:
+    """A temporary folder inside `folder` to write several files into; when the block ends without error
+    they are moved into `folder` (all of them, or none when the writing failed)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".armillary-", dir=folder))
+    except OSError as e:
+        raise SpecError(f"cannot write into {folder}: {e.strerror or e}") from None
+    try:
+        yield staging
+        for file in staging.iterdir():
+            os.replace(file, folder / file.name)
+    except OSError as e:
+        raise SpecError(f"cannot write into {folder}: {e.strerror or e}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,44 @@
+"""The max-rate search on traces and the serving-under-load validation rows."""
+
+import pytest
+
+from armillary.api import simulate_serving
+from armillary.serving.rate import steady_max_rate, steady_meets
+from armillary.serving.trace import poisson_trace, scaled
+from armillary.validation.run import read_rows, run_row
+
+FLASH = {"precision": "bf16", "attention": "flash"}
+WORKLOAD = {"kind": "inference", "input_len": 512, "output_len": 64,
+            "serving": {"ttft_slo_s": 0.3, "tpot_slo_s": 0.03}}
+
+
+def test_a_trace_is_run_at_each_searched_rate():
+    base = poisson_trace(5.0, 60.0, 512, 64, seed=1)  # a 5 req/s trace
+
+    def serve(rate, seed):
+        return simulate_serving("llama2-7b", "dgx-h100", FLASH, WORKLOAD, gpus=1, trace=scaled(base, rate))
+
+    found = steady_max_rate(serve, seeds=1, low=1.0, steps=6)
+    assert found.result is not None and steady_meets(found.result)
+    # the run behind the answer offered the answer's rate (a trace run as recorded would offer 5 req/s
+    # at every rate and the search would run off to its upper bound)
+    assert found.result.offered_rate == pytest.approx(found.rate, rel=1e-6)
+    assert 5 < found.rate < 200
+    assert not steady_meets(serve(found.rate * 1.5, 0))
+
+
+def test_serving_rows_run_as_engine_benchmarks():
+    wanted = {"SRV-VLLM-DSR1-H200-C008-O800", "SRV-SGLANG-DSR1-H200-C128-O800-PREFIX",
+              "SRV-VLLM-L405-H100-META-QPS16"}
+    results = [run_row(r) for r in read_rows() if r["id"] in wanted]
+    assert len(results) == 3 and all(r.error is not None for r in results), [r.skipped for r in results]
+    notes = {r.id: "; ".join(r.assumptions) for r in results}
+    assert "engine vLLM 0.6-0.7" in notes["SRV-VLLM-DSR1-H200-C008-O800"]
+    assert "prefix hit rate 0.60" in notes["SRV-SGLANG-DSR1-H200-C128-O800-PREFIX"]
+    # the vLLM rows run as the engine runs them (experts sharded over TP, one all-reduce per layer) land
+    # within 15% (notes/issue-17b: -8% and +12%); the SGLang row uses --enable-dp-attention, which is not
+    # modelled, and is off by about +120% (recorded there, not bounded here)
+    errors = {r.id: r.error for r in results}
+    assert abs(errors["SRV-VLLM-DSR1-H200-C008-O800"]) < 0.15
+    assert abs(errors["SRV-VLLM-L405-H100-META-QPS16"]) < 0.15
+    assert "--enable-dp-attention not modelled" in notes["SRV-SGLANG-DSR1-H200-C128-O800-PREFIX"]

@@ -1,0 +1,91 @@
+"""Fit the outermost network dimension a measured nccl-tests sweep crosses (its latency, large-message
+efficiency and size-efficiency ramp: `comm.calibration.fit_tier`) to the collective rows of the validation
+CSV with one id prefix, and print the fitted fields to paste into the system preset: one calibrated
+description per system, fitted on one sweep, then checked on every other row of that fabric.
+
+Run: python tools/calibrate_fabric.py SYSTEM ROW-PREFIX [--then ROW-PREFIX] [--csv PATH]
+  --then   a second sweep that runs another algorithm (an auto sweep whose largest message runs NCCL's tree,
+           after a NCCL_ALGO=Ring sweep): only that algorithm's large-message efficiency is fitted on it
+           (comm.calibration.fit_efficiency); the latency and size ramp stay those of the first sweep
+
+The smallest size of a sweep is left out: its out-of-place time carries NCCL's one-off start-up cost
+(the CSV notes say so for these sweeps). Times are read as given (us) or from busbw through the bus factor.
+
+What the shipped presets were calibrated on (README, "Cloud fabrics and calibrated scale-out"):
+  dgx-h100 (InfiniBand NDR):     CO-H100-IBNDR-2N-AR-gj-ring --then CO-H100-IBNDR-2N-AR-qoofyk
+  gcp-a3-mega (GPUDirect-TCPXO): CO-H100-GCPA3M-2N-AR
+  gcp-a4 (RoCE, gIB plugin):     CO-B200-GCPA4-2N-AG
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+from armillary.comm.calibration import Measurement, chosen_algorithm, fit_efficiency, fit_tier, fitted_dimension
+from armillary.comm.sweep import bus_factor
+from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.loading import load_system
+from armillary.validation.collective_rows import pinned_algorithm
+from armillary.validation.run import DEFAULT_CSV, read_rows
+
+
+def rows_of(csv: Path, prefix: str) -> list[dict[str, str]]:
+    rows = [r for r in read_rows(csv) if r["id"].startswith(prefix + "-")]
+    if not rows:
+        raise SystemExit(f"no rows start with {prefix!r}")
+    return rows
+
+
+def sweep(rows: list[dict[str, str]]) -> tuple[Collective, int, list[Measurement]]:
+    """The collective, its ranks and its (size, time) points, smallest size left out."""
+    op = Collective(re.split(r"[\s(]", rows[0]["op"].strip().lower(), maxsplit=1)[0])
+    gpus = int(rows[0]["n_gpus"])
+    points = []
+    for r in rows:
+        size, value, metric = float(r["msg_bytes"]), float(r["value"]), r["metric"].lower()
+        if metric.startswith("time"):
+            time = value * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[r["unit"].strip().lower()]
+        elif metric.startswith("busbw"):
+            time = size * float(bus_factor(op, gpus)) / (value * 1e9)
+        else:
+            continue
+        points.append(Measurement(size, time))
+    points.sort(key=lambda m: m.size_bytes)
+    return op, gpus, points[1:]
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2:
+        raise SystemExit(__doc__)
+    system_name, prefix = argv[0], argv[1]
+    csv = Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV
+    first = rows_of(csv, prefix)
+    op, gpus, points = sweep(first)
+    system = load_system(system_name, gpus)
+    fitted = fit_tier(points, op, gpus, system, pinned_algorithm(first[0]["op"].lower(), first[0]["metric"].lower()))
+    note = f"{len(points)} points of {prefix} ({op.value}, {gpus} GPUs)"
+    if "--then" in argv:
+        then = rows_of(csv, argv[argv.index("--then") + 1])
+        op2, gpus2, points2 = sweep(then)
+        algorithm = pinned_algorithm(then[0]["op"].lower(), then[0]["metric"].lower())
+        if algorithm is Algorithm.AUTO:  # what the fitted system runs for the largest message of that sweep
+            algorithm = chosen_algorithm(points2, op2, gpus2, fitted)
+        fitted = fit_efficiency(points2, op2, gpus2, fitted, algorithm)
+        note += f"; {algorithm.value} efficiency on {then[0]['id'].rsplit('-', 1)[0]} ({gpus2} GPUs)"
+    tier = fitted_dimension(system, gpus)
+    dim = fitted.network[tier]
+    out: dict[str, object] = {"latency": f"{dim.latency * 1e6:.3g} us", "efficiency": round(dim.efficiency, 4)}
+    if dim.tree_efficiency is not None:
+        out["tree_efficiency"] = round(dim.tree_efficiency, 4)
+    if dim.size_efficiency is not None:
+        out["size_efficiency"] = {"points": [[int(x), round(y, 4)] for x, y in dim.size_efficiency.points]}
+    print(f"# {system_name}, dimension {tier} ({dim.name}), fitted on {note}")
+    print(yaml.safe_dump(out, sort_keys=False, default_flow_style=None, width=10_000), end="")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
