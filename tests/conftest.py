@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from armillary.specs.model import Model
+
+# Property tests draw the same examples on every run, so a commit that passes here passes in CI; set
+# HYPOTHESIS_PROFILE=explore to draw new ones while hunting bugs.
+settings.register_profile("reproducible", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
 
 
 def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, **kw: object) -> Model:
