@@ -5,6 +5,8 @@ occupies on each of its ranks (program order: `Task.after`). Compute takes its d
 a flow over the links of its tier at each participant (one link per rank, tier and direction: full
 duplex); flows in flight share their links max-min fairly (progressive filling, Bertsekas & Gallager,
 Data Networks §6.5.2), so a flow alone takes its duration and two on the same link take twice as long.
+On a tapered switch tier, transfers also cross the leaves' uplinks, each loaded by what the transfer
+really sends across (`TaskGraph.routes`, from `routing.py`), with the uplink's capacity.
 Rates are recomputed only for the flows connected to one that starts or ends. Ties break by task index,
 so a run is deterministic; perturbations (stragglers, jitter) are drawn from a seeded generator.
 
@@ -25,7 +27,7 @@ import numba
 import numpy as np
 
 from armillary.errors import SpecError
-from armillary.simulate.graph import Stream, Task, TaskGraph, TaskKind, Tier
+from armillary.simulate.graph import Stream, TaskGraph, TaskKind, Tier
 from armillary.simulate.timeline import Timeline
 
 _EPS = 1e-12
@@ -77,10 +79,10 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
     # successors as compressed rows: the tasks waiting for task i are successors[first[i]:first[i + 1]]
     successors = np.repeat(np.arange(n, dtype=np.int64), pending)[np.argsort(waits_on, kind="stable")]
     first = _row_starts(np.bincount(waits_on, minlength=n))
-    link_first, links, n_links = _shared_links(tasks, duration)
+    link_first, links, weight, full = _shared_links(graph, duration)
     slot_task = np.repeat(np.arange(n, dtype=np.int64), np.diff(link_first))
-    start, end, cause, changes = _simulate(duration, pending, first, successors, link_first, links, slot_task,
-                                           n_links)
+    start, end, cause, changes = _simulate(duration, pending, first, successors, link_first, links, weight,
+                                           slot_task, full)
     if n and end.min() < 0:
         stuck = int(np.argmin(end))
         raise ValueError(f"the task graph deadlocks: task {stuck} ({tasks[stuck].name!r}) never starts "
@@ -111,12 +113,15 @@ def _durations(graph: TaskGraph, stragglers: Mapping[int, float], jitter: float,
     return np.rint(durations).astype(np.int64)
 
 
-def _shared_links(tasks: tuple[Task, ...], duration: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def _shared_links(graph: TaskGraph, duration: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                   np.ndarray]:
     """Per task, the links it may share with another transfer in flight, as compressed rows of dense link
-    numbers, and how many links there are. A link (one per rank, tier and direction: full duplex) that only
-    tasks of one stream use is left out: they all occupy that stream on the link's rank, so they never
-    overlap on it (e.g. a TP group's collectives on its scale-up links); a task left with none runs as
-    plain time."""
+    numbers with the load it puts on each at full rate; and each link's capacity. A rank's link (one per
+    rank, tier and direction: full duplex; load and capacity 1) that only tasks of one stream use is left
+    out: they all occupy that stream on the link's rank, so they never overlap on it (e.g. a TP group's
+    collectives on its scale-up links). The graph's routed links (`TaskGraph.routes`: switch uplinks) come
+    after them. A task left with none runs as plain time."""
+    tasks = graph.tasks
     n = len(tasks)
     tier = np.fromiter(map(operator.itemgetter(7), tasks), dtype=np.int64, count=n)  # Task.tier
     transfers = np.flatnonzero((tier >= 0) & (duration > 0)).tolist()  # transfers that take time
@@ -140,7 +145,22 @@ def _shared_links(tasks: tuple[Task, ...], duration: np.ndarray) -> tuple[np.nda
     counts[transfers] = np.fromiter(map(len, per_transfer), dtype=np.int64, count=len(transfers))
     first = _row_starts(counts)
     flat = np.fromiter(itertools.chain.from_iterable(per_transfer), dtype=np.int64, count=int(first[-1]))
-    return first, flat, len(number)
+    routes = graph.routes
+    if routes is None:
+        return first, flat, np.ones(len(flat)), np.ones(len(number))
+    # merge each task's row with its routed links (numbered after the rank links)
+    taking = duration > 0
+    routed = np.where(taking, np.diff(routes.first), 0)
+    merged = _row_starts(counts + routed)
+    links, weight = np.empty(int(merged[-1]), dtype=np.int64), np.ones(int(merged[-1]))
+    own = np.repeat(merged[:-1], counts) + (np.arange(len(flat)) - np.repeat(first[:-1], counts))
+    links[own] = flat
+    keep = np.repeat(taking, np.diff(routes.first))
+    at = np.repeat(merged[:-1] + counts, routed) + (np.arange(int(routed.sum())) - np.repeat(
+        _row_starts(routed)[:-1], routed))
+    links[at] = routes.link[keep] + len(number)
+    weight[at] = routes.load[keep]
+    return merged, links, weight, np.concatenate([np.ones(len(number)), routes.capacity])
 
 
 # The event loop, compiled by numba; its state is plain arrays passed by name (a tuple of them costs a
@@ -226,9 +246,9 @@ def _push_flows(head: np.ndarray, nxt: np.ndarray, slot_task: np.ndarray, link: 
 def _connected(link_first: np.ndarray, links: np.ndarray, slot_task: np.ndarray, head: np.ndarray,
                nxt: np.ndarray, seeds: int, stamp: int, mark: np.ndarray, link_mark: np.ndarray,
                stack: np.ndarray, component: np.ndarray, touched: np.ndarray,
-               capacity: np.ndarray) -> tuple[int, int]:
+               capacity: np.ndarray, full: np.ndarray) -> tuple[int, int]:
     """The flows connected through shared links to the `seeds` flows on `stack`, depth first (flows are
-    marked with the round's `stamp` when pushed), into `component`; their links, at full capacity, into
+    marked with the round's `stamp` when pushed), into `component`; their links, at `full` capacity, into
     `touched`. Returns how many of each."""
     size, members, n_touched = seeds, 0, 0
     for k in range(seeds):
@@ -244,19 +264,19 @@ def _connected(link_first: np.ndarray, links: np.ndarray, slot_task: np.ndarray,
                 link_mark[link] = stamp
                 touched[n_touched] = link
                 n_touched += 1
-                capacity[link] = 1.0
+                capacity[link] = full[link]
             size = _push_flows(head, nxt, slot_task, link, stamp, mark, stack, size)
     return members, n_touched
 
 
 @numba.njit(cache=True, inline="always")
-def _fill(link_first: np.ndarray, links: np.ndarray, component: np.ndarray, members: int, touched: np.ndarray,
-          n_touched: int, capacity: np.ndarray, users: np.ndarray, frozen: np.ndarray, rate: np.ndarray,
-          changed: np.ndarray) -> None:
+def _fill(link_first: np.ndarray, links: np.ndarray, weight: np.ndarray, component: np.ndarray, members: int,
+          touched: np.ndarray, n_touched: int, capacity: np.ndarray, full: np.ndarray, users: np.ndarray,
+          frozen: np.ndarray, rate: np.ndarray, changed: np.ndarray) -> None:
     """Progressive filling (Bertsekas & Gallager, Data Networks §6.5.2) of the flows in `component`: all
-    unfrozen flows rise together until a link is full (capacity 1; a flow alone runs at rate 1), and the
-    flows on full links freeze at that level (all start unfrozen). Sets `rate`, and `changed` for the flows
-    whose rate changed."""
+    unfrozen flows rise together until a link is full (a flow at rate r loads a link by r x its `weight`
+    there; a rank's link has capacity 1, so a flow alone runs at rate 1), and the flows on full links freeze
+    at that level (all start unfrozen). Sets `rate`, and `changed` for the flows whose rate changed."""
     level, left = 0.0, members
     while left:
         for k in range(n_touched):
@@ -265,10 +285,10 @@ def _fill(link_first: np.ndarray, links: np.ndarray, component: np.ndarray, memb
             f = component[k]
             if not frozen[f]:
                 for p in range(link_first[f], link_first[f + 1]):
-                    users[links[p]] += 1
+                    users[links[p]] += weight[p]
         step = 1.0 - level
         for k in range(n_touched):
-            if users[touched[k]]:
+            if users[touched[k]] > 0:
                 step = min(step, capacity[touched[k]] / users[touched[k]])
         level += step
         for k in range(n_touched):
@@ -277,10 +297,10 @@ def _fill(link_first: np.ndarray, links: np.ndarray, component: np.ndarray, memb
             f = component[k]
             if frozen[f]:
                 continue
-            full = level >= 1.0 - _EPS
+            saturated = level >= 1.0 - _EPS
             for p in range(link_first[f], link_first[f + 1]):
-                full = full or capacity[links[p]] <= _EPS
-            if full:
+                saturated = saturated or capacity[links[p]] <= _EPS * full[links[p]]
+            if saturated:
                 frozen[f] = True
                 left -= 1
                 changed[f] = level != rate[f]
@@ -305,9 +325,10 @@ def _leave(link_first: np.ndarray, links: np.ndarray, slot_task: np.ndarray, hea
 
 
 @numba.njit(cache=True, inline="always")
-def _join(link_first: np.ndarray, links: np.ndarray, head: np.ndarray, nxt: np.ndarray, prv: np.ndarray,
-          i: int) -> bool:
-    """Flow i's slot goes to the front of each of its links' lists; returns whether it shares one."""
+def _join(link_first: np.ndarray, links: np.ndarray, weight: np.ndarray, full: np.ndarray, head: np.ndarray,
+          nxt: np.ndarray, prv: np.ndarray, i: int) -> bool:
+    """Flow i's slot goes to the front of each of its links' lists; returns whether it shares one, or
+    alone would load one beyond its capacity (it cannot run at full rate either way)."""
     shares = False
     for p in range(link_first[i], link_first[i + 1]):
         nxt[p], prv[p] = head[links[p]], -1
@@ -315,20 +336,21 @@ def _join(link_first: np.ndarray, links: np.ndarray, head: np.ndarray, nxt: np.n
             prv[head[links[p]]] = p
             shares = True
         head[links[p]] = p
+        shares = shares or weight[p] > full[links[p]]
     return shares
 
 
 @numba.njit(cache=True)
 def _simulate(duration: np.ndarray, pending: np.ndarray, first: np.ndarray, successors: np.ndarray,
-              link_first: np.ndarray, links: np.ndarray, slot_task: np.ndarray, n_links: int) -> tuple[
-                  np.ndarray, np.ndarray, np.ndarray, int]:
+              link_first: np.ndarray, links: np.ndarray, weight: np.ndarray, slot_task: np.ndarray,
+              full: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """The event loop. Returns start, end and cause per task, and the number of flow rate changes.
 
     A task starts when all it waits for (`successors[first[i]:first[i+1]]` wait for task i) have ended. A
     flow (on shared links `links[link_first[i]:link_first[i+1]]`) joins at full rate; when a flow connected
     to it starts or ends, its component's rates are filled again (once per instant: rates depend only on
     the flows in flight) and the flows whose rate changed, or that started, are rescheduled."""
-    n = len(duration)
+    n, n_links = len(duration), len(full)
     pending = pending.copy()
     start, end, cause = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     remaining, rate, updated = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -339,7 +361,7 @@ def _simulate(duration: np.ndarray, pending: np.ndarray, first: np.ndarray, succ
     mark, seed_mark, link_mark = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n_links, np.int64)
     stack, component = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
     frozen, changed = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
-    touched, capacity, users = np.empty(n_links, dtype=np.int64), np.zeros(n_links), np.zeros(n_links, np.int64)
+    touched, capacity, users = np.empty(n_links, dtype=np.int64), np.zeros(n_links), np.zeros(n_links)
     counters = np.array([1, 0, 0], dtype=np.int64)  # the round's stamp (from 1: scratch starts at 0), rate
     # changes, tasks on the heap
     now, i = 0, -1
@@ -359,18 +381,19 @@ def _simulate(duration: np.ndarray, pending: np.ndarray, first: np.ndarray, succ
             _schedule(heap, key, position, counters, s, now + duration[s])  # its end if nothing changes
             if link_first[s + 1] > link_first[s]:  # a flow: at full rate until the rebalance
                 remaining[s], rate[s], updated[s] = duration[s], 1.0, now
-                if _join(link_first, links, head, nxt, prv, s):
+                if _join(link_first, links, weight, full, head, nxt, prv, s):
                     seed_mark[s] = counters[0]
                     stack[seeds] = s
                     seeds += 1
         if seeds:
             members, n_touched = _connected(link_first, links, slot_task, head, nxt, seeds, counters[0], mark,
-                                            link_mark, stack, component, touched, capacity)
+                                            link_mark, stack, component, touched, capacity, full)
             for k in range(members):  # progress so far at the old rates
                 f = component[k]
                 remaining[f] -= rate[f] * (now - updated[f])
                 updated[f], frozen[f] = now, False
-            _fill(link_first, links, component, members, touched, n_touched, capacity, users, frozen, rate, changed)
+            _fill(link_first, links, weight, component, members, touched, n_touched, capacity, full, users, frozen,
+                  rate, changed)
             for k in range(members):
                 f = component[k]
                 if changed[f] or seed_mark[f] == counters[0]:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import NamedTuple
 
+import numpy as np
+
 from armillary.specs.communication import Collective
 
 
@@ -92,6 +94,19 @@ class Task(NamedTuple):
     after: tuple[int, ...] = ()  # every task it waits for: `deps` and its stream predecessors (set by the builder)
 
 
+@dataclass(frozen=True, eq=False)
+class Routes:
+    """Links inside the network that transfers cross besides their ranks' own (the uplinks of an
+    oversubscribed switch tier, `routing.py`), as compressed rows per task: task i crosses
+    `link[first[i]:first[i + 1]]`, loading each by `load` (in units of one rank's link bandwidth) when it runs
+    at its full rate; `capacity` of each link in the same units."""
+
+    first: np.ndarray  # int64, one more than there are tasks
+    link: np.ndarray  # int64
+    load: np.ndarray  # float
+    capacity: np.ndarray  # float, per link
+
+
 @dataclass(frozen=True)
 class TaskGraph:
     """Tasks in program order (a stream runs its tasks in index order) and what each rank stands for."""
@@ -100,6 +115,7 @@ class TaskGraph:
     ranks: int
     rank_labels: tuple[str, ...]  # e.g. "stage 3" or "pp3 dp0 tp1"
     rank_weights: tuple[int, ...]  # identical ranks each simulated rank stands for (symmetry)
+    routes: Routes | None = None  # links shared inside the network; None: only the ranks' own links
 
     @property
     def devices(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import operator
 import time
@@ -16,6 +17,7 @@ from armillary.estimate.run import estimate_training_run
 from armillary.plan import rules
 from armillary.simulate.engine import paused_gc, run
 from armillary.simulate.graph import Category, TaskGraph
+from armillary.simulate.routing import routes, untapered
 from armillary.simulate.timeline import Timeline
 from armillary.simulate.training import training_graph
 from armillary.specs.loading import load_strategy
@@ -97,7 +99,7 @@ def simulate_training(model: Model, system: System, strategy: Strategy, workload
         graph = training_graph(model, system, strategy, workload, est, chosen, True)
         if not symmetric:
             _check_memory(len(graph.tasks) * graph.devices // graph.ranks)  # each stage's rank stands for its peers
-            graph = training_graph(model, system, strategy, workload, est, chosen, False)
+            graph = _every_rank(model, system, strategy, workload, est)
     engine_started = time.perf_counter()
     timeline = run(graph, stragglers, jitter, seed)
     engine_s = time.perf_counter() - engine_started
@@ -117,6 +119,19 @@ def simulate_training(model: Model, system: System, strategy: Strategy, workload
                             float(busy[busiest]), time.perf_counter() - started, engine_s)
 
 
+def _every_rank(model: Model, system: System, strategy: Strategy, workload: Training,
+                est: StepEstimate) -> TaskGraph:
+    """Every rank's graph. On a system with tapered switch tiers its transfers are costed as if the uplinks
+    were not tapered and routed over them instead (`routing.py`): they slow down only as much as the
+    traffic that really crosses them at the same time."""
+    flat = untapered(system)
+    if flat is system:
+        return training_graph(model, system, strategy, workload, est, strategy.pipeline_schedule, False)
+    flat_est = estimate_training_run(model, flat, strategy, workload)
+    graph = training_graph(model, flat, strategy, workload, flat_est, strategy.pipeline_schedule, False)
+    return dataclasses.replace(graph, routes=routes(graph.tasks, system))
+
+
 def every_rank_graph(model: Model, system: System, strategy: Strategy, workload: Training,
                      result: SimulationResult) -> TaskGraph:
     """`result`'s task graph with every rank in it (as `symmetric=False` builds it), its collectives over
@@ -128,4 +143,4 @@ def every_rank_graph(model: Model, system: System, strategy: Strategy, workload:
                                   "schedule": result.schedule.value})
     _check_memory(len(result.graph.tasks) * result.graph.devices // result.graph.ranks)
     with paused_gc():
-        return training_graph(model, system, strategy, workload, result.estimate, result.schedule, False)
+        return _every_rank(model, system, strategy, workload, result.estimate)
