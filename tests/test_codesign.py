@@ -92,3 +92,33 @@ def test_the_example_study_files_are_valid_spaces():
     strategies = StrategySpace.model_validate(yaml.safe_load((study / "strategies.yaml").read_text()))
     assert len(systems.gpus) * len(systems.hbm_capacity or ()) * len(systems.tier2_capacity or ()) == 18
     assert systems.prices.sources and True in strategies.offload_optimizer
+
+
+def test_codesign_varies_each_dimension_of_a_three_dimension_network():
+    """DGX SuperPOD H100: NVLink, rail leaves, spine. The middle dimension is an axis of its own, priced per
+    dimension; more of it never slows the best strategy, and its price moves only its dimension's share."""
+    system = load_system("dgx-superpod-h100", 512)
+    rails = system.network[1].name
+    space = SystemSpace.model_validate({
+        "gpus": [512], "dimension_bandwidth": {"1": ["12.5 GB/s", "50 GB/s"]},
+        "prices": {**PRICES, "dimension_per_gbps": {rails: 7}}})
+    strategies = StrategySpace(tp=(8,), pp=(1, 2), micro_batch=(1,))
+    r = codesign(load_model("llama2-7b"), system, load_workload({"seq_len": 4096, "global_batch": 512}), space,
+                 load_strategy({"attention": "flash"}), strategies)
+    slow, fast = sorted(r.points, key=lambda p: p.values["bandwidth:" + rails])
+    assert slow.system.network[1].bandwidth == 12.5e9 and fast.system.network[1].bandwidth == 50e9
+    assert fast.system.network[2].bandwidth == system.network[2].bandwidth  # the spine stays
+    assert fast.step_time_s <= slow.step_time_s
+    # per device: the rails at $7 per GB/s, the spine at the scale-out $20, NVLink free (no scale-up price)
+    assert fast.cost - slow.cost == pytest.approx(512 * 7 * (50 - 12.5))
+    hbm_gib, host_gib = system.device.hbm.capacity / 2**30, system.device.second_tier.capacity / 2**30
+    assert fast.cost == pytest.approx(512 * (10000 + 100 * hbm_gib + 5 * host_gib + 7 * 50
+                                             + 20 * system.network[2].bandwidth / 1e9))
+
+
+def test_a_dimension_that_is_not_there_is_named_with_the_choices():
+    space = SystemSpace.model_validate({"gpus": [16], "dimension_bandwidth": {"spine": ["1 GB/s"]},
+                                        "prices": PRICES})
+    with pytest.raises(SpecError, match=r"space.dimension_bandwidth: 'spine' is not a network dimension.*index 0..1"):
+        codesign(load_model("llama2-7b"), load_system("dgx-a100", 16), load_workload(
+            {"seq_len": 2048, "global_batch": 64}), space, load_strategy({"attention": "flash"}))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from armillary.estimate.result import plain
 from armillary.plan.layout import data_parallel
 from armillary.search.run import candidate_row
-from armillary.search.systems import DesignGoal
+from armillary.search.systems import DIMENSION, DesignGoal
 from armillary.units import GIB, GIGA
 
 if TYPE_CHECKING:
@@ -106,9 +106,10 @@ def inference_search_record(result: InferenceSearchResult) -> dict[str, Any]:
 
 
 def design_values(p: DesignPoint) -> dict[str, Any]:
-    """The system parameters of a co-design point in their reporting units (`DESIGN_UNITS`); unset ones
-    (a device without a second tier) left out."""
-    return {k: v / DESIGN_UNITS[k] if k in DESIGN_UNITS else v for k, v in p.values.items() if v is not None}
+    """The system parameters of a co-design point in their reporting units (`DESIGN_UNITS`; a network
+    dimension's bandwidth, key "bandwidth:NAME", in GB/s); unset ones (a device without a second tier) left out."""
+    unit = {**DESIGN_UNITS, **{k: GIGA for k in p.values if k.startswith(DIMENSION)}}
+    return {k: v / unit[k] if k in unit else v for k, v in p.values.items() if v is not None}
 
 
 def codesign_rows(designs: CoDesignResult) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from armillary.report.records import (
     inference_simulation_rows,
     search_rows,
 )
+from armillary.search.systems import DIMENSION
 from armillary.units import GIB
 
 if TYPE_CHECKING:
@@ -188,14 +189,16 @@ def no_strategy_reason(result: SearchResult) -> str:
 def codesign_report(designs: CoDesignResult, model: Model, budget: float | None) -> list[Table | str]:
     """Every system with its best strategy (fastest first, * on the front), and the best by each goal."""
     table = Table(title=f"{model.name}: best strategy per system")
-    for c in ("", "GPUs", "HBM GiB", "tier 2 GiB", "scale-up GB/s", "scale-out GB/s", "per node", "best tp/pp/vpp/mb",
-              "step s", "cost M$", "power kW"):
+    dims = [k for k in (designs.points[0].values if designs.points else {}) if k.startswith(DIMENSION)]
+    for c in ("", "GPUs", "HBM GiB", "tier 2 GiB", "scale-up GB/s", "scale-out GB/s",
+              *(f"{k[len(DIMENSION):]} GB/s" for k in dims), "per node", "best tp/pp/vpp/mb", "step s", "cost M$",
+              "power kW"):
         table.add_column(c, justify="right")
     for i, p in sorted(enumerate(designs.points), key=lambda ip: ip[1].step_time_s):
         v, st = design_values(p), p.best.strategy if p.best else None
         table.add_row("*" if i in designs.pareto else "", str(v["gpus"]), f"{v['hbm_capacity']:.0f}",
                       f"{v.get('tier2_capacity', 0):.0f}", f"{v['scale_up_bandwidth']:.0f}",
-                      f"{v['scale_out_bandwidth']:.0f}", str(v["devices_per_node"]),
+                      f"{v['scale_out_bandwidth']:.0f}", *(f"{v[k]:.0f}" for k in dims), str(v["devices_per_node"]),
                       f"{st.tp}/{st.pp}/{st.vpp}/{st.micro_batch}" if st else "nothing fits",
                       f"{p.step_time_s:.4g}", f"{p.cost / 1e6:.2f}", f"{p.power / 1e3:.0f}")
     lines: list[Table | str] = [table, f"{len(designs.points)} systems, {designs.strategies_evaluated:,} strategies "

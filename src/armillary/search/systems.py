@@ -33,6 +33,9 @@ class ComponentPrices(Spec):
     tier2_per_gib: NonNegativeFloat = 0.0
     scale_up_per_gbps: NonNegativeFloat = Field(0.0, description="per device and GB/s of scale-up injection")
     scale_out_per_gbps: NonNegativeFloat = Field(0.0, description="per device and GB/s of scale-out injection")
+    dimension_per_gbps: dict[str, NonNegativeFloat] = Field(
+        default_factory=dict, description="per device and GB/s of one network dimension's injection, by its name "
+        "or index (innermost 0); replaces scale_up_per_gbps / scale_out_per_gbps for that dimension")
     sources: dict[str, str] = Field(default_factory=dict)
 
 
@@ -44,6 +47,7 @@ class ComponentPower(Spec):
     tier2_per_gib: NonNegativeFloat = 0.0
     scale_up_per_gbps: NonNegativeFloat = 0.0
     scale_out_per_gbps: NonNegativeFloat = 0.0
+    dimension_per_gbps: dict[str, NonNegativeFloat] = Field(default_factory=dict)
     sources: dict[str, str] = Field(default_factory=dict)
 
 
@@ -58,6 +62,9 @@ class SystemSpace(Spec):
     scale_up_bandwidth: tuple[BytesPerSecond, ...] | None = None
     scale_out_bandwidth: tuple[BytesPerSecond, ...] | None = None
     devices_per_node: tuple[PositiveInt, ...] | None = Field(None, description="scale-up domain size")
+    dimension_bandwidth: dict[str, tuple[BytesPerSecond, ...]] = Field(
+        default_factory=dict, description="bandwidths to try per network dimension, by its name or index "
+        "(innermost 0): the axes of a network of three or more dimensions")
     prices: ComponentPrices
     power: ComponentPower = ComponentPower()
 
@@ -74,8 +81,23 @@ def _base_value(system: System, name: str) -> Any:
             "devices_per_node": system.devices_per_node}[name]
 
 
+DIMENSION = "bandwidth:"  # a value's key for a network dimension's bandwidth: "bandwidth:" + its name
+
+
+def dimension_index(system: System, key: str, field: str) -> int:
+    """The network dimension a space or price key names (its name, or its index from 0 innermost)."""
+    names = [d.name for d in system.network]
+    if key in names:
+        return names.index(key)
+    if key.isdigit() and int(key) < len(names):
+        return int(key)
+    raise SpecError(f"space.{field}: {key!r} is not a network dimension of {system.name}; give a name "
+                    f"({', '.join(repr(n) for n in names)}) or an index 0..{len(names) - 1}")
+
+
 def system_variant(system: System, values: dict[str, Any]) -> System:
-    """The base system with the given parameters replaced, sized to values['gpus']."""
+    """The base system with the given parameters replaced, sized to values['gpus'] (per-dimension
+    bandwidths: keys `DIMENSION` + the dimension's name)."""
     device = system.device
     hbm = device.hbm.model_copy(update={"capacity": values["hbm_capacity"], "bandwidth": values["hbm_bandwidth"]})
     memory: tuple[MemoryTier, ...] = (hbm,)
@@ -90,6 +112,10 @@ def system_variant(system: System, values: dict[str, Any]) -> System:
     varied = system.model_copy(update={"device": device.model_copy(update={"memory": memory})})
     varied = varied.with_dimension(0, bandwidth=values["scale_up_bandwidth"], size=int(values["devices_per_node"]))
     varied = varied.with_dimension(-1, bandwidth=values["scale_out_bandwidth"])
+    for key, bandwidth in values.items():
+        if key.startswith(DIMENSION):
+            varied = varied.with_dimension(dimension_index(system, key[len(DIMENSION):], "dimension_bandwidth"),
+                                           bandwidth=bandwidth)
     return varied.with_devices(int(values["gpus"]))
 
 
@@ -107,12 +133,15 @@ def power_draw(system: System, power: ComponentPower) -> float:
 
 
 def _per_device(device: float, rates: ComponentPrices | ComponentPower, system: System) -> float:
-    """`device` plus the rates per GiB of each memory tier and per GB/s of each network's injection."""
+    """`device` plus the rates per GiB of each memory tier and per GB/s of each network dimension's
+    injection (the scale-up rate for the innermost, the scale-out rate beyond, unless named per dimension)."""
     tier2 = system.device.second_tier
+    per_gbps = [rates.scale_up_per_gbps] + [rates.scale_out_per_gbps] * (len(system.network) - 1)
+    for key, rate in rates.dimension_per_gbps.items():
+        per_gbps[dimension_index(system, key, "dimension_per_gbps")] = rate
     return (device + rates.hbm_per_gib * system.device.hbm.capacity / GIB
             + rates.tier2_per_gib * (tier2.capacity / GIB if tier2 else 0.0)
-            + rates.scale_up_per_gbps * system.network[0].bandwidth / GIGA
-            + rates.scale_out_per_gbps * sum(d.bandwidth for d in system.network[1:]) / GIGA)
+            + sum(r * d.bandwidth / GIGA for r, d in zip(per_gbps, system.network, strict=True)))
 
 
 @dataclass(frozen=True)
@@ -181,11 +210,17 @@ def pareto_front(objectives: np.ndarray) -> np.ndarray:
 def codesign(model: Model, system: System, workload: Training, space: SystemSpace, base: Strategy | None = None,
              strategies: StrategySpace | None = None, executor: Executor = serial) -> CoDesignResult:
     """For every system of `space`, the fastest strategy; then the time / cost / power Pareto front."""
-    choices = [getattr(space, p) or (_base_value(system, p),) for p in _PARAMETERS]
+    named = {dimension_index(system, k, "dimension_bandwidth"): v for k, v in space.dimension_bandwidth.items()}
+    for edge, field in ((0, "scale_up_bandwidth"), (len(system.network) - 1, "scale_out_bandwidth")):
+        if edge in named and getattr(space, field):
+            raise SpecError(f"space: {field} and dimension_bandwidth both vary dimension {edge}; give one")
+    parameters = (*_PARAMETERS, *(DIMENSION + system.network[d].name for d in named))
+    choices = [getattr(space, p) or (_base_value(system, p),) for p in _PARAMETERS] + list(named.values())
     points = []
     for combo in itertools.product(*choices):
-        values = dict(zip(_PARAMETERS, combo, strict=True))
-        variant = system_variant(system, values)
+        variant = system_variant(system, dict(zip(parameters, combo, strict=True)))
+        values = {**dict(zip(parameters, combo, strict=True)), "scale_up_bandwidth": variant.network[0].bandwidth,
+                  "scale_out_bandwidth": variant.network[-1].bandwidth}
         found = search(model, variant, workload, base, strategies, Objective.TIME, top_k=1, executor=executor)
         points.append(DesignPoint(values, variant, found.top[0] if found.top else None,
                                   capital_cost(variant, space.prices), power_draw(variant, space.power),
