@@ -8,7 +8,7 @@ import pytest
 from armillary.specs.loading import load_stack, stack_for
 from armillary.specs.run import load_run
 from armillary.specs.strategy import Attention, Recompute, TrainingPrecision, ZeroStage
-from armillary.validation.collective_rows import predict_collective
+from armillary.validation.collective_rows import best_of_runs, predict_collective
 from armillary.validation.rows import row_specs
 from armillary.validation.run import read_rows, run_row
 from armillary.validation.vocabulary import (
@@ -187,6 +187,17 @@ def test_collective_op_text_pins_the_algorithm():
     label, value, _ = predict_collective(time_row)
     assert label == "time [us]" and value > 0
     assert run_row({**time_row, "msg_bytes": ""}).skipped.startswith("msg_bytes")
+
+
+def test_the_faster_of_the_out_of_place_and_in_place_runs_is_the_measurement():
+    row = next(r for r in read_rows() if r["id"] == "CO-H100-IBNDR-4N-AR-gj-01")  # 6.41 out of place, 21.78 in
+    assert best_of_runs(row, float(row["value"])) == (21.78, True)
+    slower = {**row, "other_reported": "out-of-place time 317.0 us; in-place time 93.26 us, busbw 5.0 GB/s"}
+    assert best_of_runs(slower, 6.41) == (6.41, False)
+    timed = {"metric": "time (out-of-place)", "unit": "us", "other_reported": "in-place time 25.62 us, busbw 0.01 GB/s"}
+    assert best_of_runs(timed, 68.52) == (25.62, True) and best_of_runs({**timed, "unit": "ms"}, 68.52)[1] is False
+    result = run_row(row)
+    assert result.measured == 21.78 and any("in-place" in n for n in result.assumptions)
 
 
 def test_error_bands_come_from_the_shipped_residuals_and_cover_unseen_sources():
