@@ -149,6 +149,7 @@ def test_compare_variants_equal_separate_estimates(tmp_path):
         for name, value in alone["breakdown"].items():
             assert rows[("time", name)][i] == value
         assert record["feasible"][i] == alone["feasible"]
+    assert record["feasible"] == [True, True, True]  # as the README shows it
     assert rows[("summary", "step_time")][1] < rows[("summary", "step_time")][0]  # B200 is faster
 
 
