@@ -79,5 +79,5 @@ def report_cmd(
 
 def _served_line(r: api.ServingResult) -> str:
     return (f"served {r.offered_rate:.3g} requests/s: P90 TTFT {r.ttft_s.p90 * 1e3:.4g} ms (SLO "
-            f"{r.ttft_slo_s * 1e3:.4g}), P99 TPOT {r.tpot_s.p99 * 1e3:.4g} ms (SLO {r.tpot_slo_s * 1e3:.4g}), "
+            f"{r.ttft_slo_s * 1e3:.4g} ms), P99 TPOT {r.tpot_s.p99 * 1e3:.4g} ms (SLO {r.tpot_slo_s * 1e3:.4g} ms), "
             f"{r.output_tokens_per_s:,.0f} output tokens/s, SLO attainment {r.slo_attainment:.0%}")

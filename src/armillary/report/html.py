@@ -132,9 +132,9 @@ def serving_figure(result: ServingResult) -> Any:
         colour = f"#{('1f77b4', 'ff7f0e', '2ca02c')[i]}"
         fig.add_trace(go.Scatter(name=cdf.name, x=list(cdf.values_s), y=[(k + 1) / n for k in range(n)],
                                  mode="lines", line={"shape": "hv", "color": colour}))
-        if cdf.slo_s is not None:
-            fig.add_vline(x=cdf.slo_s, line_dash="dash", line_color=colour,
-                          annotation_text=f"{cdf.name} SLO {cdf.slo_s:g} s")
+        if cdf.slo_s is not None:  # a trace, not add_vline: its annotation lands wrong on a log axis
+            fig.add_trace(go.Scatter(name=f"{cdf.name} SLO {cdf.slo_s:g} s", x=[cdf.slo_s, cdf.slo_s], y=[0, 1.02],
+                                     mode="lines", line={"dash": "dash", "color": colour}))
     return fig
 
 
