@@ -87,7 +87,7 @@ def collective_plot(data: CollectivePlot, path: Path) -> Path:
             ax.plot(line.size_bytes, line.busbw_gb_s, ".-", lw=1.2, ms=4, label=line.label)
     for i, (name, gb_s) in enumerate(data.bounds):
         ax.axhline(gb_s, ls="--", lw=1, color=f"C{7 + i}",
-                   label=f"{name.split(',')[0].split(' (')[0]}: {gb_s:,.0f} GB/s per GPU")
+                   label=f"{name.split(',')[0].split(' (')[0]}: {gb_s:,.0f} GB/s per device")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(LogLocator(base=4))  # 1K, 4K, 16K, ...
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _size(x)))
