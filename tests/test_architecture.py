@@ -9,7 +9,8 @@ import armillary
 SRC = pathlib.Path(armillary.__file__).parent
 
 PUBLIC = sorted([
-    "Algorithm", "ArmillaryError", "Attention", "Candidate", "CoDesignResult", "Collective", "CommCall", "Device",
+    "Algorithm", "ArmillaryError", "Attention", "Candidate", "CoDesignResult", "Collective", "CommCall", "Comparison",
+    "Device",
     "EfficiencyCurve", "Inference", "InferenceEstimate", "InferenceMemory", "InferenceSearchResult",
     "InferenceSimulation", "InferenceSpace", "KvCache", "LayerCost", "MemoryBreakdown", "MemoryTier", "MissingExtra",
     "Model", "NetworkDimension", "NetworkKind", "CollectiveLibrary", "Composition", "Objective", "Offload",
@@ -17,8 +18,8 @@ PUBLIC = sorted([
     "RankOrder", "Recompute", "RowResult", "Schedule", "SearchResult", "Serving", "ServingResult",
     "SimulationResult", "SpecError", "StepEstimate", "StoredPrecision", "Strategy", "StrategySpace", "SweepRow",
     "System", "SystemSpace", "TimeBreakdown", "Trace", "Traffic", "Training", "TrainingPrecision", "ZeroStage",
-    "__version__", "codesign", "collective", "estimate", "load_device", "load_model", "load_run", "load_strategy",
-    "load_system", "load_trace", "load_workload", "parameters", "poisson_trace", "search", "simulate",
+    "__version__", "codesign", "collective", "compare_variants", "estimate", "load_device", "load_model", "load_run",
+    "load_strategy", "load_system", "load_trace", "load_workload", "parameters", "poisson_trace", "search", "simulate",
     "simulate_serving", "validate",
 ])
 

@@ -60,3 +60,24 @@ def test_loads_in_headless_chromium(page, tmp_path):
     shot = tmp_path / "report.png"
     subprocess.run([*flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120, check=True)
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_inference_report_serves_at_a_rate(tmp_path):
+    """With --rate, the served stream's latency CDFs join the page: the same points as `serve --json`."""
+    import json
+
+    out = tmp_path / "served.html"
+    args = [str(EXAMPLES / "llama2-70b-serving-h100.yaml"), "--rate", "3", "--duration", "20"]
+    result = CliRunner().invoke(app, ["report", args[0], "-o", str(out), *args[1:]])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert text.count("Plotly.newPlot") == 3 and "Served requests" in text and "TTFT SLO 2 s" in text
+    served = json.loads(CliRunner().invoke(app, ["serve", *args, "--json"]).output)
+    assert f"P90 TTFT {served['ttft_s']['p90'] * 1e3:.4g} ms" in text
+    assert f"{served['completed']} of {served['requests']} served" in text
+    if BROWSER is not None:  # the served page renders its three charts with no console message
+        flags = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+                 "--virtual-time-budget=3000", "--dump-dom", out.as_uri()]
+        dom = subprocess.run(flags, capture_output=True, text=True, timeout=120)
+        assert dom.returncode == 0 and [line for line in dom.stderr.splitlines() if "CONSOLE" in line] == []
+        assert dom.stdout.count('class="main-svg"') >= 3

@@ -8,9 +8,20 @@ versions.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from armillary.api import codesign, collective, estimate, parameters, search, simulate, simulate_serving, validate
+from armillary.api import (
+    codesign,
+    collective,
+    compare_variants,
+    estimate,
+    parameters,
+    search,
+    simulate,
+    simulate_serving,
+    validate,
+)
 from armillary.comm.sweep import SweepRow
 from armillary.errors import ArmillaryError, MissingExtra, SpecError
+from armillary.estimate.compare import Comparison
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
 from armillary.estimate.result import CommCall, LayerCost, MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
 from armillary.search.inference import InferenceSearchResult, InferenceSpace
@@ -56,6 +67,7 @@ __all__ = [
     "Collective",
     "CollectiveLibrary",
     "CommCall",
+    "Comparison",
     "Composition",
     "Device",
     "EfficiencyCurve",
@@ -104,6 +116,7 @@ __all__ = [
     "__version__",
     "codesign",
     "collective",
+    "compare_variants",
     "estimate",
     "load_device",
     "load_model",

@@ -17,6 +17,7 @@ import numpy as np
 from armillary import defaults
 from armillary.comm.sweep import SweepRow, collective_sweep, group_of
 from armillary.errors import SpecError
+from armillary.estimate.compare import Comparison, compare
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.run import estimate_run
@@ -35,8 +36,11 @@ from armillary.simulate.run import SimulationResult, simulate_training
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_model, load_spec, load_strategy, load_system, load_workload
 from armillary.specs.model import Model
+from armillary.specs.overrides import parse_override
+from armillary.specs.run import load_run
 from armillary.specs.strategy import Schedule, Strategy
 from armillary.specs.system import System
+from armillary.specs.variants import variant_of
 from armillary.specs.workload import Inference, Training, Workload
 from armillary.validation.bands import error_band
 from armillary.validation.run import DEFAULT_CSV, RowResult
@@ -73,6 +77,25 @@ def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workl
     if isinstance(result, StepEstimate):  # how far to trust it: the residuals of its regime
         return replace(result, error_band=error_band(m, sysm, st))
     return result
+
+
+def compare_variants(run_file: Path | str, variants: Sequence[str | Mapping[str, Any]],
+                     overrides: Sequence[str | tuple[str, Any]] = ()) -> Comparison:
+    """`estimate` of a run file and of each variant of it side by side (`estimate.compare`): a variant is a
+    set of --set style overrides, as text ('strategy.tp=4,strategy.pp=2', optionally 'NAME: ...') or a
+    mapping {'strategy.tp': 4}; `overrides` apply to every column first. Columns: the run file's name, then
+    each variant's."""
+    base = [parse_override(o) if isinstance(o, str) else o for o in overrides]
+    named: list[tuple[str, list[tuple[str, Any]]]] = [(Path(run_file).stem, base)]
+    named += [(v.name, [*base, *v.overrides]) for v in map(variant_of, variants)]
+    results: list[tuple[str, StepEstimate | InferenceEstimate]] = []
+    for i, (name, changes) in enumerate(named):
+        try:
+            model, system, strategy, workload = load_run(run_file, changes)
+        except SpecError as err:
+            raise SpecError(f"variant {name!r}: {err}" if i else str(err)) from None
+        results.append((name, estimate(model, system, strategy, workload)))
+    return compare(results)
 
 
 def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,

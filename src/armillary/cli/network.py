@@ -33,12 +33,20 @@ def collective_cmd(
                                                                    if c is not Composition.AUTO))] = (
         Composition.AUTO.value),
     json_out: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+    plot: Annotated[Path | None, typer.Option(help="also save busbw vs size, one line per algorithm the group's "
+                                              "dimensions offer, each dimension's bandwidth dashed (PNG, SVG)")] = None,
 ) -> None:
     """Cost of one collective over a range of sizes, as nccl-tests prints it (time, algbw, busbw)."""
     from armillary.comm.sweep import parse_sizes
 
+    writable(plot)
     group = load_system(system, gpus)
     rows = api.collective(op, parse_sizes(sizes), group, gpus, algorithm, composition)
+    if plot is not None:
+        from armillary.report.collective_plot import collective_plot, collective_plot_data
+
+        collective_plot(collective_plot_data(rows, Collective(op), group, gpus, Algorithm(algorithm),
+                                             Composition(composition)), plot)
     if json_out:
         print_json(records.sweep_records(rows), indent=1)
         return

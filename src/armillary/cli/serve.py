@@ -4,7 +4,7 @@ prefill, open- or closed-loop arrivals)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -25,6 +25,9 @@ from armillary.estimate.economics import serving_economics
 from armillary.report import records, tables
 from armillary.specs.workload import Inference
 
+if TYPE_CHECKING:
+    from armillary.serving.rate import MaxRate
+
 
 def serve_cmd(
     run_file: Annotated[Path, typer.Argument(help="RUN.yaml with an inference workload")],
@@ -42,16 +45,20 @@ def serve_cmd(
         "--set", help="override any field, e.g. --set workload.serving.engine=vllm-0.8 (repeatable)")] = None,
     pue: PueOption = None,
     usd_per_gpu_hour: PriceOption = None,
+    plot: Annotated[Path | None, typer.Option(help="also save a picture (PNG, SVG): CDFs of TTFT, TPOT and latency "
+                                              "with the SLOs; with --max-rate, the judged percentiles against "
+                                              "every rate tried")] = None,
 ) -> None:
     """Simulate serving a request stream (engine profile, capacity policy, chunked prefill, KV capacity)."""
     writable(csv_out, table=True)
+    writable(plot)
     model, system, strategy, workload = load_run_file(run_file, set_)
     costs = load_costs_file(run_file, set_, {"costs.pue": pue, "costs.usd_per_gpu_hour": usd_per_gpu_hour})
     if not isinstance(workload, Inference):
         raise SpecError("serve needs an inference workload (workload.kind: inference)")
     if workload.serving.trace is None and rate is None and not find_max_rate:
         raise SpecError("give --rate (requests/s), --max-rate, or a trace file in workload.serving.trace")
-    best = None
+    best, found = None, None
     if find_max_rate:
         from armillary.serving.rate import steady_max_rate
         from armillary.serving.trace import load_trace, scaled
@@ -77,11 +84,25 @@ def serve_cmd(
         with working(f"serving {rate:g} requests/s for {duration:g} s"):
             result = api.simulate_serving(model, system, strategy, workload, rate, duration)
     money = serving_economics(result.output_tokens_per_s, result.devices, system, costs)
+    if plot is not None:
+        _plot(result, found, plot, run_file.stem)
     if json_out:  # printed first: a failed save does not lose the run
-        print_json({**records.rate_record(result, best), "economics": money.to_dict()})
+        from armillary.report.serving_plots import rate_points
+
+        tried = {} if found is None else {"rates_tried": rate_points(found)}
+        print_json({**records.rate_record(result, best), **tried, "economics": money.to_dict()})
     else:
         show([*tables.serving_report(result, model, system, best), tables.economics_line(money)])
     if csv_out is not None:
         from armillary.report.files import save_rows
 
         save_rows(records.request_rows(result), csv_out)
+
+
+def _plot(result: api.ServingResult, found: MaxRate | None, path: Path, title: str) -> None:
+    from armillary.report.serving_plots import rate_plot, serving_plot
+
+    if found is None:
+        serving_plot(result, path, title)
+    else:
+        rate_plot(found, result.ttft_slo_s, result.tpot_slo_s, path, title)

@@ -1,7 +1,7 @@
 """A run as one self-contained HTML page (plotly, its JavaScript inlined once): the headline numbers and
-assumptions, where the time goes, the memory stack, the communication by call, the simulated timeline and,
-for a search, the top strategies with their time / memory Pareto front. Rendering only: the figures come
-from the result objects."""
+assumptions, where the time goes, the memory stack, the communication by call, the simulated timeline,
+for a search the top strategies with their time / memory Pareto front, for a served stream the latency
+CDFs. Rendering only: the figures come from the result objects."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from armillary.estimate.inference_result import InferenceEstimate
     from armillary.estimate.result import CommCall, StepEstimate
     from armillary.search.run import SearchResult
+    from armillary.serving.run import ServingResult
     from armillary.simulate.run import SimulationResult
 
 TIMELINE_TASKS = 20000  # tasks drawn at most (the earliest), so the page stays light
@@ -31,6 +32,7 @@ class Page:
     economics: Economics | None = None
     simulation: SimulationResult | None = None
     search: SearchResult | None = None
+    serving: ServingResult | None = None
 
 
 def _figure(**layout: Any) -> Any:
@@ -115,6 +117,27 @@ def timeline_figure(sim: SimulationResult) -> Any:
     return fig
 
 
+def serving_figure(result: ServingResult) -> Any:
+    """CDFs of TTFT, TPOT and end-to-end latency of the served requests (log x), the SLOs dashed in the
+    colour of their metric."""
+    import plotly.graph_objects as go
+
+    from armillary.report.serving_plots import latency_cdfs
+
+    fig = _figure(title=f"Served requests: {result.offered_rate:.3g} requests/s offered, {result.completed} of "
+                  f"{result.requests} served, SLO attainment {result.slo_attainment:.0%}", xaxis_title="seconds",
+                  xaxis_type="log", yaxis_title="share of requests", yaxis_range=[0, 1.02])
+    for i, cdf in enumerate(latency_cdfs(result)):
+        n = len(cdf.values_s)
+        colour = f"#{('1f77b4', 'ff7f0e', '2ca02c')[i]}"
+        fig.add_trace(go.Scatter(name=cdf.name, x=list(cdf.values_s), y=[(k + 1) / n for k in range(n)],
+                                 mode="lines", line={"shape": "hv", "color": colour}))
+        if cdf.slo_s is not None:  # a trace, not add_vline: its annotation lands wrong on a log axis
+            fig.add_trace(go.Scatter(name=f"{cdf.name} SLO {cdf.slo_s:g} s", x=[cdf.slo_s, cdf.slo_s], y=[0, 1.02],
+                                     mode="lines", line={"dash": "dash", "color": colour}))
+    return fig
+
+
 def search_figure(result: SearchResult) -> Any:
     """Step time against memory of the top strategies, the Pareto front (fastest at each memory) joined."""
     import plotly.graph_objects as go
@@ -165,6 +188,8 @@ def render(page: Page) -> str:
         figures.append(timeline_figure(page.simulation))
     if page.search is not None:
         figures.append(search_figure(page.search))
+    if page.serving is not None:
+        figures.append(serving_figure(page.serving))
     charts = [pio.to_html(f, full_html=False, include_plotlyjs=i == 0, div_id=f"chart{i}",
                           config={"displaylogo": False}) for i, f in enumerate(figures)]
     lines = "".join(f"<p>{html.escape(line)}</p>" for line in page.lines)

@@ -20,12 +20,24 @@ WARMUP = 0.2  # [assumed] share of the arrival span left out as warm-up (an empt
 TAIL = 0.1  # share of the arrivals, at the end, checked for a growing queue
 
 
-def steady_meets(result: ServingResult, warmup: float = WARMUP) -> bool:
-    """P90 TTFT and P99 TPOT of the requests sent after the warm-up within the SLOs, every request
-    served, and P90 TTFT of the last arrivals within the SLO (no growing backlog)."""
+@dataclass(frozen=True)
+class SteadyLatency:
+    """What the rate search judges of one run: P90 TTFT and P99 TPOT of the requests sent after the
+    warm-up, P90 TTFT of the last arrivals, and whether every request was served."""
+
+    ttft_p90_s: float
+    tpot_p99_s: float
+    tail_ttft_p90_s: float
+    all_served: bool
+
+    def meets(self, ttft_slo_s: float, tpot_slo_s: float) -> bool:
+        return (self.all_served and self.ttft_p90_s <= ttft_slo_s and self.tpot_p99_s <= tpot_slo_s
+                and self.tail_ttft_p90_s <= ttft_slo_s)
+
+
+def steady_latency(result: ServingResult, warmup: float = WARMUP) -> SteadyLatency:
+    """`SteadyLatency` of a run, the first `warmup` share of the arrival span left out."""
     t = result.times
-    if result.rejected or result.completed < result.requests:
-        return False
     start, end = float(t.arrival_s.min()), float(t.arrival_s.max())
     kept = t.arrival_s >= start + warmup * (end - start)
     tail = t.arrival_s >= end - TAIL * (end - start)
@@ -37,8 +49,24 @@ def steady_meets(result: ServingResult, warmup: float = WARMUP) -> bool:
         v = values[np.isfinite(values)]
         return float(np.percentile(v, q)) if len(v) else 0.0
 
-    return (p(ttft[kept], 90) <= result.ttft_slo_s and p(tpot[kept], 99) <= result.tpot_slo_s
-            and p(ttft[tail], 90) <= result.ttft_slo_s)
+    served = not result.rejected and result.completed >= result.requests
+    return SteadyLatency(p(ttft[kept], 90), p(tpot[kept], 99), p(ttft[tail], 90), served)
+
+
+def steady_meets(result: ServingResult, warmup: float = WARMUP) -> bool:
+    """P90 TTFT and P99 TPOT of the requests sent after the warm-up within the SLOs, every request
+    served, and P90 TTFT of the last arrivals within the SLO (no growing backlog)."""
+    return steady_latency(result, warmup).meets(result.ttft_slo_s, result.tpot_slo_s)
+
+
+@dataclass(frozen=True)
+class RatePoint:
+    """One rate the search tried (for one seed) and what it judged there."""
+
+    rate: float
+    seed: int
+    latency: SteadyLatency
+    meets: bool
 
 
 @dataclass(frozen=True)
@@ -48,12 +76,22 @@ class MaxRate:
     high: float
     per_seed: tuple[float, ...]
     result: ServingResult | None  # the first seed's run at its max rate
+    tried: tuple[RatePoint, ...] = ()  # every rate the search ran, in order
 
 
 def steady_max_rate(serve: Callable[[float, int], ServingResult], seeds: int = 3, warmup: float = WARMUP,
                     low: float = 0.05, high: float = 1e4, steps: int = 12) -> MaxRate:
-    """The max rate (`steady_meets`) for seeds 0..seeds-1 of `serve(rate, seed)`: mean and range."""
-    found = [max_rate(lambda r, s=seed: serve(r, s), low, high, steps,  # type: ignore[misc]
+    """The max rate (`steady_meets`) for seeds 0..seeds-1 of `serve(rate, seed)`: mean and range, and
+    every rate tried."""
+    tried: list[RatePoint] = []
+
+    def judged(rate: float, seed: int) -> ServingResult:
+        result = serve(rate, seed)
+        latency = steady_latency(result, warmup)
+        tried.append(RatePoint(rate, seed, latency, latency.meets(result.ttft_slo_s, result.tpot_slo_s)))
+        return result
+
+    found = [max_rate(lambda r, s=seed: judged(r, s), low, high, steps,  # type: ignore[misc]
                       lambda res: steady_meets(res, warmup)) for seed in range(seeds)]
     rates = tuple(r for r, _ in found)
-    return MaxRate(float(np.mean(rates)), min(rates), max(rates), rates, found[0][1])
+    return MaxRate(float(np.mean(rates)), min(rates), max(rates), rates, found[0][1], tuple(tried))
