@@ -220,3 +220,20 @@ def test_a_hostile_option_value_gives_a_result_or_a_clear_error(command, value):
     assert out.exception is None or isinstance(out.exception, SystemExit), (command, value, out.output)
     if out.exit_code not in (0, 1):  # 1: infeasible or empty result, stated as such
         assert "error" in out.output.lower() or "usage" in out.output.lower(), (command, value, out.output)
+
+
+def test_saved_files_get_the_umask_permissions_not_owner_only(tmp_path):
+    from armillary.writing import replaced
+
+    target = tmp_path / "out.csv"
+    old = os.umask(0o022)
+    try:
+        with replaced(target) as t:
+            t.write_text("a\n")
+    finally:
+        os.umask(old)
+    assert target.read_text() == "a\n" and target.stat().st_mode & 0o777 == 0o644
+    target.chmod(0o600)  # an existing file keeps its own
+    with replaced(target) as t:
+        t.write_text("b\n")
+    assert target.stat().st_mode & 0o777 == 0o600

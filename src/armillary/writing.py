@@ -5,6 +5,7 @@ complete (`os.replace` is atomic on one file system), removed on any failure; an
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -28,13 +29,29 @@ def check_writable(path: Path) -> None:
         raise SpecError(f"cannot write {path}: the folder {folder} is not writable")
 
 
+def _new_file(path: Path) -> Path:
+    """An empty file beside `path` under an unused name, with the permissions the user's umask gives new
+    files (a target that exists keeps its own), unlike `tempfile.mkstemp`'s owner-only 0600."""
+    mode = path.stat().st_mode & 0o777 if path.is_file() else 0o666
+    for _ in range(100):
+        temporary = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode))
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise SpecError(f"cannot write {path}: {e.strerror or e}") from None
+        if path.is_file():
+            os.chmod(temporary, mode)  # exactly the target's, whatever the umask
+        return temporary
+    raise SpecError(f"cannot write {path}: no free temporary name beside it")
+
+
 @contextmanager
 def replaced(path: Path) -> Iterator[Path]:
     """A temporary path to write; when the block ends without error it replaces `path`."""
     check_writable(path)
-    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    temporary = Path(name)
+    temporary = _new_file(path)
     try:
         yield temporary
         os.replace(temporary, path)
