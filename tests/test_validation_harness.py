@@ -230,7 +230,7 @@ def test_every_training_estimate_carries_its_band():
     assert result.error_band is not None and 0 < result.error_band.relative < 1
     assert result.error_band.rows >= 8 and "calibrated device" in result.error_band.regime
     assert "error_band" in result.to_dict()
-    uncalibrated = api.estimate("llama3-70b", "dgx-b200", {"tp": 8, "pp": 4}, {"seq_len": 4096,
+    uncalibrated = api.estimate("llama3-70b", "mi300x-8", {"tp": 8, "pp": 4}, {"seq_len": 4096,
                                 "global_batch": 256}, gpus=256)
     assert uncalibrated.error_band is not None and "uncalibrated" in uncalibrated.error_band.regime
     # a regime with no rows at all falls back to every row

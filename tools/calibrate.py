@@ -7,6 +7,7 @@ description for every row of the device.
 Run: python tools/calibrate.py DEVICE ROW-PREFIX... [--flash-only] [--precision P]
   --flash-only   keep the GEMM curve, fit only the fused-attention efficiency
   --flash3       also fit the FlashAttention-3 efficiency (rows that run cuDNN / FA3 attention)
+  --wide         a wide grid for a device far from its copied curve (scale 0.3-1.3, small-GEMM end 0.4-1.0)
   --precision P  use only rows of training precision P and fit the device's GEMM curve for P (fp8
                  GEMMs follow their own curve; the attention efficiency stays); without it the base
                  curve and the attention efficiency are fitted on all rows
@@ -15,6 +16,9 @@ What the shipped presets were calibrated on (README, Validation):
   a100-sxm4-80gb: curve on TR-KOR-T5 TR-KOR-T4 TR-SC21-T1; --flash-only on TR-FOUNDRY
   h100-sxm:       curve, flash and flash3 on TR-MLM-H100 TR-FOUNDRY --precision bf16 --flash3;
                   fp8 curve on TR-NEMO2407 TR-MBRIDGE TR-FOUNDRY --precision fp8
+  b200:           fp8 curve and flash3 on the dense B200 rows, TR-NEMO-LONGSEQ-B200 TR-MBRIDGE-25.11-B200-17
+                  TR-MBRIDGE-25.11-B200-18 --precision fp8 --flash3 --wide (the MoE and GB200 / GB300 rows
+                  held out)
 """
 
 from __future__ import annotations
@@ -65,8 +69,10 @@ def main() -> None:
     print(f"{len(rows)} rows on {base.name}" + (f" at {target.value}" if target else ""))
     start = base.gemm_efficiency(target) if target else base.matrix_efficiency
     pts = np.array(start.points)
-    scales = (1.0,) if flash_only else np.arange(0.9, 1.32, 0.04) if with_flash3 else np.arange(0.50, 1.32, 0.02)
-    lows = (1.0,) if flash_only else (0.8, 1.0) if with_flash3 else (0.6, 0.8, 1.0)
+    wide = "--wide" in sys.argv
+    scales = ((1.0,) if flash_only else np.arange(0.30, 1.32, 0.02) if wide else np.arange(0.9, 1.32, 0.04)
+              if with_flash3 else np.arange(0.50, 1.32, 0.02))
+    lows = (1.0,) if flash_only else (0.4, 0.6, 0.8, 1.0) if wide else (0.8, 1.0) if with_flash3 else (0.6, 0.8, 1.0)
     flash3s = (0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7) if with_flash3 else (base.flash3_attention_efficiency,)
     uses_flash = any(rows_mod.row_specs(r)[0].strategy.attention.value == "flash" for r in rows)
     # attention runs in 16 bit: its efficiencies are fitted with the 16-bit curve, not with fp8's
