@@ -38,7 +38,9 @@ CASES = [
     (rules.rank_order_without_ep, (1, 1), (1, 8), ["tp-cp-pp-dp", "ep"]),
     (rules.rank_order_without_ep, (0, 8), (1.0, 2), ["rank_order"]),
     (rules.uneven_stages_supported, (2, 0, 4, 1), (2, 0, 2, 1), ["first_stage_layers", "pp >= 3"]),
-    (rules.uneven_stages_supported, (0, 0, 2, 2), (0, 3, 4, 2), ["last_stage_layers", "vpp = 1"]),
+    (rules.uneven_stages_supported, (15, 15, 8, 8), (0, 3, 2, 2), ["last_stage_layers", "pp >= 3"]),
+    # Llama 3.1 405B on pp 8 x vpp 8, first / last stage 15 (one-layer first and last chunks) vs 14 (none)
+    (rules.stages_split, (126, 15, 16, 15, 8), (126, 14, 16, 16, 8), ["pp*vpp", "first and last model chunks"]),
 ]
 DEVICE_RULES = (rules.devices_match, rules.model_parallel_divides, rules.replica_fits)
 IDS = [f"{rule.__name__}-{i}" for i, (rule, *_) in enumerate(CASES)]
@@ -97,3 +99,23 @@ def test_array_verdicts_equal_the_scalar_ones(data, index, points, devices):
     one_by_one = [bool(rule(*row, *extra).ok) for row in rows]
     at_once = rule(*(np.array(col, dtype=float) for col in zip(*rows, strict=True)), *extra).ok
     assert np.asarray(at_once).tolist() == one_by_one
+
+
+@pytest.mark.parametrize(("layers", "pp", "vpp", "split"), [
+    (126, 8, 8, (15, 15)),  # Llama 3.1 405B: embedding and loss each take a layer's place, 2 per chunk
+    (126, 16, 1, (7, 7)),
+    (61, 16, 1, (3, 2)),  # DeepSeek-V3: the loss stage also holds the MTP head
+    (61, 16, 2, None),  # its "Et|(tt|)*30mL" leaves the last chunk no layer: not modelled
+    (80, 3, 1, (27, 26)),  # one slot: the loss side takes it
+    (48, 4, 1, None),  # even: nothing to do
+    (7, 8, 1, None),  # fewer layers than stages
+])
+def test_megatron_uneven_layout_by_hand(layers, pp, vpp, split):
+    from armillary.plan.layout import embedding_and_loss_split, stage_layers
+
+    assert embedding_and_loss_split(layers, pp, vpp) == split
+    if split is not None:
+        first, middle, last = (float(x) for x in stage_layers(layers, pp, split[0], split[1]))
+        assert first + (pp - 2) * middle + last == layers
+        assert middle == int(middle) and middle % vpp == 0 and rules.stages_split(
+            layers, first, middle, last, vpp).ok

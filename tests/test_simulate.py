@@ -332,3 +332,16 @@ def test_every_stream_says_what_kind_of_time_it_carries():
     """One mapping from streams to breakdown categories (parameter gathers are data-parallel time)."""
     assert all(isinstance(s.category, Category) for s in Stream)
     assert Stream.DP_GATHER.category is Category.DP and Stream.TP.category is Category.TP
+
+
+def test_megatron_uneven_interleaved_layout_simulates_as_estimated():
+    """Llama 3.1 405B's 126 layers on pp 8 x vpp 8: first and last model chunks one layer each, the
+    others two (Megatron-Core's embedding/loss-in-pipeline-split layout); simulator and estimator agree."""
+    import armillary
+
+    st = {"tp": 8, "pp": 8, "vpp": 8, "first_stage_layers": 15, "last_stage_layers": 15, "sequence_parallel": True,
+          "attention": "flash", "zero": 1, "recompute": "full"}
+    r = armillary.simulate("llama3.1-405b", "dgx-h100", st, {"seq_len": 8192, "global_batch": 256}, gpus=1024)
+    assert bool(r.estimate.feasible) and abs(r.difference) < 0.01
+    counts = [sum(1 for t in r.graph.tasks if t.name.startswith("layer") and t.ranks == (s,)) for s in (0, 3, 7)]
+    assert counts[0] == counts[2] < counts[1]  # the first and last stages hold 15 layers, the middle ones 16

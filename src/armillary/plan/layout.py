@@ -51,6 +51,24 @@ def stage_layers(layers: Array, pp: Array, first: Array, last: Array) -> tuple[A
     return where(given_first, first, share), share, where(given_last, last, share)
 
 
+def embedding_and_loss_split(layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
+    """(first, last) stage layer counts of Megatron-Core's uneven layouts, for layers that do not fill
+    pp x vpp equal model chunks: the embedding takes the place of e layers in the first chunk and the loss
+    (with any multi-token-prediction head) of t >= e layers in the last, the fewest e + t that make every
+    chunk equal (`account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`: e = t = 1,
+    Llama 3.1 405B's 126 layers on pp 8 x vpp 8; `pipeline_model_parallel_layout`: e = 1,
+    t = 2, DeepSeek-V3's 61 layers on pp 16). None when the layers split evenly, with fewer than 3 stages,
+    or when no such layout leaves a layer in every chunk."""
+    chunks = pp * vpp
+    if layers % chunks == 0 or pp < 3:
+        return None
+    for slots in range(1, chunks):
+        per_chunk, e = (layers + slots) // chunks, slots // 2
+        if (layers + slots) % chunks == 0 and slots - e < per_chunk:  # a layer left in every chunk
+            return vpp * per_chunk - e, vpp * per_chunk - (slots - e)
+    return None
+
+
 def stage_dense_layers(dense: Array, pp: Array, n_first: Array, n_mid: Array, n_last: Array) -> tuple[
         Array, Array, Array]:
     """How many of the leading `dense` layers (MoE models' first-k-dense layers; all layers of a dense
@@ -83,14 +101,19 @@ def stage_layer_kinds(model: Model, strategy: Strategy) -> list[list[bool]]:
     MoE layer. Layers are split evenly in whole numbers (`whole_layers`), or as the strategy's first/last
     stage layer counts say with the other stages sharing the rest (`stage_layers`); leading dense layers
     come first."""
-    pp, virtual = strategy.pp, strategy.pp * strategy.vpp
+    pp, vpp, virtual = strategy.pp, strategy.vpp, strategy.pp * strategy.vpp
     first, last = strategy.first_stage_layers, strategy.last_stage_layers
     if first or last:
         n_first, share, n_last = (float(n) for n in stage_layers(model.layers, pp, first or 0, last or 0))
-        if share != int(share) or share < 1:
+        chunk = share / vpp
+        if chunk != int(chunk) or chunk < 1 or min(n_first, n_last) - (vpp - 1) * chunk < 1:
             raise SpecError(f"simulate: {model.layers - (first or 0) - (last or 0)} layers do not split evenly "
-                            "over the stages without a given count")
-        counts = [int(n_first), *([int(share)] * (pp - 2)), int(n_last)]
+                            "over the model chunks of the stages without a given count")
+        # the first model chunk (rank 0's first) and the last (rank pp-1's last) hold what the first and
+        # last stages lack (Megatron's uneven layouts); every other chunk the middle stages' share
+        counts = [int(chunk)] * virtual
+        counts[0] = int(n_first - (vpp - 1) * chunk)
+        counts[-1] = int(n_last - (vpp - 1) * chunk)
     else:
         counts = whole_layers(model.layers, virtual)
     dense = model.moe.dense_layers if model.moe is not None else model.layers

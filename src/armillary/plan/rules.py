@@ -61,9 +61,13 @@ def cp_balances_sequence(cp: Array, seq_len: Array) -> Check:
 
 def stages_split(layers: Array, first: Array, mid: Array, last: Array, vpp: Array) -> Check:
     """Whole layers on every stage (`plan.layout.stage_layers`), at least one on the middle and last
-    stages, and the middle stages' layers in vpp whole model chunks."""
-    return Check(all_of(whole(first), whole(mid), whole(last), mid >= 1, last >= 1, divides(vpp, mid)),
-                 "pp*vpp must divide the layers (or the layers left by first/last_stage_layers)")
+    stages, the middle stages' layers in vpp whole model chunks, and the first and last stages' shorter
+    chunk (Megatron's uneven layouts: only their first / last chunk differs) at least one layer."""
+    chunk = mid / vpp
+    return Check(all_of(whole(first), whole(mid), whole(last), mid >= 1, last >= 1, divides(vpp, mid),
+                        first - (vpp - 1) * chunk >= 1, last - (vpp - 1) * chunk >= 1),
+                 "pp*vpp must divide the layers (or the layers left by first/last_stage_layers, with a layer "
+                 "left in the first and last model chunks)")
 
 
 def stages_hold_layers(layers: Array, pp: Array) -> Check:
@@ -114,8 +118,7 @@ def rank_order_without_ep(pp_inner: Array, ep: Array) -> Check:
 
 
 def uneven_stages_supported(first: Array, last: Array, pp: Array, vpp: Array) -> Check:
-    return Check(any_of(all_of(first == 0, last == 0), all_of(pp >= 3, vpp == 1)),
-                 "first_stage_layers/last_stage_layers need pp >= 3 and vpp = 1")
+    return Check(any_of(all_of(first == 0, last == 0), pp >= 3), "first_stage_layers/last_stage_layers need pp >= 3")
 
 
 def failed(checks: tuple[Check, ...] | list[Check]) -> list[str]:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from armillary.plan.layout import embedding_and_loss_split
 from armillary.specs.loading import load_model, load_stack, load_system, stack_for
 from armillary.specs.model import Model
 from armillary.specs.stack import SoftwareStack, hopper_or_later
@@ -260,6 +261,12 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
     model = _model(row, notes)
     system = _system(row, n_gpus, notes)
     strategy = _strategy(row, n_gpus, stack, notes)
+    uneven = embedding_and_loss_split(model.layers, strategy["pp"], strategy["vpp"])
+    if uneven is not None:
+        strategy.update(first_stage_layers=uneven[0], last_stage_layers=uneven[1])
+        notes.append(f"{model.layers} layers do not fill pp x vpp = {strategy['pp'] * strategy['vpp']} equal chunks: "
+                     f"the embedding and loss stand in for layers (Megatron-Core's uneven layout), first / last "
+                     f"stage {uneven[0]} / {uneven[1]} layers")
     workload = Training(seq_len=seq, global_batch=gbs)
     out = []
     for recompute in _recompute_choices(row, model, stack, notes):
