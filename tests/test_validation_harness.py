@@ -245,3 +245,27 @@ def test_a_bare_framework_name_takes_the_stack_of_the_sources_year():
     assert stack_for("Megatron-LM", 2021) == load_stack("megatron-lm-2021")
     assert stack_for("Megatron-LM", None) == load_stack("megatron-core")  # unknown year: today's stack
     assert stack_for("Megatron-Core r0.8.0", 2021) == load_stack("megatron-core")  # the text decides first
+
+
+def test_search_and_codesign_carry_the_band_and_warn_on_poorly_validated_winners():
+    from typer.testing import CliRunner
+
+    from armillary import api
+    from armillary.cli import app
+    from armillary.estimate.result import POORLY_VALIDATED
+    from armillary.search.space import StrategySpace
+
+    space = StrategySpace(tp=(1, 2), micro_batch=(1, 2))
+    work = {"seq_len": 2048, "global_batch": 64}
+    calibrated = api.search("llama2-7b", "dgx-h100", work, {"attention": "flash"}, space, gpus=16)
+    band = calibrated.top[0].error_band
+    assert band == api.estimate("llama2-7b", "dgx-h100", calibrated.top[0].strategy, work, gpus=16).error_band
+    uncalibrated = api.search("llama2-7b", "dgx-b300", work, {"attention": "flash"}, space, gpus=16)
+    assert all(c.error_band is not None and c.error_band.poorly_validated for c in uncalibrated.top)
+    assert band is not None and band.poorly_validated == (band.relative > POORLY_VALIDATED)
+    out = CliRunner().invoke(app, ["search", "--model", "llama2-7b", "--system", "dgx-b300", "--gpus", "16",
+                                   "--global-batch", "64", "--top", "2"])
+    assert out.exit_code == 0 and "poorly validated regime" in out.output and "uncalibrated device" in out.output
+    designs = api.codesign("llama2-7b", "dgx-h100", work, {"gpus": [16, 32], "prices": {"device": 1, "hbm_per_gib": 0}},
+                           {"attention": "flash"}, space)
+    assert all(p.best is not None and p.best.error_band is not None for p in designs.points)

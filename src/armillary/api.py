@@ -139,8 +139,9 @@ def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strateg
         goal = Objective(objective)
     except ValueError:
         raise SpecError(f"objective {objective!r}: one of {', '.join(o.value for o in Objective)}") from None
-    return search_strategies(m, sysm, w, base, spec_space, goal, top, executor=executor, progress=progress,
-                             checkpoint=checkpoint)
+    found = search_strategies(m, sysm, w, base, spec_space, goal, top, executor=executor, progress=progress,
+                              checkpoint=checkpoint)
+    return replace(found, top=tuple(replace(c, error_band=error_band(m, sysm, c.strategy)) for c in found.top))
 
 
 def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
@@ -154,8 +155,12 @@ def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
         raise SpecError("workload: co-design searches a training workload")
     base = load_strategy(strategy if strategy is not None else defaults.SEARCH_BASE_STRATEGY)
     spec_space = load_spec(StrategySpace, space, "strategies") if space is not None else None
-    return codesign_systems(load_model(model), load_system(system), w, load_spec(SystemSpace, systems, "space"),
-                            base, spec_space, executor)
+    m = load_model(model)
+    designs = codesign_systems(m, load_system(system), w, load_spec(SystemSpace, systems, "space"), base, spec_space,
+                               executor)
+    return replace(designs, points=tuple(
+        replace(p, best=replace(p.best, error_band=error_band(m, p.system, p.best.strategy))) if p.best else p
+        for p in designs.points))
 
 
 def simulate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,

@@ -172,6 +172,19 @@ class ErrorBand:
     rows: int
     sources: int
 
+    @property
+    def poorly_validated(self) -> bool:
+        """Wider than `POORLY_VALIDATED`, or drawn from uncalibrated devices' rows."""
+        return self.relative > POORLY_VALIDATED or "uncalibrated" in self.regime
+
+    def describe(self) -> str:
+        return f"+-{self.relative:.0%} (80% of {self.rows} measured rows, {self.regime})"
+
+
+# a band wider than this marks a prediction as poorly validated: twice the median error of the shared
+# training rows (9.2%, README Validation), about the 75th percentile of all of them
+POORLY_VALIDATED = 0.2
+
 
 @dataclass(frozen=True)
 class StepEstimate:

@@ -7,6 +7,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.markup import escape
 from rich.table import Table
 
 from armillary.comm.calibration import fitted_dimension
@@ -19,15 +20,16 @@ from armillary.report.records import (
     inference_simulation_rows,
     search_rows,
 )
+from armillary.search.run import Objective
 from armillary.search.systems import DIMENSION
 from armillary.units import GIB
 
 if TYPE_CHECKING:
     from armillary.comm.sweep import SweepRow
     from armillary.estimate.economics import Economics
-    from armillary.estimate.result import CommCall, StepEstimate
+    from armillary.estimate.result import CommCall, ErrorBand, StepEstimate
     from armillary.search.inference import InferenceSearchResult
-    from armillary.search.run import Objective, SearchResult
+    from armillary.search.run import SearchResult
     from armillary.search.systems import CoDesignResult
     from armillary.serving.run import ServingResult
     from armillary.simulate.graph import TaskGraph
@@ -51,8 +53,7 @@ def estimate_tables(r: StepEstimate, title: str) -> list[Table]:
     step = float(r.step_time_s)
     head = Table(title=title, show_header=False, min_width=len(title) + 4)
     band = r.error_band
-    trust = (f"  [dim]± {band.relative:.0%} (80% of {band.rows} measured rows, {band.regime})[/dim]"
-             if band is not None else "")
+    trust = f"  [dim]{escape(band.describe())}[/dim]" if band is not None else ""
     head.add_row("step time", f"{step:.4g} s{trust}")
     head.add_row("tokens/s", f"{float(r.tokens_per_s):,.0f}")
     head.add_row("MFU / HFU", f"{_pct(float(r.mfu))} / {_pct(float(r.hfu))}")
@@ -161,13 +162,15 @@ def search_report(result: SearchResult, model: Model, system: System, objective:
     rows = search_rows(result)
     table = Table(title=f"{_on(model, system)}: top {len(rows)} by {objective.value}")
     for c in ("rank", "tp", "pp", "dp", "vpp", "cp", "ep", "mb", "attention", "SP", "recompute", "ZeRO", "overlap",
-              "rank order", "step s", "MFU", "GiB"):
+              "rank order", "step s", "±", "MFU", "GiB"):
         table.add_column(c, justify="left" if c in ("attention", "recompute", "overlap", "rank order") else "right")
     for r in rows:
         overlap = ",".join(k.split("_")[0] for k, on in r["overlap"].items() if on) or "-"
+        band = r["error_band"]
         table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["cp"]),
                       str(r["ep"]), str(r["micro_batch"]), r["attention"], "yes" if r["sequence_parallel"] else "no",
                       r["recompute"], str(r["zero"]), overlap, r["rank_order"], f"{r['step_time_s']:.4g}",
+                      f"{band['relative']:.0%}{'!' if band['poorly_validated'] else ''}" if band else "-",
                       _pct(r["mfu"]), f"{r['memory_gib']:.1f}")
     summary = (f"{result.points:,} points: {result.pruned:,} pruned (degrees that do not divide, memory "
                f"floor, {result.bounded:,} of them by the lower bound of the objective), {result.evaluated:,} "
@@ -176,7 +179,17 @@ def search_report(result: SearchResult, model: Model, system: System, objective:
     if not rows:
         return [f"infeasible: no strategy of the space runs {_on(model, system)} ({no_strategy_reason(result)})",
                 summary]
-    return [table, summary]
+    return [table, summary, *poorly_validated_warning("the fastest strategy" if objective is Objective.TIME else
+                                                      "the first strategy", result.top[0].error_band)]
+
+
+def poorly_validated_warning(what: str, band: ErrorBand | None) -> list[str]:
+    """A line that says when a winner's prediction sits in a poorly validated regime (else nothing)."""
+    if band is None or not band.poorly_validated:
+        return []
+    return [f"[yellow]warning[/yellow]: {escape(what)} sits in a poorly validated regime: "
+            f"{escape(band.describe())}; check it against a measurement before relying on the ranking "
+            "(! in the ± column)"]
 
 
 def no_strategy_reason(result: SearchResult) -> str:
@@ -205,9 +218,12 @@ def codesign_report(designs: CoDesignResult, model: Model, budget: float | None)
                                        f"evaluated; {len(designs.pareto)} on the time / cost / power front (*)"]
     within = f" within ${budget:,.0f}" if budget is not None else ""
     for goal, best in codesign_best(designs, budget).items():
+        band = best.best.error_band if best and best.best else None
         text = (f"{best.system.devices} GPUs, {best.system.device.hbm.capacity / GIB:.0f} GiB HBM: "
-                f"{best.step_time_s:.4g} s, ${best.cost / 1e6:.2f}M, {best.power / 1e3:.0f} kW" if best else "none")
+                f"{best.step_time_s:.4g} s {f'(+-{band.relative:.0%})' if band else ''}, ${best.cost / 1e6:.2f}M, "
+                f"{best.power / 1e3:.0f} kW" if best else "none")
         lines.append(f"best by {goal}{within}: {text}")
+        lines += poorly_validated_warning(f"the best system by {goal}", band)
     return lines
 
 

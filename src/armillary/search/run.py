@@ -19,6 +19,7 @@ import numpy as np
 
 from armillary.errors import MissingExtra, SpecError
 from armillary.estimate.feasibility import training_checks
+from armillary.estimate.result import ErrorBand
 from armillary.estimate.run import estimate_training_run
 from armillary.estimate.training import estimate_training
 from armillary.numerics import all_of
@@ -114,6 +115,7 @@ class Candidate:
     tokens_per_s: float
     mfu: float
     memory_bytes: float
+    error_band: ErrorBand | None = None  # from validation residuals (set by armillary.api for the top)
 
 
 @dataclass(frozen=True)
@@ -344,4 +346,7 @@ def candidate_row(c: Candidate) -> dict[str, Any]:
             "sequence_parallel": s.sequence_parallel, "recompute": s.recompute.value, "zero": int(s.zero),
             "overlap": s.overlap.model_dump(),
             "rank_order": s.rank_order.value, "step_time_s": c.step_time_s,
-            "tokens_per_s": c.tokens_per_s, "mfu": c.mfu, "memory_gib": c.memory_bytes / 2**30}
+            "tokens_per_s": c.tokens_per_s, "mfu": c.mfu, "memory_gib": c.memory_bytes / 2**30,
+            "error_band": None if c.error_band is None else {"relative": c.error_band.relative,
+                                                             "regime": c.error_band.regime,
+                                                             "poorly_validated": c.error_band.poorly_validated}}
