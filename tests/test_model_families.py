@@ -267,3 +267,20 @@ def test_module_recompute_trades_stored_activations_for_time():
     assert float(modules.hardware_flop) == float(plain.hardware_flop)  # norms and activations: no GEMM FLOPs
     with pytest.raises(ValueError, match="recompute_modules apply to recompute 'selective' only"):
         Strategy(recompute="full", recompute_modules=("moe_act",))
+
+
+def test_qwen2_keeps_its_qkv_biases():
+    """Qwen2.5-7B's config.json has no bias key, yet modeling_qwen2 puts biases on q, k and v: the card's
+    7.61B parameters (6.53B without the embedding and the untied head) need them."""
+    cfg = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+           "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "hidden_act": "silu",
+           "tie_word_embeddings": False, "max_position_embeddings": 32768}
+    model = from_huggingface(cfg)
+    count = count_parameters(ModelArrays.of(model))
+    head = 152064 * 3584
+    assert model.qkv_bias and not model.linear_bias
+    assert float(count.total) / 1e9 == pytest.approx(7.61, abs=0.006)
+    assert (float(count.total) - 2 * head) / 1e9 == pytest.approx(6.53, abs=0.006)
+    without = count_parameters(ModelArrays.of(model.model_copy(update={"qkv_bias": False})))
+    assert float(count.total - without.total) == 28 * (3584 + 2 * 4 * 128)  # q, k, v biases per layer
+    assert not from_huggingface({**cfg, "model_type": "qwen3"}).qkv_bias  # Qwen3 dropped them

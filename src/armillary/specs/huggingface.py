@@ -119,6 +119,8 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
                  "norm": NormKind.RMSNORM, "position": PositionKind.ROTARY,
                  "linear_bias": bool(data.get("attention_bias", False) or data.get("mlp_bias", False))}
     spec |= _experts_and_latent_attention(data, kind)
+    # Qwen2 / Qwen2-MoE put biases on q, k and v (modeling_qwen2.py: bias=True) with no config key saying so
+    spec["qkv_bias"] = kind in ("qwen2", "qwen2_moe") and not spec.get("linear_bias")
     spec["sources"] = {"*": "Hugging Face config.json"}
     return Model.model_validate(spec)
 

@@ -133,6 +133,7 @@ class Model(Spec):
     vocab: PositiveInt
     tied_embeddings: bool = False
     linear_bias: bool = Field(False, description="biases on the attention and MLP linear layers")
+    qkv_bias: bool = Field(False, description="biases on the query, key and value projections only (Qwen2)")
     dropout: bool = Field(False, description="dropout in the block (stores masks for backward)")
     max_seq_len: PositiveInt = 2048
     sliding_window: PositiveInt | None = Field(

@@ -54,7 +54,7 @@ def count_parameters(m: ModelArrays) -> ParameterCount:
     dh, dv, mm, bias, norm = m.head_dim, m.value_dim, m.mlp_matrices, m.linear_bias, m.norm_params
     # multi-head / grouped-query attention: Q (a heads), K and V (kv heads), output projection
     qkv_out = m.qkv_width
-    gqa = h * qkv_out + a * dv * h + bias * (qkv_out + h)
+    gqa = h * qkv_out + a * dv * h + bias * (qkv_out + h) + m.qkv_bias * qkv_out
     # multi-head latent attention (DeepSeek-V2 §2.1.2-2.1.3): query down (norm) up or direct; KV down to the
     # latent plus the shared RoPE key, norm, up to per-head no-RoPE keys and values; output projection
     r, dc, dq = m.rope_dim, m.kv_lora, m.q_lora
