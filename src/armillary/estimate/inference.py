@@ -32,7 +32,7 @@ from armillary.plan.layout import busiest_stage_layers
 from armillary.plan.placement import Placement, place_expert_groups, place_groups
 from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import System
-from armillary.specs.workload import DecodeAttention, Inference
+from armillary.specs.workload import DecodeAttention, Inference, MlaDecode
 from armillary.workload.attention import cache_read_bytes, fused_attention_op, kv_cache_elements_per_rank
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
 from armillary.workload.ops import Op
@@ -56,6 +56,7 @@ class ReplicaModel:
     tp_group: Placement
     pp_group: Placement
     expert_groups: ExpertGroups | None
+    mla_expanded: float = 0.0  # MLA with per-head K/V cached (1) or the latent and absorbed decode (0)
 
     @property
     def devices(self) -> int:
@@ -69,7 +70,8 @@ class ReplicaModel:
     @property
     def cache_bytes_per_token(self) -> float:
         """KV-cache bytes one token takes on one device of the busiest stage (both memory tiers)."""
-        return float(self.stage_layers * kv_cache_elements_per_rank(self.m, self.st.tp) * self.cache_bytes)
+        return float(self.stage_layers * kv_cache_elements_per_rank(self.m, self.st.tp, self.mla_expanded)
+                     * self.cache_bytes)
 
     @property
     def stages_cross_nodes(self) -> bool:
@@ -117,17 +119,21 @@ class ReplicaModel:
                                            self.system), self.st.tp > 1).time
         return head + sampling + gather
 
-    def attention(self, new: Array, past: Array, sequences: Array = 1.0) -> Op:
+    def attention(self, new: Array, past: Array, sequences: Array = 1.0, decode: Array | None = None) -> Op:
         """The attention kernel of one layer for `sequences` sequences of `new` tokens over `past` cached
-        ones (arrays broadcast: one op per element), as `layer_forward` builds it."""
+        ones (arrays broadcast: one op per element), as `layer_forward` builds it. `decode` (default: one
+        new token) marks decode steps, where MLA runs absorbed unless its cache is expanded; prefill keeps
+        the per-head form (vLLM and SGLang absorb in decode only, DeepSeek-V2 §2.1.3)."""
+        steps = np.asarray(new) <= 1 if decode is None else decode
+        absorbed = np.where(steps, 1.0 - self.mla_expanded, 0.0) if float(self.m.kv_lora) > 0 else 0.0
         return fused_attention_op(self.m, sequences, new, past + new, self.st.tp, self.activation_bytes, past,
-                                  self.cache_bytes, self.cache_reads)
+                                  self.cache_bytes, self.cache_reads, absorbed, self.mla_expanded)
 
     def attention_time(self, op: Op, cached_tokens: Array) -> tuple[Array, Array]:
         """(attention kernels, second-tier reads) of all layers: the share of the cache on the second tier
         streams over its link, the rest through HBM."""
         m, device = self.m, self.system.device
-        cache = cache_read_bytes(m, self.st.tp, cached_tokens, self.cache_bytes, self.cache_reads)
+        cache = cache_read_bytes(m, self.st.tp, cached_tokens, self.cache_bytes, self.cache_reads, self.mla_expanded)
         moved = op.bytes - self.tier2_fraction * cache
         kernel = fused_attention_time(Op(op.flop, moved), device, self.st.precision, self.attention_version)
         tier2 = device.second_tier
@@ -180,9 +186,10 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
         groups = ExpertGroups(ep_group, etp_group)
     per_head = w.decode_attention is DecodeAttention.PER_QUERY_HEAD and not m.kv_lora > 0
     reads = float(m.heads / m.kv_heads) if per_head else 1.0
+    expanded = float(m.kv_lora > 0 and w.mla_decode is MlaDecode.EXPANDED)
     return ReplicaModel(m, st, system, float(e), float(weights), float(cache), w.kv_cache.tier2_fraction, reads,
                         2.0 if st.attention == 0 else float(st.attention),
-                        placed.tp, placed.pp, groups)
+                        placed.tp, placed.pp, groups, expanded)
 
 
 def kv_pages(tokens: Any, block_tokens: int) -> Any:
@@ -237,7 +244,7 @@ def prefill_pass(r: ReplicaModel, w: Inference, batch: Array | None = None) -> P
     """The prompt pass of a static batch: all batch x input_len tokens through the model (the time to
     first token). `batch` (default the workload's) may be an array: one pass per element."""
     b = w.batch if batch is None else batch
-    return r.pass_time(r.tokens_time(b * w.input_len), b, r.attention(w.input_len, 0.0, b), 0.0)
+    return r.pass_time(r.tokens_time(b * w.input_len), b, r.attention(w.input_len, 0.0, b, decode=False), 0.0)
 
 
 def decode_phase(r: ReplicaModel, w: Inference, batch: Array) -> PassTime:
