@@ -20,6 +20,7 @@ from armillary.comm.collectives import all_gather, needed, send_recv
 from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.errors import SpecError
 from armillary.estimate import memory as mem
+from armillary.estimate.dp_attention import dp_attention_tokens_time, dp_attention_weights
 from armillary.estimate.feasibility import inference_checks
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
 from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost
@@ -57,6 +58,13 @@ class ReplicaModel:
     pp_group: Placement
     expert_groups: ExpertGroups | None
     mla_expanded: float = 0.0  # MLA with per-head K/V cached (1) or the latent and absorbed decode (0)
+    attention_dp: float = 1.0  # attention groups of the tp ranks, each with its own requests and cache
+    attention_group: Placement | None = None  # the ranks of one attention group (None: the tp group)
+
+    @property
+    def attention_tp(self) -> float:
+        """Ranks that split one attention group's heads (tp without data-parallel attention)."""
+        return float(self.st.tp) / self.attention_dp
 
     @property
     def devices(self) -> int:
@@ -70,7 +78,7 @@ class ReplicaModel:
     @property
     def cache_bytes_per_token(self) -> float:
         """KV-cache bytes one token takes on one device of the busiest stage (both memory tiers)."""
-        return float(self.stage_layers * kv_cache_elements_per_rank(self.m, self.st.tp, self.mla_expanded)
+        return float(self.stage_layers * kv_cache_elements_per_rank(self.m, self.attention_tp, self.mla_expanded)
                      * self.cache_bytes)
 
     @property
@@ -81,7 +89,10 @@ class ReplicaModel:
     def tokens_time(self, tokens: Array) -> PassTime:
         """Everything of a pass that depends only on its new tokens: the layers' GEMMs and element-wise
         kernels, their TP all-reduces and EP exchanges, the embedding, the stage-to-stage sends.
-        Broadcasts over an array of token counts."""
+        Broadcasts over an array of token counts. With data-parallel attention: one attention group's
+        tokens (`dp_attention.dp_attention_tokens_time`)."""
+        if self.attention_dp > 1:
+            return dp_attention_tokens_time(self, tokens)
         m, st, system, e = self.m, self.st, self.system, self.activation_bytes
         t = st.tp
         ends = ends_forward(m, 1.0, tokens, t, e)
@@ -110,13 +121,14 @@ class ReplicaModel:
 
     def head_time(self, sequences: Array) -> Array:
         """LM head and sampling for the last token of each sequence, with the gather of the vocabulary-
-        parallel logits."""
-        ends = ends_forward(self.m, sequences, 1.0, self.st.tp, self.activation_bytes)
+        parallel logits (over an attention group's ranks with data-parallel attention)."""
+        t, group = self.attention_tp, self.attention_group or self.tp_group
+        ends = ends_forward(self.m, sequences, 1.0, t, self.activation_bytes)
         device, code = self.system.device, self.st.precision
         head = kernel_times((ends.head_gemm,), device, code, sixteen_bit=True)[0]
         sampling = kernel_times((ends.loss,), device, code)[0]
-        gather = needed(lambda: all_gather(sequences * self.m.vocab * self.activation_bytes, self.tp_group,
-                                           self.system), self.st.tp > 1).time
+        gather = needed(lambda: all_gather(sequences * self.m.vocab * self.activation_bytes, group,
+                                           self.system), t > 1).time
         return head + sampling + gather
 
     def attention(self, new: Array, past: Array, sequences: Array = 1.0, decode: Array | None = None) -> Op:
@@ -126,14 +138,15 @@ class ReplicaModel:
         the per-head form (vLLM and SGLang absorb in decode only, DeepSeek-V2 §2.1.3)."""
         steps = np.asarray(new) <= 1 if decode is None else decode
         absorbed = np.where(steps, 1.0 - self.mla_expanded, 0.0) if float(self.m.kv_lora) > 0 else 0.0
-        return fused_attention_op(self.m, sequences, new, past + new, self.st.tp, self.activation_bytes, past,
+        return fused_attention_op(self.m, sequences, new, past + new, self.attention_tp, self.activation_bytes, past,
                                   self.cache_bytes, self.cache_reads, absorbed, self.mla_expanded)
 
     def attention_time(self, op: Op, cached_tokens: Array) -> tuple[Array, Array]:
         """(attention kernels, second-tier reads) of all layers: the share of the cache on the second tier
         streams over its link, the rest through HBM."""
         m, device = self.m, self.system.device
-        cache = cache_read_bytes(m, self.st.tp, cached_tokens, self.cache_bytes, self.cache_reads, self.mla_expanded)
+        cache = cache_read_bytes(m, self.attention_tp, cached_tokens, self.cache_bytes, self.cache_reads,
+                                 self.mla_expanded)
         moved = op.bytes - self.tier2_fraction * cache
         kernel = fused_attention_time(Op(op.flop, moved), device, self.st.precision, self.attention_version)
         tier2 = device.second_tier
@@ -172,6 +185,9 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     if moe and not experts_fit.ok:
         raise SpecError(f"strategy: {experts_fit.message} (the experts of a replica spread over its tensor-parallel "
                         "devices)")
+    spans = rules.attention_dp_experts_span_tp(strategy.attention_dp, strategy.ep, strategy.etp, strategy.tp)
+    if moe and not spans.ok:
+        raise SpecError(f"strategy: {spans.message}")
     st = replace(StrategyArrays.of(strategy, 1), sequence_parallel=0.0, recompute=RECOMPUTE_NONE)
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     fp8 = strategy.precision is TrainingPrecision.FP8
@@ -187,9 +203,11 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     per_head = w.decode_attention is DecodeAttention.PER_QUERY_HEAD and not m.kv_lora > 0
     reads = float(m.heads / m.kv_heads) if per_head else 1.0
     expanded = float(m.kv_lora > 0 and w.mla_decode is MlaDecode.EXPANDED)
+    groups_dp = float(strategy.attention_dp)
+    attention_group = place_groups(st.tp / groups_dp, 1.0, 1.0, system.sizes).tp if groups_dp > 1 else None
     return ReplicaModel(m, st, system, float(e), float(weights), float(cache), w.kv_cache.tier2_fraction, reads,
                         2.0 if st.attention == 0 else float(st.attention),
-                        placed.tp, placed.pp, groups, expanded)
+                        placed.tp, placed.pp, groups, expanded, groups_dp, attention_group)
 
 
 def kv_pages(tokens: Any, block_tokens: int) -> Any:
@@ -207,18 +225,20 @@ def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: A
     routed = params.moe_layers * params.experts * params.expert
     layer_params = params.total - params.embedding - params.head - routed
     ends = params.embedding + params.head if st.pp == 1 else np.maximum(params.embedding, params.head)
-    weights = (share * (layer_params / st.tp + routed / (st.ep * st.etp)) * r.weight_bytes
-               + ends / st.tp * r.activation_bytes)
+    layers = (layer_params / st.tp + routed / (st.ep * st.etp)) if r.attention_dp == 1 else (
+        dp_attention_weights(params, r))
+    weights = share * layers * r.weight_bytes + ends / r.attention_tp * r.activation_bytes
     pages = kv_pages(w.input_len + w.output_len, w.kv_cache.block_tokens)
     per_sequence = pages * w.kv_cache.block_tokens * r.cache_bytes_per_token
     # [derived] the widest moment of a layer: its input, the QKV or MLP intermediate, and its output; the
     # fp32 logits of the last tokens
     tokens = pass_tokens
-    widest = np.maximum(m.qkv_width, (m.mlp_matrices - 1) * np.maximum(m.ffn, m.top_k * m.expert_ffn)) / st.tp
+    widest = np.maximum(m.qkv_width / r.attention_tp,
+                        (m.mlp_matrices - 1) * np.maximum(m.ffn, m.top_k * m.expert_ffn) / st.tp)
     # the fused MoE's output buffer holds each token's top-k expert outputs at full width before their
     # weighted sum (vLLM fused_moe intermediate_cache3: tokens x top_k x hidden)
     widest = np.maximum(widest, np.where(m.experts > 0, m.top_k * m.hidden, 0.0))
-    activations = tokens * (2 * m.hidden + widest) * r.activation_bytes + batch * m.vocab / st.tp * 4
+    activations = tokens * (2 * m.hidden + widest) * r.activation_bytes + batch * m.vocab / r.attention_tp * 4
     return InferenceMemory(weights=weights, kv_cache=(1 - r.tier2_fraction) * batch * per_sequence,
                            activations=activations, kv_cache_tier2=r.tier2_fraction * batch * per_sequence,
                            kv_per_sequence=per_sequence)
@@ -314,6 +334,9 @@ def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system:
     whose attention reads input_len + k - 1 cached tokens at step k. With pp > 1 the decode keeps pp
     micro-batches of batch / pp in flight, so a step takes one pass of batch / pp sequences through all
     layers (every stage busy); the prefill runs the batch through the stages in turn."""
+    if strategy.attention_dp > 1:
+        raise SpecError("strategy.attention_dp: data-parallel attention is modelled by the serving simulation "
+                        "(armillary serve), not the static batch; use attention_dp: 1 here")
     r = replica_model(m, strategy, w, system)
     b, n_in = w.batch, w.input_len
     prefill = prefill_pass(r, w)
