@@ -13,6 +13,7 @@ from armillary.comm.collectives import all_gather, collective, reduce_scatter
 from armillary.errors import SpecError
 from armillary.estimate.dp_attention import routed_experts
 from armillary.estimate.inference import inference_memory, replica_model
+from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.run import estimate_run
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.run import replica_kv_tokens, serve_trace
@@ -20,7 +21,7 @@ from armillary.serving.trace import benchmark_trace
 from armillary.specs.communication import Collective
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.strategy import Strategy
-from armillary.specs.workload import Arrivals, Inference
+from armillary.specs.workload import Arrivals, Inference, Training
 
 SPEC = load_model("deepseek-v3")
 MODEL = ModelArrays.of(SPEC)
@@ -88,7 +89,21 @@ def test_divisibility_rules() -> None:
         _replica(8, ep=2, expert_tp=4)
     with pytest.raises(SpecError, match="attention_dp"):
         estimate_run(SPEC, SYSTEM, Strategy.model_validate({"tp": 8, "attention_dp": 8, "ep": 8, "expert_tp": 1}),
-                     Inference.model_validate({"kind": "inference", "input_len": 10, "output_len": 10}))
+                     Inference.model_validate({"kind": "inference", "input_len": 10, "output_len": 10, "batch": 4}))
+    with pytest.raises(SpecError, match="training needs attention_dp: 1"):
+        estimate_run(SPEC, SYSTEM, Strategy.model_validate({"tp": 8, "attention_dp": 8, "ep": 8, "expert_tp": 1}),
+                     Training(seq_len=128, global_batch=8))
+
+
+def test_static_batch_splits_over_the_groups() -> None:
+    # 64 sequences over 8 groups: each group decodes 8, so the replica's throughput is 8 x one group's
+    strategy = {"tp": 8, "precision": "fp8", "attention": "flash3", "ep": 8, "expert_tp": 1}
+    w = Inference.model_validate({"kind": "inference", "input_len": 1000, "output_len": 100, "batch": 64,
+                                  "weights": "fp8"})
+    dp = estimate_run(SPEC, SYSTEM, Strategy.model_validate({**strategy, "attention_dp": 8}), w)
+    assert isinstance(dp, InferenceEstimate)
+    assert dp.batch == 64
+    assert dp.output_tokens_per_s == pytest.approx(8 * 8 * 100 / dp.e2e_s)
 
 
 def test_serving_splits_requests_over_the_attention_groups() -> None:

@@ -333,10 +333,13 @@ def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system:
     """A static batch: prefill of `batch` prompts (time to first token), then output_len - 1 decode steps
     whose attention reads input_len + k - 1 cached tokens at step k. With pp > 1 the decode keeps pp
     micro-batches of batch / pp in flight, so a step takes one pass of batch / pp sequences through all
-    layers (every stage busy); the prefill runs the batch through the stages in turn."""
-    if strategy.attention_dp > 1:
-        raise SpecError("strategy.attention_dp: data-parallel attention is modelled by the serving simulation "
-                        "(armillary serve), not the static batch; use attention_dp: 1 here")
+    layers (every stage busy); the prefill runs the batch through the stages in turn. With data-parallel
+    attention the batch splits evenly over the attention groups, which step together."""
+    groups = strategy.attention_dp
+    if w.batch % groups:
+        raise SpecError(f"workload.batch: {w.batch} does not split over strategy.attention_dp = {groups} attention "
+                        "groups (use a multiple)")
+    whole, w = w, w.model_copy(update={"batch": w.batch // groups})
     r = replica_model(m, strategy, w, system)
     b, n_in = w.batch, w.input_len
     prefill = prefill_pass(r, w)
@@ -344,7 +347,12 @@ def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system:
     memory = inference_memory(r, w, float(b), float(b * n_in))
     rule_breaks = rules.failed(inference_checks(m, strategy.tp, strategy.cp, strategy.pp, strategy.ep, replicas,
                                                 system.devices))
-    return _static_batch(r, w, replicas, prefill, decode, memory, tuple(rule_breaks))
+    result = _static_batch(r, w, replicas, prefill, decode, memory, tuple(rule_breaks))
+    if groups == 1:
+        return result
+    return replace(result, batch=whole.batch, max_batch=result.max_batch * groups,
+                   output_tokens_per_s=result.output_tokens_per_s * groups,
+                   output_tokens_per_s_per_device=result.output_tokens_per_s_per_device * groups)
 
 
 def _static_batch(r: ReplicaModel, w: Inference, replicas: int, prefill: PassTime, decode: PassTime,
