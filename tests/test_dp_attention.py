@@ -114,3 +114,13 @@ def test_serving_splits_requests_over_the_attention_groups() -> None:
     result = serve_trace(MODEL, strategy, w, SYSTEM, 1, trace)
     assert result.completed == 16
     assert result.mean_batch == pytest.approx(1.0)  # 4 in flight over 4 busy groups: one sequence each
+
+
+def test_wide_ep_across_nodes_pays_the_scale_out_network() -> None:
+    # the same tokens per rank and the same all-to-all buffer; over two nodes most of it leaves the node
+    one, two = (replica_model(MODEL, Strategy.model_validate({"tp": n, "precision": "fp8", "attention": "flash3",
+                                                               "attention_dp": n, "ep": n, "expert_tp": 1}),
+                              W, load_system("hgx-h200", n)) for n in (8, 16))
+    assert float(routed_experts(one, 64.0).dispatch_bytes) == float(routed_experts(two, 64.0).dispatch_bytes)
+    assert two.expert_groups is not None and two.expert_groups.ep.nodes == 2
+    assert float(two.tokens_time(64.0).ep) > float(one.tokens_time(64.0).ep)
