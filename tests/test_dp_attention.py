@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -124,3 +125,25 @@ def test_wide_ep_across_nodes_pays_the_scale_out_network() -> None:
     assert float(routed_experts(one, 64.0).dispatch_bytes) == float(routed_experts(two, 64.0).dispatch_bytes)
     assert two.expert_groups is not None and two.expert_groups.ep.nodes == 2
     assert float(two.tokens_time(64.0).ep) > float(one.tokens_time(64.0).ep)
+
+
+def test_groups_run_in_lock_step() -> None:
+    # two attention groups share every MoE layer: a long prompt in one stretches the other's decode steps,
+    # and with the prompt absent the decoding group runs as fast as alone
+    from armillary.serving.lockstep import GroupStepCost, simulate_groups
+    from armillary.serving.run import _limits
+    from armillary.serving.trace import Trace
+
+    r = replica_model(MODEL, Strategy.model_validate({"tp": 8, "precision": "fp8", "attention": "flash3",
+                                                       "attention_dp": 2, "ep": 8, "expert_tp": 1}), W, SYSTEM)
+    limits = _limits(r, W, 8000, None)
+    cost = GroupStepCost(r, 8192, 64)
+    decode = Trace(np.array([0.0]), np.array([100]), np.array([50]))
+    prompt = Trace(np.array([0.0]), np.array([8000]), np.array([2]))
+    empty = Trace(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    alone = simulate_groups([decode, empty], cost, [limits, limits])[0].times.finish_s[0]
+    beside = simulate_groups([decode, prompt], cost, [limits, limits])
+    assert beside[0].times.finish_s[0] > alone
+    # the stretch is the prompt's iteration: at least the prompt group's own part of it
+    assert beside[0].times.finish_s[0] - alone >= cost.group(np.array([8000]), np.array([0]), 1) - cost.group(
+        np.array([1]), np.array([100]), 1)
