@@ -20,6 +20,7 @@ from armillary.comm.collectives import all_gather, needed, send_recv
 from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.errors import SpecError
 from armillary.estimate import memory as mem
+from armillary.estimate.dp_attention import dp_attention_tokens_time, dp_attention_weights
 from armillary.estimate.feasibility import inference_checks
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
 from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost
@@ -32,7 +33,7 @@ from armillary.plan.layout import busiest_stage_layers
 from armillary.plan.placement import Placement, place_expert_groups, place_groups
 from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import System
-from armillary.specs.workload import DecodeAttention, Inference
+from armillary.specs.workload import DecodeAttention, Inference, MlaDecode
 from armillary.workload.attention import cache_read_bytes, fused_attention_op, kv_cache_elements_per_rank
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
 from armillary.workload.ops import Op
@@ -56,6 +57,14 @@ class ReplicaModel:
     tp_group: Placement
     pp_group: Placement
     expert_groups: ExpertGroups | None
+    mla_expanded: float = 0.0  # MLA with per-head K/V cached (1) or the latent and absorbed decode (0)
+    attention_dp: float = 1.0  # attention groups of the tp ranks, each with its own requests and cache
+    attention_group: Placement | None = None  # the ranks of one attention group (None: the tp group)
+
+    @property
+    def attention_tp(self) -> float:
+        """Ranks that split one attention group's heads (tp without data-parallel attention)."""
+        return float(self.st.tp) / self.attention_dp
 
     @property
     def devices(self) -> int:
@@ -69,7 +78,8 @@ class ReplicaModel:
     @property
     def cache_bytes_per_token(self) -> float:
         """KV-cache bytes one token takes on one device of the busiest stage (both memory tiers)."""
-        return float(self.stage_layers * kv_cache_elements_per_rank(self.m, self.st.tp) * self.cache_bytes)
+        return float(self.stage_layers * kv_cache_elements_per_rank(self.m, self.attention_tp, self.mla_expanded)
+                     * self.cache_bytes)
 
     @property
     def stages_cross_nodes(self) -> bool:
@@ -79,7 +89,10 @@ class ReplicaModel:
     def tokens_time(self, tokens: Array) -> PassTime:
         """Everything of a pass that depends only on its new tokens: the layers' GEMMs and element-wise
         kernels, their TP all-reduces and EP exchanges, the embedding, the stage-to-stage sends.
-        Broadcasts over an array of token counts."""
+        Broadcasts over an array of token counts. With data-parallel attention: one attention group's
+        tokens (`dp_attention.dp_attention_tokens_time`)."""
+        if self.attention_dp > 1:
+            return dp_attention_tokens_time(self, tokens)
         m, st, system, e = self.m, self.st, self.system, self.activation_bytes
         t = st.tp
         ends = ends_forward(m, 1.0, tokens, t, e)
@@ -108,26 +121,32 @@ class ReplicaModel:
 
     def head_time(self, sequences: Array) -> Array:
         """LM head and sampling for the last token of each sequence, with the gather of the vocabulary-
-        parallel logits."""
-        ends = ends_forward(self.m, sequences, 1.0, self.st.tp, self.activation_bytes)
+        parallel logits (over an attention group's ranks with data-parallel attention)."""
+        t, group = self.attention_tp, self.attention_group or self.tp_group
+        ends = ends_forward(self.m, sequences, 1.0, t, self.activation_bytes)
         device, code = self.system.device, self.st.precision
         head = kernel_times((ends.head_gemm,), device, code, sixteen_bit=True)[0]
         sampling = kernel_times((ends.loss,), device, code)[0]
-        gather = needed(lambda: all_gather(sequences * self.m.vocab * self.activation_bytes, self.tp_group,
-                                           self.system), self.st.tp > 1).time
+        gather = needed(lambda: all_gather(sequences * self.m.vocab * self.activation_bytes, group,
+                                           self.system), t > 1).time
         return head + sampling + gather
 
-    def attention(self, new: Array, past: Array, sequences: Array = 1.0) -> Op:
+    def attention(self, new: Array, past: Array, sequences: Array = 1.0, decode: Array | None = None) -> Op:
         """The attention kernel of one layer for `sequences` sequences of `new` tokens over `past` cached
-        ones (arrays broadcast: one op per element), as `layer_forward` builds it."""
-        return fused_attention_op(self.m, sequences, new, past + new, self.st.tp, self.activation_bytes, past,
-                                  self.cache_bytes, self.cache_reads)
+        ones (arrays broadcast: one op per element), as `layer_forward` builds it. `decode` (default: one
+        new token) marks decode steps, where MLA runs absorbed unless its cache is expanded; prefill keeps
+        the per-head form (vLLM and SGLang absorb in decode only, DeepSeek-V2 §2.1.3)."""
+        steps = np.asarray(new) <= 1 if decode is None else decode
+        absorbed = np.where(steps, 1.0 - self.mla_expanded, 0.0) if float(self.m.kv_lora) > 0 else 0.0
+        return fused_attention_op(self.m, sequences, new, past + new, self.attention_tp, self.activation_bytes, past,
+                                  self.cache_bytes, self.cache_reads, absorbed, self.mla_expanded)
 
     def attention_time(self, op: Op, cached_tokens: Array) -> tuple[Array, Array]:
         """(attention kernels, second-tier reads) of all layers: the share of the cache on the second tier
         streams over its link, the rest through HBM."""
         m, device = self.m, self.system.device
-        cache = cache_read_bytes(m, self.st.tp, cached_tokens, self.cache_bytes, self.cache_reads)
+        cache = cache_read_bytes(m, self.attention_tp, cached_tokens, self.cache_bytes, self.cache_reads,
+                                 self.mla_expanded)
         moved = op.bytes - self.tier2_fraction * cache
         kernel = fused_attention_time(Op(op.flop, moved), device, self.st.precision, self.attention_version)
         tier2 = device.second_tier
@@ -166,6 +185,9 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     if moe and not experts_fit.ok:
         raise SpecError(f"strategy: {experts_fit.message} (the experts of a replica spread over its tensor-parallel "
                         "devices)")
+    spans = rules.attention_dp_experts_span_tp(strategy.attention_dp, strategy.ep, strategy.etp, strategy.tp)
+    if moe and not spans.ok:
+        raise SpecError(f"strategy: {spans.message}")
     st = replace(StrategyArrays.of(strategy, 1), sequence_parallel=0.0, recompute=RECOMPUTE_NONE)
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     fp8 = strategy.precision is TrainingPrecision.FP8
@@ -180,9 +202,12 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
         groups = ExpertGroups(ep_group, etp_group)
     per_head = w.decode_attention is DecodeAttention.PER_QUERY_HEAD and not m.kv_lora > 0
     reads = float(m.heads / m.kv_heads) if per_head else 1.0
+    expanded = float(m.kv_lora > 0 and w.mla_decode is MlaDecode.EXPANDED)
+    groups_dp = float(strategy.attention_dp)
+    attention_group = place_groups(st.tp / groups_dp, 1.0, 1.0, system.sizes).tp if groups_dp > 1 else None
     return ReplicaModel(m, st, system, float(e), float(weights), float(cache), w.kv_cache.tier2_fraction, reads,
                         2.0 if st.attention == 0 else float(st.attention),
-                        placed.tp, placed.pp, groups)
+                        placed.tp, placed.pp, groups, expanded, groups_dp, attention_group)
 
 
 def kv_pages(tokens: Any, block_tokens: int) -> Any:
@@ -200,18 +225,20 @@ def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: A
     routed = params.moe_layers * params.experts * params.expert
     layer_params = params.total - params.embedding - params.head - routed
     ends = params.embedding + params.head if st.pp == 1 else np.maximum(params.embedding, params.head)
-    weights = (share * (layer_params / st.tp + routed / (st.ep * st.etp)) * r.weight_bytes
-               + ends / st.tp * r.activation_bytes)
+    layers = (layer_params / st.tp + routed / (st.ep * st.etp)) if r.attention_dp == 1 else (
+        dp_attention_weights(params, r))
+    weights = share * layers * r.weight_bytes + ends / r.attention_tp * r.activation_bytes
     pages = kv_pages(w.input_len + w.output_len, w.kv_cache.block_tokens)
     per_sequence = pages * w.kv_cache.block_tokens * r.cache_bytes_per_token
     # [derived] the widest moment of a layer: its input, the QKV or MLP intermediate, and its output; the
     # fp32 logits of the last tokens
     tokens = pass_tokens
-    widest = np.maximum(m.qkv_width, (m.mlp_matrices - 1) * np.maximum(m.ffn, m.top_k * m.expert_ffn)) / st.tp
+    widest = np.maximum(m.qkv_width / r.attention_tp,
+                        (m.mlp_matrices - 1) * np.maximum(m.ffn, m.top_k * m.expert_ffn) / st.tp)
     # the fused MoE's output buffer holds each token's top-k expert outputs at full width before their
     # weighted sum (vLLM fused_moe intermediate_cache3: tokens x top_k x hidden)
     widest = np.maximum(widest, np.where(m.experts > 0, m.top_k * m.hidden, 0.0))
-    activations = tokens * (2 * m.hidden + widest) * r.activation_bytes + batch * m.vocab / st.tp * 4
+    activations = tokens * (2 * m.hidden + widest) * r.activation_bytes + batch * m.vocab / r.attention_tp * 4
     return InferenceMemory(weights=weights, kv_cache=(1 - r.tier2_fraction) * batch * per_sequence,
                            activations=activations, kv_cache_tier2=r.tier2_fraction * batch * per_sequence,
                            kv_per_sequence=per_sequence)
@@ -237,7 +264,7 @@ def prefill_pass(r: ReplicaModel, w: Inference, batch: Array | None = None) -> P
     """The prompt pass of a static batch: all batch x input_len tokens through the model (the time to
     first token). `batch` (default the workload's) may be an array: one pass per element."""
     b = w.batch if batch is None else batch
-    return r.pass_time(r.tokens_time(b * w.input_len), b, r.attention(w.input_len, 0.0, b), 0.0)
+    return r.pass_time(r.tokens_time(b * w.input_len), b, r.attention(w.input_len, 0.0, b, decode=False), 0.0)
 
 
 def decode_phase(r: ReplicaModel, w: Inference, batch: Array) -> PassTime:
@@ -306,7 +333,13 @@ def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system:
     """A static batch: prefill of `batch` prompts (time to first token), then output_len - 1 decode steps
     whose attention reads input_len + k - 1 cached tokens at step k. With pp > 1 the decode keeps pp
     micro-batches of batch / pp in flight, so a step takes one pass of batch / pp sequences through all
-    layers (every stage busy); the prefill runs the batch through the stages in turn."""
+    layers (every stage busy); the prefill runs the batch through the stages in turn. With data-parallel
+    attention the batch splits evenly over the attention groups, which step together."""
+    groups = strategy.attention_dp
+    if w.batch % groups:
+        raise SpecError(f"workload.batch: {w.batch} does not split over strategy.attention_dp = {groups} attention "
+                        "groups (use a multiple)")
+    whole, w = w, w.model_copy(update={"batch": w.batch // groups})
     r = replica_model(m, strategy, w, system)
     b, n_in = w.batch, w.input_len
     prefill = prefill_pass(r, w)
@@ -314,7 +347,12 @@ def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system:
     memory = inference_memory(r, w, float(b), float(b * n_in))
     rule_breaks = rules.failed(inference_checks(m, strategy.tp, strategy.cp, strategy.pp, strategy.ep, replicas,
                                                 system.devices))
-    return _static_batch(r, w, replicas, prefill, decode, memory, tuple(rule_breaks))
+    result = _static_batch(r, w, replicas, prefill, decode, memory, tuple(rule_breaks))
+    if groups == 1:
+        return result
+    return replace(result, batch=whole.batch, max_batch=result.max_batch * groups,
+                   output_tokens_per_s=result.output_tokens_per_s * groups,
+                   output_tokens_per_s_per_device=result.output_tokens_per_s_per_device * groups)
 
 
 def _static_batch(r: ReplicaModel, w: Inference, replicas: int, prefill: PassTime, decode: PassTime,

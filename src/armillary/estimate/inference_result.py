@@ -25,6 +25,12 @@ class PassTime:
     def total(self) -> Array:
         return self.layers + self.attention + self.tp + self.ep + self.pp + self.ends + self.tier2
 
+    def __add__(self, other: PassTime) -> PassTime:
+        return PassTime(*(getattr(self, f) + getattr(other, f) for f in PASS_PARTS))
+
+
+PASS_PARTS = ("layers", "attention", "tp", "ep", "pp", "ends", "tier2")
+
 
 @dataclass(frozen=True)
 class InferenceMemory:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from armillary.errors import SpecError
 from armillary.estimate.inference import estimate_inference
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import StepEstimate
@@ -20,6 +21,9 @@ def estimate_run(model: Model, system: System, strategy: Strategy, workload: Wor
     workload) on all of `system`'s devices: dp data-parallel ranks (model replicas in inference) from
     `plan.layout.data_parallel`."""
     dp = data_parallel(strategy, system)
+    if not isinstance(workload, Inference) and strategy.attention_dp > 1:
+        raise SpecError("strategy.attention_dp: data-parallel attention is a serving layout; training needs "
+                        "attention_dp: 1")
     if isinstance(workload, Inference):
         return estimate_inference(ModelArrays.of(model), strategy, workload, system, dp)
     return estimate_training(ModelArrays.of(model), StrategyArrays.of(strategy, dp), TrainingArrays.of(workload),

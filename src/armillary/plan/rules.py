@@ -87,6 +87,22 @@ def expert_groups_fit(ep: Array, etp: Array, ranks: Array, what: str = "tp*cp*dp
     return Check(divides(ep * etp, ranks), f"ep*expert_tp must divide {what} (expert layers regroup those ranks)")
 
 
+def attention_dp_divides_tp(attention_dp: Array, tp: Array) -> Check:
+    """Attention data parallelism (SGLang --enable-dp-attention) splits a replica's tp ranks into
+    attention_dp groups of tp / attention_dp ranks, each with its own requests and KV cache."""
+    return Check(divides(attention_dp, tp), "attention_dp must divide tp (each attention group takes "
+                 "tp / attention_dp of the ranks)")
+
+
+def attention_dp_experts_span_tp(attention_dp: Array, ep: Array, etp: Array, tp: Array) -> Check:
+    """With data-parallel attention the experts span all tp ranks of the replica, either split whole over
+    them (wide expert parallelism, ep = tp: all-to-all dispatch) or each expert sharded over them
+    (expert_tp = tp: the tokens gathered to every rank, SGLang 0.4's DP attention)."""
+    spans = (np.abs(ep * etp - tp) < 0.5) & ((ep == 1) | (etp == 1))
+    return Check(where(attention_dp > 1, spans, True), "with attention_dp > 1 the experts span the tp ranks: "
+                 "ep = tp (wide expert parallelism) or expert_tp = tp")
+
+
 def etp_divides_expert_ffn(etp: Array, experts: Array, expert_ffn: Array) -> Check:
     return Check(where(experts > 0, divides(etp, expert_ffn), True), "expert_tp must divide expert_ffn")
 

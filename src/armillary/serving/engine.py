@@ -17,7 +17,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 from armillary.errors import SpecError
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.specs.base import NamedByPatterns
-from armillary.specs.workload import DecodeAttention, Inference, Policy
+from armillary.specs.workload import DecodeAttention, Inference, MlaDecode, Policy
 
 
 class Engine(NamedByPatterns):
@@ -36,6 +36,8 @@ class Engine(NamedByPatterns):
                                   "that share less weights and activations; false: a share of what they leave "
                                   "(TensorRT-LLM kv_cache_free_gpu_mem_fraction)")
     decode_attention: DecodeAttention = Field(description="how the decode kernel reads a GQA model's cache")
+    mla_decode: MlaDecode = Field(MlaDecode.ABSORBED, description="how decode runs multi-head latent attention "
+                                  "(DeepSeek): absorbed over the latent cache, or per-head K/V expanded")
     cuda_graphs: bool = Field(description="decode iterations replayed as CUDA graphs (no per-kernel launch)")
     prefix_caching: bool = Field(False, description="prompt prefixes shared between requests are reused")
     iteration_overhead_s: NonNegativeFloat = Field(description="host time per iteration not hidden behind the "
@@ -113,6 +115,7 @@ def with_engine(w: Inference, engine: Engine | None = None) -> tuple[Inference, 
                if k not in sv.model_fields_set}
     cache = {k: getattr(e, k) for k in ("block_tokens", "memory_fraction") if k not in kv.model_fields_set}
     top: dict[str, Any] = {"serving": sv.model_copy(update=serving), "kv_cache": kv.model_copy(update=cache)}
-    if "decode_attention" not in w.model_fields_set:
-        top["decode_attention"] = e.decode_attention
+    for k in ("decode_attention", "mla_decode"):
+        if k not in w.model_fields_set:
+            top[k] = getattr(e, k)
     return w.model_copy(update=top), e

@@ -15,7 +15,8 @@ from armillary.estimate.inference import ReplicaModel, inference_memory, kv_bloc
 from armillary.plan.arrays import ModelArrays
 from armillary.plan.placement import pair_across
 from armillary.serving.engine import Engine, overheads, with_engine
-from armillary.serving.simulate import IterationCost, RequestTimes, SchedulerLimits, simulate_replica
+from armillary.serving.lockstep import GroupStepCost, simulate_groups
+from armillary.serving.simulate import IterationCost, ReplicaRun, RequestTimes, SchedulerLimits, simulate_replica
 from armillary.serving.trace import Trace
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
@@ -114,6 +115,13 @@ def _limits(r: ReplicaModel, w: Inference, largest_prompt: int, engine: Engine |
                            overheads(engine, r.stage_layers).request_s)
 
 
+def replica_kv_tokens(r: ReplicaModel, w: Inference, engine: Engine | None = None, largest_prompt: int = 1) -> int:
+    """Tokens the KV caches of one replica hold: each attention group keeps its own (with data-parallel
+    attention a replica has attention_dp of them; MLA's latent is then no longer copied on every TP rank)."""
+    limits = _limits(r, w, largest_prompt, engine)
+    return int(r.attention_dp) * limits.kv_blocks * limits.block_tokens
+
+
 def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System, replicas: int,
                 trace: Trace, engine: Engine | None = None) -> ServingResult:
     """Simulate `trace` on `replicas` replicas: round-robin over them, or, with prefill_replicas > 0, over
@@ -133,26 +141,47 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
     sent = trace.arrival_s.astype(float).copy()
     iterations = batched = 0
 
-    def run(pool: int, order: np.ndarray, sub: Trace, **kind: bool) -> None:
+    def record(ids: np.ndarray, part: ReplicaRun, closed: bool) -> None:
         nonlocal iterations, batched
+        if closed:
+            sent[ids] = part.times.arrival_s
+        first[ids] = part.times.first_token_s
+        finish[ids] = part.times.finish_s
+        preempted[ids] += part.times.preemptions
+        iterations += part.iterations
+        batched += part.batched_sequences
+
+    def run(pool: int, order: np.ndarray, sub: Trace, **kind: bool) -> None:
+        c = None if kind.get("prefilled") else limits.concurrency  # the client's cap: at the first pool
+        if c is not None:  # a closed loop of c requests keeps at most c replicas (or attention groups) busy
+            pool = min(pool, c)
         for k in range(pool):
             pick = np.arange(k, len(order), pool)
-            c = None if kind.get("prefilled") else limits.concurrency  # the client's cap: at the first pool
             mine = replace(limits, concurrency=None if c is None else max(1, c // pool + (k < c % pool)))
-            part = simulate_replica(sub.subset(pick), cost, mine, **kind)
-            ids = order[pick]
-            if c is not None:
-                sent[ids] = part.times.arrival_s
-            first[ids] = part.times.first_token_s
-            finish[ids] = part.times.finish_s
-            preempted[ids] += part.times.preemptions
-            iterations += part.iterations
-            batched += part.batched_sequences
+            record(order[pick], simulate_replica(sub.subset(pick), cost, mine, **kind), c is not None)
 
-    if sv.prefill_replicas == 0:
+    def run_locked(order: np.ndarray, sub: Trace) -> None:
+        """Colocated replicas with data-parallel attention: each replica's groups in lock step."""
+        c = limits.concurrency
+        units = replicas * groups if c is None else min(replicas * groups, c)
+        step = GroupStepCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.stage_layers))
+        for replica in range(replicas):
+            mine = [k for k in range(units) if k % replicas == replica]
+            picks = [np.arange(k, len(order), units) for k in mine]
+            caps = [replace(limits, concurrency=None if c is None else max(1, c // units + (k < c % units)))
+                    for k in mine]
+            for pick, part in zip(picks, simulate_groups([sub.subset(p) for p in picks], step, caps), strict=True):
+                record(order[pick], part, c is not None)
+
+    # data-parallel attention: each attention group schedules its own requests over its own cache (SGLang
+    # dispatches requests round-robin to its DP workers, load_balance_method round_robin)
+    groups = int(r.attention_dp)
+    if sv.prefill_replicas == 0 and groups > 1:
+        run_locked(np.arange(n), trace)
+    elif sv.prefill_replicas == 0:
         run(replicas, np.arange(n), trace)
-    else:
-        run(sv.prefill_replicas, np.arange(n), trace, prefill_only=True)
+    else:  # disaggregated: the groups are costed as independent (not in lock step)
+        run(sv.prefill_replicas * groups, np.arange(n), trace, prefill_only=True)
         ttft = first.copy()
         # the prompt's cache moves to a decode replica over the scale-out link (each device its shard)
         apart = pair_across(len(system.network) - 1, len(system.network))
@@ -163,7 +192,7 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
         order = np.flatnonzero(served)[np.argsort(ready[served], kind="stable")]
         decode_trace = Trace(ready[order], trace.input_len[order], trace.output_len[order])
         finish[:] = np.nan
-        run(replicas - sv.prefill_replicas, order, decode_trace, prefilled=True)
+        run((replicas - sv.prefill_replicas) * groups, order, decode_trace, prefilled=True)
         first = ttft
     times = RequestTimes(sent, first, finish, trace.input_len, trace.output_len, preempted)
     return _metrics(times, w, r.devices * replicas, replicas, limits.kv_blocks, iterations, batched)

@@ -70,9 +70,11 @@ class IterationCost:
     def attention_op(self, new: np.ndarray, past: np.ndarray) -> Op:
         """The attention op of each iteration (a column), summed over its sequences."""
         if self.affine is not None:
-            flop, per_new, per_past = self.affine
-            return Op(flop * np.sum(new * (2 * past + new) / 2, axis=0),
-                      per_new * np.sum(new, axis=0) + per_past * np.sum(past, axis=0))
+            prefill, decode = self.affine
+            step = new <= 1  # decode steps (MLA's absorbed form)
+            flop, per_new, per_past = (np.where(step, d, p) for d, p in zip(decode, prefill, strict=True))
+            return Op(np.sum(flop * new * (2 * past + new) / 2, axis=0),
+                      np.sum(per_new * new + per_past * past, axis=0))
         op = self.replica.attention(new, past)
         return Op(np.sum(op.flop, axis=0), np.sum(op.bytes, axis=0))
 
@@ -90,20 +92,27 @@ class IterationCost:
         return np.asarray(layers + core + remote + head)
 
 
-def _affine_attention(r: ReplicaModel) -> tuple[float, float, float] | None:
-    """Coefficients (c_f, b_new, b_past) with which one sequence's attention op is c_f q (2p + q) / 2 FLOPs
-    and b_new q + b_past p bytes (q new tokens over p cached: a causal mask without a window), read off
-    `ReplicaModel.attention` itself and checked against it at far-apart points; None when it is not of
-    that form (sliding windows), and every call then evaluates the op per sequence."""
+Coefficients = tuple[float, float, float]
+
+
+def _affine_attention(r: ReplicaModel) -> tuple[Coefficients, Coefficients] | None:
+    """Coefficients (c_f, b_new, b_past) of prefill and of decode steps with which one sequence's attention
+    op is c_f q (2p + q) / 2 FLOPs and b_new q + b_past p bytes (q new tokens over p cached: a causal mask
+    without a window), read off `ReplicaModel.attention` itself and checked against it at far-apart points;
+    None when it is not of that form (sliding windows), and every call then evaluates the op per sequence."""
     q = np.array([1.0, 1.0, 2.0, 7.0, 1.0, 5.0])
     p = np.array([0.0, 1.0, 0.0, 100.0, 1e6, 3e5])
-    op = r.attention(q, p)
-    flops, moved = np.asarray(op.flop, dtype=float), np.asarray(op.bytes, dtype=float)
-    flop, per_new = 2 * float(flops[0]), float(moved[0])
-    per_past = float(moved[1]) - per_new
-    fits = (np.allclose(flops, flop * q * (2 * p + q) / 2, rtol=1e-9, atol=0)
-            and np.allclose(moved, per_new * q + per_past * p, rtol=1e-9, atol=0))
-    return (flop, per_new, per_past) if fits else None
+    fitted = []
+    for decode in (False, True):
+        op = r.attention(q, p, decode=decode)
+        flops, moved = np.asarray(op.flop, dtype=float), np.asarray(op.bytes, dtype=float)
+        flop, per_new = 2 * float(flops[0]), float(moved[0])
+        per_past = float(moved[1]) - per_new
+        if not (np.allclose(flops, flop * q * (2 * p + q) / 2, rtol=1e-9, atol=0)
+                and np.allclose(moved, per_new * q + per_past * p, rtol=1e-9, atol=0)):
+            return None
+        fitted.append((flop, per_new, per_past))
+    return fitted[0], fitted[1]
 
 
 def simulate_replica(trace: Trace, cost: Cost, limits: SchedulerLimits, prefilled: bool = False,

@@ -43,9 +43,10 @@ def expected_tokens(k: Array, acceptance: Array) -> Array:
 
 def decode_step(r: ReplicaModel, sequences: float, new: float, past: float) -> float:
     """One pass of `sequences` sequences with `new` tokens each over `past` cached ones: layers, attention
-    and the LM head over every scored position (the replica model's own costs)."""
+    (the decode form: verification runs as decode does) and the LM head over every scored position (the
+    replica model's own costs)."""
     tokens = float(r.tokens_time(sequences * new).total)
-    core, remote = r.attention_time(r.attention(new, past, sequences), sequences * past)
+    core, remote = r.attention_time(r.attention(new, past, sequences, decode=True), sequences * past)
     return tokens + float(np.sum(core)) + float(np.sum(remote)) + float(r.head_time(sequences * new))
 
 

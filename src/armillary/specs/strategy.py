@@ -134,6 +134,9 @@ class Strategy(Spec):
     expert_tp: PositiveInt | None = Field(None, description="tensor parallelism inside each expert; "
                                           "defaults to tp (Megatron-Core's default)")
     routing: Routing = Routing()
+    attention_dp: PositiveInt = Field(1, description="inference: attention data-parallel over this many groups "
+                                      "of the tp ranks (SGLang --enable-dp-attention sets it to tp), each with "
+                                      "its own requests and KV cache; the MLP and experts span all tp ranks")
     rank_order: RankOrder = Field(RankOrder.DP_INNER, description="which groups sit closest: "
                                   "tp-cp-dp-pp (Megatron's default) or tp-cp-pp-dp")
     vpp: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved schedule)")
@@ -169,6 +172,7 @@ class Strategy(Spec):
         broken = rules.failed((
             rules.rank_order_without_ep(float(self.rank_order is RankOrder.PP_INNER), self.ep),
             rules.sequence_parallel_needs_tp(float(self.sequence_parallel), self.tp),
+            rules.attention_dp_divides_tp(self.attention_dp, self.tp),
             rules.uneven_stages_supported(self.first_stage_layers or 0, self.last_stage_layers or 0, self.pp,
                                           self.vpp)))
         if broken:

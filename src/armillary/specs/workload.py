@@ -54,6 +54,16 @@ class DecodeAttention(StrEnum):
     # arrived after v0.6.1: NVIDIA/TensorRT-LLM PR #524, "MMHA optimization for MQA and GQA")
 
 
+class MlaDecode(StrEnum):
+    """How decode runs multi-head latent attention (DeepSeek-V2 §2.1.3, "absorbed" into the projections)."""
+
+    # W^UK folded into the query and W^UV into the output: attention runs over the cached latent (one
+    # shared d_c + d_h^R "head", MQA-like) with no per-head K/V (vLLM >= 0.7.1, SGLang >= 0.3, TRT-LLM)
+    ABSORBED = "absorbed"
+    # K and V up-projected per head when written and cached per head (vLLM <= 0.7.0, SGLang --disable-mla)
+    EXPANDED = "expanded"
+
+
 class LengthDistribution(StrEnum):
     FIXED = "fixed"  # every request has input_len / output_len tokens
     UNIFORM = "uniform"  # uniform within mean x (1 -+ spread)
@@ -132,6 +142,8 @@ class Inference(Spec):
     kv_cache: KvCache = KvCache()
     decode_attention: DecodeAttention = Field(DecodeAttention.GROUPED, description="how the decode kernel "
                                               "reads the cache of a GQA / MQA model")
+    mla_decode: MlaDecode = Field(MlaDecode.ABSORBED, description="multi-head latent attention in decode: "
+                                  "absorbed (attention over the cached latent) or expanded (per-head K/V cache)")
     serving: Serving = Serving()
 
 

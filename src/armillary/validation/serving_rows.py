@@ -65,10 +65,18 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         # multi-step scheduling: one scheduler pass per `steps` decode iterations (vLLM 0.6.0 release)
         update["iteration_overhead_s"] = engine.iteration_overhead_s / steps
         update["sequence_overhead_s"] = engine.sequence_overhead_s / steps
-    if re.search(r"enable-dp-attention", text):
-        notes.append("--enable-dp-attention not modelled: attention runs tensor-parallel here")
+    if dp_attention(row):
+        # SGLang 0.4 server_args: --enable-dp-attention sets dp_size = tp_size, halves chunked_prefill_size
+        # (each DP worker's prefill budget), caps cuda_graph_max_bs at 96 and turns the overlap scheduler off
+        update["max_batched_tokens"] = update.get("max_batched_tokens", engine.max_batched_tokens) // 2
+        notes.append("--enable-dp-attention: a chunk budget of half the engine's per attention group; the "
+                     "overlap scheduler it turns off is not costed")
     notes.append(f"engine {engine.name}" + (f", from the row and V0 defaults: {update}" if update else ""))
     return engine.model_copy(update=update)
+
+
+def dp_attention(row: dict[str, str]) -> bool:
+    return bool(re.search(r"enable-dp-attention", f"{row.get('framework', '')} {row.get('other_reported', '')}"))
 
 
 def _lengths(row: dict[str, str], requests: int, notes: list[str]) -> tuple[int, int, bool]:
@@ -131,6 +139,9 @@ def simulate_serving_row(row: dict[str, str]) -> tuple[float, tuple[str, ...], S
         # (estimate.inference.replicated_experts: one all-reduce per layer, no token exchange)
         moe = {"ep": 1, "expert_tp": tp}
         notes.append(f"experts sharded over the {tp} TP ranks (expert_tp={tp}, ep=1), as the engine runs them")
+    if dp_attention(row):  # every rank its own attention group (dp_size = tp_size), experts sharded over tp
+        moe["attention_dp"] = tp
+        notes.append(f"data-parallel attention over {tp} groups of one rank; tokens gathered to the experts")
     strategy = Strategy.model_validate({"tp": tp, "precision": "fp8" if fp8 else "bf16", "attention": attention,
                                         **moe})
     notes.append(f"tp={tp}, {attention} attention, {system.name} preset")

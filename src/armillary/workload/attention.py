@@ -24,7 +24,8 @@ def keys_attended(s: Array, window: Array, window_layers: Array = 1.0, past: Arr
 
 
 def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t: Array, e: Array,
-                       past: Array = 0.0, cache_bytes: Array = 0.0, cache_reads: Array = 1.0) -> Op:
+                       past: Array = 0.0, cache_bytes: Array = 0.0, cache_reads: Array = 1.0,
+                       absorbed: Array = 0.0, expanded: Array = 0.0) -> Op:
     """The fused attention kernel of one layer on one TP rank (FlashAttention, Dao 2023 §4.1; in decode
     FlashDecoding / paged attention): b sequences of `queries` new tokens each attend over `keys` keys,
     of which `past` are read from the KV cache.
@@ -34,15 +35,31 @@ def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t:
     `e` bytes) once (K/V re-reads per query block hit L2: `flash_attention_hbm_accesses` has the paper's
     IO count); with a KV cache (`cache_bytes` per element, 0 in training) the past keys' cache is read
     `cache_reads` times (1: once per KV head; a kernel that walks query heads separately reads each KV head
-    once per query head of its group) and the new keys' entries written, `kv_cache_elements_per_rank` each."""
+    once per query head of its group) and the new keys' entries written, `kv_cache_elements_per_rank` each.
+    MLA: `absorbed` (0/1) runs the absorbed form over the latent (`attention_dims`); `expanded` (0/1) caches
+    per-head K and V instead of the latent (`kv_cache_elements_per_token`)."""
     attends = 1 - m.mlgru  # the MLGRU token mixer has no attention core
-    a, dh, dv = m.heads, m.head_dim, m.value_dim
+    a = m.heads
+    d_qk, d_v = attention_dims(m, absorbed)
+    latent = (m.kv_lora > 0) & (absorbed > 0)
+    # the new tokens' keys and values: the shared latent and RoPE key on every rank when absorbed
+    new_kv = where(latent, (m.kv_lora + m.rope_dim) * t, m.kv_width)
     mean_keys = keys_attended(keys, m.window, m.window_layers, past)
     new_keys = keys - past
-    moved = ((b * queries * a * (dh + dv) + b * new_keys * m.kv_width) / t * e
-             + b * (cache_read_bytes(m, t, past, cache_bytes, cache_reads)
-                    + new_keys * kv_cache_elements_per_rank(m, t) * cache_bytes))
-    return Op(flop=2 * attends * b * (a / t) * queries * mean_keys * (dh + dv), bytes=attends * moved)
+    moved = ((b * queries * a * (d_qk + d_v) + b * new_keys * new_kv) / t * e
+             + b * (cache_read_bytes(m, t, past, cache_bytes, cache_reads, expanded)
+                    + new_keys * kv_cache_elements_per_rank(m, t, expanded) * cache_bytes))
+    return Op(flop=2 * attends * b * (a / t) * queries * mean_keys * (d_qk + d_v), bytes=attends * moved)
+
+
+def attention_dims(m: ModelArrays, absorbed: Array = 0.0) -> tuple[Array, Array]:
+    """(d_qk, d_v) of each head's scores and values in the attention kernel: d_h and d_v; for MLA's
+    absorbed decode W^UK is folded into the query and W^UV into the output projection (DeepSeek-V2
+    §2.1.3: "we can absorb W^UK into W^Q, and W^UV into W^O"), so every head attends over the cached latent
+    c^KV (d_c) with the shared RoPE key (d_h^R): scores over d_c + d_h^R, values of d_c (vLLM
+    MLACommonImpl._forward_decode, SGLang forward_absorb)."""
+    latent = (m.kv_lora > 0) & (absorbed > 0)
+    return where(latent, m.kv_lora + m.rope_dim, m.head_dim), where(latent, m.kv_lora, m.value_dim)
 
 
 def standard_attention_hbm_accesses(n: float, d: float) -> float:
@@ -68,23 +85,26 @@ def flash_attention_hbm_accesses(n: float, d: float, sram: float, version: int =
     return 2 * n * d + n + math.ceil(n / block_r) * 2 * n * d
 
 
-def kv_cache_elements_per_token(m: ModelArrays) -> Array:
+def kv_cache_elements_per_token(m: ModelArrays, expanded: Array = 0.0) -> Array:
     """Elements cached per token and layer: 2 n_kv d_h for MHA / GQA / MQA; the compressed latent plus
-    the shared RoPE key, d_c + d_h^R, for MLA (DeepSeek-V2 §2.1.4, Table 1); the MatMul-free LM keeps a
-    fixed recurrent state instead (0 per token)."""
+    the shared RoPE key, d_c + d_h^R, for MLA (DeepSeek-V2 §2.1.4, Table 1), or its per-head keys and
+    values, n_h (d_h + d_v), where the engine caches them `expanded`; the MatMul-free LM keeps a fixed
+    recurrent state instead (0 per token)."""
     gqa = m.kv_width
-    return where(m.mlgru > 0, 0.0, where(m.kv_lora > 0, m.kv_lora + m.rope_dim, gqa))
+    latent = where(expanded > 0, gqa, m.kv_lora + m.rope_dim)
+    return where(m.mlgru > 0, 0.0, where(m.kv_lora > 0, latent, gqa))
 
 
-def kv_cache_elements_per_rank(m: ModelArrays, t: Array) -> Array:
+def kv_cache_elements_per_rank(m: ModelArrays, t: Array, expanded: Array = 0.0) -> Array:
     """Cache elements per token and layer on one of t tensor-parallel ranks: the KV heads split over the
     ranks (a rank keeps at least one head: with t > n_kv heads are replicated, as Megatron / TRT-LLM do);
-    MLA's latent is shared by all heads and not split."""
-    per_token = kv_cache_elements_per_token(m)
-    return where(m.kv_lora > 0, per_token, per_token / minimum(t, m.kv_heads))
+    MLA's latent is shared by all heads and not split (its expanded per-head cache is)."""
+    per_token = kv_cache_elements_per_token(m, expanded)
+    return where((m.kv_lora > 0) & (expanded <= 0), per_token, per_token / minimum(t, m.kv_heads))
 
 
-def cache_read_bytes(m: ModelArrays, t: Array, cached_tokens: Array, cache_bytes: Array, reads: Array = 1.0) -> Array:
+def cache_read_bytes(m: ModelArrays, t: Array, cached_tokens: Array, cache_bytes: Array, reads: Array = 1.0,
+                     expanded: Array = 0.0) -> Array:
     """Bytes one layer's attention reads from the KV cache of `cached_tokens` tokens on one TP rank, the
     cache walked `reads` times (see `fused_attention_op`)."""
-    return reads * cached_tokens * kv_cache_elements_per_rank(m, t) * cache_bytes
+    return reads * cached_tokens * kv_cache_elements_per_rank(m, t, expanded) * cache_bytes

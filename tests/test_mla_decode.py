@@ -1,0 +1,93 @@
+"""MLA absorbed decode (DeepSeek-V2 §2.1.3; vLLM / SGLang): decode attends over the cached latent with W_UK folded
+into the query and W_UV into the output, instead of per-head keys and values. Expected values are worked out by
+hand from DeepSeek-V3's shapes (128 heads, d_nope 128 + d_rope 64 = 192, d_v 128, d_c 512)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
+
+from armillary.estimate.inference import prefill_pass, replica_model
+from armillary.plan.arrays import ModelArrays
+from armillary.serving.engine import load_engine, with_engine
+from armillary.specs.loading import load_model, load_system
+from armillary.specs.strategy import Strategy
+from armillary.specs.workload import Inference, MlaDecode
+
+MODEL = ModelArrays.of(load_model("deepseek-v3"))
+SYSTEM = load_system("hgx-h200", 8)
+STRATEGY = Strategy.model_validate({"tp": 8, "precision": "fp8", "attention": "flash3", "ep": 1, "expert_tp": 8})
+HEADS, D_QK, D_V, D_C, D_R, T, LAYERS = 128, 192, 128, 512, 64, 8, 61
+
+
+def _replica(mode: MlaDecode, input_len: int = 1000):  # type: ignore[no-untyped-def]
+    w = Inference.model_validate({"kind": "inference", "input_len": input_len, "output_len": 100, "weights": "fp8",
+                                  "mla_decode": mode.value})
+    return w, replica_model(MODEL, STRATEGY, w, SYSTEM)
+
+
+@pytest.mark.parametrize("past", [1, 4096, 100_000])
+def test_decode_step_flops_and_bytes_per_token_by_hand(past: int) -> None:
+    # one sequence, one new token over `past` cached ones, one layer on one of 8 TP ranks (16 heads);
+    # activations 2 bytes (bf16), cache 2 bytes; the mean keys attended are past + 1/2 (keys_attended)
+    e = c = 2.0
+    keys = past + 0.5
+    _, expanded = _replica(MlaDecode.EXPANDED)
+    _, absorbed = _replica(MlaDecode.ABSORBED)
+    x, a = expanded.attention(1.0, float(past)), absorbed.attention(1.0, float(past))
+    heads = HEADS / T
+    # expanded: every head scores over d_qk = 192 and sums values of 128; per-head K/V cached, split over TP
+    per_head_kv = HEADS * (D_QK + D_V) / T  # 5120 elements per token on a rank
+    assert float(x.flop) == pytest.approx(2 * heads * keys * (D_QK + D_V))
+    assert float(x.bytes) == pytest.approx(per_head_kv * e  # Q and O of the new token
+                                           + per_head_kv * e  # its K and V
+                                           + past * per_head_kv * c + per_head_kv * c)  # cache read + write
+    # absorbed: every head scores over the latent and the RoPE key (576) and sums latent values (512);
+    # the cache holds 576 per token, shared by the heads (not split over TP)
+    latent = D_C + D_R
+    assert float(a.flop) == pytest.approx(2 * heads * keys * (latent + D_C))
+    assert float(a.bytes) == pytest.approx(heads * (latent + D_C) * e + latent * e + past * latent * c + latent * c)
+
+
+def test_absorbed_decode_reads_fewer_kv_bytes_and_does_more_attention_flops() -> None:
+    _, expanded = _replica(MlaDecode.EXPANDED)
+    _, absorbed = _replica(MlaDecode.ABSORBED)
+    x, a = expanded.attention(1.0, 8192.0), absorbed.attention(1.0, 8192.0)
+    assert float(a.bytes) < float(x.bytes) / 8  # 576 vs 5120 elements per cached token and rank
+    assert float(a.flop) == pytest.approx(float(x.flop) * (D_C + D_R + D_C) / (D_QK + D_V))  # 1088 / 320
+    # the cache one token takes on a device (61 layers)
+    assert absorbed.cache_bytes_per_token == pytest.approx(LAYERS * (D_C + D_R) * 2)
+    assert expanded.cache_bytes_per_token == pytest.approx(LAYERS * HEADS * (D_QK + D_V) / T * 2)
+
+
+@given(input_len=hs.integers(1, 20_000), batch=hs.integers(1, 64))
+def test_prefill_does_not_depend_on_the_decode_form(input_len: int, batch: int) -> None:
+    # prefill keeps the per-head form either way: the same FLOPs and layer time; the bytes differ only by
+    # the cache the prompt writes (the latent, or per-head K and V)
+    w, absorbed = _replica(MlaDecode.ABSORBED, input_len)
+    _, expanded = _replica(MlaDecode.EXPANDED, input_len)
+    a, x = (r.attention(float(input_len), 0.0, float(batch), decode=False) for r in (absorbed, expanded))
+    assert float(a.flop) == pytest.approx(float(x.flop))
+    written = batch * input_len * (HEADS * (D_QK + D_V) / T - (D_C + D_R)) * absorbed.cache_bytes
+    assert float(x.bytes) - float(a.bytes) == pytest.approx(written)
+    pa = prefill_pass(absorbed, w, batch)
+    px = prefill_pass(expanded, w, batch)
+    assert (pa.layers, pa.tp, pa.ep, pa.ends) == (px.layers, px.tp, px.ep, px.ends)
+
+
+def test_engines_say_whether_they_absorb() -> None:
+    w = Inference.model_validate({"kind": "inference", "input_len": 10, "output_len": 10})
+    for name, mode in (("sglang-0.4", MlaDecode.ABSORBED), ("vllm-0.8", MlaDecode.ABSORBED),
+                       ("tensorrt-llm-0.6", MlaDecode.EXPANDED)):
+        assert with_engine(w, load_engine(name))[0].mla_decode is mode
+    # a workload that sets it keeps its own
+    mine = Inference.model_validate({"kind": "inference", "input_len": 10, "output_len": 10, "mla_decode": "expanded"})
+    assert with_engine(mine, load_engine("sglang-0.4"))[0].mla_decode is MlaDecode.EXPANDED
+
+
+def test_speculative_verification_runs_the_decode_form() -> None:
+    _, absorbed = _replica(MlaDecode.ABSORBED)
+    verify = absorbed.attention(4.0, 1000.0, decode=True)
+    prefill_like = absorbed.attention(4.0, 1000.0)
+    assert float(verify.flop) / float(prefill_like.flop) == pytest.approx((D_C + D_R + D_C) / (D_QK + D_V))
