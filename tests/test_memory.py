@@ -68,3 +68,24 @@ def test_out_of_memory_is_reported(gpt175b):
     assert not bool(r.feasible)
     assert any("out of memory" in reason for reason in r.infeasible_reasons)
     assert np.isfinite(float(r.step_time_s))
+
+
+def test_deepspeed_bounds_the_gathered_zero3_parameters():
+    """GPT 530B under ZeRO-3 (SC'21 Table 2's DeepSpeed baseline, 640 A100s, micro-batch 4): FSDP-style units
+    hold two whole layers gathered (2 x 5.03B fp16 parameters, 20.1 GB); DeepSpeed holds at most
+    stage3_max_live_parameters (1e9) but never less than its largest module, the 20480 x 81920 MLP matrix
+    (1.68B parameters, 3.36 GB). The run fit on 80 GB A100s; with two layers gathered it would not."""
+    from armillary.specs.loading import load_model, load_system
+
+    model, system = load_model("megatron-529.6b"), load_system("dgx-a100", 640)
+    base = {"zero": 3, "micro_batch": 4, "recompute": "full", "precision": "fp16"}
+    work = Training(seq_len=2048, global_batch=2560)
+    layers_of_two = estimate(model, system, Strategy(**base), work)
+    deepspeed = estimate(model, system, Strategy(**base, zero3_live_parameters=1e9), work)
+    h = model.hidden
+    layer = 12 * h * h + 13 * h  # SC'21 Eq. 2 per layer
+    freed = 2 * layer * 2 - h * 4 * h * 2
+    # (a unit is the stage's weights over its layers: the embedding and head spread over them add 0.25%)
+    assert float(layers_of_two.memory_hbm.comm_buffers - deepspeed.memory_hbm.comm_buffers) == pytest.approx(
+        freed, rel=5e-3)
+    assert not bool(layers_of_two.feasible) and bool(deepspeed.feasible)

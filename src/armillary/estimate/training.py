@@ -294,6 +294,16 @@ def _optimizer_and_offload(params: StageParams, stages: StageLayers, layers: Lay
     return optimizer, offload_weights + offload_acts
 
 
+def _gathered_bytes(m: ModelArrays, st: StrategyArrays, layer_bytes: Array) -> Array:
+    """ZeRO-3 / FSDP parameters gathered at once: two whole layers (the one in use, the prefetched one), or
+    DeepSpeed's bound on live parameters (stage3_max_live_parameters; it gathers module by module, so never
+    less than the largest weight matrix: QKV, output or an MLP projection, per tensor-parallel rank)."""
+    largest = m.hidden * maximum(maximum(m.qkv_width, m.heads * m.value_dim),
+                                 maximum((m.mlp_matrices - 1) * m.ffn, m.ffn)) / st.tp
+    bounded = maximum(mem.weight_bytes(st.zero3_live_params, st), mem.weight_bytes(largest, st))
+    return where(st.zero3_live_params > 0, minimum(2 * layer_bytes, bounded), 2 * layer_bytes)
+
+
 def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: StageLayers, params: StageParams,
             layers: Layers, sends: PipelineSends, microbatches: Array, e: Array) -> StageMemory:
     """Memory per tier of every stage kind; the fullest device's is reported."""
@@ -301,7 +311,7 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
     moe_working = layers.moe.activations.working if layers.moe is not None else layers.dense.activations.working
     working = maximum(layers.dense.activations.working, moe_working)
     weight_bytes = mem.weight_bytes(params.dense_local + params.experts_local, st)
-    unsharded_units = where(st.zero >= 3, 2 * weight_bytes / stages.most_layers, 0.0)  # prefetched layers
+    unsharded_units = where(st.zero >= 3, _gathered_bytes(m, st, weight_bytes / stages.most_layers), 0.0)
     buffers = 4 * sends.sent_bytes * (1 - single) + 2 * layers.tp_bytes * where(t > 1, 1.0, 0.0) + unsharded_units
     # fp32 logits and their 16-bit source on the last stage
     logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * (4 + e)

@@ -133,6 +133,7 @@ class StrategyArrays:
     recompute_shared_experts: Array = 0.0
     recompute_moe_act: Array = 0.0
     recompute_mla_up_proj: Array = 0.0
+    zero3_live_params: Array = 0.0  # 0 = two whole layers gathered at once
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
@@ -142,6 +143,7 @@ class StrategyArrays:
             first_stage_layers=s.first_stage_layers or 0, last_stage_layers=s.last_stage_layers or 0,
             etp=s.etp, imbalance=s.routing.imbalance, capacity_factor=s.routing.capacity_factor or 0.0,
             pad_to_capacity=float(s.routing.pad_to_capacity), dispatch_fp8=float(s.routing.dispatch_fp8),
+            zero3_live_params=s.zero3_live_parameters or 0.0,
             **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
         )
 

@@ -48,6 +48,9 @@ class SoftwareStack(NamedByPatterns):
         description="precision of the stack's published performance recipes when a run does not state one")
     recompute: Recompute | None = Field(
         None, description="recomputation the stack's recipes use; None = not fixed (the least that fits)")
+    zero3_live_parameters: float | None = Field(
+        None, gt=0, description="ZeRO-3's bound on gathered parameters held at once (`Strategy` field of the "
+        "same name); None: two whole layers")
     local_batch: bool = Field(
         False, description="the stack's batch setting is each data-parallel rank's batch: no gradient "
         "accumulation by default, and pipeline stages split it into as many micro-batches as stages")
@@ -66,4 +69,6 @@ class SoftwareStack(NamedByPatterns):
             out["overlap"]["tp_comm"] = False
         if self.recompute is not None:
             out["recompute"] = self.recompute
+        if self.zero3_live_parameters is not None:
+            out["zero3_live_parameters"] = self.zero3_live_parameters
         return out

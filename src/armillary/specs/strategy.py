@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import IntEnum, StrEnum
 from typing import Self
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from armillary.plan import rules
 from armillary.specs.base import Spec
@@ -154,6 +154,10 @@ class Strategy(Spec):
         "core_attn; MoE recipes add moe_act, layernorm, mla_up_proj...)")
     attention: Attention = Attention.STANDARD
     zero: ZeroStage = ZeroStage.NONE
+    zero3_live_parameters: PositiveFloat | None = Field(
+        None, description="ZeRO-3: the most gathered parameters held at once, never less than the largest "
+        "weight matrix (DeepSpeed stage3_max_live_parameters, default 1e9); None: two whole layers, the one in "
+        "use and the prefetched one (PyTorch FSDP / Megatron-FSDP units)")
     overlap: Overlap = Overlap()
     offload: Offload = Offload()
     precision: TrainingPrecision = TrainingPrecision.BF16
