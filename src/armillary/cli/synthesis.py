@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import typer
@@ -15,6 +15,10 @@ from armillary.cli.common import JsonFlag, RunFileArg, load_run_file, print_json
 from armillary.errors import SpecError
 from armillary.specs.communication import Collective
 from armillary.units import parse_quantity
+
+if TYPE_CHECKING:
+    from armillary.search.network_bandwidth import BandwidthConstraints, BandwidthOptimum
+    from armillary.specs.system import System
 
 TopologyOption = Annotated[str | None, typer.Option(
     help="instead of --system: KIND:SHAPE with KIND mesh, torus or ring, e.g. mesh:5x5, torus:4x4x4, ring:8")]
@@ -178,24 +182,32 @@ def network_optimize_cmd(
                     "power_source": sources[1], "component_classes": list(prices.classes),
                     "sensitivity_s_per_gbps": (best.sensitivity * 1e9).tolist()})
         return
-    table = Table(title=f"{system.name}: step {best.step_time_s:.4g} s at the optimum vs {current:.4g} s now "
-                        f"(model step time, LIBRA-style)")
-    notes = [f"network cost per device ${best.cost:,.0f} at the optimum"
-             + (f" vs ${cost_now:,.0f} now; x {devices:,} devices: ${best.cost * devices / 1e6:,.2f}M vs "
-                f"${cost_now * devices / 1e6:,.2f}M" if cost_now is not None else "")
-             + (f"; power per device {best.power:,.1f} W" if cons.power_per_bw is not None else ""),
-             f"cost per GB/s: {sources[0]}; power per GB/s: {sources[1]}"]
+    notes = [f"cost per GB/s: {sources[0]}; power per GB/s: {sources[1]}"]
     if estimated is not None:
         notes.append(f"refined with the full estimator: step {estimated:.4g} s (the estimator at the "
                      f"system's own bandwidths: {estimated_now:.4g} s)")
-    table.caption = "\n".join(notes)
+    show([_optimum_table(system, best, bandwidth, now, current, cost_now, cons, prices.classes, notes)])
+
+
+def _optimum_table(system: System, best: BandwidthOptimum, bandwidth: np.ndarray, now: np.ndarray,
+                   current: float, cost_now: float | None, cons: BandwidthConstraints,
+                   classes: tuple[str | None, ...], notes: list[str]) -> Table:
+    """The optimum per dimension, with its component class, prices and the network cost now and after."""
+    devices = math.prod(system.sizes)
+    table = Table(title=f"{system.name}: step {best.step_time_s:.4g} s at the optimum vs {current:.4g} s now "
+                        f"(model step time, LIBRA-style)")
+    cost = (f"network cost per device ${best.cost:,.0f} at the optimum"
+            + (f" vs ${cost_now:,.0f} now; x {devices:,} devices: ${best.cost * devices / 1e6:,.2f}M vs "
+               f"${cost_now * devices / 1e6:,.2f}M" if cost_now is not None else "")
+            + (f"; power per device {best.power:,.1f} W" if cons.power_per_bw is not None else ""))
+    table.caption = "\n".join([cost, *notes])
     for col in ("dimension", "component class", "$ / GB/s", "W / GB/s", "now (GB/s)", "optimum (GB/s)",
                 "d step / d bw (ms per GB/s)"):
         table.add_column(col, justify="left" if col in ("dimension", "component class") else "right")
     for i, (d, b, s, b0) in enumerate(zip(system.network, bandwidth, best.sensitivity, now, strict=True)):
-        table.add_row(d.name, prices.classes[i] or "-", _figure(cons.cost_per_bw, i), _figure(cons.power_per_bw, i),
+        table.add_row(d.name, classes[i] or "-", _figure(cons.cost_per_bw, i), _figure(cons.power_per_bw, i),
                       f"{b0 / 1e9:.2f}", f"{b / 1e9:.2f}", f"{s * 1e9 * 1e3:.4g}")
-    show([table])
+    return table
 
 
 def _source(option: str | None, table: np.ndarray | None) -> str:

@@ -148,9 +148,12 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
     # a transfer class per distinct duration: its in-flight links in FIFO order
     classes = np.unique(duration)
     klass = np.searchsorted(classes, duration)
-    fifo = np.empty((classes.shape[0], links + 1), np.int64)
+    # (a ring of `links` places: a link is in flight at most once; wrapped by hand, as an integer modulo
+    # per transfer costs more than the rest of its bookkeeping)
+    fifo = np.empty((classes.shape[0], links), np.int64)
     fifo_head = np.zeros(classes.shape[0], np.int64)
     fifo_tail = np.zeros(classes.shape[0], np.int64)
+    fifo_len = np.zeros(classes.shape[0], np.int64)
     ends = np.zeros(links)
     total = chunks * (nodes - 1) if record else 0
     t_link = np.empty(total, np.int32)
@@ -244,25 +247,27 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
             ends[link] = end
             busy_time[link] += duration[link]
             k = klass[link]
-            fifo[k, fifo_tail[k] % (links + 1)] = link
-            fifo_tail[k] += 1
+            fifo[k, fifo_tail[k]] = link
+            fifo_tail[k] = fifo_tail[k] + 1 if fifo_tail[k] + 1 < links else 0
+            fifo_len[k] += 1
             if record:
                 t_link[count], t_chunk[count], t_start[count], t_end[count] = link, c, now, end
                 count += 1
         ncand = 0
         now = np.inf
         for k in range(classes.shape[0]):
-            if fifo_tail[k] > fifo_head[k]:
-                now = min(now, ends[fifo[k, fifo_head[k] % (links + 1)]])
+            if fifo_len[k] > 0:
+                now = min(now, ends[fifo[k, fifo_head[k]]])
         if now == np.inf:
             break
         finish = now
         limit = now + 1e-12 * now
         narrived = 0
         for k in range(classes.shape[0]):
-            while fifo_tail[k] > fifo_head[k] and ends[fifo[k, fifo_head[k] % (links + 1)]] <= limit:
-                link = fifo[k, fifo_head[k] % (links + 1)]
-                fifo_head[k] += 1
+            while fifo_len[k] > 0 and ends[fifo[k, fifo_head[k]]] <= limit:
+                link = fifo[k, fifo_head[k]]
+                fifo_head[k] = fifo_head[k] + 1 if fifo_head[k] + 1 < links else 0
+                fifo_len[k] -= 1
                 if look > 1:
                     _set(has, dst[link], carrying[link])
                 missing -= 1
