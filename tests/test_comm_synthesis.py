@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from armillary.comm.synthesis import from_graph, grid, lower_bound, ring, synthesize, synthesize_best
+from armillary.comm.synthesis import LinkGraph, from_graph, grid, lower_bound, ring, synthesize, synthesize_best
 from armillary.comm.topology import topology_graph
 from armillary.simulate.replay import replay, schedule_graph, simulate_schedule
 from armillary.specs.communication import Collective
@@ -70,6 +73,33 @@ def test_deterministic_per_seed_and_valid() -> None:
         on = np.sort(a.start[a.link == link])
         assert np.all(np.diff(on) >= LAT + GIB / 16 / BW - 1e-12)
     assert np.all((a.utilization >= 0) & (a.utilization <= 1 + 1e-9))
+
+
+def _mixed_torus() -> LinkGraph:
+    """A 4x4 torus whose every other link pair runs at half rate (two transfer classes)."""
+    t = grid((4, 4), True, BW, LAT)
+    bw = t.bandwidth.copy()
+    bw[::4] *= 0.5
+    bw[1::4] *= 0.5
+    return replace(t, bandwidth=bw)
+
+
+@pytest.mark.parametrize(("links", "seed", "chunks", "time_us", "digest"), [
+    (lambda: grid((5, 5), False, BW, LAT), 3, 1, 9606.0, "b40af5330aa19784"),
+    (lambda: grid((4, 4, 4), True, BW, LAT), 0, 2, 3448.5, "08527f1ddbc98c5d"),
+    (_mixed_torus, 5, 2, 7506.0, "26f4bf2bb4b50b96"),
+    (lambda: grid((40, 40), False, BW, LAT), 0, 1, 10400.0, "fdd89398d84f0901"),  # > LOOK_NODES: look 1
+])
+def test_schedules_are_pinned(links: Callable[[], LinkGraph], seed: int, chunks: int, time_us: float,
+                              digest: str) -> None:
+    """The exact schedules of the kernel as first published here (PR of issue 18): a speed-up of the kernel
+    must not change a single transfer for the same seed (digest of link, chunk, start, end)."""
+    s = synthesize(Collective.ALL_GATHER, links(), GIB, chunks, seed=seed)
+    h = hashlib.sha1()
+    for a in (s.link, s.chunk, s.start, s.end):
+        h.update(np.ascontiguousarray(a).tobytes())
+    assert s.time * 1e6 == pytest.approx(time_us, abs=1e-6)
+    assert h.hexdigest()[:16] == digest
 
 
 @pytest.mark.parametrize("op", [Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import typer
@@ -15,6 +15,10 @@ from armillary.cli.common import JsonFlag, RunFileArg, load_run_file, print_json
 from armillary.errors import SpecError
 from armillary.specs.communication import Collective
 from armillary.units import parse_quantity
+
+if TYPE_CHECKING:
+    from armillary.search.network_bandwidth import BandwidthConstraints, BandwidthOptimum
+    from armillary.specs.system import System
 
 TopologyOption = Annotated[str | None, typer.Option(
     help="instead of --system: KIND:SHAPE with KIND mesh, torus or ring, e.g. mesh:5x5, torus:4x4x4, ring:8")]
@@ -108,10 +112,12 @@ def synthesize_cmd(
 def network_optimize_cmd(
     run_file: RunFileArg,
     total: Annotated[str | None, typer.Option(help="total bandwidth per device over all dimensions")] = None,
-    budget: Annotated[float | None, typer.Option(help="network cost cap ($ per device, with --cost)")] = None,
+    budget: Annotated[float | None, typer.Option(help="network cost cap ($ per device)")] = None,
     objective: Annotated[str, typer.Option(help="time, time_cost or time_power")] = "time",
-    cost: Annotated[str | None, typer.Option(help="$ per GB/s per device of each dimension, comma list")] = None,
-    power: Annotated[str | None, typer.Option(help="W per GB/s per device of each dimension, comma list")] = None,
+    cost: Annotated[str | None, typer.Option(help="$ per GB/s per device of each dimension, comma list "
+                                             "(default: each dimension's `component` class)")] = None,
+    power: Annotated[str | None, typer.Option(help="W per GB/s per device of each dimension, comma list "
+                                              "(default: each dimension's `component` class)")] = None,
     minimum: Annotated[str, typer.Option("--min", help="least bandwidth of any dimension")] = "1GB/s",
     maximum: Annotated[str | None, typer.Option("--max", help="most bandwidth of any dimension")] = None,
     ordered: Annotated[bool, typer.Option(help="inner dimensions at least as fast as outer ones")] = False,
@@ -125,6 +131,7 @@ def network_optimize_cmd(
     from armillary import api
     from armillary.search.bandwidth_workload import workload_from_estimate
     from armillary.search.network_bandwidth import BandwidthConstraints, BandwidthObjective, optimize, step_time
+    from armillary.search.network_prices import dimension_prices
     from armillary.specs.workload import Training
 
     writable(plot)
@@ -140,12 +147,17 @@ def network_optimize_cmd(
     now = np.array([d.bandwidth for d in system.network])
     cap = _quantity(total, "bytes_per_s", "--total") if total else None
     top = _quantity(maximum, "bytes_per_s", "--max") if maximum else (cap or 4 * float(now.sum()))
+    prices = dimension_prices(system.network)
+    cost_bw = _per_dim(cost, n, "--cost") if cost is not None else prices.cost_per_bw
+    power_bw = _per_dim(power, n, "--power") if power is not None else prices.power_per_bw
     cons = BandwidthConstraints(np.full(n, _quantity(minimum, "bytes_per_s", "--min")), np.full(n, top), cap,
-                                ordered, _per_dim(cost, n, "--cost"), budget, _per_dim(power, n, "--power"))
+                                ordered, cost_bw, budget, power_bw)
     try:
         best = optimize(work, cons, goal)
     except ValueError as err:
-        raise SpecError(str(err)) from None
+        reason = prices.missing_power if goal is BandwidthObjective.TIME_POWER else prices.missing_cost
+        hint = f" (no --cost/--power, and {reason})" if goal is not BandwidthObjective.TIME and reason else ""
+        raise SpecError(f"{err}{hint}") from None
     current = float(step_time(work, now))
     bandwidth, estimated = best.bandwidth, None
     if refine:
@@ -159,22 +171,54 @@ def network_optimize_cmd(
         from armillary.report.bandwidth_plot import time_vs_cost_plot
 
         time_vs_cost_plot(work, cons, plot)
+    devices = math.prod(system.sizes)
+    cost_now = float(cons.cost_per_bw @ now) if cons.cost_per_bw is not None else None
+    sources = (_source(cost, prices.cost_per_bw), _source(power, prices.power_per_bw))
     if json_out:
         print_json({"bandwidth_bytes_per_s": bandwidth.tolist(), "step_time_s": best.step_time_s,
                     "estimator_step_time_s": estimated, "model_optimum_bytes_per_s": best.bandwidth.tolist(),
                     "current_step_time_s": current, "cost": best.cost, "power_w": best.power,
+                    "current_cost": cost_now, "devices": devices, "cost_source": sources[0],
+                    "power_source": sources[1], "component_classes": list(prices.classes),
                     "sensitivity_s_per_gbps": (best.sensitivity * 1e9).tolist()})
         return
-    table = Table(title=f"{system.name}: step {best.step_time_s:.4g} s at the optimum vs {current:.4g} s now "
-                        f"(model step time, LIBRA-style; cost {best.cost:.4g}, power {best.power:.4g})")
+    notes = [f"cost per GB/s: {sources[0]}; power per GB/s: {sources[1]}"]
     if estimated is not None:
-        table.caption = (f"refined with the full estimator: step {estimated:.4g} s (the estimator at the "
-                         f"system's own bandwidths: {estimated_now:.4g} s)")
-    for col in ("dimension", "now (GB/s)", "optimum (GB/s)", "d step / d bw (ms per GB/s)"):
-        table.add_column(col, justify="left" if col == "dimension" else "right")
-    for d, b, s, b0 in zip(system.network, bandwidth, best.sensitivity, now, strict=True):
-        table.add_row(d.name, f"{b0 / 1e9:.2f}", f"{b / 1e9:.2f}", f"{s * 1e9 * 1e3:.4g}")
-    show([table])
+        notes.append(f"refined with the full estimator: step {estimated:.4g} s (the estimator at the "
+                     f"system's own bandwidths: {estimated_now:.4g} s)")
+    show([_optimum_table(system, best, bandwidth, now, current, cost_now, cons, prices.classes, notes)])
+
+
+def _optimum_table(system: System, best: BandwidthOptimum, bandwidth: np.ndarray, now: np.ndarray,
+                   current: float, cost_now: float | None, cons: BandwidthConstraints,
+                   classes: tuple[str | None, ...], notes: list[str]) -> Table:
+    """The optimum per dimension, with its component class, prices and the network cost now and after."""
+    devices = math.prod(system.sizes)
+    table = Table(title=f"{system.name}: step {best.step_time_s:.4g} s at the optimum vs {current:.4g} s now "
+                        f"(model step time, LIBRA-style)")
+    cost = (f"network cost per device ${best.cost:,.0f} at the optimum"
+            + (f" vs ${cost_now:,.0f} now; x {devices:,} devices: ${best.cost * devices / 1e6:,.2f}M vs "
+               f"${cost_now * devices / 1e6:,.2f}M" if cost_now is not None else "")
+            + (f"; power per device {best.power:,.1f} W" if cons.power_per_bw is not None else ""))
+    table.caption = "\n".join([cost, *notes])
+    for col in ("dimension", "component class", "$ / GB/s", "W / GB/s", "now (GB/s)", "optimum (GB/s)",
+                "d step / d bw (ms per GB/s)"):
+        table.add_column(col, justify="left" if col in ("dimension", "component class") else "right")
+    for i, (d, b, s, b0) in enumerate(zip(system.network, bandwidth, best.sensitivity, now, strict=True)):
+        table.add_row(d.name, classes[i] or "-", _figure(cons.cost_per_bw, i), _figure(cons.power_per_bw, i),
+                      f"{b0 / 1e9:.2f}", f"{b / 1e9:.2f}", f"{s * 1e9 * 1e3:.4g}")
+    return table
+
+
+def _source(option: str | None, table: np.ndarray | None) -> str:
+    """Where the per-dimension figures came from."""
+    if option is not None:
+        return "command line"
+    return "component classes (presets/network/components.yaml)" if table is not None else "none"
+
+
+def _figure(per_bw: np.ndarray | None, i: int) -> str:
+    return "-" if per_bw is None else f"{per_bw[i] * 1e9:.4g}"
 
 
 def _per_dim(text: str | None, n: int, option: str) -> np.ndarray | None:

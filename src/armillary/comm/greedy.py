@@ -18,7 +18,10 @@ per event as the reference does. A queue is a list of 16-entry contiguous blocks
 entries become -1 and are trimmed off the head), and the wants bitset is chunk-major, so that the pushes
 of one arrival to a node's neighbours touch few cache lines: the cost per transfer is memory latency.
 Transfers in flight wait in one FIFO per distinct link duration (a link carries one at a time, and a
-class's transfers end in the order they start), not in a heap.
+class's transfers end in the order they start), not in a heap. The kernel numbers links by source node
+(`synthesis._all_gather` permutes them and maps the results back), so that a node's out-links and their
+queue heads are neighbours in memory, and visits them in the caller's order (`rank`): the schedule is the
+one the caller's numbering gives.
 """
 
 from __future__ import annotations
@@ -116,11 +119,13 @@ def _trim(link: int, blk: np.ndarray, blk_next: np.ndarray, q: np.ndarray, fl: n
 
 @numba.njit(cache=True)
 def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.ndarray, duration: np.ndarray,
-                      out_start: np.ndarray, out_links: np.ndarray, in_start: np.ndarray,
+                      out_start: np.ndarray, rank: np.ndarray, in_start: np.ndarray,
                       in_src: np.ndarray, seed: int, record: bool, look: int,
                       ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """All-gather of chunks starting at `owner[c]` over directed links (src, dst, duration per transfer).
-    A link compares its oldest `look` candidates. Returns (time, busy seconds per link, and when `record`,
+    """All-gather of chunks starting at `owner[c]` over directed links (src, dst, duration per transfer),
+    numbered by source (node v's out-links are out_start[v]..out_start[v + 1]) and visited in the order
+    `rank` (rank[r]: the r-th link from the event's random offset). A link compares its oldest `look`
+    candidates. Returns (time, busy seconds per link, and when `record`,
     the transfers' link, chunk, start, end), and
     the count of (node, chunk) pairs left unserved (non-zero: the graph does not connect them)."""
     np.random.seed(seed)
@@ -143,9 +148,12 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
     # a transfer class per distinct duration: its in-flight links in FIFO order
     classes = np.unique(duration)
     klass = np.searchsorted(classes, duration)
-    fifo = np.empty((classes.shape[0], links + 1), np.int64)
+    # (a ring of `links` places: a link is in flight at most once; wrapped by hand, as an integer modulo
+    # per transfer costs more than the rest of its bookkeeping)
+    fifo = np.empty((classes.shape[0], links), np.int64)
     fifo_head = np.zeros(classes.shape[0], np.int64)
     fifo_tail = np.zeros(classes.shape[0], np.int64)
+    fifo_len = np.zeros(classes.shape[0], np.int64)
     ends = np.zeros(links)
     total = chunks * (nodes - 1) if record else 0
     t_link = np.empty(total, np.int32)
@@ -157,7 +165,7 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
     busy_time = np.zeros(links, np.float64)
     carrying = np.full(links, -1, np.int64)
     mark = np.zeros(links, np.bool_)
-    cand = np.arange(links)
+    cand = rank.copy()  # time 0: every link in the caller's order
     ncand = links
     uniform = classes.shape[0] == 1
     arrived = np.empty(links, np.int64)  # (node, chunk) arrivals of an event, as links
@@ -170,8 +178,7 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
     blk, blk_next = _reserve(chunks * degree, blk, blk_next, fl)
     for c in range(chunks):
         u = owner[c]
-        for k in range(out_start[u], out_start[u + 1]):
-            out = out_links[k]
+        for out in range(out_start[u], out_start[u + 1]):
             if _bit(want, c, dst[out]):
                 _push(out, c, blk, blk_next, q, fl)
     now = 0.0
@@ -182,11 +189,13 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
         if ncand > 0:
             off = np.random.randint(links)
             n2 = 0
-            for l2 in range(off, links):
+            for r in range(off, links):
+                l2 = rank[r]
                 if mark[l2]:
                     cand[n2] = l2
                     n2 += 1
-            for l2 in range(off):
+            for r in range(off):
+                l2 = rank[r]
                 if mark[l2]:
                     cand[n2] = l2
                     n2 += 1
@@ -238,25 +247,27 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
             ends[link] = end
             busy_time[link] += duration[link]
             k = klass[link]
-            fifo[k, fifo_tail[k] % (links + 1)] = link
-            fifo_tail[k] += 1
+            fifo[k, fifo_tail[k]] = link
+            fifo_tail[k] = fifo_tail[k] + 1 if fifo_tail[k] + 1 < links else 0
+            fifo_len[k] += 1
             if record:
                 t_link[count], t_chunk[count], t_start[count], t_end[count] = link, c, now, end
                 count += 1
         ncand = 0
         now = np.inf
         for k in range(classes.shape[0]):
-            if fifo_tail[k] > fifo_head[k]:
-                now = min(now, ends[fifo[k, fifo_head[k] % (links + 1)]])
+            if fifo_len[k] > 0:
+                now = min(now, ends[fifo[k, fifo_head[k]]])
         if now == np.inf:
             break
         finish = now
         limit = now + 1e-12 * now
         narrived = 0
         for k in range(classes.shape[0]):
-            while fifo_tail[k] > fifo_head[k] and ends[fifo[k, fifo_head[k] % (links + 1)]] <= limit:
-                link = fifo[k, fifo_head[k] % (links + 1)]
-                fifo_head[k] += 1
+            while fifo_len[k] > 0 and ends[fifo[k, fifo_head[k]]] <= limit:
+                link = fifo[k, fifo_head[k]]
+                fifo_head[k] = fifo_head[k] + 1 if fifo_head[k] + 1 < links else 0
+                fifo_len[k] -= 1
                 if look > 1:
                     _set(has, dst[link], carrying[link])
                 missing -= 1
@@ -270,8 +281,7 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
         blk, blk_next = _reserve(narrived * degree, blk, blk_next, fl)
         for a in range(narrived):
             v, c = dst[arrived[a]], carrying[arrived[a]]
-            for k in range(out_start[v], out_start[v + 1]):
-                out = out_links[k]
+            for out in range(out_start[v], out_start[v + 1]):
                 if _bit(want, c, dst[out]):  # a new candidate of v's out-link
                     _push(out, c, blk, blk_next, q, fl)
                     if not busy[out] and not mark[out]:

@@ -181,11 +181,17 @@ def _all_gather(op: Collective, links: LinkGraph, owner: np.ndarray, chunk_bytes
                 seed: int, record: bool, total_bytes: float) -> Schedule:
     # a transfer takes the link's latency plus the chunk at the link's bandwidth (alpha-beta, TACOS §IV-A)
     duration = links.latency + chunk_bytes / links.bandwidth + extra_s
-    out_start, out_links = _csr(links.src, links.nodes)
+    out_start, by_source = _csr(links.src, links.nodes)  # the kernel numbers links by source: by_source[k]
+    rank = np.empty_like(by_source)
+    rank[by_source] = np.arange(len(by_source))  # the kernel's number of each link
     in_start, in_links = _csr(links.dst, links.nodes)
-    time, busy, link, chunk, start, end, missing = greedy_all_gather(
-        links.nodes, owner.astype(np.int64), links.src, links.dst, duration.astype(float), out_start, out_links,
-        in_start, links.src[in_links], seed, record, LOOK if links.nodes <= LOOK_NODES else 1)
+    time, used, k_link, chunk, start, end, missing = greedy_all_gather(
+        links.nodes, owner.astype(np.int64), links.src[by_source], links.dst[by_source],
+        duration[by_source].astype(float), out_start, rank, in_start, links.src[in_links], seed, record,
+        LOOK if links.nodes <= LOOK_NODES else 1)
+    busy = np.empty_like(used)
+    busy[by_source] = used
+    link = by_source[k_link]
     if missing:
         raise ValueError(f"the topology does not connect every device: {missing} (device, chunk) pairs unserved")
     util = busy / time if time > 0 else np.zeros_like(busy)

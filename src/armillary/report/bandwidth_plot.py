@@ -26,6 +26,7 @@ def time_vs_cost_plot(work: BandwidthWorkload, cons: BandwidthConstraints, path:
     ax.plot([o.cost for o in curve], [o.step_time_s for o in curve], marker="o")
     ax.set_xlabel("network cost per device ($)" if cons.cost_per_bw is not None else "total bandwidth (GB/s)")
     ax.set_ylabel("step time (s)")
+    ax.set_yscale("log")  # the cheapest points are orders of magnitude slower
     ax.set_title("time-optimal per-dimension bandwidths")
     ax.grid(True, alpha=0.3)
     fig.tight_layout()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from enum import StrEnum
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from armillary.specs.base import Spec
 from armillary.specs.communication import NCCL_ALGORITHMS, Algorithm, Collective
@@ -110,7 +110,19 @@ class NetworkDimension(Spec):
     libraries: tuple[LibraryProfile, ...] = Field(
         (), description="communication libraries with their own latency and efficiency: each call uses the "
         "fastest (none: the dimension's own figures)")
+    component: str | None = Field(
+        None, description="component class pricing this dimension's bandwidth ($ and W per GB/s per device) for "
+        "network-optimize, one of presets/network/components.yaml (e.g. infiniband-ndr, libra-inner-link)")
     sources: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("component")
+    @classmethod
+    def _known_component(cls, name: str | None) -> str | None:
+        if name is not None:
+            from armillary.specs.network_components import component_class
+
+            component_class(name)  # raises, listing the known classes
+        return name
 
     @model_validator(mode="before")
     @classmethod
