@@ -284,3 +284,18 @@ def test_qwen2_keeps_its_qkv_biases():
     without = count_parameters(ModelArrays.of(model.model_copy(update={"qkv_bias": False})))
     assert float(count.total - without.total) == 28 * (3584 + 2 * 4 * 128)  # q, k, v biases per layer
     assert not from_huggingface({**cfg, "model_type": "qwen3"}).qkv_bias  # Qwen3 dropped them
+
+
+def test_config_keys_the_reader_does_not_model_are_named():
+    """DeepSeek-V3's multi-token-prediction layers are not modelled: the model says so instead of silently
+    leaving them out; ids, norms' epsilons and rope settings change no cost and are not listed."""
+    from armillary.report.records import run_record
+    from armillary.specs.huggingface import UNREAD, unread_keys
+
+    data = json.loads((HF / "deepseek-v3.json").read_text())
+    assert unread_keys(data) == ("num_nextn_predict_layers",)
+    model = from_huggingface(data)
+    assert model.sources[UNREAD] == "num_nextn_predict_layers"
+    record = run_record(model, load_system("dgx-h100", 8), Strategy(), Training(seq_len=4096, global_batch=8))
+    assert record["model_keys_not_modelled"] == ["num_nextn_predict_layers"]
+    assert UNREAD not in from_huggingface(json.loads((HF / "mixtral-8x7b.json").read_text())).sources

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from armillary import api
 from armillary.cli.common import (
@@ -75,8 +76,10 @@ def estimate_cmd(
                    if feasible or show_infeasible else
                    {"feasible": False, "infeasible_reasons": list(result.infeasible_reasons), "run": run})
     elif feasible or show_infeasible:
+        unread = records.run_record(model, system, strategy, workload)["model_keys_not_modelled"]
         show([records.strategy_line(strategy, system), *tables.estimate_report(result, model, system),
-              tables.economics_line(econ)])
+              tables.economics_line(econ),
+              *([f"note: config.json keys not modelled: {escape(', '.join(unread))}"] if unread else [])])
     else:
         show([f"infeasible: {'; '.join(result.infeasible_reasons)} (--show-infeasible prints the numbers)"])
     if not feasible:

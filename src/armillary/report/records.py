@@ -10,6 +10,7 @@ from armillary.estimate.result import plain
 from armillary.plan.layout import data_parallel
 from armillary.search.run import candidate_row
 from armillary.search.systems import DIMENSION, DesignGoal
+from armillary.specs.huggingface import UNREAD
 from armillary.units import GIB, GIGA
 
 if TYPE_CHECKING:
@@ -50,7 +51,8 @@ def run_record(model: Model, system: System, strategy: Strategy, workload: Workl
             "strategy": {**strategy.model_dump(mode="json"), "dp": data_parallel(strategy, system),
                          "schedule": strategy.pipeline_schedule.value},
             "workload": workload.model_dump(mode="json"),
-            "defaults": sorted(set(type(strategy).model_fields) - strategy.model_fields_set)}
+            "defaults": sorted(set(type(strategy).model_fields) - strategy.model_fields_set),
+            "model_keys_not_modelled": model.sources.get(UNREAD, "").split(", ") if UNREAD in model.sources else []}
 
 
 def strategy_line(strategy: Strategy, system: System) -> str:

@@ -58,6 +58,29 @@ def _check_values(data: dict[str, Any]) -> None:
             raise ValueError(f"config.json {key}: expected true or false, got {data[key]!r}")
 
 
+# keys read somewhere below, and keys that change nothing a cost model sees (ids, numerics, serialization)
+_READ = frozenset((*_WHOLE, *_RATIOS, *_FLAGS, "model_type", "architectures", "hidden_act", "activation_function",
+                   "_name_or_path", "use_sliding_window", "layer_types", "no_bias", "attn_config", "n_inner",
+                   "ffn_dim", "n_embd", "n_head", "n_layer", "d_model"))
+_IRRELEVANT = frozenset((
+    "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id", "pad_token_id",
+    "initializer_range", "initializer_factor", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "use_cache",
+    "rope_theta", "rope_scaling", "rope_parameters", "attention_dropout", "hidden_dropout", "resid_pdrop",
+    "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    "summary_first_dropout", "task_specific_params", "id2label", "label2id", "pretraining_tp", "quantization_config",
+    "auto_map", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "max_window_layers",
+    "scoring_func", "norm_topk_prob", "routed_scaling_factor", "topk_method", "n_group", "topk_group",
+    "aux_loss_alpha", "seq_aux", "ep_size", "moe_layer_freq", "tokenizer_class", "decoder_start_token_id",
+    "swiglu_limit", "initial_context_length"))
+UNREAD = "config.json keys not modelled"  # the model's `sources` key listing what the reader left out
+
+
+def unread_keys(data: dict[str, Any]) -> tuple[str, ...]:
+    """Keys of a config.json this reader neither maps nor knows to be irrelevant to cost (they may change
+    the model: a new attention variant, a projection the preset lacks)."""
+    return tuple(sorted(k for k in data if k not in _READ and k not in _IRRELEVANT))
+
+
 def is_huggingface_config(data: dict[str, Any]) -> bool:
     return "model_type" in data or "architectures" in data
 
@@ -122,6 +145,8 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
     # Qwen2 / Qwen2-MoE put biases on q, k and v (modeling_qwen2.py: bias=True) with no config key saying so
     spec["qkv_bias"] = kind in ("qwen2", "qwen2_moe") and not spec.get("linear_bias")
     spec["sources"] = {"*": "Hugging Face config.json"}
+    if unread := unread_keys(data):
+        spec["sources"][UNREAD] = ", ".join(unread)
     return Model.model_validate(spec)
 
 
