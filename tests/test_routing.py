@@ -102,5 +102,8 @@ def test_every_rank_training_routes_the_tapered_tier():
     routed = armillary.simulate(run_args[0][0], tapered, *run_args[1], gpus=64, symmetric=False)
     flat = armillary.simulate(run_args[0][0], untapered(tapered), *run_args[1], gpus=64, symmetric=False)
     assert routed.graph.routes is not None and flat.graph.routes is None
+    from armillary.report.records import simulation_record
+
+    assert simulation_record(routed, False)["routed_uplinks"] == len(routed.graph.routes.capacity) > 0
     assert routed.step_time_s == pytest.approx(flat.step_time_s, rel=1e-9)
     assert float(routed.estimate.step_time_s) > float(flat.estimate.step_time_s)

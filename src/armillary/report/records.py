@@ -145,7 +145,8 @@ def simulation_record(result: SimulationResult, symmetric: bool) -> dict[str, An
                               for f in fields(result.on_critical_path)},
             "critical_path_tasks": len(result.critical_path),
             "busiest_rank": result.graph.rank_labels[result.busiest_rank],
-            "busiest_compute_s": result.busiest_compute_s}
+            "busiest_compute_s": result.busiest_compute_s,
+            "routed_uplinks": 0 if result.graph.routes is None else len(result.graph.routes.capacity)}
 
 
 def inference_simulation_rows(sim: InferenceSimulation) -> tuple[tuple[str, float, float], ...]:

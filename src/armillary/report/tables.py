@@ -318,6 +318,12 @@ def simulation_report(result: SimulationResult, model: Model, compiled: bool = F
         f"{len(tasks):,} tasks, {result.timeline.events:,} events; {result.wall_s:.2f} s in all, of which the "
         f"event engine {result.engine_s:.3f} s (with loading it, once per process); busiest rank: "
         f"{result.graph.rank_labels[result.busiest_rank]} ({result.busiest_compute_s:.4g} s of compute)"]
+    routes = result.graph.routes
+    if routes is not None:
+        crossing = int((routes.first[1:] > routes.first[:-1]).sum())
+        lines.append(f"{crossing:,} transfers routed over {len(routes.capacity):,} tapered switch uplinks "
+                     "(their sharing simulated; the analytical estimate charges every cross-leaf group the "
+                     "fully loaded share)")
     if compiled:
         lines.append("(this first simulation compiled the event engine; later runs load it from numba's cache)")
     return lines
