@@ -13,7 +13,7 @@ from armillary.estimate.inference import replica_model
 from armillary.plan.arrays import ModelArrays
 from armillary.specs.loading import load_model, load_strategy, load_system
 from armillary.specs.workload import Inference
-from armillary.validation.run import summarize, validate
+from armillary.validation.run import read_rows, run_row, summarize
 from armillary.workload.attention import keys_attended, kv_cache_elements_per_rank
 
 FLASH = {"precision": "bf16", "attention": "flash"}
@@ -152,9 +152,9 @@ def test_inference_rejects_what_it_does_not_model():
 
 
 def test_validation_covers_the_inference_rows():
-    # the TensorRT-LLM static-batch rows; the serving rows (SRV-*, request streams) arrive with the serving
-    # issue and say why they are not run
-    results = [r for r in validate(kinds=("inference",)) if r.id.startswith("INF-")]
+    # the TensorRT-LLM static-batch rows (the serving rows, SRV-*, simulate request streams for minutes:
+    # they run in `armillary validate`, not here)
+    results = [run_row(r) for r in read_rows() if r["id"].startswith("INF-")]
     assert len(results) == 45 and all(r.predicted is not None for r in results)
     errors = np.array([abs(r.error) for r in results])
     assert errors.mean() < 0.15  # the issue's target
