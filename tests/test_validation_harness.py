@@ -157,6 +157,8 @@ def test_paraphrased_rows_give_the_same_prediction():
 def test_every_unrunnable_row_names_a_column_or_what_is_missing():
     columns = set(read_rows()[0]) | {"model", "gpu", "op", "metric", "unit"}
     for row in read_rows():
+        if row["id"].startswith("SRV-"):  # simulated request streams (minutes): test_validation runs them
+            continue
         result = run_row(row)
         if result.skipped:
             named = re.findall(r"[a-z_]+", result.skipped.split(":")[0])
