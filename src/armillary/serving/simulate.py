@@ -159,17 +159,19 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
     if k_max < 2:
         return False
     upcoming, cached, blocks = s.next_event(), s.cached[ids][:, None], s.blocks[ids][:, None]
-    span = min(k_max, 64)
+    span, block = min(k_max, 512), s.limits.block_tokens
     while True:  # the first `span` steps, doubled until the stretch ends within them (each step's cost is
         # its own column, so the steps past the stretch's end need not be costed)
-        past = cached + np.arange(span)[None, :]
-        # pages the batch adds by the end of each step: the steps that fit the free pages (the step-by-step
-        # path preempts when not even the first does)
-        added = np.maximum(kv_pages(past + 1, s.limits.block_tokens) - blocks, 0).sum(axis=0)
-        fit = int(np.searchsorted(added, s.free, side="right"))
-        if fit < 1:
-            return False
-        times = cost(np.ones_like(past[:, :fit]), past[:, :fit], len(ids))
+        # pages the batch adds by the end of each step (never fewer at a later step): the steps that fit the
+        # free pages (the step-by-step path preempts when not even the first does)
+        fit = span
+        if int(np.maximum(kv_pages(cached[:, 0] + span, block) - blocks[:, 0], 0).sum()) > s.free:
+            added = np.maximum(kv_pages(cached + np.arange(1, span + 1)[None, :], block) - blocks, 0).sum(axis=0)
+            fit = int(np.searchsorted(added, s.free, side="right"))
+            if fit < 1:
+                return False
+        past = cached + np.arange(fit, dtype=float)[None, :]  # whole numbers: exact in float
+        times = cost(np.ones_like(past), past, len(ids))
         ends = s.now + np.cumsum(times)
         if fit < span or span == k_max or ends[-1] >= upcoming:
             break
