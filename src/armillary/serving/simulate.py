@@ -9,6 +9,7 @@ the analytical prefill time. The scheduler's steps live in `scheduler.ReplicaSta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -72,12 +73,11 @@ class IterationCost:
         if self.affine is not None:
             prefill, decode = self.affine
             step = new <= 1  # decode steps (MLA's absorbed form)
-            if step.all():  # a decode stretch: the same coefficients as `where` would pick, without the copies
-                flop, per_new, per_past = decode
-            elif not step.any():
-                flop, per_new, per_past = prefill
-            else:
-                flop, per_new, per_past = (np.where(step, d, p) for d, p in zip(decode, prefill, strict=True))
+            coefficients: tuple[Any, ...] = decode  # all decode steps: what `where` would pick, without copies
+            if not step.all():
+                coefficients = prefill if not step.any() else tuple(
+                    np.where(step, d, p) for d, p in zip(decode, prefill, strict=True))
+            flop, per_new, per_past = coefficients
             return Op(np.sum(flop * new * (2 * past + new) / 2, axis=0),
                       np.sum(per_new * new + per_past * past, axis=0))
         op = self.replica.attention(new, past)
