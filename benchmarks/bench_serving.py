@@ -72,10 +72,11 @@ def main() -> None:
         armillary.estimate(model, system, strategy, workload)
     print(f"inference estimate (static batch of {workload.batch}):  {(time.perf_counter() - t0) * 10:.2f} ms per call")
     for rate in (2.0, 8.0, 20.0):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         r = armillary.simulate_serving(model, system, strategy, workload, rate, REQUESTS / rate)
-        elapsed = time.perf_counter() - t0
-        print(f"serve {r.requests:,} requests at {rate:g}/s: {elapsed:.2f} s  ({r.iterations:,} iterations, "
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(f"serve {r.requests:,} requests at {rate:g}/s: {elapsed:.2f} s ({cpu:.2f} s CPU)  "
+              f"({r.iterations:,} iterations, "
               f"mean batch {r.mean_batch:.1f}, {r.preemptions} preemptions, P90 TTFT {r.ttft_s.p90 * 1e3:.0f} ms)")
     search()
     if "--stability" in sys.argv:

@@ -9,6 +9,7 @@ the analytical prefill time. The scheduler's steps live in `scheduler.ReplicaSta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,11 @@ class IterationCost:
         if self.affine is not None:
             prefill, decode = self.affine
             step = new <= 1  # decode steps (MLA's absorbed form)
-            flop, per_new, per_past = (np.where(step, d, p) for d, p in zip(decode, prefill, strict=True))
+            coefficients: tuple[Any, ...] = decode  # all decode steps: what `where` would pick, without copies
+            if not step.all():
+                coefficients = prefill if not step.any() else tuple(
+                    np.where(step, d, p) for d, p in zip(decode, prefill, strict=True))
+            flop, per_new, per_past = coefficients
             return Op(np.sum(flop * new * (2 * past + new) / 2, axis=0),
                       np.sum(per_new * new + per_past * past, axis=0))
         op = self.replica.attention(new, past)
@@ -82,7 +87,8 @@ class IterationCost:
         """Times of iterations over the same sequences: `new` and `past` are (sequences x iterations), or
         one column for one iteration."""
         r = self.replica
-        new2, past2 = np.atleast_2d(new.T).T.astype(float), np.atleast_2d(past.T).T.astype(float)
+        new2 = (new[:, None] if new.ndim == 1 else new).astype(float, copy=False)
+        past2 = (past[:, None] if past.ndim == 1 else past).astype(float, copy=False)
         tokens = int(new2[:, 0].sum())
         layers = (self.by_tokens[tokens - 1] if tokens <= len(self.by_tokens)
                   else float(r.tokens_time(float(tokens)).total))
@@ -152,16 +158,25 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
     k_max = int(min(4096, (s.n_out[ids] - s.generated[ids]).min()))
     if k_max < 2:
         return False
-    past = s.cached[ids][:, None] + np.arange(k_max)[None, :]
-    # pages the batch adds by the end of each step: the steps that fit the free pages (the step-by-step
-    # path preempts when not even the first does)
-    added = np.maximum(kv_pages(past + 1, s.limits.block_tokens) - s.blocks[ids][:, None], 0).sum(axis=0)
-    fit = int(np.searchsorted(added, s.free, side="right"))
-    if fit < 1:
-        return False
-    times = cost(np.ones_like(past[:, :fit]), past[:, :fit], len(ids))
-    ends = s.now + np.cumsum(times)
-    k = 1 + int(np.searchsorted(ends[:-1], s.next_event(), side="left"))  # steps that start before it
+    upcoming, cached, blocks = s.next_event(), s.cached[ids][:, None], s.blocks[ids][:, None]
+    span, block = min(k_max, 512), s.limits.block_tokens
+    while True:  # the first `span` steps, doubled until the stretch ends within them (each step's cost is
+        # its own column, so the steps past the stretch's end need not be costed)
+        # pages the batch adds by the end of each step (never fewer at a later step): the steps that fit the
+        # free pages (the step-by-step path preempts when not even the first does)
+        fit = span
+        if int(np.maximum(kv_pages(cached[:, 0] + span, block) - blocks[:, 0], 0).sum()) > s.free:
+            added = np.maximum(kv_pages(cached + np.arange(1, span + 1)[None, :], block) - blocks, 0).sum(axis=0)
+            fit = int(np.searchsorted(added, s.free, side="right"))
+            if fit < 1:
+                return False
+        past = cached + np.arange(fit, dtype=float)[None, :]  # whole numbers: exact in float
+        times = cost(np.ones_like(past), past, len(ids))
+        ends = s.now + np.cumsum(times)
+        if fit < span or span == k_max or ends[-1] >= upcoming:
+            break
+        span = min(2 * span, k_max)
+    k = 1 + int(np.searchsorted(ends[:-1], upcoming, side="left"))  # steps that start before it
     added = np.maximum(kv_pages(s.cached[ids] + k, s.limits.block_tokens) - s.blocks[ids], 0)
     s.cached[ids] += k
     s.generated[ids] += k
