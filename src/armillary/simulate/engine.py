@@ -10,7 +10,7 @@ really sends across (`TaskGraph.routes`, from `routing.py`), with the uplink's c
 Rates are recomputed only for the flows connected to one that starts or ends. Ties break by task index,
 so a run is deterministic; perturbations (stragglers, jitter) are drawn from a seeded generator.
 
-The graph is turned into flat arrays with numpy (`_run`, `_shared_links`) and the event loop runs
+The graph is turned into flat arrays with numpy (`_run`; the links in `links.py`) and the event loop runs
 compiled by numba (`_simulate`; compiled on first use, then loaded from numba's on-disk cache).
 """
 
@@ -27,7 +27,8 @@ import numba
 import numpy as np
 
 from armillary.errors import SpecError
-from armillary.simulate.graph import Stream, TaskGraph, TaskKind, Tier
+from armillary.simulate.graph import TaskGraph, TaskKind
+from armillary.simulate.links import row_starts, shared_links
 from armillary.simulate.timeline import Timeline
 
 _EPS = 1e-12
@@ -78,8 +79,8 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
         raise ValueError(f"a task waits for a task that is not in the graph (indices must be in 0..{n - 1})")
     # successors as compressed rows: the tasks waiting for task i are successors[first[i]:first[i + 1]]
     successors = np.repeat(np.arange(n, dtype=np.int64), pending)[np.argsort(waits_on, kind="stable")]
-    first = _row_starts(np.bincount(waits_on, minlength=n))
-    link_first, links, weight, full = _shared_links(graph, duration)
+    first = row_starts(np.bincount(waits_on, minlength=n))
+    link_first, links, weight, full = shared_links(graph, duration)
     slot_task = np.repeat(np.arange(n, dtype=np.int64), np.diff(link_first))
     start, end, cause, changes = _simulate(duration, pending, first, successors, link_first, links, weight,
                                            slot_task, full)
@@ -88,13 +89,6 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
         raise ValueError(f"the task graph deadlocks: task {stuck} ({tasks[stuck].name!r}) never starts "
                          "(a stream's program order contradicts the dependencies)")
     return Timeline(start, end, cause, duration, int(changes) + 2 * n)  # + every task's start and end
-
-
-def _row_starts(counts: np.ndarray) -> np.ndarray:
-    """Where each row starts in compressed rows of these lengths, and where the last ends."""
-    starts = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
-    return starts
 
 
 def _durations(graph: TaskGraph, stragglers: Mapping[int, float], jitter: float, seed: int) -> np.ndarray:
@@ -111,56 +105,6 @@ def _durations(graph: TaskGraph, stragglers: Mapping[int, float], jitter: float,
     if jitter > 0:
         durations *= np.maximum(0.0, 1.0 + jitter * np.random.default_rng(seed).standard_normal(n))
     return np.rint(durations).astype(np.int64)
-
-
-def _shared_links(graph: TaskGraph, duration: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                   np.ndarray]:
-    """Per task, the links it may share with another transfer in flight, as compressed rows of dense link
-    numbers with the load it puts on each at full rate; and each link's capacity. A rank's link (one per
-    rank, tier and direction: full duplex; load and capacity 1) that only tasks of one stream use is left
-    out: they all occupy that stream on the link's rank, so they never overlap on it (e.g. a TP group's
-    collectives on its scale-up links). The graph's routed links (`TaskGraph.routes`: switch uplinks) come
-    after them. A task left with none runs as plain time."""
-    tasks = graph.tasks
-    n = len(tasks)
-    tier = np.fromiter(map(operator.itemgetter(7), tasks), dtype=np.int64, count=n)  # Task.tier
-    transfers = np.flatnonzero((tier >= 0) & (duration > 0)).tolist()  # transfers that take time
-    keys = list(map(operator.itemgetter(3, 7, 1, 4), map(tasks.__getitem__, transfers)))  # ranks, tier, kind, stream
-    mixed = -2
-    owner: dict[tuple[int, Tier, int], int] = {}  # link -> the one stream using it, or mixed (several, or sends)
-    every: dict[tuple[tuple[int, ...], Tier, TaskKind, Stream | None], tuple[tuple[int, Tier, int], ...]] = {}
-    for key in dict.fromkeys(keys):
-        ranks, on_tier, kind, on = key
-        send = kind is TaskKind.SEND
-        stream = -1 if send or on is None else int(on)
-        every[key] = ((ranks[0], on_tier, 0), (ranks[-1], on_tier, 1)) if send else tuple(
-            (r, on_tier, d) for r in ranks for d in (0, 1))
-        for link in every[key]:
-            owner[link] = stream if owner.get(link, stream) == stream and stream >= 0 else mixed
-    number: dict[tuple[int, Tier, int], int] = {}
-    shared = {key: tuple(number.setdefault(link, len(number)) for link in links if owner[link] == mixed)
-              for key, links in every.items()}
-    per_transfer = list(map(shared.__getitem__, keys))
-    counts = np.zeros(n, dtype=np.int64)
-    counts[transfers] = np.fromiter(map(len, per_transfer), dtype=np.int64, count=len(transfers))
-    first = _row_starts(counts)
-    flat = np.fromiter(itertools.chain.from_iterable(per_transfer), dtype=np.int64, count=int(first[-1]))
-    routes = graph.routes
-    if routes is None:
-        return first, flat, np.ones(len(flat)), np.ones(len(number))
-    # merge each task's row with its routed links (numbered after the rank links)
-    taking = duration > 0
-    routed = np.where(taking, np.diff(routes.first), 0)
-    merged = _row_starts(counts + routed)
-    links, weight = np.empty(int(merged[-1]), dtype=np.int64), np.ones(int(merged[-1]))
-    own = np.repeat(merged[:-1], counts) + (np.arange(len(flat)) - np.repeat(first[:-1], counts))
-    links[own] = flat
-    keep = np.repeat(taking, np.diff(routes.first))
-    at = np.repeat(merged[:-1] + counts, routed) + (np.arange(int(routed.sum())) - np.repeat(
-        _row_starts(routed)[:-1], routed))
-    links[at] = routes.link[keep] + len(number)
-    weight[at] = routes.load[keep]
-    return merged, links, weight, np.concatenate([np.ones(len(number)), routes.capacity])
 
 
 # The event loop, compiled by numba; its state is plain arrays passed by name (a tuple of them costs a

@@ -28,18 +28,22 @@ from armillary.specs.system import System
 UP, DOWN = 0, 1
 
 
+def _oversubscribed(net: NetworkDimension) -> bool:
+    return net.kind in (NetworkKind.FAT_TREE, NetworkKind.RAIL_OPTIMIZED) and net.oversubscription > 1
+
+
 def tapered(net: NetworkDimension, size: int) -> bool:
     """Whether a dimension's leaves have less uplink than port bandwidth (without `leaf_size`, each member
     hangs off the oversubscribed spines on its own, as the analytical model reads it)."""
-    return (net.kind in (NetworkKind.FAT_TREE, NetworkKind.RAIL_OPTIMIZED) and net.oversubscription > 1
-            and (net.leaf_size or 1) < size)
+    return _oversubscribed(net) and (net.leaf_size or 1) < size
 
 
 def untapered(system: System) -> System:
-    """`system` with every tapered dimension's oversubscription set to 1: the durations of transfers whose
-    sharing of the uplinks the simulator routes (else the analytical share would be counted twice)."""
+    """`system` with every oversubscribed dimension's oversubscription set to 1 (at any size: the system
+    may be resized later): the durations of transfers whose sharing of the uplinks the simulator routes
+    (else the analytical share would be counted twice)."""
     for d, net in enumerate(system.network):
-        if net.kind in (NetworkKind.FAT_TREE, NetworkKind.RAIL_OPTIMIZED) and net.oversubscription > 1:
+        if _oversubscribed(net):
             system = system.with_dimension(d, oversubscription=1.0)
     return system
 
