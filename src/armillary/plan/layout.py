@@ -10,6 +10,7 @@ import math
 
 from armillary.errors import SpecError
 from armillary.numerics import Array, maximum, minimum, where
+from armillary.plan import rules
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
@@ -105,10 +106,11 @@ def stage_layer_kinds(model: Model, strategy: Strategy) -> list[list[bool]]:
     first, last = strategy.first_stage_layers, strategy.last_stage_layers
     if first or last:
         n_first, share, n_last = (float(n) for n in stage_layers(model.layers, pp, first or 0, last or 0))
+        split = rules.stages_split(model.layers, n_first, share, n_last, vpp)
+        if not split.ok:
+            raise SpecError(f"simulate: {model.layers - (first or 0) - (last or 0)} layers over the stages "
+                            f"without a given count: {split.message}")
         chunk = share / vpp
-        if chunk != int(chunk) or chunk < 1 or min(n_first, n_last) - (vpp - 1) * chunk < 1:
-            raise SpecError(f"simulate: {model.layers - (first or 0) - (last or 0)} layers do not split evenly "
-                            "over the model chunks of the stages without a given count")
         # the first model chunk (rank 0's first) and the last (rank pp-1's last) hold what the first and
         # last stages lack (Megatron's uneven layouts); every other chunk the middle stages' share
         counts = [int(chunk)] * virtual

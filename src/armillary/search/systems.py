@@ -218,9 +218,11 @@ def codesign(model: Model, system: System, workload: Training, space: SystemSpac
     choices = [getattr(space, p) or (_base_value(system, p),) for p in _PARAMETERS] + list(named.values())
     points = []
     for combo in itertools.product(*choices):
-        variant = system_variant(system, dict(zip(parameters, combo, strict=True)))
-        values = {**dict(zip(parameters, combo, strict=True)), "scale_up_bandwidth": variant.network[0].bandwidth,
-                  "scale_out_bandwidth": variant.network[-1].bandwidth}
+        values = dict(zip(parameters, combo, strict=True))
+        variant = system_variant(system, values)
+        # the first and last dimensions as varied, whichever axis named them
+        values |= {"scale_up_bandwidth": variant.network[0].bandwidth,
+                   "scale_out_bandwidth": variant.network[-1].bandwidth}
         found = search(model, variant, workload, base, strategies, Objective.TIME, top_k=1, executor=executor)
         points.append(DesignPoint(values, variant, found.top[0] if found.top else None,
                                   capital_cost(variant, space.prices), power_draw(variant, space.power),
