@@ -60,7 +60,20 @@ def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, six
         compute = np.where(flop > 0, flop / (_efficiency(device, precision_code, sixteen_bit, size) * peak), 0.0)
     memory = stream_time(moved, device)
     runs = (flop > 0) | (moved > 0)  # an op with no work (e.g. rotary without rotary positions) is no kernel
-    return np.where(runs, np.maximum(compute, memory) + device.kernel_overhead, 0.0)
+    busy = np.maximum(compute, memory)
+    latency = device.fp8_gemm_latency
+    if latency is not None:  # small-M fp8 weight GEMMs wait on their serial walk over K (GemmLatency)
+        fp8 = np.array([p is Precision.FP8 for p in _precisions(sixteen_bit)])[np.asarray(precision_code, int)]
+        kernels, depth = (_leading(_stacked([getattr(op, k) for op in ops], np.shape(precision_code)), busy.ndim)
+                          for k in ("kernels", "depth"))
+        floor = np.where(depth > 0, kernels * latency.fixed_s + depth / 128 * latency.per_k_block_s, 0.0)
+        busy = np.where(fp8, np.maximum(busy, floor), busy)
+    return np.where(runs, busy + device.kernel_overhead, 0.0)
+
+
+def _leading(values: np.ndarray, ndim: int) -> np.ndarray:
+    """`values` (ops first) with trailing axes of length 1 up to `ndim`, to broadcast against per-op arrays."""
+    return values.reshape(values.shape + (1,) * (ndim - values.ndim))
 
 
 def _stacked(values: list[Array], sweep_shape: tuple[int, ...]) -> np.ndarray:

@@ -32,7 +32,7 @@ from armillary.plan.codes import RECOMPUTE_NONE
 from armillary.plan.layout import busiest_stage_layers
 from armillary.plan.placement import Placement, place_expert_groups, place_groups
 from armillary.specs.strategy import Strategy, TrainingPrecision
-from armillary.specs.system import System
+from armillary.specs.system import Precision, System
 from armillary.specs.workload import DecodeAttention, Inference, MlaDecode
 from armillary.workload.attention import cache_read_bytes, fused_attention_op, kv_cache_elements_per_rank
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
@@ -195,6 +195,7 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     cache = w.kv_cache.precision.bytes if w.kv_cache.precision is not None else e
     if w.kv_cache.tier2_fraction > 0 and system.device.second_tier is None:
         raise SpecError(f"workload.kv_cache.tier2_fraction: the device {system.device.name} has no second memory tier")
+    system = block_fp8_kernels(system, w)
     placed = place_groups(st.tp, 1.0, st.pp, system.sizes)
     groups = None
     if moe:
@@ -208,6 +209,20 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     return ReplicaModel(m, st, system, float(e), float(weights), float(cache), w.kv_cache.tier2_fraction, reads,
                         2.0 if st.attention == 0 else float(st.attention),
                         placed.tp, placed.pp, groups, expanded, groups_dp, attention_group)
+
+
+def block_fp8_kernels(system: System, w: Inference) -> System:
+    """The system as an engine's block-scaled fp8 GEMMs see it (`w.block_fp8_kernels`, with
+    `block_scaled_weights`): the device's fp8 curve capped at the kernels' ceiling, and their small-M
+    latency floor. Without both, the system as it is."""
+    kernels = w.block_fp8_kernels
+    if not w.block_scaled_weights or kernels is None:
+        return system
+    device = system.device
+    curves = {**device.matrix_efficiency_by_precision,
+              Precision.FP8: device.gemm_efficiency(Precision.FP8).capped(kernels.ceiling)}
+    update = {"matrix_efficiency_by_precision": curves, "fp8_gemm_latency": kernels.latency}
+    return system.model_copy(update={"device": device.model_copy(update=update)})
 
 
 def kv_pages(tokens: Any, block_tokens: int) -> Any:

@@ -17,7 +17,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 from armillary.errors import SpecError
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.specs.base import NamedByPatterns
-from armillary.specs.workload import DecodeAttention, Inference, MlaDecode, Policy
+from armillary.specs.workload import BlockFp8Kernels, DecodeAttention, Inference, MlaDecode, Policy
 
 
 class Engine(NamedByPatterns):
@@ -47,6 +47,8 @@ class Engine(NamedByPatterns):
     request_overhead_s: NonNegativeFloat = Field(description="host time per request before it is queued "
                                                  "(HTTP, tokenization)")
     launch_overhead_s: NonNegativeFloat = Field(description="per kernel launched outside a CUDA graph")
+    block_fp8_kernels: BlockFp8Kernels | None = Field(None, description="its GEMM kernels for fp8 weights with "
+                                                      "per-block scales; none: the device's fp8 GEMMs")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
 
@@ -115,7 +117,7 @@ def with_engine(w: Inference, engine: Engine | None = None) -> tuple[Inference, 
                if k not in sv.model_fields_set}
     cache = {k: getattr(e, k) for k in ("block_tokens", "memory_fraction") if k not in kv.model_fields_set}
     top: dict[str, Any] = {"serving": sv.model_copy(update=serving), "kv_cache": kv.model_copy(update=cache)}
-    for k in ("decode_attention", "mla_decode"):
+    for k in ("decode_attention", "mla_decode", "block_fp8_kernels"):
         if k not in w.model_fields_set:
             top[k] = getattr(e, k)
     return w.model_copy(update=top), e

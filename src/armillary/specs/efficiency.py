@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from pydantic import Field, PrivateAttr, field_validator
 
@@ -35,3 +37,14 @@ class EfficiencyCurve(Spec):
 
     def __call__(self, size: np.ndarray | float) -> np.ndarray:
         return np.interp(np.log(np.maximum(size, 1.0)), self._log_sizes, self._efficiencies)
+
+    def capped(self, ceiling: float) -> EfficiencyCurve:
+        """This curve nowhere above `ceiling`: min(curve, ceiling) exactly, the crossings added as points."""
+        points: list[tuple[float, float]] = []
+        pairs = list(zip(self._log_sizes, self._efficiencies, strict=True))
+        for (x0, y0), (x1, y1) in itertools.pairwise(pairs):
+            points.append((x0, min(y0, ceiling)))
+            if (y0 - ceiling) * (y1 - ceiling) < 0:  # the segment crosses the ceiling in between
+                points.append((x0 + (ceiling - y0) / (y1 - y0) * (x1 - x0), ceiling))
+        points.append((pairs[-1][0], min(pairs[-1][1], ceiling)))
+        return EfficiencyCurve(points=tuple((float(np.exp(x)), y) for x, y in points))

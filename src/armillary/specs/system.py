@@ -41,6 +41,14 @@ class MemoryTier(Spec):
         return self.efficiency * self.bandwidth
 
 
+class GemmLatency(Spec):
+    """The shortest a small-M weight GEMM kernel takes: a fixed part (launch, prologue, scale epilogue) and a
+    serial walk over the reduction dimension K in 128-wide blocks (one output tile per thread block)."""
+
+    fixed_s: Seconds = Field(description="per kernel")
+    per_k_block_s: Seconds = Field(description="per 128 elements of K")
+
+
 class Device(Spec):
     """One accelerator: per-precision peak rates, efficiency curves and memory tiers."""
 
@@ -60,6 +68,8 @@ class Device(Spec):
         "defaults to the FlashAttention-2 figure")
     memory: tuple[MemoryTier, ...] = Field(min_length=1, max_length=2, description="[HBM, optional tier 2]")
     kernel_overhead: Seconds = Field(0.0, description="fixed launch/tail cost per kernel")
+    fp8_gemm_latency: GemmLatency | None = Field(None, description="latency floor of fp8 weight GEMMs at small "
+                                                  "M (set from an engine's block-fp8 kernels); none: roofline only")
     power: float | None = Field(None, gt=0, description="board power in watts (TDP)")
     calibrated_on: tuple[str, ...] = Field(
         (), description="validation sources the efficiency curves were fitted on (a sibling chip's count: "

@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from armillary.specs.base import Spec
+from armillary.specs.quantity import Fraction
+from armillary.specs.system import GemmLatency
 
 
 class Training(Spec):
@@ -31,6 +33,13 @@ class StoredPrecision(StrEnum):
     @property
     def bytes(self) -> float:
         return {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}[self.value]
+
+
+class BlockFp8Kernels(Spec):
+    """An engine's GEMM kernels for fp8 weights with per-block scales (DeepSeek-V3's 128x128 blocks)."""
+
+    ceiling: Fraction = Field(description="highest share of the device's fp8 peak they reach (large M)")
+    latency: GemmLatency | None = Field(None, description="their floor at small M (decode); none: roofline")
 
 
 class KvCache(Spec):
@@ -139,6 +148,11 @@ class Inference(Spec):
                                                           "prefill)")
     weights: StoredPrecision | None = Field(None, description="weight precision; default: fp8 under the fp8 "
                                             "recipe, else the activation precision")
+    block_scaled_weights: bool = Field(False, description="fp8 weights with one scale per block (DeepSeek-V3's "
+                                       "128x128 blocks; Hugging Face quantization_config.weight_block_size): the "
+                                       "GEMMs run the engine's block-scaled fp8 kernels")
+    block_fp8_kernels: BlockFp8Kernels | None = Field(None, description="how fast those kernels run (filled by "
+                                                      "the engine profile); none: the device's fp8 GEMMs")
     kv_cache: KvCache = KvCache()
     decode_attention: DecodeAttention = Field(DecodeAttention.GROUPED, description="how the decode kernel "
                                               "reads the cache of a GQA / MQA model")

@@ -124,9 +124,10 @@ def simulate_serving_row(row: dict[str, str]) -> tuple[float, tuple[str, ...], S
     precision = row.get("precision", "").lower()
     fp8 = "fp8" in precision or (model.mla is not None and "not stated" in precision)
     if model.mla is not None and "not stated" in precision:
-        notes.append("fp8 weights and GEMMs: the deepseek-ai checkpoint is stored in block-scaled fp8")
+        notes.append("fp8 weights and GEMMs: the deepseek-ai checkpoint is stored in block-scaled fp8 (128x128 blocks)")
     workload: dict[str, Any] = {
         "kind": "inference", "input_len": input_len, "output_len": output_len, "weights": "fp8" if fp8 else None,
+        "block_scaled_weights": model.mla is not None and "not stated" in precision,
         "kv_cache": {"precision": "fp8"} if "fp8 kv" in precision else {},
         "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, notes),
                     "concurrency": int(concurrency) if concurrency is not None else None}}

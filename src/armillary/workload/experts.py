@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from armillary.numerics import Array, minimum, where
+from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays
 from armillary.workload.ops import Op, gemm, grouped, stream
 
@@ -48,6 +48,17 @@ def rank_load(experts: Array, ep: Array, imbalance: Array, capacity_factor: Arra
     return (busiest + (local - 1) * typical) / local
 
 
+def experts_touched(local: Array, per_expert: Array, share: Array) -> Array:
+    """Local experts that receive at least one token, in expectation: each of T routed tokens picks a given
+    expert with probability share = top_k / experts, so it stays idle with probability (1 - share)^T, where
+    T share = per_expert, the mean tokens per expert [derived: occupancy of independent draws; the fused-MoE
+    and grouped-GEMM kernels of vLLM, SGLang and Megatron skip experts without tokens, so a decode step of a
+    few tokens reads only these experts' weights]. At least one expert runs when any token is routed; with
+    thousands of tokens (training) every expert is touched and the result is exactly `local`."""
+    idle = (1.0 - share) ** where(share > 0, per_expert / maximum(share, 1e-300), 0.0)
+    return where(per_expert > 0, maximum(local * (1.0 - idle), minimum(local, 1.0)), 0.0)
+
+
 def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: Array, e: Array,
                     dispatch_e: Array, weight_bytes: Array | None = None) -> ExpertsForward:
     """`tokens` routed by this device (its micro-batch share after sequence splitting), `load` from
@@ -56,7 +67,9 @@ def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: 
     h, k, experts, f = m.hidden, m.top_k, m.experts, m.expert_ffn
     local = experts / ep
     received = tokens * k * load * etp
-    per_expert = received / local
+    touched = experts_touched(local, received / local, where(experts > 0, k / maximum(experts, 1.0), 0.0))
+    problems = maximum(touched, 1.0)  # touched is 0 only when nothing is routed (and then there is no work)
+    per_expert = received / problems
     gated = m.mlp_matrices - 2
     w = e if weight_bytes is None else weight_bytes
     return ExpertsForward(
@@ -64,10 +77,10 @@ def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: 
         routing=stream(3 * tokens * experts * 4),  # [derived] write fp32 logits, read for scores and top-k
         # [derived] dispatch reads T h and writes T k h; combine reads T k h and writes T h
         permute=stream(2 * (tokens + received / etp) * h * e),
-        # one problem per local expert: efficiency follows the per-expert size (grouped GEMM)
-        experts_in=grouped(gemm(per_expert, (m.mlp_matrices - 1) * f / etp, h, local, e, e, w), local),
+        # one problem per touched local expert: efficiency follows the per-expert size (grouped GEMM)
+        experts_in=grouped(gemm(per_expert, (m.mlp_matrices - 1) * f / etp, h, touched, e, e, w), problems),
         activation=stream(received * f / etp * e * (2 + gated)),
-        experts_out=grouped(gemm(per_expert, h, f / etp, local, e, e, w), local),
+        experts_out=grouped(gemm(per_expert, h, f / etp, touched, e, e, w), problems),
         received_tokens=received,
         ffn_shard=f / etp,
         dispatch_bytes=tokens * k * load * h * dispatch_e,

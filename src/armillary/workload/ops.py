@@ -11,11 +11,15 @@ from armillary.numerics import Array
 class Op:
     """One kernel (or one group of identical kernels): FLOPs and HBM bytes, per device. `group` > 1 marks a
     grouped GEMM of that many independent problems (MoE experts), whose efficiency follows the size of
-    one problem; batched attention GEMMs are one problem, as the efficiency curves were calibrated."""
+    one problem; batched attention GEMMs are one problem, as the efficiency curves were calibrated.
+    `kernels` and `depth` (the summed reduction length K of its GEMMs) give the latency floor of small-M
+    GEMMs where a device lists one (`Device.fp8_gemm_latency`); 0 depth: no floor."""
 
     flop: Array
     bytes: Array
     group: Array = 1.0
+    kernels: Array = 1.0
+    depth: Array = 0.0
 
 
 def gemm(M: Array, N: Array, K: Array, batch: Array, element_bytes: Array, input_bytes: Array | None = None,
@@ -24,11 +28,12 @@ def gemm(M: Array, N: Array, K: Array, batch: Array, element_bytes: Array, input
     The input (M x K) and weight (K x N) may be narrower than the result (ternary / int8 kernels)."""
     e_in = element_bytes if input_bytes is None else input_bytes
     e_w = element_bytes if weight_bytes is None else weight_bytes
-    return Op(flop=2 * batch * M * N * K, bytes=batch * (M * K * e_in + K * N * e_w + M * N * element_bytes))
+    return Op(flop=2 * batch * M * N * K, bytes=batch * (M * K * e_in + K * N * e_w + M * N * element_bytes),
+              depth=K)
 
 
 def grouped(op: Op, problems: Array) -> Op:
-    return Op(op.flop, op.bytes, problems)
+    return Op(op.flop, op.bytes, problems, op.kernels, op.depth)  # one kernel launch walks one problem's K
 
 
 def stream(bytes_moved: Array) -> Op:

@@ -95,7 +95,8 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     latent_up = Op(0.0, 0.0)
     if isinstance(m.kv_lora, np.ndarray) or m.kv_lora > 0:  # multi-head latent attention
         (mla, up), latent = _latent_projections(m, T, t, e, w_bytes), m.kv_lora > 0
-        qkv = Op(where(latent, mla.flop, qkv.flop), where(latent, mla.bytes, qkv.bytes), where(latent, mla.group, 1.0))
+        qkv = Op(where(latent, mla.flop, qkv.flop), where(latent, mla.bytes, qkv.bytes), where(latent, mla.group, 1.0),
+                 where(latent, mla.kernels, 1.0), where(latent, mla.depth, qkv.depth))
         latent_up = Op(where(latent, up.flop, 0.0), where(latent, up.bytes, 0.0))
     # BitLinear quantizes each projection's input per token to 8 bits [derived: read e, write 1 byte]; the
     # released code also fake-quantizes each weight matrix every forward (read and write it, e bytes)
@@ -139,7 +140,9 @@ def _latent_projections(m: ModelArrays, T: Array, t: Array, e: Array, w: Array) 
     flop = where(with_lora, q_down.flop + q_up.flop, direct_q.flop) + kv_down.flop + kv_up.flop
     moved = where(with_lora, q_down.bytes + q_up.bytes, direct_q.bytes) + kv_down.bytes + kv_up.bytes
     up = Op(where(with_lora, q_up.flop, 0.0) + kv_up.flop, where(with_lora, q_up.bytes, 0.0) + kv_up.bytes)
-    return Op(flop, moved, where(with_lora, 4.0, 3.0)), up
+    depth = where(with_lora, q_down.depth + q_up.depth, direct_q.depth) + kv_down.depth + kv_up.depth
+    kernels = where(with_lora, 4.0, 3.0)
+    return Op(flop, moved, kernels, kernels, depth), up
 
 
 @dataclass(frozen=True)
