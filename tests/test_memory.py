@@ -89,3 +89,30 @@ def test_deepspeed_bounds_the_gathered_zero3_parameters():
     assert float(layers_of_two.memory_hbm.comm_buffers - deepspeed.memory_hbm.comm_buffers) == pytest.approx(
         freed, rel=5e-3)
     assert not bool(layers_of_two.feasible) and bool(deepspeed.feasible)
+
+
+@pytest.mark.parametrize("t", [1, 8])
+def test_fp8_recipes_keep_gemm_inputs_in_fp8(gpt175b, t):
+    # Korthikanti's 34 sbh at 16 bits counts four GEMM inputs kept for the weight gradients: the QKV and
+    # MLP inputs (sbh each, replicated), the projection input (attention output, also FlashAttention's O)
+    # and the down projection's input (4sbh / t); fp8 recipes keep the QKV, MLP and down-projection inputs
+    # at one byte: sbh (2 + 4 / t) less
+    m = ModelArrays.of(gpt175b)
+    bf16 = layer_activations(m, b, s, t, 0.0, 2.0, flash=2.0)
+    fp8 = layer_activations(m, b, s, t, 0.0, 2.0, flash=2.0, g=1.0)
+    none = StrategyArrays.of(Strategy(recompute="none"), 1)
+    assert float(bf16.stored(none) - fp8.stored(none)) == pytest.approx(s * b * h * (2 + 4 / t), rel=1e-12)
+
+
+def test_fp8_expert_inputs_are_kept_at_one_byte():
+    # a routed token keeps its expert input (h) and down-projection input (f) at g bytes, its gate/up output
+    # (2f) and expert output (h) at e bytes: Qwen3-30B-A3B (h 2048, f 768) saves h + f bytes per copy
+    from armillary.specs.loading import load_model
+    from armillary.workload.experts import experts_forward
+
+    model = ModelArrays.of(load_model("qwen3-30b-a3b"))
+    x = experts_forward(model, 4096.0, 8.0, 1.0, 1.0, 2.0, 2.0)
+    bf16 = layer_activations(model, 1, 4096, 1, 0.0, 2.0, flash=2.0, experts=x)
+    fp8 = layer_activations(model, 1, 4096, 1, 0.0, 2.0, flash=2.0, experts=x, g=1.0)
+    copies = 4096 * 8  # tokens x top_k reach the 16 local experts of a balanced ep 8 rank
+    assert float(bf16.experts - fp8.experts) == pytest.approx(copies * (2048 + 768), rel=1e-12)

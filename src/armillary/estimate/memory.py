@@ -26,6 +26,11 @@ WEIGHT_BYTES = (4.0, 2.0, 2.0, 3.0)
 GRAD_BYTES = (4.0, 4.0, 2.0, 4.0)
 OPTIMIZER_BYTES = (8.0, 12.0, 16.0, 12.0)
 ACTIVATION_BYTES = (4.0, 2.0, 2.0, 2.0)
+# Bytes of each GEMM input kept for the weight gradient: fp8 recipes keep the fp8 copy the forward GEMM
+# read (Transformer Engine Linear/LayerNormLinear/GroupedLinear save the quantized input; DeepSeek-V3 report
+# §3.3.2 caches Linear inputs in FP8 the same way); tensors kept for other kernels (norm inputs, Q/K/V and the
+# attention output for FlashAttention, the gate/up output for the activation) stay at the activation precision.
+SAVED_GEMM_INPUT_BYTES = (4.0, 2.0, 2.0, 1.0)
 GRAD_REDUCE_BYTES = (4.0, 4.0, 2.0, 4.0)  # dtype of the data-parallel gradient reduction
 # HBM traffic of one optimizer step per updated parameter [derived from Megatron-LM's mixed-precision
 # optimizer passes]: fp16 grads to fp32 main grads (2 + 4, fp16 only), unscale / inf check (4 + 4, fp16
@@ -77,19 +82,22 @@ class LayerActivations:
 
 def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
                       flash: Array = 0.0, cp: Array = 1.0, mlp_width: Array | None = None,
-                      experts: ExpertsForward | None = None) -> LayerActivations:
+                      experts: ExpertsForward | None = None, g: Array | None = None) -> LayerActivations:
     """With context parallelism a rank keeps its s/cp tokens, and scores of its queries against all keys.
-    `mlp_width` and `experts` as in `layer_forward` / `experts_forward` (MoE layers)."""
+    `mlp_width` and `experts` as in `layer_forward` / `experts_forward` (MoE layers); `g` the bytes of a
+    GEMM input kept for backward (`SAVED_GEMM_INPUT_BYTES`; default e)."""
+    g = e if g is None else g
     h, a, dv = m.hidden, m.heads, m.value_dim
     f = m.ffn if mlp_width is None else mlp_width
     q = rank_queries(s, cp)
     T = b * q
     sp_div = sequence_shards(t, sp)
-    # two norm inputs, QKV input, MLP input (e bytes each) + two 1-byte dropout masks
-    replicated = (4 * e + 2 * m.dropout) * T * h / sp_div
-    # Q, K, V, attention output (projection input), MLP hidden activations (2 tensors, 3 when gated); the
-    # MLGRU keeps its i, f, g gates and output in the same shapes
-    tensor_parallel = e * T * (m.qkv_width + a * dv + m.mlp_matrices * f) / t
+    # two norm inputs (e bytes), QKV input and MLP input (GEMM inputs, g bytes) + two 1-byte dropout masks
+    replicated = (2 * e + 2 * g + 2 * m.dropout) * T * h / sp_div
+    # Q, K, V, attention output (projection input), MLP hidden activations (2 tensors, 3 when gated: the
+    # last one, the down projection's input, at g bytes); the MLGRU keeps its i, f, g gates and output
+    mlp_hidden = (e * (m.mlp_matrices - 1) + g) * T * f / t
+    tensor_parallel = e * T * (m.qkv_width + a * dv) / t + mlp_hidden
     scores = (1 - m.mlgru) * b * (a / t) * q * s
     # FlashAttention keeps no s x s tensor, only the fp32 softmax statistics per row: max and sum
     # (FlashAttention-1, Dao et al. 2022 §3.1) or their log-sum-exp (FlashAttention-2, Dao 2023 §3.1.1)
@@ -103,13 +111,13 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
         # MLP's hidden activations (2, gated 3, tensors of expert_ffn / etp) and its output before combine
         tokens = experts.received_tokens
         routed = (8 * T / sp_div * m.experts
-                  + e * tokens * (2 * h + m.mlp_matrices * experts.ffn_shard))
-        expert_act = e * tokens * experts.ffn_shard
+                  + tokens * ((e + g) * h + (e * (m.mlp_matrices - 1) + g) * experts.ffn_shard))
+        expert_act = g * tokens * experts.ffn_shard
     # MLA keeps the query and KV latents (and the RoPE key) when its up-projections are recomputed
     latent_up = where(m.kv_lora > 0, e * T * (m.qkv_width / t - (m.q_lora + m.kv_lora + m.rope_dim)),
                       0.0)
     return LayerActivations(replicated, tensor_parallel, attention_core, layer_input, routed,
-                            norm_outputs=2 * e * T * h / sp_div, mlp_hidden=e * T * m.mlp_matrices * f / t,
+                            norm_outputs=2 * g * T * h / sp_div, mlp_hidden=mlp_hidden,
                             latent_up=latent_up, expert_act=expert_act, moe=float(experts is not None))
 
 

@@ -148,7 +148,8 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
         fw = layer_forward(m, b, s, t, sp, e, c, mlp_width)
         exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups)
         cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts)
-        acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts)
+        acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts,
+                                     mem.per_precision(mem.SAVED_GEMM_INPUT_BYTES, st.precision))
         return LayerKind(cost, calls, acts, fw), ends
 
     dense, ends = kind(None)
