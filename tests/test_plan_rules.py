@@ -40,7 +40,7 @@ CASES = [
     (rules.uneven_stages_supported, (2, 0, 4, 1), (2, 0, 2, 1), ["first_stage_layers", "pp >= 3"]),
     (rules.uneven_stages_supported, (15, 15, 8, 8), (0, 3, 2, 2), ["last_stage_layers", "pp >= 3"]),
     # Llama 3.1 405B on pp 8 x vpp 8, first / last stage 15 (one-layer first and last chunks) vs 14 (none)
-    (rules.stages_split, (126, 15, 16, 15, 8), (126, 14, 16, 16, 8), ["pp*vpp", "first and last model chunks"]),
+    (rules.stages_split, (126, 15, 16, 15, 8), (126, 14, 16, 16, 8), ["pp*vpp", "first model chunk"]),
 ]
 DEVICE_RULES = (rules.devices_match, rules.model_parallel_divides, rules.replica_fits)
 IDS = [f"{rule.__name__}-{i}" for i, (rule, *_) in enumerate(CASES)]
@@ -105,7 +105,9 @@ def test_array_verdicts_equal_the_scalar_ones(data, index, points, devices):
     (126, 8, 8, (15, 15)),  # Llama 3.1 405B: embedding and loss each take a layer's place, 2 per chunk
     (126, 16, 1, (7, 7)),
     (61, 16, 1, (3, 2)),  # DeepSeek-V3: the loss stage also holds the MTP head
-    (61, 16, 2, None),  # its "Et|(tt|)*30mL" leaves the last chunk no layer: not modelled
+    (61, 16, 2, (3, 2)),  # its "Et|(tt|)*30mL": the last chunk holds the MTP head and the loss alone
+    (61, 8, 4, (7, 6)),  # the same layout on pp 8 x vpp 4 (Megatron-Bridge's DeepSeek-V3 recipe)
+    (61, 8, 1, (7, 6)),  # without interleaving the last stage keeps its layers: 6 of them
     (80, 3, 1, (27, 26)),  # one slot: the loss side takes it
     (48, 4, 1, None),  # even: nothing to do
     (7, 8, 1, None),  # fewer layers than stages

@@ -345,3 +345,16 @@ def test_megatron_uneven_interleaved_layout_simulates_as_estimated():
     assert bool(r.estimate.feasible) and abs(r.difference) < 0.01
     counts = [sum(1 for t in r.graph.tasks if t.name.startswith("layer") and t.ranks == (s,)) for s in (0, 3, 7)]
     assert counts[0] == counts[2] < counts[1]  # the first and last stages hold 15 layers, the middle ones 16
+
+
+def test_a_last_chunk_holding_only_the_loss_simulates_as_estimated():
+    """DeepSeek-V3's 61 layers on pp 8 x vpp 4 (`Et|(tt|)*30mL`): the last model chunk has no decoder layer,
+    only the head and the loss; the simulator runs the empty chunk and agrees with the estimator."""
+    import armillary
+
+    st = {"tp": 2, "pp": 8, "vpp": 4, "ep": 64, "first_stage_layers": 7, "last_stage_layers": 6,
+          "precision": "fp8", "recompute": "full"}
+    r = armillary.simulate("deepseek-v3", "dgx-h100", st, {"seq_len": 4096, "global_batch": 1024}, gpus=1024)
+    assert bool(r.estimate.feasible) and abs(r.difference) < 0.03
+    counts = [sum(1 for t in r.graph.tasks if t.name.startswith("layer") and t.ranks == (s,)) for s in (0, 3, 7)]
+    assert counts[2] < counts[0] < counts[1]  # 6, 7 and 8 layers per micro-batch pass

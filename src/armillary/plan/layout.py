@@ -58,14 +58,16 @@ def embedding_and_loss_split(layers: int, pp: int, vpp: int) -> tuple[int, int] 
     (with any multi-token-prediction head) of t >= e layers in the last, the fewest e + t that make every
     chunk equal (`account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`: e = t = 1,
     Llama 3.1 405B's 126 layers on pp 8 x vpp 8; `pipeline_model_parallel_layout`: e = 1,
-    t = 2, DeepSeek-V3's 61 layers on pp 16). None when the layers split evenly, with fewer than 3 stages,
-    or when no such layout leaves a layer in every chunk."""
+    t = 2, DeepSeek-V3's 61 layers on pp 16; with interleaving the last chunk may hold the loss alone,
+    DeepSeek-V3 on pp 8 x vpp 4: `Et|(tt|)*30mL`). None when the layers split evenly, with fewer than 3
+    stages, or when no such layout leaves a layer in every other chunk (`rules.stages_split`)."""
     chunks = pp * vpp
     if layers % chunks == 0 or pp < 3:
         return None
     for slots in range(1, chunks):
         per_chunk, e = (layers + slots) // chunks, slots // 2
-        if (layers + slots) % chunks == 0 and slots - e < per_chunk:  # a layer left in every chunk
+        loss_alone = vpp > 1  # the last chunk may then be the loss alone
+        if (layers + slots) % chunks == 0 and e < per_chunk and slots - e <= per_chunk - (0 if loss_alone else 1):
             return vpp * per_chunk - e, vpp * per_chunk - (slots - e)
     return None
 

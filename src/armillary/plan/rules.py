@@ -62,12 +62,14 @@ def cp_balances_sequence(cp: Array, seq_len: Array) -> Check:
 def stages_split(layers: Array, first: Array, mid: Array, last: Array, vpp: Array) -> Check:
     """Whole layers on every stage (`plan.layout.stage_layers`), at least one on the middle and last
     stages, the middle stages' layers in vpp whole model chunks, and the first and last stages' shorter
-    chunk (Megatron's uneven layouts: only their first / last chunk differs) at least one layer."""
+    chunk (Megatron's uneven layouts: only their first / last chunk differs) at least one layer, except that
+    with interleaving the last model chunk may hold the loss alone (DeepSeek-V3's `...|mL` layouts: the
+    multi-token-prediction head and the loss, no decoder layer)."""
     chunk = mid / vpp
     return Check(all_of(whole(first), whole(mid), whole(last), mid >= 1, last >= 1, divides(vpp, mid),
-                        first - (vpp - 1) * chunk >= 1, last - (vpp - 1) * chunk >= 1),
+                        first - (vpp - 1) * chunk >= 1, last - (vpp - 1) * chunk >= where(vpp > 1, 0, 1)),
                  "pp*vpp must divide the layers (or the layers left by first/last_stage_layers, with a layer "
-                 "left in the first and last model chunks)")
+                 "left in the first model chunk and, without interleaving, in the last)")
 
 
 def stages_hold_layers(layers: Array, pp: Array) -> Check:
