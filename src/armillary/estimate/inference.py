@@ -30,7 +30,7 @@ from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.codes import RECOMPUTE_NONE
 from armillary.plan.layout import busiest_stage_layers
-from armillary.plan.placement import Placement, place_expert_groups, place_groups
+from armillary.plan.placement import Placement, pair_across, place_expert_groups, place_groups
 from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import Precision, System
 from armillary.specs.workload import DecodeAttention, Inference, MlaDecode
@@ -223,6 +223,14 @@ def block_fp8_kernels(system: System, w: Inference) -> System:
               Precision.FP8: device.gemm_efficiency(Precision.FP8).capped(kernels.ceiling)}
     update = {"matrix_efficiency_by_precision": curves, "fp8_gemm_latency": kernels.latency}
     return system.model_copy(update={"device": device.model_copy(update=update)})
+
+
+def kv_handover_time(r: ReplicaModel, tokens: Array) -> Array:
+    """Disaggregated serving: moving the cache of `tokens` prompt tokens from a prefill replica to a decode
+    replica, each device sending its shard point to point over the outermost network dimension (DistServe,
+    Zhong et al. 2024 §4.3; Splitwise, Patel et al. 2024 §4.2). Broadcasts over `tokens`."""
+    dims = len(r.system.network)
+    return send_recv(tokens * r.cache_bytes_per_token, pair_across(dims - 1, dims), r.system).time
 
 
 def kv_pages(tokens: Any, block_tokens: int) -> Any:

@@ -96,9 +96,9 @@ def search_record(result: SearchResult) -> dict[str, Any]:
 
 def inference_search_rows(result: InferenceSearchResult) -> list[dict[str, Any]]:
     return [{"rank": c.rank, "tp": c.strategy.tp, "pp": c.strategy.pp, "batch": c.batch,
-             "weights": c.weights.value if c.weights else None,
-             "output_tokens_per_s_per_device": float(c.estimate.output_tokens_per_s_per_device),
-             "ttft_s": float(c.estimate.ttft_s), "tpot_s": float(c.estimate.tpot_s),
+             "weights": c.weights.value if c.weights else None, "prefill_replicas": c.prefill_replicas,
+             "output_tokens_per_s_per_device": c.output_tokens_per_s_per_device,
+             "ttft_s": c.ttft_s, "tpot_s": c.tpot_s,
              "memory_gib": float(c.estimate.memory.total) / GIB} for c in result.top]
 
 

@@ -231,12 +231,13 @@ def inference_search_report(result: InferenceSearchResult, model: Model, system:
                             tpot_limit_s: float) -> list[Table | str]:
     """The configurations with the most output tokens/s per device within the limits."""
     table = Table(title=f"{_on(model, system)}: most tokens/s per device with TPOT <= {tpot_limit_s * 1e3:g} ms")
-    for c in ("rank", "tp", "pp", "batch", "weights", "tok/s/device", "TTFT ms", "TPOT ms", "GiB"):
+    for c in ("rank", "tp", "pp", "batch", "weights", "prefill replicas", "tok/s/device", "TTFT ms", "TPOT ms",
+              "GiB"):
         table.add_column(c, justify="right")
     for r in inference_search_rows(result):
         table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["batch"]), r["weights"] or "default",
-                      f"{r['output_tokens_per_s_per_device']:,.0f}", f"{r['ttft_s'] * 1e3:.4g}",
-                      f"{r['tpot_s'] * 1e3:.4g}", f"{r['memory_gib']:.1f}")
+                      str(r["prefill_replicas"] or "-"), f"{r['output_tokens_per_s_per_device']:,.0f}",
+                      f"{r['ttft_s'] * 1e3:.4g}", f"{r['tpot_s'] * 1e3:.4g}", f"{r['memory_gib']:.1f}")
     return [table, f"{result.points} points, {result.feasible} fit, {result.within_limits} within the limits"]
 
 

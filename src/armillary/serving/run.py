@@ -9,11 +9,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from armillary.comm.collectives import send_recv
 from armillary.errors import SpecError
-from armillary.estimate.inference import ReplicaModel, inference_memory, kv_blocks, kv_budget, replica_model
+from armillary.estimate.inference import (
+    ReplicaModel,
+    inference_memory,
+    kv_blocks,
+    kv_budget,
+    kv_handover_time,
+    replica_model,
+)
 from armillary.plan.arrays import ModelArrays
-from armillary.plan.placement import pair_across
 from armillary.serving.engine import Engine, overheads, with_engine
 from armillary.serving.lockstep import GroupStepCost, simulate_groups
 from armillary.serving.simulate import IterationCost, ReplicaRun, RequestTimes, SchedulerLimits, simulate_replica
@@ -184,9 +189,7 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
         run(sv.prefill_replicas * groups, np.arange(n), trace, prefill_only=True)
         ttft = first.copy()
         # the prompt's cache moves to a decode replica over the scale-out link (each device its shard)
-        apart = pair_across(len(system.network) - 1, len(system.network))
-        handover = np.array([float(send_recv(float(t) * r.cache_bytes_per_token, apart, system).time)
-                             for t in trace.input_len]) if n else np.zeros(0)
+        handover = np.array([float(kv_handover_time(r, float(t))) for t in trace.input_len]) if n else np.zeros(0)
         ready = ttft + handover
         served = np.isfinite(ready)
         order = np.flatnonzero(served)[np.argsort(ready[served], kind="stable")]
