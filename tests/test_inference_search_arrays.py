@@ -16,12 +16,13 @@ from armillary.specs.workload import Inference
 @pytest.mark.parametrize(("preset", "strategy"), [
     ("llama2-7b", {"tp": 2, "pp": 2, "attention": "flash"}),
     ("mixtral-8x7b", {"tp": 4, "ep": 2, "expert_tp": 2, "attention": "flash"}),
+    ("mixtral-8x7b", {"tp": 8, "ep": 8, "expert_tp": 1, "attention_dp": 4, "attention": "flash"}),
 ])
 def test_every_batch_of_a_block_matches_its_own_estimate(preset: str, strategy: dict[str, object]) -> None:
     model, system = load_model(preset), load_system("dgx-a100", 8)
     s = Strategy.model_validate(strategy)
     w = Inference(input_len=300, output_len=40, weights="fp8", kv_cache={"precision": "fp8"})
-    batch = np.array([1.0, 3.0, 64.0, 5000.0])
+    batch = np.array([4.0, 12.0, 64.0, 20000.0])  # multiples of the attention groups
     fits, ttft, tpot, per_device, prefill = _block(ModelArrays.of(model), system, s, w, batch, 0.0)
     assert prefill == 0
     for k, b in enumerate(batch):
@@ -30,7 +31,7 @@ def test_every_batch_of_a_block_matches_its_own_estimate(preset: str, strategy: 
         assert float(ttft[k]) == pytest.approx(r.ttft_s, rel=1e-9)
         assert float(tpot[k]) == pytest.approx(r.tpot_s, rel=1e-9)
         assert float(per_device[k]) == pytest.approx(r.output_tokens_per_s_per_device, rel=1e-9)
-    assert not fits[-1]  # 5000 sequences of 340 tokens overflow the cache
+    assert not fits[-1]  # 20000 sequences of 340 tokens overflow the cache
 
 
 def test_search_over_ep_and_kv_precision_counts_every_point() -> None:
@@ -88,4 +89,18 @@ def test_search_picks_a_split_when_prefill_stalls_break_the_tpot_limit() -> None
     colocated = [c for c in static.top if c.prefill_replicas == 0]
     assert colocated and colocated[0].tpot_s < 0.04  # one static batch decodes without stalls
     for c in colocated:  # without a split the ranked figures are the estimate's own
+        assert c.output_tokens_per_s_per_device == pytest.approx(float(c.estimate.output_tokens_per_s_per_device))
+
+
+def test_attention_dp_axis_counts_and_ranks_its_points() -> None:
+    # Mixtral on 8 A100 at tp 8: attention_dp 8 needs ep = 8 (experts over all ranks); attention_dp 2 with
+    # ep 8 too; a batch that does not split over the groups does not fit
+    model, system = load_model("mixtral-8x7b"), load_system("dgx-a100", 8)
+    space = InferenceSpace(tp=(8,), ep=(8,), attention_dp=(1, 2, 8), batch=(4, 64, 256), tpot_limit_s=0.2)
+    result = search_inference(model, system, Inference(input_len=512, output_len=128), Strategy(attention="flash"),
+                              space, top_k=9)
+    assert result.points == 9
+    assert {c.strategy.attention_dp for c in result.top} == {1, 2, 8}
+    assert not any(c.strategy.attention_dp == 8 and c.batch == 4 for c in result.top)  # 4 over 8 groups
+    for c in result.top:
         assert c.output_tokens_per_s_per_device == pytest.approx(float(c.estimate.output_tokens_per_s_per_device))

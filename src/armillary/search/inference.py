@@ -44,6 +44,9 @@ class InferenceSpace(Spec):
     batch: tuple[PositiveInt, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     ep: tuple[PositiveInt, ...] = Field((1,), description="expert parallelism inside each replica's TP ranks "
                                         "(expert_tp = tp / ep); MoE models only")
+    attention_dp: tuple[PositiveInt, ...] = Field((1,), description="data-parallel attention groups per replica "
+                                                  "(SGLang --enable-dp-attention; MoE models, experts over all tp "
+                                                  "ranks: ep = tp); the batch splits over the groups")
     weights: tuple[StoredPrecision | None, ...] = (None,)
     kv_cache: tuple[StoredPrecision | None, ...] = Field((None,), description="KV-cache precisions")
     prefill_share: tuple[Annotated[float, Field(ge=0, lt=1)], ...] = Field(
@@ -104,13 +107,18 @@ def _block(m: ModelArrays, system: System, strategy: Strategy, w: Inference, bat
     r = replica_model(m, strategy, w, system)
     replicas = system.devices // r.devices
     prefill = split_replicas(replicas, share)
+    # data-parallel attention: every group runs batch / groups sequences, the groups in step
+    # (estimate_inference splits a static batch the same way)
+    groups = float(strategy.attention_dp)
+    whole, batch = batch, batch / groups
     broken = rules.failed(inference_checks(m, strategy.tp, strategy.cp, strategy.pp, strategy.ep, replicas,
                                            system.devices))
     prefill_time, decode = prefill_pass(r, w, batch), decode_phase(r, w, batch)
     memory = inference_memory(r, w, batch, batch * w.input_len)
     free, budget = kv_budget(r, w, memory)
     tier2 = system.device.second_tier
-    fits = (np.asarray(free) > 0) & (memory.kv_cache <= budget) & (not broken) & (prefill < replicas)
+    fits = ((np.asarray(free) > 0) & (memory.kv_cache <= budget) & (not broken) & (prefill < replicas)
+            & (whole % groups == 0))
     if tier2 is not None:
         fits &= memory.kv_cache_tier2 <= tier2.capacity
     prompt_s, decode_s = np.asarray(prefill_time.total), np.asarray(decode.total)
@@ -118,26 +126,28 @@ def _block(m: ModelArrays, system: System, strategy: Strategy, w: Inference, bat
     stalled = prompt_s + decode_s if continuous and prefill == 0 else decode_s
     tpot = stalled / (w.output_len - 1) if w.output_len > 1 else 0.0 * decode_s
     ttft, per_device = _pools(r, w, batch, prompt_s, decode_s, replicas, prefill)
-    return np.broadcast_to(fits, batch.shape), ttft, np.broadcast_to(tpot, batch.shape), per_device, prefill
+    return np.broadcast_to(fits, batch.shape), ttft, np.broadcast_to(tpot, batch.shape), groups * per_device, prefill
 
 
 def search_inference(model: Model, system: System, workload: Inference, base: Strategy, space: InferenceSpace,
                      top_k: int = 10) -> InferenceSearchResult:
     """Rank the points of `space` that fit and meet the limits by output tokens/s per device (ties: lower
-    TPOT, then enumeration order: tp, pp, ep, batch, weights, KV precision, prefill share)."""
+    TPOT, then enumeration order: tp, pp, ep, attention_dp, batch, weights, KV precision, prefill share)."""
     tps = space.tp or default_tp(system.devices_per_node, system.devices)
     m, batch = ModelArrays.of(model), np.asarray(space.batch, dtype=float)
     nw, nk, nb, ns = len(space.weights), len(space.kv_cache), len(batch), len(space.prefill_share)
     eps = space.ep if model.moe is not None else (1,)
-    points = len(tps) * len(space.pp) * len(eps) * nb * nw * nk * ns
+    dps = space.attention_dp if model.moe is not None else (1,)
+    points = len(tps) * len(space.pp) * len(eps) * len(dps) * nb * nw * nk * ns
     feasible, blocks = 0, list[tuple[Strategy, Inference, int]]()
     # per block: (-tokens/s per device, tpot, enumeration index, batch, block, ttft, tokens/s) of kept points
     keys: list[np.ndarray] = []
-    for layout, (tp, pp, ep) in enumerate(itertools.product(tps, space.pp, eps)):
+    for layout, (tp, pp, ep, dp) in enumerate(itertools.product(tps, space.pp, eps, dps)):
         if not (rules.replica_fits(tp, pp, system.devices).ok and rules.tp_divides_heads(tp, model.heads).ok
-                and tp % ep == 0):
+                and tp % ep == 0 and rules.attention_dp_divides_tp(dp, tp).ok
+                and rules.attention_dp_experts_span_tp(dp, ep, tp // ep, tp).ok):
             continue
-        moe = {"ep": ep, "expert_tp": tp // ep} if model.moe is not None else {}
+        moe = {"ep": ep, "expert_tp": tp // ep, "attention_dp": dp} if model.moe is not None else {}
         strategy = base.model_copy(update={"tp": tp, "pp": pp, "dp": None, **moe})
         for (i, weights), (j, kv), (q, share) in itertools.product(enumerate(space.weights),
                                                                     enumerate(space.kv_cache),
