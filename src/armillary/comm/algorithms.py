@@ -206,11 +206,13 @@ def _is_scalar(x: Array) -> bool:
 
 def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
                    algorithm: Algorithm = Algorithm.AUTO, bandwidth: Array | None = None,
-                   exclude: tuple[Algorithm, ...] = (), latency_scale: Array = 1.0) -> DimensionCost:
+                   exclude: tuple[Algorithm, ...] = (), latency_scale: Array = 1.0,
+                   protocol: int | None = None) -> DimensionCost:
     """Fastest (algorithm, protocol) for `op` of `n_bytes` over `p` ranks of one dimension, or the pinned
-    algorithm (still with its fastest protocol), leaving out `exclude`. Broadcasts over n_bytes, p and
-    `bandwidth` (which replaces the dimension's per-device bandwidth, so a search can sweep it).
-    `latency_scale` multiplies the per-step latency: the share of a flat ring's steps on this dimension."""
+    algorithm (still with its fastest protocol, or the one `protocol` indexes in PROTOCOLS), leaving out
+    `exclude`. Broadcasts over n_bytes, p and `bandwidth` (which replaces the dimension's per-device
+    bandwidth, so a search can sweep it). `latency_scale` multiplies the per-step latency: the share of a
+    flat ring's steps on this dimension."""
     scalar = (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
               and _is_scalar(latency_scale))
     if scalar and p <= 1 and algorithm is Algorithm.AUTO:
@@ -250,6 +252,8 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
             reduced = (p - 1) * n_bytes if op is Collective.ALL_REDUCE else (p - 1) / p * n_bytes
             reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
         for p_index, proto in enumerate(PROTOCOLS):
+            if protocol is not None and p_index != protocol:
+                continue
             if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
                 continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
             fixed = proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency) * latency_scale
