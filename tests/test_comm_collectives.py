@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import on_nodes
 
-from armillary.comm.algorithms import PROTOCOLS, dimension_cost
+from armillary.comm.algorithms import PROTOCOLS, dimension_cost, ring_protocols
 from armillary.comm.collectives import all_to_all_matrix, collective, send_recv
 from armillary.comm.compose import LL_NET_BUSBW, phase_message
 from armillary.plan.placement import Placement, pair_across
@@ -159,8 +159,8 @@ def test_pinned_ring_is_the_flat_ring():
     ring = collective(Collective.ALL_REDUCE, n, TWO_NODES, H100, Algorithm.RING)
     simple = PROTOCOLS[-1]
     k = len(PROTOCOLS) - 1
-    inside = dimension_cost(Collective.ALL_REDUCE, n * 7 / 8, 16, UP, RATE, Algorithm.RING, protocol=k)
-    across = dimension_cost(Collective.ALL_REDUCE, n / 8, 16, OUT, RATE, Algorithm.RING, protocol=k)
+    inside = ring_protocols(Collective.ALL_REDUCE, n * 7 / 8, 16, UP, RATE)[k]
+    across = ring_protocols(Collective.ALL_REDUCE, n / 8, 16, OUT, RATE)[k]
     latency = simple.base_latency_s + 28 * UP.latency + 2 * OUT.latency
     transfer = max(float(inside.transfer), float(across.transfer))
     assert float(ring.cost.time) == pytest.approx(latency + transfer)

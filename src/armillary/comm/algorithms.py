@@ -206,13 +206,11 @@ def _is_scalar(x: Array) -> bool:
 
 def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
                    algorithm: Algorithm = Algorithm.AUTO, bandwidth: Array | None = None,
-                   exclude: tuple[Algorithm, ...] = (), latency_scale: Array = 1.0,
-                   protocol: int | None = None) -> DimensionCost:
+                   exclude: tuple[Algorithm, ...] = (), latency_scale: Array = 1.0) -> DimensionCost:
     """Fastest (algorithm, protocol) for `op` of `n_bytes` over `p` ranks of one dimension, or the pinned
-    algorithm (still with its fastest protocol, or the one `protocol` indexes in PROTOCOLS), leaving out
-    `exclude`. Broadcasts over n_bytes, p and `bandwidth` (which replaces the dimension's per-device
-    bandwidth, so a search can sweep it). `latency_scale` multiplies the per-step latency: the share of a
-    flat ring's steps on this dimension."""
+    algorithm (still with its fastest protocol), leaving out `exclude`. Broadcasts over n_bytes, p and
+    `bandwidth` (which replaces the dimension's per-device bandwidth, so a search can sweep it).
+    `latency_scale` multiplies the per-step latency: the share of a flat ring's steps on this dimension."""
     scalar = (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
               and _is_scalar(latency_scale))
     if scalar and p <= 1 and algorithm is Algorithm.AUTO:
@@ -226,6 +224,32 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
         other = dimension_cost(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth,
                                (*exclude, Algorithm.SYNTHESIZED), latency_scale)
         return _faster(_synthesized(op, n_bytes, p, net, bandwidth), other)
+    return _fastest(*_candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth, exclude,
+                                      latency_scale, scalar))
+
+
+def ring_protocols(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
+                   bandwidth: Array | None = None, latency_scale: Array = 1.0) -> tuple[DimensionCost, ...]:
+    """The ring's cost on this dimension under each protocol (in PROTOCOLS order): a ring that spans
+    several dimensions runs one protocol on all of them (comm/compose.py). Raises where no ring runs."""
+    scalar = (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
+              and _is_scalar(latency_scale))
+    times, sents, fixeds, labels, p, _ = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, Algorithm.RING,
+                                                          bandwidth, (), latency_scale, scalar)
+    if scalar:
+        return tuple(_fastest([t], [s], [f], [label], p, scalar)
+                     for t, s, f, label in zip(times, sents, fixeds, labels, strict=True))
+    active = np.asarray(p) > 1  # a group of one does nothing
+    return tuple(DimensionCost(np.where(active, t, 0.0), np.where(active, s, 0.0), a, k, np.where(active, f, 0.0))
+                 for t, s, f, (a, k) in zip(times, sents, fixeds, labels, strict=True))
+
+
+def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
+                     algorithm: Algorithm, bandwidth: Array | None, exclude: tuple[Algorithm, ...],
+                     latency_scale: Array, scalar: bool
+                     ) -> tuple[list[Array], list[Array], list[Array], list[tuple[int, int]], Array, bool]:
+    """(times, bytes sent, fixed latencies, (algorithm, protocol) labels) of every candidate that can run,
+    with p and `scalar` for `_fastest`."""
     scale = _bandwidth_scale(net, p, bandwidth, scalar)
     if scalar:
         n_bytes, p = float(n_bytes), float(p)
@@ -252,8 +276,6 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
             reduced = (p - 1) * n_bytes if op is Collective.ALL_REDUCE else (p - 1) / p * n_bytes
             reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
         for p_index, proto in enumerate(PROTOCOLS):
-            if protocol is not None and p_index != protocol:
-                continue
             if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
                 continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
             fixed = proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency) * latency_scale
@@ -264,7 +286,7 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
     if not times:
         raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on the {net.kind.value} network "
                          f"{net.name!r}; it offers {[a.value for _, a, _ in _candidates(net) if a not in exclude]}")
-    return _fastest(times, sents, fixeds, labels, p, scalar)
+    return times, sents, fixeds, labels, p, scalar
 
 
 def _bandwidth_scale(net: NetworkDimension, p: Array, bandwidth: Array | None, scalar: bool) -> Array:

@@ -30,7 +30,14 @@ from functools import partial
 
 import numpy as np
 
-from armillary.comm.algorithms import ALGORITHMS, NOTHING, PROTOCOLS, DimensionCost, dimension_cost
+from armillary.comm.algorithms import (
+    ALGORITHMS,
+    NOTHING,
+    PROTOCOLS,
+    DimensionCost,
+    dimension_cost,
+    ring_protocols,
+)
 from armillary.numerics import Array, is_array, where
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
@@ -116,7 +123,7 @@ class _Net:
 
     def phase(self, i: int, op: Collective, n: Array, p: Array | None = None,
               exclude: tuple[Algorithm, ...] = (), algorithm: Algorithm | None = None,
-              latency_scale: Array = 1.0, protocol: int | None = None) -> DimensionCost:
+              latency_scale: Array = 1.0) -> DimensionCost:
         """`op` on dimension i over p ranks (default: the group's span there), with the dimension's fastest
         algorithm (or the collective's pinned one where it runs, or `algorithm`, which must run); infinite
         where it cannot run."""
@@ -131,13 +138,28 @@ class _Net:
         pinned = pinned if _pinnable(pinned, op, dim, exclude) else Algorithm.AUTO
         try:
             cost = dimension_cost(op, n, ranks, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i], exclude,
-                                  latency_scale, protocol)
+                                  latency_scale)
         except ValueError:
             return blocked
         if p is None:
             return cost
         return _scaled(cost, where(span > 1, 1.0, 0.0))  # a ring over all ranks only where the group spans i
 
+
+    def ring(self, i: int, op: Collective, n: Array, latency_scale: Array) -> tuple[DimensionCost, ...]:
+        """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol; nothing
+        where the group does not span i, infinite where no ring runs there."""
+        dim, span = self.system.network[i], self.group.spans[i]
+        if not np.any(np.asarray(span) > 1):
+            return (NOTHING,) * len(PROTOCOLS)
+        try:
+            costs = ring_protocols(op, n, self.group.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
+                                   latency_scale)
+        except ValueError:
+            costs = ()
+        if len(costs) != len(PROTOCOLS):
+            return (DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0),) * len(PROTOCOLS)
+        return tuple(_scaled(c, where(span > 1, 1.0, 0.0)) for c in costs)
 
 def _one_dimension_each(group: Placement) -> bool:
     """Whether the group spans at most one dimension (at every point of a sweep)."""
@@ -177,10 +199,10 @@ def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | No
     steps = _step_shares(group, count)
     across = group.size / group.spans[0]  # blocks of the innermost dimension the ring visits (NCCL's nodes)
     ll_cap = where(across <= 2, LL_NET_BUSBW[0], LL_NET_BUSBW[1])
+    per_dimension = [net.ring(i, op, n * shares[i], steps[i]) for i in range(count)]
     best: Composed | None = None
     for k, proto in enumerate(PROTOCOLS):
-        dims = tuple(net.phase(i, op, n * shares[i], p=group.size, algorithm=Algorithm.RING, latency_scale=steps[i],
-                               protocol=k) for i in range(count))
+        dims = tuple(d[k] for d in per_dimension)
         active = sum(np.where(np.asarray(d.time) > 0, 1.0, 0.0) for d in dims)
         latency = sum(d.fixed for d in dims) - np.maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
         transfer = dims[0].transfer
