@@ -33,6 +33,7 @@ import numpy as np
 
 from armillary.numerics import Array, minimum
 from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.network import SWITCHED, NetworkDimension, NetworkKind
 
 
@@ -259,9 +260,8 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     times, fixeds, sents, labels = [], [], [], []
     reduces = op.reduces
     ring_hops = _ring_hops(net, p)
-    ramp = 1.0 if net.size_efficiency is None else net.size_efficiency(n_bytes)
-    if scalar and not isinstance(ramp, float):
-        ramp = float(ramp)
+    ramp = _ramp(net.size_efficiency, n_bytes, scalar)
+    tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     for a_index, alg, link in _candidates(net):
         if (algorithm is not Algorithm.AUTO and alg is not algorithm) or alg in exclude:
             continue
@@ -279,7 +279,8 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
             if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
                 continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
             fixed = proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency) * latency_scale
-            times.append(fixed + sent / (proto.bandwidth_factor * link * scale * ramp) + reduce_time)
+            ramped = tree_ramp if alg is Algorithm.TREE else ramp
+            times.append(fixed + sent / (proto.bandwidth_factor * link * scale * ramped) + reduce_time)
             fixeds.append(fixed)
             sents.append(sent)
             labels.append((a_index, p_index))
@@ -287,6 +288,14 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on the {net.kind.value} network "
                          f"{net.name!r}; it offers {[a.value for _, a, _ in _candidates(net) if a not in exclude]}")
     return times, sents, fixeds, labels, p, scalar
+
+
+def _ramp(curve: EfficiencyCurve | None, n_bytes: Array, scalar: bool) -> Array:
+    """A size-efficiency curve read at the message (1 where the dimension has none)."""
+    if curve is None:
+        return 1.0
+    value = curve(n_bytes)
+    return float(value) if scalar else value
 
 
 def _bandwidth_scale(net: NetworkDimension, p: Array, bandwidth: Array | None, scalar: bool) -> Array:
