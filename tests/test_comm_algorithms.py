@@ -14,6 +14,7 @@ from hypothesis import strategies as hs
 
 from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS, dimension_cost
 from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.network import NetworkDimension, NetworkKind
 
 NET = NetworkDimension(name="test switch", kind="switch", bandwidth=50e9, latency=2e-6, efficiency=0.8,
@@ -185,3 +186,15 @@ def test_arrays_give_the_scalar_costs(sizes, data, net, op):
         one = cost(op, n, p, net=network)
         assert at_once.time[i] == pytest.approx(float(one.time), rel=1e-12)
         assert at_once.algorithm[i] == one.algorithm and at_once.protocol[i] == one.protocol
+
+
+def test_the_tree_reads_its_own_size_curve_and_the_ring_the_dimension_s():
+    """`tree_size_efficiency` (fitted on a sweep that ran the tree) slows the tree only: at 4 MiB a curve of
+    0.5 doubles the tree's transfer time; the ring keeps `size_efficiency` (none here: full rate)."""
+    half = EfficiencyCurve(points=((1.0, 0.5), (1e12, 0.5)))
+    net = NET.model_copy(update={"algorithms": (Algorithm.RING, Algorithm.TREE), "tree_size_efficiency": half})
+    n, p = 4 * 2.0**20, 8
+    for alg in (Algorithm.RING, Algorithm.TREE):
+        plain, curved = cost(Collective.ALL_REDUCE, n, p, alg), cost(Collective.ALL_REDUCE, n, p, alg, net=net)
+        factor = 2.0 if alg is Algorithm.TREE else 1.0
+        assert float(curved.transfer) == pytest.approx(factor * float(plain.transfer))

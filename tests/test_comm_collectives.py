@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from conftest import on_nodes
 
-from armillary.comm.algorithms import PROTOCOLS, dimension_cost
+from armillary.comm.algorithms import PROTOCOLS, dimension_cost, ring_protocols
 from armillary.comm.collectives import all_to_all_matrix, collective, send_recv
-from armillary.comm.compose import phase_message
+from armillary.comm.compose import LL_NET_BUSBW, phase_message
 from armillary.plan.placement import Placement, pair_across
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_system
@@ -152,18 +152,29 @@ def test_matrix_must_match_the_group():
 
 def test_pinned_ring_is_the_flat_ring():
     """NCCL_ALGO=Ring over 2 nodes: one ring of 16 ranks; 7 of each 8 of its edges run on NVLink, 1 on the
-    rails (f = 7/8, 1/8); a chunk crosses 2(p-1) f_i edges of each dimension, each with that dimension's
-    per-step latency (NCCL tuning.cc: 2(nNodes-1) network steps, not 2(p-1)); the slower dimension paces it."""
+    rails (f = 7/8, 1/8: the bytes each dimension carries). NCCL's ring model (tuning.cc): one protocol for
+    the whole ring, latency = base + 28 intra-node steps x NVLink latency + 2(nNodes-1) = 2 network steps x
+    network latency, plus the bytes at the slower dimension's rate."""
     n = GiB
     ring = collective(Collective.ALL_REDUCE, n, TWO_NODES, H100, Algorithm.RING)
-    inside = dimension_cost(Collective.ALL_REDUCE, n * 7 / 8, 16, UP, RATE, Algorithm.RING, latency_scale=7 / 8)
-    across = dimension_cost(Collective.ALL_REDUCE, n / 8, 16, OUT, RATE, Algorithm.RING, latency_scale=1 / 8)
-    assert float(ring.cost.time) == pytest.approx(max(float(inside.time), float(across.time)))
     simple = PROTOCOLS[-1]
-    assert int(across.protocol) == len(PROTOCOLS) - 1  # 1 GiB runs the Simple protocol
-    assert float(across.fixed) == pytest.approx(simple.base_latency_s + 30 / 8 * OUT.latency)
+    k = len(PROTOCOLS) - 1
+    inside = ring_protocols(Collective.ALL_REDUCE, n * 7 / 8, 16, UP, RATE)[k]
+    across = ring_protocols(Collective.ALL_REDUCE, n / 8, 16, OUT, RATE)[k]
+    latency = simple.base_latency_s + 28 * UP.latency + 2 * OUT.latency
+    transfer = max(float(inside.transfer), float(across.transfer))
+    assert float(ring.cost.time) == pytest.approx(latency + transfer)
+    assert int(ring.dimensions[1].protocol) == k  # 1 GiB runs the Simple protocol
     assert float(ring.cost.scale_out_bytes) == pytest.approx(2 * 15 / 16 * n / 8)
     assert ring.composition_name == "flat_ring"
+
+
+def test_ring_across_nodes_caps_ll_bandwidth():
+    """LL across 2 nodes runs at most at NCCL's llMaxBw bus bandwidth (39 GB/s on x86 Intel hosts,
+    tuning.cc): a 1 MiB ring all-reduce over 2 nodes is never faster than 2(p-1)/p x 1 MiB / 39 GB/s."""
+    n = 2.0**20
+    ring = collective(Collective.ALL_REDUCE, n, TWO_NODES, H100, Algorithm.RING)
+    assert float(ring.cost.time) >= 2 * 15 / 16 * n / LL_NET_BUSBW[0]
 
 
 def test_pinned_algorithm_applies_where_it_runs():

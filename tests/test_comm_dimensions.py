@@ -80,10 +80,10 @@ def test_nccl_flat_ring_runs_at_the_node_nic_bound():
     h100 = load_system("dgx-h100", 64)
     group = whole(h100)
     got = collective(Collective.ALL_REDUCE, 16 * GiB, group, h100, Algorithm.RING)
-    nic = h100.network[1]
+    nvlink, nic = h100.network
     rail = 2 * 63 / 64 * 16 * GiB / 8  # each device's share of the ring's crossings
-    # a chunk crosses 2(p-1) edges, 1/8 of them on the rails (NCCL: 2(nNodes-1) network steps)
-    steps = SIMPLE.base_latency_s + 2 * 63 / 8 * nic.latency
+    # NCCL tuning.cc: of the 2(p-1) = 126 steps, 2(nNodes-1) = 14 cross the network, the rest NVLink
+    steps = SIMPLE.base_latency_s + 112 * nvlink.latency + 14 * nic.latency
     assert float(got.cost.time) == pytest.approx(steps + rail / (nic.bandwidth * nic.efficiency))
     busbw = 16 * GiB / float(got.cost.time) * 2 * 63 / 64
     assert 0.97 * 8 * nic.bandwidth * nic.efficiency < busbw < 8 * nic.bandwidth * nic.efficiency

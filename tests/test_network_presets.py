@@ -46,7 +46,8 @@ def test_cloud_instance_text_names_its_preset(gpu, preset):
 def test_the_tree_runs_at_its_own_efficiency():
     """Double binary tree over 4 ranks: busiest rank sends min(p, 4)/2 n = 2n at tree_efficiency x bandwidth."""
     nic = load_system("dgx-h100", 32).network[1].model_copy(
-        update={"size_efficiency": None, "efficiency": 0.9, "tree_efficiency": 0.5, "algorithms": (Algorithm.TREE,)})
+        update={"size_efficiency": None, "tree_size_efficiency": None, "efficiency": 0.9, "tree_efficiency": 0.5,
+                "algorithms": (Algorithm.TREE,)})
     cost = dimension_cost(Collective.ALL_REDUCE, GiB, 4, nic, 1e12, Algorithm.TREE)
     assert float(cost.transfer) == pytest.approx(2 * GiB / (0.5 * nic.bandwidth))
     ring = dimension_cost(Collective.ALL_REDUCE, GiB, 4, nic.model_copy(update={"algorithms": (Algorithm.RING,)}),

@@ -4,15 +4,17 @@ CSV with one id prefix, and print the fitted fields to paste into the system pre
 description per system, fitted on one sweep, then checked on every other row of that fabric.
 
 Run: python tools/calibrate_fabric.py SYSTEM ROW-PREFIX [--then ROW-PREFIX] [--csv PATH]
-  --then   a second sweep that runs another algorithm (an auto sweep whose largest message runs NCCL's tree,
-           after a NCCL_ALGO=Ring sweep): only that algorithm's large-message efficiency is fitted on it
-           (comm.calibration.fit_efficiency); the latency and size ramp stay those of the first sweep
+  --then   a second sweep that runs another algorithm: its large-message efficiency is fitted on it
+           (comm.calibration.fit_efficiency); the latency and size ramp stay those of the first sweep. Where the
+           first sweep's largest message ran NCCL's tree and the second pins the ring, the first ramp becomes the
+           tree's (tree_size_efficiency) and the ring's efficiency and ramp are fitted on the second
+           (comm.calibration.fit_ring_after_tree)
 
 The smallest size of a sweep is left out: its out-of-place time carries NCCL's one-off start-up cost
 (the CSV notes say so for these sweeps). Times are read as given (us) or from busbw through the bus factor.
 
 What the shipped presets were calibrated on (README, "Cloud fabrics and calibrated scale-out"):
-  dgx-h100 (InfiniBand NDR):     CO-H100-IBNDR-2N-AR-gj-ring --then CO-H100-IBNDR-2N-AR-qoofyk
+  dgx-h100 (InfiniBand NDR):     CO-H100-IBNDR-2N-AR-qoofyk --then CO-H100-IBNDR-2N-AR-gj-ring
   gcp-a3-mega (GPUDirect-TCPXO): CO-H100-GCPA3M-2N-AR
   gcp-a4 (RoCE, gIB plugin):     CO-B200-GCPA4-2N-AG
 """
@@ -25,7 +27,14 @@ from pathlib import Path
 
 import yaml
 
-from armillary.comm.calibration import Measurement, chosen_algorithm, fit_efficiency, fit_tier, fitted_dimension
+from armillary.comm.calibration import (
+    Measurement,
+    chosen_algorithm,
+    fit_efficiency,
+    fit_ring_after_tree,
+    fit_tier,
+    fitted_dimension,
+)
 from armillary.comm.sweep import bus_factor
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
@@ -74,15 +83,23 @@ def main(argv: list[str]) -> None:
         algorithm = pinned_algorithm(then[0]["op"].lower(), then[0]["metric"].lower())
         if algorithm is Algorithm.AUTO:  # what the fitted system runs for the largest message of that sweep
             algorithm = chosen_algorithm(points2, op2, gpus2, fitted)
-        fitted = fit_efficiency(points2, op2, gpus2, fitted, algorithm)
-        note += f"; {algorithm.value} efficiency on {then[0]['id'].rsplit('-', 1)[0]} ({gpus2} GPUs)"
+        if algorithm is Algorithm.RING and chosen_algorithm(points, op, gpus, fitted) is Algorithm.TREE:
+            # the first sweep ran the tree, the second pins the ring: the first's size curve is the tree's,
+            # the ring's efficiency and size curve come from its own sweep
+            fitted = fit_ring_after_tree(points2, op2, gpus2, fitted)
+            note += f"; ring efficiency and size curve on {then[0]['id'].rsplit('-', 1)[0]} ({gpus2} GPUs)"
+        else:
+            fitted = fit_efficiency(points2, op2, gpus2, fitted, algorithm)
+            note += f"; {algorithm.value} efficiency on {then[0]['id'].rsplit('-', 1)[0]} ({gpus2} GPUs)"
     tier = fitted_dimension(system, gpus)
     dim = fitted.network[tier]
     out: dict[str, object] = {"latency": f"{dim.latency * 1e6:.3g} us", "efficiency": round(dim.efficiency, 4)}
     if dim.tree_efficiency is not None:
         out["tree_efficiency"] = round(dim.tree_efficiency, 4)
-    if dim.size_efficiency is not None:
-        out["size_efficiency"] = {"points": [[int(x), round(y, 4)] for x, y in dim.size_efficiency.points]}
+    for field in ("size_efficiency", "tree_size_efficiency"):
+        curve = getattr(dim, field)
+        if curve is not None:
+            out[field] = {"points": [[int(x), round(y, 4)] for x, y in curve.points]}
     print(f"# {system_name}, dimension {tier} ({dim.name}), fitted on {note}")
     print(yaml.safe_dump(out, sort_keys=False, default_flow_style=None, width=10_000), end="")
 

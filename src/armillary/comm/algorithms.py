@@ -33,6 +33,7 @@ import numpy as np
 
 from armillary.numerics import Array, minimum
 from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.network import SWITCHED, NetworkDimension, NetworkKind
 
 
@@ -224,6 +225,32 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
         other = dimension_cost(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth,
                                (*exclude, Algorithm.SYNTHESIZED), latency_scale)
         return _faster(_synthesized(op, n_bytes, p, net, bandwidth), other)
+    return _fastest(*_candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth, exclude,
+                                      latency_scale, scalar))
+
+
+def ring_protocols(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
+                   bandwidth: Array | None = None, latency_scale: Array = 1.0) -> tuple[DimensionCost, ...]:
+    """The ring's cost on this dimension under each protocol (in PROTOCOLS order): a ring that spans
+    several dimensions runs one protocol on all of them (comm/compose.py). Raises where no ring runs."""
+    scalar = (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
+              and _is_scalar(latency_scale))
+    times, sents, fixeds, labels, p, _ = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, Algorithm.RING,
+                                                          bandwidth, (), latency_scale, scalar)
+    if scalar:
+        return tuple(_fastest([t], [s], [f], [label], p, scalar)
+                     for t, s, f, label in zip(times, sents, fixeds, labels, strict=True))
+    active = np.asarray(p) > 1  # a group of one does nothing
+    return tuple(DimensionCost(np.where(active, t, 0.0), np.where(active, s, 0.0), a, k, np.where(active, f, 0.0))
+                 for t, s, f, (a, k) in zip(times, sents, fixeds, labels, strict=True))
+
+
+def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
+                     algorithm: Algorithm, bandwidth: Array | None, exclude: tuple[Algorithm, ...],
+                     latency_scale: Array, scalar: bool
+                     ) -> tuple[list[Array], list[Array], list[Array], list[tuple[int, int]], Array, bool]:
+    """(times, bytes sent, fixed latencies, (algorithm, protocol) labels) of every candidate that can run,
+    with p and `scalar` for `_fastest`."""
     scale = _bandwidth_scale(net, p, bandwidth, scalar)
     if scalar:
         n_bytes, p = float(n_bytes), float(p)
@@ -233,9 +260,8 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
     times, fixeds, sents, labels = [], [], [], []
     reduces = op.reduces
     ring_hops = _ring_hops(net, p)
-    ramp = 1.0 if net.size_efficiency is None else net.size_efficiency(n_bytes)
-    if scalar and not isinstance(ramp, float):
-        ramp = float(ramp)
+    ramp = _ramp(net.size_efficiency, n_bytes, scalar)
+    tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     for a_index, alg, link in _candidates(net):
         if (algorithm is not Algorithm.AUTO and alg is not algorithm) or alg in exclude:
             continue
@@ -253,14 +279,23 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
             if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
                 continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
             fixed = proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency) * latency_scale
-            times.append(fixed + sent / (proto.bandwidth_factor * link * scale * ramp) + reduce_time)
+            ramped = tree_ramp if alg is Algorithm.TREE else ramp
+            times.append(fixed + sent / (proto.bandwidth_factor * link * scale * ramped) + reduce_time)
             fixeds.append(fixed)
             sents.append(sent)
             labels.append((a_index, p_index))
     if not times:
         raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on the {net.kind.value} network "
                          f"{net.name!r}; it offers {[a.value for _, a, _ in _candidates(net) if a not in exclude]}")
-    return _fastest(times, sents, fixeds, labels, p, scalar)
+    return times, sents, fixeds, labels, p, scalar
+
+
+def _ramp(curve: EfficiencyCurve | None, n_bytes: Array, scalar: bool) -> Array:
+    """A size-efficiency curve read at the message (1 where the dimension has none)."""
+    if curve is None:
+        return 1.0
+    value = curve(n_bytes)
+    return float(value) if scalar else value
 
 
 def _bandwidth_scale(net: NetworkDimension, p: Array, bandwidth: Array | None, scalar: bool) -> Array:

@@ -111,7 +111,7 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
     system = system.with_devices(gpus) if gpus != system.devices else system
     tier = fitted_dimension(system, gpus)
     points = sorted(measurements, key=lambda m: m.size_bytes)
-    base = _with(system, tier, size_efficiency=None)
+    base = _with(system, tier, size_efficiency=None, tree_size_efficiency=None)
 
     # 1. asymptote: the efficiency of the algorithm the largest message uses, so that it takes its measured
     # time; 2. latency: least squares in log time over the small messages. Each shifts the other a little:
@@ -130,10 +130,19 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
     base = _fit_asymptote(base, tier, field, chosen, largest, op, gpus)  # the largest message exactly
 
     # 3. size efficiency: the bandwidth multiplier that reproduces each measured time (bisection)
+    base = _fit_ramp(base, tier, points, op, gpus, algorithm)
+    return base.resized(given.sizes)
+
+
+def _fit_ramp(base: System, tier: int, points: Sequence[Measurement], op: Collective, gpus: int,
+              algorithm: Algorithm) -> System:
+    """`size_efficiency` of the tier: per measured size, the bandwidth multiplier (bisection) that gives the
+    measured time, forced non-decreasing; none where every size is met at full rate."""
     def too_low(mid: float, m: Measurement) -> bool:
         trial = _with(base, tier, size_efficiency=EfficiencyCurve(points=((1.0, mid),)))
         return _time(op, m.size_bytes, trial, gpus, algorithm)[0] >= m.time_s
 
+    base = _with(base, tier, size_efficiency=None)
     ramp = []
     for m in points:
         if _time(op, m.size_bytes, base, gpus, algorithm)[0] >= m.time_s:
@@ -149,7 +158,24 @@ def fit_tier(measurements: Sequence[Measurement], op: Collective, gpus: int, sys
         at = [float(phase_message(op, m.size_bytes, group, tier)) for m in points]
         curve = EfficiencyCurve(points=tuple((x, float(r)) for x, r in zip(at, ramp, strict=True)))
         base = _with(base, tier, size_efficiency=curve)
-    return base.resized(given.sizes)
+    return base
+
+
+def fit_ring_after_tree(measurements: Sequence[Measurement], op: Collective, gpus: int, system: System) -> System:
+    """`system`, calibrated on a sweep whose large messages ran the tree, with a pinned-ring sweep's own
+    figures: the first sweep's size curve becomes the tree's (`tree_size_efficiency`; NCCL corrects its
+    model by size for trees only, tuning.cc treeCorrectionFactor), and the ring's efficiency and size
+    curve are fitted on `measurements` (the latency stays)."""
+    given = system
+    system = system.with_devices(gpus) if gpus != system.devices else system
+    tier = fitted_dimension(system, gpus)
+    dim = system.network[tier]
+    split = _with(system, tier, tree_size_efficiency=dim.tree_size_efficiency or dim.size_efficiency,
+                  size_efficiency=None)
+    points = sorted(measurements, key=lambda m: m.size_bytes)
+    fitted = _fit_asymptote(split, tier, "efficiency", Algorithm.RING, points[-1], op, gpus)
+    fitted = _fit_ramp(fitted, tier, points, op, gpus, Algorithm.RING)
+    return _fit_asymptote(fitted, tier, "efficiency", Algorithm.RING, points[-1], op, gpus).resized(given.sizes)
 
 
 def fit_efficiency(measurements: Sequence[Measurement], op: Collective, gpus: int, system: System,

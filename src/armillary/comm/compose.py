@@ -30,7 +30,14 @@ from functools import partial
 
 import numpy as np
 
-from armillary.comm.algorithms import ALGORITHMS, NOTHING, PROTOCOLS, DimensionCost, dimension_cost
+from armillary.comm.algorithms import (
+    ALGORITHMS,
+    NOTHING,
+    PROTOCOLS,
+    DimensionCost,
+    dimension_cost,
+    ring_protocols,
+)
 from armillary.numerics import Array, is_array, where
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
@@ -45,6 +52,17 @@ PIPELINE_CHUNK_BYTES = MIB
 _RINGS = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.BROADCAST,
           Collective.REDUCE)
 _SMALLEST_BASE = min(proto.base_latency_s for proto in PROTOCOLS)
+# NCCL tuning.cc (llMaxBws, x86 Intel hosts, as in the shipped GPU presets): the LL ring's bus bandwidth across
+# 2 nodes and across 3 or more (the network proxy moves LL's flagged 8-byte lines); bytes/s
+LL_NET_BUSBW = (39.0e9, 20.4e9)
+# bytes each rank sends in a ring over p ranks (the bus-bandwidth numerator, docs/formulas.md §1.4)
+_RING_BYTES: dict[Collective, Callable[[Array, Array], Array]] = {
+    Collective.ALL_REDUCE: lambda n, p: 2 * (p - 1) / p * n,
+    Collective.REDUCE_SCATTER: lambda n, p: (p - 1) / p * n,
+    Collective.ALL_GATHER: lambda n, p: (p - 1) / p * n,
+    Collective.BROADCAST: lambda n, p: n,
+    Collective.REDUCE: lambda n, p: n,
+}
 
 
 @dataclass(frozen=True)
@@ -128,6 +146,21 @@ class _Net:
         return _scaled(cost, where(span > 1, 1.0, 0.0))  # a ring over all ranks only where the group spans i
 
 
+    def ring(self, i: int, op: Collective, n: Array, latency_scale: Array) -> tuple[DimensionCost, ...]:
+        """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol; nothing
+        where the group does not span i, infinite where no ring runs there."""
+        dim, span = self.system.network[i], self.group.spans[i]
+        if not np.any(np.asarray(span) > 1):
+            return (NOTHING,) * len(PROTOCOLS)
+        try:
+            costs = ring_protocols(op, n, self.group.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
+                                   latency_scale)
+        except ValueError:
+            costs = ()
+        if len(costs) != len(PROTOCOLS):
+            return (DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0),) * len(PROTOCOLS)
+        return tuple(_scaled(c, where(span > 1, 1.0, 0.0)) for c in costs)
+
 def _one_dimension_each(group: Placement) -> bool:
     """Whether the group spans at most one dimension (at every point of a sweep)."""
     spanned = sum(np.asarray(s) > 1 for s in group.spans)
@@ -153,21 +186,44 @@ def _build(kind: Composition, op: Collective, n: Array, net: _Net) -> Composed |
 
 
 def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | None:
-    """One ring through all ranks; dimension i carries the share f_i of its edges."""
+    """One ring through all ranks, run with one protocol (the fastest); dimension i carries the share f_i
+    of its edges. NCCL's ring model (src/graph/tuning.cc, ncclTopoTuneModel): time = latency + bytes /
+    bandwidth, where the latency adds up the ring's steps, each at the latency of the link it crosses
+    (base + intra-node steps x intra latency + inter-node steps x network latency: `_step_shares`) and the
+    slowest link sets the bandwidth. Across nodes, LL's bus bandwidth is capped (`LL_NET_BUSBW`)."""
     if op not in _RINGS:
         return None
-    group, dims = net.group, []
-    for i in range(len(net.system.network)):
-        span, inner = group.spans[i], group.inner(i)
-        share = where(net.top(i), 1.0 / inner, (span - 1) / (inner * span))
-        # a chunk passes 2(p-1) edges, the share f_i of them on dimension i: that dimension's per-step latency
-        # counts f_i times (NCCL tuning.cc: ring latency = intra-node steps x intra latency + 2(nNodes-1) x
-        # network latency); the slowest dimension, latency and bandwidth together, paces the ring
-        dims.append(net.phase(i, op, n * share, p=group.size, algorithm=Algorithm.RING, latency_scale=share))
-    time = dims[0].time
-    for d in dims[1:]:
-        time = np.maximum(time, d.time) if is_array(time) or is_array(d.time) else max(time, d.time)
-    return Composed(time, tuple(dims), index)
+    group, count = net.group, len(net.system.network)
+    shares = [where(net.top(i), 1.0 / group.inner(i), (group.spans[i] - 1) / (group.inner(i) * group.spans[i]))
+              for i in range(count)]
+    steps = _step_shares(group, count)
+    across = group.size / group.spans[0]  # blocks of the innermost dimension the ring visits (NCCL's nodes)
+    ll_cap = where(across <= 2, LL_NET_BUSBW[0], LL_NET_BUSBW[1])
+    per_dimension = [net.ring(i, op, n * shares[i], steps[i]) for i in range(count)]
+    best: Composed | None = None
+    for k, proto in enumerate(PROTOCOLS):
+        dims = tuple(d[k] for d in per_dimension)
+        active = sum(np.where(np.asarray(d.time) > 0, 1.0, 0.0) for d in dims)
+        latency = sum(d.fixed for d in dims) - np.maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
+        transfer = dims[0].transfer
+        for d in dims[1:]:
+            transfer = np.maximum(transfer, d.transfer)
+        if proto.name == "LL":
+            transfer = where(across > 1, np.maximum(transfer, _RING_BYTES[op](n, group.size) / ll_cap), transfer)
+        time = latency + transfer
+        built = Composed(time if is_array(time) else float(time), dims, index)
+        best = built if best is None else _faster(best, built)
+    return best
+
+
+def _step_shares(group: Placement, count: int) -> list[Array]:
+    """The share of a flat ring's steps that cross dimension i (its latency counts that often): NCCL counts
+    2(N-1) of an all-reduce's 2(p-1) steps as inter-node on N nodes (tuning.cc), the rest intra-node; in
+    general c_i = (p / inner_i - 1) / (p - 1) of the steps leave a block of the dimensions below i, and
+    dimension i takes c_i - c_(i+1)."""
+    p = group.size
+    left = [where(p > 1, (p / group.inner(i) - 1) / np.maximum(p - 1, 1), 0.0) for i in range(count)] + [0.0]
+    return [left[i] - left[i + 1] for i in range(count)]
 
 
 def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) -> Composed:

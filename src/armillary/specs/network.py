@@ -95,6 +95,10 @@ class NetworkDimension(Spec):
     size_efficiency: EfficiencyCurve | None = Field(
         None, description="bandwidth multiplier vs message bytes (ramp-up of mid-size messages), fitted from "
         "nccl-tests sweeps by `armillary calibrate-network`")
+    tree_size_efficiency: EfficiencyCurve | None = Field(
+        None, description="the tree's own size-efficiency curve, where a sweep that ran the tree fitted it and "
+        "a pinned-ring sweep fitted `size_efficiency` (NCCL corrects its model by message size for trees only: "
+        "treeCorrectionFactor, tuning.cc); default: `size_efficiency`")
     oversubscription: float = Field(1.0, ge=1.0, description="fat-tree: bandwidth above the leaves is divided")
     leaf_size: PositiveInt | None = Field(
         None, description="fat-tree: positions under one leaf switch; a group inside one leaf is not "
