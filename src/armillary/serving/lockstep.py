@@ -16,7 +16,7 @@ import numpy as np
 from armillary.estimate.dp_attention import dp_attention_parts
 from armillary.estimate.inference import ReplicaModel
 from armillary.serving.engine import Overheads
-from armillary.serving.scheduler import ReplicaState
+from armillary.serving.scheduler import ReplicaState, Schedule
 from armillary.serving.simulate import IterationCost, ReplicaRun, RequestTimes, SchedulerLimits
 from armillary.serving.trace import Trace
 
@@ -54,9 +54,9 @@ class GroupStepCost:
         return float(dp_attention_parts(r, tokens / r.attention_dp, float(tokens))[1].total)
 
 
-def _plan(s: ReplicaState) -> dict[int, int]:
+def _plan(s: ReplicaState) -> Schedule:
     """The group's next iteration, as `simulate.simulate_replica` schedules it."""
-    schedule: dict[int, int] = {}
+    schedule = Schedule()
     if not s.running and not s.waiting:
         return schedule
     prefill_phase = s.prefill_phase()
@@ -86,8 +86,7 @@ def simulate_groups(traces: list[Trace], cost: GroupStepCost, limits: list[Sched
         own, tokens = [], 0
         for s, schedule in zip(states, plans, strict=True):
             if schedule:
-                ids = np.fromiter(schedule.keys(), np.int64, len(schedule))
-                new = np.fromiter(schedule.values(), np.int64, len(schedule))
+                ids, new = schedule.arrays()
                 emitting = int((s.cached[ids] + new >= s.target[ids]).sum())
                 own.append(cost.group(new, s.cached[ids], emitting) + s.extra_s)
                 tokens += int(new.sum())

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from armillary.estimate.inference import kv_pages
+from armillary.serving.kernels import running_fit
 from armillary.serving.trace import Trace
 from armillary.specs.workload import Policy
 
@@ -23,6 +24,37 @@ if TYPE_CHECKING:
     from armillary.serving.simulate import SchedulerLimits
 
 Cost = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+_NONE = np.zeros(0, np.int64)
+
+
+class Schedule:
+    """New tokens of each sequence scheduled for an iteration, in order: the running sequences taken at
+    once (arrays, `ReplicaState._all_running_fit`), then sequences added one by one."""
+
+    def __init__(self) -> None:
+        self.ids, self.want = _NONE, _NONE
+        self.each: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.ids) + len(self.each)
+
+    def __setitem__(self, idx: int, want: int) -> None:
+        self.each[idx] = want
+
+    def pop(self, idx: int) -> None:
+        """Unschedule a sequence added one by one (those taken at once are never preempted)."""
+        self.each.pop(idx, None)
+
+    def tokens(self) -> int:
+        return int(self.want.sum()) + sum(self.each.values())
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sequences, their new tokens)."""
+        if not self.each:
+            return self.ids, self.want
+        ids = np.fromiter(self.each.keys(), np.int64, len(self.each))
+        want = np.fromiter(self.each.values(), np.int64, len(self.each))
+        return np.concatenate((self.ids, ids)), np.concatenate((self.want, want))
 
 
 class ReplicaState:
@@ -136,12 +168,12 @@ class ReplicaState:
         return 1 if left <= 0 else min(left, budget)
 
     # ---- one iteration --------------------------------------------------------------------------------
-    def schedule_running(self, schedule: dict[int, int], budget: int) -> int:
+    def schedule_running(self, schedule: Schedule, budget: int) -> int:
         """Running sequences in admission order as far as the token budget goes; when pages run out the
         newest sequence is preempted. Returns the budget left."""
         running = self.running
         if running and self._all_running_fit(schedule):
-            return budget - sum(schedule.values())
+            return budget - schedule.tokens()
         i = 0
         while i < len(running) and budget > 0:
             idx = running[i]
@@ -150,7 +182,7 @@ class ReplicaState:
             while need > self.free and running[-1] != idx:  # preempt the newest sequence
                 victim = running.pop()
                 self.preempt(victim)
-                schedule.pop(victim, None)
+                schedule.pop(victim)
             if need > self.free:  # not even this one fits: it waits
                 running.pop(i)
                 self.preempt(idx)
@@ -161,27 +193,20 @@ class ReplicaState:
             i += 1
         return budget
 
-    def _all_running_fit(self, schedule: dict[int, int]) -> bool:
+    def _all_running_fit(self, schedule: Schedule) -> bool:
         """Schedule the running sequences that the budget reaches at once when their pages all fit (the
         budget is then spent or every running sequence scheduled)."""
-        budget = self.limits.max_batched_tokens
         ids = np.array(self.running, np.int64)
-        want = np.maximum(self.target[ids] - self.cached[ids], 1)
-        before = np.cumsum(want) - want
-        m = int(np.searchsorted(before, budget, side="left"))
-        ids, want = ids[:m], np.minimum(want[:m], budget - before[:m])
-        tokens = self.cached[ids] + want
-        if self.limits.policy is Policy.GUARANTEED_NO_EVICT:
-            tokens = np.maximum(tokens, self.n_in[ids] + self.n_out[ids])
-        need = np.maximum(kv_pages(tokens, self.limits.block_tokens) - self.blocks[ids], 0)
-        if int(need.sum()) > self.free or self.swapped[ids].any():
+        taken, want = running_fit(ids, self.target, self.cached, self.n_in, self.n_out, self.blocks, self.swapped,
+                                  self.limits.max_batched_tokens, self.limits.block_tokens,
+                                  self.limits.policy is Policy.GUARANTEED_NO_EVICT, self.free)
+        if taken < 0:
             return False
-        self.free -= int(need.sum())
-        self.blocks[ids] += need
-        schedule.update(zip(ids.tolist(), want.tolist(), strict=True))
+        self.free -= taken
+        schedule.ids, schedule.want = ids[:len(want)], want
         return True
 
-    def admit(self, schedule: dict[int, int], budget: int, prefill_phase: bool) -> None:
+    def admit(self, schedule: Schedule, budget: int, prefill_phase: bool) -> None:
         """Admit waiting requests, in order, while sequences, tokens and pages allow."""
         lim = self.limits
         while (self.waiting and len(self.running) < lim.max_batch and budget > 0
@@ -212,9 +237,8 @@ class ReplicaState:
         head = self.waiting[0]
         return self.need(head, max(int(self.target[head] - self.cached[head]), 1)) <= self.free
 
-    def run_iteration(self, schedule: dict[int, int], cost: Cost) -> None:
-        ids = np.fromiter(schedule.keys(), np.int64, len(schedule))
-        new = np.fromiter(schedule.values(), np.int64, len(schedule))
+    def run_iteration(self, schedule: Schedule, cost: Cost) -> None:
+        ids, new = schedule.arrays()
         emits = self.cached[ids] + new >= self.target[ids]
         self.now += float(cost(new, self.cached[ids], int(emits.sum()))[0]) + self.extra_s
         self.extra_s = 0.0
