@@ -24,39 +24,63 @@ def _attention(flop: float, moved: float, cached: float, roofline: np.ndarray) -
     return core, roofline[4] * cached
 
 
-@numba.njit(cache=True)
-def iteration_time(new: np.ndarray, past: np.ndarray, fitted: np.ndarray, roofline: np.ndarray, layers: float,
-                   head: float) -> float:
-    """One iteration over sequences of `new` tokens each over `past` cached ones: the layers' part and
-    the head (tabulated, given) plus the attention of the summed op."""
+@numba.njit(cache=True, inline="always")
+def _column(new: np.ndarray, past: np.ndarray, fitted: np.ndarray, roofline: np.ndarray) -> tuple[float, float, int]:
+    """(attention kernels, second-tier reads, new tokens) of one iteration over sequences of `new` tokens
+    each over `past` cached ones: the attention of the summed op."""
     flop = moved = cached = 0.0
+    tokens = 0
     for i in range(len(new)):
         q, p = float(new[i]), float(past[i])
         o = 3 if q <= 1 else 0  # decode steps (MLA's absorbed form)
         flop += fitted[o] * q * (2 * p + q) / 2
         moved += fitted[o + 1] * q + fitted[o + 2] * p
         cached += p
+        tokens += new[i]
     core, remote = _attention(flop, moved, cached, roofline)
+    return core, remote, tokens
+
+
+@numba.njit(cache=True)
+def iteration_time(new: np.ndarray, past: np.ndarray, fitted: np.ndarray, roofline: np.ndarray, layers: float,
+                   head: float) -> float:
+    """One iteration: the layers' part and the head (given) plus the attention."""
+    core, remote, _ = _column(new, past, fitted, roofline)
     return layers + core + remote + head
 
 
 @numba.njit(cache=True)
-def decode_stretch(ids: np.ndarray, cached: np.ndarray, generated: np.ndarray, blocks: np.ndarray,
-                   n_out: np.ndarray, free: int, block_tokens: int, now: float, upcoming: float, cap: int,
-                   fitted: np.ndarray, roofline: np.ndarray, layers: float, head: float,
-                   times: np.ndarray) -> tuple[int, float, int]:
+def tabulated_time(new: np.ndarray, past: np.ndarray, emitting: int, fitted: np.ndarray, roofline: np.ndarray,
+                   by_tokens: np.ndarray, by_sequences: np.ndarray) -> float:
+    """`iteration_time` with the layers' part by new tokens (`by_tokens[tokens - 1]`) and the head by
+    sampled sequences (`by_sequences[emitting]`) read off their tables; NaN past them."""
+    core, remote, tokens = _column(new, past, fitted, roofline)
+    if tokens > len(by_tokens) or emitting >= len(by_sequences):
+        return np.nan
+    return by_tokens[tokens - 1] + core + remote + by_sequences[emitting]
+
+
+@numba.njit(cache=True)
+def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, generated: np.ndarray,
+                   blocks: np.ndarray, n_out: np.ndarray, free: int, block_tokens: int, now: float, upcoming: float,
+                   cap: int, fitted: np.ndarray, roofline: np.ndarray, layers: float, head: float,
+                   times: np.ndarray) -> tuple[int, float, int, np.ndarray]:
     """Decode steps of the sequences `ids` (one token each) until one finishes, a request arrives
     (`upcoming`: steps that start before it run) or their new pages no longer fit the `free` ones; at most
     `cap` steps. A step's time is `times[step]` when given (non-empty), else from the coefficients.
     Updates the sequences' cached / generated tokens and pages in place; returns (steps, the time they
-    end, pages taken). 0 steps (nothing changed) when fewer than two steps are left or the first step's
-    pages do not fit (the step-by-step path then runs or preempts)."""
+    end, pages taken, the sequences that finished). 0 steps (nothing changed) when one of them still has
+    prompt tokens to (re)compute, fewer than two steps are left or the first step's pages do not fit (the
+    step-by-step path then runs or preempts)."""
     n = len(ids)
     steps = cap
+    none = np.empty(0, np.int64)
     for i in range(n):
+        if cached[ids[i]] < target[ids[i]]:
+            return 0, now, 0, none
         steps = min(steps, n_out[ids[i]] - generated[ids[i]])
     if steps < 2:
-        return 0, now, 0
+        return 0, now, 0, none
     held = np.empty(n, np.int64)
     for i in range(n):
         held[i] = blocks[ids[i]]
@@ -87,8 +111,8 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, generated: np.ndarray, b
         end = now + total
         k += 1
     if k == 0:
-        return 0, now, 0
-    taken = 0
+        return 0, now, 0, none
+    taken, finished, m = 0, np.empty(n, np.int64), 0
     for i in range(n):
         j = ids[i]
         cached[j] += k
@@ -96,36 +120,84 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, generated: np.ndarray, b
         pages = max(-(-cached[j] // block_tokens), blocks[j])
         taken += pages - blocks[j]
         blocks[j] = pages
-    return k, end, taken
+        if generated[j] >= n_out[j]:
+            finished[m] = j
+            m += 1
+    return k, end, taken, finished[:m]
 
 
 @numba.njit(cache=True)
 def running_fit(ids: np.ndarray, target: np.ndarray, cached: np.ndarray, n_in: np.ndarray, n_out: np.ndarray,
                 blocks: np.ndarray, swapped: np.ndarray, budget: int, block_tokens: int, reserve_whole: bool,
-                free: int) -> tuple[int, np.ndarray]:
+                free: int) -> tuple[int, np.ndarray, int]:
     """The running sequences `ids` (admission order) that the token `budget` reaches, each its prompt's
     remaining tokens (up to what the budget has left) or a decode token, when the pages they add all fit
-    the `free` ones and none is swapped out: (pages taken, new tokens of each), the pages added to `blocks`
-    in place. (-1, none) otherwise (nothing changed). `reserve_whole`: a sequence holds pages for its
+    the `free` ones and none is swapped out: (pages taken, new tokens of each, their sum), the pages added
+    to `blocks` in place. (-1, none, 0) otherwise (nothing changed). `reserve_whole`: a sequence holds pages for its
     prompt and whole output (guaranteed-no-evict)."""
     n = len(ids)
     want, need = np.empty(n, np.int64), np.empty(n, np.int64)
-    before = taken = m = 0
+    before = taken = m = tokens = 0
     while m < n and before < budget:
         j = ids[m]
         if swapped[j]:
-            return -1, want[:0]
+            return -1, want[:0], 0
         full = max(target[j] - cached[j], 1)
         want[m] = min(full, budget - before)
-        tokens = cached[j] + want[m]
+        held = cached[j] + want[m]
         if reserve_whole:
-            tokens = max(tokens, n_in[j] + n_out[j])
-        need[m] = max(-(-tokens // block_tokens) - blocks[j], 0)
+            held = max(held, n_in[j] + n_out[j])
+        need[m] = max(-(-held // block_tokens) - blocks[j], 0)
         taken += need[m]
+        tokens += want[m]
         before += full
         m += 1
     if taken > free:
-        return -1, want[:0]
+        return -1, want[:0], 0
     for i in range(m):
         blocks[ids[i]] += need[i]
-    return taken, want[:m]
+    return taken, want[:m], tokens
+
+
+@numba.njit(cache=True)
+def scheduled(ids: np.ndarray, new: np.ndarray, cached: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, int]:
+    """The cached tokens of the scheduled sequences, and how many of them sample a token this iteration
+    (their (re)computed prompt complete)."""
+    past, emitting = np.empty(len(ids), np.int64), 0
+    for i in range(len(ids)):
+        past[i] = cached[ids[i]]
+        if past[i] + new[i] >= target[ids[i]]:
+            emitting += 1
+    return past, emitting
+
+
+@numba.njit(cache=True)
+def advance(ids: np.ndarray, new: np.ndarray, cached: np.ndarray, target: np.ndarray, generated: np.ndarray,
+            first: np.ndarray, n_out: np.ndarray, now: float) -> np.ndarray:
+    """The state after an iteration ending at `now`: each sequence's cache grows by its new tokens; those
+    whose prompt is then complete sample a token (the first one's time recorded). Returns the sequences
+    that finished."""
+    finished, m = np.empty(len(ids), np.int64), 0
+    for i in range(len(ids)):
+        j = ids[i]
+        emits = cached[j] + new[i] >= target[j]
+        cached[j] += new[i]
+        if emits:
+            generated[j] += 1
+            if np.isnan(first[j]):
+                first[j] = now
+            if generated[j] >= n_out[j]:
+                finished[m] = j
+                m += 1
+    return finished[:m]
+
+
+@numba.njit(cache=True)
+def release(finished: np.ndarray, blocks: np.ndarray, finish: np.ndarray, now: float) -> int:
+    """Record the sequences' finish at `now` and free their pages; returns the pages freed."""
+    freed = 0
+    for j in finished:
+        finish[j] = now
+        freed += blocks[j]
+        blocks[j] = 0
+    return freed

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from armillary.estimate.inference import kv_pages
-from armillary.serving.kernels import running_fit
+from armillary.serving.kernels import advance, release, running_fit, scheduled
 from armillary.serving.trace import Trace
 from armillary.specs.workload import Policy
 
@@ -32,7 +32,7 @@ class Schedule:
     once (arrays, `ReplicaState._all_running_fit`), then sequences added one by one."""
 
     def __init__(self) -> None:
-        self.ids, self.want = _NONE, _NONE
+        self.ids, self.want, self.bulk_tokens = _NONE, _NONE, 0
         self.each: dict[int, int] = {}
 
     def __len__(self) -> int:
@@ -46,7 +46,7 @@ class Schedule:
         self.each.pop(idx, None)
 
     def tokens(self) -> int:
-        return int(self.want.sum()) + sum(self.each.values())
+        return self.bulk_tokens + sum(self.each.values())
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(sequences, their new tokens)."""
@@ -197,13 +197,14 @@ class ReplicaState:
         """Schedule the running sequences that the budget reaches at once when their pages all fit (the
         budget is then spent or every running sequence scheduled)."""
         ids = np.array(self.running, np.int64)
-        taken, want = running_fit(ids, self.target, self.cached, self.n_in, self.n_out, self.blocks, self.swapped,
-                                  self.limits.max_batched_tokens, self.limits.block_tokens,
-                                  self.limits.policy is Policy.GUARANTEED_NO_EVICT, self.free)
+        lim = self.limits
+        taken, want, tokens = running_fit(ids, self.target, self.cached, self.n_in, self.n_out, self.blocks,
+                                          self.swapped, lim.max_batched_tokens, lim.block_tokens,
+                                          lim.policy is Policy.GUARANTEED_NO_EVICT, self.free)
         if taken < 0:
             return False
         self.free -= taken
-        schedule.ids, schedule.want = ids[:len(want)], want
+        schedule.ids, schedule.want, schedule.bulk_tokens = ids[:len(want)], want, tokens
         return True
 
     def admit(self, schedule: Schedule, budget: int, prefill_phase: bool) -> None:
@@ -239,24 +240,19 @@ class ReplicaState:
 
     def run_iteration(self, schedule: Schedule, cost: Cost) -> None:
         ids, new = schedule.arrays()
-        emits = self.cached[ids] + new >= self.target[ids]
-        self.now += float(cost(new, self.cached[ids], int(emits.sum()))[0]) + self.extra_s
+        past, emitting = scheduled(ids, new, self.cached, self.target)
+        self.now += float(cost(new, past, emitting)[0]) + self.extra_s
         self.extra_s = 0.0
         self.iterations += 1
         self.batched += len(ids)
-        self.cached[ids] += new
-        sampled = ids[emits]
-        self.generated[sampled] += 1
-        self.first[sampled[np.isnan(self.first[sampled])]] = self.now
-        self.finish_sequences(sampled[self.generated[sampled] >= self.n_out[sampled]])
+        self.finish_sequences(advance(ids, new, self.cached, self.target, self.generated, self.first, self.n_out,
+                                      self.now))
 
     def finish_sequences(self, finished: np.ndarray) -> None:
         """Record the finished sequences, drop them from `running`, free their pages."""
         if not len(finished):
             return
-        self.finish[finished] = self.now
-        self.free += int(self.blocks[finished].sum())
-        self.blocks[finished] = 0
+        self.free += release(finished, self.blocks, self.finish, self.now)
         gone = set(finished.tolist())
         self.running[:] = [i for i in self.running if i not in gone]
         self._done(len(finished))

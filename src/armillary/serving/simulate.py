@@ -15,7 +15,7 @@ import numpy as np
 
 from armillary.estimate.inference import ReplicaModel
 from armillary.serving.engine import Overheads
-from armillary.serving.kernels import decode_stretch, iteration_time
+from armillary.serving.kernels import decode_stretch, iteration_time, tabulated_time
 from armillary.serving.scheduler import Cost, ReplicaState, Schedule
 from armillary.serving.trace import Trace
 from armillary.specs.workload import Policy
@@ -104,8 +104,11 @@ class IterationCost:
         """Times of iterations over the same sequences: `new` and `past` are (sequences x iterations), or
         one column for one iteration."""
         if new.ndim == 1 and self.fitted is not None and self.roofline is not None:
-            layers, head = self.layers_and_head(int(new.sum()), emitting)
-            return np.array([iteration_time(new, past, self.fitted, self.roofline, layers, head)])
+            time = tabulated_time(new, past, emitting, self.fitted, self.roofline, self.by_tokens, self.by_sequences)
+            if time != time:  # past the tables
+                layers, head = self.layers_and_head(int(new.sum()), emitting)
+                time = iteration_time(new, past, self.fitted, self.roofline, layers, head)
+            return np.array([time])
         return self.evaluated(new, past, emitting)
 
     def evaluated(self, new: np.ndarray, past: np.ndarray, emitting: int) -> np.ndarray:
@@ -187,7 +190,7 @@ def simulate_replica(trace: Trace, cost: Cost, limits: SchedulerLimits, prefille
         if not s.running and not s.waiting:
             s.now = max(s.now, s.next_event())
             continue
-        if not s.waiting and bool((s.cached[s.running] >= s.target[s.running]).all()) and _decode_stretch(s, cost):
+        if not s.waiting and _decode_stretch(s, cost):
             continue
         schedule = Schedule()
         prefill_phase = s.prefill_phase()
@@ -208,16 +211,17 @@ def simulate_replica(trace: Trace, cost: Cost, limits: SchedulerLimits, prefille
 
 def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
     """Decode steps of the running batch until a sequence finishes or a request arrives, costed at once;
-    False when their pages do not all fit (the step-by-step path then preempts). The steps run in
+    False when one of them is not decoding or their pages do not all fit (the step-by-step path then
+    runs, or preempts). The steps run in
     `kernels.decode_stretch`, costed there from the coefficients, or beforehand by `cost` itself."""
-    ids = np.array(s.running)
+    ids = np.array(s.running, np.int64)
     n, upcoming, cap = len(ids), s.next_event(), 4096
     if isinstance(cost, IterationCost) and cost.fitted is not None and cost.roofline is not None:
         layers, head = cost.layers_and_head(n, n)
         fitted, roofline, times = cost.fitted, cost.roofline, np.zeros(0)
     else:  # each step's cost is its own column: the first `span` steps, doubled until the stretch ends
         k_max = int(min(cap, (s.n_out[ids] - s.generated[ids]).min()))
-        if k_max < 2:
+        if k_max < 2 or bool((s.cached[ids] < s.target[ids]).any()):
             return False
         span, cached = min(k_max, 512), s.cached[ids][:, None]
         while True:
@@ -227,13 +231,14 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
                 break
             span = min(2 * span, k_max)
         fitted, roofline, layers, head, cap = np.zeros(6), np.zeros(5), 0.0, 0.0, span
-    k, end, taken = decode_stretch(ids, s.cached, s.generated, s.blocks, s.n_out, s.free, s.limits.block_tokens,
-                                   s.now, upcoming, cap, fitted, roofline, layers, head, times)
+    k, end, taken, finished = decode_stretch(ids, s.cached, s.target, s.generated, s.blocks, s.n_out, s.free,
+                                             s.limits.block_tokens, s.now, upcoming, cap, fitted, roofline, layers,
+                                             head, times)
     if k == 0:
         return False
     s.free -= taken
     s.now = end
     s.iterations += k
     s.batched += k * n
-    s.finish_sequences(ids[s.generated[ids] >= s.n_out[ids]])
+    s.finish_sequences(finished)
     return True
