@@ -63,7 +63,8 @@ class ReplicaState:
     def __init__(self, trace: Trace, limits: SchedulerLimits, prefilled: bool, prefill_only: bool) -> None:
         n = len(trace)
         self.n, self.limits, self.prefilled = n, limits, prefilled
-        self.arrival, self.n_in = trace.arrival_s, trace.input_len.astype(np.int64)
+        self.arrival_s: list[float] = trace.arrival_s.astype(float).tolist()
+        self.n_in = trace.input_len.astype(np.int64)
         self.n_out = np.ones(n, np.int64) if prefill_only else trace.output_len.astype(np.int64)
         self.sent = trace.arrival_s.astype(float).copy()  # when the client sends (closed loop: a slot frees)
         self.first, self.finish = np.full(n, np.nan), np.full(n, np.nan)
@@ -89,23 +90,24 @@ class ReplicaState:
 
     def next_event(self) -> float:
         """The next time a request is sent or queued (inf: none until something finishes)."""
-        times = []
+        upcoming = np.inf
         if self.sent_n < self.n and self._gate_open():
-            times.append(max(float(self.arrival[self.sent_n]), self.slot_open))
+            upcoming = max(self.arrival_s[self.sent_n], self.slot_open)
         if self.queued_n < self.sent_n:
-            times.append(float(self.sent[self.queued_n]) + self.limits.request_overhead_s)
-        return min(times, default=np.inf)
+            upcoming = min(upcoming, float(self.sent[self.queued_n]) + self.limits.request_overhead_s)
+        return upcoming
 
     def arrive(self) -> None:
         """Send what the client may send by now, and queue what the server has received by now."""
+        now, delay = self.now, self.limits.request_overhead_s
         while True:
             if self.sent_n < self.n and self._gate_open():
-                t = max(float(self.arrival[self.sent_n]), self.slot_open)
-                if t <= self.now:
+                t = max(self.arrival_s[self.sent_n], self.slot_open)
+                if t <= now:
                     self.sent[self.sent_n] = t
                     self.sent_n += 1
                     continue
-            if self.queued_n < self.sent_n and self.sent[self.queued_n] + self.limits.request_overhead_s <= self.now:
+            if self.queued_n < self.sent_n and self.sent[self.queued_n] + delay <= now:
                 self.queued_n += 1
                 self._enqueue(self.queued_n - 1)
                 continue
