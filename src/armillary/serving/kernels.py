@@ -201,3 +201,21 @@ def release(finished: np.ndarray, blocks: np.ndarray, finish: np.ndarray, now: f
         freed += blocks[j]
         blocks[j] = 0
     return freed
+
+
+@numba.njit(cache=True)
+def drop(buffer: np.ndarray, n: int, gone: np.ndarray) -> int:
+    """Remove the sequences `gone` from the first `n` of `buffer`, the others kept in order; returns how
+    many are left."""
+    kept = 0
+    for i in range(n):
+        idx = buffer[i]
+        keep = True
+        for j in gone:
+            if j == idx:
+                keep = False
+                break
+        if keep:
+            buffer[kept] = idx
+            kept += 1
+    return kept

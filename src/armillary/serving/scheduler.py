@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from armillary.estimate.inference import kv_pages
-from armillary.serving.kernels import advance, release, running_fit, scheduled
+from armillary.serving.kernels import advance, drop, release, running_fit, scheduled
 from armillary.serving.trace import Trace
 from armillary.specs.workload import Policy
 
@@ -57,6 +57,39 @@ class Schedule:
         return np.concatenate((self.ids, ids)), np.concatenate((self.want, want))
 
 
+class Running:
+    """The running sequences in admission order, held in a numpy buffer (the compiled steps read it as is)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.buffer, self.n = np.empty(max(capacity, 1), np.int64), 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return int(self.buffer[i if i >= 0 else self.n + i])
+
+    def ids(self) -> np.ndarray:
+        """The sequences (a view: valid until the list changes)."""
+        return self.buffer[:self.n]
+
+    def append(self, idx: int) -> None:
+        if self.n == len(self.buffer):
+            self.buffer = np.concatenate((self.buffer, np.empty(self.n, np.int64)))
+        self.buffer[self.n] = idx
+        self.n += 1
+
+    def pop(self, i: int = -1) -> int:
+        i = i if i >= 0 else self.n + i
+        idx = int(self.buffer[i])
+        self.buffer[i:self.n - 1] = self.buffer[i + 1:self.n]
+        self.n -= 1
+        return idx
+
+    def remove(self, finished: np.ndarray) -> None:
+        self.n = drop(self.buffer, self.n, finished)
+
+
 class ReplicaState:
     """Per-request arrays (trace order), the waiting queue and the running list of one replica."""
 
@@ -77,7 +110,7 @@ class ReplicaState:
         self.swapped = np.zeros(n, bool)
         self.free = limits.kv_blocks
         self.waiting: deque[int] = deque()
-        self.running: list[int] = []
+        self.running = Running(limits.max_batch)
         self.now = 0.0
         self.sent_n = self.queued_n = self.done = self.iterations = self.batched = 0
         self.slot_open = -np.inf  # closed loop: when the last slot freed
@@ -198,7 +231,7 @@ class ReplicaState:
     def _all_running_fit(self, schedule: Schedule) -> bool:
         """Schedule the running sequences that the budget reaches at once when their pages all fit (the
         budget is then spent or every running sequence scheduled)."""
-        ids = np.array(self.running, np.int64)
+        ids = self.running.ids().copy()
         lim = self.limits
         taken, want, tokens = running_fit(ids, self.target, self.cached, self.n_in, self.n_out, self.blocks,
                                           self.swapped, lim.max_batched_tokens, lim.block_tokens,
@@ -255,6 +288,5 @@ class ReplicaState:
         if not len(finished):
             return
         self.free += release(finished, self.blocks, self.finish, self.now)
-        gone = set(finished.tolist())
-        self.running[:] = [i for i in self.running if i not in gone]
+        self.running.remove(finished)
         self._done(len(finished))

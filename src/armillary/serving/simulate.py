@@ -214,7 +214,7 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
     False when one of them is not decoding or their pages do not all fit (the step-by-step path then
     runs, or preempts). The steps run in
     `kernels.decode_stretch`, costed there from the coefficients, or beforehand by `cost` itself."""
-    ids = np.array(s.running, np.int64)
+    ids = s.running.ids().copy()
     n, upcoming, cap = len(ids), s.next_event(), 4096
     if isinstance(cost, IterationCost) and cost.fitted is not None and cost.roofline is not None:
         layers, head = cost.layers_and_head(n, n)
