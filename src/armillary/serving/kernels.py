@@ -64,23 +64,22 @@ def tabulated_time(new: np.ndarray, past: np.ndarray, emitting: int, fitted: np.
 def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, generated: np.ndarray,
                    blocks: np.ndarray, n_out: np.ndarray, free: int, block_tokens: int, now: float, upcoming: float,
                    cap: int, fitted: np.ndarray, roofline: np.ndarray, layers: float, head: float,
-                   times: np.ndarray) -> tuple[int, float, int, np.ndarray]:
+                   times: np.ndarray, finished: np.ndarray) -> tuple[int, float, int, int]:
     """Decode steps of the sequences `ids` (one token each) until one finishes, a request arrives
     (`upcoming`: steps that start before it run) or their new pages no longer fit the `free` ones; at most
     `cap` steps. A step's time is `times[step]` when given (non-empty), else from the coefficients.
-    Updates the sequences' cached / generated tokens and pages in place; returns (steps, the time they
-    end, pages taken, the sequences that finished). 0 steps (nothing changed) when one of them still has
-    prompt tokens to (re)compute, fewer than two steps are left or the first step's pages do not fit (the
-    step-by-step path then runs or preempts)."""
+    Updates the sequences' cached / generated tokens and pages in place, the sequences that finished to the
+    start of `finished`; returns (steps, the time they end, pages taken, sequences finished). 0 steps
+    (nothing changed) when one of them still has prompt tokens to (re)compute, fewer than two steps are
+    left or the first step's pages do not fit (the step-by-step path then runs or preempts)."""
     n = len(ids)
     steps = cap
-    none = np.empty(0, np.int64)
     for i in range(n):
         if cached[ids[i]] < target[ids[i]]:
-            return 0, now, 0, none
+            return 0, now, 0, 0
         steps = min(steps, n_out[ids[i]] - generated[ids[i]])
     if steps < 2:
-        return 0, now, 0, none
+        return 0, now, 0, 0
     held = np.empty(n, np.int64)
     for i in range(n):
         held[i] = blocks[ids[i]]
@@ -111,8 +110,8 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
         end = now + total
         k += 1
     if k == 0:
-        return 0, now, 0, none
-    taken, finished, m = 0, np.empty(n, np.int64), 0
+        return 0, now, 0, 0
+    taken, m = 0, 0
     for i in range(n):
         j = ids[i]
         cached[j] += k
@@ -123,25 +122,25 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
         if generated[j] >= n_out[j]:
             finished[m] = j
             m += 1
-    return k, end, taken, finished[:m]
+    return k, end, taken, m
 
 
 @numba.njit(cache=True)
 def running_fit(ids: np.ndarray, target: np.ndarray, cached: np.ndarray, n_in: np.ndarray, n_out: np.ndarray,
                 blocks: np.ndarray, swapped: np.ndarray, budget: int, block_tokens: int, reserve_whole: bool,
-                free: int) -> tuple[int, np.ndarray, int]:
+                free: int, scheduled: np.ndarray, want: np.ndarray) -> tuple[int, int, int]:
     """The running sequences `ids` (admission order) that the token `budget` reaches, each its prompt's
     remaining tokens (up to what the budget has left) or a decode token, when the pages they add all fit
-    the `free` ones and none is swapped out: (pages taken, new tokens of each, their sum), the pages added
-    to `blocks` in place. (-1, none, 0) otherwise (nothing changed). `reserve_whole`: a sequence holds pages for its
-    prompt and whole output (guaranteed-no-evict)."""
+    the `free` ones and none is swapped out: written to `scheduled` and their new tokens to `want`, the
+    pages added to `blocks`; returns (pages taken, sequences, tokens). (-1, 0, 0) otherwise (`blocks`
+    unchanged). `reserve_whole`: a sequence holds pages for its prompt and whole output (no-evict)."""
     n = len(ids)
-    want, need = np.empty(n, np.int64), np.empty(n, np.int64)
+    need = np.empty(n, np.int64)
     before = taken = m = tokens = 0
     while m < n and before < budget:
         j = ids[m]
         if swapped[j]:
-            return -1, want[:0], 0
+            return -1, 0, 0
         full = max(target[j] - cached[j], 1)
         want[m] = min(full, budget - before)
         held = cached[j] + want[m]
@@ -153,31 +152,32 @@ def running_fit(ids: np.ndarray, target: np.ndarray, cached: np.ndarray, n_in: n
         before += full
         m += 1
     if taken > free:
-        return -1, want[:0], 0
+        return -1, 0, 0
     for i in range(m):
+        scheduled[i] = ids[i]
         blocks[ids[i]] += need[i]
-    return taken, want[:m], tokens
+    return taken, m, tokens
 
 
 @numba.njit(cache=True)
-def scheduled(ids: np.ndarray, new: np.ndarray, cached: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, int]:
-    """The cached tokens of the scheduled sequences, and how many of them sample a token this iteration
-    (their (re)computed prompt complete)."""
-    past, emitting = np.empty(len(ids), np.int64), 0
+def scheduled(ids: np.ndarray, new: np.ndarray, cached: np.ndarray, target: np.ndarray, past: np.ndarray) -> int:
+    """The cached tokens of the scheduled sequences (into `past`); returns how many of them sample a token
+    this iteration (their (re)computed prompt complete)."""
+    emitting = 0
     for i in range(len(ids)):
         past[i] = cached[ids[i]]
         if past[i] + new[i] >= target[ids[i]]:
             emitting += 1
-    return past, emitting
+    return emitting
 
 
 @numba.njit(cache=True)
 def advance(ids: np.ndarray, new: np.ndarray, cached: np.ndarray, target: np.ndarray, generated: np.ndarray,
-            first: np.ndarray, n_out: np.ndarray, now: float) -> np.ndarray:
+            first: np.ndarray, n_out: np.ndarray, now: float, finished: np.ndarray) -> int:
     """The state after an iteration ending at `now`: each sequence's cache grows by its new tokens; those
-    whose prompt is then complete sample a token (the first one's time recorded). Returns the sequences
-    that finished."""
-    finished, m = np.empty(len(ids), np.int64), 0
+    whose prompt is then complete sample a token (the first one's time recorded). The sequences that
+    finished go to the start of `finished`; returns how many."""
+    m = 0
     for i in range(len(ids)):
         j = ids[i]
         emits = cached[j] + new[i] >= target[j]
@@ -189,7 +189,7 @@ def advance(ids: np.ndarray, new: np.ndarray, cached: np.ndarray, target: np.nda
             if generated[j] >= n_out[j]:
                 finished[m] = j
                 m += 1
-    return finished[:m]
+    return m
 
 
 @numba.njit(cache=True)

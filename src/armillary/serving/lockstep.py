@@ -59,7 +59,7 @@ class GroupStepCost:
 
 def _plan(s: ReplicaState) -> Schedule:
     """The group's next iteration, as `simulate.simulate_replica` schedules it."""
-    schedule = Schedule()
+    schedule = s.schedule()
     if not s.running and not s.waiting:
         return schedule
     prefill_phase = s.prefill_phase()

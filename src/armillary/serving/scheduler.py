@@ -24,37 +24,49 @@ if TYPE_CHECKING:
     from armillary.serving.simulate import SchedulerLimits
 
 Cost = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
-_NONE = np.zeros(0, np.int64)
 
 
 class Schedule:
-    """New tokens of each sequence scheduled for an iteration, in order: the running sequences taken at
-    once (arrays, `ReplicaState._all_running_fit`), then sequences added one by one."""
+    """New tokens of each sequence scheduled for an iteration, in order (numpy buffers: the compiled steps
+    read and fill them as they are)."""
 
-    def __init__(self) -> None:
-        self.ids, self.want, self.bulk_tokens = _NONE, _NONE, 0
-        self.each: dict[int, int] = {}
+    def __init__(self, capacity: int) -> None:
+        self.ids, self.want = np.empty(max(capacity, 1), np.int64), np.empty(max(capacity, 1), np.int64)
+        self.n = self.total = 0
+
+    def clear(self, capacity: int) -> Schedule:
+        """Empty, with room for `capacity` sequences."""
+        if capacity > len(self.ids):
+            self.ids, self.want = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
+        self.n = self.total = 0
+        return self
 
     def __len__(self) -> int:
-        return len(self.ids) + len(self.each)
+        return self.n
 
     def __setitem__(self, idx: int, want: int) -> None:
-        self.each[idx] = want
+        if self.n == len(self.ids):
+            self.ids, self.want = (np.concatenate((a, np.empty(self.n, np.int64))) for a in (self.ids, self.want))
+        self.ids[self.n], self.want[self.n] = idx, want
+        self.n += 1
+        self.total += want
 
     def pop(self, idx: int) -> None:
-        """Unschedule a sequence added one by one (those taken at once are never preempted)."""
-        self.each.pop(idx, None)
+        """Unschedule sequence `idx` if it is scheduled."""
+        at = np.flatnonzero(self.ids[:self.n] == idx)
+        if len(at):
+            i = int(at[0])
+            self.total -= int(self.want[i])
+            for a in (self.ids, self.want):
+                a[i:self.n - 1] = a[i + 1:self.n]
+            self.n -= 1
 
     def tokens(self) -> int:
-        return self.bulk_tokens + sum(self.each.values())
+        return self.total
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(sequences, their new tokens)."""
-        if not self.each:
-            return self.ids, self.want
-        ids = np.fromiter(self.each.keys(), np.int64, len(self.each))
-        want = np.fromiter(self.each.values(), np.int64, len(self.each))
-        return np.concatenate((self.ids, ids)), np.concatenate((self.want, want))
+        """(sequences, their new tokens): views, valid until the schedule changes."""
+        return self.ids[:self.n], self.want[:self.n]
 
 
 class Running:
@@ -111,6 +123,7 @@ class ReplicaState:
         self.free = limits.kv_blocks
         self.waiting: deque[int] = deque()
         self.running = Running(limits.max_batch)
+        self._schedule, self._scratch = Schedule(limits.max_batch), np.empty(max(limits.max_batch, 1), np.int64)
         self.now = 0.0
         self.sent_n = self.queued_n = self.done = self.iterations = self.batched = 0
         self.slot_open = -np.inf  # closed loop: when the last slot freed
@@ -231,15 +244,16 @@ class ReplicaState:
     def _all_running_fit(self, schedule: Schedule) -> bool:
         """Schedule the running sequences that the budget reaches at once when their pages all fit (the
         budget is then spent or every running sequence scheduled)."""
-        ids = self.running.ids().copy()
         lim = self.limits
-        taken, want, tokens = running_fit(ids, self.target, self.cached, self.n_in, self.n_out, self.blocks,
-                                          self.swapped, lim.max_batched_tokens, lim.block_tokens,
-                                          lim.policy is Policy.GUARANTEED_NO_EVICT, self.free)
+        schedule.clear(len(self.running))
+        taken, m, tokens = running_fit(self.running.ids(), self.target, self.cached, self.n_in, self.n_out,
+                                       self.blocks, self.swapped, lim.max_batched_tokens, lim.block_tokens,
+                                       lim.policy is Policy.GUARANTEED_NO_EVICT, self.free, schedule.ids,
+                                       schedule.want)
         if taken < 0:
             return False
         self.free -= taken
-        schedule.ids, schedule.want, schedule.bulk_tokens = ids[:len(want)], want, tokens
+        schedule.n, schedule.total = m, tokens
         return True
 
     def admit(self, schedule: Schedule, budget: int, prefill_phase: bool) -> None:
@@ -273,15 +287,26 @@ class ReplicaState:
         head = self.waiting[0]
         return self.need(head, max(int(self.target[head] - self.cached[head]), 1)) <= self.free
 
+    def schedule(self) -> Schedule:
+        """An empty schedule for the next iteration (this replica's buffers)."""
+        return self._schedule.clear(self.limits.max_batch)
+
+    def scratch(self, n: int) -> np.ndarray:
+        """A work buffer for `n` sequences (its contents valid until the next call)."""
+        if len(self._scratch) < n:
+            self._scratch = np.empty(n, np.int64)
+        return self._scratch[:n]
+
     def run_iteration(self, schedule: Schedule, cost: Cost) -> None:
         ids, new = schedule.arrays()
-        past, emitting = scheduled(ids, new, self.cached, self.target)
+        past = self.scratch(len(ids))
+        emitting = scheduled(ids, new, self.cached, self.target, past)
         self.now += float(cost(new, past, emitting)[0]) + self.extra_s
         self.extra_s = 0.0
         self.iterations += 1
         self.batched += len(ids)
-        self.finish_sequences(advance(ids, new, self.cached, self.target, self.generated, self.first, self.n_out,
-                                      self.now))
+        done = advance(ids, new, self.cached, self.target, self.generated, self.first, self.n_out, self.now, past)
+        self.finish_sequences(past[:done])
 
     def finish_sequences(self, finished: np.ndarray) -> None:
         """Record the finished sequences, drop them from `running`, free their pages."""

@@ -16,7 +16,7 @@ import numpy as np
 from armillary.estimate.inference import ReplicaModel
 from armillary.serving.engine import Overheads
 from armillary.serving.kernels import decode_stretch, iteration_time, tabulated_time
-from armillary.serving.scheduler import Cost, ReplicaState, Schedule
+from armillary.serving.scheduler import Cost, ReplicaState
 from armillary.serving.trace import Trace
 from armillary.specs.workload import Policy
 from armillary.workload.ops import Op
@@ -192,7 +192,7 @@ def simulate_replica(trace: Trace, cost: Cost, limits: SchedulerLimits, prefille
             continue
         if not s.waiting and _decode_stretch(s, cost):
             continue
-        schedule = Schedule()
+        schedule = s.schedule()
         prefill_phase = s.prefill_phase()
         budget = limits.max_batched_tokens
         if not prefill_phase:
@@ -214,7 +214,7 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
     False when one of them is not decoding or their pages do not all fit (the step-by-step path then
     runs, or preempts). The steps run in
     `kernels.decode_stretch`, costed there from the coefficients, or beforehand by `cost` itself."""
-    ids = s.running.ids().copy()
+    ids = s.running.ids()  # unchanged until the stretch's finished sequences leave
     n, upcoming, cap = len(ids), s.next_event(), 4096
     if isinstance(cost, IterationCost) and cost.fitted is not None and cost.roofline is not None:
         layers, head = cost.layers_and_head(n, n)
@@ -231,14 +231,15 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
                 break
             span = min(2 * span, k_max)
         fitted, roofline, layers, head, cap = np.zeros(6), np.zeros(5), 0.0, 0.0, span
-    k, end, taken, finished = decode_stretch(ids, s.cached, s.target, s.generated, s.blocks, s.n_out, s.free,
-                                             s.limits.block_tokens, s.now, upcoming, cap, fitted, roofline, layers,
-                                             head, times)
+    finished = s.scratch(n)
+    k, end, taken, done = decode_stretch(ids, s.cached, s.target, s.generated, s.blocks, s.n_out, s.free,
+                                         s.limits.block_tokens, s.now, upcoming, cap, fitted, roofline, layers, head,
+                                         times, finished)
     if k == 0:
         return False
     s.free -= taken
     s.now = end
     s.iterations += k
     s.batched += k * n
-    s.finish_sequences(finished)
+    s.finish_sequences(finished[:done])
     return True
