@@ -71,6 +71,10 @@ def main() -> None:
     for _ in range(100):
         armillary.estimate(model, system, strategy, workload)
     print(f"inference estimate (static batch of {workload.batch}):  {(time.perf_counter() - t0) * 10:.2f} ms per call")
+    t0 = time.perf_counter()
+    armillary.simulate_serving(model, system, strategy, workload, 2.0, 25.0)
+    print(f"warm-up (the serving kernels compiled, or loaded from numba's on-disk cache): "
+          f"{time.perf_counter() - t0:.2f} s")
     for rate in (2.0, 8.0, 20.0):
         t0, c0 = time.perf_counter(), time.process_time()
         r = armillary.simulate_serving(model, system, strategy, workload, rate, REQUESTS / rate)

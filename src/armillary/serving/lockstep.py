@@ -16,7 +16,8 @@ import numpy as np
 from armillary.estimate.dp_attention import dp_attention_parts
 from armillary.estimate.inference import ReplicaModel
 from armillary.serving.engine import Overheads
-from armillary.serving.scheduler import ReplicaState
+from armillary.serving.kernels import iteration_time
+from armillary.serving.scheduler import ReplicaState, Schedule
 from armillary.serving.simulate import IterationCost, ReplicaRun, RequestTimes, SchedulerLimits
 from armillary.serving.trace import Trace
 
@@ -38,13 +39,15 @@ class GroupStepCost:
     def group(self, new: np.ndarray, past: np.ndarray, emitting: int) -> float:
         """A group's own part of an iteration over its scheduled sequences."""
         c, r = self.iteration, self.replica
-        new2, past2 = new.reshape(-1, 1).astype(float), past.reshape(-1, 1).astype(float)
         tokens = int(new.sum())
         own = self.own[tokens] if tokens < len(self.own) else float(dp_attention_parts(
             r, float(tokens), r.attention_dp * float(tokens))[0].total)
-        core, remote = r.attention_time(c.attention_op(new2, past2), past2.sum(axis=0))
         head = (c.by_sequences[emitting] if emitting < len(c.by_sequences)
                 else float(r.head_time(float(emitting))) + c.overheads(emitting))
+        if c.fitted is not None and c.roofline is not None:  # the attention from its coefficients
+            return iteration_time(new, past, c.fitted, c.roofline, float(own), float(head))
+        new2, past2 = new.reshape(-1, 1).astype(float), past.reshape(-1, 1).astype(float)
+        core, remote = r.attention_time(c.attention_op(new2, past2), past2.sum(axis=0))
         return float(own + np.sum(core) + np.sum(remote) + head)
 
     def joint(self, tokens: int) -> float:
@@ -54,9 +57,9 @@ class GroupStepCost:
         return float(dp_attention_parts(r, tokens / r.attention_dp, float(tokens))[1].total)
 
 
-def _plan(s: ReplicaState) -> dict[int, int]:
+def _plan(s: ReplicaState) -> Schedule:
     """The group's next iteration, as `simulate.simulate_replica` schedules it."""
-    schedule: dict[int, int] = {}
+    schedule = s.schedule()
     if not s.running and not s.waiting:
         return schedule
     prefill_phase = s.prefill_phase()
@@ -86,8 +89,7 @@ def simulate_groups(traces: list[Trace], cost: GroupStepCost, limits: list[Sched
         own, tokens = [], 0
         for s, schedule in zip(states, plans, strict=True):
             if schedule:
-                ids = np.fromiter(schedule.keys(), np.int64, len(schedule))
-                new = np.fromiter(schedule.values(), np.int64, len(schedule))
+                ids, new = schedule.arrays()
                 emitting = int((s.cached[ids] + new >= s.target[ids]).sum())
                 own.append(cost.group(new, s.cached[ids], emitting) + s.extra_s)
                 tokens += int(new.sum())

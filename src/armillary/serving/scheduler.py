@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from armillary.estimate.inference import kv_pages
+from armillary.serving.kernels import advance, drop, release, running_fit, scheduled
 from armillary.serving.trace import Trace
 from armillary.specs.workload import Policy
 
@@ -25,13 +26,90 @@ if TYPE_CHECKING:
 Cost = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
 
 
+class Schedule:
+    """New tokens of each sequence scheduled for an iteration, in order (numpy buffers: the compiled steps
+    read and fill them as they are)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.ids, self.want = np.empty(max(capacity, 1), np.int64), np.empty(max(capacity, 1), np.int64)
+        self.n = self.total = 0
+
+    def clear(self, capacity: int) -> Schedule:
+        """Empty, with room for `capacity` sequences."""
+        if capacity > len(self.ids):
+            self.ids, self.want = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
+        self.n = self.total = 0
+        return self
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __setitem__(self, idx: int, want: int) -> None:
+        if self.n == len(self.ids):
+            self.ids, self.want = (np.concatenate((a, np.empty(self.n, np.int64))) for a in (self.ids, self.want))
+        self.ids[self.n], self.want[self.n] = idx, want
+        self.n += 1
+        self.total += want
+
+    def pop(self, idx: int) -> None:
+        """Unschedule sequence `idx` if it is scheduled."""
+        at = np.flatnonzero(self.ids[:self.n] == idx)
+        if len(at):
+            i = int(at[0])
+            self.total -= int(self.want[i])
+            for a in (self.ids, self.want):
+                a[i:self.n - 1] = a[i + 1:self.n]
+            self.n -= 1
+
+    def tokens(self) -> int:
+        return self.total
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sequences, their new tokens): views, valid until the schedule changes."""
+        return self.ids[:self.n], self.want[:self.n]
+
+
+class Running:
+    """The running sequences in admission order, held in a numpy buffer (the compiled steps read it as is)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.buffer, self.n = np.empty(max(capacity, 1), np.int64), 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return int(self.buffer[i if i >= 0 else self.n + i])
+
+    def ids(self) -> np.ndarray:
+        """The sequences (a view: valid until the list changes)."""
+        return self.buffer[:self.n]
+
+    def append(self, idx: int) -> None:
+        if self.n == len(self.buffer):
+            self.buffer = np.concatenate((self.buffer, np.empty(self.n, np.int64)))
+        self.buffer[self.n] = idx
+        self.n += 1
+
+    def pop(self, i: int = -1) -> int:
+        i = i if i >= 0 else self.n + i
+        idx = int(self.buffer[i])
+        self.buffer[i:self.n - 1] = self.buffer[i + 1:self.n]
+        self.n -= 1
+        return idx
+
+    def remove(self, finished: np.ndarray) -> None:
+        self.n = drop(self.buffer, self.n, finished)
+
+
 class ReplicaState:
     """Per-request arrays (trace order), the waiting queue and the running list of one replica."""
 
     def __init__(self, trace: Trace, limits: SchedulerLimits, prefilled: bool, prefill_only: bool) -> None:
         n = len(trace)
         self.n, self.limits, self.prefilled = n, limits, prefilled
-        self.arrival, self.n_in = trace.arrival_s, trace.input_len.astype(np.int64)
+        self.arrival_s: list[float] = trace.arrival_s.astype(float).tolist()
+        self.n_in = trace.input_len.astype(np.int64)
         self.n_out = np.ones(n, np.int64) if prefill_only else trace.output_len.astype(np.int64)
         self.sent = trace.arrival_s.astype(float).copy()  # when the client sends (closed loop: a slot frees)
         self.first, self.finish = np.full(n, np.nan), np.full(n, np.nan)
@@ -44,7 +122,8 @@ class ReplicaState:
         self.swapped = np.zeros(n, bool)
         self.free = limits.kv_blocks
         self.waiting: deque[int] = deque()
-        self.running: list[int] = []
+        self.running = Running(limits.max_batch)
+        self._schedule, self._scratch = Schedule(limits.max_batch), np.empty(max(limits.max_batch, 1), np.int64)
         self.now = 0.0
         self.sent_n = self.queued_n = self.done = self.iterations = self.batched = 0
         self.slot_open = -np.inf  # closed loop: when the last slot freed
@@ -57,23 +136,24 @@ class ReplicaState:
 
     def next_event(self) -> float:
         """The next time a request is sent or queued (inf: none until something finishes)."""
-        times = []
+        upcoming = np.inf
         if self.sent_n < self.n and self._gate_open():
-            times.append(max(float(self.arrival[self.sent_n]), self.slot_open))
+            upcoming = max(self.arrival_s[self.sent_n], self.slot_open)
         if self.queued_n < self.sent_n:
-            times.append(float(self.sent[self.queued_n]) + self.limits.request_overhead_s)
-        return min(times, default=np.inf)
+            upcoming = min(upcoming, float(self.sent[self.queued_n]) + self.limits.request_overhead_s)
+        return upcoming
 
     def arrive(self) -> None:
         """Send what the client may send by now, and queue what the server has received by now."""
+        now, delay = self.now, self.limits.request_overhead_s
         while True:
             if self.sent_n < self.n and self._gate_open():
-                t = max(float(self.arrival[self.sent_n]), self.slot_open)
-                if t <= self.now:
+                t = max(self.arrival_s[self.sent_n], self.slot_open)
+                if t <= now:
                     self.sent[self.sent_n] = t
                     self.sent_n += 1
                     continue
-            if self.queued_n < self.sent_n and self.sent[self.queued_n] + self.limits.request_overhead_s <= self.now:
+            if self.queued_n < self.sent_n and self.sent[self.queued_n] + delay <= now:
                 self.queued_n += 1
                 self._enqueue(self.queued_n - 1)
                 continue
@@ -136,12 +216,12 @@ class ReplicaState:
         return 1 if left <= 0 else min(left, budget)
 
     # ---- one iteration --------------------------------------------------------------------------------
-    def schedule_running(self, schedule: dict[int, int], budget: int) -> int:
+    def schedule_running(self, schedule: Schedule, budget: int) -> int:
         """Running sequences in admission order as far as the token budget goes; when pages run out the
         newest sequence is preempted. Returns the budget left."""
         running = self.running
         if running and self._all_running_fit(schedule):
-            return budget - sum(schedule.values())
+            return budget - schedule.tokens()
         i = 0
         while i < len(running) and budget > 0:
             idx = running[i]
@@ -150,7 +230,7 @@ class ReplicaState:
             while need > self.free and running[-1] != idx:  # preempt the newest sequence
                 victim = running.pop()
                 self.preempt(victim)
-                schedule.pop(victim, None)
+                schedule.pop(victim)
             if need > self.free:  # not even this one fits: it waits
                 running.pop(i)
                 self.preempt(idx)
@@ -161,27 +241,22 @@ class ReplicaState:
             i += 1
         return budget
 
-    def _all_running_fit(self, schedule: dict[int, int]) -> bool:
+    def _all_running_fit(self, schedule: Schedule) -> bool:
         """Schedule the running sequences that the budget reaches at once when their pages all fit (the
         budget is then spent or every running sequence scheduled)."""
-        budget = self.limits.max_batched_tokens
-        ids = np.array(self.running, np.int64)
-        want = np.maximum(self.target[ids] - self.cached[ids], 1)
-        before = np.cumsum(want) - want
-        m = int(np.searchsorted(before, budget, side="left"))
-        ids, want = ids[:m], np.minimum(want[:m], budget - before[:m])
-        tokens = self.cached[ids] + want
-        if self.limits.policy is Policy.GUARANTEED_NO_EVICT:
-            tokens = np.maximum(tokens, self.n_in[ids] + self.n_out[ids])
-        need = np.maximum(kv_pages(tokens, self.limits.block_tokens) - self.blocks[ids], 0)
-        if int(need.sum()) > self.free or self.swapped[ids].any():
+        lim = self.limits
+        schedule.clear(len(self.running))
+        taken, m, tokens = running_fit(self.running.ids(), self.target, self.cached, self.n_in, self.n_out,
+                                       self.blocks, self.swapped, lim.max_batched_tokens, lim.block_tokens,
+                                       lim.policy is Policy.GUARANTEED_NO_EVICT, self.free, schedule.ids,
+                                       schedule.want)
+        if taken < 0:
             return False
-        self.free -= int(need.sum())
-        self.blocks[ids] += need
-        schedule.update(zip(ids.tolist(), want.tolist(), strict=True))
+        self.free -= taken
+        schedule.n, schedule.total = m, tokens
         return True
 
-    def admit(self, schedule: dict[int, int], budget: int, prefill_phase: bool) -> None:
+    def admit(self, schedule: Schedule, budget: int, prefill_phase: bool) -> None:
         """Admit waiting requests, in order, while sequences, tokens and pages allow."""
         lim = self.limits
         while (self.waiting and len(self.running) < lim.max_batch and budget > 0
@@ -212,27 +287,31 @@ class ReplicaState:
         head = self.waiting[0]
         return self.need(head, max(int(self.target[head] - self.cached[head]), 1)) <= self.free
 
-    def run_iteration(self, schedule: dict[int, int], cost: Cost) -> None:
-        ids = np.fromiter(schedule.keys(), np.int64, len(schedule))
-        new = np.fromiter(schedule.values(), np.int64, len(schedule))
-        emits = self.cached[ids] + new >= self.target[ids]
-        self.now += float(cost(new, self.cached[ids], int(emits.sum()))[0]) + self.extra_s
+    def schedule(self) -> Schedule:
+        """An empty schedule for the next iteration (this replica's buffers)."""
+        return self._schedule.clear(self.limits.max_batch)
+
+    def scratch(self, n: int) -> np.ndarray:
+        """A work buffer for `n` sequences (its contents valid until the next call)."""
+        if len(self._scratch) < n:
+            self._scratch = np.empty(n, np.int64)
+        return self._scratch[:n]
+
+    def run_iteration(self, schedule: Schedule, cost: Cost) -> None:
+        ids, new = schedule.arrays()
+        past = self.scratch(len(ids))
+        emitting = scheduled(ids, new, self.cached, self.target, past)
+        self.now += float(cost(new, past, emitting)[0]) + self.extra_s
         self.extra_s = 0.0
         self.iterations += 1
         self.batched += len(ids)
-        self.cached[ids] += new
-        sampled = ids[emits]
-        self.generated[sampled] += 1
-        self.first[sampled[np.isnan(self.first[sampled])]] = self.now
-        self.finish_sequences(sampled[self.generated[sampled] >= self.n_out[sampled]])
+        done = advance(ids, new, self.cached, self.target, self.generated, self.first, self.n_out, self.now, past)
+        self.finish_sequences(past[:done])
 
     def finish_sequences(self, finished: np.ndarray) -> None:
         """Record the finished sequences, drop them from `running`, free their pages."""
         if not len(finished):
             return
-        self.finish[finished] = self.now
-        self.free += int(self.blocks[finished].sum())
-        self.blocks[finished] = 0
-        gone = set(finished.tolist())
-        self.running[:] = [i for i in self.running if i not in gone]
+        self.free += release(finished, self.blocks, self.finish, self.now)
+        self.running.remove(finished)
         self._done(len(finished))

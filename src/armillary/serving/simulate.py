@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from armillary.estimate.inference import ReplicaModel, kv_pages
+from armillary.estimate.inference import ReplicaModel
 from armillary.serving.engine import Overheads
+from armillary.serving.kernels import decode_stretch, iteration_time, tabulated_time
 from armillary.serving.scheduler import Cost, ReplicaState
 from armillary.serving.trace import Trace
 from armillary.specs.workload import Policy
@@ -57,7 +58,9 @@ class ReplicaRun:
 
 class IterationCost:
     """Time of one iteration from its sequences' new and cached tokens, plus the engine's host overheads.
-    The token-dependent part and the head are tabulated once (the same functions over every count)."""
+    The token-dependent part and the head are tabulated once (the same functions over every count); the
+    attention's op and kernel time are read off the replica model as coefficients (`kernels`) when they
+    have that form, else evaluated per iteration."""
 
     def __init__(self, replica: ReplicaModel, max_tokens: int, max_sequences: int,
                  overheads: Overheads | None = None) -> None:
@@ -67,6 +70,20 @@ class IterationCost:
         sequences = np.arange(0, max_sequences + 1, dtype=float)
         self.by_sequences = np.concatenate(([0.0], replica.head_time(sequences[1:]))) + overheads(sequences)
         self.affine = _affine_attention(replica)
+        roofline = _roofline(replica) if self.affine is not None else None
+        # the compiled path's inputs (None: every iteration evaluates the model's functions)
+        self.fitted = np.array(self.affine[0] + self.affine[1]) if self.affine is not None else None
+        self.roofline = roofline
+
+    def layers_and_head(self, tokens: int, emitting: int) -> tuple[float, float]:
+        """The token-dependent part of an iteration of `tokens` new tokens, and the head and host overheads
+        of `emitting` sampled sequences (tabulated; evaluated past the tables)."""
+        r = self.replica
+        layers = (float(self.by_tokens[tokens - 1]) if tokens <= len(self.by_tokens)
+                  else float(r.tokens_time(float(tokens)).total))
+        head = (float(self.by_sequences[emitting]) if emitting < len(self.by_sequences)
+                else float(r.head_time(float(emitting))) + self.overheads(emitting))
+        return layers, head
 
     def attention_op(self, new: np.ndarray, past: np.ndarray) -> Op:
         """The attention op of each iteration (a column), summed over its sequences."""
@@ -86,15 +103,20 @@ class IterationCost:
     def __call__(self, new: np.ndarray, past: np.ndarray, emitting: int) -> np.ndarray:
         """Times of iterations over the same sequences: `new` and `past` are (sequences x iterations), or
         one column for one iteration."""
-        r = self.replica
+        if new.ndim == 1 and self.fitted is not None and self.roofline is not None:
+            time = tabulated_time(new, past, emitting, self.fitted, self.roofline, self.by_tokens, self.by_sequences)
+            if time != time:  # past the tables
+                layers, head = self.layers_and_head(int(new.sum()), emitting)
+                time = iteration_time(new, past, self.fitted, self.roofline, layers, head)
+            return np.array([time])
+        return self.evaluated(new, past, emitting)
+
+    def evaluated(self, new: np.ndarray, past: np.ndarray, emitting: int) -> np.ndarray:
+        """`__call__` through the model's own functions (no coefficients)."""
         new2 = (new[:, None] if new.ndim == 1 else new).astype(float, copy=False)
         past2 = (past[:, None] if past.ndim == 1 else past).astype(float, copy=False)
-        tokens = int(new2[:, 0].sum())
-        layers = (self.by_tokens[tokens - 1] if tokens <= len(self.by_tokens)
-                  else float(r.tokens_time(float(tokens)).total))
-        core, remote = r.attention_time(self.attention_op(new2, past2), past2.sum(axis=0))
-        head = (self.by_sequences[emitting] if emitting < len(self.by_sequences)
-                else float(r.head_time(float(emitting))) + self.overheads(emitting))
+        layers, head = self.layers_and_head(int(new2[:, 0].sum()), emitting)
+        core, remote = self.replica.attention_time(self.attention_op(new2, past2), past2.sum(axis=0))
         return np.asarray(layers + core + remote + head)
 
 
@@ -121,6 +143,42 @@ def _affine_attention(r: ReplicaModel) -> tuple[Coefficients, Coefficients] | No
     return fitted[0], fitted[1]
 
 
+def _roofline(r: ReplicaModel) -> np.ndarray | None:
+    """Coefficients (s_flop, s_bytes, s_cached, fixed, s_tier2) with which `ReplicaModel.attention_time` of
+    an op of F FLOPs and B bytes over P cached tokens is max(s_flop F, s_bytes B - s_cached P) + fixed
+    (kernels: a roofline, the second tier's share of the cache not streamed from HBM) and s_tier2 P (the
+    second tier's reads), read off the function itself and checked against it at the ops of far-apart
+    prefill and decode iterations (relative 1e-12); None when it is not of that form."""
+    def at(flop: Any, moved: Any, cached: Any) -> tuple[np.ndarray, np.ndarray]:
+        f, b, c = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, dtype=float)) for v in (flop, moved, cached)))
+        core, remote = r.attention_time(Op(f, b), c)
+        return np.broadcast_to(core, f.shape).astype(float), np.broadcast_to(remote, f.shape).astype(float)
+
+    big = 1e20
+    fixed, on_flop, on_bytes = at([0.0, big, 0.0], [0.0, 0.0, big], 0.0)[0]
+    tier2 = at(0.0, 0.0, 1.0)[1][0]
+    s_flop, s_bytes = (on_flop - fixed) / big, (on_bytes - fixed) / big
+    s_cached = 0.0
+    if s_bytes > 0:  # the cache's second-tier share leaves the HBM stream: probe where it is half of it
+        rough = (on_bytes - at(0.0, big, big * 1e-8)[0][0]) / (big * 1e-8)
+        if rough > 0:
+            cached = big / 2 / (rough / s_bytes)
+            s_cached = (on_bytes - at(0.0, big, cached)[0][0]) / cached
+    coefficients = np.array([s_flop, s_bytes, s_cached, fixed, float(tier2)])
+    # checked at the ops of single sequences and batches, prefill and decode, short and long caches
+    q = np.array([1.0, 1.0, 1.0, 64.0, 2048.0, 512.0, 1.0, 8192.0])
+    p = np.array([0.0, 1000.0, 1e5, 4096.0, 0.0, 3e4, 2e6, 1e5])
+    n = np.array([1.0, 256.0, 64.0, 1.0, 4.0, 8.0, 2.0, 1.0])
+    op = r.attention(q, p, n)
+    flop, moved = np.broadcast_to(op.flop, q.shape), np.broadcast_to(op.bytes, q.shape)
+    core, remote = at(flop, moved, n * p)
+    s = coefficients
+    if not (np.allclose(core, np.maximum(s[0] * flop, s[1] * moved - s[2] * n * p) + s[3], rtol=1e-12, atol=0)
+            and np.allclose(remote, s[4] * n * p, rtol=1e-12, atol=0)):
+        return None
+    return coefficients
+
+
 def simulate_replica(trace: Trace, cost: Cost, limits: SchedulerLimits, prefilled: bool = False,
                      prefill_only: bool = False) -> ReplicaRun:
     """Run the trace through one replica. `prefilled`: requests arrive with their prompt's cache (the
@@ -132,9 +190,9 @@ def simulate_replica(trace: Trace, cost: Cost, limits: SchedulerLimits, prefille
         if not s.running and not s.waiting:
             s.now = max(s.now, s.next_event())
             continue
-        if not s.waiting and bool((s.cached[s.running] >= s.target[s.running]).all()) and _decode_stretch(s, cost):
+        if not s.waiting and _decode_stretch(s, cost):
             continue
-        schedule: dict[int, int] = {}
+        schedule = s.schedule()
         prefill_phase = s.prefill_phase()
         budget = limits.max_batched_tokens
         if not prefill_phase:
@@ -153,37 +211,35 @@ def simulate_replica(trace: Trace, cost: Cost, limits: SchedulerLimits, prefille
 
 def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
     """Decode steps of the running batch until a sequence finishes or a request arrives, costed at once;
-    False when their pages do not all fit (the step-by-step path then preempts)."""
-    ids = np.array(s.running)
-    k_max = int(min(4096, (s.n_out[ids] - s.generated[ids]).min()))
-    if k_max < 2:
+    False when one of them is not decoding or their pages do not all fit (the step-by-step path then
+    runs, or preempts). The steps run in
+    `kernels.decode_stretch`, costed there from the coefficients, or beforehand by `cost` itself."""
+    ids = s.running.ids()  # unchanged until the stretch's finished sequences leave
+    n, upcoming, cap = len(ids), s.next_event(), 4096
+    if isinstance(cost, IterationCost) and cost.fitted is not None and cost.roofline is not None:
+        layers, head = cost.layers_and_head(n, n)
+        fitted, roofline, times = cost.fitted, cost.roofline, np.zeros(0)
+    else:  # each step's cost is its own column: the first `span` steps, doubled until the stretch ends
+        k_max = int(min(cap, (s.n_out[ids] - s.generated[ids]).min()))
+        if k_max < 2 or bool((s.cached[ids] < s.target[ids]).any()):
+            return False
+        span, cached = min(k_max, 512), s.cached[ids][:, None]
+        while True:
+            past = cached + np.arange(span, dtype=float)[None, :]  # whole numbers: exact in float
+            times = np.asarray(cost(np.ones_like(past), past, n), dtype=float)
+            if span == k_max or s.now + np.cumsum(times)[-1] >= upcoming:
+                break
+            span = min(2 * span, k_max)
+        fitted, roofline, layers, head, cap = np.zeros(6), np.zeros(5), 0.0, 0.0, span
+    finished = s.scratch(n)
+    k, end, taken, done = decode_stretch(ids, s.cached, s.target, s.generated, s.blocks, s.n_out, s.free,
+                                         s.limits.block_tokens, s.now, upcoming, cap, fitted, roofline, layers, head,
+                                         times, finished)
+    if k == 0:
         return False
-    upcoming, cached, blocks = s.next_event(), s.cached[ids][:, None], s.blocks[ids][:, None]
-    span, block = min(k_max, 512), s.limits.block_tokens
-    while True:  # the first `span` steps, doubled until the stretch ends within them (each step's cost is
-        # its own column, so the steps past the stretch's end need not be costed)
-        # pages the batch adds by the end of each step (never fewer at a later step): the steps that fit the
-        # free pages (the step-by-step path preempts when not even the first does)
-        fit = span
-        if int(np.maximum(kv_pages(cached[:, 0] + span, block) - blocks[:, 0], 0).sum()) > s.free:
-            added = np.maximum(kv_pages(cached + np.arange(1, span + 1)[None, :], block) - blocks, 0).sum(axis=0)
-            fit = int(np.searchsorted(added, s.free, side="right"))
-            if fit < 1:
-                return False
-        past = cached + np.arange(fit, dtype=float)[None, :]  # whole numbers: exact in float
-        times = cost(np.ones_like(past), past, len(ids))
-        ends = s.now + np.cumsum(times)
-        if fit < span or span == k_max or ends[-1] >= upcoming:
-            break
-        span = min(2 * span, k_max)
-    k = 1 + int(np.searchsorted(ends[:-1], upcoming, side="left"))  # steps that start before it
-    added = np.maximum(kv_pages(s.cached[ids] + k, s.limits.block_tokens) - s.blocks[ids], 0)
-    s.cached[ids] += k
-    s.generated[ids] += k
-    s.blocks[ids] += added
-    s.free -= int(added.sum())
-    s.now = float(ends[k - 1])
+    s.free -= taken
+    s.now = end
     s.iterations += k
-    s.batched += k * len(ids)
-    s.finish_sequences(ids[s.generated[ids] >= s.n_out[ids]])
+    s.batched += k * n
+    s.finish_sequences(finished[:done])
     return True

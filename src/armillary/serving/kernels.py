@@ -1,0 +1,221 @@
+"""Compiled inner loops of the serving simulation: one iteration's time and a stretch of decode steps.
+
+They evaluate no cost formula of their own: `simulate.IterationCost` reads the coefficients off the
+analytical model once per replica (`ReplicaModel.attention` for the attention op's FLOPs and bytes,
+`ReplicaModel.attention_time` for its kernel time, both checked against the model at far-apart points)
+and tabulates the token- and sequence-dependent parts; these loops only combine them per sequence.
+
+`fitted`: (FLOPs, bytes per new token, bytes per cached token) of a prefill step, then of a decode step
+(one sequence of q new tokens over p cached: c_f q (2p + q) / 2 FLOPs, b_new q + b_past p bytes).
+`roofline`: (s_flop, s_bytes, s_cached, fixed, s_tier2) of the attention of all layers: kernels
+max(s_flop F, s_bytes B - s_cached P) + fixed and second-tier reads s_tier2 P for an iteration of F FLOPs,
+B bytes over P cached tokens.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, inline="always")
+def _attention(flop: float, moved: float, cached: float, roofline: np.ndarray) -> tuple[float, float]:
+    core = max(roofline[0] * flop, roofline[1] * moved - roofline[2] * cached) + roofline[3]
+    return core, roofline[4] * cached
+
+
+@numba.njit(cache=True, inline="always")
+def _column(new: np.ndarray, past: np.ndarray, fitted: np.ndarray, roofline: np.ndarray) -> tuple[float, float, int]:
+    """(attention kernels, second-tier reads, new tokens) of one iteration over sequences of `new` tokens
+    each over `past` cached ones: the attention of the summed op."""
+    flop = moved = cached = 0.0
+    tokens = 0
+    for i in range(len(new)):
+        q, p = float(new[i]), float(past[i])
+        o = 3 if q <= 1 else 0  # decode steps (MLA's absorbed form)
+        flop += fitted[o] * q * (2 * p + q) / 2
+        moved += fitted[o + 1] * q + fitted[o + 2] * p
+        cached += p
+        tokens += new[i]
+    core, remote = _attention(flop, moved, cached, roofline)
+    return core, remote, tokens
+
+
+@numba.njit(cache=True)
+def iteration_time(new: np.ndarray, past: np.ndarray, fitted: np.ndarray, roofline: np.ndarray, layers: float,
+                   head: float) -> float:
+    """One iteration: the layers' part and the head (given) plus the attention."""
+    core, remote, _ = _column(new, past, fitted, roofline)
+    return layers + core + remote + head
+
+
+@numba.njit(cache=True)
+def tabulated_time(new: np.ndarray, past: np.ndarray, emitting: int, fitted: np.ndarray, roofline: np.ndarray,
+                   by_tokens: np.ndarray, by_sequences: np.ndarray) -> float:
+    """`iteration_time` with the layers' part by new tokens (`by_tokens[tokens - 1]`) and the head by
+    sampled sequences (`by_sequences[emitting]`) read off their tables; NaN past them."""
+    core, remote, tokens = _column(new, past, fitted, roofline)
+    if tokens > len(by_tokens) or emitting >= len(by_sequences):
+        return np.nan
+    return by_tokens[tokens - 1] + core + remote + by_sequences[emitting]
+
+
+@numba.njit(cache=True)
+def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, generated: np.ndarray,
+                   blocks: np.ndarray, n_out: np.ndarray, free: int, block_tokens: int, now: float, upcoming: float,
+                   cap: int, fitted: np.ndarray, roofline: np.ndarray, layers: float, head: float,
+                   times: np.ndarray, finished: np.ndarray) -> tuple[int, float, int, int]:
+    """Decode steps of the sequences `ids` (one token each) until one finishes, a request arrives
+    (`upcoming`: steps that start before it run) or their new pages no longer fit the `free` ones; at most
+    `cap` steps. A step's time is `times[step]` when given (non-empty), else from the coefficients.
+    Updates the sequences' cached / generated tokens and pages in place, the sequences that finished to the
+    start of `finished`; returns (steps, the time they end, pages taken, sequences finished). 0 steps
+    (nothing changed) when one of them still has prompt tokens to (re)compute, fewer than two steps are
+    left or the first step's pages do not fit (the step-by-step path then runs or preempts)."""
+    n = len(ids)
+    steps = cap
+    for i in range(n):
+        if cached[ids[i]] < target[ids[i]]:
+            return 0, now, 0, 0
+        steps = min(steps, n_out[ids[i]] - generated[ids[i]])
+    if steps < 2:
+        return 0, now, 0, 0
+    held = np.empty(n, np.int64)
+    for i in range(n):
+        held[i] = blocks[ids[i]]
+    taken, total, k = 0, 0.0, 0
+    end = now
+    while k < steps and (k == 0 or end < upcoming):
+        add = 0
+        for i in range(n):  # pages the batch adds to hold step k's token
+            pages = -(-(cached[ids[i]] + k + 1) // block_tokens)
+            if pages > held[i]:
+                add += pages - held[i]
+                held[i] = pages
+        if taken + add > free:
+            break
+        taken += add
+        if len(times):
+            step = times[k]
+        else:
+            flop = moved = past = 0.0
+            for i in range(n):
+                p = float(cached[ids[i]] + k)
+                flop += fitted[3] * 1.0 * (2 * p + 1.0) / 2
+                moved += fitted[4] * 1.0 + fitted[5] * p
+                past += p
+            core, remote = _attention(flop, moved, past, roofline)
+            step = layers + core + remote + head
+        total += step
+        end = now + total
+        k += 1
+    if k == 0:
+        return 0, now, 0, 0
+    taken, m = 0, 0
+    for i in range(n):
+        j = ids[i]
+        cached[j] += k
+        generated[j] += k
+        pages = max(-(-cached[j] // block_tokens), blocks[j])
+        taken += pages - blocks[j]
+        blocks[j] = pages
+        if generated[j] >= n_out[j]:
+            finished[m] = j
+            m += 1
+    return k, end, taken, m
+
+
+@numba.njit(cache=True)
+def running_fit(ids: np.ndarray, target: np.ndarray, cached: np.ndarray, n_in: np.ndarray, n_out: np.ndarray,
+                blocks: np.ndarray, swapped: np.ndarray, budget: int, block_tokens: int, reserve_whole: bool,
+                free: int, scheduled: np.ndarray, want: np.ndarray) -> tuple[int, int, int]:
+    """The running sequences `ids` (admission order) that the token `budget` reaches, each its prompt's
+    remaining tokens (up to what the budget has left) or a decode token, when the pages they add all fit
+    the `free` ones and none is swapped out: written to `scheduled` and their new tokens to `want`, the
+    pages added to `blocks`; returns (pages taken, sequences, tokens). (-1, 0, 0) otherwise (`blocks`
+    unchanged). `reserve_whole`: a sequence holds pages for its prompt and whole output (no-evict)."""
+    n = len(ids)
+    need = np.empty(n, np.int64)
+    before = taken = m = tokens = 0
+    while m < n and before < budget:
+        j = ids[m]
+        if swapped[j]:
+            return -1, 0, 0
+        full = max(target[j] - cached[j], 1)
+        want[m] = min(full, budget - before)
+        held = cached[j] + want[m]
+        if reserve_whole:
+            held = max(held, n_in[j] + n_out[j])
+        need[m] = max(-(-held // block_tokens) - blocks[j], 0)
+        taken += need[m]
+        tokens += want[m]
+        before += full
+        m += 1
+    if taken > free:
+        return -1, 0, 0
+    for i in range(m):
+        scheduled[i] = ids[i]
+        blocks[ids[i]] += need[i]
+    return taken, m, tokens
+
+
+@numba.njit(cache=True)
+def scheduled(ids: np.ndarray, new: np.ndarray, cached: np.ndarray, target: np.ndarray, past: np.ndarray) -> int:
+    """The cached tokens of the scheduled sequences (into `past`); returns how many of them sample a token
+    this iteration (their (re)computed prompt complete)."""
+    emitting = 0
+    for i in range(len(ids)):
+        past[i] = cached[ids[i]]
+        if past[i] + new[i] >= target[ids[i]]:
+            emitting += 1
+    return emitting
+
+
+@numba.njit(cache=True)
+def advance(ids: np.ndarray, new: np.ndarray, cached: np.ndarray, target: np.ndarray, generated: np.ndarray,
+            first: np.ndarray, n_out: np.ndarray, now: float, finished: np.ndarray) -> int:
+    """The state after an iteration ending at `now`: each sequence's cache grows by its new tokens; those
+    whose prompt is then complete sample a token (the first one's time recorded). The sequences that
+    finished go to the start of `finished`; returns how many."""
+    m = 0
+    for i in range(len(ids)):
+        j = ids[i]
+        emits = cached[j] + new[i] >= target[j]
+        cached[j] += new[i]
+        if emits:
+            generated[j] += 1
+            if np.isnan(first[j]):
+                first[j] = now
+            if generated[j] >= n_out[j]:
+                finished[m] = j
+                m += 1
+    return m
+
+
+@numba.njit(cache=True)
+def release(finished: np.ndarray, blocks: np.ndarray, finish: np.ndarray, now: float) -> int:
+    """Record the sequences' finish at `now` and free their pages; returns the pages freed."""
+    freed = 0
+    for j in finished:
+        finish[j] = now
+        freed += blocks[j]
+        blocks[j] = 0
+    return freed
+
+
+@numba.njit(cache=True)
+def drop(buffer: np.ndarray, n: int, gone: np.ndarray) -> int:
+    """Remove the sequences `gone` from the first `n` of `buffer`, the others kept in order; returns how
+    many are left."""
+    kept = 0
+    for i in range(n):
+        idx = buffer[i]
+        keep = True
+        for j in gone:
+            if j == idx:
+                keep = False
+                break
+        if keep:
+            buffer[kept] = idx
+            kept += 1
+    return kept
