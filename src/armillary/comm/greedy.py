@@ -18,7 +18,9 @@ arrival log filtered when read. So each node keeps one append-only log (`log`, n
 integer type as holds a chunk) and each link a cursor before which its destination wants nothing: an
 arrival is one append (not a push to every out-link's queue), and a link reads its source's log forward
 from its cursor, checking each entry against the destination's row of the node-major wants bitset. Every
-log entry is read at most once per out-link that passes it, and the reads are sequential.
+log entry is read at most once per out-link that passes it, and the reads are sequential. The wants
+lookups are random (a table of nodes x chunks bits, 32 MB at 16,384 NPUs); the links visited next have
+their first lookup prefetched (`_prefetch`), so their cache misses overlap (~20% less CPU at 16,384 NPUs).
 Transfers in flight wait in one FIFO per distinct link duration (a link carries one at a time, and a
 class's transfers end in the order they start), not in a heap. The kernel numbers links by source node
 (`synthesis._all_gather` permutes them and maps the results back), so that a node's out-links are
@@ -28,10 +30,38 @@ numbering gives (and the same as the per-link queues of earlier versions gave: t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 _ONE = np.uint64(1)
+_AHEAD = 8  # links ahead whose wants word is prefetched (and twice as far, their log entry)
+
+
+def _prefetch_typing(typingctx: Any, arr: Any, i: Any, j: Any) -> Any:
+    """Hint the cache to load arr[i, j] (LLVM's prefetch: read, high locality, data): the wants lookups of the
+    links visited next are random in a table of nodes x chunks bits, so their misses overlap this link's work."""
+    sig = numba.types.void(arr, i, j)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], args[2]], wraparound=False)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_prefetch = cast(Callable[[np.ndarray, Any, Any], None], intrinsic(_prefetch_typing))
 
 
 @numba.njit(cache=True, inline="always")
@@ -138,7 +168,15 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
         order = cand[:ncand].copy()
         if not uniform:  # earliest arrival first; the shuffle breaks ties
             order = order[np.argsort(duration[order], kind="mergesort")]
-        for link in order:
+        for j in range(order.shape[0]):
+            link = order[j]
+            if j + 2 * _AHEAD < order.shape[0]:  # what the links ahead will read first
+                ahead = order[j + 2 * _AHEAD]
+                _prefetch(log, src[ahead], cursor[ahead])
+            if j + _AHEAD < order.shape[0]:
+                ahead = order[j + _AHEAD]
+                if cursor[ahead] < tail[src[ahead]]:
+                    _prefetch(want, dst[ahead], log[src[ahead], cursor[ahead]] >> 6)
             mark[link] = False
             if busy[link]:
                 continue
