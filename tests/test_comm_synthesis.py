@@ -183,8 +183,11 @@ def test_algorithm_synthesized_in_the_collective_model() -> None:
     cost = dimension_cost(Collective.ALL_GATHER, n, p, net, 1e12, Algorithm.SYNTHESIZED)
     assert cost.time == pytest.approx(base + (p - 1) * alpha + (p - 1) / p * n / bw)
     assert cost.fixed == pytest.approx(base + (p - 1) * alpha)
+    # all-to-all: 8 x (1+1+2+2+3+3+4) = 128 hops of n/p over 16 links of B/2 each: at least 2 n/B (16 rounds)
+    a2a = dimension_cost(Collective.ALL_TO_ALL, n, p, net, 1e12, Algorithm.SYNTHESIZED)
+    assert base + 16 * alpha + 2 * n / bw <= a2a.time <= 1.25 * (base + 16 * alpha + 2 * n / bw)
     with pytest.raises(ValueError, match="synthesized"):
-        dimension_cost(Collective.ALL_TO_ALL, n, p, net, 1e12, Algorithm.SYNTHESIZED)
+        dimension_cost(Collective.BROADCAST, n, p, net, 1e12, Algorithm.SYNTHESIZED)
     with pytest.raises(ValueError, match="not offered"):  # like any algorithm, only where the dimension lists it
         dimension_cost(Collective.ALL_GATHER, n, p, net.model_copy(update={"algorithms": (Algorithm.RING,)}), 1e12,
                        Algorithm.SYNTHESIZED)

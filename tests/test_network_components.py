@@ -92,3 +92,16 @@ def test_network_optimize_prices_the_libra_example_from_the_table(tmp_path: Path
     assert plot.stat().st_size > 0
     r = runner.invoke(app, ["network-optimize", LIBRA_RUN, "--total", "500GB/s", "--objective", "time_power"])
     assert r.exit_code == 2 and "has no watts_per_gbps" in r.output
+
+
+@pytest.mark.parametrize("preset", ["dgx-h100", "dgx-h800", "dgx-b200", "hgx-h200", "azure-nd-h100-v5"])
+def test_ndr_presets_name_their_classes_with_a_source(preset: str) -> None:
+    """The NVLink + NVSwitch dimension is LIBRA's inner switch, the NDR 400 Gb/s tier the NDR fat tree:
+    network-optimize prices them without --cost (17.0 and 71.6 $ per GB/s),
+    and time_power still needs --power (LIBRA's class has no power figure)."""
+    system = load_system(preset, 16)
+    assert [d.component for d in system.network] == ["libra-inner-switch", "infiniband-ndr"]
+    assert all("component" in (d.sources or {}) for d in system.network)
+    prices = dimension_prices(system.network)
+    assert prices.cost_per_bw is not None and prices.cost_per_bw * 1e9 == pytest.approx([17.0, 71.6])
+    assert prices.power_per_bw is None and "libra-inner-switch" in prices.missing_power

@@ -40,9 +40,10 @@ def synthesize_cmd(
     topology: TopologyOption = None,
     link_bandwidth: Annotated[str, typer.Option(help="with --topology: per link and direction")] = "50GiB/s",
     latency: Annotated[str, typer.Option(help="with --topology: per link")] = "0.5us",
-    op: Annotated[str, typer.Option(help="all_gather, reduce_scatter or all_reduce")] = "all_gather",
-    size: Annotated[str, typer.Option(help="all-gather output / reduce-scatter input / all-reduce buffer")] = "1GiB",
-    chunks: Annotated[int, typer.Option(help="chunks per device")] = 1,
+    op: Annotated[str, typer.Option(help="all_gather, reduce_scatter, all_reduce or all_to_all")] = "all_gather",
+    size: Annotated[str, typer.Option(help="all-gather output / reduce-scatter input / all-reduce buffer / "
+                                              "all-to-all buffer of each device")] = "1GiB",
+    chunks: Annotated[int, typer.Option(help="chunks per device (all-to-all: per pair of devices)")] = 1,
     seeds: Annotated[int, typer.Option(help="syntheses to run; the fastest is kept")] = 16,
     xml: Annotated[Path | None, typer.Option(help="also write the schedule as MSCCL XML")] = None,
     chakra: Annotated[Path | None, typer.Option(help="also write Chakra ET traces (one per device) here")] = None,
@@ -65,6 +66,8 @@ def synthesize_cmd(
         raise SpecError(f"--op {op!r}: one of {', '.join(o.value for o in SYNTHESIZED_OPS)}")
     if (system is None) == (topology is None):
         raise SpecError("give either --system (with --gpus) or --topology")
+    if operation is Collective.ALL_TO_ALL and (xml is not None or chakra is not None):
+        raise SpecError("--xml and --chakra export all-gather, reduce-scatter and all-reduce schedules, not all_to_all")
     if topology is not None:
         kind_text, _, shape_text = topology.partition(":")
         try:

@@ -11,25 +11,57 @@ one no other in-neighbour holds, then one at most one other holds, then any: chu
 go first, and a source spreads different chunks over its links. Links are visited in link order from a
 seeded random offset (a node's links sit together, so the bitsets they read stay in cache).
 
-What it costs follows the links actually free (the issue's "frontier"): each link keeps a queue of the
-chunks its source received while its destination wanted them (pushed on arrival, dropped lazily once the
-destination no longer wants them) and looks at the oldest few, instead of scanning the whole link matrix
-per event as the reference does. A queue is a list of 16-entry contiguous blocks (taken or unwanted
-entries become -1 and are trimmed off the head), and the wants bitset is chunk-major, so that the pushes
-of one arrival to a node's neighbours touch few cache lines: the cost per transfer is memory latency.
+What it costs follows the links actually free (the issue's "frontier"), instead of scanning the whole link
+matrix per event as the reference does. A link's candidates are the chunks its source received, in arrival
+order, that its destination still wants; since a destination's wants only shrink, that is the source's
+arrival log filtered when read. So each node keeps one append-only log (`log`, nodes x chunks, as small an
+integer type as holds a chunk) and each link a cursor before which its destination wants nothing: an
+arrival is one append (not a push to every out-link's queue), and a link reads its source's log forward
+from its cursor, checking each entry against the destination's row of the node-major wants bitset. Every
+log entry is read at most once per out-link that passes it, and the reads are sequential. The wants
+lookups are random (a table of nodes x chunks bits, 32 MB at 16,384 NPUs); the links visited next have
+their first lookup prefetched (`_prefetch`), so their cache misses overlap (~20% less CPU at 16,384 NPUs).
 Transfers in flight wait in one FIFO per distinct link duration (a link carries one at a time, and a
 class's transfers end in the order they start), not in a heap. The kernel numbers links by source node
-(`synthesis._all_gather` permutes them and maps the results back), so that a node's out-links and their
-queue heads are neighbours in memory, and visits them in the caller's order (`rank`): the schedule is the
-one the caller's numbering gives.
+(`synthesis._all_gather` permutes them and maps the results back), so that a node's out-links are
+neighbours in memory, and visits them in the caller's order (`rank`): the schedule is the one the caller's
+numbering gives (and the same as the per-link queues of earlier versions gave: the pinned digests).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 _ONE = np.uint64(1)
+_AHEAD = 8  # links ahead whose wants word is prefetched (and twice as far, their log entry)
+
+
+def _prefetch_typing(typingctx: Any, arr: Any, i: Any, j: Any) -> Any:
+    """Hint the cache to load arr[i, j] (LLVM's prefetch: read, high locality, data): the wants lookups of the
+    links visited next are random in a table of nodes x chunks bits, so their misses overlap this link's work."""
+    sig = numba.types.void(arr, i, j)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], args[2]], wraparound=False)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_prefetch = cast(Callable[[np.ndarray, Any, Any], None], intrinsic(_prefetch_typing))
 
 
 @numba.njit(cache=True, inline="always")
@@ -63,87 +95,26 @@ def _rank(has: np.ndarray, sent: np.ndarray, u: int, v: int, c: int, in_start: n
     return 1 if _bit(sent, u, c) else 0
 
 
-_BLOCK = 16  # candidate chunks per block of a link's queue (one 64-byte cache line of int32)
-
-
-@numba.njit(cache=True)
-def _reserve(need: int, blk: np.ndarray, blk_next: np.ndarray, fl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """At least `need` blocks on the free list (fl: its head and length; linked through blk_next), doubling
-    the pool as needed."""
-    while fl[1] < need:
-        n = blk_next.shape[0]
-        blk2 = np.empty(2 * n * _BLOCK, np.int32)
-        blk2[:n * _BLOCK] = blk
-        next2 = np.empty(2 * n, np.int32)
-        next2[:n] = blk_next
-        next2[n:2 * n - 1] = np.arange(n + 1, 2 * n)
-        next2[2 * n - 1] = fl[0]
-        blk, blk_next = blk2, next2
-        fl[0], fl[1] = n, fl[1] + n
-    return blk, blk_next
-
-
-@numba.njit(cache=True, inline="always")
-def _push(link: int, c: int, blk: np.ndarray, blk_next: np.ndarray, q: np.ndarray, fl: np.ndarray) -> None:
-    """Append chunk c to `link`'s queue: q[link] = (head block, head offset, tail block, tail offset), head
-    block -1 when empty; a new block comes from the free list (`_reserve` made room)."""
-    if q[link, 0] < 0 or q[link, 3] == _BLOCK:
-        b = fl[0]
-        fl[0], fl[1] = blk_next[b], fl[1] - 1
-        if q[link, 0] < 0:
-            q[link, 0], q[link, 1] = b, 0
-        else:
-            blk_next[q[link, 2]] = b
-        q[link, 2], q[link, 3] = b, 0
-    blk[q[link, 2] * _BLOCK + q[link, 3]] = c
-    q[link, 3] += 1
-
-
-@numba.njit(cache=True)
-def _trim(link: int, blk: np.ndarray, blk_next: np.ndarray, q: np.ndarray, fl: np.ndarray) -> None:
-    """Drop the taken or unwanted entries (-1) at the head of `link`'s queue, giving emptied blocks back to
-    the free list."""
-    while q[link, 0] >= 0:
-        b, o = q[link, 0], q[link, 1]
-        if b == q[link, 2] and o == q[link, 3]:
-            blk_next[b], fl[0], fl[1] = fl[0], b, fl[1] + 1
-            q[link, 0] = -1
-        elif o == _BLOCK:
-            q[link, 0], q[link, 1] = blk_next[b], 0
-            blk_next[b], fl[0], fl[1] = fl[0], b, fl[1] + 1
-        elif blk[b * _BLOCK + o] >= 0:
-            break
-        else:
-            q[link, 1] = o + 1
-
-
 @numba.njit(cache=True)
 def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.ndarray, duration: np.ndarray,
                       out_start: np.ndarray, rank: np.ndarray, in_start: np.ndarray,
-                      in_src: np.ndarray, seed: int, record: bool, look: int,
+                      in_src: np.ndarray, seed: int, record: bool, look: int, log: np.ndarray,
                       ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """All-gather of chunks starting at `owner[c]` over directed links (src, dst, duration per transfer),
     numbered by source (node v's out-links are out_start[v]..out_start[v + 1]) and visited in the order
     `rank` (rank[r]: the r-th link from the event's random offset). A link compares its oldest `look`
-    candidates. Returns (time, busy seconds per link, and when `record`,
-    the transfers' link, chunk, start, end), and
+    candidates. `log`: room for every node's arrivals (nodes x chunks, any integer type holding a chunk).
+    Returns (time, busy seconds per link, and when `record`, the transfers' link, chunk, start, end), and
     the count of (node, chunk) pairs left unserved (non-zero: the graph does not connect them)."""
     np.random.seed(seed)
     chunks, links = owner.shape[0], src.shape[0]
     words = (chunks + 63) // 64
     held = nodes if look > 1 else 1  # holdings are read only to rank several candidates
     has = np.zeros((held, words), np.uint64)
-    # per chunk, the nodes that neither hold nor await it (chunk-major: a node's neighbours share words)
-    want = np.full((chunks, (nodes + 63) // 64), ~np.uint64(0), np.uint64)
+    want = np.full((nodes, words), ~np.uint64(0), np.uint64)  # per node, the chunks it neither holds nor awaits
     sent = np.zeros((held, words), np.uint64)  # sent on some link
-    # per link, a FIFO of candidate chunks in blocks of _BLOCK contiguous entries (one pool, free list)
-    q = np.full((links, 4), -1, np.int32)
-    nblocks = max(64, 2 * links)
-    blk = np.empty(nblocks * _BLOCK, np.int32)
-    blk_next = np.arange(1, nblocks + 1, dtype=np.int32)
-    blk_next[-1] = -1
-    fl = np.array([0, nblocks], np.int64)  # the free list's head and length
-    degree = int(np.max(np.diff(out_start))) if nodes > 0 else 0
+    tail = np.zeros(nodes, np.int64)  # log[v, :tail[v]]: the chunks v received (or owns), in arrival order
+    cursor = np.zeros(links, np.int64)  # before it, the link's destination wants none of its source's log
     missing = nodes * chunks
     # a transfer class per distinct duration: its in-flight links in FIFO order
     classes = np.unique(duration)
@@ -168,19 +139,14 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
     cand = rank.copy()  # time 0: every link in the caller's order
     ncand = links
     uniform = classes.shape[0] == 1
-    arrived = np.empty(links, np.int64)  # (node, chunk) arrivals of an event, as links
     for c in range(chunks):  # every owner holds its chunks at time 0
         u = owner[c]
         if look > 1:
             _set(has, u, c)
-        _clear(want, c, u)
+        _clear(want, u, c)
+        log[u, tail[u]] = c
+        tail[u] += 1
         missing -= 1
-    blk, blk_next = _reserve(chunks * degree, blk, blk_next, fl)
-    for c in range(chunks):
-        u = owner[c]
-        for out in range(out_start[u], out_start[u + 1]):
-            if _bit(want, c, dst[out]):
-                _push(out, c, blk, blk_next, q, fl)
     now = 0.0
     finish = 0.0
     while True:
@@ -202,43 +168,47 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
         order = cand[:ncand].copy()
         if not uniform:  # earliest arrival first; the shuffle breaks ties
             order = order[np.argsort(duration[order], kind="mergesort")]
-        for link in order:
+        for j in range(order.shape[0]):
+            link = order[j]
+            if j + 2 * _AHEAD < order.shape[0]:  # what the links ahead will read first
+                ahead = order[j + 2 * _AHEAD]
+                _prefetch(log, src[ahead], cursor[ahead])
+            if j + _AHEAD < order.shape[0]:
+                ahead = order[j + _AHEAD]
+                if cursor[ahead] < tail[src[ahead]]:
+                    _prefetch(want, dst[ahead], log[src[ahead], cursor[ahead]] >> 6)
             mark[link] = False
             if busy[link]:
                 continue
             u, v = src[link], dst[link]
-            # look at the oldest `look` wanted candidates, dropping (-1) those v no longer wants
-            b, o, seen = q[link, 0], q[link, 1], 0
+            # the oldest `look` chunks of u's log that v wants, skipping past those at the head it does not
+            i, seen, first = cursor[link], 0, -1
             best, best_rank, ties = -1, 4, 0
-            while b >= 0 and seen < look and not (b == q[link, 2] and o == q[link, 3]):
-                if o == _BLOCK:
-                    b, o = blk_next[b], 0
+            while i < tail[u] and seen < look:
+                c = log[u, i]
+                i += 1
+                if not _bit(want, v, c):
                     continue
-                pos = b * _BLOCK + o
-                o += 1
-                c = blk[pos]
-                if c < 0:
-                    continue
-                if not _bit(want, c, v):
-                    blk[pos] = -1
-                    continue
+                if seen == 0:
+                    first = i - 1
                 seen += 1
                 r = _rank(has, sent, u, v, c, in_start, in_src) if look > 1 else 0
                 if r < best_rank:
-                    best, best_rank, ties = pos, r, 1
+                    best, best_rank, ties = i - 1, r, 1
                 elif r == best_rank:
                     ties += 1
                     if np.random.randint(ties) == 0:
-                        best = pos
+                        best = i - 1
                 if r == 0:
                     break
-            if best >= 0:
-                c = blk[best]
-                blk[best] = -1
-            _trim(link, blk, blk_next, q, fl)
+            if first < 0:
+                cursor[link] = i
+            else:
+                cursor[link] = first + 1 if best == first else first
             if best < 0:
                 continue
-            _clear(want, c, v)
+            c = log[u, best]
+            _clear(want, v, c)
             if look > 1:  # holdings are read only to rank candidates
                 _set(sent, u, c)
             busy[link] = True
@@ -262,29 +232,24 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
             break
         finish = now
         limit = now + 1e-12 * now
-        narrived = 0
         for k in range(classes.shape[0]):
             while fifo_len[k] > 0 and ends[fifo[k, fifo_head[k]]] <= limit:
                 link = fifo[k, fifo_head[k]]
                 fifo_head[k] = fifo_head[k] + 1 if fifo_head[k] + 1 < links else 0
                 fifo_len[k] -= 1
+                v, c = dst[link], carrying[link]
                 if look > 1:
-                    _set(has, dst[link], carrying[link])
+                    _set(has, v, c)
+                log[v, tail[v]] = c
+                tail[v] += 1
                 missing -= 1
                 busy[link] = False
-                arrived[narrived] = link
-                narrived += 1
                 if not mark[link]:
                     mark[link] = True
                     cand[ncand] = link
                     ncand += 1
-        blk, blk_next = _reserve(narrived * degree, blk, blk_next, fl)
-        for a in range(narrived):
-            v, c = dst[arrived[a]], carrying[arrived[a]]
-            for out in range(out_start[v], out_start[v + 1]):
-                if _bit(want, c, dst[out]):  # a new candidate of v's out-link
-                    _push(out, c, blk, blk_next, q, fl)
-                    if not busy[out] and not mark[out]:
+                for out in range(out_start[v], out_start[v + 1]):  # v's idle out-links may now send c
+                    if not busy[out] and not mark[out] and _bit(want, dst[out], c):
                         mark[out] = True
                         cand[ncand] = out
                         ncand += 1

@@ -6,6 +6,8 @@ transfers, link by link, for all-gather, reduce-scatter and all-reduce on any to
   sends chunk c from u to v at [s, e], the reduce-scatter sends v's partial sum of c to u at [T - e, T - s],
   each transfer also paying the reduction of the chunk it receives.
 - all-reduce: reduce-scatter, then all-gather.
+- all-to-all: one chunk per (source, destination) routed over shortest paths by the same greedy
+  (`comm/all_to_all.py`, with its own lower bounds).
 
 The lower bound is set by the busiest node's incoming links (TACOS §III): the bytes a node must receive
 over the sum of its incoming bandwidths, maximised over nodes (latencies left out).
@@ -13,6 +15,7 @@ over the sum of its incoming bandwidths, maximised over nodes (latencies left ou
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -22,7 +25,7 @@ import numpy as np
 from armillary.comm.greedy import greedy_all_gather
 from armillary.specs.communication import Collective
 
-SYNTHESIZED_OPS = (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE)
+SYNTHESIZED_OPS = (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE, Collective.ALL_TO_ALL)
 # bytes moved through HBM per byte reduced: read two operands, write one (comm/algorithms.py)
 REDUCE_TRAFFIC = 3.0
 # candidates a link compares (by how many other in-neighbours of the destination hold them) before it takes
@@ -33,7 +36,8 @@ LOOK, LOOK_NODES = 4, 1024
 
 @dataclass(frozen=True)
 class LinkGraph:
-    """Directed point-to-point links between `nodes` devices: bandwidth (bytes/s) and latency (s) each."""
+    """Directed point-to-point links between `nodes` devices: bandwidth (bytes/s) and latency (s) each;
+    `cut`, where known (meshes, tori, rings), a bisection of the devices (True: one half)."""
 
     nodes: int
     src: np.ndarray
@@ -41,9 +45,10 @@ class LinkGraph:
     bandwidth: np.ndarray
     latency: np.ndarray
     names: tuple[str, ...] = ()
+    cut: np.ndarray | None = None
 
     def reversed(self) -> LinkGraph:
-        return LinkGraph(self.nodes, self.dst, self.src, self.bandwidth, self.latency, self.names)
+        return LinkGraph(self.nodes, self.dst, self.src, self.bandwidth, self.latency, self.names, self.cut)
 
     def incoming_bandwidth(self) -> np.ndarray:
         return np.bincount(self.dst, weights=self.bandwidth, minlength=self.nodes)
@@ -52,12 +57,17 @@ class LinkGraph:
 def grid(shape: tuple[int, ...], periodic: bool, bandwidth: float, latency: float) -> LinkGraph:
     """A mesh (or torus, `periodic`) of `shape`, every link `bandwidth` bytes/s per direction."""
     g = nx.grid_graph(dim=list(shape), periodic=periodic)
-    return from_graph(g, bandwidth=bandwidth, latency=latency)
+    coords = np.array(sorted(g.nodes, key=str)).reshape(g.number_of_nodes(), -1)  # from_graph's device order
+    extent = coords.max(axis=0) + 1
+    axis = int(np.argmax(extent))  # the bisection across the longest dimension
+    links = from_graph(g, bandwidth=bandwidth, latency=latency)
+    return dataclasses.replace(links, cut=coords[:, axis] < extent[axis] / 2)
 
 
 def ring(n: int, bandwidth: float, latency: float) -> LinkGraph:
     """A bidirectional ring of n devices."""
-    return from_graph(nx.cycle_graph(n), bandwidth=bandwidth, latency=latency)
+    links = from_graph(nx.cycle_graph(n), bandwidth=bandwidth, latency=latency)
+    return dataclasses.replace(links, cut=np.array([int(name) < n / 2 for name in links.names]))
 
 
 def from_graph(g: nx.Graph, bandwidth: float | None = None, latency: float | None = None) -> LinkGraph:
@@ -115,6 +125,7 @@ class Schedule:
     seed: int
     reducing: np.ndarray  # per transfer: whether it carries a partial sum the receiver reduces
     reduce_s: float = 0.0  # seconds to reduce one received chunk
+    target: np.ndarray | None = None  # all-to-all: the node each chunk goes to
 
     @property
     def src(self) -> np.ndarray:
@@ -136,11 +147,16 @@ def lower_bound(op: Collective, links: LinkGraph, total_bytes: float) -> float:
 
 def synthesize(op: Collective, links: LinkGraph, total_bytes: float, chunks_per_npu: int = 1, seed: int = 0,
                reduce_bytes_per_s: float = math.inf, record: bool = True) -> Schedule:
-    """Synthesize `op` over `links` for a buffer of `total_bytes` (as in `lower_bound`)."""
+    """Synthesize `op` over `links` for a buffer of `total_bytes` (as in `lower_bound`; all-to-all: each
+    device's buffer, `chunks_per_npu` chunks for each other device)."""
     if op not in SYNTHESIZED_OPS:
         raise ValueError(f"synthesis supports {[o.value for o in SYNTHESIZED_OPS]}, not {op.value}")
     if chunks_per_npu < 1 or links.nodes < 1:
         raise ValueError("chunks_per_npu and the node count must be at least 1")
+    if op is Collective.ALL_TO_ALL:
+        from armillary.comm.all_to_all import synthesize_all_to_all  # it builds on this module's types
+
+        return synthesize_all_to_all(links, total_bytes, chunks_per_npu, seed)
     chunk_bytes = total_bytes / (links.nodes * chunks_per_npu)
     owner = np.repeat(np.arange(links.nodes), chunks_per_npu)
     if op is Collective.ALL_GATHER:
@@ -188,7 +204,8 @@ def _all_gather(op: Collective, links: LinkGraph, owner: np.ndarray, chunk_bytes
     time, used, k_link, chunk, start, end, missing = greedy_all_gather(
         links.nodes, owner.astype(np.int64), links.src[by_source], links.dst[by_source],
         duration[by_source].astype(float), out_start, rank, in_start, links.src[in_links], seed, record,
-        LOOK if links.nodes <= LOOK_NODES else 1)
+        LOOK if links.nodes <= LOOK_NODES else 1,
+        np.empty((links.nodes, len(owner)), np.uint16 if len(owner) <= np.iinfo(np.uint16).max else np.int32))
     busy = np.empty_like(used)
     busy[by_source] = used
     link = by_source[k_link]

@@ -62,7 +62,7 @@ def replay(schedule: Schedule) -> Replay:
     duration = (links.latency[link] + schedule.chunk_bytes / links.bandwidth[link]
                 + np.where(schedule.reducing[order], schedule.reduce_s, 0.0))
     initial = np.full((nodes, chunks), np.inf)
-    if schedule.op is Collective.ALL_GATHER:
+    if schedule.op in (Collective.ALL_GATHER, Collective.ALL_TO_ALL):
         initial[schedule.owner, np.arange(chunks)] = 0.0
     else:  # every device starts with its own contribution to every chunk
         initial[:, :] = 0.0
@@ -74,12 +74,15 @@ def replay(schedule: Schedule) -> Replay:
 
 
 def _complete(schedule: Schedule, ready: np.ndarray) -> bool:
-    """All-gather: every device holds every chunk. Reduce-scatter: every device but a chunk's owner sends
-    its partial sum of the chunk exactly once (after all it received of it, by the replay's order), the
-    owner never, so the partial sums form a tree into the owner. All-reduce: both."""
+    """All-gather: every device holds every chunk. All-to-all: every chunk reaches its target.
+    Reduce-scatter: every device but a chunk's owner sends its partial sum of the chunk exactly once (after
+    all it received of it, by the replay's order), the owner never, so the partial sums form a tree into the
+    owner. All-reduce: both."""
     nodes, chunks = schedule.links.nodes, schedule.chunks
     if schedule.op is Collective.ALL_GATHER:
         return bool(np.all(np.isfinite(ready)))
+    if schedule.op is Collective.ALL_TO_ALL:
+        return schedule.target is not None and bool(np.all(np.isfinite(ready[schedule.target, np.arange(chunks)])))
     reducing = schedule.reducing
     sends = np.zeros((nodes, chunks), np.int64)
     np.add.at(sends, (schedule.src[reducing], schedule.chunk[reducing]), 1)
