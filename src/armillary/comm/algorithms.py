@@ -183,6 +183,29 @@ def _ring_hops(net: NetworkDimension, p: Array) -> Array | None:
     return np.where(np.asarray(p) == size, hops, np.maximum(np.asarray(p) - 1.0, 1.0))
 
 
+def _line_distance(s: Array, wrap: bool) -> Array:
+    """Summed hop distance from one position to all others of a line of s positions, averaged over the
+    positions: a ring, shortest way round, floor(s^2 / 4); an open line (s^2 - 1) / 3 [derived]."""
+    return np.floor(s * s / 4.0) if wrap else (s * s - 1.0) / 3.0
+
+
+def _a2a_hops(net: NetworkDimension, p: Array) -> Array:
+    """Mean hops of an all-to-all share on a direct network: each rank's p - 1 shares travel shortest paths
+    over the device's links (a ring, or a torus / mesh the group fills, dimension-order distances summed
+    over the axes), so the bytes its links carry are the bytes it sends times the mean distance [derived:
+    link load of shortest-path routing; the bound comm/all_to_all.bounds calls "link load"]. 1 on switched
+    networks, where every share is one hop."""
+    if net.kind is NetworkKind.RING:
+        return np.maximum(_line_distance(np.asarray(p, float), True), 1.0) / np.maximum(np.asarray(p) - 1.0, 1.0)
+    if net.kind in (NetworkKind.TORUS, NetworkKind.MESH) and net.shape is not None:
+        size = float(np.prod(net.shape))
+        wrap = net.kind is NetworkKind.TORUS
+        filled = sum(size / k * _line_distance(float(k), wrap) for k in net.shape) / (size - 1.0)
+        ring = np.maximum(_line_distance(np.asarray(p, float), True), 1.0) / np.maximum(np.asarray(p) - 1.0, 1.0)
+        return np.where(np.asarray(p) == size, filled, ring)  # a smaller group: a ring through the axes
+    return 1.0
+
+
 def _candidates(net: NetworkDimension) -> tuple[tuple[int, Algorithm, float], ...]:
     """(index, algorithm, achievable bytes/s) of what can run on `net`."""
     return _candidate_table(net.kind, net.algorithms, net.in_network_reduction, net.in_network_efficiency,
@@ -260,6 +283,9 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     times, fixeds, sents, labels = [], [], [], []
     reduces = op.reduces
     ring_hops = _ring_hops(net, p)
+    a2a_hops = _a2a_hops(net, p) if op is Collective.ALL_TO_ALL else 1.0
+    if scalar:
+        a2a_hops = float(a2a_hops)
     ramp = _ramp(net.size_efficiency, n_bytes, scalar)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     for a_index, alg, link in _candidates(net):
@@ -269,6 +295,8 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         if steps_bytes is None:
             continue
         steps, sent = steps_bytes
+        if op is Collective.ALL_TO_ALL:
+            sent = sent * a2a_hops
         if alg is Algorithm.RING and ring_hops is not None:
             steps = steps * ring_hops / (p - 1)
         reduce_time: Array = 0.0
