@@ -195,14 +195,15 @@ def _a2a_hops(net: NetworkDimension, p: Array) -> Array:
     over the axes), so the bytes its links carry are the bytes it sends times the mean distance [derived:
     link load of shortest-path routing; the bound comm/all_to_all.bounds calls "link load"]. 1 on switched
     networks, where every share is one hop."""
+    ranks = np.asarray(p, float)
+    ring = np.maximum(_line_distance(ranks, True), 1.0) / np.maximum(ranks - 1.0, 1.0)
     if net.kind is NetworkKind.RING:
-        return np.maximum(_line_distance(np.asarray(p, float), True), 1.0) / np.maximum(np.asarray(p) - 1.0, 1.0)
+        return ring
     if net.kind in (NetworkKind.TORUS, NetworkKind.MESH) and net.shape is not None:
         size = float(np.prod(net.shape))
         wrap = net.kind is NetworkKind.TORUS
         filled = sum(size / k * _line_distance(float(k), wrap) for k in net.shape) / (size - 1.0)
-        ring = np.maximum(_line_distance(np.asarray(p, float), True), 1.0) / np.maximum(np.asarray(p) - 1.0, 1.0)
-        return np.where(np.asarray(p) == size, filled, ring)  # a smaller group: a ring through the axes
+        return np.where(ranks == size, filled, ring)  # a smaller group: a ring through the axes
     return 1.0
 
 

@@ -70,6 +70,30 @@ def bounds(links: LinkGraph, total_bytes: float, distance: np.ndarray | None = N
     return out
 
 
+@numba.njit(cache=True, inline="always")
+def _append(head: np.ndarray, last: np.ndarray, nxt: np.ndarray, prv: np.ndarray, u: int, c: int) -> None:
+    """Chunk c joins the end of node u's list (the lists are linked through nxt / prv)."""
+    nxt[c], prv[c] = -1, last[u]
+    if last[u] >= 0:
+        nxt[last[u]] = c
+    else:
+        head[u] = c
+    last[u] = c
+
+
+@numba.njit(cache=True, inline="always")
+def _unlink(head: np.ndarray, last: np.ndarray, nxt: np.ndarray, prv: np.ndarray, u: int, c: int) -> None:
+    """Chunk c leaves node u's list."""
+    if prv[c] >= 0:
+        nxt[prv[c]] = nxt[c]
+    else:
+        head[u] = nxt[c]
+    if nxt[c] >= 0:
+        prv[nxt[c]] = prv[c]
+    else:
+        last[u] = prv[c]
+
+
 @numba.njit(cache=True)
 def greedy_all_to_all(nodes: int, src: np.ndarray, dst: np.ndarray, duration: np.ndarray, owner: np.ndarray,
                       target: np.ndarray, distance: np.ndarray, seed: int, transfers: int,
@@ -88,15 +112,8 @@ def greedy_all_to_all(nodes: int, src: np.ndarray, dst: np.ndarray, duration: np
     t_start, t_end = np.empty(transfers), np.empty(transfers)
     count, left = 0, chunks
     uniform = np.unique(duration).shape[0] == 1
-    order = np.arange(links)
     for c in range(chunks):
-        u = owner[c]
-        nxt[c], prv[c] = -1, last[u]
-        if last[u] >= 0:
-            nxt[last[u]] = c
-        else:
-            head[u] = c
-        last[u] = c
+        _append(head, last, nxt, prv, owner[c], c)
     now = finish = 0.0
     while True:
         off = np.random.randint(links)
@@ -115,14 +132,7 @@ def greedy_all_to_all(nodes: int, src: np.ndarray, dst: np.ndarray, duration: np
                 c = nxt[c]
             if best < 0:
                 continue
-            if prv[best] >= 0:  # unlink it from u's list
-                nxt[prv[best]] = nxt[best]
-            else:
-                head[u] = nxt[best]
-            if nxt[best] >= 0:
-                prv[nxt[best]] = prv[best]
-            else:
-                last[u] = prv[best]
+            _unlink(head, last, nxt, prv, u, best)
             busy[link], carrying[link] = True, best
             ends[link] = now + duration[link]
             busy_time[link] += duration[link]
@@ -143,12 +153,7 @@ def greedy_all_to_all(nodes: int, src: np.ndarray, dst: np.ndarray, duration: np
                 if target[c] == v:
                     left -= 1
                     continue
-                nxt[c], prv[c] = -1, last[v]
-                if last[v] >= 0:
-                    nxt[last[v]] = c
-                else:
-                    head[v] = c
-                last[v] = c
+                _append(head, last, nxt, prv, v, c)
     return finish, busy_time, t_link[:count], t_chunk[:count], t_start[:count], t_end[:count], left
 
 
