@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from armillary.comm.collectives import all_gather, collective, reduce_scatter
 from armillary.errors import SpecError
 from armillary.estimate.dp_attention import routed_experts
-from armillary.estimate.inference import inference_memory, replica_model
+from armillary.estimate.inference import replica_model
+from armillary.estimate.inference_memory import inference_memory
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.run import estimate_run
 from armillary.plan.arrays import ModelArrays

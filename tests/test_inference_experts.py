@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from armillary.comm.collectives import all_reduce
-from armillary.estimate.inference import kv_budget, replica_model, replicated_experts
+from armillary.estimate.inference import replica_model, replicated_experts
+from armillary.estimate.inference_memory import kv_budget
 from armillary.estimate.inference_result import InferenceMemory
 from armillary.plan.arrays import ModelArrays
 from armillary.specs.loading import load_model, load_system

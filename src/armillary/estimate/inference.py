@@ -1,4 +1,5 @@
-"""LLM inference on one model replica: prefill and decode passes, the KV cache, and a static batch.
+"""LLM inference on one model replica: prefill and decode passes and a static batch (its memory and KV
+cache: `estimate.inference_memory`).
 
 A pass runs the same per-layer kernels as training's forward (`workload.transformer.layer_forward`, costed
 by `layer.layer_cost` through the device roofline), for the pass's new tokens, plus one fused attention
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -20,8 +20,9 @@ from armillary.comm.collectives import all_gather, needed, send_recv
 from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.errors import SpecError
 from armillary.estimate import memory as mem
-from armillary.estimate.dp_attention import dp_attention_tokens_time, dp_attention_weights
+from armillary.estimate.dp_attention import dp_attention_tokens_time
 from armillary.estimate.feasibility import inference_checks
+from armillary.estimate.inference_memory import inference_memory, kv_blocks, kv_budget
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
 from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost
 from armillary.estimate.result import EndsCost, ParallelDimension
@@ -37,7 +38,6 @@ from armillary.specs.workload import DecodeAttention, Inference, MlaDecode
 from armillary.workload.attention import cache_read_bytes, fused_attention_op, kv_cache_elements_per_rank
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
 from armillary.workload.ops import Op
-from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import ends_forward, layer_forward
 
 
@@ -231,56 +231,6 @@ def kv_handover_time(r: ReplicaModel, tokens: Array) -> Array:
     Zhong et al. 2024 §4.3; Splitwise, Patel et al. 2024 §4.2). Broadcasts over `tokens`."""
     dims = len(r.system.network)
     return send_recv(tokens * r.cache_bytes_per_token, pair_across(dims - 1, dims), r.system).time
-
-
-def kv_pages(tokens: Any, block_tokens: int) -> Any:
-    """Pages of a paged KV cache (`block_tokens` each) that hold `tokens` (an int or an int array)."""
-    return -(-tokens // block_tokens)
-
-
-def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: Array) -> InferenceMemory:
-    """Bytes per device of the busiest stage: weights (embedding and LM head kept at 16 bits, routed
-    experts over ep x expert_tp), the paged KV cache of `batch` sequences of input + output tokens, and
-    the working activations of the largest pass (`pass_tokens` new tokens, `batch` sequences)."""
-    m, st = r.m, r.st
-    params = count_parameters(m)
-    share = r.stage_layers / float(m.layers)
-    routed = params.moe_layers * params.experts * params.expert
-    layer_params = params.total - params.embedding - params.head - routed
-    ends = params.embedding + params.head if st.pp == 1 else np.maximum(params.embedding, params.head)
-    layers = (layer_params / st.tp + routed / (st.ep * st.etp)) if r.attention_dp == 1 else (
-        dp_attention_weights(params, r))
-    weights = share * layers * r.weight_bytes + ends / r.attention_tp * r.activation_bytes
-    pages = kv_pages(w.input_len + w.output_len, w.kv_cache.block_tokens)
-    per_sequence = pages * w.kv_cache.block_tokens * r.cache_bytes_per_token
-    # [derived] the widest moment of a layer: its input, the QKV or MLP intermediate, and its output; the
-    # fp32 logits of the last tokens
-    tokens = pass_tokens
-    widest = np.maximum(m.qkv_width / r.attention_tp,
-                        (m.mlp_matrices - 1) * np.maximum(m.ffn, m.top_k * m.expert_ffn) / st.tp)
-    # the fused MoE's output buffer holds each token's top-k expert outputs at full width before their
-    # weighted sum (vLLM fused_moe intermediate_cache3: tokens x top_k x hidden)
-    widest = np.maximum(widest, np.where(m.experts > 0, m.top_k * m.hidden, 0.0))
-    activations = tokens * (2 * m.hidden + widest) * r.activation_bytes + batch * m.vocab / r.attention_tp * 4
-    return InferenceMemory(weights=weights, kv_cache=(1 - r.tier2_fraction) * batch * per_sequence,
-                           activations=activations, kv_cache_tier2=r.tier2_fraction * batch * per_sequence,
-                           kv_per_sequence=per_sequence)
-
-
-def kv_blocks(capacity_bytes: float, per_token_bytes: float, block_tokens: int) -> int:
-    """Pages of `block_tokens` tokens that fit in `capacity_bytes`."""
-    return int(capacity_bytes // (per_token_bytes * block_tokens)) if per_token_bytes > 0 else 2**62 // block_tokens
-
-
-def kv_budget(r: ReplicaModel, w: Inference, memory: InferenceMemory, of_total: bool = False) -> tuple[Array, Array]:
-    """(HBM left after weights and activations, the share of it the KV cache may take) per device. With
-    `of_total` the fraction caps the whole memory and the KV cache takes what weights and activations leave
-    of that cap (vLLM's gpu_memory_utilization, Worker.determine_num_available_blocks). Broadcasts."""
-    capacity = float(r.system.device.hbm.capacity)
-    free = capacity - memory.weights - memory.activations
-    if of_total:
-        return free, np.maximum(0.0, w.kv_cache.memory_fraction * capacity - (memory.weights + memory.activations))
-    return free, w.kv_cache.memory_fraction * free
 
 
 def prefill_pass(r: ReplicaModel, w: Inference, batch: Array | None = None) -> PassTime:

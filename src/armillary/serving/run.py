@@ -10,14 +10,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from armillary.errors import SpecError
-from armillary.estimate.inference import (
-    ReplicaModel,
-    inference_memory,
-    kv_blocks,
-    kv_budget,
-    kv_handover_time,
-    replica_model,
-)
+from armillary.estimate.inference import ReplicaModel, kv_handover_time, replica_model
+from armillary.estimate.inference_memory import inference_memory, kv_blocks, kv_budget
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.engine import Engine, overheads, with_engine
 from armillary.serving.lockstep import GroupStepCost, simulate_groups

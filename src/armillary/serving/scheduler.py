@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from armillary.estimate.inference import kv_pages
+from armillary.estimate.inference_memory import kv_pages
 from armillary.serving.kernels import advance, drop, release, running_fit, scheduled
 from armillary.serving.trace import Trace
 from armillary.specs.workload import Policy
