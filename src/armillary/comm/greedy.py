@@ -96,6 +96,21 @@ def _rank(has: np.ndarray, sent: np.ndarray, u: int, v: int, c: int, in_start: n
 
 
 @numba.njit(cache=True)
+def _visit_order(rank: np.ndarray, mark: np.ndarray, cand: np.ndarray, off: int) -> None:
+    """The marked links into `cand`, in the caller's order `rank` from offset `off` round (links of a node
+    sit together, so their bitsets stay in cache)."""
+    n = 0
+    for r in range(off, rank.shape[0]):
+        if mark[rank[r]]:
+            cand[n] = rank[r]
+            n += 1
+    for r in range(off):
+        if mark[rank[r]]:
+            cand[n] = rank[r]
+            n += 1
+
+
+@numba.njit(cache=True)
 def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.ndarray, duration: np.ndarray,
                       out_start: np.ndarray, rank: np.ndarray, in_start: np.ndarray,
                       in_src: np.ndarray, seed: int, record: bool, look: int, log: np.ndarray,
@@ -153,18 +168,7 @@ def greedy_all_gather(nodes: int, owner: np.ndarray, src: np.ndarray, dst: np.nd
         # this event's candidate links in link order from a seeded random offset (links of a node sit
         # together, so their bitsets stay in cache)
         if ncand > 0:
-            off = np.random.randint(links)
-            n2 = 0
-            for r in range(off, links):
-                l2 = rank[r]
-                if mark[l2]:
-                    cand[n2] = l2
-                    n2 += 1
-            for r in range(off):
-                l2 = rank[r]
-                if mark[l2]:
-                    cand[n2] = l2
-                    n2 += 1
+            _visit_order(rank, mark, cand, np.random.randint(links))
         order = cand[:ncand].copy()
         if not uniform:  # earliest arrival first; the shuffle breaks ties
             order = order[np.argsort(duration[order], kind="mergesort")]
