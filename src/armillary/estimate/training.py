@@ -103,7 +103,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         cp_exposed=microbatches * crit.cp,
         ep_exposed=microbatches * crit.ep,
         pp_exposed=microbatches * sends.per_mb,
-        bubble=pipe - microbatches * (crit.total + sends.per_mb),
+        bubble=maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # >= 0 after rounding
         dp_exposed=sum((cost.exposed_s for cost in dp), 0.0),
         optimizer=optimizer,
         offload_stall=0.0,

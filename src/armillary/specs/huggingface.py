@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from pydantic import ValidationError
 
 from armillary.specs.model import MlpKind, Model, NormKind, PositionKind
 
@@ -33,9 +36,11 @@ _EXPERT_FFN = ("moe_intermediate_size", "intermediate_size")
 _WHOLE = (*(k for keys in _ALIASES.values() for k in keys), "num_key_value_heads", "intermediate_size",
           "max_position_embeddings", "n_positions", "head_dim", "sliding_window", *_EXPERTS, *_TOP_K,
           "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "shared_expert_intermediate_size",
-          "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_heads")
+          "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_heads",
+          "n_inner", "ffn_dim", "max_seq_len", "seq_length")
 _RATIOS = ("expansion_ratio", "hidden_ratio")
-_FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias")
+_FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "no_bias")
+_TEXT = ("model_type", "_name_or_path", "hidden_act", "activation_function")
 _LARGEST = 2**40
 
 
@@ -56,6 +61,14 @@ def _check_values(data: dict[str, Any]) -> None:
     for key in _FLAGS:
         if key in data and not isinstance(data[key], bool):
             raise ValueError(f"config.json {key}: expected true or false, got {data[key]!r}")
+    for key in _TEXT:
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ValueError(f"config.json {key}: expected a string, got {data[key]!r}")
+    if data.get("attn_config") is not None and not isinstance(data["attn_config"], dict):
+        raise ValueError(f"config.json attn_config: expected a mapping, got {data['attn_config']!r}")
+    types = data.get("layer_types")
+    if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
+        raise ValueError(f"config.json layer_types: expected a list of strings, got {types!r}")
 
 
 # keys read somewhere below, and keys that change nothing a cost model sees (ids, numerics, serialization)
@@ -126,12 +139,12 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
         spec["sliding_window"] = int(data["sliding_window"])
     if kind in _GPT_STYLE:
         if kind == "mpt":
-            ffn = int(data.get("expansion_ratio", 4) * hidden)
+            ffn = int((data.get("expansion_ratio") or 4) * hidden)
         else:
             ffn = data.get("intermediate_size") or data.get("n_inner") or data.get("ffn_dim") or 4 * hidden
         position = {"gpt2": PositionKind.LEARNED, "opt": PositionKind.LEARNED, "gpt_bigcode": PositionKind.LEARNED,
                     "bloom": PositionKind.ALIBI, "gpt_neox": PositionKind.ROTARY}.get(kind, PositionKind.ALIBI)
-        if kind == "mpt" and not data.get("attn_config", {}).get("alibi", True):
+        if kind == "mpt" and not (data.get("attn_config") or {}).get("alibi", True):
             position = PositionKind.LEARNED
         spec |= {"ffn": int(ffn), "mlp": MlpKind.RELU if "relu" in act else MlpKind.GELU,
                  "norm": NormKind.LAYERNORM, "position": position, "linear_bias": not data.get("no_bias", False)}
@@ -147,7 +160,7 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
     spec["sources"] = {"*": "Hugging Face config.json"}
     if unread := unread_keys(data):
         spec["sources"][UNREAD] = ", ".join(unread)
-    return Model.model_validate(spec)
+    return _validated(spec, data)
 
 
 def _experts_and_latent_attention(data: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -166,8 +179,9 @@ def _experts_and_latent_attention(data: dict[str, Any], kind: str) -> dict[str, 
             spec["moe"] |= {"shared_experts": 1, "shared_ffn": int(data["shared_expert_intermediate_size"])}
     if data.get("kv_lora_rank"):
         spec["mla"] = {"kv_lora_rank": int(data["kv_lora_rank"]), "q_lora_rank": data.get("q_lora_rank"),
-                       "rope_head_dim": int(data["qk_rope_head_dim"]),
-                       "nope_head_dim": int(data["qk_nope_head_dim"]), "v_head_dim": int(data["v_head_dim"])}
+                       **{field: int(_first(data, (key,), key)) for field, key in (
+                           ("rope_head_dim", "qk_rope_head_dim"), ("nope_head_dim", "qk_nope_head_dim"),
+                           ("v_head_dim", "v_head_dim"))}}
         spec |= {"kv_heads": None, "head_dim": None}
     layer_types = data.get("layer_types")
     if spec.get("attention_sinks") or layer_types:
@@ -182,13 +196,42 @@ def _matmul_free(data: dict[str, Any], name: str | None) -> Model:
     """The MatMul-free LM (ridgerchu/matmulfreellm, HGRNBitConfig): MLGRU token mixer, ternary BitLinear
     layers, GLU channel mixer of 256 * ceil(hidden * hidden_ratio * 2/3 / 256) unless intermediate_size is
     given (the modelling code's default)."""
-    hidden = int(data["hidden_size"])
+    hidden = int(_first(data, ("hidden_size",), "hidden_size"))
     ffn = data.get("intermediate_size") or 256 * -(-int(hidden * (data.get("hidden_ratio") or 4) * 2 / 3) // 256)
-    return Model.model_validate({
-        "name": name or data.get("_name_or_path") or "hgrn_bit", "layers": int(data["num_hidden_layers"]),
+    return _validated({
+        "name": name or data.get("_name_or_path") or "hgrn_bit",
+        "layers": int(_first(data, ("num_hidden_layers",), "num_hidden_layers")),
         "hidden": hidden, "heads": int(data.get("num_heads") or 1), "ffn": int(ffn), "mlp": MlpKind.SWIGLU,
-        "norm": NormKind.RMSNORM, "position": PositionKind.NONE, "vocab": int(data["vocab_size"]),
+        "norm": NormKind.RMSNORM, "position": PositionKind.NONE,
+        "vocab": int(_first(data, ("vocab_size",), "vocab_size")),
         "max_seq_len": int(data.get("max_position_embeddings") or 2048),
         "tied_embeddings": bool(data.get("tie_word_embeddings", False)),
         "token_mixer": "mlgru", "bitlinear": {}, "sources": {"*": "Hugging Face config.json (hgrn_bit)"},
-    })
+    }, data)
+
+
+# the config.json keys each Model field is read from, for errors the Model itself finds (hidden not a multiple
+# of heads, top_k above the experts...)
+_KEYS_OF = {**_ALIASES, "heads": (*_ALIASES["heads"], "num_heads"), "kv_heads": ("num_key_value_heads",), "head_dim": ("head_dim",),
+            "ffn": ("intermediate_size", "n_inner", "ffn_dim", "expansion_ratio", "hidden_ratio"),
+            "max_seq_len": ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
+            "sliding_window": ("sliding_window",), "window_layers": ("layer_types",), "name": ("_name_or_path",),
+            "experts": _EXPERTS, "top_k": _TOP_K, "expert_ffn": _EXPERT_FFN,
+            "shared_experts": ("n_shared_experts",), "shared_ffn": ("shared_expert_intermediate_size",),
+            "dense_layers": ("first_k_dense_replace",), "kv_lora_rank": ("kv_lora_rank",),
+            "q_lora_rank": ("q_lora_rank",), "rope_head_dim": ("qk_rope_head_dim",),
+            "nope_head_dim": ("qk_nope_head_dim",), "v_head_dim": ("v_head_dim",)}
+
+
+def _validated(spec: dict[str, Any], data: dict[str, Any]) -> Model:
+    """The Model of `spec`; an error it finds names the config.json keys of the fields involved."""
+    try:
+        return Model.model_validate(spec)
+    except ValidationError as err:
+        problems = []
+        for e in err.errors():
+            words = {str(x) for x in e["loc"]} | set(re.findall(r"[a-z_]+", e["msg"]))
+            keys = [k for field in _KEYS_OF if field in words
+                    for k in ([k for k in _KEYS_OF[field] if k in data] or _KEYS_OF[field][:1])]
+            problems.append(f"config.json {', '.join(dict.fromkeys(keys)) or 'model'}: {e['msg']}")
+        raise ValueError("; ".join(problems)) from None
