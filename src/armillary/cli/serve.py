@@ -81,7 +81,9 @@ def serve_cmd(
             typer.echo(f"max rate over {seeds} seeds: {found.rate:.3g} requests/s "
                        f"(range {found.low:.3g} - {found.high:.3g})", err=True)
     else:
-        with working(f"serving {rate:g} requests/s for {duration:g} s"):
+        what = f"the trace {workload.serving.trace}" if workload.serving.trace is not None else (
+            f"{rate:g} requests/s for {duration:g} s")
+        with working(f"serving {what}"):
             result = api.simulate_serving(model, system, strategy, workload, rate, duration)
     money = serving_economics(result.output_tokens_per_s, result.devices, system, costs)
     if plot is not None:
@@ -92,7 +94,7 @@ def serve_cmd(
         tried = {} if found is None else {"rates_tried": rate_points(found)}
         print_json({**records.rate_record(result, best), **tried, "economics": money.to_dict()})
     else:
-        show([*tables.serving_report(result, model, system, best), tables.economics_line(money)])
+        show([*tables.serving_report(result, model, system, best, workload.serving.trace), tables.economics_line(money)])
     if csv_out is not None:
         from armillary.report.files import save_rows
 

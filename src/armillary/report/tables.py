@@ -3,6 +3,8 @@ figures come from the result objects, converted for output in `report.records`."
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -153,7 +155,8 @@ def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) 
         latency.add_column(c, justify="left" if c == "metric" else "right")
     for name, p in (("time to first token", r.ttft_s), ("time per output token", r.tpot_s),
                     ("end to end", r.e2e_s)):
-        latency.add_row(name, *(f"{v * 1e3:.4g}" for v in (p.mean, p.p50, p.p90, p.p99)))
+        # no completed request: no percentile, shown as a dash rather than nan
+        latency.add_row(name, *(f"{v * 1e3:.4g}" if math.isfinite(v) else "-" for v in (p.mean, p.p50, p.p90, p.p99)))
     return [head, latency]
 
 
@@ -362,10 +365,14 @@ def economics_line(e: Economics) -> str:
     """Energy and cost per token in one line, with what they assumed."""
     if e.joules_per_token is None:
         energy = "energy: the device lists no power (give costs.device_power)"
+    elif not math.isfinite(float(e.joules_per_token)):
+        energy = f"energy: no {e.tokens.value} tokens to share it"
     else:
         energy = (f"energy {float(e.joules_per_token):.4g} J per {e.tokens.value} token ({e.devices} x "
                   f"{e.device_power_w:g} W x PUE {e.pue:g})")
     if e.usd_per_million_tokens is None:
         return energy + " · cost: give --usd-per-gpu-hour"
+    if not math.isfinite(float(e.usd_per_million_tokens)):
+        return energy + f" · cost: no {e.tokens.value} tokens to share it"
     return energy + (f" · ${float(e.usd_per_million_tokens):.4g} per million {e.tokens.value} tokens at "
                      f"${e.usd_per_gpu_hour:g}/device-hour")

@@ -116,6 +116,8 @@ def scaled(trace: Trace, rate: float) -> Trace:
 
 def _request(path: Path, line: int, row: dict[str, str | None]) -> tuple[float, float, float]:
     """One request of a trace file: a finite arrival >= 0 and whole lengths of 1 to 2^24 tokens."""
+    if None in row:
+        raise SpecError(f"trace {path} line {line}: more values than columns ({row[None]!r} left over)")
     try:
         arrival, prompt, output = (float(row[k] or "nan") for k in ("arrival_s", "input_len", "output_len"))
     except ValueError:
@@ -124,20 +126,27 @@ def _request(path: Path, line: int, row: dict[str, str | None]) -> tuple[float, 
         raise SpecError(f"trace {path} line {line}: expected arrival_s >= 0 and whole input_len, output_len of 1 "
                         f"to 2^24 tokens, got {row.get('arrival_s')!r}, {row.get('input_len')!r}, "
                         f"{row.get('output_len')!r}")
-    return arrival, prompt, output
+    return arrival + 0.0, prompt, output  # -0 as 0
 
 
 def load_trace(path: str | Path) -> Trace:
     """A CSV with columns arrival_s, input_len, output_len (one request per row, any order)."""
     path = Path(path)
     if not path.is_file():
-        raise SpecError(f"trace {path} does not exist")
-    with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    needed = {"arrival_s", "input_len", "output_len"}
-    if not rows or not needed <= set(rows[0]):
-        raise SpecError(f"trace {path}: expected columns {', '.join(sorted(needed))}")
-    data = np.array([_request(path, line, r) for line, r in enumerate(rows, start=2)])
+        raise SpecError(f"trace {path}: no such file")
+    needed = ("arrival_s", "input_len", "output_len")
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f, skipinitialspace=True)
+        try:
+            header = reader.fieldnames or []
+            if not set(needed) <= set(header) or len(set(header)) < len(header):
+                raise SpecError(f"trace {path}: expected the columns {', '.join(needed)} once each, got {header}")
+            data = [_request(path, reader.line_num, r) for r in reader]
+        except (csv.Error, UnicodeDecodeError) as err:
+            raise SpecError(f"trace {path} line {max(reader.line_num, 1)}: not a CSV text file ({err})") from None
+    if not data:
+        raise SpecError(f"trace {path}: no requests (a header and one row per request)")
+    data = np.array(data)
     order = np.argsort(data[:, 0], kind="stable")
     data = data[order]
     return Trace(data[:, 0], data[:, 1].astype(np.int64), data[:, 2].astype(np.int64))
