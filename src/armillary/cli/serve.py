@@ -94,7 +94,8 @@ def serve_cmd(
         tried = {} if found is None else {"rates_tried": rate_points(found)}
         print_json({**records.rate_record(result, best), **tried, "economics": money.to_dict()})
     else:
-        show([*tables.serving_report(result, model, system, best, workload.serving.trace), tables.economics_line(money)])
+        show([*tables.serving_report(result, model, system, best, workload.serving.trace),
+              tables.economics_line(money)])
     if csv_out is not None:
         from armillary.report.files import save_rows
 

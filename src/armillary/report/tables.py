@@ -4,7 +4,6 @@ figures come from the result objects, converted for output in `report.records`."
 from __future__ import annotations
 
 import math
-
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING

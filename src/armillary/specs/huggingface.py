@@ -212,7 +212,8 @@ def _matmul_free(data: dict[str, Any], name: str | None) -> Model:
 
 # the config.json keys each Model field is read from, for errors the Model itself finds (hidden not a multiple
 # of heads, top_k above the experts...)
-_KEYS_OF = {**_ALIASES, "heads": (*_ALIASES["heads"], "num_heads"), "kv_heads": ("num_key_value_heads",), "head_dim": ("head_dim",),
+_KEYS_OF = {**_ALIASES, "heads": (*_ALIASES["heads"], "num_heads"), "kv_heads": ("num_key_value_heads",),
+            "head_dim": ("head_dim",),
             "ffn": ("intermediate_size", "n_inner", "ffn_dim", "expansion_ratio", "hidden_ratio"),
             "max_seq_len": ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
             "sliding_window": ("sliding_window",), "window_layers": ("layer_types",), "name": ("_name_or_path",),
