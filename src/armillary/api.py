@@ -171,6 +171,8 @@ def simulate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workl
     strategy's), or a static inference batch."""
     m, sysm = load_model(model), load_system(system, gpus)
     st, w = load_strategy(strategy), load_workload(workload)
+    if not isinstance(symmetric, bool):
+        raise SpecError(f"symmetric: expected True or False, got {symmetric!r}")
     if isinstance(w, Inference):
         return simulate_inference(m, sysm, st, w, stragglers, jitter, seed)
     try:
@@ -214,7 +216,13 @@ def collective(op: Collective | str, size_bytes: float | Sequence[float] | np.nd
     if operation is Collective.SEND_RECV:
         raise SpecError("op: send_recv is point-to-point, not a collective")
     sysm = load_system(system, gpus)
-    sizes = np.atleast_1d(np.asarray(size_bytes, dtype=float))
+    try:
+        raw = np.asarray(size_bytes)
+    except ValueError:  # a ragged nesting
+        raw = np.asarray(None)
+    if raw.dtype.kind not in "iuf" or raw.ndim > 1:  # strings, bools, None, objects are not sizes
+        raise SpecError(f"size_bytes: expected a number of bytes or a sequence of them, got {size_bytes!r}")
+    sizes = np.atleast_1d(raw.astype(float))
     try:
         rows = collective_sweep(operation, sizes, group_of(sysm, gpus), sysm, chosen, composed)
     except ValueError as err:

@@ -80,7 +80,7 @@ def collective_sweep(op: Collective, sizes: np.ndarray, group: Placement, system
     if group.size < 2:
         raise SpecError(f"a collective needs a group of at least 2 GPUs, not {group.size:g}")
     if not (np.all(np.isfinite(sizes)) and np.all(np.asarray(sizes) > 0)):
-        raise SpecError("message sizes must be positive, finite numbers of bytes")
+        raise SpecError(f"size_bytes: message sizes must be positive, finite numbers of bytes, got {sizes}")
     result = collective(op, np.asarray(sizes, dtype=float), group, system, algorithm, composition=composition)
     time = np.broadcast_to(result.cost.time, np.shape(sizes))
     algbw = sizes / time

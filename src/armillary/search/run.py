@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from armillary.arguments import whole
 from armillary.errors import MissingExtra, SpecError
 from armillary.estimate.feasibility import training_checks
 from armillary.estimate.result import ErrorBand
@@ -212,8 +213,7 @@ def search(model: Model, system: System, workload: Training, base: Strategy | No
     could enter). `progress(points_done, points)` is called as blocks finish or are skipped. With
     `checkpoint`, every finished block is appended to that file and a rerun of the same search skips the
     blocks it holds (resume after an interruption; the answer is the same)."""
-    if not 1 <= top_k <= MAX_TOP:
-        raise SpecError(f"top_k = {top_k}: the number of strategies to keep must be 1..{MAX_TOP:,}")
+    whole("top_k (the number of strategies to keep)", top_k, 1, MAX_TOP)
     base = base or Strategy()
     space = space or StrategySpace()
     axes = resolve_axes(space, model, system.devices, system.devices_per_node, base, system.device.hbm.capacity,

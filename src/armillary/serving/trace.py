@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from armillary.arguments import number
 from armillary.errors import SpecError
 from armillary.specs.workload import Arrivals, Inference, LengthDistribution
 
@@ -33,9 +34,9 @@ MAX_REQUESTS = 10_000_000  # a generated trace's requests: about 1 GB of serving
 
 
 def _check_rate(rate: float, duration_s: float) -> None:
-    if not (0 < rate < math.inf and 0 < duration_s < math.inf):
-        raise SpecError(f"rate ({rate} requests/s) and duration ({duration_s} s) must be positive, finite numbers "
-                        "(all requests at once: workload.serving.arrivals: offline)")
+    offline = " (all requests at once: workload.serving.arrivals: offline)"
+    number("rate (requests/s)" + offline, rate, above=True)
+    number("duration (s)", duration_s, above=True)
     if rate * duration_s > MAX_REQUESTS:
         raise SpecError(f"rate x duration = {rate * duration_s:.3g} requests: at most {MAX_REQUESTS:,} are served "
                         "in one run (shorten the duration)")

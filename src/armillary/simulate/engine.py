@@ -26,25 +26,28 @@ from contextlib import contextmanager
 import numba
 import numpy as np
 
+from armillary.arguments import number, whole
 from armillary.errors import SpecError
 from armillary.simulate.graph import TaskGraph, TaskKind
 from armillary.simulate.links import row_starts, shared_links
 from armillary.simulate.timeline import Timeline
 
 _EPS = 1e-12
+# beyond these, durations (integer nanoseconds) overflow and no simulated step means anything
+MAX_FACTOR, MAX_JITTER = 1e6, 10.0
 
 
 def run(graph: TaskGraph, stragglers: Mapping[int, float] | None = None, jitter: float = 0.0,
         seed: int = 0) -> Timeline:
     """Simulate `graph`. `stragglers`: slowdown factor of compute per rank; `jitter`: relative standard
     deviation of every task's duration."""
+    if stragglers is not None and not isinstance(stragglers, Mapping):
+        raise SpecError(f"stragglers: expected a mapping of rank to slowdown factor, got {stragglers!r}")
     for rank, factor in (stragglers or {}).items():
-        if not 0 <= rank < graph.ranks:
-            raise SpecError(f"straggler rank {rank}: the simulation has ranks 0..{graph.ranks - 1}")
-        if not 0 < factor < math.inf:
-            raise SpecError(f"straggler {rank}={factor}: the slowdown factor must be a positive number")
-    if not 0 <= jitter < math.inf:
-        raise SpecError(f"jitter {jitter}: must be a number >= 0")
+        whole(f"straggler rank (the simulation has ranks 0..{graph.ranks - 1})", rank, 0, graph.ranks - 1)
+        number(f"straggler {rank}: the slowdown factor", factor, above=True, high=MAX_FACTOR)
+    number("jitter (relative standard deviation)", jitter, high=MAX_JITTER)
+    whole("seed", seed)
     with paused_gc():
         return _run(graph, stragglers, jitter, seed)
 

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from armillary.arguments import whole
 from armillary.errors import SpecError
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.specs.huggingface import from_huggingface, is_huggingface_config
@@ -21,6 +22,7 @@ from armillary.specs.system import Device, System
 from armillary.specs.workload import Inference, Training, Workload
 
 S = TypeVar("S", bound=BaseModel)
+MAX_DEVICES = 2**20  # a system resized with `gpus`: beyond today's largest clusters; bounds serving's replicas
 
 
 def format_validation_error(err: ValidationError, where: str) -> str:
@@ -113,8 +115,8 @@ def load_device(value: Device | str | dict[str, Any]) -> Device:
 
 def load_system(value: System | str | dict[str, Any], gpus: int | None = None) -> System:
     """A system from a preset/file/mapping; `gpus` resizes it to that many devices."""
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-        raise SpecError(f"gpus: expected a whole number >= 1, got {gpus!r}")
+    if gpus is not None:
+        whole("gpus", gpus, 1, MAX_DEVICES)
     if not isinstance(value, System | str | dict):
         raise SpecError(f"system: expected a preset name, a file path, a mapping or a System, got {value!r}")
     if isinstance(value, System):
