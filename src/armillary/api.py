@@ -190,17 +190,18 @@ def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training",
 
 
 @overload
-def collective(op: Collective | str, size_bytes: float, system: SystemLike, gpus: int = ...,
+def collective(op: Collective | str, size_bytes: float, system: SystemLike, gpus: int | None = ...,
                algorithm: Algorithm | str = ..., composition: Composition | str = ...) -> SweepRow: ...
 
 
 @overload
-def collective(op: Collective | str, size_bytes: Sequence[float] | np.ndarray, system: SystemLike, gpus: int = ...,
-               algorithm: Algorithm | str = ..., composition: Composition | str = ...) -> list[SweepRow]: ...
+def collective(op: Collective | str, size_bytes: Sequence[float] | np.ndarray, system: SystemLike,
+               gpus: int | None = ..., algorithm: Algorithm | str = ...,
+               composition: Composition | str = ...) -> list[SweepRow]: ...
 
 
 def collective(op: Collective | str, size_bytes: float | Sequence[float] | np.ndarray, system: SystemLike,
-               gpus: int = defaults.COLLECTIVE_GPUS,
+               gpus: int | None = defaults.COLLECTIVE_GPUS,
                algorithm: Algorithm | str = Algorithm.AUTO,
                composition: Composition | str = Composition.AUTO) -> SweepRow | list[SweepRow]:
     """One collective over `gpus` devices of `system` (inner dimensions filled first), as nccl-tests reports
@@ -216,6 +217,7 @@ def collective(op: Collective | str, size_bytes: float | Sequence[float] | np.nd
     if operation is Collective.SEND_RECV:
         raise SpecError("op: send_recv is point-to-point, not a collective")
     sysm = load_system(system, gpus)
+    gpus = sysm.devices if gpus is None else gpus  # as everywhere: None is the system's own size
     try:
         raw = np.asarray(size_bytes)
     except ValueError:  # a ragged nesting

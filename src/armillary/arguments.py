@@ -12,8 +12,8 @@ from armillary.errors import SpecError
 
 def whole(name: str, value: object, low: int = 0, high: int | None = None) -> int:
     """`value` as an int in low..high (a bool, a float or a string is refused, not converted)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low or (
-            high is not None and value > high):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < low or (
+            high is not None and int(value) > high):
         allowed = f"{low:,}..{high:,}" if high is not None else f">= {low:,}"
         raise SpecError(f"{name}: expected a whole number {allowed}, got {value!r}")
     return int(value)

@@ -115,7 +115,7 @@ def scaled(trace: Trace, rate: float) -> Trace:
                  trace.output_len)
 
 
-def _request(path: Path, line: int, row: dict[str, str | None]) -> tuple[float, float, float]:
+def _request(path: Path, line: int, row: dict[str | None, str | None]) -> tuple[float, float, float]:
     """One request of a trace file: a finite arrival >= 0 and whole lengths of 1 to 2^24 tokens."""
     if None in row:
         raise SpecError(f"trace {path} line {line}: more values than columns ({row[None]!r} left over)")
@@ -142,12 +142,12 @@ def load_trace(path: str | Path) -> Trace:
             header = reader.fieldnames or []
             if not set(needed) <= set(header) or len(set(header)) < len(header):
                 raise SpecError(f"trace {path}: expected the columns {', '.join(needed)} once each, got {header}")
-            data = [_request(path, reader.line_num, r) for r in reader]
+            requests = [_request(path, reader.line_num, r) for r in reader]
         except (csv.Error, UnicodeDecodeError) as err:
             raise SpecError(f"trace {path} line {max(reader.line_num, 1)}: not a CSV text file ({err})") from None
-    if not data:
+    if not requests:
         raise SpecError(f"trace {path}: no requests (a header and one row per request)")
-    data = np.array(data)
+    data = np.array(requests)
     order = np.argsort(data[:, 0], kind="stable")
     data = data[order]
     return Trace(data[:, 0], data[:, 1].astype(np.int64), data[:, 2].astype(np.int64))

@@ -128,8 +128,10 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
     """One iteration's task graph. `est`: the estimate of the same configuration (its costs)."""
     m = round(float(est.microbatches))
     if m != float(est.microbatches) or m < 1:
-        raise SpecError(f"simulate: the global batch makes {float(est.microbatches)} micro-batches per pipeline; "
-                        "it must be a whole number")
+        dp = data_parallel(strategy, system)
+        raise SpecError(f"simulate: workload.global_batch {workload.global_batch} over {dp} data-parallel ranks "
+                        f"(gpus / tp cp pp) of strategy.micro_batch {strategy.micro_batch} makes "
+                        f"{float(est.microbatches):g} micro-batches per pipeline; it must be a whole number")
     if schedule is Schedule.INTERLEAVED and strategy.vpp < 2:
         raise SpecError("simulate: the interleaved schedule needs vpp >= 2")
     lay = layout(strategy, data_parallel(strategy, system), symmetric)

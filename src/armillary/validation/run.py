@@ -150,6 +150,8 @@ def write_csv(results: list[RowResult], path: Path | str) -> None:
 
 
 def read_rows(path: Path | str = DEFAULT_CSV) -> list[dict[str, str]]:
+    if not isinstance(path, str | Path) or not Path(path).is_file():
+        raise SpecError(f"validation file {path!r}: no such file")
     try:
         with Path(path).open(newline="", encoding="utf-8") as f:
             return list(csv.DictReader(f))
@@ -161,6 +163,9 @@ def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training",
              progress: Callable[[list[dict[str, str]]], Iterable[dict[str, str]]] = iter) -> list[RowResult]:
     """Every row of `kinds` in the CSV, run or skipped with the reason. `progress` wraps the row loop
     (the CLI passes a progress bar)."""
+    known = ("training", "inference", "collective")
+    if isinstance(kinds, str | bytes) or not isinstance(kinds, Iterable) or not set(kinds) <= set(known):
+        raise SpecError(f"kinds: expected some of {', '.join(known)}, got {kinds!r}")
     wanted = set(kinds)
     rows = [r for r in read_rows(path) if r.get("kind", "") in wanted]
     return [run_row(r) for r in progress(rows)]
