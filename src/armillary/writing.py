@@ -14,6 +14,8 @@ from pathlib import Path
 
 from armillary.errors import SpecError
 
+_move = os.replace  # the one step that makes a written file appear (tests fail it to stand for a full disk)
+
 
 def check_writable(path: Path) -> None:
     """Fail before the work starts when `path` cannot be written: a folder in its place, a missing or
@@ -54,7 +56,7 @@ def replaced(path: Path) -> Iterator[Path]:
     temporary = _new_file(path)
     try:
         yield temporary
-        os.replace(temporary, path)
+        _move(temporary, path)
     except OSError as e:
         raise SpecError(f"cannot write {path}: {e.strerror or e}") from None
     finally:
@@ -73,8 +75,18 @@ def replaced_files(folder: Path) -> Iterator[Path]:
     try:
         yield staging
         for file in staging.iterdir():
-            os.replace(file, folder / file.name)
+            _move(file, folder / file.name)
     except OSError as e:
         raise SpecError(f"cannot write into {folder}: {e.strerror or e}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def check_folder_writable(folder: Path) -> None:
+    """Fail before the work starts when files cannot be written into `folder` (made if missing): a file
+    in its place, or a nearest existing parent that is not a writable folder."""
+    if folder.exists() and not folder.is_dir():
+        raise SpecError(f"cannot write into {folder}: a file is in the way of that folder")
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise SpecError(f"cannot write into {folder}: {existing} is not a writable folder")

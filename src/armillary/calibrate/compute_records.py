@@ -15,6 +15,7 @@ from armillary.calibrate.compute_bench import Measurement
 from armillary.calibrate.compute_kernels import Kernel, KernelKind
 from armillary.errors import SpecError
 from armillary.specs.system import Device, Precision
+from armillary.writing import replaced
 
 _COLUMNS = ("kind", "precision", "m", "n", "k", "batch", "label", "held_out", "flop", "time_s")
 
@@ -26,7 +27,7 @@ def measurements_path(device_file: Path) -> Path:
 
 def write_measurements(measured: Sequence[Measurement], path: Path, header: str) -> None:
     """`header`: the machine, software and date, written as a leading `#` comment line."""
-    with path.open("w", newline="") as f:
+    with replaced(path) as temporary, temporary.open("w", newline="") as f:
         f.write(f"# {header}\n")
         w = csv.writer(f)
         w.writerow(_COLUMNS)

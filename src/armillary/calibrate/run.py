@@ -13,6 +13,7 @@ from armillary.calibrate.compute_fit import FitInputs, fit_device
 from armillary.calibrate.compute_kernels import Sweep
 from armillary.calibrate.compute_records import measurements_path, write_measurements
 from armillary.specs.system import Device
+from armillary.writing import replaced
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,9 @@ def write(calibration: Calibration, out: Path) -> Path:
     """The device file at `out` (YAML) and the raw measurements beside it; returns the latter's path."""
     import yaml
 
-    out.write_text(yaml.safe_dump(calibration.device.model_dump(mode="json", exclude_defaults=True),
-                                  sort_keys=False))
+    with replaced(out) as temporary:
+        temporary.write_text(yaml.safe_dump(calibration.device.model_dump(mode="json", exclude_defaults=True),
+                                            sort_keys=False))
     path = measurements_path(out)
     write_measurements(calibration.measured, path, calibration.provenance)
     return path

@@ -48,11 +48,11 @@ def compare_cmd(
             model, system, strategy, workload = load_run_file(path, set_, {"gpus": gpus})
             named.append((name, api.estimate(model, system, strategy, workload)))
         comparison = compare(named)
+    if json_out:  # printed first: a failed save does not lose the comparison
+        print_json(comparison_record(comparison))
+    else:
+        show(comparison_tables(comparison))
     if plot is not None:
         from armillary.report.whatif_plots import comparison_plot
 
         comparison_plot(comparison, plot)
-    if json_out:
-        print_json(comparison_record(comparison))
-        return
-    show(comparison_tables(comparison))

@@ -104,18 +104,18 @@ def comm_profile_cmd(
     if not isinstance(workload, Training):
         raise SpecError("comm-profile profiles a training step: the run's workload is not training")
     calls = api.estimate(model, system, strategy, workload).communication
+    if json_out:  # printed first: a failed save does not lose the profile
+        print_json(records.comm_records(calls), indent=1)
+    else:
+        show([tables.comm_profile_table(calls, model, system)])
+        from armillary.comm.libraries import library_names, with_library
+
+        if library_names(system):  # the network lists several communication libraries: which one each call uses
+            from armillary.report.backends import library_choice
+
+            show(library_choice(calls, {n: api.estimate(model, with_library(system, n), strategy,
+                                                        workload).communication for n in library_names(system)}))
     if plot is not None:
         from armillary.report.plots import message_size_histogram
 
         message_size_histogram(calls, plot)
-    if json_out:
-        print_json(records.comm_records(calls), indent=1)
-        return
-    show([tables.comm_profile_table(calls, model, system)])
-    from armillary.comm.libraries import library_names, with_library
-
-    if library_names(system):  # the network lists several communication libraries: which one each call uses
-        from armillary.report.backends import library_choice
-
-        show(library_choice(calls, {n: api.estimate(model, with_library(system, n), strategy, workload).communication
-                                    for n in library_names(system)}))

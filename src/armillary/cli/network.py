@@ -15,6 +15,7 @@ from armillary.errors import SpecError
 from armillary.report import records, tables
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_system
+from armillary.writing import replaced
 
 _OPS = ", ".join(c.value for c in Collective if c is not Collective.SEND_RECV)
 OpOption = Annotated[str, typer.Option(help=_OPS)]
@@ -42,15 +43,15 @@ def collective_cmd(
     writable(plot)
     group = load_system(system, gpus)
     rows = api.collective(op, parse_sizes(sizes), group, gpus, algorithm, composition)
+    if json_out:  # printed first: a failed save does not lose the rows
+        print_json(records.sweep_records(rows), indent=1)
+    else:
+        show([tables.sweep_table(rows, op, group)])
     if plot is not None:
         from armillary.report.collective_plot import collective_plot, collective_plot_data
 
         collective_plot(collective_plot_data(rows, Collective(op), group, gpus, Algorithm(algorithm),
                                              Composition(composition)), plot)
-    if json_out:
-        print_json(records.sweep_records(rows), indent=1)
-        return
-    show([tables.sweep_table(rows, op, group)])
 
 
 def commbench_cmd(
@@ -72,6 +73,7 @@ def commbench_cmd(
     from armillary.comm.bench import BenchConfig, nccl_tests_table, run_benchmark
     from armillary.comm.sweep import parse_sizes
 
+    writable(out)
     size_list = tuple(float(x) for x in parse_sizes(sizes))
     if backends is not None:
         _commbench_backends(backends, ops or op, ranks, size_list, iters, dtype, out, tune)
@@ -82,9 +84,10 @@ def commbench_cmd(
     config = BenchConfig(operation, size_list, ranks, backend, iters=iters)
     with reported(RuntimeError):  # what torch.distributed raises
         table = nccl_tests_table(operation, ranks, run_benchmark(config))
+    sys.stdout.write(table)  # printed first: a failed save does not lose the measurement
     if out is not None:
-        out.write_text(table)
-    sys.stdout.write(table)
+        with replaced(out) as temporary:
+            temporary.write_text(table)
 
 
 def _commbench_backends(backends: str, ops: str, ranks: int, sizes: tuple[float, ...], iters: int, dtype: str,
@@ -108,9 +111,10 @@ def _commbench_backends(backends: str, ops: str, ranks: int, sizes: tuple[float,
         for operation in operations:
             rows = [(s.size_bytes, s.time_s) for s in samples if s.backend == name and s.op is operation]
             text = f"# backend: {name}\n" + nccl_tests_table(operation, ranks, rows)
-            if out is not None:
-                out.with_name(f"{out.stem}-{name}-{operation.value}.txt").write_text(text)
             sys.stdout.write(text)
+            if out is not None:
+                with replaced(out.with_name(f"{out.stem}-{name}-{operation.value}.txt")) as temporary:
+                    temporary.write_text(text)
     if tune is not None:
         table = tuned_table(samples, ranks, dtype)
         save_table(table, tune)
@@ -133,7 +137,8 @@ def calibrate_network_cmd(
     if not log.is_file():
         raise SpecError(f"{log} does not exist")
     fitted = fit_tier(parse_nccl_tests(log.read_text()), _collective(op), gpus, load_system(system, gpus))
-    out.write_text(yaml.safe_dump(fitted.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
+    with replaced(out) as temporary:
+        temporary.write_text(yaml.safe_dump(fitted.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
     show([tables.calibration_line(fitted, gpus, out)])
 
 

@@ -22,6 +22,7 @@ from armillary.estimate.economics import inference_economics, training_economics
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.report import records, tables
 from armillary.specs.workload import Inference
+from armillary.writing import replaced
 
 
 def report_cmd(
@@ -73,7 +74,8 @@ def report_cmd(
              *([_served_line(served)] if served is not None else []))
     page = Page(f"{run_file.stem}: {model.name} on {system.devices} x {system.device.name}", lines, est, econ,
                 sim, found, served)
-    output.write_text(render(page), encoding="utf-8")
+    with replaced(output) as temporary:
+        temporary.write_text(render(page), encoding="utf-8")
     typer.echo(f"wrote {output}", err=True)
 
 

@@ -20,6 +20,7 @@ from armillary.search.inference import InferenceSearchResult
 from armillary.search.run import Objective, SearchResult
 from armillary.search.systems import CoDesignResult
 from armillary.specs.loading import load_model, load_system
+from armillary.writing import replaced
 
 if TYPE_CHECKING:
     from armillary.search.run import Executor
@@ -176,8 +177,9 @@ def _emitter(path: Path | None, model: str, system: str, gpus: int) -> Callable[
         def ref(name: str) -> str:
             return str(Path(name).resolve()) if Path(name).is_file() else name
 
-        path.write_text(run_file_text(ref(model), ref(system), gpus, strategy, workload,
-                                      "the best strategy found by `armillary search`"))
+        with replaced(path) as temporary:
+            temporary.write_text(run_file_text(ref(model), ref(system), gpus, strategy, workload,
+                                               "the best strategy found by `armillary search`"))
         typer.echo(f"wrote {path}", err=True)
 
     return emit

@@ -86,8 +86,6 @@ def serve_cmd(
         with working(f"serving {what}"):
             result = api.simulate_serving(model, system, strategy, workload, rate, duration)
     money = serving_economics(result.output_tokens_per_s, result.devices, system, costs)
-    if plot is not None:
-        _plot(result, found, plot, run_file.stem)
     if json_out:  # printed first: a failed save does not lose the run
         from armillary.report.serving_plots import rate_points
 
@@ -100,6 +98,8 @@ def serve_cmd(
         from armillary.report.files import save_rows
 
         save_rows(records.request_rows(result), csv_out)
+    if plot is not None:
+        _plot(result, found, plot, run_file.stem)
 
 
 def _plot(result: api.ServingResult, found: MaxRate | None, path: Path, title: str) -> None:

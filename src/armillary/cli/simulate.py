@@ -24,6 +24,7 @@ from armillary.errors import SpecError
 from armillary.report import records, tables
 from armillary.simulate.inference import InferenceSimulation
 from armillary.specs.workload import Training
+from armillary.writing import check_folder_writable
 
 if TYPE_CHECKING:
     from armillary.simulate.graph import TaskGraph
@@ -61,8 +62,8 @@ def simulate_cmd(
     inference batch (prefill and decode with micro-batches in flight), or the Chakra traces given with
     --chakra-in."""
     writable(trace)
-    if chakra is not None and chakra.exists() and not chakra.is_dir():
-        raise SpecError(f"--chakra {chakra}: a file is in the way of that folder")
+    if chakra is not None:
+        check_folder_writable(chakra)
     stragglers = dict(_straggler(s) for s in straggler or [])
     if hlo is not None or torch_trace is not None:
         from armillary.cli import simulate_ingest as ingest

@@ -29,11 +29,11 @@ def sweep_cmd(
     feasibility per point (an inference run: TTFT, TPOT, output tokens/s)."""
     writable(plot)
     result = sweep(run_file, [parse_axis(v) for v in vary], [parse_override(s) for s in set_ or []])
+    if json_out:  # printed first: a failed save does not lose the sweep
+        print_json(sweep_record(result))
+    else:
+        show([sweep_table(result, f"{run_file.stem}: {len(result.points)} points")])
     if plot is not None:
         from armillary.report.whatif_plots import sweep_plot
 
         sweep_plot(result, plot, run_file.stem)
-    if json_out:
-        print_json(sweep_record(result))
-        return
-    show([sweep_table(result, f"{run_file.stem}: {len(result.points)} points")])

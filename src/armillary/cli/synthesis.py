@@ -15,8 +15,10 @@ from armillary.cli.common import JsonFlag, RunFileArg, load_run_file, print_json
 from armillary.errors import SpecError
 from armillary.specs.communication import Collective
 from armillary.units import parse_quantity
+from armillary.writing import check_folder_writable, replaced
 
 if TYPE_CHECKING:
+    from armillary.comm.synthesis import Schedule
     from armillary.search.network_bandwidth import BandwidthConstraints, BandwidthOptimum
     from armillary.specs.system import System
 
@@ -58,6 +60,8 @@ def synthesize_cmd(
     from armillary.specs.network import NetworkKind
 
     writable(xml)
+    if chakra is not None:
+        check_folder_writable(chakra)
     try:
         operation = Collective(op)
     except ValueError:
@@ -88,19 +92,25 @@ def synthesize_cmd(
         rows.append(("event simulator", simulate_schedule(schedule)))
     rows += [(b.name, b.time_s) for b in baselines(sysm, devices, operation, total)]
     rows.append(("lower bound", schedule.bound))
+    if json_out:  # printed first: a failed save does not lose the schedule's times
+        print_json({"op": operation.value, "devices": devices, "bytes": total, "seed": schedule.seed,
+                    "link_utilization_mean": float(schedule.utilization.mean()),
+                    "times_s": {name: t for name, t in rows}})
+    else:
+        _show_schedule(schedule, rows, operation, size, devices, sysm)
     if xml is not None:
         from armillary.comm.msccl import to_xml
 
-        xml.write_text(to_xml(schedule))
+        with replaced(xml) as temporary:
+            temporary.write_text(to_xml(schedule))
     if chakra is not None:
         from armillary.simulate.schedule_chakra import write_schedule
 
         write_schedule(schedule, chakra)
-    if json_out:
-        print_json({"op": operation.value, "devices": devices, "bytes": total, "seed": schedule.seed,
-                    "link_utilization_mean": float(schedule.utilization.mean()),
-                    "times_s": {name: t for name, t in rows}})
-        return
+
+
+def _show_schedule(schedule: Schedule, rows: list[tuple[str, float | None]], operation: Collective, size: str,
+                   devices: int, sysm: System) -> None:
     use = schedule.utilization
     table = Table(title=f"{operation.value} of {size} over {devices} devices of {sysm.name} "
                         f"(link utilization mean {use.mean():.0%}, max {use.max():.0%})")
@@ -170,10 +180,6 @@ def network_optimize_cmd(
         refined = refine_search(model, system, strategy, workload, best.bandwidth, cons)
         bandwidth, estimated = refined.bandwidth, refined.step_time_s
         estimated_now = estimator_step(model, system, strategy, workload, now)
-    if plot is not None:
-        from armillary.report.bandwidth_plot import time_vs_cost_plot
-
-        time_vs_cost_plot(work, cons, plot)
     devices = math.prod(system.sizes)
     cost_now = float(cons.cost_per_bw @ now) if cons.cost_per_bw is not None else None
     sources = (_source(cost, prices.cost_per_bw), _source(power, prices.power_per_bw))
@@ -184,12 +190,16 @@ def network_optimize_cmd(
                     "current_cost": cost_now, "devices": devices, "cost_source": sources[0],
                     "power_source": sources[1], "component_classes": list(prices.classes),
                     "sensitivity_s_per_gbps": (best.sensitivity * 1e9).tolist()})
-        return
-    notes = [f"cost per GB/s: {sources[0]}; power per GB/s: {sources[1]}"]
-    if estimated is not None:
-        notes.append(f"refined with the full estimator: step {estimated:.4g} s (the estimator at the "
-                     f"system's own bandwidths: {estimated_now:.4g} s)")
-    show([_optimum_table(system, best, bandwidth, now, current, cost_now, cons, prices.classes, notes)])
+    else:
+        notes = [f"cost per GB/s: {sources[0]}; power per GB/s: {sources[1]}"]
+        if estimated is not None:
+            notes.append(f"refined with the full estimator: step {estimated:.4g} s (the estimator at the "
+                         f"system's own bandwidths: {estimated_now:.4g} s)")
+        show([_optimum_table(system, best, bandwidth, now, current, cost_now, cons, prices.classes, notes)])
+    if plot is not None:  # saved after printing: a failed save does not lose the optimum
+        from armillary.report.bandwidth_plot import time_vs_cost_plot
+
+        time_vs_cost_plot(work, cons, plot)
 
 
 def _optimum_table(system: System, best: BandwidthOptimum, bandwidth: np.ndarray, now: np.ndarray,

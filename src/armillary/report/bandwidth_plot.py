@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from armillary.search.network_bandwidth import BandwidthConstraints, BandwidthWorkload, time_cost_curve
+from armillary.writing import replaced
 
 
 def time_vs_cost_plot(work: BandwidthWorkload, cons: BandwidthConstraints, path: Path, points: int = 24) -> None:
@@ -30,5 +31,6 @@ def time_vs_cost_plot(work: BandwidthWorkload, cons: BandwidthConstraints, path:
     ax.set_title("time-optimal per-dimension bandwidths")
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    with replaced(path) as temporary:
+        fig.savefig(temporary, format=path.suffix.lstrip(".").lower() or "png")
     plt.close(fig)

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from armillary.calibrate.compute_records import GroupError, RoundTrip
 from armillary.specs.system import Device
+from armillary.writing import replaced
 
 
 def device_table(device: Device) -> Table:
@@ -82,6 +83,7 @@ def compare_plot(rows: Sequence[RoundTrip], device: Device, path: Path) -> Path:
     right.set(xscale="log", yscale="log", xlabel="measured (s)", ylabel="predicted (s)", title="every kernel")
     right.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    with replaced(path) as temporary:
+        fig.savefig(temporary, format=path.suffix.lstrip(".").lower() or "png")
     plt.close(fig)
     return path

@@ -23,6 +23,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 from armillary.errors import SpecError
 from armillary.specs.base import Spec
 from armillary.specs.communication import Collective
+from armillary.writing import replaced
 
 TABLE_VERSION = 1
 
@@ -138,4 +139,5 @@ def load_table(path: Path) -> TuningTable:
 def save_table(table: TuningTable, path: Path) -> None:
     import yaml
 
-    path.write_text(yaml.safe_dump(table.model_dump(mode="json"), sort_keys=False))
+    with replaced(path) as temporary:
+        temporary.write_text(yaml.safe_dump(table.model_dump(mode="json"), sort_keys=False))

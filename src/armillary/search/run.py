@@ -39,6 +39,7 @@ from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Training
+from armillary.writing import replaced
 
 
 class Objective(StrEnum):
@@ -306,13 +307,15 @@ def _resume(path: Path, problem: Problem, chunk: int) -> list[ChunkResult]:
     """The blocks a checkpoint holds; a new checkpoint starts with the search's signature."""
     signature = _signature(problem, chunk)
     if not path.exists() or path.stat().st_size == 0:
-        path.write_text(json.dumps({"search": signature}) + "\n")
+        with replaced(path) as temporary:
+            temporary.write_text(json.dumps({"search": signature}) + "\n")
         return []
     text = path.read_text()
     lines = text.splitlines()
     if not text.endswith("\n"):  # the last block was cut mid-line: drop it, it runs again
         lines = lines[:-1]
-        path.write_text("".join(line + "\n" for line in lines))
+        with replaced(path) as temporary:
+            temporary.write_text("".join(line + "\n" for line in lines))
     try:
         header = json.loads(lines[0])
     except (json.JSONDecodeError, IndexError):

@@ -24,11 +24,11 @@ from armillary.simulate.chakra.schema import (
     read_trace,
     write_trace,
 )
+from armillary.writing import replaced_files
 
 
 def write_schedule(schedule: Schedule, directory: Path, prefix: str = "synth") -> list[Path]:
-    """Write the traces; return their paths."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write the traces (every file, or none); return their paths."""
     n = schedule.links.nodes
     nodes: list[list[Any]] = [[] for _ in range(n)]
     last_recv: dict[tuple[int, int], int] = {}  # (device, chunk) -> node id of its last receive
@@ -54,13 +54,13 @@ def write_schedule(schedule: Schedule, directory: Path, prefix: str = "synth") -
             nodes[rank].append(node)
             last_on_link[(link, side)] = node_id
         last_recv[(v, c)] = recv_id
-    paths = []
-    for rank in range(n):
-        meta = GlobalMetadata(version=VERSION, attr=[AttributeProto(name="producer", string_val="armillary synthesis"),
-                                                     AttributeProto(name="rank", int64_val=rank)])
-        paths.append(directory / f"{prefix}.{rank}.et")
-        write_trace(paths[-1], meta, nodes[rank])
-    return paths
+    with replaced_files(directory) as staging:
+        for rank in range(n):
+            meta = GlobalMetadata(version=VERSION, attr=[
+                AttributeProto(name="producer", string_val="armillary synthesis"),
+                AttributeProto(name="rank", int64_val=rank)])
+            write_trace(staging / f"{prefix}.{rank}.et", meta, nodes[rank])
+    return [directory / f"{prefix}.{rank}.et" for rank in range(n)]
 
 
 def read_transfers(paths: list[Path]) -> list[tuple[int, int, int]]:
