@@ -127,6 +127,9 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
     the prefill pool, then (after the KV handover) over the decode pool in order of first tokens.
     `engine` (else the workload's `serving.engine`) fills the workload's unset fields and costs overheads."""
     w, engine = with_engine(w, engine)
+    if strategy.cp > 1:
+        raise SpecError("strategy.cp: the serving simulation runs cp = 1; context parallelism is estimated for a "
+                        "static batch (`armillary estimate`)")
     r = replica_model(m, strategy, w, system)
     sv = w.serving
     if sv.prefill_replicas >= replicas:
