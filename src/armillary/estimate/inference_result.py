@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from armillary.estimate.result import plain
+from armillary.estimate.result import ErrorBand, plain
 from armillary.numerics import Array
 
 
@@ -71,6 +71,7 @@ class InferenceEstimate:
     feasible: bool
     infeasible_reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    error_band: ErrorBand | None = None  # how far to trust it (validation residuals of its regime)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

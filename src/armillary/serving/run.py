@@ -12,6 +12,7 @@ import numpy as np
 from armillary.errors import SpecError
 from armillary.estimate.inference import ReplicaModel, kv_handover_time, replica_model
 from armillary.estimate.inference_memory import inference_memory, kv_blocks, kv_budget
+from armillary.estimate.result import ErrorBand
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.balance import serve_least_outstanding
 from armillary.serving.engine import Engine, overheads, with_engine
@@ -65,6 +66,7 @@ class ServingResult:
     prefill_replicas: int
     devices: int
     times: RequestTimes
+    error_band: ErrorBand | None = None  # how far to trust its throughput (the serving rows of its regime)
 
     @property
     def requests_per_s(self) -> float:
