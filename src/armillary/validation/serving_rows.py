@@ -18,11 +18,10 @@ from armillary.serving.engine import Engine, engine_for
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace, benchmark_trace
 from armillary.specs.loading import load_model, load_system
-from armillary.specs.model import Model
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
-from armillary.specs.system import System
 from armillary.specs.workload import Arrivals, Inference, LengthDistribution
+from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.rows import Unsupported, int_column
 from armillary.validation.vocabulary import model_preset_for, system_preset_for
 
@@ -111,14 +110,11 @@ def _prefix_hit_rate(row: dict[str, str], input_len: int, notes: list[str]) -> f
 
 
 @dataclass(frozen=True)
-class ServingRowSpecs:
-    model: Model
-    system: System
-    strategy: Strategy
-    workload: Inference
+class ServingRowSpecs(InferenceRowSpecs):
+    """The specifications, and the engine and requests of the benchmark."""
+
     engine: Engine
     trace: Trace
-    notes: tuple[str, ...]
 
 
 def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
@@ -165,7 +161,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     trace = benchmark_trace(requests, rate or 0.0, input_len, output_len, arrivals,
                             lengths=LengthDistribution.LOGNORMAL if varied else LengthDistribution.FIXED,
                             spread=SHAREGPT_SIGMA)
-    return ServingRowSpecs(model, system, strategy, Inference.model_validate(workload), engine, trace, tuple(notes))
+    return ServingRowSpecs(model, system, strategy, Inference.model_validate(workload), tuple(notes), engine, trace)
 
 
 def simulate_serving_row(row: dict[str, str]) -> tuple[float, tuple[str, ...], ServingResult]:
