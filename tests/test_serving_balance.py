@@ -81,3 +81,13 @@ def test_a_closed_loop_client_cannot_be_balanced_by_tokens():
     workload = {**RUN[3], "serving": {"balance": "least_outstanding_tokens", "concurrency": 4}}
     with pytest.raises(SpecError, match=r"serving\.balance"):
         simulate_serving(*RUN[:3], workload, rate=1, duration_s=5, gpus=2)
+
+
+def test_both_pools_of_a_disaggregated_deployment_balance_by_tokens():
+    serving = {"prefill_replicas": 2, "lengths": "lognormal", "spread": 1.0}
+    results = [simulate_serving(*RUN[:3], {**RUN[3], "serving": {**serving, "balance": b}}, rate=40, duration_s=10,
+                                gpus=6) for b in ("round_robin", "least_outstanding_tokens")]
+    assert results[0].requests == results[1].requests == results[1].completed
+    # the same requests, each prefilled once and decoded once: the same tokens out
+    assert results[0].output_tokens_per_s * results[0].makespan_s == pytest.approx(
+        results[1].output_tokens_per_s * results[1].makespan_s)
