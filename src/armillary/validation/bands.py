@@ -49,7 +49,8 @@ class Regime:
 
     def matches(self, other: Regime) -> bool:
         """Whether `other` (a residual's full regime) falls in this possibly coarsened regime."""
-        return all(v is None or v == getattr(other, k) for k, v in asdict(self).items())
+        theirs = other.__dict__
+        return all(v is None or v == theirs[k] for k, v in self.__dict__.items())
 
     def describe(self) -> str:
         words = {"calibrated": ("calibrated device", "uncalibrated device"), "moe": ("MoE", "dense"),
@@ -125,12 +126,18 @@ def shipped_residuals() -> tuple[Residual, ...]:
                           d["error"]) for d in data)
 
 
+@functools.cache
+def shipped_band(regime: Regime) -> ErrorBand:
+    """`band` over the shipped residuals, once per regime (an estimate asks for it on every call)."""
+    return band(regime, shipped_residuals())
+
+
 def error_band(model: Model, system: System, strategy: Strategy) -> ErrorBand:
     """The error band of one training configuration, from the shipped residuals."""
-    return band(regime_of(model, system, strategy), shipped_residuals())
+    return shipped_band(regime_of(model, system, strategy))
 
 
 def inference_error_band(model: Model, system: System, strategy: Strategy, workload: Inference,
                          engine: str | None = None) -> ErrorBand:
     """The error band of a static inference batch, or (`engine`: the profile's name) of a served stream."""
-    return band(inference_regime(model, system, strategy, workload, engine), shipped_residuals())
+    return shipped_band(inference_regime(model, system, strategy, workload, engine))
