@@ -15,7 +15,16 @@ from armillary.comm.collectives import collective, send_recv
 from armillary.cost.compute import kernel_times
 from armillary.ingest.hlo_attrs import called, replica_groups, source_target_pairs, trip_count
 from armillary.ingest.hlo_parse import Computation, HloModule, Instruction
-from armillary.ingest.hlo_work import CONTROL, FREE, OpKind, Work, collective_of, instruction_work, message_bytes
+from armillary.ingest.hlo_work import (
+    CONTROL,
+    FREE,
+    OpKind,
+    Work,
+    collective_of,
+    instruction_work,
+    is_synchronous,
+    message_bytes,
+)
 from armillary.plan.codes import PRECISION
 from armillary.plan.placement import Placement
 from armillary.simulate.engine import paused_gc
@@ -117,7 +126,7 @@ def _work(inst: Instruction, module: HloModule, devices: int, comp: Computation
     operand = float(sum(names[o].shape.bytes for o in inst.operands if o in names))
     groups = source_target_pairs(described) if op is Collective.SEND_RECV else replica_groups(described, devices)
     size = message_bytes(op, inst, operand)
-    return op, kind, size, groups, inst.opcode.endswith("-start")
+    return op, kind, size, groups, not is_synchronous(inst)
 
 
 def _executed(module: HloModule, trips: dict[tuple[str, str], int]) -> Iterator[str]:

@@ -54,6 +54,7 @@ COLLECTIVES = {
 FREE = frozenset({
     "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id", "replica-id",
     "opt-barrier", "add-dependency", "domain", "all-reduce-done", "all-gather-done", "collective-permute-done",
+    "reduce-scatter-done", "all-to-all-done", "ragged-all-to-all-done", "collective-broadcast-done",
     "async-done", "async-update", "copy-done", "send-done", "recv-done", "get-dimension-size", "set-dimension-size",
 })
 CONTROL = frozenset({"while", "call", "conditional"})
@@ -85,6 +86,13 @@ def collective_of(inst: Instruction, module: HloModule) -> tuple[Collective, OpK
     return None
 
 
+def is_synchronous(inst: Instruction) -> bool:
+    """Whether a collective runs in line with the kernels: a sync op, or a `-start` XLA's GPU backend marked
+    `"is_sync":true` in its collective backend config (issued on the compute stream, no overlap: XLA's
+    CollectiveBackendConfig)."""
+    return not inst.opcode.endswith("-start") or '"is_sync":true' in inst.attributes
+
+
 def message_bytes(op: Collective, inst: Instruction, operand_bytes: float) -> float:
     """Message size in the nccl-tests convention: the reduced buffer (all-reduce), the gathered result
     (all-gather), the input before scattering (reduce-scatter), the buffer each rank sends (all-to-all,
@@ -110,6 +118,9 @@ def instruction_work(inst: Instruction, comp: Computation, module: HloModule) ->
         moved = 2.0 * operands[1].bytes
     elif inst.opcode in _SLICES:
         moved = 2.0 * inst.shape.bytes
+    elif inst.opcode == "custom-call" and flop > 0 and inst.shape.is_tuple:
+        # a library GEMM's result is (output, workspace): the workspace is scratch, only the output is written
+        moved = float(sum(s.bytes for s in operands) + inst.shape.leaves[0].bytes)
     else:
         moved = float(sum(s.bytes for s in operands) + inst.shape.bytes)
     kind = OpKind.CONVOLUTION if conv else OpKind.DOT if flop > 0 else OpKind.ELEMENTWISE
