@@ -50,6 +50,7 @@ class Config:
     seq: int = 128
     batch: int = 8
     dtype: str = "float32"
+    scan: bool = True  # the layers as one lax.scan (False: unrolled, no stacked residuals for the backward)
 
 
 def init(cfg: Config) -> dict[str, Any]:
@@ -77,7 +78,7 @@ def _whole(p: Any) -> Any:
     return p
 
 
-def loss(params: dict[str, Any], tokens: Any, gather: Any = _whole) -> Any:
+def loss(params: dict[str, Any], tokens: Any, gather: Any = _whole, scan: bool = True) -> Any:
     """`gather` makes a weight whole where it is used (FSDP: an all-gather, whose transpose reduce-scatters
     the gradient; Zhao et al. 2023 §3.2); by default the partitioner decides."""
     emb = gather(params["emb"])
@@ -96,16 +97,20 @@ def loss(params: dict[str, Any], tokens: Any, gather: Any = _whole) -> Any:
         return x, None
 
     stacked = tuple(params[n] for n in ("ln1", "ln2", "wqkv", "bqkv", "wo", "bo", "w1", "b1", "w2", "b2"))
-    x, _ = jax.lax.scan(layer, x, stacked)
+    if scan:
+        x, _ = jax.lax.scan(layer, x, stacked)
+    else:  # what scan saves for the backward is written into per-layer stacks: unrolled, it stays in place
+        for i in range(stacked[0].shape[0]):
+            x, _ = layer(x, tuple(w[i] for w in stacked))
     logits = (_ln(x, gather(params["lnf"])) @ emb.T).astype(jnp.float32)
     labels = jnp.roll(tokens, -1, axis=1)
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], axis=-1))
 
 
-def step(params: dict[str, Any], m: dict[str, Any], v: dict[str, Any], tokens: Any, gather: Any = _whole
-         ) -> tuple[Any, ...]:
+def step(params: dict[str, Any], m: dict[str, Any], v: dict[str, Any], tokens: Any, gather: Any = _whole,
+         scan: bool = True) -> tuple[Any, ...]:
     """One training step with Adam (Kingma & Ba 2015, Algorithm 1; no bias correction)."""
-    grads = jax.grad(loss)(params, tokens, gather)
+    grads = jax.grad(loss)(params, tokens, gather, scan)
     m = jax.tree.map(lambda a, g: 0.9 * a + 0.1 * g.astype(jnp.float32), m, grads)
     v = jax.tree.map(lambda a, g: 0.999 * a + 0.001 * jnp.square(g.astype(jnp.float32)), v, grads)
     params = jax.tree.map(lambda p, a, b: (p - 1e-4 * a / (jnp.sqrt(b) + 1e-8)).astype(p.dtype), params, m, v)
@@ -167,7 +172,7 @@ def compile_step(cfg: Config, strategy: str, abstract: bool = False, target: str
     if strategy == "fsdp" and target is not None:  # ZeRO-3: gather each layer's weights where they are used
         def gather(w: Any) -> Any:
             return jax.lax.with_sharding_constraint(w, NamedSharding(mesh, P()))
-    fn = jax.jit(partial(step, gather=gather), in_shardings=(shard, shard, shard, batch),
+    fn = jax.jit(partial(step, gather=gather, scan=cfg.scan), in_shardings=(shard, shard, shard, batch),
                  out_shardings=(shard, shard, shard))
     if abstract:
         spec = {n: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=shard[n]) for n, p in params.items()}
@@ -214,10 +219,12 @@ def main(out: Path, run: bool, cfg: Config, tag: str, abstract: bool = False, ta
 if __name__ == "__main__":
     small = Config()
     # an H100-sized step in fp32 (the CPU backend computes bf16 dots and collectives in f32 anyway)
-    large = Config(layers=4, hidden=2048, heads=16, ffn=8192, vocab=32768, seq=2048, batch=8)
+    large = Config(layers=4, hidden=2048, heads=16, ffn=8192, vocab=32768, seq=2048, batch=8,
+                   scan="--unrolled" not in sys.argv)
     out = Path(sys.argv[1])
     gpu = sys.argv[sys.argv.index("--target") + 1] if "--target" in sys.argv else None
-    suffix = "" if gpu is None else f"_{gpu}" + ("_cublas" if "--cublas" in sys.argv else "")
+    suffix = ("" if gpu is None else f"_{gpu}") + ("_cublas" if "--cublas" in sys.argv else "") + (
+        "_unrolled" if "--unrolled" in sys.argv else "")
     if "--small" in sys.argv or "--large" not in sys.argv:
         main(out, "--measure" in sys.argv and gpu is None, small, f"small{suffix}", target=gpu)
     if "--large" in sys.argv:
