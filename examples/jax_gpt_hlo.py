@@ -51,6 +51,7 @@ class Config:
     batch: int = 8
     dtype: str = "float32"
     scan: bool = True  # the layers as one lax.scan (False: unrolled, no stacked residuals for the backward)
+    attention: str = "standard"  # "cudnn": cuDNN fused attention (bf16; needs nvidia-cudnn-cu12 to compile)
 
 
 def init(cfg: Config) -> dict[str, Any]:
@@ -78,7 +79,8 @@ def _whole(p: Any) -> Any:
     return p
 
 
-def loss(params: dict[str, Any], tokens: Any, gather: Any = _whole, scan: bool = True) -> Any:
+def loss(params: dict[str, Any], tokens: Any, gather: Any = _whole, scan: bool = True,
+         attention: str = "standard") -> Any:
     """`gather` makes a weight whole where it is used (FSDP: an all-gather, whose transpose reduce-scatters
     the gradient; Zhao et al. 2023 §3.2); by default the partitioner decides."""
     emb = gather(params["emb"])
@@ -90,9 +92,13 @@ def loss(params: dict[str, Any], tokens: Any, gather: Any = _whole, scan: bool =
         ln1, ln2, wqkv, bqkv, wo, bo, w1, b1, w2, b2 = (gather(w) for w in p)
         qkv = jnp.einsum("bsh,htnd->bstnd", _ln(x, ln1), wqkv) + bqkv
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        scores = jnp.einsum("bqnd,bknd->bnqk", q, k) / jnp.sqrt(q.shape[-1]).astype(x.dtype)
-        probs = jax.nn.softmax(jnp.where(mask, scores, -1e9), axis=-1)
-        x = x + jnp.einsum("bnqk,bknd,ndh->bqh", probs, v, wo) + bo
+        if attention == "cudnn":
+            o = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+            x = x + jnp.einsum("bqnd,ndh->bqh", o, wo) + bo
+        else:
+            scores = jnp.einsum("bqnd,bknd->bnqk", q, k) / jnp.sqrt(q.shape[-1]).astype(x.dtype)
+            probs = jax.nn.softmax(jnp.where(mask, scores, -1e9), axis=-1)
+            x = x + jnp.einsum("bnqk,bknd,ndh->bqh", probs, v, wo) + bo
         x = x + jax.nn.gelu(_ln(x, ln2) @ w1 + b1) @ w2 + b2
         return x, None
 
@@ -108,9 +114,9 @@ def loss(params: dict[str, Any], tokens: Any, gather: Any = _whole, scan: bool =
 
 
 def step(params: dict[str, Any], m: dict[str, Any], v: dict[str, Any], tokens: Any, gather: Any = _whole,
-         scan: bool = True) -> tuple[Any, ...]:
+         scan: bool = True, attention: str = "standard") -> tuple[Any, ...]:
     """One training step with Adam (Kingma & Ba 2015, Algorithm 1; no bias correction)."""
-    grads = jax.grad(loss)(params, tokens, gather, scan)
+    grads = jax.grad(loss)(params, tokens, gather, scan, attention)
     m = jax.tree.map(lambda a, g: 0.9 * a + 0.1 * g.astype(jnp.float32), m, grads)
     v = jax.tree.map(lambda a, g: 0.999 * a + 0.001 * jnp.square(g.astype(jnp.float32)), v, grads)
     params = jax.tree.map(lambda p, a, b: (p - 1e-4 * a / (jnp.sqrt(b) + 1e-8)).astype(p.dtype), params, m, v)
@@ -172,8 +178,8 @@ def compile_step(cfg: Config, strategy: str, abstract: bool = False, target: str
     if strategy == "fsdp" and target is not None:  # ZeRO-3: gather each layer's weights where they are used
         def gather(w: Any) -> Any:
             return jax.lax.with_sharding_constraint(w, NamedSharding(mesh, P()))
-    fn = jax.jit(partial(step, gather=gather, scan=cfg.scan), in_shardings=(shard, shard, shard, batch),
-                 out_shardings=(shard, shard, shard))
+    fn = jax.jit(partial(step, gather=gather, scan=cfg.scan, attention=cfg.attention),
+                 in_shardings=(shard, shard, shard, batch), out_shardings=(shard, shard, shard))
     if abstract:
         spec = {n: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=shard[n]) for n, p in params.items()}
         state = {n: jax.ShapeDtypeStruct(p.shape, jnp.float32, sharding=shard[n]) for n, p in params.items()}
@@ -219,12 +225,14 @@ def main(out: Path, run: bool, cfg: Config, tag: str, abstract: bool = False, ta
 if __name__ == "__main__":
     small = Config()
     # an H100-sized step in fp32 (the CPU backend computes bf16 dots and collectives in f32 anyway)
+    cudnn = "--cudnn" in sys.argv  # bf16 with cuDNN fused attention (a GPU target only)
     large = Config(layers=4, hidden=2048, heads=16, ffn=8192, vocab=32768, seq=2048, batch=8,
-                   scan="--unrolled" not in sys.argv)
+                   dtype="bfloat16" if cudnn else "float32", scan="--unrolled" not in sys.argv,
+                   attention="cudnn" if cudnn else "standard")
     out = Path(sys.argv[1])
     gpu = sys.argv[sys.argv.index("--target") + 1] if "--target" in sys.argv else None
     suffix = ("" if gpu is None else f"_{gpu}") + ("_cublas" if "--cublas" in sys.argv else "") + (
-        "_unrolled" if "--unrolled" in sys.argv else "")
+        "_unrolled" if "--unrolled" in sys.argv else "") + ("_cudnn" if cudnn else "")
     if "--small" in sys.argv or "--large" not in sys.argv:
         main(out, "--measure" in sys.argv and gpu is None, small, f"small{suffix}", target=gpu)
     if "--large" in sys.argv:

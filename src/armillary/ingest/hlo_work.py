@@ -12,20 +12,25 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from armillary.estimate.layer import FLASH_BACKWARD_FACTOR
 from armillary.ingest.hlo_attrs import (
     called,
     custom_call_target,
     dimension_numbers,
+    fmha_scores,
     gemm_dimension_numbers,
 )
 from armillary.ingest.hlo_parse import Computation, HloModule, Instruction
+from armillary.ingest.hlo_shapes import Shape
 from armillary.specs.communication import Collective
+from armillary.workload.attention import keys_attended
 
 
 class OpKind(StrEnum):
     """The kinds of a per-op breakdown (as a profiler groups kernels)."""
 
     DOT = "dot"  # dots, and fusions and library calls around one (GEMM kernels)
+    ATTENTION = "attention"  # fused attention library calls (cuDNN flash attention, forward or backward)
     CONVOLUTION = "convolution"
     FUSION = "fusion"  # fused element-wise / reduction kernels
     ELEMENTWISE = "elementwise"  # unfused element-wise, reductions, copies, data movement
@@ -38,7 +43,7 @@ class OpKind(StrEnum):
 
     @property
     def communicates(self) -> bool:
-        return self not in (OpKind.DOT, OpKind.CONVOLUTION, OpKind.FUSION, OpKind.ELEMENTWISE)
+        return self not in (OpKind.DOT, OpKind.ATTENTION, OpKind.CONVOLUTION, OpKind.FUSION, OpKind.ELEMENTWISE)
 
 
 # opcode (sync, or the -start of an async pair) -> collective and its breakdown kind
@@ -113,6 +118,10 @@ def instruction_work(inst: Instruction, comp: Computation, module: HloModule) ->
             moved = _fused_bytes(module, fused.name, tuple(s.bytes for s in operands), inst.shape.bytes)
             kind = OpKind.CONVOLUTION if conv else OpKind.DOT if flop > 0 else OpKind.FUSION
             return Work(kind, flop, moved, dtype)
+    if inst.opcode == "custom-call" and custom_call_target(inst).startswith("__cudnn$fmha"):
+        attention = _attention_work(inst, operands)
+        if attention is not None:
+            return attention
     flop, dtype, conv = _own_flop(inst, comp)
     if inst.opcode == "dynamic-update-slice" and len(operands) > 1:
         moved = 2.0 * operands[1].bytes
@@ -125,6 +134,24 @@ def instruction_work(inst: Instruction, comp: Computation, module: HloModule) ->
         moved = float(sum(s.bytes for s in operands) + inst.shape.bytes)
     kind = OpKind.CONVOLUTION if conv else OpKind.DOT if flop > 0 else OpKind.ELEMENTWISE
     return Work(kind, flop, moved, dtype)
+
+
+def _attention_work(inst: Instruction, operands: list[Shape]) -> Work | None:
+    """A cuDNN fused-attention call (operands Q, K, V first): 2 (d_qk + d_v) FLOPs per head, query and key
+    attended, the causal mask halving the keys (`workload.attention.fused_attention_op`'s count); the
+    backward FLASH_BACKWARD_FACTOR times that. Bytes: its operands and results, the byte workspace not."""
+    dims, causal = fmha_scores(inst)
+    if len(dims) != 4 or len(operands) < 3 or math.prod(dims) == 0:
+        return None
+    b, h, queries, keys = dims
+    q, k, v = (s.leaves[0] for s in operands[:3])
+    d_qk = q.elements / (b * h * queries)
+    d_v = d_qk * v.elements / max(k.elements, 1)  # V's head size from K's (grouped-query K/V: same count)
+    flop = 2.0 * b * h * queries * (keys_attended(keys, 0.0) if causal else keys) * (d_qk + d_v)
+    if custom_call_target(inst).endswith("Backward"):
+        flop *= FLASH_BACKWARD_FACTOR
+    written = sum(leaf.bytes for leaf in inst.shape.leaves if leaf.dtype not in ("u8", "s8"))
+    return Work(OpKind.ATTENTION, float(flop), float(sum(s.bytes for s in operands) + written), q.dtype)
 
 
 def _own_flop(inst: Instruction, comp: Computation) -> tuple[float, str, bool]:
