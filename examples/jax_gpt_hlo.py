@@ -3,7 +3,7 @@ lowered and compiled on the CPU: writes the compiled HLO text that `armillary si
 optionally times the step on this machine.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python examples/jax_gpt_hlo.py OUT_DIR [--measure]
-    python examples/jax_gpt_hlo.py OUT_DIR --large --target h100 [--cublas]   # XLA's GPU compiler, no GPU
+    python examples/jax_gpt_hlo.py OUT_DIR --large --target h100 [--cublas] [--unrolled] [--cudnn]
 
 Needs the `jax` extra (pip install 'armillary[jax]'). The tests' fixtures in tests/data/hlo were made by it.
 `--target h100` compiles for 8 H100s without a GPU (JAX's deviceless ahead-of-time compilation: a CUDA
@@ -12,6 +12,8 @@ topology described by XLA's GpuTargetConfig, `jax.experimental.topologies`); it 
 device to autotune on, XLA keeps its default GEMM choice (Triton fusions; `--cublas`: cuBLAS calls). For a GPU
 target FSDP gathers each layer's weights where they are used (ZeRO-3); the CPU fixtures leave the choice
 to the SPMD partitioner, which on the GPU then reshards activations instead (3x the collective bytes).
+`--unrolled`: the layers as a Python loop instead of a `lax.scan` (whose backward reads what it saved from
+per-layer stacks); `--cudnn`: bf16 with cuDNN fused attention (pip install nvidia-cudnn-cu12 to compile).
 """
 
 from __future__ import annotations
