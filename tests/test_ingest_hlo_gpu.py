@@ -45,7 +45,7 @@ def test_gpu_program_step_agrees_with_the_estimate(strategy, h100):
     """The layer stack compiled for H100s (layers unrolled: a scan writes what it saves for the backward
     into per-layer stacks, traffic the estimator's kernels do not have) simulated on dgx-h100 lands within
     10% of the estimate; its GEMM FLOPs are the estimator's hardware FLOPs (measured: TP -2.3%, DP +1.5%;
-    FSDP +19%, see the issue 19 note)."""
+    FSDP +11%, see the issue 19 note)."""
     est = _estimate(strategy, h100)
     sim = simulate_hlo(DATA / f"gpt_large_h100_unrolled_{strategy}.hlo.txt", h100)
     assert sim.cost.by_kind[OpKind.DOT].flop == pytest.approx(float(est.hardware_flop) / 8, rel=1e-6)
