@@ -148,13 +148,22 @@ class _Net:
 
     def ring(self, i: int, op: Collective, n: Array, latency_scale: Array) -> tuple[DimensionCost, ...]:
         """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol; nothing
-        where the group does not span i, infinite where no ring runs there."""
+        where the group does not span i, infinite where no ring runs there. Below the group's top, the
+        dimension's size curve is not read: the ring's ramp is the top dimension's ring curve, fitted on a
+        ring sweep across that dimension (comm/calibration.fit_ring_after_tree), while an inner curve
+        comes from a sweep inside the inner dimension (NVLink: its >= 2 MiB messages ran NVLS)."""
         dim, span = self.system.network[i], self.group.spans[i]
         if not np.any(np.asarray(span) > 1):
             return (NOTHING,) * len(PROTOCOLS)
+        top = self.top(i)
+        flat = dim.model_copy(update={"size_efficiency": None}) if dim.size_efficiency is not None else dim
         try:
-            costs = ring_protocols(op, n, self.group.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
-                                   latency_scale)
+            costs = ring_protocols(op, n, self.group.size, dim if np.all(top) else flat,
+                                   self.system.device.hbm.rate, self.bandwidths[i], latency_scale)
+            if is_array(top) and np.any(top) and not np.all(top):  # a sweep: the curve where i is the top
+                curved = ring_protocols(op, n, self.group.size, dim, self.system.device.hbm.rate,
+                                        self.bandwidths[i], latency_scale)
+                costs = tuple(_select(top, c, f) for c, f in zip(curved, costs, strict=True))
         except ValueError:
             costs = ()
         if len(costs) != len(PROTOCOLS):
