@@ -155,15 +155,9 @@ class _Net:
         dim, span = self.system.network[i], self.group.spans[i]
         if not np.any(np.asarray(span) > 1):
             return (NOTHING,) * len(PROTOCOLS)
-        top = self.top(i)
-        flat = dim.model_copy(update={"size_efficiency": None}) if dim.size_efficiency is not None else dim
         try:
-            costs = ring_protocols(op, n, self.group.size, dim if np.all(top) else flat,
-                                   self.system.device.hbm.rate, self.bandwidths[i], latency_scale)
-            if is_array(top) and np.any(top) and not np.all(top):  # a sweep: the curve where i is the top
-                curved = ring_protocols(op, n, self.group.size, dim, self.system.device.hbm.rate,
-                                        self.bandwidths[i], latency_scale)
-                costs = tuple(_select(top, c, f) for c, f in zip(curved, costs, strict=True))
+            costs = ring_protocols(op, n, self.group.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
+                                   latency_scale, curve=self.top(i))
         except ValueError:
             costs = ()
         if len(costs) != len(PROTOCOLS):
