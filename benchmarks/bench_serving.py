@@ -5,7 +5,8 @@ Run: python benchmarks/bench_serving.py              (target: 100,000 requests s
      python benchmarks/bench_serving.py --search     (only the serving search: target >= 100,000 points/s)
 
 Three loads of 100,000 Poisson requests on the shipped serving example (Llama 2 70B, two TP4 replicas on
-a DGX H100): light (mostly single-sequence decode stretches), near capacity, and overloaded.
+a DGX H100): light (mostly single-sequence decode stretches), near capacity, and overloaded; and near
+capacity again with least-outstanding-tokens balancing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import armillary
 from armillary.serving.rate import steady_max_rate
 from armillary.specs.run import load_run
-from armillary.specs.workload import Inference
+from armillary.specs.workload import Balance, Inference
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "llama2-70b-serving-h100.yaml"
 REQUESTS = 100_000
@@ -82,6 +83,14 @@ def main() -> None:
         print(f"serve {r.requests:,} requests at {rate:g}/s: {elapsed:.2f} s ({cpu:.2f} s CPU)  "
               f"({r.iterations:,} iterations, "
               f"mean batch {r.mean_batch:.1f}, {r.preemptions} preemptions, P90 TTFT {r.ttft_s.p90 * 1e3:.0f} ms)")
+    # the same near-capacity stream balanced by outstanding tokens: the replicas run side by side
+    balanced = workload.model_copy(update={"serving": workload.serving.model_copy(
+        update={"balance": Balance.LEAST_OUTSTANDING_TOKENS})})
+    t0, c0 = time.perf_counter(), time.process_time()
+    r = armillary.simulate_serving(model, system, strategy, balanced, 8.0, REQUESTS / 8.0)
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"serve {r.requests:,} requests at 8/s, least outstanding tokens: {elapsed:.2f} s ({cpu:.2f} s CPU)  "
+          f"({r.iterations:,} iterations, P90 TTFT {r.ttft_s.p90 * 1e3:.0f} ms)")
     search()
     if "--stability" in sys.argv:
         stability(model, system, strategy, workload)

@@ -97,6 +97,7 @@ def test_missing_run_file_is_a_clear_error(tmp_path):
     (["estimate", "examples/gpt3-175b-a100.yaml", "--set", "strategy.tp=["], "not valid YAML"),
     (["collective", "--system", "dgx-h100", "--gpus", "0"], "gpus: expected a whole number >= 1"),
     (["collective", "--system", "dgx-h100", "--algorithm", "tree"], "cannot run all_reduce"),
+    (["collective", "--system", "dgx-h100", "--channels", "0"], "--channels: between 1 and 64"),
     (["comm-profile", "examples/gpt3-175b-a100.yaml", "--plot", "/no/such/folder/x.png"], "does not exist"),
     (["validate", "pyproject.toml"], "not a validation CSV"),
 ])
@@ -198,6 +199,11 @@ def test_collective_command():
     assert [r["size_bytes"] for r in rows] == [1024.0, 2048.0, 4096.0]
     bad = runner.invoke(app, ["collective", "--system", "dgx-h100", "--op", "send_recv"])
     assert bad.exit_code == 2 and "point-to-point" in bad.output
+    # 8 nodes: NCCL's default 16 channels cap the ring below the NICs; 24 reach them (tests/test_comm_channels.py)
+    args = ["collective", "--system", "dgx-h100", "--gpus", "64", "--sizes", "8G", "--algorithm", "ring", "--json"]
+    default = json.loads(_ok(args))[0]["busbw_bytes_per_s"] / 1e9
+    wider = json.loads(_ok([*args, "--channels", "24"]))[0]["busbw_bytes_per_s"] / 1e9
+    assert default < 16 * 20.5 < wider
 
 
 def test_validate_command_on_a_small_csv(tmp_path):

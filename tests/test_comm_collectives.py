@@ -15,9 +15,10 @@ from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_system
 from armillary.specs.network import NetworkDimension
 
-# 2 nodes of 8, the rails at their datasheet figures (the preset's are calibrated to nccl-tests sweeps)
+# 2 nodes of 8, the rails at their datasheet figures (the preset's are calibrated to nccl-tests sweeps), no
+# per-channel limit (tests/test_comm_channels.py)
 H100 = load_system("dgx-h100", 16).with_dimension(1, latency=14e-6, efficiency=0.9, tree_efficiency=None,
-                                                  size_efficiency=None)
+                                                  size_efficiency=None, channels=None, channel_bandwidth=None)
 UP, OUT = H100.network
 SEQUENTIAL = Composition.SEQUENTIAL
 RATE = H100.device.hbm.efficiency * H100.device.hbm.bandwidth

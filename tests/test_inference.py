@@ -145,8 +145,9 @@ def test_second_tier_cache_is_read_over_its_link():
 
 def test_inference_rejects_what_it_does_not_model():
     w = {"kind": "inference", "input_len": 16, "output_len": 2}
-    with pytest.raises(SpecError, match="context parallelism"):
-        estimate("llama2-7b", "dgx-h100", {**FLASH, "cp": 2}, w, gpus=2)
+    with pytest.raises(SpecError, match="context parallelism with data-parallel attention"):
+        estimate("deepseek-v2-lite", "dgx-h100", {**FLASH, "tp": 2, "cp": 2, "ep": 2, "attention_dp": 2},
+                 {**w, "batch": 2}, gpus=4)
     with pytest.raises(SpecError, match=r"workload\.kind"):
         estimate("llama2-7b", "dgx-h100", FLASH, {"kind": "serving"}, gpus=1)
 

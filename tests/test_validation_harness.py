@@ -3,6 +3,7 @@ the same prediction, stacks supply what a row leaves unstated, and a row it cann
 
 import re
 
+import numpy as np
 import pytest
 
 from armillary.specs.loading import load_stack, stack_for
@@ -235,9 +236,36 @@ def test_every_training_estimate_carries_its_band():
     uncalibrated = api.estimate("llama3-70b", "mi300x-8", {"tp": 8, "pp": 4}, {"seq_len": 4096,
                                 "global_batch": 256}, gpus=256)
     assert uncalibrated.error_band is not None and "uncalibrated" in uncalibrated.error_band.regime
-    # a regime with no rows at all falls back to every row
+    # a regime with no rows at all falls back to every training row (never to inference or serving rows)
     nowhere = Regime(calibrated=None, precision="fp4", moe=None, sharded=None, scale=None)
-    assert band(nowhere, shipped_residuals()).rows == len(shipped_residuals())
+    training = [r for r in shipped_residuals() if r.regime.workload == "training"]
+    assert band(nowhere, shipped_residuals()).rows == len(training) < len(shipped_residuals())
+
+
+def test_inference_estimates_and_served_streams_carry_the_band_of_their_rows():
+    from typer.testing import CliRunner
+
+    from armillary import api
+    from armillary.cli import app
+    from armillary.validation.bands import SERVING, STATIC_BATCH, Regime, shipped_residuals
+
+    static = {"kind": "inference", "batch": 8, "input_len": 1024, "output_len": 128}
+    r = api.estimate("llama2-70b", "dgx-h100", {"tp": 4, "precision": "fp8", "attention": "flash3"}, static, gpus=4)
+    band = r.error_band
+    assert band is not None and band.regime.endswith("static batch") and "error_band" in r.to_dict()
+    # the 80th percentile of the static-batch rows of its regime, by hand
+    regime = Regime(True, "fp8", False, False, "<=64", STATIC_BATCH)
+    errors = sorted(abs(x.error) for x in shipped_residuals() if x.regime == regime)
+    assert band.rows == len(errors) >= 8 and band.relative == pytest.approx(np.quantile(errors, 0.8))
+    served = api.simulate_serving("llama2-70b", "dgx-h100", {"tp": 4, "precision": "fp8"},
+                                  {**static, "serving": {"engine": "vllm-0.8"}}, rate=1, duration_s=10, gpus=4)
+    assert served.error_band is not None and "engine vllm" in served.error_band.regime
+    assert served.error_band.poorly_validated  # serving under load is far from its rows (issue 17)
+    rows = [x for x in shipped_residuals() if x.regime.workload == SERVING]
+    assert all(x.source.startswith("SRV") for x in rows)  # never training or static-batch rows
+    assert served.error_band.rows == sum(x.regime.engine == "vllm" and bool(x.regime.calibrated) for x in rows)
+    out = CliRunner().invoke(app, ["estimate", "examples/llama2-70b-serving-h100.yaml"])
+    assert out.exit_code == 0 and "static batch" in out.output
 
 
 def test_a_bare_framework_name_takes_the_stack_of_the_sources_year():

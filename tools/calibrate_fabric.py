@@ -10,11 +10,17 @@ Run: python tools/calibrate_fabric.py SYSTEM ROW-PREFIX [--then ROW-PREFIX] [--c
            tree's (tree_size_efficiency) and the ring's efficiency and ramp are fitted on the second
            (comm.calibration.fit_ring_after_tree)
 
+  --channel-rate  one or more sweeps run with NCCL's default channel count whose plateau sits below the NICs'
+           rate (e.g. the default 4- and 8-node rows): the tier's per-channel rate (channel_bandwidth) is
+           fitted on their largest messages (comm.calibration.fit_channel_bandwidth), after the fits above.
+           A sweep that states NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS / NCCL_MAX_* runs with that many channels.
+
 The smallest size of a sweep is left out: its out-of-place time carries NCCL's one-off start-up cost
 (the CSV notes say so for these sweeps). Times are read as given (us) or from busbw through the bus factor.
 
 What the shipped presets were calibrated on (README, "Cloud fabrics and calibrated scale-out"):
   dgx-h100 (InfiniBand NDR):     CO-H100-IBNDR-2N-AR-qoofyk --then CO-H100-IBNDR-2N-AR-gj-ring
+                                 --channel-rate CO-H100-IBNDR-4N-AR-gj CO-H100-IBNDR-8N-AR-gj
   gcp-a3-mega (GPUDirect-TCPXO): CO-H100-GCPA3M-2N-AR
   gcp-a4 (RoCE, gIB plugin):     CO-B200-GCPA4-2N-AG
 """
@@ -30,15 +36,18 @@ import yaml
 from armillary.comm.calibration import (
     Measurement,
     chosen_algorithm,
+    fit_channel_bandwidth,
     fit_efficiency,
     fit_ring_after_tree,
     fit_tier,
     fitted_dimension,
 )
+from armillary.comm.channels import with_channels
 from armillary.comm.sweep import bus_factor
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
-from armillary.validation.collective_rows import pinned_algorithm
+from armillary.specs.system import System
+from armillary.validation.collective_rows import channel_settings, pinned_algorithm
 from armillary.validation.run import DEFAULT_CSV, read_rows
 
 
@@ -67,6 +76,19 @@ def sweep(rows: list[dict[str, str]]) -> tuple[Collective, int, list[Measurement
     return op, gpus, points[1:]
 
 
+def stated_channels(system: System, rows: list[dict[str, str]]) -> System:
+    """`system` with the channel count the sweep's stated NCCL settings give (comm/channels.py)."""
+    return with_channels(system, channel_settings(f"{rows[0]['op']} {rows[0]['framework']}".lower()))
+
+
+def default_channels(fitted: System, system: System) -> System:
+    """`fitted` with `system`'s (default) channel counts back."""
+    for i, dim in enumerate(system.network):
+        if dim.channels != fitted.network[i].channels:
+            fitted = fitted.with_dimension(i, channels=dim.channels)
+    return fitted
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise SystemExit(__doc__)
@@ -75,27 +97,45 @@ def main(argv: list[str]) -> None:
     first = rows_of(csv, prefix)
     op, gpus, points = sweep(first)
     system = load_system(system_name, gpus)
-    fitted = fit_tier(points, op, gpus, system, pinned_algorithm(first[0]["op"].lower(), first[0]["metric"].lower()))
+    fitted = fit_tier(points, op, gpus, stated_channels(system, first),
+                      pinned_algorithm(first[0]["op"].lower(), first[0]["metric"].lower()))
+    fitted = default_channels(fitted, system)
     note = f"{len(points)} points of {prefix} ({op.value}, {gpus} GPUs)"
     if "--then" in argv:
         then = rows_of(csv, argv[argv.index("--then") + 1])
         op2, gpus2, points2 = sweep(then)
         algorithm = pinned_algorithm(then[0]["op"].lower(), then[0]["metric"].lower())
+        stated = stated_channels(fitted, then)
         if algorithm is Algorithm.AUTO:  # what the fitted system runs for the largest message of that sweep
-            algorithm = chosen_algorithm(points2, op2, gpus2, fitted)
+            algorithm = chosen_algorithm(points2, op2, gpus2, stated)
         if algorithm is Algorithm.RING and chosen_algorithm(points, op, gpus, fitted) is Algorithm.TREE:
             # the first sweep ran the tree, the second pins the ring: the first's size curve is the tree's,
             # the ring's efficiency and size curve come from its own sweep
-            fitted = fit_ring_after_tree(points2, op2, gpus2, fitted)
+            fitted = fit_ring_after_tree(points2, op2, gpus2, stated)
             note += f"; ring efficiency and size curve on {then[0]['id'].rsplit('-', 1)[0]} ({gpus2} GPUs)"
         else:
-            fitted = fit_efficiency(points2, op2, gpus2, fitted, algorithm)
+            fitted = fit_efficiency(points2, op2, gpus2, stated, algorithm)
             note += f"; {algorithm.value} efficiency on {then[0]['id'].rsplit('-', 1)[0]} ({gpus2} GPUs)"
+        fitted = default_channels(fitted, system)
+    if "--channel-rate" in argv:
+        prefixes = [a for a in argv[argv.index("--channel-rate") + 1:] if not a.startswith("--")]
+        prefixes = prefixes[:next((k for k, a in enumerate(prefixes) if a in ("--csv", "--then")), len(prefixes))]
+        sweeps = []
+        for name in prefixes:
+            rows = rows_of(csv, name)
+            if channel_settings(f"{rows[0]['op']} {rows[0]['framework']}".lower()).any:
+                raise SystemExit(f"{name}: its NCCL settings change the channel count; fit on default-setting sweeps")
+            sweeps.append(sweep(rows))
+        fitted = fit_channel_bandwidth([(pts, o, g) for o, g, pts in sweeps], fitted)
+        note += f"; channel rate on {', '.join(prefixes)}"
     tier = fitted_dimension(system, gpus)
     dim = fitted.network[tier]
     out: dict[str, object] = {"latency": f"{dim.latency * 1e6:.3g} us", "efficiency": round(dim.efficiency, 4)}
     if dim.tree_efficiency is not None:
         out["tree_efficiency"] = round(dim.tree_efficiency, 4)
+    if dim.channel_bandwidth is not None:
+        out["channels"] = dim.channels
+        out["channel_bandwidth"] = f"{dim.channel_bandwidth / 1e9:.3g} GB/s"
     for field in ("size_efficiency", "tree_size_efficiency"):
         curve = getattr(dim, field)
         if curve is not None:

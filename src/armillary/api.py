@@ -29,6 +29,7 @@ from armillary.search.run import search as search_strategies
 from armillary.search.space import StrategySpace
 from armillary.search.systems import CoDesignResult, SystemSpace
 from armillary.search.systems import codesign as codesign_systems
+from armillary.serving.engine import with_engine
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace, generated_trace, load_trace
 from armillary.simulate.inference import InferenceSimulation, simulate_inference
@@ -42,7 +43,7 @@ from armillary.specs.strategy import Schedule, Strategy
 from armillary.specs.system import System
 from armillary.specs.variants import variant_of
 from armillary.specs.workload import Inference, Training, Workload
-from armillary.validation.bands import error_band
+from armillary.validation.bands import error_band, inference_error_band
 from armillary.validation.run import DEFAULT_CSV, RowResult
 from armillary.validation.run import validate as validate_rows
 from armillary.workload.parameters import count_parameters
@@ -72,11 +73,12 @@ def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workl
              gpus: int | None = None) -> StepEstimate | InferenceEstimate:
     """Estimate one training iteration (a training workload) or a static inference batch (an inference
     workload). dp (data-parallel ranks, or model replicas in inference) defaults to devices / (tp cp pp)."""
-    m, sysm, st = load_model(model), load_system(system, gpus), load_strategy(strategy)
-    result = estimate_run(m, sysm, st, load_workload(workload))
-    if isinstance(result, StepEstimate):  # how far to trust it: the residuals of its regime
-        return replace(result, error_band=error_band(m, sysm, st))
-    return result
+    m, sysm, st, w = load_model(model), load_system(system, gpus), load_strategy(strategy), load_workload(workload)
+    result = estimate_run(m, sysm, st, w)
+    # how far to trust it: the validation residuals of its regime
+    if isinstance(w, Inference):
+        return replace(result, error_band=inference_error_band(m, sysm, st, w))
+    return replace(result, error_band=error_band(m, sysm, st))
 
 
 def compare_variants(run_file: Path | str, variants: Sequence[str | Mapping[str, Any]],
@@ -115,7 +117,9 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
             raise SpecError("serving: give a rate and a duration, or a trace (workload.serving.trace)")
         else:
             trace = generated_trace(w, rate, duration_s)
-    return serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace)
+    served = serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace)
+    engine = with_engine(w, None)[1]
+    return replace(served, error_band=inference_error_band(m, sysm, st, w, engine.name if engine else "no engine"))
 
 
 def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strategy: StrategyLike | None = None,

@@ -33,6 +33,8 @@ def collective_cmd(
                                              "one of " + ", ".join(c.value for c in Composition
                                                                    if c is not Composition.AUTO))] = (
         Composition.AUTO.value),
+    channels: Annotated[int | None, typer.Option(help="ring channels across nodes, as NCCL_MIN_NCHANNELS = "
+                                                 "NCCL_MAX_NCHANNELS = N (default: the system's)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
     plot: Annotated[Path | None, typer.Option(help="also save busbw vs size, one line per algorithm the group's "
                                               "dimensions offer, each dimension's bandwidth dashed (PNG, SVG)")] = None,
@@ -42,6 +44,12 @@ def collective_cmd(
 
     writable(plot)
     group = load_system(system, gpus)
+    if channels is not None:
+        from armillary.comm.channels import MAX_CHANNELS, ChannelSettings, with_channels
+
+        if not 1 <= channels <= MAX_CHANNELS:
+            raise SpecError(f"--channels: between 1 and {MAX_CHANNELS} (NCCL's MAXCHANNELS), not {channels}")
+        group = with_channels(group, ChannelSettings(min_channels=channels, max_channels=channels))
     rows = api.collective(op, parse_sizes(sizes), group, gpus, algorithm, composition)
     if json_out:  # printed first: a failed save does not lose the rows
         print_json(records.sweep_records(rows), indent=1)

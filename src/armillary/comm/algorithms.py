@@ -254,13 +254,15 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
 
 
 def ring_protocols(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
-                   bandwidth: Array | None = None, latency_scale: Array = 1.0) -> tuple[DimensionCost, ...]:
+                   bandwidth: Array | None = None, latency_scale: Array = 1.0,
+                   curve: Array = True) -> tuple[DimensionCost, ...]:
     """The ring's cost on this dimension under each protocol (in PROTOCOLS order): a ring that spans
-    several dimensions runs one protocol on all of them (comm/compose.py). Raises where no ring runs."""
+    several dimensions runs one protocol on all of them (comm/compose.py). `curve`: where the dimension's
+    size curve is read (elsewhere the ring runs at its full rate). Raises where no ring runs."""
     scalar = (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
-              and _is_scalar(latency_scale))
+              and _is_scalar(latency_scale) and _is_scalar(curve))
     times, sents, fixeds, labels, p, _ = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, Algorithm.RING,
-                                                          bandwidth, (), latency_scale, scalar)
+                                                          bandwidth, (), latency_scale, scalar, curve)
     if scalar:
         return tuple(_fastest([t], [s], [f], [label], p, scalar)
                      for t, s, f, label in zip(times, sents, fixeds, labels, strict=True))
@@ -271,7 +273,7 @@ def ring_protocols(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
 
 def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
                      algorithm: Algorithm, bandwidth: Array | None, exclude: tuple[Algorithm, ...],
-                     latency_scale: Array, scalar: bool
+                     latency_scale: Array, scalar: bool, curve: Array = True
                      ) -> tuple[list[Array], list[Array], list[Array], list[tuple[int, int]], Array, bool]:
     """(times, bytes sent, fixed latencies, (algorithm, protocol) labels) of every candidate that can run,
     with p and `scalar` for `_fastest`."""
@@ -287,7 +289,9 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     a2a_hops = _a2a_hops(net, p) if op is Collective.ALL_TO_ALL else 1.0
     if scalar:
         a2a_hops = float(a2a_hops)
-    ramp = _ramp(net.size_efficiency, n_bytes, scalar)
+    ramp = _ramp(net.size_efficiency if np.any(curve) else None, n_bytes, scalar)
+    if not (_is_scalar(curve) or np.all(curve)):
+        ramp = np.where(curve, ramp, 1.0)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     for a_index, alg, link in _candidates(net):
         if (algorithm is not Algorithm.AUTO and alg is not algorithm) or alg in exclude:

@@ -196,3 +196,31 @@ def chosen_algorithm(measurements: Sequence[Measurement], op: Collective, gpus: 
     largest = max(measurements, key=lambda m: m.size_bytes)
     sized = system.with_devices(gpus) if gpus != system.devices else system
     return ALGORITHMS[_time(op, largest.size_bytes, sized, gpus, Algorithm.AUTO)[1]]
+
+
+def fit_channel_bandwidth(sweeps: Sequence[tuple[Sequence[Measurement], Collective, int]], system: System) -> System:
+    """`system` with the crossed tier's per-channel rate (`channel_bandwidth`) fitted on sweeps run with
+    NCCL's default channel count whose plateau sits below the NICs' rate: for each sweep, the rate at which
+    its largest message takes its measured time (ring; comm/channels.py), then their geometric mean."""
+    fits, tiers = [], set()
+    for measurements, op, gpus in sweeps:
+        sized = system.with_devices(gpus) if gpus != system.devices else system
+        tier = fitted_dimension(sized, gpus)
+        tiers.add(tier)
+        if sized.network[tier].channels is None:
+            raise ValueError(f"{sized.network[tier].name}: set `channels` (NCCL's default count) before fitting "
+                             "channel_bandwidth")
+        largest = max(measurements, key=lambda m: m.size_bytes)
+
+        def too_slow(rate: float, s: System = sized, t: int = tier, m: Measurement = largest,
+                     o: Collective = op, g: int = gpus) -> bool:
+            return _time(o, m.size_bytes, _with(s, t, channel_bandwidth=rate), g, Algorithm.RING)[0] > m.time_s
+
+        lo, hi = bisect(too_slow, 1e8, 1e12, iterations=60, geometric=True)
+        if hi > 0.99e12:
+            raise ValueError(f"the largest message of the {gpus}-GPU sweep runs faster than any channel limit "
+                             "allows: its plateau is the NICs', not the channels'")
+        fits.append((lo * hi) ** 0.5)
+    if len(tiers) != 1:
+        raise ValueError(f"the sweeps cross different dimensions ({sorted(tiers)}): fit one dimension at a time")
+    return _with(system, tiers.pop(), channel_bandwidth=float(np.exp(np.mean(np.log(fits)))))

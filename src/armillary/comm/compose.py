@@ -148,13 +148,16 @@ class _Net:
 
     def ring(self, i: int, op: Collective, n: Array, latency_scale: Array) -> tuple[DimensionCost, ...]:
         """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol; nothing
-        where the group does not span i, infinite where no ring runs there."""
+        where the group does not span i, infinite where no ring runs there. Below the group's top, the
+        dimension's size curve is not read: the ring's ramp is the top dimension's ring curve, fitted on a
+        ring sweep across that dimension (comm/calibration.fit_ring_after_tree), while an inner curve
+        comes from a sweep inside the inner dimension (NVLink: its >= 2 MiB messages ran NVLS)."""
         dim, span = self.system.network[i], self.group.spans[i]
         if not np.any(np.asarray(span) > 1):
             return (NOTHING,) * len(PROTOCOLS)
         try:
             costs = ring_protocols(op, n, self.group.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
-                                   latency_scale)
+                                   latency_scale, curve=self.top(i))
         except ValueError:
             costs = ()
         if len(costs) != len(PROTOCOLS):
@@ -190,7 +193,9 @@ def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | No
     of its edges. NCCL's ring model (src/graph/tuning.cc, ncclTopoTuneModel): time = latency + bytes /
     bandwidth, where the latency adds up the ring's steps, each at the latency of the link it crosses
     (base + intra-node steps x intra latency + inter-node steps x network latency: `_step_shares`) and the
-    slowest link sets the bandwidth. Across nodes, LL's bus bandwidth is capped (`LL_NET_BUSBW`)."""
+    slowest link sets the bandwidth. Across nodes, LL's bus bandwidth is capped (`LL_NET_BUSBW`), and on a
+    dimension with a per-channel limit every protocol's bus bandwidth is at most its share of channels x
+    channel_bandwidth (each channel carries 1/channels of the message round the ring: comm/channels.py)."""
     if op not in _RINGS:
         return None
     group, count = net.group, len(net.system.network)
@@ -210,6 +215,11 @@ def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | No
             transfer = np.maximum(transfer, d.transfer)
         if proto.name == "LL":
             transfer = where(across > 1, np.maximum(transfer, _RING_BYTES[op](n, group.size) / ll_cap), transfer)
+        for i, dim in enumerate(net.system.network):  # each channel moves its share of the ring (comm/channels.py)
+            if dim.channels is not None and dim.channel_bandwidth is not None:
+                cap = proto.bandwidth_factor * dim.channels * dim.channel_bandwidth
+                transfer = where(group.spans[i] > 1, np.maximum(transfer, _RING_BYTES[op](n, group.size) / cap),
+                                 transfer)
         time = latency + transfer
         built = Composed(time if is_array(time) else float(time), dims, index)
         best = built if best is None else _faster(best, built)

@@ -57,8 +57,13 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     # every micro-batch (ZeRO 2, 3); ZeRO-3 / FSDP move one layer (unit) at a time: a latency term each
     per_mb_zero2 = exposed(scatter_grads.time, backward_s, st.overlap_dp)
     gathers, scatters = unit_gather.time * layers_local, unit_scatter.time * layers_local
-    per_mb_zero3 = (exposed(gathers, forward_s, st.overlap_param_gather)
-                    + exposed(gathers + scatters, backward_s, st.overlap_param_gather))
+    # the first unit's gather opens each forward and the last unit's reduce-scatter closes each backward
+    # with nothing to hide behind; each unit's prefetch hides behind the compute of the one before it
+    # (PyTorch FSDP, Zhao et al. 2023 §3.3.2 forward / backward prefetch; DeepSpeed ZeRO-3 prefetch). On a
+    # network-bound step the exposed time is what the serial transfers exceed the compute by.
+    first, last = unit_gather.time * st.overlap_param_gather, unit_scatter.time * st.overlap_param_gather
+    per_mb_zero3 = (first + exposed(gathers - first, forward_s, st.overlap_param_gather)
+                    + exposed(gathers + scatters - last, backward_s, st.overlap_param_gather) + last)
     per_mb = where(st.zero == 2, per_mb_zero2, where(st.zero == 3, per_mb_zero3, 0.0))
     exposed_s = where(active, once + microbatches * per_mb, 0.0)
 

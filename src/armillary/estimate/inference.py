@@ -1,5 +1,5 @@
-"""LLM inference on one model replica: prefill and decode passes and a static batch (its memory and KV
-cache: `estimate.inference_memory`).
+"""LLM inference on one model replica: its prefill and decode passes (a static batch of them:
+`estimate.static_batch`; memory and KV cache: `estimate.inference_memory`).
 
 A pass runs the same per-layer kernels as training's forward (`workload.transformer.layer_forward`, costed
 by `layer.layer_cost` through the device roofline), for the pass's new tokens, plus one fused attention
@@ -7,6 +7,12 @@ kernel over all sequences of the pass (`workload.attention.fused_attention_op`: 
 the KV cache). Prefill is a pass over the prompts; each decode step a pass of one token per sequence
 whose attention reads a cache that grows by a token per step. The serving simulation costs its
 iterations with the same `ReplicaModel`.
+
+Context parallelism (cp > 1, a static batch) follows Yang et al. 2024 (arXiv:2411.01783): each cp rank
+prefills 1/cp of every prompt (balanced causal chunks) and passes its K/V blocks around the ring behind
+the attention (pass-KV, §3.2); the cache stays sharded over the cp ranks, and a decode step runs the whole
+batch's GEMMs on every cp rank, each attending over its shard, the partial outputs merged by an all-gather
+(§3.4, pass-Q's merge).
 """
 
 from __future__ import annotations
@@ -17,13 +23,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from armillary.comm.collectives import all_gather, needed, send_recv
+from armillary.comm.overlap import exposed
 from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.errors import SpecError
 from armillary.estimate import memory as mem
 from armillary.estimate.dp_attention import dp_attention_tokens_time
-from armillary.estimate.feasibility import inference_checks
-from armillary.estimate.inference_memory import inference_memory, kv_blocks, kv_budget
-from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
+from armillary.estimate.inference_result import PassTime
 from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost
 from armillary.estimate.result import EndsCost, ParallelDimension
 from armillary.numerics import Array
@@ -43,7 +48,7 @@ from armillary.workload.transformer import ends_forward, layer_forward
 
 @dataclass(frozen=True)
 class ReplicaModel:
-    """Cost functions of one model replica (tp x pp devices), built by `replica_model`."""
+    """Cost functions of one model replica (tp x cp x pp devices), built by `replica_model`."""
 
     m: ModelArrays
     st: StrategyArrays
@@ -60,6 +65,8 @@ class ReplicaModel:
     mla_expanded: float = 0.0  # MLA with per-head K/V cached (1) or the latent and absorbed decode (0)
     attention_dp: float = 1.0  # attention groups of the tp ranks, each with its own requests and cache
     attention_group: Placement | None = None  # the ranks of one attention group (None: the tp group)
+    cp_group: Placement | None = None  # the context-parallel ring (None: cp = 1)
+    cp: float = 1.0  # context-parallel degree (`st` keeps cp = 1: the layers' kernels see a rank's tokens)
 
     @property
     def attention_tp(self) -> float:
@@ -68,7 +75,7 @@ class ReplicaModel:
 
     @property
     def devices(self) -> int:
-        return int(self.st.tp * self.st.pp)
+        return int(self.st.tp * self.cp * self.st.pp)
 
     @property
     def stage_layers(self) -> int:
@@ -77,9 +84,10 @@ class ReplicaModel:
 
     @property
     def cache_bytes_per_token(self) -> float:
-        """KV-cache bytes one token takes on one device of the busiest stage (both memory tiers)."""
+        """KV-cache bytes one token takes on one device of the busiest stage (both memory tiers), the cache
+        sharded over the cp ranks."""
         return float(self.stage_layers * kv_cache_elements_per_rank(self.m, self.attention_tp, self.mla_expanded)
-                     * self.cache_bytes)
+                     * self.cache_bytes) / self.cp
 
     @property
     def stages_cross_nodes(self) -> bool:
@@ -138,14 +146,20 @@ class ReplicaModel:
         the per-head form (vLLM and SGLang absorb in decode only, DeepSeek-V2 §2.1.3)."""
         steps = np.asarray(new) <= 1 if decode is None else decode
         absorbed = np.where(steps, 1.0 - self.mla_expanded, 0.0) if float(self.m.kv_lora) > 0 else 0.0
-        return fused_attention_op(self.m, sequences, new, past + new, self.attention_tp, self.activation_bytes, past,
-                                  self.cache_bytes, self.cache_reads, absorbed, self.mla_expanded)
+        op = fused_attention_op(self.m, sequences, new, past + new, self.attention_tp, self.activation_bytes, past,
+                                self.cache_bytes, self.cache_reads, absorbed, self.mla_expanded)
+        if self.cp == 1:
+            return op
+        # one cp rank's share: 1/cp of the work (balanced chunks in prefill, its cache shard in decode); in
+        # prefill it also reads the K/V blocks the ring brings in
+        received = (1 - 1 / self.cp) * sequences * new * self.m.kv_width / self.attention_tp * self.activation_bytes
+        return Op(op.flop / self.cp, op.bytes / self.cp + np.where(steps, 0.0, received))
 
     def attention_time(self, op: Op, cached_tokens: Array) -> tuple[Array, Array]:
         """(attention kernels, second-tier reads) of all layers: the share of the cache on the second tier
         streams over its link, the rest through HBM."""
         m, device = self.m, self.system.device
-        cache = cache_read_bytes(m, self.attention_tp, cached_tokens, self.cache_bytes, self.cache_reads,
+        cache = cache_read_bytes(m, self.attention_tp, cached_tokens / self.cp, self.cache_bytes, self.cache_reads,
                                  self.mla_expanded)
         moved = op.bytes - self.tier2_fraction * cache
         kernel = fused_attention_time(Op(op.flop, moved), device, self.st.precision, self.attention_version)
@@ -158,6 +172,26 @@ class ReplicaModel:
         """One pass: the token-dependent part (`tokens_time`), the attention of its sequences, the head."""
         core, remote = self.attention_time(attention, cached_tokens)
         return replace(tokens, attention=core, tier2=remote, ends=tokens.ends + self.head_time(sequences))
+
+    def ring_kv_time(self, sequences: Array, new: Array, attention_s: Array) -> Array:
+        """Context-parallel prefill, all layers: each layer passes every rank's K/V block (its 1/cp of
+        `sequences` x `new` tokens) cp - 1 steps around the ring, behind that layer's attention kernels
+        (`attention_s` for all layers; pass-KV, Yang et al. 2024 §3.2; as training's ring attention)."""
+        layers = (1.0 - float(self.m.mlgru)) * self.m.layers
+        if self.cp == 1 or self.cp_group is None:
+            return 0.0 * attention_s
+        block = sequences * new / self.cp * self.m.kv_width / self.attention_tp * self.activation_bytes
+        hop = send_recv(block, self.cp_group, self.system).time
+        return layers * exposed((self.cp - 1) * hop, attention_s / np.maximum(layers, 1.0), 1.0)
+
+    def merge_time(self, sequences: Array) -> Array:
+        """Context-parallel decode step, all layers: the all-gather of every rank's partial attention output
+        and log-sum-exp (heads / tp x (d_v + 1) per sequence) that merges them (Yang et al. 2024 §3.4)."""
+        if self.cp == 1 or self.cp_group is None:
+            return 0.0 * sequences
+        layers = (1.0 - float(self.m.mlgru)) * self.m.layers
+        part = sequences * self.m.heads / self.attention_tp * (self.m.value_dim + 1) * self.activation_bytes
+        return layers * all_gather(self.cp * part, self.cp_group, self.system).time
 
 
 def replicated_experts(m: ModelArrays, st: StrategyArrays, tokens: Array, e: float,
@@ -178,8 +212,9 @@ def replicated_experts(m: ModelArrays, st: StrategyArrays, tokens: Array, e: flo
 
 def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: System) -> ReplicaModel:
     """Check the strategy for serving and fix the precisions of weights, activations and cache."""
-    if strategy.cp > 1:
-        raise SpecError("strategy.cp: context parallelism is not modelled for inference (use cp: 1)")
+    if strategy.cp > 1 and strategy.attention_dp > 1:
+        raise SpecError("strategy.cp: context parallelism with data-parallel attention (attention_dp > 1) is not "
+                        "modelled (use one of them)")
     moe = bool(m.experts > 0)
     experts_fit = rules.expert_groups_fit(strategy.ep, strategy.etp, strategy.tp, "tp for inference")
     if moe and not experts_fit.ok:
@@ -188,7 +223,7 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     spans = rules.attention_dp_experts_span_tp(strategy.attention_dp, strategy.ep, strategy.etp, strategy.tp)
     if moe and not spans.ok:
         raise SpecError(f"strategy: {spans.message}")
-    st = replace(StrategyArrays.of(strategy, 1), sequence_parallel=0.0, recompute=RECOMPUTE_NONE)
+    st = replace(StrategyArrays.of(strategy, 1), sequence_parallel=0.0, recompute=RECOMPUTE_NONE, cp=1.0)
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     fp8 = strategy.precision is TrainingPrecision.FP8
     weights = w.weights.bytes if w.weights is not None else (1.0 if fp8 else e)
@@ -196,7 +231,7 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     if w.kv_cache.tier2_fraction > 0 and system.device.second_tier is None:
         raise SpecError(f"workload.kv_cache.tier2_fraction: the device {system.device.name} has no second memory tier")
     system = block_fp8_kernels(system, w)
-    placed = place_groups(st.tp, 1.0, st.pp, system.sizes)
+    placed = place_groups(st.tp, 1.0, st.pp, system.sizes, cp=float(strategy.cp))
     groups = None
     if moe:
         etp_group, ep_group, _ = place_expert_groups(st.etp, st.ep, st.tp / (st.ep * st.etp), system.sizes)
@@ -208,7 +243,8 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     attention_group = place_groups(st.tp / groups_dp, 1.0, 1.0, system.sizes).tp if groups_dp > 1 else None
     return ReplicaModel(m, st, system, float(e), float(weights), float(cache), w.kv_cache.tier2_fraction, reads,
                         2.0 if st.attention == 0 else float(st.attention),
-                        placed.tp, placed.pp, groups, expanded, groups_dp, attention_group)
+                        placed.tp, placed.pp, groups, expanded, groups_dp, attention_group,
+                        placed.cp if strategy.cp > 1 else None, float(strategy.cp))
 
 
 def block_fp8_kernels(system: System, w: Inference) -> System:
@@ -237,7 +273,8 @@ def prefill_pass(r: ReplicaModel, w: Inference, batch: Array | None = None) -> P
     """The prompt pass of a static batch: all batch x input_len tokens through the model (the time to
     first token). `batch` (default the workload's) may be an array: one pass per element."""
     b = w.batch if batch is None else batch
-    return r.pass_time(r.tokens_time(b * w.input_len), b, r.attention(w.input_len, 0.0, b, decode=False), 0.0)
+    p = r.pass_time(r.tokens_time(b * w.input_len / r.cp), b, r.attention(w.input_len, 0.0, b, decode=False), 0.0)
+    return replace(p, cp=r.ring_kv_time(b, w.input_len, p.attention))
 
 
 def decode_phase(r: ReplicaModel, w: Inference, batch: Array) -> PassTime:
@@ -250,7 +287,7 @@ def decode_phase(r: ReplicaModel, w: Inference, batch: Array) -> PassTime:
     core, remote = _decode_attention(r, past, micro)
     t = r.tokens_time(micro)
     return PassTime(layers=steps * t.layers, attention=core, tp=steps * t.tp, ep=steps * t.ep, pp=steps * t.pp,
-                    ends=steps * (t.ends + r.head_time(micro)), tier2=remote)
+                    ends=steps * (t.ends + r.head_time(micro)), tier2=remote, cp=steps * r.merge_time(micro))
 
 
 def _decode_attention(r: ReplicaModel, past: np.ndarray, micro: np.ndarray) -> tuple[Array, Array]:
@@ -297,73 +334,6 @@ def decode_steps(r: ReplicaModel, w: Inference) -> DecodeSteps:
     micro = math.ceil(w.batch / float(r.st.pp))
     past = w.input_len + np.arange(w.output_len - 1, dtype=float)  # cached tokens before each decode step
     core, remote = r.attention_time(r.attention(1.0, past, micro), micro * past)
-    return DecodeSteps(micro, r.tokens_time(float(micro)), np.broadcast_to(core, past.shape),
+    tokens = replace(r.tokens_time(float(micro)), cp=r.merge_time(float(micro)))
+    return DecodeSteps(micro, tokens, np.broadcast_to(core, past.shape),
                        np.broadcast_to(remote, past.shape), r.head_time(float(micro)))
-
-
-def estimate_inference(m: ModelArrays, strategy: Strategy, w: Inference, system: System, replicas: int) -> (
-        InferenceEstimate):
-    """A static batch: prefill of `batch` prompts (time to first token), then output_len - 1 decode steps
-    whose attention reads input_len + k - 1 cached tokens at step k. With pp > 1 the decode keeps pp
-    micro-batches of batch / pp in flight, so a step takes one pass of batch / pp sequences through all
-    layers (every stage busy); the prefill runs the batch through the stages in turn. With data-parallel
-    attention the batch splits evenly over the attention groups, which step together."""
-    groups = strategy.attention_dp
-    if w.batch % groups:
-        raise SpecError(f"workload.batch: {w.batch} does not split over strategy.attention_dp = {groups} attention "
-                        "groups (use a multiple)")
-    whole, w = w, w.model_copy(update={"batch": w.batch // groups})
-    r = replica_model(m, strategy, w, system)
-    b, n_in = w.batch, w.input_len
-    prefill = prefill_pass(r, w)
-    decode = decode_phase(r, w, float(b))
-    memory = inference_memory(r, w, float(b), float(b * n_in))
-    rule_breaks = rules.failed(inference_checks(m, strategy.tp, strategy.cp, strategy.pp, strategy.ep, replicas,
-                                                system.devices))
-    result = _static_batch(r, w, replicas, prefill, decode, memory, tuple(rule_breaks))
-    if groups == 1:
-        return result
-    return replace(result, batch=whole.batch, max_batch=result.max_batch * groups,
-                   output_tokens_per_s=result.output_tokens_per_s * groups,
-                   output_tokens_per_s_per_device=result.output_tokens_per_s_per_device * groups)
-
-
-def _static_batch(r: ReplicaModel, w: Inference, replicas: int, prefill: PassTime, decode: PassTime,
-                  memory: InferenceMemory, rule_breaks: tuple[str, ...] = ()) -> InferenceEstimate:
-    device = r.system.device
-    capacity = device.hbm.capacity
-    free, budget = kv_budget(r, w, memory)
-    per_hbm = (1 - r.tier2_fraction) * memory.kv_per_sequence
-    per_act = memory.activations / w.batch
-    # largest batch whose cache fits the budget, activations growing with it: B kv <= f (C - W - B a)
-    max_batch = int(max(0.0, w.kv_cache.memory_fraction * (capacity - memory.weights))
-                    // (per_hbm + w.kv_cache.memory_fraction * per_act)) if per_hbm + per_act > 0 else 0
-    # longest sequence (input + output tokens, whole pages) whose cache fits at this batch
-    per_token = (1 - r.tier2_fraction) * r.cache_bytes_per_token
-    pages = kv_blocks(max(0.0, float(budget)) / w.batch, per_token, w.kv_cache.block_tokens)
-    max_context = pages * w.kv_cache.block_tokens if per_token > 0 else 2**31 - 1
-    reasons = list(rule_breaks)
-    if free <= 0:
-        reasons.append(f"weights ({memory.weights / 2**30:.1f} GiB) and activations ({memory.activations / 2**30:.1f}"
-                       f" GiB) exceed the {capacity / 2**30:.0f} GiB of HBM")
-    elif memory.kv_cache > budget:
-        reasons.append(f"KV cache of batch {w.batch} needs {memory.kv_cache / 2**30:.1f} GiB, "
-                       f"{w.kv_cache.memory_fraction:.0%} of the free {free / 2**30:.1f} GiB allows {max_batch} "
-                       "sequences")
-    tier2 = device.second_tier
-    if memory.kv_cache_tier2 > 0 and tier2 is not None and memory.kv_cache_tier2 > tier2.capacity:
-        reasons.append(f"second-tier KV cache ({memory.kv_cache_tier2 / 2**30:.1f} GiB) exceeds its "
-                       f"{tier2.capacity / 2**30:.0f} GiB")
-    ttft, decode_s = prefill.total, decode.total
-    e2e = ttft + decode_s
-    tokens = w.batch * w.output_len
-    per_replica = tokens / e2e
-    notes = ("attention: standard runs as a fused kernel (FlashAttention-2 efficiency) in inference",) if (
-        r.st.attention == 0) else ()
-    return InferenceEstimate(
-        batch=w.batch, input_len=w.input_len, output_len=w.output_len, devices_per_replica=r.devices,
-        replicas=replicas, prefill=prefill, decode=decode, ttft_s=ttft,
-        tpot_s=decode_s / (w.output_len - 1) if w.output_len > 1 else 0.0, e2e_s=e2e,
-        output_tokens_per_s=per_replica * replicas, output_tokens_per_s_per_device=per_replica / r.devices,
-        memory=memory, hbm_capacity_bytes=capacity, max_batch=max_batch, max_context=max_context, feasible=not reasons,
-        infeasible_reasons=tuple(reasons), notes=notes)

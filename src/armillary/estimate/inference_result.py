@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from armillary.estimate.result import plain
+from armillary.estimate.result import ErrorBand, plain
 from armillary.numerics import Array
 
 
@@ -20,16 +20,17 @@ class PassTime:
     pp: Array  # stage-to-stage sends
     ends: Array  # embedding, LM head, sampling, logits gather
     tier2: Array  # KV-cache reads from the second memory tier
+    cp: Array = 0.0  # context parallelism: the K/V ring's exposed part (prefill), the output merge (decode)
 
     @property
     def total(self) -> Array:
-        return self.layers + self.attention + self.tp + self.ep + self.pp + self.ends + self.tier2
+        return self.layers + self.attention + self.tp + self.ep + self.pp + self.ends + self.tier2 + self.cp
 
     def __add__(self, other: PassTime) -> PassTime:
         return PassTime(*(getattr(self, f) + getattr(other, f) for f in PASS_PARTS))
 
 
-PASS_PARTS = ("layers", "attention", "tp", "ep", "pp", "ends", "tier2")
+PASS_PARTS = ("layers", "attention", "tp", "ep", "pp", "ends", "tier2", "cp")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class InferenceEstimate:
     feasible: bool
     infeasible_reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    error_band: ErrorBand | None = None  # how far to trust it (validation residuals of its regime)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from armillary.errors import SpecError
-from armillary.estimate.inference import estimate_inference
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import StepEstimate
+from armillary.estimate.static_batch import estimate_inference
 from armillary.estimate.training import estimate_training
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import data_parallel

@@ -25,6 +25,8 @@ _MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
 _PAIRS = re.compile(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}")
 _CUSTOM_TARGET = re.compile(r'custom_call_target="([^"]+)"')
 _GEMM_DIMS = re.compile(r'"(lhs_contracting_dimensions|lhs_batch_dimensions)"\s*:\s*\[([^\]]*)\]')
+_FMHA_SCORES = re.compile(r'"intermediate_tensor_shape"\s*:\s*\{[^{}]*?"dimensions"\s*:\s*\[([^\]]*)\]')
+_FMHA_CAUSAL = re.compile(r'"mask_type"\s*:\s*"(?:PADDING_)?CAUSAL"')
 
 
 def called(inst: Instruction) -> tuple[str, ...]:
@@ -53,6 +55,14 @@ def gemm_dimension_numbers(inst: Instruction) -> dict[str, tuple[int, ...]]:
     """The same from a library GEMM custom-call's backend config (`"lhs_contracting_dimensions":["1"]`)."""
     return {m.group(1): tuple(int(x.strip(' "')) for x in m.group(2).split(",") if x.strip(' "'))
             for m in _GEMM_DIMS.finditer(inst.attributes)}
+
+
+def fmha_scores(inst: Instruction) -> tuple[tuple[int, ...], bool]:
+    """The score matrix's dimensions (batch, heads, queries, keys) of a cuDNN fused-attention call, from its
+    backend config's `intermediate_tensor_shape`, and whether its mask is causal (`mask_type`)."""
+    match = _FMHA_SCORES.search(inst.attributes)
+    dims = tuple(int(x.strip(' "')) for x in match.group(1).split(",") if x.strip(' "')) if match else ()
+    return dims, _FMHA_CAUSAL.search(inst.attributes) is not None
 
 
 def custom_call_target(inst: Instruction) -> str:

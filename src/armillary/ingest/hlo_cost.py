@@ -12,10 +12,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.comm.collectives import collective, send_recv
-from armillary.cost.compute import kernel_times
+from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.ingest.hlo_attrs import called, replica_groups, source_target_pairs, trip_count
 from armillary.ingest.hlo_parse import Computation, HloModule, Instruction
-from armillary.ingest.hlo_work import CONTROL, FREE, OpKind, Work, collective_of, instruction_work, message_bytes
+from armillary.ingest.hlo_work import (
+    CONTROL,
+    FREE,
+    OpKind,
+    Work,
+    collective_of,
+    instruction_work,
+    is_synchronous,
+    message_bytes,
+)
 from armillary.plan.codes import PRECISION
 from armillary.plan.placement import Placement
 from armillary.simulate.engine import paused_gc
@@ -25,6 +34,8 @@ from armillary.specs.system import System
 from armillary.workload.ops import Op
 
 _PRECISION = {"bf16": TrainingPrecision.BF16, "f16": TrainingPrecision.FP16}
+# the device presets describe cuDNN fused attention with FlashAttention-3's efficiency (`Attention.FLASH3`)
+CUDNN_ATTENTION_VERSION = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +128,7 @@ def _work(inst: Instruction, module: HloModule, devices: int, comp: Computation
     operand = float(sum(names[o].shape.bytes for o in inst.operands if o in names))
     groups = source_target_pairs(described) if op is Collective.SEND_RECV else replica_groups(described, devices)
     size = message_bytes(op, inst, operand)
-    return op, kind, size, groups, inst.opcode.endswith("-start")
+    return op, kind, size, groups, not is_synchronous(inst)
 
 
 def _executed(module: HloModule, trips: dict[tuple[str, str], int]) -> Iterator[str]:
@@ -146,10 +157,16 @@ def _kernel_seconds(works: list[Work], system: System) -> np.ndarray:
     flop = np.array([w.flop for w in works])
     moved = np.array([w.bytes for w in works])
     precision = np.array([PRECISION.code(_precision(w)) for w in works])
+    fused = np.array([w.kind is OpKind.ATTENTION for w in works])
     for code in np.unique(precision):
-        mask = precision == code
+        mask = (precision == code) & ~fused
         ops = tuple(Op(f, b) for f, b in zip(flop[mask].tolist(), moved[mask].tolist(), strict=True))
-        seconds[mask] = kernel_times(ops, system.device, float(code))
+        if ops:
+            seconds[mask] = kernel_times(ops, system.device, float(code))
+        attention = (precision == code) & fused
+        if attention.any():  # cuDNN fused attention: the device's FlashAttention-3 / cuDNN efficiency
+            seconds[attention] = fused_attention_time(Op(flop[attention], moved[attention]), system.device,
+                                                      float(code), CUDNN_ATTENTION_VERSION)
     return seconds
 
 

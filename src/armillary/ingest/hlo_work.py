@@ -12,20 +12,25 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from armillary.estimate.layer import FLASH_BACKWARD_FACTOR
 from armillary.ingest.hlo_attrs import (
     called,
     custom_call_target,
     dimension_numbers,
+    fmha_scores,
     gemm_dimension_numbers,
 )
 from armillary.ingest.hlo_parse import Computation, HloModule, Instruction
+from armillary.ingest.hlo_shapes import Shape
 from armillary.specs.communication import Collective
+from armillary.workload.attention import keys_attended
 
 
 class OpKind(StrEnum):
     """The kinds of a per-op breakdown (as a profiler groups kernels)."""
 
     DOT = "dot"  # dots, and fusions and library calls around one (GEMM kernels)
+    ATTENTION = "attention"  # fused attention library calls (cuDNN flash attention, forward or backward)
     CONVOLUTION = "convolution"
     FUSION = "fusion"  # fused element-wise / reduction kernels
     ELEMENTWISE = "elementwise"  # unfused element-wise, reductions, copies, data movement
@@ -38,7 +43,7 @@ class OpKind(StrEnum):
 
     @property
     def communicates(self) -> bool:
-        return self not in (OpKind.DOT, OpKind.CONVOLUTION, OpKind.FUSION, OpKind.ELEMENTWISE)
+        return self not in (OpKind.DOT, OpKind.ATTENTION, OpKind.CONVOLUTION, OpKind.FUSION, OpKind.ELEMENTWISE)
 
 
 # opcode (sync, or the -start of an async pair) -> collective and its breakdown kind
@@ -54,6 +59,7 @@ COLLECTIVES = {
 FREE = frozenset({
     "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id", "replica-id",
     "opt-barrier", "add-dependency", "domain", "all-reduce-done", "all-gather-done", "collective-permute-done",
+    "reduce-scatter-done", "all-to-all-done", "ragged-all-to-all-done", "collective-broadcast-done",
     "async-done", "async-update", "copy-done", "send-done", "recv-done", "get-dimension-size", "set-dimension-size",
 })
 CONTROL = frozenset({"while", "call", "conditional"})
@@ -85,6 +91,13 @@ def collective_of(inst: Instruction, module: HloModule) -> tuple[Collective, OpK
     return None
 
 
+def is_synchronous(inst: Instruction) -> bool:
+    """Whether a collective runs in line with the kernels: a sync op, or a `-start` XLA's GPU backend marked
+    `"is_sync":true` in its collective backend config (issued on the compute stream, no overlap: XLA's
+    CollectiveBackendConfig)."""
+    return not inst.opcode.endswith("-start") or '"is_sync":true' in inst.attributes
+
+
 def message_bytes(op: Collective, inst: Instruction, operand_bytes: float) -> float:
     """Message size in the nccl-tests convention: the reduced buffer (all-reduce), the gathered result
     (all-gather), the input before scattering (reduce-scatter), the buffer each rank sends (all-to-all,
@@ -105,15 +118,40 @@ def instruction_work(inst: Instruction, comp: Computation, module: HloModule) ->
             moved = _fused_bytes(module, fused.name, tuple(s.bytes for s in operands), inst.shape.bytes)
             kind = OpKind.CONVOLUTION if conv else OpKind.DOT if flop > 0 else OpKind.FUSION
             return Work(kind, flop, moved, dtype)
+    if inst.opcode == "custom-call" and custom_call_target(inst).startswith("__cudnn$fmha"):
+        attention = _attention_work(inst, operands)
+        if attention is not None:
+            return attention
     flop, dtype, conv = _own_flop(inst, comp)
     if inst.opcode == "dynamic-update-slice" and len(operands) > 1:
         moved = 2.0 * operands[1].bytes
     elif inst.opcode in _SLICES:
         moved = 2.0 * inst.shape.bytes
+    elif inst.opcode == "custom-call" and flop > 0 and inst.shape.is_tuple:
+        # a library GEMM's result is (output, workspace): the workspace is scratch, only the output is written
+        moved = float(sum(s.bytes for s in operands) + inst.shape.leaves[0].bytes)
     else:
         moved = float(sum(s.bytes for s in operands) + inst.shape.bytes)
     kind = OpKind.CONVOLUTION if conv else OpKind.DOT if flop > 0 else OpKind.ELEMENTWISE
     return Work(kind, flop, moved, dtype)
+
+
+def _attention_work(inst: Instruction, operands: list[Shape]) -> Work | None:
+    """A cuDNN fused-attention call (operands Q, K, V first): 2 (d_qk + d_v) FLOPs per head, query and key
+    attended, the causal mask halving the keys (`workload.attention.fused_attention_op`'s count); the
+    backward FLASH_BACKWARD_FACTOR times that. Bytes: its operands and results, the byte workspace not."""
+    dims, causal = fmha_scores(inst)
+    if len(dims) != 4 or len(operands) < 3 or math.prod(dims) == 0:
+        return None
+    b, h, queries, keys = dims
+    q, k, v = (s.leaves[0] for s in operands[:3])
+    d_qk = q.elements / (b * h * queries)
+    d_v = d_qk * v.elements / max(k.elements, 1)  # V's head size from K's (grouped-query K/V: same count)
+    flop = 2.0 * b * h * queries * (keys_attended(keys, 0.0) if causal else keys) * (d_qk + d_v)
+    if custom_call_target(inst).endswith("Backward"):
+        flop *= FLASH_BACKWARD_FACTOR
+    written = sum(leaf.bytes for leaf in inst.shape.leaves if leaf.dtype not in ("u8", "s8"))
+    return Work(OpKind.ATTENTION, float(flop), float(sum(s.bytes for s in operands) + written), q.dtype)
 
 
 def _own_flop(inst: Instruction, comp: Computation) -> tuple[float, str, bool]:

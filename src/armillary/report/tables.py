@@ -50,12 +50,15 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _trust(band: ErrorBand | None) -> str:
+    """How far to trust a figure, printed after it (dim)."""
+    return f"  [dim]{escape(band.describe())}[/dim]" if band is not None else ""
+
+
 def estimate_tables(r: StepEstimate, title: str) -> list[Table]:
     step = float(r.step_time_s)
     head = Table(title=title, show_header=False, min_width=len(title) + 4)
-    band = r.error_band
-    trust = f"  [dim]{escape(band.describe())}[/dim]" if band is not None else ""
-    head.add_row("step time", f"{step:.4g} s{trust}")
+    head.add_row("step time", f"{step:.4g} s{_trust(r.error_band)}")
     head.add_row("tokens/s", f"{float(r.tokens_per_s):,.0f}")
     head.add_row("MFU / HFU", f"{_pct(float(r.mfu))} / {_pct(float(r.hfu))}")
     head.add_row("micro-batches", f"{float(r.microbatches):g}")
@@ -95,7 +98,7 @@ def inference_tables(r: InferenceEstimate, title: str) -> list[Table]:
     head.add_row("replicas x devices", f"{r.replicas} x {r.devices_per_replica}")
     head.add_row("time to first token", f"{float(r.ttft_s) * 1e3:.4g} ms")
     head.add_row("time per output token", f"{float(r.tpot_s) * 1e3:.4g} ms")
-    head.add_row("end to end", f"{float(r.e2e_s):.4g} s")
+    head.add_row("end to end", f"{float(r.e2e_s):.4g} s{_trust(r.error_band)}")
     per_device = float(r.output_tokens_per_s_per_device)
     head.add_row("output tokens/s", f"{float(r.output_tokens_per_s):,.0f} ({per_device:,.0f} per device)")
     head.add_row("largest batch / context that fit", f"{r.max_batch} / {r.max_context:,} tokens")
@@ -144,7 +147,8 @@ def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) 
     head.add_row("offered rate", f"{r.offered_rate:.3g} requests/s")
     head.add_row("replicas (prefill-only)", f"{r.replicas} ({r.prefill_replicas}), {r.devices} devices")
     per_device = r.output_tokens_per_s_per_device
-    head.add_row("output tokens/s", f"{r.output_tokens_per_s:,.0f} ({per_device:,.0f} per device)")
+    head.add_row("output tokens/s", f"{r.output_tokens_per_s:,.0f} ({per_device:,.0f} per device)"
+                 f"{_trust(r.error_band)}")
     head.add_row("goodput", f"{r.goodput_requests_per_s:.3g} requests/s ({_pct(r.slo_attainment)} meet both SLOs)")
     head.add_row("mean batch / iterations", f"{r.mean_batch:.1f} / {r.iterations}")
     head.add_row("preemptions", f"{r.preemptions}")

@@ -101,7 +101,7 @@ def _block(m: ModelArrays, system: System, strategy: Strategy, w: Inference, bat
     replicas = system.devices // r.devices
     prefill = split_replicas(replicas, share)
     # data-parallel attention: every group runs batch / groups sequences, the groups in step
-    # (estimate_inference splits a static batch the same way)
+    # (static_batch.estimate_inference splits a static batch the same way)
     groups = float(strategy.attention_dp)
     whole, batch = batch, batch / groups
     broken = rules.failed(inference_checks(m, strategy.tp, strategy.cp, strategy.pp, strategy.ep, replicas,

@@ -12,14 +12,16 @@ import numpy as np
 from armillary.errors import SpecError
 from armillary.estimate.inference import ReplicaModel, kv_handover_time, replica_model
 from armillary.estimate.inference_memory import inference_memory, kv_blocks, kv_budget
+from armillary.estimate.result import ErrorBand
 from armillary.plan.arrays import ModelArrays
+from armillary.serving.balance import serve_least_outstanding
 from armillary.serving.engine import Engine, overheads, with_engine
 from armillary.serving.lockstep import GroupStepCost, simulate_groups
 from armillary.serving.simulate import IterationCost, ReplicaRun, RequestTimes, SchedulerLimits, simulate_replica
 from armillary.serving.trace import Trace
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
-from armillary.specs.workload import Inference, Policy
+from armillary.specs.workload import Balance, Inference, Policy
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class ServingResult:
     prefill_replicas: int
     devices: int
     times: RequestTimes
+    error_band: ErrorBand | None = None  # how far to trust its throughput (the serving rows of its regime)
 
     @property
     def requests_per_s(self) -> float:
@@ -123,12 +126,20 @@ def replica_kv_tokens(r: ReplicaModel, w: Inference, engine: Engine | None = Non
 
 def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System, replicas: int,
                 trace: Trace, engine: Engine | None = None) -> ServingResult:
-    """Simulate `trace` on `replicas` replicas: round-robin over them, or, with prefill_replicas > 0, over
-    the prefill pool, then (after the KV handover) over the decode pool in order of first tokens.
+    """Simulate `trace` on `replicas` replicas: spread over them (`serving.balance`: round robin, or to the
+    replica with the least outstanding tokens), or, with prefill_replicas > 0, over the prefill pool, then
+    (after the KV handover) over the decode pool in order of first tokens.
     `engine` (else the workload's `serving.engine`) fills the workload's unset fields and costs overheads."""
     w, engine = with_engine(w, engine)
+    if strategy.cp > 1:
+        raise SpecError("strategy.cp: the serving simulation runs cp = 1; context parallelism is estimated for a "
+                        "static batch (`armillary estimate`)")
     r = replica_model(m, strategy, w, system)
     sv = w.serving
+    if sv.balance is Balance.LEAST_OUTSTANDING_TOKENS and (sv.concurrency is not None or r.attention_dp > 1):
+        raise SpecError("workload.serving.balance: least_outstanding_tokens balances open-loop arrivals over "
+                        "replicas (not a closed loop with serving.concurrency, nor data-parallel attention "
+                        "groups); use round_robin")
     if sv.prefill_replicas >= replicas:
         raise SpecError(f"workload.serving.prefill_replicas: {sv.prefill_replicas} leaves no decode replica of "
                         f"{replicas}")
@@ -151,6 +162,10 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
         batched += part.batched_sequences
 
     def run(pool: int, order: np.ndarray, sub: Trace, **kind: bool) -> None:
+        if sv.balance is Balance.LEAST_OUTSTANDING_TOKENS and pool > 1:
+            for ids, part in serve_least_outstanding(sub, cost, limits, pool, **kind):
+                record(order[ids], part, False)
+            return
         c = None if kind.get("prefilled") else limits.concurrency  # the client's cap: at the first pool
         if c is not None:  # a closed loop of c requests keeps at most c replicas (or attention groups) busy
             pool = min(pool, c)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from armillary.estimate.inference_memory import kv_pages
-from armillary.serving.kernels import advance, drop, release, running_fit, scheduled
+from armillary.serving.kernels import advance, drop, progress, release, running_fit, scheduled
 from armillary.serving.trace import Trace
 from armillary.specs.workload import Policy
 
@@ -107,7 +107,7 @@ class ReplicaState:
 
     def __init__(self, trace: Trace, limits: SchedulerLimits, prefilled: bool, prefill_only: bool) -> None:
         n = len(trace)
-        self.n, self.limits, self.prefilled = n, limits, prefilled
+        self.n, self.limits, self.prefilled, self.prefill_only = n, limits, prefilled, prefill_only
         self.arrival_s: list[float] = trace.arrival_s.astype(float).tolist()
         self.n_in = trace.input_len.astype(np.int64)
         self.n_out = np.ones(n, np.int64) if prefill_only else trace.output_len.astype(np.int64)
@@ -128,6 +128,51 @@ class ReplicaState:
         self.sent_n = self.queued_n = self.done = self.iterations = self.batched = 0
         self.slot_open = -np.inf  # closed loop: when the last slot freed
         self.extra_s = 0.0  # swap traffic of the iteration being scheduled
+        self.horizon = np.inf  # no event past it is known yet (a balancer may still send requests here)
+        # the tokens the unfinished requests had to compute when sent (`outstanding_tokens` takes off the
+        # progress of those running or paused)
+        self.work = int(self.initial_work(np.arange(n)).sum())
+        self.paused: set[int] = set()
+
+    @classmethod
+    def empty(cls, capacity: int, limits: SchedulerLimits, prefilled: bool, prefill_only: bool) -> ReplicaState:
+        """A replica with room for `capacity` requests and none yet: a balancer sends them (`add`)."""
+        zeros = np.zeros(capacity, np.int64)
+        s = cls(Trace(np.full(capacity, np.inf), zeros, zeros), limits, prefilled, prefill_only)
+        s.n = s.work = 0
+        return s
+
+    def add(self, arrival_s: float, input_len: int, output_len: int) -> None:
+        """A request sent to this replica (after those it has, at or after their arrivals)."""
+        i = self.n
+        self.arrival_s[i] = self.sent[i] = arrival_s
+        self.n_in[i] = self.target[i] = input_len
+        self.n_out[i] = 1 if self.prefill_only else output_len
+        self.hit[i] = min(int(self.limits.prefix_hit_rate * input_len), input_len - 1)
+        self.n += 1
+        self.work += self._initial(i)
+
+    def _initial(self, idx: int) -> int:
+        return int(self.initial_work(np.array([idx]))[0])
+
+    def initial_work(self, ids: np.ndarray) -> np.ndarray:
+        """Tokens to compute of requests not yet started: the prompt past the prefix hit and the output
+        (a prefilled request arrives with its first token)."""
+        if self.prefilled:
+            return np.maximum(self.n_out[ids] - 1, 0)
+        return self.n_in[ids] - self.hit[ids] + self.n_out[ids]
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to compute of the requests sent here and not finished: prompt tokens not yet in the
+        cache (recomputation included) and output tokens not yet generated."""
+        done = self._progress(self.running.ids())
+        if self.paused:
+            done += self._progress(np.fromiter(self.paused, np.int64, len(self.paused)))
+        return self.work - done
+
+    def _progress(self, ids: np.ndarray) -> int:
+        return int(progress(ids, self.n_in, self.hit, self.n_out, self.target, self.cached, self.generated,
+                            self.prefilled))
 
     # ---- arrivals -------------------------------------------------------------------------------------
     def _gate_open(self) -> bool:
@@ -141,7 +186,7 @@ class ReplicaState:
             upcoming = max(self.arrival_s[self.sent_n], self.slot_open)
         if self.queued_n < self.sent_n:
             upcoming = min(upcoming, float(self.sent[self.queued_n]) + self.limits.request_overhead_s)
-        return upcoming
+        return min(upcoming, self.horizon)
 
     def arrive(self) -> None:
         """Send what the client may send by now, and queue what the server has received by now."""
@@ -162,6 +207,7 @@ class ReplicaState:
     def _enqueue(self, idx: int) -> None:
         lim = self.limits
         if kv_pages(int(self.n_in[idx] + self.n_out[idx]), lim.block_tokens) > lim.kv_blocks:
+            self.work -= self._initial(idx)
             self._done(1)  # can never fit: rejected
             return
         self.cached[idx] = self.hit[idx]
@@ -171,7 +217,7 @@ class ReplicaState:
             self.first[idx] = self.sent[idx]
             if self.n_out[idx] <= 1:
                 self.finish[idx] = self.sent[idx]
-                self._done(1)
+                self._done(1)  # nothing left to compute (`work` counted none)
                 return
         self.waiting.append(idx)
 
@@ -209,6 +255,7 @@ class ReplicaState:
             self.target[idx] = self.n_in[idx] + self.generated[idx]
         self.preempted[idx] += 1
         self.waiting.appendleft(idx)
+        self.paused.add(idx)
 
     def want(self, idx: int, budget: int) -> int:
         """New tokens of sequence `idx` this iteration: a decode token, or a chunk of its prompt."""
@@ -273,6 +320,7 @@ class ReplicaState:
             if need > self.free:
                 break
             self.waiting.popleft()
+            self.paused.discard(idx)
             self.running.append(idx)
             self.take(idx, need)
             schedule[idx] = want
@@ -312,6 +360,7 @@ class ReplicaState:
         """Record the finished sequences, drop them from `running`, free their pages."""
         if not len(finished):
             return
+        self.work -= self._progress(finished)  # all of their work
         self.free += release(finished, self.blocks, self.finish, self.now)
         self.running.remove(finished)
         self._done(len(finished))

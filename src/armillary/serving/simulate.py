@@ -185,7 +185,22 @@ def simulate_replica(trace: Trace, cost: Cost, limits: SchedulerLimits, prefille
     decode pool of a disaggregated deployment); `prefill_only`: requests leave after their first token
     (the prefill pool)."""
     s = ReplicaState(trace, limits, prefilled, prefill_only)
-    while s.done < s.n:
+    run_until(s, cost)
+    return replica_run(s, trace)
+
+
+def replica_run(s: ReplicaState, trace: Trace) -> ReplicaRun:
+    """What a replica did with the requests of `trace` (in its order)."""
+    n = len(trace)
+    times = RequestTimes(s.sent[:n], s.first[:n], s.finish[:n], trace.input_len, trace.output_len, s.preempted[:n])
+    return ReplicaRun(times, s.iterations, s.batched)
+
+
+def run_until(s: ReplicaState, cost: Cost, horizon: float = np.inf) -> None:
+    """Run the replica's iterations that start before `horizon` (every one: until its requests are done).
+    Events past the horizon are not known yet: a balancer may send requests at it (`balance.py`)."""
+    s.horizon = horizon
+    while s.done < s.n and s.now < horizon:
         s.arrive()
         if not s.running and not s.waiting:
             s.now = max(s.now, s.next_event())
@@ -194,7 +209,7 @@ def simulate_replica(trace: Trace, cost: Cost, limits: SchedulerLimits, prefille
             continue
         schedule = s.schedule()
         prefill_phase = s.prefill_phase()
-        budget = limits.max_batched_tokens
+        budget = s.limits.max_batched_tokens
         if not prefill_phase:
             budget = s.schedule_running(schedule, budget)
         s.admit(schedule, budget, prefill_phase)
@@ -205,8 +220,6 @@ def simulate_replica(trace: Trace, cost: Cost, limits: SchedulerLimits, prefille
                 continue
             raise RuntimeError("serving simulation stalled: no request can be scheduled")
         s.run_iteration(schedule, cost)
-    times = RequestTimes(s.sent, s.first, s.finish, trace.input_len, trace.output_len, s.preempted)
-    return ReplicaRun(times, s.iterations, s.batched)
 
 
 def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:

@@ -56,6 +56,7 @@ def simulate_inference(model: Model, system: System, strategy: Strategy, workloa
     pp, steps = strategy.pp, workload.output_len - 1
     share = [n / model.layers for n in whole_layers(model.layers, pp)]
     tier = Tier.SCALE_OUT if r.stages_cross_nodes else Tier.SCALE_UP
+    cp_tier = Tier.SCALE_OUT if r.cp_group is not None and r.cp_group.outermost > 0 else Tier.SCALE_UP
     g = GraphBuilder()
 
     def through_stages(name: str, p: PassTime, head: float, first: list[int]) -> int:
@@ -70,6 +71,10 @@ def simulate_inference(model: Model, system: System, strategy: Strategy, workloa
             if comm > 0:
                 last = g.add(f"{name} tp stage {s}", TaskKind.COLLECTIVE, Category.TP, (s,), Stream.TP, comm,
                              (last,), Tier.SCALE_UP)
+            ring = share[s] * float(p.cp)  # context parallelism: the exposed K/V ring, the decode merge
+            if ring > 0:
+                last = g.add(f"{name} cp stage {s}", TaskKind.COLLECTIVE, Category.CP, (s,), Stream.CP, ring,
+                             (last,), cp_tier)
             if s == pp - 1 and head > 0:
                 last = g.add(f"{name} head", TaskKind.COMPUTE, Category.COMPUTE, (s,), Stream.COMPUTE, head, (last,))
             if s < pp - 1:
@@ -86,7 +91,7 @@ def simulate_inference(model: Model, system: System, strategy: Strategy, workloa
             step = replace(d.tokens, attention=d.attention[k], tier2=d.tier2[k], ends=d.tokens.ends + head)
             for j in range(len(previous)):
                 previous[j] = through_stages(f"decode {k} mb {j}", step, head, [previous[j]])
-        graph = g.graph(pp, tuple(f"stage {s}" for s in range(pp)), (strategy.tp,) * pp)
+        graph = g.graph(pp, tuple(f"stage {s}" for s in range(pp)), (strategy.tp * strategy.cp,) * pp)
     timeline = run(graph, stragglers, jitter, seed)
     ttft = timeline.end_ns[prefill_end] / 1e9
     tpot = (timeline.makespan_ns / 1e9 - ttft) / steps if steps > 0 else 0.0

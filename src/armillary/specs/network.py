@@ -99,6 +99,15 @@ class NetworkDimension(Spec):
         None, description="the tree's own size-efficiency curve, where a sweep that ran the tree fitted it and "
         "a pinned-ring sweep fitted `size_efficiency` (NCCL corrects its model by message size for trees only: "
         "treeCorrectionFactor, tuning.cc); default: `size_efficiency`")
+    channels: PositiveInt | None = Field(
+        None, description="ring channels (one CTA each) NCCL runs by default for a ring that crosses this "
+        "dimension: its ring search finds one per NIC, then doubles them (search.cc, connect.cc); e.g. 16 on an "
+        "8-NIC H100 node. NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS raise it, NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS "
+        "lower it (comm/channels.py)")
+    channel_bandwidth: BytesPerSecond | None = Field(
+        None, description="what one ring channel moves across this dimension (Simple protocol; LL128 and LL "
+        "take their protocol's share): a ring's bus bandwidth here is at most channels x channel_bandwidth. "
+        "Calibrated on sweeps whose plateau sits below the NICs' rate (default: no per-channel limit)")
     oversubscription: float = Field(1.0, ge=1.0, description="fat-tree: bandwidth above the leaves is divided")
     leaf_size: PositiveInt | None = Field(
         None, description="fat-tree: positions under one leaf switch; a group inside one leaf is not "
@@ -143,6 +152,8 @@ class NetworkDimension(Spec):
                 raise ValueError(f"shape is for kind torus or mesh, not {self.kind.value}")
             if math.prod(self.shape) != self.size:
                 raise ValueError(f"shape {list(self.shape)} holds {math.prod(self.shape)} devices, size is {self.size}")
+        if (self.channels is None) != (self.channel_bandwidth is None):
+            raise ValueError("channels and channel_bandwidth go together: the per-channel limit needs both")
         if self.in_network_reduction and self.kind not in SWITCHED:
             raise ValueError(f"in_network_reduction needs a switch; kind is {self.kind.value}")
         return self

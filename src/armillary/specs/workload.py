@@ -97,6 +97,15 @@ class Policy(StrEnum):
     SWAP = "swap"
 
 
+class Balance(StrEnum):
+    """How requests are spread over a deployment's replicas."""
+
+    ROUND_ROBIN = "round_robin"  # in turn (SGLang's router and DP workers by default, Kubernetes services)
+    # to the replica with the fewest tokens still to compute (prompt tokens not yet prefilled plus output
+    # tokens not yet generated) when the request arrives (llm-d / vLLM production-stack style load-aware routing)
+    LEAST_OUTSTANDING_TOKENS = "least_outstanding_tokens"
+
+
 class Arrivals(StrEnum):
     """How a benchmark client sends requests (vLLM benchmark_serving.py / sglang bench_serving.py)."""
 
@@ -124,6 +133,8 @@ class Serving(Spec):
     engine: str | None = Field(None, description="serving engine profile (presets/engines, or a file): its "
                                "defaults fill the fields left unset and its overheads cost each iteration")
     policy: Policy = Field(Policy.RECOMPUTE, description="what a full KV cache does")
+    balance: Balance = Field(Balance.ROUND_ROBIN, description="how requests are spread over the replicas "
+                             "(least_outstanding_tokens: open-loop arrivals)")
     prefix_hit_rate: float = Field(0.0, ge=0, lt=1, description="share of each prompt found in the prefix "
                                    "cache (not computed)")
     arrivals: Arrivals = Field(Arrivals.POISSON, description="generated arrivals: poisson, gamma or offline")

@@ -1,11 +1,14 @@
-"""An error band on every training prediction, from the validation residuals of its regime.
+"""An error band on every prediction (a training step, a static inference batch, a served request stream),
+from the validation residuals of its regime.
 
-The regime of a configuration is what the residuals depend on most: whether the device's efficiency curves
-were calibrated on measurements, fp8 or 16-bit GEMMs, dense or mixture-of-experts, parameters sharded
-(ZeRO-3 / FSDP) or not, and the scale. The band is the 80th percentile of |error| over the shipped
+The regime of a configuration is what the residuals depend on most: what is predicted (training, static
+batch or serving under load, never mixed), whether the device's efficiency curves were calibrated on
+measurements, fp8 or 16-bit GEMMs, dense or mixture-of-experts, parameters sharded (ZeRO-3 / FSDP) or not,
+the scale, and for serving the engine. The band is the 80th percentile of |error| over the shipped
 residuals of that regime; where a regime has fewer than `MIN_ROWS` rows it is coarsened (scale first, then
-sharding, precision, MoE), and the band says which regime it used. `leave_one_source_out` measures how
-often the band covers a source's rows when that source is left out (the honest coverage).
+sharding, precision, MoE, calibration, engine), and the band says which regime it used.
+`leave_one_source_out` measures how often the band covers a source's rows when that source is left out
+(the honest coverage).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,12 +27,14 @@ from armillary.estimate.result import ErrorBand
 from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy, TrainingPrecision, ZeroStage
 from armillary.specs.system import System
+from armillary.specs.workload import Inference, StoredPrecision
 
 RESIDUALS = Path(str(resources.files("armillary.validation") / "data" / "residuals.json"))
 MIN_ROWS = 8
 QUANTILE = 0.8
 # features dropped in this order when a regime has too few rows (calibration is kept to the end)
-_COARSENING = ("scale", "sharded", "precision", "moe", "calibrated")
+_COARSENING = ("scale", "sharded", "precision", "moe", "calibrated", "engine")
+TRAINING, STATIC_BATCH, SERVING = "training", "static batch", "serving"
 
 
 @dataclass(frozen=True)
@@ -38,16 +44,19 @@ class Regime:
     moe: bool | None
     sharded: bool | None  # ZeRO-3 / FSDP parameter sharding
     scale: str | None  # "<=64", "<=1024" or ">1024" devices
+    workload: str = TRAINING  # TRAINING, STATIC_BATCH or SERVING: never coarsened away
+    engine: str | None = None  # serving: the engine family (vllm, sglang, tensorrt-llm)
 
     def matches(self, other: Regime) -> bool:
         """Whether `other` (a residual's full regime) falls in this possibly coarsened regime."""
-        return all(v is None or v == getattr(other, k) for k, v in asdict(self).items())
+        theirs = other.__dict__
+        return all(v is None or v == theirs[k] for k, v in self.__dict__.items())
 
     def describe(self) -> str:
         words = {"calibrated": ("calibrated device", "uncalibrated device"), "moe": ("MoE", "dense"),
                  "sharded": ("ZeRO-3/FSDP", "unsharded")}
-        parts = [words[k][0 if v else 1] if k in words else f"{k} {v}" if k == "scale" else str(v)
-                 for k, v in asdict(self).items() if v is not None]
+        parts = [words[k][0 if v else 1] if k in words else f"{k} {v}" if k in ("scale", "engine") else str(v)
+                 for k, v in asdict(self).items() if v is not None and v != TRAINING]
         return ", ".join(parts) or "all rows"
 
 
@@ -69,12 +78,23 @@ def regime_of(model: Model, system: System, strategy: Strategy) -> Regime:
                   scale=_scale(system.devices))
 
 
+def inference_regime(model: Model, system: System, strategy: Strategy, workload: Inference,
+                     engine: str | None = None) -> Regime:
+    """A static batch (`engine` None) or a served stream on the engine named (its profile's name)."""
+    fp8 = strategy.precision is TrainingPrecision.FP8 or workload.weights is StoredPrecision.FP8
+    family = engine.split()[0].lower() if engine else None
+    return Regime(calibrated=bool(system.device.calibrated_on), precision="fp8" if fp8 else "16-bit",
+                  moe=model.moe is not None, sharded=False, scale=_scale(system.devices),
+                  workload=SERVING if engine else STATIC_BATCH, engine=family)
+
+
 def band(regime: Regime, residuals: Sequence[Residual]) -> ErrorBand:
     """The 80th percentile of |error| of the residuals in `regime`, coarsened until MIN_ROWS rows match."""
     current = regime
     for feature in (None, *_COARSENING):
         if feature is not None:
-            current = replace(current, **{feature: None})
+            dropped: dict[str, Any] = {feature: None}
+            current = replace(current, **dropped)
         rows = [r for r in residuals if current.matches(r.regime)]
         if len(rows) >= MIN_ROWS or feature == _COARSENING[-1]:
             break
@@ -102,10 +122,22 @@ def write_residuals(residuals: Sequence[Residual], path: Path = RESIDUALS) -> No
 @functools.cache
 def shipped_residuals() -> tuple[Residual, ...]:
     data = json.loads(RESIDUALS.read_text())
-    return tuple(Residual(d.pop("source"), Regime(**{k: d[k] for k in Regime.__dataclass_fields__}), d["error"])
-                 for d in data)
+    return tuple(Residual(d.pop("source"), Regime(**{k: d[k] for k in Regime.__dataclass_fields__ if k in d}),
+                          d["error"]) for d in data)
+
+
+@functools.cache
+def shipped_band(regime: Regime) -> ErrorBand:
+    """`band` over the shipped residuals, once per regime (an estimate asks for it on every call)."""
+    return band(regime, shipped_residuals())
 
 
 def error_band(model: Model, system: System, strategy: Strategy) -> ErrorBand:
     """The error band of one training configuration, from the shipped residuals."""
-    return band(regime_of(model, system, strategy), shipped_residuals())
+    return shipped_band(regime_of(model, system, strategy))
+
+
+def inference_error_band(model: Model, system: System, strategy: Strategy, workload: Inference,
+                         engine: str | None = None) -> ErrorBand:
+    """The error band of a static inference batch, or (`engine`: the profile's name) of a served stream."""
+    return shipped_band(inference_regime(model, system, strategy, workload, engine))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from armillary.comm.channels import ChannelSettings, with_channels
 from armillary.comm.collectives import collective
 from armillary.comm.sweep import bus_factor, group_of
 from armillary.specs.communication import Algorithm, Collective
@@ -29,6 +30,18 @@ def pinned_algorithm(op_text: str, metric: str) -> Algorithm:
     if name == "tree":
         return Algorithm.TREE
     return Algorithm.AUTO
+
+
+_CHANNEL_SETTING = re.compile(r"nccl_(min|max)_(nchannels|nrings|ctas)\s*=\s*(\d+)")
+
+
+def channel_settings(text: str) -> ChannelSettings:
+    """The NCCL channel settings a row states (NCCL_MIN_NCHANNELS=32, NCCL_MIN_CTAS=24, ...; the older
+    NCCL_MIN_NRINGS / NCCL_MAX_NRINGS count as the channel settings, connect.cc)."""
+    found: dict[str, int] = {}
+    for bound, kind, value in _CHANNEL_SETTING.findall(text):
+        found[f"{bound}_{'ctas' if kind == 'ctas' else 'channels'}"] = int(value)
+    return ChannelSettings(**found)
 
 
 _IN_PLACE_BUSBW = re.compile(r"in-place\b[^;|]*?\bbusbw\s+([\d.]+)\s*gb/s")
@@ -70,11 +83,13 @@ def predict_collective(row: dict[str, str]) -> tuple[str, float, tuple[str, ...]
     preset = system_preset_for(row.get("gpu"))
     if preset is None:
         raise Unsupported(f"gpu: no system preset for {row.get('gpu')!r}")
-    system = load_system(preset, n_gpus)
+    settings = channel_settings(f"{op_text} {clean(row.get('framework'))}")
+    system = with_channels(load_system(preset, n_gpus), settings)
     algorithm = pinned_algorithm(op_text, metric)
     group = group_of(system, n_gpus)
     time = float(collective(op, size, group, system, algorithm).cost.time)
-    notes = (f"system {preset}", f"algorithm {algorithm.value}")
+    notes = (f"system {preset}", f"algorithm {algorithm.value}") + (
+        (f"ring channels {max(d.channels or 0 for d in system.network)} (NCCL settings)",) if settings.any else ())
     if metric.startswith("busbw") or "bus bandwidth" in metric:
         return "busbw [GB/s]", size / time * float(bus_factor(op, group.size)) / 1e9, notes
     if metric.startswith("algbw"):

@@ -7,12 +7,15 @@ milliseconds. What the row does not state is assumed and written down.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.run import estimate_inference_run
 from armillary.specs.loading import load_model, load_system
+from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
+from armillary.specs.system import System
 from armillary.specs.workload import Inference
 from armillary.validation.rows import Unsupported, int_column
 from armillary.validation.vocabulary import model_preset_for, system_preset_for
@@ -25,8 +28,17 @@ def _int(row: dict[str, str], key: str) -> int:
     return value
 
 
-def predict_inference(row: dict[str, str]) -> tuple[str, float, tuple[str, ...], InferenceEstimate]:
-    """(metric label, predicted value, assumptions, the estimate) for one inference row."""
+@dataclass(frozen=True)
+class InferenceRowSpecs:
+    model: Model
+    system: System
+    strategy: Strategy
+    workload: Inference
+    notes: tuple[str, ...]
+
+
+def inference_row_specs(row: dict[str, str]) -> InferenceRowSpecs:
+    """The specifications an inference row describes, with what had to be assumed."""
     notes: list[str] = []
     preset = model_preset_for(row.get("model"))
     if preset is None:
@@ -53,7 +65,14 @@ def predict_inference(row: dict[str, str]) -> tuple[str, float, tuple[str, ...],
     notes.append(f"{system.name} preset; FlashAttention-2 kernels; KV pages of 64 tokens")
     strategy = Strategy.model_validate({"tp": tp, "pp": int_column(row, "pp") or 1, "precision": precision,
                                         "attention": "flash"})
-    result = estimate_inference_run(load_model(preset), system, strategy, Inference(**workload))
+    return InferenceRowSpecs(load_model(preset), system, strategy, Inference(**workload), tuple(notes))
+
+
+def predict_inference(row: dict[str, str]) -> tuple[str, float, tuple[str, ...], InferenceEstimate]:
+    """(metric label, predicted value, assumptions, the estimate) for one inference row."""
+    specs = inference_row_specs(row)
+    notes = list(specs.notes)
+    result = estimate_inference_run(specs.model, specs.system, specs.strategy, specs.workload)
     metric = row.get("metric", "").lower()
     if "throughput" in metric:
         if "per-gpu vs total not stated" in row.get("unit", "").lower():

@@ -10,16 +10,18 @@ and written down.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.engine import Engine, engine_for
 from armillary.serving.run import ServingResult, serve_trace
-from armillary.serving.trace import benchmark_trace
+from armillary.serving.trace import Trace, benchmark_trace
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
 from armillary.specs.workload import Arrivals, Inference, LengthDistribution
+from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.rows import Unsupported, int_column
 from armillary.validation.vocabulary import model_preset_for, system_preset_for
 
@@ -107,8 +109,17 @@ def _prefix_hit_rate(row: dict[str, str], input_len: int, notes: list[str]) -> f
     return rate
 
 
-def simulate_serving_row(row: dict[str, str]) -> tuple[float, tuple[str, ...], ServingResult]:
-    """(predicted output tokens/s of the whole server, assumptions, the simulated benchmark)."""
+@dataclass(frozen=True)
+class ServingRowSpecs(InferenceRowSpecs):
+    """The specifications, and the engine and requests of the benchmark."""
+
+    engine: Engine
+    trace: Trace
+
+
+def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
+    """The benchmark a serving row describes (engine, specifications, requests), with what had to be
+    assumed."""
     notes: list[str] = []
     preset, system_preset = model_preset_for(row.get("model")), system_preset_for(row.get("gpu"))
     if preset is None or system_preset is None:
@@ -150,6 +161,11 @@ def simulate_serving_row(row: dict[str, str]) -> tuple[float, tuple[str, ...], S
     trace = benchmark_trace(requests, rate or 0.0, input_len, output_len, arrivals,
                             lengths=LengthDistribution.LOGNORMAL if varied else LengthDistribution.FIXED,
                             spread=SHAREGPT_SIGMA)
-    result = serve_trace(ModelArrays.of(model), strategy, Inference.model_validate(workload), system, 1, trace,
-                         engine=engine)
-    return float(result.output_tokens_per_s), tuple(notes), result
+    return ServingRowSpecs(model, system, strategy, Inference.model_validate(workload), tuple(notes), engine, trace)
+
+
+def simulate_serving_row(row: dict[str, str]) -> tuple[float, tuple[str, ...], ServingResult]:
+    """(predicted output tokens/s of the whole server, assumptions, the simulated benchmark)."""
+    s = serving_row_specs(row)
+    result = serve_trace(ModelArrays.of(s.model), s.strategy, s.workload, s.system, 1, s.trace, engine=s.engine)
+    return float(result.output_tokens_per_s), s.notes, result
