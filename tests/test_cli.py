@@ -95,7 +95,7 @@ def test_missing_run_file_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["estimate", "examples/gpt3-175b-a100.yaml", "--set", "strategy.tp=["], "not valid YAML"),
-    (["collective", "--system", "dgx-h100", "--gpus", "0"], "gpus: expected a whole number >= 1"),
+    (["collective", "--system", "dgx-h100", "--gpus", "0"], "gpus: expected a whole number 1..1,048,576"),
     (["collective", "--system", "dgx-h100", "--algorithm", "tree"], "cannot run all_reduce"),
     (["collective", "--system", "dgx-h100", "--channels", "0"], "--channels: between 1 and 64"),
     (["comm-profile", "examples/gpt3-175b-a100.yaml", "--plot", "/no/such/folder/x.png"], "does not exist"),
