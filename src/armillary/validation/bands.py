@@ -28,6 +28,7 @@ from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy, TrainingPrecision, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Inference, StoredPrecision
+from armillary.writing import replaced
 
 RESIDUALS = Path(str(resources.files("armillary.validation") / "data" / "residuals.json"))
 MIN_ROWS = 8
@@ -115,8 +116,9 @@ def leave_one_source_out(residuals: Sequence[Residual]) -> dict[str, tuple[int, 
 
 
 def write_residuals(residuals: Sequence[Residual], path: Path = RESIDUALS) -> None:
-    path.write_text(json.dumps([{"source": r.source, **asdict(r.regime), "error": round(r.error, 6)}
-                                for r in residuals], indent=0) + "\n")
+    with replaced(path) as temporary:
+        temporary.write_text(json.dumps([{"source": r.source, **asdict(r.regime), "error": round(r.error, 6)}
+                                         for r in residuals], indent=0) + "\n")
 
 
 @functools.cache
