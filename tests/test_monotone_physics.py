@@ -5,11 +5,15 @@ behind it, but the step as a whole can only get shorter."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+from armillary.errors import SpecError
+from armillary.estimate.run import estimate_training_run
 from armillary.estimate.training import estimate_training
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.search.space import StrategySpace, chunk_strategy, resolve_axes
@@ -61,6 +65,52 @@ def test_a_faster_resource_never_slows_an_estimated_step(model, system, gpus, wo
         quicker, _ = step_times(model, faster(sysm, what), workload, base)
         slower = feasible & (quicker > step * (1 + 1e-9))
         assert not slower.any(), f"{what}: {slower.sum()} of {feasible.sum()} points slower"
+
+
+SIMULATED = int(os.environ.get("SIMULATED_CONFIGURATIONS", "2000"))
+
+
+def random_configurations(count: int, seed: int = 0):
+    """`count` random feasible training configurations small enough to simulate in milliseconds: a dense
+    model of 2-8 layers on 8-32 GPUs, every parallel degree, ZeRO stage, recompute mode, overlap flag and
+    optimizer offload drawn at random (the estimator's feasibility decides what is kept)."""
+    rng = np.random.default_rng(seed)
+    found = 0
+    while found < count:
+        hidden = int(rng.choice([256, 512, 1024]))
+        model = load_model({"name": "small", "layers": int(rng.choice([2, 4, 8])), "hidden": hidden, "heads": 8,
+                            "ffn": 4 * hidden, "vocab": 8192, "max_seq_len": 4096})
+        gpus = int(rng.choice([8, 16, 32]))
+        system = load_system(str(rng.choice(["dgx-h100", "dgx-a100"])), gpus)
+        tp, pp = int(rng.choice([1, 2, 4, 8])), int(rng.choice([1, 2, 4]))
+        flags = rng.random(6) < 0.5
+        spec = {"tp": tp, "pp": pp, "vpp": 2 if pp > 1 and model.layers % (2 * pp) == 0 and flags[0] else 1,
+                "zero": int(rng.integers(0, 4)), "recompute": str(rng.choice(["none", "selective", "full"])),
+                "micro_batch": int(rng.choice([1, 2])), "attention": "flash",
+                "overlap": {"tp_comm": bool(flags[1]), "dp_grad_reduce": bool(flags[2]),
+                            "param_gather": bool(flags[3])}, "offload": {"optimizer": bool(flags[4])}}
+        dp = gpus // (tp * pp)
+        workload = Training(seq_len=int(rng.choice([512, 1024, 2048])),
+                            global_batch=max(dp, 1) * spec["micro_batch"] * int(rng.choice([1, 2, 4])))
+        try:
+            strategy = load_strategy(spec)
+            if not bool(estimate_training_run(model, system, strategy, workload).feasible):
+                continue
+        except (SpecError, ValueError):
+            continue
+        found += 1
+        yield model, system, strategy, workload
+
+
+def test_a_faster_resource_never_slows_a_simulated_step_over_random_configurations():
+    """Every drawn configuration simulated as it is and with each resource twice as fast (latency halved)."""
+    slower = dict.fromkeys(RESOURCES, 0)
+    for model, system, strategy, workload in random_configurations(SIMULATED):
+        base = simulate_training(model, system, strategy, workload).step_time_s
+        for what in RESOURCES:
+            quicker = simulate_training(model, faster(system, what), strategy, workload).step_time_s
+            slower[what] += quicker > base * (1 + 1e-9)
+    assert slower == dict.fromkeys(RESOURCES, 0)
 
 
 @settings(max_examples=6, deadline=None)

@@ -210,6 +210,7 @@ class StepEstimate:
     infeasible_reasons: tuple[str, ...] = ()
     ends: EndsCost | None = None  # embedding and LM head, one micro-batch (for the step's simulation)
     error_band: ErrorBand | None = None  # from validation residuals (set by armillary.api for one configuration)
+    offload_s: Array = 0.0  # the second tier's transfers, alongside the whole step (`breakdown.offload_stall`)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping (floats for a single configuration, lists for a sweep)."""

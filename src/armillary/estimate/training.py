@@ -128,7 +128,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         tier2_capacity_bytes=(tier2.capacity if tier2 is not None else 0.0) + 0.0 * step,
         traffic=traffic, communication=calls, microbatches=microbatches, layer=layers.dense.cost,
         moe_layer=layers.moe.cost if layers.moe is not None else None, feasible=feasible,
-        infeasible_reasons=reasons, ends=layers.ends,
+        infeasible_reasons=reasons, ends=layers.ends, offload_s=offload_s + 0.0 * step,
     )
 
 

@@ -238,17 +238,18 @@ class _Passes:
 
     def finish(self, last_pass: list[list[int]]) -> None:
         """After each stage's last pass: the gradient reductions (in flight, or all of them now without
-        overlap), the optimizer step, the offload stall."""
-        breakdown = self.est.breakdown
+        overlap), then the optimizer step, which also waits for the second tier's transfers: they run on
+        their own link from the step's start, as the estimator's offload stall counts them."""
+        breakdown, offload = self.est.breakdown, float(self.est.offload_s)
         for s in range(self.pp):
             lanes = self.lay.lanes[s]
             self.dp.unoverlapped(s, lanes, [[t] for t in last_pass[s]])
             deps = [[last_pass[s][i], *self.dp.pending(s, i)] for i in range(len(lanes))]
-            deps = _op(self.b, "optimizer step", Category.OPTIMIZER, Stream.COMPUTE, float(breakdown.optimizer),
-                       lanes, deps, [])
-            if float(breakdown.offload_stall) > 0:
-                _op(self.b, "offload stall", Category.OFFLOAD, Stream.COMPUTE, float(breakdown.offload_stall),
-                    lanes, deps, [])
+            if offload > 0:
+                deps = [[*d, self.b.add("offload", TaskKind.MEMORY, Category.OFFLOAD, (r,), Stream.OFFLOAD, offload,
+                                        (), Tier.MEMORY)] for d, r in zip(deps, lanes, strict=True)]
+            _op(self.b, "optimizer step", Category.OPTIMIZER, Stream.COMPUTE, float(breakdown.optimizer), lanes, deps,
+                [])
 
 
 def _op(b: GraphBuilder, name: str, category: Category, stream: Stream, seconds: float, lanes: list[int],
@@ -294,6 +295,7 @@ class _DataParallel:
         self.gather_bytes = sum(float(c.message_bytes) / per_layer for c in calls
                                 if c.operation is Collective.ALL_GATHER)
         self._pending: dict[tuple[int, int], list[int]] = {}
+        self._ahead: dict[tuple[int, int], list[int]] = {}  # what the previous gathered pass waited for
 
     def pending(self, s: int, lane: int) -> list[int]:
         return self._pending.get((s, lane), [])
@@ -314,7 +316,11 @@ class _DataParallel:
         once = p.microbatch == 0 and p.kind is Kind.F and self.zero in (ZeroStage.OPTIMIZER, ZeroStage.GRADIENTS)
         if self.gather <= 0 or not (once or self.zero is ZeroStage.PARAMETERS):
             return deps
-        issue: list[list[int]] = [[] for _ in lanes] if self.prefetch else deps
+        # prefetched one pass ahead: issued when the previous pass could start (FSDP's forward / backward
+        # prefetch, Zhao et al. 2023 §3.3.2), else when this pass could
+        issue = [self._ahead.get((s, i), []) for i in range(len(lanes))] if self.prefetch else deps
+        for i, d in enumerate(deps):
+            self._ahead[(s, i)] = d
         gathered = self._add(f"dp gather layer {layer} {p.kind}{p.microbatch}", self.gather, s, lanes, issue,
                              Stream.DP_GATHER)
         return [d + g for d, g in zip(deps, gathered, strict=True)]
