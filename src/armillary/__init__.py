@@ -6,8 +6,13 @@ module (`armillary.estimate.training`, `armillary.comm.collectives`, ...) but ma
 versions.
 """
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
+# the package `armillary.simulate` first, so that the function `simulate` below keeps the name: importing the
+# package later (the simulators load on first use) would otherwise rebind `armillary.simulate` to it
+import armillary.simulate as _simulate_package  # noqa: F401
 from armillary.api import (
     codesign,
     collective,
@@ -28,10 +33,7 @@ from armillary.search.inference import InferenceSearchResult, InferenceSpace
 from armillary.search.run import Candidate, Objective, SearchResult
 from armillary.search.space import StrategySpace
 from armillary.search.systems import CoDesignResult, SystemSpace
-from armillary.serving.run import Percentiles, ServingResult
 from armillary.serving.trace import Trace, load_trace, poisson_trace
-from armillary.simulate.inference import InferenceSimulation
-from armillary.simulate.run import SimulationResult
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.loading import load_device, load_model, load_strategy, load_system, load_workload
@@ -52,6 +54,22 @@ from armillary.specs.strategy import (
 from armillary.specs.system import Device, MemoryTier, Precision, System
 from armillary.specs.workload import Inference, KvCache, Serving, StoredPrecision, Training
 from armillary.validation.run import RowResult
+
+if TYPE_CHECKING:
+    from armillary.serving.run import Percentiles, ServingResult
+    from armillary.simulate.inference import InferenceSimulation
+    from armillary.simulate.run import SimulationResult
+
+# results of the simulators, whose numba kernels load in about half a second: imported on first access
+_LAZY = {"Percentiles": "armillary.serving.run", "ServingResult": "armillary.serving.run",
+         "InferenceSimulation": "armillary.simulate.inference", "SimulationResult": "armillary.simulate.run"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'armillary' has no attribute {name!r}")
+
 
 try:
     __version__ = version("armillary")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -30,10 +30,7 @@ from armillary.search.space import StrategySpace
 from armillary.search.systems import CoDesignResult, SystemSpace
 from armillary.search.systems import codesign as codesign_systems
 from armillary.serving.engine import with_engine
-from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace, generated_trace, load_trace
-from armillary.simulate.inference import InferenceSimulation, simulate_inference
-from armillary.simulate.run import SimulationResult, simulate_training
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_model, load_spec, load_strategy, load_system, load_workload
 from armillary.specs.model import Model
@@ -47,6 +44,11 @@ from armillary.validation.bands import error_band, inference_error_band
 from armillary.validation.run import DEFAULT_CSV, RowResult
 from armillary.validation.run import validate as validate_rows
 from armillary.workload.parameters import count_parameters
+
+if TYPE_CHECKING:  # the simulators compile numba kernels: loaded on first use, not at import
+    from armillary.serving.run import ServingResult
+    from armillary.simulate.inference import InferenceSimulation
+    from armillary.simulate.run import SimulationResult
 
 ModelLike = Model | str | dict[str, Any]
 SystemLike = System | str | dict[str, Any]
@@ -117,6 +119,8 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
             raise SpecError("serving: give a rate and a duration, or a trace (workload.serving.trace)")
         else:
             trace = generated_trace(w, rate, duration_s)
+    from armillary.serving.run import serve_trace
+
     served = serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace)
     engine = with_engine(w, None)[1]
     return replace(served, error_band=inference_error_band(m, sysm, st, w, engine.name if engine else "no engine"))
@@ -177,6 +181,9 @@ def simulate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workl
     st, w = load_strategy(strategy), load_workload(workload)
     if not isinstance(symmetric, bool):
         raise SpecError(f"symmetric: expected True or False, got {symmetric!r}")
+    from armillary.simulate.inference import simulate_inference
+    from armillary.simulate.run import simulate_training
+
     if isinstance(w, Inference):
         return simulate_inference(m, sysm, st, w, stragglers, jitter, seed)
     try:

@@ -22,7 +22,6 @@ from armillary.cli.common import (
 )
 from armillary.errors import SpecError
 from armillary.report import records, tables
-from armillary.simulate.inference import InferenceSimulation
 from armillary.specs.workload import Training
 from armillary.writing import check_folder_writable
 
@@ -86,6 +85,8 @@ def simulate_cmd(
     with working("simulating (the first run after installing compiles the event engine: about 10 s)"):
         result = api.simulate(model, sysm, strategy, workload, schedule=schedule, symmetric=symmetric,
                           stragglers=stragglers, jitter=jitter, seed=seed)
+    from armillary.simulate.inference import InferenceSimulation  # the engine's kernels: loaded when used
+
     # printed first: a failed save does not lose the simulation
     if isinstance(result, InferenceSimulation):
         if json_out:

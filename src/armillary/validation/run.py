@@ -23,7 +23,6 @@ from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, best_of_ru
 from armillary.validation.inference_rows import predict_inference
 from armillary.validation.metrics import read_metric
 from armillary.validation.rows import RowSpecs, Unsupported, int_column, row_specs
-from armillary.validation.serving_rows import simulate_serving_row
 from armillary.writing import replaced
 
 DEFAULT_CSV = Path(str(resources.files("armillary.validation") / "data" / "measurements.csv"))
@@ -83,6 +82,8 @@ def _run_serving_row(row: dict[str, str]) -> RowResult:
     measured = float(row["value"])
     group = "-".join(row["id"].split("-")[:2])  # SRV-VLLM, SRV-SGLANG, ...
     try:
+        from armillary.validation.serving_rows import simulate_serving_row  # the serving kernels: on first use
+
         predicted, notes, _ = simulate_serving_row(row)
     except (Unsupported, ValueError) as why:
         return RowResult(row["id"], group, row.get("metric", ""), measured, None, None, (), skipped=str(why))
