@@ -21,7 +21,7 @@ from armillary.serving.simulate import IterationCost, ReplicaRun, RequestTimes, 
 from armillary.serving.trace import Trace
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
-from armillary.specs.workload import Balance, Inference, Policy
+from armillary.specs.workload import Balance, Inference, Policy, Serving
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,28 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
                         "static batch (`armillary estimate`)")
     r = replica_model(m, strategy, w, system)
     sv = w.serving
+    _check_deployment(sv, r, replicas)
+    largest = int(trace.input_len.max()) if len(trace) else 1
+    limits = _limits(r, w, largest, engine)
+    cost = IterationCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.stage_layers))
+    done = _Requests.of(trace)
+    everyone = np.arange(len(trace))
+    # data-parallel attention: each attention group schedules its own requests over its own cache (SGLang
+    # dispatches requests round-robin to its DP workers, load_balance_method round_robin)
+    groups = int(r.attention_dp)
+    if sv.prefill_replicas == 0 and groups > 1:
+        step = GroupStepCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.stage_layers))
+        _lock_step(done, everyone, trace, step, limits, replicas, groups)
+    elif sv.prefill_replicas == 0:
+        _spread(done, replicas, everyone, trace, cost, limits, sv.balance)
+    else:  # disaggregated: the groups are costed as independent (not in lock step)
+        _spread(done, sv.prefill_replicas * groups, everyone, trace, cost, limits, sv.balance, prefill_only=True)
+        _decode_pool(done, trace, r, cost, limits, sv.balance, (replicas - sv.prefill_replicas) * groups)
+    times = RequestTimes(done.sent, done.first, done.finish, trace.input_len, trace.output_len, done.preempted)
+    return _metrics(times, w, r.devices * replicas, replicas, limits.kv_blocks, done.iterations, done.batched)
+
+
+def _check_deployment(sv: Serving, r: ReplicaModel, replicas: int) -> None:
     if sv.balance is Balance.LEAST_OUTSTANDING_TOKENS and (sv.concurrency is not None or r.attention_dp > 1):
         raise SpecError("workload.serving.balance: least_outstanding_tokens balances open-loop arrivals over "
                         "replicas (not a closed loop with serving.concurrency, nor data-parallel attention "
@@ -143,71 +165,81 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
     if sv.prefill_replicas >= replicas:
         raise SpecError(f"workload.serving.prefill_replicas: {sv.prefill_replicas} leaves no decode replica of "
                         f"{replicas}")
-    largest = int(trace.input_len.max()) if len(trace) else 1
-    limits = _limits(r, w, largest, engine)
-    cost = IterationCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.stage_layers))
-    n = len(trace)
-    first, finish, preempted = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int64)
-    sent = trace.arrival_s.astype(float).copy()
-    iterations = batched = 0
 
-    def record(ids: np.ndarray, part: ReplicaRun, closed: bool) -> None:
-        nonlocal iterations, batched
+
+@dataclass
+class _Requests:
+    """What the replicas did with each request of the trace, recorded pool by pool."""
+
+    sent: np.ndarray  # when the client sent it (closed loop: when a slot freed)
+    first: np.ndarray
+    finish: np.ndarray
+    preempted: np.ndarray
+    iterations: int = 0
+    batched: int = 0
+
+    @classmethod
+    def of(cls, trace: Trace) -> _Requests:
+        n = len(trace)
+        return cls(trace.arrival_s.astype(float).copy(), np.full(n, np.nan), np.full(n, np.nan),
+                   np.zeros(n, np.int64))
+
+    def record(self, ids: np.ndarray, part: ReplicaRun, closed: bool) -> None:
         if closed:
-            sent[ids] = part.times.arrival_s
-        first[ids] = part.times.first_token_s
-        finish[ids] = part.times.finish_s
-        preempted[ids] += part.times.preemptions
-        iterations += part.iterations
-        batched += part.batched_sequences
+            self.sent[ids] = part.times.arrival_s
+        self.first[ids] = part.times.first_token_s
+        self.finish[ids] = part.times.finish_s
+        self.preempted[ids] += part.times.preemptions
+        self.iterations += part.iterations
+        self.batched += part.batched_sequences
 
-    def run(pool: int, order: np.ndarray, sub: Trace, **kind: bool) -> None:
-        if sv.balance is Balance.LEAST_OUTSTANDING_TOKENS and pool > 1:
-            for ids, part in serve_least_outstanding(sub, cost, limits, pool, **kind):
-                record(order[ids], part, False)
-            return
-        c = None if kind.get("prefilled") else limits.concurrency  # the client's cap: at the first pool
-        if c is not None:  # a closed loop of c requests keeps at most c replicas (or attention groups) busy
-            pool = min(pool, c)
-        for k in range(pool):
-            pick = np.arange(k, len(order), pool)
-            mine = replace(limits, concurrency=None if c is None else max(1, c // pool + (k < c % pool)))
-            record(order[pick], simulate_replica(sub.subset(pick), cost, mine, **kind), c is not None)
 
-    def run_locked(order: np.ndarray, sub: Trace) -> None:
-        """Colocated replicas with data-parallel attention: each replica's groups in lock step."""
-        c = limits.concurrency
-        units = replicas * groups if c is None else min(replicas * groups, c)
-        step = GroupStepCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.stage_layers))
-        for replica in range(replicas):
-            mine = [k for k in range(units) if k % replicas == replica]
-            picks = [np.arange(k, len(order), units) for k in mine]
-            caps = [replace(limits, concurrency=None if c is None else max(1, c // units + (k < c % units)))
-                    for k in mine]
-            for pick, part in zip(picks, simulate_groups([sub.subset(p) for p in picks], step, caps), strict=True):
-                record(order[pick], part, c is not None)
+def _spread(done: _Requests, pool: int, order: np.ndarray, sub: Trace, cost: IterationCost,
+            limits: SchedulerLimits, balance: Balance, **kind: bool) -> None:
+    """`sub` (requests `order` of the trace) over a pool of replicas: to the least outstanding tokens, or
+    round robin, a closed loop's concurrency shared out (its cap applies at the first pool only)."""
+    if balance is Balance.LEAST_OUTSTANDING_TOKENS and pool > 1:
+        for ids, part in serve_least_outstanding(sub, cost, limits, pool, **kind):
+            done.record(order[ids], part, False)
+        return
+    c = None if kind.get("prefilled") else limits.concurrency
+    if c is not None:  # a closed loop of c requests keeps at most c replicas (or attention groups) busy
+        pool = min(pool, c)
+    for k in range(pool):
+        pick = np.arange(k, len(order), pool)
+        mine = replace(limits, concurrency=None if c is None else max(1, c // pool + (k < c % pool)))
+        done.record(order[pick], simulate_replica(sub.subset(pick), cost, mine, **kind), c is not None)
 
-    # data-parallel attention: each attention group schedules its own requests over its own cache (SGLang
-    # dispatches requests round-robin to its DP workers, load_balance_method round_robin)
-    groups = int(r.attention_dp)
-    if sv.prefill_replicas == 0 and groups > 1:
-        run_locked(np.arange(n), trace)
-    elif sv.prefill_replicas == 0:
-        run(replicas, np.arange(n), trace)
-    else:  # disaggregated: the groups are costed as independent (not in lock step)
-        run(sv.prefill_replicas * groups, np.arange(n), trace, prefill_only=True)
-        ttft = first.copy()
-        # the prompt's cache moves to a decode replica over the scale-out link (each device its shard)
-        handover = np.array([float(kv_handover_time(r, float(t))) for t in trace.input_len]) if n else np.zeros(0)
-        ready = ttft + handover
-        served = np.isfinite(ready)
-        order = np.flatnonzero(served)[np.argsort(ready[served], kind="stable")]
-        decode_trace = Trace(ready[order], trace.input_len[order], trace.output_len[order])
-        finish[:] = np.nan
-        run((replicas - sv.prefill_replicas) * groups, order, decode_trace, prefilled=True)
-        first = ttft
-    times = RequestTimes(sent, first, finish, trace.input_len, trace.output_len, preempted)
-    return _metrics(times, w, r.devices * replicas, replicas, limits.kv_blocks, iterations, batched)
+
+def _lock_step(done: _Requests, order: np.ndarray, sub: Trace, step: GroupStepCost, limits: SchedulerLimits,
+               replicas: int, groups: int) -> None:
+    """Colocated replicas with data-parallel attention: each replica's groups in lock step."""
+    c = limits.concurrency
+    units = replicas * groups if c is None else min(replicas * groups, c)
+    for replica in range(replicas):
+        mine = [k for k in range(units) if k % replicas == replica]
+        picks = [np.arange(k, len(order), units) for k in mine]
+        caps = [replace(limits, concurrency=None if c is None else max(1, c // units + (k < c % units)))
+                for k in mine]
+        for pick, part in zip(picks, simulate_groups([sub.subset(p) for p in picks], step, caps), strict=True):
+            done.record(order[pick], part, c is not None)
+
+
+def _decode_pool(done: _Requests, trace: Trace, r: ReplicaModel, cost: IterationCost, limits: SchedulerLimits,
+                 balance: Balance, pool: int) -> None:
+    """Disaggregation after the prefill pool: each prompt's cache moves to a decode replica over the scale-out
+    link (each device its shard), and the decode pool takes the requests in the order they are ready; the
+    time to first token stays the prefill pool's."""
+    ttft = done.first.copy()
+    n = len(trace)
+    handover = np.array([float(kv_handover_time(r, float(t))) for t in trace.input_len]) if n else np.zeros(0)
+    ready = ttft + handover
+    served = np.isfinite(ready)
+    order = np.flatnonzero(served)[np.argsort(ready[served], kind="stable")]
+    decode_trace = Trace(ready[order], trace.input_len[order], trace.output_len[order])
+    done.finish[:] = np.nan
+    _spread(done, pool, order, decode_trace, cost, limits, balance, prefilled=True)
+    done.first = ttft
 
 
 def _metrics(times: RequestTimes, w: Inference, devices: int, replicas: int, blocks: int, iterations: int,
