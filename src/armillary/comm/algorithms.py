@@ -82,6 +82,16 @@ ALGORITHMS = (Algorithm.RING, Algorithm.TREE, Algorithm.HALVING_DOUBLING, Algori
               Algorithm.SYNTHESIZED)
 
 
+def bus_factor(op: Collective, ranks: Array) -> Array:
+    """nccl-tests' busbw / algbw factor (doc/PERFORMANCE.md; docs/formulas.md §1.4): the bytes each rank
+    sends in a ring over `ranks`, per byte of the message."""
+    if op is Collective.ALL_REDUCE:
+        return 2 * (ranks - 1) / ranks
+    if op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL):
+        return (ranks - 1) / ranks
+    return 1.0 + 0 * ranks
+
+
 def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
                      log_p: Array) -> tuple[Array, Array] | None:
     """(latency steps, bytes sent per rank) of `alg` for `op`, or None where it does not apply.

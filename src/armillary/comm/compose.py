@@ -35,6 +35,7 @@ from armillary.comm.algorithms import (
     NOTHING,
     PROTOCOLS,
     DimensionCost,
+    bus_factor,
     dimension_cost,
     ring_protocols,
 )
@@ -55,14 +56,6 @@ _SMALLEST_BASE = min(proto.base_latency_s for proto in PROTOCOLS)
 # NCCL tuning.cc (llMaxBws, x86 Intel hosts, as in the shipped GPU presets): the LL ring's bus bandwidth across
 # 2 nodes and across 3 or more (the network proxy moves LL's flagged 8-byte lines); bytes/s
 LL_NET_BUSBW = (39.0e9, 20.4e9)
-# bytes each rank sends in a ring over p ranks (the bus-bandwidth numerator, docs/formulas.md §1.4)
-_RING_BYTES: dict[Collective, Callable[[Array, Array], Array]] = {
-    Collective.ALL_REDUCE: lambda n, p: 2 * (p - 1) / p * n,
-    Collective.REDUCE_SCATTER: lambda n, p: (p - 1) / p * n,
-    Collective.ALL_GATHER: lambda n, p: (p - 1) / p * n,
-    Collective.BROADCAST: lambda n, p: n,
-    Collective.REDUCE: lambda n, p: n,
-}
 
 
 @dataclass(frozen=True)
@@ -205,6 +198,7 @@ def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | No
     across = group.size / group.spans[0]  # blocks of the innermost dimension the ring visits (NCCL's nodes)
     ll_cap = where(across <= 2, LL_NET_BUSBW[0], LL_NET_BUSBW[1])
     per_dimension = [net.ring(i, op, n * shares[i], steps[i]) for i in range(count)]
+    ring_bytes = n * bus_factor(op, group.size)  # what each rank sends round the ring
     best: Composed | None = None
     for k, proto in enumerate(PROTOCOLS):
         dims = tuple(d[k] for d in per_dimension)
@@ -214,12 +208,11 @@ def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | No
         for d in dims[1:]:
             transfer = np.maximum(transfer, d.transfer)
         if proto.name == "LL":
-            transfer = where(across > 1, np.maximum(transfer, _RING_BYTES[op](n, group.size) / ll_cap), transfer)
+            transfer = where(across > 1, np.maximum(transfer, ring_bytes / ll_cap), transfer)
         for i, dim in enumerate(net.system.network):  # each channel moves its share of the ring (comm/channels.py)
             if dim.channels is not None and dim.channel_bandwidth is not None:
                 cap = proto.bandwidth_factor * dim.channels * dim.channel_bandwidth
-                transfer = where(group.spans[i] > 1, np.maximum(transfer, _RING_BYTES[op](n, group.size) / cap),
-                                 transfer)
+                transfer = where(group.spans[i] > 1, np.maximum(transfer, ring_bytes / cap), transfer)
         time = latency + transfer
         built = Composed(time if is_array(time) else float(time), dims, index)
         best = built if best is None else _faster(best, built)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS, DimensionCost
+from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS, DimensionCost, bus_factor
 from armillary.comm.collectives import collective
 from armillary.comm.compose import COMPOSITIONS
 from armillary.errors import SpecError
@@ -24,15 +24,6 @@ from armillary.specs.system import System
 from armillary.units import GIB, KIB, MIB
 
 _SUFFIX = {"": 1, "B": 1, "K": KIB, "M": MIB, "G": GIB}
-
-
-def bus_factor(op: Collective, ranks: Array) -> Array:
-    """nccl-tests' busbw / algbw factor."""
-    if op is Collective.ALL_REDUCE:
-        return 2 * (ranks - 1) / ranks
-    if op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL):
-        return (ranks - 1) / ranks
-    return 1.0 + 0 * ranks
 
 
 def parse_size(text: str) -> float:
