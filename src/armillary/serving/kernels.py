@@ -222,14 +222,12 @@ def drop(buffer: np.ndarray, n: int, gone: np.ndarray) -> int:
 
 
 @numba.njit(cache=True)
-def progress(ids: np.ndarray, n_in: np.ndarray, hit: np.ndarray, n_out: np.ndarray, target: np.ndarray,
-             cached: np.ndarray, generated: np.ndarray, prefilled: bool) -> int:
-    """Tokens computed so far by sequences `ids`, counted against their work when sent: the prompt past the
-    prefix hit and the output (a prefilled sequence arrives with its first token). What is left of a
-    sequence is its prompt not yet in the cache (recomputation included; decode writes past `target`) and
-    its output not yet generated."""
+def progress(ids: np.ndarray, initial: np.ndarray, n_out: np.ndarray, target: np.ndarray, cached: np.ndarray,
+             generated: np.ndarray) -> int:
+    """Tokens computed so far by sequences `ids`, counted against their `initial` work when sent
+    (`ReplicaState.initial_work`). What is left of a sequence is its prompt not yet in the cache
+    (recomputation included; decode writes past `target`) and its output not yet generated."""
     total = 0
     for i in ids:
-        initial = n_out[i] - 1 if prefilled else n_in[i] - hit[i] + n_out[i]
-        total += initial - max(target[i] - cached[i], 0) - (n_out[i] - generated[i])
+        total += initial[i] - max(target[i] - cached[i], 0) - (n_out[i] - generated[i])
     return total

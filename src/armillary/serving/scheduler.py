@@ -131,7 +131,8 @@ class ReplicaState:
         self.horizon = np.inf  # no event past it is known yet (a balancer may still send requests here)
         # the tokens the unfinished requests had to compute when sent (`outstanding_tokens` takes off the
         # progress of those running or paused)
-        self.work = int(self.initial_work(np.arange(n)).sum())
+        self.initial = self.initial_work(np.arange(n))
+        self.work = int(self.initial.sum())
         self.paused: set[int] = set()
 
     @classmethod
@@ -149,11 +150,9 @@ class ReplicaState:
         self.n_in[i] = self.target[i] = input_len
         self.n_out[i] = 1 if self.prefill_only else output_len
         self.hit[i] = min(int(self.limits.prefix_hit_rate * input_len), input_len - 1)
+        self.initial[i] = self.initial_work(np.array([i]))[0]
         self.n += 1
-        self.work += self._initial(i)
-
-    def _initial(self, idx: int) -> int:
-        return int(self.initial_work(np.array([idx]))[0])
+        self.work += int(self.initial[i])
 
     def initial_work(self, ids: np.ndarray) -> np.ndarray:
         """Tokens to compute of requests not yet started: the prompt past the prefix hit and the output
@@ -171,8 +170,7 @@ class ReplicaState:
         return self.work - done
 
     def _progress(self, ids: np.ndarray) -> int:
-        return int(progress(ids, self.n_in, self.hit, self.n_out, self.target, self.cached, self.generated,
-                            self.prefilled))
+        return int(progress(ids, self.initial, self.n_out, self.target, self.cached, self.generated))
 
     # ---- arrivals -------------------------------------------------------------------------------------
     def _gate_open(self) -> bool:
@@ -207,7 +205,7 @@ class ReplicaState:
     def _enqueue(self, idx: int) -> None:
         lim = self.limits
         if kv_pages(int(self.n_in[idx] + self.n_out[idx]), lim.block_tokens) > lim.kv_blocks:
-            self.work -= self._initial(idx)
+            self.work -= int(self.initial[idx])
             self._done(1)  # can never fit: rejected
             return
         self.cached[idx] = self.hit[idx]
