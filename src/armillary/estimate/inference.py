@@ -40,7 +40,12 @@ from armillary.plan.placement import Placement, pair_across, place_expert_groups
 from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import Precision, System
 from armillary.specs.workload import DecodeAttention, Inference, MlaDecode
-from armillary.workload.attention import cache_read_bytes, fused_attention_op, kv_cache_elements_per_rank
+from armillary.workload.attention import (
+    cache_read_bytes,
+    fused_attention_op,
+    kv_cache_elements_per_rank,
+    ring_kv_block,
+)
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
 from armillary.workload.ops import Op
 from armillary.workload.transformer import ends_forward, layer_forward
@@ -152,7 +157,8 @@ class ReplicaModel:
             return op
         # one cp rank's share: 1/cp of the work (balanced chunks in prefill, its cache shard in decode); in
         # prefill it also reads the K/V blocks the ring brings in
-        received = (1 - 1 / self.cp) * sequences * new * self.m.kv_width / self.attention_tp * self.activation_bytes
+        received = (self.cp - 1) * ring_kv_block(self.m, sequences * new / self.cp, self.attention_tp,
+                                                 self.activation_bytes)
         return Op(op.flop / self.cp, op.bytes / self.cp + np.where(steps, 0.0, received))
 
     def attention_time(self, op: Op, cached_tokens: Array) -> tuple[Array, Array]:
@@ -180,7 +186,7 @@ class ReplicaModel:
         layers = (1.0 - float(self.m.mlgru)) * self.m.layers
         if self.cp == 1 or self.cp_group is None:
             return 0.0 * attention_s
-        block = sequences * new / self.cp * self.m.kv_width / self.attention_tp * self.activation_bytes
+        block = ring_kv_block(self.m, sequences * new / self.cp, self.attention_tp, self.activation_bytes)
         hop = send_recv(block, self.cp_group, self.system).time
         return layers * exposed((self.cp - 1) * hop, attention_s / np.maximum(layers, 1.0), 1.0)
 

@@ -40,6 +40,7 @@ from armillary.plan.layout import microbatch_count, rank_queries
 from armillary.plan.placement import Groups, Placement, place_expert_groups, place_groups
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
+from armillary.workload.attention import ring_kv_block
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
 from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import LayerForward, ends_forward, layer_forward, sequence_shards, tp_message_bytes
@@ -139,7 +140,7 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     b, s, t, sp, c = st.micro_batch, w.seq_len, st.tp, st.sequence_parallel, st.cp
     q = rank_queries(s, c)
     n_tp = tp_message_bytes(m, b, q, e)
-    kv_block = b * q * m.kv_width / t * e  # one rank's K and V (ring attention)
+    kv_block = ring_kv_block(m, b * q, t, e)  # one rank's K and V (ring attention)
     a2a_bytes = (b * q * m.qkv_width / t * e, b * q * m.heads * m.value_dim / t * e)
     ends_fw = ends_forward(m, b, q, t, e)
 

@@ -52,6 +52,12 @@ def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t:
     return Op(flop=2 * attends * b * (a / t) * queries * mean_keys * (d_qk + d_v), bytes=attends * moved)
 
 
+def ring_kv_block(m: ModelArrays, tokens: Array, t: Array, e: Array) -> Array:
+    """K and V of `tokens` tokens on one TP rank: the block ring attention passes from rank to rank
+    (Liu et al. 2023 §3; in inference pass-KV, Yang et al. 2024 §3.2)."""
+    return tokens * m.kv_width / t * e
+
+
 def attention_dims(m: ModelArrays, absorbed: Array = 0.0) -> tuple[Array, Array]:
     """(d_qk, d_v) of each head's scores and values in the attention kernel: d_h and d_v; for MLA's
     absorbed decode W^UK is folded into the query and W^UV into the output projection (DeepSeek-V2
