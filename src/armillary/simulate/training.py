@@ -1,8 +1,9 @@
 """The task graph of one training iteration, from the estimator's own costs.
 
 Every duration comes from `estimate_training` for the same configuration: a layer's passes, recomputation
-and exposed TP / CP / EP collectives (`LayerCost`), the embedding and LM head (`EndsCost`), the pipeline
-send and the DP / ZeRO / FSDP calls (`CommCall`), the optimizer step and the offload stall. What the
+and exposed TP / CP / EP collectives (`LayerCost`; with TP overlap, the whole TP exchange beside the
+GEMMs), the embedding and LM head (`EndsCost`), the pipeline send and the DP / ZeRO / FSDP calls
+(`CommCall`), the optimizer step and the offload stall. What the
 simulation adds is the structure: the pipeline schedule pass by pass, layer by layer, integer layer
 counts per stage, DP buckets issued as the backward reaches each layer, and links shared by transfers in
 flight. With `symmetric`, one rank stands for each pipeline stage (its tp x cp x dp peers do the same work
@@ -25,7 +26,7 @@ from armillary.simulate.pipeline import Send, build_pipeline
 from armillary.simulate.schedules import Kind, Pass
 from armillary.specs.communication import Collective
 from armillary.specs.model import Model
-from armillary.specs.strategy import RankOrder, Schedule, Strategy, ZeroStage
+from armillary.specs.strategy import RankOrder, Recompute, Schedule, Strategy, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Training
 
@@ -84,12 +85,17 @@ class _Exchange(NamedTuple):
     collective: Collective
     forward_bytes: float = 0.0
     backward_bytes: float = 0.0
+    forward_s: float = 0.0  # the whole exchange of one forward pass alone on its links (TP only)
+    backward_s: float = 0.0
 
 
-def _first(est: StepEstimate, dim: ParallelDimension, op: Collective, nth: int = 0) -> float:
-    """Message bytes of the `nth` call of `dim` and `op` (dense layers' calls come first), 0 if none."""
+def _first(est: StepEstimate, dim: ParallelDimension, op: Collective, nth: int = 0, seconds: bool = False) -> float:
+    """Message bytes (or seconds) of the `nth` call of `dim` and `op` (dense layers' calls come first), 0 if
+    none."""
     found = [c for c in est.communication if c.dimension is dim and c.operation is op]
-    return float(found[nth].message_bytes) if len(found) > nth else 0.0
+    if len(found) <= nth:
+        return 0.0
+    return float(found[nth].time_each_s if seconds else found[nth].message_bytes)
 
 
 def _exchanges(est: StepEstimate, strategy: Strategy) -> tuple[_Exchange, _Exchange, _Exchange]:
@@ -101,14 +107,18 @@ def _exchanges(est: StepEstimate, strategy: Strategy) -> tuple[_Exchange, _Excha
     cp, ep = _call(est, (ParallelDimension.CP,)), _call(est, (ParallelDimension.EP,))
     forward_calls, backward_calls = tp_calls_per_pass(float(strategy.sequence_parallel))
     tp_ops = [_first(est, d, op) for d, op in TP_OPERATIONS]
-    tp_f = sum(float(k) * n for k, n in zip(forward_calls, tp_ops, strict=True))
-    tp_b = sum(float(k) * n for k, n in zip(backward_calls, tp_ops, strict=True))
+    tp_times = [_first(est, d, op, seconds=True) for d, op in TP_OPERATIONS]
+
+    def per_pass(calls: tuple[Array, ...], each: list[float]) -> float:
+        return sum(float(k) * n for k, n in zip(calls, each, strict=True))
+
     hops = (strategy.cp - 1) * _first(est, ParallelDimension.CP, Collective.SEND_RECV)
     a2a = sum(_first(est, ParallelDimension.CP, Collective.ALL_TO_ALL, i) for i in (0, 1))
     cp_f, cp_b = hops + a2a, 2 * hops + a2a
     ep_pass = sum(_first(est, ParallelDimension.EP, Collective.ALL_TO_ALL, i) for i in (0, 1))
     return (_Exchange("tp", Category.TP, Stream.TP, _tier(tp), tp.operation if tp else Collective.ALL_REDUCE,
-                      tp_f, tp_b),
+                      per_pass(forward_calls, tp_ops), per_pass(backward_calls, tp_ops),
+                      per_pass(forward_calls, tp_times), per_pass(backward_calls, tp_times)),
             _Exchange("cp", Category.CP, Stream.CP, _tier(cp), cp.operation if cp else Collective.SEND_RECV,
                       cp_f, cp_b),
             _Exchange("ep", Category.EP, Stream.EP, _tier(ep), Collective.ALL_TO_ALL, ep_pass, ep_pass))
@@ -153,6 +163,8 @@ class _Passes:
         self.b, self.est, self.lay, self.kinds, self.zb, self.m = b, est, lay, kinds, zero_bubble, microbatches
         self.pp, self.vpp = strategy.pp, strategy.vpp
         self.tp, self.cp, self.ep = _exchanges(est, strategy)
+        self.overlap_tp = strategy.overlap.tp_comm and strategy.tp > 1
+        self.recompute_tp = strategy.recompute is Recompute.FULL  # a recomputed forward repeats its exchanges
         # the embedding's and the LM head's all-reduce: one call of the layers' TP message each
         tp_ar = _first(est, ParallelDimension.TP, Collective.ALL_REDUCE)
         self.ends_tp = self.tp._replace(collective=Collective.ALL_REDUCE, forward_bytes=tp_ar, backward_bytes=tp_ar)
@@ -186,7 +198,8 @@ class _Passes:
             self._exchange("embedding all-reduce", float(ends.tp.time), self.ends_tp)
         for i, lc in enumerate(layers):
             self.deps = self.dp.before_forward(s, i, p, self.lanes, self.deps)
-            self._compute(f"layer {i}", float(lc.forward.time_s), flop=float(lc.forward.flop))
+            self._layer_pass(f"layer {i}", float(lc.forward.time_s), float(lc.forward.flop), Category.COMPUTE,
+                             float(lc.backward_weight.time_s), self.tp.forward_s)
             self._exchanges(f"layer {i}", lc.tp_forward_s, lc.cp_forward_s, lc.ep_forward_s)
         if last and ends is not None:
             self._compute("lm head", float(ends.head_forward_s))
@@ -201,12 +214,15 @@ class _Passes:
         weight = 0.0 if self.zb else 1.0
         for i in reversed(range(len(layers))):
             lc = layers[i]
-            self._compute(f"recompute layer {i}", float(lc.recompute.time_s), Category.RECOMPUTE,
-                          float(lc.recompute.flop))
+            gemms = float(lc.backward_weight.time_s)  # the forward's GEMMs take as long as the weight gradients'
+            self._layer_pass(f"recompute layer {i}", float(lc.recompute.time_s), float(lc.recompute.flop),
+                             Category.RECOMPUTE, gemms, self.tp.forward_s * self.recompute_tp)
             self._exchanges(f"recompute layer {i}", lc.tp_recompute_s, lc.cp_recompute_s, lc.ep_recompute_s)
             self.deps = self.dp.before_backward(s, i, p, self.lanes, self.deps)
-            self._compute(f"backward layer {i}", float(lc.backward_input.time_s + weight * lc.backward_weight.time_s),
-                          flop=float(lc.backward_input.flop + weight * lc.backward_weight.flop))
+            grads = (lc.backward_input.time_s + weight * lc.backward_weight.time_s,
+                     lc.backward_input.flop + weight * lc.backward_weight.flop)
+            self._layer_pass(f"backward layer {i}", float(grads[0]), float(grads[1]), Category.COMPUTE, 2 * gemms,
+                             self.tp.backward_s, backward=True)
             self._exchanges(f"backward layer {i}", lc.tp_backward_s, lc.cp_backward_s, lc.ep_backward_s, backward=True)
             if not self.zb:
                 self.deps = self.dp.after_backward(s, i, p, self.m, self.lanes, self.deps)
@@ -221,6 +237,25 @@ class _Passes:
                           flop=float(lc.backward_weight.flop))
             self.deps = self.dp.after_backward(s, i, p, self.m, self.lanes, self.deps)
 
+    def _layer_pass(self, name: str, seconds: float, flop: float, category: Category, gemms: float, tp_s: float,
+                    backward: bool = False) -> None:
+        """A layer's kernels. With TP overlap the pass's TP traffic runs tile by tile alongside its GEMMs
+        (Wang et al., ASPLOS'23; Megatron's userbuffers): the other kernels first, then the GEMMs and the whole
+        exchange (`tp_s` alone on its links) side by side, the layer done when both are. On idle links that is
+        the estimator's pass plus max(0, tp_s - gemms) (estimate/layer.py `_tensor_parallel`: the forward's
+        GEMMs, twice as many in backward); the traffic is on the links all along, sharing them with what else
+        is in flight. The exposed exchanges (`_exchanges`) then add no TP time."""
+        if not (self.overlap_tp and tp_s > 0):
+            self._compute(name, seconds, category, flop)
+            return
+        hidden = min(gemms, seconds)
+        self._compute(name, seconds - hidden, category, flop * (1 - hidden / seconds) if seconds > 0 else 0.0)
+        before = self.deps
+        self._compute(f"{name} gemms", hidden, category, flop * hidden / seconds if seconds > 0 else 0.0)
+        gemm_done, self.deps = self.deps, before
+        self._exchange(f"tp {name}", tp_s, self.tp, backward)
+        self.deps = [g + t for g, t in zip(gemm_done, self.deps, strict=True)] if hidden > 0 else self.deps
+
     def _compute(self, name: str, seconds: float, category: Category = Category.COMPUTE, flop: float = 0.0) -> None:
         if seconds > 0:
             self.deps = _op(self.b, f"{name} {self.tag}", category, Stream.COMPUTE, seconds, self.lanes, self.deps,
@@ -233,6 +268,7 @@ class _Passes:
                             collective=how.collective)
 
     def _exchanges(self, what: str, tp: Array, cp: Array, ep: Array, backward: bool = False) -> None:
+        tp = 0.0 if self.overlap_tp else tp  # already on the links alongside the GEMMs (`_layer_pass`)
         for how, seconds in ((self.tp, tp), (self.cp, cp), (self.ep, ep)):
             self._exchange(f"{how.name} {what}", float(seconds), how, backward)
 
