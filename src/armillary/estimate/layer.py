@@ -22,7 +22,7 @@ from armillary.comm.collectives import (
     reduce_scatter,
     send_recv,
 )
-from armillary.comm.overlap import exposed
+from armillary.comm.overlap import exposed, pipelined_exposed, ring_exchange_exposed
 from armillary.cost.compute import addition_time
 from armillary.estimate.kernels import LayerKernels, layer_kernels
 from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
@@ -39,6 +39,9 @@ from armillary.workload.transformer import Ends, LayerForward
 # Backward element-wise kernels read the output gradient and the saved input and write the input
 # gradient: about 1.5x the forward traffic [derived].
 BACKWARD_STREAM_FACTOR = 1.5
+# Transformer Engine's userbuffers defaults (transformer_engine/pytorch/module/base.py `initialize_ub`): a
+# pipelined reduce-scatter holds 16 SMs (set_sm_margin) and goes in 4 pieces.
+TP_OVERLAP_SMS, TP_OVERLAP_SPLITS = 16, 4
 # FlashAttention's backward recomputes the scores: 2.5x the forward FLOPs (FA2 §4.1; docs/formulas.md §3.5).
 FLASH_BACKWARD_FACTOR = 2.5
 
@@ -88,7 +91,7 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     forward, backward_input, backward_weight, core_f, core_b = passes
     full = recompute_modes(st)[0]
     recompute, modules = _recompute(fw, kt, experts, st, forward, core_f)
-    tp_costs, tp_f, tp_b = _tensor_parallel(st, system, exchange, backward_weight.time_s)
+    tp_costs, tp_f, tp_b = _tensor_parallel(st, system, exchange, kt, backward_weight.time_s)
     cp_f, cp_b, cp_calls = _context_parallel(st, system, exchange, core_f, core_b, full)
     # the token exchange overlaps the whole pass, its exposed TP / CP time included (one schedule: a faster
     # kernel can expose more of it, never slow the pass)
@@ -192,18 +195,48 @@ def tp_calls_per_pass(sp: Array) -> tuple[tuple[Array, Array, Array], tuple[Arra
     return (2 * (1 - sp), 2 * sp, 2 * sp), (2 * (1 - sp), 4 * sp, 2 * sp)
 
 
-def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange,
+def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange, kt: LayerKernels,
                      gemm_t: Array) -> tuple[tuple[CommCost, CommCost, CommCost], Array, Array]:
-    """(cost per call of each TP operation, exposed forward, exposed backward) per layer and micro-batch;
-    with TP overlap hidden behind the forward's GEMMs (`gemm_t`) and the backward's (twice as many)."""
+    """(cost per call of each TP operation, exposed forward, exposed backward) per layer and micro-batch.
+
+    With TP overlap and sequence parallelism every all-gather and reduce-scatter runs tile by tile with the
+    GEMM it feeds or drains (`strategy.overlap.tp_comm_method`; comm/overlap.py). userbuffers, Transformer
+    Engine's defaults (transformer_engine/pytorch/module/base.py `initialize_ub`): forward, the gathers into
+    QKV and the MLP's first GEMM by ring exchange, the reduce-scatters after the output projection and the
+    MLP's last GEMM pipelined in 4 pieces with 16 SMs held (TE's default and NeMo's fc2_fprop; NeMo's 70B
+    config holds 24 for proj_fprop); backward, the output-gradient gathers of those two by ring exchange, and
+    QKV's and the first MLP GEMM's input gather and input-gradient reduce-scatter in bulk beside their input-
+    and weight-gradient GEMMs (no SMs held: NeMo's performance configs, nemo/collections/llm/recipes/
+    tp_overlap_configs/userbuffers.py, set_sm_margin False; TE's own default holds 16, not modeled). ring:
+    all of them by ring exchange. Without sequence parallelism the all-reduces hide behind the forward's
+    GEMMs (`gemm_t`) and the backward's (twice as many): max(0, comm - GEMMs)."""
     sp, n, group = st.sequence_parallel, exchange.tp_bytes, exchange.tp_group
     ar = needed(lambda: all_reduce(n, group, system), sp < 1)
     ag = needed(lambda: all_gather(n, group, system), sp > 0)
     rs = needed(lambda: reduce_scatter(n, group, system), sp > 0)
     costs = (ar, ag, rs)
     forward_calls, backward_calls = tp_calls_per_pass(sp)
-    tp_f = exposed(sum(k * c.time for c, k in zip(costs, forward_calls, strict=True)), gemm_t, st.overlap_tp)
-    tp_b = exposed(sum(k * c.time for c, k in zip(costs, backward_calls, strict=True)), 2 * gemm_t, st.overlap_tp)
+    comm_f = sum(k * c.time for c, k in zip(costs, forward_calls, strict=True))
+    comm_b = sum(k * c.time for c, k in zip(costs, backward_calls, strict=True))
+    ring = st.tp_overlap_method > 0
+    sms = system.device.multiprocessors
+    held = TP_OVERLAP_SMS / sms if sms else 0.0  # share of the SMs the pipelined reduce-scatter holds
+
+    def drained(gemm: Array) -> Array:  # a GEMM whose output is reduce-scattered
+        return where(ring, ring_exchange_exposed(rs.time, gemm, st.tp),
+                     pipelined_exposed(rs.time, gemm, TP_OVERLAP_SPLITS, held))
+
+    def beside(comm: Array, gemm: Array) -> Array:  # a collective beside an independent GEMM
+        return where(ring, ring_exchange_exposed(comm, gemm, st.tp), exposed(comm, gemm, 1.0))
+
+    tiled_f = (ring_exchange_exposed(ag.time, kt.qkv, st.tp) + ring_exchange_exposed(ag.time, kt.mlp_in, st.tp)
+               + drained(kt.out_proj) + drained(kt.mlp_out))
+    tiled_b = (ring_exchange_exposed(ag.time, kt.out_proj, st.tp) + ring_exchange_exposed(ag.time, kt.mlp_out, st.tp)
+               + beside(ag.time, kt.qkv) + beside(ag.time, kt.mlp_in) + beside(rs.time, kt.qkv)
+               + beside(rs.time, kt.mlp_in))
+    on = st.overlap_tp > 0
+    tp_f = where(on, where(sp > 0, tiled_f, exposed(comm_f, gemm_t, 1.0)), comm_f)
+    tp_b = where(on, where(sp > 0, tiled_b, exposed(comm_b, 2 * gemm_t, 1.0)), comm_b)
     return costs, tp_f, tp_b
 
 

@@ -122,6 +122,7 @@ class StrategyArrays:
     etp: Array = 1.0
     rank_order: Array = 0.0  # plan.codes.RANK_ORDER: 0 tp-cp-dp-pp, 1 tp-cp-pp-dp
     overlap_ep: Array = 0.0
+    tp_overlap_method: Array = 0.0  # plan.codes.TP_OVERLAP: 0 userbuffers, 1 ring
     imbalance: Array = 1.0
     capacity_factor: Array = 0.0  # 0 = dropless
     pad_to_capacity: Array = 0.0

@@ -19,6 +19,7 @@ from armillary.specs.strategy import (
     Recompute,
     Schedule,
     Strategy,
+    TpOverlap,
     TrainingPrecision,
     ZeroStage,
 )
@@ -47,6 +48,7 @@ ATTENTION = Codes((Attention.STANDARD, Attention.FLASH1, Attention.FLASH, Attent
 ZERO = Codes(tuple(ZeroStage))
 RANK_ORDER = Codes((RankOrder.DP_INNER, RankOrder.PP_INNER))
 CP_COMM = Codes((ContextParallel.RING, ContextParallel.ALL_TO_ALL))
+TP_OVERLAP = Codes((TpOverlap.USERBUFFERS, TpOverlap.RING))
 
 # named codes the formulas compare against
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = (RECOMPUTE.code(r) for r in RECOMPUTE.members)
@@ -86,6 +88,7 @@ STRATEGY_FIELDS: dict[str, StrategyField] = {
     "pp_scatter_gather": StrategyField(("pp_scatter_gather",)),
     "overlap_dp": StrategyField(("overlap", "dp_grad_reduce")),
     "overlap_tp": StrategyField(("overlap", "tp_comm")),
+    "tp_overlap_method": StrategyField(("overlap", "tp_comm_method"), TP_OVERLAP),
     "overlap_param_gather": StrategyField(("overlap", "param_gather")),
     "overlap_ep": StrategyField(("overlap", "ep_comm")),
     "offload_weights": StrategyField(("offload", "weights")),

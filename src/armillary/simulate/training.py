@@ -199,7 +199,7 @@ class _Passes:
         for i, lc in enumerate(layers):
             self.deps = self.dp.before_forward(s, i, p, self.lanes, self.deps)
             self._layer_pass(f"layer {i}", float(lc.forward.time_s), float(lc.forward.flop), Category.COMPUTE,
-                             float(lc.backward_weight.time_s), self.tp.forward_s)
+                             float(lc.backward_weight.time_s), self.tp.forward_s, float(lc.tp_forward_s))
             self._exchanges(f"layer {i}", lc.tp_forward_s, lc.cp_forward_s, lc.ep_forward_s)
         if last and ends is not None:
             self._compute("lm head", float(ends.head_forward_s))
@@ -216,13 +216,13 @@ class _Passes:
             lc = layers[i]
             gemms = float(lc.backward_weight.time_s)  # the forward's GEMMs take as long as the weight gradients'
             self._layer_pass(f"recompute layer {i}", float(lc.recompute.time_s), float(lc.recompute.flop),
-                             Category.RECOMPUTE, gemms, self.tp.forward_s * self.recompute_tp)
+                             Category.RECOMPUTE, gemms, self.tp.forward_s * self.recompute_tp, float(lc.tp_recompute_s))
             self._exchanges(f"recompute layer {i}", lc.tp_recompute_s, lc.cp_recompute_s, lc.ep_recompute_s)
             self.deps = self.dp.before_backward(s, i, p, self.lanes, self.deps)
             grads = (lc.backward_input.time_s + weight * lc.backward_weight.time_s,
                      lc.backward_input.flop + weight * lc.backward_weight.flop)
             self._layer_pass(f"backward layer {i}", float(grads[0]), float(grads[1]), Category.COMPUTE, 2 * gemms,
-                             self.tp.backward_s, backward=True)
+                             self.tp.backward_s, float(lc.tp_backward_s), backward=True)
             self._exchanges(f"backward layer {i}", lc.tp_backward_s, lc.cp_backward_s, lc.ep_backward_s, backward=True)
             if not self.zb:
                 self.deps = self.dp.after_backward(s, i, p, self.m, self.lanes, self.deps)
@@ -238,23 +238,25 @@ class _Passes:
             self.deps = self.dp.after_backward(s, i, p, self.m, self.lanes, self.deps)
 
     def _layer_pass(self, name: str, seconds: float, flop: float, category: Category, gemms: float, tp_s: float,
-                    backward: bool = False) -> None:
-        """A layer's kernels. With TP overlap the pass's TP traffic runs tile by tile alongside its GEMMs
-        (Wang et al., ASPLOS'23; Megatron's userbuffers): the other kernels first, then the GEMMs and the whole
-        exchange (`tp_s` alone on its links) side by side, the layer done when both are. On idle links that is
-        the estimator's pass plus max(0, tp_s - gemms) (estimate/layer.py `_tensor_parallel`: the forward's
-        GEMMs, twice as many in backward); the traffic is on the links all along, sharing them with what else
-        is in flight. The exposed exchanges (`_exchanges`) then add no TP time."""
+                    tp_exposed_s: float, backward: bool = False) -> None:
+        """A layer's kernels. With TP overlap the pass's TP traffic runs tile by tile with its GEMMs: the other
+        kernels first, then the GEMMs stretched by the estimator's exposed TP time (the tiles' schedule,
+        estimate/layer.py `_tensor_parallel`) side by side with the whole exchange (`tp_s` alone on its links),
+        the layer done when both are. On idle links the GEMMs' side is the longer, so the pass takes the
+        estimator's time; the traffic is on the links all along, sharing them with what else is in flight, and
+        sets the pace when that slows it. The exposed exchanges (`_exchanges`) then add no TP time."""
         if not (self.overlap_tp and tp_s > 0):
             self._compute(name, seconds, category, flop)
             return
         hidden = min(gemms, seconds)
         self._compute(name, seconds - hidden, category, flop * (1 - hidden / seconds) if seconds > 0 else 0.0)
         before = self.deps
-        self._compute(f"{name} gemms", hidden, category, flop * hidden / seconds if seconds > 0 else 0.0)
+        stretched = hidden + tp_exposed_s
+        self._compute(f"{name} gemms", stretched, category, flop * hidden / seconds if seconds > 0 else 0.0)
         gemm_done, self.deps = self.deps, before
         self._exchange(f"tp {name}", tp_s, self.tp, backward)
-        self.deps = [g + t for g, t in zip(gemm_done, self.deps, strict=True)] if hidden > 0 else self.deps
+        if stretched > 0:
+            self.deps = [g + t for g, t in zip(gemm_done, self.deps, strict=True)]
 
     def _compute(self, name: str, seconds: float, category: Category = Category.COMPUTE, flop: float = 0.0) -> None:
         if seconds > 0:

@@ -87,11 +87,24 @@ class ContextParallel(StrEnum):
     ALL_TO_ALL = "all_to_all"
 
 
+class TpOverlap(StrEnum):
+    """How overlapped TP communication is split against its GEMMs. userbuffers: Transformer Engine's defaults
+    (Megatron-Core / NeMo `tp_comm_overlap`): gathers into a GEMM by ring exchange in tp tiles, reduce-scatters
+    after a GEMM pipelined in 4 pieces, the backward's input gather and reduce-scatter in bulk beside another
+    GEMM, the pipelined and bulk kernels holding 16 SMs. ring: every gather and reduce-scatter decomposed into tp
+    ring steps on copy engines (collective matmul, Wang et al. ASPLOS'23; PyTorch async TP in torchtitan)."""
+
+    USERBUFFERS = "userbuffers"
+    RING = "ring"
+
+
 class Overlap(Spec):
     """Which communication is overlapped with computation."""
 
     dp_grad_reduce: bool = Field(True, description="DP gradient reduction overlaps the backward pass")
     tp_comm: bool = Field(False, description="TP collectives overlap the GEMMs (userbuffers / TP overlap)")
+    tp_comm_method: TpOverlap = Field(TpOverlap.USERBUFFERS, description="how, with tp_comm: tile by tile as "
+                                      "Transformer Engine's userbuffers or as ring steps (async TP)")
     param_gather: bool = Field(True, description="ZeRO/FSDP parameter all-gather is prefetched ahead of use")
     ep_comm: bool = Field(False, description="MoE dispatch/combine all-to-alls overlap another micro-batch's "
                           "compute (DeepSeek-V3 DualPipe; Megatron --overlap-moe-expert-parallel-comm)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from enum import StrEnum
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveInt, model_validator
 
 from armillary.specs.base import Spec
 from armillary.specs.efficiency import EfficiencyCurve
@@ -68,6 +68,9 @@ class Device(Spec):
         "defaults to the FlashAttention-2 figure")
     memory: tuple[MemoryTier, ...] = Field(min_length=1, max_length=2, description="[HBM, optional tier 2]")
     kernel_overhead: Seconds = Field(0.0, description="fixed launch/tail cost per kernel")
+    multiprocessors: PositiveInt | None = Field(
+        None, description="streaming multiprocessors (NVIDIA) or compute units (AMD): communication kernels that "
+        "hold some of them slow the GEMMs beside them (TP overlap); none: not modeled")
     fp8_gemm_latency: GemmLatency | None = Field(None, description="latency floor of fp8 weight GEMMs at small "
                                                   "M (set from an engine's block-fp8 kernels); none: roofline only")
     power: float | None = Field(None, gt=0, description="board power in watts (TDP)")
