@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import armillary
 from armillary.cli import app
+from armillary.errors import SpecError
 from armillary.presets.registry import KINDS
 from armillary.validation.run import DEFAULT_CSV
 
@@ -167,6 +169,16 @@ def test_codesign_table_reports_units_per_field(tmp_path):
     assert system["gpus"] == 16 and system["devices_per_node"] == 8  # counts stay counts
     out = _ok(args)
     assert "best by time: 16 GPUs, 40 GiB HBM" in out and "1 systems" in out
+
+
+def test_a_strategy_space_error_names_the_option_on_the_command_line_and_the_argument_in_python(tmp_path):
+    (tmp_path / "strategies.yaml").write_text("tp: [2]\nbogus: [1]\n")
+    result = CliRunner().invoke(app, [*SEARCH, "--global-batch", "64", "--strategies",
+                                      str(tmp_path / "strategies.yaml")])
+    assert result.exit_code != 0 and "--strategies.bogus" in result.output
+    with pytest.raises(SpecError, match=r"^space\.bogus"):
+        armillary.search("llama3-8b", "dgx-h100", {"seq_len": 2048, "global_batch": 64}, gpus=8,
+                         space={"tp": [2], "bogus": [1]})
 
 
 def test_simulate_command(tmp_path):

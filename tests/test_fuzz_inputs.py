@@ -186,7 +186,7 @@ CALLS: dict[str, tuple[Any, dict[str, Any]]] = {
 }
 # what an error about an argument may call it (the option it stands for, the quantity it holds)
 NAMES = {"duration_s": ("duration",), "size_bytes": ("size",), "stragglers": ("straggler",), "top": ("top",),
-         "space": ("space", "strategies"), "gpus": ("gpus", "devices"), "kinds": ("kind",),
+         "space": ("space",), "gpus": ("gpus", "devices"), "kinds": ("kind",),
          "path": ("two-rows", "csv", "path", "file")}
 ARGUMENTS = hs.one_of(
     hs.sampled_from([None, True, 0, -1, 1, 2, 3, 8, 2**63, 10**30, 0.5, -0.5, math.nan, math.inf, -math.inf, "",

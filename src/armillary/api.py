@@ -141,8 +141,8 @@ def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strateg
     if isinstance(w, Inference):
         if space is None:
             raise SpecError("space: an inference search needs an InferenceSpace with tpot_limit_s")
-        return search_inference(m, sysm, w, base, load_spec(InferenceSpace, space, "strategies"), top)
-    spec_space = load_spec(StrategySpace, space, "strategies") if space is not None else None
+        return search_inference(m, sysm, w, base, load_spec(InferenceSpace, space, "space"), top)
+    spec_space = load_spec(StrategySpace, space, "space") if space is not None else None
     try:
         goal = Objective(objective)
     except ValueError:
@@ -162,7 +162,7 @@ def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
     if not isinstance(w, Training):
         raise SpecError("workload: co-design searches a training workload")
     base = load_strategy(strategy if strategy is not None else defaults.SEARCH_BASE_STRATEGY)
-    spec_space = load_spec(StrategySpace, space, "strategies") if space is not None else None
+    spec_space = load_spec(StrategySpace, space, "space") if space is not None else None
     m = load_model(model)
     designs = codesign_systems(m, load_system(system), w, load_spec(SystemSpace, systems, "space"), base, spec_space,
                                executor)

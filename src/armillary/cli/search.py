@@ -18,8 +18,9 @@ from armillary.errors import SpecError
 from armillary.report import records, tables
 from armillary.search.inference import InferenceSearchResult
 from armillary.search.run import Objective, SearchResult
+from armillary.search.space import StrategySpace
 from armillary.search.systems import CoDesignResult
-from armillary.specs.loading import load_model, load_system
+from armillary.specs.loading import load_model, load_spec, load_system
 from armillary.writing import replaced
 
 if TYPE_CHECKING:
@@ -82,10 +83,11 @@ def search_cmd(
     if global_batch is None:
         raise SpecError("--global-batch is needed for a training search (or give --tpot-limit for inference)")
     workload = {"seq_len": seq_len, "global_batch": global_batch}
+    axes = load_spec(StrategySpace, str(strategies), "--strategies") if strategies is not None else None
     with _progress_bar() as tick:
         executor = _executor(workers, dask)
-        result = (api.codesign(m, sysm, workload, str(space), base, _text(strategies), executor) if space is not None
-                  else api.search(m, sysm, workload, base, _text(strategies), objective=goal, top=top,
+        result = (api.codesign(m, sysm, workload, str(space), base, axes, executor) if space is not None
+                  else api.search(m, sysm, workload, base, axes, objective=goal, top=top,
                                   executor=executor, progress=tick, checkpoint=resume))
     if isinstance(result, CoDesignResult):
         _show_codesign(result, m, json_out, pareto, budget)
@@ -111,10 +113,6 @@ def _objective(text: str) -> Objective:
         return Objective(text)
     except ValueError:
         raise SpecError(f"--objective {text!r}: {' or '.join(o.value for o in Objective)}") from None
-
-
-def _text(path: Path | None) -> str | None:
-    return str(path) if path is not None else None
 
 
 def _executor(workers: int, dask: str | None) -> Executor:
@@ -149,7 +147,7 @@ def _inference_search(m: Model, sysm: System, base: str | None, space_file: Path
     """The serving configurations (axes from `space_file`, latency `limits` from the options)."""
     from armillary.specs.loading import read_spec_file
 
-    axes = read_spec_file(space_file, "strategies") if space_file is not None else {}
+    axes = read_spec_file(space_file, "--strategies") if space_file is not None else {}
     if not isinstance(axes, dict):
         raise SpecError(f"{space_file}: expected a mapping of axes (tp, pp, batch, weights)")
     result = api.search(m, sysm, workload, base, {**axes, **limits}, top=top)
