@@ -102,7 +102,8 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
                       cp_recompute_s=where(full, cp_f, 0.0), ep_forward_s=ep_f, ep_backward_s=ep_b,
                       ep_recompute_s=where(full, ep_f, 0.0),
                       recompute_modules=PassCost(*(where(full, 0.0, x) for x in (
-                          modules.flop, modules.bytes, modules.time_s))), attention_core=core_f)
+                          modules.flop, modules.bytes, modules.time_s))), attention_core=core_f,
+                      attention_core_backward=core_b)
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
     sp, ar = st.sequence_parallel, tp_costs[0]
     ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(exchange.tp_bytes, exchange.tp_group,

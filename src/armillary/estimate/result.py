@@ -43,6 +43,7 @@ class LayerCost:
     ep_recompute_s: Array = 0.0
     recompute_modules: PassCost = PassCost(0.0, 0.0, 0.0)  # of `recompute`: selective modules beyond core_attn
     attention_core: PassCost = PassCost(0.0, 0.0, 0.0)  # of `forward`: the attention core (scores to output)
+    attention_core_backward: PassCost = PassCost(0.0, 0.0, 0.0)  # of `backward_input`: its gradient
 
     @property
     def compute_s(self) -> Array:

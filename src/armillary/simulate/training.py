@@ -26,7 +26,7 @@ from armillary.simulate.pipeline import Send, build_pipeline
 from armillary.simulate.schedules import Kind, Pass
 from armillary.specs.communication import Collective
 from armillary.specs.model import Model
-from armillary.specs.strategy import RankOrder, Recompute, Schedule, Strategy, ZeroStage
+from armillary.specs.strategy import ContextParallel, RankOrder, Recompute, Schedule, Strategy, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Training
 
@@ -85,7 +85,7 @@ class _Exchange(NamedTuple):
     collective: Collective
     forward_bytes: float = 0.0
     backward_bytes: float = 0.0
-    forward_s: float = 0.0  # the whole exchange of one forward pass alone on its links (TP only)
+    forward_s: float = 0.0  # what overlaps compute of one forward pass, alone on its links (TP; CP's ring)
     backward_s: float = 0.0
 
 
@@ -113,6 +113,7 @@ def _exchanges(est: StepEstimate, strategy: Strategy) -> tuple[_Exchange, _Excha
         return sum(float(k) * n for k, n in zip(calls, each, strict=True))
 
     hops = (strategy.cp - 1) * _first(est, ParallelDimension.CP, Collective.SEND_RECV)
+    hops_s = (strategy.cp - 1) * _first(est, ParallelDimension.CP, Collective.SEND_RECV, seconds=True)
     a2a = sum(_first(est, ParallelDimension.CP, Collective.ALL_TO_ALL, i) for i in (0, 1))
     cp_f, cp_b = hops + a2a, 2 * hops + a2a
     ep_pass = sum(_first(est, ParallelDimension.EP, Collective.ALL_TO_ALL, i) for i in (0, 1))
@@ -120,7 +121,7 @@ def _exchanges(est: StepEstimate, strategy: Strategy) -> tuple[_Exchange, _Excha
                       per_pass(forward_calls, tp_ops), per_pass(backward_calls, tp_ops),
                       per_pass(forward_calls, tp_times), per_pass(backward_calls, tp_times)),
             _Exchange("cp", Category.CP, Stream.CP, _tier(cp), cp.operation if cp else Collective.SEND_RECV,
-                      cp_f, cp_b),
+                      cp_f, cp_b, hops_s, 2 * hops_s),
             _Exchange("ep", Category.EP, Stream.EP, _tier(ep), Collective.ALL_TO_ALL, ep_pass, ep_pass))
 
 
@@ -164,7 +165,8 @@ class _Passes:
         self.pp, self.vpp = strategy.pp, strategy.vpp
         self.tp, self.cp, self.ep = _exchanges(est, strategy)
         self.overlap_tp = strategy.overlap.tp_comm and strategy.tp > 1
-        self.recompute_tp = strategy.recompute is Recompute.FULL  # a recomputed forward repeats its exchanges
+        self.ring_cp = strategy.cp > 1 and strategy.cp_comm is ContextParallel.RING  # always beside attention
+        self.full_recompute = strategy.recompute is Recompute.FULL  # a recomputed forward repeats its exchanges
         # the embedding's and the LM head's all-reduce: one call of the layers' TP message each
         tp_ar = _first(est, ParallelDimension.TP, Collective.ALL_REDUCE)
         self.ends_tp = self.tp._replace(collective=Collective.ALL_REDUCE, forward_bytes=tp_ar, backward_bytes=tp_ar)
@@ -186,6 +188,9 @@ class _Passes:
             self._backward(s, p, layers, first, last)
         else:
             self._weight_gradients(s, p, layers)
+        if any(len(d) > 1 for d in self.deps):  # an overlapped exchange may end after the compute beside it
+            self.deps = _op(self.b, f"pass done {self.tag}", Category.COMPUTE, Stream.COMPUTE, 0.0, self.lanes,
+                            self.deps, [])
         return [d[-1] for d in self.deps]
 
     def _cost(self, moe: bool) -> LayerCost:
@@ -199,7 +204,8 @@ class _Passes:
         for i, lc in enumerate(layers):
             self.deps = self.dp.before_forward(s, i, p, self.lanes, self.deps)
             self._layer_pass(f"layer {i}", float(lc.forward.time_s), float(lc.forward.flop), Category.COMPUTE,
-                             float(lc.backward_weight.time_s), self.tp.forward_s, float(lc.tp_forward_s))
+                             self._windows(lc, float(lc.backward_weight.time_s), float(lc.attention_core.time_s),
+                                           (lc.tp_forward_s, lc.cp_forward_s)))
             self._exchanges(f"layer {i}", lc.tp_forward_s, lc.cp_forward_s, lc.ep_forward_s)
         if last and ends is not None:
             self._compute("lm head", float(ends.head_forward_s))
@@ -215,14 +221,20 @@ class _Passes:
         for i in reversed(range(len(layers))):
             lc = layers[i]
             gemms = float(lc.backward_weight.time_s)  # the forward's GEMMs take as long as the weight gradients'
-            self._layer_pass(f"recompute layer {i}", float(lc.recompute.time_s), float(lc.recompute.flop),
-                             Category.RECOMPUTE, gemms, self.tp.forward_s * self.recompute_tp, float(lc.tp_recompute_s))
+            if self.full_recompute:
+                self._layer_pass(f"recompute layer {i}", float(lc.recompute.time_s), float(lc.recompute.flop),
+                                 Category.RECOMPUTE, self._windows(lc, gemms, float(lc.attention_core.time_s),
+                                                                   (lc.tp_recompute_s, lc.cp_recompute_s)))
+            else:
+                self._compute(f"recompute layer {i}", float(lc.recompute.time_s), Category.RECOMPUTE,
+                              float(lc.recompute.flop))
             self._exchanges(f"recompute layer {i}", lc.tp_recompute_s, lc.cp_recompute_s, lc.ep_recompute_s)
             self.deps = self.dp.before_backward(s, i, p, self.lanes, self.deps)
             grads = (lc.backward_input.time_s + weight * lc.backward_weight.time_s,
                      lc.backward_input.flop + weight * lc.backward_weight.flop)
-            self._layer_pass(f"backward layer {i}", float(grads[0]), float(grads[1]), Category.COMPUTE, 2 * gemms,
-                             self.tp.backward_s, float(lc.tp_backward_s), backward=True)
+            self._layer_pass(f"backward layer {i}", float(grads[0]), float(grads[1]), Category.COMPUTE,
+                             self._windows(lc, 2 * gemms, float(lc.attention_core_backward.time_s),
+                                           (lc.tp_backward_s, lc.cp_backward_s), backward=True), backward=True)
             self._exchanges(f"backward layer {i}", lc.tp_backward_s, lc.cp_backward_s, lc.ep_backward_s, backward=True)
             if not self.zb:
                 self.deps = self.dp.after_backward(s, i, p, self.m, self.lanes, self.deps)
@@ -237,26 +249,41 @@ class _Passes:
                           flop=float(lc.backward_weight.flop))
             self.deps = self.dp.after_backward(s, i, p, self.m, self.lanes, self.deps)
 
-    def _layer_pass(self, name: str, seconds: float, flop: float, category: Category, gemms: float, tp_s: float,
-                    tp_exposed_s: float, backward: bool = False) -> None:
-        """A layer's kernels. With TP overlap the pass's TP traffic runs tile by tile with its GEMMs: the other
-        kernels first, then the GEMMs stretched by the estimator's exposed TP time (the tiles' schedule,
-        estimate/layer.py `_tensor_parallel`) side by side with the whole exchange (`tp_s` alone on its links),
-        the layer done when both are. On idle links the GEMMs' side is the longer, so the pass takes the
-        estimator's time; the traffic is on the links all along, sharing them with what else is in flight, and
-        sets the pace when that slows it. The exposed exchanges (`_exchanges`) then add no TP time."""
-        if not (self.overlap_tp and tp_s > 0):
-            self._compute(name, seconds, category, flop)
-            return
-        hidden = min(gemms, seconds)
-        self._compute(name, seconds - hidden, category, flop * (1 - hidden / seconds) if seconds > 0 else 0.0)
-        before = self.deps
-        stretched = hidden + tp_exposed_s
-        self._compute(f"{name} gemms", stretched, category, flop * hidden / seconds if seconds > 0 else 0.0)
-        gemm_done, self.deps = self.deps, before
-        self._exchange(f"tp {name}", tp_s, self.tp, backward)
-        if stretched > 0:
-            self.deps = [g + t for g, t in zip(gemm_done, self.deps, strict=True)]
+    def _windows(self, lc: LayerCost, gemms: float, core: float, exposed: tuple[Array, Array],
+                 backward: bool = False) -> list[tuple[float, float, float, _Exchange]]:
+        """What of a pass overlaps communication, as (compute it hides behind, the whole exchange alone on its
+        links, the estimator's exposed part, the exchange): TP with `overlap.tp_comm` beside the GEMMs (the
+        forward's; twice as many in backward), ring CP beside the attention core."""
+        out = []
+        if self.overlap_tp:
+            out.append((gemms, self.tp.backward_s if backward else self.tp.forward_s, float(exposed[0]), self.tp))
+        if self.ring_cp:
+            out.append((core, self.cp.backward_s if backward else self.cp.forward_s, float(exposed[1]), self.cp))
+        return [w for w in out if w[1] > 0]
+
+    def _layer_pass(self, name: str, seconds: float, flop: float, category: Category,
+                    windows: list[tuple[float, float, float, _Exchange]], backward: bool = False) -> None:
+        """A layer's kernels, its overlapped exchanges tile by tile beside the compute that hides them (Wang et
+        al., ASPLOS'23; TE userbuffers; ring attention, Liu et al. 2023 §3): the other kernels first, then per
+        window its compute stretched by the estimator's exposed time (the tiles' schedule, estimate/layer.py)
+        side by side with the whole exchange on its links, each window done when both are. On idle links the
+        compute side is the longer, so the pass takes the estimator's time; the traffic is on the links all
+        along, sharing them with what else is in flight, and sets the pace when that slows it. The exposed
+        exchanges (`_exchanges`) then add no TP or ring CP time."""
+        left, hidden = seconds, []
+        for window, *_ in windows:
+            hidden.append(min(window, left))
+            left -= hidden[-1]
+        share = flop / seconds if seconds > 0 else 0.0
+        self._compute(name, left, category, share * left)
+        for (_, link_s, exposed_s, how), h in zip(windows, hidden, strict=True):
+            before = self.deps
+            stretched = h + exposed_s
+            self._compute(f"{name} {how.name} overlap", stretched, category, share * h)
+            computed, self.deps = self.deps, before
+            self._exchange(f"{how.name} {name}", link_s, how, backward)
+            if stretched > 0:
+                self.deps = [c + t for c, t in zip(computed, self.deps, strict=True)]
 
     def _compute(self, name: str, seconds: float, category: Category = Category.COMPUTE, flop: float = 0.0) -> None:
         if seconds > 0:
@@ -270,7 +297,8 @@ class _Passes:
                             collective=how.collective)
 
     def _exchanges(self, what: str, tp: Array, cp: Array, ep: Array, backward: bool = False) -> None:
-        tp = 0.0 if self.overlap_tp else tp  # already on the links alongside the GEMMs (`_layer_pass`)
+        tp = 0.0 if self.overlap_tp else tp  # already on the links beside the compute (`_layer_pass`)
+        cp = 0.0 if self.ring_cp else cp
         for how, seconds in ((self.tp, tp), (self.cp, cp), (self.ep, ep)):
             self._exchange(f"{how.name} {what}", float(seconds), how, backward)
 
