@@ -219,6 +219,9 @@ def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange
     forward_calls, backward_calls = tp_calls_per_pass(sp)
     comm_f = sum(k * c.time for c, k in zip(costs, forward_calls, strict=True))
     comm_b = sum(k * c.time for c, k in zip(costs, backward_calls, strict=True))
+    on = st.overlap_tp > 0
+    if not np.any(on):  # nothing overlapped anywhere (one estimate, or a sweep without TP overlap)
+        return costs, comm_f, comm_b
     ring = st.tp_overlap_method > 0
     sms = system.device.multiprocessors
     held = TP_OVERLAP_SMS / sms if sms else 0.0  # share of the SMs the pipelined reduce-scatter holds
@@ -235,7 +238,6 @@ def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange
     tiled_b = (ring_exchange_exposed(ag.time, kt.out_proj, st.tp) + ring_exchange_exposed(ag.time, kt.mlp_out, st.tp)
                + beside(ag.time, kt.qkv) + beside(ag.time, kt.mlp_in) + beside(rs.time, kt.qkv)
                + beside(rs.time, kt.mlp_in))
-    on = st.overlap_tp > 0
     tp_f = where(on, where(sp > 0, tiled_f, exposed(comm_f, gemm_t, 1.0)), comm_f)
     tp_b = where(on, where(sp > 0, tiled_b, exposed(comm_b, 2 * gemm_t, 1.0)), comm_b)
     return costs, tp_f, tp_b
