@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, PositiveInt
 
 from armillary.specs.base import NamedByPatterns
-from armillary.specs.strategy import Attention, Overlap, Recompute, TrainingPrecision, ZeroStage
+from armillary.specs.strategy import Attention, Overlap, Recompute, RecomputeModule, TrainingPrecision, ZeroStage
 
 _HOPPER_OR_LATER = re.compile(r"h100|h200|h800|h20\b|gh200|b100|b200|b300|gb[23]00|blackwell|hopper", re.I)
 
@@ -48,6 +48,9 @@ class SoftwareStack(NamedByPatterns):
         description="precision of the stack's published performance recipes when a run does not state one")
     recompute: Recompute | None = Field(
         None, description="recomputation the stack's recipes use; None = not fixed (the least that fits)")
+    selective_modules: tuple[RecomputeModule, ...] | None = Field(
+        None, description="what the stack's selective recomputation re-runs (`Strategy.recompute_modules`) "
+        "when a run says 'selective'; None: the attention core only (Megatron's selective)")
     zero3_live_parameters: float | None = Field(
         None, gt=0, description="ZeRO-3's bound on gathered parameters held at once (`Strategy` field of the "
         "same name); None: two whole layers")

@@ -236,6 +236,10 @@ def _recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack,
                        notes: list[str]) -> list[dict[str, Any]]:
     stated_choice = recompute_of(row.get("recompute")) or stack.recompute
     if stated_choice is not None:
+        if str(stated_choice) == "selective" and stack.selective_modules is not None:
+            notes.append(f"selective recomputation as {stack.name} does it: "
+                         + ", ".join(m.value for m in stack.selective_modules))
+            return [{"recompute": "selective", "recompute_modules": stack.selective_modules}]
         return [{"recompute": stated_choice}]
     notes.append("recompute not stated: the least recomputation that fits memory")
     choices: list[dict[str, Any]] = [{"recompute": "none"}, {"recompute": "selective"}]
