@@ -1,14 +1,13 @@
 """The task graph of one training iteration, from the estimator's own costs.
 
 Every duration comes from `estimate_training` for the same configuration: a layer's passes, recomputation
-and exposed TP / CP / EP collectives (`LayerCost`; with TP overlap, the whole TP exchange beside the
-GEMMs), the embedding and LM head (`EndsCost`), the pipeline send and the DP / ZeRO / FSDP calls
-(`CommCall`), the optimizer step and the offload stall. What the
-simulation adds is the structure: the pipeline schedule pass by pass, layer by layer, integer layer
-counts per stage, DP buckets issued as the backward reaches each layer, and links shared by transfers in
-flight. With `symmetric`, one rank stands for each pipeline stage (its tp x cp x dp peers do the same work
-and its collectives are costed for the whole group); without, every rank is simulated and collectives
-gather their groups.
+and exposed TP / CP / EP collectives (`LayerCost`; an overlapped TP or ring-CP exchange runs whole beside
+the compute that hides it), the embedding and LM head (`EndsCost`), the pipeline send and the DP / ZeRO /
+FSDP calls (`CommCall`), the optimizer step and the offload stall. What the simulation adds is the
+structure: the pipeline schedule pass by pass, layer by layer, integer layer counts per stage, DP buckets
+issued as the backward reaches each layer, and links shared by transfers in flight. With `symmetric`, one
+rank stands for each pipeline stage (its tp x cp x dp peers do the same work and its collectives are costed
+for the whole group); without, every rank is simulated and collectives gather their groups.
 """
 
 from __future__ import annotations
@@ -204,7 +203,7 @@ class _Passes:
         for i, lc in enumerate(layers):
             self.deps = self.dp.before_forward(s, i, p, self.lanes, self.deps)
             self._layer_pass(f"layer {i}", float(lc.forward.time_s), float(lc.forward.flop), Category.COMPUTE,
-                             self._windows(lc, float(lc.backward_weight.time_s), float(lc.attention_core.time_s),
+                             self._windows(float(lc.backward_weight.time_s), float(lc.attention_core.time_s),
                                            (lc.tp_forward_s, lc.cp_forward_s)))
             self._exchanges(f"layer {i}", lc.tp_forward_s, lc.cp_forward_s, lc.ep_forward_s)
         if last and ends is not None:
@@ -223,7 +222,7 @@ class _Passes:
             gemms = float(lc.backward_weight.time_s)  # the forward's GEMMs take as long as the weight gradients'
             if self.full_recompute:
                 self._layer_pass(f"recompute layer {i}", float(lc.recompute.time_s), float(lc.recompute.flop),
-                                 Category.RECOMPUTE, self._windows(lc, gemms, float(lc.attention_core.time_s),
+                                 Category.RECOMPUTE, self._windows(gemms, float(lc.attention_core.time_s),
                                                                    (lc.tp_recompute_s, lc.cp_recompute_s)))
             else:
                 self._compute(f"recompute layer {i}", float(lc.recompute.time_s), Category.RECOMPUTE,
@@ -233,7 +232,7 @@ class _Passes:
             grads = (lc.backward_input.time_s + weight * lc.backward_weight.time_s,
                      lc.backward_input.flop + weight * lc.backward_weight.flop)
             self._layer_pass(f"backward layer {i}", float(grads[0]), float(grads[1]), Category.COMPUTE,
-                             self._windows(lc, 2 * gemms, float(lc.attention_core_backward.time_s),
+                             self._windows(2 * gemms, float(lc.attention_core_backward.time_s),
                                            (lc.tp_backward_s, lc.cp_backward_s), backward=True), backward=True)
             self._exchanges(f"backward layer {i}", lc.tp_backward_s, lc.cp_backward_s, lc.ep_backward_s, backward=True)
             if not self.zb:
@@ -249,7 +248,7 @@ class _Passes:
                           flop=float(lc.backward_weight.flop))
             self.deps = self.dp.after_backward(s, i, p, self.m, self.lanes, self.deps)
 
-    def _windows(self, lc: LayerCost, gemms: float, core: float, exposed: tuple[Array, Array],
+    def _windows(self, gemms: float, core: float, exposed: tuple[Array, Array],
                  backward: bool = False) -> list[tuple[float, float, float, _Exchange]]:
         """What of a pass overlaps communication, as (compute it hides behind, the whole exchange alone on its
         links, the estimator's exposed part, the exchange): TP with `overlap.tp_comm` beside the GEMMs (the
