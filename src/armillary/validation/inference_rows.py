@@ -28,6 +28,13 @@ def _int(row: dict[str, str], key: str) -> int:
     return value
 
 
+# TensorRT-LLM v0.6.1's performance document builds its GPT-J and Llama 2 engines without --paged_kv_cache
+# (docs/source/performance.md @138f96d4, "Benchmarking per Model"): gptSessionBenchmark then allocates one
+# contiguous cache of batch x (input + output) tokens in the memory the weights leave. Only Falcon-180B's
+# engines are built with --paged_kv_cache (and --use_inflight_batching).
+_PAGED_SESSION_ENGINES = ("falcon-180b",)
+
+
 @dataclass(frozen=True)
 class InferenceRowSpecs:
     model: Model
@@ -62,7 +69,12 @@ def inference_row_specs(row: dict[str, str]) -> InferenceRowSpecs:
     precision = "fp8" if fp8 else "fp16" if "fp16" in precision_text else "bf16"
     tp, gpus = _int(row, "tp"), _int(row, "n_gpus")
     system = load_system(system_preset, max(gpus, 1))
-    notes.append(f"{system.name} preset; FlashAttention-2 kernels; KV pages of 64 tokens")
+    if "gptsessionbenchmark" in row.get("framework", "").lower() and preset not in _PAGED_SESSION_ENGINES:
+        workload["kv_cache"] = {**workload.get("kv_cache", {}), "block_tokens": 1, "memory_fraction": 1.0}
+        notes.append(f"{system.name} preset; FlashAttention-2 kernels; one contiguous KV cache for the batch "
+                     "(engine built without --paged_kv_cache)")
+    else:
+        notes.append(f"{system.name} preset; FlashAttention-2 kernels; KV pages of 64 tokens")
     strategy = Strategy.model_validate({"tp": tp, "pp": int_column(row, "pp") or 1, "precision": precision,
                                         "attention": "flash"})
     return InferenceRowSpecs(load_model(preset), system, strategy, Inference(**workload), tuple(notes))
