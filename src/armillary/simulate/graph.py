@@ -149,6 +149,23 @@ class GraphBuilder:
                                flop, group, collective, tuple(after)))
         return index
 
+    def on_lanes(self, name: str, category: Category, stream: Stream, seconds: float, lanes: list[int],
+                 deps: list[list[int]], groups: list[list[int]], tier: Tier = Tier.NONE, nbytes: float = 0.0,
+                 flop: float = 0.0, collective: Collective | None = None) -> list[list[int]]:
+        """A compute task per lane (ranks), or a collective per group of lanes (indices into `lanes`), after
+        each lane's `deps`; returns each lane's dependencies for what follows."""
+        if stream is Stream.COMPUTE:
+            return [[self.add(name, TaskKind.COMPUTE, category, (r,), Stream.COMPUTE, seconds, deps[i], flop=flop)]
+                    for i, r in enumerate(lanes)]
+        out: list[list[int]] = [[] for _ in lanes]
+        for members in groups:
+            t = self.add(name, TaskKind.COLLECTIVE, category, tuple(lanes[i] for i in members), stream, seconds,
+                         sorted({d for i in members for d in deps[i]}), tier, nbytes, group=category.value,
+                         collective=collective)
+            for i in members:
+                out[i] = [t]
+        return out
+
     def graph(self, ranks: int, labels: tuple[str, ...] | None = None,
               weights: tuple[int, ...] | None = None) -> TaskGraph:
         return TaskGraph(tuple(self.tasks), ranks, labels or tuple(f"rank {r}" for r in range(ranks)),
