@@ -16,7 +16,7 @@ from armillary.plan.layout import embedding_and_loss_split
 from armillary.specs.loading import load_model, load_stack, load_system, stack_for
 from armillary.specs.model import Model
 from armillary.specs.stack import SoftwareStack, hopper_or_later
-from armillary.specs.strategy import Strategy, ZeroStage
+from armillary.specs.strategy import Recompute, Strategy, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Training
 from armillary.validation.vocabulary import (
@@ -236,7 +236,7 @@ def _recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack,
                        notes: list[str]) -> list[dict[str, Any]]:
     stated_choice = recompute_of(row.get("recompute")) or stack.recompute
     if stated_choice is not None:
-        if str(stated_choice) == "selective" and stack.selective_modules is not None:
+        if stated_choice is Recompute.SELECTIVE and stack.selective_modules is not None:
             notes.append(f"selective recomputation as {stack.name} does it: "
                          + ", ".join(m.value for m in stack.selective_modules))
             return [{"recompute": "selective", "recompute_modules": stack.selective_modules}]
