@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from armillary.cost.compute import fused_attention_time, kernel_times, matrix_peak
 from armillary.plan.codes import PRECISION
@@ -61,3 +63,49 @@ def test_each_flash_attention_version_uses_its_own_efficiency():
     assert float(fused_attention_time(op, plain, BF16, 3.0)) == pytest.approx(fa2)
     swept = fused_attention_time(op, H100, BF16, np.array([1.0, 2.0, 3.0]))
     assert swept == pytest.approx([fa1, fa2, fa3])
+
+
+def test_fused_attention_pays_a_query_blocks_fixed_work_in_keys():
+    """Over d keys per query a fused attention kernel takes the time of d + overhead keys (the fixed work of
+    a query block): by hand, and unchanged for an op without a depth."""
+    h = H100.flash_attention_overhead_keys
+    assert h > 0
+    flop, d = 1e13, 1024.0
+    peak = H100.flash_attention_efficiency * 989e12
+    t = float(fused_attention_time(Op(flop=flop, bytes=1e6, depth=d), H100, BF16))
+    assert t == pytest.approx(flop * (d + h) / d / peak + H100.kernel_overhead)
+    assert float(fused_attention_time(Op(flop=flop, bytes=1e6), H100, BF16)) == pytest.approx(
+        flop / peak + H100.kernel_overhead)
+
+
+# Published FlashAttention benchmark output (TFLOP/s by sequence length, non-causal: keys per query = length)
+FA2_H100 = {512: 204.34, 1024: 252.46, 2048: 275.03, 4096: 288.30, 8192: 302.28}  # fwd+bwd, d 64 (PR #2688)
+FA3_H100_PCIE = {512: 433.25, 1024: 538.23, 2048: 605.27, 4224: 618.83, 8448: 618.05}  # fwd, d 128 (PR #1075)
+FA2_A5000 = {512: 59.15, 1024: 66.90, 2048: 72.95, 4096: 76.64, 8192: 78.64}  # fwd+bwd, d 64 (ring-attention #10)
+
+
+@pytest.mark.parametrize(("device", "table", "tolerance"), [
+    ("h100-sxm", FA2_H100, 0.025), ("h100-sxm", FA3_H100_PCIE, 0.035), ("a100-sxm4-80gb", FA2_A5000, 0.015)])
+def test_attention_speed_by_length_follows_the_published_benchmarks(device, table, tolerance):
+    """The preset's overhead reproduces how the kernels' speed grows with the length: scaled to the table
+    (least squares, the one free factor: the efficiency is calibrated on training rows), every length
+    lands within the tolerance (the constant's sources)."""
+    dev = load_device(device)
+    lengths = np.array(sorted(table), dtype=float)
+    measured = np.array([table[n] for n in sorted(table)])
+    op = Op(flop=np.full(len(lengths), 1e15), bytes=0.0, depth=lengths)
+    speed = 1e15 / (fused_attention_time(op, dev, BF16) - dev.kernel_overhead)
+    scale = (speed @ measured) / (speed @ speed)
+    assert scale * speed == pytest.approx(measured, rel=tolerance)
+    assert (speed[:-1] < speed[1:]).all()
+
+
+@given(st.floats(1.0, 1e6), st.floats(1.0, 1e6), st.floats(1e3, 1e12))
+def test_more_keys_per_query_is_more_time_at_no_lower_efficiency(d1, d2, per_key):
+    """Walking more keys per query (the same FLOPs per key) never takes less time, and never runs at a lower
+    efficiency (the query block's fixed work spreads over more keys)."""
+    short, long = sorted((d1, d2))
+    t_short, t_long = (float(fused_attention_time(Op(flop=per_key * d, bytes=0.0, depth=d), H100, BF16))
+                       - H100.kernel_overhead for d in (short, long))
+    assert t_long >= t_short * (1 - 1e-12)
+    assert per_key * long / t_long >= per_key * short / t_short * (1 - 1e-12)

@@ -15,7 +15,10 @@ Run: python tools/calibrate.py DEVICE ROW-PREFIX... [--flash-only] [--precision 
 What the shipped presets were calibrated on (README, Validation):
   a100-sxm4-80gb: curve on TR-KOR-T5 TR-KOR-T4 TR-SC21-T1; --flash-only on TR-FOUNDRY
   h100-sxm:       curve, flash and flash3 on TR-MLM-H100 TR-FOUNDRY --precision bf16 --flash3;
-                  fp8 curve on TR-NEMO2407 TR-MBRIDGE TR-FOUNDRY --precision fp8
+                  fp8 curve on TR-NEMO2407 TR-MBRIDGE TR-FOUNDRY --precision fp8; with the attention
+                  length overhead (flash_attention_overhead_keys) flash and flash3 re-fitted on every H100
+                  source: TR-MLM-H100 TR-FOUNDRY TR-NEMO-LONGSEQ-H100 TR-NEMO2407 TR-MBRIDGE TR-TORCHTITAN
+                  --flash3 --flash-only
   b200:           fp8 curve and flash3 on the dense B200 rows, TR-NEMO-LONGSEQ-B200 TR-MBRIDGE-25.11-B200-17
                   TR-MBRIDGE-25.11-B200-18 --precision fp8 --flash3 --wide (the MoE and GB200 / GB300 rows
                   held out)
@@ -73,11 +76,13 @@ def main() -> None:
     scales = ((1.0,) if flash_only else np.arange(0.30, 1.32, 0.02) if wide else np.arange(0.9, 1.32, 0.04)
               if with_flash3 else np.arange(0.50, 1.32, 0.02))
     lows = (1.0,) if flash_only else (0.4, 0.6, 0.8, 1.0) if wide else (0.8, 1.0) if with_flash3 else (0.6, 0.8, 1.0)
-    flash3s = (0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7) if with_flash3 else (base.flash3_attention_efficiency,)
+    flash3s = ((0.2, 0.22, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7) if with_flash3
+               else (base.flash3_attention_efficiency,))
     uses_flash = any(rows_mod.row_specs(r)[0].strategy.attention.value == "flash" for r in rows)
     # attention runs in 16 bit: its efficiencies are fitted with the 16-bit curve, not with fp8's
     sixteen_bit = target is None or target in (Precision.BF16, Precision.FP16)
-    grid = (0.1, 0.12, 0.15, 0.2, 0.25) if with_flash3 else (0.1, 0.12, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6)
+    grid = ((0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.22, 0.25, 0.3) if with_flash3 else
+            (0.1, 0.12, 0.15, 0.2, 0.25, 0.3, 0.33, 0.36, 0.4, 0.45, 0.5, 0.6))
     flashes = grid if uses_flash and sixteen_bit else (base.flash_attention_efficiency,)
     original = rows_mod.load_system
     best = None

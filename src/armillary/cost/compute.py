@@ -90,13 +90,25 @@ def _stacked(values: list[Array], sweep_shape: tuple[int, ...]) -> np.ndarray:
 
 def fused_attention_time(op: Op, device: Device, precision_code: Array, version: Array = 2.0) -> Array:
     """FlashAttention kernel (16-bit; version 1, 2 or 3): roofline at the device's fused-attention
-    efficiency for that version."""
+    efficiency for that version, each query walking `op.depth` keys plus the device's
+    `flash_attention_overhead_keys` (`walked_flop`)."""
     fa2 = device.flash_attention_efficiency
     fa1 = device.flash1_attention_efficiency or fa2 / 2
     fa3 = device.flash3_attention_efficiency or fa2
     efficiency = where(version < 2, fa1, where(version < 3, fa2, fa3))
-    compute = op.flop / (efficiency * matrix_peak(device, precision_code, sixteen_bit=True))
+    flop = walked_flop(op.flop, op.flop_per_key, device.flash_attention_overhead_keys)
+    compute = flop / (efficiency * matrix_peak(device, precision_code, sixteen_bit=True))
     return np.maximum(compute, stream_time(op.bytes, device)) + device.kernel_overhead
+
+
+def walked_flop(flop: Array, flop_per_key: Array, overhead_keys: float) -> Array:
+    """FLOPs a fused attention kernel takes the time of: a query block's fixed work (loading Q, rescaling
+    and writing O and the log-sum-exp, the half-masked diagonal tile) costs as much as `overhead_keys` more
+    keys per query, so over d keys per query the kernel runs at d / (d + overhead) of its long-sequence
+    efficiency [derived: FlashAttention's tiling, Dao 2023 §3.1-3.2; the constant from its benchmark
+    (docs/formulas.md §12)]. `flop_per_key`: the op's FLOPs divided by the keys each query walks (summed
+    over the sequences of a batched call)."""
+    return flop + overhead_keys * flop_per_key
 
 
 def addition_time(op: Op, nonzero: Array, device: Device) -> Array:

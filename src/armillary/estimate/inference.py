@@ -159,7 +159,7 @@ class ReplicaModel:
         # prefill it also reads the K/V blocks the ring brings in
         received = (self.cp - 1) * ring_kv_block(self.m, sequences * new / self.cp, self.attention_tp,
                                                  self.activation_bytes)
-        return Op(op.flop / self.cp, op.bytes / self.cp + np.where(steps, 0.0, received))
+        return Op(op.flop / self.cp, op.bytes / self.cp + np.where(steps, 0.0, received), depth=op.depth / self.cp)
 
     def attention_time(self, op: Op, cached_tokens: Array) -> tuple[Array, Array]:
         """(attention kernels, second-tier reads) of all layers: the share of the cache on the second tier
@@ -168,7 +168,8 @@ class ReplicaModel:
         cache = cache_read_bytes(m, self.attention_tp, cached_tokens / self.cp, self.cache_bytes, self.cache_reads,
                                  self.mla_expanded)
         moved = op.bytes - self.tier2_fraction * cache
-        kernel = fused_attention_time(Op(op.flop, moved), device, self.st.precision, self.attention_version)
+        kernel = fused_attention_time(Op(op.flop, moved, depth=op.depth), device, self.st.precision,
+                                      self.attention_version)
         tier2 = device.second_tier
         remote = self.tier2_fraction * cache / tier2.rate if tier2 is not None and self.tier2_fraction else 0.0
         attends = 1.0 - float(m.mlgru)

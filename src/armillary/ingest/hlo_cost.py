@@ -165,8 +165,9 @@ def _kernel_seconds(works: list[Work], system: System) -> np.ndarray:
             seconds[mask] = kernel_times(ops, system.device, float(code))
         attention = (precision == code) & fused
         if attention.any():  # cuDNN fused attention: the device's FlashAttention-3 / cuDNN efficiency
-            seconds[attention] = fused_attention_time(Op(flop[attention], moved[attention]), system.device,
-                                                      float(code), CUDNN_ATTENTION_VERSION)
+            depth = np.array([w.depth for w in works])[attention]
+            seconds[attention] = fused_attention_time(Op(flop[attention], moved[attention], depth=depth),
+                                                      system.device, float(code), CUDNN_ATTENTION_VERSION)
     return seconds
 
 

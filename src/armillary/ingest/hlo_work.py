@@ -75,6 +75,7 @@ class Work:
     flop: float
     bytes: float
     precision_dtype: str  # element type of the GEMM's inputs ("" when no GEMM)
+    depth: float = 0.0  # fused attention: the keys each query walks (`workload.ops.Op.depth`)
 
 
 def collective_of(inst: Instruction, module: HloModule) -> tuple[Collective, OpKind, Instruction] | None:
@@ -147,11 +148,12 @@ def _attention_work(inst: Instruction, operands: list[Shape]) -> Work | None:
     q, k, v = (s.leaves[0] for s in operands[:3])
     d_qk = q.elements / (b * h * queries)
     d_v = d_qk * v.elements / max(k.elements, 1)  # V's head size from K's (grouped-query K/V: same count)
-    flop = 2.0 * b * h * queries * (keys_attended(keys, 0.0) if causal else keys) * (d_qk + d_v)
+    walked = float(keys_attended(keys, 0.0)) if causal else float(keys)
+    flop = 2.0 * b * h * queries * walked * (d_qk + d_v)
     if custom_call_target(inst).endswith("Backward"):
         flop *= FLASH_BACKWARD_FACTOR
     written = sum(leaf.bytes for leaf in inst.shape.leaves if leaf.dtype not in ("u8", "s8"))
-    return Work(OpKind.ATTENTION, float(flop), float(sum(s.bytes for s in operands) + written), q.dtype)
+    return Work(OpKind.ATTENTION, float(flop), float(sum(s.bytes for s in operands) + written), q.dtype, walked)
 
 
 def _own_flop(inst: Instruction, comp: Computation) -> tuple[float, str, bool]:

@@ -7,9 +7,10 @@ and tabulates the token- and sequence-dependent parts; these loops only combine 
 
 `fitted`: (FLOPs, bytes per new token, bytes per cached token) of a prefill step, then of a decode step
 (one sequence of q new tokens over p cached: c_f q (2p + q) / 2 FLOPs, b_new q + b_past p bytes).
-`roofline`: (s_flop, s_bytes, s_cached, fixed, s_tier2) of the attention of all layers: kernels
-max(s_flop F, s_bytes B - s_cached P) + fixed and second-tier reads s_tier2 P for an iteration of F FLOPs,
-B bytes over P cached tokens.
+`roofline`: (s_flop, s_bytes, s_cached, fixed, s_tier2, overhead) of the attention of all layers: kernels
+max(s_flop (F + overhead K), s_bytes B - s_cached P) + fixed and second-tier reads s_tier2 P for an
+iteration of F FLOPs, B bytes over P cached tokens, K its FLOPs per key walked (c_f q per sequence:
+`cost.compute.walked_flop`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import numpy as np
 
 
 @numba.njit(cache=True, inline="always")
-def _attention(flop: float, moved: float, cached: float, roofline: np.ndarray) -> tuple[float, float]:
-    core = max(roofline[0] * flop, roofline[1] * moved - roofline[2] * cached) + roofline[3]
+def _attention(flop: float, per_key: float, moved: float, cached: float, roofline: np.ndarray
+               ) -> tuple[float, float]:
+    core = max(roofline[0] * (flop + roofline[5] * per_key), roofline[1] * moved - roofline[2] * cached) + roofline[3]
     return core, roofline[4] * cached
 
 
@@ -28,16 +30,17 @@ def _attention(flop: float, moved: float, cached: float, roofline: np.ndarray) -
 def _column(new: np.ndarray, past: np.ndarray, fitted: np.ndarray, roofline: np.ndarray) -> tuple[float, float, int]:
     """(attention kernels, second-tier reads, new tokens) of one iteration over sequences of `new` tokens
     each over `past` cached ones: the attention of the summed op."""
-    flop = moved = cached = 0.0
+    flop = per_key = moved = cached = 0.0
     tokens = 0
     for i in range(len(new)):
         q, p = float(new[i]), float(past[i])
         o = 3 if q <= 1 else 0  # decode steps (MLA's absorbed form)
         flop += fitted[o] * q * (2 * p + q) / 2
+        per_key += fitted[o] * q  # over (2p + q) / 2 keys per query
         moved += fitted[o + 1] * q + fitted[o + 2] * p
         cached += p
         tokens += new[i]
-    core, remote = _attention(flop, moved, cached, roofline)
+    core, remote = _attention(flop, per_key, moved, cached, roofline)
     return core, remote, tokens
 
 
@@ -104,7 +107,7 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
                 flop += fitted[3] * 1.0 * (2 * p + 1.0) / 2
                 moved += fitted[4] * 1.0 + fitted[5] * p
                 past += p
-            core, remote = _attention(flop, moved, past, roofline)
+            core, remote = _attention(flop, fitted[3] * n, moved, past, roofline)
             step = layers + core + remote + head
         total += step
         end = now + total

@@ -95,10 +95,9 @@ class IterationCost:
                 coefficients = prefill if not step.any() else tuple(
                     np.where(step, d, p) for d, p in zip(decode, prefill, strict=True))
             flop, per_new, per_past = coefficients
-            return Op(np.sum(flop * new * (2 * past + new) / 2, axis=0),
-                      np.sum(per_new * new + per_past * past, axis=0))
+            return summed_op(flop * new * (2 * past + new) / 2, flop * new, per_new * new + per_past * past)
         op = self.replica.attention(new, past)
-        return Op(np.sum(op.flop, axis=0), np.sum(op.bytes, axis=0))
+        return summed_op(*np.broadcast_arrays(op.flop, op.flop_per_key, op.bytes))
 
     def __call__(self, new: np.ndarray, past: np.ndarray, emitting: int) -> np.ndarray:
         """Times of iterations over the same sequences: `new` and `past` are (sequences x iterations), or
@@ -143,37 +142,49 @@ def _affine_attention(r: ReplicaModel) -> tuple[Coefficients, Coefficients] | No
     return fitted[0], fitted[1]
 
 
+def summed_op(flop: np.ndarray, per_key: np.ndarray, moved: np.ndarray) -> Op:
+    """One batched attention call over sequences (axis 0): their FLOPs and bytes summed, its depth the keys
+    per query for which the summed FLOPs per key are theirs (`walked_flop` stays the sum of theirs)."""
+    f, k = np.sum(flop, axis=0), np.sum(per_key, axis=0)
+    return Op(f, np.sum(moved, axis=0), depth=np.where(k > 0, f / np.where(k > 0, k, 1.0), 0.0))
+
+
 def _roofline(r: ReplicaModel) -> np.ndarray | None:
-    """Coefficients (s_flop, s_bytes, s_cached, fixed, s_tier2) with which `ReplicaModel.attention_time` of
-    an op of F FLOPs and B bytes over P cached tokens is max(s_flop F, s_bytes B - s_cached P) + fixed
-    (kernels: a roofline, the second tier's share of the cache not streamed from HBM) and s_tier2 P (the
-    second tier's reads), read off the function itself and checked against it at the ops of far-apart
-    prefill and decode iterations (relative 1e-12); None when it is not of that form."""
-    def at(flop: Any, moved: Any, cached: Any) -> tuple[np.ndarray, np.ndarray]:
-        f, b, c = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, dtype=float)) for v in (flop, moved, cached)))
-        core, remote = r.attention_time(Op(f, b), c)
+    """Coefficients (s_flop, s_bytes, s_cached, fixed, s_tier2, overhead) with which
+    `ReplicaModel.attention_time` of an op of F FLOPs, K FLOPs per key walked and B bytes over P cached tokens
+    is max(s_flop (F + overhead K), s_bytes B - s_cached P) + fixed (kernels: a roofline with the fixed work
+    per query block, the second tier's share of the cache not streamed from HBM) and s_tier2 P (the second
+    tier's reads), read off the function itself and checked against it at the ops of far-apart prefill and
+    decode iterations (relative 1e-12); None when it is not of that form."""
+    def at(flop: Any, moved: Any, cached: Any, per_key: Any = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        f, b, c, k = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, dtype=float))
+                                           for v in (flop, moved, cached, per_key)))
+        core, remote = r.attention_time(summed_op(f[None], k[None], b[None]), c)
         return np.broadcast_to(core, f.shape).astype(float), np.broadcast_to(remote, f.shape).astype(float)
 
     big = 1e20
-    fixed, on_flop, on_bytes = at([0.0, big, 0.0], [0.0, 0.0, big], 0.0)[0]
+    fixed, on_flop, on_bytes, on_keys = at([0.0, big, 0.0, big], [0.0, 0.0, big, 0.0], 0.0, [0.0, 0.0, 0.0, big])[0]
     tier2 = at(0.0, 0.0, 1.0)[1][0]
     s_flop, s_bytes = (on_flop - fixed) / big, (on_bytes - fixed) / big
+    overhead = (on_keys - on_flop) / (s_flop * big) if s_flop > 0 else 0.0
     s_cached = 0.0
     if s_bytes > 0:  # the cache's second-tier share leaves the HBM stream: probe where it is half of it
         rough = (on_bytes - at(0.0, big, big * 1e-8)[0][0]) / (big * 1e-8)
         if rough > 0:
             cached = big / 2 / (rough / s_bytes)
             s_cached = (on_bytes - at(0.0, big, cached)[0][0]) / cached
-    coefficients = np.array([s_flop, s_bytes, s_cached, fixed, float(tier2)])
+    coefficients = np.array([s_flop, s_bytes, s_cached, fixed, float(tier2), overhead])
     # checked at the ops of single sequences and batches, prefill and decode, short and long caches
     q = np.array([1.0, 1.0, 1.0, 64.0, 2048.0, 512.0, 1.0, 8192.0])
     p = np.array([0.0, 1000.0, 1e5, 4096.0, 0.0, 3e4, 2e6, 1e5])
     n = np.array([1.0, 256.0, 64.0, 1.0, 4.0, 8.0, 2.0, 1.0])
     op = r.attention(q, p, n)
     flop, moved = np.broadcast_to(op.flop, q.shape), np.broadcast_to(op.bytes, q.shape)
-    core, remote = at(flop, moved, n * p)
+    per_key = np.broadcast_to(op.flop_per_key, q.shape)
+    core, remote = at(flop, moved, n * p, per_key)
     s = coefficients
-    if not (np.allclose(core, np.maximum(s[0] * flop, s[1] * moved - s[2] * n * p) + s[3], rtol=1e-12, atol=0)
+    if not (np.allclose(core, np.maximum(s[0] * (flop + s[5] * per_key), s[1] * moved - s[2] * n * p) + s[3],
+                        rtol=1e-12, atol=0)
             and np.allclose(remote, s[4] * n * p, rtol=1e-12, atol=0)):
         return None
     return coefficients

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from enum import StrEnum
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
 from armillary.specs.base import Spec
 from armillary.specs.efficiency import EfficiencyCurve
@@ -66,6 +66,9 @@ class Device(Spec):
     flash3_attention_efficiency: Fraction | None = Field(
         None, description="the same for FlashAttention-3 / cuDNN fused attention (Hopper and later); "
         "defaults to the FlashAttention-2 figure")
+    flash_attention_overhead_keys: NonNegativeFloat = Field(
+        0.0, description="a fused attention kernel's fixed work per query block, in keys per query: over d keys "
+        "per query it runs at d / (d + this) of its efficiency (0: the same at every length)")
     memory: tuple[MemoryTier, ...] = Field(min_length=1, max_length=2, description="[HBM, optional tier 2]")
     kernel_overhead: Seconds = Field(0.0, description="fixed launch/tail cost per kernel")
     multiprocessors: PositiveInt | None = Field(

@@ -25,7 +25,7 @@ def keys_attended(s: Array, window: Array, window_layers: Array = 1.0, past: Arr
 
 def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t: Array, e: Array,
                        past: Array = 0.0, cache_bytes: Array = 0.0, cache_reads: Array = 1.0,
-                       absorbed: Array = 0.0, expanded: Array = 0.0) -> Op:
+                       absorbed: Array = 0.0, expanded: Array = 0.0, chunks: Array = 1.0) -> Op:
     """The fused attention kernel of one layer on one TP rank (FlashAttention, Dao 2023 §4.1; in decode
     FlashDecoding / paged attention): b sequences of `queries` new tokens each attend over `keys` keys,
     of which `past` are read from the KV cache.
@@ -37,7 +37,9 @@ def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t:
     `cache_reads` times (1: once per KV head; a kernel that walks query heads separately reads each KV head
     once per query head of its group) and the new keys' entries written, `kv_cache_elements_per_rank` each.
     MLA: `absorbed` (0/1) runs the absorbed form over the latent (`attention_dims`); `expanded` (0/1) caches
-    per-head K and V instead of the latent (`kv_cache_elements_per_token`)."""
+    per-head K and V instead of the latent (`kv_cache_elements_per_token`). Depth: the keys a query walks in
+    one kernel call, its mean keys attended over the `chunks` the keys arrive in (ring attention's steps
+    under context parallelism, one otherwise)."""
     attends = 1 - m.mlgru  # the MLGRU token mixer has no attention core
     a = m.heads
     d_qk, d_v = attention_dims(m, absorbed)
@@ -49,7 +51,8 @@ def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t:
     moved = ((b * queries * a * (d_qk + d_v) + b * new_keys * new_kv) / t * e
              + b * (cache_read_bytes(m, t, past, cache_bytes, cache_reads, expanded)
                     + new_keys * kv_cache_elements_per_rank(m, t, expanded) * cache_bytes))
-    return Op(flop=2 * attends * b * (a / t) * queries * mean_keys * (d_qk + d_v), bytes=attends * moved)
+    return Op(flop=2 * attends * b * (a / t) * queries * mean_keys * (d_qk + d_v), bytes=attends * moved,
+              depth=mean_keys / chunks)
 
 
 def ring_kv_block(m: ModelArrays, tokens: Array, t: Array, e: Array) -> Array:

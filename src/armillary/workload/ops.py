@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from armillary.numerics import Array
 
 
@@ -13,13 +15,21 @@ class Op:
     grouped GEMM of that many independent problems (MoE experts), whose efficiency follows the size of
     one problem; batched attention GEMMs are one problem, as the efficiency curves were calibrated.
     `kernels` and `depth` (the summed reduction length K of its GEMMs) give the latency floor of small-M
-    GEMMs where a device lists one (`Device.fp8_gemm_latency`); 0 depth: no floor."""
+    GEMMs where a device lists one (`Device.fp8_gemm_latency`); 0 depth: no floor. For a fused attention
+    kernel `depth` is the keys each query walks in one call, over which a query block's fixed work
+    amortizes (`cost.compute.fused_attention_time`)."""
 
     flop: Array
     bytes: Array
     group: Array = 1.0
     kernels: Array = 1.0
     depth: Array = 0.0
+
+    @property
+    def flop_per_key(self) -> Array:
+        """A fused attention op's FLOPs per key each query walks (`depth`); 0 without a depth."""
+        depth = np.asarray(self.depth, dtype=float)
+        return np.where(depth > 0, self.flop / np.where(depth > 0, depth, 1.0), 0.0)
 
 
 def gemm(M: Array, N: Array, K: Array, batch: Array, element_bytes: Array, input_bytes: Array | None = None,

@@ -118,7 +118,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         # [derived] GeLU: read, write T x f/t; gated: read gate and up, write product
         activation=stream(T * (f / t) * e * (2 + gated)),
         rotary=stream(attends * m.rotary * 2 * T * (a + kv) * dh / t * e),
-        flash_attention=fused_attention_op(m, b, q, keys, t, e),
+        flash_attention=fused_attention_op(m, b, q, keys, t, e, chunks=cp),
         # [derived] MLGRU (Zhu et al. 2024 §3.3.1; HGRNBitAttention): the recurrence reads i, f and writes h;
         # the output gate reads h, g and writes o: 6 T h/t elements
         recurrence=stream(m.mlgru * 6 * T * h / t * e),
