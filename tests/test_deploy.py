@@ -107,6 +107,7 @@ def test_cli_emit_and_search_emit(tmp_path):
     out = runner.invoke(app, ["search", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "16",
                               "--global-batch", "64", "--json", "--emit", str(best)])
     assert out.exit_code == 0, out.output
-    top = json.loads(out.output[out.output.index("{"):])["top"][0]  # after the stderr line "wrote ..."
+    # the output mixes the JSON with the stderr line "wrote ...", before or after it as the streams flush
+    top = json.JSONDecoder().raw_decode(out.output[out.output.index("{"):])[0]["top"][0]
     again = runner.invoke(app, ["estimate", str(best), "--json"])
     assert json.loads(again.output)["step_time_s"] == pytest.approx(top["step_time_s"], rel=1e-9)

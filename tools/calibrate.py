@@ -76,7 +76,7 @@ def main() -> None:
     scales = ((1.0,) if flash_only else np.arange(0.30, 1.32, 0.02) if wide else np.arange(0.9, 1.32, 0.04)
               if with_flash3 else np.arange(0.50, 1.32, 0.02))
     lows = (1.0,) if flash_only else (0.4, 0.6, 0.8, 1.0) if wide else (0.8, 1.0) if with_flash3 else (0.6, 0.8, 1.0)
-    flash3s = ((0.2, 0.22, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7) if with_flash3
+    flash3s = ((0.2, 0.22, 0.25, 0.28, 0.3, 0.32, 0.35, 0.38, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7) if with_flash3
                else (base.flash3_attention_efficiency,))
     uses_flash = any(rows_mod.row_specs(r)[0].strategy.attention.value == "flash" for r in rows)
     # attention runs in 16 bit: its efficiencies are fitted with the 16-bit curve, not with fp8's
