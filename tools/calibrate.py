@@ -21,7 +21,9 @@ What the shipped presets were calibrated on (README, Validation):
                   --flash3 --flash-only
   b200:           fp8 curve and flash3 on the dense B200 rows, TR-NEMO-LONGSEQ-B200 TR-MBRIDGE-25.11-B200-17
                   TR-MBRIDGE-25.11-B200-18 --precision fp8 --flash3 --wide (the MoE and GB200 / GB300 rows
-                  held out)
+                  held out); with the attention length overhead flash3 re-fitted on the same rows plus the
+                  dense GB200 ones (TR-MBRIDGE-25.11-GB200-09/10/11) --precision fp8 --flash3 --flash-only
+  a100-sxm4-80gb, with the attention length overhead: --flash-only on TR-FOUNDRY again (0.3 kept)
 """
 
 from __future__ import annotations
