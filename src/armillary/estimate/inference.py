@@ -168,8 +168,7 @@ class ReplicaModel:
         cache = cache_read_bytes(m, self.attention_tp, cached_tokens / self.cp, self.cache_bytes, self.cache_reads,
                                  self.mla_expanded)
         moved = op.bytes - self.tier2_fraction * cache
-        kernel = fused_attention_time(Op(op.flop, moved, depth=op.depth), device, self.st.precision,
-                                      self.attention_version)
+        kernel = fused_attention_time(replace(op, bytes=moved), device, self.st.precision, self.attention_version)
         tier2 = device.second_tier
         remote = self.tier2_fraction * cache / tier2.rate if tier2 is not None and self.tier2_fraction else 0.0
         attends = 1.0 - float(m.mlgru)

@@ -231,9 +231,7 @@ def _decode_pool(done: _Requests, trace: Trace, r: ReplicaModel, cost: Iteration
     link (each device its shard), and the decode pool takes the requests in the order they are ready; the
     time to first token stays the prefill pool's."""
     ttft = done.first.copy()
-    n = len(trace)
-    handover = np.array([float(kv_handover_time(r, float(t))) for t in trace.input_len]) if n else np.zeros(0)
-    ready = ttft + handover
+    ready = ttft + np.broadcast_to(kv_handover_time(r, trace.input_len.astype(float)), ttft.shape)
     served = np.isfinite(ready)
     order = np.flatnonzero(served)[np.argsort(ready[served], kind="stable")]
     decode_trace = Trace(ready[order], trace.input_len[order], trace.output_len[order])
