@@ -10,8 +10,10 @@ Needs the `jax` extra (pip install 'armillary[jax]'). The tests' fixtures in tes
 topology described by XLA's GpuTargetConfig, `jax.experimental.topologies`); it needs the CUDA plugin
 (pip install jax-cuda12-plugin jax-cuda12-pjrt of jax's version; no CUDA libraries or driver), and with no
 device to autotune on, XLA keeps its default GEMM choice (Triton fusions; `--cublas`: cuBLAS calls). For a GPU
-target FSDP gathers each layer's weights where they are used (ZeRO-3); the CPU fixtures leave the choice
-to the SPMD partitioner, which on the GPU then reshards activations instead (3x the collective bytes).
+target FSDP is written out per device (`shard_map`, as in JAX's FSDP example): each weight all-gathered
+where it is used, whose transpose reduce-scatters its gradient (ZeRO-3). Left to the SPMD partitioner (the CPU
+fixtures), the GPU program reshards activations instead (3x the collective bytes), and a weight gathered by a
+sharding constraint has its gradient all-reduced where the partitioner sees no reduce-scatter (the embedding).
 `--unrolled`: the layers as a Python loop instead of a `lax.scan` (whose backward reads what it saved from
 per-layer stacks); `--cudnn`: bf16 with cuDNN fused attention (pip install nvidia-cudnn-cu12 to compile).
 """
@@ -77,21 +79,24 @@ def _ln(x: Any, g: Any) -> Any:
     return (x - mean) * jax.lax.rsqrt(var + 1e-5) * g[0] + g[1]
 
 
-def _whole(p: Any) -> Any:
+LAYER_WEIGHTS = ("ln1", "ln2", "wqkv", "bqkv", "wo", "bo", "w1", "b1", "w2", "b2")
+
+
+def _whole(name: str, p: Any) -> Any:
     return p
 
 
 def loss(params: dict[str, Any], tokens: Any, gather: Any = _whole, scan: bool = True,
          attention: str = "standard") -> Any:
-    """`gather` makes a weight whole where it is used (FSDP: an all-gather, whose transpose reduce-scatters
-    the gradient; Zhao et al. 2023 §3.2); by default the partitioner decides."""
-    emb = gather(params["emb"])
-    x = emb[tokens] + gather(params["pos"])[None]
+    """`gather(name, weight)` makes a weight whole where it is used (FSDP: an all-gather, whose transpose
+    reduce-scatters the gradient; Zhao et al. 2023 §3.2); by default the partitioner decides."""
+    emb = gather("emb", params["emb"])
+    x = emb[tokens] + gather("pos", params["pos"])[None]
     s = tokens.shape[1]
     mask = jnp.tril(jnp.ones((s, s), bool))
 
     def layer(x: Any, p: tuple[Any, ...]) -> tuple[Any, None]:
-        ln1, ln2, wqkv, bqkv, wo, bo, w1, b1, w2, b2 = (gather(w) for w in p)
+        ln1, ln2, wqkv, bqkv, wo, bo, w1, b1, w2, b2 = (gather(n, w) for n, w in zip(LAYER_WEIGHTS, p, strict=True))
         qkv = jnp.einsum("bsh,htnd->bstnd", _ln(x, ln1), wqkv) + bqkv
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         if attention == "cudnn":
@@ -104,21 +109,23 @@ def loss(params: dict[str, Any], tokens: Any, gather: Any = _whole, scan: bool =
         x = x + jax.nn.gelu(_ln(x, ln2) @ w1 + b1) @ w2 + b2
         return x, None
 
-    stacked = tuple(params[n] for n in ("ln1", "ln2", "wqkv", "bqkv", "wo", "bo", "w1", "b1", "w2", "b2"))
+    stacked = tuple(params[n] for n in LAYER_WEIGHTS)
     if scan:
         x, _ = jax.lax.scan(layer, x, stacked)
     else:  # what scan saves for the backward is written into per-layer stacks: unrolled, it stays in place
         for i in range(stacked[0].shape[0]):
             x, _ = layer(x, tuple(w[i] for w in stacked))
-    logits = (_ln(x, gather(params["lnf"])) @ emb.T).astype(jnp.float32)
+    logits = (_ln(x, gather("lnf", params["lnf"])) @ emb.T).astype(jnp.float32)
     labels = jnp.roll(tokens, -1, axis=1)
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], axis=-1))
 
 
 def step(params: dict[str, Any], m: dict[str, Any], v: dict[str, Any], tokens: Any, gather: Any = _whole,
          scan: bool = True, attention: str = "standard") -> tuple[Any, ...]:
-    """One training step with Adam (Kingma & Ba 2015, Algorithm 1; no bias correction)."""
-    grads = jax.grad(loss)(params, tokens, gather, scan, attention)
+    """One training step with Adam (Kingma & Ba 2015, Algorithm 1; no bias correction). Under `shard_map`
+    (`gather` all-gathers over "dp") each device's loss is its share of the global mean."""
+    share = 1.0 if gather is _whole else 1.0 / jax.lax.axis_size("dp")
+    grads = jax.grad(lambda p: share * loss(p, tokens, gather, scan, attention))(params)
     m = jax.tree.map(lambda a, g: 0.9 * a + 0.1 * g.astype(jnp.float32), m, grads)
     v = jax.tree.map(lambda a, g: 0.999 * a + 0.001 * jnp.square(g.astype(jnp.float32)), v, grads)
     params = jax.tree.map(lambda p, a, b: (p - 1e-4 * a / (jnp.sqrt(b) + 1e-8)).astype(p.dtype), params, m, v)
@@ -176,12 +183,16 @@ def compile_step(cfg: Config, strategy: str, abstract: bool = False, target: str
     params = jax.eval_shape(lambda: init(cfg)) if abstract else init(cfg)
     shard = {n: NamedSharding(mesh, specs.get(n, P())) for n in params}
     batch = NamedSharding(mesh, P("dp", None))
-    gather = _whole
-    if strategy == "fsdp" and target is not None:  # ZeRO-3: gather each layer's weights where they are used
-        def gather(w: Any) -> Any:
-            return jax.lax.with_sharding_constraint(w, NamedSharding(mesh, P()))
-    fn = jax.jit(partial(step, gather=gather, scan=cfg.scan, attention=cfg.attention),
-                 in_shardings=(shard, shard, shard, batch), out_shardings=(shard, shard, shard))
+    body: Any = partial(step, scan=cfg.scan, attention=cfg.attention)
+    if strategy == "fsdp" and target is not None:  # ZeRO-3 written per device: gather each weight where it is used
+        def gather(name: str, w: Any) -> Any:
+            spec = tuple(specs[name])[-w.ndim:]  # a layer's slice of a stacked weight drops the layer axis
+            return jax.lax.all_gather(w, "dp", axis=spec.index("dp"), tiled=True)
+
+        pspec = {n: specs.get(n, P()) for n in params}
+        body = jax.shard_map(partial(body, gather=gather), mesh=mesh, in_specs=(pspec, pspec, pspec, P("dp", None)),
+                             out_specs=(pspec, pspec, pspec))
+    fn = jax.jit(body, in_shardings=(shard, shard, shard, batch), out_shardings=(shard, shard, shard))
     if abstract:
         spec = {n: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=shard[n]) for n, p in params.items()}
         state = {n: jax.ShapeDtypeStruct(p.shape, jnp.float32, sharding=shard[n]) for n, p in params.items()}

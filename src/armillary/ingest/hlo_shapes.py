@@ -44,7 +44,7 @@ class ArrayShape:
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """An instruction's result: one array, or a tuple of them (`leaves` flattened, `tuple_sizes` the number
+    """An instruction's result: one array, or a tuple of them (`leaves` flattened, `elements_leaves` the number
     of leaves of each top-level element, so `get-tuple-element` can find its part)."""
 
     leaves: tuple[ArrayShape, ...]

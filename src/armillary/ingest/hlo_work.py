@@ -102,11 +102,12 @@ def is_synchronous(inst: Instruction) -> bool:
 def message_bytes(op: Collective, inst: Instruction, operand_bytes: float) -> float:
     """Message size in the nccl-tests convention: the reduced buffer (all-reduce), the gathered result
     (all-gather), the input before scattering (reduce-scatter), the buffer each rank sends (all-to-all,
-    permute). An async start's tuple result holds (input, output[, contexts]): its output counts."""
-    leaves = inst.shape.leaves
-    result = float(leaves[1].bytes if inst.shape.is_tuple and len(leaves) > 1 and inst.opcode.endswith("-start")
-                   else inst.shape.bytes)
-    return operand_bytes if op is Collective.REDUCE_SCATTER else result
+    permute). An async start's tuple result holds (inputs, outputs[, contexts]): its outputs count, every array
+    of a combined collective's tuple; an all-reduce-start's result is its outputs alone."""
+    shape = inst.shape
+    paired = inst.opcode.endswith("-start") and inst.opcode != "all-reduce-start"
+    result = shape.element(1).bytes if paired and shape.is_tuple and len(shape.elements_leaves) > 1 else shape.bytes
+    return operand_bytes if op is Collective.REDUCE_SCATTER else float(result)
 
 
 def instruction_work(inst: Instruction, comp: Computation, module: HloModule) -> Work:
