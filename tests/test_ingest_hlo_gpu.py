@@ -67,6 +67,27 @@ def test_gpu_tp_collectives_match_the_estimate(h100):
     assert found == pytest.approx(expected, rel=1e-3)
 
 
+def _collective_bytes(path: Path, h100) -> dict[Collective, float]:
+    found: dict[Collective, float] = {}
+    for rows in cost_module(read_hlo(path), h100).costs.values():
+        for r in rows:
+            if r is not None and r.collective is not None:
+                found[r.collective] = found.get(r.collective, 0.0) + r.bytes
+    return found
+
+
+def test_gpu_dp_collectives_match_the_estimate(h100):
+    """Data parallelism: gradient all-reduces only, the estimator's bytes plus one embedding table: XLA
+    all-reduces the tied embedding's two gradients (the lookup's and the LM head's) before adding them."""
+    est = _estimate("dp", h100)
+    expected = [float(c.per_step * c.message_bytes) for c in est.communication
+                if c.dimension is ParallelDimension.DP and float(c.per_step) > 0]
+    cfg = json.loads((DATA / "gpt_large_h100_unrolled.json").read_text())["config"]
+    table = cfg["vocab"] * cfg["hidden"] * 4
+    assert _collective_bytes(DATA / "gpt_large_h100_unrolled_dp.hlo.txt", h100) == {
+        Collective.ALL_REDUCE: pytest.approx(sum(expected) + table, rel=1e-9)}
+
+
 def test_gpu_fsdp_collectives_match_the_estimate(h100):
     """FSDP written per device (shard_map): the program all-gathers every weight and reduce-scatters every
     gradient, no all-reduce; the gradient bytes are the estimator's exactly. Two differences: XLA combines
@@ -74,12 +95,7 @@ def test_gpu_fsdp_collectives_match_the_estimate(h100):
     gathered weights from the forward for the backward, so it gathers the weights once where the estimator's
     ZeRO-3 (resharded after the forward, as FSDP FULL_SHARD and DeepSpeed stage 3 do) gathers them twice."""
     est = _estimate("fsdp", h100)
-    cost = cost_module(read_hlo(DATA / "gpt_large_h100_unrolled_fsdp.hlo.txt"), h100)
-    found: dict[Collective, float] = {}
-    for rows in cost.costs.values():
-        for r in rows:
-            if r is not None and r.collective is not None:
-                found[r.collective] = found.get(r.collective, 0.0) + r.bytes
+    found = _collective_bytes(DATA / "gpt_large_h100_unrolled_fsdp.hlo.txt", h100)
     expected = {c.operation: float(c.per_step * c.message_bytes) for c in est.communication
                 if c.dimension is ParallelDimension.DP and float(c.per_step) > 0}
     assert set(found) == set(expected) == {Collective.ALL_GATHER, Collective.REDUCE_SCATTER}
