@@ -8,13 +8,13 @@ the backward of every micro-batch (docs/formulas.md pitfall 8).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from armillary.comm.collectives import all_gather, all_reduce, needed, reduce_scatter
 from armillary.comm.overlap import exposed
 from armillary.estimate import memory as mem
 from armillary.estimate.result import CommCall, ParallelDimension
-from armillary.numerics import Array, where
+from armillary.numerics import Array, maximum, where
 from armillary.plan.arrays import StrategyArrays
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
@@ -43,7 +43,12 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system), active & (zero >= 1) & (zero <= 2))
     gather_params = needed(lambda: all_gather(weight_bytes, dp_group, system), active & (zero >= 1) & (zero <= 2))
     unit = layers_local
-    unit_gather = needed(lambda: all_gather(weight_bytes / unit, dp_group, system), active & (zero == 3))
+    zero3 = active & (zero == 3)
+    unit_gather = needed(lambda: all_gather(weight_bytes / unit, dp_group, system), zero3)
+    # an implementation slower than its network gathers at its own rate (DeepSpeed before v0.5.5: weight by
+    # weight, the device synchronised before each; ~24 GB/s on one NVLink node, DeepSpeed issue #1174)
+    unit_gather = replace(unit_gather, time=where(zero3, maximum(unit_gather.time,
+                                                                 weight_bytes / unit / st.zero3_gather_rate), 0.0))
     unit_scatter = needed(lambda: reduce_scatter(grad_bytes / unit, dp_group, system), active & (zero == 3))
 
     # once per iteration (ZeRO 0/1): the reduction of all buckets but the last overlaps the last
@@ -59,11 +64,15 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     gathers, scatters = unit_gather.time * layers_local, unit_scatter.time * layers_local
     # the first unit's gather opens each forward and the last unit's reduce-scatter closes each backward
     # with nothing to hide behind; each unit's prefetch hides behind the compute of the one before it
-    # (PyTorch FSDP, Zhao et al. 2023 §3.3.2 forward / backward prefetch; DeepSpeed ZeRO-3 prefetch). On a
-    # network-bound step the exposed time is what the serial transfers exceed the compute by.
-    first, last = unit_gather.time * st.overlap_param_gather, unit_scatter.time * st.overlap_param_gather
-    per_mb_zero3 = (first + exposed(gathers - first, forward_s, st.overlap_param_gather)
-                    + exposed(gathers + scatters - last, backward_s, st.overlap_param_gather) + last)
+    # (PyTorch FSDP, Zhao et al. 2023 §3.3.2 forward / backward prefetch; DeepSpeed ZeRO-3 prefetch), and
+    # the reduce-scatters behind the backward when gradient reduction overlaps. On a network-bound step the
+    # exposed time is what the serial transfers exceed the compute by; gathers not prefetched run in line.
+    prefetch, reduce_along = st.overlap_param_gather, st.overlap_dp
+    first, last = unit_gather.time * prefetch, unit_scatter.time * reduce_along
+    hidden_in_backward = prefetch * gathers + reduce_along * (scatters - last)
+    in_line_in_backward = (1 - prefetch) * gathers + (1 - reduce_along) * (scatters - last)
+    per_mb_zero3 = (first + exposed(gathers - first, forward_s, prefetch)
+                    + exposed(hidden_in_backward, backward_s, 1.0) + in_line_in_backward + last)
     per_mb = where(st.zero == 2, per_mb_zero2, where(st.zero == 3, per_mb_zero3, 0.0))
     exposed_s = where(active, once + microbatches * per_mb, 0.0)
 

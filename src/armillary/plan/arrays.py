@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from armillary.numerics import Array
 from armillary.plan.codes import SCHEDULE, STRATEGY_FIELDS, encode, strategy_value
 from armillary.specs.model import Model, PositionKind, TernaryKernel, TokenMixer
@@ -135,6 +137,7 @@ class StrategyArrays:
     recompute_moe_act: Array = 0.0
     recompute_mla_up_proj: Array = 0.0
     zero3_live_params: Array = 0.0  # 0 = two whole layers gathered at once
+    zero3_gather_rate: Array = np.inf  # bytes/s per device; inf = the network's rate
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
@@ -144,7 +147,7 @@ class StrategyArrays:
             first_stage_layers=s.first_stage_layers or 0, last_stage_layers=s.last_stage_layers or 0,
             etp=s.etp, imbalance=s.routing.imbalance, capacity_factor=s.routing.capacity_factor or 0.0,
             pad_to_capacity=float(s.routing.pad_to_capacity), dispatch_fp8=float(s.routing.dispatch_fp8),
-            zero3_live_params=s.zero3_live_parameters or 0.0,
+            zero3_live_params=s.zero3_live_parameters or 0.0, zero3_gather_rate=s.zero3_gather_rate or np.inf,
             **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
         )
 

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field, PositiveInt
 
 from armillary.specs.base import NamedByPatterns
+from armillary.specs.quantity import BytesPerSecond
 from armillary.specs.strategy import Attention, Overlap, Recompute, RecomputeModule, TrainingPrecision, ZeroStage
 
 _HOPPER_OR_LATER = re.compile(r"h100|h200|h800|h20\b|gh200|b100|b200|b300|gb[23]00|blackwell|hopper", re.I)
@@ -54,6 +55,9 @@ class SoftwareStack(NamedByPatterns):
     zero3_live_parameters: float | None = Field(
         None, gt=0, description="ZeRO-3's bound on gathered parameters held at once (`Strategy` field of the "
         "same name); None: two whole layers")
+    zero3_gather_rate: BytesPerSecond | None = Field(
+        None, description="ZeRO-3's parameter-gather rate per device whatever the network (`Strategy` field "
+        "of the same name); None: the network's rate")
     local_batch: bool = Field(
         False, description="the stack's batch setting is each data-parallel rank's batch: no gradient "
         "accumulation by default, and pipeline stages split it into as many micro-batches as stages")
@@ -74,4 +78,6 @@ class SoftwareStack(NamedByPatterns):
             out["recompute"] = self.recompute
         if self.zero3_live_parameters is not None:
             out["zero3_live_parameters"] = self.zero3_live_parameters
+        if self.zero3_gather_rate is not None:
+            out["zero3_gather_rate"] = self.zero3_gather_rate
         return out

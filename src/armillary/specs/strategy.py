@@ -9,6 +9,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from armillary.plan import rules
 from armillary.specs.base import Spec
+from armillary.specs.quantity import BytesPerSecond
 
 
 class Recompute(StrEnum):
@@ -171,6 +172,10 @@ class Strategy(Spec):
         None, description="ZeRO-3: the most gathered parameters held at once, never less than the largest "
         "weight matrix (DeepSpeed stage3_max_live_parameters, default 1e9); None: two whole layers, the one in "
         "use and the prefetched one (PyTorch FSDP / Megatron-FSDP units)")
+    zero3_gather_rate: BytesPerSecond | None = Field(
+        None, description="ZeRO-3: the most gathered parameter bytes per second a device's gathers reach, "
+        "whatever the network (an implementation slower than its network: DeepSpeed before v0.5.5 gathered "
+        "weight by weight, synchronising the device before each); None: the network's rate")
     overlap: Overlap = Overlap()
     offload: Offload = Offload()
     precision: TrainingPrecision = TrainingPrecision.BF16
