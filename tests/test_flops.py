@@ -70,3 +70,58 @@ def test_mistral_config_reads_its_window():
            "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 32000, "hidden_act": "silu",
            "max_position_embeddings": 32768, "sliding_window": 4096, "tie_word_embeddings": False}
     assert load_model(cfg).sliding_window == 4096
+
+
+@pytest.mark.parametrize("preset", ["llama3-8b", "gpt3-175b"])
+def test_alternate_matmul_recompute_by_hand(preset):
+    """torchtitan's op-level selective checkpointing re-runs every second matmul of a block in forward
+    order: q, k, v, o, gate, up, down -> k, o, up (Llama: SwiGLU), or q, k, v, o, fc1, fc2 -> k, o, fc2 (GPT:
+    GeLU). Either way the re-run FLOPs are 2 T h (kv_heads d_h + heads d_v + ffn) per layer, per TP rank."""
+    from armillary.specs.loading import load_model
+
+    m = load_model(preset)
+    b, s, t = 2, 4096, 2
+    r = estimate(m, "dgx-h100", Strategy(tp=t, micro_batch=b, attention="flash", recompute="selective",
+                                         recompute_modules=("alternate_matmuls",)),
+                 Training(seq_len=s, global_batch=b), gpus=t)
+    T, h, dh = b * s, m.hidden, m.hidden // m.heads
+    expected = 2 * T * h * ((m.kv_heads or m.heads) * dh + m.heads * dh + m.ffn) / t
+    assert float(r.layer.recompute.flop) == pytest.approx(expected, rel=1e-12)
+    L = m.layers
+    assert float(r.hardware_flop - r.model_flop) == pytest.approx(expected * t * L, rel=1e-9)
+
+
+def test_elementwise_recompute_reruns_every_elementwise_kernel_and_no_flops():
+    """Recomputing every element-wise kernel (norms, residual adds, rotary, activation) costs their forward
+    traffic and time, no GEMM FLOPs, and stores neither the norm outputs nor the activation's output; every
+    second matmul re-run stores neither K nor the up projection's output."""
+    from armillary.estimate.memory import layer_activations
+    from armillary.plan.arrays import StrategyArrays
+    from armillary.specs.loading import load_model
+    from armillary.workload.transformer import layer_forward
+
+    llama = load_model("llama3-8b")
+    w = Training(seq_len=4096, global_batch=1)
+    plain = estimate(llama, "dgx-h100", Strategy(attention="flash"), w, gpus=1)
+    r = estimate(llama, "dgx-h100", Strategy(attention="flash", recompute="selective",
+                                             recompute_modules=("elementwise",)), w, gpus=1)
+    ma = ModelArrays.of(llama)
+    fw = layer_forward(ma, 1, 4096, 1.0, 0.0, 2.0)
+    streams = fw.norms.bytes + fw.residuals.bytes + fw.rotary.bytes + fw.activation.bytes
+    assert float(r.layer.recompute.bytes) == pytest.approx(float(streams), rel=1e-12)
+    assert float(r.hardware_flop) == float(plain.hardware_flop)
+    acts = layer_activations(ma, 1, 4096, 1.0, 0.0, 2.0, 2.0)
+
+    def stored(**kw):
+        return float(acts.stored(StrategyArrays.of(Strategy(attention="flash", **kw), 1)))
+
+    T, h, f = 4096, llama.hidden, llama.ffn
+    saved = stored(recompute="selective", recompute_modules=("core_attn",)) - stored(
+        recompute="selective", recompute_modules=("core_attn", "elementwise"))
+    assert saved == pytest.approx(2 * 2 * T * h + 2 * T * f)  # two norm outputs and the SwiGLU product
+    both = stored(recompute="selective", recompute_modules=("elementwise", "layernorm"))
+    assert both == stored(recompute="selective", recompute_modules=("elementwise",))  # norms counted once
+    kv = llama.kv_heads * (h // llama.heads)
+    alternate = stored(recompute="selective", recompute_modules=("core_attn",)) - stored(
+        recompute="selective", recompute_modules=("core_attn", "alternate_matmuls"))
+    assert alternate == pytest.approx(2 * T * kv + 2 * T * f)  # K and the up projection's output

@@ -164,18 +164,30 @@ def _recompute(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | Non
     """(what recomputation re-runs, of which the further selective modules). Full recomputation re-runs the
     forward; selective re-runs the attention core (FlashAttention already recomputes it inside) and the
     other modules chosen: norms, the dense MLP or the shared experts, the experts' activation, MLA's
-    up-projections (time in proportion to their FLOPs within the projection op)."""
+    up-projections (time in proportion to their FLOPs within the projection op), every element-wise kernel,
+    every second matmul (K's share of the QKV projection, the output projection, and half the gated MLP's
+    input projection or, without a gate, its output projection)."""
     full, selective = recompute_modes(st)
     moe = experts is not None
+    mlp = st.recompute_shared_experts if moe else st.recompute_mlp
     mlp_ops = (fw.mlp_in, fw.mlp_out, fw.activation)
     up_share = fw.latent_up.flop / maximum(fw.qkv.flop, 1e-30)
+    # torchtitan counts a block's matmuls q, k, v, o, gate, up, down (or fc1, fc2) and recomputes the 2nd, 4th, 6th
+    mlp_in_share, mlp_out_share = (0.0, 0.0) if moe else (fw.gated / 2, 1 - fw.gated)
+    alternate = ((fw.key_share, fw.qkv, kt.qkv), (1.0, fw.out_proj, kt.out_proj),
+                 (mlp_in_share * (1 - mlp), fw.mlp_in, kt.mlp_in), (mlp_out_share * (1 - mlp), fw.mlp_out, kt.mlp_out))
+    # each kernel counted once whichever of the overlapping modules (norms, MLP, element-wise) re-run it
     modules = _module_recompute(st, (
-        (st.recompute_layernorm, 0.0, fw.norms.bytes, kt.norms),
-        (st.recompute_shared_experts if moe else st.recompute_mlp, sum(op.flop for op in mlp_ops),
-         sum(op.bytes for op in mlp_ops), kt.mlp_in + kt.mlp_out + kt.activation),
+        (maximum(st.recompute_layernorm, st.recompute_elementwise), 0.0, fw.norms.bytes, kt.norms),
+        (mlp, sum(op.flop for op in mlp_ops), sum(op.bytes for op in mlp_ops),
+         kt.mlp_in + kt.mlp_out + kt.activation),
         (st.recompute_moe_act * moe, 0.0, experts.activation.bytes if experts else 0.0,
          kt.expert_activation if moe else 0.0),
         (st.recompute_mla_up_proj, fw.latent_up.flop, fw.latent_up.bytes, up_share * kt.qkv),
+        (st.recompute_elementwise, 0.0, fw.residuals.bytes + fw.rotary.bytes + (1 - mlp) * fw.activation.bytes,
+         kt.residuals + kt.rotary + (1 - mlp) * kt.activation),
+        (st.recompute_alternate_matmuls, sum(share * op.flop for share, op, _ in alternate),
+         sum(share * op.bytes for share, op, _ in alternate), sum(share * t for share, _, t in alternate)),
     ))
     recompute = PassCost(*(where(full, f, where(selective, c, 0.0) + mod) for f, c, mod in (
         (forward.flop, core_f.flop, modules.flop), (forward.bytes, core_f.bytes, modules.bytes),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.numerics import Array, minimum, where
+from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 from armillary.plan.layout import rank_queries
@@ -60,6 +60,9 @@ class LayerActivations:
     mlp_hidden: Array = 0.0  # of `tensor_parallel`: the MLP's (dense or shared experts') hidden activations
     latent_up: Array = 0.0  # of `tensor_parallel`: MLA's up-projected Q, K, V less the latents kept instead
     expert_act: Array = 0.0  # of `experts`: the routed experts' activation output
+    activation_output: Array = 0.0  # of `mlp_hidden`: the activation's output (the down projection's input)
+    up_output: Array = 0.0  # of `mlp_hidden`: a gated MLP's up-projection output
+    key_output: Array = 0.0  # of `tensor_parallel`: K
     moe: Array = 0.0  # 1 for an MoE layer (its MLP is the shared experts)
 
     def stored(self, st: StrategyArrays) -> Array:
@@ -68,8 +71,11 @@ class LayerActivations:
         drops the attention core and whatever further modules it recomputes (Megatron --recompute-modules)."""
         no_recompute = self.replicated + self.tensor_parallel + self.attention_core + self.experts
         mlp_flag = where(self.moe > 0, st.recompute_shared_experts, st.recompute_mlp)
+        elementwise, alternate = st.recompute_elementwise, st.recompute_alternate_matmuls
         selective = (no_recompute - st.recompute_core_attn * self.attention_core
-                     - st.recompute_layernorm * self.norm_outputs - mlp_flag * self.mlp_hidden
+                     - maximum(st.recompute_layernorm, elementwise) * self.norm_outputs - mlp_flag * self.mlp_hidden
+                     - (1 - mlp_flag) * (elementwise * self.activation_output + alternate * self.up_output)
+                     - alternate * self.key_output
                      - st.recompute_mla_up_proj * self.latent_up - st.recompute_moe_act * self.expert_act)
         return where(st.recompute == RECOMPUTE_FULL, self.layer_input,
                      where(st.recompute == RECOMPUTE_SELECTIVE, selective, no_recompute))
@@ -118,7 +124,9 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
                       0.0)
     return LayerActivations(replicated, tensor_parallel, attention_core, layer_input, routed,
                             norm_outputs=2 * g * T * h / sp_div, mlp_hidden=mlp_hidden,
-                            latent_up=latent_up, expert_act=expert_act, moe=float(experts is not None))
+                            latent_up=latent_up, expert_act=expert_act, moe=float(experts is not None),
+                            activation_output=g * T * f / t, up_output=(m.mlp_matrices - 2) * e * T * f / t,
+                            key_output=where(m.kv_lora > 0, 0.0, e * T * m.kv_heads * m.head_dim / t))
 
 
 def microbatches_in_flight(st: StrategyArrays, microbatches: Array, stage: Array = 0.0) -> Array:

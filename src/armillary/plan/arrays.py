@@ -136,6 +136,8 @@ class StrategyArrays:
     recompute_shared_experts: Array = 0.0
     recompute_moe_act: Array = 0.0
     recompute_mla_up_proj: Array = 0.0
+    recompute_elementwise: Array = 0.0
+    recompute_alternate_matmuls: Array = 0.0
     zero3_live_params: Array = 0.0  # 0 = two whole layers gathered at once
     zero3_gather_rate: Array = np.inf  # bytes/s per device; inf = the network's rate
 

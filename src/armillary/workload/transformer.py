@@ -41,6 +41,8 @@ class LayerForward:
     quantize: Op  # BitLinear: activation (and, dequantizing, weight) quantization before each projection
     additions: Array = 0.0  # share of nonzero ternary weights when the projections run as additions, else 0
     latent_up: Op = Op(0.0, 0.0)  # noqa: RUF009 (Op is frozen) MLA's up-projections: the part of `qkv` that mla_up_proj recomputes
+    key_share: Array = 0.0  # the K projection's share of `qkv`
+    gated: Array = 0.0  # 1 when `mlp_in` is a gate and an up projection side by side
 
     @property
     def gemms(self) -> tuple[Op, ...]:
@@ -103,7 +105,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     dense_inputs = T * (h + a * dv / t + h + f / t)  # QKV (one read for the three), out, MLP in, MLP out
     weights = (h * m.qkv_width + a * dv * h) / t + m.mlp_matrices * h * f / t
     return LayerForward(
-        qkv=qkv,
+        qkv=qkv, key_share=where(m.kv_lora > 0, 0.0, kv * dh / m.qkv_width), gated=gated,
         attention_scores=gemm(q, keys, dh, attends * b * a / t, e),
         attention_over_v=gemm(q, dv, keys, attends * b * a / t, e),
         out_proj=gemm(T, h, a * dv / t, 1, e, e_in, e_w),
