@@ -19,9 +19,15 @@ def is_array(*values: object) -> bool:
     return any(isinstance(v, np.ndarray) for v in values)
 
 
+def any_true(x: Array | bool) -> bool:
+    """np.any that stays in plain Python for a single configuration."""
+    return bool(x) if isinstance(x, bool | np.bool_ | float | int) else bool(np.any(x))
+
+
 def where(cond: Array | bool, a: Array, b: Array) -> Array:
     """np.where that stays in plain Python for a single configuration."""
-    if isinstance(cond, bool | np.bool_):
+    kind = type(cond)  # an exact type test: the hottest helper, called for every formula's branch
+    if kind is bool or kind is np.bool_:
         return a if cond else b
     return np.where(cond, a, b)
 

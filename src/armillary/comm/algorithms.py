@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.numerics import Array, minimum
+from armillary.numerics import Array, any_true, minimum
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.network import SWITCHED, NetworkDimension, NetworkKind
@@ -299,7 +299,7 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     a2a_hops = _a2a_hops(net, p) if op is Collective.ALL_TO_ALL else 1.0
     if scalar:
         a2a_hops = float(a2a_hops)
-    ramp = _ramp(net.size_efficiency if np.any(curve) else None, n_bytes, scalar)
+    ramp = _ramp(net.size_efficiency if any_true(curve) else None, n_bytes, scalar)
     if not (_is_scalar(curve) or np.all(curve)):
         ramp = np.where(curve, ramp, 1.0)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)

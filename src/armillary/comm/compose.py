@@ -39,7 +39,7 @@ from armillary.comm.algorithms import (
     dimension_cost,
     ring_protocols,
 )
-from armillary.numerics import Array, is_array, where
+from armillary.numerics import Array, any_true, is_array, where
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.network import CollectiveLibrary
@@ -122,7 +122,7 @@ class _Net:
         where it cannot run."""
         dim, span = self.system.network[i], self.group.spans[i]
         ranks = span if p is None else p
-        if not np.any(np.asarray(span) > 1):  # no point of the sweep spans this dimension
+        if not any_true(span > 1):  # no point of the sweep spans this dimension
             return NOTHING
         blocked = DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0)
         if algorithm is not None and not _pinnable(algorithm, op, dim):
@@ -146,7 +146,7 @@ class _Net:
         ring sweep across that dimension (comm/calibration.fit_ring_after_tree), while an inner curve
         comes from a sweep inside the inner dimension (NVLink: its >= 2 MiB messages ran NVLS)."""
         dim, span = self.system.network[i], self.group.spans[i]
-        if not np.any(np.asarray(span) > 1):
+        if not any_true(span > 1):
             return (NOTHING,) * len(PROTOCOLS)
         try:
             costs = ring_protocols(op, n, self.group.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
@@ -159,8 +159,8 @@ class _Net:
 
 def _one_dimension_each(group: Placement) -> bool:
     """Whether the group spans at most one dimension (at every point of a sweep)."""
-    spanned = sum(np.asarray(s) > 1 for s in group.spans)
-    return bool(np.all(spanned <= 1))
+    spanned = sum(s > 1 for s in group.spans)
+    return not any_true(spanned > 1)
 
 
 def _on_one_dimension(op: Collective, n: Array, net: _Net) -> Composed:

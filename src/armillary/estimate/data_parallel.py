@@ -8,9 +8,9 @@ the backward of every micro-batch (docs/formulas.md pitfall 8).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from armillary.comm.collectives import all_gather, all_reduce, needed, reduce_scatter
+from armillary.comm.collectives import CommCost, all_gather, all_reduce, needed, reduce_scatter
 from armillary.comm.overlap import exposed
 from armillary.estimate import memory as mem
 from armillary.estimate.result import CommCall, ParallelDimension
@@ -47,8 +47,8 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     unit_gather = needed(lambda: all_gather(weight_bytes / unit, dp_group, system), zero3)
     # an implementation slower than its network gathers at its own rate (DeepSpeed before v0.5.5: weight by
     # weight, the device synchronised before each; ~24 GB/s on one NVLink node, DeepSpeed issue #1174)
-    unit_gather = replace(unit_gather, time=where(zero3, maximum(unit_gather.time,
-                                                                 weight_bytes / unit / st.zero3_gather_rate), 0.0))
+    unit_gather = CommCost(where(zero3, maximum(unit_gather.time, weight_bytes / unit / st.zero3_gather_rate), 0.0),
+                           unit_gather.scale_up_bytes, unit_gather.scale_out_bytes)
     unit_scatter = needed(lambda: reduce_scatter(grad_bytes / unit, dp_group, system), active & (zero == 3))
 
     # once per iteration (ZeRO 0/1): the reduction of all buckets but the last overlaps the last

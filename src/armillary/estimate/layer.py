@@ -26,7 +26,7 @@ from armillary.comm.overlap import exposed, pipelined_exposed, ring_exchange_exp
 from armillary.cost.compute import addition_time
 from armillary.estimate.kernels import LayerKernels, layer_kernels
 from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
-from armillary.numerics import Array, maximum, where
+from armillary.numerics import Array, any_true, maximum, where
 from armillary.plan.arrays import StrategyArrays
 from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 from armillary.plan.placement import Placement
@@ -232,7 +232,7 @@ def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange
     comm_f = sum(k * c.time for c, k in zip(costs, forward_calls, strict=True))
     comm_b = sum(k * c.time for c, k in zip(costs, backward_calls, strict=True))
     on = st.overlap_tp > 0
-    if not np.any(on):  # nothing overlapped anywhere (one estimate, or a sweep without TP overlap)
+    if not any_true(on):  # nothing overlapped anywhere (one estimate, or a sweep without TP overlap)
         return costs, comm_f, comm_b
     ring = st.tp_overlap_method > 0
     sms = system.device.multiprocessors
