@@ -117,6 +117,32 @@ def test_the_attention_overhead_constants_follow_their_sources():
     assert load_device("a100-sxm4-80gb").flash_attention_overhead_keys == pytest.approx(ampere * causal / plain, abs=1)
 
 
+# aiter's asm fused attention on MI300X (ROCm/aiter op_tests/cpp/mha/README.md, PR #1270): bf16, d 128, causal,
+# batch 4, 64 q / 8 kv heads; forward and backward TFLOP/s by sequence length
+AITER_MI300X_FWD = {1024: 326.51, 2048: 425.735, 4096: 513.79, 8192: 540.515, 10240: 557.475}
+AITER_MI300X_BWD = {1024: 311.005, 2048: 377.225, 4096: 449, 8192: 482.505, 10240: 493.745}
+
+
+def test_mi300x_takes_its_kernels_published_speeds():
+    """The MI300X preset from kernel benchmarks, not from validation rows: the fused attention's overhead and
+    long-sequence speed are the aiter causal sweep's (forward and backward weighed 1 : 2.5, as the kernels'
+    FLOPs are); its bf16 GEMMs run at AMD's Max-Achievable FLOPs (708 TFLOP/s at 4096 x 4864 x 32896) and at
+    PyTorch's 4096^3 (548 TFLOP/s); fp8 at aiter's tuned kernels' 0.37 of peak at 1e12 FLOPs."""
+    mi300x = load_device("mi300x")
+    both = {s: 3.5 / (1 / AITER_MI300X_FWD[s] + 2.5 / AITER_MI300X_BWD[s]) for s in AITER_MI300X_FWD}
+    overhead, rms = _fitted_overhead(both, causal=True)
+    assert rms < 0.015 and mi300x.flash_attention_overhead_keys == pytest.approx(overhead, abs=1)
+    keys = np.array([s / 2 for s in both])
+    x = keys / (keys + overhead)
+    speed = (x @ np.array(list(both.values()))) / (x @ x)
+    assert mi300x.flash3_attention_efficiency == pytest.approx(speed / 1307.4, abs=0.005)
+    bf16 = mi300x.gemm_efficiency(Precision.BF16)
+    assert float(bf16(2 * 4096 * 4864 * 32896)) * 1307.4 == pytest.approx(708, rel=0.02)
+    assert float(bf16(2 * 4096**3)) * 1307.4 == pytest.approx(548, rel=0.02)
+    assert float(mi300x.gemm_efficiency(Precision.FP8)(1e12)) == pytest.approx(0.37)
+    assert mi300x.hbm.efficiency == pytest.approx(4.11 / 5.3, abs=0.01)  # BabelStream Copy, 4.11 TB/s
+
+
 def test_a_causal_kernel_speeds_up_with_length_as_published():
     """With the preset's overhead the model's causal attention speed follows the FA4 causal sweep: scaled to
     the table (the one free factor: the efficiency is calibrated on training rows), within 1.5%."""
