@@ -49,16 +49,23 @@ def _efficiency(device: Device, precision_code: Array, sixteen_bit: bool, flop: 
                               axis=0)[0]
 
 
-def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, sixteen_bit: bool = False) -> np.ndarray:
+def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, sixteen_bit: bool = False,
+                 ceiling: float | None = None, stream_efficiency: float | None = None) -> np.ndarray:
     """Roofline time of each op on `device`, stacked along the first axis (one vectorized evaluation for
-    all kernels of a layer). `sixteen_bit`: the ops that fp8 recipes keep in bf16."""
+    all kernels of a layer). `sixteen_bit`: the ops that fp8 recipes keep in bf16. `ceiling`: the kernels'
+    highest share of the matrix peak; `stream_efficiency`: the share of the HBM bandwidth they stream at
+    (kernels slower than the device's own: an engine's fused MoE)."""
     flop = _stacked([op.flop for op in ops], np.shape(precision_code))
     size = _stacked([op.flop / op.group for op in ops], np.shape(precision_code))  # one problem's FLOPs
     moved = _stacked([op.bytes for op in ops], np.shape(precision_code))
     peak = matrix_peak(device, precision_code, sixteen_bit)
+    efficiency = _efficiency(device, precision_code, sixteen_bit, size)
+    if ceiling is not None:
+        efficiency = np.minimum(efficiency, ceiling)
     with np.errstate(divide="ignore", invalid="ignore"):
-        compute = np.where(flop > 0, flop / (_efficiency(device, precision_code, sixteen_bit, size) * peak), 0.0)
-    memory = stream_time(moved, device)
+        compute = np.where(flop > 0, flop / (efficiency * peak), 0.0)
+    memory = stream_time(moved, device) if stream_efficiency is None else moved / (
+        stream_efficiency * device.hbm.bandwidth)
     runs = (flop > 0) | (moved > 0)  # an op with no work (e.g. rotary without rotary positions) is no kernel
     busy = np.maximum(compute, memory)
     latency = device.fp8_gemm_latency

@@ -255,15 +255,17 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
 
 def block_fp8_kernels(system: System, w: Inference) -> System:
     """The system as an engine's block-scaled fp8 GEMMs see it (`w.block_fp8_kernels`, with
-    `block_scaled_weights`): the device's fp8 curve capped at the kernels' ceiling, and their small-M
-    latency floor. Without both, the system as it is."""
+    `block_scaled_weights`): the device's fp8 curve capped at the kernels' ceiling, their small-M
+    latency floor, and the fused-MoE kernel's own ceiling and weight-streaming rate for the routed experts.
+    Without both, the system as it is."""
     kernels = w.block_fp8_kernels
     if not w.block_scaled_weights or kernels is None:
         return system
     device = system.device
     curves = {**device.matrix_efficiency_by_precision,
               Precision.FP8: device.gemm_efficiency(Precision.FP8).capped(kernels.ceiling)}
-    update = {"matrix_efficiency_by_precision": curves, "fp8_gemm_latency": kernels.latency}
+    update = {"matrix_efficiency_by_precision": curves, "fp8_gemm_latency": kernels.latency,
+              "expert_gemm_ceiling": kernels.moe_ceiling, "expert_stream_efficiency": kernels.moe_memory_efficiency}
     return system.model_copy(update={"device": device.model_copy(update=update)})
 
 

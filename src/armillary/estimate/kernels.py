@@ -84,6 +84,10 @@ def layer_kernels(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, 
     if experts is None:
         return kernels
     experts_in, experts_out, routing, permute, expert_activation = expert_times
+    if device.expert_gemm_ceiling is not None or device.expert_stream_efficiency is not None:
+        experts_in, experts_out = kernel_times((experts.experts_in, experts.experts_out), device, precision,
+                                               ceiling=device.expert_gemm_ceiling,
+                                               stream_efficiency=device.expert_stream_efficiency)
     return LayerKernels(qkv, out_proj, mlp_in, mlp_out, norms, residuals, activation, rotary, recurrence, quantize,
                         embedding, loss, scores, over_v, softmax, head_gemm, flash, experts_in, experts_out,
                         routing, permute, expert_activation, router[0])

@@ -76,6 +76,12 @@ class Device(Spec):
         "hold some of them slow the GEMMs beside them (TP overlap); none: not modeled")
     fp8_gemm_latency: GemmLatency | None = Field(None, description="latency floor of fp8 weight GEMMs at small "
                                                   "M (set from an engine's block-fp8 kernels); none: roofline only")
+    expert_gemm_ceiling: Fraction | None = Field(None, description="highest share of the matrix peak the routed "
+                                                 "experts' GEMMs reach (set from an engine's fused-MoE kernels); "
+                                                 "none: as the other GEMMs")
+    expert_stream_efficiency: Fraction | None = Field(None, description="share of the HBM bandwidth at which the "
+                                                      "routed experts' GEMMs stream their weights (set from an "
+                                                      "engine's fused-MoE kernels); none: the memory's efficiency")
     power: float | None = Field(None, gt=0, description="board power in watts (TDP)")
     calibrated_on: tuple[str, ...] = Field(
         (), description="validation sources the efficiency curves were fitted on (a sibling chip's count: "

@@ -40,6 +40,10 @@ class BlockFp8Kernels(Spec):
 
     ceiling: Fraction = Field(description="highest share of the device's fp8 peak they reach (large M)")
     latency: GemmLatency | None = Field(None, description="their floor at small M (decode); none: roofline")
+    moe_ceiling: Fraction | None = Field(None, description="the fused-MoE kernel's highest share of the fp8 peak "
+                                         "(large M); none: `ceiling`")
+    moe_memory_efficiency: Fraction | None = Field(None, description="share of the HBM bandwidth at which the "
+                                                   "fused-MoE kernel streams expert weights; none: the device's")
 
 
 class KvCache(Spec):
