@@ -24,6 +24,12 @@ def any_true(x: Array | bool) -> bool:
     return bool(x) if isinstance(x, bool | np.bool_ | float | int) else bool(np.any(x))
 
 
+def ratio_or_zero(a: Array, b: Array) -> np.ndarray:
+    """a / b where b > 0, else 0 (broadcasting, no division warnings)."""
+    b = np.asarray(b, dtype=float)
+    return np.where(b > 0, a / np.where(b > 0, b, 1.0), 0.0)
+
+
 def where(cond: Array | bool, a: Array, b: Array) -> Array:
     """np.where that stays in plain Python for a single configuration."""
     kind = type(cond)  # an exact type test: the hottest helper, called for every formula's branch

@@ -64,8 +64,7 @@ def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, six
         efficiency = np.minimum(efficiency, ceiling)
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = np.where(flop > 0, flop / (efficiency * peak), 0.0)
-    memory = stream_time(moved, device) if stream_efficiency is None else moved / (
-        stream_efficiency * device.hbm.bandwidth)
+    memory = stream_time(moved, device, stream_efficiency)
     runs = (flop > 0) | (moved > 0)  # an op with no work (e.g. rotary without rotary positions) is no kernel
     busy = np.maximum(compute, memory)
     latency = device.fp8_gemm_latency
@@ -127,8 +126,9 @@ def addition_time(op: Op, nonzero: Array, device: Device) -> Array:
     return np.maximum(adds / (rate / 2), stream_time(op.bytes, device)) + device.kernel_overhead
 
 
-def stream_time(bytes_moved: Array, device: Device) -> Array:
-    """Time to stream `bytes_moved` through HBM (optimizer step, element-wise passes)."""
-    return bytes_moved / device.hbm.rate
+def stream_time(bytes_moved: Array, device: Device, efficiency: float | None = None) -> Array:
+    """Time to stream `bytes_moved` through HBM (optimizer step, element-wise passes), at the memory's
+    streaming efficiency or at `efficiency` of its bandwidth (a kernel slower than the device's streams)."""
+    return bytes_moved / (device.hbm.rate if efficiency is None else efficiency * device.hbm.bandwidth)
 
 

@@ -43,12 +43,15 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system), active & (zero >= 1) & (zero <= 2))
     gather_params = needed(lambda: all_gather(weight_bytes, dp_group, system), active & (zero >= 1) & (zero <= 2))
     unit = layers_local
-    zero3 = active & (zero == 3)
-    unit_gather = needed(lambda: all_gather(weight_bytes / unit, dp_group, system), zero3)
-    # an implementation slower than its network gathers at its own rate (DeepSpeed before v0.5.5: weight by
-    # weight, the device synchronised before each; ~24 GB/s on one NVLink node, DeepSpeed issue #1174)
-    unit_gather = CommCost(where(zero3, maximum(unit_gather.time, weight_bytes / unit / st.zero3_gather_rate), 0.0),
-                           unit_gather.scale_up_bytes, unit_gather.scale_out_bytes)
+
+    def gather_unit() -> CommCost:
+        # an implementation slower than its network gathers at its own rate (DeepSpeed before v0.5.5: weight
+        # by weight, the device synchronised before each; ~24 GB/s on one NVLink node, DeepSpeed issue #1174)
+        g = all_gather(weight_bytes / unit, dp_group, system)
+        return CommCost(maximum(g.time, weight_bytes / unit / st.zero3_gather_rate), g.scale_up_bytes,
+                        g.scale_out_bytes)
+
+    unit_gather = needed(gather_unit, active & (zero == 3))
     unit_scatter = needed(lambda: reduce_scatter(grad_bytes / unit, dp_group, system), active & (zero == 3))
 
     # once per iteration (ZeRO 0/1): the reduction of all buckets but the last overlaps the last

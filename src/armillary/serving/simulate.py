@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from armillary.estimate.inference import ReplicaModel
+from armillary.numerics import ratio_or_zero
 from armillary.serving.engine import Overheads
 from armillary.serving.kernels import decode_stretch, iteration_time, tabulated_time
 from armillary.serving.scheduler import Cost, ReplicaState
@@ -146,7 +147,7 @@ def summed_op(flop: np.ndarray, per_key: np.ndarray, moved: np.ndarray) -> Op:
     """One batched attention call over sequences (axis 0): their FLOPs and bytes summed, its depth the keys
     per query for which the summed FLOPs per key are theirs (`walked_flop` stays the sum of theirs)."""
     f, k = np.sum(flop, axis=0), np.sum(per_key, axis=0)
-    return Op(f, np.sum(moved, axis=0), depth=np.where(k > 0, f / np.where(k > 0, k, 1.0), 0.0))
+    return Op(f, np.sum(moved, axis=0), depth=ratio_or_zero(f, k))
 
 
 def _roofline(r: ReplicaModel) -> np.ndarray | None:

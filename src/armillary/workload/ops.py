@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from armillary.numerics import Array
+from armillary.numerics import Array, ratio_or_zero
 
 
 @dataclass(frozen=True)
@@ -28,8 +26,7 @@ class Op:
     @property
     def flop_per_key(self) -> Array:
         """A fused attention op's FLOPs per key each query walks (`depth`); 0 without a depth."""
-        depth = np.asarray(self.depth, dtype=float)
-        return np.where(depth > 0, self.flop / np.where(depth > 0, depth, 1.0), 0.0)
+        return ratio_or_zero(self.flop, self.depth)
 
 
 def gemm(M: Array, N: Array, K: Array, batch: Array, element_bytes: Array, input_bytes: Array | None = None,
