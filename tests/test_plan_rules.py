@@ -20,9 +20,12 @@ CASES = [
     (rules.tp_divides_ffn, (8, 28672), (3, 28672), ["tp", "MLP"]),  # Llama-3 70B: 28672 = 2^12 x 7
     (rules.cp_balances_sequence, (4, 4096), (3, 4096), ["2*cp", "sequence"]),  # 6 does not divide 4096
     (rules.cp_balances_sequence, (1, 4095), (2, 4094), ["2*cp", "sequence"]),  # cp 1: no chunks
-    (rules.stages_split, (80, 20, 20, 20, 2), (80, 20, 20, 20, 3), ["pp*vpp", "layers"]),
-    (rules.stages_split, (80, 2, 26, 26, 1), (61, 7.625, 7.625, 7.625, 1), ["pp*vpp", "layers"]),
-    (rules.stages_split, (4, 2, 1, 1, 1), (4, 2, 0, 2, 1), ["pp*vpp"]),  # a middle stage left empty
+    (rules.stages_split, (80, 20, 20, 20, 4, 2), (80, 20, 20, 20, 4, 3), ["pp*vpp", "layers"]),
+    (rules.stages_split, (80, 2, 26, 26, 4, 1), (61, 7.625, 7.625, 7.625, 8, 1), ["pp*vpp", "layers"]),
+    (rules.stages_split, (4, 2, 1, 1, 3, 1), (4, 2, 0, 2, 3, 1), ["pp*vpp"]),  # a middle stage left empty
+    # DeepSeek-V3 on pp 2 x vpp 4 (no middle stage): chunks of 8, the first and last 7 and 6; 40 + 21 would
+    # need chunks of 10 on the first stage and leave the last stage short of three of them
+    (rules.stages_split, (61, 31, 0, 30, 2, 4), (61, 40, 0, 21, 2, 4), ["pp*vpp", "first model chunk"]),
     (rules.ep_divides_experts, (8, 256), (3, 256), ["ep", "experts"]),
     (rules.ep_divides_experts, (1, 0), (2, 0), ["ep", "MoE"]),  # a dense model: no expert parallelism
     (rules.expert_groups_fit, (8, 1, 64), (8, 2, 24), ["ep*expert_tp", "tp*cp*dp"]),  # 16 vs 24
@@ -37,10 +40,10 @@ CASES = [
     (rules.sequence_parallel_needs_tp, (0, 1), (True, 1), ["sequence_parallel"]),
     (rules.rank_order_without_ep, (1, 1), (1, 8), ["tp-cp-pp-dp", "ep"]),
     (rules.rank_order_without_ep, (0, 8), (1.0, 2), ["rank_order"]),
-    (rules.uneven_stages_supported, (2, 0, 4, 1), (2, 0, 2, 1), ["first_stage_layers", "pp >= 3"]),
-    (rules.uneven_stages_supported, (15, 15, 8, 8), (0, 3, 2, 2), ["last_stage_layers", "pp >= 3"]),
+    (rules.uneven_stages_supported, (2, 0, 2, 1), (2, 0, 1, 1), ["first_stage_layers", "pp >= 2"]),
+    (rules.uneven_stages_supported, (15, 15, 8, 8), (0, 3, 1, 2), ["last_stage_layers", "pp >= 2"]),
     # Llama 3.1 405B on pp 8 x vpp 8, first / last stage 15 (one-layer first and last chunks) vs 14 (none)
-    (rules.stages_split, (126, 15, 16, 15, 8), (126, 14, 16, 16, 8), ["pp*vpp", "first model chunk"]),
+    (rules.stages_split, (126, 15, 16, 15, 8, 8), (126, 14, 16, 16, 8, 8), ["pp*vpp", "first model chunk"]),
 ]
 DEVICE_RULES = (rules.devices_match, rules.model_parallel_divides, rules.replica_fits)
 IDS = [f"{rule.__name__}-{i}" for i, (rule, *_) in enumerate(CASES)]
@@ -78,7 +81,7 @@ FLAG = hs.integers(0, 1)
 SIGNATURES = [
     (rules.tp_divides_heads, (SMALL, SMALL)), (rules.tp_and_kv_heads, (SMALL, SMALL)),
     (rules.tp_divides_ffn, (SMALL, hs.integers(1, 4096))), (rules.cp_balances_sequence, (SMALL, hs.integers(1, 4096))),
-    (rules.stages_split, (SMALL, ANY, ANY, ANY, SMALL)), (rules.ep_divides_experts, (SMALL, ANY)),
+    (rules.stages_split, (SMALL, ANY, ANY, ANY, SMALL, SMALL)), (rules.ep_divides_experts, (SMALL, ANY)),
     (rules.expert_groups_fit, (SMALL, SMALL, SMALL)), (rules.etp_divides_expert_ffn, (SMALL, ANY, SMALL)),
     (rules.batch_divides, (SMALL, SMALL, hs.integers(1, 4096))),
     (rules.interleaved_microbatches, (FLAG, SMALL, SMALL)), (rules.interleaving_needs_stages, (SMALL, SMALL)),
@@ -109,6 +112,7 @@ def test_array_verdicts_equal_the_scalar_ones(data, index, points, devices):
     (61, 8, 4, (7, 6)),  # the same layout on pp 8 x vpp 4 (Megatron-Bridge's DeepSeek-V3 recipe)
     (61, 8, 1, (7, 6)),  # without interleaving the last stage keeps its layers: 6 of them
     (80, 3, 1, (27, 26)),  # one slot: the loss side takes it
+    (61, 2, 4, (31, 30)),  # two stages, no middle one (Megatron-Bridge's DeepSeek-V3 on GB300)
     (48, 4, 1, None),  # even: nothing to do
     (7, 8, 1, None),  # fewer layers than stages
 ])
@@ -120,4 +124,15 @@ def test_megatron_uneven_layout_by_hand(layers, pp, vpp, split):
         first, middle, last = (float(x) for x in stage_layers(layers, pp, split[0], split[1]))
         assert first + (pp - 2) * middle + last == layers
         assert middle == int(middle) and middle % vpp == 0 and rules.stages_split(
-            layers, first, middle, last, vpp).ok
+            layers, first, middle, last, pp, vpp).ok
+
+
+def test_two_stages_with_both_counts_given_simulate_their_chunks():
+    # DeepSeek-V3 on pp 2 x vpp 4, first / last stage 31 / 30: chunks of 8, rank 0's first 7, rank 1's last 6
+    from armillary.plan.layout import stage_layer_kinds
+    from armillary.specs.loading import load_model
+    from armillary.specs.strategy import Strategy
+
+    strategy = Strategy.model_validate({"tp": 1, "pp": 2, "vpp": 4, "ep": 32, "expert_tp": 1,
+                                        "first_stage_layers": 31, "last_stage_layers": 30})
+    assert [len(c) for c in stage_layer_kinds(load_model("deepseek-v3"), strategy)] == [7, 8, 8, 8, 8, 8, 8, 6]

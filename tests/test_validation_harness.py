@@ -195,6 +195,21 @@ def test_torchtitan_selective_checkpointing_recomputes_what_its_policy_does_and_
     assert result.feasible and result.error is not None
 
 
+@pytest.mark.parametrize("row_id", ["TR-NEMO-LONGSEQ-B200-07", "TR-MBRIDGE-25.11-GB300-04"])
+def test_layouts_a_source_says_ran_are_feasible(row_id):
+    """NeMo's long-sequence B200 table states tp 4 x cp 8 x dp 4 = 128 GPUs beside "512 GPUs": only the stated
+    dp makes its global batch of 8; Megatron-Bridge ran DeepSeek-V3's 61 layers on pp 2 x vpp 4 (first /
+    last stage 31 / 30: the embedding and the loss in place of layers, no middle stage)."""
+    row = next(r for r in read_rows() if r["id"] == row_id)
+    spec = row_specs(row)[0]
+    if row_id.startswith("TR-NEMO"):
+        assert spec.system.devices == 128 and spec.strategy.dp == 4
+    else:
+        assert (spec.strategy.first_stage_layers, spec.strategy.last_stage_layers) == (31, 30)
+    result = run_row(row)
+    assert result.feasible and result.error is not None
+
+
 def test_collective_op_text_pins_the_algorithm():
     row = next(r for r in read_rows() if r["op"].startswith("all_reduce (NCCL_ALGO=Ring"))
     _, _, notes = predict_collective(row)

@@ -30,7 +30,7 @@ def training_checks(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, devic
         rules.ep_divides_experts(st.ep, m.experts),
         rules.expert_groups_fit(st.ep, st.etp, t * st.cp * d),
         rules.etp_divides_expert_ffn(st.etp, m.experts, m.expert_ffn),
-        rules.stages_split(m.layers, n_first, n_mid, n_last, v),
+        rules.stages_split(m.layers, n_first, n_mid, n_last, p, v),
         rules.interleaving_needs_stages(v, p),
         rules.batch_divides(st.micro_batch, d, w.global_batch),
         rules.interleaved_microbatches(st.schedule == SCHEDULE_INTERLEAVED, p,

@@ -59,10 +59,11 @@ def embedding_and_loss_split(layers: int, pp: int, vpp: int) -> tuple[int, int] 
     chunk equal (`account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`: e = t = 1,
     Llama 3.1 405B's 126 layers on pp 8 x vpp 8; `pipeline_model_parallel_layout`: e = 1,
     t = 2, DeepSeek-V3's 61 layers on pp 16; with interleaving the last chunk may hold the loss alone,
-    DeepSeek-V3 on pp 8 x vpp 4: `Et|(tt|)*30mL`). None when the layers split evenly, with fewer than 3
-    stages, or when no such layout leaves a layer in every other chunk (`rules.stages_split`)."""
+    DeepSeek-V3 on pp 8 x vpp 4: `Et|(tt|)*30mL`; on pp 2 x vpp 4, 31 and 30). None when the layers split
+    evenly, with one stage, or when no such layout leaves a layer in every other chunk
+    (`rules.stages_split`)."""
     chunks = pp * vpp
-    if layers % chunks == 0 or pp < 3:
+    if layers % chunks == 0 or pp < 2:
         return None
     for slots in range(1, chunks):
         per_chunk, e = (layers + slots) // chunks, slots // 2
@@ -108,11 +109,11 @@ def stage_layer_kinds(model: Model, strategy: Strategy) -> list[list[bool]]:
     first, last = strategy.first_stage_layers, strategy.last_stage_layers
     if first or last:
         n_first, share, n_last = (float(n) for n in stage_layers(model.layers, pp, first or 0, last or 0))
-        split = rules.stages_split(model.layers, n_first, share, n_last, vpp)
+        split = rules.stages_split(model.layers, n_first, share, n_last, pp, vpp)
         if not split.ok:
             raise SpecError(f"simulate: {model.layers - (first or 0) - (last or 0)} layers over the stages "
                             f"without a given count: {split.message}")
-        chunk = share / vpp
+        chunk = float(rules.chunk_layers(n_first, share, n_last, pp, vpp))
         # the first model chunk (rank 0's first) and the last (rank pp-1's last) hold what the first and
         # last stages lack (Megatron's uneven layouts); every other chunk the middle stages' share
         counts = [int(chunk)] * virtual

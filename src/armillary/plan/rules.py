@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.numerics import Array, all_of, any_of, divides, where, whole
+from armillary.numerics import Array, all_of, any_of, divides, maximum, where, whole
 
 
 @dataclass(frozen=True)
@@ -59,14 +59,24 @@ def cp_balances_sequence(cp: Array, seq_len: Array) -> Check:
                  "2*cp must divide the sequence (context parallelism balances causal chunks)")
 
 
-def stages_split(layers: Array, first: Array, mid: Array, last: Array, vpp: Array) -> Check:
+def chunk_layers(first: Array, mid: Array, last: Array, pp: Array, vpp: Array) -> Array:
+    """Layers of a full model chunk (`plan.layout.stage_layers`' counts): a middle stage's share over its vpp
+    chunks; with two stages whose counts are both given (no middle stage) the larger stage's over its
+    chunks, rounded up (Megatron's uneven layouts shorten only the first and the last chunk)."""
+    no_middle = (pp == 2) & (mid == 0)
+    return where(no_middle, np.ceil(maximum(first, last) / vpp), mid / vpp)
+
+
+def stages_split(layers: Array, first: Array, mid: Array, last: Array, pp: Array, vpp: Array) -> Check:
     """Whole layers on every stage (`plan.layout.stage_layers`), at least one on the middle and last
     stages, the middle stages' layers in vpp whole model chunks, and the first and last stages' shorter
     chunk (Megatron's uneven layouts: only their first / last chunk differs) at least one layer, except that
     with interleaving the last model chunk may hold the loss alone (DeepSeek-V3's `...|mL` layouts: the
-    multi-token-prediction head and the loss, no decoder layer)."""
-    chunk = mid / vpp
-    return Check(all_of(whole(first), whole(mid), whole(last), mid >= 1, last >= 1, divides(vpp, mid),
+    multi-token-prediction head and the loss, no decoder layer). Two stages with both counts given have no
+    middle stage (DeepSeek-V3's 61 layers on pp 2 x vpp 4)."""
+    no_middle, chunk = (pp == 2) & (mid == 0), chunk_layers(first, mid, last, pp, vpp)
+    return Check(all_of(whole(first), whole(mid), whole(last), any_of(mid >= 1, no_middle), last >= 1,
+                        any_of(divides(vpp, mid), no_middle),
                         first - (vpp - 1) * chunk >= 1, last - (vpp - 1) * chunk >= where(vpp > 1, 0, 1)),
                  "pp*vpp must divide the layers (or the layers left by first/last_stage_layers, with a layer "
                  "left in the first model chunk and, without interleaving, in the last)")
@@ -136,7 +146,7 @@ def rank_order_without_ep(pp_inner: Array, ep: Array) -> Check:
 
 
 def uneven_stages_supported(first: Array, last: Array, pp: Array, vpp: Array) -> Check:
-    return Check(any_of(all_of(first == 0, last == 0), pp >= 3), "first_stage_layers/last_stage_layers need pp >= 3")
+    return Check(any_of(all_of(first == 0, last == 0), pp >= 2), "first_stage_layers/last_stage_layers need pp >= 2")
 
 
 def failed(checks: tuple[Check, ...] | list[Check]) -> list[str]:

@@ -204,7 +204,7 @@ def layout_checks(model: Model, base: Strategy, gpus: int, tp: Array, pp: Array,
     chunks, interleaving needs stages."""
     n_first, n_mid, n_last = stage_layers(model.layers, pp, base.first_stage_layers or 0, base.last_stage_layers or 0)
     return (rules.model_parallel_divides(tp, cp, pp, gpus), rules.tp_divides_heads(tp, model.heads),
-            rules.stages_split(model.layers, n_first, n_mid, n_last, vpp), rules.interleaving_needs_stages(vpp, pp))
+            rules.stages_split(model.layers, n_first, n_mid, n_last, pp, vpp), rules.interleaving_needs_stages(vpp, pp))
 
 
 def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node: int,

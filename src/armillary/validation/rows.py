@@ -188,6 +188,22 @@ def _micro_batch(row: dict[str, str], stack: SoftwareStack, dp: int, pp: int, no
     return mbs
 
 
+def _devices(row: dict[str, str], n_gpus: int, gbs: int, notes: list[str]) -> int:
+    """The GPUs the row's layout ran on: its n_gpus, unless its stated degrees multiply to another count and
+    only the stated dp divides its global batch (a source whose GPU column and layout disagree: the layout
+    that could have run is the one read; the per-GPU figures do not depend on the replicas)."""
+    tp, pp, cp, dp = (int_column(row, k) for k in ("tp", "pp", "cp", "dp"))
+    if tp is None or pp is None or dp is None:
+        return n_gpus
+    model_parallel, mbs = tp * (cp or 1) * pp, int_column(row, "mbs") or 1
+    derived = n_gpus // model_parallel
+    if derived == dp or gbs % (mbs * derived) == 0 or gbs % (mbs * dp) != 0:
+        return n_gpus
+    notes.append(f"{model_parallel * dp} GPUs: the row's tp cp pp dp, not its {n_gpus} (with dp {derived} "
+                 f"micro-batches of {mbs} cannot make its global batch {gbs})")
+    return model_parallel * dp
+
+
 def _strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: list[str]) -> dict[str, Any]:
     tp, pp = int_column(row, "tp"), int_column(row, "pp")
     if tp is None or pp is None:
@@ -262,6 +278,7 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
         notes.append(f"seq={seq}: the default of {stack.name} training configs (not stated)")
     if seq is None or gbs is None:
         raise Unsupported(f"{'seq' if seq is None else 'gbs'}: not stated")
+    n_gpus = _devices(row, n_gpus, gbs, notes)
     model = _model(row, notes)
     system = _system(row, n_gpus, notes)
     strategy = _strategy(row, n_gpus, stack, notes)
