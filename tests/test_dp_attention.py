@@ -148,3 +148,16 @@ def test_groups_run_in_lock_step() -> None:
     # the stretch is the prompt's iteration: at least the prompt group's own part of it
     assert beside[0].times.finish_s[0] - alone >= cost.group(np.array([8000]), np.array([0]), 1) - cost.group(
         np.array([1]), np.array([100]), 1)
+
+
+def test_padded_decode_steps_compute_the_largest_groups_batch_in_every_group() -> None:
+    # SGLang before PR #4390: a CUDA-graph decode step pads every group to the largest group's batch, so
+    # with 8 groups and 4 decoding sequences (one each in 4 groups) the experts compute 8 tokens; a prompt
+    # chunk in the step (eager) is not padded
+    from armillary.serving.lockstep import GroupStepCost
+
+    r = _replica(8, ep=1, expert_tp=8)
+    padded, plain = GroupStepCost(r, 4096, 64, pad_groups=True), GroupStepCost(r, 4096, 64)
+    assert padded.joint(4, 1, decoding=True) == plain.joint(8)
+    assert padded.joint(4, 1, decoding=True) > plain.joint(4)
+    assert padded.joint(3000, 3000, decoding=False) == plain.joint(3000)

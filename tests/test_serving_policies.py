@@ -133,6 +133,27 @@ def test_prefix_hits_skip_their_tokens_and_request_overhead_delays_the_queue():
     assert run.times.first_token_s[0] == 2.5 and run.times.finish_s[0] == 3.5
 
 
+def test_prefix_hits_share_their_pages():
+    # 2 requests of 8 prompt + 4 output tokens, half of each prompt a cached prefix (1 page of 4 tokens),
+    # 5 pages: without sharing each holds 3 pages (12 tokens) and the second is evicted; with the prefix
+    # page the cache's, each owns 2 and both run to the end together
+    trace = _trace((0.0, 8, 4), (0.0, 8, 4))
+    shared = simulate_replica(trace, one_second_per_iteration, _limits(Policy.RECOMPUTE, 5, prefix_hit_rate=0.5))
+    alone = simulate_replica(trace, one_second_per_iteration, _limits(Policy.RECOMPUTE, 5))
+    assert shared.times.preemptions.tolist() == [0, 0] and shared.times.finish_s.tolist() == [4.0, 4.0]
+    assert alone.times.preemptions.sum() == 1
+
+
+def test_an_engine_without_prefix_caching_computes_the_prefix_again():
+    w = Inference.model_validate({"input_len": 100, "output_len": 10,
+                                  "serving": {"engine": "vllm-0.6", "prefix_hit_rate": 0.5}})
+    assert with_engine(w)[0].serving.prefix_hit_rate == 0.0
+    caching = with_engine(w, load_engine("vllm-0.6").model_copy(update={"prefix_caching": True}))[0]
+    assert caching.serving.prefix_hit_rate == 0.5
+    assert with_engine(w.model_copy(update={"serving": w.serving.model_copy(update={"engine": "sglang-0.4"})}))[
+        0].serving.prefix_hit_rate == 0.5
+
+
 def test_arrival_modes():
     rng = np.random.default_rng(0)
     poisson = np.diff(arrival_times(rng, 20_000, 10.0, Arrivals.POISSON))

@@ -45,3 +45,16 @@ def test_serving_rows_run_as_engine_benchmarks():
     assert abs(errors["SRV-VLLM-DSR1-H200-C008-O800"]) < 0.15
     assert "block-scaled fp8 (128x128 blocks)" in notes["SRV-VLLM-DSR1-H200-C008-O800"]
     assert "data-parallel attention over 8 groups" in notes["SRV-SGLANG-DSR1-H200-C128-O800-PREFIX"]
+
+
+def test_server_flags_in_a_rows_notes_set_the_engine():
+    # dstack's vLLM prefix run was launched with --enable-prefix-caching --enable-chunked-prefill (its
+    # README; the row's notes say so): V0's chunked budget of 0.7 (2048 tokens) and the prefix cache on
+    from armillary.validation.serving_rows import serving_row_specs
+
+    rows = {r["id"]: r for r in read_rows()}
+    prefix = serving_row_specs(rows["SRV-VLLM-DSR1-H200-C128-O800-PREFIX"])
+    plain = serving_row_specs(rows["SRV-VLLM-DSR1-H200-C128-O800"])
+    assert prefix.engine.prefix_caching and prefix.engine.chunked_prefill
+    assert prefix.engine.max_batched_tokens == 2048
+    assert not plain.engine.prefix_caching and not plain.engine.chunked_prefill

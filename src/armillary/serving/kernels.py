@@ -196,12 +196,13 @@ def advance(ids: np.ndarray, new: np.ndarray, cached: np.ndarray, target: np.nda
 
 
 @numba.njit(cache=True)
-def release(finished: np.ndarray, blocks: np.ndarray, finish: np.ndarray, now: float) -> int:
-    """Record the sequences' finish at `now` and free their pages; returns the pages freed."""
+def release(finished: np.ndarray, blocks: np.ndarray, shared: np.ndarray, finish: np.ndarray, now: float) -> int:
+    """Record the sequences' finish at `now` and free their pages, but for those `shared` with the prefix
+    cache; returns the pages freed."""
     freed = 0
     for j in finished:
         finish[j] = now
-        freed += blocks[j]
+        freed += blocks[j] - shared[j]
         blocks[j] = 0
     return freed
 

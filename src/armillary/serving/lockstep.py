@@ -26,9 +26,10 @@ class GroupStepCost:
     """Tables of a group's own part by its new tokens and of the shared part by all groups' new tokens."""
 
     def __init__(self, replica: ReplicaModel, max_tokens: int, max_sequences: int,
-                 overheads: Overheads | None = None) -> None:
+                 overheads: Overheads | None = None, pad_groups: bool = False) -> None:
         self.iteration = IterationCost(replica, max_tokens, max_sequences, overheads)
         self.replica, groups = replica, replica.attention_dp
+        self.pad_groups = pad_groups
         own = np.arange(0, max_tokens + 1, dtype=float)
         self.own = np.where(own > 0, np.asarray(dp_attention_parts(replica, own, groups * own)[0].total), 0.0)
         # the shared part at the mean group's tokens (their all-to-all buffers taken alike)
@@ -50,8 +51,12 @@ class GroupStepCost:
         core, remote = r.attention_time(c.attention_op(new2, past2), past2.sum(axis=0))
         return float(own + np.sum(core) + np.sum(remote) + head)
 
-    def joint(self, tokens: int) -> float:
+    def joint(self, tokens: int, largest: int = 0, decoding: bool = False) -> float:
+        """The part over all groups' `tokens`; a padded decode step (`pad_groups`) computes the `largest`
+        group's tokens in every group, the idle ones included."""
         r = self.replica
+        if self.pad_groups and decoding:
+            tokens = int(r.attention_dp) * largest
         if tokens < len(self.shared):
             return float(self.shared[tokens])
         return float(dp_attention_parts(r, tokens / r.attention_dp, float(tokens))[1].total)
@@ -86,14 +91,16 @@ def simulate_groups(traces: list[Trace], cost: GroupStepCost, limits: list[Sched
                 raise RuntimeError("serving simulation stalled: no request can be scheduled")
             now = max(now, upcoming)
             continue
-        own, tokens = [], 0
+        own, tokens, largest, decoding = [], 0, 0, True
         for s, schedule in zip(states, plans, strict=True):
             if schedule:
                 ids, new = schedule.arrays()
                 emitting = int((s.cached[ids] + new >= s.target[ids]).sum())
                 own.append(cost.group(new, s.cached[ids], emitting) + s.extra_s)
                 tokens += int(new.sum())
-        step = max(own) + cost.joint(tokens)
+                largest = max(largest, int(new.sum()))
+                decoding = decoding and emitting == len(ids) == int(new.sum())  # one token each: a decode step
+        step = max(own) + cost.joint(tokens, largest, decoding)
         for s, schedule in zip(states, plans, strict=True):
             if schedule:
                 rest = step - s.extra_s

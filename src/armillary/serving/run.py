@@ -146,7 +146,8 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
     # dispatches requests round-robin to its DP workers, load_balance_method round_robin)
     groups = int(r.attention_dp)
     if sv.prefill_replicas == 0 and groups > 1:
-        step = GroupStepCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.stage_layers))
+        step = GroupStepCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.stage_layers),
+                             engine is not None and engine.pad_attention_groups)
         _lock_step(done, everyone, trace, step, limits, replicas, groups)
     elif sv.prefill_replicas == 0:
         _spread(done, replicas, everyone, trace, cost, limits, sv.balance)

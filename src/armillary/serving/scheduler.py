@@ -119,6 +119,7 @@ class ReplicaState:
         self.target = self.n_in.copy()  # tokens the (re)computed prompt must reach before the next sample
         self.generated = np.zeros(n, np.int64)
         self.blocks = np.zeros(n, np.int64)  # HBM pages held (reserved, under no-evict)
+        self.shared = np.zeros(n, np.int64)  # of which the prefix cache's, shared with other requests
         self.swapped = np.zeros(n, bool)
         self.free = limits.kv_blocks
         self.waiting: deque[int] = deque()
@@ -209,6 +210,10 @@ class ReplicaState:
             self._done(1)  # can never fit: rejected
             return
         self.cached[idx] = self.hit[idx]
+        # the whole pages of its prefix hit are the cache's (vLLM automatic prefix caching, SGLang's radix
+        # cache), shared with the requests that hit them, not taken from the pool; the shared prefixes
+        # themselves are taken to be few next to the pool
+        self.shared[idx] = self.blocks[idx] = self.hit[idx] // self.limits.block_tokens
         if self.prefilled:
             self.cached[idx] = self.target[idx] = self.n_in[idx]
             self.generated[idx] = 1
@@ -243,8 +248,8 @@ class ReplicaState:
     def preempt(self, idx: int) -> None:
         """Send a sequence back to the queue head, its pages freed: recomputed from its prompt and output
         so far, or (swap) copied out to the second tier to come back as they were."""
-        self.free += int(self.blocks[idx])
-        self.blocks[idx] = 0
+        self.free += int(self.blocks[idx] - self.shared[idx])
+        self.blocks[idx] = self.shared[idx]
         if self.limits.policy is Policy.SWAP:
             self.swapped[idx] = True
             self.extra_s += float(self.cached[idx]) * self.limits.swap_s_per_token
@@ -359,6 +364,6 @@ class ReplicaState:
         if not len(finished):
             return
         self.work -= self._progress(finished)  # all of their work
-        self.free += release(finished, self.blocks, self.finish, self.now)
+        self.free += release(finished, self.blocks, self.shared, self.finish, self.now)
         self.running.remove(finished)
         self._done(len(finished))

@@ -140,7 +140,8 @@ class Serving(Spec):
     balance: Balance = Field(Balance.ROUND_ROBIN, description="how requests are spread over the replicas "
                              "(least_outstanding_tokens: open-loop arrivals)")
     prefix_hit_rate: float = Field(0.0, ge=0, lt=1, description="share of each prompt found in the prefix "
-                                   "cache (not computed)")
+                                   "cache (not computed) by an engine that caches prefixes (its profile's "
+                                   "prefix_caching)")
     arrivals: Arrivals = Field(Arrivals.POISSON, description="generated arrivals: poisson, gamma or offline")
     burstiness: PositiveFloat = Field(1.0, description="gamma arrivals: shape of the gaps (1 = Poisson)")
     concurrency: PositiveInt | None = Field(None, description="closed loop: at most this many requests "

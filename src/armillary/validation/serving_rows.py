@@ -34,7 +34,8 @@ def _number(pattern: str, text: str) -> float | None:
 
 
 def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len: int = 0) -> Engine:
-    text = f"{row.get('framework', '')} {row.get('other_reported', '')}"
+    # server flags: the run's command line, what it printed, and the row's notes on how it was launched
+    text = f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}"
     engine = engine_for(row.get("framework", ""))
     if engine is None:
         raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
@@ -45,8 +46,10 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         update["max_batched_tokens"] = int(tokens)
     if re.search(r"chunked[- ]prefill(=| )?(false|off)|enable-chunked-prefill false", text, re.I):
         update["chunked_prefill"] = False
-    elif re.search(r"enable-chunked-prefill(=| )?true", text, re.I):
+    elif re.search(r"enable-chunked-prefill", text, re.I):  # the flag alone turns it on
         update["chunked_prefill"] = True
+    if re.search(r"enable-prefix-caching", text, re.I):
+        update["prefix_caching"] = True
     if model_mla and engine.name.startswith("vLLM 0.6") and "chunked_prefill" not in update:
         update["chunked_prefill"] = False
         notes.append("chunked prefill off: vLLM V0 runs MLA models without it")
@@ -56,8 +59,11 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
     if v0 and model_len is not None and model_len > 32768 and "chunked_prefill" not in update:
         # V0 turns chunked prefill on by default above 32K context (EngineArgs.create_engine_config)
         update["chunked_prefill"] = True
-        update.setdefault("max_batched_tokens", 512)  # its token budget then (the profile's source, PR #4580)
     chunked = update.get("chunked_prefill", engine.chunked_prefill)
+    if v0 and chunked and "max_batched_tokens" not in update:
+        # V0's token budget with chunked prefill: 512 in 0.6 (the profile's source, PR #4580), 2048 in 0.7
+        # (SchedulerConfig, vLLM v0.7.3 config.py; V1's larger defaults came with 0.8)
+        update["max_batched_tokens"] = 2048 if re.search(r"vllm v?0\.7", text, re.I) else 512
     if (v0 and not chunked and model_len is not None
             and "max_batched_tokens" not in update):
         # V0 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) (EngineArgs /
