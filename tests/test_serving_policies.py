@@ -144,10 +144,11 @@ def test_prefix_hits_share_their_pages():
     assert alone.times.preemptions.sum() == 1
 
 
-def test_an_engine_without_prefix_caching_computes_the_prefix_again():
+def test_prefix_hits_need_an_engine_that_caches_prefixes():
     w = Inference.model_validate({"input_len": 100, "output_len": 10,
                                   "serving": {"engine": "vllm-0.6", "prefix_hit_rate": 0.5}})
-    assert with_engine(w)[0].serving.prefix_hit_rate == 0.0
+    with pytest.raises(SpecError, match=r"prefix_hit_rate.*does not cache prefixes"):
+        with_engine(w)
     caching = with_engine(w, load_engine("vllm-0.6").model_copy(update={"prefix_caching": True}))[0]
     assert caching.serving.prefix_hit_rate == 0.5
     assert with_engine(w.model_copy(update={"serving": w.serving.model_copy(update={"engine": "sglang-0.4"})}))[

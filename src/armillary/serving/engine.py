@@ -39,8 +39,8 @@ class Engine(NamedByPatterns):
     mla_decode: MlaDecode = Field(MlaDecode.ABSORBED, description="how decode runs multi-head latent attention "
                                   "(DeepSeek): absorbed over the latent cache, or per-head K/V expanded")
     cuda_graphs: bool = Field(description="decode iterations replayed as CUDA graphs (no per-kernel launch)")
-    prefix_caching: bool = Field(False, description="prompt prefixes shared between requests are reused; "
-                                 "without it a workload's prefix_hit_rate is computed again")
+    prefix_caching: bool = Field(False, description="prompt prefixes shared between requests are reused "
+                                 "(a workload's prefix_hit_rate needs it)")
     iteration_overhead_s: NonNegativeFloat = Field(description="host time per iteration not hidden behind the "
                                                    "GPU: scheduling, input preparation, sampling")
     sequence_overhead_s: NonNegativeFloat = Field(description="host time per sequence and iteration "
@@ -117,10 +117,12 @@ def with_engine(w: Inference, engine: Engine | None = None) -> tuple[Inference, 
         return w, None
     e = engine if engine is not None else load_engine(str(w.serving.engine))
     sv, kv = w.serving, w.kv_cache
-    serving: dict[str, Any] = {k: getattr(e, k) for k in ("policy", "chunked_prefill", "max_batch",
-                                                          "max_batched_tokens") if k not in sv.model_fields_set}
-    if not e.prefix_caching:  # shared prefixes are computed again by an engine that does not cache them
-        serving["prefix_hit_rate"] = 0.0
+    serving = {k: getattr(e, k) for k in ("policy", "chunked_prefill", "max_batch", "max_batched_tokens")
+               if k not in sv.model_fields_set}
+    if not e.prefix_caching and sv.prefix_hit_rate > 0:
+        raise SpecError(f"workload.serving.prefix_hit_rate: {e.name} does not cache prefixes (its profile's "
+                        "prefix_caching is false): set it to 0, or give an engine with prefix_caching: true "
+                        "(e.g. vLLM V0 launched with --enable-prefix-caching)")
     cache = {k: getattr(e, k) for k in ("block_tokens", "memory_fraction") if k not in kv.model_fields_set}
     top: dict[str, Any] = {"serving": sv.model_copy(update=serving), "kv_cache": kv.model_copy(update=cache)}
     for k in ("decode_attention", "mla_decode", "block_fp8_kernels"):

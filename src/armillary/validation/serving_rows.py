@@ -104,11 +104,14 @@ def _lengths(row: dict[str, str], requests: int, notes: list[str]) -> tuple[int,
     raise Unsupported(f"isl / osl: cannot read lengths from {isl!r} / {osl!r}")
 
 
-def _prefix_hit_rate(row: dict[str, str], input_len: int, notes: list[str]) -> float:
+def _prefix_hit_rate(row: dict[str, str], input_len: int, engine: Engine, notes: list[str]) -> float:
     text = row.get("notes", "")
     prefix = _number(r"gsp-system-prompt-len (\d+)", text)
     per_group = _number(r"gsp-prompts-per-group (\d+)", text)
     if prefix is None or per_group is None:
+        return 0.0
+    if not engine.prefix_caching:
+        notes.append(f"shared prefixes computed again: {engine.name} runs without prefix caching")
         return 0.0
     rate = prefix / input_len * (per_group - 1) / per_group  # the group's first prompt computes its prefix
     notes.append(f"prefix hit rate {rate:.2f}: shared {prefix:g}-token system prompt, {per_group:g} per group")
@@ -146,7 +149,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
         "kind": "inference", "input_len": input_len, "output_len": output_len, "weights": "fp8" if fp8 else None,
         "block_scaled_weights": model.mla is not None and "not stated" in precision,
         "kv_cache": {"precision": "fp8"} if "fp8 kv" in precision else {},
-        "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, notes),
+        "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, engine, notes),
                     "concurrency": int(concurrency) if concurrency is not None else None}}
     tp = int_column(row, "tp") or 8
     system = load_system(system_preset, int_column(row, "n_gpus") or tp)
