@@ -15,7 +15,7 @@ from armillary.comm.overlap import exposed
 from armillary.estimate import memory as mem
 from armillary.estimate.result import CommCall, ParallelDimension
 from armillary.numerics import Array, maximum, where
-from armillary.plan.arrays import StrategyArrays
+from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
@@ -27,12 +27,21 @@ class DataParallelCost:
     calls: tuple[CommCall, ...]  # every DP / ZeRO / FSDP collective of the step
 
 
+def parameter_tensors(m: ModelArrays) -> Array:
+    """Parameter tensors of a decoder layer as Megatron builds it: fused QKV, output projection, fc1 (gate
+    and up fused), fc2, each with its bias where the model has them, and two norms (a scale, and a bias for
+    LayerNorm): 12 for GPT-3."""
+    return 4 * (1 + m.linear_bias) + 2 * m.norm_params
+
+
 def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Array, backward_s: Array,
                        microbatches: Array, st: StrategyArrays, dp_group: Placement,
-                       system: System, dimension: ParallelDimension = ParallelDimension.DP) -> DataParallelCost:
-    """`params_local` parameters per model-parallel rank in `layers_local` layers, replicated over the
-    ranks of `dp_group` (dp x cp; for routed experts the expert-dp group, `dimension` EDP); `forward_s` and
-    `backward_s` are one micro-batch's compute on the critical stage (what communication can hide behind).
+                       system: System, dimension: ParallelDimension = ParallelDimension.DP,
+                       tensors_per_layer: Array = 0.0) -> DataParallelCost:
+    """`params_local` parameters per model-parallel rank in `layers_local` layers of `tensors_per_layer`
+    parameter tensors, replicated over the ranks of `dp_group` (dp x cp; for routed experts the expert-dp
+    group, `dimension` EDP); `forward_s` and `backward_s` are one micro-batch's compute on the critical stage
+    (what communication can hide behind).
     """
     grad_bytes = params_local * mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision)
     weight_bytes = mem.weight_bytes(params_local, st)
@@ -46,9 +55,12 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
 
     def gather_unit() -> CommCost:
         # an implementation slower than its network gathers at its own rate (DeepSpeed before v0.5.5: weight
-        # by weight, the device synchronised before each; ~24 GB/s on one NVLink node, DeepSpeed issue #1174)
+        # by weight, the device synchronised before each; ~24 GB/s on one NVLink node, DeepSpeed issue #1174),
+        # and its list-based all_gather copies each tensor's result out rank by rank (PyTorch
+        # ProcessGroupNCCL::allgather): host time that grows with the ranks
         g = all_gather(weight_bytes / unit, dp_group, system)
-        return CommCost(maximum(g.time, weight_bytes / unit / st.zero3_gather_rate), g.scale_up_bytes,
+        copies = tensors_per_layer * dp_group.size * st.zero3_rank_copy
+        return CommCost(maximum(g.time, weight_bytes / unit / st.zero3_gather_rate) + copies, g.scale_up_bytes,
                         g.scale_out_bytes)
 
     unit_gather = needed(gather_unit, active & (zero == 3))

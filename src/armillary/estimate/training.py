@@ -18,7 +18,7 @@ import numpy as np
 from armillary.comm.collectives import CommCost, all_gather, needed, send_recv
 from armillary.cost.compute import matrix_peak, stream_time
 from armillary.estimate import memory as mem
-from armillary.estimate.data_parallel import DataParallelCost, data_parallel_cost
+from armillary.estimate.data_parallel import DataParallelCost, data_parallel_cost, parameter_tensors
 from armillary.estimate.feasibility import check
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost, recompute_modes
@@ -94,7 +94,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     weight_share = crit.compute * dense.backward_weight.time_s / dense.compute_s / stage_max
     pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share)
     params = _stage_params(m, st, stages)
-    dp = _data_parallel(params, stages, crit, microbatches, st, groups.gradient, system, layers)
+    dp = _data_parallel(m, params, stages, crit, microbatches, st, groups.gradient, system, layers)
     optimizer, offload_s = _optimizer_and_offload(params, stages, layers, microbatches, st, system)
     hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e)
     breakdown = TimeBreakdown(
@@ -246,7 +246,7 @@ def _stage_params(m: ModelArrays, st: StrategyArrays, stages: StageLayers) -> St
     return StageParams(first, middle, last, dense_local, experts_local)
 
 
-def _data_parallel(params: StageParams, stages: StageLayers, crit: StageTime, microbatches: Array,
+def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, crit: StageTime, microbatches: Array,
                    st: StrategyArrays, group: Placement, system: System,
                    layers: Layers) -> tuple[DataParallelCost, ...]:
     """Gradient reduction and parameter gathers of the busiest device: its replicated parameters over the
@@ -257,7 +257,7 @@ def _data_parallel(params: StageParams, stages: StageLayers, crit: StageTime, mi
     passes = crit.compute + crit.tp + crit.cp + crit.ep
     forward, backward = passes / 3, 2 * passes / 3 + crit.recompute
     dense = data_parallel_cost(params.dense_local, stages.most_layers, forward, backward, microbatches, st, group,
-                               system)
+                               system, tensors_per_layer=parameter_tensors(m))
     if layers.moe is None or layers.edp_group is None:
         return (dense,)
     experts = data_parallel_cost(params.experts_local, maximum(stages.busiest(1), 1), forward, backward,

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, PositiveInt
 
 from armillary.specs.base import NamedByPatterns
-from armillary.specs.quantity import BytesPerSecond
+from armillary.specs.quantity import BytesPerSecond, Seconds
 from armillary.specs.strategy import Attention, Overlap, Recompute, RecomputeModule, TrainingPrecision, ZeroStage
 
 _HOPPER_OR_LATER = re.compile(r"h100|h200|h800|h20\b|gh200|b100|b200|b300|gb[23]00|blackwell|hopper", re.I)
@@ -58,6 +58,9 @@ class SoftwareStack(NamedByPatterns):
     zero3_gather_rate: BytesPerSecond | None = Field(
         None, description="ZeRO-3's parameter-gather rate per device whatever the network (`Strategy` field "
         "of the same name); None: the network's rate")
+    zero3_rank_copy: Seconds | None = Field(
+        None, description="ZeRO-3's host time per rank and gathered parameter tensor (`Strategy` field of the "
+        "same name); None: none")
     local_batch: bool = Field(
         False, description="the stack's batch setting is each data-parallel rank's batch: no gradient "
         "accumulation by default, and pipeline stages split it into as many micro-batches as stages")
@@ -80,4 +83,6 @@ class SoftwareStack(NamedByPatterns):
             out["zero3_live_parameters"] = self.zero3_live_parameters
         if self.zero3_gather_rate is not None:
             out["zero3_gather_rate"] = self.zero3_gather_rate
+        if self.zero3_rank_copy is not None:
+            out["zero3_rank_copy"] = self.zero3_rank_copy
         return out

@@ -9,7 +9,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from armillary.plan import rules
 from armillary.specs.base import Spec
-from armillary.specs.quantity import BytesPerSecond
+from armillary.specs.quantity import BytesPerSecond, Seconds
 
 
 class Recompute(StrEnum):
@@ -181,6 +181,10 @@ class Strategy(Spec):
         None, description="ZeRO-3: the most gathered parameter bytes per second a device's gathers reach, "
         "whatever the network (an implementation slower than its network: DeepSpeed before v0.5.5 gathered "
         "weight by weight, synchronising the device before each); None: the network's rate")
+    zero3_rank_copy: Seconds | None = Field(
+        None, description="ZeRO-3: host time per data-parallel rank for every parameter tensor gathered "
+        "(DeepSpeed before v0.5.5 gathered tensor by tensor through list-based all_gather, whose result PyTorch "
+        "copies out one rank's slice at a time); None: none")
     overlap: Overlap = Overlap()
     offload: Offload = Offload()
     precision: TrainingPrecision = TrainingPrecision.BF16
