@@ -59,12 +59,16 @@ def cp_balances_sequence(cp: Array, seq_len: Array) -> Check:
                  "2*cp must divide the sequence (context parallelism balances causal chunks)")
 
 
+def _no_middle_stage(pp: Array, mid: Array) -> Array:
+    """Two stages whose counts are both given: `plan.layout.stage_layers` leaves no layer to share."""
+    return (pp == 2) & (mid == 0)
+
+
 def chunk_layers(first: Array, mid: Array, last: Array, pp: Array, vpp: Array) -> Array:
     """Layers of a full model chunk (`plan.layout.stage_layers`' counts): a middle stage's share over its vpp
-    chunks; with two stages whose counts are both given (no middle stage) the larger stage's over its
-    chunks, rounded up (Megatron's uneven layouts shorten only the first and the last chunk)."""
-    no_middle = (pp == 2) & (mid == 0)
-    return where(no_middle, np.ceil(maximum(first, last) / vpp), mid / vpp)
+    chunks; with no middle stage the larger stage's over its chunks, rounded up (Megatron's uneven layouts
+    shorten only the first and the last chunk)."""
+    return where(_no_middle_stage(pp, mid), np.ceil(maximum(first, last) / vpp), mid / vpp)
 
 
 def stages_split(layers: Array, first: Array, mid: Array, last: Array, pp: Array, vpp: Array) -> Check:
@@ -74,7 +78,7 @@ def stages_split(layers: Array, first: Array, mid: Array, last: Array, pp: Array
     with interleaving the last model chunk may hold the loss alone (DeepSeek-V3's `...|mL` layouts: the
     multi-token-prediction head and the loss, no decoder layer). Two stages with both counts given have no
     middle stage (DeepSeek-V3's 61 layers on pp 2 x vpp 4)."""
-    no_middle, chunk = (pp == 2) & (mid == 0), chunk_layers(first, mid, last, pp, vpp)
+    no_middle, chunk = _no_middle_stage(pp, mid), chunk_layers(first, mid, last, pp, vpp)
     return Check(all_of(whole(first), whole(mid), whole(last), any_of(mid >= 1, no_middle), last >= 1,
                         any_of(divides(vpp, mid), no_middle),
                         first - (vpp - 1) * chunk >= 1, last - (vpp - 1) * chunk >= where(vpp > 1, 0, 1)),

@@ -79,10 +79,7 @@ class SoftwareStack(NamedByPatterns):
             out["overlap"]["tp_comm"] = False
         if self.recompute is not None:
             out["recompute"] = self.recompute
-        if self.zero3_live_parameters is not None:
-            out["zero3_live_parameters"] = self.zero3_live_parameters
-        if self.zero3_gather_rate is not None:
-            out["zero3_gather_rate"] = self.zero3_gather_rate
-        if self.zero3_rank_copy is not None:
-            out["zero3_rank_copy"] = self.zero3_rank_copy
+        for name in ("zero3_live_parameters", "zero3_gather_rate", "zero3_rank_copy"):  # Strategy's fields
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out

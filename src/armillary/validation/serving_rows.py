@@ -50,12 +50,12 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         update["chunked_prefill"] = True
     if re.search(r"enable-prefix-caching", text, re.I):
         update["prefix_caching"] = True
-    if model_mla and engine.name.startswith("vLLM 0.6") and "chunked_prefill" not in update:
+    v0 = engine.name.startswith("vLLM 0.6")
+    if model_mla and v0 and "chunked_prefill" not in update:
         update["chunked_prefill"] = False
         notes.append("chunked prefill off: vLLM V0 runs MLA models without it")
     # vLLM's max_model_len defaults to the model config's max_position_embeddings (ModelConfig)
     model_len = _number(r"max-model-len[ =]+(\d+)", text) or (float(max_seq_len) if max_seq_len else None)
-    v0 = engine.name.startswith("vLLM 0.6")
     if v0 and model_len is not None and model_len > 32768 and "chunked_prefill" not in update:
         # V0 turns chunked prefill on by default above 32K context (EngineArgs.create_engine_config)
         update["chunked_prefill"] = True
