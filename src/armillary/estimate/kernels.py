@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armillary.cost.compute import fused_attention_time, kernel_times
-from armillary.numerics import Array
+from armillary.numerics import Array, maximum
 from armillary.specs.system import Device
 from armillary.workload.experts import ExpertsForward
 from armillary.workload.transformer import Ends, LayerForward
@@ -67,9 +67,10 @@ class LayerKernels:
 
 
 def layer_kernels(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, device: Device,
-                  precision: Array, flash_version: Array) -> LayerKernels:
+                  precision: Array, flash_version: Array, expert_call: Array = 0.0) -> LayerKernels:
     """Roofline time of every kernel of the layer `fw` (with the routed `experts` of an MoE layer) and of
-    the ends, at the recipe's `precision` code."""
+    the ends, at the recipe's `precision` code. `expert_call`: the least time each local expert adds to a
+    grouped expert GEMM run as one library call per expert (`Strategy.expert_gemm_call`)."""
     routed = (experts.experts_in, experts.experts_out, experts.routing, experts.permute,
               experts.activation) if experts is not None else ()
     (qkv, out_proj, mlp_in, mlp_out, norms, residuals, activation, rotary, recurrence, quantize, embedding, loss,
@@ -88,6 +89,10 @@ def layer_kernels(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, 
         experts_in, experts_out = kernel_times((experts.experts_in, experts.experts_out), device, precision,
                                                ceiling=device.expert_gemm_ceiling,
                                                stream_efficiency=device.expert_stream_efficiency)
+    # a loop of one GEMM call per expert takes at least its calls' host and launch time [derived: the calls
+    # are issued one after another; a tiny expert's kernel ends before the next call is issued]
+    experts_in, experts_out = (maximum(t, op.group * expert_call) for t, op in
+                               ((experts_in, experts.experts_in), (experts_out, experts.experts_out)))
     return LayerKernels(qkv, out_proj, mlp_in, mlp_out, norms, residuals, activation, rotary, recurrence, quantize,
                         embedding, loss, scores, over_v, softmax, head_gemm, flash, experts_in, experts_out,
                         routing, permute, expert_activation, router[0])

@@ -86,7 +86,7 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
                experts: ExpertsForward | None = None) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
     """Per-pass cost of one layer and of the model's ends, and the layer's TP / SP / CP / EP calls per
     micro-batch. `experts`: the routed experts of an MoE layer, exchanged over `exchange.expert_groups`."""
-    kt = layer_kernels(fw, ends, experts, system.device, st.precision, st.attention)
+    kt = layer_kernels(fw, ends, experts, system.device, st.precision, st.attention, st.expert_gemm_call)
     passes = _passes(fw, kt, experts, st, system.device)
     forward, backward_input, backward_weight, core_f, core_b = passes
     full = recompute_modes(st)[0]

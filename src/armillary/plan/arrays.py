@@ -141,6 +141,7 @@ class StrategyArrays:
     zero3_live_params: Array = 0.0  # 0 = two whole layers gathered at once
     zero3_gather_rate: Array = np.inf  # bytes/s per device; inf = the network's rate
     zero3_rank_copy: Array = 0.0  # s per rank and gathered parameter tensor
+    expert_gemm_call: Array = 0.0  # s per local expert and grouped expert GEMM; 0 = one launch
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
@@ -151,7 +152,7 @@ class StrategyArrays:
             etp=s.etp, imbalance=s.routing.imbalance, capacity_factor=s.routing.capacity_factor or 0.0,
             pad_to_capacity=float(s.routing.pad_to_capacity), dispatch_fp8=float(s.routing.dispatch_fp8),
             zero3_live_params=s.zero3_live_parameters or 0.0, zero3_gather_rate=s.zero3_gather_rate or np.inf,
-            zero3_rank_copy=s.zero3_rank_copy or 0.0,
+            zero3_rank_copy=s.zero3_rank_copy or 0.0, expert_gemm_call=s.expert_gemm_call or 0.0,
             **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
         )
 

@@ -61,6 +61,9 @@ class SoftwareStack(NamedByPatterns):
     zero3_rank_copy: Seconds | None = Field(
         None, description="ZeRO-3's host time per rank and gathered parameter tensor (`Strategy` field of the "
         "same name); None: none")
+    expert_gemm_call: Seconds | None = Field(
+        None, description="least time per local expert of each grouped expert GEMM (`Strategy` field of the "
+        "same name); None: a single-launch grouped kernel")
     local_batch: bool = Field(
         False, description="the stack's batch setting is each data-parallel rank's batch: no gradient "
         "accumulation by default, and pipeline stages split it into as many micro-batches as stages")
@@ -79,7 +82,8 @@ class SoftwareStack(NamedByPatterns):
             out["overlap"]["tp_comm"] = False
         if self.recompute is not None:
             out["recompute"] = self.recompute
-        for name in ("zero3_live_parameters", "zero3_gather_rate", "zero3_rank_copy"):  # Strategy's fields
+        for name in ("zero3_live_parameters", "zero3_gather_rate", "zero3_rank_copy",
+                     "expert_gemm_call"):  # Strategy's fields of the same names
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out

@@ -185,6 +185,11 @@ class Strategy(Spec):
         None, description="ZeRO-3: host time per data-parallel rank for every parameter tensor gathered "
         "(DeepSpeed before v0.5.5 gathered tensor by tensor through list-based all_gather, whose result PyTorch "
         "copies out one rank's slice at a time); None: none")
+    expert_gemm_call: Seconds | None = Field(
+        None, description="MoE: the least time each local expert adds to a grouped expert GEMM (forward, input "
+        "gradient and weight gradient alike), where the stack runs it as a loop of one library call per expert "
+        "(Transformer Engine's multi-stream cuBLASLt GroupedLinear) whose host and launch time no small expert "
+        "hides; None: a single-launch grouped kernel")
     overlap: Overlap = Overlap()
     offload: Offload = Offload()
     precision: TrainingPrecision = TrainingPrecision.BF16
