@@ -91,3 +91,30 @@ def test_speculative_verification_runs_the_decode_form() -> None:
     verify = absorbed.attention(4.0, 1000.0, decode=True)
     prefill_like = absorbed.attention(4.0, 1000.0)
     assert float(verify.flop) / float(prefill_like.flop) == pytest.approx((D_C + D_R + D_C) / (D_QK + D_V))
+
+
+def test_an_engine_that_absorbs_its_prefill_pays_the_latent_flops_by_hand() -> None:
+    """SGLang 0.4's Triton backend runs a prompt chunk absorbed too (any cached prefix, and the BOS token
+    always is): per query-key pair and head 2 (576 + 512) FLOPs instead of 2 (192 + 128), the prompt's
+    queries and outputs 16 heads x (576 + 512) wide on a rank; the cache written is the latent either way."""
+    w = Inference.model_validate({"kind": "inference", "input_len": 3200, "output_len": 100, "weights": "fp8",
+                                  "absorbed_mla_prefill": True})
+    absorbed = replica_model(MODEL, STRATEGY, w, SYSTEM)
+    _, plain = _replica(MlaDecode.ABSORBED, 3200)
+    q, past = 3200.0, 0.0
+    a, x = absorbed.attention(q, past, decode=False), plain.attention(q, past, decode=False)
+    heads, keys = HEADS / T, past + (q + 1) / 2  # causal: the mean query attends (q + 1) / 2 keys
+    assert float(x.flop) == pytest.approx(2 * heads * q * keys * (D_QK + D_V), rel=1e-3)
+    assert float(a.flop) == pytest.approx(2 * heads * q * keys * (D_C + D_R + D_C), rel=1e-3)
+    assert float(a.flop) / float(x.flop) == pytest.approx((D_C + D_R + D_C) / (D_QK + D_V))  # 1088 / 320
+    # decode is absorbed either way
+    assert float(absorbed.attention(1.0, 4096.0).flop) == float(plain.attention(1.0, 4096.0).flop)
+    # and the prompt pass is slower, never faster
+    assert float(prefill_pass(absorbed, w, 4).total) > float(prefill_pass(plain, w, 4).total)
+
+
+def test_only_sglang_04_absorbs_its_prefill() -> None:
+    w = Inference.model_validate({"kind": "inference", "input_len": 10, "output_len": 10})
+    for name, absorbs in (("sglang-0.4", True), ("sglang-0.5", False), ("vllm-0.8", False), ("vllm-0.6", False),
+                          ("tensorrt-llm-1.0", False)):
+        assert with_engine(w, load_engine(name))[0].absorbed_mla_prefill is absorbs, name

@@ -72,6 +72,7 @@ class ReplicaModel:
     attention_group: Placement | None = None  # the ranks of one attention group (None: the tp group)
     cp_group: Placement | None = None  # the context-parallel ring (None: cp = 1)
     cp: float = 1.0  # context-parallel degree (`st` keeps cp = 1: the layers' kernels see a rank's tokens)
+    absorbed_prefill: float = 0.0  # MLA prompt chunks absorbed over the latent cache too (1) or per head (0)
 
     @property
     def attention_tp(self) -> float:
@@ -148,9 +149,11 @@ class ReplicaModel:
         """The attention kernel of one layer for `sequences` sequences of `new` tokens over `past` cached
         ones (arrays broadcast: one op per element), as `layer_forward` builds it. `decode` (default: one
         new token) marks decode steps, where MLA runs absorbed unless its cache is expanded; prefill keeps
-        the per-head form (vLLM and SGLang absorb in decode only, DeepSeek-V2 §2.1.3)."""
+        the per-head form (DeepSeek-V2 §2.1.3; vLLM, TensorRT-LLM) unless the engine absorbs it too
+        (`absorbed_prefill`: SGLang 0.4's Triton backend)."""
         steps = np.asarray(new) <= 1 if decode is None else decode
-        absorbed = np.where(steps, 1.0 - self.mla_expanded, 0.0) if float(self.m.kv_lora) > 0 else 0.0
+        latent = 1.0 - self.mla_expanded
+        absorbed = np.where(steps, latent, latent * self.absorbed_prefill) if float(self.m.kv_lora) > 0 else 0.0
         op = fused_attention_op(self.m, sequences, new, past + new, self.attention_tp, self.activation_bytes, past,
                                 self.cache_bytes, self.cache_reads, absorbed, self.mla_expanded)
         if self.cp == 1:
@@ -250,7 +253,7 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     return ReplicaModel(m, st, system, float(e), float(weights), float(cache), w.kv_cache.tier2_fraction, reads,
                         2.0 if st.attention == 0 else float(st.attention),
                         placed.tp, placed.pp, groups, expanded, groups_dp, attention_group,
-                        placed.cp if strategy.cp > 1 else None, float(strategy.cp))
+                        placed.cp if strategy.cp > 1 else None, float(strategy.cp), float(w.absorbed_mla_prefill))
 
 
 def block_fp8_kernels(system: System, w: Inference) -> System:

@@ -38,6 +38,8 @@ class Engine(NamedByPatterns):
     decode_attention: DecodeAttention = Field(description="how the decode kernel reads a GQA model's cache")
     mla_decode: MlaDecode = Field(MlaDecode.ABSORBED, description="how decode runs multi-head latent attention "
                                   "(DeepSeek): absorbed over the latent cache, or per-head K/V expanded")
+    absorbed_mla_prefill: bool = Field(False, description="prompt chunks also run multi-head latent attention "
+                                       "absorbed (the engine's prefill kernel attends over the latent cache)")
     cuda_graphs: bool = Field(description="decode iterations replayed as CUDA graphs (no per-kernel launch)")
     prefix_caching: bool = Field(False, description="prompt prefixes shared between requests are reused "
                                  "(a workload's prefix_hit_rate needs it)")
@@ -125,7 +127,7 @@ def with_engine(w: Inference, engine: Engine | None = None) -> tuple[Inference, 
                         "(e.g. vLLM V0 launched with --enable-prefix-caching)")
     cache = {k: getattr(e, k) for k in ("block_tokens", "memory_fraction") if k not in kv.model_fields_set}
     top: dict[str, Any] = {"serving": sv.model_copy(update=serving), "kv_cache": kv.model_copy(update=cache)}
-    for k in ("decode_attention", "mla_decode", "block_fp8_kernels"):
+    for k in ("decode_attention", "mla_decode", "absorbed_mla_prefill", "block_fp8_kernels"):
         if k not in w.model_fields_set:
             top[k] = getattr(e, k)
     return w.model_copy(update=top), e

@@ -174,6 +174,9 @@ class Inference(Spec):
                                               "reads the cache of a GQA / MQA model")
     mla_decode: MlaDecode = Field(MlaDecode.ABSORBED, description="multi-head latent attention in decode: "
                                   "absorbed (attention over the cached latent) or expanded (per-head K/V cache)")
+    absorbed_mla_prefill: bool = Field(False, description="prompt chunks also run multi-head latent attention "
+                                       "absorbed over the latent cache (3.4x the attention FLOPs of the per-head "
+                                       "form); false: per-head K/V up-projected for the prompt")
     serving: Serving = Serving()
 
 
