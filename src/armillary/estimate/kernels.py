@@ -90,7 +90,8 @@ def layer_kernels(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, 
                                                ceiling=device.expert_gemm_ceiling,
                                                stream_efficiency=device.expert_stream_efficiency)
     # a loop of one GEMM call per expert takes at least its calls' host and launch time [derived: the calls
-    # are issued one after another; a tiny expert's kernel ends before the next call is issued]
+    # are issued one after another; a tiny expert's kernel ends before the next call is issued; TE PR #3134,
+    # docs/formulas.md §7.2]
     experts_in, experts_out = (maximum(t, op.group * expert_call) for t, op in
                                ((experts_in, experts.experts_in), (experts_out, experts.experts_out)))
     return LayerKernels(qkv, out_proj, mlp_in, mlp_out, norms, residuals, activation, rotary, recurrence, quantize,
