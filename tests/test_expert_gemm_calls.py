@@ -61,3 +61,29 @@ def test_the_step_pays_six_grouped_gemms_per_layer_and_micro_batch_by_hand():
     a, b = _step(1e-3), _step(1.001e-3)
     assert b - a == pytest.approx(6 * 16 * 48 * 8 * 1e-6, rel=1e-6)
     assert _step(0.0) < _step(30e-6) < a  # never faster with a slower call
+
+
+def test_the_estimate_says_how_long_the_experts_wait_on_their_calls():
+    """The MoE layer's kernels grow by exactly what it reports as the wait on per-expert calls (forward,
+    input and weight gradients), and the estimate table prints it."""
+    from rich.console import Console
+
+    from armillary.report.tables import estimate_tables
+
+    def run(call: float):
+        strategy = Strategy(tp=1, pp=1, ep=8, micro_batch=1, attention="flash", recompute="none",
+                            expert_gemm_call=call)
+        return estimate(QWEN, B200, strategy, load_workload({"seq_len": 4096, "global_batch": 64}))
+
+    plain, called = run(0.0), run(30e-6)
+    assert float(plain.moe_layer.expert_calls_s) == 0.0
+    grown = float(called.moe_layer.compute_s) - float(plain.moe_layer.compute_s)
+    assert float(called.moe_layer.expert_calls_s) == pytest.approx(grown, rel=1e-9)
+    assert 0 < grown <= 6 * 16 * 30e-6  # never more than the calls themselves
+    def printed(est) -> str:
+        console = Console(record=True, width=200)
+        console.print(estimate_tables(est, "t")[0])
+        return console.export_text()
+
+    assert "waiting on per-expert GEMM calls" in printed(called)
+    assert "MoE layer kernels" not in printed(plain)

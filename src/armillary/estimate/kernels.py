@@ -43,6 +43,7 @@ class LayerKernels:
     permute: Array = 0.0
     expert_activation: Array = 0.0
     router: Array = 0.0  # the gate GEMM (16-bit)
+    expert_calls: Array = 0.0  # of experts_in + experts_out: the wait on per-expert GEMM calls past the roofline
 
     @property
     def dense_gemms(self) -> Array:
@@ -92,8 +93,9 @@ def layer_kernels(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, 
     # a loop of one GEMM call per expert takes at least its calls' host and launch time [derived: the calls
     # are issued one after another; a tiny expert's kernel ends before the next call is issued; TE PR #3134,
     # docs/formulas.md §7.2]
+    roofline = experts_in + experts_out
     experts_in, experts_out = (maximum(t, op.group * expert_call) for t, op in
                                ((experts_in, experts.experts_in), (experts_out, experts.experts_out)))
     return LayerKernels(qkv, out_proj, mlp_in, mlp_out, norms, residuals, activation, rotary, recurrence, quantize,
                         embedding, loss, scores, over_v, softmax, head_gemm, flash, experts_in, experts_out,
-                        routing, permute, expert_activation, router[0])
+                        routing, permute, expert_activation, router[0], experts_in + experts_out - roofline)

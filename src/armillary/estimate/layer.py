@@ -103,7 +103,8 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
                       ep_recompute_s=where(full, ep_f, 0.0),
                       recompute_modules=PassCost(*(where(full, 0.0, x) for x in (
                           modules.flop, modules.bytes, modules.time_s))), attention_core=core_f,
-                      attention_core_backward=core_b)
+                      attention_core_backward=core_b,
+                      expert_calls_s=kt.expert_calls * (3 + full))  # forward, input and weight gradients
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
     sp, ar = st.sequence_parallel, tp_costs[0]
     ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(exchange.tp_bytes, exchange.tp_group,

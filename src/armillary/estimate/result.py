@@ -44,6 +44,9 @@ class LayerCost:
     recompute_modules: PassCost = PassCost(0.0, 0.0, 0.0)  # of `recompute`: selective modules beyond core_attn
     attention_core: PassCost = PassCost(0.0, 0.0, 0.0)  # of `forward`: the attention core (scores to output)
     attention_core_backward: PassCost = PassCost(0.0, 0.0, 0.0)  # of `backward_input`: its gradient
+    # of `compute_s` and the recomputed forward: the grouped expert GEMMs' wait on per-expert library calls
+    # past their roofline (`Strategy.expert_gemm_call`)
+    expert_calls_s: Array = 0.0
 
     @property
     def compute_s(self) -> Array:

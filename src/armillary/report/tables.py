@@ -62,6 +62,11 @@ def estimate_tables(r: StepEstimate, title: str) -> list[Table]:
     head.add_row("tokens/s", f"{float(r.tokens_per_s):,.0f}")
     head.add_row("MFU / HFU", f"{_pct(float(r.mfu))} / {_pct(float(r.hfu))}")
     head.add_row("micro-batches", f"{float(r.microbatches):g}")
+    moe = r.moe_layer
+    if moe is not None and float(moe.expert_calls_s) > 0:
+        kernels = float(moe.compute_s + moe.recompute.time_s)
+        head.add_row("MoE layer kernels", f"{kernels * 1e3:.4g} ms per micro-batch, of which "
+                     f"{float(moe.expert_calls_s) * 1e3:.4g} ms waiting on per-expert GEMM calls")
     head.add_row("feasible", "yes" if bool(r.feasible) else "[red]no[/red]: " + "; ".join(r.infeasible_reasons))
 
     time = Table(title="Where the time goes")
