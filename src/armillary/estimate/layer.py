@@ -47,10 +47,12 @@ FLASH_BACKWARD_FACTOR = 2.5
 
 
 def recompute_modes(st: StrategyArrays) -> tuple[Array, Array]:
-    """(full, attention core) recomputation as it applies: selective recomputation of core_attn re-runs the
-    attention core, which FlashAttention already recomputes inside its backward (then it costs nothing)."""
-    return st.recompute == RECOMPUTE_FULL, ((st.recompute == RECOMPUTE_SELECTIVE) & (st.recompute_core_attn > 0)
-                                           & (st.attention == 0))
+    """(full, attention core) recomputation as it applies: full is the share of layers re-run (0 without
+    full recomputation; `StrategyArrays.recompute_share`, every layer priced at the average); selective
+    recomputation of core_attn re-runs the attention core, which FlashAttention already recomputes inside its
+    backward (then it costs nothing)."""
+    full = (st.recompute == RECOMPUTE_FULL) * st.recompute_share
+    return full, (st.recompute == RECOMPUTE_SELECTIVE) & (st.recompute_core_attn > 0) & (st.attention == 0)
 
 
 def _module_recompute(st: StrategyArrays, parts: tuple[tuple[Array, Array, Array, Array], ...]) -> PassCost:
@@ -98,11 +100,9 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     ep_f, ep_b, ep_calls = _expert_exchange(experts, exchange.expert_groups, st, system, forward.time_s + tp_f + cp_f,
                                             backward_input.time_s + backward_weight.time_s + tp_b + cp_b, full)
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
-                      tp_recompute_s=where(full, tp_f, 0.0), cp_forward_s=cp_f, cp_backward_s=cp_b,
-                      cp_recompute_s=where(full, cp_f, 0.0), ep_forward_s=ep_f, ep_backward_s=ep_b,
-                      ep_recompute_s=where(full, ep_f, 0.0),
-                      recompute_modules=PassCost(*(where(full, 0.0, x) for x in (
-                          modules.flop, modules.bytes, modules.time_s))), attention_core=core_f,
+                      tp_recompute_s=full * tp_f, cp_forward_s=cp_f, cp_backward_s=cp_b,
+                      cp_recompute_s=full * cp_f, ep_forward_s=ep_f, ep_backward_s=ep_b,
+                      ep_recompute_s=full * ep_f, recompute_modules=modules, attention_core=core_f,
                       attention_core_backward=core_b,
                       expert_calls_s=kt.expert_calls * (3 + full))  # forward, input and weight gradients
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
@@ -190,7 +190,8 @@ def _recompute(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | Non
         (st.recompute_alternate_matmuls, sum(share * op.flop for share, op, _ in alternate),
          sum(share * op.bytes for share, op, _ in alternate), sum(share * t for share, _, t in alternate)),
     ))
-    recompute = PassCost(*(where(full, f, where(selective, c, 0.0) + mod) for f, c, mod in (
+    # modules re-run only under selective recomputation: 0 where full
+    recompute = PassCost(*(full * f + where(selective, c, 0.0) + mod for f, c, mod in (
         (forward.flop, core_f.flop, modules.flop), (forward.bytes, core_f.bytes, modules.bytes),
         (forward.time_s, core_f.time_s, modules.time_s))))
     return recompute, modules

@@ -68,7 +68,8 @@ class LayerActivations:
     def stored(self, st: StrategyArrays) -> Array:
         """Per-layer bytes kept between forward and backward for each recompute mode (none, selective,
         full): s*b*h*(10 + 24/t + 5as/(ht)), s*b*h*(10 + 24/t), 2sbh (Korthikanti Table 2, Eq. 2, 6); selective
-        drops the attention core and whatever further modules it recomputes (Megatron --recompute-modules)."""
+        drops the attention core and whatever further modules it recomputes (Megatron --recompute-modules);
+        full recomputation of a share of the layers keeps the others' activations (the average layer)."""
         no_recompute = self.replicated + self.tensor_parallel + self.attention_core + self.experts
         mlp_flag = where(self.moe > 0, st.recompute_shared_experts, st.recompute_mlp)
         elementwise, alternate = st.recompute_elementwise, st.recompute_alternate_matmuls
@@ -77,8 +78,13 @@ class LayerActivations:
                      - (1 - mlp_flag) * (elementwise * self.activation_output + alternate * self.up_output)
                      - alternate * self.key_output
                      - st.recompute_mla_up_proj * self.latent_up - st.recompute_moe_act * self.expert_act)
-        return where(st.recompute == RECOMPUTE_FULL, self.layer_input,
+        full = self.checkpointed(st)
+        return where(st.recompute == RECOMPUTE_FULL, full + (1 - st.recompute_share) * no_recompute,
                      where(st.recompute == RECOMPUTE_SELECTIVE, selective, no_recompute))
+
+    def checkpointed(self, st: StrategyArrays) -> Array:
+        """Of `stored`: the layer inputs that full recomputation keeps, per (average) layer."""
+        return where(st.recompute == RECOMPUTE_FULL, st.recompute_share * self.layer_input, 0.0)
 
     @property
     def working(self) -> Array:
@@ -139,17 +145,16 @@ def microbatches_in_flight(st: StrategyArrays, microbatches: Array, stage: Array
                     where(st.schedule == SCHEDULE_INTERLEAVED, interleaved, one_f_one_b))
 
 
-def stage_activations(stored_per_microbatch: Array, working: Array, st: StrategyArrays,
-                      microbatches: Array, stage: Array = 0.0) -> tuple[Array, Array]:
+def stage_activations(stored_per_microbatch: Array, checkpointed_per_microbatch: Array, working: Array,
+                      st: StrategyArrays, microbatches: Array, stage: Array = 0.0) -> tuple[Array, Array]:
     """(activations, checkpoints) bytes of pipeline stage `stage` at its peak, from what its layers store
-    per micro-batch and what one layer holds while its backward runs."""
+    per micro-batch (of which layer inputs kept for full recomputation) and what one layer holds while its
+    backward runs."""
     in_flight = microbatches_in_flight(st, microbatches, stage)
-    stored = stored_per_microbatch * in_flight
-    full = st.recompute == RECOMPUTE_FULL
-    checkpoints = where(full, stored, 0.0)
+    checkpoints = checkpointed_per_microbatch * in_flight
     # under full recompute one layer's activations are rebuilt during its backward
-    activations = where(full, working, stored)
-    return activations, checkpoints
+    rebuilt = where(st.recompute == RECOMPUTE_FULL, working, 0.0)
+    return (stored_per_microbatch - checkpointed_per_microbatch) * in_flight + rebuilt, checkpoints
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
 from armillary.plan.placement import Groups, Placement, place_expert_groups, place_groups
+from armillary.plan.rules import recompute_share
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
 from armillary.workload.attention import ring_kv_block
@@ -80,8 +81,10 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     microbatches = microbatch_count(w.global_batch, st.micro_batch, st.dp)
     groups = place_groups(st.tp, st.dp, st.pp, system.sizes, st.cp, st.rank_order)
-    layers = _layers(m, st, w, system, groups, e)
     stages = split_stages(m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers)
+    # every layer is priced at the chunk's average recomputation: what a block-method recompute re-runs
+    st = replace(st, recompute_share=recompute_share(st.recompute_layers, *stages.totals, st.pp, st.vpp))
+    layers = _layers(m, st, w, system, groups, e)
     sends = _pipeline_sends(m, st, w, system, groups, e)
     times = _stage_times(layers, stages)
     stage_max = maximum(maximum(times[0].total, times[2].total), stages.has_mid * times[1].total) + sends.per_mb
@@ -271,10 +274,12 @@ def _sharded_states(params: tuple[Array, Array], st: StrategyArrays, edp: Array)
     return mem.model_states(params[0], st) + mem.model_states(params[1], st, edp)
 
 
-def _stored(layers: Layers, st: StrategyArrays, counts: tuple[Array, Array]) -> Array:
-    """Bytes one micro-batch leaves stored in a stage's (dense, MoE) layers."""
-    moe = layers.moe.activations.stored(st) if layers.moe is not None else 0.0
-    return counts[0] * layers.dense.activations.stored(st) + counts[1] * moe
+def _stored(layers: Layers, st: StrategyArrays, counts: tuple[Array, Array]) -> tuple[Array, Array]:
+    """Bytes one micro-batch leaves stored in a stage's (dense, MoE) layers, and of them the layer inputs
+    kept for full recomputation."""
+    kinds = (layers.dense, *((layers.moe,) if layers.moe is not None else ()))
+    return (sum(n * kind.activations.stored(st) for n, kind in zip(counts, kinds, strict=False)),
+            sum(n * kind.activations.checkpointed(st) for n, kind in zip(counts, kinds, strict=False)))
 
 
 def _optimizer_and_offload(params: StageParams, stages: StageLayers, layers: Layers, microbatches: Array,
@@ -290,8 +295,8 @@ def _optimizer_and_offload(params: StageParams, stages: StageLayers, layers: Lay
     optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
     sharded_weights = _sharded_states((params.dense_local, params.experts_local), st, edp).weights
     offload_weights = st.offload_weights * 2 * microbatches * sharded_weights / tier2_bw
-    stored_mb = maximum(maximum(_stored(layers, st, stages.first), _stored(layers, st, stages.last)),
-                        stages.has_mid * _stored(layers, st, stages.middle))
+    stored_mb = maximum(maximum(_stored(layers, st, stages.first)[0], _stored(layers, st, stages.last)[0]),
+                        stages.has_mid * _stored(layers, st, stages.middle)[0])
     offload_acts = st.offload_activations * 2 * microbatches * stored_mb / tier2_bw
     return optimizer, offload_weights + offload_acts
 
@@ -323,7 +328,7 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
                      extra: Array) -> StageMemory:
         n_layers = counts[0] + counts[1]
         states = _sharded_states(stage_params, st, layers.edp)
-        activations, checkpoints = mem.stage_activations(_stored(layers, st, counts), working, st, microbatches,
+        activations, checkpoints = mem.stage_activations(*_stored(layers, st, counts), working, st, microbatches,
                                                          index)
         activations = activations + extra
         stage_weight_bytes = mem.weight_bytes(stage_params[0] + stage_params[1], st)
@@ -362,7 +367,7 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
     moe_modules = m.moe_layers * layers.moe.cost.recompute_modules.flop if layers.moe is not None else 0.0
     modules_flop = microbatches * t * c * st.dp * (m.dense_layers * layers.dense.cost.recompute_modules.flop
                                                    + moe_modules)
-    recompute_flop = where(full, flops.layers / 3, where(selective, flops.attention_core, 0.0)) + modules_flop
+    recompute_flop = full * flops.layers / 3 + where(selective, flops.attention_core, 0.0) + modules_flop
     return flops.total, recompute_flop
 
 

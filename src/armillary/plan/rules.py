@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.numerics import Array, all_of, any_of, divides, maximum, where, whole
+from armillary.numerics import Array, all_of, any_of, divides, maximum, minimum, where, whole
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,15 @@ def chunk_layers(first: Array, mid: Array, last: Array, pp: Array, vpp: Array) -
     chunks; with no middle stage the larger stage's over its chunks, rounded up (Megatron's uneven layouts
     shorten only the first and the last chunk)."""
     return where(_no_middle_stage(pp, mid), np.ceil(maximum(first, last) / vpp), mid / vpp)
+
+
+def recompute_share(recompute_layers: Array, first: Array, mid: Array, last: Array, pp: Array,
+                    vpp: Array) -> Array:
+    """The share of a model chunk's layers that full recomputation re-runs when it re-runs only the chunk's
+    first `recompute_layers` (0: all; Megatron --recompute-method block --recompute-num-layers), of a full
+    chunk's layers (`chunk_layers`; a shorter first or last chunk is taken at the full chunk's share)."""
+    chunk = chunk_layers(first, mid, last, pp, vpp)
+    return where(recompute_layers > 0, minimum(recompute_layers / maximum(chunk, 1.0), 1.0), 1.0)
 
 
 def stages_split(layers: Array, first: Array, mid: Array, last: Array, pp: Array, vpp: Array) -> Check:

@@ -125,6 +125,9 @@ def _memory_args(s: Strategy, notes: list[str]) -> list[str]:
         args += ["--recompute-granularity", "selective"]
         if s.recompute_modules != (RecomputeModule.CORE_ATTN,):
             args += ["--recompute-modules", *(_RECOMPUTE_MODULES[m] for m in s.recompute_modules)]
+    elif s.recompute is Recompute.FULL and s.recompute_layers is not None:
+        args += ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers",
+                 str(s.recompute_layers)]
     elif s.recompute is Recompute.FULL:
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     if s.zero is ZeroStage.PARAMETERS:

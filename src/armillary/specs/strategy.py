@@ -171,6 +171,9 @@ class Strategy(Spec):
     recompute_modules: tuple[RecomputeModule, ...] = Field(
         (RecomputeModule.CORE_ATTN,), description="what recompute 'selective' re-runs (Megatron's default: "
         "core_attn; MoE recipes add moe_act, layernorm, mla_up_proj...)")
+    recompute_layers: PositiveInt | None = Field(
+        None, description="recompute 'full' of only the first this many layers of each model chunk, the others "
+        "keep their activations (Megatron --recompute-method block --recompute-num-layers); None: every layer")
     attention: Attention = Attention.STANDARD
     zero: ZeroStage = ZeroStage.NONE
     zero3_live_parameters: PositiveFloat | None = Field(
@@ -205,6 +208,8 @@ class Strategy(Spec):
             raise ValueError("schedule 'interleaved' needs vpp >= 2 model chunks per pipeline rank")
         if self.recompute is not Recompute.SELECTIVE and self.recompute_modules != (RecomputeModule.CORE_ATTN,):
             raise ValueError("recompute_modules apply to recompute 'selective' only")
+        if self.recompute is not Recompute.FULL and self.recompute_layers is not None:
+            raise ValueError("recompute_layers applies to recompute 'full' only")
         broken = rules.failed((
             rules.rank_order_without_ep(float(self.rank_order is RankOrder.PP_INNER), self.ep),
             rules.sequence_parallel_needs_tp(float(self.sequence_parallel), self.tp),

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from armillary.plan.layout import embedding_and_loss_split
+from armillary.plan.layout import embedding_and_loss_split, stage_layers
+from armillary.plan.rules import chunk_layers
 from armillary.specs.loading import load_model, load_stack, load_system, stack_for
 from armillary.specs.model import Model
 from armillary.specs.stack import SoftwareStack, hopper_or_later
@@ -248,8 +249,11 @@ def _strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: lis
 _MOE_MODULES = ("core_attn", "layernorm", "moe_act")
 
 
-def _recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack,
+def _recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack, chunk: int,
                        notes: list[str]) -> list[dict[str, Any]]:
+    """The recomputation the row states or its stack sets; else every choice from the least to the most:
+    none, selective, the MoE recipes' modules, full recomputation of the first 1, 2, ... layers of each model
+    chunk of `chunk` layers (Megatron's block method, which NVIDIA's recipes use: recompute_num_layers), all."""
     stated_choice = recompute_of(row.get("recompute")) or stack.recompute
     if stated_choice is not None:
         if stated_choice is Recompute.SELECTIVE and stack.selective_modules is not None:
@@ -262,7 +266,8 @@ def _recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack,
     if model.moe is not None:
         modules = _MOE_MODULES + (("mla_up_proj",) if model.mla is not None else ())
         choices.append({"recompute": "selective", "recompute_modules": modules})
-    return [*choices, {"recompute": "full"}]
+    partial = [{"recompute": "full", "recompute_layers": n} for n in range(1, chunk)]
+    return [*choices, *partial, {"recompute": "full"}]
 
 
 def row_specs(row: dict[str, str]) -> list[RowSpecs]:
@@ -289,8 +294,11 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
                      f"the embedding and loss stand in for layers (Megatron-Core's uneven layout), first / last "
                      f"stage {uneven[0]} / {uneven[1]} layers")
     workload = Training(seq_len=seq, global_batch=gbs)
+    counts = stage_layers(model.layers, strategy["pp"], strategy.get("first_stage_layers") or 0,
+                          strategy.get("last_stage_layers") or 0)
+    chunk = int(chunk_layers(*counts, strategy["pp"], strategy["vpp"]))
     out = []
-    for recompute in _recompute_choices(row, model, stack, notes):
+    for recompute in _recompute_choices(row, model, stack, chunk, notes):
         st = Strategy.model_validate({**strategy, **recompute})
         described = ", ".join(f"{k}={'+'.join(v) if isinstance(v, tuple) else v}" for k, v in recompute.items())
         out.append(RowSpecs(model, system, st, workload, (*notes, described)))
