@@ -45,6 +45,8 @@ def test_new_system_cites_every_dimension(name):
 PEAKS = [
     ("b300", Precision.BF16, 36e15 / 8 / 2),  # HGX B300: 36 PFLOPS BF16 with sparsity per 8 GPUs
     ("b300", Precision.FP8, 72e15 / 8 / 2),  # HGX B300: 72 PFLOPS FP8 with sparsity per 8 GPUs
+    ("gb200", Precision.BF16, 360e15 / 72 / 2),  # GB200 NVL72: 360 PFLOPS FP16/BF16 with sparsity per 72 GPUs
+    ("gb200", Precision.FP8, 720e15 / 72 / 2),  # GB200 NVL72: 720 PFLOPS FP8 with sparsity per 72 GPUs
     ("h20", Precision.BF16, 148e12),  # H20 spec sheet, dense FP16/BF16
     ("mi325x", Precision.BF16, 1307.4e12),  # AMD MI325X datasheet, dense (= MI300X)
     ("mi355x", Precision.FP8, 8 * 32 * 8192 * 2.4e9),  # 256 CUs x 8192 FP8 FLOP/clock (ISSCC 2026) x 2.4 GHz
@@ -66,6 +68,7 @@ def test_dense_peak_matches_datasheet(name, precision, peak):
 # (device, HBM bytes, HBM bytes/s)
 HBM = [
     ("b300", 2.3e12 / 8, 64 * TB / 8),  # HGX B300: 2.3 TB, 64 TB/s per 8 GPUs
+    ("gb200", 13.4e12 / 72, 576 * TB / 72),  # GB200 NVL72: 13.4 TB HBM3e at 576 TB/s per 72 GPUs
     ("h20", 96e9, 4.0 * TB),
     ("mi325x", 2e12 / 8 * 1.024, 6 * TB),  # the MI325X platform's "2 TB" is 8 x 256 GB
     ("mi355x", 288e9, 8 * TB),
@@ -131,3 +134,15 @@ def test_cli_estimate_runs_on_each_new_system(tmp_path, name):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["feasible"] and 0.05 < data["mfu"] < 0.8
+
+
+def test_packages_of_one_die_share_its_fitted_curve():
+    """GB200 runs the B200's dies at a higher power limit: its own peaks (11% above HGX B200's), the
+    b200 preset's fitted efficiency curves and attention efficiency (tools/calibrate.py --also gb200), and
+    the gb200-nvl72 system uses it."""
+    b200, gb200 = load_device("b200"), load_device("gb200")
+    assert gb200.matrix_peak(Precision.FP8) == pytest.approx(b200.matrix_peak(Precision.FP8) * 5 / 4.5)
+    for precision in (Precision.BF16, Precision.FP8):
+        assert gb200.gemm_efficiency(precision).points == b200.gemm_efficiency(precision).points
+    assert gb200.flash3_attention_efficiency == b200.flash3_attention_efficiency
+    assert load_system("gb200-nvl72").device == gb200

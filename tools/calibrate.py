@@ -11,6 +11,8 @@ Run: python tools/calibrate.py DEVICE ROW-PREFIX... [--flash-only] [--precision 
   --precision P  use only rows of training precision P and fit the device's GEMM curve for P (fp8
                  GEMMs follow their own curve; the attention efficiency stays); without it the base
                  curve and the attention efficiency are fitted on all rows
+  --also D[,D]   devices of the same silicon at other peaks (a package at another power limit): their rows
+                 join the fit and take the same curve and attention efficiencies, each at its own peaks
 
 What the shipped presets were calibrated on (README, Validation):
   a100-sxm4-80gb: curve on TR-KOR-T5 TR-KOR-T4 TR-SC21-T1; --flash-only on TR-FOUNDRY
@@ -19,10 +21,10 @@ What the shipped presets were calibrated on (README, Validation):
                   length overhead (flash_attention_overhead_keys) flash and flash3 re-fitted on every H100
                   source: TR-MLM-H100 TR-FOUNDRY TR-NEMO-LONGSEQ-H100 TR-NEMO2407 TR-MBRIDGE TR-TORCHTITAN
                   --flash3 --flash-only
-  b200:           fp8 curve and flash3 on the dense B200 rows, TR-NEMO-LONGSEQ-B200 TR-MBRIDGE-25.11-B200-17
-                  TR-MBRIDGE-25.11-B200-18 --precision fp8 --flash3 --wide (the MoE and GB200 / GB300 rows
-                  held out); with the attention length overhead flash3 re-fitted on the same rows plus the
-                  dense GB200 ones (TR-MBRIDGE-25.11-GB200-09/10/11) --precision fp8 --flash3 --flash-only
+  b200, gb200:    fp8 curve and flash3 on the dense B200 and GB200 rows, TR-NEMO-LONGSEQ-B200
+                  TR-MBRIDGE-25.11-B200-17 TR-MBRIDGE-25.11-B200-18 TR-MBRIDGE-25.11-GB200-09
+                  TR-MBRIDGE-25.11-GB200-10 TR-MBRIDGE-25.11-GB200-11 --precision fp8 --flash3 --wide --also gb200
+                  (the MoE and GB300 rows held out)
   a100-sxm4-80gb, with the attention length overhead: --flash-only on TR-FOUNDRY again (0.3 kept)
 """
 
@@ -59,6 +61,9 @@ def main() -> None:
     flash_only = "--flash-only" in sys.argv
     with_flash3 = "--flash3" in sys.argv  # also fit the FlashAttention-3 efficiency
     base = load_device(args[0])
+    also = {load_device(name).name for name in (_option("--also") or "").split(",") if name}
+    args = [a for a in args if a != _option("--also")]
+    sharing = {base.name} | also  # devices that take the fitted curve
     prefixes = tuple(args[1:])
     target = Precision(precision) if precision else None
 
@@ -67,7 +72,7 @@ def main() -> None:
             rs = rows_mod.row_specs(row)[0]
         except (rows_mod.Unsupported, ValueError):
             return False
-        return rs.system.device.name == base.name and (
+        return rs.system.device.name in sharing and (
             target is None or rs.strategy.precision.value == target.value)
 
     rows = [r for r in read_rows() if r["id"].startswith(prefixes) and r["kind"] == "training" and selected(r)]
@@ -99,11 +104,12 @@ def main() -> None:
                 update["matrix_efficiency"] = curve
             else:
                 update["matrix_efficiency_by_precision"] = {**base.matrix_efficiency_by_precision, target: curve}
-            device: Device = base.model_copy(update=update)
-
-            def patched(name, gpus=None, _device=device):
+            def patched(name, gpus=None, _update=update):
                 s = original(name, gpus)
-                return s.model_copy(update={"device": _device}) if s.device.name == base.name else s
+                if s.device.name not in sharing:
+                    return s
+                device: Device = s.device.model_copy(update=_update)
+                return s.model_copy(update={"device": device})
 
             rows_mod.load_system = patched
             score, worst, means = _score(rows)
