@@ -61,6 +61,9 @@ def test_fsdp_fp8_full_recompute_cp_and_uneven_stages():
     assert (_value(a, "--recompute-granularity"), _value(a, "--recompute-method")) == ("full", "uniform")
     assert (_value(a, "--context-parallel-size"), _value(a, "--cp-comm-type")) == ("2", "p2p")
     assert _value(a, "--decoder-first-pipeline-num-layers") == "17"
+    s = type(strategy).model_validate({**strategy.model_dump(), "recompute": "full", "recompute_layers": 2})
+    a = list(deployment(Target.MEGATRON, model, system, s, workload).commands[0].argv)
+    assert (_value(a, "--recompute-method"), _value(a, "--recompute-num-layers")) == ("block", "2")
     s = type(strategy).model_validate({**strategy.model_dump(), "vpp": 3})  # 80 layers do not split in 4 x 3
     a = list(deployment(Target.MEGATRON, model, system, s, workload).commands[0].argv)
     assert _value(a, "--num-virtual-stages-per-pipeline-rank") == "3"
