@@ -116,3 +116,23 @@ def test_fp8_expert_inputs_are_kept_at_one_byte():
     fp8 = layer_activations(model, 1, 4096, 1, 0.0, 2.0, flash=2.0, experts=x, g=1.0)
     copies = 4096 * 8  # tokens x top_k reach the 16 local experts of a balanced ep 8 rank
     assert float(bf16.experts - fp8.experts) == pytest.approx(copies * (2048 + 768), rel=1e-12)
+
+
+def test_the_runtime_allowance_is_explicit_and_configurable(gpt175b):
+    """The runtime's HBM (CUDA context, workspaces, communicator buffers; 2 GiB by default) and the
+    allocator's fragmentation (a share of the tensors' bytes) are their own category, by hand; enough of
+    them makes a fitting run infeasible, with the reason."""
+    work = Training(seq_len=2048, global_batch=64)
+
+    def hbm(**memory: float):
+        st = Strategy(tp=8, pp=8, recompute="selective", sequence_parallel=True, **memory)
+        return estimate(gpt175b, "dgx-a100", st, work, gpus=64)
+
+    bare, default, fragmented = hbm(memory_reserve=0.0), hbm(), hbm(memory_reserve=0.0, fragmentation=0.1)
+    assert float(bare.memory_hbm.runtime) == 0.0 and float(default.memory_hbm.runtime) == 2 * 2**30
+    assert float(default.memory_hbm.total) == pytest.approx(float(bare.memory_hbm.total) + 2 * 2**30, rel=1e-12)
+    assert float(fragmented.memory_hbm.total) == pytest.approx(1.1 * float(bare.memory_hbm.total), rel=1e-12)
+    assert bool(bare.feasible)
+    crowded = hbm(memory_reserve="80 GiB")
+    assert not bool(crowded.feasible) and any("out of memory" in r for r in crowded.infeasible_reasons)
+    assert float(crowded.step_time_s) == float(bare.step_time_s)  # memory, not time

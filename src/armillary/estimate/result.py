@@ -115,11 +115,14 @@ class MemoryBreakdown:
     activations: Array  # stored for backward (and one layer's working set under full recompute)
     checkpoints: Array  # layer inputs kept by full recomputation
     comm_buffers: Array  # pipeline, tensor-parallel and parameter-gather buffers
+    # outside the model's tensors: the runtime's reserve (CUDA context, workspaces, communicator buffers) and
+    # the allocator's fragmentation (`Strategy.memory_reserve`, `Strategy.fragmentation`)
+    runtime: Array = 0.0
 
     @property
     def total(self) -> Array:
         return (self.weights + self.gradients + self.optimizer_states + self.activations + self.checkpoints
-                + self.comm_buffers)
+                + self.comm_buffers + self.runtime)
 
 
 @dataclass(frozen=True)

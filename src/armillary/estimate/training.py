@@ -332,11 +332,12 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
                                                          index)
         activations = activations + extra
         stage_weight_bytes = mem.weight_bytes(stage_params[0] + stage_params[1], st)
-        hbm = MemoryBreakdown(
+        tensors = MemoryBreakdown(
             weights=states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1),
             gradients=states.gradients, optimizer_states=states.optimizer_states * (1 - oo),
             activations=activations * (1 - oa) + oa * working, checkpoints=checkpoints * (1 - oa),
             comm_buffers=buffers)
+        hbm = replace(tensors, runtime=st.memory_reserve + st.fragmentation * tensors.total)
         tier2 = MemoryBreakdown(
             weights=states.weights * ow, gradients=0.0 * ow, optimizer_states=states.optimizer_states * oo,
             activations=activations * oa, checkpoints=checkpoints * oa, comm_buffers=0.0 * oa)

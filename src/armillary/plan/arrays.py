@@ -143,6 +143,8 @@ class StrategyArrays:
     zero3_rank_copy: Array = 0.0  # s per rank and gathered parameter tensor
     expert_gemm_call: Array = 0.0  # s per local expert and grouped expert GEMM; 0 = one launch
     recompute_layers: Array = 0.0  # full recompute of the first this many layers of a model chunk; 0 = all
+    memory_reserve: Array = 0.0  # HBM bytes the runtime holds outside the tensors
+    fragmentation: Array = 0.0  # share of the tensors' HBM lost to the allocator's fragmentation
     # the share of a model chunk's layers that full recompute re-runs: derived from recompute_layers by
     # estimate_training (`plan.rules.recompute_share`), 1 before
     recompute_share: Array = 1.0
@@ -157,7 +159,7 @@ class StrategyArrays:
             pad_to_capacity=float(s.routing.pad_to_capacity), dispatch_fp8=float(s.routing.dispatch_fp8),
             zero3_live_params=s.zero3_live_parameters or 0.0, zero3_gather_rate=s.zero3_gather_rate or np.inf,
             zero3_rank_copy=s.zero3_rank_copy or 0.0, expert_gemm_call=s.expert_gemm_call or 0.0,
-            recompute_layers=s.recompute_layers or 0.0,
+            recompute_layers=s.recompute_layers or 0.0, memory_reserve=s.memory_reserve, fragmentation=s.fragmentation,
             **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
         )
 

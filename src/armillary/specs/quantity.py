@@ -14,6 +14,7 @@ def _as(dimension: str) -> BeforeValidator:
 
 
 Bytes = Annotated[float, _as("bytes"), Field(gt=0)]
+BytesOrZero = Annotated[float, _as("bytes"), Field(ge=0)]  # a size that may be zero
 BytesPerSecond = Annotated[float, _as("bytes_per_s"), Field(gt=0)]
 FlopPerSecond = Annotated[float, _as("flop_per_s"), Field(gt=0)]
 Seconds = Annotated[float, _as("s"), Field(ge=0)]

@@ -9,7 +9,14 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from armillary.plan import rules
 from armillary.specs.base import Spec
-from armillary.specs.quantity import BytesPerSecond, Seconds
+from armillary.specs.quantity import BytesOrZero, BytesPerSecond, Seconds
+
+# HBM a training process holds outside its tensors [estimate from measurements]: the CUDA context, 287 MB
+# with lazy module loading and 667 MB without (PyTorch PR #86509); cuBLAS workspaces, 32 MiB per stream on
+# Hopper and later in Transformer Engine and PyTorch; NCCL's buffers, 4 MiB per channel, peer and protocol
+# by default (NCCL_BUFFSIZE), about 0.5 GiB for a communicator of 32 channels, and a run has several (TP,
+# DP, PP, EP). docs/formulas.md §4.5.
+RUNTIME_RESERVE_BYTES = 2 * 2**30
 
 
 class Recompute(StrEnum):
@@ -195,6 +202,12 @@ class Strategy(Spec):
         "hides; None: a single-launch grouped kernel")
     overlap: Overlap = Overlap()
     offload: Offload = Offload()
+    memory_reserve: BytesOrZero = Field(
+        RUNTIME_RESERVE_BYTES, description="HBM per device the runtime holds outside the model's tensors: CUDA "
+        "context, GEMM library workspaces, communicator buffers (docs/formulas.md §4.5; default 2 GiB)")
+    fragmentation: float = Field(
+        0.0, ge=0, lt=1, description="share of the tensors' HBM that the allocator's fragmentation adds on top "
+        "(PyTorch caching allocator; 0: expandable segments, which NVIDIA's recipes set)")
     precision: TrainingPrecision = TrainingPrecision.BF16
     pp_scatter_gather: bool = Field(
         True, description="send 1/tp of each pipeline activation across nodes, all-gather inside (SC21 §4.1)"
