@@ -24,7 +24,9 @@ from armillary.specs.strategy import (
 
 # a base that admits every value below: tp > 1 for sequence parallelism, ep = 1 for rank order tp-cp-pp-dp
 BASE = Strategy(tp=2)
-NUMBERS = {"tp": [1, 2, 8], "pp": [1, 4], "cp": [1, 2], "vpp": [1, 3], "ep": [1, 8], "micro_batch": [1, 4]}
+NUMBERS = {"tp": [1, 2, 8], "pp": [1, 4], "cp": [1, 2], "vpp": [1, 3], "ep": [1, 8], "micro_batch": [1, 4],
+           "recompute_layers": [None, 1, 5]}  # None (every layer) is coded 0
+BASES = {"recompute_layers": Strategy(tp=2, recompute="full")}  # a field that needs another base
 
 
 def _decode(field: str, code: float):
@@ -34,6 +36,8 @@ def _decode(field: str, code: float):
         return spec.codes.member(code)
     if isinstance(codes.strategy_value(BASE, field), bool):
         return bool(code)
+    if field == "recompute_layers":
+        return int(code) or None
     return int(code)
 
 
@@ -53,13 +57,14 @@ def _cases():
 def test_every_field_round_trips_through_its_code(field, value):
     code = codes.encode(field, value)
     assert isinstance(code, float)
-    rebuilt = codes.with_values(BASE, {field: _decode(field, code)})
+    rebuilt = codes.with_values(BASES.get(field, BASE), {field: _decode(field, code)})
     assert codes.strategy_value(rebuilt, field) == value
     assert type(codes.strategy_value(rebuilt, field)) is type(value)
 
 
 def test_every_field_is_covered_by_the_round_trip():
     flags = [f for f, s in codes.STRATEGY_FIELDS.items() if s.codes is None and f not in NUMBERS]
+    assert flags and "recompute_layers" not in flags
     assert all(isinstance(codes.strategy_value(BASE, f), bool) for f in flags)
 
 
@@ -93,7 +98,7 @@ def test_named_codes_the_formulas_compare_against():
     assert codes.RANK_ORDER_PP_INNER == 1
 
 
-RICH = Strategy(tp=4, pp=4, vpp=2, cp=2, micro_batch=2, sequence_parallel=True, recompute="full",
+RICH = Strategy(tp=4, pp=4, vpp=2, cp=2, micro_batch=2, sequence_parallel=True, recompute="full", recompute_layers=3,
                 attention="flash3", precision="fp8", zero=3, rank_order="tp-cp-pp-dp", cp_comm="all_to_all",
                 pp_scatter_gather=False, overlap=Overlap(tp_comm=True, dp_grad_reduce=False),
                 offload=Offload(optimizer=True))

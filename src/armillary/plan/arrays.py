@@ -159,7 +159,7 @@ class StrategyArrays:
             pad_to_capacity=float(s.routing.pad_to_capacity), dispatch_fp8=float(s.routing.dispatch_fp8),
             zero3_live_params=s.zero3_live_parameters or 0.0, zero3_gather_rate=s.zero3_gather_rate or np.inf,
             zero3_rank_copy=s.zero3_rank_copy or 0.0, expert_gemm_call=s.expert_gemm_call or 0.0,
-            recompute_layers=s.recompute_layers or 0.0, memory_reserve=s.memory_reserve, fragmentation=s.fragmentation,
+            memory_reserve=s.memory_reserve, fragmentation=s.fragmentation,
             **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
         )
 

@@ -68,7 +68,7 @@ class StrategyField:
         """The array code of a spec value."""
         if self.codes is not None:
             return self.codes.code(value)
-        return float(value)
+        return 0.0 if value is None else float(value)  # an unset count (recompute_layers: every layer)
 
 
 STRATEGY_FIELDS: dict[str, StrategyField] = {
@@ -80,6 +80,7 @@ STRATEGY_FIELDS: dict[str, StrategyField] = {
     "micro_batch": StrategyField(("micro_batch",)),
     "sequence_parallel": StrategyField(("sequence_parallel",)),
     "recompute": StrategyField(("recompute",), RECOMPUTE),
+    "recompute_layers": StrategyField(("recompute_layers",)),
     "zero": StrategyField(("zero",), ZERO),
     "precision": StrategyField(("precision",), PRECISION),
     "attention": StrategyField(("attention",), ATTENTION),

@@ -346,7 +346,8 @@ def candidate_row(c: Candidate) -> dict[str, Any]:
     s = c.strategy
     return {"rank": c.rank, "tp": s.tp, "pp": s.pp, "dp": c.dp, "cp": s.cp, "vpp": s.vpp, "ep": s.ep,
             "micro_batch": s.micro_batch, "attention": s.attention.value,
-            "sequence_parallel": s.sequence_parallel, "recompute": s.recompute.value, "zero": int(s.zero),
+            "sequence_parallel": s.sequence_parallel, "recompute": s.recompute.value,
+            "recompute_layers": s.recompute_layers, "zero": int(s.zero),
             "overlap": s.overlap.model_dump(),
             "rank_order": s.rank_order.value, "step_time_s": c.step_time_s,
             "tokens_per_s": c.tokens_per_s, "mfu": c.mfu, "memory_gib": c.memory_bytes / 2**30,

@@ -41,6 +41,9 @@ class StrategySpace(Spec):
     micro_batch: tuple[PositiveInt, ...] = (1, 2, 4, 8)
     sequence_parallel: tuple[bool, ...] = (False, True)
     recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    recompute_layers: tuple[PositiveInt, ...] = Field(
+        (), description="with recompute full, also try re-running only the first N layers of each model chunk "
+        "(Megatron's block method) for each N given; empty: every layer")
     zero: tuple[ZeroStage, ...] = (ZeroStage.NONE, ZeroStage.OPTIMIZER, ZeroStage.GRADIENTS, ZeroStage.PARAMETERS)
     overlap_dp: tuple[bool, ...] = (False, True)
     overlap_tp: tuple[bool, ...] = (False, True)
@@ -227,14 +230,23 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
         layouts = [row for row, ok in zip(layouts, fits, strict=True) if ok]
     attention = space.attention or ((Attention.FLASH, Attention.FLASH3) if flash3 else (Attention.FLASH,))
     space = space.model_copy(update={"attention": attention})
-    others = [tuple((value,) for value in dict.fromkeys(getattr(space, a))) for a in _AXES]  # each value once
+    others = [_recompute_rows(space) if a == "recompute" else tuple((value,) for value in dict.fromkeys(
+        getattr(space, a))) for a in _AXES]  # each value once
     labels = (tuple(layouts), *others)
-    names = (_LAYOUT, *((a,) for a in _AXES))
+    names = (_LAYOUT, *(("recompute", "recompute_layers") if a == "recompute" else (a,) for a in _AXES))
     values = tuple(np.array([[encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
                             dtype=float).reshape(len(rows), len(axis_names))
                    for axis_names, rows in zip(names, labels, strict=True))
     rest = int(np.prod([len(o) for o in others], dtype=np.int64))
     return Axes(names, values, labels, pruned=(len(every) - len(layouts)) * rest)
+
+
+def _recompute_rows(space: StrategySpace) -> tuple[tuple[Recompute, int | None], ...]:
+    """The recompute axis: each mode over every layer, and full recomputation of the first N layers of each
+    model chunk for each N of `space.recompute_layers`."""
+    modes = tuple(dict.fromkeys(space.recompute))
+    partial = space.recompute_layers if Recompute.FULL in modes else ()
+    return (*((mode, None) for mode in modes), *((Recompute.FULL, n) for n in dict.fromkeys(partial)))
 
 
 def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, expert_tp_is_tp: bool) -> StrategyArrays:
