@@ -19,7 +19,8 @@ from armillary.errors import SpecError
 from armillary.estimate.layer import TP_OPERATIONS, tp_calls_per_pass
 from armillary.estimate.result import CommCall, LayerCost, ParallelDimension, StepEstimate
 from armillary.numerics import Array
-from armillary.plan.layout import data_parallel, stage_layer_kinds
+from armillary.plan.layout import data_parallel, stage_layer_kinds, stage_layers
+from armillary.plan.rules import recompute_share
 from armillary.simulate.data_parallel import DataParallelTasks
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
 from armillary.simulate.pipeline import Send, build_pipeline
@@ -147,7 +148,9 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
         raise SpecError("simulate: the interleaved schedule needs vpp >= 2")
     lay = layout(strategy, data_parallel(strategy, system), symmetric)
     b = GraphBuilder()
-    passes = _Passes(b, est, strategy, lay, stage_layer_kinds(model, strategy), schedule is Schedule.ZB_H1, m)
+    counts = stage_layers(model.layers, strategy.pp, strategy.first_stage_layers or 0, strategy.last_stage_layers or 0)
+    share = float(recompute_share(strategy.recompute_layers or 0, *counts, strategy.pp, strategy.vpp))
+    passes = _Passes(b, est, strategy, lay, stage_layer_kinds(model, strategy), schedule is Schedule.ZB_H1, m, share)
     last_pass = build_pipeline(b, schedule, strategy.pp, m, strategy.vpp, lay.lanes, passes.emit,
                                _pipeline_send(est))
     passes.finish(last_pass)
@@ -160,13 +163,16 @@ class _Passes:
     TP / CP / EP exchanges and data-parallel calls, and the embedding / LM head at the ends."""
 
     def __init__(self, b: GraphBuilder, est: StepEstimate, strategy: Strategy, lay: Layout,
-                 kinds: list[list[bool]], zero_bubble: bool, microbatches: int) -> None:
+                 kinds: list[list[bool]], zero_bubble: bool, microbatches: int, recompute_share: float = 1.0) -> None:
         self.b, self.est, self.lay, self.kinds, self.zb, self.m = b, est, lay, kinds, zero_bubble, microbatches
         self.pp, self.vpp = strategy.pp, strategy.vpp
         self.tp, self.cp, self.ep = _exchanges(est, strategy)
         self.overlap_tp = strategy.overlap.tp_comm and strategy.tp > 1
         self.ring_cp = strategy.cp > 1 and strategy.cp_comm is ContextParallel.RING  # always beside attention
         self.full_recompute = strategy.recompute is Recompute.FULL  # a recomputed forward repeats its exchanges
+        # the share of the layers full recomputation re-runs: every layer re-runs that share of its forward,
+        # GEMMs and exchanges included, as the estimator prices the average layer (`plan.rules.recompute_share`)
+        self.recompute_share = recompute_share
         # the embedding's and the LM head's all-reduce: one call of the layers' TP message each
         tp_ar = _first(est, ParallelDimension.TP, Collective.ALL_REDUCE)
         self.ends_tp = self.tp._replace(collective=Collective.ALL_REDUCE, forward_bytes=tp_ar, backward_bytes=tp_ar)
@@ -224,7 +230,8 @@ class _Passes:
             if self.full_recompute:
                 self._layer_pass(f"recompute layer {i}", float(lc.recompute.time_s), float(lc.recompute.flop),
                                  Category.RECOMPUTE, self._windows(gemms, float(lc.attention_core.time_s),
-                                                                   (lc.tp_recompute_s, lc.cp_recompute_s)))
+                                                                   (lc.tp_recompute_s, lc.cp_recompute_s),
+                                                                   share=self.recompute_share))
             else:
                 self._compute(f"recompute layer {i}", float(lc.recompute.time_s), Category.RECOMPUTE,
                               float(lc.recompute.flop))
@@ -249,16 +256,19 @@ class _Passes:
                           flop=float(lc.backward_weight.flop))
             self.deps = self.dp.after_backward(s, i, p, self.m, self.lanes, self.deps)
 
-    def _windows(self, gemms: float, core: float, exposed: tuple[Array, Array],
-                 backward: bool = False) -> list[tuple[float, float, float, _Exchange]]:
+    def _windows(self, gemms: float, core: float, exposed: tuple[Array, Array], backward: bool = False,
+                 share: float = 1.0) -> list[tuple[float, float, float, _Exchange]]:
         """What of a pass overlaps communication, as (compute it hides behind, the whole exchange alone on its
         links, the estimator's exposed part, the exchange): TP with `overlap.tp_comm` beside the GEMMs (the
-        forward's; twice as many in backward), ring CP beside the attention core."""
+        forward's; twice as many in backward), ring CP beside the attention core. `share`: of a recomputed
+        forward, the share of the layers re-run (its GEMMs, core and exchanges that share of the forward's)."""
         out = []
         if self.overlap_tp:
-            out.append((gemms, self.tp.backward_s if backward else self.tp.forward_s, float(exposed[0]), self.tp))
+            link = self.tp.backward_s if backward else self.tp.forward_s
+            out.append((share * gemms, share * link, float(exposed[0]), self.tp))
         if self.ring_cp:
-            out.append((core, self.cp.backward_s if backward else self.cp.forward_s, float(exposed[1]), self.cp))
+            link = self.cp.backward_s if backward else self.cp.forward_s
+            out.append((share * core, share * link, float(exposed[1]), self.cp))
         return [w for w in out if w[1] > 0]
 
     def _layer_pass(self, name: str, seconds: float, flop: float, category: Category,
