@@ -163,7 +163,7 @@ class _Passes:
     TP / CP / EP exchanges and data-parallel calls, and the embedding / LM head at the ends."""
 
     def __init__(self, b: GraphBuilder, est: StepEstimate, strategy: Strategy, lay: Layout,
-                 kinds: list[list[bool]], zero_bubble: bool, microbatches: int, recompute_share: float = 1.0) -> None:
+                 kinds: list[list[bool]], zero_bubble: bool, microbatches: int, recompute_share: float) -> None:
         self.b, self.est, self.lay, self.kinds, self.zb, self.m = b, est, lay, kinds, zero_bubble, microbatches
         self.pp, self.vpp = strategy.pp, strategy.vpp
         self.tp, self.cp, self.ep = _exchanges(est, strategy)
