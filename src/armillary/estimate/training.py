@@ -38,7 +38,7 @@ from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
 from armillary.plan.placement import Groups, Placement, place_expert_groups, place_groups
-from armillary.plan.rules import recompute_share
+from armillary.plan.rules import chunk_layers, recompute_share
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
 from armillary.workload.attention import ring_kv_block
@@ -83,7 +83,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     groups = place_groups(st.tp, st.dp, st.pp, system.sizes, st.cp, st.rank_order)
     stages = split_stages(m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers)
     # every layer is priced at the chunk's average recomputation: what a block-method recompute re-runs
-    st = replace(st, recompute_share=recompute_share(st.recompute_layers, *stages.totals, st.pp, st.vpp))
+    chunk = chunk_layers(*stages.totals, st.pp, st.vpp)
+    st = replace(st, recompute_share=recompute_share(st.recompute_layers, chunk))
     layers = _layers(m, st, w, system, groups, e)
     sends = _pipeline_sends(m, st, w, system, groups, e)
     times = _stage_times(layers, stages)

@@ -100,6 +100,12 @@ def fewest_stage_layers(layers: Array, pp: Array) -> Array:
     return layers // pp
 
 
+def chunk_size(layers: int, strategy: Strategy) -> float:
+    """Layers of one full model chunk of `strategy` (`rules.chunk_layers` of its `stage_layers`)."""
+    counts = stage_layers(layers, strategy.pp, strategy.first_stage_layers or 0, strategy.last_stage_layers or 0)
+    return float(rules.chunk_layers(*counts, strategy.pp, strategy.vpp))
+
+
 def stage_layer_kinds(model: Model, strategy: Strategy) -> list[list[bool]]:
     """Per virtual stage (chunk c of rank s is c pp + s), its layers as the simulator runs them: True for an
     MoE layer. Layers are split evenly in whole numbers (`whole_layers`), or as the strategy's first/last

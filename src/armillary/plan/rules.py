@@ -71,12 +71,10 @@ def chunk_layers(first: Array, mid: Array, last: Array, pp: Array, vpp: Array) -
     return where(_no_middle_stage(pp, mid), np.ceil(maximum(first, last) / vpp), mid / vpp)
 
 
-def recompute_share(recompute_layers: Array, first: Array, mid: Array, last: Array, pp: Array,
-                    vpp: Array) -> Array:
+def recompute_share(recompute_layers: Array, chunk: Array) -> Array:
     """The share of a model chunk's layers that full recomputation re-runs when it re-runs only the chunk's
     first `recompute_layers` (0: all; Megatron --recompute-method block --recompute-num-layers), of a full
-    chunk's layers (`chunk_layers`; a shorter first or last chunk is taken at the full chunk's share)."""
-    chunk = chunk_layers(first, mid, last, pp, vpp)
+    chunk's `chunk` layers (`chunk_layers`; a shorter first or last chunk is taken at the full chunk's share)."""
     return where(recompute_layers > 0, minimum(recompute_layers / maximum(chunk, 1.0), 1.0), 1.0)
 
 

@@ -19,7 +19,7 @@ from armillary.errors import SpecError
 from armillary.estimate.layer import TP_OPERATIONS, tp_calls_per_pass
 from armillary.estimate.result import CommCall, LayerCost, ParallelDimension, StepEstimate
 from armillary.numerics import Array
-from armillary.plan.layout import data_parallel, stage_layer_kinds, stage_layers
+from armillary.plan.layout import chunk_size, data_parallel, stage_layer_kinds
 from armillary.plan.rules import recompute_share
 from armillary.simulate.data_parallel import DataParallelTasks
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
@@ -148,8 +148,7 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
         raise SpecError("simulate: the interleaved schedule needs vpp >= 2")
     lay = layout(strategy, data_parallel(strategy, system), symmetric)
     b = GraphBuilder()
-    counts = stage_layers(model.layers, strategy.pp, strategy.first_stage_layers or 0, strategy.last_stage_layers or 0)
-    share = float(recompute_share(strategy.recompute_layers or 0, *counts, strategy.pp, strategy.vpp))
+    share = float(recompute_share(strategy.recompute_layers or 0, chunk_size(model.layers, strategy)))
     passes = _Passes(b, est, strategy, lay, stage_layer_kinds(model, strategy), schedule is Schedule.ZB_H1, m, share)
     last_pass = build_pipeline(b, schedule, strategy.pp, m, strategy.vpp, lay.lanes, passes.emit,
                                _pipeline_send(est))

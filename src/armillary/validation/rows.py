@@ -12,8 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from armillary.plan.layout import embedding_and_loss_split, stage_layers
-from armillary.plan.rules import chunk_layers
+from armillary.plan.layout import chunk_size, embedding_and_loss_split
 from armillary.specs.loading import load_model, load_stack, load_system, stack_for
 from armillary.specs.model import Model
 from armillary.specs.stack import SoftwareStack, hopper_or_later
@@ -294,9 +293,7 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
                      f"the embedding and loss stand in for layers (Megatron-Core's uneven layout), first / last "
                      f"stage {uneven[0]} / {uneven[1]} layers")
     workload = Training(seq_len=seq, global_batch=gbs)
-    counts = stage_layers(model.layers, strategy["pp"], strategy.get("first_stage_layers") or 0,
-                          strategy.get("last_stage_layers") or 0)
-    chunk = int(chunk_layers(*counts, strategy["pp"], strategy["vpp"]))
+    chunk = int(chunk_size(model.layers, Strategy.model_validate(strategy)))
     out = []
     for recompute in _recompute_choices(row, model, stack, chunk, notes):
         st = Strategy.model_validate({**strategy, **recompute})
