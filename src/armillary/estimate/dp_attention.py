@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from armillary.comm.collectives import all_gather, all_reduce, collective, needed, reduce_scatter, send_recv
+from armillary.comm.collectives import all_gather, all_reduce, needed, reduce_scatter, send_recv
 from armillary.estimate.inference_result import PassTime
 from armillary.estimate.kernels import LayerKernels, layer_kernels
+from armillary.estimate.token_exchange import token_exchange
 from armillary.numerics import Array
-from armillary.specs.communication import Collective
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
 from armillary.workload.parameters import ParameterCount
 from armillary.workload.transformer import ends_forward, layer_forward
@@ -84,8 +84,9 @@ def dp_attention_parts(r: ReplicaModel, tokens: Array, gathered: Array) -> tuple
     if ep_wide:
         groups_ep = r.expert_groups
         assert groups_ep is not None
-        dispatch = collective(Collective.ALL_TO_ALL, routed.dispatch_bytes, groups_ep.ep, system).cost.time
-        combine = collective(Collective.ALL_TO_ALL, routed.combine_bytes, groups_ep.ep, system).cost.time
+        dispatch = token_exchange(routed.dispatch_bytes, groups_ep.fanout, groups_ep.ep, system,
+                                  st.dispatch_dedup).time
+        combine = token_exchange(routed.combine_bytes, groups_ep.fanout, groups_ep.ep, system, st.dispatch_dedup).time
         # the dense MLP and the shared experts all-reduce over the group like attention (and the embedding)
         own_layers = m.layers * _attention_side(attention) + n_dense * _mlp_side(dense) + n_moe * _mlp_side(shared)
         own = PassTime(own_layers, zero, (2 * m.layers + 1) * attention_ar, zero, hops, attention.embedding, zero)

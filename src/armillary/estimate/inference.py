@@ -31,6 +31,7 @@ from armillary.estimate.dp_attention import dp_attention_tokens_time
 from armillary.estimate.inference_result import PassTime
 from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost
 from armillary.estimate.result import EndsCost, ParallelDimension
+from armillary.estimate.token_exchange import Fanout
 from armillary.numerics import Array
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays
@@ -244,7 +245,7 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     groups = None
     if moe:
         etp_group, ep_group, _ = place_expert_groups(st.etp, st.ep, st.tp / (st.ep * st.etp), system.sizes)
-        groups = ExpertGroups(ep_group, etp_group)
+        groups = ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group))
     per_head = w.decode_attention is DecodeAttention.PER_QUERY_HEAD and not m.kv_lora > 0
     reads = float(m.heads / m.kv_heads) if per_head else 1.0
     expanded = float(m.kv_lora > 0 and w.mla_decode is MlaDecode.EXPANDED)

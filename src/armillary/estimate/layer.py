@@ -26,6 +26,7 @@ from armillary.comm.overlap import exposed, pipelined_exposed, ring_exchange_exp
 from armillary.cost.compute import addition_time
 from armillary.estimate.kernels import LayerKernels, layer_kernels
 from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
+from armillary.estimate.token_exchange import Fanout, token_exchange
 from armillary.numerics import Array, any_true, maximum, where
 from armillary.plan.arrays import StrategyArrays
 from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
@@ -68,6 +69,7 @@ class ExpertGroups:
 
     ep: Placement
     etp: Placement
+    fanout: Fanout  # the nodes and devices of the EP group a token reaches
 
 
 @dataclass(frozen=True)
@@ -302,13 +304,16 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
     all-gathered over the ETP group before the experts and reduce-scattered after (DeepSpeed-MoE §5;
     Megatron's all-to-all dispatcher). The busiest rank sets the pace: its buffers carry the load factor.
     Overlap (DeepSeek-V3 §3.2.1 DualPipe, Megatron's 1F1B all-to-all overlap) hides the exchange behind
-    the other micro-batch's compute of the same pass."""
+    the other micro-batch's compute of the same pass. Dispatch and combine as the strategy moves the tokens
+    (`estimate/token_exchange.py`: one copy per routed expert, or one per node and device)."""
     if experts is None or groups is None:
         return 0.0, 0.0, ()
-    dispatch = needed(lambda: collective(Collective.ALL_TO_ALL, experts.dispatch_bytes, groups.ep, system).cost,
+
+    def exchange(copies_bytes: Array) -> CommCost:
+        return needed(lambda: token_exchange(copies_bytes, groups.fanout, groups.ep, system, st.dispatch_dedup),
                       st.ep > 1)
-    combine = needed(lambda: collective(Collective.ALL_TO_ALL, experts.combine_bytes, groups.ep, system).cost,
-                     st.ep > 1)
+
+    dispatch, combine = exchange(experts.dispatch_bytes), exchange(experts.combine_bytes)
     gathered = experts.gathered_bytes
     gather = needed(lambda: all_gather(gathered, groups.etp, system), st.etp > 1)
     scatter = needed(lambda: reduce_scatter(gathered, groups.etp, system), st.etp > 1)

@@ -34,6 +34,7 @@ from armillary.estimate.result import (
     Traffic,
 )
 from armillary.estimate.stages import StageLayers, StageMemory, StageTime, critical_stage, fullest_stage, split_stages
+from armillary.estimate.token_exchange import Fanout
 from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
@@ -165,7 +166,7 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity)
     experts = experts_forward(m, b * q / sequence_shards(t, sp), st.ep, st.etp, load, e,
                               where(st.dispatch_fp8 > 0, 1.0, e))
-    moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group))
+    moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)))
     return Layers(dense, moe, ends, n_tp, edp, edp_group)
 
 

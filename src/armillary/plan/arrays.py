@@ -53,6 +53,8 @@ class ModelArrays:
     shared_ffn: Array = 0.0  # total intermediate size of the shared experts
     dense_layers: Array = 0.0  # leading dense layers (all layers of a dense model: see `moe_layers`)
     router_bias: Array = 0.0
+    expert_groups: Array = 1.0  # group-limited routing: groups of experts, of which a token uses group_top_k
+    group_top_k: Array = 1.0
     # MatMul-free LM: MLGRU token mixer (0/1), ternary BitLinear weights (0/1), additions-only kernels (0/1)
     mlgru: Array = 0.0
     ternary: Array = 0.0
@@ -90,6 +92,7 @@ class ModelArrays:
             experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 0,
             expert_ffn=moe.expert_ffn if moe else 0, shared_ffn=moe.shared_size if moe else 0,
             dense_layers=moe.dense_layers if moe else m.layers, router_bias=float(moe.router_bias) if moe else 0.0,
+            expert_groups=(moe.expert_groups or 1) if moe else 1, group_top_k=(moe.group_top_k or 1) if moe else 1,
             mlgru=float(m.token_mixer is TokenMixer.MLGRU), ternary=float(bit is not None),
             ternary_additions=float(bit is not None and bit.kernel is TernaryKernel.ADDITIONS),
             nonzero_fraction=bit.nonzero_fraction if bit else 1.0,
@@ -129,6 +132,7 @@ class StrategyArrays:
     capacity_factor: Array = 0.0  # 0 = dropless
     pad_to_capacity: Array = 0.0
     dispatch_fp8: Array = 0.0
+    dispatch_dedup: Array = 0.0  # 0/1: one copy per device and node a token goes to (Routing.dispatch_dedup)
     # modules recompute 'selective' re-runs (0/1 each; they apply only with recompute = selective)
     recompute_core_attn: Array = 1.0
     recompute_layernorm: Array = 0.0

@@ -92,6 +92,7 @@ STRATEGY_FIELDS: dict[str, StrategyField] = {
     "tp_overlap_method": StrategyField(("overlap", "tp_comm_method"), TP_OVERLAP),
     "overlap_param_gather": StrategyField(("overlap", "param_gather")),
     "overlap_ep": StrategyField(("overlap", "ep_comm")),
+    "dispatch_dedup": StrategyField(("routing", "dispatch_dedup")),
     "offload_weights": StrategyField(("offload", "weights")),
     "offload_activations": StrategyField(("offload", "activations")),
     "offload_optimizer": StrategyField(("offload", "optimizer")),

@@ -3,7 +3,8 @@ for a training strategy, vLLM and TensorRT-LLM for an inference one. Pure functi
 lists; what a framework cannot express is said in `notes`, never dropped silently.
 
 Flag names: Megatron-LM megatron/training/arguments.py (Megatron-Core 0.12+: --attention-backend,
---cp-comm-type, --overlap-moe-expert-parallel-comm, --use-tp-pp-dp-mapping); vLLM `vllm serve --help`
+--cp-comm-type, --overlap-moe-expert-parallel-comm, --use-tp-pp-dp-mapping; 0.15+:
+--moe-flex-dispatcher-backend); vLLM `vllm serve --help`
 (engine arguments, v0.8+); TensorRT-LLM `trtllm-serve serve` (PyTorch backend, --extra_llm_api_options YAML)
 and `trtllm-build` (TensorRT engines)."""
 
@@ -91,6 +92,9 @@ def _model_args(model: Model, seq_len: int) -> list[str]:
         args += ["--group-query-attention", "--num-query-groups", str(model.kv_heads)]
     if model.moe is not None:
         args += ["--num-experts", str(model.moe.experts), "--moe-router-topk", str(model.moe.top_k)]
+        if model.moe.expert_groups is not None:
+            args += ["--moe-router-num-groups", str(model.moe.expert_groups),
+                     "--moe-router-group-topk", str(model.moe.group_top_k)]
     return args
 
 
@@ -171,6 +175,8 @@ def megatron(model: Model, system: System, s: Strategy, workload: Training) -> D
         args += ["--tp-comm-overlap"]
     if s.overlap.ep_comm and s.ep > 1:
         args += ["--overlap-moe-expert-parallel-comm"]
+    if s.routing.dispatch_dedup and s.ep > 1:
+        args += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
     args += {TrainingPrecision.BF16: ["--bf16"], TrainingPrecision.FP16: ["--fp16"], TrainingPrecision.FP32: [],
              TrainingPrecision.FP8: ["--bf16", "--fp8-format", "hybrid"]}[s.precision]
     args += ["--attention-backend", _ATTENTION[s.attention]]

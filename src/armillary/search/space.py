@@ -51,6 +51,10 @@ class StrategySpace(Spec):
     offload_optimizer: tuple[bool, ...] = (False,)
     offload_activations: tuple[bool, ...] = (False,)
     ep: tuple[PositiveInt, ...] = (1,)
+    overlap_ep: tuple[bool, ...] = Field((False,), description="hide the MoE token exchange behind another "
+                                         "micro-batch's compute (1F1B all-to-all overlap, DualPipe)")
+    dispatch_dedup: tuple[bool, ...] = Field((False,), description="one copy per node and device (DeepEP, "
+                                             "HybridEP) instead of one per routed expert")
     attention: tuple[Attention, ...] | None = Field(
         None, description="default: flash, and flash3 where the device has it (standard and flash1 only when "
                           "listed: they are never faster)")
@@ -61,8 +65,8 @@ class StrategySpace(Spec):
 # axes in index order (the last varies fastest); the first is compound: the model-parallel layout
 _LAYOUT = ("tp", "pp", "cp", "vpp")
 _AXES = ("attention", "micro_batch", "sequence_parallel", "recompute", "zero", "overlap_dp", "overlap_tp",
-         "overlap_param_gather", "offload_optimizer", "offload_activations", "ep",
-         "rank_order")
+         "overlap_param_gather", "offload_optimizer", "offload_activations", "ep", "overlap_ep",
+         "dispatch_dedup", "rank_order")
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ _WHOLE = (*(k for keys in _ALIASES.values() for k in keys), "num_key_value_heads
           "max_position_embeddings", "n_positions", "head_dim", "sliding_window", *_EXPERTS, *_TOP_K,
           "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "shared_expert_intermediate_size",
           "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_heads",
-          "n_inner", "ffn_dim", "max_seq_len", "seq_length")
+          "n_group", "topk_group", "n_inner", "ffn_dim", "max_seq_len", "seq_length")
 _RATIOS = ("expansion_ratio", "hidden_ratio")
 _FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "no_bias")
 _TEXT = ("model_type", "_name_or_path", "hidden_act", "activation_function")
@@ -82,7 +82,7 @@ _IRRELEVANT = frozenset((
     "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
     "summary_first_dropout", "task_specific_params", "id2label", "label2id", "pretraining_tp", "quantization_config",
     "auto_map", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "max_window_layers",
-    "scoring_func", "norm_topk_prob", "routed_scaling_factor", "topk_method", "n_group", "topk_group",
+    "scoring_func", "norm_topk_prob", "routed_scaling_factor", "topk_method",
     "aux_loss_alpha", "seq_aux", "ep_size", "moe_layer_freq", "tokenizer_class", "decoder_start_token_id",
     "swiglu_limit", "initial_context_length"))
 UNREAD = "config.json keys not modelled"  # the model's `sources` key listing what the reader left out
@@ -175,6 +175,10 @@ def _experts_and_latent_attention(data: dict[str, Any], kind: str) -> dict[str, 
             "dense_layers": int(data.get("first_k_dense_replace") or 0),
             "router_bias": kind == "gpt_oss",
         }
+        # DeepSeek-V2 / V3 group-limited routing (transformers' DeepseekV3TopkRouter: topk_group of n_group
+        # groups; "greedy", V2-Lite's method, ignores the groups)
+        if (data.get("n_group") or 1) > 1 and data.get("topk_method") != "greedy":
+            spec["moe"] |= {"expert_groups": int(data["n_group"]), "group_top_k": int(data.get("topk_group") or 1)}
         if data.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one shared expert of its own size
             spec["moe"] |= {"shared_experts": 1, "shared_ffn": int(data["shared_expert_intermediate_size"])}
     if data.get("kv_lora_rank"):

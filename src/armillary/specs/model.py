@@ -58,11 +58,27 @@ class MixtureOfExperts(Spec):
     dense_layers: NonNegativeInt = Field(0, description="leading layers with a dense MLP of size `ffn` "
                                          "(DeepSeek first_k_dense_replace)")
     router_bias: bool = Field(False, description="the router (gate) linear has a bias (GPT-OSS)")
+    expert_groups: PositiveInt | None = Field(
+        None, description="group-limited routing: the experts form this many equal groups, numbered in order, "
+        "and each token's top_k experts come from `group_top_k` of them (DeepSeek-V3 config n_group 8, one group "
+        "per node of the EP group: node-limited routing); None: any expert")
+    group_top_k: PositiveInt | None = Field(None, description="groups each token may use (DeepSeek-V3 "
+                                            "topk_group 4); with `expert_groups`")
 
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
+        if (self.expert_groups is None) != (self.group_top_k is None):
+            raise ValueError("expert_groups and group_top_k go together (group-limited routing)")
+        if self.expert_groups is not None and self.group_top_k is not None:
+            if self.experts % self.expert_groups:
+                raise ValueError(f"expert_groups ({self.expert_groups}) must divide experts ({self.experts})")
+            if self.group_top_k > self.expert_groups:
+                raise ValueError(f"group_top_k ({self.group_top_k}) exceeds expert_groups ({self.expert_groups})")
+            if self.group_top_k * (self.experts // self.expert_groups) < self.top_k:
+                raise ValueError(f"group_top_k ({self.group_top_k}) groups of {self.experts // self.expert_groups} "
+                                 f"experts hold fewer than top_k ({self.top_k})")
         return self
 
     @property

@@ -133,6 +133,12 @@ class Routing(Spec):
                                           "None = dropless")
     pad_to_capacity: bool = Field(False, description="every expert computes its full capacity (padding)")
     dispatch_fp8: bool = Field(False, description="dispatched tokens travel in fp8 (DeepSeek-V3 §3.3.3)")
+    dispatch_dedup: bool = Field(
+        False, description="dispatch sends a token once to each node that holds some of its experts, over the "
+        "scale-out network to the same-position device there, which forwards it once to each device of the "
+        "node holding them, both at once; combine the reverse (DeepEP normal kernels, Megatron-Core's flex "
+        "dispatcher with DeepEP or HybridEP); False: one copy per routed expert through an all-to-all "
+        "(Megatron's alltoall dispatcher)")
 
     @model_validator(mode="after")
     def _check(self) -> Self:

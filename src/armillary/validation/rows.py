@@ -21,6 +21,7 @@ from armillary.specs.system import System
 from armillary.specs.workload import Training
 from armillary.validation.vocabulary import (
     clean,
+    deduplicated_dispatch,
     flag,
     memory_gb_of,
     model_preset_for,
@@ -240,6 +241,9 @@ def _strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: lis
     if int_column(row, "experts"):
         moe = dict(ep=int_column(row, "ep") or 1, expert_tp=1)
         notes.append("expert_tp=1, balanced routing (the benchmarks force-balance the tokens)")
+        if deduplicated_dispatch(f"{framework} {clean(row.get('notes'))}"):
+            moe["routing"] = {"dispatch_dedup": True}
+            notes.append("dispatch_dedup (the row names DeepEP / HybridEP: one copy per node and device)")
     return dict(**out, **moe, tp=tp, pp=pp, cp=cp, dp=dp, vpp=int_column(row, "vpp") or 1, micro_batch=mbs)
 
 

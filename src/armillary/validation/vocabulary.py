@@ -103,6 +103,13 @@ def sharding_of(text: str | None) -> ZeroStage | None:
     return None
 
 
+def deduplicated_dispatch(text: str | None) -> bool:
+    """Whether a description names a dispatcher that sends each token once per node and device (DeepEP,
+    HybridEP, Megatron-Core's flex dispatcher; `Routing.dispatch_dedup`)."""
+    named = r"deep[- ]?ep|hybrid[- ]?ep|flex[- ]dispatcher|dispatcher[- ]type[ =]*flex"
+    return re.search(named, clean(text)) is not None
+
+
 # words that name a variant of the same architecture, not another model
 _NOT_ARCHITECTURE = {"megatron", "instruct", "chat", "base", "hf", "fp8", "fp16", "bf16", "kv", "it", "moe",
                      "the", "model", "dense"}

@@ -9,7 +9,12 @@ broadcast over arrays.
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections import Counter
 from dataclasses import dataclass
+
+import numpy as np
 
 from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays
@@ -57,6 +62,39 @@ def experts_touched(local: Array, per_expert: Array, share: Array) -> Array:
     thousands of tokens (training) every expert is touched and the result is exactly `local`."""
     idle = (1.0 - share) ** where(share > 0, per_expert / maximum(share, 1e-300), 0.0)
     return where(per_expert > 0, maximum(local * (1.0 - idle), minimum(local, 1.0)), 0.0)
+
+
+def holders_hit(m: ModelArrays, parts: Array) -> Array:
+    """Expected number of the `parts` equal blocks of the experts (EP ranks in expert order, or the nodes
+    they fill) that hold at least one of a token's top_k experts, when routing is uniform (force-balanced
+    benchmarks; DeepEP's tests draw random scores) and limited to group_top_k of the model's expert groups
+    [derived: DeepSeek-V3 §2.1.2 node-limited routing; sampling without replacement]. A block that shares
+    experts with the groups O is missed when the chosen groups meet O in A (probability
+    C(G - |O|, g - |A|) / C(G, g)) and all k draws from the chosen groups' pool avoid A's experts in the
+    block (C(pool - held, k) / C(pool, k)). Without groups (one group of all experts) this is
+    parts (1 - C(E - E/parts, k) / C(E, k))."""
+    if isinstance(parts, np.ndarray):
+        values, index = np.unique(parts, return_inverse=True)
+        return np.array([holders_hit(m, float(v)) for v in values])[index].reshape(parts.shape)
+    experts, k = int(m.experts), int(m.top_k)
+    groups, chosen, blocks = int(m.expert_groups), int(m.group_top_k), max(round(float(parts)), 1)
+    size, width = experts // groups, experts // blocks
+    # the experts each block holds of each group it meets; blocks alike in that are missed alike
+    patterns = Counter(tuple(sorted(min((b + 1) * width, (g + 1) * size) - max(b * width, g * size)
+                                    for g in range(b * width // size, ((b + 1) * width - 1) // size + 1)))
+                       for b in range(blocks))
+    return sum(count * (1.0 - _missed(overlap, k, groups, chosen, chosen * size))
+               for overlap, count in patterns.items())
+
+
+def _missed(overlap: tuple[int, ...], k: int, groups: int, chosen: int, pool: int) -> float:
+    """Probability that a block holding `overlap` experts of as many groups gets none of a token's k."""
+    missed, total = 0.0, math.comb(groups, chosen)
+    for n in range(min(len(overlap), chosen) + 1):
+        way = math.comb(groups - len(overlap), chosen - n) / total
+        for met in itertools.combinations(overlap, n):
+            missed += way * math.comb(pool - sum(met), k) / math.comb(pool, k)
+    return missed
 
 
 def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: Array, e: Array,
