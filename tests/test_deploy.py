@@ -64,6 +64,14 @@ def test_fsdp_fp8_full_recompute_cp_and_uneven_stages():
     s = type(strategy).model_validate({**strategy.model_dump(), "recompute": "full", "recompute_layers": 2})
     a = list(deployment(Target.MEGATRON, model, system, s, workload).commands[0].argv)
     assert (_value(a, "--recompute-method"), _value(a, "--recompute-num-layers")) == ("block", "2")
+    s = type(strategy).model_validate({**strategy.model_dump(), "offload": {"activations": True,
+                                                                           "activation_layers": 3}})
+    d = deployment(Target.MEGATRON, model, system, s, workload)
+    a = list(d.commands[0].argv)
+    assert "--cpu-offloading" in a and _value(a, "--cpu-offloading-num-layers") == "3"
+    s = type(strategy).model_validate({**strategy.model_dump(), "offload": {"activations": True}})
+    d = deployment(Target.MEGATRON, model, system, s, workload)
+    assert "--cpu-offloading" not in d.commands[0].argv and any("activation_layers" in n for n in d.notes)
     s = type(strategy).model_validate({**strategy.model_dump(), "vpp": 3})  # 80 layers do not split in 4 x 3
     a = list(deployment(Target.MEGATRON, model, system, s, workload).commands[0].argv)
     assert _value(a, "--num-virtual-stages-per-pipeline-rank") == "3"

@@ -25,8 +25,9 @@ from armillary.specs.strategy import (
 # a base that admits every value below: tp > 1 for sequence parallelism, ep = 1 for rank order tp-cp-pp-dp
 BASE = Strategy(tp=2)
 NUMBERS = {"tp": [1, 2, 8], "pp": [1, 4], "cp": [1, 2], "vpp": [1, 3], "ep": [1, 8], "micro_batch": [1, 4],
-           "recompute_layers": [None, 1, 5]}  # None (every layer) is coded 0
-BASES = {"recompute_layers": Strategy(tp=2, recompute="full")}  # a field that needs another base
+           "recompute_layers": [None, 1, 5], "offload_activation_layers": [None, 1, 7]}  # None (every layer): 0
+BASES = {"recompute_layers": Strategy(tp=2, recompute="full"),  # fields that need another base
+         "offload_activation_layers": Strategy(tp=2, offload={"activations": True})}
 
 
 def _decode(field: str, code: float):
@@ -36,7 +37,7 @@ def _decode(field: str, code: float):
         return spec.codes.member(code)
     if isinstance(codes.strategy_value(BASE, field), bool):
         return bool(code)
-    if field == "recompute_layers":
+    if field in ("recompute_layers", "offload_activation_layers"):
         return int(code) or None
     return int(code)
 
@@ -64,7 +65,7 @@ def test_every_field_round_trips_through_its_code(field, value):
 
 def test_every_field_is_covered_by_the_round_trip():
     flags = [f for f, s in codes.STRATEGY_FIELDS.items() if s.codes is None and f not in NUMBERS]
-    assert flags and "recompute_layers" not in flags
+    assert flags and "recompute_layers" not in flags and "offload_activation_layers" not in flags
     assert all(isinstance(codes.strategy_value(BASE, f), bool) for f in flags)
 
 

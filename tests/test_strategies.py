@@ -87,3 +87,21 @@ def test_memory_follows_the_fullest_stage():
     squeezed = estimate(model, "dgx-a100", Strategy(tp=8, pp=4, first_stage_layers=2, last_stage_layers=2),
                         W, gpus=64)
     assert float(squeezed.memory_hbm.weights) > float(even.memory_hbm.weights)
+
+
+def test_offloading_the_first_layers_of_each_chunk():
+    """Megatron-Core --cpu-offloading-num-layers 3 of a stage's 8 layers (32 layers, pp 4): 3/8 of the stored
+    activations move to the second tier and over its link, the rest stay, with one layer's staging buffer."""
+    base, whole = run(tp=2, pp=4), run(tp=2, pp=4, offload={"activations": True})
+    part = run(tp=2, pp=4, offload={"activations": True, "activation_layers": 3})
+    stored, staging = float(base.memory_hbm.activations), float(whole.memory_hbm.activations)
+    assert float(part.memory_tier2.activations) == pytest.approx(3 / 8 * stored, rel=1e-12)
+    assert float(part.memory_hbm.activations) == pytest.approx(5 / 8 * stored + staging, rel=1e-12)
+    assert float(part.offload_s) == pytest.approx(3 / 8 * float(whole.offload_s), rel=1e-12)
+    for n in range(1, 8):  # one more offloaded layer never needs more HBM nor moves fewer bytes
+        fewer = run(tp=2, pp=4, offload={"activations": True, "activation_layers": n})
+        more = run(tp=2, pp=4, offload={"activations": True, "activation_layers": n + 1})
+        assert float(more.memory_hbm.total) <= float(fewer.memory_hbm.total)
+        assert float(more.offload_s) >= float(fewer.offload_s)
+    with pytest.raises(ValueError, match=r"activation_layers needs offload\.activations"):
+        run(tp=2, pp=4, offload={"activation_layers": 3})

@@ -39,7 +39,7 @@ from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
 from armillary.plan.placement import Groups, Placement, place_expert_groups, place_groups
-from armillary.plan.rules import chunk_layers, recompute_share
+from armillary.plan.rules import chunk_layers, chunk_share
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
 from armillary.workload.attention import ring_kv_block
@@ -83,9 +83,11 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     microbatches = microbatch_count(w.global_batch, st.micro_batch, st.dp)
     groups = place_groups(st.tp, st.dp, st.pp, system.sizes, st.cp, st.rank_order)
     stages = split_stages(m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers)
-    # every layer is priced at the chunk's average recomputation: what a block-method recompute re-runs
+    # every layer is priced at the chunk's average recomputation and offload: what a block-method recompute
+    # re-runs, what offloading the first N layers of each chunk moves
     chunk = chunk_layers(*stages.totals, st.pp, st.vpp)
-    st = replace(st, recompute_share=recompute_share(st.recompute_layers, chunk))
+    st = replace(st, recompute_share=chunk_share(st.recompute_layers, chunk),
+                 offload_activations=st.offload_activations * chunk_share(st.offload_activation_layers, chunk))
     layers = _layers(m, st, w, system, groups, e)
     sends = _pipeline_sends(m, st, w, system, groups, e)
     times = _stage_times(layers, stages)
@@ -337,7 +339,8 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
         tensors = MemoryBreakdown(
             weights=states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1),
             gradients=states.gradients, optimizer_states=states.optimizer_states * (1 - oo),
-            activations=activations * (1 - oa) + oa * working, checkpoints=checkpoints * (1 - oa),
+            # the offloaded share leaves one layer's staging buffer in HBM (TE's cpu offload handler)
+            activations=activations * (1 - oa) + where(oa > 0, working, 0.0), checkpoints=checkpoints * (1 - oa),
             comm_buffers=buffers)
         hbm = replace(tensors, runtime=st.memory_reserve + st.fragmentation * tensors.total)
         tier2 = MemoryBreakdown(

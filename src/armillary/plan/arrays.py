@@ -118,7 +118,7 @@ class StrategyArrays:
     overlap_tp: Array
     overlap_param_gather: Array
     offload_weights: Array
-    offload_activations: Array
+    offload_activations: Array  # 0/1; estimate_training makes it the share of layers offloaded
     offload_optimizer: Array
     precision: Array  # plan.codes.PRECISION
     pp_scatter_gather: Array
@@ -150,8 +150,9 @@ class StrategyArrays:
     memory_reserve: Array = 0.0  # HBM bytes the runtime holds outside the tensors
     fragmentation: Array = 0.0  # share of the tensors' HBM lost to the allocator's fragmentation
     # the share of a model chunk's layers that full recompute re-runs: derived from recompute_layers by
-    # estimate_training (`plan.rules.recompute_share`), 1 before
+    # estimate_training (`plan.rules.chunk_share`), 1 before
     recompute_share: Array = 1.0
+    offload_activation_layers: Array = 0.0  # the first N layers of each chunk; 0 = every layer
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:

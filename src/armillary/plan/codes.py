@@ -68,7 +68,7 @@ class StrategyField:
         """The array code of a spec value."""
         if self.codes is not None:
             return self.codes.code(value)
-        return 0.0 if value is None else float(value)  # an unset count (recompute_layers: every layer)
+        return 0.0 if value is None else float(value)  # an unset count (recompute_layers...: every layer)
 
 
 STRATEGY_FIELDS: dict[str, StrategyField] = {
@@ -95,6 +95,7 @@ STRATEGY_FIELDS: dict[str, StrategyField] = {
     "dispatch_dedup": StrategyField(("routing", "dispatch_dedup")),
     "offload_weights": StrategyField(("offload", "weights")),
     "offload_activations": StrategyField(("offload", "activations")),
+    "offload_activation_layers": StrategyField(("offload", "activation_layers")),
     "offload_optimizer": StrategyField(("offload", "optimizer")),
 }
 

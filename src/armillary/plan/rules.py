@@ -71,11 +71,12 @@ def chunk_layers(first: Array, mid: Array, last: Array, pp: Array, vpp: Array) -
     return where(_no_middle_stage(pp, mid), np.ceil(maximum(first, last) / vpp), mid / vpp)
 
 
-def recompute_share(recompute_layers: Array, chunk: Array) -> Array:
-    """The share of a model chunk's layers that full recomputation re-runs when it re-runs only the chunk's
-    first `recompute_layers` (0: all; Megatron --recompute-method block --recompute-num-layers), of a full
-    chunk's `chunk` layers (`chunk_layers`; a shorter first or last chunk is taken at the full chunk's share)."""
-    return where(recompute_layers > 0, minimum(recompute_layers / maximum(chunk, 1.0), 1.0), 1.0)
+def chunk_share(first_layers: Array, chunk: Array) -> Array:
+    """The share of a model chunk's layers that a per-layer setting covers when it covers only the chunk's
+    first `first_layers` (0: all) of a full chunk's `chunk` layers (`chunk_layers`; a shorter first or last
+    chunk is taken at the full chunk's share): full recomputation of some layers (Megatron --recompute-method
+    block --recompute-num-layers), activation offload of some (--cpu-offloading-num-layers)."""
+    return where(first_layers > 0, minimum(first_layers / maximum(chunk, 1.0), 1.0), 1.0)
 
 
 def stages_split(layers: Array, first: Array, mid: Array, last: Array, pp: Array, vpp: Array) -> Check:

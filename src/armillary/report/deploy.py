@@ -143,9 +143,13 @@ def _memory_args(s: Strategy, notes: list[str]) -> list[str]:
                          "shards but keeps a full gradient buffer (ZeRO-1 memory)")
     if s.offload.optimizer:
         args += ["--optimizer-cpu-offload"]
-    if s.offload.weights or s.offload.activations:
-        notes.append("weight / activation offload has no Megatron-LM argument (Transformer Engine "
-                     "cpu_offloading in NeMo: model.cpu_offloading)")
+    if s.offload.activations and s.offload.activation_layers is not None:
+        args += ["--cpu-offloading", "--cpu-offloading-num-layers", str(s.offload.activation_layers)]
+    elif s.offload.activations:
+        notes.append("offloading every layer's activations: Megatron-Core's --cpu-offloading-num-layers must be "
+                     "below the layer count (set offload.activation_layers)")
+    if s.offload.weights:
+        notes.append("weight offload (Transformer Engine cpu_offloading weights) has no Megatron-LM argument here")
     return args
 
 

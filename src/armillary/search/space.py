@@ -50,6 +50,9 @@ class StrategySpace(Spec):
     overlap_param_gather: tuple[bool, ...] = (False, True)
     offload_optimizer: tuple[bool, ...] = (False,)
     offload_activations: tuple[bool, ...] = (False,)
+    offload_activation_layers: tuple[PositiveInt, ...] = Field(
+        (), description="with offload_activations, also try offloading only the first N layers of each model "
+        "chunk for each N given (Megatron-Core --cpu-offloading-num-layers); empty: every layer")
     ep: tuple[PositiveInt, ...] = (1,)
     overlap_ep: tuple[bool, ...] = Field((False,), description="hide the MoE token exchange behind another "
                                          "micro-batch's compute (1F1B all-to-all overlap, DualPipe)")
@@ -234,10 +237,10 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
         layouts = [row for row, ok in zip(layouts, fits, strict=True) if ok]
     attention = space.attention or ((Attention.FLASH, Attention.FLASH3) if flash3 else (Attention.FLASH,))
     space = space.model_copy(update={"attention": attention})
-    others = [_recompute_rows(space) if a == "recompute" else tuple((value,) for value in dict.fromkeys(
+    others = [_compound_rows(space, a) if a in _COMPOUND else tuple((value,) for value in dict.fromkeys(
         getattr(space, a))) for a in _AXES]  # each value once
     labels = (tuple(layouts), *others)
-    names = (_LAYOUT, *(("recompute", "recompute_layers") if a == "recompute" else (a,) for a in _AXES))
+    names = (_LAYOUT, *((a, _COMPOUND[a][0]) if a in _COMPOUND else (a,) for a in _AXES))
     values = tuple(np.array([[encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
                             dtype=float).reshape(len(rows), len(axis_names))
                    for axis_names, rows in zip(names, labels, strict=True))
@@ -245,12 +248,20 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
     return Axes(names, values, labels, pruned=(len(every) - len(layouts)) * rest)
 
 
-def _recompute_rows(space: StrategySpace) -> tuple[tuple[Recompute, int | None], ...]:
-    """The recompute axis: each mode over every layer, and full recomputation of the first N layers of each
-    model chunk for each N of `space.recompute_layers`."""
-    modes = tuple(dict.fromkeys(space.recompute))
-    partial = space.recompute_layers if Recompute.FULL in modes else ()
-    return (*((mode, None) for mode in modes), *((Recompute.FULL, n) for n in dict.fromkeys(partial)))
+# compound axes: a setting and how many of each chunk's first layers it covers (None: every layer), tried
+# for each count given where the setting takes the value that has a count
+_COMPOUND: dict[str, tuple[str, Any]] = {"recompute": ("recompute_layers", Recompute.FULL),
+                                         "offload_activations": ("offload_activation_layers", True)}
+
+
+def _compound_rows(space: StrategySpace, axis: str) -> tuple[tuple[Any, int | None], ...]:
+    """The recompute axis (each mode over every layer, and full recomputation of the first N layers of each
+    model chunk for each N of `space.recompute_layers`) or the activation-offload axis (likewise for
+    `space.offload_activation_layers`)."""
+    counts_field, counted = _COMPOUND[axis]
+    values = tuple(dict.fromkeys(getattr(space, axis)))
+    partial = getattr(space, counts_field) if counted in values else ()
+    return (*((value, None) for value in values), *((counted, n) for n in dict.fromkeys(partial)))
 
 
 def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, expert_tp_is_tp: bool) -> StrategyArrays:

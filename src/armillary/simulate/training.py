@@ -20,7 +20,7 @@ from armillary.estimate.layer import TP_OPERATIONS, tp_calls_per_pass
 from armillary.estimate.result import CommCall, LayerCost, ParallelDimension, StepEstimate
 from armillary.numerics import Array
 from armillary.plan.layout import chunk_size, data_parallel, stage_layer_kinds
-from armillary.plan.rules import recompute_share
+from armillary.plan.rules import chunk_share
 from armillary.simulate.data_parallel import DataParallelTasks
 from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, TaskKind, Tier
 from armillary.simulate.pipeline import Send, build_pipeline
@@ -148,7 +148,7 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
         raise SpecError("simulate: the interleaved schedule needs vpp >= 2")
     lay = layout(strategy, data_parallel(strategy, system), symmetric)
     b = GraphBuilder()
-    share = float(recompute_share(strategy.recompute_layers or 0, chunk_size(model.layers, strategy)))
+    share = float(chunk_share(strategy.recompute_layers or 0, chunk_size(model.layers, strategy)))
     passes = _Passes(b, est, strategy, lay, stage_layer_kinds(model, strategy), schedule is Schedule.ZB_H1, m, share)
     last_pass = build_pipeline(b, schedule, strategy.pp, m, strategy.vpp, lay.lanes, passes.emit,
                                _pipeline_send(est))
@@ -170,7 +170,7 @@ class _Passes:
         self.ring_cp = strategy.cp > 1 and strategy.cp_comm is ContextParallel.RING  # always beside attention
         self.full_recompute = strategy.recompute is Recompute.FULL  # a recomputed forward repeats its exchanges
         # the share of the layers full recomputation re-runs: every layer re-runs that share of its forward,
-        # GEMMs and exchanges included, as the estimator prices the average layer (`plan.rules.recompute_share`)
+        # GEMMs and exchanges included, as the estimator prices the average layer (`plan.rules.chunk_share`)
         self.recompute_share = recompute_share
         # the embedding's and the LM head's all-reduce: one call of the layers' TP message each
         tp_ar = _first(est, ParallelDimension.TP, Collective.ALL_REDUCE)

@@ -153,6 +153,16 @@ class Offload(Spec):
     weights: bool = False
     activations: bool = False
     optimizer: bool = False
+    activation_layers: PositiveInt | None = Field(
+        None, description="with activations: offload those of only the first this many layers of each model "
+        "chunk, the others stay in HBM (Transformer Engine cpu_offloading num_layers, Megatron-Core "
+        "--cpu-offloading-num-layers, which NVIDIA's GB200 / GB300 recipes set); None: every layer's")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.activation_layers is not None and not self.activations:
+            raise ValueError("offload.activation_layers needs offload.activations")
+        return self
 
 
 class Strategy(Spec):
