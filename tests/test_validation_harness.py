@@ -76,7 +76,10 @@ def test_model_names_in_any_spelling(text, preset):
 @pytest.mark.parametrize(("text", "gb", "system"), [
     ("H100 SXM 96GB HBM2e, 500 W power limit", 96, "dgx-h100"), ("GH200 (96GB HBM3 + 480GB LPDDR5X)", 96, None),
     ("A100 40GB/80GB", 80, "dgx-a100-40gb"), ("a100_40gb", 40, "dgx-a100-40gb"), ("GB200 (NVL72)", None, "gb200-nvl72"),
-    ("B200 (DGX-B200)", None, "dgx-b200"), ("GB300 (DGX-GB300, NVL72)", None, "gb300-nvl72")])
+    ("B200 (DGX-B200)", None, "dgx-b200"), ("GB300 (DGX-GB300, NVL72)", None, "gb300-nvl72"),
+    ("DGX B300", None, "dgx-b300"), ("8x H20 96GB", 96, "hgx-h20"), ("H200 SXM", None, "hgx-h200"),
+    ("AMD Instinct MI355X", None, "mi355x-8"), ("Intel Gaudi 3", None, "hls-gaudi3"),
+    ("TPU v6e (Trillium)", None, "tpu-v6e-slice"), ("Trainium2 (trn2.48xlarge)", None, "trn2-16")])
 def test_gpu_texts(text, gb, system):
     assert memory_gb_of(text) == gb
     if system is not None:
@@ -327,3 +330,39 @@ def test_search_and_codesign_carry_the_band_and_warn_on_poorly_validated_winners
     designs = api.codesign("llama2-7b", "dgx-h100", work, {"gpus": [16, 32], "prices": {"device": 1, "hbm_per_gib": 0}},
                            {"attention": "flash"}, space)
     assert all(p.best is not None and p.best.error_band is not None for p in designs.points)
+
+
+def _renamed(row_id: str, name: str):
+    row = dict(next(r for r in read_rows() if r["id"] == row_id))
+    return run_row({**row, "model": name})
+
+
+def test_a_model_no_preset_names_is_built_from_its_columns():
+    """An unknown name with its shape columns runs: the family its name places, else the MLP width decides
+    the conventions (4h: GPT's; other: gated, Llama's), and the assumptions say so. A Llama 3 70B row renamed
+    keeps its columns' shape; MPT-13B renamed keeps its 4h GeLU MLP (learned positions as MPT's)."""
+    named, renamed = _renamed("TR-MBRIDGE-25.11-GB200-10", "LLAMA3_70B"), _renamed("TR-MBRIDGE-25.11-GB200-10",
+                                                                                    "Zeta-70B")
+    assert renamed.predicted is not None and any("gated MLP" in a for a in renamed.assumptions)
+    assert renamed.predicted == pytest.approx(named.predicted, rel=0.05)  # only the vocabulary (32000) differs
+    gpt = _renamed("TR-FOUNDRY-008", "Foo 13B")
+    assert any("GPT's 4h MLP" in a for a in gpt.assumptions)
+    assert gpt.predicted == pytest.approx(_renamed("TR-FOUNDRY-008", "MPT-13b").predicted, rel=0.01)
+    qwen = _renamed("TR-MBRIDGE-25.11-GB200-10", "Qwen2.5-72B")
+    assert any("qwen3-30b-a3b preset" in a for a in qwen.assumptions)
+    spec = row_specs({**next(r for r in read_rows() if r["id"] == "TR-MBRIDGE-25.11-GB200-10"), "model": "Qwen"})[0]
+    assert spec.model.moe is None and (spec.model.layers, spec.model.hidden, spec.model.ffn) == (80, 8192, 28672)
+
+
+def test_a_mixture_of_experts_no_preset_names_is_built_from_its_columns():
+    """'expert N' of the ffn column is the expert width; experts and top-k from their columns; no shared
+    experts or leading dense layers unless stated; Mixtral's conventions. Without top-k it names the column."""
+    row = dict(next(r for r in read_rows() if r["id"] == "TR-MBRIDGE-25.11-B200-22"))
+    model = row_specs({**row, "model": "Some MoE 235B"})[0].model
+    assert model.moe is not None
+    assert (model.layers, model.hidden, model.heads, model.n_kv_heads, model.vocab) == (94, 4096, 64, 4, 151936)
+    assert (model.moe.experts, model.moe.top_k, model.moe.expert_ffn, model.moe.shared_experts,
+            model.moe.dense_layers) == (128, 8, 1536, 0, 0)
+    assert model.mlp.value == "swiglu" and model.mla is None
+    unrunnable = run_row({**row, "model": "Some MoE 235B", "topk": ""})
+    assert unrunnable.predicted is None and "topk" in (unrunnable.skipped or "")

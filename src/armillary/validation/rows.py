@@ -41,11 +41,19 @@ class Unsupported(Exception):  # noqa: N818 - a reason, not a failure
 # family defaults for a model no preset names: (name pattern, preset whose non-shape fields fill the gaps)
 _FAMILIES = (
     (re.compile(r"llama[ _-]?3", re.I), "llama3-8b"),  # vocabulary 128256
-    (re.compile(r"llama", re.I), "llama2-7b"),
+    (re.compile(r"llama|mistral|mixtral|deepseek|yi[ _-]\d|internlm|baichuan", re.I), "llama2-7b"),
+    (re.compile(r"qwen", re.I), "qwen3-30b-a3b"),  # its dense conventions (the experts are dropped)
     (re.compile(r"mpt", re.I), "mpt-125m"),  # llm-foundry benchmark configs: learned positions, biases
     (re.compile(r"nemotron", re.I), "nemotron4-340b"),
+    (re.compile(r"falcon", re.I), "falcon-180b"),
+    (re.compile(r"bloom", re.I), "bloom-176b"),
+    (re.compile(r"\bopt\b", re.I), "opt-175b"),
+    (re.compile(r"gpt[ _-]?j", re.I), "gpt-j-6b"),
     (re.compile(r"gpt|megatron", re.I), "megatron-1.7b"),
 )
+# conventions of a model no name places: an MLP of 4 x hidden is GPT's ungated one (GeLU, LayerNorm, learned
+# positions), any other width a gated one (SwiGLU, RMSNorm, rotary: Llama and most models since 2023)
+_GATED, _UNGATED, _MOE = "llama2-7b", "megatron-1.7b", "mixtral-8x7b"
 _SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 
 
@@ -69,7 +77,7 @@ def int_column(row: dict[str, str], key: str) -> int | None:
 
 def _moe_model(row: dict[str, str], preset: str | None, notes: list[str]) -> Model:
     if preset is None:
-        raise Unsupported(f"model: no mixture-of-experts preset for {row.get('model')!r}")
+        return _moe_from_columns(row, notes)
     model = load_model(preset)
     if model.moe is None:
         raise Unsupported(f"model: the row states experts but the {preset} preset has none")
@@ -93,22 +101,73 @@ def _model(row: dict[str, str], notes: list[str]) -> Model:
     if missing:
         raise Unsupported(f"architecture columns missing: {', '.join(missing)} (and no preset named "
                           f"{row.get('model')!r})")
-    family = preset or next((p for rx, p in _FAMILIES if rx.search(row.get("model", ""))), None)
-    if family is None:
-        raise Unsupported(f"model: no preset or model family known for {row.get('model')!r}")
-    base = load_model(family).model_dump()
+    family = preset or _family(row, shape, notes)
+    base = _from_columns(row, load_model(family).model_dump(), shape, family, notes)
+    notes.append(f"mlp={base['mlp']}, norm={base['norm']}, position={base['position']} ({family} preset)")
+    return Model.model_validate(base)
+
+
+def _family(row: dict[str, str], shape: dict[str, int | None], notes: list[str]) -> str:
+    """The preset whose conventions fill what the row's columns leave out: the family its name places, or
+    the MLP its width implies (`_GATED`, `_UNGATED`)."""
+    named = next((p for rx, p in _FAMILIES if rx.search(row.get("model", ""))), None)
+    if named is not None:
+        return named
+    ffn, hidden = shape["ffn"], shape["hidden"]
+    if ffn is None or hidden is None:
+        raise Unsupported(f"model: no preset or model family known for {row.get('model')!r}, and no ffn "
+                          "column to tell its MLP")
+    gated = abs(ffn / hidden - 4) > 0.01
+    notes.append(f"no preset or family named: ffn / hidden = {ffn / hidden:.3g} reads as "
+                 + ("a gated MLP (Llama conventions)" if gated else "GPT's 4h MLP (GPT conventions)"))
+    return _GATED if gated else _UNGATED
+
+
+def _from_columns(row: dict[str, str], base: dict[str, Any], shape: dict[str, int | None], family: str,
+                  notes: list[str]) -> dict[str, Any]:
+    """A model spec of the row's shape columns over `base`'s other fields (a family preset's), saying which
+    shape fields the preset supplied."""
     filled = {k: v for k, v in shape.items() if v is not None}
     for k in _SHAPE:
         if k not in filled and k != "kv_heads":
             notes.append(f"{k}={base[k]} from the {family} preset")
     base.update(filled, name=row.get("model") or "row", head_dim=None, published=None, aliases=(),
-                sources={"*": row.get("source", "")})
+                sources={"*": row.get("source", "")}, moe=None, mla=None)
     if "kv_heads" not in filled:
         base["kv_heads"] = filled["heads"]
         notes.append("kv_heads = heads (not stated)")
     seq = int_column(row, "seq") or 2048
     base["max_seq_len"] = max(base["max_seq_len"], seq)
-    notes.append(f"mlp={base['mlp']}, norm={base['norm']}, position={base['position']} ({family} preset)")
+    return base
+
+
+def _moe_from_columns(row: dict[str, str], notes: list[str]) -> Model:
+    """An MoE model no preset names, from its columns: layers, hidden, heads, experts, top-k and the expert
+    width (the ffn column's number, or its 'expert N' with a 'dense N' for leading dense layers), over the
+    conventions of its family or of Mixtral (SwiGLU experts, RMSNorm, rotary); shared experts and leading
+    dense layers only as stated."""
+    ffn_text = clean(row.get("ffn"))
+    expert = re.search(r"expert\D*(\d+)", ffn_text)
+    dense = re.search(r"dense\D*(\d+)", ffn_text)
+    expert_ffn = int(expert.group(1)) if expert else int_column(row, "ffn")
+    shape = {k: int_column(row, k) for k in _SHAPE}
+    shape["ffn"] = int(dense.group(1)) if dense else expert_ffn
+    needed = {"layers": shape["layers"], "hidden": shape["hidden"], "heads": shape["heads"],
+              "topk": int_column(row, "topk"), "ffn (expert width)": expert_ffn}
+    missing = [k for k, v in needed.items() if v is None]
+    if missing:
+        raise Unsupported(f"model: no mixture-of-experts preset for {row.get('model')!r} and the columns lack "
+                          f"{', '.join(missing)}")
+    named = next((p for rx, p in _FAMILIES if rx.search(row.get("model", ""))), None)
+    family = named if named in (_GATED, "llama3-8b", "qwen3-30b-a3b") else _MOE
+    base = _from_columns(row, load_model(family).model_dump(), shape, family, notes)
+    shared = re.search(r"(\d+)\s*shared", ffn_text)
+    base["moe"] = {"experts": int_column(row, "experts"), "top_k": needed["topk"], "expert_ffn": expert_ffn,
+                   "shared_experts": int(shared.group(1)) if shared else 0, "dense_layers": 0}
+    notes.append(f"MoE architecture from the row's columns ({base['moe']['experts']} experts, top-"
+                 f"{needed['topk']}, expert width {expert_ffn}; no preset named), mlp={base['mlp']}, "
+                 f"norm={base['norm']}, position={base['position']} ({family} preset); "
+                 f"{base['moe']['shared_experts']} shared experts, no leading dense layers (as stated)")
     return Model.model_validate(base)
 
 

@@ -158,12 +158,20 @@ _GPU_SYSTEMS = (
     (re.compile(r"h800", re.I), "dgx-h800"),
     (re.compile(r"h200", re.I), "hgx-h200"),
     (re.compile(r"h100", re.I), "dgx-h100"),
-    (re.compile(r"gb300|b300", re.I), "gb300-nvl72"),
+    (re.compile(r"\bh20\b", re.I), "hgx-h20"),
+    (re.compile(r"gb300|nvl72.*b300|b300.*nvl72", re.I), "gb300-nvl72"),
+    (re.compile(r"b300", re.I), "dgx-b300"),
     (re.compile(r"gb200", re.I), "gb200-nvl72"),
     (re.compile(r"b200", re.I), "dgx-b200"),
     (re.compile(r"mi300x", re.I), "mi300x-8"),
+    (re.compile(r"mi325x", re.I), "mi325x-8"),
+    (re.compile(r"mi355x", re.I), "mi355x-8"),
+    (re.compile(r"gaudi\s*3", re.I), "hls-gaudi3"),
     (re.compile(r"tpu\s*v5p", re.I), "tpu-v5p-slice"),
     (re.compile(r"tpu\s*v4", re.I), "tpu-v4-pod-slice"),
+    (re.compile(r"tpu\s*v6e|trillium", re.I), "tpu-v6e-slice"),
+    (re.compile(r"tpu\s*7x|ironwood", re.I), "tpu7x-slice"),
+    (re.compile(r"trn2|trainium\s*2", re.I), "trn2-16"),
 )
 
 
