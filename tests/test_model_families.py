@@ -61,7 +61,9 @@ def test_preset_sizes_match_published(name):
 
 @pytest.mark.parametrize(("config", "preset"), [
     ("mixtral-8x7b", "mixtral-8x7b"), ("deepseek-v3", "deepseek-v3"), ("deepseek-v2-lite", "deepseek-v2-lite"),
-    ("qwen3-30b-a3b", "qwen3-30b-a3b"), ("gpt-oss-120b", "gpt-oss-120b"), ("mmfreelm-2.7b", "matmulfree-2.7b")])
+    ("qwen3-30b-a3b", "qwen3-30b-a3b"), ("gpt-oss-120b", "gpt-oss-120b"), ("mmfreelm-2.7b", "matmulfree-2.7b"),
+    ("deepseek-v2", "deepseek-v2"), ("gpt-oss-20b", "gpt-oss-20b"), ("mistral-7b", "mistral-7b"),
+    ("llama3.2-1b", "llama3.2-1b")])
 def test_huggingface_configs_give_the_presets_parameters(config, preset):
     """config.json of each new family loads directly and counts exactly what the preset counts."""
     loaded = from_huggingface(json.loads((HF / f"{config}.json").read_text()))

@@ -348,7 +348,7 @@ def test_a_model_no_preset_names_is_built_from_its_columns():
     gpt = _renamed("TR-FOUNDRY-008", "Foo 13B")
     assert any("GPT's 4h MLP" in a for a in gpt.assumptions)
     assert gpt.predicted == pytest.approx(_renamed("TR-FOUNDRY-008", "MPT-13b").predicted, rel=0.01)
-    qwen = _renamed("TR-MBRIDGE-25.11-GB200-10", "Qwen2.5-72B")
+    qwen = _renamed("TR-MBRIDGE-25.11-GB200-10", "Qwen2-72B")
     assert any("qwen3-30b-a3b preset" in a for a in qwen.assumptions)
     spec = row_specs({**next(r for r in read_rows() if r["id"] == "TR-MBRIDGE-25.11-GB200-10"), "model": "Qwen"})[0]
     assert spec.model.moe is None and (spec.model.layers, spec.model.hidden, spec.model.ffn) == (80, 8192, 28672)
