@@ -107,10 +107,15 @@ def _model(row: dict[str, str], notes: list[str]) -> Model:
     return Model.model_validate(base)
 
 
+def _named_family(row: dict[str, str]) -> str | None:
+    """The preset of the family the row's model name places (`_FAMILIES`); None when none does."""
+    return next((p for rx, p in _FAMILIES if rx.search(row.get("model", ""))), None)
+
+
 def _family(row: dict[str, str], shape: dict[str, int | None], notes: list[str]) -> str:
     """The preset whose conventions fill what the row's columns leave out: the family its name places, or
     the MLP its width implies (`_GATED`, `_UNGATED`)."""
-    named = next((p for rx, p in _FAMILIES if rx.search(row.get("model", ""))), None)
+    named = _named_family(row)
     if named is not None:
         return named
     ffn, hidden = shape["ffn"], shape["hidden"]
@@ -158,7 +163,7 @@ def _moe_from_columns(row: dict[str, str], notes: list[str]) -> Model:
     if missing:
         raise Unsupported(f"model: no mixture-of-experts preset for {row.get('model')!r} and the columns lack "
                           f"{', '.join(missing)}")
-    named = next((p for rx, p in _FAMILIES if rx.search(row.get("model", ""))), None)
+    named = _named_family(row)
     family = named if named in (_GATED, "llama3-8b", "qwen3-30b-a3b") else _MOE
     base = _from_columns(row, load_model(family).model_dump(), shape, family, notes)
     shared = re.search(r"(\d+)\s*shared", ffn_text)
