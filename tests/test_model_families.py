@@ -63,7 +63,7 @@ def test_preset_sizes_match_published(name):
     ("mixtral-8x7b", "mixtral-8x7b"), ("deepseek-v3", "deepseek-v3"), ("deepseek-v2-lite", "deepseek-v2-lite"),
     ("qwen3-30b-a3b", "qwen3-30b-a3b"), ("gpt-oss-120b", "gpt-oss-120b"), ("mmfreelm-2.7b", "matmulfree-2.7b"),
     ("deepseek-v2", "deepseek-v2"), ("gpt-oss-20b", "gpt-oss-20b"), ("mistral-7b", "mistral-7b"),
-    ("llama3.2-1b", "llama3.2-1b")])
+    ("llama3.2-1b", "llama3.2-1b"), ("phi-4", "phi-4"), ("dbrx-base", "dbrx")])
 def test_huggingface_configs_give_the_presets_parameters(config, preset):
     """config.json of each new family loads directly and counts exactly what the preset counts."""
     loaded = from_huggingface(json.loads((HF / f"{config}.json").read_text()))
@@ -301,3 +301,27 @@ def test_config_keys_the_reader_does_not_model_are_named():
     record = run_record(model, load_system("dgx-h100", 8), Strategy(), Training(seq_len=4096, global_batch=8))
     assert record["model_keys_not_modelled"] == ["num_nextn_predict_layers"]
     assert UNREAD not in from_huggingface(json.loads((HF / "mixtral-8x7b.json").read_text())).sources
+
+
+def test_dbrx_reads_its_nested_configs_and_names_them_in_errors():
+    """DBRX keeps KV heads in attn_config and its experts in ffn_config (transformers DbrxConfig): a bad
+    value there is an error naming the nested key, an activation the experts cannot be is refused, and a
+    nested key the reader does not know is listed as not modelled."""
+    data = json.loads((HF / "dbrx-base.json").read_text())
+    model = from_huggingface(data)
+    assert (model.kv_heads, model.moe.experts, model.moe.top_k, model.moe.expert_ffn) == (8, 16, 4, 10752)
+    ffn = data["ffn_config"]
+    with pytest.raises(ValueError, match=r"ffn_config\.moe_top_k: Value error, top_k \(20\) exceeds experts"):
+        from_huggingface({**data, "ffn_config": {**ffn, "moe_top_k": 20}})
+    with pytest.raises(ValueError, match=r"ffn_config\.moe_num_experts: expected a whole number"):
+        from_huggingface({**data, "ffn_config": {**ffn, "moe_num_experts": "16"}})
+    with pytest.raises(ValueError, match=r"attn_config\.kv_n_heads: Value error, heads \(48\) must be a multiple"):
+        from_huggingface({**data, "attn_config": {**data["attn_config"], "kv_n_heads": 7}})
+    with pytest.raises(ValueError, match=r"ffn_config\.ffn_act_fn: 'gelu' is not modelled"):
+        from_huggingface({**data, "ffn_config": {**ffn, "ffn_act_fn": {"name": "gelu"}}})
+    with pytest.raises(ValueError, match="ffn_config: expected a mapping"):
+        from_huggingface({**data, "ffn_config": [16]})
+    from armillary.specs.huggingface import UNREAD
+    assert UNREAD not in model.sources
+    assert from_huggingface({**data, "ffn_config": {**ffn, "moe_capacity": 2}}).sources[UNREAD] == (
+        "ffn_config.moe_capacity")

@@ -21,10 +21,13 @@ _GATED_ACTIVATIONS = {"silu", "swiglu", "swish"}
 # (gated MLP, RMSNorm), their mixture-of-experts relatives, and the MatMul-free LM
 _GPT_STYLE = ("gpt2", "opt", "bloom", "gpt_neox", "mpt", "gpt_bigcode")
 _MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+# phi3: Phi-3 mini / medium and Phi-4 (Phi3ForCausalLM: fused qkv_proj and gate_up_proj, the parameters of
+# separate Llama matrices)
 _LLAMA_STYLE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "internlm2", "yi", "deepseek", "olmo2",
-                *_MOE)
+                "phi3", *_MOE)
 _MATMUL_FREE = ("hgrn_bit",)
-_KNOWN = _GPT_STYLE + _LLAMA_STYLE + _MATMUL_FREE
+_DBRX = ("dbrx",)  # its attention and experts sit in nested attn_config / ffn_config
+_KNOWN = _GPT_STYLE + _LLAMA_STYLE + _MATMUL_FREE + _DBRX
 _QK_NORM = ("qwen3", "qwen3_moe", "olmo2")
 # routed-expert keys, first match wins: (experts, top-k, expert intermediate size)
 _EXPERTS = ("num_local_experts", "n_routed_experts", "num_experts")
@@ -64,8 +67,9 @@ def _check_values(data: dict[str, Any]) -> None:
     for key in _TEXT:
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ValueError(f"config.json {key}: expected a string, got {data[key]!r}")
-    if data.get("attn_config") is not None and not isinstance(data["attn_config"], dict):
-        raise ValueError(f"config.json attn_config: expected a mapping, got {data['attn_config']!r}")
+    for nested in ("attn_config", "ffn_config"):
+        if data.get(nested) is not None and not isinstance(data[nested], dict):
+            raise ValueError(f"config.json {nested}: expected a mapping, got {data[nested]!r}")
     types = data.get("layer_types")
     if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
         raise ValueError(f"config.json layer_types: expected a list of strings, got {types!r}")
@@ -74,7 +78,7 @@ def _check_values(data: dict[str, Any]) -> None:
 # keys read somewhere below, and keys that change nothing a cost model sees (ids, numerics, serialization)
 _READ = frozenset((*_WHOLE, *_RATIOS, *_FLAGS, "model_type", "architectures", "hidden_act", "activation_function",
                    "_name_or_path", "use_sliding_window", "layer_types", "no_bias", "attn_config", "n_inner",
-                   "ffn_dim", "n_embd", "n_head", "n_layer", "d_model"))
+                   "ffn_dim", "n_embd", "n_head", "n_layer", "d_model", "ffn_config"))
 _IRRELEVANT = frozenset((
     "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id", "pad_token_id",
     "initializer_range", "initializer_factor", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "use_cache",
@@ -84,7 +88,7 @@ _IRRELEVANT = frozenset((
     "auto_map", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "max_window_layers",
     "scoring_func", "norm_topk_prob", "routed_scaling_factor", "topk_method",
     "aux_loss_alpha", "seq_aux", "ep_size", "moe_layer_freq", "tokenizer_class", "decoder_start_token_id",
-    "swiglu_limit", "initial_context_length"))
+    "swiglu_limit", "initial_context_length", "original_max_position_embeddings", "emb_pdrop"))
 UNREAD = "config.json keys not modelled"  # the model's `sources` key listing what the reader left out
 
 
@@ -111,9 +115,9 @@ def _get(data: dict[str, Any], field: str) -> Any:
 
 
 def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
-    """Map config.json keys onto Model. Llama-style families (llama, mistral, qwen2/3, gemma...), GPT-2,
-    OPT, BLOOM, MPT and GPT-NeoX; mixture-of-experts families (Mixtral, Qwen2/3-MoE, GPT-OSS, DeepSeek-V2/V3
-    with multi-head latent attention) and the MatMul-free LM (hgrn_bit) are recognised."""
+    """Map config.json keys onto Model. Llama-style families (llama, mistral, qwen2/3, gemma, phi3...), GPT-2,
+    OPT, BLOOM, MPT and GPT-NeoX; mixture-of-experts families (Mixtral, Qwen2/3-MoE, GPT-OSS, DBRX,
+    DeepSeek-V2/V3 with multi-head latent attention) and the MatMul-free LM (hgrn_bit) are recognised."""
     kind = str(data.get("model_type", "")).lower()
     if kind not in _KNOWN:
         raise ValueError(f"model_type {kind!r} is not understood yet; known: {', '.join(_KNOWN)} "
@@ -121,6 +125,8 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
     _check_values(data)
     if kind in _MATMUL_FREE:
         return _matmul_free(data, name)
+    if kind in _DBRX:
+        return _dbrx(data, name)
     hidden, heads = int(_get(data, "hidden")), int(_get(data, "heads"))
     act = str(data.get("hidden_act", data.get("activation_function", "gelu"))).lower()
     spec: dict[str, Any] = {
@@ -214,14 +220,56 @@ def _matmul_free(data: dict[str, Any], name: str | None) -> Model:
     }, data)
 
 
+def _dbrx(data: dict[str, Any], name: str | None) -> Model:
+    """DBRX (transformers DbrxConfig): every block attention (attn_config.kv_n_heads KV heads, fused Wqkv, no
+    biases) and a mixture of ffn_config.moe_num_experts GLU experts of ffn_hidden_size, moe_top_k per token;
+    LayerNorm without bias (the spec's LayerNorm counts one: 0.0004% of DBRX's parameters), rotary positions."""
+    attn, ffn = data.get("attn_config") or {}, data.get("ffn_config") or {}
+    for key, value in [*(("attn_config." + k, attn.get(k)) for k in ("kv_n_heads",)),
+                       *(("ffn_config." + k, ffn.get(k)) for k in ("ffn_hidden_size", "moe_num_experts", "moe_top_k"))]:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _LARGEST):
+            raise ValueError(f"config.json {key}: expected a whole number up to 2^40, got {value!r}")
+    act = ffn.get("ffn_act_fn") or {"name": "silu"}  # DbrxFFNConfig's default
+    act_name = str(act.get("name", "silu") if isinstance(act, dict) else act).lower()
+    if act_name not in _GATED_ACTIVATIONS:
+        raise ValueError(f"config.json ffn_config.ffn_act_fn: {act_name!r} is not modelled; DBRX's experts are "
+                         f"gated with one of {sorted(_GATED_ACTIVATIONS)}")
+    width = int(_first(ffn, ("ffn_hidden_size",), "ffn_config.ffn_hidden_size"))
+    heads = int(_get(data, "heads"))
+    spec: dict[str, Any] = {
+        "name": name or data.get("_name_or_path") or "dbrx",
+        "layers": int(_get(data, "layers")), "hidden": int(_get(data, "hidden")), "heads": heads,
+        "kv_heads": int(attn.get("kv_n_heads") or heads), "vocab": int(_get(data, "vocab")),
+        "max_seq_len": int(data.get("max_seq_len") or 2048), "ffn": width, "mlp": MlpKind.SWIGLU,
+        "norm": NormKind.LAYERNORM, "position": PositionKind.ROTARY, "linear_bias": False,
+        "tied_embeddings": bool(data.get("tie_word_embeddings", False)),
+        "moe": {"experts": int(_first(ffn, ("moe_num_experts",), "ffn_config.moe_num_experts")),
+                "top_k": int(_first(ffn, ("moe_top_k",), "ffn_config.moe_top_k")), "expert_ffn": width,
+                "shared_experts": 0, "dense_layers": 0},
+        "sources": {"*": "Hugging Face config.json (dbrx)"}}
+    # nested keys read above or without cost (a clamp, router noise, loss weights, ids)
+    known = {"kv_n_heads", "ffn_hidden_size", "moe_num_experts", "moe_top_k", "ffn_act_fn", "model_type", "rope_theta",
+             "attn_pdrop", "clip_qkv", "moe_jitter_eps", "moe_loss_weight", "moe_normalize_expert_weights"}
+    nested = [f"{group}.{k}" for group, keys in (("attn_config", attn), ("ffn_config", ffn)) for k in keys
+              if k not in known]
+    if unread := (*unread_keys(data), *nested):
+        spec["sources"][UNREAD] = ", ".join(unread)
+    flat = {**data, **{f"{group}.{k}": v for group, keys in (("attn_config", attn), ("ffn_config", ffn))
+                       for k, v in keys.items()}}
+    return _validated(spec, flat)
+
+
 # the config.json keys each Model field is read from, for errors the Model itself finds (hidden not a multiple
 # of heads, top_k above the experts...)
-_KEYS_OF = {**_ALIASES, "heads": (*_ALIASES["heads"], "num_heads"), "kv_heads": ("num_key_value_heads",),
+_KEYS_OF = {**_ALIASES, "heads": (*_ALIASES["heads"], "num_heads"),
+            "kv_heads": ("num_key_value_heads", "attn_config.kv_n_heads"),
             "head_dim": ("head_dim",),
-            "ffn": ("intermediate_size", "n_inner", "ffn_dim", "expansion_ratio", "hidden_ratio"),
+            "ffn": ("intermediate_size", "n_inner", "ffn_dim", "expansion_ratio", "hidden_ratio",
+                    "ffn_config.ffn_hidden_size"),
             "max_seq_len": ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
             "sliding_window": ("sliding_window",), "window_layers": ("layer_types",), "name": ("_name_or_path",),
-            "experts": _EXPERTS, "top_k": _TOP_K, "expert_ffn": _EXPERT_FFN,
+            "experts": (*_EXPERTS, "ffn_config.moe_num_experts"), "top_k": (*_TOP_K, "ffn_config.moe_top_k"),
+            "expert_ffn": (*_EXPERT_FFN, "ffn_config.ffn_hidden_size"),
             "shared_experts": ("n_shared_experts",), "shared_ffn": ("shared_expert_intermediate_size",),
             "dense_layers": ("first_k_dense_replace",), "kv_lora_rank": ("kv_lora_rank",),
             "q_lora_rank": ("q_lora_rank",), "rope_head_dim": ("qk_rope_head_dim",),
