@@ -79,7 +79,7 @@ def test_prefill_does_not_depend_on_the_decode_form(input_len: int, batch: int) 
 def test_engines_say_whether_they_absorb() -> None:
     w = Inference.model_validate({"kind": "inference", "input_len": 10, "output_len": 10})
     for name, mode in (("sglang-0.4", MlaDecode.ABSORBED), ("vllm-0.8", MlaDecode.ABSORBED),
-                       ("tensorrt-llm-0.6", MlaDecode.EXPANDED)):
+                       ("vllm-0.6", MlaDecode.MATERIALIZED), ("tensorrt-llm-0.6", MlaDecode.EXPANDED)):
         assert with_engine(w, load_engine(name))[0].mla_decode is mode
     # a workload that sets it keeps its own
     mine = Inference.model_validate({"kind": "inference", "input_len": 10, "output_len": 10, "mla_decode": "expanded"})
@@ -118,3 +118,24 @@ def test_only_sglang_04_absorbs_its_prefill() -> None:
     for name, absorbs in (("sglang-0.4", True), ("sglang-0.5", False), ("vllm-0.8", False), ("vllm-0.6", False),
                           ("tensorrt-llm-1.0", False)):
         assert with_engine(w, load_engine(name))[0].absorbed_mla_prefill is absorbs, name
+
+
+def test_materialized_products_take_memory_by_hand() -> None:
+    """vLLM 0.7.x keeps W_Q W_UK (q_lora 1536 x d_c) and W_UV W_O (d_c x hidden 7168) per head in fp8 beside the
+    raw weights, plus W_QR (1536 x d_rope) and the dequantized W_UK, W_UV (d_c x (128 + 128)) in bf16: per TP
+    rank's 16 heads and 61 layers 61 x 16 x (1536 x 512 + 512 x 7168 + 2 (1536 x 64 + 512 x 256)) bytes. The
+    decode step's time is that of the absorbed form (the products' GEMM shapes are not costed)."""
+    from armillary.estimate.inference import decode_phase
+    from armillary.estimate.inference_memory import inference_memory, materialized_mla_bytes
+
+    w, absorbed = _replica(MlaDecode.ABSORBED)
+    _, materialized = _replica(MlaDecode.MATERIALIZED)
+    by_hand = LAYERS * HEADS / T * (1536 * D_C + D_C * 7168 + 2 * (1536 * D_R + D_C * (D_QK - D_R + D_V)))
+    assert by_hand == 4_797_235_200
+    assert float(materialized_mla_bytes(materialized)) == by_hand
+    assert float(materialized_mla_bytes(absorbed)) == 0.0
+    grown = inference_memory(materialized, w, 1.0, 1.0).weights - inference_memory(absorbed, w, 1.0, 1.0).weights
+    assert float(grown) == pytest.approx(by_hand)
+    assert float(decode_phase(materialized, w, 4.0).total) == float(decode_phase(absorbed, w, 4.0).total)
+    _, expanded = _replica(MlaDecode.EXPANDED)
+    assert float(materialized_mla_bytes(expanded)) == 0.0

@@ -74,6 +74,7 @@ class ReplicaModel:
     cp_group: Placement | None = None  # the context-parallel ring (None: cp = 1)
     cp: float = 1.0  # context-parallel degree (`st` keeps cp = 1: the layers' kernels see a rank's tokens)
     absorbed_prefill: float = 0.0  # MLA prompt chunks absorbed over the latent cache too (1) or per head (0)
+    mla_materialized: float = 0.0  # MLA's absorbed products stored beside the raw weights (1; see MlaDecode)
 
     @property
     def attention_tp(self) -> float:
@@ -254,7 +255,8 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     return ReplicaModel(m, st, system, float(e), float(weights), float(cache), w.kv_cache.tier2_fraction, reads,
                         2.0 if st.attention == 0 else float(st.attention),
                         placed.tp, placed.pp, groups, expanded, groups_dp, attention_group,
-                        placed.cp if strategy.cp > 1 else None, float(strategy.cp), float(w.absorbed_mla_prefill))
+                        placed.cp if strategy.cp > 1 else None, float(strategy.cp), float(w.absorbed_mla_prefill),
+                        float(m.kv_lora > 0 and w.mla_decode is MlaDecode.MATERIALIZED))
 
 
 def block_fp8_kernels(system: System, w: Inference) -> System:

@@ -35,7 +35,7 @@ def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: A
     ends = params.embedding + params.head if st.pp == 1 else np.maximum(params.embedding, params.head)
     layers = (layer_params / st.tp + routed / (st.ep * st.etp)) if r.attention_dp == 1 else (
         dp_attention_weights(params, r))
-    weights = share * layers * r.weight_bytes + ends / r.attention_tp * r.activation_bytes
+    weights = share * (layers * r.weight_bytes + materialized_mla_bytes(r)) + ends / r.attention_tp * r.activation_bytes
     pages = kv_pages(w.input_len + w.output_len, w.kv_cache.block_tokens)
     per_sequence = pages * w.kv_cache.block_tokens * r.cache_bytes_per_token
     # [derived] the widest moment of a layer: its input, the QKV or MLP intermediate, and its output; the
@@ -50,6 +50,20 @@ def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: A
     return InferenceMemory(weights=weights, kv_cache=(1 - r.tier2_fraction) * batch * per_sequence,
                            activations=activations, kv_cache_tier2=r.tier2_fraction * batch * per_sequence,
                            kv_per_sequence=per_sequence)
+
+
+def materialized_mla_bytes(r: ReplicaModel) -> Array:
+    """Bytes per device of all layers' absorbed MLA products that an engine stores beside the raw weights
+    (`MlaDecode.MATERIALIZED`; 0 otherwise), per attention rank's a / t heads [derived from vLLM 0.7.3
+    vllm/attention/backends/mla/common.py, process_weights_after_loading]: W^Q W^UK (q_lora x kv_lora per
+    head) and W^UV W^O (kv_lora x hidden per head), requantized to the weights' precision; the RoPE query part
+    W^QR (q_lora x rope) and the dequantized W^UK, W^UV (kv_lora x (nope + v)) at 16 bits. Without a query
+    LoRA the query side is `hidden` wide."""
+    m = r.m
+    query = np.where(m.q_lora > 0, m.q_lora, m.hidden)
+    per_head = ((query * m.kv_lora + m.kv_lora * m.hidden) * r.weight_bytes
+                + (query * m.rope_dim + m.kv_lora * (m.head_dim - m.rope_dim + m.value_dim)) * r.activation_bytes)
+    return r.mla_materialized * (m.kv_lora > 0) * m.layers * m.heads / r.attention_tp * per_head
 
 
 def kv_blocks(capacity_bytes: float, per_token_bytes: float, block_tokens: int) -> int:

@@ -75,6 +75,10 @@ class MlaDecode(StrEnum):
     ABSORBED = "absorbed"
     # K and V up-projected per head when written and cached per head (vLLM <= 0.7.0, SGLang --disable-mla)
     EXPANDED = "expanded"
+    # absorbed, with the products W^Q W^UK and W^UV W^O computed at load and stored beside the raw weights
+    # (kept for prefill): vLLM 0.7.1-0.7.x, VLLM_MLA_PERFORM_MATRIX_ABSORPTION on by default (PR #12528,
+    # removed by PR #14770 "MLA get rid of materialization", 2025-03-14)
+    MATERIALIZED = "materialized"
 
 
 class LengthDistribution(StrEnum):
