@@ -51,12 +51,7 @@ def _check_values(data: dict[str, Any]) -> None:
     """Sizes are whole numbers in 1..2^40, ratios positive numbers, flags true or false; anything else
     is an error naming the key (a list, a dict or "no" is not read as something else)."""
     for key in _WHOLE:
-        value = data.get(key)
-        if value is None:
-            continue
-        integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-        if isinstance(value, bool) or not integral or not 0 <= value <= _LARGEST:
-            raise ValueError(f"config.json {key}: expected a whole number up to 2^40, got {value!r}")
+        _check_whole(key, data.get(key))
     for key in _RATIOS:
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6):
@@ -73,6 +68,15 @@ def _check_values(data: dict[str, Any]) -> None:
     types = data.get("layer_types")
     if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
         raise ValueError(f"config.json layer_types: expected a list of strings, got {types!r}")
+
+
+def _check_whole(key: str, value: Any) -> None:
+    """A size key (None: absent) is a whole number in 0..2^40, else an error naming it."""
+    if value is None:
+        return
+    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not integral or not 0 <= value <= _LARGEST:
+        raise ValueError(f"config.json {key}: expected a whole number up to 2^40, got {value!r}")
 
 
 # keys read somewhere below, and keys that change nothing a cost model sees (ids, numerics, serialization)
@@ -225,10 +229,12 @@ def _dbrx(data: dict[str, Any], name: str | None) -> Model:
     biases) and a mixture of ffn_config.moe_num_experts GLU experts of ffn_hidden_size, moe_top_k per token;
     LayerNorm without bias (the spec's LayerNorm counts one: 0.0004% of DBRX's parameters), rotary positions."""
     attn, ffn = data.get("attn_config") or {}, data.get("ffn_config") or {}
-    for key, value in [*(("attn_config." + k, attn.get(k)) for k in ("kv_n_heads",)),
-                       *(("ffn_config." + k, ffn.get(k)) for k in ("ffn_hidden_size", "moe_num_experts", "moe_top_k"))]:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _LARGEST):
-            raise ValueError(f"config.json {key}: expected a whole number up to 2^40, got {value!r}")
+    # the nested keys as "attn_config.kv_n_heads"..., for the checks and the errors
+    flat = {**data, **{f"{group}.{k}": v for group, keys in (("attn_config", attn), ("ffn_config", ffn))
+                       for k, v in keys.items()}}
+    for key in ("attn_config.kv_n_heads", "ffn_config.ffn_hidden_size", "ffn_config.moe_num_experts",
+                "ffn_config.moe_top_k"):
+        _check_whole(key, flat.get(key))
     act = ffn.get("ffn_act_fn") or {"name": "silu"}  # DbrxFFNConfig's default
     act_name = str(act.get("name", "silu") if isinstance(act, dict) else act).lower()
     if act_name not in _GATED_ACTIVATIONS:
@@ -250,12 +256,9 @@ def _dbrx(data: dict[str, Any], name: str | None) -> Model:
     # nested keys read above or without cost (a clamp, router noise, loss weights, ids)
     known = {"kv_n_heads", "ffn_hidden_size", "moe_num_experts", "moe_top_k", "ffn_act_fn", "model_type", "rope_theta",
              "attn_pdrop", "clip_qkv", "moe_jitter_eps", "moe_loss_weight", "moe_normalize_expert_weights"}
-    nested = [f"{group}.{k}" for group, keys in (("attn_config", attn), ("ffn_config", ffn)) for k in keys
-              if k not in known]
+    nested = [k for k in flat if "." in k and k.split(".", 1)[1] not in known]
     if unread := (*unread_keys(data), *nested):
         spec["sources"][UNREAD] = ", ".join(unread)
-    flat = {**data, **{f"{group}.{k}": v for group, keys in (("attn_config", attn), ("ffn_config", ffn))
-                       for k, v in keys.items()}}
     return _validated(spec, flat)
 
 
