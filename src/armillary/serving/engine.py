@@ -12,9 +12,11 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveInt
 
 from armillary.errors import SpecError
+from armillary.plan.arrays import ModelArrays
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.specs.base import NamedByPatterns
 from armillary.specs.workload import BlockFp8Kernels, DecodeAttention, Inference, MlaDecode, Policy
@@ -41,6 +43,13 @@ class Engine(NamedByPatterns):
     absorbed_mla_prefill: bool = Field(False, description="prompt chunks also run multi-head latent attention "
                                        "absorbed (the engine's prefill kernel attends over the latent cache)")
     cuda_graphs: bool = Field(description="decode iterations replayed as CUDA graphs (no per-kernel launch)")
+    graph_max_context: PositiveInt | None = Field(
+        None, description="longest context (tokens, the new one included) of a decode batch that still replays "
+        "a CUDA graph; a batch with a longer sequence runs eagerly (vLLM V0 max_seq_len_to_capture); none: no "
+        "limit")
+    graph_max_batch: PositiveInt | None = Field(
+        None, description="largest decode batch (sequences) a CUDA graph was captured for; a larger batch runs "
+        "eagerly (SGLang cuda_graph_max_bs, vLLM V1's largest capture size); none: up to max_batch")
     prefix_caching: bool = Field(False, description="prompt prefixes shared between requests are reused "
                                  "(a workload's prefix_hit_rate needs it)")
     iteration_overhead_s: NonNegativeFloat = Field(description="host time per iteration not hidden behind the "
@@ -49,7 +58,9 @@ class Engine(NamedByPatterns):
                                                   "(detokenization, output processing)")
     request_overhead_s: NonNegativeFloat = Field(description="host time per request before it is queued "
                                                  "(HTTP, tokenization)")
-    launch_overhead_s: NonNegativeFloat = Field(description="per kernel launched outside a CUDA graph")
+    eager_kernel_s: NonNegativeFloat = Field(description="host time per kernel of a decode step run eagerly "
+                                             "(outside a CUDA graph): the module code, dispatch and launch the "
+                                             "device waits on between a decode step's short kernels")
     pad_attention_groups: bool = Field(False, description="data-parallel attention: a CUDA-graph decode step "
                                        "pads every group's batch to the largest group's, and the experts compute "
                                        "the padded tokens of all groups")
@@ -58,30 +69,72 @@ class Engine(NamedByPatterns):
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
 
-# kernels a decoder layer launches in an eager decode step: 2 norms, QKV, RoPE, cache write, attention,
-# output projection, 2 all-reduces, gate/up, activation, down, 2 residual adds [derived: count of the
-# kernels of a Llama layer in the vLLM / TensorRT-LLM eager graphs]
-KERNELS_PER_LAYER = 14
+# Short kernels of a decoder layer in a decode step: those that end before the host has launched the next
+# (norms, rotary, cache writes, top-k, activation quantization, the all-reduce's copy, residual adds); the
+# weight GEMMs, the attention kernel and the experts' run longer [derived: each half's kernels counted in
+# vLLM V0 at f35f8e22: models/deepseek_v2.py, attention/backends/mla/common.py + triton_mla.py,
+# layers/fused_moe/fused_moe.py, layers/quantization/utils/fp8_utils.py]:
+# - a Llama layer: attention half norm, QKV, RoPE, cache write, attention, output projection, all-reduce;
+#   MLP half norm, gate/up, activation, down, all-reduce, 2 residual adds: 4 + 5 short of 14
+# - multi-head latent attention (DeepseekV2MLAAttention, Triton MLA, absorbed, fp8 block weights): 36
+#   kernels, of which q_a / kv_a / W_Q_UK / W_QR / W_UV_O and the decode kernel's first stage run long: 30
+# - MoE (DeepseekV2MoE: fused_moe with grouped_topk and a shared expert, fp8 block weights): 40 kernels, of
+#   which the shared expert's 2 GEMMs, the router and the 2 fused_moe kernels run long: 35; grouped_topk's
+#   18 torch ops are 3 for a plain softmax top-k (topk_softmax, sum, div), and a layer without a shared
+#   expert has 4 fewer (its 2 quantizations, activation and add)
+SHORT_KERNELS = {"attention": 4, "mla": 30, "mlp": 5, "moe": 35}
+GROUPED_TOPK_KERNELS, SOFTMAX_TOPK_KERNELS, SHARED_EXPERT_SHORT_KERNELS = 18, 3, 4
+
+
+def short_kernels(m: ModelArrays, layers: float) -> float:
+    """Short kernels (`SHORT_KERNELS`) of `layers` decoder layers, the model's share of dense and MoE
+    layers, in one decode step."""
+    moe_share = float(m.moe_layers) / max(float(m.layers), 1.0)
+    attention = SHORT_KERNELS["mla"] if float(m.kv_lora) > 0 else SHORT_KERNELS["attention"]
+    moe = (SHORT_KERNELS["moe"] - (float(m.expert_groups) <= 1) * (GROUPED_TOPK_KERNELS - SOFTMAX_TOPK_KERNELS)
+           - (float(m.shared_ffn) <= 0) * SHARED_EXPERT_SHORT_KERNELS)
+    return layers * (attention + moe_share * moe + (1 - moe_share) * SHORT_KERNELS["mlp"])
 
 
 @dataclass(frozen=True)
 class Overheads:
-    """Host-side time of one iteration: fixed, per sequence, and kernel launches without CUDA graphs."""
+    """Host-side time of one iteration: fixed and per sequence, and that of a decode step run eagerly.
+
+    A decode step runs eagerly without CUDA graphs, when it has more sequences than the graphs
+    (`graph_batch`) or when one of them is longer than theirs (`graph_context`): each kernel then takes at
+    least the host's time to launch it, max(kernel, host), which adds the host's time of its short kernels
+    (`eager_s`: `short_kernels` x the engine's `eager_kernel_s`); the long ones (weight GEMMs, attention,
+    experts) cover the host's launch of the next. A prompt's kernels are long: the host stays ahead."""
 
     iteration_s: float = 0.0
     sequence_s: float = 0.0
     request_s: float = 0.0
-    launches_s: float = 0.0  # all launches of one eager iteration (0 with CUDA graphs)
+    eager_s: float = 0.0  # host time of one eager decode step's kernels
+    graph_context: float = np.inf  # the longest sequence a CUDA-graph decode step takes (0: no graphs)
+    graph_batch: float = np.inf  # the most sequences a CUDA-graph decode step takes
 
     def __call__(self, sequences: Any) -> Any:
-        return self.iteration_s + self.launches_s + self.sequence_s * sequences
+        return self.iteration_s + self.sequence_s * sequences
+
+    def eager(self, new: np.ndarray, past: np.ndarray) -> Any:
+        """Eager host time of iterations over sequences of `new` tokens over `past` cached ones (columns:
+        iterations): `eager_s` for a decode step (one new token each) of more than `graph_batch` sequences or
+        whose longest sequence exceeds `graph_context`, else 0."""
+        if not self.eager_s:
+            return 0.0
+        decode = np.all(new <= 1, axis=0)
+        outside = (np.max(past + new, axis=0) > self.graph_context) | (np.shape(new)[0] > self.graph_batch)
+        return np.where(decode & outside, self.eager_s, 0.0)
 
 
-def overheads(engine: Engine | None, layers: int) -> Overheads:
+def overheads(engine: Engine | None, m: ModelArrays, layers: float) -> Overheads:
+    """The engine's host overheads for a replica whose busiest stage holds `layers` of model `m`'s layers."""
     if engine is None:
         return Overheads()
-    launches = 0.0 if engine.cuda_graphs else engine.launch_overhead_s * KERNELS_PER_LAYER * layers
-    return Overheads(engine.iteration_overhead_s, engine.sequence_overhead_s, engine.request_overhead_s, launches)
+    context = 0.0 if not engine.cuda_graphs else float(engine.graph_max_context or np.inf)
+    return Overheads(engine.iteration_overhead_s, engine.sequence_overhead_s, engine.request_overhead_s,
+                     engine.eager_kernel_s * short_kernels(m, layers), context,
+                     float(engine.graph_max_batch or np.inf))
 
 
 @functools.lru_cache(maxsize=64)

@@ -67,10 +67,13 @@ def tabulated_time(new: np.ndarray, past: np.ndarray, emitting: int, fitted: np.
 def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, generated: np.ndarray,
                    blocks: np.ndarray, n_out: np.ndarray, free: int, block_tokens: int, now: float, upcoming: float,
                    cap: int, fitted: np.ndarray, roofline: np.ndarray, layers: float, head: float,
-                   times: np.ndarray, finished: np.ndarray) -> tuple[int, float, int, int]:
+                   times: np.ndarray, finished: np.ndarray, eager_s: float = 0.0, graph_context: float = np.inf,
+                   past_graph_batch: bool = False) -> tuple[int, float, int, int]:
     """Decode steps of the sequences `ids` (one token each) until one finishes, a request arrives
     (`upcoming`: steps that start before it run) or their new pages no longer fit the `free` ones; at most
-    `cap` steps. A step's time is `times[step]` when given (non-empty), else from the coefficients.
+    `cap` steps. A step's time is `times[step]` when given (non-empty), else from the coefficients, plus
+    `eager_s` when it runs eagerly: the batch is larger than the graphs' (`past_graph_batch`) or its
+    longest sequence exceeds `graph_context` (`engine.Overheads.eager`).
     Updates the sequences' cached / generated tokens and pages in place, the sequences that finished to the
     start of `finished`; returns (steps, the time they end, pages taken, sequences finished). 0 steps
     (nothing changed) when one of them still has prompt tokens to (re)compute, fewer than two steps are
@@ -88,6 +91,9 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
         held[i] = blocks[ids[i]]
     taken, total, k = 0, 0.0, 0
     end = now
+    longest = 0  # the longest sequence's cached tokens
+    for i in range(n):
+        longest = max(longest, cached[ids[i]])
     while k < steps and (k == 0 or end < upcoming):
         add = 0
         for i in range(n):  # pages the batch adds to hold step k's token
@@ -109,6 +115,8 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
                 past += p
             core, remote = _attention(flop, fitted[3] * n, moved, past, roofline)
             step = layers + core + remote + head
+            if past_graph_batch or longest + k + 1 > graph_context:
+                step += eager_s
         total += step
         end = now + total
         k += 1

@@ -45,11 +45,12 @@ class GroupStepCost:
             r, float(tokens), r.attention_dp * float(tokens))[0].total)
         head = (c.by_sequences[emitting] if emitting < len(c.by_sequences)
                 else float(r.head_time(float(emitting))) + c.overheads(emitting))
+        eager = float(c.overheads.eager(new, past))
         if c.fitted is not None and c.roofline is not None:  # the attention from its coefficients
-            return iteration_time(new, past, c.fitted, c.roofline, float(own), float(head))
+            return iteration_time(new, past, c.fitted, c.roofline, float(own), float(head)) + eager
         new2, past2 = new.reshape(-1, 1).astype(float), past.reshape(-1, 1).astype(float)
         core, remote = r.attention_time(c.attention_op(new2, past2), past2.sum(axis=0))
-        return float(own + np.sum(core) + np.sum(remote) + head)
+        return float(own + np.sum(core) + np.sum(remote) + head) + eager
 
     def joint(self, tokens: int, largest: int = 0, decoding: bool = False) -> float:
         """The part over all groups' `tokens`; a padded decode step (`pad_groups`) computes the `largest`

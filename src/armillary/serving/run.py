@@ -114,7 +114,7 @@ def _limits(r: ReplicaModel, w: Inference, largest_prompt: int, engine: Engine |
         swap = r.cache_bytes_per_token / tier2.rate  # each device moves its shard over its own link
     return SchedulerLimits(sv.max_batch, sv.max_batched_tokens, sv.chunked_prefill, blocks, w.kv_cache.block_tokens,
                            sv.policy, sv.prefix_hit_rate, sv.concurrency, swap,
-                           overheads(engine, r.stage_layers).request_s)
+                           overheads(engine, r.m, r.stage_layers).request_s)
 
 
 def replica_kv_tokens(r: ReplicaModel, w: Inference, engine: Engine | None = None, largest_prompt: int = 1) -> int:
@@ -139,14 +139,14 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
     _check_deployment(sv, r, replicas)
     largest = int(trace.input_len.max()) if len(trace) else 1
     limits = _limits(r, w, largest, engine)
-    cost = IterationCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.stage_layers))
+    cost = IterationCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.m, r.stage_layers))
     done = _Requests.of(trace)
     everyone = np.arange(len(trace))
     # data-parallel attention: each attention group schedules its own requests over its own cache (SGLang
     # dispatches requests round-robin to its DP workers, load_balance_method round_robin)
     groups = int(r.attention_dp)
     if sv.prefill_replicas == 0 and groups > 1:
-        step = GroupStepCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.stage_layers),
+        step = GroupStepCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.m, r.stage_layers),
                              engine is not None and engine.pad_attention_groups)
         _lock_step(done, everyone, trace, step, limits, replicas, groups)
     elif sv.prefill_replicas == 0:

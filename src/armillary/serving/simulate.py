@@ -108,7 +108,7 @@ class IterationCost:
             if time != time:  # past the tables
                 layers, head = self.layers_and_head(int(new.sum()), emitting)
                 time = iteration_time(new, past, self.fitted, self.roofline, layers, head)
-            return np.array([time])
+            return np.array([time + float(self.overheads.eager(new, past))])
         return self.evaluated(new, past, emitting)
 
     def evaluated(self, new: np.ndarray, past: np.ndarray, emitting: int) -> np.ndarray:
@@ -117,7 +117,7 @@ class IterationCost:
         past2 = (past[:, None] if past.ndim == 1 else past).astype(float, copy=False)
         layers, head = self.layers_and_head(int(new2[:, 0].sum()), emitting)
         core, remote = self.replica.attention_time(self.attention_op(new2, past2), past2.sum(axis=0))
-        return np.asarray(layers + core + remote + head)
+        return np.asarray(layers + core + remote + head + self.overheads.eager(new2, past2))
 
 
 Coefficients = tuple[float, float, float]
@@ -257,9 +257,10 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
             span = min(2 * span, k_max)
         fitted, roofline, layers, head, cap = np.zeros(6), np.zeros(5), 0.0, 0.0, span
     finished = s.scratch(n)
+    eager = cost.overheads if isinstance(cost, IterationCost) else Overheads()
     k, end, taken, done = decode_stretch(ids, s.cached, s.target, s.generated, s.blocks, s.n_out, s.free,
                                          s.limits.block_tokens, s.now, upcoming, cap, fitted, roofline, layers, head,
-                                         times, finished)
+                                         times, finished, eager.eager_s, eager.graph_context, n > eager.graph_batch)
     if k == 0:
         return False
     s.free -= taken

@@ -50,6 +50,12 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         update["chunked_prefill"] = True
     if re.search(r"enable-prefix-caching", text, re.I):
         update["prefix_caching"] = True
+    if re.search(r"enforce[-_]eager(?![ =]+false)", text, re.I):
+        update["cuda_graphs"] = False
+    if (capture := _number(r"max[-_]seq[-_]len[-_]to[-_]capture[ =]+(\d+)", text)) is not None:
+        update["graph_max_context"] = int(capture)
+    if (graph_bs := _number(r"cuda[-_]graph[-_]max[-_]bs[ =]+(\d+)", text)) is not None:
+        update["graph_max_batch"] = int(graph_bs)
     v0 = engine.name.startswith("vLLM 0.6")
     if model_mla and v0 and "chunked_prefill" not in update:
         update["chunked_prefill"] = False
@@ -74,11 +80,11 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         update["iteration_overhead_s"] = engine.iteration_overhead_s / steps
         update["sequence_overhead_s"] = engine.sequence_overhead_s / steps
     if dp_attention(row):
-        # SGLang 0.4 server_args: --enable-dp-attention sets dp_size = tp_size, halves chunked_prefill_size
-        # (each DP worker's prefill budget), caps cuda_graph_max_bs at 96 and turns the overlap scheduler off
+        # SGLang 0.4 server_args: --enable-dp-attention sets dp_size = tp_size and halves chunked_prefill_size
+        # (each DP worker's prefill budget; ServerArgs.__post_init__ at 862dd76c7, 2025-02). The cap of
+        # cuda_graph_max_bs at 96 it once set went in PR #2484 (Dec 2024), before the 0.4.2-0.4.3 rows.
         update["max_batched_tokens"] = update.get("max_batched_tokens", engine.max_batched_tokens) // 2
-        notes.append("--enable-dp-attention: a chunk budget of half the engine's per attention group; the "
-                     "overlap scheduler it turns off is not costed")
+        notes.append("--enable-dp-attention: a chunk budget of half the engine's per attention group")
     notes.append(f"engine {engine.name}" + (f", from the row and V0 defaults: {update}" if update else ""))
     return engine.model_copy(update=update)
 
