@@ -33,35 +33,61 @@ def _number(pattern: str, text: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
+def _flags(row: dict[str, str]) -> str:
+    """The server flags a row states: its launch command, what the run printed, its notes."""
+    return f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}"
+
+
+def _flag(name: str, text: str, value: str = r"(\d+)") -> float | None:
+    """The value of a flag written --name-like-this, name_like_this or name like this, followed by a space,
+    '=' or ':' (the engines' command lines, Python arguments and printed settings)."""
+    words = r"[-_ ]".join(name.split("-"))
+    return _number(rf"(?<![a-z0-9_]){words}\s*[ =:]\s*{value}", text)
+
+
+# flags of vLLM, SGLang and TensorRT-LLM that set an engine profile's numbers (whole numbers, or a share)
+_ENGINE_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("max-num-seqs", "max_batch", r"(\d+)"), ("max-running-requests", "max_batch", r"(\d+)"),
+    ("max-batch-size", "max_batch", r"(\d+)"),
+    ("max-num-batched-tokens", "max_batched_tokens", r"(\d+)"), ("max-num-tokens", "max_batched_tokens", r"(\d+)"),
+    ("block-size", "block_tokens", r"(\d+)"), ("page-size", "block_tokens", r"(\d+)"),
+    ("tokens-per-block", "block_tokens", r"(\d+)"),
+    ("gpu-memory-utilization", "memory_fraction", r"([\d.]+)"), ("mem-fraction-static", "memory_fraction", r"([\d.]+)"),
+    ("kv-cache-free-gpu-mem-fraction", "memory_fraction", r"([\d.]+)"),
+    ("kv-cache-free-gpu-memory-fraction", "memory_fraction", r"([\d.]+)"),
+    ("max-seq-len-to-capture", "graph_max_context", r"(\d+)"), ("cuda-graph-max-bs", "graph_max_batch", r"(\d+)"),
+)
+
+
 def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len: int = 0) -> Engine:
-    # server flags: the run's command line, what it printed, and the row's notes on how it was launched
-    text = f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}"
+    text = _flags(row)
     engine = engine_for(row.get("framework", ""))
     if engine is None:
         raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
     update: dict[str, Any] = {}
-    if (seqs := _number(r"max-num-seqs[ =]+(\d+)", text)) is not None:
-        update["max_batch"] = int(seqs)
-    if (tokens := _number(r"max-num-batched-tokens[ =]+(\d+)", text)) is not None:
-        update["max_batched_tokens"] = int(tokens)
+    for flag, field, value in _ENGINE_FLAGS:
+        if (number := _flag(flag, text, value)) is not None:
+            update[field] = number if field == "memory_fraction" else int(number)
+    if (chunk := _flag("chunked-prefill-size", text, r"(-?\d+)")) is not None:  # SGLang; -1 turns chunking off
+        update["chunked_prefill"] = chunk > 0
+        if chunk > 0:
+            update["max_batched_tokens"] = int(chunk)
     if re.search(r"chunked[- ]prefill(=| )?(false|off)|enable-chunked-prefill false", text, re.I):
         update["chunked_prefill"] = False
     elif re.search(r"enable-chunked-prefill", text, re.I):  # the flag alone turns it on
         update["chunked_prefill"] = True
     if re.search(r"enable-prefix-caching", text, re.I):
         update["prefix_caching"] = True
-    if re.search(r"enforce[-_]eager(?![ =]+false)", text, re.I):
+    if re.search(r"disable[-_]radix[-_]cache", text, re.I):
+        update["prefix_caching"] = False
+    if re.search(r"enforce[-_]eager(?![ =]+false)|disable[-_]cuda[-_]graph(?![-_]padding)", text, re.I):
         update["cuda_graphs"] = False
-    if (capture := _number(r"max[-_]seq[-_]len[-_]to[-_]capture[ =]+(\d+)", text)) is not None:
-        update["graph_max_context"] = int(capture)
-    if (graph_bs := _number(r"cuda[-_]graph[-_]max[-_]bs[ =]+(\d+)", text)) is not None:
-        update["graph_max_batch"] = int(graph_bs)
     v0 = engine.name.startswith("vLLM 0.6")
     if model_mla and v0 and "chunked_prefill" not in update:
         update["chunked_prefill"] = False
         notes.append("chunked prefill off: vLLM V0 runs MLA models without it")
     # vLLM's max_model_len defaults to the model config's max_position_embeddings (ModelConfig)
-    model_len = _number(r"max-model-len[ =]+(\d+)", text) or (float(max_seq_len) if max_seq_len else None)
+    model_len = _flag("max-model-len", text) or (float(max_seq_len) if max_seq_len else None)
     if v0 and model_len is not None and model_len > 32768 and "chunked_prefill" not in update:
         # V0 turns chunked prefill on by default above 32K context (EngineArgs.create_engine_config)
         update["chunked_prefill"] = True
@@ -124,6 +150,21 @@ def _prefix_hit_rate(row: dict[str, str], input_len: int, engine: Engine, notes:
     return rate
 
 
+def _tensor_parallel(row: dict[str, str], notes: list[str]) -> int:
+    """The tp column, else the launch flag (--tensor-parallel-size, -tp, --tp, --tp-size), else the server's
+    GPUs (the benchmarks serve one replica over all of them)."""
+    if (tp := int_column(row, "tp")) is not None:
+        return tp
+    text = _flags(row)
+    flag = _number(r"(?:--tensor[-_]parallel[-_]size|--tp[-_]size|--tp|(?<![a-z-])-tp)[ =]+(\d+)", text)
+    if flag is not None:
+        return int(flag)
+    if (gpus := int_column(row, "n_gpus")) is not None:
+        notes.append(f"tp={gpus}: not stated, one replica over the server's {gpus} GPUs")
+        return gpus
+    raise Unsupported("tp / n_gpus: neither the tensor-parallel degree nor the GPUs are stated")
+
+
 @dataclass(frozen=True)
 class ServingRowSpecs(InferenceRowSpecs):
     """The specifications, and the engine and requests of the benchmark."""
@@ -154,14 +195,20 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     workload: dict[str, Any] = {
         "kind": "inference", "input_len": input_len, "output_len": output_len, "weights": "fp8" if fp8 else None,
         "block_scaled_weights": model.mla is not None and "not stated" in precision,
-        "kv_cache": {"precision": "fp8"} if "fp8 kv" in precision else {},
+        "kv_cache": {"precision": "fp8"} if "fp8 kv" in precision or re.search(
+            r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*fp8", _flags(row), re.I) else {},
         "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, engine, notes),
                     "concurrency": int(concurrency) if concurrency is not None else None}}
-    tp = int_column(row, "tp") or 8
+    tp = _tensor_parallel(row, notes)
     system = load_system(system_preset, int_column(row, "n_gpus") or tp)
     attention = "flash3" if hopper_or_later(row.get("gpu", "")) else "flash"
     moe: dict[str, Any] = {}
-    if model.moe is not None:
+    if model.moe is not None and re.search(r"enable[-_](expert[-_]parallel|ep[-_]moe)\b", _flags(row), re.I):
+        # vLLM --enable-expert-parallel / SGLang 0.4 --enable-ep-moe (ep_size = tp_size): whole experts spread
+        # over the TP ranks, which still hold every token (estimate.inference.replicated_experts)
+        moe = {"ep": tp, "expert_tp": 1}
+        notes.append(f"experts spread whole over the {tp} TP ranks (ep={tp}): expert parallelism enabled")
+    elif model.moe is not None:
         # `--tp 8` without expert parallelism: the fused MoE shards every expert over the TP ranks
         # (estimate.inference.replicated_experts: one all-reduce per layer, no token exchange)
         moe = {"ep": 1, "expert_tp": tp}

@@ -1,0 +1,78 @@
+"""The serving harness reads a row's server flags as vLLM, SGLang and TensorRT-LLM write them: command-line
+dashes, Python underscores and printed settings alike; what a row leaves out is assumed and written down,
+and a row that states neither the tensor-parallel degree nor the GPUs names those columns."""
+
+import pytest
+
+from armillary.specs.workload import StoredPrecision
+from armillary.validation.rows import Unsupported
+from armillary.validation.run import read_rows
+from armillary.validation.serving_rows import _engine, serving_row_specs
+
+ROW = {"framework": "vLLM 0.6.3: vllm serve -tp 8", "other_reported": "", "notes": ""}
+
+
+@pytest.mark.parametrize("written", [
+    "--gpu-memory-utilization 0.95 --max-num-seqs 64 --block-size 32 --max-num-batched-tokens 4096",
+    "gpu_memory_utilization=0.95, max_num_seqs=64, block_size=32, max_num_batched_tokens=4096",
+    "settings: gpu_memory_utilization: 0.95; max_num_seqs: 64; block_size: 32; max_num_batched_tokens: 4096",
+])
+def test_vllm_flags_however_written(written: str) -> None:
+    engine = _engine({**ROW, "framework": f"vLLM 0.6.3: vllm serve -tp 8 {written}"}, False, [])
+    assert (engine.memory_fraction, engine.max_batch, engine.block_tokens, engine.max_batched_tokens) == (
+        0.95, 64, 32, 4096)
+
+
+def test_sglang_flags() -> None:
+    row = {**ROW, "framework": "SGLang 0.4.3: launch_server --tp 8 --mem-fraction-static 0.85 --page-size 32 "
+                               "--max-running-requests 48 --chunked-prefill-size 2048 --disable-radix-cache "
+                               "--cuda-graph-max-bs 32"}
+    engine = _engine(row, False, [])
+    assert (engine.memory_fraction, engine.block_tokens, engine.max_batch, engine.max_batched_tokens) == (
+        0.85, 32, 48, 2048)
+    assert engine.chunked_prefill and not engine.prefix_caching and engine.graph_max_batch == 32
+    off = _engine({**row, "framework": "SGLang 0.4.3: --chunked-prefill-size -1 --disable-cuda-graph"}, False, [])
+    assert not off.chunked_prefill and not off.cuda_graphs
+    # --disable-cuda-graph-padding keeps the graphs
+    assert _engine({**row, "framework": "SGLang 0.4.3: --disable-cuda-graph-padding"}, False, []).cuda_graphs
+
+
+def test_tensorrt_llm_flags() -> None:
+    row = {**ROW, "framework": "TensorRT-LLM 1.0: trtllm-serve --max_batch_size 128 --max_num_tokens 8192 "
+                               "--kv_cache_free_gpu_memory_fraction 0.8 --tokens_per_block 64"}
+    engine = _engine(row, False, [])
+    assert (engine.max_batch, engine.max_batched_tokens, engine.memory_fraction, engine.block_tokens) == (
+        128, 8192, 0.8, 64)
+
+
+def _srv_row() -> dict[str, str]:
+    return dict(next(r for r in read_rows() if r["id"] == "SRV-VLLM-DSR1-H200-C004-O800"))
+
+
+def test_tensor_parallel_degree_from_the_column_the_flags_or_the_gpus() -> None:
+    row = _srv_row()
+    assert serving_row_specs(row).strategy.tp == 8
+    row["tp"], row["n_gpus"] = "", "4"
+    row["framework"] = row["framework"].replace("--tensor-parallel-size 8", "--tensor-parallel-size 2")
+    assert serving_row_specs(row).strategy.tp == 2
+    row["framework"] = row["framework"].replace("--tensor-parallel-size 2", "")
+    specs = serving_row_specs(row)
+    assert specs.strategy.tp == 4 and any("not stated" in n for n in specs.notes)
+    row["n_gpus"] = ""
+    with pytest.raises(Unsupported, match="tp / n_gpus"):
+        serving_row_specs(row)
+
+
+def test_kv_cache_dtype_flag_sets_an_fp8_cache() -> None:
+    row = _srv_row()
+    assert serving_row_specs(row).workload.kv_cache.precision is None
+    row["framework"] += " --kv-cache-dtype fp8_e4m3"
+    assert serving_row_specs(row).workload.kv_cache.precision is StoredPrecision.FP8
+
+
+def test_expert_parallel_flag_spreads_whole_experts() -> None:
+    row = _srv_row()
+    assert (serving_row_specs(row).strategy.ep, serving_row_specs(row).strategy.expert_tp) == (1, 8)
+    for flag in ("--enable-expert-parallel", "--enable-ep-moe", "enable_expert_parallel=True"):
+        spread = serving_row_specs({**row, "framework": f"{row['framework']} {flag}"}).strategy
+        assert (spread.ep, spread.expert_tp) == (8, 1), flag
