@@ -2,12 +2,16 @@
 dashes, Python underscores and printed settings alike; what a row leaves out is assumed and written down,
 and a row that states neither the tensor-parallel degree nor the GPUs names those columns."""
 
+import math
+
 import pytest
 
+from armillary.serving.run import ServingResult
 from armillary.specs.workload import StoredPrecision
 from armillary.validation.rows import Unsupported
 from armillary.validation.run import read_rows
-from armillary.validation.serving_rows import _engine, serving_row_specs
+from armillary.validation.serving_metrics import read_serving_metric
+from armillary.validation.serving_rows import _client, _engine, serving_row_specs, simulate_serving_row
 
 ROW = {"framework": "vLLM 0.6.3: vllm serve -tp 8", "other_reported": "", "notes": ""}
 
@@ -76,3 +80,56 @@ def test_expert_parallel_flag_spreads_whole_experts() -> None:
     for flag in ("--enable-expert-parallel", "--enable-ep-moe", "enable_expert_parallel=True"):
         spread = serving_row_specs({**row, "framework": f"{row['framework']} {flag}"}).strategy
         assert (spread.ep, spread.expert_tp) == (8, 1), flag
+
+
+@pytest.fixture(scope="module")
+def served() -> ServingResult:
+    row = _srv_row()
+    return simulate_serving_row(row)[3]
+
+
+@pytest.mark.parametrize(("metric", "unit", "expected"), [
+    ("output token throughput", "output tokens/s (whole 8-GPU server)", lambda r: r.output_tokens_per_s),
+    ("Output Throughput", "tok/s per GPU", lambda r: r.output_tokens_per_s / 8),
+    ("total token throughput", "tokens/s", lambda r: r.total_tokens_per_s),
+    ("Request throughput", "req/s", lambda r: r.requests_per_s),
+    ("mean TPOT", "ms", lambda r: r.tpot_s.mean * 1e3),
+    ("Median TTFT", "s", lambda r: r.ttft_s.p50),
+    ("P99 end-to-end latency", "ms", lambda r: r.e2e_s.p99 * 1e3),
+    ("mean ITL", "ms", lambda r: r.itl_mean_s * 1e3),
+])
+def test_serving_metrics_read_as_the_clients_print_them(served: ServingResult, metric, unit, expected) -> None:
+    assert read_serving_metric({"metric": metric, "unit": unit}).read(served) == pytest.approx(expected(served))
+
+
+def test_total_token_throughput_counts_prompts_and_outputs(served: ServingResult) -> None:
+    t = served.times
+    assert served.total_tokens_per_s == pytest.approx(
+        (t.input_len.sum() + t.output_len.sum()) / served.makespan_s)  # every request completed
+    assert served.completed == len(t.input_len)
+
+
+@pytest.mark.parametrize("metric", ["median ITL", "GPU utilization"])
+def test_unknown_serving_metrics_name_the_metric(metric: str) -> None:
+    with pytest.raises(Unsupported, match="metric"):
+        read_serving_metric({"metric": metric, "unit": "ms"})
+
+
+@pytest.mark.parametrize(("client", "expected"), [
+    ("max-concurrency 64 (closed loop, 500 prompts, request rate inf)", (500, 64, math.inf)),
+    ("--num-prompts 500 --max-concurrency 64", (500, 64, None)),
+    ("concurrency: 64, 500 requests", (500, 64, None)),
+    ("request rate 2.5 req/s (Poisson), 1000 prompts", (1000, None, 2.5)),
+    ("--request-rate 16 --num-prompts 1000", (1000, None, 16)),
+    ("QPS 4, 200 prompts", (200, None, 4)),
+    ("1000 prompts at 8 req/s, no concurrency cap", (1000, None, 8)),
+    ("1000 prompts, request rate inf", (1000, None, math.inf)),
+])
+def test_benchmark_clients_however_worded(client: str, expected: tuple) -> None:
+    assert _client({"batch_or_concurrency": client, "framework": "vLLM 0.6.3"}) == expected
+
+
+def test_a_client_without_a_rate_or_concurrency_names_the_column() -> None:
+    with pytest.raises(Unsupported, match="batch_or_concurrency"):
+        _client({"batch_or_concurrency": "500 prompts", "framework": "vLLM",
+                 "other_reported": "request throughput 4.99 req/s"})  # a measured result is no rate

@@ -74,6 +74,15 @@ class ServingResult:
         return self.completed / self.makespan_s if self.makespan_s > 0 else 0.0
 
     @property
+    def total_tokens_per_s(self) -> float:
+        """Prompt and output tokens of the completed requests over the duration (the clients' "total token
+        throughput")."""
+        t = self.times
+        done = np.isfinite(t.finish_s)
+        tokens = float((t.input_len[done] + t.output_len[done]).sum())
+        return tokens / self.makespan_s if self.makespan_s > 0 else 0.0
+
+    @property
     def itl_mean_s(self) -> float:
         """Mean inter-token latency over every generated token after the first (token-weighted TPOT)."""
         t = self.times

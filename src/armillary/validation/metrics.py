@@ -28,7 +28,7 @@ class Metric:
     read: Reading  # the predicted value in the row's unit
 
 
-def _time_unit(unit: str, default: str) -> float:
+def time_unit(unit: str, default: str) -> float:
     words = re.findall(r"[a-z]+", unit) or [default]
     for w in words:
         key = w[:-1] if w.endswith("s") and w[:-1] in _SECONDS else w
@@ -72,7 +72,7 @@ def read_metric(row: dict[str, str]) -> Metric:
     text, unit = clean(row.get("metric")), clean(row.get("unit"))
     source = clean(row.get("source")) + " " + clean(row.get("id"))
     if re.search(r"(forward|fwd).*(backward|bwd).*(one|single|per) (transformer )?layer", text):
-        k = _time_unit(unit, "ms")
+        k = time_unit(unit, "ms")
         return Metric("layer fwd+bwd [row unit]", lambda r, rs: float(r.layer.total_s) / k)
     if re.search(r"time to train|training time|wall[- ]?clock", text):
         raise Unsupported(f"metric {row.get('metric')!r}: time to train needs the token or step count, "
@@ -81,7 +81,7 @@ def read_metric(row: dict[str, str]) -> Metric:
         raise Unsupported(f"metric {row.get('metric')!r}: GPU-hours need the token or step count")
     if re.search(r"(iteration|step|batch)[- ]?time|time (per|of one|of an?) (iteration|step)|"
                  r"(seconds|sec|s|ms) per (iteration|step)", text):
-        k = _time_unit(unit or text, "s")
+        k = time_unit(unit or text, "s")
         return Metric("step time [row unit]", lambda r, rs: float(r.step_time_s) / k)
     # a utilisation is a percentage when the unit says so, or (no unit) when the value is above 1.5
     percent = "%" in unit or "percent" in unit or (not unit and float(row.get("value") or 0) > 1.5)

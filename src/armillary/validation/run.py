@@ -84,10 +84,10 @@ def _run_serving_row(row: dict[str, str]) -> RowResult:
     try:
         from armillary.validation.serving_rows import simulate_serving_row  # the serving kernels: on first use
 
-        predicted, notes, _ = simulate_serving_row(row)
+        metric, predicted, notes, _ = simulate_serving_row(row)
     except (Unsupported, ValueError) as why:
         return RowResult(row["id"], group, row.get("metric", ""), measured, None, None, (), skipped=str(why))
-    return RowResult(row["id"], group, "output tok/s (server)", measured, predicted, predicted / measured - 1, notes)
+    return RowResult(row["id"], group, metric.label, measured, predicted, predicted / measured - 1, notes)
 
 
 def run_row(row: dict[str, str]) -> RowResult:

@@ -9,6 +9,7 @@ and written down.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from armillary.specs.strategy import Strategy
 from armillary.specs.workload import Arrivals, Inference, LengthDistribution
 from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.rows import Unsupported, int_column
+from armillary.validation.serving_metrics import ServingMetric, read_serving_metric
 from armillary.validation.vocabulary import model_preset_for, system_preset_for
 
 SHAREGPT_SIGMA = 1.0  # [assumed] lognormal sigma of ShareGPT prompt and reply lengths (heavy-tailed)
@@ -150,6 +152,26 @@ def _prefix_hit_rate(row: dict[str, str], input_len: int, engine: Engine, notes:
     return rate
 
 
+def _client(row: dict[str, str]) -> tuple[int, float | None, float | None]:
+    """(requests, concurrency, rate) of the benchmark client as the row words it: "500 prompts",
+    "--num-prompts 500", "max-concurrency 64", "concurrency: 64", "request rate 16 req/s", "--request-rate
+    2.5", "QPS 4", "4 req/s"; a rate of inf sends every request at once."""
+    client = f"{row.get('batch_or_concurrency', '')} {row.get('framework', '')}"  # not the measured results
+    requests = _number(r"(\d+)\s*(?:prompts|requests)\b", client) or _flag("num-prompts", client)
+    concurrency = _number(r"(?<![a-z0-9_])(?:max[-_ ])?concurrency\s*[ =:]?\s*(\d+)", client)
+    rate: float | None = None
+    if re.search(r"request[-_ ]rate\s*[ =:]?\s*inf\b", client, re.I):
+        rate = math.inf
+    else:
+        rate = (_number(r"request[-_ ]rate\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
+                or _number(r"(\d+(?:\.\d+)?)\s*(?:req|requests|queries)\s*/\s*s\b", client)
+                or _number(r"\bqps\s*[ =:]?\s*(\d+(?:\.\d+)?)", client))
+    if not requests or (concurrency is None and rate is None):
+        raise Unsupported(f"batch_or_concurrency: no request count and concurrency or rate in "
+                          f"{row.get('batch_or_concurrency', '')!r}")
+    return int(requests), concurrency, rate
+
+
 def _tensor_parallel(row: dict[str, str], notes: list[str]) -> int:
     """The tp column, else the launch flag (--tensor-parallel-size, -tp, --tp, --tp-size), else the server's
     GPUs (the benchmarks serve one replica over all of them)."""
@@ -181,11 +203,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     if preset is None or system_preset is None:
         raise Unsupported(f"model / gpu: no preset for {row.get('model')!r} on {row.get('gpu')!r}")
     model = load_model(preset)
-    client = row.get("batch_or_concurrency", "")
-    requests = int(_number(r"(\d+) prompts", client) or 0)
-    concurrency, rate = _number(r"max-concurrency (\d+)", client), _number(r"request rate (\d+) req/s", client)
-    if not requests or (concurrency is None and rate is None):
-        raise Unsupported(f"batch_or_concurrency: no request count and concurrency or rate in {client!r}")
+    requests, concurrency, rate = _client(row)
     engine = _engine(row, model.mla is not None, notes, model.max_seq_len)
     input_len, output_len, varied = _lengths(row, requests, notes)
     precision = row.get("precision", "").lower()
@@ -219,15 +237,16 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     strategy = Strategy.model_validate({"tp": tp, "precision": "fp8" if fp8 else "bf16", "attention": attention,
                                         **moe})
     notes.append(f"tp={tp}, {attention} attention, {system.name} preset")
-    arrivals = Arrivals.OFFLINE if concurrency is not None else Arrivals.POISSON
-    trace = benchmark_trace(requests, rate or 0.0, input_len, output_len, arrivals,
+    arrivals = Arrivals.OFFLINE if concurrency is not None or rate == math.inf else Arrivals.POISSON
+    trace = benchmark_trace(requests, 0.0 if rate in (None, math.inf) else rate, input_len, output_len, arrivals,
                             lengths=LengthDistribution.LOGNORMAL if varied else LengthDistribution.FIXED,
                             spread=SHAREGPT_SIGMA)
     return ServingRowSpecs(model, system, strategy, Inference.model_validate(workload), tuple(notes), engine, trace)
 
 
-def simulate_serving_row(row: dict[str, str]) -> tuple[float, tuple[str, ...], ServingResult]:
-    """(predicted output tokens/s of the whole server, assumptions, the simulated benchmark)."""
+def simulate_serving_row(row: dict[str, str]) -> tuple[ServingMetric, float, tuple[str, ...], ServingResult]:
+    """(the row's metric, its predicted value in the row's unit, assumptions, the simulated benchmark)."""
+    metric = read_serving_metric(row)
     s = serving_row_specs(row)
     result = serve_trace(ModelArrays.of(s.model), s.strategy, s.workload, s.system, 1, s.trace, engine=s.engine)
-    return float(result.output_tokens_per_s), s.notes, result
+    return metric, float(metric.read(result)), s.notes, result

@@ -1,0 +1,66 @@
+"""What a serving row measured, in its source's words and unit, as a function of the simulated benchmark.
+
+The benchmark clients (vLLM's benchmark_serving, SGLang's bench_serving, genai-perf) print output, total
+and request throughput, and the mean, median and percentiles of TTFT, TPOT, ITL and end-to-end latency;
+a throughput is the whole server's unless its metric or unit says per GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from armillary.serving.run import ServingResult
+from armillary.validation.metrics import time_unit
+from armillary.validation.rows import Unsupported
+from armillary.validation.vocabulary import clean
+
+
+@dataclass(frozen=True)
+class ServingMetric:
+    label: str  # what is compared, in the row's unit
+    read: Callable[[ServingResult], float]  # the predicted value in the row's unit
+
+
+_LATENCIES = (  # (words, ServingResult field)
+    (r"ttft|time to first token|first[- ]token latency", "ttft_s"),
+    (r"tpot|time per output token", "tpot_s"),
+    (r"itl|inter[- ]token latency", "itl"),
+    (r"e2e|end[- ]to[- ]end|request latency", "e2e_s"),
+)
+_STATISTICS = ((r"median|p50\b", "p50"), (r"p90\b", "p90"), (r"p99\b", "p99"), (r"mean|average|avg", "mean"))
+
+
+def _statistic(text: str) -> str:
+    return next((stat for words, stat in _STATISTICS if re.search(words, text)), "mean")
+
+
+def _latency(row: dict[str, str], field: str, text: str, unit: str) -> ServingMetric:
+    stat, k = _statistic(text), time_unit(unit, "ms")
+    if field == "itl":
+        if stat != "mean":
+            raise Unsupported(f"metric {row.get('metric')!r}: only the mean inter-token latency is simulated")
+        return ServingMetric(f"mean ITL [{unit}]", lambda r: r.itl_mean_s / k)
+    return ServingMetric(f"{stat} {field[:-2].upper()} [{unit}]", lambda r: getattr(getattr(r, field), stat) / k)
+
+
+def read_serving_metric(row: dict[str, str]) -> ServingMetric:
+    """The measured quantity of a serving row; Unsupported names the metric and unit when unknown."""
+    text, unit = clean(row.get("metric")), clean(row.get("unit"))
+    for words, field in _LATENCIES:
+        if re.search(rf"\b({words})\b", text):
+            return _latency(row, field, text, unit)
+    both = f"{text} {unit}"
+    per_gpu = bool(re.search(r"(per|/)[\s-]*(gpu|device|accelerator|chip)\b", both))
+    if re.search(r"request throughput|requests?/s|req/s|\bqps\b", both):
+        return ServingMetric("requests/s (server)", lambda r: r.requests_per_s / (r.devices if per_gpu else 1))
+    if re.search(r"total token|input and output|prompt and output", both):
+        label = "total tok/s" + (" per GPU" if per_gpu else " (server)")
+        return ServingMetric(label, lambda r: r.total_tokens_per_s / (r.devices if per_gpu else 1))
+    if re.search(r"output token|generat|decode throughput|output throughput|tokens?/s|tok/s", both):
+        label = "output tok/s" + (" per GPU" if per_gpu else " (server)")
+        return ServingMetric(label, lambda r: r.output_tokens_per_s / (r.devices if per_gpu else 1))
+    raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: not a serving benchmark quantity "
+                      "(output, total or request throughput; TTFT, TPOT, ITL or end-to-end latency)")
+
