@@ -9,7 +9,7 @@ import pytest
 from armillary.serving.run import ServingResult
 from armillary.specs.workload import StoredPrecision
 from armillary.validation.rows import Unsupported
-from armillary.validation.run import read_rows
+from armillary.validation.run import is_serving_row, read_rows
 from armillary.validation.serving_metrics import read_serving_metric
 from armillary.validation.serving_rows import _client, _engine, serving_row_specs, simulate_serving_row
 
@@ -133,3 +133,11 @@ def test_a_client_without_a_rate_or_concurrency_names_the_column() -> None:
     with pytest.raises(Unsupported, match="batch_or_concurrency"):
         _client({"batch_or_concurrency": "500 prompts", "framework": "vLLM",
                  "other_reported": "request throughput 4.99 req/s"})  # a measured result is no rate
+
+
+def test_serving_rows_are_known_by_their_client_not_only_their_id() -> None:
+    assert is_serving_row({"id": "X-1", "batch_or_concurrency": "max-concurrency 8, 200 prompts"})
+    assert is_serving_row({"id": "X-2", "batch_or_concurrency": "Poisson at 4 req/s"})
+    assert not is_serving_row({"id": "INF-TRT061-01", "batch_or_concurrency": "1024"})
+    static = [r for r in read_rows() if r["kind"] == "inference" and not r["id"].startswith("SRV-")]
+    assert static and not any(is_serving_row(r) for r in static)

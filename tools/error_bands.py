@@ -14,7 +14,7 @@ from armillary.validation.bands import (
 )
 from armillary.validation.inference_rows import inference_row_specs
 from armillary.validation.rows import Unsupported, row_specs
-from armillary.validation.run import choose_candidate, read_rows, run_row
+from armillary.validation.run import choose_candidate, is_serving_row, read_rows, run_row
 from armillary.validation.serving_rows import serving_row_specs
 
 
@@ -24,7 +24,7 @@ def _regime(row: dict[str, str]) -> Regime | None:
         if row["kind"] == "training":
             _, chosen = choose_candidate(row_specs(row))
             return regime_of(chosen.model, chosen.system, chosen.strategy)
-        if row["id"].startswith("SRV-"):
+        if is_serving_row(row):
             s = serving_row_specs(row)
             return inference_regime(s.model, s.system, s.strategy, s.workload, s.engine.name)
         i = inference_row_specs(row)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from importlib import resources
@@ -77,6 +78,14 @@ def _run_inference_row(row: dict[str, str]) -> RowResult:
                      feasible=result.feasible)
 
 
+def is_serving_row(row: dict[str, str]) -> bool:
+    """A benchmark of a server under load: an "SRV-" id, or a client that sends requests at a rate, a
+    concurrency or a prompt count (a static batch states only its size)."""
+    client = row.get("batch_or_concurrency", "")
+    return row.get("id", "").startswith("SRV-") or bool(
+        re.search(r"concurren|req(uest)?s?\s*/\s*s|request[-_ ]rate|\bqps\b|prompts", client, re.I))
+
+
 def _run_serving_row(row: dict[str, str]) -> RowResult:
     """Serving-under-load rows ("SRV-..."): a simulated engine benchmark, grouped by source and engine."""
     measured = float(row["value"])
@@ -101,7 +110,7 @@ def run_row(row: dict[str, str]) -> RowResult:
                                                  f"{row.get('value')!r}")
     if row.get("kind") == "collective":
         return _run_collective_row(row)
-    if row.get("kind") == "inference" and row.get("id", "").startswith("SRV-"):
+    if row.get("kind") == "inference" and is_serving_row(row):
         return _run_serving_row(row)
     if row.get("kind") == "inference":
         return _run_inference_row(row)
