@@ -62,6 +62,38 @@ def test_full_cache_preempts_the_newest_sequence_and_recomputes_it():
     assert np.isfinite(run.times.finish_s).all() and run.times.finish_s[1] > run.times.finish_s[0]
 
 
+def test_a_watermark_keeps_a_prompt_waiting_instead_of_evicting_it_later():
+    # 3 pages of 4 tokens, one second per iteration. Without a watermark both prompts run at once and B is
+    # evicted when A needs its second page; with 2 pages kept free (vLLM V0's block-manager watermark) B
+    # waits for A to finish: A [0,1] prompt, [1,3] decodes; B [3,4] prompt, [4,5] its last token
+    trace = _trace((0.0, 4, 3), (0.0, 4, 2))
+    eager = SchedulerLimits(max_batch=8, max_batched_tokens=8, chunked_prefill=False, kv_blocks=3, block_tokens=4)
+    run = simulate_replica(trace, one_second_per_iteration, eager)
+    assert run.times.preemptions.tolist() == [0, 1] and run.times.first_token_s.tolist() == [1.0, 1.0]
+    held = SchedulerLimits(max_batch=8, max_batched_tokens=8, chunked_prefill=False, kv_blocks=3, block_tokens=4,
+                           watermark_blocks=2)
+    run = simulate_replica(trace, one_second_per_iteration, held)
+    assert run.times.preemptions.tolist() == [0, 0]
+    assert run.times.first_token_s.tolist() == [1.0, 4.0] and run.times.finish_s.tolist() == [3.0, 5.0]
+
+
+def test_vllm_v0_keeps_one_percent_of_its_pages_free_when_admitting():
+    from armillary.estimate.inference import replica_model
+    from armillary.plan.arrays import ModelArrays
+    from armillary.serving.engine import load_engine, with_engine
+    from armillary.serving.run import _limits
+    from armillary.specs.loading import load_model, load_system
+    from armillary.specs.strategy import Strategy
+    from armillary.specs.workload import Inference
+
+    w, engine = with_engine(Inference.model_validate(WORKLOAD), load_engine("vllm-0.6"))
+    r = replica_model(ModelArrays.of(load_model("llama2-7b")), Strategy.model_validate(FLASH), w,
+                      load_system("dgx-h100", 1))
+    limits = _limits(r, w, 512, engine)
+    assert limits.watermark_blocks == int(0.01 * limits.kv_blocks) > 0
+    assert _limits(r, w, 512, load_engine("vllm-0.8")).watermark_blocks == 0
+
+
 def test_a_request_larger_than_the_cache_is_rejected():
     limits = SchedulerLimits(max_batch=8, max_batched_tokens=16, chunked_prefill=True, kv_blocks=2, block_tokens=4)
     run = simulate_replica(_trace((0.0, 8, 4), (1.0, 2, 2)), one_second_per_iteration, limits)

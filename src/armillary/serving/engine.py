@@ -33,6 +33,9 @@ class Engine(NamedByPatterns):
     block_tokens: PositiveInt = Field(description="tokens per KV page")
     memory_fraction: float = Field(gt=0, le=1, description="share of the memory after weights and activations "
                                    "that the KV cache takes")
+    admission_watermark: float = Field(0.0, ge=0, lt=1, description="share of the KV pages that must stay free "
+                                       "after a prompt is admitted (vLLM V0's block-manager watermark, against "
+                                       "evicting at once what was just admitted); running sequences may use them")
     memory_of_total: bool = Field(False, description="memory_fraction is a share of the whole device memory "
                                   "(vLLM gpu_memory_utilization, SGLang mem_fraction_static): the KV cache gets "
                                   "that share less weights and activations; false: a share of what they leave "

@@ -123,7 +123,8 @@ def _limits(r: ReplicaModel, w: Inference, largest_prompt: int, engine: Engine |
         swap = r.cache_bytes_per_token / tier2.rate  # each device moves its shard over its own link
     return SchedulerLimits(sv.max_batch, sv.max_batched_tokens, sv.chunked_prefill, blocks, w.kv_cache.block_tokens,
                            sv.policy, sv.prefix_hit_rate, sv.concurrency, swap,
-                           overheads(engine, r.m, r.stage_layers).request_s)
+                           overheads(engine, r.m, r.stage_layers).request_s,
+                           int(engine.admission_watermark * blocks) if engine is not None else 0)
 
 
 def replica_kv_tokens(r: ReplicaModel, w: Inference, engine: Engine | None = None, largest_prompt: int = 1) -> int:

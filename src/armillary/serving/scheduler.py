@@ -320,7 +320,7 @@ class ReplicaState:
             else:
                 break
             need = self.need(idx, want)
-            if need > self.free:
+            if need > self.free - lim.watermark_blocks:
                 break
             self.waiting.popleft()
             self.paused.discard(idx)
@@ -336,7 +336,7 @@ class ReplicaState:
         if lim.chunked_prefill or not self.waiting or len(self.running) >= lim.max_batch:
             return False
         head = self.waiting[0]
-        return self.need(head, max(int(self.target[head] - self.cached[head]), 1)) <= self.free
+        return self.need(head, max(int(self.target[head] - self.cached[head]), 1)) <= self.free - lim.watermark_blocks
 
     def schedule(self) -> Schedule:
         """An empty schedule for the next iteration (this replica's buffers)."""

@@ -35,6 +35,7 @@ class SchedulerLimits:
     concurrency: int | None = None  # closed loop: requests outstanding at most
     swap_s_per_token: float = 0.0  # one token's cache over the second tier's link, one way
     request_overhead_s: float = 0.0  # from sending a request to its place in the queue
+    watermark_blocks: int = 0  # pages that must stay free after admitting a prompt (vLLM V0: 1% of them)
 
 
 @dataclass(frozen=True)
