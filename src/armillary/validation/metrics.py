@@ -22,6 +22,9 @@ _SECONDS = {"ms": 1e-3, "millisecond": 1e-3, "s": 1.0, "sec": 1.0, "second": 1.0
             "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "day": 86400.0, "d": 86400.0}
 
 
+PER_GPU = re.compile(r"(per|/)[\s-]*(gpu|device|accelerator|chip)\b")  # a rate of one device
+
+
 @dataclass(frozen=True)
 class Metric:
     label: str  # what is compared, in the row's unit
@@ -55,7 +58,7 @@ def _flop_convention(text: str, source: str) -> tuple[str, Callable[[StepEstimat
 def _per(text: str, unit: str, row: dict[str, str]) -> tuple[str, Callable[[RowSpecs], float]]:
     """Whose throughput a rate is: per GPU, per node, per TP group / replica, or the whole job."""
     both = f"{text} {unit}"
-    if re.search(r"(per|/)[\s-]*(gpu|device|accelerator|chip)\b", both):
+    if PER_GPU.search(both):
         return "per GPU", lambda rs: float(rs.system.devices)
     if re.search(r"(per|/)[\s-]*(node|server|host)\b", both):
         return "per node", lambda rs: rs.system.devices / rs.system.devices_per_node

@@ -87,7 +87,7 @@ def is_serving_row(row: dict[str, str]) -> bool:
 
 
 def _run_serving_row(row: dict[str, str]) -> RowResult:
-    """Serving-under-load rows ("SRV-..."): a simulated engine benchmark, grouped by source and engine."""
+    """A serving-under-load row: a simulated engine benchmark, grouped by source and engine."""
     measured = float(row["value"])
     group = "-".join(row["id"].split("-")[:2])  # SRV-VLLM, SRV-SGLANG, ...
     try:

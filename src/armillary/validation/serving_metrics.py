@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from armillary.serving.run import ServingResult
-from armillary.validation.metrics import time_unit
+from armillary.validation.metrics import PER_GPU, time_unit
 from armillary.validation.rows import Unsupported
 from armillary.validation.vocabulary import clean
 
@@ -45,6 +45,11 @@ def _latency(row: dict[str, str], field: str, text: str, unit: str) -> ServingMe
     return ServingMetric(f"{stat} {field[:-2].upper()} [{unit}]", lambda r: getattr(getattr(r, field), stat) / k)
 
 
+def _rate(name: str, per_gpu: bool) -> Callable[[ServingResult], float]:
+    """The server's rate `name` (a ServingResult field), or one device's share of it."""
+    return lambda r: float(getattr(r, name)) / (r.devices if per_gpu else 1)
+
+
 def read_serving_metric(row: dict[str, str]) -> ServingMetric:
     """The measured quantity of a serving row; Unsupported names the metric and unit when unknown."""
     text, unit = clean(row.get("metric")), clean(row.get("unit"))
@@ -52,15 +57,15 @@ def read_serving_metric(row: dict[str, str]) -> ServingMetric:
         if re.search(rf"\b({words})\b", text):
             return _latency(row, field, text, unit)
     both = f"{text} {unit}"
-    per_gpu = bool(re.search(r"(per|/)[\s-]*(gpu|device|accelerator|chip)\b", both))
-    if re.search(r"request throughput|requests?/s|req/s|\bqps\b", both):
-        return ServingMetric("requests/s (server)", lambda r: r.requests_per_s / (r.devices if per_gpu else 1))
-    if re.search(r"total token|input and output|prompt and output", both):
-        label = "total tok/s" + (" per GPU" if per_gpu else " (server)")
-        return ServingMetric(label, lambda r: r.total_tokens_per_s / (r.devices if per_gpu else 1))
-    if re.search(r"output token|generat|decode throughput|output throughput|tokens?/s|tok/s", both):
-        label = "output tok/s" + (" per GPU" if per_gpu else " (server)")
-        return ServingMetric(label, lambda r: r.output_tokens_per_s / (r.devices if per_gpu else 1))
+    per_gpu = bool(PER_GPU.search(both))
+    whose = " per GPU" if per_gpu else " (server)"
+    for words, label, rate in (
+            (r"request throughput|requests?/s|req/s|\bqps\b", "requests/s", "requests_per_s"),
+            (r"total token|input and output|prompt and output", "total tok/s", "total_tokens_per_s"),
+            (r"output token|generat|decode throughput|output throughput|tokens?/s|tok/s", "output tok/s",
+             "output_tokens_per_s")):
+        if re.search(words, both):
+            return ServingMetric(label + whose, _rate(rate, per_gpu))
     raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: not a serving benchmark quantity "
                       "(output, total or request throughput; TTFT, TPOT, ITL or end-to-end latency)")
 
