@@ -20,6 +20,7 @@ ROW = {"framework": "vLLM 0.6.3: vllm serve -tp 8", "other_reported": "", "notes
     "--gpu-memory-utilization 0.95 --max-num-seqs 64 --block-size 32 --max-num-batched-tokens 4096",
     "gpu_memory_utilization=0.95, max_num_seqs=64, block_size=32, max_num_batched_tokens=4096",
     "settings: gpu_memory_utilization: 0.95; max_num_seqs: 64; block_size: 32; max_num_batched_tokens: 4096",
+    "max_num_seqs=64, block_size=32, max_num_batched_tokens=4096 and gpu_memory_utilization=0.95.",
 ])
 def test_vllm_flags_however_written(written: str) -> None:
     engine = _engine({**ROW, "framework": f"vLLM 0.6.3: vllm serve -tp 8 {written}"}, False, [])

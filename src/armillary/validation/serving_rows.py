@@ -47,6 +47,7 @@ def _flag(name: str, text: str, value: str = r"(\d+)") -> float | None:
     return _number(rf"(?<![a-z0-9_]){words}\s*[ =:]\s*{value}", text)
 
 
+_SHARE = r"(\d*\.?\d+)"  # a number such as 0.9 or .9, not the full stop after it
 # flags of vLLM, SGLang and TensorRT-LLM that set an engine profile's numbers (whole numbers, or a share)
 _ENGINE_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("max-num-seqs", "max_batch", r"(\d+)"), ("max-running-requests", "max_batch", r"(\d+)"),
@@ -54,9 +55,9 @@ _ENGINE_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("max-num-batched-tokens", "max_batched_tokens", r"(\d+)"), ("max-num-tokens", "max_batched_tokens", r"(\d+)"),
     ("block-size", "block_tokens", r"(\d+)"), ("page-size", "block_tokens", r"(\d+)"),
     ("tokens-per-block", "block_tokens", r"(\d+)"),
-    ("gpu-memory-utilization", "memory_fraction", r"([\d.]+)"), ("mem-fraction-static", "memory_fraction", r"([\d.]+)"),
-    ("kv-cache-free-gpu-mem-fraction", "memory_fraction", r"([\d.]+)"),
-    ("kv-cache-free-gpu-memory-fraction", "memory_fraction", r"([\d.]+)"),
+    ("gpu-memory-utilization", "memory_fraction", _SHARE), ("mem-fraction-static", "memory_fraction", _SHARE),
+    ("kv-cache-free-gpu-mem-fraction", "memory_fraction", _SHARE),
+    ("kv-cache-free-gpu-memory-fraction", "memory_fraction", _SHARE),
     ("max-seq-len-to-capture", "graph_max_context", r"(\d+)"), ("cuda-graph-max-bs", "graph_max_batch", r"(\d+)"),
 )
 
