@@ -77,11 +77,10 @@ def read_metric(row: dict[str, str]) -> Metric:
     if re.search(r"(forward|fwd).*(backward|bwd).*(one|single|per) (transformer )?layer", text):
         k = time_unit(unit, "ms")
         return Metric("layer fwd+bwd [row unit]", lambda r, rs: float(r.layer.total_s) / k)
-    if re.search(r"time to train|training time|wall[- ]?clock", text):
-        raise Unsupported(f"metric {row.get('metric')!r}: time to train needs the token or step count, "
-                          "which the row's columns do not carry")
-    if re.search(r"gpu[- ]?hours", text):
-        raise Unsupported(f"metric {row.get('metric')!r}: GPU-hours need the token or step count")
+    if re.search(r"time to train|training time|wall[- ]?clock|gpu[- ]?hours", text):
+        from armillary.validation.time_to_train import time_to_train_metric  # it builds on this module
+
+        return time_to_train_metric(row, gpu_hours=bool(re.search(r"gpu[- ]?hours", text)))
     if re.search(r"(iteration|step|batch)[- ]?time|time (per|of one|of an?) (iteration|step)|"
                  r"(seconds|sec|s|ms) per (iteration|step)", text):
         k = time_unit(unit or text, "s")
