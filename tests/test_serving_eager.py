@@ -3,6 +3,8 @@ graphs' capture length (vLLM V0 max_seq_len_to_capture); past it, or without gra
 kernel is added to the step (`serving.engine.Overheads`). Checked by hand on one request, on the compiled
 loops against the model's own functions, and on the harness's reading of the launch flags."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -53,8 +55,9 @@ def test_eager_host_time_is_the_short_kernels_of_the_stage_layers() -> None:
     assert overheads(load_engine("sglang-0.4"), llama, 32).graph_batch == 160
 
 
-def _one_request(engine_update: dict) -> float:
-    """Finish time of one request (512 prompt tokens, 64 out) on one H100 under vLLM V0 without host overheads."""
+def _one_request(engine_update: dict) -> tuple[float, int]:
+    """Finish time of one request (512 prompt tokens, 64 out) on one H100 under vLLM V0 without host overheads,
+    and its eager decode steps."""
     engine = load_engine("vllm-0.6").model_copy(update={
         "iteration_overhead_s": 0.0, "sequence_overhead_s": 0.0, "request_overhead_s": 0.0,
         "eager_kernel_s": 1e-5, **engine_update})
@@ -62,16 +65,19 @@ def _one_request(engine_update: dict) -> float:
     trace = Trace(np.array([0.0]), np.array([512]), np.array([64]))
     served = serve_trace(ModelArrays.of(load_model("llama2-7b")), FLASH, w, load_system("dgx-h100", 1), 1, trace,
                          engine)
-    return float(served.times.finish_s[0])
+    return float(served.times.finish_s[0]), served.eager_steps
 
 
 def test_decode_steps_past_the_capture_length_pay_the_host_time_by_hand() -> None:
     eager_s = 32 * 9 * 1e-5
-    graphed = _one_request({"graph_max_context": None})
+    graphed, none = _one_request({"graph_max_context": None})
+    assert none == 0
     # decode step j (0..62) runs over 512 + j cached tokens and its new one: past 540 from j = 28, 35 steps
-    assert _one_request({"graph_max_context": 540}) - graphed == pytest.approx(35 * eager_s, rel=1e-9)
+    finish, steps = _one_request({"graph_max_context": 540})
+    assert steps == 35 and finish - graphed == pytest.approx(35 * eager_s, rel=1e-9)
     # without graphs every decode step is eager, the prompt's pass is not
-    assert _one_request({"cuda_graphs": False}) - graphed == pytest.approx(63 * eager_s, rel=1e-9)
+    finish, steps = _one_request({"cuda_graphs": False})
+    assert steps == 63 and finish - graphed == pytest.approx(63 * eager_s, rel=1e-9)
 
 
 @pytest.mark.parametrize("rate", [2.0, 40.0])
@@ -82,15 +88,20 @@ def test_compiled_stretches_add_the_eager_steps_as_the_model_does(rate: float, g
     # prompts of 512 +- and 64 output tokens: some decode steps cross 560 tokens; at 40 requests/s the
     # batches pass 8 sequences
     cost = IterationCost(r, 2048, 64, Overheads(eager_s=2e-3, **graphs))
-    limits = _limits(r, w, 2048, None)
+    limits = replace(_limits(r, w, 2048, None), graph_context=cost.overheads.graph_context,
+                     graph_batch=cost.overheads.graph_batch)
     trace = poisson_trace(rate, 20.0, 512, 64, seed=3)
     fast = simulate_replica(trace, cost, limits)
     slow = simulate_replica(trace, lambda new, past, emitting: cost.evaluated(new, past, emitting), limits)
     plain = simulate_replica(trace, IterationCost(r, 2048, 64), limits)
     assert (fast.iterations, fast.batched_sequences) == (slow.iterations, slow.batched_sequences)
     np.testing.assert_allclose(fast.times.finish_s, slow.times.finish_s, rtol=1e-12, atol=0)
+    assert fast.eager_steps == slow.eager_steps
     later = np.nanmean(fast.times.finish_s - plain.times.finish_s)
-    assert later > 0 if rate > 2 or "graph_context" in graphs else later >= 0  # light load: batches of a few
+    if rate > 2 or "graph_context" in graphs:  # light load: batches of a few sequences stay within 8
+        assert later > 0 and fast.eager_steps > 0
+    else:
+        assert later == 0 and fast.eager_steps == 0
 
 
 def test_launch_flags_set_the_graphs() -> None:

@@ -156,6 +156,9 @@ def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) 
                  f"{_trust(r.error_band)}")
     head.add_row("goodput", f"{r.goodput_requests_per_s:.3g} requests/s ({_pct(r.slo_attainment)} meet both SLOs)")
     head.add_row("mean batch / iterations", f"{r.mean_batch:.1f} / {r.iterations}")
+    if r.eager_steps:
+        head.add_row("eager decode steps", f"{r.eager_steps:,} (outside the engine's CUDA graphs: each pays the "
+                     "host's launch of its short kernels)")
     head.add_row("preemptions", f"{r.preemptions}")
     head.add_row("KV pages per device", f"{r.kv_blocks_per_device:,}")
     latency = Table(title="Latency (ms)")

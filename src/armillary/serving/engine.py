@@ -121,13 +121,18 @@ class Overheads:
 
     def eager(self, new: np.ndarray, past: np.ndarray) -> Any:
         """Eager host time of iterations over sequences of `new` tokens over `past` cached ones (columns:
-        iterations): `eager_s` for a decode step (one new token each) of more than `graph_batch` sequences or
-        whose longest sequence exceeds `graph_context`, else 0."""
+        iterations): `eager_s` for a decode step that runs eagerly (`runs_eagerly`), else 0."""
         if not self.eager_s:
             return 0.0
-        decode = np.all(new <= 1, axis=0)
-        outside = (np.max(past + new, axis=0) > self.graph_context) | (np.shape(new)[0] > self.graph_batch)
+        decode = np.all(new <= 1, axis=0)  # one new token each
+        outside = outside_graphs(np.max(past + new, axis=0), np.shape(new)[0], self.graph_context, self.graph_batch)
         return np.where(decode & outside, self.eager_s, 0.0)
+
+
+def outside_graphs(longest: Any, sequences: Any, graph_context: float, graph_batch: float) -> Any:
+    """Whether a decode step runs outside the CUDA graphs: its `longest` sequence (the new token included)
+    past `graph_context` (0: no graphs), or more than `graph_batch` `sequences`."""
+    return (longest > graph_context) | (sequences > graph_batch)
 
 
 def overheads(engine: Engine | None, m: ModelArrays, layers: float) -> Overheads:

@@ -109,4 +109,4 @@ def simulate_groups(traces: list[Trace], cost: GroupStepCost, limits: list[Sched
             s.now = now + step
         now += step
     return [ReplicaRun(RequestTimes(s.sent, s.first, s.finish, t.input_len, t.output_len, s.preempted), s.iterations,
-                       s.batched) for s, t in zip(states, traces, strict=True)]
+                       s.batched, s.eager_steps) for s, t in zip(states, traces, strict=True)]

@@ -60,6 +60,7 @@ class ServingResult:
     tpot_slo_s: float
     preemptions: int
     iterations: int
+    eager_steps: int  # decode steps outside the engine's CUDA graphs (paying the host's launches)
     mean_batch: float
     kv_blocks_per_device: int
     replicas: int
@@ -121,10 +122,11 @@ def _limits(r: ReplicaModel, w: Inference, largest_prompt: int, engine: Engine |
             raise SpecError(f"workload.serving.policy: swap needs a second memory tier; {r.system.device.name} has "
                             "none (use recompute, max_utilization or guaranteed_no_evict)")
         swap = r.cache_bytes_per_token / tier2.rate  # each device moves its shard over its own link
+    host = overheads(engine, r.m, r.stage_layers)
     return SchedulerLimits(sv.max_batch, sv.max_batched_tokens, sv.chunked_prefill, blocks, w.kv_cache.block_tokens,
-                           sv.policy, sv.prefix_hit_rate, sv.concurrency, swap,
-                           overheads(engine, r.m, r.stage_layers).request_s,
-                           int(engine.admission_watermark * blocks) if engine is not None else 0)
+                           sv.policy, sv.prefix_hit_rate, sv.concurrency, swap, host.request_s,
+                           int(engine.admission_watermark * blocks) if engine is not None else 0,
+                           host.graph_context, host.graph_batch)
 
 
 def replica_kv_tokens(r: ReplicaModel, w: Inference, engine: Engine | None = None, largest_prompt: int = 1) -> int:
@@ -165,7 +167,7 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
         _spread(done, sv.prefill_replicas * groups, everyone, trace, cost, limits, sv.balance, prefill_only=True)
         _decode_pool(done, trace, r, cost, limits, sv.balance, (replicas - sv.prefill_replicas) * groups)
     times = RequestTimes(done.sent, done.first, done.finish, trace.input_len, trace.output_len, done.preempted)
-    return _metrics(times, w, r.devices * replicas, replicas, limits.kv_blocks, done.iterations, done.batched)
+    return _metrics(times, w, r.devices * replicas, replicas, limits.kv_blocks, done)
 
 
 def _check_deployment(sv: Serving, r: ReplicaModel, replicas: int) -> None:
@@ -188,6 +190,7 @@ class _Requests:
     preempted: np.ndarray
     iterations: int = 0
     batched: int = 0
+    eager_steps: int = 0
 
     @classmethod
     def of(cls, trace: Trace) -> _Requests:
@@ -203,6 +206,7 @@ class _Requests:
         self.preempted[ids] += part.times.preemptions
         self.iterations += part.iterations
         self.batched += part.batched_sequences
+        self.eager_steps += part.eager_steps
 
 
 def _spread(done: _Requests, pool: int, order: np.ndarray, sub: Trace, cost: IterationCost,
@@ -251,8 +255,9 @@ def _decode_pool(done: _Requests, trace: Trace, r: ReplicaModel, cost: Iteration
     done.first = ttft
 
 
-def _metrics(times: RequestTimes, w: Inference, devices: int, replicas: int, blocks: int, iterations: int,
-             batched: int) -> ServingResult:
+def _metrics(times: RequestTimes, w: Inference, devices: int, replicas: int, blocks: int,
+             done_by: _Requests) -> ServingResult:
+    iterations, batched = done_by.iterations, done_by.batched
     sv = w.serving
     n = len(times.arrival_s)
     done = np.isfinite(times.finish_s)
@@ -273,7 +278,7 @@ def _metrics(times: RequestTimes, w: Inference, devices: int, replicas: int, blo
         output_tokens_per_s_per_device=tokens / makespan / devices if makespan > 0 else 0.0,
         goodput_requests_per_s=float(good.sum()) / makespan if makespan > 0 else 0.0,
         slo_attainment=float(good.mean()) if n else 0.0, ttft_slo_s=sv.ttft_slo_s, tpot_slo_s=sv.tpot_slo_s,
-        preemptions=int(times.preemptions.sum()), iterations=iterations,
+        preemptions=int(times.preemptions.sum()), iterations=iterations, eager_steps=done_by.eager_steps,
         mean_batch=batched / iterations if iterations else 0.0, kv_blocks_per_device=blocks, replicas=replicas,
         prefill_replicas=sv.prefill_replicas, devices=devices, times=times)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from armillary.estimate.inference_memory import kv_pages
+from armillary.serving.engine import outside_graphs
 from armillary.serving.kernels import advance, drop, progress, release, running_fit, scheduled
 from armillary.serving.trace import Trace
 from armillary.specs.workload import Policy
@@ -126,7 +127,7 @@ class ReplicaState:
         self.running = Running(limits.max_batch)
         self._schedule, self._scratch = Schedule(limits.max_batch), np.empty(max(limits.max_batch, 1), np.int64)
         self.now = 0.0
-        self.sent_n = self.queued_n = self.done = self.iterations = self.batched = 0
+        self.sent_n = self.queued_n = self.done = self.iterations = self.batched = self.eager_steps = 0
         self.slot_open = -np.inf  # closed loop: when the last slot freed
         self.extra_s = 0.0  # swap traffic of the iteration being scheduled
         self.horizon = np.inf  # no event past it is known yet (a balancer may still send requests here)
@@ -348,10 +349,21 @@ class ReplicaState:
             self._scratch = np.empty(n, np.int64)
         return self._scratch[:n]
 
+    def count_eager(self, longest: np.ndarray, sequences: int) -> None:
+        """Count the decode steps of `sequences` sequences, the longest `longest` tokens at each (the new one
+        included), that run outside the CUDA graphs (`engine.outside_graphs`)."""
+        lim = self.limits
+        if lim.graph_context == np.inf and sequences <= lim.graph_batch:
+            return
+        self.eager_steps += int(np.count_nonzero(outside_graphs(longest, sequences, lim.graph_context,
+                                                                lim.graph_batch)))
+
     def run_iteration(self, schedule: Schedule, cost: Cost) -> None:
         ids, new = schedule.arrays()
         past = self.scratch(len(ids))
         emitting = scheduled(ids, new, self.cached, self.target, past)
+        if len(ids) and int(new.max()) <= 1:  # a decode step
+            self.count_eager(np.array([int((past[:len(ids)] + new).max())]), len(ids))
         self.now += float(cost(new, past, emitting)[0]) + self.extra_s
         self.extra_s = 0.0
         self.iterations += 1

@@ -36,6 +36,8 @@ class SchedulerLimits:
     swap_s_per_token: float = 0.0  # one token's cache over the second tier's link, one way
     request_overhead_s: float = 0.0  # from sending a request to its place in the queue
     watermark_blocks: int = 0  # pages that must stay free after admitting a prompt (vLLM V0: 1% of them)
+    graph_context: float = np.inf  # the CUDA graphs' longest sequence and most sequences (engine.Overheads)
+    graph_batch: float = np.inf
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class ReplicaRun:
     times: RequestTimes
     iterations: int
     batched_sequences: int  # summed over iterations (mean batch = this / iterations)
+    eager_steps: int = 0  # decode steps outside the CUDA graphs (engine.runs_eagerly)
 
 
 class IterationCost:
@@ -206,7 +209,7 @@ def replica_run(s: ReplicaState, trace: Trace) -> ReplicaRun:
     """What a replica did with the requests of `trace` (in its order)."""
     n = len(trace)
     times = RequestTimes(s.sent[:n], s.first[:n], s.finish[:n], trace.input_len, trace.output_len, s.preempted[:n])
-    return ReplicaRun(times, s.iterations, s.batched)
+    return ReplicaRun(times, s.iterations, s.batched, s.eager_steps)
 
 
 def run_until(s: ReplicaState, cost: Cost, horizon: float = np.inf) -> None:
@@ -259,6 +262,7 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
         fitted, roofline, layers, head, cap = np.zeros(6), np.zeros(5), 0.0, 0.0, span
     finished = s.scratch(n)
     eager = cost.overheads if isinstance(cost, IterationCost) else Overheads()
+    longest = int(s.cached[ids].max())
     k, end, taken, done = decode_stretch(ids, s.cached, s.target, s.generated, s.blocks, s.n_out, s.free,
                                          s.limits.block_tokens, s.now, upcoming, cap, fitted, roofline, layers, head,
                                          times, finished, eager.eager_s, eager.graph_context, n > eager.graph_batch)
@@ -268,5 +272,6 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
     s.now = end
     s.iterations += k
     s.batched += k * n
+    s.count_eager(longest + 1 + np.arange(k), n)
     s.finish_sequences(finished[:done])
     return True
