@@ -349,12 +349,14 @@ class ReplicaState:
             self._scratch = np.empty(n, np.int64)
         return self._scratch[:n]
 
+    def may_run_eagerly(self, sequences: int) -> bool:
+        """Whether a decode step of `sequences` sequences can fall outside the CUDA graphs at all."""
+        return self.limits.graph_context < np.inf or sequences > self.limits.graph_batch
+
     def count_eager(self, longest: np.ndarray, sequences: int) -> None:
         """Count the decode steps of `sequences` sequences, the longest `longest` tokens at each (the new one
         included), that run outside the CUDA graphs (`engine.outside_graphs`)."""
         lim = self.limits
-        if lim.graph_context == np.inf and sequences <= lim.graph_batch:
-            return
         self.eager_steps += int(np.count_nonzero(outside_graphs(longest, sequences, lim.graph_context,
                                                                 lim.graph_batch)))
 
@@ -362,8 +364,8 @@ class ReplicaState:
         ids, new = schedule.arrays()
         past = self.scratch(len(ids))
         emitting = scheduled(ids, new, self.cached, self.target, past)
-        if len(ids) and int(new.max()) <= 1:  # a decode step
-            self.count_eager(np.array([int((past[:len(ids)] + new).max())]), len(ids))
+        if len(ids) and self.may_run_eagerly(len(ids)) and int(new.max()) <= 1:  # a decode step
+            self.count_eager(np.array([int((past + new).max())]), len(ids))
         self.now += float(cost(new, past, emitting)[0]) + self.extra_s
         self.extra_s = 0.0
         self.iterations += 1

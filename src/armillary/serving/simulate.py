@@ -262,7 +262,7 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
         fitted, roofline, layers, head, cap = np.zeros(6), np.zeros(5), 0.0, 0.0, span
     finished = s.scratch(n)
     eager = cost.overheads if isinstance(cost, IterationCost) else Overheads()
-    longest = int(s.cached[ids].max())
+    longest = int(s.cached[ids].max()) if s.may_run_eagerly(n) else 0
     k, end, taken, done = decode_stretch(ids, s.cached, s.target, s.generated, s.blocks, s.n_out, s.free,
                                          s.limits.block_tokens, s.now, upcoming, cap, fitted, roofline, layers, head,
                                          times, finished, eager.eager_s, eager.graph_context, n > eager.graph_batch)
@@ -272,6 +272,7 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
     s.now = end
     s.iterations += k
     s.batched += k * n
-    s.count_eager(longest + 1 + np.arange(k), n)
+    if s.may_run_eagerly(n):
+        s.count_eager(longest + 1 + np.arange(k), n)
     s.finish_sequences(finished[:done])
     return True
