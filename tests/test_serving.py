@@ -75,6 +75,9 @@ def test_a_watermark_keeps_a_prompt_waiting_instead_of_evicting_it_later():
     run = simulate_replica(trace, one_second_per_iteration, held)
     assert run.times.preemptions.tolist() == [0, 0]
     assert run.times.first_token_s.tolist() == [1.0, 4.0] and run.times.finish_s.tolist() == [3.0, 5.0]
+    # a request that needs the watermark's pages runs once the cache is empty, rather than wait forever
+    run = simulate_replica(_trace((0.0, 8, 1), (0.0, 8, 1)), one_second_per_iteration, held)
+    assert run.times.finish_s.tolist() == [1.0, 2.0]
 
 
 def test_vllm_v0_keeps_one_percent_of_its_pages_free_when_admitting():

@@ -321,7 +321,7 @@ class ReplicaState:
             else:
                 break
             need = self.need(idx, want)
-            if need > self.free - lim.watermark_blocks:
+            if need > self.free - self.watermark(need):
                 break
             self.waiting.popleft()
             self.paused.discard(idx)
@@ -337,7 +337,13 @@ class ReplicaState:
         if lim.chunked_prefill or not self.waiting or len(self.running) >= lim.max_batch:
             return False
         head = self.waiting[0]
-        return self.need(head, max(int(self.target[head] - self.cached[head]), 1)) <= self.free - lim.watermark_blocks
+        need = self.need(head, max(int(self.target[head] - self.cached[head]), 1))
+        return need <= self.free - self.watermark(need)
+
+    def watermark(self, need: int) -> int:
+        """Pages to leave free when admitting a sequence that takes `need` pages: the limits' watermark, but
+        never so many that it could not be admitted into an empty cache (it would wait forever)."""
+        return min(self.limits.watermark_blocks, self.limits.kv_blocks - need)
 
     def schedule(self) -> Schedule:
         """An empty schedule for the next iteration (this replica's buffers)."""
