@@ -18,6 +18,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
 from armillary.presets.registry import find_preset, preset_names, read_data_file
+from armillary.serving.kernels import outside_graphs
 from armillary.specs.base import NamedByPatterns
 from armillary.specs.workload import BlockFp8Kernels, DecodeAttention, Inference, MlaDecode, Policy
 
@@ -127,12 +128,6 @@ class Overheads:
         decode = np.all(new <= 1, axis=0)  # one new token each
         outside = outside_graphs(np.max(past + new, axis=0), np.shape(new)[0], self.graph_context, self.graph_batch)
         return np.where(decode & outside, self.eager_s, 0.0)
-
-
-def outside_graphs(longest: Any, sequences: Any, graph_context: float, graph_batch: float) -> Any:
-    """Whether a decode step runs outside the CUDA graphs: its `longest` sequence (the new token included)
-    past `graph_context` (0: no graphs), or more than `graph_batch` `sequences`."""
-    return (longest > graph_context) | (sequences > graph_batch)
 
 
 def overheads(engine: Engine | None, m: ModelArrays, layers: float) -> Overheads:

@@ -15,8 +15,19 @@ iteration of F FLOPs, B bytes over P cached tokens, K its FLOPs per key walked (
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
+
+
+@numba.njit(cache=True)
+def outside_graphs(longest: Any, sequences: Any, graph_context: float, graph_batch: float) -> Any:
+    """Whether a decode step runs outside the engine's CUDA graphs: its `longest` sequence (the new token
+    included) past `graph_context` (0: no graphs), or more than `graph_batch` `sequences` (arrays broadcast:
+    one answer per step). The one predicate of the eager host time (`engine.Overheads`), its count
+    (`scheduler.ReplicaState.count_eager`) and the decode stretches below."""
+    return (longest > graph_context) | (sequences > graph_batch)
 
 
 @numba.njit(cache=True, inline="always")
@@ -68,12 +79,11 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
                    blocks: np.ndarray, n_out: np.ndarray, free: int, block_tokens: int, now: float, upcoming: float,
                    cap: int, fitted: np.ndarray, roofline: np.ndarray, layers: float, head: float,
                    times: np.ndarray, finished: np.ndarray, eager_s: float = 0.0, graph_context: float = np.inf,
-                   past_graph_batch: bool = False) -> tuple[int, float, int, int]:
+                   graph_batch: float = np.inf) -> tuple[int, float, int, int]:
     """Decode steps of the sequences `ids` (one token each) until one finishes, a request arrives
     (`upcoming`: steps that start before it run) or their new pages no longer fit the `free` ones; at most
     `cap` steps. A step's time is `times[step]` when given (non-empty), else from the coefficients, plus
-    `eager_s` when it runs eagerly: the batch is larger than the graphs' (`past_graph_batch`) or its
-    longest sequence exceeds `graph_context` (`engine.Overheads.eager`).
+    `eager_s` when it runs outside the CUDA graphs (`outside_graphs`).
     Updates the sequences' cached / generated tokens and pages in place, the sequences that finished to the
     start of `finished`; returns (steps, the time they end, pages taken, sequences finished). 0 steps
     (nothing changed) when one of them still has prompt tokens to (re)compute, fewer than two steps are
@@ -115,7 +125,7 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
                 past += p
             core, remote = _attention(flop, fitted[3] * n, moved, past, roofline)
             step = layers + core + remote + head
-            if past_graph_batch or longest + k + 1 > graph_context:
+            if outside_graphs(longest + k + 1, n, graph_context, graph_batch):
                 step += eager_s
         total += step
         end = now + total

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from armillary.estimate.inference_memory import kv_pages
-from armillary.serving.engine import outside_graphs
-from armillary.serving.kernels import advance, drop, progress, release, running_fit, scheduled
+from armillary.serving.kernels import advance, drop, outside_graphs, progress, release, running_fit, scheduled
 from armillary.serving.trace import Trace
 from armillary.specs.workload import Policy
 
@@ -361,7 +360,7 @@ class ReplicaState:
 
     def count_eager(self, longest: np.ndarray, sequences: int) -> None:
         """Count the decode steps of `sequences` sequences, the longest `longest` tokens at each (the new one
-        included), that run outside the CUDA graphs (`engine.outside_graphs`)."""
+        included), that run outside the CUDA graphs (`kernels.outside_graphs`)."""
         lim = self.limits
         self.eager_steps += int(np.count_nonzero(outside_graphs(longest, sequences, lim.graph_context,
                                                                 lim.graph_batch)))

@@ -265,7 +265,7 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
     longest = int(s.cached[ids].max()) if s.may_run_eagerly(n) else 0
     k, end, taken, done = decode_stretch(ids, s.cached, s.target, s.generated, s.blocks, s.n_out, s.free,
                                          s.limits.block_tokens, s.now, upcoming, cap, fitted, roofline, layers, head,
-                                         times, finished, eager.eager_s, eager.graph_context, n > eager.graph_batch)
+                                         times, finished, eager.eager_s, eager.graph_context, eager.graph_batch)
     if k == 0:
         return False
     s.free -= taken
