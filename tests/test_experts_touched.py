@@ -1,5 +1,5 @@
 """Routed experts a pass reads (workload.experts.experts_touched) and an engine's block-scaled fp8 GEMMs:
-their ceiling and small-M latency floor (estimate.inference.block_fp8_kernels, cost.compute.kernel_times).
+their ceiling and small-M latency floor (estimate.inference.fp8_kernels, cost.compute.kernel_times).
 Expected values by hand: T tokens choosing top_k of E experts pick E (1 - (1 - top_k / E)^T) distinct ones."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from armillary.cost.compute import kernel_times
-from armillary.estimate.inference import block_fp8_kernels, replica_model, replicated_experts
+from armillary.estimate.inference import fp8_kernels, replica_model, replicated_experts
 from armillary.plan.arrays import ModelArrays
 from armillary.plan.codes import PRECISION
 from armillary.serving.engine import load_engine, with_engine
@@ -82,16 +82,16 @@ def test_capped_curve_is_the_minimum_of_curve_and_ceiling() -> None:
 
 
 def test_engine_block_fp8_kernels_apply_to_block_scaled_weights_only() -> None:
-    w, engine = with_engine(_workload(block_scaled_weights=True), load_engine("vllm-0.6"))
+    w, engine = with_engine(_workload(weight_scales="block"), load_engine("vllm-0.6"))
     assert engine is not None and w.block_fp8_kernels == engine.block_fp8_kernels
     kernels = w.block_fp8_kernels
     assert kernels is not None and kernels.latency is not None
-    device = block_fp8_kernels(H200, w).device
+    device = fp8_kernels(H200, w).device
     assert float(device.gemm_efficiency(Precision.FP8)(1e13)) == pytest.approx(kernels.ceiling)
     assert float(device.gemm_efficiency(Precision.BF16)(1e13)) == pytest.approx(
         float(H200.device.gemm_efficiency(Precision.BF16)(1e13)))
     per_tensor, _ = with_engine(_workload(), load_engine("vllm-0.6"))
-    assert block_fp8_kernels(H200, per_tensor) is H200
+    assert fp8_kernels(H200, per_tensor) is H200
     # the prefill of a block-scaled checkpoint is slower under the ceiling, a decode step under the floor
     strategy = Strategy.model_validate({"tp": 8, "precision": "fp8", "ep": 1, "expert_tp": 8})
     capped = replica_model(ModelArrays.of(DEEPSEEK), strategy, w, H200)
@@ -135,7 +135,7 @@ def test_the_fused_moe_caps_deepseek_prefill_where_it_was_measured() -> None:
     about 13.5K prompt tokens/s per node (5.1 GFLOP per token per GPU over 58 MoE layers); the measured
     prefill was flat at 13-15K tokens/s per node whatever the batch (the validation rows' notes). The whole
     layer stack lands a little under the experts' cap, and the engine's experts are the step's bulk."""
-    w, _ = with_engine(_workload(block_scaled_weights=True), load_engine("vllm-0.6"))
+    w, _ = with_engine(_workload(weight_scales="block"), load_engine("vllm-0.6"))
     strategy = Strategy.model_validate({"tp": 8, "precision": "fp8", "ep": 1, "expert_tp": 8})
     r = replica_model(ModelArrays.of(DEEPSEEK), strategy, w, H200)
     tokens = 32768.0

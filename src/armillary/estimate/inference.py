@@ -40,7 +40,7 @@ from armillary.plan.layout import busiest_stage_layers
 from armillary.plan.placement import Placement, pair_across, place_expert_groups, place_groups
 from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import Precision, System
-from armillary.specs.workload import DecodeAttention, Inference, MlaDecode
+from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, WeightScales
 from armillary.workload.attention import (
     cache_read_bytes,
     fused_attention_op,
@@ -75,6 +75,7 @@ class ReplicaModel:
     cp: float = 1.0  # context-parallel degree (`st` keeps cp = 1: the layers' kernels see a rank's tokens)
     absorbed_prefill: float = 0.0  # MLA prompt chunks absorbed over the latent cache too (1) or per head (0)
     mla_materialized: float = 0.0  # MLA's absorbed products stored beside the raw weights (1; see MlaDecode)
+    attention_weight_bytes: float | None = None  # the attention projections' weights, if not `weight_bytes`
 
     @property
     def attention_tp(self) -> float:
@@ -116,6 +117,9 @@ class ReplicaModel:
 
         def kind(mlp_width: Array | None, moe: bool) -> tuple[Array, Array, Array, EndsCost]:
             fw = layer_forward(m, 1.0, tokens, t, 0.0, e, 1.0, mlp_width, self.weight_bytes)
+            if self.attention_weight_bytes is not None:  # 16-bit attention projections in an fp8 checkpoint
+                sixteen = layer_forward(m, 1.0, tokens, t, 0.0, e, 1.0, mlp_width, self.attention_weight_bytes)
+                fw = replace(fw, qkv=sixteen.qkv, out_proj=sixteen.out_proj, sixteen_bit_attention=True)
             experts = replicated_experts(m, st, tokens, e, self.weight_bytes) if moe else None
             # no expert exchange: the MoE output's partial sums join the layer's MLP all-reduce
             exchange = LayerExchange(n_tp, self.tp_group, expert_groups=None)
@@ -241,7 +245,13 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
     cache = w.kv_cache.precision.bytes if w.kv_cache.precision is not None else e
     if w.kv_cache.tier2_fraction > 0 and system.device.second_tier is None:
         raise SpecError(f"workload.kv_cache.tier2_fraction: the device {system.device.name} has no second memory tier")
-    system = block_fp8_kernels(system, w)
+    system = fp8_kernels(system, w)
+    attention_weights = None
+    if not w.fp8_attention_projections and weights < e:
+        if m.kv_lora > 0 or strategy.attention_dp > 1:
+            raise SpecError("workload.fp8_attention_projections: 16-bit attention projections are modelled for "
+                            "multi-head / grouped-query attention without data-parallel attention only")
+        attention_weights = float(e)
     placed = place_groups(st.tp, 1.0, st.pp, system.sizes, cp=float(strategy.cp))
     groups = None
     if moe:
@@ -256,16 +266,28 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
                         2.0 if st.attention == 0 else float(st.attention),
                         placed.tp, placed.pp, groups, expanded, groups_dp, attention_group,
                         placed.cp if strategy.cp > 1 else None, float(strategy.cp), float(w.absorbed_mla_prefill),
-                        float(m.kv_lora > 0 and w.mla_decode is MlaDecode.MATERIALIZED))
+                        float(m.kv_lora > 0 and w.mla_decode is MlaDecode.MATERIALIZED), attention_weights)
 
 
-def block_fp8_kernels(system: System, w: Inference) -> System:
-    """The system as an engine's block-scaled fp8 GEMMs see it (`w.block_fp8_kernels`, with
-    `block_scaled_weights`): the device's fp8 curve capped at the kernels' ceiling, their small-M
-    latency floor, and the fused-MoE kernel's own ceiling and weight-streaming rate for the routed experts.
-    Without both, the system as it is."""
-    kernels = w.block_fp8_kernels
-    if not w.block_scaled_weights or kernels is None:
+def engine_fp8_kernels(w: Inference, system: System) -> Fp8Kernels | None:
+    """The engine's GEMM kernels for the workload's fp8 weight scales on the system's device (filled into
+    the workload from its profile): block-scaled on every platform, channel-scaled on the platforms the
+    profile lists; none where the device's own fp8 GEMMs run them (per-tensor scales, fused scaled GEMMs)."""
+    if w.weight_scales is WeightScales.BLOCK:
+        return w.block_fp8_kernels
+    platform = system.device.platform
+    if w.weight_scales is WeightScales.CHANNEL and platform is not None:
+        return w.channel_fp8_kernels.get(platform)
+    return None
+
+
+def fp8_kernels(system: System, w: Inference) -> System:
+    """The system as the engine's fp8 GEMMs for the workload's weight scales see it (`engine_fp8_kernels`):
+    the device's fp8 curve capped at the kernels' ceiling, their small-M latency floor, and the fused-MoE
+    kernel's own ceiling and weight-streaming rate for the routed experts. Without such kernels, the system
+    as it is."""
+    kernels = engine_fp8_kernels(w, system)
+    if kernels is None:
         return system
     device = system.device
     curves = {**device.matrix_efficiency_by_precision,

@@ -36,6 +36,9 @@ def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: A
     layers = (layer_params / st.tp + routed / (st.ep * st.etp)) if r.attention_dp == 1 else (
         dp_attention_weights(params, r))
     weights = share * (layers * r.weight_bytes + materialized_mla_bytes(r)) + ends / r.attention_tp * r.activation_bytes
+    if r.attention_weight_bytes is not None:  # attention projections kept wider than the other weights
+        projections = (m.hidden * m.qkv_width + m.heads * m.value_dim * m.hidden) / st.tp
+        weights = weights + share * m.layers * projections * (r.attention_weight_bytes - r.weight_bytes)
     pages = kv_pages(w.input_len + w.output_len, w.kv_cache.block_tokens)
     per_sequence = pages * w.kv_cache.block_tokens * r.cache_bytes_per_token
     # [derived] the widest moment of a layer: its input, the QKV or MLP intermediate, and its output; the

@@ -80,6 +80,8 @@ def layer_kernels(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, 
     scores, over_v, softmax, head_gemm, *router = kernel_times(
         (*fw.core_gemms, fw.softmax, ends.head_gemm, *((experts.router,) if experts is not None else ())), device,
         precision, sixteen_bit=True)
+    if fw.sixteen_bit_attention:  # a checkpoint that keeps its attention projections in bf16
+        qkv, out_proj = kernel_times((fw.qkv, fw.out_proj), device, precision, sixteen_bit=True)
     flash = fused_attention_time(fw.flash_attention, device, precision, flash_version)
     kernels = LayerKernels(qkv, out_proj, mlp_in, mlp_out, norms, residuals, activation, rotary, recurrence,
                            quantize, embedding, loss, scores, over_v, softmax, head_gemm, flash)

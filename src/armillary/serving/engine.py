@@ -20,7 +20,8 @@ from armillary.plan.arrays import ModelArrays
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.serving.kernels import outside_graphs
 from armillary.specs.base import NamedByPatterns
-from armillary.specs.workload import BlockFp8Kernels, DecodeAttention, Inference, MlaDecode, Policy
+from armillary.specs.system import Platform
+from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, Policy
 
 
 class Engine(NamedByPatterns):
@@ -68,8 +69,11 @@ class Engine(NamedByPatterns):
     pad_attention_groups: bool = Field(False, description="data-parallel attention: a CUDA-graph decode step "
                                        "pads every group's batch to the largest group's, and the experts compute "
                                        "the padded tokens of all groups")
-    block_fp8_kernels: BlockFp8Kernels | None = Field(None, description="its GEMM kernels for fp8 weights with "
-                                                      "per-block scales; none: the device's fp8 GEMMs")
+    block_fp8_kernels: Fp8Kernels | None = Field(None, description="its GEMM kernels for fp8 weights with "
+                                                 "per-block scales; none: the device's fp8 GEMMs")
+    channel_fp8_kernels: dict[Platform, Fp8Kernels] = Field(
+        default_factory=dict, description="its GEMM kernels for fp8 weights with per-channel scales, by the "
+        "device's platform; a platform not listed: the device's fp8 GEMMs (a fused scaled GEMM)")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
 
@@ -183,7 +187,7 @@ def with_engine(w: Inference, engine: Engine | None = None) -> tuple[Inference, 
                         "(e.g. vLLM V0 launched with --enable-prefix-caching)")
     cache = {k: getattr(e, k) for k in ("block_tokens", "memory_fraction") if k not in kv.model_fields_set}
     top: dict[str, Any] = {"serving": sv.model_copy(update=serving), "kv_cache": kv.model_copy(update=cache)}
-    for k in ("decode_attention", "mla_decode", "absorbed_mla_prefill", "block_fp8_kernels"):
+    for k in ("decode_attention", "mla_decode", "absorbed_mla_prefill", "block_fp8_kernels", "channel_fp8_kernels"):
         if k not in w.model_fields_set:
             top[k] = getattr(e, k)
     return w.model_copy(update=top), e

@@ -4,6 +4,7 @@ distributions) or loaded from a CSV file."""
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,62 @@ def _check_rate(rate: float, duration_s: float) -> None:
                         "in one run (shorten the duration)")
 
 
+# vLLM benchmarks/benchmark_serving.py sample_sharegpt_requests (cb3b2b9b, v0.6.3; the same through 0.8): the
+# first two turns of each conversation, dropped when the prompt or the reference reply has fewer than 4
+# tokens, the prompt more than 1024 or both more than 2048
+SHAREGPT_MIN_TOKENS, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_PAIR = 4, 1024, 2048
+# [measured] log-space spread of what that client sends: its 1,000 prompts (seed 0, Llama 3 tokenizer) 1.58,
+# and the replies of 4 tokens or more that Llama 3.1 405B generated to them 1.30-1.31 (three runs;
+# dstackai/benchmarks comparison/h100sxm5_vs_mi300x/raw_data, per-request input_lens / output_lens)
+SHAREGPT_SIGMA_PROMPT, SHAREGPT_SIGMA_REPLY = 1.58, 1.3
+_SOLVE_PAIRS, _SOLVE_STEPS = 200_000, 40
+
+
+def _sharegpt_pairs(z: np.ndarray, log_means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (prompt, reply) lengths of standard normal pairs `z` (2 x n) that the client keeps."""
+    prompt, reply = (np.rint(np.exp(log_means[i] + sigma * z[i]))
+                     for i, sigma in enumerate((SHAREGPT_SIGMA_PROMPT, SHAREGPT_SIGMA_REPLY)))
+    kept = ((prompt >= SHAREGPT_MIN_TOKENS) & (reply >= SHAREGPT_MIN_TOKENS) & (prompt <= SHAREGPT_MAX_PROMPT)
+            & (prompt + reply <= SHAREGPT_MAX_PAIR))
+    return prompt[kept], reply[kept]
+
+
+@functools.lru_cache(maxsize=256)
+def _sharegpt_log_means(input_len: float, output_len: float) -> tuple[float, float]:
+    """Log-space means whose pruned pairs (`_sharegpt_pairs`) average `input_len` and `output_len`: fixed
+    point iterations on one fixed sample."""
+    target = np.array([input_len, output_len], dtype=float)
+    z = np.random.default_rng(0).standard_normal((2, _SOLVE_PAIRS))
+    log_means = np.log(target)
+    for _ in range(_SOLVE_STEPS):
+        pairs = _sharegpt_pairs(z, log_means)
+        if len(pairs[0]) < _SOLVE_PAIRS // 100:
+            break
+        means = np.array([pairs[0].mean(), pairs[1].mean()])
+        if np.all(np.abs(means / target - 1) < 1e-3):
+            return float(log_means[0]), float(log_means[1])
+        log_means = log_means + np.log(target / means)
+    raise SpecError(f"input_len {input_len:g} / output_len {output_len:g}: no ShareGPT sample has these means "
+                    f"(the client keeps prompts of {SHAREGPT_MIN_TOKENS}-{SHAREGPT_MAX_PROMPT} tokens, replies of "
+                    f"{SHAREGPT_MIN_TOKENS} or more, pairs of {SHAREGPT_MAX_PAIR} or fewer)")
+
+
+def sharegpt_lengths(rng: np.random.Generator, n: int, input_len: float, output_len: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """`n` (prompt, reply) lengths as vLLM's benchmark_serving samples ShareGPT: lognormal with the dataset's
+    spreads (SHAREGPT_SIGMA_*), the pairs the client prunes dropped, averaging the given means."""
+    log_means = np.array(_sharegpt_log_means(float(input_len), float(output_len)))
+    prompts: list[np.ndarray] = []
+    replies: list[np.ndarray] = []
+    kept = 0
+    while kept < n:
+        prompt, reply = _sharegpt_pairs(rng.standard_normal((2, 2 * (n - kept) + 16)), log_means)
+        prompts.append(prompt)
+        replies.append(reply)
+        kept += len(prompt)
+    return (np.concatenate(prompts)[:n].astype(np.int64), np.concatenate(replies)[:n].astype(np.int64))
+
+
 def _lengths(rng: np.random.Generator, n: int, mean: int, kind: LengthDistribution, spread: float) -> np.ndarray:
     if kind is LengthDistribution.FIXED:
         values = np.full(n, float(mean))
@@ -50,6 +107,13 @@ def _lengths(rng: np.random.Generator, n: int, mean: int, kind: LengthDistributi
     else:  # lognormal with the given mean: mu = ln(mean) - sigma^2 / 2
         values = rng.lognormal(np.log(mean) - spread**2 / 2, spread, n)
     return np.maximum(1, np.rint(values)).astype(np.int64)
+
+
+def _request_lengths(rng: np.random.Generator, n: int, input_len: int, output_len: int, kind: LengthDistribution,
+                     spread: float) -> tuple[np.ndarray, np.ndarray]:
+    if kind is LengthDistribution.SHAREGPT:
+        return sharegpt_lengths(rng, n, input_len, output_len)
+    return _lengths(rng, n, input_len, kind, spread), _lengths(rng, n, output_len, kind, spread)
 
 
 def poisson_trace(rate: float, duration_s: float, input_len: int, output_len: int,
@@ -63,8 +127,7 @@ def poisson_trace(rate: float, duration_s: float, input_len: int, output_len: in
     gaps = rng.exponential(1 / rate, int(expected + 10 * np.sqrt(expected) + 10))
     arrivals = np.cumsum(gaps)
     arrivals = arrivals[arrivals < duration_s]
-    n = len(arrivals)
-    return Trace(arrivals, _lengths(rng, n, input_len, lengths, spread), _lengths(rng, n, output_len, lengths, spread))
+    return Trace(arrivals, *_request_lengths(rng, len(arrivals), input_len, output_len, lengths, spread))
 
 
 def arrival_times(rng: np.random.Generator, n: int, rate: float, arrivals: Arrivals,
@@ -87,8 +150,7 @@ def benchmark_trace(n: int, rate: float, input_len: int, output_len: int, arriva
     """`n` requests of a serving benchmark client (a fixed request count, not a duration)."""
     rng = np.random.default_rng(seed)
     arrivals_s = arrival_times(rng, n, rate, arrivals, burstiness)
-    return Trace(arrivals_s, _lengths(rng, n, input_len, lengths, spread),
-                 _lengths(rng, n, output_len, lengths, spread))
+    return Trace(arrivals_s, *_request_lengths(rng, n, input_len, output_len, lengths, spread))
 
 
 def generated_trace(w: Inference, rate: float, duration_s: float) -> Trace:

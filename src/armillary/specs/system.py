@@ -27,6 +27,16 @@ class Precision(StrEnum):
         return {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[self.value]
 
 
+class Platform(StrEnum):
+    """The device's software platform: which vendor kernels an engine can run on it."""
+
+    CUDA = "cuda"
+    ROCM = "rocm"
+    XLA = "xla"  # TPU
+    NEURON = "neuron"  # Trainium
+    SYNAPSE = "synapse"  # Gaudi
+
+
 class MemoryTier(Spec):
     """One memory level of a device: HBM, or a slower, larger second tier (host DRAM, CXL, LPDDR)."""
 
@@ -74,6 +84,8 @@ class Device(Spec):
     multiprocessors: PositiveInt | None = Field(
         None, description="streaming multiprocessors (NVIDIA) or compute units (AMD): communication kernels that "
         "hold some of them slow the GEMMs beside them (TP overlap); none: not modeled")
+    platform: Platform | None = Field(None, description="its software platform (cuda, rocm, ...); none: "
+                                      "unknown, no engine kernels specific to a platform apply")
     fp8_gemm_latency: GemmLatency | None = Field(None, description="latency floor of fp8 weight GEMMs at small "
                                                   "M (set from an engine's block-fp8 kernels); none: roofline only")
     expert_gemm_ceiling: Fraction | None = Field(None, description="highest share of the matrix peak the routed "

@@ -10,7 +10,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from armillary.specs.base import Spec
 from armillary.specs.quantity import Fraction
-from armillary.specs.system import GemmLatency
+from armillary.specs.system import GemmLatency, Platform
 
 
 class Training(Spec):
@@ -35,8 +35,16 @@ class StoredPrecision(StrEnum):
         return {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}[self.value]
 
 
-class BlockFp8Kernels(Spec):
-    """An engine's GEMM kernels for fp8 weights with per-block scales (DeepSeek-V3's 128x128 blocks)."""
+class WeightScales(StrEnum):
+    """How an fp8 checkpoint scales its weights (Hugging Face quantization_config)."""
+
+    TENSOR = "tensor"  # one scale per weight matrix (per-tensor static: TensorRT-LLM, AMD Quark)
+    CHANNEL = "channel"  # one per output channel, activations scaled per token at run time (fbgemm_fp8)
+    BLOCK = "block"  # one per 128 x 128 block (DeepSeek-V3, weight_block_size)
+
+
+class Fp8Kernels(Spec):
+    """An engine's GEMM kernels for fp8 weights of one scaling scheme."""
 
     ceiling: Fraction = Field(description="highest share of the device's fp8 peak they reach (large M)")
     latency: GemmLatency | None = Field(None, description="their floor at small M (decode); none: roofline")
@@ -85,6 +93,9 @@ class LengthDistribution(StrEnum):
     FIXED = "fixed"  # every request has input_len / output_len tokens
     UNIFORM = "uniform"  # uniform within mean x (1 -+ spread)
     LOGNORMAL = "lognormal"  # lognormal with the given mean and sigma = spread
+    # prompts and replies as vLLM's benchmark_serving samples ShareGPT: lognormal with the dataset's spread,
+    # pairs the client prunes dropped, the given means kept (serving.trace.sharegpt_lengths)
+    SHAREGPT = "sharegpt"
 
 
 class Policy(StrEnum):
@@ -129,7 +140,8 @@ class Serving(Spec):
                               "without it Poisson arrivals at the given rate")
     lengths: LengthDistribution = Field(LengthDistribution.FIXED, description="generated request lengths "
                                         "around input_len / output_len")
-    spread: float = Field(0.5, ge=0, description="uniform: relative half-width; lognormal: sigma")
+    spread: float = Field(0.5, ge=0, description="uniform: relative half-width; lognormal: sigma; sharegpt: "
+                          "unused (the dataset's own)")
     seed: NonNegativeInt = 0
     max_batch: PositiveInt = Field(256, description="sequences per iteration (vLLM max_num_seqs)")
     max_batched_tokens: PositiveInt = Field(8192, description="new tokens per iteration (vLLM "
@@ -168,11 +180,18 @@ class Inference(Spec):
                                                           "prefill)")
     weights: StoredPrecision | None = Field(None, description="weight precision; default: fp8 under the fp8 "
                                             "recipe, else the activation precision")
-    block_scaled_weights: bool = Field(False, description="fp8 weights with one scale per block (DeepSeek-V3's "
-                                       "128x128 blocks; Hugging Face quantization_config.weight_block_size): the "
-                                       "GEMMs run the engine's block-scaled fp8 kernels")
-    block_fp8_kernels: BlockFp8Kernels | None = Field(None, description="how fast those kernels run (filled by "
-                                                      "the engine profile); none: the device's fp8 GEMMs")
+    weight_scales: WeightScales = Field(WeightScales.TENSOR, description="how fp8 weights are scaled: per "
+                                        "tensor, per output channel (with per-token activation scales) or per "
+                                        "128x128 block; channel and block run the engine's kernels for them")
+    fp8_attention_projections: bool = Field(True, description="with fp8 weights, the attention projections "
+                                            "(QKV, output) are fp8 too; false: kept at 16 bits, their GEMMs in "
+                                            "bf16 (Meta's FP8 Llama 3.1 checkpoints)")
+    block_fp8_kernels: Fp8Kernels | None = Field(None, description="the engine's kernels for block-scaled fp8 "
+                                                 "weights (filled by the engine profile); none: the device's fp8 "
+                                                 "GEMMs")
+    channel_fp8_kernels: dict[Platform, Fp8Kernels] = Field(
+        default_factory=dict, description="the engine's kernels for channel-scaled fp8 weights, by the device's "
+        "software platform (filled by the engine profile); a platform not listed: the device's fp8 GEMMs")
     kv_cache: KvCache = KvCache()
     decode_attention: DecodeAttention = Field(DecodeAttention.GROUPED, description="how the decode kernel "
                                               "reads the cache of a GQA / MQA model")

@@ -27,8 +27,6 @@ from armillary.validation.rows import Unsupported, int_column
 from armillary.validation.serving_metrics import ServingMetric, read_serving_metric
 from armillary.validation.vocabulary import model_preset_for, system_preset_for
 
-SHAREGPT_SIGMA = 1.0  # [assumed] lognormal sigma of ShareGPT prompt and reply lengths (heavy-tailed)
-
 
 def _number(pattern: str, text: str) -> float | None:
     found = re.search(pattern, text, re.I)
@@ -132,7 +130,8 @@ def _lengths(row: dict[str, str], requests: int, notes: list[str]) -> tuple[int,
     total_out = _number(r"(\d+) output tokens generated", osl)
     approx_in = _number(r"~\s*(\d+)", isl)
     if total_in is not None and total_out is not None:
-        notes.append(f"ShareGPT lengths: lognormal (sigma {SHAREGPT_SIGMA}) around the row's totals / prompts")
+        notes.append("ShareGPT lengths as vLLM's benchmark_serving samples them (serving.trace.sharegpt_lengths), "
+                     "around the row's totals / prompts")
         return round(total_in / requests), round(total_out / requests), True
     if approx_in is not None and fixed_out is not None:
         return int(approx_in), fixed_out, False
@@ -151,6 +150,23 @@ def _prefix_hit_rate(row: dict[str, str], input_len: int, engine: Engine, notes:
     rate = prefix / input_len * (per_group - 1) / per_group  # the group's first prompt computes its prefix
     notes.append(f"prefix hit rate {rate:.2f}: shared {prefix:g}-token system prompt, {per_group:g} per group")
     return rate
+
+
+def _checkpoint_scales(row: dict[str, str], mla: bool, notes: list[str]) -> dict[str, Any]:
+    """How the row's fp8 checkpoint is scaled (its Hugging Face quantization_config), per tensor unless known
+    otherwise: deepseek-ai's in 128x128 blocks (weight_block_size), Meta's FP8 Llama 3.1 per output channel
+    with dynamic per-token activation scales and 16-bit attention projections (quant_method fbgemm_fp8; Llama 3
+    paper, Dubey et al. 2024 §6.2: no quantization in self-attention nor in the first and last layers, row-wise
+    scales)."""
+    text = f"{row.get('model', '')} {row.get('precision', '')}"
+    if mla and "not stated" in row.get("precision", "").lower():
+        notes.append("fp8 weights and GEMMs: the deepseek-ai checkpoint is stored in block-scaled fp8 (128x128 blocks)")
+        return {"weight_scales": "block"}
+    if re.search(r"meta-llama/\S*-FP8\b", text, re.I):
+        notes.append("Meta's FP8 checkpoint (fbgemm_fp8): channel-scaled fp8 weights, attention projections at 16 "
+                     "bits (the first and last layers' 16-bit MLPs not modelled)")
+        return {"weight_scales": "channel", "fp8_attention_projections": False}
+    return {"weight_scales": "tensor"}
 
 
 def _client(row: dict[str, str]) -> tuple[int, float | None, float | None]:
@@ -209,11 +225,9 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     input_len, output_len, varied = _lengths(row, requests, notes)
     precision = row.get("precision", "").lower()
     fp8 = "fp8" in precision or (model.mla is not None and "not stated" in precision)
-    if model.mla is not None and "not stated" in precision:
-        notes.append("fp8 weights and GEMMs: the deepseek-ai checkpoint is stored in block-scaled fp8 (128x128 blocks)")
     workload: dict[str, Any] = {
         "kind": "inference", "input_len": input_len, "output_len": output_len, "weights": "fp8" if fp8 else None,
-        "block_scaled_weights": model.mla is not None and "not stated" in precision,
+        **_checkpoint_scales(row, model.mla is not None, notes),
         "kv_cache": {"precision": "fp8"} if "fp8 kv" in precision or re.search(
             r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*fp8", _flags(row), re.I) else {},
         "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, engine, notes),
@@ -240,8 +254,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     notes.append(f"tp={tp}, {attention} attention, {system.name} preset")
     arrivals = Arrivals.OFFLINE if concurrency is not None or rate == math.inf else Arrivals.POISSON
     trace = benchmark_trace(requests, 0.0 if rate in (None, math.inf) else rate, input_len, output_len, arrivals,
-                            lengths=LengthDistribution.LOGNORMAL if varied else LengthDistribution.FIXED,
-                            spread=SHAREGPT_SIGMA)
+                            lengths=LengthDistribution.SHAREGPT if varied else LengthDistribution.FIXED)
     return ServingRowSpecs(model, system, strategy, Inference.model_validate(workload), tuple(notes), engine, trace)
 
 

@@ -43,6 +43,7 @@ class LayerForward:
     latent_up: Op = Op(0.0, 0.0)  # noqa: RUF009 (Op is frozen) MLA's up-projections: the part of `qkv` that mla_up_proj recomputes
     key_share: Array = 0.0  # the K projection's share of `qkv`
     gated: Array = 0.0  # 1 when `mlp_in` is a gate and an up projection side by side
+    sixteen_bit_attention: bool = False  # QKV and output projection at 16 bits under an fp8 recipe
 
     @property
     def gemms(self) -> tuple[Op, ...]:

@@ -1,0 +1,113 @@
+"""How an fp8 checkpoint is stored and which kernels run it: channel-scaled weights on ROCm in vLLM V0
+(estimate.inference.engine_fp8_kernels), 16-bit attention projections (Meta's FP8 Llama 3.1), and the
+ShareGPT lengths vLLM's benchmark client sends (serving.trace.sharegpt_lengths). Expected values by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from armillary.errors import SpecError
+from armillary.estimate.inference import engine_fp8_kernels, replica_model
+from armillary.estimate.inference_memory import inference_memory
+from armillary.plan.arrays import ModelArrays
+from armillary.serving.engine import load_engine, with_engine
+from armillary.serving.trace import (
+    SHAREGPT_MAX_PAIR,
+    SHAREGPT_MAX_PROMPT,
+    SHAREGPT_MIN_TOKENS,
+    benchmark_trace,
+    sharegpt_lengths,
+)
+from armillary.specs.loading import load_model, load_system
+from armillary.specs.strategy import Strategy
+from armillary.specs.system import Platform
+from armillary.specs.workload import Arrivals, Inference, LengthDistribution, WeightScales
+
+LLAMA_405B = ModelArrays.of(load_model("llama3.1-405b"))
+MI300X = load_system("mi300x-8", 8)
+H100 = load_system("dgx-h100", 8)
+TP8_FP8 = Strategy.model_validate({"tp": 8, "precision": "fp8"})
+
+
+def _workload(**fields: object) -> Inference:
+    return Inference.model_validate({"kind": "inference", "input_len": 200, "output_len": 100, "weights": "fp8",
+                                     **fields})
+
+
+def test_devices_name_their_platform() -> None:
+    assert MI300X.device.platform is Platform.ROCM and H100.device.platform is Platform.CUDA
+
+
+def test_channel_scaled_kernels_apply_on_rocm_only() -> None:
+    w, engine = with_engine(_workload(weight_scales="channel"), load_engine("vllm-0.6"))
+    assert engine is not None
+    rocm = engine.channel_fp8_kernels[Platform.ROCM]
+    assert engine_fp8_kernels(w, MI300X) == rocm
+    assert engine_fp8_kernels(w, H100) is None  # CUTLASS fuses the scales on CUDA: the device's GEMMs
+    per_tensor, _ = with_engine(_workload(), load_engine("vllm-0.6"))
+    assert engine_fp8_kernels(per_tensor, MI300X) is None
+    block, _ = with_engine(_workload(weight_scales=WeightScales.BLOCK), load_engine("vllm-0.6"))
+    assert engine_fp8_kernels(block, H100) == engine.block_fp8_kernels
+
+
+def test_the_rocm_floor_adds_what_the_offline_runs_measured() -> None:
+    """A decode step of 4 sequences: the channel-scaled MLP GEMMs wait 180 K blocks x 4.9 us per layer,
+    126 layers: 111.1 ms, against the 10 ms their weights take to stream; the step grows by the 103.8 ms the
+    offline runs measured, less what the 16-bit projections add, within 3%."""
+    channel, _ = with_engine(_workload(weight_scales="channel", fp8_attention_projections=False),
+                             load_engine("vllm-0.6"))
+    sixteen_bit = _workload(fp8_attention_projections=False)
+    slow = replica_model(LLAMA_405B, TP8_FP8, channel, MI300X)
+    fast = replica_model(LLAMA_405B, TP8_FP8, sixteen_bit, MI300X)
+    floor = 126 * (16384 + 6656) / 128 * 4.9e-6
+    assert floor == pytest.approx(0.1111, rel=1e-3)
+    added = float(slow.tokens_time(4.0).layers - fast.tokens_time(4.0).layers)
+    assert added == pytest.approx(103.8e-3 - 2.2e-3, rel=0.03)
+    # at a 4,096-token prefill the floor is past: the kernels run at their ceiling, slower than the device's
+    assert float(slow.tokens_time(4096.0).layers) > 1.3 * float(fast.tokens_time(4096.0).layers)
+
+
+def test_sixteen_bit_attention_projections_by_hand() -> None:
+    """Llama 3.1 405B, TP 8: the attention projections hold 16,384 x (16,384 + 2 x 1,024) + 16,384 x 16,384
+    = 570.4M parameters per layer; at 2 bytes instead of 1 they add 126 x 570.4M / 8 = 8.98 GB per device
+    (Meta's checkpoint loads 56.77 GiB per MI300X in vLLM, dstack's log; all-fp8 47.7 GiB)."""
+    fp8 = replica_model(LLAMA_405B, TP8_FP8, _workload(), MI300X)
+    mixed = replica_model(LLAMA_405B, TP8_FP8, _workload(fp8_attention_projections=False), MI300X)
+    added = float(inference_memory(mixed, _workload(), 1, 1).weights - inference_memory(fp8, _workload(), 1, 1).weights)
+    assert added == pytest.approx(126 * (16384 * 18432 + 16384 * 16384) / 8, rel=1e-9)
+    assert float(inference_memory(mixed, _workload(), 1, 1).weights) / 2**30 == pytest.approx(56.77, abs=1.0)
+    # the projections' GEMMs run in bf16: a long prefill is slower, the MLP unchanged
+    assert float(mixed.tokens_time(8192.0).layers) > float(fp8.tokens_time(8192.0).layers)
+    with pytest.raises(SpecError, match="fp8_attention_projections"):
+        replica_model(ModelArrays.of(load_model("deepseek-v3")), TP8_FP8, _workload(fp8_attention_projections=False),
+                      load_system("hgx-h200", 8))
+
+
+def test_sharegpt_lengths_keep_the_clients_pruning_and_the_means() -> None:
+    prompts, replies = sharegpt_lengths(np.random.default_rng(1), 200_000, 215, 121)
+    assert prompts.min() >= SHAREGPT_MIN_TOKENS and replies.min() >= SHAREGPT_MIN_TOKENS
+    assert prompts.max() <= SHAREGPT_MAX_PROMPT and (prompts + replies).max() <= SHAREGPT_MAX_PAIR
+    assert prompts.mean() == pytest.approx(215, rel=0.01) and replies.mean() == pytest.approx(121, rel=0.01)
+    assert np.median(replies) < 0.6 * replies.mean()  # heavy-tailed: most replies are short
+    trace = benchmark_trace(1000, 16.0, 215, 121, Arrivals.POISSON, lengths=LengthDistribution.SHAREGPT)
+    again = benchmark_trace(1000, 16.0, 215, 121, Arrivals.POISSON, lengths=LengthDistribution.SHAREGPT)
+    assert len(trace) == 1000 and np.array_equal(trace.output_len, again.output_len)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.floats(20, 600), st.floats(10, 600))
+def test_sharegpt_means_are_met_or_refused(prompt: float, reply: float) -> None:
+    try:
+        prompts, replies = sharegpt_lengths(np.random.default_rng(0), 50_000, prompt, reply)
+    except SpecError as err:
+        assert "ShareGPT" in str(err)
+        return
+    assert prompts.mean() == pytest.approx(prompt, rel=0.03) and replies.mean() == pytest.approx(reply, rel=0.03)
+
+
+def test_sharegpt_refuses_means_the_client_cannot_send() -> None:
+    with pytest.raises(SpecError, match="1024"):
+        sharegpt_lengths(np.random.default_rng(0), 10, 3000, 100)
