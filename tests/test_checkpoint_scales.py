@@ -45,12 +45,12 @@ def test_channel_scaled_kernels_apply_on_rocm_only() -> None:
     w, engine = with_engine(_workload(weight_scales="channel"), load_engine("vllm-0.6"))
     assert engine is not None
     rocm = engine.channel_fp8_kernels[Platform.ROCM]
-    assert engine_fp8_kernels(w, MI300X) == rocm
-    assert engine_fp8_kernels(w, H100) is None  # CUTLASS fuses the scales on CUDA: the device's GEMMs
+    assert engine_fp8_kernels(MI300X, w) == rocm
+    assert engine_fp8_kernels(H100, w) is None  # CUTLASS fuses the scales on CUDA: the device's GEMMs
     per_tensor, _ = with_engine(_workload(), load_engine("vllm-0.6"))
-    assert engine_fp8_kernels(per_tensor, MI300X) is None
+    assert engine_fp8_kernels(MI300X, per_tensor) is None
     block, _ = with_engine(_workload(weight_scales=WeightScales.BLOCK), load_engine("vllm-0.6"))
-    assert engine_fp8_kernels(block, H100) == engine.block_fp8_kernels
+    assert engine_fp8_kernels(H100, block) == engine.block_fp8_kernels
 
 
 def test_the_rocm_floor_adds_what_the_offline_runs_measured() -> None:

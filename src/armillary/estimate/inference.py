@@ -116,10 +116,8 @@ class ReplicaModel:
         n_tp = tokens * m.hidden * e
 
         def kind(mlp_width: Array | None, moe: bool) -> tuple[Array, Array, Array, EndsCost]:
-            fw = layer_forward(m, 1.0, tokens, t, 0.0, e, 1.0, mlp_width, self.weight_bytes)
-            if self.attention_weight_bytes is not None:  # 16-bit attention projections in an fp8 checkpoint
-                sixteen = layer_forward(m, 1.0, tokens, t, 0.0, e, 1.0, mlp_width, self.attention_weight_bytes)
-                fw = replace(fw, qkv=sixteen.qkv, out_proj=sixteen.out_proj, sixteen_bit_attention=True)
+            fw = layer_forward(m, 1.0, tokens, t, 0.0, e, 1.0, mlp_width, self.weight_bytes,
+                               self.attention_weight_bytes)
             experts = replicated_experts(m, st, tokens, e, self.weight_bytes) if moe else None
             # no expert exchange: the MoE output's partial sums join the layer's MLP all-reduce
             exchange = LayerExchange(n_tp, self.tp_group, expert_groups=None)
@@ -269,7 +267,7 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
                         float(m.kv_lora > 0 and w.mla_decode is MlaDecode.MATERIALIZED), attention_weights)
 
 
-def engine_fp8_kernels(w: Inference, system: System) -> Fp8Kernels | None:
+def engine_fp8_kernels(system: System, w: Inference) -> Fp8Kernels | None:
     """The engine's GEMM kernels for the workload's fp8 weight scales on the system's device (filled into
     the workload from its profile): block-scaled on every platform, channel-scaled on the platforms the
     profile lists; none where the device's own fp8 GEMMs run them (per-tensor scales, fused scaled GEMMs)."""
@@ -286,7 +284,7 @@ def fp8_kernels(system: System, w: Inference) -> System:
     the device's fp8 curve capped at the kernels' ceiling, their small-M latency floor, and the fused-MoE
     kernel's own ceiling and weight-streaming rate for the routed experts. Without such kernels, the system
     as it is."""
-    kernels = engine_fp8_kernels(w, system)
+    kernels = engine_fp8_kernels(system, w)
     if kernels is None:
         return system
     device = system.device

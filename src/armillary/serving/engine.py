@@ -126,7 +126,7 @@ class Overheads:
 
     def eager(self, new: np.ndarray, past: np.ndarray) -> Any:
         """Eager host time of iterations over sequences of `new` tokens over `past` cached ones (columns:
-        iterations): `eager_s` for a decode step that runs eagerly (`runs_eagerly`), else 0."""
+        iterations): `eager_s` for a decode step outside the CUDA graphs (`kernels.outside_graphs`), else 0."""
         if not self.eager_s:
             return 0.0
         decode = np.all(new <= 1, axis=0)  # one new token each

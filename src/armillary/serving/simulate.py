@@ -58,7 +58,7 @@ class ReplicaRun:
     times: RequestTimes
     iterations: int
     batched_sequences: int  # summed over iterations (mean batch = this / iterations)
-    eager_steps: int = 0  # decode steps outside the CUDA graphs (engine.runs_eagerly)
+    eager_steps: int = 0  # decode steps outside the CUDA graphs (kernels.outside_graphs)
 
 
 class IterationCost:

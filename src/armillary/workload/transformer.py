@@ -70,7 +70,8 @@ def sequence_shards(t: Array, sp: Array) -> Array:
 
 
 def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
-                  cp: Array = 1.0, mlp_width: Array | None = None, weight_bytes: Array | None = None) -> LayerForward:
+                  cp: Array = 1.0, mlp_width: Array | None = None, weight_bytes: Array | None = None,
+                  attention_weight_bytes: float | None = None) -> LayerForward:
     """Kernels of one layer's forward pass on one TP rank.
 
     b micro-batch, s sequence, t tensor-parallel degree, sp sequence parallel (0/1), e activation bytes,
@@ -78,7 +79,8 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     `mlp_width` is the intermediate size of the layer's dense MLP: `ffn` (default), or the shared experts'
     total in an MoE layer (whose routed experts are `experts.experts_forward`).
     Inference: `weight_bytes` per weight element (quantized weights; default e); attention over a KV cache
-    is built by `attention.fused_attention_op` with the cached tokens.
+    is built by `attention.fused_attention_op` with the cached tokens. `attention_weight_bytes`: the QKV and
+    output projections' weights where an fp8 checkpoint keeps them at 16 bits (their GEMMs then run at 16 bits).
     """
     h, a, kv, dh, dv = m.hidden, m.heads, m.kv_heads, m.head_dim, m.value_dim
     f = m.ffn if mlp_width is None else mlp_width
@@ -94,7 +96,8 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     w_bytes = e if weight_bytes is None else weight_bytes
     e_in, e_w = (e, w_bytes) if not isinstance(adds, np.ndarray) and adds == 0 else (
         where(adds > 0, 1.0, e), where(adds > 0, 0.25, w_bytes))
-    qkv = gemm(T, m.qkv_width / t, h, 1, e, e_in, e_w)
+    e_a = e_w if attention_weight_bytes is None else attention_weight_bytes  # the attention projections'
+    qkv = gemm(T, m.qkv_width / t, h, 1, e, e_in, e_a)
     latent_up = Op(0.0, 0.0)
     if isinstance(m.kv_lora, np.ndarray) or m.kv_lora > 0:  # multi-head latent attention
         (mla, up), latent = _latent_projections(m, T, t, e, w_bytes), m.kv_lora > 0
@@ -109,7 +112,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         qkv=qkv, key_share=where(m.kv_lora > 0, 0.0, kv * dh / m.qkv_width), gated=gated,
         attention_scores=gemm(q, keys, dh, attends * b * a / t, e),
         attention_over_v=gemm(q, dv, keys, attends * b * a / t, e),
-        out_proj=gemm(T, h, a * dv / t, 1, e, e_in, e_w),
+        out_proj=gemm(T, h, a * dv / t, 1, e, e_in, e_a),
         mlp_in=gemm(T, (m.mlp_matrices - 1) * f / t, h, 1, e, e_in, e_w),
         mlp_out=gemm(T, h, f / t, 1, e, e_in, e_w),
         # [derived] read x, write y, per norm
@@ -127,7 +130,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         recurrence=stream(m.mlgru * 6 * T * h / t * e),
         quantize=stream(m.ternary * (dense_inputs * (e + 1) + (1 - m.ternary_additions) * 2 * weights * e)),
         additions=adds * m.nonzero_fraction,
-        latent_up=latent_up,
+        latent_up=latent_up, sixteen_bit_attention=attention_weight_bytes is not None,
     )
 
 
