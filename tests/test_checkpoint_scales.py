@@ -1,30 +1,20 @@
 """How an fp8 checkpoint is stored and which kernels run it: channel-scaled weights on ROCm in vLLM V0
-(estimate.inference.engine_fp8_kernels), 16-bit attention projections (Meta's FP8 Llama 3.1), and the
-ShareGPT lengths vLLM's benchmark client sends (serving.trace.sharegpt_lengths). Expected values by hand."""
+(estimate.inference.engine_fp8_kernels) and 16-bit attention projections (Meta's FP8 Llama 3.1). Expected
+values by hand."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from armillary.errors import SpecError
 from armillary.estimate.inference import engine_fp8_kernels, replica_model
 from armillary.estimate.inference_memory import inference_memory
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.engine import load_engine, with_engine
-from armillary.serving.trace import (
-    SHAREGPT_MAX_PAIR,
-    SHAREGPT_MAX_PROMPT,
-    SHAREGPT_MIN_TOKENS,
-    benchmark_trace,
-    sharegpt_lengths,
-)
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Platform
-from armillary.specs.workload import Arrivals, Inference, LengthDistribution, WeightScales
+from armillary.specs.workload import Inference, WeightScales
 
 LLAMA_405B = ModelArrays.of(load_model("llama3.1-405b"))
 MI300X = load_system("mi300x-8", 8)
@@ -84,30 +74,3 @@ def test_sixteen_bit_attention_projections_by_hand() -> None:
     with pytest.raises(SpecError, match="fp8_attention_projections"):
         replica_model(ModelArrays.of(load_model("deepseek-v3")), TP8_FP8, _workload(fp8_attention_projections=False),
                       load_system("hgx-h200", 8))
-
-
-def test_sharegpt_lengths_keep_the_clients_pruning_and_the_means() -> None:
-    prompts, replies = sharegpt_lengths(np.random.default_rng(1), 200_000, 215, 121)
-    assert prompts.min() >= SHAREGPT_MIN_TOKENS and replies.min() >= SHAREGPT_MIN_TOKENS
-    assert prompts.max() <= SHAREGPT_MAX_PROMPT and (prompts + replies).max() <= SHAREGPT_MAX_PAIR
-    assert prompts.mean() == pytest.approx(215, rel=0.01) and replies.mean() == pytest.approx(121, rel=0.01)
-    assert np.median(replies) < 0.6 * replies.mean()  # heavy-tailed: most replies are short
-    trace = benchmark_trace(1000, 16.0, 215, 121, Arrivals.POISSON, lengths=LengthDistribution.SHAREGPT)
-    again = benchmark_trace(1000, 16.0, 215, 121, Arrivals.POISSON, lengths=LengthDistribution.SHAREGPT)
-    assert len(trace) == 1000 and np.array_equal(trace.output_len, again.output_len)
-
-
-@settings(max_examples=20, deadline=None)
-@given(st.floats(20, 600), st.floats(10, 600))
-def test_sharegpt_means_are_met_or_refused(prompt: float, reply: float) -> None:
-    try:
-        prompts, replies = sharegpt_lengths(np.random.default_rng(0), 50_000, prompt, reply)
-    except SpecError as err:
-        assert "ShareGPT" in str(err)
-        return
-    assert prompts.mean() == pytest.approx(prompt, rel=0.03) and replies.mean() == pytest.approx(reply, rel=0.03)
-
-
-def test_sharegpt_refuses_means_the_client_cannot_send() -> None:
-    with pytest.raises(SpecError, match="1024"):
-        sharegpt_lengths(np.random.default_rng(0), 10, 3000, 100)

@@ -55,6 +55,8 @@ class Engine(NamedByPatterns):
     graph_max_batch: PositiveInt | None = Field(
         None, description="largest decode batch (sequences) a CUDA graph was captured for; a larger batch runs "
         "eagerly (SGLang cuda_graph_max_bs, vLLM V1's largest capture size); none: up to max_batch")
+    scheduler_steps: PositiveInt = Field(1, description="decode iterations per scheduler pass (vLLM V0 "
+                                         "--num-scheduler-steps): new requests wait for the end of a run")
     prefix_caching: bool = Field(False, description="prompt prefixes shared between requests are reused "
                                  "(a workload's prefix_hit_rate needs it)")
     iteration_overhead_s: NonNegativeFloat = Field(description="host time per iteration not hidden behind the "
@@ -134,12 +136,15 @@ class Overheads:
         return np.where(decode & outside, self.eager_s, 0.0)
 
 
-def overheads(engine: Engine | None, m: ModelArrays, layers: float) -> Overheads:
-    """The engine's host overheads for a replica whose busiest stage holds `layers` of model `m`'s layers."""
+def overheads(engine: Engine | None, m: ModelArrays, layers: float, scheduler_steps: int = 1) -> Overheads:
+    """The engine's host overheads for a replica whose busiest stage holds `layers` of model `m`'s layers;
+    with multi-step scheduling one scheduler pass and its bookkeeping serve `scheduler_steps` iterations
+    (vLLM v0.6.0 release notes: the CPU work amortized over the steps)."""
     if engine is None:
         return Overheads()
     context = 0.0 if not engine.cuda_graphs else float(engine.graph_max_context or np.inf)
-    return Overheads(engine.iteration_overhead_s, engine.sequence_overhead_s, engine.request_overhead_s,
+    return Overheads(engine.iteration_overhead_s / scheduler_steps, engine.sequence_overhead_s / scheduler_steps,
+                     engine.request_overhead_s,
                      engine.eager_kernel_s * short_kernels(m, layers), context,
                      float(engine.graph_max_batch or np.inf))
 
@@ -179,7 +184,8 @@ def with_engine(w: Inference, engine: Engine | None = None) -> tuple[Inference, 
         return w, None
     e = engine if engine is not None else load_engine(str(w.serving.engine))
     sv, kv = w.serving, w.kv_cache
-    serving = {k: getattr(e, k) for k in ("policy", "chunked_prefill", "max_batch", "max_batched_tokens")
+    serving = {k: getattr(e, k) for k in ("policy", "chunked_prefill", "max_batch", "max_batched_tokens",
+                                          "scheduler_steps")
                if k not in sv.model_fields_set}
     if not e.prefix_caching and sv.prefix_hit_rate > 0:
         raise SpecError(f"workload.serving.prefix_hit_rate: {e.name} does not cache prefixes (its profile's "

@@ -122,11 +122,11 @@ def _limits(r: ReplicaModel, w: Inference, largest_prompt: int, engine: Engine |
             raise SpecError(f"workload.serving.policy: swap needs a second memory tier; {r.system.device.name} has "
                             "none (use recompute, max_utilization or guaranteed_no_evict)")
         swap = r.cache_bytes_per_token / tier2.rate  # each device moves its shard over its own link
-    host = overheads(engine, r.m, r.stage_layers)
+    host = overheads(engine, r.m, r.stage_layers, sv.scheduler_steps)
     return SchedulerLimits(sv.max_batch, sv.max_batched_tokens, sv.chunked_prefill, blocks, w.kv_cache.block_tokens,
                            sv.policy, sv.prefix_hit_rate, sv.concurrency, swap, host.request_s,
                            int(engine.admission_watermark * blocks) if engine is not None else 0,
-                           host.graph_context, host.graph_batch)
+                           host.graph_context, host.graph_batch, sv.scheduler_steps)
 
 
 def replica_kv_tokens(r: ReplicaModel, w: Inference, engine: Engine | None = None, largest_prompt: int = 1) -> int:
@@ -151,14 +151,15 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
     _check_deployment(sv, r, replicas)
     largest = int(trace.input_len.max()) if len(trace) else 1
     limits = _limits(r, w, largest, engine)
-    cost = IterationCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.m, r.stage_layers))
+    host = overheads(engine, r.m, r.stage_layers, sv.scheduler_steps)
+    cost = IterationCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, host)
     done = _Requests.of(trace)
     everyone = np.arange(len(trace))
     # data-parallel attention: each attention group schedules its own requests over its own cache (SGLang
     # dispatches requests round-robin to its DP workers, load_balance_method round_robin)
     groups = int(r.attention_dp)
     if sv.prefill_replicas == 0 and groups > 1:
-        step = GroupStepCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, overheads(engine, r.m, r.stage_layers),
+        step = GroupStepCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, host,
                              engine is not None and engine.pad_attention_groups)
         _lock_step(done, everyone, trace, step, limits, replicas, groups)
     elif sv.prefill_replicas == 0:
@@ -175,6 +176,9 @@ def _check_deployment(sv: Serving, r: ReplicaModel, replicas: int) -> None:
         raise SpecError("workload.serving.balance: least_outstanding_tokens balances open-loop arrivals over "
                         "replicas (not a closed loop with serving.concurrency, nor data-parallel attention "
                         "groups); use round_robin")
+    if sv.scheduler_steps > 1 and r.attention_dp > 1:
+        raise SpecError("workload.serving.scheduler_steps: multi-step scheduling (vLLM V0) is not simulated with "
+                        "data-parallel attention groups (SGLang's); set it to 1")
     if sv.prefill_replicas >= replicas:
         raise SpecError(f"workload.serving.prefill_replicas: {sv.prefill_replicas} leaves no decode replica of "
                         f"{replicas}")

@@ -129,6 +129,7 @@ class ReplicaState:
         self.sent_n = self.queued_n = self.done = self.iterations = self.batched = self.eager_steps = 0
         self.slot_open = -np.inf  # closed loop: when the last slot freed
         self.extra_s = 0.0  # swap traffic of the iteration being scheduled
+        self.run_left = 0  # decode steps left in the current multi-step run (0: the scheduler may admit)
         self.horizon = np.inf  # no event past it is known yet (a balancer may still send requests here)
         # the tokens the unfinished requests had to compute when sent (`outstanding_tokens` takes off the
         # progress of those running or paused)
@@ -364,6 +365,11 @@ class ReplicaState:
         lim = self.limits
         self.eager_steps += int(np.count_nonzero(outside_graphs(longest, sequences, lim.graph_context,
                                                                 lim.graph_batch)))
+
+    def stepped(self, k: int) -> None:
+        """`k` iterations of multi-step runs done: a run starts when one ends (vLLM V0 schedules a decode
+        batch for `scheduler_steps` iterations at once: SequenceGroup.init_multi_step, cb3b2b9b)."""
+        self.run_left = (self.run_left - k) % self.limits.scheduler_steps
 
     def run_iteration(self, schedule: Schedule, cost: Cost) -> None:
         ids, new = schedule.arrays()

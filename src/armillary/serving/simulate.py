@@ -38,6 +38,7 @@ class SchedulerLimits:
     watermark_blocks: int = 0  # pages that must stay free after admitting a prompt (vLLM V0: 1% of them)
     graph_context: float = np.inf  # the CUDA graphs' longest sequence and most sequences (engine.Overheads)
     graph_batch: float = np.inf
+    scheduler_steps: int = 1  # decode iterations per scheduler pass (multi-step scheduling)
 
 
 @dataclass(frozen=True)
@@ -221,14 +222,18 @@ def run_until(s: ReplicaState, cost: Cost, horizon: float = np.inf) -> None:
         if not s.running and not s.waiting:
             s.now = max(s.now, s.next_event())
             continue
-        if not s.waiting and _decode_stretch(s, cost):
+        if not s.running:
+            s.run_left = 0  # nothing running: the next batch starts a run
+        in_run = s.run_left > 0  # multi-step: the scheduler admits nobody until the run ends
+        if (in_run or not s.waiting) and _decode_stretch(s, cost):
             continue
         schedule = s.schedule()
-        prefill_phase = s.prefill_phase()
+        prefill_phase = not in_run and s.prefill_phase()
         budget = s.limits.max_batched_tokens
         if not prefill_phase:
             budget = s.schedule_running(schedule, budget)
-        s.admit(schedule, budget, prefill_phase)
+        if not in_run:
+            s.admit(schedule, budget, prefill_phase)
         if not schedule:  # nothing fits until something finishes or arrives
             upcoming = s.next_event()
             if np.isfinite(upcoming):
@@ -236,15 +241,19 @@ def run_until(s: ReplicaState, cost: Cost, horizon: float = np.inf) -> None:
                 continue
             raise RuntimeError("serving simulation stalled: no request can be scheduled")
         s.run_iteration(schedule, cost)
+        if not prefill_phase:  # a prompt-only iteration runs one step (vLLM V0 multi-step without chunking)
+            s.stepped(1)
 
 
 def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
-    """Decode steps of the running batch until a sequence finishes or a request arrives, costed at once;
-    False when one of them is not decoding or their pages do not all fit (the step-by-step path then
-    runs, or preempts). The steps run in
+    """Decode steps of the running batch until a sequence finishes or a request arrives (within a
+    multi-step run: until the run ends), costed at once; False when one of them is not decoding or their
+    pages do not all fit (the step-by-step path then runs, or preempts). The steps run in
     `kernels.decode_stretch`, costed there from the coefficients, or beforehand by `cost` itself."""
     ids = s.running.ids()  # unchanged until the stretch's finished sequences leave
     n, upcoming, cap = len(ids), s.next_event(), 4096
+    if s.run_left > 0:  # arrivals wait for the run's end (a balancer's, for the horizon)
+        upcoming, cap = s.horizon, s.run_left
     if isinstance(cost, IterationCost) and cost.fitted is not None and cost.roofline is not None:
         layers, head = cost.layers_and_head(n, n)
         fitted, roofline, times = cost.fitted, cost.roofline, np.zeros(0)
@@ -270,6 +279,7 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
         return False
     s.free -= taken
     s.now = end
+    s.stepped(k)
     s.iterations += k
     s.batched += k * n
     if s.may_run_eagerly(n):

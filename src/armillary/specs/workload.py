@@ -148,6 +148,10 @@ class Serving(Spec):
                                             "max_num_batched_tokens): the prefill chunk budget")
     chunked_prefill: bool = Field(True, description="split prompts into chunks that share iterations with "
                                   "decodes (Sarathi-Serve); off: a prompt runs whole, in an iteration of its own")
+    scheduler_steps: PositiveInt = Field(1, description="decode iterations per scheduler pass (vLLM V0 "
+                                         "--num-scheduler-steps, multi-step scheduling): a decode batch runs "
+                                         "that many steps before waiting requests are admitted, and the "
+                                         "per-iteration host overheads are shared by them")
     prefill_replicas: NonNegativeInt = Field(0, description="disaggregation: this many replicas only prefill "
                                              "and hand the KV cache to the others (DistServe); 0 = colocated")
     engine: str | None = Field(None, description="serving engine profile (presets/engines, or a file): its "

@@ -57,6 +57,7 @@ _ENGINE_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("kv-cache-free-gpu-mem-fraction", "memory_fraction", _SHARE),
     ("kv-cache-free-gpu-memory-fraction", "memory_fraction", _SHARE),
     ("max-seq-len-to-capture", "graph_max_context", r"(\d+)"), ("cuda-graph-max-bs", "graph_max_batch", r"(\d+)"),
+    ("num-scheduler-steps?", "scheduler_steps", r"(\d+)"),  # vLLM V0 multi-step scheduling (v0.6.0)
 )
 
 
@@ -102,10 +103,6 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         # V0 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) (EngineArgs /
         # SchedulerConfig defaults, vLLM 0.6-0.7)
         update["max_batched_tokens"] = max(int(model_len), 2048)
-    if (steps := _number(r"num-scheduler-steps?[ =]+(\d+)", text)) is not None and steps > 1:
-        # multi-step scheduling: one scheduler pass per `steps` decode iterations (vLLM 0.6.0 release)
-        update["iteration_overhead_s"] = engine.iteration_overhead_s / steps
-        update["sequence_overhead_s"] = engine.sequence_overhead_s / steps
     if dp_attention(row):
         # SGLang 0.4 server_args: --enable-dp-attention sets dp_size = tp_size and halves chunked_prefill_size
         # (each DP worker's prefill budget; ServerArgs.__post_init__ at 862dd76c7, 2025-02). The cap of
