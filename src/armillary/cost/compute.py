@@ -73,7 +73,7 @@ def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, six
         kernels, depth = (_leading(_stacked([getattr(op, k) for op in ops], np.shape(precision_code)), busy.ndim)
                           for k in ("kernels", "depth"))
         floor = np.where(depth > 0, kernels * latency.fixed_s + depth / 128 * latency.per_k_block_s, 0.0)
-        busy = np.where(fp8, np.maximum(busy, floor), busy)
+        busy = np.where(fp8, busy + floor if latency.adds else np.maximum(busy, floor), busy)
     return np.where(runs, busy + device.kernel_overhead, 0.0)
 
 

@@ -57,6 +57,8 @@ class GemmLatency(Spec):
 
     fixed_s: Seconds = Field(description="per kernel")
     per_k_block_s: Seconds = Field(description="per 128 elements of K")
+    adds: bool = Field(False, description="the latency is work of its own that adds to the GEMM's roofline time "
+                       "(an unfused fallback's serial GEMM and scale passes), not a floor under it")
 
 
 class Device(Spec):
