@@ -93,8 +93,8 @@ class LengthDistribution(StrEnum):
     FIXED = "fixed"  # every request has input_len / output_len tokens
     UNIFORM = "uniform"  # uniform within mean x (1 -+ spread)
     LOGNORMAL = "lognormal"  # lognormal with the given mean and sigma = spread
-    # prompts and replies as vLLM's benchmark_serving samples ShareGPT: lognormal with the dataset's spread,
-    # pairs the client prunes dropped, the given means kept (serving.trace.sharegpt_lengths)
+    # prompts and replies as vLLM's benchmark_serving samples ShareGPT: the measured quantiles of its sample,
+    # scaled to the given means; shorter replies end a share at their first token (serving.trace.sharegpt_lengths)
     SHAREGPT = "sharegpt"
 
 
