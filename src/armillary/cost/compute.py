@@ -68,7 +68,7 @@ def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, six
     runs = (flop > 0) | (moved > 0)  # an op with no work (e.g. rotary without rotary positions) is no kernel
     busy = np.maximum(compute, memory)
     latency = device.fp8_gemm_latency
-    if latency is not None:  # small-M fp8 weight GEMMs wait on their serial walk over K (GemmLatency)
+    if latency is not None:  # small-M fp8 weight GEMMs: their serial walk over K, a floor or added (GemmLatency)
         fp8 = np.array([p is Precision.FP8 for p in _precisions(sixteen_bit)])[np.asarray(precision_code, int)]
         kernels, depth = (_leading(_stacked([getattr(op, k) for op in ops], np.shape(precision_code)), busy.ndim)
                           for k in ("kernels", "depth"))

@@ -52,8 +52,9 @@ class MemoryTier(Spec):
 
 
 class GemmLatency(Spec):
-    """The shortest a small-M weight GEMM kernel takes: a fixed part (launch, prologue, scale epilogue) and a
-    serial walk over the reduction dimension K in 128-wide blocks (one output tile per thread block)."""
+    """The latency of a small-M weight GEMM: a fixed part (launch, prologue, scale epilogue) and a serial walk
+    over the reduction dimension K in 128-wide blocks (one output tile per thread block); a floor under its
+    roofline time, or (`adds`) time added to it."""
 
     fixed_s: Seconds = Field(description="per kernel")
     per_k_block_s: Seconds = Field(description="per 128 elements of K")
