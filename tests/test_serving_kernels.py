@@ -2,6 +2,8 @@
 coefficients read off `ReplicaModel` give every iteration's time to 1e-12, and whole simulations costed from
 them match those costed through `IterationCost.evaluated` (the model's functions every iteration)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -71,10 +73,12 @@ def test_sliding_windows_are_evaluated_by_the_model() -> None:
 
 @pytest.mark.parametrize("case", list(CASES)[:2])
 @pytest.mark.parametrize("rate", [2.0, 40.0])
-def test_a_simulation_from_coefficients_matches_one_through_the_model(case: str, rate: float) -> None:
-    # light load: decode stretches cut by arrivals; heavy load: full batches, prompt chunks among decodes
+@pytest.mark.parametrize("steps", [1, 4])
+def test_a_simulation_from_coefficients_matches_one_through_the_model(case: str, rate: float, steps: int) -> None:
+    # light load: decode stretches cut by arrivals; heavy load: full batches, prompt chunks among decodes;
+    # multi-step runs: finished sequences stepped to the run's end (costed in the compiled loop too)
     cost, r, w = _cost(case)
-    limits = _limits(r, w, 2048, None)
+    limits = replace(_limits(r, w, 2048, None), scheduler_steps=steps)
     trace = poisson_trace(rate, 20.0, 512, 64, seed=3)
     fast = simulate_replica(trace, cost, limits)
     slow = simulate_replica(trace, lambda new, past, emitting: cost.evaluated(new, past, emitting), limits)

@@ -57,6 +57,31 @@ def test_a_run_that_loses_its_sequences_ends():
     assert run.times.first_token_s.tolist() == [1.0, 6.0]
 
 
+def one_second_per_sequence(new, past, emitting):
+    return np.full(np.atleast_2d(np.asarray(new).T).T.shape[1], float(np.atleast_2d(np.asarray(new).T).T.shape[0]))
+
+
+def test_a_finished_sequence_rides_along_until_the_run_ends():
+    # one second per sequence in the batch. A (4 + 2) and B (4 + 4) at 0: [0,2] both prompts (first tokens at
+    # 2); a 3-step run: [2,4] A's token 2, A done at 4; its slot is stepped to the run's end: [4,6] [6,8] B's
+    # tokens 3, 4 over a batch of two (done at 8, not 6)
+    trace = Trace(np.array([0.0, 0.0]), np.array([4, 4]), np.array([2, 4]))
+    runs = simulate_replica(trace, one_second_per_sequence, _limits(3))
+    assert runs.times.finish_s.tolist() == [4.0, 8.0]
+    assert runs.iterations == 4 and runs.batched_sequences == 8
+    # one step per pass: A leaves the batch at once, B's last two steps take a second each
+    once = simulate_replica(trace, one_second_per_sequence, _limits(1))
+    assert once.times.finish_s.tolist() == [4.0, 6.0]
+
+
+def test_riders_leave_with_the_run():
+    # A (4 + 2), B (4 + 7), 3 steps: the run [2,4] [4,6] [6,8] carries A from 4 to its end; the next run
+    # is B's alone: tokens 5, 6, 7 at 9, 10, 11
+    trace = Trace(np.array([0.0, 0.0]), np.array([4, 4]), np.array([2, 7]))
+    runs = simulate_replica(trace, one_second_per_sequence, _limits(3))
+    assert runs.times.finish_s.tolist() == [4.0, 11.0]
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 20), st.integers(1, 30), st.integers(1, 30)), min_size=1, max_size=12),
        st.integers(2, 8), st.booleans())

@@ -78,12 +78,14 @@ def tabulated_time(new: np.ndarray, past: np.ndarray, emitting: int, fitted: np.
 def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, generated: np.ndarray,
                    blocks: np.ndarray, n_out: np.ndarray, free: int, block_tokens: int, now: float, upcoming: float,
                    cap: int, fitted: np.ndarray, roofline: np.ndarray, layers: float, head: float,
-                   times: np.ndarray, finished: np.ndarray, eager_s: float = 0.0, graph_context: float = np.inf,
-                   graph_batch: float = np.inf) -> tuple[int, float, int, int]:
+                   times: np.ndarray, finished: np.ndarray, riders: np.ndarray, eager_s: float = 0.0,
+                   graph_context: float = np.inf, graph_batch: float = np.inf) -> tuple[int, float, int, int]:
     """Decode steps of the sequences `ids` (one token each) until one finishes, a request arrives
     (`upcoming`: steps that start before it run) or their new pages no longer fit the `free` ones; at most
     `cap` steps. A step's time is `times[step]` when given (non-empty), else from the coefficients, plus
-    `eager_s` when it runs outside the CUDA graphs (`outside_graphs`).
+    `eager_s` when it runs outside the CUDA graphs (`outside_graphs`). `riders`: the cached tokens of
+    finished sequences a multi-step run still steps (their attention costed, nothing else kept); `layers`
+    and `head` (and `times`) are those of the whole batch.
     Updates the sequences' cached / generated tokens and pages in place, the sequences that finished to the
     start of `finished`; returns (steps, the time they end, pages taken, sequences finished). 0 steps
     (nothing changed) when one of them still has prompt tokens to (re)compute, fewer than two steps are
@@ -104,6 +106,9 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
     longest = 0  # the longest sequence's cached tokens
     for i in range(n):
         longest = max(longest, cached[ids[i]])
+    for i in range(len(riders)):
+        longest = max(longest, riders[i])
+    batch = n + len(riders)
     while k < steps and (k == 0 or end < upcoming):
         add = 0
         for i in range(n):  # pages the batch adds to hold step k's token
@@ -118,14 +123,14 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
             step = times[k]
         else:
             flop = moved = past = 0.0
-            for i in range(n):
-                p = float(cached[ids[i]] + k)
+            for i in range(batch):
+                p = float((cached[ids[i]] if i < n else riders[i - n]) + k)
                 flop += fitted[3] * 1.0 * (2 * p + 1.0) / 2
                 moved += fitted[4] * 1.0 + fitted[5] * p
                 past += p
-            core, remote = _attention(flop, fitted[3] * n, moved, past, roofline)
+            core, remote = _attention(flop, fitted[3] * batch, moved, past, roofline)
             step = layers + core + remote + head
-            if outside_graphs(longest + k + 1, n, graph_context, graph_batch):
+            if outside_graphs(longest + k + 1, batch, graph_context, graph_batch):
                 step += eager_s
         total += step
         end = now + total

@@ -130,6 +130,9 @@ class ReplicaState:
         self.slot_open = -np.inf  # closed loop: when the last slot freed
         self.extra_s = 0.0  # swap traffic of the iteration being scheduled
         self.run_left = 0  # decode steps left in the current multi-step run (0: the scheduler may admit)
+        # cached tokens of the sequences that finished within the current run and still ride along in its
+        # batch (`stepped`); those that finished in the last iteration, not yet riding
+        self.riders, self._finishing = np.zeros(0, np.int64), np.zeros(0, np.int64)
         self.horizon = np.inf  # no event past it is known yet (a balancer may still send requests here)
         # the tokens the unfinished requests had to compute when sent (`outstanding_tokens` takes off the
         # progress of those running or paused)
@@ -367,20 +370,44 @@ class ReplicaState:
                                                                 lim.graph_batch)))
 
     def stepped(self, k: int) -> None:
-        """`k` iterations of multi-step runs done: a run starts when one ends (vLLM V0 schedules a decode
-        batch for `scheduler_steps` iterations at once: SequenceGroup.init_multi_step, cb3b2b9b)."""
+        """`k` iterations of multi-step runs done (0: a prompt-only iteration, outside any run): a run starts
+        when one ends (vLLM V0 schedules a decode batch for `scheduler_steps` iterations at once:
+        SequenceGroup.init_multi_step, cb3b2b9b). A run's batch is fixed: a sequence that finishes within it
+        has its output and pages released at once, yet its slot is stepped until the run ends (the model
+        runner advances one frozen input of `num_seqs` sequences, vllm/worker/multi_step_model_runner.py,
+        and the engine reschedules only when the cached batch has no steps left, llm_engine.py
+        _has_remaining_steps, cb3b2b9b): it rides along, its cache growing a token a step."""
         self.run_left = (self.run_left - k) % self.limits.scheduler_steps
+        if self.run_left == 0:
+            self.end_run()
+        else:
+            self.riders = np.concatenate((self.riders + k, self._finishing))
+            self._finishing = self._finishing[:0]
+
+    def end_run(self) -> None:
+        """The multi-step run is over (or nothing runs): the next batch starts one, without riders."""
+        self.run_left = 0
+        self.riders, self._finishing = self.riders[:0], self._finishing[:0]
+
+    def with_riders(self, new: np.ndarray, past: np.ndarray, emitting: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """An iteration's sequences (`new` tokens over `past` cached, `emitting` sampling) with the run's
+        riders appended, each a decode token over its cache."""
+        if not len(self.riders):
+            return new, past, emitting
+        return (np.concatenate((new, np.ones(len(self.riders), new.dtype))),
+                np.concatenate((past, self.riders.astype(past.dtype))), emitting + len(self.riders))
 
     def run_iteration(self, schedule: Schedule, cost: Cost) -> None:
         ids, new = schedule.arrays()
         past = self.scratch(len(ids))
         emitting = scheduled(ids, new, self.cached, self.target, past)
-        if len(ids) and self.may_run_eagerly(len(ids)) and int(new.max()) <= 1:  # a decode step
-            self.count_eager(np.array([int((past + new).max())]), len(ids))
-        self.now += float(cost(new, past, emitting)[0]) + self.extra_s
+        batch_new, batch_past, batch_emitting = self.with_riders(new, past, emitting)  # what the GPU steps
+        if len(batch_new) and self.may_run_eagerly(len(batch_new)) and int(batch_new.max()) <= 1:  # a decode step
+            self.count_eager(np.array([int((batch_past + batch_new).max())]), len(batch_new))
+        self.now += float(cost(batch_new, batch_past, batch_emitting)[0]) + self.extra_s
         self.extra_s = 0.0
         self.iterations += 1
-        self.batched += len(ids)
+        self.batched += len(batch_new)
         done = advance(ids, new, self.cached, self.target, self.generated, self.first, self.n_out, self.now, past)
         self.finish_sequences(past[:done])
 
@@ -390,5 +417,7 @@ class ReplicaState:
             return
         self.work -= self._progress(finished)  # all of their work
         self.free += release(finished, self.blocks, self.shared, self.finish, self.now)
+        if self.limits.scheduler_steps > 1:  # they ride along if the run goes on (`stepped`)
+            self._finishing = np.concatenate((self._finishing, self.cached[finished]))
         self.running.remove(finished)
         self._done(len(finished))

@@ -223,7 +223,7 @@ def run_until(s: ReplicaState, cost: Cost, horizon: float = np.inf) -> None:
             s.now = max(s.now, s.next_event())
             continue
         if not s.running:
-            s.run_left = 0  # nothing running: the next batch starts a run
+            s.end_run()  # nothing running: the next batch starts a run
         in_run = s.run_left > 0  # multi-step: the scheduler admits nobody until the run ends
         if (in_run or not s.waiting) and _decode_stretch(s, cost):
             continue
@@ -241,8 +241,7 @@ def run_until(s: ReplicaState, cost: Cost, horizon: float = np.inf) -> None:
                 continue
             raise RuntimeError("serving simulation stalled: no request can be scheduled")
         s.run_iteration(schedule, cost)
-        if not prefill_phase:  # a prompt-only iteration runs one step (vLLM V0 multi-step without chunking)
-            s.stepped(1)
+        s.stepped(0 if prefill_phase else 1)  # a prompt-only iteration runs one step, outside multi-step runs
 
 
 def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
@@ -252,37 +251,40 @@ def _decode_stretch(s: ReplicaState, cost: Cost) -> bool:
     `kernels.decode_stretch`, costed there from the coefficients, or beforehand by `cost` itself."""
     ids = s.running.ids()  # unchanged until the stretch's finished sequences leave
     n, upcoming, cap = len(ids), s.next_event(), 4096
+    riders = s.riders  # finished within the multi-step run, still stepped (`ReplicaState.stepped`)
+    batch = n + len(riders)
     if s.run_left > 0:  # arrivals wait for the run's end (a balancer's, for the horizon)
         upcoming, cap = s.horizon, s.run_left
     if isinstance(cost, IterationCost) and cost.fitted is not None and cost.roofline is not None:
-        layers, head = cost.layers_and_head(n, n)
+        layers, head = cost.layers_and_head(batch, batch)
         fitted, roofline, times = cost.fitted, cost.roofline, np.zeros(0)
     else:  # each step's cost is its own column: the first `span` steps, doubled until the stretch ends
         k_max = int(min(cap, (s.n_out[ids] - s.generated[ids]).min()))
         if k_max < 2 or bool((s.cached[ids] < s.target[ids]).any()):
             return False
-        span, cached = min(k_max, 512), s.cached[ids][:, None]
+        span, cached = min(k_max, 512), np.concatenate((s.cached[ids], riders))[:, None]
         while True:
             past = cached + np.arange(span, dtype=float)[None, :]  # whole numbers: exact in float
-            times = np.asarray(cost(np.ones_like(past), past, n), dtype=float)
+            times = np.asarray(cost(np.ones_like(past), past, batch), dtype=float)
             if span == k_max or s.now + np.cumsum(times)[-1] >= upcoming:
                 break
             span = min(2 * span, k_max)
         fitted, roofline, layers, head, cap = np.zeros(6), np.zeros(5), 0.0, 0.0, span
     finished = s.scratch(n)
     eager = cost.overheads if isinstance(cost, IterationCost) else Overheads()
-    longest = int(s.cached[ids].max()) if s.may_run_eagerly(n) else 0
+    longest = int(max(s.cached[ids].max(), riders.max(initial=0))) if s.may_run_eagerly(batch) else 0
     k, end, taken, done = decode_stretch(ids, s.cached, s.target, s.generated, s.blocks, s.n_out, s.free,
                                          s.limits.block_tokens, s.now, upcoming, cap, fitted, roofline, layers, head,
-                                         times, finished, eager.eager_s, eager.graph_context, eager.graph_batch)
+                                         times, finished, riders, eager.eager_s, eager.graph_context,
+                                         eager.graph_batch)
     if k == 0:
         return False
     s.free -= taken
     s.now = end
-    s.stepped(k)
     s.iterations += k
-    s.batched += k * n
-    if s.may_run_eagerly(n):
-        s.count_eager(longest + 1 + np.arange(k), n)
+    s.batched += k * batch
+    if s.may_run_eagerly(batch):
+        s.count_eager(longest + 1 + np.arange(k), batch)
     s.finish_sequences(finished[:done])
+    s.stepped(k)  # after the finished sequences: within the run they ride along from the next step
     return True
