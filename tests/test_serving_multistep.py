@@ -17,8 +17,13 @@ from armillary.specs.workload import Policy
 from armillary.validation.serving_rows import _engine
 
 
+def _columns(new) -> np.ndarray:
+    """Iterations as columns (sequences x iterations), one iteration given as a vector."""
+    return np.atleast_2d(np.asarray(new).T).T
+
+
 def one_second_per_iteration(new, past, emitting):
-    return np.ones(np.atleast_2d(np.asarray(new).T).T.shape[1])
+    return np.ones(_columns(new).shape[1])
 
 
 def _limits(steps: int, chunked: bool = False) -> SchedulerLimits:
@@ -58,7 +63,8 @@ def test_a_run_that_loses_its_sequences_ends():
 
 
 def one_second_per_sequence(new, past, emitting):
-    return np.full(np.atleast_2d(np.asarray(new).T).T.shape[1], float(np.atleast_2d(np.asarray(new).T).T.shape[0]))
+    sequences, iterations = _columns(new).shape
+    return np.full(iterations, float(sequences))
 
 
 def test_a_finished_sequence_rides_along_until_the_run_ends():
