@@ -366,3 +366,19 @@ def test_a_mixture_of_experts_no_preset_names_is_built_from_its_columns():
     assert model.mlp.value == "swiglu" and model.mla is None
     unrunnable = run_row({**row, "model": "Some MoE 235B", "topk": ""})
     assert unrunnable.predicted is None and "topk" in (unrunnable.skipped or "")
+
+
+def test_the_first_untouched_run_of_a_batch_is_kept_and_never_rewritten(tmp_path):
+    from armillary.validation.out_of_sample import OUT_OF_SAMPLE, append_batch, read_out_of_sample, run_untouched
+
+    shipped = read_out_of_sample(OUT_OF_SAMPLE)
+    assert len(shipped) >= 264 and {r.batch for r in shipped} >= {"2026-12-06"}
+    assert all(r.skipped or r.error is not None for r in shipped)
+    row = next(r for r in read_rows() if r["id"] == "TR-KOR-T5-22B-SEL")
+    first = run_untouched([row], "2000-01-01", "aaaa")
+    path = tmp_path / "oos.csv"
+    append_batch(first, path)
+    append_batch(run_untouched([row], "2000-02-01", "bbbb"), path)  # a later run of the same row is not kept
+    kept = read_out_of_sample(path)
+    assert [(r.batch, r.commit) for r in kept] == [("2000-01-01", "aaaa")]
+    assert kept[0].band is not None and kept[0].covered == (abs(kept[0].error) <= kept[0].band)

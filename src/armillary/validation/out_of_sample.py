@@ -1,0 +1,104 @@
+"""The first untouched run of each new batch of measured rows: the only honest out-of-sample record.
+
+When rows arrive, they are run once at the current commit before anything is tuned on them, and the result
+(prediction, error, the error band the estimate printed then, whether it covered the measurement) is kept in
+`validation/data/out_of_sample.csv` with the batch date and the commit. Later model changes never rewrite
+an earlier batch: the file is how far the model's claims held on rows it had not seen.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+
+from armillary.validation.bands import Regime, inference_regime, regime_of, shipped_band
+from armillary.validation.inference_rows import inference_row_specs
+from armillary.validation.rows import Unsupported, row_specs
+from armillary.validation.run import choose_candidate, is_serving_row, run_row
+from armillary.writing import replaced
+
+OUT_OF_SAMPLE = Path(str(resources.files("armillary.validation") / "data" / "out_of_sample.csv"))
+
+
+@dataclass(frozen=True)
+class OutOfSample:
+    batch: str  # the date the rows arrived, e.g. 2026-12-06
+    commit: str  # the commit that ran them untouched
+    id: str
+    kind: str
+    group: str
+    measured: float
+    predicted: float | None
+    error: float | None  # predicted / measured - 1
+    band: float | None  # the band the estimate printed (None: none printed, as for collectives then)
+    regime: str
+    covered: bool | None  # |error| <= band
+    skipped: str | None
+
+
+def row_regime(row: dict[str, str]) -> Regime | None:
+    """The regime of the configuration a training or inference row ran (None: it did not run)."""
+    try:
+        if row["kind"] == "training":
+            _, chosen = choose_candidate(row_specs(row))
+            return regime_of(chosen.model, chosen.system, chosen.strategy)
+        if row["kind"] != "inference":
+            return None
+        if is_serving_row(row):
+            from armillary.validation.serving_rows import serving_row_specs  # the serving kernels: on first use
+
+            s = serving_row_specs(row)
+            return inference_regime(s.model, s.system, s.strategy, s.workload, s.engine.name)
+        i = inference_row_specs(row)
+        return inference_regime(i.model, i.system, i.strategy, i.workload)
+    except (Unsupported, ValueError):
+        return None
+
+
+def run_untouched(rows: Iterable[dict[str, str]], batch: str, commit: str) -> list[OutOfSample]:
+    """Every row as the harness runs it now, with the band the estimate carries now."""
+    out = []
+    for row in rows:
+        result = run_row(row)
+        regime = row_regime(row) if result.error is not None else None
+        band = shipped_band(regime) if regime is not None else None
+        covered = None if band is None or result.error is None else abs(result.error) <= band.relative
+        out.append(OutOfSample(batch, commit, result.id, row.get("kind", ""), result.group, result.measured,
+                               result.predicted, result.error, band.relative if band else None,
+                               band.regime if band else "", covered, result.skipped))
+    return out
+
+
+def read_out_of_sample(path: Path = OUT_OF_SAMPLE) -> list[OutOfSample]:
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as f:
+        return [_parse(r) for r in csv.DictReader(f)]
+
+
+def _parse(r: dict[str, str]) -> OutOfSample:
+    def number(key: str) -> float | None:
+        return float(r[key]) if r[key] else None
+
+    return OutOfSample(r["batch"], r["commit"], r["id"], r["kind"], r["group"], float(r["measured"]),
+                       number("predicted"), number("error"), number("band"), r["regime"],
+                       None if r["covered"] == "" else r["covered"] == "True", r["skipped"] or None)
+
+
+def append_batch(records: Sequence[OutOfSample], path: Path = OUT_OF_SAMPLE) -> None:
+    """Add a batch; a row already recorded keeps its first record (an out-of-sample run happens once)."""
+    earlier = read_out_of_sample(path)
+    seen = {r.id for r in earlier}
+    names = [f.name for f in fields(OutOfSample)]
+    with replaced(path) as temporary, temporary.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(names)
+        for r in (*earlier, *(r for r in records if r.id not in seen)):
+            out.writerow([_cell(getattr(r, n)) for n in names])
+
+
+def _cell(value: object) -> object:
+    return "" if value is None else round(value, 6) if isinstance(value, float) else value
