@@ -18,7 +18,6 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
 from armillary.presets.registry import find_preset, preset_names, read_data_file
-from armillary.serving.kernels import outside_graphs
 from armillary.specs.base import NamedByPatterns
 from armillary.specs.system import Platform
 from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, Policy
@@ -131,6 +130,8 @@ class Overheads:
         iterations): `eager_s` for a decode step outside the CUDA graphs (`kernels.outside_graphs`), else 0."""
         if not self.eager_s:
             return 0.0
+        from armillary.serving.kernels import outside_graphs  # numba: compiled on first use, not at import
+
         decode = np.all(new <= 1, axis=0)  # one new token each
         outside = outside_graphs(np.max(past + new, axis=0), np.shape(new)[0], self.graph_context, self.graph_batch)
         return np.where(decode & outside, self.eager_s, 0.0)
