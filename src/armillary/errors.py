@@ -2,8 +2,10 @@
 
 - `SpecError`: a specification, file or option that cannot be used (a field, a value, a missing file).
 - `MissingExtra`: an optional dependency is not installed; the message gives the pip extra to install.
+- `ResultError`: a result that breaks an invariant (a time that is not finite and positive, MFU above 100%,
+  a negative bubble): refused rather than printed (`estimate.invariants`).
 
-Both derive from `ArmillaryError`, which the command line turns into a one-line message and exit code 2.
+All derive from `ArmillaryError`, which the command line turns into a one-line message and exit code 2.
 Infeasible configurations are not errors: estimates report them (`feasible`, `infeasible_reasons`).
 """
 
@@ -24,3 +26,7 @@ class MissingExtra(ArmillaryError, ImportError):  # noqa: N818 - reads as what i
     def __init__(self, what: str, extra: str, package: str) -> None:
         super().__init__(f"{what} needs {package}: pip install 'armillary[{extra}]'")
         self.extra = extra
+
+
+class ResultError(ArmillaryError, ArithmeticError):
+    """A result that breaks an invariant of the physics; the message names the quantity and its value."""

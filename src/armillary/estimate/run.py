@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from armillary.errors import SpecError
 from armillary.estimate.inference_result import InferenceEstimate
+from armillary.estimate.invariants import check_estimate
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.static_batch import estimate_inference
 from armillary.estimate.training import estimate_training
@@ -25,9 +26,9 @@ def estimate_run(model: Model, system: System, strategy: Strategy, workload: Wor
         raise SpecError("strategy.attention_dp: data-parallel attention is a serving layout; training needs "
                         "attention_dp: 1")
     if isinstance(workload, Inference):
-        return estimate_inference(ModelArrays.of(model), strategy, workload, system, dp)
-    return estimate_training(ModelArrays.of(model), StrategyArrays.of(strategy, dp), TrainingArrays.of(workload),
-                             system)
+        return check_estimate(estimate_inference(ModelArrays.of(model), strategy, workload, system, dp))
+    return check_estimate(estimate_training(ModelArrays.of(model), StrategyArrays.of(strategy, dp),
+                                            TrainingArrays.of(workload), system))
 
 
 def estimate_training_run(model: Model, system: System, strategy: Strategy, workload: Training) -> StepEstimate:

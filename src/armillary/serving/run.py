@@ -10,15 +10,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from armillary.errors import SpecError
+from armillary.estimate.feasibility import inference_checks
 from armillary.estimate.inference import ReplicaModel, kv_handover_time, replica_model
 from armillary.estimate.inference_memory import inference_memory, kv_blocks, kv_budget
 from armillary.estimate.result import ErrorBand
+from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.balance import serve_least_outstanding
 from armillary.serving.engine import Engine, overheads, with_engine
 from armillary.serving.lockstep import GroupStepCost, simulate_groups
 from armillary.serving.simulate import IterationCost, ReplicaRun, RequestTimes, SchedulerLimits, simulate_replica
-from armillary.serving.trace import Trace
+from armillary.serving.trace import Trace, checked_trace
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Balance, Inference, Policy, Serving
@@ -146,6 +148,13 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
     if strategy.cp > 1:
         raise SpecError("strategy.cp: the serving simulation runs cp = 1; context parallelism is estimated for a "
                         "static batch (`armillary estimate`)")
+    # the layout rules `armillary estimate` applies to a static batch (one source: estimate.feasibility)
+    broken = rules.failed(inference_checks(m, strategy.tp, strategy.cp, strategy.pp, strategy.ep, replicas,
+                                           system.devices))
+    if broken:
+        raise SpecError(f"strategy: {'; '.join(broken)} ({replicas} replicas of tp*cp*pp = "
+                        f"{strategy.tp * strategy.cp * strategy.pp} devices on {system.devices})")
+    trace = checked_trace(trace)
     r = replica_model(m, strategy, w, system)
     sv = w.serving
     _check_deployment(sv, r, replicas)

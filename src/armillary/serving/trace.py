@@ -23,6 +23,27 @@ class Trace:
     input_len: np.ndarray
     output_len: np.ndarray
 
+    def __post_init__(self) -> None:
+        """Arrays of one dimension and one length (lists and tuples are taken as arrays); the values are
+        checked where a trace is served (`check_trace`): a replica's state holds placeholders."""
+        columns = {}
+        for name in ("arrival_s", "input_len", "output_len"):
+            value = getattr(self, name)
+            try:
+                array = np.asarray(value, dtype=float if name == "arrival_s" else None)
+            except (TypeError, ValueError):
+                raise SpecError(f"Trace.{name}: expected an array of numbers, got {type(value).__name__}") from None
+            if array.ndim != 1 or array.dtype.kind not in "iuf":
+                raise SpecError(f"Trace.{name}: expected a one-dimensional array of numbers, got "
+                                f"{array.ndim} dimensions of {array.dtype}")
+            columns[name] = array
+        if len({len(a) for a in columns.values()}) > 1:
+            raise SpecError("Trace: arrival_s, input_len and output_len must have one value per request each, got "
+                            + ", ".join(f"{len(a)}" for a in columns.values()))
+        for name, array in columns.items():
+            if array is not getattr(self, name):
+                object.__setattr__(self, name, array)
+
     def __len__(self) -> int:
         return len(self.arrival_s)
 
@@ -31,6 +52,38 @@ class Trace:
 
 
 MAX_REQUESTS = 10_000_000  # a generated trace's requests: about 1 GB of serving state, minutes of simulation
+
+
+MAX_TOKENS = 2**24  # a request's prompt or output length: far beyond any model's context
+
+
+def checked_trace(trace: Trace) -> Trace:
+    """`trace` if it can be served (its lengths as whole numbers): arrivals finite, >= 0 and in order; lengths
+    whole numbers of 1 to 2^24 tokens; at most `MAX_REQUESTS` requests. Else a `SpecError` naming the field
+    and the first bad request."""
+    if len(trace) > MAX_REQUESTS:
+        raise SpecError(f"trace: {len(trace):,} requests; at most {MAX_REQUESTS:,} are served in one run")
+    arrival = trace.arrival_s
+    bad = np.flatnonzero(~(np.isfinite(arrival) & (arrival >= 0)))
+    if len(bad):
+        raise SpecError(f"trace.arrival_s: expected finite times >= 0 s, got {float(arrival[bad[0]])!r} (request "
+                        f"{bad[0]})")
+    late = np.flatnonzero(np.diff(arrival) < 0)
+    if len(late):
+        raise SpecError(f"trace.arrival_s: expected requests in order of arrival, request {late[0] + 1} arrives "
+                        f"before request {late[0]} (sort the trace)")
+    for name in ("input_len", "output_len"):
+        values = getattr(trace, name)
+        ok = (values >= 1) & (values <= MAX_TOKENS)
+        if values.dtype.kind == "f":
+            ok &= np.isfinite(values) & (values == np.round(values))
+        bad = np.flatnonzero(~ok)
+        if len(bad):
+            raise SpecError(f"trace.{name}: expected whole numbers of 1 to 2^24 tokens, got {values[bad[0]].item()!r} "
+                            f"(request {bad[0]})")
+    if trace.input_len.dtype.kind == "i" and trace.output_len.dtype.kind == "i":
+        return trace
+    return Trace(arrival, trace.input_len.astype(np.int64), trace.output_len.astype(np.int64))
 
 
 def _check_rate(rate: float, duration_s: float) -> None:
@@ -167,7 +220,7 @@ def _request(path: Path, line: int, row: dict[str | None, str | None]) -> tuple[
         arrival, prompt, output = (float(row[k] or "nan") for k in ("arrival_s", "input_len", "output_len"))
     except ValueError:
         arrival = prompt = output = math.nan
-    if not (0 <= arrival < math.inf and all(1 <= n <= 2**24 and n.is_integer() for n in (prompt, output))):
+    if not (0 <= arrival < math.inf and all(1 <= n <= MAX_TOKENS and n.is_integer() for n in (prompt, output))):
         raise SpecError(f"trace {path} line {line}: expected arrival_s >= 0 and whole input_len, output_len of 1 "
                         f"to 2^24 tokens, got {row.get('arrival_s')!r}, {row.get('input_len')!r}, "
                         f"{row.get('output_len')!r}")

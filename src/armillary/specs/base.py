@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 class Spec(BaseModel):
     """A frozen, validated description. Unknown fields are errors, so typos never pass silently."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, allow_inf_nan=False)
 
 
 class NamedByPatterns(Spec):

@@ -62,7 +62,8 @@ class LibraryProfile(Spec):
     latency: Seconds = Field(description="per-step latency (alpha) of this library on the dimension")
     efficiency: Fraction = Field(description="achievable fraction of the dimension's bandwidth, large messages")
     size_efficiency: EfficiencyCurve | None = Field(None, description="bandwidth multiplier vs message bytes")
-    algorithms: tuple[Algorithm, ...] | None = Field(None, description="what it runs (default: the dimension's)")
+    algorithms: tuple[Algorithm, ...] | None = Field(None, min_length=1,
+                                                     description="what it runs (default: the dimension's)")
     ops: tuple[Collective, ...] | None = Field(
         None, description="the operations these figures are for (default: all); a library may be listed once "
         "per operation, as its implementations differ (e.g. gloo's all-gather vs its all-reduce)")
@@ -119,7 +120,8 @@ class NetworkDimension(Spec):
         1, description="devices sharing each link of `bandwidth` (e.g. 2 when 4 NICs serve 8 GPUs)")
     shape: tuple[PositiveInt, ...] | None = Field(None, description="torus / mesh axes, e.g. [4, 4, 4]")
     algorithms: tuple[Algorithm, ...] = Field(
-        NCCL_ALGORITHMS, description="algorithms the communication library offers on this dimension (auto picks)")
+        NCCL_ALGORITHMS, min_length=1,
+        description="algorithms the communication library offers on this dimension (auto picks)")
     libraries: tuple[LibraryProfile, ...] = Field(
         (), description="communication libraries with their own latency and efficiency: each call uses the "
         "fastest (none: the dimension's own figures)")

@@ -1,0 +1,113 @@
+"""Never crash, hang or lie on the surfaces added since the first robustness pass (issue 46): serving traces,
+serve's layout rules, hardware values, importers (torch traces, HLO, Chakra), synthesis options, writers,
+runtime tables and error messages that never print a user's file."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import armillary
+from armillary.cli import app
+from armillary.errors import ArmillaryError, ResultError, SpecError
+from armillary.serving.trace import Trace
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+SERVING = EXAMPLES / "llama2-70b-serving-h100.yaml"
+TRAINING = EXAMPLES / "llama3-70b-h100.yaml"
+INFER = {"kind": "inference", "input_len": 128, "output_len": 16}
+
+
+def run_cli(*args: object):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def refused(out, *words: str) -> None:
+    """Exit 2 with a one-line error naming `words`, no traceback."""
+    assert out.exit_code == 2, (out.exit_code, out.output)
+    assert out.exception is None or isinstance(out.exception, SystemExit), out.exception
+    assert "Traceback" not in out.output
+    for w in words:
+        assert w in out.output, (w, out.output)
+
+
+# 3. serving traces --------------------------------------------------------------------------------------------
+
+def _serve(trace: Trace):
+    return armillary.simulate_serving("llama3-8b", "dgx-h100", {"tp": 1}, INFER, trace=trace, gpus=8)
+
+
+@pytest.mark.parametrize(("columns", "field"), [
+    (([math.nan], [128], [16]), "arrival_s"), (([math.inf], [128], [16]), "arrival_s"),
+    (([-1.0], [128], [16]), "arrival_s"), (([1.0, 0.0], [128, 128], [16, 16]), "arrival_s"),
+    (([0.0], [0], [16]), "input_len"), (([0.0], [128.5], [16]), "input_len"), (([0.0], [2**25], [16]), "input_len"),
+    (([0.0], [128], [-3]), "output_len"), (([0.0], [128], [math.nan]), "output_len"),
+])
+def test_a_trace_with_bad_values_is_refused_naming_the_field(columns, field):
+    with pytest.raises(SpecError, match=field):
+        _serve(Trace(*columns))
+
+
+@pytest.mark.parametrize("columns", [([0.0, 1.0], [128], [16]), ([[0.0]], [128], [16]), (["a"], [128], [16]),
+                                     ([0.0], [128], [])])
+def test_a_malformed_trace_is_refused_on_construction(columns):
+    with pytest.raises(SpecError, match="Trace"):
+        Trace(*columns)
+
+
+def test_a_trace_of_lists_and_whole_floats_is_served():
+    result = _serve(Trace([0.0, 0.5], [128.0, 64.0], [16, 8]))
+    assert result.completed == 2 and math.isfinite(result.makespan_s)
+
+
+# 4. serve applies estimate's layout rules ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("override", "reason"), [
+    ("strategy.dp=5", "must equal the 8 devices"), ("strategy.tp=3", "tp must divide the attention heads"),
+])
+def test_serve_refuses_the_layouts_estimate_refuses(override, reason):
+    refused(run_cli("serve", SERVING, "--rate", "1", "--duration", "2", "--set", override), reason)
+    with pytest.raises(SpecError, match=reason):
+        armillary.simulate_serving("llama2-70b", "dgx-h100", {"tp": 4, "dp": 5}, INFER, 1.0, 2.0, gpus=8) \
+            if "dp" in override else \
+            armillary.simulate_serving("llama2-70b", "dgx-h100", {"tp": 3}, INFER, 1.0, 2.0, gpus=6)
+
+
+# 5. hardware values and result invariants ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("override", "field"), [
+    ("system.scale_out.latency=.inf", "latency"), ("system.network.0.algorithms=[]", "algorithms"),
+    ("system.device.kernel_overhead=.inf", "kernel_overhead"), ("system.network.0.bandwidth=.nan", "bandwidth"),
+    ("system.device.matrix_flops.bf16=.inf", "matrix_flops"),
+])
+def test_infinite_or_empty_hardware_values_are_refused(override, field):
+    refused(run_cli("estimate", TRAINING, "--set", override), field)
+
+
+@pytest.mark.parametrize("override", ["system.network.1.bandwidth=1e-300", "system.device.matrix_flops.bf16=1e-300",
+                                      "system.device.kernel_overhead=1e300"])
+def test_extreme_hardware_values_fail_loudly_instead_of_a_null_step_time(override):
+    out = run_cli("estimate", TRAINING, "--set", override, "--json")
+    refused(out, "expected")
+    assert "feasible" not in out.output
+
+
+def test_result_invariants_hold_on_a_normal_estimate_and_refuse_nonsense():
+    from dataclasses import replace
+
+    from armillary.estimate.invariants import check_estimate
+
+    result = armillary.estimate("llama3-8b", "dgx-h100", {"tp": 8}, {"seq_len": 2048, "global_batch": 64}, gpus=8)
+    assert check_estimate(result) is result and 0 < result.mfu <= 1
+    with pytest.raises(ResultError, match="mfu"):
+        check_estimate(replace(result, mfu=1.303))
+    with pytest.raises(ResultError, match="bubble"):
+        check_estimate(replace(result, breakdown=replace(result.breakdown, bubble=-1e-3)))
+    with pytest.raises(ResultError, match="step_time_s"):
+        check_estimate(replace(result, step_time_s=math.inf))
+    assert check_estimate(replace(result, step_time_s=math.nan, feasible=False)).feasible is False
+    assert issubclass(ResultError, ArmillaryError) and np.isfinite(result.step_time_s)
