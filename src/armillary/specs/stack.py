@@ -49,6 +49,9 @@ class SoftwareStack(NamedByPatterns):
         description="precision of the stack's published performance recipes when a run does not state one")
     recompute: Recompute | None = Field(
         None, description="recomputation the stack's recipes use; None = not fixed (the least that fits)")
+    recompute_modes: tuple[Recompute, ...] | None = Field(
+        None, description="the recomputation granularities the stack offers, for runs that state none (a 2021 "
+        "Megatron had full recomputation only); None: every one")
     selective_modules: tuple[RecomputeModule, ...] | None = Field(
         None, description="what the stack's selective recomputation re-runs (`Strategy.recompute_modules`) "
         "when a run says 'selective'; None: the attention core only (Megatron's selective)")

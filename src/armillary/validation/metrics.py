@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from armillary.estimate.result import StepEstimate
+from armillary.validation.reading import search_run
 from armillary.validation.rows import RowSpecs, Unsupported
 from armillary.validation.vocabulary import clean
 
@@ -120,6 +121,10 @@ _AMOUNTS = (
     ("steps", (rf"{_NUMBER}\s*(?:training |optimizer )?(?:steps|iterations)\b(?!\s*(?:/|per))",
                rf"(?:steps|iterations) to (?:train|converge(?:nce)?)\s*[:=]?\s*{_NUMBER}")),
     ("tokens", (rf"(?:trained on|training on|total training tokens\s*[:=]?)\s*{_NUMBER}\s*(?:tokens)?",
+                rf"(?:trained tokens|tokens trained)(?: per run)?\s*[:=]\s*{_NUMBER}",
+                r"(?:per|/)\s*(1e12|1 ?t)()\s*(?:training )?tokens\b",
+                r"(?:per|/)\s*(1)\s*(trillion)\s*(?:training )?tokens\b",
+                r"(?:per|/)\s*()(trillion)\s*(?:training )?tokens\b",
                 rf"{_NUMBER}\s*(?:training|train) tokens\b", rf"{_NUMBER}\s*tokens (?:in total|to train)\b")),
     ("samples", (rf"{_NUMBER}\s*(?:training )?(?:samples|sequences) to (?:train|converge)\b",
                  rf"(?:samples|sequences) to (?:train|converge)\s*[:=]?\s*{_NUMBER}",
@@ -130,11 +135,13 @@ _OVERHEAD = (r"(?:non[- ]step|initiali[sz]ation|init|startup|evaluation|eval|che
 
 
 def _amount(text: str) -> tuple[str, float] | None:
+    """What the run trained, read only from clauses about the run itself ("eval every 20 steps" is not)."""
     for what, patterns in _AMOUNTS:
         for pattern in patterns:
-            found = re.search(pattern, text)
+            found = search_run(pattern, text)
             if found:
-                value = float(found.group(1).replace(",", ""))
+                number = found.group(1).replace(",", "").replace(" ", "") or "1"
+                value = 1e12 if number in ("1e12", "1t") else float(number)
                 return what, value * _SCALE[found.group(2) or ""]
     return None
 

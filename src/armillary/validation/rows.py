@@ -26,6 +26,7 @@ from armillary.validation.vocabulary import (
     memory_gb_of,
     model_preset_for,
     precision_of,
+    recompute_modules_of,
     recompute_of,
     sharding_of,
     system_preset_for,
@@ -67,12 +68,21 @@ class RowSpecs:
 
 
 def int_column(row: dict[str, str], key: str) -> int | None:
-    """An integer column of a row, None when empty or not a number."""
+    """An integer column of a row: a number, or a number with its qualifier ("12 (model parallel)", "4
+    instances", "64 (spanning 8 nodes)"); None when empty or not led by a number. A column holding several
+    values ("3072 -> 15360", "256-way x 2 pods") is refused naming the column, never read as one of them."""
     value = row.get(key, "").strip()
     try:
         return int(float(value))
     except ValueError:
+        pass
+    found = re.match(r"(\d+(?:\.\d+)?)(?![\d.])(.*)", value)
+    if found is None:
         return None
+    rest = re.sub(r"\([^()]*\)", " ", found.group(2))  # a parenthesised qualifier is not a second value
+    if re.search(r"->|→|\bto\s*\d|\bx\s*\d|[*×/+]\s*\d|,\s*\d|\bor\s*\d", rest):
+        raise Unsupported(f"{key}: {value!r} holds more than one value")
+    return int(float(found.group(1)))
 
 
 def _moe_model(row: dict[str, str], preset: str | None, notes: list[str]) -> Model:
@@ -323,18 +333,26 @@ def _recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack, 
     chunk of `chunk` layers (Megatron's block method, which NVIDIA's recipes use: recompute_num_layers), all."""
     stated_choice = recompute_of(row.get("recompute")) or stack.recompute
     if stated_choice is not None:
+        named = recompute_modules_of(row.get("recompute"))
+        if stated_choice is Recompute.SELECTIVE and named is not None:
+            notes.append("selective recomputation of the modules the row names: " + ", ".join(m.value for m in named))
+            return [{"recompute": "selective", "recompute_modules": named}]
         if stated_choice is Recompute.SELECTIVE and stack.selective_modules is not None:
             notes.append(f"selective recomputation as {stack.name} does it: "
                          + ", ".join(m.value for m in stack.selective_modules))
             return [{"recompute": "selective", "recompute_modules": stack.selective_modules}]
         return [{"recompute": stated_choice}]
-    notes.append("recompute not stated: the least recomputation that fits memory")
+    offered = stack.recompute_modes or tuple(Recompute)
+    notes.append("recompute not stated: the least recomputation that fits memory"
+                 + ("" if stack.recompute_modes is None else
+                    f" of those {stack.name} offered ({', '.join(m.value for m in offered)})"))
     choices: list[dict[str, Any]] = [{"recompute": "none"}, {"recompute": "selective"}]
     if model.moe is not None:
         modules = _MOE_MODULES + (("mla_up_proj",) if model.mla is not None else ())
         choices.append({"recompute": "selective", "recompute_modules": modules})
-    partial = [{"recompute": "full", "recompute_layers": n} for n in range(1, chunk)]
-    return [*choices, *partial, {"recompute": "full"}]
+    partial = [{"recompute": "full", "recompute_layers": n} for n in range(1, chunk)] \
+        if stack.recompute_modes is None else []  # the block method arrived with selective recomputation
+    return [c for c in (*choices, *partial, {"recompute": "full"}) if Recompute(c["recompute"]) in offered]
 
 
 def row_specs(row: dict[str, str]) -> list[RowSpecs]:
@@ -342,6 +360,9 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
     n_gpus = int_column(row, "n_gpus")
     if n_gpus is None:
         raise Unsupported("n_gpus: not stated")
+    if re.search(r"\b(q?lora)\b", clean(f"{row.get('model')} {row.get('framework')}")):
+        raise Unsupported("model: LoRA fine-tuning (a frozen base with trained adapters) is not modelled yet; "
+                          "training it as a full model would count weight gradients and optimizer states it lacks")
     notes: list[str] = []
     stack = _stack(row, notes)
     seq, gbs = int_column(row, "seq"), global_batch(row, stack, n_gpus, notes)

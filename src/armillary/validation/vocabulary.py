@@ -11,11 +11,12 @@ import functools
 import re
 
 from armillary.presets.registry import find_preset, preset_names, read_data_file
-from armillary.specs.strategy import Recompute, TrainingPrecision, ZeroStage
+from armillary.specs.strategy import Recompute, RecomputeModule, TrainingPrecision, ZeroStage
 
 # a column that says nothing: empty, "n/a", "not stated ...", "per recipe (not in table)", "default", "?"
-_UNSTATED = re.compile(r"^(|-+|\?|n/?a|na|none stated|unknown|unspecified|not (stated|given|reported)\b.*|"
-                       r"per recipe\b.*|default\b.*|auto\b.*|tbd)$")
+_UNSTATED = re.compile(r"^(|-+|\?|n/?a|na|none stated|unknown|unspecified|"
+                       r"not (stated|given|reported|transcribed|published|looked up)\b.*|"
+                       r"per recipe\b.*|per \S+ default\b.*|default\b.*|auto\b.*|tbd)$")
 
 
 def clean(text: str | None) -> str:
@@ -62,13 +63,30 @@ def recompute_of(text: str | None) -> Recompute | None:
     if value is None:
         return None
     first = head(value) or ""
-    if first in _NO or re.match(r"(no|without) (activation )?(checkpointing|recompute|recomputation)", value):
+    # "none set in config", "ACT_CKPT_* = null", "remat_policy=none": a configuration that turns nothing on
+    if first in _NO or re.match(r"(no|without) (activation )?(checkpointing|recompute|recomputation)", value) \
+            or re.match(r"(none|nothing|not) set\b", value) or re.search(r"remat_policy\s*[=:]\s*none", value):
         return Recompute.NONE
+    if recompute_modules_of(value) is not None:
+        return Recompute.SELECTIVE
+    if re.search(r"remat_policy\s*[=:]\s*full\b", value):
+        return Recompute.FULL
+    if re.search(r"remat_policy\s*[=:]", value):
+        return None  # MaxText's partial policies (minimal, save_dot_except_*) save other tensors than ours
     if "selective" in value:
         return Recompute.SELECTIVE
-    if "full" in value or first in _YES or re.match(r"(activation )?(checkpointing|recompute)", first):
+    if "full" in value or first in _YES or re.match(r"(activation )?(checkpointing|recompute|rematerialization)",
+                                                    first):
         return Recompute.FULL
     return None
+
+
+def recompute_modules_of(text: str | None) -> tuple[RecomputeModule, ...] | None:
+    """The modules a selective recomputation names ("selective: core_attn, moe_act", "--recompute-modules
+    layernorm mla_up_proj"), in Megatron-Core's names; None when it names none."""
+    value = clean(text)
+    named = tuple(m for m in RecomputeModule if re.search(rf"(?<![a-z_]){m.value}(?![a-z_])", value))
+    return named or None
 
 
 def precision_of(text: str | None) -> TrainingPrecision | None:

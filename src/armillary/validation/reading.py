@@ -1,0 +1,42 @@
+"""Where in a row's words a value may be read from.
+
+A row's free text mixes what the measured run did with what it did not: "eval every 20 steps" beside the
+tokens it trained, "Storage: 2x ConnectX-7" beside the compute NICs, "vs 1.2 s without overlap" beside the
+measured time. A number is only taken from a clause about the measured run; a clause about evaluation,
+storage or management networks, a comparison run, a warm-up or another phase is never read for it.
+"""
+
+from __future__ import annotations
+
+import re
+
+# clauses end at ';', a full stop, a comma before a blank, a line break; a parenthesis is a clause of its own
+_CLAUSE_END = re.compile(r";|\.(?=\s|$)|,(?=\s)|\n")
+_PARENTHESIS = re.compile(r"\(([^()]*)\)")
+# what makes a clause about something other than the measured run
+UNRELATED = re.compile(
+    r"\b(eval(uation|uated|s)?|validation|storage|management|mgmt|front[- ]?end (network|nic)|"
+    r"warm[- ]?up|compared? (to|with)|comparison|vs\.?|versus|baseline|previous|earlier|instead of|"
+    r"would|if (it|we|they)|ramp(ed|ing)?)\b")
+
+
+def clauses(text: str) -> list[str]:
+    """The clauses of `text`, stripped, empty ones dropped; "tokens per run (last eval): 12" gives
+    "tokens per run : 12" and "last eval"."""
+    inner = _PARENTHESIS.findall(text)
+    outer = _PARENTHESIS.sub(" ", text)
+    return [c.strip() for part in (outer, *inner) for c in _CLAUSE_END.split(part) if c.strip()]
+
+
+def about_the_run(text: str) -> list[str]:
+    """The clauses of `text` that are not about something other than the measured run (`UNRELATED`)."""
+    return [c for c in clauses(text) if not UNRELATED.search(c.lower())]
+
+
+def search_run(pattern: str, text: str, flags: int = re.I) -> re.Match[str] | None:
+    """The first match of `pattern` within one clause about the measured run (never across clauses)."""
+    for clause in about_the_run(text):
+        found = re.search(pattern, clause, flags)
+        if found:
+            return found
+    return None

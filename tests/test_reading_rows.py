@@ -1,0 +1,95 @@
+"""The harness reads a published row as its authors wrote it, or refuses naming the column: one test per
+class of misreading seen on fresh rows, each written from a sentence in that style, with a negative test
+(the same words in a clause about something else are not taken)."""
+
+from __future__ import annotations
+
+import pytest
+
+from armillary.specs.loading import load_stack
+from armillary.specs.strategy import Recompute, RecomputeModule
+from armillary.validation.metrics import _amount, read_metric
+from armillary.validation.reading import about_the_run, search_run
+from armillary.validation.rows import Unsupported, int_column, row_specs
+from armillary.validation.vocabulary import clean, recompute_modules_of, recompute_of
+
+GPT = {"id": "TR-X-1", "kind": "training", "model": "GPT-3 175B", "layers": "96", "hidden": "12288", "heads": "96",
+       "ffn": "49152", "seq": "2048", "gbs": "1536", "tp": "8", "pp": "8", "gpu": "H100 SXM 80GB", "n_gpus": "1024",
+       "framework": "NeMo Megatron", "precision": "bf16", "recompute": "none", "metric": "step time", "value": "3.1",
+       "unit": "s", "source": "a 2024 report"}
+
+
+def test_a_number_in_a_clause_about_evaluation_is_never_the_training_length():
+    text = clean("wall clock from run_start to run_stop; evaluation every 40 steps on 5,000 held-out samples; "
+                 "tokens trained per run: 1,610,612,736")
+    assert _amount(text) == ("tokens", 1_610_612_736.0)
+    # negative: the evaluation cadence alone says nothing about how long the run trained
+    assert _amount(clean("includes eval time (evaluated every 40 steps)")) is None
+    row = {**GPT, "metric": "time to train", "unit": "min", "other_reported": "eval every 40 steps"}
+    with pytest.raises(Unsupported, match="steps, tokens or samples"):
+        read_metric(row)
+
+
+def test_a_per_trillion_tokens_metric_is_an_amount_of_a_trillion_tokens():
+    assert _amount(clean("GPU-hours per trillion training tokens")) == ("tokens", 1e12)
+    assert _amount(clean("H800 GPU-hours / 1e12 tokens")) == ("tokens", 1e12)
+    assert _amount(clean("compared with 2 trillion tokens of the previous run")) is None
+
+
+def test_clauses_about_storage_comparisons_and_warm_up_are_not_about_the_run():
+    text = "Compute: 8x CX-7 400Gb/s; Storage: 2x CX-7 200Gb/s; 5.1 s vs 6.3 s without overlap"
+    assert about_the_run(text) == ["Compute: 8x CX-7 400Gb/s"]
+    assert search_run(r"(\d+)x", "Storage: 2x CX-7 (front-end)") is None
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("nothing set in the launch config", Recompute.NONE),
+    ("none set in config (no ACT_CKPT variables)", Recompute.NONE),
+    ("remat_policy=full", Recompute.FULL), ("rematerialization of every block", Recompute.FULL),
+    ("core_attn, moe_act", Recompute.SELECTIVE), ("selective", Recompute.SELECTIVE),
+    # negative: words that state nothing stay unstated (the harness then says what it assumed)
+    ("not transcribed", None), ("per llama3_70b.toml default (not stated)", None), ("remat_policy=minimal", None),
+])
+def test_recompute_as_configs_and_papers_write_it(text, expected):
+    assert recompute_of(text) == expected
+
+
+def test_recompute_module_lists_are_read_and_used():
+    assert recompute_modules_of("--recompute-modules core_attn moe_act") == (RecomputeModule.CORE_ATTN,
+                                                                           RecomputeModule.MOE_ACT)
+    spec = row_specs({**GPT, "recompute": "selective: core_attn, layernorm"})[0]
+    assert spec.strategy.recompute_modules == (RecomputeModule.CORE_ATTN, RecomputeModule.LAYERNORM)
+    assert recompute_modules_of("full recompute of each layer") is None
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("8", 8), ("12 (model parallel)", 12), ("4 instances", 4), ("64 (spanning 8 nodes)", 64), ("", None),
+    ("ZeRO-1 DP", None), ("n/a", None)])
+def test_a_number_with_its_qualifier_is_read(text, expected):
+    assert int_column({"tp": text}, "tp") == expected
+
+
+@pytest.mark.parametrize("text", ["1536 -> 3072 (ramp over the first 100B tokens)", "256-way x 2 pods",
+                                  "1024 or 2048"])
+def test_a_column_holding_several_values_is_refused_naming_it(text):
+    with pytest.raises(Unsupported, match=r"gbs: .* more than one value"):
+        int_column({"gbs": text}, "gbs")
+
+
+def test_a_2021_stack_never_gets_recomputation_it_did_not_have():
+    stack = load_stack("megatron-deepspeed-2021")
+    assert stack.recompute_modes == (Recompute.NONE, Recompute.FULL)
+    row = {**GPT, "framework": "Megatron-LM + DeepSpeed", "recompute": "not stated in the paper", "gpu": "A100 80GB",
+           "source": "arXiv:2201.11990"}
+    choices = {s.strategy.recompute for s in row_specs(row)}
+    assert choices == {Recompute.NONE, Recompute.FULL}
+    assert any("offered (none, full)" in n for n in row_specs(row)[0].assumptions)
+    # negative: today's Megatron-Core offers selective and the block method
+    assert Recompute.SELECTIVE in {s.strategy.recompute for s in row_specs({**row, "framework": "Megatron-Core",
+                                                                             "source": "2025"})}
+
+
+def test_lora_fine_tuning_is_refused_rather_than_trained_as_a_full_model():
+    with pytest.raises(Unsupported, match="LoRA"):
+        row_specs({**GPT, "model": "Llama 2 70B LoRA fine-tuning (rank 16, frozen base)"})
+    assert row_specs({**GPT, "model": "GPT-3 175B (explored, see notes)"})  # negative: no adapter named
