@@ -111,3 +111,47 @@ def test_result_invariants_hold_on_a_normal_estimate_and_refuse_nonsense():
         check_estimate(replace(result, step_time_s=math.inf))
     assert check_estimate(replace(result, step_time_s=math.nan, feasible=False)).feasible is False
     assert issubclass(ResultError, ArmillaryError) and np.isfinite(result.step_time_s)
+
+
+# 6. torch-trace importer --------------------------------------------------------------------------------------
+
+_STEP = {"ph": "X", "dur": 1, "ts": 0, "name": "ProfilerStep#1", "tid": 1, "cat": "cpu_op"}
+
+
+def _op(**fields: object) -> dict[str, object]:
+    return {"ph": "X", "dur": 1, "ts": 0, "name": "x", "tid": 1, "cat": "cpu_op", **fields}
+
+
+@pytest.mark.parametrize(("trace", "words"), [
+    ([1, 2, 3], "traceEvents list"), ("x", "traceEvents list"), ({"traceEvents": 5}, "traceEvents list"),
+    ({"traceEvents": [1, 2]}, "traceEvents[0]"), ({"traceEvents": [_op(ts="a")]}, "traceEvents[0].ts"),
+    ({"traceEvents": [_op(ts=None)]}, "ts"), ({"traceEvents": [_op(dur=-5)]}, "dur"),
+    ({"traceEvents": [_op(ts=1e308)]}, "ts"), ({"traceEvents": [_op(cat="python")]}, "cpu_op"),
+    ({"distributedInfo": {"rank": "a"}, "traceEvents": [_op()]}, "distributedInfo.rank"),
+    ({"distributedInfo": [1], "traceEvents": [_op()]}, "distributedInfo"),
+    ({"traceEvents": [_STEP, _op(name="aten::mm", args={"Input Dims": [["a", "b"], [1, "c"]]})]}, "Input Dims"),
+    ({"traceEvents": [_STEP, _op(name="aten::mm", args={"Input Dims": 5})]}, "Input Dims"),
+    ({"traceEvents": [_STEP, _op(name="nccl:all_reduce", tid=2, args={"Group size": "x"})]}, "Group size"),
+    ({"traceEvents": [_STEP, _op(name="nccl:all_reduce", tid=2, args={"Group size": 10**12})]}, "Group size"),
+    ({"traceEvents": [_STEP, _op(name="nccl:all_reduce", tid=2, args={"In msg nelems": -1})]}, "nelems"),
+    ({"traceEvents": [_STEP, _op(name="nccl:all_reduce", tid=2, args=[1])]}, "args"),
+])
+def test_a_hostile_torch_trace_is_refused_naming_what_is_wrong(tmp_path, trace, words):
+    import json
+
+    from armillary.ingest.torch_trace import read_torch_traces
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    with pytest.raises(SpecError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        read_torch_traces(path)
+    refused(run_cli("simulate", "--torch-trace", path, "--system", "dgx-h100"), "--torch-trace")
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage", b"SECRET " * 1000, b"{\"traceEvents\": [" * 100_000])
+def test_a_torch_trace_that_is_no_json_is_refused_without_echoing_it(tmp_path, content):
+    path = tmp_path / "t.json"
+    path.write_bytes(content)
+    out = run_cli("simulate", "--torch-trace", path, "--system", "dgx-h100")
+    refused(out, "not a chrome trace JSON")
+    assert "SECRET" not in out.output and len(out.output) < 400
