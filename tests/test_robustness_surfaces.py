@@ -155,3 +155,80 @@ def test_a_torch_trace_that_is_no_json_is_refused_without_echoing_it(tmp_path, c
     out = run_cli("simulate", "--torch-trace", path, "--system", "dgx-h100")
     refused(out, "not a chrome trace JSON")
     assert "SECRET" not in out.output and len(out.output) < 400
+
+
+# 7. imports refuse impossible sizes up front ------------------------------------------------------------------
+
+HLO_FORMS = Path(__file__).parent / "data" / "hlo" / "forms.hlo.txt"
+
+
+def test_an_hlo_loop_of_a_trillion_iterations_is_refused_before_unrolling(tmp_path):
+    import time
+
+    path = tmp_path / "loop.hlo.txt"
+    path.write_text(HLO_FORMS.read_text().replace("constant(5)", "constant(1000000000000)"))
+    started = time.perf_counter()
+    refused(run_cli("simulate", "--hlo", path, "--system", "dgx-h100"), "trip counts x instructions")
+    assert time.perf_counter() - started < 20
+
+
+def test_a_self_calling_hlo_computation_is_refused():
+    from armillary.ingest.hlo_parse import parse_hlo
+    from armillary.ingest.hlo_run import simulate_hlo
+    from armillary.specs.loading import load_system
+
+    text = HLO_FORMS.read_text().replace("ROOT %c2 = f32[1024]{0} sqrt(%c)",
+                                         "ROOT %c2 = f32[1024]{0} call(%c), to_apply=%helper")
+    with pytest.raises(SpecError, match="calls itself"):
+        simulate_hlo(parse_hlo(text), load_system("dgx-h100", 8))
+
+
+def _chakra_folder(folder: Path) -> list[Path]:
+    from armillary.simulate.chakra import write_chakra
+    from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskKind
+
+    b = GraphBuilder()
+    first = b.add("a", TaskKind.COMPUTE, Category.COMPUTE, (0,), Stream.COMPUTE, 1e-3)
+    b.add("b", TaskKind.COMPUTE, Category.COMPUTE, (1,), Stream.COMPUTE, 2e-3, [first])
+    return write_chakra(b.graph(2), folder)
+
+
+def test_a_chakra_file_named_with_a_huge_rank_is_refused_before_allocating(tmp_path):
+    from armillary.simulate.chakra import read_chakra
+
+    paths = _chakra_folder(tmp_path)
+    paths[1].rename(tmp_path / "trace.99999999999.et")
+    with pytest.raises(SpecError, match="99999999999"):
+        read_chakra(tmp_path)
+    refused(run_cli("simulate", "--chakra-in", tmp_path, "--system", "dgx-h100"), "rank")
+
+
+def test_a_gzip_bomb_is_refused_while_decompressing(tmp_path, monkeypatch):
+    import gzip
+
+    from armillary.simulate.chakra import read_chakra, schema
+
+    paths = _chakra_folder(tmp_path)
+    monkeypatch.setattr(schema, "MAX_TRACE_BYTES", 2**20)  # the same check at 1 MiB: a test in milliseconds
+    paths[0].write_bytes(gzip.compress(paths[0].read_bytes() + b"\0" * 2**22))
+    with pytest.raises(SpecError, match="decompressed"):
+        read_chakra(tmp_path)
+    paths[0].write_bytes(b"\x1f\x8b" + b"not gzip")
+    with pytest.raises(SpecError, match="gzip"):
+        read_chakra(tmp_path)
+
+
+def test_a_chakra_dependency_cycle_is_refused_not_simulated(tmp_path):
+    from armillary.simulate.chakra import read_chakra, schema
+    paths = _chakra_folder(tmp_path)
+    for path in paths:  # every task of ours depends on task 1: task 0 on a later task, task 1 on itself
+        meta, nodes = schema.read_trace(path)
+        for node in nodes:
+            for a in node.attr:
+                if a.name == "deps":
+                    del a.int64_list.values[:]
+                    a.int64_list.values.append(1)
+        schema.write_trace(path, meta, nodes)
+    with pytest.raises(SpecError, match="cycle"):
+        read_chakra(tmp_path)
+    refused(run_cli("simulate", "--chakra-in", tmp_path), "cycle")

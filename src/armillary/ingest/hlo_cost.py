@@ -13,6 +13,7 @@ import numpy as np
 
 from armillary.comm.collectives import collective, send_recv
 from armillary.cost.compute import fused_attention_time, kernel_times
+from armillary.errors import SpecError
 from armillary.ingest.hlo_attrs import called, replica_groups, source_target_pairs, trip_count
 from armillary.ingest.hlo_parse import Computation, HloModule, Instruction
 from armillary.ingest.hlo_work import (
@@ -81,8 +82,67 @@ def cost_module(module: HloModule, system: System) -> ModuleCost:
         return _cost_module(module, system)
 
 
+MAX_NESTING = 100  # computations calling computations: the unrolling recurses once per level
+MAX_EXECUTED = 20_000_000  # instructions of one execution, loops unrolled (a few minutes of graph building)
+
+
+def _call_depths(module: HloModule) -> dict[str, int]:
+    """The longest chain of calls below each computation; a computation that calls itself, directly or
+    through others, is refused (HLO has no recursion)."""
+    callees = {name: tuple(dict.fromkeys(c for i in comp.instructions for c in called(i)
+                                         if c in module.computations))
+               for name, comp in module.computations.items()}
+    depth: dict[str, int] = {}
+    visiting: set[str] = set()
+    for root in callees:
+        if root in depth:
+            continue
+        stack, visiting = [(root, iter(callees[root]))], {root}
+        while stack:
+            node, pending = stack[-1]
+            for c in pending:
+                if c in visiting:
+                    raise SpecError(f"HLO module {module.name!r}: computation {c!r} calls itself (through "
+                                    f"{node!r}); an HLO program has no recursion")
+                if c not in depth:
+                    visiting.add(c)
+                    stack.append((c, iter(callees[c])))
+                    break
+            else:
+                depth[node] = 1 + max((depth[c] for c in callees[node]), default=0)
+                visiting.discard(node)
+                stack.pop()
+    deepest = max(depth.values(), default=0)
+    if deepest > MAX_NESTING:
+        raise SpecError(f"HLO module {module.name!r}: calls nested {deepest} deep; at most {MAX_NESTING} are "
+                        "simulated")
+    return depth
+
+
+def executed_instructions(module: HloModule, trips: dict[tuple[str, str], int]) -> int:
+    """Instructions one execution of the entry computation runs with its loops unrolled (a while loop's
+    condition and body once per trip, a conditional's longest branch, a call in place): the work of building
+    its task graph, counted before it is built."""
+    memo: dict[str, int] = {}
+    depths = _call_depths(module)
+    for name in sorted(depths, key=depths.__getitem__):  # callees first
+        comp = module.computations[name]
+        total = len(comp.instructions)
+        for inst in comp.instructions:
+            inner = [memo.get(c, 0) for c in called(inst) if c in module.computations]
+            if inst.opcode == "while":
+                total += trips.get((name, inst.name), 1) * sum(inner)
+            elif inst.opcode == "conditional":
+                total += max(inner, default=0)
+            elif inst.opcode in CONTROL or inst.opcode == "async-start":
+                total += sum(inner)
+        memo[name] = total
+    return memo.get(module.entry, 0)
+
+
 def _cost_module(module: HloModule, system: System) -> ModuleCost:
     devices = module.num_partitions * module.replica_count
+    _call_depths(module)  # refuses recursion before anything follows calls
     work: dict[str, list[Work | tuple[Collective, OpKind, float, tuple[tuple[int, ...], ...], bool] | None]] = {}
     trips: dict[tuple[str, str], int] = {}
     for name in _executed(module, trips):
@@ -91,6 +151,10 @@ def _cost_module(module: HloModule, system: System) -> ModuleCost:
         for inst in comp.instructions:
             rows.append(_work(inst, module, devices, comp))
         work[name] = rows
+    executed = executed_instructions(module, trips)
+    if executed > MAX_EXECUTED:
+        raise SpecError(f"HLO module {module.name!r}: one execution runs {executed:.3g} instructions with its loops "
+                        f"unrolled (trip counts x instructions); at most {MAX_EXECUTED:,} are simulated")
     kernel_s = _kernel_seconds([w for rows in work.values() for w in rows if isinstance(w, Work)], system)
     comm_cache: dict[tuple[Collective, float, tuple[float, ...]], tuple[float, int]] = {}
     costs: dict[str, tuple[InstructionCost | None, ...]] = {}

@@ -8,12 +8,17 @@ release; `tests/test_chakra.py` checks that this table and the .proto agree fiel
 from __future__ import annotations
 
 import gzip
+import io
+import zlib
 from collections.abc import Iterable
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+
+from armillary.errors import SpecError
 
 PACKAGE = "ChakraProtoMsg"  # mlcommons/chakra schema/protobuf/et_def.proto: package
 VERSION = "0.0.4"  # GlobalMetadata.version of the Chakra schema ASTRA-sim 2.0 reads
@@ -151,11 +156,24 @@ def write_trace(path: Path, metadata: Any, nodes: Iterable[Any]) -> None:
             out.write(encode_varint(len(body)) + body)
 
 
+MAX_TRACE_BYTES = 2**30  # one rank's trace, decompressed: far above a step's nodes (a few hundred bytes each)
+
+
 def read_trace(path: Path) -> tuple[Any, list[Any]]:
-    """GlobalMetadata and the Nodes of one file, plain or gzipped (protolib.py: openFileRd)."""
+    """GlobalMetadata and the Nodes of one file, plain or gzipped (protolib.py: openFileRd), of at most
+    `MAX_TRACE_BYTES` (checked while decompressing: a small gzip file may expand without bound)."""
+    limit = f"{path}: larger than {MAX_TRACE_BYTES // 2**20:,} MiB"
+    if path.stat().st_size > MAX_TRACE_BYTES:
+        raise SpecError(limit)
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":  # gzip magic, as protoio.cc checks
-        data = gzip.decompress(data)
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as unzipped:
+                data = unzipped.read(MAX_TRACE_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as err:
+            raise SpecError(f"{path}: not a readable gzip file ({type(err).__name__})") from None
+        if len(data) > MAX_TRACE_BYTES:
+            raise SpecError(f"{limit} decompressed")
     messages, pos = [], 0
     while pos < len(data):
         size, pos = decode_varint(data, pos)
@@ -165,4 +183,7 @@ def read_trace(path: Path) -> tuple[Any, list[Any]]:
         pos += size
     if not messages:
         raise ValueError(f"{path}: empty trace (no GlobalMetadata)")
-    return GlobalMetadata.FromString(messages[0]), [Node.FromString(m) for m in messages[1:]]
+    try:
+        return GlobalMetadata.FromString(messages[0]), [Node.FromString(m) for m in messages[1:]]
+    except DecodeError:
+        raise SpecError(f"{path}: not a Chakra execution trace (a message does not decode)") from None

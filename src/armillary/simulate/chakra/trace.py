@@ -32,6 +32,7 @@ from armillary.simulate.chakra.schema import (
 )
 from armillary.simulate.graph import Category, Stream, Task, TaskGraph, TaskKind, Tier
 from armillary.specs.communication import Collective
+from armillary.specs.loading import MAX_DEVICES
 from armillary.specs.system import Precision, System
 from armillary.writing import replaced_files
 
@@ -168,6 +169,9 @@ def _files(directory: Path, prefix: str | None) -> dict[int, Path]:
         match = _FILE.match(path.name)
         if match and (prefix is None or match["prefix"] == prefix):
             prefixes.add(match["prefix"])
+            if len(match["rank"]) > len(str(MAX_DEVICES)) or int(match["rank"]) >= MAX_DEVICES:
+                raise SpecError(f"{path.name}: rank {match['rank'][:12]} in the name; ranks 0 to {MAX_DEVICES - 1:,} "
+                                "are read")
             found[int(match["rank"])] = path
     if not found:
         raise FileNotFoundError(f"no {prefix or '<prefix>'}.<rank>.et trace files in {directory}")
@@ -182,12 +186,35 @@ def read_chakra(directory: Path, system: System | None = None, prefix: str | Non
     traces = {rank: read_trace(path) for rank, path in _files(directory, prefix).items()}
     metas = {rank: _attrs(meta) for rank, (meta, _) in traces.items()}
     if all(m.get("producer") == PRODUCER for m in metas.values()):
-        return _ours(traces, metas)
-    return _foreign(traces, system)
+        try:
+            return _checked(_ours(traces, metas))
+        except (KeyError, TypeError, IndexError) as err:  # a file of ours edited by hand
+            raise SpecError(f"{directory}: a trace written by armillary lacks or mistypes its attribute "
+                            f"{str(err)[:80]}") from None
+    return _checked(_foreign(traces, system))
+
+
+def _checked(graph: TaskGraph) -> TaskGraph:
+    """The graph if the engine can run it: every task after the tasks it waits for (no dependency cycle,
+    none on a task that does not exist), on ranks of the graph, with a duration >= 0."""
+    for i, task in enumerate(graph.tasks):
+        waits = (*task.deps, *task.after)
+        if any(not 0 <= d < i for d in waits):
+            raise SpecError(f"Chakra task {i} ({task.name[:80]!r}) depends on task "
+                            f"{next(d for d in waits if not 0 <= d < i)}: a dependency cycle, or on a task that does "
+                            "not come before it")
+        if not task.ranks or any(not 0 <= r < graph.ranks for r in task.ranks):
+            raise SpecError(f"Chakra task {i} ({task.name[:80]!r}) runs on ranks {task.ranks[:8]}: outside 0 to "
+                            f"{graph.ranks - 1}")
+        if not 0 <= task.duration_ns < 2**62:
+            raise SpecError(f"Chakra task {i} ({task.name[:80]!r}): duration {task.duration_ns} ns")
+    return graph
 
 
 def _ours(traces: dict[int, tuple[Any, list[Any]]], metas: dict[int, dict[str, Any]]) -> TaskGraph:
     ranks = max(max(m.get("ranks", 0) for m in metas.values()), max(traces) + 1)
+    if not 0 < ranks <= MAX_DEVICES:
+        raise SpecError(f"Chakra metadata: ranks = {ranks}; 1 to {MAX_DEVICES:,} are read")
     labels, weights = [f"rank {r}" for r in range(ranks)], [1] * ranks
     tasks: dict[int, Task] = {}
     for rank, (_, nodes) in traces.items():
