@@ -3,29 +3,62 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from armillary.comm.channels import ChannelSettings, with_channels
-from armillary.comm.collectives import collective
+from armillary.comm.collectives import collective, send_recv
+from armillary.comm.fabrics import fabric, fabrics, nvlink_domain, with_fabric, with_fabric_nvls_off
 from armillary.comm.sweep import bus_factor, group_of
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
+from armillary.specs.system import System
 from armillary.units import MIB
 from armillary.validation.rows import Unsupported, int_column
 from armillary.validation.vocabulary import clean, system_preset_for
 
 SMALL_MESSAGE_BYTES = MIB  # below this, collectives are latency-bound: reported as their own group
 
+# nccl-tests' binaries and op names (all_reduce_perf, alltoall, reducescatter, sendrecv...) and the usual
+# spellings, without separators
+_OPS = {"allreduce": Collective.ALL_REDUCE, "reducescatter": Collective.REDUCE_SCATTER,
+        "allgather": Collective.ALL_GATHER, "alltoall": Collective.ALL_TO_ALL, "broadcast": Collective.BROADCAST,
+        "bcast": Collective.BROADCAST, "reduce": Collective.REDUCE, "sendrecv": Collective.SEND_RECV}
+
+
+def read_op(text: str) -> Collective:
+    """The collective of the op column: its first word, as nccl-tests / rccl-tests or NCCL spell it
+    ("all_reduce", "allreduce", "all-reduce", "all_reduce_perf", "AllReduce", "alltoall", "send/recv")."""
+    first = re.split(r"[\s(,;]", clean(text).strip(), maxsplit=1)[0]
+    key = re.sub(r"[_\-/.]", "", first).removesuffix("perf")
+    if key not in _OPS:
+        raise Unsupported(f"op {text!r}: not a collective; one of {', '.join(c.value for c in Collective)} "
+                          f"(nccl-tests spellings such as allreduce, alltoall, sendrecv are read too)")
+    return _OPS[key]
+
+
+def nvls_enabled(text: str) -> bool | None:
+    """Whether the row turns NVLink SHARP on or off: NCCL_NVLS_ENABLE=0 / =1 (init.cc), "NVLS off",
+    "NVLS disabled", "without NVLS"; None where it says nothing (NCCL's default: on where the switch reduces).
+    "NCCL_NVLS_ENABLE=0" is off, never read as NVLS on."""
+    setting = re.search(r"nccl_nvls_enable\s*=\s*(\d)", text)
+    if setting:
+        return setting.group(1) != "0"
+    if re.search(r"nvls\W*(off|disabled|no)\b|\bno nvls|without nvls", text):
+        return False
+    return None
+
 
 def pinned_algorithm(op_text: str, metric: str) -> Algorithm:
-    """The algorithm a row pins: NCCL_ALGO=... in the op, or "ring" / "NVLS" in the metric ("NVLS off",
-    "NVLS disabled" pin nothing but turn the in-network path off, which the ring then is)."""
+    """The algorithm a row pins: NCCL_ALGO=... in the op, or "ring" / "NVLS" naming the measured algorithm in
+    the metric. NVLS off (NCCL_NVLS_ENABLE=0, "NVLS off") pins nothing by itself: it turns the in-switch
+    reduction off (`nvls_enabled`); a metric that says NVLS ran "if chosen" (NCCL's default) pins nothing."""
     pinned = re.search(r"nccl_algo\s*=\s*([a-z_]+)", op_text)
     name = pinned.group(1) if pinned else ""
-    nvls_off = re.search(r"nvls\W*(off|disabled|no)\b|no nvls|without nvls", metric) is not None
-    if name in ("nvls", "nvlstree", "collnet", "collnetdirect", "collnetchain") or (
-            "nvls" in metric and not nvls_off):
+    nvls_off = nvls_enabled(metric) is False
+    named_nvls = re.search(r"\bnvls\b(?!\s+if\b)", re.sub(r"nccl_nvls_enable\s*=\s*\d", "", metric))
+    if name in ("nvls", "nvlstree", "collnet", "collnetdirect", "collnetchain") or (named_nvls and not nvls_off):
         return Algorithm.IN_NETWORK
-    if name == "ring" or "ring" in metric or nvls_off:
+    if name == "ring" or re.search(r"\bring\b", metric):
         return Algorithm.RING
     if name == "tree":
         return Algorithm.TREE
@@ -64,15 +97,197 @@ def best_of_runs(row: dict[str, str], measured: float) -> tuple[float, bool]:
     return measured, False
 
 
+# --- the system a row ran on: compute fabric, NICs per GPU, NVLink domain --------------------------------
+
+# a clause about another network than the compute fabric: storage, management, front-end, a DPU
+_OTHER_NETWORK = re.compile(r"storage|management|\bmgmt\b|bluefield|\bdpus?\b|front-?end|gvnic|out-of-band|in-band|"
+                            r"\bboot\b|\bethernet for (?:the )?(?:host|cpu)")
+# the fabric families a row's words name, in the order they are tried (EFA and TCPXO rows may also say RDMA or
+# Ethernet; a Pollara NIC runs RoCE over Ethernet)
+_FAMILY_WORDS = (
+    ("efa", re.compile(r"\befa\b|elastic fabric adapter")),
+    ("tcpxo", re.compile(r"\btcpxo?\b|gpudirect-tcpx")),
+    ("pollara", re.compile(r"pollara|\bainic\b")),
+    ("omni-path", re.compile(r"omni-?path|\bopa\b")),
+    ("roce", re.compile(r"\broce(?:v2)?\b|rdma over converged|spectrum-x|rdma cluster network|\bgib\b")),
+    ("infiniband", re.compile(r"infiniband|\bib\b|\b[nhex]dr\b|quantum-?2")),
+    ("ethernet", re.compile(r"ethernet|\bgbe\b|\btcp\b")),
+)
+_IB_GENERATIONS = {"edr": 100e9, "hdr": 200e9, "ndr": 400e9, "xdr": 800e9}  # Gb/s per port (IBTA)
+_RATE = r"(\d+(?:\.\d+)?)\s*([tg])(?:b(?:it)?(?:/s|ps)|bps)"
+_COUNT_RATE = re.compile(r"(\d+)\s*[x\u00d7]\s*(?:(\d+)\s*[x\u00d7]\s*)?(?:[a-z][\w\-./]*\s+){0,4}?" + _RATE)
+_TOTAL = re.compile(r"=\s*" + _RATE + r"\s*(?:per|/)\s*(node|host|instance|server|tray)")
+_COUNT_ONLY = re.compile(r"(\d+)\s*[x\u00d7]\s*(?:[a-z][\w\-./]*\s+){0,3}?\b([nhex]dr)\b")
+_NICS_PER_GPU = re.compile(r"(\d+)\s*(?:nics?|hcas?|ports?|cards?)?\s*per\s+gpu\b")
+_PER_UNIT = re.compile(r"per\s+(?:(\d+)-gpu\s+)?(gpu|node|host|instance|server|tray)\b")
+
+
+@dataclass(frozen=True)
+class SystemReading:
+    """What a row says about its system: the preset, the compute fabric (a fabric preset name, or None for one
+    node), the compute NICs' bytes/s per GPU where stated, NVLink SHARP on/off/unstated, the GPUs of one NVLink
+    domain the group fills, and each assumption made on the way."""
+
+    preset: str
+    fabric: str | None
+    gpu_bandwidth: float | None
+    nvls: bool | None
+    assumptions: tuple[str, ...]
+
+
+def compute_network_text(text: str) -> str:
+    """The parts of a network description about the compute fabric: clauses (split at ; , ( ) + and "plus")
+    about storage, management, front-end networks or a DPU are left out, and NCCL_* settings are removed (a
+    RoCE row's NCCL_IB_HCA names the verbs API, not InfiniBand)."""
+    text = re.sub(r"nccl_\w+\s*=\s*\S+", " ", clean(text))
+    clauses = re.split(r"[;,()+]|\bplus\b|\band\b(?=\s*\d)", text)
+    return " ; ".join(c.strip() for c in clauses if c.strip() and not _OTHER_NETWORK.search(c))
+
+
+def fabric_family(text: str) -> tuple[str | None, tuple[str, ...]]:
+    """The fabric family the compute-network text names (the first of `_FAMILY_WORDS`), and the others it
+    also names (two competing readings)."""
+    named = [family for family, words in _FAMILY_WORDS if words.search(text)]
+    if "roce" in named and "ethernet" in named:
+        named.remove("ethernet")  # RoCE runs over Ethernet: one reading
+    if "pollara" in named:
+        named = ["pollara"]  # the Pollara NIC runs RoCE v2 over Ethernet
+    if named[:1] in (["efa"], ["tcpxo"]):
+        named = named[:1]  # EFA / TCPXO rows also say RDMA, Ethernet or the IB verbs plugin
+    return (named[0] if named else None), tuple(named[1:])
+
+
+def nic_bandwidth_per_gpu(text: str, gpus_per_host: int) -> tuple[float | None, str]:
+    """Bytes/s of compute NICs per GPU from "8 x 400 Gb/s per node", "8 x 2 x 400 Gb/s = 6.4 Tb/s per node",
+    "4 x 400 Gb/s RDMA per 4-GPU host", "8x HDR IB per node", "1 NIC per GPU": the count times the rate, over
+    the GPUs of the unit named (a node / host / instance has `gpus_per_host` GPUs: a GB200 tray's 4, never the
+    72 of its NVLink domain). Returns (None, "") where no rate is stated, else the value and how it was read."""
+    total = _TOTAL.search(text)
+    count_rate = _COUNT_RATE.search(text)
+    if total:
+        bits = float(total.group(1)) * (1e12 if total.group(2) == "t" else 1e9)
+        return bits / 8 / gpus_per_host, f"{total.group(0).lstrip('= ')} over {gpus_per_host} GPUs"
+    if count_rate:
+        count = int(count_rate.group(1)) * int(count_rate.group(2) or 1)
+        bits = count * float(count_rate.group(3)) * (1e12 if count_rate.group(4) == "t" else 1e9)
+        read = count_rate.group(0)
+    elif (only := _COUNT_ONLY.search(text)) is not None:
+        count, bits = int(only.group(1)), int(only.group(1)) * _IB_GENERATIONS[only.group(2)]
+        read = only.group(0)
+    else:
+        return None, ""
+    after = text[text.find(read):].split(";", 1)[0]  # the unit belongs to the same clause
+    unit = _PER_UNIT.search(after)
+    if unit and unit.group(2) == "gpu" and not unit.group(1):
+        return bits / 8, f"{read} per GPU"
+    if unit is None and (ratio := _NICS_PER_GPU.search(text)) is not None:  # "(1 NIC per GPU)", "(2 per GPU)"
+        return bits / count * int(ratio.group(1)) / 8, f"{read}, {ratio.group(0)}"
+    gpus = int(unit.group(1)) if unit and unit.group(1) else gpus_per_host
+    said = "" if unit else " (per node assumed: no unit stated)"
+    return bits / 8 / gpus, f"{read} over {gpus} GPUs{said}"
+
+
+def _fabric_of(family: str, text: str, rate: float | None, preset: str, infiniband_reduces: bool) -> str:
+    """The fabric preset for a family and what else the row says."""
+    if family == "infiniband":
+        generation = re.search(r"\b([hnx]dr)\b", text)
+        nic = rate if rate is not None else None
+        name = generation.group(1) if generation else (
+            {25e9: "hdr", 50e9: "ndr", 100e9: "xdr"}.get(nic or 0.0, "ndr"))
+        return "infiniband-ndr-sharp" if infiniband_reduces and name == "ndr" else f"infiniband-{name}"
+    if family == "roce":
+        return "gcp-rdma" if re.search(r"\bgib\b|google|gcp|gpu\d*rdma", text) or preset == "gcp-a4" else "roce-oci"
+    if family == "efa":
+        return "efa-v4" if rate is not None and rate >= 50e9 else "efa-v1"
+    return {"tcpxo": "gcp-tcpxo", "pollara": "pollara", "omni-path": "omni-path"}[family]
+
+
+def _native_fabric(preset: str) -> str | None:
+    """The fabric whose calibrated dimension is this preset's own outermost tier."""
+    return next((name for name, f in fabrics().items() if f.dimension_of == preset and f.dimension == {}), None)
+
+
+def read_system(row: dict[str, str]) -> SystemReading:
+    """The system a collective row ran on, from its gpu, intra_net, inter_net, framework and op columns."""
+    preset = system_preset_for(row.get("gpu"))
+    if preset is None:
+        raise Unsupported(f"gpu: no system preset for {row.get('gpu')!r}")
+    n_gpus = int_column(row, "n_gpus") or 0
+    system = load_system(preset)
+    nvl = nvlink_domain()
+    rack_scale = system.network[0].size >= nvl.domain_gpus
+    gpus_per_host = nvl.tray_gpus if rack_scale else system.network[0].size
+    settings = clean(f"{row.get('framework')} {row.get('op')} {row.get('metric')} {row.get('inter_net')}")
+    nvls = nvls_enabled(settings)
+    notes: list[str] = []
+    if nvls is False:
+        notes.append("NVLS off (NCCL_NVLS_ENABLE=0 / NVLS disabled): the NVLink switch does not reduce")
+    domain = system.network[0].size
+    multi_node = n_gpus > domain or (not rack_scale and n_gpus > system.network[0].size)
+    if rack_scale:
+        hosts = -(-n_gpus // gpus_per_host)
+        notes.append(f"NVLink domain of {nvl.domain_gpus} GPUs (racks of {nvl.domain_gpus // gpus_per_host} trays "
+                     f"of {gpus_per_host}); {hosts} host(s) of {gpus_per_host} GPUs"
+                     + ("" if multi_node else ", inside one rack"))
+    inter = clean(row.get("inter_net"))
+    if not multi_node:
+        return SystemReading(preset, None, None, nvls, tuple(notes))
+    text = compute_network_text(inter)
+    family, others = fabric_family(text)
+    rate, how = nic_bandwidth_per_gpu(text, gpus_per_host)
+    native = _native_fabric(preset)
+    if family is None:
+        if native is None:
+            name = system.network[-1].name
+            notes.append(f"inter_net: no compute fabric named ({row.get('inter_net')!r}); the preset's own "
+                         f"scale-out tier assumed ({name})")
+            return SystemReading(preset, None, rate, nvls, tuple(notes))
+        notes.append(f"inter_net: no compute fabric named; the preset's fabric {native} assumed")
+        return SystemReading(preset, native, rate, nvls, tuple(notes))
+    if family == "ethernet":
+        raise Unsupported(f"inter_net: plain Ethernet without RDMA ({row.get('inter_net')!r}) has no fabric preset; "
+                          f"known fabrics: {', '.join(sorted(fabrics()))}")
+    if others:
+        notes.append(f"inter_net names {family} and also {', '.join(others)}: {family} taken (named first)")
+    reduces = re.search(r"nccl_collnet_enable\s*=\s*1", settings) is not None
+    name = _fabric_of(family, text, rate, preset, reduces)
+    if reduces and family != "infiniband":
+        notes.append(f"NCCL_COLLNET_ENABLE=1 has no effect on {family}: no in-network reduction")
+    notes.append(f"fabric {name} (inter_net: {family})")
+    if rate is not None:
+        notes.append(f"NICs {rate * 8 / 1e9:g} Gb/s per GPU ({how})")
+    else:  # the NICs this GPU's shipped system has (the fabric's own NIC rate could be another generation's)
+        outer = system.network[-1]
+        rate = outer.bandwidth / outer.shared_by if len(system.network) > 1 else fabric(name).gpu_bandwidth
+        notes.append(f"NICs not stated: {rate * 8 / 1e9:g} Gb/s per GPU assumed (the {preset} preset's)")
+    return SystemReading(preset, name, rate, nvls, tuple(notes))
+
+
+def system_of(reading: SystemReading, n_gpus: int, settings: ChannelSettings) -> System:
+    """The system sized to the row's GPUs, its scale-out tier on the row's fabric, NVLS as the row sets it,
+    with the row's channel settings. Across rack-scale NVLink domains the library runs what the domain
+    preset says (`nvlink_domains.<name>.across_domains`)."""
+    system = load_system(reading.preset, n_gpus)
+    if reading.fabric is not None or reading.nvls is False:
+        if reading.fabric is not None:
+            system = with_fabric(system, reading.fabric, reading.gpu_bandwidth, reading.nvls is not False)
+            source = fabric(reading.fabric).dimension_of
+            if source is not None and load_system(source).device.name != system.device.name:
+                # a per-channel limit fitted on another GPU's node does not carry over
+                system = system.with_dimension(len(system.network) - 1, channels=None, channel_bandwidth=None)
+        else:
+            system = with_fabric_nvls_off(system)
+        if load_system(reading.preset).network[0].size >= nvlink_domain().domain_gpus and len(system.network) > 1:
+            system = system.with_dimension(len(system.network) - 1, algorithms=nvlink_domain().across_domains)
+    return with_channels(system, settings)
+
+
 def predict_collective(row: dict[str, str]) -> tuple[str, float, tuple[str, ...]]:
     """(what is compared, the predicted value in the row's unit, what was assumed) for a collective row:
     nccl-tests bus bandwidth in GB/s, or its time (us, ms, s)."""
     metric, unit = clean(row.get("metric")), clean(row.get("unit"))
     op_text = clean(row.get("op"))
-    try:
-        op = Collective(re.split(r"[\s(]", op_text, maxsplit=1)[0])
-    except ValueError:
-        raise Unsupported(f"op {row.get('op')!r}: not one of {', '.join(c.value for c in Collective)}") from None
+    op = read_op(op_text)
     n_gpus = int_column(row, "n_gpus")
     if n_gpus is None:
         raise Unsupported(f"n_gpus: not stated ({row.get('n_gpus')!r})")
@@ -80,15 +295,16 @@ def predict_collective(row: dict[str, str]) -> tuple[str, float, tuple[str, ...]
         size = float(row.get("msg_bytes") or "")
     except ValueError:
         raise Unsupported(f"msg_bytes: the message size is not stated ({row.get('msg_bytes')!r})") from None
-    preset = system_preset_for(row.get("gpu"))
-    if preset is None:
-        raise Unsupported(f"gpu: no system preset for {row.get('gpu')!r}")
+    reading = read_system(row)
     settings = channel_settings(f"{op_text} {clean(row.get('framework'))}")
-    system = with_channels(load_system(preset, n_gpus), settings)
+    system = system_of(reading, n_gpus, settings)
     algorithm = pinned_algorithm(op_text, metric)
     group = group_of(system, n_gpus)
-    time = float(collective(op, size, group, system, algorithm).cost.time)
-    notes = (f"system {preset}", f"algorithm {algorithm.value}") + (
+    if op is Collective.SEND_RECV:
+        time = float(send_recv(size, group, system).time)
+    else:
+        time = float(collective(op, size, group, system, algorithm).cost.time)
+    notes = (f"system {reading.preset}", *reading.assumptions, f"algorithm {algorithm.value}") + (
         (f"ring channels {max(d.channels or 0 for d in system.network)} (NCCL settings)",) if settings.any else ())
     if metric.startswith("busbw") or "bus bandwidth" in metric:
         return "busbw [GB/s]", size / time * float(bus_factor(op, group.size)) / 1e9, notes
