@@ -24,16 +24,11 @@ from armillary.api import (
     simulate_serving,
     validate,
 )
-from armillary.comm.sweep import SweepRow
 from armillary.errors import ArmillaryError, MissingExtra, SpecError
-from armillary.estimate.compare import Comparison
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
 from armillary.estimate.result import CommCall, LayerCost, MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
-from armillary.search.inference import InferenceSearchResult, InferenceSpace
 from armillary.search.run import Candidate, Objective, SearchResult
 from armillary.search.space import StrategySpace
-from armillary.search.systems import CoDesignResult, SystemSpace
-from armillary.serving.trace import Trace, load_trace, poisson_trace
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.loading import load_device, load_model, load_strategy, load_system, load_workload
@@ -53,22 +48,38 @@ from armillary.specs.strategy import (
 )
 from armillary.specs.system import Device, MemoryTier, Precision, System
 from armillary.specs.workload import Inference, KvCache, Serving, StoredPrecision, Training
-from armillary.validation.run import RowResult
 
 if TYPE_CHECKING:
+    from armillary.comm.sweep import SweepRow
+    from armillary.estimate.compare import Comparison
+    from armillary.search.inference import InferenceSearchResult, InferenceSpace
+    from armillary.search.systems import CoDesignResult, SystemSpace
     from armillary.serving.run import Percentiles, ServingResult
+    from armillary.serving.trace import Trace, load_trace, poisson_trace
     from armillary.simulate.inference import InferenceSimulation
     from armillary.simulate.run import SimulationResult
+    from armillary.validation.run import RowResult
 
-# results of the simulators, whose numba kernels load in about half a second: imported on first access
+# imported on first access: the simulators' results (their numba kernels load in about half a second) and what
+# only some calls need (search spaces, serving traces, the validation harness), so that `import armillary`
+# costs about what numpy and pydantic cost
 _LAZY = {"Percentiles": "armillary.serving.run", "ServingResult": "armillary.serving.run",
-         "InferenceSimulation": "armillary.simulate.inference", "SimulationResult": "armillary.simulate.run"}
+         "InferenceSimulation": "armillary.simulate.inference", "SimulationResult": "armillary.simulate.run",
+         "SweepRow": "armillary.comm.sweep", "Comparison": "armillary.estimate.compare",
+         "InferenceSearchResult": "armillary.search.inference", "InferenceSpace": "armillary.search.inference",
+         "CoDesignResult": "armillary.search.systems", "SystemSpace": "armillary.search.systems",
+         "Trace": "armillary.serving.trace", "load_trace": "armillary.serving.trace",
+         "poisson_trace": "armillary.serving.trace", "RowResult": "armillary.validation.run"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'armillary' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 try:

@@ -15,40 +15,36 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from armillary import defaults
-from armillary.comm.sweep import SweepRow, collective_sweep, group_of
 from armillary.errors import SpecError
-from armillary.estimate.compare import Comparison, compare
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.run import estimate_run
 from armillary.plan.arrays import ModelArrays
 from armillary.plan.layout import data_parallel
-from armillary.search.inference import InferenceSearchResult, InferenceSpace, search_inference
-from armillary.search.run import Executor, Objective, SearchResult, serial
-from armillary.search.run import search as search_strategies
-from armillary.search.space import StrategySpace
-from armillary.search.systems import CoDesignResult, SystemSpace
-from armillary.search.systems import codesign as codesign_systems
-from armillary.serving.engine import with_engine
-from armillary.serving.trace import Trace, generated_trace, load_trace
+from armillary.search.run import Executor, Objective, serial
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_model, load_spec, load_strategy, load_system, load_workload
 from armillary.specs.model import Model
-from armillary.specs.overrides import parse_override
-from armillary.specs.run import load_run
 from armillary.specs.strategy import Schedule, Strategy
 from armillary.specs.system import System
-from armillary.specs.variants import variant_of
 from armillary.specs.workload import Inference, Training, Workload
 from armillary.validation.bands import error_band, inference_error_band
-from armillary.validation.run import DEFAULT_CSV, RowResult
-from armillary.validation.run import validate as validate_rows
 from armillary.workload.parameters import count_parameters
 
-if TYPE_CHECKING:  # the simulators compile numba kernels: loaded on first use, not at import
+# what only some calls need loads on first use: the simulators (numba kernels), search spaces, the
+# validation harness, collective sweeps, run files and their variants
+if TYPE_CHECKING:
+    from armillary.comm.sweep import SweepRow
+    from armillary.estimate.compare import Comparison
+    from armillary.search.inference import InferenceSearchResult, InferenceSpace
+    from armillary.search.run import SearchResult
+    from armillary.search.space import StrategySpace
+    from armillary.search.systems import CoDesignResult, SystemSpace
     from armillary.serving.run import ServingResult
+    from armillary.serving.trace import Trace
     from armillary.simulate.inference import InferenceSimulation
     from armillary.simulate.run import SimulationResult
+    from armillary.validation.run import RowResult
 
 ModelLike = Model | str | dict[str, Any]
 SystemLike = System | str | dict[str, Any]
@@ -89,6 +85,11 @@ def compare_variants(run_file: Path | str, variants: Sequence[str | Mapping[str,
     set of --set style overrides, as text ('strategy.tp=4,strategy.pp=2', optionally 'NAME: ...') or a
     mapping {'strategy.tp': 4}; `overrides` apply to every column first. Columns: the run file's name, then
     each variant's."""
+    from armillary.estimate.compare import compare
+    from armillary.specs.overrides import parse_override
+    from armillary.specs.run import load_run
+    from armillary.specs.variants import variant_of
+
     base = [parse_override(o) if isinstance(o, str) else o for o in overrides]
     named: list[tuple[str, list[tuple[str, Any]]]] = [(Path(run_file).stem, base)]
     named += [(v.name, [*base, *v.overrides]) for v in map(variant_of, variants)]
@@ -112,6 +113,10 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
     st, w = load_strategy(strategy), load_workload(workload)
     if not isinstance(w, Inference):
         raise SpecError("workload: serving needs an inference workload (kind: inference)")
+    from armillary.serving.engine import with_engine
+    from armillary.serving.run import serve_trace
+    from armillary.serving.trace import generated_trace, load_trace
+
     if trace is None:
         if w.serving.trace is not None:
             trace = load_trace(w.serving.trace)
@@ -119,8 +124,6 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
             raise SpecError("serving: give a rate and a duration, or a trace (workload.serving.trace)")
         else:
             trace = generated_trace(w, rate, duration_s)
-    from armillary.serving.run import serve_trace
-
     served = serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace)
     engine = with_engine(w, None)[1]
     return replace(served, error_band=inference_error_band(m, sysm, st, w, engine.name if engine else "no engine"))
@@ -136,6 +139,10 @@ def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strateg
     fields outside the space from `strategy` (default `defaults.SEARCH_BASE_STRATEGY`). Inference: the
     configurations of an `InferenceSpace` (it states the TPOT limit) with the most output tokens/s per
     device."""
+    from armillary.search.inference import InferenceSpace, search_inference
+    from armillary.search.run import search as search_strategies
+    from armillary.search.space import StrategySpace
+
     m, sysm, w = load_model(model), load_system(system, gpus), load_workload(workload)
     base = load_strategy(strategy if strategy is not None else defaults.SEARCH_BASE_STRATEGY)
     if isinstance(w, Inference):
@@ -158,6 +165,10 @@ def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
              executor: Executor = serial) -> CoDesignResult:
     """For every system of `systems` (variants of `system`), the fastest strategy of `space`; the time /
     cost / power Pareto front."""
+    from armillary.search.space import StrategySpace
+    from armillary.search.systems import SystemSpace
+    from armillary.search.systems import codesign as codesign_systems
+
     w = load_workload(workload)
     if not isinstance(w, Training):
         raise SpecError("workload: co-design searches a training workload")
@@ -193,11 +204,14 @@ def simulate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workl
     return simulate_training(m, sysm, st, w, chosen, symmetric, stragglers, jitter, seed)
 
 
-def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training", "inference", "collective"),
+def validate(path: Path | str | None = None, kinds: Iterable[str] = ("training", "inference", "collective"),
              progress: Callable[[list[dict[str, str]]], Iterable[dict[str, str]]] = iter) -> list[RowResult]:
     """Every measured row of `kinds` in the validation CSV (default: the shipped copy), predicted and
     compared, or skipped with the reason."""
-    return validate_rows(path, kinds, progress)
+    from armillary.validation.run import DEFAULT_CSV
+    from armillary.validation.run import validate as validate_rows
+
+    return validate_rows(DEFAULT_CSV if path is None else path, kinds, progress)
 
 
 @overload
@@ -227,6 +241,8 @@ def collective(op: Collective | str, size_bytes: float | Sequence[float] | np.nd
                         f"{', '.join(c.value for c in Composition)}") from None
     if operation is Collective.SEND_RECV:
         raise SpecError("op: send_recv is point-to-point, not a collective")
+    from armillary.comm.sweep import collective_sweep, group_of
+
     sysm = load_system(system, gpus)
     gpus = sysm.devices if gpus is None else gpus  # as everywhere: None is the system's own size
     try:
