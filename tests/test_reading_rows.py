@@ -93,3 +93,20 @@ def test_lora_fine_tuning_is_refused_rather_than_trained_as_a_full_model():
     with pytest.raises(Unsupported, match="LoRA"):
         row_specs({**GPT, "model": "Llama 2 70B LoRA fine-tuning (rank 16, frozen base)"})
     assert row_specs({**GPT, "model": "GPT-3 175B (explored, see notes)"})  # negative: no adapter named
+
+
+def test_a_framework_is_read_by_its_own_name_not_by_a_keyword_it_mentions():
+    meta = {**GPT, "framework": "Meta internal (FSDP + 4D parallel, NCCLX)", "source": "arXiv:2407.21783",
+            "notes": "FSDP shards optimizer states and gradients; model shards not resharded after forward."}
+    spec = row_specs(meta)[0]
+    assert any("Llama 3 training stack" in n for n in spec.assumptions)
+    assert int(spec.strategy.zero) == 2 and spec.strategy.sequence_parallel
+    # negative: an explanation of FSDP's modes in the notes does not change the sharding the framework names
+    foundry = {**GPT, "tp": "1", "pp": "1", "framework": "llm-foundry, FSDP FULL_SHARD",
+               "notes": "FULL_SHARD ~ ZeRO-3, SHARD_GRAD_OP ~ ZeRO-2 (for reference)"}
+    assert int(row_specs(foundry)[0].strategy.zero) == 3
+
+
+def test_interleaving_without_its_depth_is_a_recorded_assumption():
+    spec = row_specs({**GPT, "vpp": "interleaved (V not stated)"})[0]
+    assert spec.strategy.vpp == 1 and any("without the chunks per stage" in n for n in spec.assumptions)

@@ -19,6 +19,7 @@ from armillary.specs.stack import SoftwareStack, hopper_or_later
 from armillary.specs.strategy import Recompute, Strategy, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Training
+from armillary.validation.reading import about_the_run
 from armillary.validation.vocabulary import (
     clean,
     deduplicated_dispatch,
@@ -304,6 +305,11 @@ def _strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: lis
     fsdp_degree = re.search(r"fsdp=(\d+)", other)
     sharding = sharding_of(framework) or (ZeroStage.PARAMETERS if fsdp_degree and int(fsdp_degree.group(1)) > 0
                                           else None)
+    kept = "; ".join(about_the_run(row.get("notes", "")))
+    if (sharding or out["zero"]) is ZeroStage.PARAMETERS and sharding_of(kept) is ZeroStage.GRADIENTS \
+            and re.search(r"reshard", kept, re.I):
+        sharding = ZeroStage.GRADIENTS  # FSDP keeping the gathered parameters from forward to backward
+        notes.append("zero=2: the notes say the parameters are not resharded after the forward pass")
     if sharding is not None:
         out["zero"] = sharding
     if re.search(r"tp-comm-overlap|tp comm overlap|async ?tp|collective matmul", f"{framework} "
@@ -318,7 +324,11 @@ def _strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: lis
         if deduplicated_dispatch(f"{framework} {clean(row.get('notes'))}"):
             moe["routing"] = {"dispatch_dedup": True}
             notes.append("dispatch_dedup (the row names DeepEP / HybridEP: one copy per node and device)")
-    return dict(**out, **moe, tp=tp, pp=pp, cp=cp, dp=dp, vpp=int_column(row, "vpp") or 1, micro_batch=mbs)
+    vpp = int_column(row, "vpp")
+    if vpp is None and re.search(r"interleav", clean(row.get("vpp"))):
+        notes.append(f"vpp=1: the row says {row.get('vpp')!r} without the chunks per stage (the bubble of an "
+                     "interleaved schedule is overstated)")
+    return dict(**out, **moe, tp=tp, pp=pp, cp=cp, dp=dp, vpp=vpp or 1, micro_batch=mbs)
 
 
 # module recompute of the MoE recipes (Megatron MoE model zoo, Qwen3 and DeepSeek-V3 best practice on H100:

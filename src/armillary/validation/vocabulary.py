@@ -112,7 +112,9 @@ def sharding_of(text: str | None) -> ZeroStage | None:
     value = clean(text)
     if re.search(r"no_shard|ddp only|zero[- ]?(stage[- ]?)?0\b", value):
         return ZeroStage.NONE
-    if re.search(r"shard_grad_op|zero[- ]?(stage[- ]?)?2\b", value):
+    # FSDP that keeps the gathered parameters from the forward to the backward holds them like ZeRO-2
+    if re.search(r"shard_grad_op|zero[- ]?(stage[- ]?)?2\b|not reshard(ed)? after (the )?forward|"
+                 r"reshard_after_forward\s*[=:]\s*false", value):
         return ZeroStage.GRADIENTS
     if re.search(r"full_shard|hybrid_shard|zero[- ]?(stage[- ]?)?3\b|\bfsdp|fully_shard|zero[- ]infinity", value):
         return ZeroStage.PARAMETERS
