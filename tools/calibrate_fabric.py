@@ -4,6 +4,14 @@ CSV with one id prefix, and print the fitted fields to paste into the system pre
 description per system, fitted on one sweep, then checked on every other row of that fabric.
 
 Run: python tools/calibrate_fabric.py SYSTEM ROW-PREFIX [--then ROW-PREFIX] [--csv PATH]
+     python tools/calibrate_fabric.py --fabric NAME ROW-PREFIX [ROW-PREFIX ...] [--csv PATH]
+  --fabric one fabric preset (presets/network/fabrics.yaml) fitted on every listed sweep at once, each row read
+           by the harness (validation/collective_rows.py: its system, NICs and NVLink domain): the
+           large-message efficiency on the rows of 1 MiB and above, the per-step latency on the rows below
+           (least absolute log error, alternated: the mean |error| the acceptance reads, and one odd sweep
+           cannot drag it), for each of the algorithm sets the library could run
+           across nodes there (ring only, or ring and the pipelined tree); prints the fields and the mean
+           |error| per sweep of each, so the choice is recorded with its evidence
   --then   a second sweep that runs another algorithm: its large-message efficiency is fitted on it
            (comm.calibration.fit_efficiency); the latency and size ramp stay those of the first sweep. Where the
            first sweep's largest message ran NCCL's tree and the second pins the ring, the first ramp becomes the
@@ -29,8 +37,11 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from armillary.comm.calibration import (
@@ -43,11 +54,19 @@ from armillary.comm.calibration import (
     fitted_dimension,
 )
 from armillary.comm.channels import with_channels
+from armillary.comm.fabrics import fabric_dimension
 from armillary.comm.sweep import bus_factor
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
 from armillary.specs.system import System
-from armillary.validation.collective_rows import channel_settings, pinned_algorithm
+from armillary.units import MIB
+from armillary.validation.collective_rows import (
+    best_of_runs,
+    channel_settings,
+    pinned_algorithm,
+    predict_collective,
+    read_system,
+)
 from armillary.validation.run import DEFAULT_CSV, read_rows
 
 
@@ -89,9 +108,89 @@ def default_channels(fitted: System, system: System) -> System:
     return fitted
 
 
+def _fabric_errors(rows: list[dict[str, str]], trial: dict[str, object]) -> list[float]:
+    """log(predicted / measured) of each row with the fabric's dimension fields `trial`."""
+    out = []
+    for row in rows:
+        measured, _ = best_of_runs(row, float(row["value"]))
+        _, predicted, _ = predict_collective(row, trial)
+        out.append(float(np.log(predicted / measured)))
+    return out
+
+
+def monotone(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The rows of one sweep whose time no larger message beats: a larger message is never faster, so a size
+    measured slower than a larger one carries start-up or warm-up cost (nccl-tests' first size; a benchmark
+    without warm-up iterations), not the fabric's latency."""
+    def seconds(row: dict[str, str]) -> float:
+        size, value = float(row["msg_bytes"]), best_of_runs(row, float(row["value"]))[0]
+        if row["metric"].lower().startswith("time"):
+            return value * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[row["unit"].strip().lower()]
+        return size / value  # busbw or algbw: time up to the sweep's constant bus factor
+    timed = sorted(((float(r["msg_bytes"]), seconds(r), r) for r in rows
+                    if r["metric"].lower().startswith(("time", "busbw", "algbw"))), key=lambda x: x[0])
+    kept, fastest_above = [], float("inf")
+    for _, t, row in reversed(timed):
+        if t <= fastest_above * (1 + 1e-9):
+            kept.append(row)
+        fastest_above = min(fastest_above, t)
+    return kept[::-1]
+
+
+def _loss(rows: list[dict[str, str]], trial: dict[str, object], field: str, value: float) -> float:
+    """Summed |log error| of `rows` with `field` of the fabric's dimension at `value`."""
+    return sum(abs(x) for x in _fabric_errors(rows, {**trial, field: value}))
+
+
+def _golden(f: Callable[[float], float], lo: float, hi: float, iterations: int = 40) -> float:
+    """Minimum of f on [lo, hi] in log space (golden section)."""
+    a, b = np.log(lo), np.log(hi)
+    g = (np.sqrt(5) - 1) / 2
+    for _ in range(iterations):
+        c, d = b - g * (b - a), a + g * (b - a)
+        if f(float(np.exp(c))) < f(float(np.exp(d))):
+            b = d
+        else:
+            a = c
+    return float(np.exp((a + b) / 2))
+
+
+def fit_fabric(name: str, prefixes: list[str], csv: Path) -> None:
+    """Efficiency (rows >= 1 MiB) and latency (rows < 1 MiB) of fabric `name` on the listed sweeps, for each
+    algorithm set; busbw and time rows alike (a time row is compared as a time, `predict_collective`)."""
+    rows = [r for p in prefixes for r in monotone(rows_of(csv, p))]
+    rows = [r for r in rows if read_system(r).fabric == name]
+    if not rows:
+        raise SystemExit(f"none of the rows of {prefixes} runs on the fabric {name!r}")
+    big = [r for r in rows if float(r["msg_bytes"]) >= MIB]
+    small = [r for r in rows if float(r["msg_bytes"]) < MIB]
+    own = fabric_dimension(name)
+    for algorithms in ((Algorithm.RING,), tuple(a for a in own.algorithms if a is not Algorithm.IN_NETWORK)):
+        trial: dict[str, object] = {"algorithms": algorithms, "latency": own.latency}
+        for _ in range(3 if small else 1):
+            if big:
+                trial["efficiency"] = _golden(partial(_loss, big, trial, "efficiency"), 0.05, 1.0)
+            if small:
+                trial["latency"] = _golden(partial(_loss, small, trial, "latency"), 1e-7, 1e-2)
+        efficiency, latency = trial.get("efficiency", own.efficiency), float(trial["latency"]) * 1e6  # type: ignore[arg-type]
+        print(f"# fabric {name}, algorithms across nodes {[a.value for a in algorithms]}: "
+              f"efficiency {efficiency:.4f}, latency {latency:.3g} us")
+        for p in prefixes:
+            for label, part in (("  >=1MiB", big), ("  <1MiB", small)):
+                mine = [r for r in part if r["id"].startswith(p + "-")]
+                if mine:
+                    errors = np.abs(np.expm1(_fabric_errors(mine, trial)))
+                    print(f"{label} {p}: {len(mine)} rows, mean |error| {100 * errors.mean():.1f}%")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise SystemExit(__doc__)
+    if argv[0] == "--fabric":
+        csv = Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV
+        names = [a for a in argv[2:] if not a.startswith("--") and a != str(csv)]
+        fit_fabric(argv[1], names, csv)
+        return
     system_name, prefix = argv[0], argv[1]
     csv = Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV
     first = rows_of(csv, prefix)

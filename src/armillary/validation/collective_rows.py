@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from armillary.comm.channels import ChannelSettings, with_channels
@@ -263,10 +264,31 @@ def read_system(row: dict[str, str]) -> SystemReading:
     return SystemReading(preset, name, rate, nvls, tuple(notes))
 
 
-def system_of(reading: SystemReading, n_gpus: int, settings: ChannelSettings) -> System:
+# the fabric classes residuals and error bands are kept by (a fabric family, or the NVLink domain alone)
+FABRIC_CLASSES = {"infiniband": "InfiniBand", "efa": "EFA", "roce": "RoCE", "tcpxo": "Ethernet/GCP",
+                  "pollara": "Pollara", "omni-path": "Omni-Path"}
+ONE_DOMAIN = "one NVLink domain"
+NVL72_RACKS = "NVL72 multi-rack"
+
+
+def fabric_class(reading: SystemReading) -> str:
+    """The class of fabric a row's collective crosses: its scale-out fabric family (GCP's RDMA and TCPXO
+    together as Ethernet/GCP), NVL72 racks over any fabric as their own class, or one NVLink domain."""
+    if reading.fabric is None:
+        return ONE_DOMAIN
+    if load_system(reading.preset).network[0].size >= nvlink_domain().domain_gpus:
+        return NVL72_RACKS
+    if reading.fabric.startswith("gcp-"):
+        return FABRIC_CLASSES["tcpxo"]
+    return FABRIC_CLASSES[fabric(reading.fabric).family]
+
+
+def system_of(reading: SystemReading, n_gpus: int, settings: ChannelSettings,
+              trial: Mapping[str, object] | None = None) -> System:
     """The system sized to the row's GPUs, its scale-out tier on the row's fabric, NVLS as the row sets it,
     with the row's channel settings. Across rack-scale NVLink domains the library runs what the domain
-    preset says (`nvlink_domains.<name>.across_domains`)."""
+    preset says (`nvlink_domains.<name>.across_domains`). `trial` replaces fields of the fabric's dimension
+    (tools/calibrate_fabric.py --fabric fits them)."""
     system = load_system(reading.preset, n_gpus)
     if reading.fabric is not None or reading.nvls is False:
         if reading.fabric is not None:
@@ -277,12 +299,15 @@ def system_of(reading: SystemReading, n_gpus: int, settings: ChannelSettings) ->
                 system = system.with_dimension(len(system.network) - 1, channels=None, channel_bandwidth=None)
         else:
             system = with_fabric_nvls_off(system)
+        if trial and reading.fabric is not None and len(system.network) > 1:
+            system = system.with_dimension(len(system.network) - 1, **trial)
         if load_system(reading.preset).network[0].size >= nvlink_domain().domain_gpus and len(system.network) > 1:
             system = system.with_dimension(len(system.network) - 1, algorithms=nvlink_domain().across_domains)
     return with_channels(system, settings)
 
 
-def predict_collective(row: dict[str, str]) -> tuple[str, float, tuple[str, ...]]:
+def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None = None
+                       ) -> tuple[str, float, tuple[str, ...]]:
     """(what is compared, the predicted value in the row's unit, what was assumed) for a collective row:
     nccl-tests bus bandwidth in GB/s, or its time (us, ms, s)."""
     metric, unit = clean(row.get("metric")), clean(row.get("unit"))
@@ -297,7 +322,7 @@ def predict_collective(row: dict[str, str]) -> tuple[str, float, tuple[str, ...]
         raise Unsupported(f"msg_bytes: the message size is not stated ({row.get('msg_bytes')!r})") from None
     reading = read_system(row)
     settings = channel_settings(f"{op_text} {clean(row.get('framework'))}")
-    system = system_of(reading, n_gpus, settings)
+    system = system_of(reading, n_gpus, settings, trial)
     algorithm = pinned_algorithm(op_text, metric)
     group = group_of(system, n_gpus)
     if op is Collective.SEND_RECV:
