@@ -5,6 +5,11 @@ description per system, fitted on one sweep, then checked on every other row of 
 
 Run: python tools/calibrate_fabric.py SYSTEM ROW-PREFIX [--then ROW-PREFIX] [--csv PATH]
      python tools/calibrate_fabric.py --fabric NAME ROW-PREFIX [ROW-PREFIX ...] [--csv PATH]
+     python tools/calibrate_fabric.py --residuals [--csv PATH]
+  --residuals  run every collective row, write validation/data/collective_residuals.json (the error bands of
+           `armillary collective`, by fabric class and size regime) and print each class's mean |error| and the
+           bands' coverage when each sweep is left out (all 134 InfiniBand rows come from one issue thread, so a
+           publication is too coarse a unit to leave out)
   --fabric one fabric preset (presets/network/fabrics.yaml) fitted on every listed sweep at once, each row read
            by the harness (validation/collective_rows.py: its system, NICs and NVLink domain): the
            large-message efficiency on the rows of 1 MiB and above, the per-step latency on the rows below
@@ -61,13 +66,18 @@ from armillary.specs.loading import load_system
 from armillary.specs.system import System
 from armillary.units import MIB
 from armillary.validation.collective_rows import (
+    CollectiveResidual,
+    band_of,
     best_of_runs,
     channel_settings,
+    fabric_class,
+    leave_one_source_out_coverage,
     pinned_algorithm,
     predict_collective,
     read_system,
+    write_collective_residuals,
 )
-from armillary.validation.run import DEFAULT_CSV, read_rows
+from armillary.validation.run import DEFAULT_CSV, read_rows, run_row
 
 
 def rows_of(csv: Path, prefix: str) -> list[dict[str, str]]:
@@ -116,6 +126,31 @@ def _fabric_errors(rows: list[dict[str, str]], trial: dict[str, object]) -> list
         _, predicted, _ = predict_collective(row, trial)
         out.append(float(np.log(predicted / measured)))
     return out
+
+
+def write_residuals(csv: Path) -> None:
+    """Every collective row that runs, as a residual of its fabric class; the classes' errors and coverage."""
+    residuals = []
+    for row in read_rows(csv):
+        if row.get("kind") != "collective":
+            continue
+        result = run_row(row)
+        if result.error is None:
+            continue
+        sweep_id = re.sub(r"-\d+$", "", row["id"])  # one measured sweep (a publication may hold several)
+        residuals.append(CollectiveResidual(row["id"], sweep_id, fabric_class(read_system(row)),
+                                            float(row["msg_bytes"]) < MIB, round(result.error, 6)))
+    write_collective_residuals(residuals)
+    coverage = leave_one_source_out_coverage(residuals)
+    for name in sorted({r.fabric_class for r in residuals}):
+        for small in (False, True):
+            mine = [abs(r.error) for r in residuals if r.fabric_class == name and r.small == small]
+            if mine:
+                band = band_of(name, small, residuals)
+                print(f"{name:20s} {'<1MiB ' if small else '>=1MiB'} {len(mine):4d} rows, mean |error| "
+                      f"{100 * np.mean(mine):6.1f}%, band +-{100 * band.relative:.0f}%")
+        hit, total = coverage[name]
+        print(f"{name:20s} leave-one-sweep-out coverage {hit}/{total} = {hit / total:.0%}")
 
 
 def monotone(rows: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -186,6 +221,9 @@ def fit_fabric(name: str, prefixes: list[str], csv: Path) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise SystemExit(__doc__)
+    if argv[0] == "--residuals":
+        write_residuals(Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV)
+        return
     if argv[0] == "--fabric":
         csv = Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV
         names = [a for a in argv[2:] if not a.startswith("--") and a != str(csv)]

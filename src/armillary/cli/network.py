@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,7 +15,13 @@ from armillary.errors import SpecError
 from armillary.report import records, tables
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_system
+from armillary.specs.system import System
 from armillary.writing import replaced
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from armillary.comm.sweep import SweepRow
 
 _OPS = ", ".join(c.value for c in Collective if c is not Collective.SEND_RECV)
 OpOption = Annotated[str, typer.Option(help=_OPS)]
@@ -35,15 +41,26 @@ def collective_cmd(
         Composition.AUTO.value),
     channels: Annotated[int | None, typer.Option(help="ring channels across nodes, as NCCL_MIN_NCHANNELS = "
                                                  "NCCL_MAX_NCHANNELS = N (default: the system's)")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+    fabric: Annotated[str | None, typer.Option(help="run the scale-out tier on a fabric preset "
+                                               "(presets/network/fabrics.yaml), e.g. roce-oci, efa-v4, pollara; "
+                                               "default: the system's own")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print the rows as JSON, with the algorithm, protocol "
+                                           "and channels chosen, why, and the error band")] = False,
     plot: Annotated[Path | None, typer.Option(help="also save busbw vs size, one line per algorithm the group's "
                                               "dimensions offer, each dimension's bandwidth dashed (PNG, SVG)")] = None,
 ) -> None:
-    """Cost of one collective over a range of sizes, as nccl-tests prints it (time, algbw, busbw)."""
+    """Cost of one collective over a range of sizes, as nccl-tests prints it (time, algbw, busbw), with the
+    algorithm chosen and an error band from the validation residuals of its fabric class."""
     from armillary.comm.sweep import parse_sizes
 
     writable(plot)
     group = load_system(system, gpus)
+    if fabric is not None:
+        from armillary.comm.fabrics import fabrics, with_fabric
+
+        if fabric not in fabrics():
+            raise SpecError(f"--fabric {fabric!r}: one of {', '.join(sorted(fabrics()))}")
+        group = with_fabric(group, fabric)
     if channels is not None:
         from armillary.comm.channels import MAX_CHANNELS, ChannelSettings, with_channels
 
@@ -51,15 +68,50 @@ def collective_cmd(
             raise SpecError(f"--channels: between 1 and {MAX_CHANNELS} (NCCL's MAXCHANNELS), not {channels}")
         group = with_channels(group, ChannelSettings(min_channels=channels, max_channels=channels))
     rows = api.collective(op, parse_sizes(sizes), group, gpus, algorithm, composition)
+    bands, explained = _bands_and_reasons(rows, op, group, gpus, algorithm, composition, fabric)
     if json_out:  # printed first: a failed save does not lose the rows
-        print_json(records.sweep_records(rows), indent=1)
+        print_json([{**record, **reason, "error_band": band}
+                    for record, reason, band in zip(records.sweep_records(rows), explained, bands, strict=True)],
+                   indent=1)
     else:
-        show([tables.sweep_table(rows, op, group)])
+        show([_sweep_table(rows, op, group, bands)])
     if plot is not None:
         from armillary.report.collective_plot import collective_plot, collective_plot_data
 
         collective_plot(collective_plot_data(rows, Collective(op), group, gpus, Algorithm(algorithm),
                                              Composition(composition)), plot)
+
+
+def _bands_and_reasons(rows: list[SweepRow], op: str, system: System, gpus: int, algorithm: str, composition: str,
+                       fabric: str | None) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """Per row: the error band of its fabric class and size regime, and why the model chose what it did."""
+    import numpy as np
+
+    from armillary.comm.explain import explain_sweep
+    from armillary.comm.sweep import group_of
+    from armillary.validation.collective_rows import collective_band
+
+    sizes = np.array([r.size_bytes for r in rows])
+    explained = explain_sweep(Collective(op), sizes, group_of(system, gpus), system, Algorithm(algorithm),
+                              Composition(composition))
+    bands = []
+    for r in rows:
+        band = collective_band(system, gpus, r.size_bytes, fabric)
+        bands.append({"relative": band.relative, "regime": band.regime, "rows": band.rows, "sources": band.sources,
+                      "busbw_low_bytes_per_s": r.busbw_bytes_per_s / (1 + band.relative),
+                      "busbw_high_bytes_per_s": r.busbw_bytes_per_s / max(1 - band.relative, 0.05)})
+    return bands, explained
+
+
+def _sweep_table(rows: list[SweepRow], op: str, system: System, bands: list[dict[str, object]]) -> Table:
+    """The nccl-tests table with each row's error band (a measured busbw within it in 90% of its class's
+    validation rows; the regime in the caption)."""
+    table = tables.sweep_table(rows, op, system)
+    table.add_column("band", justify="right")
+    table.columns[-1]._cells[:] = [f"+-{float(b['relative']):.0%}" for b in bands]  # type: ignore[arg-type]
+    regimes = sorted({str(b["regime"]) for b in bands})
+    table.caption = "error band: " + "; ".join(f"{r}" for r in regimes)
+    return table
 
 
 def commbench_cmd(

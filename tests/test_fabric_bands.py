@@ -1,0 +1,75 @@
+"""Every collective prediction carries an error band from the validation residuals of its fabric class (one
+NVLink domain, InfiniBand, EFA, RoCE, Pollara, Ethernet/GCP, NVL72 racks) and size regime, wider where the
+fabric is uncalibrated; `armillary collective` shows it with why the algorithm was chosen."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from armillary.cli import app
+from armillary.specs.loading import load_system
+from armillary.validation.collective_rows import (
+    ONE_DOMAIN,
+    UNCALIBRATED,
+    CollectiveResidual,
+    band_of,
+    collective_band,
+    leave_one_source_out_coverage,
+    shipped_collective_residuals,
+    system_fabric_class,
+)
+
+
+def test_the_class_follows_the_system_and_the_fabric():
+    assert system_fabric_class(load_system("dgx-h100", 8), 8) == ONE_DOMAIN
+    assert system_fabric_class(load_system("dgx-h100", 64), 64) == "InfiniBand"
+    assert system_fabric_class(load_system("gcp-a3-mega", 16), 16) == "Ethernet/GCP"
+    assert system_fabric_class(load_system("gb200-nvl72", 144), 144) == "NVL72 multi-rack"
+    assert system_fabric_class(load_system("dgx-b200", 32), 32, "efa-v4") == "EFA"
+    assert system_fabric_class(load_system("hgx-h20", 16), 16) is None  # no fabric calibrated it
+
+
+def test_a_small_class_or_an_uncalibrated_fabric_takes_the_wider_pooled_band():
+    residuals = shipped_collective_residuals()
+    pooled = band_of(None, False, residuals)
+    assert UNCALIBRATED in pooled.regime and pooled.rows == sum(not r.small and r.fabric_class != ONE_DOMAIN
+                                                                for r in residuals)
+    ib = collective_band(load_system("dgx-h100", 64), 64, 2**30)
+    assert "InfiniBand" in ib.regime and ib.rows >= 100 and 0 < ib.relative < pooled.relative
+    few = [CollectiveResidual(f"X-{i}", "X", "Omni-Path", False, 0.01) for i in range(3)]
+    assert UNCALIBRATED in band_of("Omni-Path", False, [*residuals, *few]).regime
+
+
+def test_bands_cover_most_rows_of_a_left_out_sweep():
+    coverage = leave_one_source_out_coverage(shipped_collective_residuals())
+    hit = sum(h for h, _ in coverage.values())
+    total = sum(t for _, t in coverage.values())
+    assert hit / total >= 0.8
+    assert {"InfiniBand", "EFA", "RoCE", "NVL72 multi-rack", "Ethernet/GCP"} <= set(coverage)
+
+
+def test_collective_json_explains_the_choice_and_carries_the_band():
+    out = CliRunner().invoke(app, ["collective", "--system", "dgx-h100", "--gpus", "64", "--sizes", "64K,4G",
+                                   "--json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    for row in rows:
+        assert {"algorithm", "protocol", "channels", "why", "error_band", "composition_times_s"} <= set(row)
+        band = row["error_band"]
+        assert band["busbw_low_bytes_per_s"] < row["busbw_bytes_per_s"] < band["busbw_high_bytes_per_s"]
+    assert rows[0]["protocol"] != rows[1]["protocol"]  # LL at 64 KiB, Simple at 4 GiB
+    assert "< 1 MiB" in rows[0]["error_band"]["regime"] and ">= 1 MiB" in rows[1]["error_band"]["regime"]
+    table = CliRunner().invoke(app, ["collective", "--system", "dgx-b200", "--gpus", "32", "--sizes", "1G",
+                                     "--fabric", "efa-v4"])
+    assert table.exit_code == 0 and "EFA" in table.output and "band" in table.output
+    bad = CliRunner().invoke(app, ["collective", "--system", "dgx-h100", "--fabric", "token-ring"])
+    assert bad.exit_code != 0 and "--fabric" in bad.output
+
+
+@pytest.mark.parametrize("fabric", ["roce-oci", "efa-v1", "efa-v4", "pollara", "infiniband-ndr", "gcp-rdma"])
+def test_every_fabric_gives_a_banded_prediction(fabric):
+    out = CliRunner().invoke(app, ["collective", "--system", "dgx-h100", "--gpus", "32", "--sizes", "1M,1G",
+                                   "--fabric", fabric, "--json"])
+    assert out.exit_code == 0, out.output
+    assert all(r["error_band"]["relative"] > 0 for r in json.loads(out.output))
