@@ -232,3 +232,45 @@ def test_a_chakra_dependency_cycle_is_refused_not_simulated(tmp_path):
     with pytest.raises(SpecError, match="cycle"):
         read_chakra(tmp_path)
     refused(run_cli("simulate", "--chakra-in", tmp_path), "cycle")
+
+
+# 8. synthesize options and the baselines on axes of one and two positions -------------------------------------
+
+@pytest.mark.parametrize(("options", "words"), [
+    (["--size", "-1GiB"], "--size"), (["--seeds", "0"], "--seeds"), (["--seeds", "100000"], "--seeds"),
+    (["--chunks", "0"], "--chunks"), (["--topology", "ring:1000000"], "transfers"),
+    (["--topology", "ring:1"], "two or more"), (["--topology", "mesh:0x4"], "--topology"),
+    (["--topology", "torus:"], "--topology"), (["--link-bandwidth", "0GB/s"], "--link-bandwidth"),
+    (["--latency", "-1us"], "--latency"),
+])
+def test_synthesize_checks_its_options_before_working(options, words):
+    import time
+
+    topology = [] if "--topology" in options else ["--topology", "ring:8"]
+    started = time.perf_counter()
+    refused(run_cli("synthesize", *topology, *options), words)
+    assert time.perf_counter() - started < 10
+
+
+def test_the_synthesis_api_names_bad_options():
+    from armillary.comm.synthesis import ring, synthesize_best
+    from armillary.specs.communication import Collective
+
+    links = ring(4, 1e9, 1e-6)
+    for kwargs, word in (({"seeds": 0}, "seeds"), ({"chunks_per_npu": 0}, "chunks"), ({"total_bytes": -1.0}, "size"),
+                         ({"total_bytes": math.nan}, "size")):
+        with pytest.raises(SpecError, match=word):
+            synthesize_best(**{"op": Collective.ALL_GATHER, "links": links, "total_bytes": 1e6, **kwargs})
+
+
+@pytest.mark.parametrize("topology", ["ring:2", "torus:2", "torus:2x2", "mesh:1x4", "torus:1x4", "torus:2x4",
+                                      "mesh:2x2", "torus:2x2x2", "torus:4x4", "mesh:5x5"])
+@pytest.mark.parametrize("op", ["all_gather", "all_reduce", "reduce_scatter", "all_to_all"])
+def test_no_closed_form_baseline_beats_the_synthesizers_lower_bound(topology, op):
+    import json
+
+    out = run_cli("synthesize", "--topology", topology, "--op", op, "--seeds", "1", "--json")
+    assert out.exit_code == 0, out.output
+    times = json.loads(out.output)["times_s"]
+    bound = times["lower bound"]
+    assert bound > 0 and all(t >= bound * (1 - 1e-9) for t in times.values() if t is not None), times

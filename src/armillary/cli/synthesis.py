@@ -11,6 +11,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from armillary.arguments import number
 from armillary.cli.common import JsonFlag, RunFileArg, load_run_file, print_json, show, writable
 from armillary.errors import SpecError
 from armillary.specs.communication import Collective
@@ -72,19 +73,25 @@ def synthesize_cmd(
         raise SpecError("give either --system (with --gpus) or --topology")
     if operation is Collective.ALL_TO_ALL and (xml is not None or chakra is not None):
         raise SpecError("--xml and --chakra export all-gather, reduce-scatter and all-reduce schedules, not all_to_all")
+    total = _quantity(size, "bytes", "--size")
     if topology is not None:
         kind_text, _, shape_text = topology.partition(":")
         try:
             kind, shape = NetworkKind(kind_text), tuple(int(x) for x in shape_text.split("x"))
         except ValueError:
-            raise SpecError(f"--topology {topology!r}: KIND:SHAPE, e.g. mesh:5x5, torus:4x4x4, ring:8") from None
-        sysm = grid_system(kind, shape, _quantity(link_bandwidth, "bytes_per_s", "--link-bandwidth"),
-                           _quantity(latency, "s", "--latency"))
+            shape = ()
+        if not shape or min(shape) < 1 or len(shape) > 8 or len(topology) > 100:
+            raise SpecError(f"--topology {topology[:40]!r}: KIND:SHAPE with KIND mesh, torus or ring and up to 8 "
+                            "axes of 1 or more positions, e.g. mesh:5x5, torus:4x4x4, ring:8")
         devices = math.prod(shape)
+        _check_options(operation, devices, total, chunks, seeds)  # before the topology is built
+        bandwidth = number("--link-bandwidth", _quantity(link_bandwidth, "bytes_per_s", "--link-bandwidth"),
+                           above=True)
+        sysm = grid_system(kind, shape, bandwidth, number("--latency", _quantity(latency, "s", "--latency")))
     else:
         sysm = load_system(str(system), gpus)
         devices = gpus or math.prod(sysm.sizes)
-    total = _quantity(size, "bytes", "--size")
+        _check_options(operation, devices, total, chunks, seeds)
     schedule = synthesize_on(sysm, devices, operation, total, chunks, seeds)
     replayed = replay(schedule)
     rows: list[tuple[str, float | None]] = [("synthesized", schedule.time), ("replayed", replayed.time)]
@@ -107,6 +114,21 @@ def synthesize_cmd(
         from armillary.simulate.schedule_chakra import write_schedule
 
         write_schedule(schedule, chakra)
+
+
+def _check_options(operation: Collective, devices: int, total: float, chunks: int, seeds: int) -> None:
+    """`comm.synthesis.check_synthesis` with the options' names."""
+    from armillary.comm.synthesis import check_synthesis
+
+    try:
+        check_synthesis(operation, devices, total, chunks, seeds)
+    except SpecError as err:
+        text = str(err)
+        for name, option in (("devices", "--topology / --gpus: devices"), ("size (bytes)", "--size"),
+                             ("chunks (per device)", "--chunks"), ("seeds", "--seeds")):
+            if text.startswith(name):
+                text = option + text[len(name):]
+        raise SpecError(text) from None
 
 
 def _show_schedule(schedule: Schedule, rows: list[tuple[str, float | None]], operation: Collective, size: str,

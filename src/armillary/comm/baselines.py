@@ -51,11 +51,38 @@ def synthesize_on(system: System, gpus: int, op: Collective, total_bytes: float,
         raise SpecError(str(err)) from None
 
 
+def _links(size: int) -> int:
+    """Links a device has along a ring, torus or mesh axis of `size` positions as the topology graph wires it:
+    none alone, one to its only neighbour (the wrap-around of two positions is that same link), else two."""
+    return 0 if size < 2 else 1 if size == 2 else 2
+
+
+def as_wired(system: System) -> System:
+    """`system` with every ring, torus and mesh dimension's bandwidth the links its devices have in the
+    topology graph (`comm.topology` wires two per axis, one on an axis of two positions, none on an axis of
+    one; it divides the dimension's bandwidth by two per axis) and its axes of one position dropped: the
+    closed-form algorithms then see the injection the synthesizer and its lower bound see (on axes of one and
+    two positions they saw up to twice of it)."""
+    for index, dim in enumerate(system.network):
+        if dim.kind not in (NetworkKind.RING, NetworkKind.TORUS, NetworkKind.MESH):
+            continue
+        shape = (dim.size,) if dim.kind is NetworkKind.RING or not dim.shape else dim.shape
+        wired = sum(_links(n) for n in shape)
+        if wired == 0 or wired == 2 * len(shape):
+            continue
+        kept = tuple(n for n in shape if n > 1)
+        changes: dict[str, object] = {"bandwidth": dim.bandwidth * wired / (2 * len(shape))}
+        if dim.kind is not NetworkKind.RING and dim.shape:
+            changes["shape"] = kept
+        system = system.with_dimension(index, **changes)
+    return system
+
+
 def _time(op: Collective, total_bytes: float, system: System, gpus: int, algorithm: Algorithm,
           composition: Composition = Composition.AUTO) -> float | None:
     """The collective model's time (`comm.sweep`, as `armillary collective` prints it), None where the
-    algorithm cannot run."""
-    sized = load_system(system, gpus)
+    algorithm cannot run, on the links the topology graph wires (`as_wired`)."""
+    sized = as_wired(load_system(system, gpus))
     try:
         row = collective_sweep(op, np.array([total_bytes]), group_of(sized, gpus), sized, algorithm, composition)[0]
     except ValueError:

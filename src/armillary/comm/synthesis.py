@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
+from armillary.arguments import number, whole
 from armillary.comm.greedy import greedy_all_gather
+from armillary.errors import SpecError
 from armillary.specs.communication import Collective
 
 SYNTHESIZED_OPS = (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE, Collective.ALL_TO_ALL)
@@ -89,7 +91,7 @@ def from_graph(g: nx.Graph, bandwidth: float | None = None, latency: float | Non
         lats.extend((lat, lat))
 
     for a, b, data in g.edges(data=True):
-        if a in index and b in index:
+        if a in index and b in index and a != b:  # a loop (the wrap-around of a torus axis of one) moves nothing
             add(index[a], index[b], float(data.get("bandwidth", bandwidth)), float(data.get("latency", latency)))
     for s, d in g.nodes(data=True):
         if d.get("kind") != "switch":
@@ -145,14 +147,35 @@ def lower_bound(op: Collective, links: LinkGraph, total_bytes: float) -> float:
     return float(factor * (p - 1) / p * total_bytes / links.incoming_bandwidth().min())
 
 
+MAX_TRANSFERS = 2**24  # transfers of one synthesis: about 2 GB and 10 s (a 64 x 64 torus all-gather)
+MAX_SEEDS = 1000
+MAX_WORK = 2**27  # transfers over all seeds: about a minute
+
+
+def check_synthesis(op: Collective, devices: int, total_bytes: float, chunks_per_npu: int = 1,
+                    seeds: int = 1) -> None:
+    """The options of a synthesis, checked before any topology is built: a known collective over 2 or more
+    devices, a finite size >= 0, 1 or more chunks and seeds, and at most `MAX_TRANSFERS` transfers per
+    synthesis (devices x (devices - 1) x chunks, twice for an all-reduce) and `MAX_WORK` over all seeds.
+    Else a `SpecError` naming the option."""
+    if op not in SYNTHESIZED_OPS:
+        raise SpecError(f"op {op.value!r}: synthesis supports {', '.join(o.value for o in SYNTHESIZED_OPS)}")
+    whole("devices (synthesis needs two or more)", devices, 2)
+    number("size (bytes)", total_bytes)
+    whole("chunks (per device)", chunks_per_npu, 1)
+    whole("seeds", seeds, 1, MAX_SEEDS)
+    transfers = (2 if op is Collective.ALL_REDUCE else 1) * devices * (devices - 1) * chunks_per_npu
+    if transfers > MAX_TRANSFERS or transfers * seeds > MAX_WORK:
+        raise SpecError(f"devices x (devices - 1) x chunks = {transfers:.3g} transfers x {seeds} seeds: at most "
+                        f"{MAX_TRANSFERS:,} transfers per synthesis and {MAX_WORK:,} over all seeds (fewer devices, "
+                        "chunks or seeds)")
+
+
 def synthesize(op: Collective, links: LinkGraph, total_bytes: float, chunks_per_npu: int = 1, seed: int = 0,
                reduce_bytes_per_s: float = math.inf, record: bool = True) -> Schedule:
     """Synthesize `op` over `links` for a buffer of `total_bytes` (as in `lower_bound`; all-to-all: each
     device's buffer, `chunks_per_npu` chunks for each other device)."""
-    if op not in SYNTHESIZED_OPS:
-        raise ValueError(f"synthesis supports {[o.value for o in SYNTHESIZED_OPS]}, not {op.value}")
-    if chunks_per_npu < 1 or links.nodes < 1:
-        raise ValueError("chunks_per_npu and the node count must be at least 1")
+    check_synthesis(op, links.nodes, total_bytes, chunks_per_npu)
     if op is Collective.ALL_TO_ALL:
         from armillary.comm.all_to_all import synthesize_all_to_all  # it builds on this module's types
 
@@ -177,6 +200,7 @@ def synthesize(op: Collective, links: LinkGraph, total_bytes: float, chunks_per_
 def synthesize_best(op: Collective, links: LinkGraph, total_bytes: float, chunks_per_npu: int = 1,
                     seeds: int = 8, reduce_bytes_per_s: float = math.inf, record: bool = True) -> Schedule:
     """The fastest of `seeds` seeded syntheses (the first on ties)."""
+    check_synthesis(op, links.nodes, total_bytes, chunks_per_npu, seeds)
     best: Schedule | None = None
     for seed in range(seeds):
         s = synthesize(op, links, total_bytes, chunks_per_npu, seed, reduce_bytes_per_s, record)
