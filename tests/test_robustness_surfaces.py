@@ -274,3 +274,51 @@ def test_no_closed_form_baseline_beats_the_synthesizers_lower_bound(topology, op
     times = json.loads(out.output)["times_s"]
     bound = times["lower bound"]
     assert bound > 0 and all(t >= bound * (1 - 1e-9) for t in times.values() if t is not None), times
+
+
+# 9. writers print before they save; a device name is no path ---------------------------------------------------
+
+SEARCH = ["search", "--model", "llama2-7b", "--system", "dgx-a100", "--gpus", "8", "--json"]
+
+
+def _codesign_args(tmp_path: Path) -> list[str]:
+    (tmp_path / "space.yaml").write_text("gpus: [16]\nprices: {device: 10000, hbm_per_gib: 100}\n")
+    (tmp_path / "strategies.yaml").write_text("tp: [2]\nmicro_batch: [1]\n")
+    return [*SEARCH, "--global-batch", "64", "--space", str(tmp_path / "space.yaml"), "--strategies",
+            str(tmp_path / "strategies.yaml"), "--pareto"]
+
+
+WRITERS_PRINTING_FIRST = {
+    "search --tpot-limit --emit": (lambda tmp: [*SEARCH, "--tpot-limit", "0.05", "--input-len", "256", "--output-len",
+                                                "32", "--top", "2", "--emit"], "best.yaml", '"top"'),
+    "search --space --pareto": (_codesign_args, "front.png", '"systems"'),
+    "simulate --hlo --trace": (lambda tmp: ["simulate", "--hlo", HLO_FORMS, "--system", "dgx-h100", "--json",
+                                            "--trace"], "trace.json", '"step_time_s"'),
+    "simulate --torch-trace --trace": (lambda tmp: ["simulate", "--torch-trace", Path(__file__).parent / "data" /
+                                                    "torch_trace", "--system", "dgx-h100", "--json", "--trace"],
+                                       "trace.json", '"step_time_s"'),
+}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS_PRINTING_FIRST))
+def test_a_full_disk_does_not_lose_the_printed_result(tmp_path, writer, monkeypatch):
+    import armillary.writing
+
+    def full_disk(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(armillary.writing, "_move", full_disk)
+    args, name, printed = WRITERS_PRINTING_FIRST[writer]
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run_cli(*args(tmp_path), out / name)
+    assert result.exit_code == 2 and "No space left" in result.output, result.output
+    assert printed in result.stdout, result.stdout[:500]
+    assert not list(out.iterdir())
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "..", "", "a\\b", "x\ny"])
+def test_calibrate_compute_refuses_a_device_name_that_is_a_path(tmp_path, name, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    refused(run_cli("calibrate-compute", "--device", name, "--quick"), "--device")
+    assert not list(tmp_path.parent.parent.glob("x.yaml")) and not list(tmp_path.iterdir())

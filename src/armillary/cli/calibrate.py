@@ -60,6 +60,7 @@ def calibrate_compute_cmd(
     from armillary.calibrate.run import calibrate, write
     from armillary.specs.loading import load_device, load_model
 
+    _check_device_name(device)
     out = out or Path(f"{device}.yaml")
     writable(out)
     writable(compare)
@@ -80,6 +81,14 @@ def calibrate_compute_cmd(
     raw = write(done, out)
     _show_round_trip(out, check, compare, json_out=False,
                      note=f"{count} kernels measured and fitted in {done.seconds:.0f} s; written to {out} and {raw}")
+
+
+def _check_device_name(name: str) -> None:
+    """A device name is a name, not a path: it names the default output file NAME.yaml in the working folder."""
+    if (not name.strip() or len(name) > 100 or name in (".", "..") or any(c in name for c in "/\\")
+            or any(not c.isprintable() for c in name)):
+        raise SpecError(f"--device {name[:40]!r}: a name of 1 to 100 printable characters without / or \\ (it "
+                        "names the output NAME.yaml in the working folder; give --out for another place)")
 
 
 def _show_round_trip(device_file: Path, every: bool, compare: Path | None, json_out: bool, note: str = "",

@@ -152,15 +152,15 @@ def _inference_search(m: Model, sysm: System, base: str | None, space_file: Path
         raise SpecError(f"{space_file}: expected a mapping of axes (tp, pp, batch, weights)")
     result = api.search(m, sysm, workload, base, {**axes, **limits}, top=top)
     assert isinstance(result, InferenceSearchResult)  # an inference workload
+    if json_out:  # printed before saving: a failed save does not lose the search
+        print_json(records.inference_search_record(result))
+    else:
+        show(tables.inference_search_report(result, m, sysm, limits["tpot_limit_s"]))
     if result.top:
         from armillary.specs.workload import Inference
 
         best = result.top[0]
         emit(best.strategy, Inference.model_validate({**workload, "batch": best.batch, "weights": best.weights}))
-    if json_out:
-        print_json(records.inference_search_record(result))
-        return
-    show(tables.inference_search_report(result, m, sysm, limits["tpot_limit_s"]))
 
 
 def _emitter(path: Path | None, model: str, system: str, gpus: int) -> Callable[[Strategy, Workload], None]:
@@ -185,11 +185,11 @@ def _emitter(path: Path | None, model: str, system: str, gpus: int) -> Callable[
 
 def _show_codesign(designs: CoDesignResult, m: Model, json_out: bool, pareto: Path | None,
                    budget: float | None) -> None:
+    if json_out:  # printed before the plot is saved: a failed save does not lose the search
+        print_json(records.codesign_record(designs, budget), default=str)
+    else:
+        show(tables.codesign_report(designs, m, budget))
     if pareto is not None:
         from armillary.report.plots import codesign_pareto_plot
 
         codesign_pareto_plot(designs, pareto)
-    if json_out:
-        print_json(records.codesign_record(designs, budget), default=str)
-        return
-    show(tables.codesign_report(designs, m, budget))

@@ -27,11 +27,11 @@ def simulate_hlo_file(path: Path, system: str | None, gpus: int | None, replicas
         module = read_hlo(path)
         devices = module.num_partitions * module.replica_count
         result = simulate_hlo(module, load_system(system, gpus or devices), replicas)
-    _outputs(result.graph, result.timeline, trace, chakra)
-    if json_out:
+    if json_out:  # printed before the outputs are written: a failed save does not lose the simulation
         print_json(hlo_record(result), indent=2)
-        return
-    show([hlo_table(result)])
+    else:
+        show([hlo_table(result)])
+    _outputs(result.graph, result.timeline, trace, chakra)
 
 
 def replay_torch_trace(path: Path | None, system: str | None, gpus: int | None, source: str | None,
@@ -47,11 +47,11 @@ def replay_torch_trace(path: Path | None, system: str | None, gpus: int | None, 
         traces = read_torch_traces(path)
         world = gpus or len(traces.ranks)
         result = replay(traces, load_system(system, world), load_system(source, world) if source else None)
-    _outputs(result.graph, result.timeline, trace, chakra)
-    if json_out:
+    if json_out:  # printed before the outputs are written: a failed save does not lose the replay
         print_json(torch_record(result), indent=2)
-        return
-    show([torch_table(result)])
+    else:
+        show([torch_table(result)])
+    _outputs(result.graph, result.timeline, trace, chakra)
 
 
 def _outputs(graph: TaskGraph, timeline: Timeline, trace: Path | None, chakra: Path | None) -> None:
