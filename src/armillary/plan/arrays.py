@@ -8,6 +8,7 @@ its position in `PRECISION`), flags 0/1.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,17 +157,29 @@ class StrategyArrays:
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
-        coded = {name: encode(name, strategy_value(s, name)) for name in STRATEGY_FIELDS}
-        return cls(
-            **coded, dp=dp, schedule=SCHEDULE.code(s.pipeline_schedule),
-            first_stage_layers=s.first_stage_layers or 0, last_stage_layers=s.last_stage_layers or 0,
-            etp=s.etp, imbalance=s.routing.imbalance, capacity_factor=s.routing.capacity_factor or 0.0,
-            pad_to_capacity=float(s.routing.pad_to_capacity), dispatch_fp8=float(s.routing.dispatch_fp8),
-            zero3_live_params=s.zero3_live_parameters or 0.0, zero3_gather_rate=s.zero3_gather_rate or np.inf,
-            zero3_rank_copy=s.zero3_rank_copy or 0.0, expert_gemm_call=s.expert_gemm_call or 0.0,
-            memory_reserve=s.memory_reserve, fragmentation=s.fragmentation,
-            **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
-        )
+        try:
+            return _strategy_arrays(s, dp)  # a frozen spec: coded once
+        except TypeError:  # a strategy holding an unhashable value
+            return _coded(s, dp)
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _strategy_arrays(s: Strategy, dp: int) -> StrategyArrays:
+    return _coded(s, dp)
+
+
+def _coded(s: Strategy, dp: int) -> StrategyArrays:
+    coded = {name: encode(name, strategy_value(s, name)) for name in STRATEGY_FIELDS}
+    return StrategyArrays(
+        **coded, dp=dp, schedule=SCHEDULE.code(s.pipeline_schedule),
+        first_stage_layers=s.first_stage_layers or 0, last_stage_layers=s.last_stage_layers or 0,
+        etp=s.etp, imbalance=s.routing.imbalance, capacity_factor=s.routing.capacity_factor or 0.0,
+        pad_to_capacity=float(s.routing.pad_to_capacity), dispatch_fp8=float(s.routing.dispatch_fp8),
+        zero3_live_params=s.zero3_live_parameters or 0.0, zero3_gather_rate=s.zero3_gather_rate or np.inf,
+        zero3_rank_copy=s.zero3_rank_copy or 0.0, expert_gemm_call=s.expert_gemm_call or 0.0,
+        memory_reserve=s.memory_reserve, fragmentation=s.fragmentation,
+        **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
+    )
 
 
 @dataclass(frozen=True)
