@@ -127,7 +127,8 @@ def test_unknown_serving_metrics_name_the_metric(metric: str) -> None:
     ("1000 prompts, request rate inf", (1000, None, math.inf)),
 ])
 def test_benchmark_clients_however_worded(client: str, expected: tuple) -> None:
-    assert _client({"batch_or_concurrency": client, "framework": "vLLM 0.6.3"}) == expected
+    c = _client({"batch_or_concurrency": client, "framework": "vLLM 0.6.3"})
+    assert (c.requests, c.concurrency, c.rate) == expected
 
 
 def test_a_client_without_a_rate_or_concurrency_names_the_column() -> None:

@@ -82,8 +82,12 @@ def is_serving_row(row: dict[str, str]) -> bool:
     """A benchmark of a server under load: an "SRV-" id, or a client that sends requests at a rate, a
     concurrency or a prompt count (a static batch states only its size)."""
     client = row.get("batch_or_concurrency", "")
-    return row.get("id", "").startswith("SRV-") or bool(
-        re.search(r"concurren|req(uest)?s?\s*/\s*s|request[-_ ]rate|\bqps\b|prompts", client, re.I))
+    static = re.fullmatch(r"\s*\d+\s*", client) or re.search(r"static batch", row.get("framework", ""), re.I)
+    # MLPerf's "Offline tokens per second" / "Server completed tokens per second": a scenario, not a batch
+    scenario = not static and re.search(r"\boffline\b|max[- ]?load|\bserver\b", row.get("metric", ""), re.I)
+    return row.get("id", "").startswith("SRV-") or bool(scenario) or bool(
+        re.search(r"concurren|req(uest)?s?\s*/\s*s|request[-_ ]rate|\bqps\b|prompts|\boffline\b|max[- ]?load",
+                  client, re.I))
 
 
 def _run_serving_row(row: dict[str, str]) -> RowResult:

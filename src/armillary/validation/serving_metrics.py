@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from armillary.serving.run import ServingResult
+from armillary.serving.window import steady_throughput
 from armillary.validation.metrics import PER_GPU, time_unit
 from armillary.validation.rows import Unsupported
 from armillary.validation.vocabulary import clean
@@ -45,13 +46,19 @@ def _latency(row: dict[str, str], field: str, text: str, unit: str) -> ServingMe
     return ServingMetric(f"{stat} {field[:-2].upper()} [{unit}]", lambda r: getattr(getattr(r, field), stat) / k)
 
 
-def _rate(name: str, per_gpu: bool) -> Callable[[ServingResult], float]:
-    """The server's rate `name` (a ServingResult field), or one device's share of it."""
-    return lambda r: float(getattr(r, name)) / (r.devices if per_gpu else 1)
+def _rate(name: str, per_gpu: bool, steady: bool) -> Callable[[ServingResult], float]:
+    """The server's rate `name` (a ServingResult field), or one device's share of it; `steady`: over the
+    run's steady window (serving.window) instead of first arrival to last token."""
+    def read(r: ServingResult) -> float:
+        value = getattr(steady_throughput(r.times), name) if steady else getattr(r, name)
+        return float(value) / (r.devices if per_gpu else 1)
+
+    return read
 
 
-def read_serving_metric(row: dict[str, str]) -> ServingMetric:
-    """The measured quantity of a serving row; Unsupported names the metric and unit when unknown."""
+def read_serving_metric(row: dict[str, str], steady: bool = False) -> ServingMetric:
+    """The measured quantity of a serving row; Unsupported names the metric and unit when unknown. `steady`:
+    rates over the steady window (a run of unstated length, measured over a time window)."""
     text, unit = clean(row.get("metric")), clean(row.get("unit"))
     for words, field in _LATENCIES:
         if re.search(rf"\b({words})\b", text):
@@ -65,7 +72,7 @@ def read_serving_metric(row: dict[str, str]) -> ServingMetric:
             (r"output token|generat|decode throughput|output throughput|tokens?/s|tok/s", "output tok/s",
              "output_tokens_per_s")):
         if re.search(words, both):
-            return ServingMetric(label + whose, _rate(rate, per_gpu))
+            return ServingMetric(label + whose + (", steady window" if steady else ""), _rate(rate, per_gpu, steady))
     raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: not a serving benchmark quantity "
                       "(output, total or request throughput; TTFT, TPOT, ITL or end-to-end latency)")
 

@@ -14,15 +14,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from armillary.estimate.inference import replica_model
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import Engine, engine_for
-from armillary.serving.run import ServingResult, serve_trace
+from armillary.serving.engine import Engine, engine_for, with_engine
+from armillary.serving.run import ServingResult, replica_kv_tokens, serve_trace
 from armillary.serving.trace import Trace, benchmark_trace
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
 from armillary.specs.workload import Arrivals, Inference, LengthDistribution
 from armillary.validation.inference_rows import InferenceRowSpecs
+from armillary.validation.reading import about_the_run
 from armillary.validation.rows import Unsupported, int_column
 from armillary.validation.serving_metrics import ServingMetric, read_serving_metric
 from armillary.validation.vocabulary import model_preset_for, system_preset_for
@@ -117,7 +119,7 @@ def dp_attention(row: dict[str, str]) -> bool:
     return bool(re.search(r"enable-dp-attention", f"{row.get('framework', '')} {row.get('other_reported', '')}"))
 
 
-def _lengths(row: dict[str, str], requests: int, notes: list[str]) -> tuple[int, int, bool]:
+def _lengths(row: dict[str, str], requests: int | None, notes: list[str]) -> tuple[int, int, bool]:
     """(mean input, mean output, whether they vary)."""
     isl, osl = row.get("isl", ""), row.get("osl", "")
     fixed_in, fixed_out = int_column(row, "isl"), int_column(row, "osl")
@@ -127,6 +129,9 @@ def _lengths(row: dict[str, str], requests: int, notes: list[str]) -> tuple[int,
     total_out = _number(r"(\d+) output tokens generated", osl)
     approx_in = _number(r"~\s*(\d+)", isl)
     if total_in is not None and total_out is not None:
+        if not requests:
+            raise Unsupported("batch_or_concurrency: the lengths are totals over the run, but its request count is "
+                              "not stated")
         notes.append("ShareGPT lengths as vLLM's benchmark_serving samples them (serving.trace.sharegpt_lengths), "
                      "around the row's totals / prompts")
         return round(total_in / requests), round(total_out / requests), True
@@ -166,24 +171,66 @@ def _checkpoint_scales(row: dict[str, str], mla: bool, notes: list[str]) -> dict
     return {"weight_scales": "tensor"}
 
 
-def _client(row: dict[str, str]) -> tuple[int, float | None, float | None]:
-    """(requests, concurrency, rate) of the benchmark client as the row words it: "500 prompts",
-    "--num-prompts 500", "max-concurrency 64", "concurrency: 64", "request rate 16 req/s", "--request-rate
-    2.5", "QPS 4", "4 req/s"; a rate of inf sends every request at once."""
-    client = f"{row.get('batch_or_concurrency', '')} {row.get('framework', '')}"  # not the measured results
-    requests = _number(r"(\d+)\s*(?:prompts|requests)\b", client) or _flag("num-prompts", client)
+@dataclass(frozen=True)
+class Client:
+    """The benchmark client as the row words it."""
+
+    requests: int | None  # None: not stated (a run measured over a time window, or a long offline run)
+    concurrency: float | None  # closed loop: at most this many outstanding
+    rate: float | None  # requests/s; math.inf: every request queued at once (offline)
+
+
+# an offline / max-load run: every request queued at t = 0 (trtllm-bench throughput, vLLM benchmark_throughput,
+# MLPerf Offline), however it is worded
+_OFFLINE = (r"\boffline\b|max[- ]?load|infinite request rate|request[-_ ]rate\s*[ =:]?\s*inf\b|"
+            r"all\b.{0,40}\b(queued|at t\s*=\s*0)")
+
+
+def _client(row: dict[str, str]) -> Client:
+    """The benchmark client: "500 prompts", "--num-prompts 500", "max-concurrency 64", "concurrency: 64",
+    "request rate 16 req/s", "--request-rate 2.5", "QPS 4", "Poisson arrivals, target 71.2 QPS", "max-load
+    offline (infinite request rate)", "all 1000 requests queued"; read only from clauses about the client
+    (the measured results are not the client)."""
+    client = "; ".join(about_the_run(f"{row.get('batch_or_concurrency', '')}; {row.get('framework', '')}"))
+    if re.search(r"\boffline\b", row.get("metric", ""), re.I):  # MLPerf's "Offline tokens per second"
+        client += "; offline"
+    requests = _number(r"(\d+)\s*(?:prompts|requests|queries|samples)\b", client) or _flag("num-prompts", client)
     concurrency = _number(r"(?<![a-z0-9_])(?:max[-_ ])?concurrency\s*[ =:]?\s*(\d+)", client)
     rate: float | None = None
-    if re.search(r"request[-_ ]rate\s*[ =:]?\s*inf\b", client, re.I):
+    if re.search(_OFFLINE, client, re.I):
         rate = math.inf
     else:
         rate = (_number(r"request[-_ ]rate\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
                 or _number(r"(\d+(?:\.\d+)?)\s*(?:req|requests|queries)\s*/\s*s\b", client)
-                or _number(r"\bqps\s*[ =:]?\s*(\d+(?:\.\d+)?)", client))
-    if not requests or (concurrency is None and rate is None):
-        raise Unsupported(f"batch_or_concurrency: no request count and concurrency or rate in "
+                or _number(r"\bqps\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
+                or _number(r"(\d+(?:\.\d+)?)\s*qps\b", client))
+    if concurrency is None and rate is None:
+        raise Unsupported(f"batch_or_concurrency: no concurrency, request rate or offline load in "
                           f"{row.get('batch_or_concurrency', '')!r}")
-    return int(requests), concurrency, rate
+    return Client(int(requests) if requests else None, concurrency, rate)
+
+
+# a run whose request count is not stated: long enough for this many full batches, its rates read over the
+# steady window (serving.window); an open-loop rate for MLPerf LoadGen's minimum duration
+_STEADY_BATCHES = 8
+_LOADGEN_MIN_DURATION_S = 600.0  # mlperf.conf *.Server min_duration = 600000 ms
+_MAX_ASSUMED_REQUESTS = 20_000
+
+
+def _assumed_requests(client: Client, batch_bound: int, notes: list[str]) -> int:
+    """How many requests to simulate for a run that does not say: `_STEADY_BATCHES` batches of what the
+    server holds at once (its concurrency, else the engine's batch or KV bound), or a rate's minimum
+    duration."""
+    if client.rate is not None and math.isfinite(client.rate) and client.concurrency is None:
+        n = math.ceil(client.rate * _LOADGEN_MIN_DURATION_S)
+        notes.append(f"requests not stated: {n} ({_LOADGEN_MIN_DURATION_S:g} s at {client.rate:g} req/s, LoadGen's "
+                     "minimum duration); rates read over the steady window")
+        return min(n, _MAX_ASSUMED_REQUESTS)
+    held = min(int(client.concurrency), batch_bound) if client.concurrency is not None else batch_bound
+    n = min(max(_STEADY_BATCHES * held, 256), _MAX_ASSUMED_REQUESTS)
+    notes.append(f"requests not stated: {n} ({_STEADY_BATCHES} batches of the {held} the server holds at once); "
+                 "rates read over the steady window (first completion to last first token)")
+    return n
 
 
 def _tensor_parallel(row: dict[str, str], notes: list[str]) -> int:
@@ -207,6 +254,7 @@ class ServingRowSpecs(InferenceRowSpecs):
 
     engine: Engine
     trace: Trace
+    steady: bool = False  # the request count was not stated: rates are read over the steady window
 
 
 def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
@@ -217,9 +265,10 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     if preset is None or system_preset is None:
         raise Unsupported(f"model / gpu: no preset for {row.get('model')!r} on {row.get('gpu')!r}")
     model = load_model(preset)
-    requests, concurrency, rate = _client(row)
+    client = _client(row)
+    concurrency, rate = client.concurrency, client.rate
     engine = _engine(row, model.mla is not None, notes, model.max_seq_len)
-    input_len, output_len, varied = _lengths(row, requests, notes)
+    input_len, output_len, varied = _lengths(row, client.requests, notes)
     precision = row.get("precision", "").lower()
     fp8 = "fp8" in precision or (model.mla is not None and "not stated" in precision)
     workload: dict[str, Any] = {
@@ -233,7 +282,15 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     system = load_system(system_preset, int_column(row, "n_gpus") or tp)
     attention = "flash3" if hopper_or_later(row.get("gpu", "")) else "flash"
     moe: dict[str, Any] = {}
-    if model.moe is not None and re.search(r"enable[-_](expert[-_]parallel|ep[-_]moe)\b", _flags(row), re.I):
+    ep_size = _flag("ep-size", _flags(row))
+    if model.moe is not None and ep_size is not None and ep_size > 1:
+        # TensorRT-LLM --ep_size: experts spread over ep_size ranks, each expert split over tp / ep_size
+        # (moe_tp_size = tp_size / moe_ep_size, tensorrt_llm/mapping.py)
+        if tp % int(ep_size):
+            raise Unsupported(f"framework: --ep_size {ep_size:g} does not divide the tensor-parallel degree {tp}")
+        moe = {"ep": int(ep_size), "expert_tp": tp // int(ep_size)}
+        notes.append(f"experts over {int(ep_size)} ranks, each split over {tp // int(ep_size)} (--ep_size)")
+    elif model.moe is not None and re.search(r"enable[-_](expert[-_]parallel|ep[-_]moe)\b", _flags(row), re.I):
         # vLLM --enable-expert-parallel / SGLang 0.4 --enable-ep-moe (ep_size = tp_size): whole experts spread
         # over the TP ranks, which still hold every token (estimate.inference.replicated_experts)
         moe = {"ep": tp, "expert_tp": 1}
@@ -249,10 +306,18 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     strategy = Strategy.model_validate({"tp": tp, "precision": "fp8" if fp8 else "bf16", "attention": attention,
                                         **moe})
     notes.append(f"tp={tp}, {attention} attention, {system.name} preset")
+    inference = Inference.model_validate(workload)
+    requests = client.requests
+    if requests is None:
+        w, _ = with_engine(inference, engine)
+        replica = replica_model(ModelArrays.of(model), strategy, w, system)
+        kv_bound = replica_kv_tokens(replica, w, engine, input_len) // (input_len + output_len)
+        requests = _assumed_requests(client, max(1, min(w.serving.max_batch, kv_bound)), notes)
     arrivals = Arrivals.OFFLINE if concurrency is not None or rate == math.inf else Arrivals.POISSON
     trace = benchmark_trace(requests, 0.0 if rate in (None, math.inf) else rate, input_len, output_len, arrivals,
                             lengths=LengthDistribution.SHAREGPT if varied else LengthDistribution.FIXED)
-    return ServingRowSpecs(model, system, strategy, Inference.model_validate(workload), tuple(notes), engine, trace)
+    return ServingRowSpecs(model, system, strategy, inference, tuple(notes), engine, trace,
+                           steady=client.requests is None)
 
 
 def simulate_serving_row(row: dict[str, str]) -> tuple[ServingMetric, float, tuple[str, ...], ServingResult]:
@@ -260,4 +325,6 @@ def simulate_serving_row(row: dict[str, str]) -> tuple[ServingMetric, float, tup
     metric = read_serving_metric(row)
     s = serving_row_specs(row)
     result = serve_trace(ModelArrays.of(s.model), s.strategy, s.workload, s.system, 1, s.trace, engine=s.engine)
+    if s.steady:
+        metric = read_serving_metric(row, steady=True)
     return metric, float(metric.read(result)), s.notes, result
