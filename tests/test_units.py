@@ -20,3 +20,16 @@ def test_parse_quantity(text, dim, si):
 def test_parse_quantity_rejects_wrong_units(text, dim):
     with pytest.raises(ValueError, match=dim.split("_")[0]):
         parse_quantity(text, dim)
+
+
+@pytest.mark.parametrize(("text", "dimension", "expected"), [
+    ("989 TFLOPS", "flop_per_s", 989e12), ("1979 TFLOPs", "flop_per_s", 1979e12),
+    ("400 Gbit/s", "bytes_per_s", 50e9), ("400 Gbps", "bytes_per_s", 50e9), ("50 GB/sec", "bytes_per_s", 50e9),
+    ("2 usec", "s", 2e-6), ("5 msec", "s", 5e-3)])
+def test_datasheet_spellings_of_units(text, dimension, expected):
+    assert parse_quantity(text, dimension) == pytest.approx(expected)
+
+
+def test_a_rate_spelling_is_not_taken_for_an_amount():
+    with pytest.raises(ValueError, match="expected bytes"):
+        parse_quantity("989 TFLOPS", "bytes")

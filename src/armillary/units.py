@@ -19,6 +19,19 @@ _TIME = {"s": 1.0, "ms": MILLISECOND, "us": MICROSECOND, "µs": MICROSECOND, "ns
 # unit stem -> (dimension, factor to SI)
 _STEMS = {"B": ("bytes", 1.0), "b": ("bytes", 1 / 8), "FLOP": ("flop", 1.0)}
 _QUANTITY = re.compile(r"^\s*([-+0-9.eE]+)\s*([A-Za-zµ/]*)\s*$")
+# datasheet spellings -> ours: "989 TFLOPS", "400 Gbit/s", "50 GB/sec", "2 usec"
+_SPELLINGS = ((re.compile(r"FLOPS$|FLOPs$|flops$"), "FLOP/s"), (re.compile(r"/sec$|/second$"), "/s"),
+              (re.compile(r"bits?(?=/s$|ps$|$)"), "b"), (re.compile(r"^(usec|microseconds?)$"), "us"),
+              (re.compile(r"^(msec|milliseconds?)$"), "ms"), (re.compile(r"^(sec|seconds?)$"), "s"))
+
+
+def _spelled(unit: str, dimension: str) -> str:
+    """A unit as datasheets write it, in our spelling (FLOPS is a rate only where a rate is expected)."""
+    for pattern, ours in _SPELLINGS:
+        if ours == "FLOP/s" and dimension != "flop_per_s":
+            continue
+        unit = pattern.sub(ours, unit)
+    return unit
 
 
 def parse_quantity(value: float | int | str, dimension: str) -> float:
@@ -32,7 +45,7 @@ def parse_quantity(value: float | int | str, dimension: str) -> float:
     match = _QUANTITY.match(value)
     if not match:
         raise ValueError(f"cannot read {value!r} as a quantity of {dimension}")
-    number, unit = float(match.group(1)), match.group(2)
+    number, unit = float(match.group(1)), _spelled(match.group(2), dimension)
     if unit == "":
         return number
     if dimension == "s":
