@@ -322,3 +322,76 @@ def test_calibrate_compute_refuses_a_device_name_that_is_a_path(tmp_path, name, 
     monkeypatch.chdir(tmp_path)
     refused(run_cli("calibrate-compute", "--device", name, "--quick"), "--device")
     assert not list(tmp_path.parent.parent.glob("x.yaml")) and not list(tmp_path.iterdir())
+
+
+# 10b. the runtime's tuning tables ------------------------------------------------------------------------------
+
+def test_a_tuning_table_alias_bomb_is_refused_quickly(tmp_path):
+    import time
+
+    from armillary.runtime.table import load_table
+
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    bomb = tmp_path / "table.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    started = time.perf_counter()
+    with pytest.raises(SpecError, match="expands to more than"):
+        load_table(bomb)
+    assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("[" * 100_000, "nested too deeply"), ("SECRET: [unclosed\n" * 3, "line 2"),
+    ("entries: [{op: x, dtype: f, bucket: -1, group_size: 0, backend: gloo}]\n", "entries.0.bucket"),
+    ("SECRET" + "x" * 500 + ": 1\n", "Extra inputs"),
+])
+def test_a_bad_tuning_table_names_the_problem_without_quoting_the_file(tmp_path, text, words):
+    from armillary.runtime.table import load_table
+
+    path = tmp_path / "table.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=words) as caught:
+        load_table(path)
+    assert "x" * 50 not in str(caught.value) and str(caught.value).count("SECRET") <= 1
+
+
+def test_table_fingerprints_tell_tables_apart():
+    from armillary.runtime.table import TableEntry, TuningTable, fingerprint
+
+    row = TableEntry(op="all_reduce", dtype="float32", bucket=10, group_size=2, backend="shm")
+    assert fingerprint(TuningTable()) == fingerprint(TuningTable())
+    assert fingerprint(TuningTable()) != fingerprint(TuningTable(entries=(row,)))
+
+
+def _different_tables(rank: int, size: int) -> str:
+    from armillary.runtime.communicator import Communicator
+    from armillary.runtime.table import TuningTable
+
+    try:
+        Communicator(("gloo",), TuningTable(default="gloo" if rank == 0 else "shm"))
+    except SpecError as err:
+        return str(err)
+    return "no error"
+
+
+def _unreadable_table(rank: int, size: int, path: str) -> str:
+    import armillary.runtime.dist as rdist
+
+    try:
+        rdist.init_mixer(path if rank == 1 else None, ("gloo",))
+    except SpecError as err:
+        return str(err)
+    return "no error"
+
+
+def test_ranks_given_different_tables_fail_clearly_instead_of_deadlocking(tmp_path):
+    pytest.importorskip("torch")
+    from armillary.runtime.launch import launch
+
+    said = launch(_different_tables, 2, timeout_s=60, start_method="fork")
+    assert all("different tables" in s for s in said), said
+    bad = tmp_path / "table.yaml"
+    bad.write_text("default: [\n")
+    said = launch(_unreadable_table, 2, str(bad), timeout_s=60, start_method="fork")
+    assert all("rank 1 could not load" in s for s in said), said

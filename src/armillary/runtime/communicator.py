@@ -25,8 +25,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from armillary.errors import SpecError
 from armillary.runtime import shm_backend
-from armillary.runtime.table import RuntimeOp, TuningTable, bucket_of
+from armillary.runtime.table import RuntimeOp, TuningTable, bucket_of, fingerprint
 
 CPU_ONLY = frozenset({shm_backend.BACKEND_NAME})
 SUM = dist.ReduceOp.SUM
@@ -85,6 +86,25 @@ def _scatter_single() -> Callable[..., dist.Work | None]:
     return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
+def same_table(mine: str | None, members: Sequence[int], problem: str = "") -> None:
+    """Every rank of the world tells the others its table's fingerprint (or, with `problem`, why it has
+    none); a rank whose table could not be loaded, or members given different tables, make every rank
+    raise a SpecError naming them (ranks that dispatch one call to different backends wait on each other
+    until the watchdog kills them). Every rank of the world must call it, the first thing after
+    torch.distributed is initialized."""
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, (dist.get_rank() in members, mine, problem[:200]))
+    failed = [(rank, why) for rank, (_, _, why) in enumerate(every) if why]
+    if failed:
+        rank, why = failed[0]
+        raise SpecError(f"tuning table: rank {rank} could not load its table ({why})")
+    prints = {rank: fp for rank, (member, fp, _) in enumerate(every) if member}
+    if len(set(prints.values())) > 1:
+        shown = ", ".join(f"rank {r}: {fp}" for r, fp in list(prints.items())[:8])
+        raise SpecError(f"tuning table: the ranks were given different tables (fingerprints {shown}); give every "
+                        "rank the same table file")
+
+
 class Communicator:
     """Mixes `backends` over `ranks` (default: all) per `table` (default: everything on the first backend).
     Every rank of the world must construct it, in the same order as its other groups (torch's rule for
@@ -98,6 +118,8 @@ class Communicator:
         if shm_backend.BACKEND_NAME in backends:
             shm_backend.register()
         members = list(range(dist.get_world_size())) if ranks is None else list(ranks)
+        table = table or TuningTable(default=backends[0])
+        same_table(fingerprint(table), members)  # before any group is made: ranks dispatching apart deadlock
         self.handles: dict[str, _Handle] = {}
         for name in backends:
             group = dist.new_group(members, backend=name, timeout=timeout)
@@ -105,7 +127,7 @@ class Communicator:
                 self.handles[name] = _Handle(name, group)
         self.member = dist.get_rank() in members
         self.size = len(members)
-        self.table = table or TuningTable(default=backends[0])
+        self.table = table
         self.ordering = ordering or Ordering()
         self.calls: dict[str, int] = dict.fromkeys(self.handles, 0)
         self._chosen: dict[tuple[RuntimeOp, torch.dtype, int, str], str] = {}

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 import torch.distributed as _dist
 
-from armillary.runtime.communicator import SUM, Communicator
+from armillary.errors import SpecError
+from armillary.runtime.communicator import SUM, Communicator, same_table
 from armillary.runtime.table import TuningTable, load_table
 
 _WORLD: list[Communicator] = []  # the default communicator, as torch keeps its default group
@@ -29,7 +30,11 @@ def init_process_group(backend: str = "gloo", *args: Any, table: TuningTable | P
 
 def init_mixer(table: TuningTable | Path | str | None = None, backends: Sequence[str] = ("gloo", "shm")) -> None:
     """The world's mixing communicator, where torch.distributed is already initialized (by a launcher)."""
-    loaded = load_table(Path(table)) if isinstance(table, str | Path) else table
+    try:
+        loaded = load_table(Path(table)) if isinstance(table, str | Path) else table
+    except SpecError as err:  # the other ranks are about to compare tables: tell them, then fail here too
+        same_table(None, range(_dist.get_world_size()), str(err))
+        raise
     _WORLD[:] = [Communicator(backends, loaded)]
 
 

@@ -12,6 +12,8 @@ operation and group size (any dtype); an operation the table lacks takes `defaul
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import platform
 import socket
@@ -119,18 +121,31 @@ def entry_from_times(op: RuntimeOp, dtype: str, bucket: int, group_size: int, ti
                       times_s=dict(times), margin=margin)
 
 
+def fingerprint(table: TuningTable) -> str:
+    """A short hash of the table's contents: ranks that must dispatch alike compare it (`communicator`)."""
+    text = json.dumps(table.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def load_table(path: Path) -> TuningTable:
-    """A table from YAML, with a clear error naming the file."""
-    import yaml
+    """A table from YAML or JSON, read as every spec file is (bounded size, aliases that expand beyond a
+    million values refused: `presets.registry.read_data_file`), with a clear error naming the file that
+    does not quote it."""
     from pydantic import ValidationError
+
+    from armillary.presets.registry import read_data_file
+    from armillary.specs.loading import format_validation_error, read_error
 
     if not path.is_file():
         raise SpecError(f"tuning table {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = read_data_file(path)
+    except Exception as exc:  # YAML / JSON syntax, a bomb, a file too large or nested too deeply
+        raise SpecError(f"tuning table {path}: cannot read as YAML/JSON: {read_error(exc)}") from None
+    try:
         table = TuningTable.model_validate(data)
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise SpecError(f"tuning table {path}: {exc}") from None
+    except ValidationError as err:
+        raise SpecError(f"tuning table {path}: {format_validation_error(err, '')}") from None
     if table.version != TABLE_VERSION:
         raise SpecError(f"tuning table {path}: version {table.version}, this armillary reads {TABLE_VERSION}")
     return table

@@ -6,9 +6,11 @@ Errors name the field and what is allowed, never a traceback: every failure is a
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from armillary.arguments import whole
@@ -25,16 +27,45 @@ S = TypeVar("S", bound=BaseModel)
 MAX_DEVICES = 2**20  # a system resized with `gpus`: beyond today's largest clusters; bounds serving's replicas
 
 
+SHOWN_ERRORS, SHOWN_CHARACTERS = 5, 40  # an error message quotes at most 5 x 40 characters of a user's file
+
+
+def shown_value(value: object) -> str:
+    """A value of a user's file as an error message quotes it: its repr if short, else its start."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARACTERS else text[:SHOWN_CHARACTERS - 3] + "..."
+
+
 def format_validation_error(err: ValidationError, where: str) -> str:
+    """One line per failed field (the first `SHOWN_ERRORS`), each naming the field and quoting at most
+    `SHOWN_CHARACTERS` of the value given: never more than 200 characters of the file."""
     lines = []
-    for e in err.errors():
-        loc = ".".join(str(x) for x in (where, *e["loc"]) if x != "")
+    errors = err.errors()
+    for e in errors[:SHOWN_ERRORS]:
+        keys = (k if len(k := str(x)) <= SHOWN_CHARACTERS else k[:SHOWN_CHARACTERS - 3] + "..." for x in e["loc"])
+        loc = ".".join(k for k in (where, *keys) if k != "")
         got = e.get("input")
-        text = repr(got)
-        shown = text if len(text) <= 200 else text[:200] + "..."
-        got_text = f" (got {shown})" if got is not None and not isinstance(got, dict) else ""
-        lines.append(f"{loc}: {e['msg']}{got_text}")
+        got_text = f" (got {shown_value(got)})" if got is not None and not isinstance(got, dict) else ""
+        lines.append(f"{loc}: {e['msg'][:200]}{got_text}")
+    if len(errors) > SHOWN_ERRORS:
+        lines.append(f"... and {len(errors) - SHOWN_ERRORS} more")
     return "\n".join(lines)
+
+
+def read_error(err: BaseException) -> str:
+    """Why a YAML / JSON file could not be read, with where, not what: the parsers' own messages quote the
+    offending line of the file."""
+    if isinstance(err, yaml.MarkedYAMLError):
+        mark = err.problem_mark or err.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        return f"{(err.problem or err.context or 'invalid YAML')[:100]}{where}"
+    if isinstance(err, json.JSONDecodeError):
+        return f"{err.msg} at line {err.lineno}, column {err.colno}"
+    if isinstance(err, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {err.start})"
+    if isinstance(err, RecursionError):
+        return "nested too deeply"
+    return str(err)[:200]
 
 
 def validate_spec(cls: type[S], data: Any, where: str) -> S:
@@ -51,7 +82,7 @@ def read_spec_file(path: Path, what: str) -> Any:
     try:
         return read_data_file(path)
     except Exception as err:  # YAML / JSON syntax
-        raise SpecError(f"{path}: cannot read as YAML/JSON: {err}") from None
+        raise SpecError(f"{path}: cannot read as YAML/JSON: {read_error(err)}") from None
 
 
 def _read(value: str, kind: str) -> tuple[Any, str]:
