@@ -56,11 +56,11 @@ def collective_cmd(
     writable(plot)
     group = load_system(system, gpus)
     if fabric is not None:
-        from armillary.comm.fabrics import fabrics, with_fabric
+        from armillary.comm.fabrics import fabrics, rack_scale, with_fabric
 
         if fabric not in fabrics():
             raise SpecError(f"--fabric {fabric!r}: one of {', '.join(sorted(fabrics()))}")
-        group = with_fabric(group, fabric)
+        group = with_fabric(group, fabric, across_racks=rack_scale(load_system(system)))
     if channels is not None:
         from armillary.comm.channels import MAX_CHANNELS, ChannelSettings, with_channels
 
@@ -68,7 +68,8 @@ def collective_cmd(
             raise SpecError(f"--channels: between 1 and {MAX_CHANNELS} (NCCL's MAXCHANNELS), not {channels}")
         group = with_channels(group, ChannelSettings(min_channels=channels, max_channels=channels))
     rows = api.collective(op, parse_sizes(sizes), group, gpus, algorithm, composition)
-    bands, explained = _bands_and_reasons(rows, op, group, gpus, algorithm, composition, fabric)
+    bands, explained = _bands_and_reasons(rows, op, group, load_system(system), gpus, algorithm, composition,
+                                          fabric)
     if json_out:  # printed first: a failed save does not lose the rows
         print_json([{**record, **reason, "error_band": band}
                     for record, reason, band in zip(records.sweep_records(rows), explained, bands, strict=True)],
@@ -82,9 +83,10 @@ def collective_cmd(
                                              Composition(composition)), plot)
 
 
-def _bands_and_reasons(rows: list[SweepRow], op: str, system: System, gpus: int, algorithm: str, composition: str,
-                       fabric: str | None) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    """Per row: the error band of its fabric class and size regime, and why the model chose what it did."""
+def _bands_and_reasons(rows: list[SweepRow], op: str, system: System, unsized: System, gpus: int, algorithm: str,
+                       composition: str, fabric: str | None) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """Per row: the error band of its fabric class and size regime (read on the system as shipped, before it
+    is sized to the group), and why the model chose what it did."""
     import numpy as np
 
     from armillary.comm.explain import explain_sweep
@@ -96,7 +98,7 @@ def _bands_and_reasons(rows: list[SweepRow], op: str, system: System, gpus: int,
                               Composition(composition))
     bands = []
     for r in rows:
-        band = collective_band(system, gpus, r.size_bytes, fabric)
+        band = collective_band(unsized, gpus, r.size_bytes, fabric)
         bands.append({"relative": band.relative, "regime": band.regime, "rows": band.rows, "sources": band.sources,
                       "busbw_low_bytes_per_s": r.busbw_bytes_per_s / (1 + band.relative),
                       "busbw_high_bytes_per_s": r.busbw_bytes_per_s / max(1 - band.relative, 0.05)})

@@ -127,13 +127,26 @@ def fabric_dimension(name: str, gpu_bandwidth: float | None = None) -> NetworkDi
     return NetworkDimension.model_validate(data)
 
 
+def rack_scale(system: System) -> bool:
+    """Whether `system` (as shipped, before sizing) is built of rack-scale NVLink domains (NVL72)."""
+    return system.network[0].size >= nvlink_domain().domain_gpus
+
+
 def with_fabric(system: System, name: str, gpu_bandwidth: float | None = None,
-                nvlink_reduction: bool = True) -> System:
+                nvlink_reduction: bool = True, across_racks: bool = False) -> System:
     """`system` with its outermost dimension on fabric `name` (its size kept); `nvlink_reduction` False turns
-    the in-switch reduction of the inner (NVLink) dimensions off (NCCL_NVLS_ENABLE=0)."""
+    the in-switch reduction of the inner (NVLink) dimensions off (NCCL_NVLS_ENABLE=0); `across_racks`: the
+    outermost tier joins rack-scale NVLink domains, where the library runs `nvlink_domain().across_domains`."""
     network = list(system.network)
     if len(network) > 1:
         network[-1] = fabric_dimension(name, gpu_bandwidth).sized(network[-1].size)
+        source = fabric(name).dimension_of
+        if source is not None and load_system(source).device.name != system.device.name:
+            # a per-channel limit fitted on another GPU's node does not carry over (its channel count is the
+            # ring search's on that node: search.cc, connect.cc)
+            network[-1] = network[-1].model_copy(update={"channels": None, "channel_bandwidth": None})
+        if across_racks:
+            network[-1] = network[-1].model_copy(update={"algorithms": nvlink_domain().across_domains})
     if not nvlink_reduction:
         network = [d if i == len(network) - 1 and len(network) > 1 else _without_nvls(d)
                    for i, d in enumerate(network)]

@@ -14,7 +14,7 @@ import numpy as np
 
 from armillary.comm.channels import ChannelSettings, with_channels
 from armillary.comm.collectives import collective, send_recv
-from armillary.comm.fabrics import fabric, fabrics, nvlink_domain, with_fabric, with_fabric_nvls_off
+from armillary.comm.fabrics import fabric, fabrics, nvlink_domain, rack_scale, with_fabric, with_fabric_nvls_off
 from armillary.comm.sweep import bus_factor, group_of
 from armillary.estimate.result import ErrorBand
 from armillary.specs.communication import Algorithm, Collective
@@ -224,16 +224,16 @@ def read_system(row: dict[str, str]) -> SystemReading:
     n_gpus = int_column(row, "n_gpus") or 0
     system = load_system(preset)
     nvl = nvlink_domain()
-    rack_scale = system.network[0].size >= nvl.domain_gpus
-    gpus_per_host = nvl.tray_gpus if rack_scale else system.network[0].size
+    racks = rack_scale(system)
+    gpus_per_host = nvl.tray_gpus if racks else system.network[0].size
     settings = clean(f"{row.get('framework')} {row.get('op')} {row.get('metric')} {row.get('inter_net')}")
     nvls = nvls_enabled(settings)
     notes: list[str] = []
     if nvls is False:
         notes.append("NVLS off (NCCL_NVLS_ENABLE=0 / NVLS disabled): the NVLink switch does not reduce")
     domain = system.network[0].size
-    multi_node = n_gpus > domain or (not rack_scale and n_gpus > system.network[0].size)
-    if rack_scale:
+    multi_node = n_gpus > domain
+    if racks:
         hosts = -(-n_gpus // gpus_per_host)
         notes.append(f"NVLink domain of {nvl.domain_gpus} GPUs (racks of {nvl.domain_gpus // gpus_per_host} trays "
                      f"of {gpus_per_host}); {hosts} host(s) of {gpus_per_host} GPUs"
@@ -284,7 +284,7 @@ def fabric_class(reading: SystemReading) -> str:
     together as Ethernet/GCP), NVL72 racks over any fabric as their own class, or one NVLink domain."""
     if reading.fabric is None:
         return ONE_DOMAIN
-    if load_system(reading.preset).network[0].size >= nvlink_domain().domain_gpus:
+    if rack_scale(load_system(reading.preset)):
         return NVL72_RACKS
     return _class_of_fabric(reading.fabric)
 
@@ -300,19 +300,14 @@ def system_of(reading: SystemReading, n_gpus: int, settings: ChannelSettings,
     preset says (`nvlink_domains.<name>.across_domains`). `trial` replaces fields of the fabric's dimension
     (tools/calibrate_fabric.py --fabric fits them)."""
     system = load_system(reading.preset, n_gpus)
-    if reading.fabric is not None or reading.nvls is False:
-        if reading.fabric is not None:
-            system = with_fabric(system, reading.fabric, reading.gpu_bandwidth, reading.nvls is not False)
-            source = fabric(reading.fabric).dimension_of
-            if source is not None and load_system(source).device.name != system.device.name:
-                # a per-channel limit fitted on another GPU's node does not carry over
-                system = system.with_dimension(len(system.network) - 1, channels=None, channel_bandwidth=None)
-        else:
-            system = with_fabric_nvls_off(system)
-        if trial and reading.fabric is not None and len(system.network) > 1:
-            system = system.with_dimension(len(system.network) - 1, **trial)
-        if load_system(reading.preset).network[0].size >= nvlink_domain().domain_gpus and len(system.network) > 1:
-            system = system.with_dimension(len(system.network) - 1, algorithms=nvlink_domain().across_domains)
+    last = len(system.network) - 1
+    if reading.fabric is not None:
+        racks = rack_scale(load_system(reading.preset))
+        system = with_fabric(system, reading.fabric, reading.gpu_bandwidth, reading.nvls is not False, racks)
+        if trial:  # across racks the domain's algorithms stay (fitted on their own)
+            system = system.with_dimension(last, **{k: v for k, v in trial.items() if not racks or k != "algorithms"})
+    elif reading.nvls is False:
+        system = with_fabric_nvls_off(system)
     return with_channels(system, settings)
 
 
@@ -412,9 +407,10 @@ def shipped_collective_residuals() -> tuple[CollectiveResidual, ...]:
 
 
 def collective_band(system: System, gpus: int, size_bytes: float, fabric_name: str | None = None) -> ErrorBand:
-    """The error band of a collective of `size_bytes` over `gpus` devices of `system` (on fabric `fabric_name`
-    where given): the class is one NVLink domain where the group fits in it, NVL72 racks, the named fabric's,
-    or that of the fabric whose calibrated dimension the system's outermost tier is."""
+    """The error band of a collective of `size_bytes` over `gpus` devices of `system` (as shipped, before it is
+    sized to the group; on fabric `fabric_name` where given): the class is one NVLink domain where the group
+    fits in it, NVL72 racks, the named fabric's, or that of the fabric whose calibrated dimension the system's
+    outermost tier is."""
     return band_of(system_fabric_class(system, gpus, fabric_name), size_bytes < SMALL_MESSAGE_BYTES,
                    shipped_collective_residuals())
 
@@ -423,7 +419,7 @@ def system_fabric_class(system: System, gpus: int, fabric_name: str | None = Non
     """The fabric class of a collective over `gpus` devices of `system` (None: a fabric nothing calibrated)."""
     if gpus <= system.network[0].size or len(system.network) == 1:
         return ONE_DOMAIN
-    if system.network[0].size >= nvlink_domain().domain_gpus:
+    if rack_scale(system):
         return NVL72_RACKS
     if fabric_name is None:
         outer = system.network[-1].name

@@ -1,0 +1,98 @@
+"""The algorithm, composition and protocol chosen change per fabric and size where the library's do. Each
+case names its source: NCCL's tuner (src/graph/tuning.cc) or a measured sweep of the shared validation set
+(validation/data/measurements.csv) with the fit that records it (presets/network/fabrics.yaml)."""
+
+import numpy as np
+import pytest
+
+from armillary.comm.explain import explain_sweep
+from armillary.comm.fabrics import fabric_dimension, fabrics, rack_scale, with_fabric
+from armillary.comm.sweep import collective_sweep, group_of
+from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.loading import load_system
+from armillary.units import GIB, KIB, MIB
+
+
+def chosen(system_name: str, gpus: int, sizes: list[float], fabric: str | None = None,
+           nvls: bool = True) -> list[tuple[str, str, str, float]]:
+    """(composition, algorithm on the outermost tier spanned, protocol, busbw GB/s) per size."""
+    system = load_system(system_name, gpus)
+    if fabric is not None or not nvls:
+        system = with_fabric(system, fabric or "infiniband-ndr", nvlink_reduction=nvls,
+                             across_racks=rack_scale(load_system(system_name)))
+        if fabric is None:  # NVLS off only: keep the system's own scale-out tier
+            system = system.model_copy(update={"network": (*system.network[:-1],
+                                                           load_system(system_name, gpus).network[-1])})
+    group = group_of(system, gpus)
+    rows = collective_sweep(Collective.ALL_REDUCE, np.array(sizes, float), group, system)
+    why = explain_sweep(Collective.ALL_REDUCE, np.array(sizes, float), group, system)
+    return [(r.composition, w["algorithm"], w["protocol"], r.busbw_bytes_per_s / 1e9)
+            for r, w in zip(rows, why, strict=True)]
+
+
+def test_infiniband_tree_on_two_nodes_ring_on_eight_at_4_gib():
+    """IB NDR, 8x H100 per node. 2 nodes at 4 GiB: NCCL runs the tree (CO-H100-IBNDR-2N-AR-qoofyk, auto: 466
+    GB/s busbw, above the 393 of the NCCL_ALGO=Ring sweep CO-H100-IBNDR-2N-AR-gj-ring). 8 nodes at 4 GiB:
+    the ring (NCCL caps the tree per channel beyond 2 nodes, tuning.cc perChMaxTreeBws; measured default
+    sweep CO-H100-IBNDR-8N-AR-gj ~320 GB/s). The fix for other fabrics leaves InfiniBand's pipelined tiers:
+    64 H100s at 4 GiB stay at >= 300 GB/s busbw, and the pipelined tree still runs them up to 16 MiB."""
+    two = chosen("dgx-h100", 16, [4 * GIB])[0]
+    assert two[:2] == ("pipelined", "tree") and two[3] > 440
+    eight = chosen("dgx-h100", 64, [16 * MIB, 4 * GIB])
+    assert eight[0][:2] == ("pipelined", "tree")
+    assert eight[1][3] >= 300
+    assert Algorithm.TREE in fabric_dimension("infiniband-ndr").algorithms
+
+
+def test_protocols_switch_ll_ll128_simple_with_size():
+    """NCCL tuning.cc: LL (6.6 us base, half the bandwidth) for small messages, LL128 (92%) in between, Simple
+    for large ones; on 2 IB nodes at 64 KiB, 16 MiB and 4 GiB."""
+    assert [c[2] for c in chosen("dgx-h100", 16, [64 * KIB, 16 * MIB, 4 * GIB])] == ["LL", "LL128", "Simple"]
+
+
+def test_roce_runs_the_ring_where_infiniband_runs_the_tree():
+    """OCI RoCE (fit: tools/calibrate_fabric.py --fabric roce-oci, the 2-node MI300X / B300 / A100 sweeps fit
+    the ring at 0.2-4.7%, the tree needs efficiency 0.52): the same 2 H100 nodes run the ring on RoCE and
+    the pipelined tree on InfiniBand (CO-H100-IBNDR-2N-AR-qoofyk), at 16 MiB and 1 GiB."""
+    roce = chosen("dgx-h100", 16, [16 * MIB, GIB], "roce-oci")
+    ib = chosen("dgx-h100", 16, [16 * MIB, GIB], "infiniband-ndr")
+    assert all(c[:2] == ("flat_ring", "ring") for c in roce)
+    assert all(c[:2] == ("pipelined", "tree") for c in ib)
+
+
+def test_pollara_runs_rccls_ring():
+    """Pollara / RCCL (fit: CO-MI355X-Pollara-OCI-2N-AR 0.1% with the ring, 21% with the tree)."""
+    assert all(c[:2] == ("flat_ring", "ring") for c in chosen("mi355x-8", 16, [16 * MIB, 8 * GIB], "pollara"))
+
+
+def test_efa_v4_runs_the_tree():
+    """EFA v4 on p6-b200, 4 nodes (fit: CO-B200-4N, 8.4% with the tree, 21% with the ring alone)."""
+    assert chosen("dgx-b200", 32, [4 * GIB], "efa-v4")[0][:2] == ("pipelined", "tree")
+    assert chosen("dgx-b200", 32, [4 * GIB], "roce-oci")[0][:2] == ("flat_ring", "ring")
+
+
+@pytest.mark.parametrize("fabric", ["roce-oci", "infiniband-ndr"])
+def test_nvl72_nvls_inside_a_rack_ring_across_racks(fabric):
+    """GB200 NVL72: 64 GPUs of one rack reduce in the NVLink switch (NVLS; OCI GB200 2 hosts 857-896 GB/s,
+    GB300 16 hosts 900-931 GB/s, above the ring's ~700); across 2 racks the flat ring (OCI GB200 / GB300
+    2-3 rack sweeps 660-800 GB/s, the NVLS-tree model 980), whatever the scale-out fabric."""
+    inside = chosen("gb200-nvl72", 64, [4 * GIB])[0]
+    assert inside[1] == "in_network" and inside[3] > 850
+    across = chosen("gb200-nvl72", 128, [4 * GIB], fabric)[0]
+    assert across[:2] == ("flat_ring", "ring") and 600 < across[3] < 750
+    assert load_system("gb200-nvl72").network[-1].algorithms == (Algorithm.RING,)
+
+
+def test_nvls_off_is_the_ring_on_one_node():
+    """One H200 node at 8 GiB: NVLS by default (CO-H200-NVLS-8-DEF 473 GB/s), the ring with
+    NCCL_NVLS_ENABLE=0 (CO-H200-NVLS-8-RING 366 GB/s)."""
+    on = chosen("hgx-h200", 8, [8 * GIB])[0]
+    off = chosen("hgx-h200", 8, [8 * GIB], nvls=False)[0]
+    assert on[1] == "in_network" and off[1] == "ring" and off[3] < on[3]
+
+
+def test_every_fabric_states_its_sources():
+    for name, spec in fabrics().items():
+        dim = fabric_dimension(name)
+        assert dim.bandwidth > 0 and dim.latency > 0 and 0 < dim.efficiency <= 1, name
+        assert "nic_bandwidth" in spec.sources, name
