@@ -58,3 +58,28 @@ def test_server_flags_in_a_rows_notes_set_the_engine():
     assert prefix.engine.prefix_caching and prefix.engine.chunked_prefill
     assert prefix.engine.max_batched_tokens == 2048
     assert not plain.engine.prefix_caching and not plain.engine.chunked_prefill
+
+
+def test_a_search_started_from_the_analytical_rate_tries_the_same_brackets():
+    """Started at the grid point below the analytical static-batch rate (and each later seed where the one
+    before found its bracket), every seed's search tries the rates the search from `low` tries after its
+    doubling, so it finds the same rate, with fewer runs; the tolerance stops the bisection early, within
+    that share of the full search's rate."""
+    from armillary.api import estimate
+    from armillary.serving.rate import analytical_rate
+
+    def serve(rate, seed):
+        workload = {**WORKLOAD, "serving": {**WORKLOAD["serving"], "seed": seed}}
+        return simulate_serving("llama2-7b", "dgx-h100", FLASH, workload, rate, 20.0, gpus=1)
+
+    start = analytical_rate(estimate("llama2-7b", "dgx-h100", FLASH, {**WORKLOAD, "batch": 8}, gpus=1))
+    full = steady_max_rate(serve, seeds=2, steps=6, tolerance=0.0)
+    started = steady_max_rate(serve, seeds=2, steps=6, tolerance=0.0, start=start)
+    assert started.per_seed == full.per_seed and started.rate > 0
+    assert len(started.tried) < len(full.tried) - 6
+    for seed in (0, 1):  # the bisection's rates are the same
+        assert ([p.rate for p in started.tried if p.seed == seed][-6:]
+                == [p.rate for p in full.tried if p.seed == seed][-6:])
+    loose = steady_max_rate(serve, seeds=2, steps=6, tolerance=0.05, start=start)
+    assert len(loose.tried) < len(started.tried)
+    assert all(f / 1.05 <= r <= f for r, f in zip(loose.per_seed, full.per_seed, strict=True))

@@ -60,7 +60,7 @@ def serve_cmd(
         raise SpecError("give --rate (requests/s), --max-rate, or a trace file in workload.serving.trace")
     best, found = None, None
     if find_max_rate:
-        from armillary.serving.rate import steady_max_rate
+        from armillary.serving.rate import analytical_rate, steady_max_rate
         from armillary.serving.trace import load_trace, scaled
 
         sv = workload.serving
@@ -73,7 +73,9 @@ def serve_cmd(
             return api.simulate_serving(model, system, strategy, w, r, duration)
 
         with working(f"searching the largest rate meeting the SLOs ({seeds} seeds)"):
-            found = steady_max_rate(serve, 1 if base is not None else seeds)
+            # bracketed from the analytical static-batch rate, then confirmed by simulation
+            start = analytical_rate(api.estimate(model, system, strategy, workload))
+            found = steady_max_rate(serve, 1 if base is not None else seeds, start=start)
         if found.result is None:
             raise SpecError(f"no rate meets P90 TTFT <= {sv.ttft_slo_s} s and P99 TPOT <= {sv.tpot_slo_s} s")
         result, best = found.result, found.rate

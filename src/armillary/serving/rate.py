@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.serving.run import ServingResult, max_rate
+from armillary.estimate.inference_result import InferenceEstimate
+from armillary.serving.run import ServingResult
 
 WARMUP = 0.2  # [assumed] share of the arrival span left out as warm-up (an empty server fills)
 TAIL = 0.1  # share of the arrivals, at the end, checked for a growing queue
+TOLERANCE = 0.0025  # the bisection stops at a bracket this wide (relative), well inside the seeds' spread (1-2%)
 
 
 @dataclass(frozen=True)
@@ -80,18 +82,87 @@ class MaxRate:
 
 
 def steady_max_rate(serve: Callable[[float, int], ServingResult], seeds: int = 3, warmup: float = WARMUP,
-                    low: float = 0.05, high: float = 1e4, steps: int = 12) -> MaxRate:
+                    low: float = 0.05, high: float = 1e4, steps: int = 12,
+                    tolerance: float = TOLERANCE, start: float | None = None) -> MaxRate:
     """The max rate (`steady_meets`) for seeds 0..seeds-1 of `serve(rate, seed)`: mean and range, and
-    every rate tried."""
+    every rate tried.
+
+    Each seed brackets it on the grid low x 2^k, between the last rate that meets and the first that
+    misses, then bisects (in log space) for at most `steps` steps, stopping once the bracket is `tolerance`
+    wide. The first seed starts at the grid point at or below `start` (a guess, e.g. `analytical_rate`;
+    default `low`) and doubles or halves from there; each later seed starts where the seed before found its
+    bracket. Where every grid rate below a bracket meets (the load far below capacity), a seed tries the
+    same rates as doubling from `low` would and its rate is within `tolerance` of where the full `steps`
+    end: the seeds' spread is that of independent searches."""
     tried: list[RatePoint] = []
 
-    def judged(rate: float, seed: int) -> ServingResult:
-        result = serve(rate, seed)
-        latency = steady_latency(result, warmup)
-        tried.append(RatePoint(rate, seed, latency, latency.meets(result.ttft_slo_s, result.tpot_slo_s)))
-        return result
+    def judge(seed: int) -> Judge:
+        def judged(rate: float) -> tuple[ServingResult, bool]:
+            result = serve(rate, seed)
+            latency = steady_latency(result, warmup)
+            tried.append(RatePoint(rate, seed, latency, latency.meets(result.ttft_slo_s, result.tpot_slo_s)))
+            return result, tried[-1].meets
+        return judged
 
-    found = [max_rate(lambda r, s=seed: judged(r, s), low, high, steps,  # type: ignore[misc]
-                      lambda res: steady_meets(res, warmup)) for seed in range(seeds)]
+    found: list[Found] = []
+    for seed in range(seeds):
+        best, bracket = _search(judge(seed), low, high, steps, tolerance, start)
+        found.append(best)
+        start = bracket or start
     rates = tuple(r for r, _ in found)
     return MaxRate(float(np.mean(rates)), min(rates), max(rates), rates, found[0][1], tuple(tried))
+
+
+def analytical_rate(static: InferenceEstimate) -> float | None:
+    """Requests/s of the analytical static-batch estimate (its output tokens/s over the output length): where
+    the search starts (under continuous batching and SLOs the max rate lands within a few x of it); None
+    where the estimate has no finite positive rate."""
+    rate = float(static.output_tokens_per_s) / static.output_len
+    return rate if np.isfinite(rate) and rate > 0 else None
+
+
+Judge = Callable[[float], tuple[ServingResult, bool]]
+Found = tuple[float, ServingResult | None]
+
+
+def _grid(low: float, high: float, start: float | None) -> float:
+    """The grid point low x 2^k at or below `start` (and `high`), at least `low`."""
+    rate = low
+    while start is not None and rate * 2 <= min(start, high):
+        rate *= 2
+    return rate
+
+
+def _search(judge: Judge, low: float, high: float, steps: int, tolerance: float,
+            start: float | None) -> tuple[Found, float | None]:
+    """One seed's max rate (`serving.run.max_rate` with a start and a tolerance): (rate, its run), (0, None)
+    when even `low` misses; and the grid rate the bracket rests on (None without one)."""
+    best: Found = (0.0, None)
+    rate = _grid(low, high, start)
+    result, meets = judge(rate)
+    if meets:  # double up to the first miss
+        while meets:
+            best = (rate, result)
+            rate *= 2
+            if rate > high:
+                return best, None
+            result, meets = judge(rate)
+    else:  # halve down to the first that meets
+        while rate > low:
+            result, meets = judge(rate / 2)
+            if meets:
+                best = (rate / 2, result)
+                break
+            rate /= 2
+    bracket = best[0] or None
+    lo, hi = best[0] if best[0] > 0 else low / 2**steps, rate
+    for _ in range(steps):
+        if hi <= lo * (1 + tolerance):
+            break
+        mid = float(np.sqrt(lo * hi))
+        result, meets = judge(mid)
+        if meets:
+            lo, best = mid, (mid, result)
+        else:
+            hi = mid
+    return best, bracket
