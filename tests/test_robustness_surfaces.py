@@ -395,3 +395,44 @@ def test_ranks_given_different_tables_fail_clearly_instead_of_deadlocking(tmp_pa
     bad.write_text("default: [\n")
     said = launch(_unreadable_table, 2, str(bad), timeout_s=60, start_method="fork")
     assert all("rank 1 could not load" in s for s in said), said
+
+
+# no error message quotes more than 200 characters of a user's file ------------------------------------------
+
+SECRET_FILES = {
+    "text": "SECRET" * 200 + "\n" + "SECRET,SECRET\n" * 50,
+    "yaml": "".join(f"SECRET{i}: {'SECRET' * 20}\n" for i in range(40)),
+    "bad yaml": "a: [SECRET" + "SECRET" * 100 + "\n  - b: {\n",
+    "csv": "arrival_s,input_len,output_len\n0," + "SECRET" * 100 + ",5\n",
+    "json": '{"traceEvents": "' + "SECRET" * 200 + '"}',
+}
+SECRET_USES = {
+    "run file": lambda f: ["estimate", f],
+    "model": lambda f: ["estimate", TRAINING, "--set", f"model={f}"],
+    "system": lambda f: ["estimate", TRAINING, "--set", f"system={f}"],
+    "serving trace": lambda f: ["serve", SERVING, "--set", f"workload.serving.trace={f}"],
+    "torch trace": lambda f: ["simulate", "--torch-trace", f, "--system", "dgx-h100"],
+    "hlo": lambda f: ["simulate", "--hlo", f, "--system", "dgx-h100"],
+    "strategies": lambda f: [*SEARCH, "--global-batch", "16", "--strategies", f],
+}
+
+
+@pytest.mark.parametrize("use", sorted(SECRET_USES))
+@pytest.mark.parametrize("content", sorted(SECRET_FILES))
+def test_no_error_quotes_more_than_200_characters_of_the_file(tmp_path, use, content):
+    path = tmp_path / ("secret.json" if content == "json" else "secret.yaml")
+    path.write_text(SECRET_FILES[content])
+    out = run_cli(*SECRET_USES[use](path))
+    assert out.exit_code != 0 and "Traceback" not in out.output, out.output[-500:]
+    assert out.output.count("SECRET") * len("SECRET") <= 200, out.output
+
+
+def test_no_tuning_table_error_quotes_more_than_200_characters_of_the_file(tmp_path):
+    from armillary.runtime.table import load_table
+
+    for content in SECRET_FILES.values():
+        path = tmp_path / "table.yaml"
+        path.write_text(content)
+        with pytest.raises(SpecError) as caught:
+            load_table(path)
+        assert str(caught.value).count("SECRET") * len("SECRET") <= 200, str(caught.value)

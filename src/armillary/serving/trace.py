@@ -12,6 +12,7 @@ import numpy as np
 
 from armillary.arguments import number
 from armillary.errors import SpecError
+from armillary.specs.loading import shown_value
 from armillary.specs.workload import Arrivals, Inference, LengthDistribution
 
 
@@ -215,15 +216,15 @@ def scaled(trace: Trace, rate: float) -> Trace:
 def _request(path: Path, line: int, row: dict[str | None, str | None]) -> tuple[float, float, float]:
     """One request of a trace file: a finite arrival >= 0 and whole lengths of 1 to 2^24 tokens."""
     if None in row:
-        raise SpecError(f"trace {path} line {line}: more values than columns ({row[None]!r} left over)")
+        raise SpecError(f"trace {path} line {line}: more values than columns ({len(row[None] or [])} left over)")
     try:
         arrival, prompt, output = (float(row[k] or "nan") for k in ("arrival_s", "input_len", "output_len"))
     except ValueError:
         arrival = prompt = output = math.nan
     if not (0 <= arrival < math.inf and all(1 <= n <= MAX_TOKENS and n.is_integer() for n in (prompt, output))):
         raise SpecError(f"trace {path} line {line}: expected arrival_s >= 0 and whole input_len, output_len of 1 "
-                        f"to 2^24 tokens, got {row.get('arrival_s')!r}, {row.get('input_len')!r}, "
-                        f"{row.get('output_len')!r}")
+                        f"to 2^24 tokens, got " + ", ".join(shown_value(row.get(k)) for k in
+                                                            ("arrival_s", "input_len", "output_len")))
     return arrival + 0.0, prompt, output  # -0 as 0
 
 
@@ -238,7 +239,8 @@ def load_trace(path: str | Path) -> Trace:
         try:
             header = reader.fieldnames or []
             if not set(needed) <= set(header) or len(set(header)) < len(header):
-                raise SpecError(f"trace {path}: expected the columns {', '.join(needed)} once each, got {header}")
+                raise SpecError(f"trace {path}: expected the columns {', '.join(needed)} once each, got "
+                                f"{shown_value(header)}")
             requests = [_request(path, reader.line_num, r) for r in reader]
         except (csv.Error, UnicodeDecodeError) as err:
             raise SpecError(f"trace {path} line {max(reader.line_num, 1)}: not a CSV text file ({err})") from None

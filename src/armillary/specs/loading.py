@@ -27,25 +27,33 @@ S = TypeVar("S", bound=BaseModel)
 MAX_DEVICES = 2**20  # a system resized with `gpus`: beyond today's largest clusters; bounds serving's replicas
 
 
-SHOWN_ERRORS, SHOWN_CHARACTERS = 5, 40  # an error message quotes at most 5 x 40 characters of a user's file
+SHOWN_ERRORS, SHOWN_CHARACTERS, QUOTED_AT_MOST = 5, 40, 200  # of a user's file, in one error message
 
 
-def shown_value(value: object) -> str:
+def shown_value(value: object, at_most: int = SHOWN_CHARACTERS) -> str:
     """A value of a user's file as an error message quotes it: its repr if short, else its start."""
     text = repr(value)
-    return text if len(text) <= SHOWN_CHARACTERS else text[:SHOWN_CHARACTERS - 3] + "..."
+    return text if len(text) <= at_most else text[:max(at_most - 3, 0)] + "..."
 
 
 def format_validation_error(err: ValidationError, where: str) -> str:
-    """One line per failed field (the first `SHOWN_ERRORS`), each naming the field and quoting at most
-    `SHOWN_CHARACTERS` of the value given: never more than 200 characters of the file."""
+    """One line per failed field (the first `SHOWN_ERRORS`), each naming the field and quoting a little of
+    the value given (and of an unknown key): never more than `QUOTED_AT_MOST` characters of the file."""
     lines = []
     errors = err.errors()
+    budget = QUOTED_AT_MOST
     for e in errors[:SHOWN_ERRORS]:
-        keys = (k if len(k := str(x)) <= SHOWN_CHARACTERS else k[:SHOWN_CHARACTERS - 3] + "..." for x in e["loc"])
+        keys = [str(x) for x in e["loc"]]
+        if e["type"] == "extra_forbidden" and keys:  # the key is the file's, not the schema's
+            keys[-1] = shown_value(keys[-1], min(SHOWN_CHARACTERS, budget)).strip("'\"")
+            budget -= len(keys[-1])
         loc = ".".join(k for k in (where, *keys) if k != "")
         got = e.get("input")
-        got_text = f" (got {shown_value(got)})" if got is not None and not isinstance(got, dict) else ""
+        got_text = ""
+        if got is not None and not isinstance(got, dict) and budget >= 10:
+            shown = shown_value(got, min(SHOWN_CHARACTERS, budget))
+            budget -= len(shown)
+            got_text = f" (got {shown})"
         lines.append(f"{loc}: {e['msg'][:200]}{got_text}")
     if len(errors) > SHOWN_ERRORS:
         lines.append(f"... and {len(errors) - SHOWN_ERRORS} more")
