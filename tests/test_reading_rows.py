@@ -110,3 +110,23 @@ def test_a_framework_is_read_by_its_own_name_not_by_a_keyword_it_mentions():
 def test_interleaving_without_its_depth_is_a_recorded_assumption():
     spec = row_specs({**GPT, "vpp": "interleaved (V not stated)"})[0]
     assert spec.strategy.vpp == 1 and any("without the chunks per stage" in n for n in spec.assumptions)
+
+
+def test_the_compute_fabric_is_read_not_a_storage_or_management_network():
+    from armillary.specs.loading import load_system
+
+    row = {**GPT, "inter_net": "64 nodes x 8 GPUs; Storage: 2x ConnectX-7 NDR 200Gb/s, Compute: 8x ConnectX-7 "
+                               "NDR 400Gb/s, Management: 25Gb/s Ethernet"}
+    spec = row_specs(row)[0]
+    assert spec.system.network[-1].bandwidth == pytest.approx(400e9 / 8)
+    # negative: with only a storage network named, nothing is read and the preset's network is kept (and said)
+    storage_only = row_specs({**GPT, "inter_net": "Storage: 2x ConnectX-7 NDR 200Gb/s (BlueField-3 DPU)"})[0]
+    preset = load_system("dgx-h100")
+    assert storage_only.system.network[-1].bandwidth == preset.network[-1].bandwidth
+    assert any("scale-out network not stated" in n for n in storage_only.assumptions)
+
+
+def test_a_fabric_other_than_infiniband_is_said_where_the_preset_is_infiniband():
+    spec = row_specs({**GPT, "inter_net": "RoCE 400 Gb/s per GPU, 3-layer Clos"})[0]
+    assert spec.system.network[-1].bandwidth == pytest.approx(400e9 / 8)
+    assert any("scale-out fabric roce" in n.lower() for n in spec.assumptions)

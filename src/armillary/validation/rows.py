@@ -19,7 +19,7 @@ from armillary.specs.stack import SoftwareStack, hopper_or_later
 from armillary.specs.strategy import Recompute, Strategy, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Training
-from armillary.validation.reading import about_the_run
+from armillary.validation.reading import about_the_run, search_run
 from armillary.validation.vocabulary import (
     clean,
     deduplicated_dispatch,
@@ -201,10 +201,11 @@ def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
         system = system.model_copy(update={"device": device})
         notes.append(f"HBM {stated_gb:g} GiB as the gpu column states (the {preset} preset has "
                      f"{hbm.capacity / 2**30:g} GiB); its peak rates kept")
+    # the compute fabric only: a storage, management or front-end network named beside it is not read
     inter = row.get("inter_net", "")
-    per_node = re.search(r"(\d+)\s*Gbps node-node", inter)
-    per_nic = re.search(r"(\d+)x\s.*?(\d+)\s*Gb/s", inter)
-    per_gpu = re.search(r"(\d+)\s*Gb(?:/s|ps)\s*(?:per|/)\s*GPU", inter, re.I)
+    per_node = search_run(r"(\d+)\s*Gbps node-node", inter)
+    per_nic = search_run(r"(\d+)x\s.*?(\d+)\s*Gb(?:/s|ps|it/s)", inter)
+    per_gpu = search_run(r"(\d+)\s*Gb(?:/s|ps|it/s)\b.*?(?:per|/)\s*GPU\b", inter)
     if per_node:
         gbps: float | None = float(per_node.group(1)) / system.devices_per_node
     elif per_nic:
@@ -216,6 +217,10 @@ def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
         notes.append(f"scale-out network not stated: {system.network[-1].name} of the {preset} preset")
     if gbps is not None:
         system = system.with_dimension(-1, bandwidth=gbps * 1e9 / 8)
+    fabric = search_run(r"\b(roce\d?|efa|omni[- ]?path|opa|ethernet|tcpx\w*|pollara|dcn)\b", inter)
+    if fabric is not None and re.search(r"infiniband", system.network[-1].name, re.I):
+        notes.append(f"scale-out fabric {fabric.group(1)}: modelled with the {preset} preset's InfiniBand latency "
+                     "and efficiency at the stated bandwidth")
     return system.with_devices(n_gpus)
 
 
