@@ -436,3 +436,10 @@ def test_no_tuning_table_error_quotes_more_than_200_characters_of_the_file(tmp_p
         with pytest.raises(SpecError) as caught:
             load_table(path)
         assert str(caught.value).count("SECRET") * len("SECRET") <= 200, str(caught.value)
+
+
+@pytest.mark.parametrize("override", ["system.network.0.bandwidth=1e-300", "system.device.kernel_overhead=1e300"])
+def test_serving_and_inference_refuse_extreme_hardware_values_loudly(override):
+    """Before: every request reported 'rejected' (as if the KV cache were too small), or times of 1e300 s."""
+    refused(run_cli("serve", SERVING, "--rate", "1", "--duration", "3", "--set", override), "serving: an iteration")
+    refused(run_cli("estimate", SERVING, "--set", override), "ttft_s")

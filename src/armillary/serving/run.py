@@ -9,10 +9,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from armillary.errors import SpecError
+from armillary.errors import ResultError, SpecError
 from armillary.estimate.feasibility import inference_checks
 from armillary.estimate.inference import ReplicaModel, kv_handover_time, replica_model
 from armillary.estimate.inference_memory import inference_memory, kv_blocks, kv_budget
+from armillary.estimate.invariants import HINT, MAX_TIME_S
 from armillary.estimate.result import ErrorBand
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays
@@ -162,6 +163,7 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
     limits = _limits(r, w, largest, engine)
     host = overheads(engine, r.m, r.stage_layers, sv.scheduler_steps)
     cost = IterationCost(r, max(sv.max_batched_tokens, 1), sv.max_batch, host)
+    _check_iteration_times(cost)
     done = _Requests.of(trace)
     everyone = np.arange(len(trace))
     # data-parallel attention: each attention group schedules its own requests over its own cache (SGLang
@@ -178,6 +180,18 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
         _decode_pool(done, trace, r, cost, limits, sv.balance, (replicas - sv.prefill_replicas) * groups)
     times = RequestTimes(done.sent, done.first, done.finish, trace.input_len, trace.output_len, done.preempted)
     return _metrics(times, w, r.devices * replicas, replicas, limits.kv_blocks, done)
+
+
+def _check_iteration_times(cost: IterationCost) -> None:
+    """An iteration's tabulated times must be finite, >= 0 and below `MAX_TIME_S` (else the simulation would
+    report every request rejected, or serve in nonsense times): extreme system values refused loudly."""
+    parts = [cost.by_tokens, cost.by_sequences] + ([cost.fitted] if cost.fitted is not None else [])
+    for part in parts:
+        values = np.asarray(part, dtype=float)
+        if not (np.isfinite(values).all() and (values >= 0).all() and (values < MAX_TIME_S).all()):
+            bad = values[~(np.isfinite(values) & (values >= 0) & (values < MAX_TIME_S))][0]
+            raise ResultError(f"serving: an iteration takes {bad:g} s, expected a finite time of 0 to "
+                              f"{MAX_TIME_S:g} s; {HINT}")
 
 
 def _check_deployment(sv: Serving, r: ReplicaModel, replicas: int) -> None:
