@@ -96,3 +96,13 @@ def test_every_fabric_states_its_sources():
         dim = fabric_dimension(name)
         assert dim.bandwidth > 0 and dim.latency > 0 and 0 < dim.efficiency <= 1, name
         assert "nic_bandwidth" in spec.sources, name
+
+
+def test_sharp_takes_the_inter_node_phase_for_large_messages_only():
+    """IB NDR with SHARP (NCCL CollNet, NCCL_COLLNET_ENABLE=1; tuning.cc: Simple protocol only, so a small
+    message stays on the tree's LL): 8 H100 nodes reduce in the switch at 4 GiB, not at 64 KiB."""
+    system = with_fabric(load_system("dgx-h100", 64), "infiniband-ndr-sharp")
+    group = group_of(system, 64)
+    why = explain_sweep(Collective.ALL_REDUCE, np.array([64 * KIB, 4 * GIB]), group, system)
+    assert why[0]["algorithm"] == "tree" and why[0]["protocol"] == "LL"
+    assert why[1]["algorithm"] == "in_network" and why[1]["protocol"] == "Simple"
