@@ -130,3 +130,13 @@ def test_an_unnamed_fabric_runs_with_a_recorded_assumption_and_plain_ethernet_is
 def test_two_fabrics_named_is_recorded():
     _, _, notes = predict_collective(_row(inter_net="InfiniBand NDR or Ethernet RoCE, 8 x 400 Gb/s per node"))
     assert any("also" in n for n in notes)
+
+
+def test_a_fabric_stated_in_the_gpu_column_is_read_with_a_note():
+    row = _row(gpu="A100-SXM4-40GB, 3 nodes x 8, 4x HDR IB per node", n_gpus="24", inter_net="")
+    reading = read_system(row)
+    assert reading.fabric == "infiniband-hdr" and reading.gpu_bandwidth == pytest.approx(4 * 25e9 / 8)
+    assert any("gpu column" in a for a in reading.assumptions)
+    # negative: a GPU text without network words leaves the preset's fabric, as an assumption
+    plain = read_system(_row(gpu="A100-SXM4-40GB", n_gpus="24", inter_net=""))
+    assert not any("gpu column" in a for a in plain.assumptions)

@@ -243,6 +243,10 @@ def read_system(row: dict[str, str]) -> SystemReading:
         return SystemReading(preset, None, None, nvls, tuple(notes))
     text = compute_network_text(inter)
     family, others = fabric_family(text)
+    if family is None and fabric_family(compute_network_text(row.get("gpu") or ""))[0] is not None:
+        text = compute_network_text(row.get("gpu") or "")  # "A100, 3 nodes x 8, 4x HDR IB per node"
+        family, others = fabric_family(text)
+        notes.append(f"inter_net names no fabric; read from the gpu column ({row.get('gpu')!r})")
     rate, how = nic_bandwidth_per_gpu(text, gpus_per_host)
     native = _native_fabric(preset)
     if family is None:
