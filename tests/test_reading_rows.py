@@ -130,3 +130,14 @@ def test_a_fabric_other_than_infiniband_is_said_where_the_preset_is_infiniband()
     spec = row_specs({**GPT, "inter_net": "RoCE 400 Gb/s per GPU, 3-layer Clos"})[0]
     assert spec.system.network[-1].bandwidth == pytest.approx(400e9 / 8)
     assert any("scale-out fabric roce" in n.lower() for n in spec.assumptions)
+
+
+def test_mlperf_nemo_submissions_overlap_tp_communication_as_their_configs_do():
+    for framework in ("NeMo Megatron (MLPerf Training v3.0 closed)",
+                      "NVIDIA NeMo Framework Release 24.09 (MLPerf Training v4.1 closed), NCCL 2.22.3"):
+        spec = row_specs({**GPT, "framework": framework, "source": "mlcommons/training_results_v3.1"})[0]
+        assert spec.strategy.overlap.tp_comm and spec.strategy.sequence_parallel
+        assert any("MLPerf Training NeMo" in n for n in spec.assumptions)
+    # negative: a Megatron-Core run that names no overlap keeps Megatron-Core's defaults
+    plain = row_specs({**GPT, "framework": "Megatron-Core 0.9", "source": "2024"})[0]
+    assert not plain.strategy.overlap.tp_comm
