@@ -10,8 +10,11 @@ from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-# the package `armillary.simulate` first, so that the function `simulate` below keeps the name: importing the
-# package later (the simulators load on first use) would otherwise rebind `armillary.simulate` to it
+# the packages `armillary.estimate`, `armillary.search` and `armillary.simulate` first, so that the functions
+# of the same names below keep them: importing a package later (its modules load on first use) would
+# otherwise rebind the name to it
+import armillary.estimate as _estimate_package  # noqa: F401
+import armillary.search as _search_package  # noqa: F401
 import armillary.simulate as _simulate_package  # noqa: F401
 from armillary.api import (
     codesign,
@@ -25,10 +28,6 @@ from armillary.api import (
     validate,
 )
 from armillary.errors import ArmillaryError, MissingExtra, SpecError
-from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
-from armillary.estimate.result import CommCall, LayerCost, MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
-from armillary.search.run import Candidate, Objective, SearchResult
-from armillary.search.space import StrategySpace
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.loading import load_device, load_model, load_strategy, load_system, load_workload
@@ -52,7 +51,11 @@ from armillary.specs.workload import Inference, KvCache, Serving, StoredPrecisio
 if TYPE_CHECKING:
     from armillary.comm.sweep import SweepRow
     from armillary.estimate.compare import Comparison
+    from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
+    from armillary.estimate.result import CommCall, LayerCost, MemoryBreakdown, StepEstimate, TimeBreakdown, Traffic
     from armillary.search.inference import InferenceSearchResult, InferenceSpace
+    from armillary.search.run import Candidate, Objective, SearchResult
+    from armillary.search.space import StrategySpace
     from armillary.search.systems import CoDesignResult, SystemSpace
     from armillary.serving.run import Percentiles, ServingResult
     from armillary.serving.trace import Trace, load_trace, poisson_trace
@@ -60,16 +63,22 @@ if TYPE_CHECKING:
     from armillary.simulate.run import SimulationResult
     from armillary.validation.run import RowResult
 
-# imported on first access: the simulators' results (their numba kernels load in about half a second) and what
-# only some calls need (search spaces, serving traces, the validation harness), so that `import armillary`
-# costs about what numpy and pydantic cost
-_LAZY = {"Percentiles": "armillary.serving.run", "ServingResult": "armillary.serving.run",
-         "InferenceSimulation": "armillary.simulate.inference", "SimulationResult": "armillary.simulate.run",
-         "SweepRow": "armillary.comm.sweep", "Comparison": "armillary.estimate.compare",
-         "InferenceSearchResult": "armillary.search.inference", "InferenceSpace": "armillary.search.inference",
-         "CoDesignResult": "armillary.search.systems", "SystemSpace": "armillary.search.systems",
-         "Trace": "armillary.serving.trace", "load_trace": "armillary.serving.trace",
-         "poisson_trace": "armillary.serving.trace", "RowResult": "armillary.validation.run"}
+# imported on first access, so that `import armillary` costs about what the specs cost: the results of the
+# estimators and searches, the simulators' (their numba kernels load in about half a second), and what only
+# some calls need (search spaces, serving traces, the validation harness)
+_LAZY = {
+    **dict.fromkeys(("InferenceEstimate", "InferenceMemory", "PassTime"), "armillary.estimate.inference_result"),
+    **dict.fromkeys(("CommCall", "LayerCost", "MemoryBreakdown", "StepEstimate", "TimeBreakdown", "Traffic"),
+                    "armillary.estimate.result"),
+    **dict.fromkeys(("Candidate", "Objective", "SearchResult"), "armillary.search.run"),
+    "StrategySpace": "armillary.search.space", "Comparison": "armillary.estimate.compare",
+    **dict.fromkeys(("InferenceSearchResult", "InferenceSpace"), "armillary.search.inference"),
+    **dict.fromkeys(("CoDesignResult", "SystemSpace"), "armillary.search.systems"),
+    **dict.fromkeys(("Percentiles", "ServingResult"), "armillary.serving.run"),
+    "InferenceSimulation": "armillary.simulate.inference", "SimulationResult": "armillary.simulate.run",
+    "SweepRow": "armillary.comm.sweep", "RowResult": "armillary.validation.run",
+    **dict.fromkeys(("Trace", "load_trace", "poisson_trace"), "armillary.serving.trace"),
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -16,28 +16,22 @@ import numpy as np
 
 from armillary import defaults
 from armillary.errors import SpecError
-from armillary.estimate.inference_result import InferenceEstimate
-from armillary.estimate.result import StepEstimate
-from armillary.estimate.run import estimate_run
-from armillary.plan.arrays import ModelArrays
-from armillary.plan.layout import data_parallel
-from armillary.search.run import Executor, Objective, serial
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_model, load_spec, load_strategy, load_system, load_workload
 from armillary.specs.model import Model
 from armillary.specs.strategy import Schedule, Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference, Training, Workload
-from armillary.validation.bands import error_band, inference_error_band
-from armillary.workload.parameters import count_parameters
 
-# what only some calls need loads on first use: the simulators (numba kernels), search spaces, the
-# validation harness, collective sweeps, run files and their variants
+# the formulas, the simulators (numba kernels), search spaces, the validation harness, collective sweeps and
+# run files load on the first call that needs them: `import armillary` costs about what the specs cost
 if TYPE_CHECKING:
     from armillary.comm.sweep import SweepRow
     from armillary.estimate.compare import Comparison
+    from armillary.estimate.inference_result import InferenceEstimate
+    from armillary.estimate.result import StepEstimate
     from armillary.search.inference import InferenceSearchResult, InferenceSpace
-    from armillary.search.run import SearchResult
+    from armillary.search.run import Executor, Objective, SearchResult
     from armillary.search.space import StrategySpace
     from armillary.search.systems import CoDesignResult, SystemSpace
     from armillary.serving.run import ServingResult
@@ -71,6 +65,9 @@ def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workl
              gpus: int | None = None) -> StepEstimate | InferenceEstimate:
     """Estimate one training iteration (a training workload) or a static inference batch (an inference
     workload). dp (data-parallel ranks, or model replicas in inference) defaults to devices / (tp cp pp)."""
+    from armillary.estimate.run import estimate_run
+    from armillary.validation.bands import error_band, inference_error_band
+
     m, sysm, st, w = load_model(model), load_system(system, gpus), load_strategy(strategy), load_workload(workload)
     result = estimate_run(m, sysm, st, w)
     # how far to trust it: the validation residuals of its regime
@@ -113,9 +110,12 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
     st, w = load_strategy(strategy), load_workload(workload)
     if not isinstance(w, Inference):
         raise SpecError("workload: serving needs an inference workload (kind: inference)")
+    from armillary.plan.arrays import ModelArrays
+    from armillary.plan.layout import data_parallel
     from armillary.serving.engine import with_engine
     from armillary.serving.run import serve_trace
     from armillary.serving.trace import generated_trace, load_trace
+    from armillary.validation.bands import inference_error_band
 
     if trace is None:
         if w.serving.trace is not None:
@@ -131,17 +131,19 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
 
 def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strategy: StrategyLike | None = None,
            space: StrategySpace | InferenceSpace | str | Mapping[str, Any] | None = None, gpus: int | None = None,
-           objective: Objective | str = Objective.TIME, top: int = defaults.SEARCH_TOP,
-           executor: Executor = serial, progress: Callable[[int, int], None] | None = None,
+           objective: Objective | str = "time", top: int = defaults.SEARCH_TOP,
+           executor: Executor | None = None, progress: Callable[[int, int], None] | None = None,
            checkpoint: Path | None = None) -> SearchResult | InferenceSearchResult:
     """The best strategies for `model` on `system` and `workload`. Training: the `top` fastest (or, with
     objective "memory", leanest) points of a strategy space (`StrategySpace`; default: every valid value),
     fields outside the space from `strategy` (default `defaults.SEARCH_BASE_STRATEGY`). Inference: the
     configurations of an `InferenceSpace` (it states the TPOT limit) with the most output tokens/s per
-    device."""
+    device. `executor` (default: serial, in this process) evaluates the chunks of a training space."""
     from armillary.search.inference import InferenceSpace, search_inference
+    from armillary.search.run import Objective, serial
     from armillary.search.run import search as search_strategies
     from armillary.search.space import StrategySpace
+    from armillary.validation.bands import error_band
 
     m, sysm, w = load_model(model), load_system(system, gpus), load_workload(workload)
     base = load_strategy(strategy if strategy is not None else defaults.SEARCH_BASE_STRATEGY)
@@ -154,7 +156,8 @@ def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strateg
         goal = Objective(objective)
     except ValueError:
         raise SpecError(f"objective {objective!r}: one of {', '.join(o.value for o in Objective)}") from None
-    found = search_strategies(m, sysm, w, base, spec_space, goal, top, executor=executor, progress=progress,
+    found = search_strategies(m, sysm, w, base, spec_space, goal, top,
+                              executor=serial if executor is None else executor, progress=progress,
                               checkpoint=checkpoint)
     return replace(found, top=tuple(replace(c, error_band=error_band(m, sysm, c.strategy)) for c in found.top))
 
@@ -162,12 +165,14 @@ def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strateg
 def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
              systems: SystemSpace | str | Mapping[str, Any], strategy: StrategyLike | None = None,
              space: StrategySpace | str | Mapping[str, Any] | None = None,
-             executor: Executor = serial) -> CoDesignResult:
+             executor: Executor | None = None) -> CoDesignResult:
     """For every system of `systems` (variants of `system`), the fastest strategy of `space`; the time /
     cost / power Pareto front."""
+    from armillary.search.run import serial
     from armillary.search.space import StrategySpace
     from armillary.search.systems import SystemSpace
     from armillary.search.systems import codesign as codesign_systems
+    from armillary.validation.bands import error_band
 
     w = load_workload(workload)
     if not isinstance(w, Training):
@@ -176,7 +181,7 @@ def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
     spec_space = load_spec(StrategySpace, space, "space") if space is not None else None
     m = load_model(model)
     designs = codesign_systems(m, load_system(system), w, load_spec(SystemSpace, systems, "space"), base, spec_space,
-                               executor)
+                               serial if executor is None else executor)
     return replace(designs, points=tuple(
         replace(p, best=replace(p.best, error_band=error_band(m, p.system, p.best.strategy))) if p.best else p
         for p in designs.points))
@@ -261,4 +266,7 @@ def collective(op: Collective | str, size_bytes: float | Sequence[float] | np.nd
 
 def parameters(model: ModelLike) -> int:
     """Exact parameter count of a model, embeddings and LM head included."""
+    from armillary.plan.arrays import ModelArrays
+    from armillary.workload.parameters import count_parameters
+
     return int(count_parameters(ModelArrays.of(load_model(model))).total)
