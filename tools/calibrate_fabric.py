@@ -173,8 +173,13 @@ def monotone(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def _loss(rows: list[dict[str, str]], trial: dict[str, object], field: str, value: float) -> float:
-    """Summed |log error| of `rows` with `field` of the fabric's dimension at `value`."""
-    return sum(abs(x) for x in _fabric_errors(rows, {**trial, field: value}))
+    """|log error| of `rows` with `field` of the fabric's dimension at `value`, averaged per sweep and summed
+    over the sweeps: each measured sweep weighs the same, however many sizes it printed."""
+    errors = _fabric_errors(rows, {**trial, field: value})
+    sweeps: dict[str, list[float]] = {}
+    for row, x in zip(rows, errors, strict=True):
+        sweeps.setdefault(re.sub(r"-\d+$", "", row["id"]), []).append(abs(x))
+    return sum(float(np.mean(v)) for v in sweeps.values())
 
 
 def _golden(f: Callable[[float], float], lo: float, hi: float, iterations: int = 40) -> float:
@@ -206,7 +211,7 @@ def fit_fabric(name: str, prefixes: list[str], csv: Path) -> None:
             if big:
                 trial["efficiency"] = _golden(partial(_loss, big, trial, "efficiency"), 0.05, 1.0)
             if small:
-                trial["latency"] = _golden(partial(_loss, small, trial, "latency"), 1e-7, 1e-2)
+                trial["latency"] = _golden(partial(_loss, rows, trial, "latency"), 1e-7, 1e-2)
         efficiency, latency = trial.get("efficiency", own.efficiency), float(trial["latency"]) * 1e6  # type: ignore[arg-type]
         print(f"# fabric {name}, algorithms across nodes {[a.value for a in algorithms]}: "
               f"efficiency {efficiency:.4f}, latency {latency:.3g} us")
