@@ -14,7 +14,7 @@ import numpy as np
 from armillary.comm.collectives import collective, send_recv
 from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.errors import SpecError
-from armillary.ingest.hlo_attrs import called, replica_groups, source_target_pairs, trip_count
+from armillary.ingest.hlo_attrs import called, loop_parts, replica_groups, source_target_pairs, trip_count
 from armillary.ingest.hlo_parse import Computation, HloModule, Instruction
 from armillary.ingest.hlo_work import (
     CONTROL,
@@ -89,8 +89,16 @@ MAX_EXECUTED = 20_000_000  # instructions of one execution, loops unrolled (a fe
 def _call_depths(module: HloModule) -> dict[str, int]:
     """The longest chain of calls below each computation; a computation that calls itself, directly or
     through others, is refused (HLO has no recursion)."""
-    callees = {name: tuple(dict.fromkeys(c for i in comp.instructions for c in called(i)
-                                         if c in module.computations))
+    for name, comp in module.computations.items():
+        for inst in comp.instructions:
+            if inst.opcode == "while" and not all(loop_parts(inst)):
+                raise SpecError(f"HLO module {module.name!r}: while loop {inst.name[:60]!r} in {name[:60]!r} "
+                                "names no condition or no body computation")
+            missing = [c for c in called(inst) if c not in module.computations]
+            if missing:
+                raise SpecError(f"HLO module {module.name!r}: {inst.name[:60]!r} in {name[:60]!r} calls "
+                                f"{missing[0][:60]!r}, which the module does not define")
+    callees = {name: tuple(dict.fromkeys(c for i in comp.instructions for c in called(i)))
                for name, comp in module.computations.items()}
     depth: dict[str, int] = {}
     visiting: set[str] = set()

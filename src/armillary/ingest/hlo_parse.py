@@ -17,6 +17,7 @@ from typing import NamedTuple
 from armillary.errors import SpecError
 from armillary.ingest.hlo_shapes import Shape, parse_shape
 from armillary.simulate.engine import paused_gc
+from armillary.specs.loading import MAX_DEVICES
 
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*(\(.*\))?\s*(->\s*.*)?\{\s*$")
 _INSTRUCTION = re.compile(r"^\s+(ROOT\s+)?%?([^\s=]+)\s*=\s*")
@@ -112,6 +113,9 @@ def _parse(text: str, source: str) -> HloModule:
             continue
         if line.startswith("HloModule"):
             name, partitions, replicas = _module_header(line)
+            if not (min(partitions, replicas) >= 1 and partitions * replicas <= MAX_DEVICES):
+                raise SpecError(f"{source}:{number}: num_partitions = {partitions} x replica_count = {replicas}: "
+                                f"expected 1 to {MAX_DEVICES:,} devices")
             continue
         if line and not line[0].isspace() and line.rstrip().endswith("{") and "=" not in line.split("(")[0]:
             header = _HEADER.match(line)
@@ -128,8 +132,8 @@ def _parse(text: str, source: str) -> HloModule:
 
 def _module_header(line: str) -> tuple[str, int, int]:
     name = line.split()[1].rstrip(",") if len(line.split()) > 1 else "module"
-    partitions = re.search(r"num_partitions=(\d+)", line)
-    replicas = re.search(r"replica_count=(\d+)", line)
+    partitions = re.search(r"num_partitions=(\d{1,12})\b", line)
+    replicas = re.search(r"replica_count=(\d{1,12})\b", line)
     return name, int(partitions.group(1)) if partitions else 1, int(replicas.group(1)) if replicas else 1
 
 

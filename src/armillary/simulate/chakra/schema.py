@@ -123,7 +123,7 @@ Int64List = _message_class("Int64List")
 def encode_varint(value: int) -> bytes:
     """Base-128 varint, low 7 bits first (chakra src/third_party/utils/protolib.py: _EncodeVarint32)."""
     if value < 0:
-        raise ValueError("a message length is non-negative")
+        raise SpecError("a message length is non-negative")
     out = bytearray()
     while value > 0x7F:
         out.append(0x80 | (value & 0x7F))
@@ -137,7 +137,7 @@ def decode_varint(data: bytes, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(data):
-            raise ValueError("trace ends inside a length prefix")
+            raise SpecError("trace ends inside a length prefix")
         byte = data[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
@@ -145,7 +145,7 @@ def decode_varint(data: bytes, pos: int) -> tuple[int, int]:
             return result, pos
         shift += 7
         if shift >= 64:
-            raise ValueError("length prefix longer than 10 bytes")
+            raise SpecError("length prefix longer than 10 bytes")
 
 
 def write_trace(path: Path, metadata: Any, nodes: Iterable[Any]) -> None:
@@ -178,11 +178,11 @@ def read_trace(path: Path) -> tuple[Any, list[Any]]:
     while pos < len(data):
         size, pos = decode_varint(data, pos)
         if pos + size > len(data):
-            raise ValueError(f"{path}: truncated message at byte {pos}")
+            raise SpecError(f"{path}: truncated message at byte {pos}")
         messages.append(data[pos:pos + size])
         pos += size
     if not messages:
-        raise ValueError(f"{path}: empty trace (no GlobalMetadata)")
+        raise SpecError(f"{path}: empty trace (no GlobalMetadata)")
     try:
         return GlobalMetadata.FromString(messages[0]), [Node.FromString(m) for m in messages[1:]]
     except DecodeError:

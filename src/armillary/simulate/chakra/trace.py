@@ -135,12 +135,12 @@ def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> li
     last: dict[tuple[int, Stream], int] = {}
     for i, task in enumerate(graph.tasks):
         if task.kind is TaskKind.SEND and (len(task.ranks) != 2 or i > 2**31 - 1):
-            raise ValueError(f"task {i} {task.name!r}: a send has ranks (source, destination) and an int32 tag")
+            raise SpecError(f"task {i} {task.name!r}: a send has ranks (source, destination) and an int32 tag")
         pg_name = groups.setdefault(tuple(sorted(set(task.ranks))), str(len(groups))) \
             if task.kind is TaskKind.COLLECTIVE else ""
         for rank in dict.fromkeys(task.ranks):
             if not 0 <= rank < graph.ranks:
-                raise ValueError(f"task {i} {task.name!r}: rank {rank} outside 0..{graph.ranks - 1}")
+                raise SpecError(f"task {i} {task.name!r}: rank {rank} outside 0..{graph.ranks - 1}")
             deps = {d for d in task.deps if rank in graph.tasks[d].ranks}
             if task.stream is not None:
                 if (rank, task.stream) in last:
@@ -176,7 +176,7 @@ def _files(directory: Path, prefix: str | None) -> dict[int, Path]:
     if not found:
         raise FileNotFoundError(f"no {prefix or '<prefix>'}.<rank>.et trace files in {directory}")
     if len(prefixes) > 1:
-        raise ValueError(f"{directory} holds several traces ({', '.join(sorted(prefixes))}): pass prefix=")
+        raise SpecError(f"{directory} holds several traces ({', '.join(sorted(prefixes))}): pass prefix=")
     return found
 
 
@@ -228,7 +228,7 @@ def _ours(traces: dict[int, tuple[Any, list[Any]]], metas: dict[int, dict[str, A
                     Tier(a["tier"]), a["bytes"], a["flop"], a["group"],
                     Collective(a["collective"]) if a["collective"] else None, tuple(a.get("after", ())))
     if sorted(tasks) != list(range(len(tasks))):
-        raise ValueError("the trace lacks some of its tasks: are files of some ranks missing?")
+        raise SpecError("the trace lacks some of its tasks: are files of some ranks missing?")
     return TaskGraph(tuple(tasks[i] for i in range(len(tasks))), ranks, tuple(labels), tuple(weights))
 
 
@@ -244,7 +244,7 @@ def _forward(deps_of: dict[int, list[int]], dropped: set[int]) -> dict[int, froz
             for d in pending:
                 if d in dropped and d not in memo:
                     if d in active:
-                        raise ValueError(f"dependency cycle through node {d}")
+                        raise SpecError(f"dependency cycle through node {d}")
                     active.add(d)
                     stack.append((d, iter(deps_of.get(d, ()))))
                     break
@@ -264,7 +264,7 @@ def _key(rank: int, node: Any, a: dict[str, Any]) -> Key:
         if node.type == NodeType.COMM_RECV_NODE:
             return ("p2p", a["comm_src"], a.get("comm_dst", rank), a.get("comm_tag", 0))
     except KeyError as err:
-        raise ValueError(f"node {node.id} of rank {rank} ({node.name!r}) has no {err.args[0]} attribute") from None
+        raise SpecError(f"node {node.id} of rank {rank} ({node.name!r}) has no {err.args[0]} attribute") from None
     if node.type == NodeType.COMM_COLL_NODE:
         return ("coll", str(a.get("pg_name", "")))
     return ("local", rank, node.id)
@@ -290,7 +290,7 @@ def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None) ->
     for rank, (_, nodes) in sorted(traces.items()):
         attrs = [_attrs(n) for n in nodes]
         if len({n.id for n in nodes}) != len(nodes):
-            raise ValueError(f"rank {rank}: node ids are not unique")
+            raise SpecError(f"rank {rank}: node ids are not unique")
         dropped = {n.id for n, a in zip(nodes, attrs, strict=True) if n.type not in _KNOWN and a.get("is_cpu_op", True)}
         forward = _forward({n.id: list(n.data_deps) for n in nodes}, dropped)
         seen: Counter[Key] = Counter()
@@ -308,16 +308,16 @@ def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None) ->
             members.setdefault(key[1], set()).update(rank for rank, *_ in nodes_of)
         elif key[0] == "p2p" and sorted(n.type for _, _, n, _ in nodes_of) != [NodeType.COMM_SEND_NODE,
                                                                                NodeType.COMM_RECV_NODE]:
-            raise ValueError(f"send {key[1]}->{key[2]} tag {key[3]} (#{key[4]}) has no matching send and receive")
+            raise SpecError(f"send {key[1]}->{key[2]} tag {key[3]} (#{key[4]}) has no matching send and receive")
     for key, nodes_of in entries.items():
         if key[0] == "coll" and len(nodes_of) != len(members[key[1]]):
-            raise ValueError(f"collective #{key[2]} of process group {key[1]!r} is missing on some of ranks "
+            raise SpecError(f"collective #{key[2]} of process group {key[1]!r} is missing on some of ranks "
                              f"{sorted(members[key[1]])}")
     deps: dict[Key, set[Key]] = {}
     for key, raw in raw_deps.items():
         missing = [f"{d} (rank {r})" for r, d in raw if (r, d) not in owner]
         if missing:
-            raise ValueError(f"{key}: depends on nodes not in the trace: {', '.join(missing)}")
+            raise SpecError(f"{key}: depends on nodes not in the trace: {', '.join(missing)}")
         deps[key] = {owner[rd] for rd in raw} - {key}
     order, after = _order(entries, deps)
     index = {key: i for i, key in enumerate(order)}
@@ -365,7 +365,7 @@ def _order(entries: dict[Key, list[tuple[int, int, Any, dict[str, Any]]]],
             if not waiting[user]:
                 heapq.heappush(ready, (first[user], next(tie), user))
     if len(order) != len(entries):
-        raise ValueError("the trace's dependencies and per-rank stream order form a cycle (collectives of one "
+        raise SpecError("the trace's dependencies and per-rank stream order form a cycle (collectives of one "
                          "stream in different orders on different ranks?)")
     return order, after
 
