@@ -53,6 +53,20 @@ def test_a_fuzzed_trace_is_served_or_refused(arrival, input_len, output_len):
     assert math.isfinite(result.makespan_s) and result.makespan_s >= 0
 
 
+@FUZZ
+@given(tp=hs.sampled_from([1, 2, 3, 4, 8, 16]), pp=hs.sampled_from([1, 2, 3, 80, 200]),
+       dp=hs.sampled_from([None, 1, 2, 5, 8, 100]), gpus=hs.sampled_from([1, 6, 8, 16]))
+def test_a_served_layout_uses_the_devices_as_estimate_requires(tp, pp, dp, gpus):
+    workload = {"kind": "inference", "input_len": 64, "output_len": 8}
+    strategy = {"tp": tp, "pp": pp, **({"dp": dp} if dp is not None else {})}
+    with no_hang(60), np.errstate(all="ignore"):
+        try:
+            result = armillary.simulate_serving("llama3-8b", "dgx-h100", strategy, workload, 1.0, 2.0, gpus=gpus)
+        except ArmillaryError:
+            return
+    assert result.devices == gpus and tp * pp * result.replicas == gpus
+
+
 _EVENT_KEYS = ("ph", "ts", "dur", "name", "tid", "cat", "args")
 
 
