@@ -443,3 +443,15 @@ def test_serving_and_inference_refuse_extreme_hardware_values_loudly(override):
     """Before: every request reported 'rejected' (as if the KV cache were too small), or times of 1e300 s."""
     refused(run_cli("serve", SERVING, "--rate", "1", "--duration", "3", "--set", override), "serving: an iteration")
     refused(run_cli("estimate", SERVING, "--set", override), "ttft_s")
+
+
+def test_a_trace_file_over_the_request_limit_is_refused_while_reading(tmp_path, monkeypatch):
+    from armillary.serving import trace as traces
+
+    monkeypatch.setattr(traces, "MAX_REQUESTS", 10)
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,input_len,output_len\n" + "0,8,8\n" * 11)
+    with pytest.raises(SpecError, match="more than 10 requests"):
+        traces.load_trace(path)
+    with pytest.raises(SpecError, match="at most 10"):
+        traces.checked_trace(Trace(np.zeros(11), np.ones(11, int), np.ones(11, int)))

@@ -241,7 +241,12 @@ def load_trace(path: str | Path) -> Trace:
             if not set(needed) <= set(header) or len(set(header)) < len(header):
                 raise SpecError(f"trace {path}: expected the columns {', '.join(needed)} once each, got "
                                 f"{shown_value(header)}")
-            requests = [_request(path, reader.line_num, r) for r in reader]
+            requests = []
+            for r in reader:
+                if len(requests) == MAX_REQUESTS:  # refused while reading, not after holding them all
+                    raise SpecError(f"trace {path}: more than {MAX_REQUESTS:,} requests; at most that many are "
+                                    "served in one run")
+                requests.append(_request(path, reader.line_num, r))
         except (csv.Error, UnicodeDecodeError) as err:
             raise SpecError(f"trace {path} line {max(reader.line_num, 1)}: not a CSV text file ({err})") from None
     if not requests:
