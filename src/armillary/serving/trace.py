@@ -241,7 +241,7 @@ def load_trace(path: str | Path) -> Trace:
             if not set(needed) <= set(header) or len(set(header)) < len(header):
                 raise SpecError(f"trace {path}: expected the columns {', '.join(needed)} once each, got "
                                 f"{shown_value(header)}")
-            requests = []
+            requests: list[tuple[float, float, float]] = []
             for r in reader:
                 if len(requests) == MAX_REQUESTS:  # refused while reading, not after holding them all
                     raise SpecError(f"trace {path}: more than {MAX_REQUESTS:,} requests; at most that many are "
