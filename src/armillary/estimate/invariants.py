@@ -21,6 +21,8 @@ HINT = ("a device or network value of the system (a bandwidth, FLOP/s, latency o
 
 
 def _value(x: object) -> float:
+    if isinstance(x, float | int):  # one configuration's number (np.float64 is a float): no array
+        return float(x)
     a = np.asarray(x, dtype=float)
     return float(a.reshape(-1)[0]) if a.size == 1 else math.nan
 
