@@ -196,3 +196,27 @@ def test_a_fuzzed_tuning_table_loads_or_is_refused(tmp_path, data):
 
 if __name__ == "__main__":
     pytest.main([__file__, "-q"])
+
+
+@FUZZ
+@given(kind=hs.sampled_from(["ring", "torus", "mesh", "switch", "", "x"]),
+       shape=hs.lists(hs.one_of(hs.integers(-1, 6), hs.sampled_from([10**6, 10**20])), min_size=0, max_size=4),
+       size=hs.sampled_from(["1GiB", "-1GiB", "0", "nan", "1e400B", "x", "1MiB"]),
+       seeds=hs.sampled_from(["0", "1", "2", "-3", "100000"]))
+def test_fuzzed_synthesize_options_on_the_command_line(kind, shape, size, seeds):
+    import re
+
+    from typer.testing import CliRunner
+
+    from armillary.cli import app
+
+    topology = f"{kind}:{'x'.join(map(str, shape))}"
+    with no_hang(60):
+        out = CliRunner().invoke(app, ["synthesize", "--topology", topology, "--size", size, "--seeds", seeds,
+                                       "--json"])
+    assert out.exit_code in (0, 2), (topology, size, seeds, out.output[-800:])
+    if out.exit_code == 0:
+        times = json.loads(out.output)["times_s"]
+        assert all(t is None or (math.isfinite(t) and t >= times["lower bound"] * (1 - 1e-9)) for t in times.values())
+    else:
+        assert "Traceback" not in out.output and re.search(r"--(topology|size|seeds|gpus)|error", out.output)
