@@ -1,15 +1,20 @@
-"""Speed of `import armillary`, of `armillary estimate` end to end and of one estimate in-process.
+"""Speed of `import armillary`, of `armillary estimate` end to end, of one estimate in-process and (with
+--max-rate) of `armillary serve --max-rate`.
 
-Run: python benchmarks/bench_estimate.py [--against REV]   (targets: import < 0.4 s, CLI < 1 s end to end,
-estimate() < 0.1 ms per call). With --against, the source tree of git revision REV is timed alternately with
-this one in the same run (the machine's load moves both alike). Subprocess times are medians of --runs, with
-the bytecode cache as the environment has it ("as is": this project's container sets PYTHONDONTWRITEBYTECODE,
-so armillary's modules are compiled on every run) and with a warm one (as an installed package has it).
+Run: python benchmarks/bench_estimate.py [--against REV] [--max-rate]
+(targets: import < 0.4 s, CLI < 1 s end to end, estimate() < 0.1 ms per call, serve --max-rate < 3 s).
+
+With --against, the source tree of git revision REV is timed alternately with this one in the same run (the
+machine's load moves both alike). Subprocess times are medians of --runs, wall and CPU (CPU moves less with
+other load on a shared machine), with the bytecode cache as the environment has it ("as is": this project's
+container sets PYTHONDONTWRITEBYTECODE, so armillary's modules are compiled on every run) and with a warm
+one (as an installed package has it). In-process: CPU time per estimate() call, the best of 7 repeats.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -19,26 +24,28 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "gpt3-175b-a100.yaml"
+SERVING = ROOT / "examples" / "llama2-70b-serving-h100.yaml"
 IMPORT = ["-c", "import armillary"]
 FLOOR = ["-c", "import numpy, pydantic, typer"]  # what the CLI's own dependencies cost
 CLI = ["-m", "armillary.cli", "estimate", str(EXAMPLE)]
-
-
-def per_call(fn: Callable[[], object], repeats: int = 2000) -> float:
+MAX_RATE = ["-m", "armillary.cli", "serve", str(SERVING), "--max-rate", "--json"]
+# one estimate() in-process: CPU microseconds per call, spec objects and preset names
+PER_CALL = f"""
+import time, timeit
+import armillary
+from armillary.specs.run import load_run
+model, system, strategy, workload = load_run({str(EXAMPLE)!r})
+def per_call(fn, number):
     fn()
-    samples = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(repeats // 5):
-            fn()
-        samples.append((time.perf_counter() - t0) / (repeats // 5))
-    return statistics.median(samples)
+    return min(timeit.Timer(fn, timer=time.process_time).repeat(number=number, repeat=7)) / number * 1e6
+print(per_call(lambda: armillary.estimate(model, system, strategy, workload), 300),
+      per_call(lambda: armillary.estimate("gpt3-175b", "dgx-a100", strategy, workload, gpus=1024), 100))
+"""
 
 
 def source_tree(rev: str, into: Path) -> Path:
@@ -57,50 +64,68 @@ def environment(src: Path, cache: Path | None) -> dict[str, str]:
     return env
 
 
-def timed(args: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall, CPU) seconds of one subprocess: CPU time moves less with the machine's other load."""
+def timed(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """(wall, CPU) seconds and the output of one subprocess."""
     before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    subprocess.run([sys.executable, *args], check=True, capture_output=True, env=env)
+    out = subprocess.run([sys.executable, *args], check=True, capture_output=True, env=env, text=True).stdout
     elapsed, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-    return elapsed, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return elapsed, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, out
+
+
+Timings = dict[str, list[tuple[float, float, str]]]  # per tree: (wall, CPU, output) of each run
+
+
+def alternated(args: list[str], envs: dict[str, dict[str, str]], runs: int) -> Timings:
+    """`runs` timings of `args` per tree, the trees alternated run by run after one warm-up each."""
+    for env in envs.values():
+        timed(args, env)  # warm the file cache (and the bytecode cache)
+    times: Timings = {name: [] for name in envs}
+    for _ in range(runs):
+        for name, env in envs.items():
+            times[name].append(timed(args, env))
+    return times
+
+
+def medians(times: Timings) -> str:
+    return ", ".join(f"{name} {statistics.median(w for w, _, _ in t):.3f} s (CPU "
+                     f"{statistics.median(c for _, c, _ in t):.3f} s)" for name, t in times.items())
 
 
 def subprocess_times(trees: dict[str, Path], runs: int, scratch: Path) -> None:
-    """Median wall time of each command per tree, the trees alternated run by run."""
-    cases = [("import armillary", IMPORT), ("armillary estimate", CLI), ("numpy+pydantic+typer", FLOOR)]
+    """Median wall and CPU time of each command per tree."""
     for cached in (False, True):
+        mode = "warm bytecode" if cached else "as is"
         envs = {name: environment(src, scratch / f"pyc-{name}" if cached else None) for name, src in trees.items()}
-        for label, args in cases:
-            times: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
-            for env in envs.values():
-                timed(args, env)  # warm the file cache (and the bytecode cache)
-            for _ in range(runs):
-                for name, env in envs.items():
-                    times[name].append(timed(args, env))
-            line = ", ".join(f"{name} {statistics.median(w for w, _ in t):.3f} s (CPU "
-                             f"{statistics.median(c for _, c in t):.3f} s)" for name, t in times.items())
-            print(f"{label:22s} ({'warm bytecode' if cached else 'as is'}): {line}   (median of {runs})")
-            if label == "numpy+pydantic+typer":
-                break  # the same for every tree
+        for label, args in (("import armillary", IMPORT), ("armillary estimate", CLI)):
+            print(f"{label:22s} ({mode}): {medians(alternated(args, envs, runs))}   (median of {runs})")
+        first = {name: env for name, env in list(envs.items())[:1]}  # the same for every tree
+        print(f"{'numpy+pydantic+typer':22s} ({mode}): {medians(alternated(FLOOR, first, runs))}")
 
 
-def in_process() -> None:
-    import armillary
-    from armillary.specs.run import load_run
+def in_process(trees: dict[str, Path], scratch: Path) -> None:
+    envs = {name: environment(src, scratch / f"pyc-{name}") for name, src in trees.items()}
+    found = alternated(["-c", PER_CALL], envs, 3)
+    for name, t in found.items():
+        specs, names = (min(float(out.split()[i]) for _, _, out in t) for i in (0, 1))
+        print(f"estimate() in-process, {name}: {specs:.0f} us CPU per call (spec objects), {names:.0f} us "
+              "(preset names)")
 
-    model, system, strategy, workload = load_run(EXAMPLE)
-    t_specs = per_call(lambda: armillary.estimate(model, system, strategy, workload))
-    print(f"estimate(), spec objects:            {t_specs * 1e3:.3f} ms per call")
-    t_names = per_call(lambda: armillary.estimate("gpt3-175b", "dgx-a100", strategy, workload, gpus=1024), 200)
-    print(f"estimate(), preset names (cached):     {t_names * 1e3:.3f} ms per call")
+
+def max_rate(trees: dict[str, Path], runs: int, scratch: Path) -> None:
+    envs = {name: environment(src, scratch / f"pyc-{name}") for name, src in trees.items()}
+    found = alternated(MAX_RATE, envs, runs)
+    print(f"serve --max-rate (warm bytecode): {medians(found)}   (median of {runs})")
+    for name, t in found.items():
+        answer = json.loads(t[0][2])
+        print(f"  {name}: max rate {answer['max_rate']:.4g} requests/s, {len(answer['rates_tried'])} simulations")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--against", help="a git revision to time alternately with this tree")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--max-rate", action="store_true", help="also time serve --max-rate on the serving example")
     args = parser.parse_args()
-    in_process()
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         # copies without bytecode, so that "as is" compiles every tree's modules alike
@@ -108,7 +133,10 @@ def main() -> None:
                                               ignore=shutil.ignore_patterns("__pycache__")))}
         if args.against:
             trees[args.against] = source_tree(args.against, scratch / "against")
+        in_process(trees, scratch)
         subprocess_times(trees, args.runs, scratch)
+        if args.max_rate:
+            max_rate(trees, max(args.runs // 3, 1), scratch)
 
 
 if __name__ == "__main__":
