@@ -83,3 +83,26 @@ def test_a_search_started_from_the_analytical_rate_tries_the_same_brackets():
     loose = steady_max_rate(serve, seeds=2, steps=6, tolerance=0.05, start=start)
     assert len(loose.tried) < len(started.tried)
     assert all(f / 1.05 <= r <= f for r, f in zip(loose.per_seed, full.per_seed, strict=True))
+
+
+def test_serve_max_rate_searches_from_low_where_the_static_estimate_refuses(monkeypatch):
+    """The analytical start is a guess: where the static-batch estimate refuses the run (a layout only the
+    serving simulation takes), the search starts from its lowest rate and answers as before."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    import armillary.api
+    from armillary.cli import app
+    from armillary.errors import SpecError
+
+    def refused(*args, **kwargs):
+        raise SpecError("workload.batch: does not split")
+
+    monkeypatch.setattr(armillary.api, "estimate", refused)
+    serving = Path(__file__).parent.parent / "examples" / "llama2-70b-serving-h100.yaml"
+    out = CliRunner().invoke(app, ["serve", str(serving), "--max-rate", "--seeds", "1", "--duration", "20", "--json"])
+    assert out.exit_code == 0, out.output
+    record = json.loads(out.stdout)
+    assert record["rates_tried"][0]["rate"] == 0.05 and record["max_rate"] > 1

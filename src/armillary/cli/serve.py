@@ -20,7 +20,7 @@ from armillary.cli.common import (
     working,
     writable,
 )
-from armillary.errors import SpecError
+from armillary.errors import ArmillaryError, SpecError
 from armillary.estimate.economics import serving_economics
 from armillary.report import records, tables
 from armillary.specs.workload import Inference
@@ -73,8 +73,12 @@ def serve_cmd(
             return api.simulate_serving(model, system, strategy, w, r, duration)
 
         with working(f"searching the largest rate meeting the SLOs ({seeds} seeds)"):
-            # bracketed from the analytical static-batch rate, then confirmed by simulation
-            start = analytical_rate(api.estimate(model, system, strategy, workload))
+            # bracketed from the analytical static-batch rate, then confirmed by simulation; from the lowest
+            # rate where the static estimate refuses the layout (e.g. a batch that attention_dp does not split)
+            try:
+                start = analytical_rate(api.estimate(model, system, strategy, workload))
+            except ArmillaryError:
+                start = None
             found = steady_max_rate(serve, 1 if base is not None else seeds, start=start)
         if found.result is None:
             raise SpecError(f"no rate meets P90 TTFT <= {sv.ttft_slo_s} s and P99 TPOT <= {sv.tpot_slo_s} s")
