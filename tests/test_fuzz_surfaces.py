@@ -6,6 +6,7 @@ sets the examples per test for a longer run."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -84,14 +85,17 @@ def test_a_fuzzed_torch_trace_is_read_or_refused(tmp_path, data):
         key = data.draw(hs.sampled_from(_EVENT_KEYS), label="key")
         if key == "args" and isinstance(events[i].get("args"), dict) and events[i]["args"]:
             arg = data.draw(hs.sampled_from(sorted(events[i]["args"])), label="arg")
-            events[i]["args"][arg] = data.draw(ODD, label="value")
+            events[i]["args"][arg] = copy.deepcopy(data.draw(ODD, label="value"))
         else:
-            events[i][key] = data.draw(ODD, label="value")
+            events[i][key] = copy.deepcopy(data.draw(ODD, label="value"))  # the strategy's objects are shared
     if data.draw(hs.booleans(), label="distributedInfo"):
         trace["distributedInfo"] = data.draw(hs.dictionaries(hs.sampled_from(["rank", "world_size"]), ODD),
                                              label="info")
-    path = tmp_path / "t.json"
+    path = tmp_path / "rank0.json"
     path.write_text(json.dumps(trace))
+    if data.draw(hs.booleans(), label="two ranks"):  # the folder: this rank and the untouched other one
+        (tmp_path / "rank1.json").write_text((DATA / "torch_trace" / "rank1.json").read_text())
+        path = tmp_path
     with no_hang(60):
         try:
             traces = read_torch_traces(path)
@@ -100,6 +104,15 @@ def test_a_fuzzed_torch_trace_is_read_or_refused(tmp_path, data):
             return
     for r in traces.ranks:
         assert math.isfinite(r.step_s) and all(math.isfinite(c.bytes) and c.bytes >= 0 for c in r.collectives)
+    from armillary.ingest.torch_replay import replay
+    from armillary.specs.loading import load_system
+
+    with no_hang(60), np.errstate(all="ignore"):
+        try:
+            result = replay(traces, load_system("dgx-h100", 8))
+        except ArmillaryError:
+            return
+    assert math.isfinite(result.step_time_s) and result.step_time_s >= 0
 
 
 _HLO = (DATA / "hlo" / "forms.hlo.txt").read_text()

@@ -12,6 +12,7 @@ communication, and what of it was exposed.
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 
 from armillary.comm.calibration import fitted_dimension
@@ -69,6 +70,12 @@ def replay(traces: TorchTraces, system: System, source: System | None = None) ->
         for r, plan in enumerate(plans):  # each rank's segments up to its k-th issue (or its end)
             while position[r] < len(plan) and plan[position[r]][2] <= k:
                 seconds, wait, _, _ = plan[position[r]]
+                if not 0 <= seconds < math.inf:
+                    raise SpecError(f"--torch-trace: rank {traces.ranks[r].rank}: a compute segment of {seconds:g} s "
+                                    "(its operators and the collectives they issue do not line up in time)")
+                if wait is not None and wait >= len(done):
+                    raise SpecError(f"--torch-trace: rank {traces.ranks[r].rank} waits on collective {wait} before it "
+                                    "issues it (the main thread's operators and the collectives do not line up)")
                 deps = [d for d in (last[r], done[wait] if wait is not None else None) if d is not None]
                 last[r] = b.add(f"compute {position[r]}", TaskKind.COMPUTE, Category.COMPUTE, (r,), Stream.COMPUTE,
                                 seconds, deps)
