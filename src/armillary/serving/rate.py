@@ -138,6 +138,8 @@ def _search(judge: Judge, low: float, high: float, steps: int, tolerance: float,
     """One seed's max rate (`serving.run.max_rate` with a start and a tolerance): (rate, its run), (0, None)
     when even `low` misses; and the grid rate the bracket rests on (None without one)."""
     best: Found = (0.0, None)
+    if low > high:
+        return best, None
     rate = _grid(low, high, start)
     result, meets = judge(rate)
     if meets:  # double up to the first miss
