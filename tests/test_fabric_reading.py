@@ -140,3 +140,11 @@ def test_a_fabric_stated_in_the_gpu_column_is_read_with_a_note():
     # negative: a GPU text without network words leaves the preset's fabric, as an assumption
     plain = read_system(_row(gpu="A100-SXM4-40GB", n_gpus="24", inter_net=""))
     assert not any("gpu column" in a for a in plain.assumptions)
+
+
+@pytest.mark.parametrize(("gpu", "inter_net", "name"), [
+    ("A100 (p4d.24xlarge)", "2 instances over EFA", "efa-v1"),
+    ("H100 (p5.48xlarge)", "4 instances; 32 EFA cards of 100 Gbps each", "efa-v2"),
+    ("B200 (p6-b200)", "8 x EFA 400 Gb/s per node", "efa-v4")])
+def test_the_efa_generation_follows_the_card(gpu, inter_net, name):
+    assert read_system(_row(gpu=gpu, n_gpus="32", inter_net=inter_net)).fabric == name

@@ -206,8 +206,14 @@ def _fabric_of(family: str, text: str, rate: float | None, preset: str, infiniba
         return "infiniband-ndr-sharp" if infiniband_reduces and name == "ndr" else f"infiniband-{name}"
     if family == "roce":
         return "gcp-rdma" if re.search(r"\bgib\b|google|gcp|gpu\d*rdma", text) or preset == "gcp-a4" else "roce-oci"
-    if family == "efa":
-        return "efa-v4" if rate is not None and rate >= 50e9 else "efa-v1"
+    if family == "efa":  # the generation by its card: 100 Gb/s, 1 per 2 GPUs (p4d) or 4 per GPU (p5); 400 (p6)
+        card = re.search(r"(\d+)\s*g(?:b(?:it)?(?:/s|ps)|bps)", text)
+        by_instance = {"aws-p4d": "efa-v1", "aws-p5": "efa-v2", "aws-p5e": "efa-v2"}.get(preset)
+        if card is None:
+            return by_instance or "efa-v4"  # no card stated: the instance's, else the B200 generation's (p6)
+        if float(card.group(1)) >= 400:
+            return "efa-v4"
+        return "efa-v2" if (rate is not None and rate >= 50e9) or by_instance == "efa-v2" else "efa-v1"
     return {"tcpxo": "gcp-tcpxo", "pollara": "pollara", "omni-path": "omni-path"}[family]
 
 
