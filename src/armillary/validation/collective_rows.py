@@ -199,10 +199,8 @@ def nic_bandwidth_per_gpu(text: str, gpus_per_host: int) -> tuple[float | None, 
 def _fabric_of(family: str, text: str, rate: float | None, preset: str, infiniband_reduces: bool) -> str:
     """The fabric preset for a family and what else the row says."""
     if family == "infiniband":
-        generation = re.search(r"\b([hnx]dr)\b", text)
-        nic = rate if rate is not None else None
-        name = generation.group(1) if generation else (
-            {25e9: "hdr", 50e9: "ndr", 100e9: "xdr"}.get(nic or 0.0, "ndr"))
+        generation = re.search(r"\b([hnx]dr)\b", text)  # else by the rate per GPU (one NIC each), else NDR
+        name = generation.group(1) if generation else {25e9: "hdr", 50e9: "ndr", 100e9: "xdr"}.get(rate or 0.0, "ndr")
         return "infiniband-ndr-sharp" if infiniband_reduces and name == "ndr" else f"infiniband-{name}"
     if family == "roce":
         return "gcp-rdma" if re.search(r"\bgib\b|google|gcp|gpu\d*rdma", text) or preset == "gcp-a4" else "roce-oci"
