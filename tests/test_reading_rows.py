@@ -141,3 +141,13 @@ def test_mlperf_nemo_submissions_overlap_tp_communication_as_their_configs_do():
     # negative: a Megatron-Core run that names no overlap keeps Megatron-Core's defaults
     plain = row_specs({**GPT, "framework": "Megatron-Core 0.9", "source": "2024"})[0]
     assert not plain.strategy.overlap.tp_comm
+
+
+def test_the_gpu_is_read_from_the_row_not_from_what_another_source_says():
+    from armillary.validation.vocabulary import memory_gb_of, system_preset_for
+
+    text = "A100-SXM 80GB (as the vendor's blog states; a later transcription says 40GB)"
+    assert system_preset_for(text) == "dgx-a100" and memory_gb_of(text) == 80
+    # negative: an instance type in parentheses is about the run and is read
+    assert system_preset_for("H100 80GB HBM3 (8/VM; GCP A3 Mega per repository name)") == "gcp-a3-mega"
+    assert system_preset_for("A100 40GB") == "dgx-a100-40gb"

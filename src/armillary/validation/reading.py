@@ -17,7 +17,7 @@ _PARENTHESIS = re.compile(r"\(([^()]*)\)")
 UNRELATED = re.compile(
     r"\b(eval(uation|uated|s)?|validation|storage|management|mgmt|front[- ]?end (network|nic)|"
     r"warm[- ]?up|compared? (to|with)|comparison|vs\.?|versus|baseline|previous|earlier|instead of|"
-    r"would|if (it|we|they)|ramp(ed|ing)?)\b")
+    r"would|if (it|we|they)|ramp(ed|ing)?|says|according to)\b")
 
 
 def clauses(text: str) -> list[str]:

@@ -12,6 +12,7 @@ import re
 
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.specs.strategy import Recompute, RecomputeModule, TrainingPrecision, ZeroStage
+from armillary.validation.reading import about_the_run
 
 # a column that says nothing: empty, "n/a", "not stated ...", "per recipe (not in table)", "default", "?"
 _UNSTATED = re.compile(r"^(|-+|\?|n/?a|na|none stated|unknown|unspecified|"
@@ -196,14 +197,16 @@ _GPU_SYSTEMS = (
 
 
 def system_preset_for(gpu: str | None) -> str | None:
-    """The system preset of a row's `gpu` text; None when no shipped system has that GPU."""
-    return next((p for rx, p in _GPU_SYSTEMS if rx.search(gpu or "")), None)
+    """The system preset of a row's `gpu` text; None when no shipped system has that GPU. A clause about
+    something else ("llm-analysis README says 40GB") is not read."""
+    text = "; ".join(about_the_run(gpu or ""))
+    return next((p for rx, p in _GPU_SYSTEMS if rx.search(text)), None)
 
 
 def memory_gb_of(gpu: str | None) -> float | None:
     """The HBM capacity a GPU text states ("H100 SXM 96GB HBM2e" -> 96): the size written next to HBM, else
     the largest size named (a second, smaller size is usually the other variant or host memory)."""
-    text = clean(gpu)
+    text = clean("; ".join(about_the_run(gpu or "")))
     sizes = [(float(m.group(1)), m.end()) for m in re.finditer(r"(\d+(?:\.\d+)?)\s*gi?b\b", text)]
     if not sizes:
         return None
