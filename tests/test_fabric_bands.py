@@ -73,3 +73,16 @@ def test_every_fabric_gives_a_banded_prediction(fabric):
                                    "--fabric", fabric, "--json"])
     assert out.exit_code == 0, out.output
     assert all(r["error_band"]["relative"] > 0 for r in json.loads(out.output))
+
+
+def test_the_shipped_residuals_are_the_model_at_head():
+    """Regenerate validation/data/collective_residuals.json (python tools/calibrate_fabric.py --residuals) when
+    a collective change moves a row: each shipped residual that the validation copy holds is re-run here."""
+    from armillary.validation.run import read_rows, run_row
+
+    shipped = {r.id: r for r in shipped_collective_residuals()}
+    rows = [r for r in read_rows() if r.get("kind") == "collective" and r["id"] in shipped]
+    assert rows
+    for row in rows:
+        result = run_row(row)
+        assert result.error == pytest.approx(shipped[row["id"]].error, abs=2e-6), row["id"]
