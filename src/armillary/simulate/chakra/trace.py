@@ -187,10 +187,13 @@ def read_chakra(directory: Path, system: System | None = None, prefix: str | Non
     metas = {rank: _attrs(meta) for rank, (meta, _) in traces.items()}
     if all(m.get("producer") == PRODUCER for m in metas.values()):
         try:
-            return _checked(_ours(traces, metas))
-        except (KeyError, TypeError, IndexError) as err:  # a file of ours edited by hand
-            raise SpecError(f"{directory}: a trace written by armillary lacks or mistypes its attribute "
-                            f"{str(err)[:80]}") from None
+            graph = _ours(traces, metas)
+        except SpecError:
+            raise
+        except (KeyError, TypeError, IndexError, ValueError) as err:  # a file of ours edited by hand
+            raise SpecError(f"{directory}: a trace written by armillary lacks or mistypes an attribute "
+                            f"({type(err).__name__}: {str(err)[:80]})") from None
+        return _checked(graph)
     return _checked(_foreign(traces, system))
 
 
