@@ -117,18 +117,18 @@ def test_unknown_serving_metrics_name_the_metric(metric: str) -> None:
 
 
 @pytest.mark.parametrize(("client", "expected"), [
-    ("max-concurrency 64 (closed loop, 500 prompts, request rate inf)", (500, 64, math.inf)),
-    ("--num-prompts 500 --max-concurrency 64", (500, 64, None)),
-    ("concurrency: 64, 500 requests", (500, 64, None)),
-    ("request rate 2.5 req/s (Poisson), 1000 prompts", (1000, None, 2.5)),
-    ("--request-rate 16 --num-prompts 1000", (1000, None, 16)),
-    ("QPS 4, 200 prompts", (200, None, 4)),
-    ("1000 prompts at 8 req/s, no concurrency cap", (1000, None, 8)),
-    ("1000 prompts, request rate inf", (1000, None, math.inf)),
+    ("max-concurrency 64 (closed loop, 500 prompts, request rate inf)", (500, 64, None, "concurrency")),
+    ("--num-prompts 500 --max-concurrency 64", (500, 64, None, "concurrency")),
+    ("concurrency: 64, 500 requests", (500, 64, None, "concurrency")),
+    ("request rate 2.5 req/s (Poisson), 1000 prompts", (1000, None, 2.5, "rate")),
+    ("--request-rate 16 --num-prompts 1000", (1000, None, 16, "rate")),
+    ("QPS 4, 200 prompts", (200, None, 4, "rate")),
+    ("1000 prompts at 8 req/s, no concurrency cap", (1000, None, 8, "rate")),
+    ("1000 prompts, request rate inf", (1000, None, None, "offline")),
 ])
 def test_benchmark_clients_however_worded(client: str, expected: tuple) -> None:
     c = _client({"batch_or_concurrency": client, "framework": "vLLM 0.6.3"})
-    assert (c.requests, c.concurrency, c.rate) == expected
+    assert (c.requests, c.concurrency, c.rate, c.mode.value) == expected
 
 
 def test_a_client_without_a_rate_or_concurrency_names_the_column() -> None:
@@ -141,5 +141,5 @@ def test_serving_rows_are_known_by_their_client_not_only_their_id() -> None:
     assert is_serving_row({"id": "X-1", "batch_or_concurrency": "max-concurrency 8, 200 prompts"})
     assert is_serving_row({"id": "X-2", "batch_or_concurrency": "Poisson at 4 req/s"})
     assert not is_serving_row({"id": "INF-TRT061-01", "batch_or_concurrency": "1024"})
-    static = [r for r in read_rows() if r["kind"] == "inference" and not r["id"].startswith("SRV-")]
+    static = [r for r in read_rows() if r["kind"] == "inference" and r["batch_or_concurrency"].strip().isdigit()]
     assert static and not any(is_serving_row(r) for r in static)

@@ -11,7 +11,8 @@ from armillary.serving.simulate import RequestTimes
 from armillary.serving.window import steady_throughput
 from armillary.validation.rows import Unsupported
 from armillary.validation.run import is_serving_row
-from armillary.validation.serving_rows import Client, _client
+from armillary.serving.benchmark import Benchmark, Mode
+from armillary.validation.serving_rows import _client
 
 
 def _times(arrival, first, finish, prompt, output):
@@ -37,12 +38,12 @@ def test_a_run_without_a_steady_window_reports_the_whole_run():
 
 
 @pytest.mark.parametrize(("words", "expected"), [
-    ("max-load offline (infinite request rate); batch chosen by the runtime", Client(None, None, math.inf)),
-    ("max load: all 3000 requests queued at start", Client(3000, None, math.inf)),
-    ("concurrency 50", Client(None, 50, None)),
-    ("max-concurrency 16 (closed loop, 500 prompts, request rate inf)", Client(500, 16, math.inf)),
-    ("Poisson arrivals, target 71.2 QPS; gpu_batch_size 1024", Client(None, None, 71.2)),
-    ("--request-rate 2.5 --num-prompts 400", Client(400, None, 2.5)),
+    ("max-load offline (infinite request rate); batch chosen by the runtime", Benchmark(Mode.OFFLINE)),
+    ("max load: all 3000 requests queued at start", Benchmark(Mode.OFFLINE, 3000)),
+    ("concurrency 50", Benchmark(Mode.CONCURRENCY, concurrency=50)),
+    ("max-concurrency 16 (closed loop, 500 prompts, request rate inf)", Benchmark(Mode.CONCURRENCY, 500, None, 16)),
+    ("Poisson arrivals, target 71.2 QPS; gpu_batch_size 1024", Benchmark(Mode.RATE, rate=71.2)),
+    ("--request-rate 2.5 --num-prompts 400", Benchmark(Mode.RATE, 400, 2.5)),
 ])
 def test_benchmark_modes_as_rows_word_them(words, expected):
     assert _client({"batch_or_concurrency": words}) == expected

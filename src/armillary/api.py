@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from armillary.search.run import Executor, Objective, SearchResult
     from armillary.search.space import StrategySpace
     from armillary.search.systems import CoDesignResult, SystemSpace
+    from armillary.serving.benchmark import Benchmark, BenchmarkResult
     from armillary.serving.run import ServingResult
     from armillary.serving.trace import Trace
     from armillary.simulate.inference import InferenceSimulation
@@ -127,6 +128,44 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
     served = serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace)
     engine = with_engine(w, None)[1]
     return replace(served, error_band=inference_error_band(m, sysm, st, w, engine.name if engine else "no engine"))
+
+
+def serve_benchmark(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
+                    benchmark: Benchmark | dict[str, Any], gpus: int | None = None) -> BenchmarkResult:
+    """Serve the workload as a published benchmark runs it (`serving.benchmark`): mode rate, offline,
+    concurrency, mlperf-offline, mlperf-server or mlperf-interactive, e.g. {"mode": "concurrency",
+    "concurrency": 50}. Without a request count the run is long enough to reach its steady state and its
+    rates are read over the steady window; MLPerf scenarios are judged on their P99 latency limits."""
+    from armillary.plan.arrays import ModelArrays
+    from armillary.plan.layout import data_parallel
+    from armillary.serving.benchmark import (
+        Benchmark,
+        Mode,
+        judged,
+        requests_for,
+        sequences_held,
+        trace_for,
+        workload_for,
+    )
+
+    if isinstance(benchmark, dict):
+        fields = ("mode", "requests", "rate", "concurrency")
+        try:
+            if set(benchmark) - set(fields):
+                raise ValueError(f"unknown {', '.join(sorted(set(benchmark) - set(fields)))}")
+            benchmark = Benchmark(Mode(str(benchmark.get("mode"))), benchmark.get("requests"), benchmark.get("rate"),
+                                  benchmark.get("concurrency"))
+        except ValueError as err:
+            raise SpecError(f"benchmark: expected mode (one of {', '.join(m.value for m in Mode)}) and optionally "
+                            f"requests, rate, concurrency; got {benchmark!r} ({err})") from None
+    m, sysm, st, w = load_model(model), load_system(system, gpus), load_strategy(strategy), load_workload(workload)
+    if not isinstance(w, Inference):
+        raise SpecError("workload: serving needs an inference workload (kind: inference)")
+    w = workload_for(benchmark, w)
+    held = sequences_held(ModelArrays.of(m), st, w, sysm, replicas=data_parallel(st, sysm)) \
+        if benchmark.requests is None else 1
+    served = simulate_serving(m, sysm, st, w, trace=trace_for(benchmark, w, requests_for(benchmark, held)))
+    return judged(benchmark, served)
 
 
 def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strategy: StrategyLike | None = None,

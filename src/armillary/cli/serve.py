@@ -26,7 +26,10 @@ from armillary.report import records, tables
 from armillary.specs.workload import Inference
 
 if TYPE_CHECKING:
+    from armillary.serving.benchmark import BenchmarkResult
     from armillary.serving.rate import MaxRate
+    from armillary.specs.model import Model
+    from armillary.specs.system import System
 
 
 def serve_cmd(
@@ -48,6 +51,13 @@ def serve_cmd(
     plot: Annotated[Path | None, typer.Option(help="also save a picture (PNG, SVG): CDFs of TTFT, TPOT and latency "
                                               "with the SLOs; with --max-rate, the judged percentiles against "
                                               "every rate tried")] = None,
+    mode: Annotated[str | None, typer.Option(
+        help="run as a published benchmark does: rate (--rate), offline, concurrency (--concurrency), "
+        "mlperf-offline, mlperf-server or mlperf-interactive (--rate: target QPS); without --requests the run "
+        "reaches its steady state and rates are read over the steady window")] = None,
+    requests: Annotated[int | None, typer.Option(min=1, help="--mode: requests the client sends (default: not "
+                                                 "stated, measured over the steady window)")] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="--mode concurrency: outstanding requests")] = None,
 ) -> None:
     """Simulate serving a request stream (engine profile, capacity policy, chunked prefill, KV capacity)."""
     writable(csv_out, table=True)
@@ -56,6 +66,14 @@ def serve_cmd(
     costs = load_costs_file(run_file, set_, {"costs.pue": pue, "costs.usd_per_gpu_hour": usd_per_gpu_hour})
     if not isinstance(workload, Inference):
         raise SpecError("serve needs an inference workload (workload.kind: inference)")
+    if mode is not None:
+        if find_max_rate:
+            raise SpecError("--mode runs one benchmark; --max-rate searches rates: give one of them")
+        with working(f"serving the {mode} benchmark"):
+            bench = api.serve_benchmark(model, system, strategy, workload, {
+                "mode": mode, "requests": requests, "rate": rate, "concurrency": concurrency})
+        _report_benchmark(bench, model, system, json_out)
+        return
     if workload.serving.trace is None and rate is None and not find_max_rate:
         raise SpecError("give --rate (requests/s), --max-rate, or a trace file in workload.serving.trace")
     best, found = None, None
@@ -115,3 +133,10 @@ def _plot(result: api.ServingResult, found: MaxRate | None, path: Path, title: s
         serving_plot(result, path, title)
     else:
         rate_plot(found, result.ttft_slo_s, result.tpot_slo_s, path, title)
+
+
+def _report_benchmark(bench: BenchmarkResult, model: Model, system: System, json_out: bool) -> None:
+    if json_out:
+        print_json({**records.rate_record(bench.served, None), "benchmark": records.benchmark_record(bench)})
+        return
+    show([*tables.serving_report(bench.served, model, system), *tables.benchmark_lines(bench)])

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from armillary.search.inference import InferenceSearchResult
     from armillary.search.run import SearchResult
     from armillary.search.systems import CoDesignResult, DesignPoint
+    from armillary.serving.benchmark import BenchmarkResult
     from armillary.serving.run import ServingResult
     from armillary.simulate.graph import TaskGraph
     from armillary.simulate.inference import InferenceSimulation
@@ -74,6 +75,16 @@ def serving_record(r: ServingResult) -> dict[str, Any]:
 def rate_record(r: ServingResult, max_rate: float | None) -> dict[str, Any]:
     """A served stream and the largest rate meeting the SLOs (None: not searched)."""
     return plain({**serving_record(r), "max_rate": max_rate})
+
+
+def benchmark_record(b: BenchmarkResult) -> dict[str, Any]:
+    """The benchmark a stream was served as: mode, client, the rate it reports and, for MLPerf, its limits."""
+    limits = b.benchmark.limits_s
+    return plain({"mode": b.benchmark.mode.value, "requests": b.served.requests,
+                  "requests_stated": b.benchmark.requests is not None, "rate": b.benchmark.rate,
+                  "concurrency": b.benchmark.concurrency, "output_tokens_per_s": b.output_tokens_per_s,
+                  "steady_window_s": None if b.steady is None else [b.steady.start_s, b.steady.end_s],
+                  "p99_limits_s": None if limits is None else list(limits), "meets_limits": b.meets_limits})
 
 
 def request_rows(r: ServingResult) -> list[dict[str, Any]]:

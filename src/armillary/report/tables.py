@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from armillary.search.inference import InferenceSearchResult
     from armillary.search.run import SearchResult
     from armillary.search.systems import CoDesignResult
+    from armillary.serving.benchmark import BenchmarkResult
     from armillary.serving.run import ServingResult
     from armillary.simulate.graph import TaskGraph
     from armillary.simulate.inference import InferenceSimulation
@@ -169,6 +170,24 @@ def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) 
         # no completed request: no percentile, shown as a dash rather than nan
         latency.add_row(name, *(f"{v * 1e3:.4g}" if math.isfinite(v) else "-" for v in (p.mean, p.p50, p.p90, p.p99)))
     return [head, latency]
+
+
+def benchmark_lines(b: BenchmarkResult) -> list[str]:
+    """What the benchmark reports: its mode and client, the output rate as it measures it, MLPerf's limits."""
+    bench, client = b.benchmark, f"{b.served.requests:,} requests"
+    if bench.rate is not None:
+        client += f" at {bench.rate:g} requests/s"
+    if bench.concurrency is not None:
+        client += f", {bench.concurrency} outstanding"
+    how = "over the whole run" if b.steady is None else (
+        f"over the steady window {b.steady.start_s:.3g}-{b.steady.end_s:.3g} s (request count not stated)"
+        if not b.steady.whole_run else "over the whole run (too few requests for a steady window)")
+    lines = [f"benchmark {bench.mode.value}: {client}; {b.output_tokens_per_s:,.0f} output tokens/s {how}"]
+    if bench.limits_s is not None:
+        ttft, tpot = bench.limits_s
+        lines.append(f"{bench.mode.value} limits P99 TTFT <= {ttft * 1e3:g} ms, P99 TPOT <= {tpot * 1e3:g} ms: "
+                     + ("met" if b.meets_limits else "not met (the run would not be a valid result)"))
+    return lines
 
 
 def search_report(result: SearchResult, model: Model, system: System, objective: Objective) -> list[Table | str]:

@@ -9,20 +9,27 @@ and written down.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from armillary.estimate.inference import replica_model
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import Engine, engine_for, with_engine
-from armillary.serving.run import ServingResult, replica_kv_tokens, serve_trace
-from armillary.serving.trace import Trace, benchmark_trace
+from armillary.serving.benchmark import (
+    STEADY_BATCHES,
+    Benchmark,
+    Mode,
+    requests_for,
+    sequences_held,
+    trace_for,
+    workload_for,
+)
+from armillary.serving.engine import Engine, engine_for
+from armillary.serving.run import ServingResult, serve_trace
+from armillary.serving.trace import Trace
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
-from armillary.specs.workload import Arrivals, Inference, LengthDistribution
+from armillary.specs.workload import Inference, LengthDistribution
 from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.reading import about_the_run
 from armillary.validation.rows import Unsupported, int_column
@@ -171,66 +178,38 @@ def _checkpoint_scales(row: dict[str, str], mla: bool, notes: list[str]) -> dict
     return {"weight_scales": "tensor"}
 
 
-@dataclass(frozen=True)
-class Client:
-    """The benchmark client as the row words it."""
-
-    requests: int | None  # None: not stated (a run measured over a time window, or a long offline run)
-    concurrency: float | None  # closed loop: at most this many outstanding
-    rate: float | None  # requests/s; math.inf: every request queued at once (offline)
-
-
 # an offline / max-load run: every request queued at t = 0 (trtllm-bench throughput, vLLM benchmark_throughput,
 # MLPerf Offline), however it is worded
 _OFFLINE = (r"\boffline\b|max[- ]?load|infinite request rate|request[-_ ]rate\s*[ =:]?\s*inf\b|"
             r"all\b.{0,40}\b(queued|at t\s*=\s*0)")
 
 
-def _client(row: dict[str, str]) -> Client:
-    """The benchmark client: "500 prompts", "--num-prompts 500", "max-concurrency 64", "concurrency: 64",
-    "request rate 16 req/s", "--request-rate 2.5", "QPS 4", "Poisson arrivals, target 71.2 QPS", "max-load
-    offline (infinite request rate)", "all 1000 requests queued"; read only from clauses about the client
-    (the measured results are not the client)."""
+def _client(row: dict[str, str]) -> Benchmark:
+    """The benchmark client as the row words it: "500 prompts", "--num-prompts 500", "max-concurrency 64",
+    "concurrency: 64", "request rate 16 req/s", "--request-rate 2.5", "QPS 4", "Poisson arrivals, target 71.2
+    QPS", "max-load offline (infinite request rate)", "all 1000 requests queued"; read only from clauses about
+    the client (the measured results are not the client). MLPerf's scenarios by their names."""
     client = "; ".join(about_the_run(f"{row.get('batch_or_concurrency', '')}; {row.get('framework', '')}"))
-    if re.search(r"\boffline\b", row.get("metric", ""), re.I):  # MLPerf's "Offline tokens per second"
+    metric = row.get("metric", "")
+    mlperf = re.search(r"mlperf", f"{row.get('framework', '')} {row.get('source', '')}", re.I) is not None
+    if re.search(r"\boffline\b", metric, re.I):  # MLPerf's "Offline tokens per second"
         client += "; offline"
     requests = _number(r"(\d+)\s*(?:prompts|requests|queries|samples)\b", client) or _flag("num-prompts", client)
+    count = int(requests) if requests else None
     concurrency = _number(r"(?<![a-z0-9_])(?:max[-_ ])?concurrency\s*[ =:]?\s*(\d+)", client)
-    rate: float | None = None
+    if concurrency is not None:
+        return Benchmark(Mode.CONCURRENCY, count, concurrency=int(concurrency))
     if re.search(_OFFLINE, client, re.I):
-        rate = math.inf
-    else:
-        rate = (_number(r"request[-_ ]rate\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
-                or _number(r"(\d+(?:\.\d+)?)\s*(?:req|requests|queries)\s*/\s*s\b", client)
-                or _number(r"\bqps\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
-                or _number(r"(\d+(?:\.\d+)?)\s*qps\b", client))
-    if concurrency is None and rate is None:
+        return Benchmark(Mode.MLPERF_OFFLINE if mlperf else Mode.OFFLINE, count)
+    rate = (_number(r"request[-_ ]rate\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
+            or _number(r"(\d+(?:\.\d+)?)\s*(?:req|requests|queries)\s*/\s*s\b", client)
+            or _number(r"\bqps\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
+            or _number(r"(\d+(?:\.\d+)?)\s*qps\b", client))
+    if rate is None:
         raise Unsupported(f"batch_or_concurrency: no concurrency, request rate or offline load in "
                           f"{row.get('batch_or_concurrency', '')!r}")
-    return Client(int(requests) if requests else None, concurrency, rate)
-
-
-# a run whose request count is not stated: long enough for this many full batches, its rates read over the
-# steady window (serving.window); an open-loop rate for MLPerf LoadGen's minimum duration
-_STEADY_BATCHES = 8
-_LOADGEN_MIN_DURATION_S = 600.0  # mlperf.conf *.Server min_duration = 600000 ms
-_MAX_ASSUMED_REQUESTS = 20_000
-
-
-def _assumed_requests(client: Client, batch_bound: int, notes: list[str]) -> int:
-    """How many requests to simulate for a run that does not say: `_STEADY_BATCHES` batches of what the
-    server holds at once (its concurrency, else the engine's batch or KV bound), or a rate's minimum
-    duration."""
-    if client.rate is not None and math.isfinite(client.rate) and client.concurrency is None:
-        n = math.ceil(client.rate * _LOADGEN_MIN_DURATION_S)
-        notes.append(f"requests not stated: {n} ({_LOADGEN_MIN_DURATION_S:g} s at {client.rate:g} req/s, LoadGen's "
-                     "minimum duration); rates read over the steady window")
-        return min(n, _MAX_ASSUMED_REQUESTS)
-    held = min(int(client.concurrency), batch_bound) if client.concurrency is not None else batch_bound
-    n = min(max(_STEADY_BATCHES * held, 256), _MAX_ASSUMED_REQUESTS)
-    notes.append(f"requests not stated: {n} ({_STEADY_BATCHES} batches of the {held} the server holds at once); "
-                 "rates read over the steady window (first completion to last first token)")
-    return n
+    server = mlperf and re.search(r"\bserver\b", metric, re.I)
+    return Benchmark(Mode.MLPERF_SERVER if server else Mode.RATE, count, rate=rate)
 
 
 def _tensor_parallel(row: dict[str, str], notes: list[str]) -> int:
@@ -254,7 +233,7 @@ class ServingRowSpecs(InferenceRowSpecs):
 
     engine: Engine
     trace: Trace
-    steady: bool = False  # the request count was not stated: rates are read over the steady window
+    benchmark: Benchmark
 
 
 def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
@@ -266,7 +245,6 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
         raise Unsupported(f"model / gpu: no preset for {row.get('model')!r} on {row.get('gpu')!r}")
     model = load_model(preset)
     client = _client(row)
-    concurrency, rate = client.concurrency, client.rate
     engine = _engine(row, model.mla is not None, notes, model.max_seq_len)
     input_len, output_len, varied = _lengths(row, client.requests, notes)
     precision = row.get("precision", "").lower()
@@ -277,7 +255,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
         "kv_cache": {"precision": "fp8"} if "fp8 kv" in precision or re.search(
             r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*fp8", _flags(row), re.I) else {},
         "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, engine, notes),
-                    "concurrency": int(concurrency) if concurrency is not None else None}}
+                    "concurrency": client.concurrency}}
     tp = _tensor_parallel(row, notes)
     system = load_system(system_preset, int_column(row, "n_gpus") or tp)
     attention = "flash3" if hopper_or_later(row.get("gpu", "")) else "flash"
@@ -306,18 +284,18 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     strategy = Strategy.model_validate({"tp": tp, "precision": "fp8" if fp8 else "bf16", "attention": attention,
                                         **moe})
     notes.append(f"tp={tp}, {attention} attention, {system.name} preset")
-    inference = Inference.model_validate(workload)
-    requests = client.requests
-    if requests is None:
-        w, _ = with_engine(inference, engine)
-        replica = replica_model(ModelArrays.of(model), strategy, w, system)
-        kv_bound = replica_kv_tokens(replica, w, engine, input_len) // (input_len + output_len)
-        requests = _assumed_requests(client, max(1, min(w.serving.max_batch, kv_bound)), notes)
-    arrivals = Arrivals.OFFLINE if concurrency is not None or rate == math.inf else Arrivals.POISSON
-    trace = benchmark_trace(requests, 0.0 if rate in (None, math.inf) else rate, input_len, output_len, arrivals,
-                            lengths=LengthDistribution.SHAREGPT if varied else LengthDistribution.FIXED)
-    return ServingRowSpecs(model, system, strategy, inference, tuple(notes), engine, trace,
-                           steady=client.requests is None)
+    inference = workload_for(client, Inference.model_validate(workload))
+    held = 1
+    if client.requests is None:
+        held = sequences_held(ModelArrays.of(model), strategy, inference, system, engine)
+        notes.append(f"requests not stated: {requests_for(client, held)} ({client.mode.value}: "
+                     + ("LoadGen's minimum duration" if client.rate is not None else
+                        f"{STEADY_BATCHES} batches of the {min(held, client.concurrency or held)} the server holds "
+                        "at once") + "); rates read over the steady window (first completion to last first token)")
+    lengths = LengthDistribution.SHAREGPT if varied else LengthDistribution.FIXED
+    inference = inference.model_copy(update={"serving": inference.serving.model_copy(update={"lengths": lengths})})
+    trace = trace_for(client, inference, requests_for(client, held))
+    return ServingRowSpecs(model, system, strategy, inference, tuple(notes), engine, trace, client)
 
 
 def simulate_serving_row(row: dict[str, str]) -> tuple[ServingMetric, float, tuple[str, ...], ServingResult]:
@@ -325,6 +303,6 @@ def simulate_serving_row(row: dict[str, str]) -> tuple[ServingMetric, float, tup
     metric = read_serving_metric(row)
     s = serving_row_specs(row)
     result = serve_trace(ModelArrays.of(s.model), s.strategy, s.workload, s.system, 1, s.trace, engine=s.engine)
-    if s.steady:
+    if s.benchmark.steady:
         metric = read_serving_metric(row, steady=True)
     return metric, float(metric.read(result)), s.notes, result
