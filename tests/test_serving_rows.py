@@ -2,7 +2,6 @@
 dashes, Python underscores and printed settings alike; what a row leaves out is assumed and written down,
 and a row that states neither the tensor-parallel degree nor the GPUs names those columns."""
 
-import math
 
 import pytest
 
