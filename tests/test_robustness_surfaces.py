@@ -455,3 +455,38 @@ def test_a_trace_file_over_the_request_limit_is_refused_while_reading(tmp_path, 
         traces.load_trace(path)
     with pytest.raises(SpecError, match="at most 10"):
         traces.checked_trace(Trace(np.zeros(11), np.ones(11, int), np.ones(11, int)))
+
+
+def _foreign(folder: Path, ranks: dict[int, list[tuple[int, str, str, dict[str, object]]]]) -> None:
+    from armillary.simulate.chakra import NodeType, schema
+    from armillary.simulate.chakra.schema import AttributeProto, GlobalMetadata, Node
+
+    for rank, nodes in ranks.items():
+        messages: list[object] = [GlobalMetadata(version="0.0.4")]
+        for id_, name, kind, attrs in nodes:
+            node = Node(id=id_, name=name, type=int(NodeType[kind]))
+            for key, value in {"is_cpu_op": False, **attrs}.items():
+                field = {bool: "bool_val", str: "string_val", int: "int64_val"}[type(value)]
+                node.attr.append(AttributeProto(name=key, **{field: value}))
+            messages.append(node)
+        with open(folder / f"foreign.{rank}.et", "wb") as out:
+            for message in messages:
+                body = message.SerializeToString()  # type: ignore[attr-defined]
+                out.write(schema.encode_varint(len(body)) + body)
+
+
+@pytest.mark.parametrize(("ranks", "words"), [
+    ({0: [(1, "s", "COMM_SEND_NODE", {"comm_dst": 1, "comm_tag": 3, "comm_size": -10})],
+      1: [(1, "r", "COMM_RECV_NODE", {"comm_src": 0, "comm_tag": 3, "comm_size": -10})]}, "comm_size"),
+    ({0: [(1, "c", "COMM_COLL_NODE", {"comm_type": 99, "comm_size": 5, "pg_name": "dp"})],
+      1: [(1, "c", "COMM_COLL_NODE", {"comm_type": 99, "comm_size": 5, "pg_name": "dp"})]}, "comm_type 99"),
+    ({0: [(1, "m", "MEM_STORE_NODE", {"tensor_size": -1})]}, "tensor_size"),
+    ({20: [(1, "g", "COMP_NODE", {"num_ops": 5})]}, "has 16 devices"),
+])
+def test_a_foreign_chakra_trace_with_impossible_values_is_refused(tmp_path, ranks, words):
+    from armillary.simulate.chakra import read_chakra
+    from armillary.specs.loading import load_system
+
+    _foreign(tmp_path, ranks)
+    with pytest.raises(SpecError, match=words):
+        read_chakra(tmp_path, load_system("dgx-a100", 16))

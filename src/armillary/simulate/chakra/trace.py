@@ -327,6 +327,9 @@ def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None) ->
     tasks = [_task(key, entries[key], members, system, tuple(sorted(index[d] for d in deps[key])))
              ._replace(after=tuple(sorted(index[d] for d in after[key]))) for key in order]
     ranks = max(traces) + 1
+    if system is not None and ranks > system.devices:
+        raise SpecError(f"the Chakra trace has ranks 0 to {ranks - 1}; system {system.name!r} has {system.devices} "
+                        "devices (give --gpus)")
     return TaskGraph(tuple(tasks), ranks, tuple(f"rank {r}" for r in range(ranks)), (1,) * ranks)
 
 
@@ -380,6 +383,15 @@ def _need(system: System | None) -> System:
     return system
 
 
+def _amount(node: Any, a: dict[str, Any], name: str) -> float:
+    """A size or count attribute of a foreign node: a finite number >= 0 (0 where absent)."""
+    value = a.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 2.0**63:
+        raise SpecError(f"node {node.id} ({node.name[:60]!r}): {name} {str(value)[:20]}; expected a number from 0 "
+                        "to 2^63")
+    return float(value)
+
+
 def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: dict[str, set[int]],
           system: System | None, deps: tuple[int, ...]) -> Task:
     rank, _, node, a = min(nodes, key=lambda n: (n[2].type != NodeType.COMM_SEND_NODE, n[0]))
@@ -388,7 +400,7 @@ def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: 
     if key[0] == "p2p":
         s = _need(system)
         src, dst = key[1], key[2]
-        size = float(a.get("comm_size", 0))
+        size = _amount(node, a, "comm_size")
         pair = placement_of((src, dst), s.sizes)
         crosses = pair.outermost > 0
         return Task(node.name, TaskKind.SEND, Category.PP, (src, dst), None,
@@ -398,13 +410,17 @@ def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: 
         s = _need(system)
         ranks = tuple(sorted(members[key[1]]))
         group = placement_of(ranks, s.sizes)
-        op = _COLLECTIVES.get(a.get("comm_type", 0), Collective.ALL_REDUCE)
-        size = float(a.get("comm_size", 0))
+        kind = a.get("comm_type", 0)
+        if kind not in _COLLECTIVES:
+            raise SpecError(f"node {node.id} ({node.name[:60]!r}): comm_type {str(kind)[:20]}; known: "
+                            f"{', '.join(f'{int(c)} ({c.name})' for c in _COLLECTIVES)}")
+        op = _COLLECTIVES[kind]
+        size = _amount(node, a, "comm_size")
         assert stream is not None
         return Task(node.name, TaskKind.COLLECTIVE, stream.category, ranks, stream,
                     _seconds_ns(collective(op, size, group, s).cost.time), deps,
                     Tier.SCALE_OUT if group.outermost > 0 else Tier.SCALE_UP, size, 0.0, key[1], op)
-    size = float(a.get("tensor_size", 0))
+    size = _amount(node, a, "tensor_size")
     if stream is Stream.OFFLOAD:  # duration_micros, or the bytes over the second memory tier's link
         duration = micros_ns
         if micros_ns == 0 and size > 0:
@@ -412,7 +428,7 @@ def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: 
             tier = device.second_tier or device.hbm
             duration = _seconds_ns(size / tier.rate)
         return Task(node.name, TaskKind.MEMORY, Category.OFFLOAD, (rank,), stream, duration, deps, Tier.MEMORY, size)
-    flop = float(a.get("num_ops", 0)) if node.type == NodeType.COMP_NODE else 0.0
+    flop = _amount(node, a, "num_ops") if node.type == NodeType.COMP_NODE else 0.0
     if node.type != NodeType.COMP_NODE:
         duration = 0
     elif micros_ns > 0 or flop == 0:
