@@ -148,7 +148,8 @@ def test_a_hostile_torch_trace_is_refused_naming_what_is_wrong(tmp_path, trace, 
     refused(run_cli("simulate", "--torch-trace", path, "--system", "dgx-h100"), "--torch-trace")
 
 
-@pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage", b"SECRET " * 1000, b"{\"traceEvents\": [" * 100_000])
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage", b"SECRET " * 1000, b"{\"traceEvents\": [" * 100_000],
+                         ids=["binary", "text", "nested"])
 def test_a_torch_trace_that_is_no_json_is_refused_without_echoing_it(tmp_path, content):
     path = tmp_path / "t.json"
     path.write_bytes(content)
@@ -345,7 +346,7 @@ def test_a_tuning_table_alias_bomb_is_refused_quickly(tmp_path):
     ("[" * 100_000, "nested too deeply"), ("SECRET: [unclosed\n" * 3, "line 2"),
     ("entries: [{op: x, dtype: f, bucket: -1, group_size: 0, backend: gloo}]\n", "entries.0.bucket"),
     ("SECRET" + "x" * 500 + ": 1\n", "Extra inputs"),
-])
+], ids=["nested", "broken", "bad fields", "long key"])
 def test_a_bad_tuning_table_names_the_problem_without_quoting_the_file(tmp_path, text, words):
     from armillary.runtime.table import load_table
 
