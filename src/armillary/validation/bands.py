@@ -90,18 +90,28 @@ def inference_regime(model: Model, system: System, strategy: Strategy, workload:
 
 
 def band(regime: Regime, residuals: Sequence[Residual]) -> ErrorBand:
-    """The 80th percentile of |error| of the residuals in `regime`, coarsened until MIN_ROWS rows match."""
-    current = regime
+    """The 80th percentile of |error| of the residuals in `regime`, coarsened until MIN_ROWS rows match.
+    Coarsening only widens: the band is never narrower than that of a sparser level on the way that had rows
+    of its own (an uncalibrated MoE regime is not given the dense rows' narrower band). An uncalibrated
+    device's band is never narrower than a calibrated device's in the same regime: its curves are a prior."""
+    current, relative, widened = regime, 0.0, ""
     for feature in (None, *_COARSENING):
         if feature is not None:
             dropped: dict[str, Any] = {feature: None}
             current = replace(current, **dropped)
         rows = [r for r in residuals if current.matches(r.regime)]
+        if rows:
+            relative = max(relative, float(np.quantile(np.abs([r.error for r in rows]), QUANTILE)))
+        if current.calibrated is False:
+            calibrated = band(replace(current, calibrated=True), residuals)
+            if calibrated.relative > relative:
+                relative, widened = calibrated.relative, f"; widened to calibrated devices' {calibrated.regime}"
         if len(rows) >= MIN_ROWS or feature == _COARSENING[-1]:
             break
-    errors = np.abs([r.error for r in rows]) if rows else np.array([np.nan])
-    return ErrorBand(relative=float(np.quantile(errors, QUANTILE)), regime=current.describe(), rows=len(rows),
-                     sources=len({r.source for r in rows}))
+    if not rows:
+        relative = float("nan")
+    described = current.describe() + widened
+    return ErrorBand(relative=relative, regime=described, rows=len(rows), sources=len({r.source for r in rows}))
 
 
 def leave_one_source_out(residuals: Sequence[Residual]) -> dict[str, tuple[int, int]]:

@@ -1,0 +1,40 @@
+"""Error bands only widen as a regime is coarsened, and an uncalibrated device is never trusted more than a
+calibrated one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import pairwise
+
+from armillary.validation.bands import _COARSENING, MIN_ROWS, Regime, Residual, band, shipped_residuals
+
+
+def _coarsenings(regime: Regime) -> list[Regime]:
+    out, current = [regime], regime
+    for feature in _COARSENING:
+        current = replace(current, **{feature: None})
+        out.append(current)
+    return out
+
+
+def test_a_sparser_regime_never_gets_a_narrower_band_than_its_parent():
+    residuals = shipped_residuals()
+    for regime in {r.regime for r in residuals}:
+        chain = _coarsenings(regime)
+        for sparse, parent in pairwise(chain):
+            own = [r for r in residuals if sparse.matches(r.regime)]
+            if len(own) < MIN_ROWS:  # the sparse regime borrows its parent's rows: it may only widen
+                assert band(sparse, residuals).relative >= band(parent, residuals).relative - 1e-12, sparse
+
+
+def test_coarsening_keeps_the_sparse_rows_spread():
+    wide = [Residual("a", Regime(True, "fp8", True, False, "<=64"), e) for e in (0.5, -0.6)]
+    narrow = [Residual(f"s{i}", Regime(True, "fp8", False, False, "<=64"), 0.01) for i in range(20)]
+    moe = band(Regime(True, "fp8", True, False, "<=64"), wide + narrow)
+    assert moe.relative >= 0.5  # two MoE rows 50-60% off: the dense rows' 1% is not their band
+
+
+def test_an_uncalibrated_device_is_never_trusted_more_than_a_calibrated_one():
+    residuals = shipped_residuals()
+    for regime in {replace(r.regime, calibrated=False) for r in residuals}:
+        assert band(regime, residuals).relative >= band(replace(regime, calibrated=True), residuals).relative
