@@ -401,6 +401,8 @@ def test_ranks_given_different_tables_fail_clearly_instead_of_deadlocking(tmp_pa
 # no error message quotes more than 200 characters of a user's file ------------------------------------------
 
 SECRET_FILES = {
+    "hugging face config": '{"model_type": "llama", "hidden_size": "' + "SECRET" * 100 + '", "num_hidden_layers": 4}',
+    "hugging face type": '{"model_type": "' + "SECRET" * 100 + '", "hidden_size": 1024}',
     "text": "SECRET" * 200 + "\n" + "SECRET,SECRET\n" * 50,
     "yaml": "".join(f"SECRET{i}: {'SECRET' * 20}\n" for i in range(40)),
     "bad yaml": "a: [SECRET" + "SECRET" * 100 + "\n  - b: {\n",
@@ -421,7 +423,7 @@ SECRET_USES = {
 @pytest.mark.parametrize("use", sorted(SECRET_USES))
 @pytest.mark.parametrize("content", sorted(SECRET_FILES))
 def test_no_error_quotes_more_than_200_characters_of_the_file(tmp_path, use, content):
-    path = tmp_path / ("secret.json" if content == "json" else "secret.yaml")
+    path = tmp_path / ("secret.yaml" if content in ("text", "yaml", "bad yaml", "csv") else "secret.json")
     path.write_text(SECRET_FILES[content])
     out = run_cli(*SECRET_USES[use](path))
     assert out.exit_code != 0 and "Traceback" not in out.output, out.output[-500:]

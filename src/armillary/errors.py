@@ -30,3 +30,13 @@ class MissingExtra(ArmillaryError, ImportError):  # noqa: N818 - reads as what i
 
 class ResultError(ArmillaryError, ArithmeticError):
     """A result that breaks an invariant of the physics; the message names the quantity and its value."""
+
+
+SHOWN_CHARACTERS = 40  # of one value of a user's file that an error message quotes
+
+
+def shown_value(value: object, at_most: int = SHOWN_CHARACTERS) -> str:
+    """A value of a user's file as an error message quotes it: its repr if short, else its start (a message
+    says what is wrong without printing the file)."""
+    text = repr(value)
+    return text if len(text) <= at_most else text[:max(at_most - 3, 0)] + "..."

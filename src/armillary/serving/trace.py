@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from armillary.arguments import number
-from armillary.errors import SpecError
-from armillary.specs.loading import shown_value
+from armillary.errors import SpecError, shown_value
 from armillary.specs.workload import Arrivals, Inference, LengthDistribution
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from armillary.errors import shown_value
 from armillary.specs.model import MlpKind, Model, NormKind, PositionKind
 
 # key aliases used by different model families, first match wins
@@ -55,19 +56,19 @@ def _check_values(data: dict[str, Any]) -> None:
     for key in _RATIOS:
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6):
-            raise ValueError(f"config.json {key}: expected a positive number, got {value!r}")
+            raise ValueError(f"config.json {key}: expected a positive number, got {shown_value(value)}")
     for key in _FLAGS:
         if key in data and not isinstance(data[key], bool):
-            raise ValueError(f"config.json {key}: expected true or false, got {data[key]!r}")
+            raise ValueError(f"config.json {key}: expected true or false, got {shown_value(data[key])}")
     for key in _TEXT:
         if data.get(key) is not None and not isinstance(data[key], str):
-            raise ValueError(f"config.json {key}: expected a string, got {data[key]!r}")
+            raise ValueError(f"config.json {key}: expected a string, got {shown_value(data[key])}")
     for nested in ("attn_config", "ffn_config"):
         if data.get(nested) is not None and not isinstance(data[nested], dict):
-            raise ValueError(f"config.json {nested}: expected a mapping, got {data[nested]!r}")
+            raise ValueError(f"config.json {nested}: expected a mapping, got {shown_value(data[nested])}")
     types = data.get("layer_types")
     if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
-        raise ValueError(f"config.json layer_types: expected a list of strings, got {types!r}")
+        raise ValueError(f"config.json layer_types: expected a list of strings, got {shown_value(types)}")
 
 
 def _check_whole(key: str, value: Any) -> None:
@@ -76,7 +77,7 @@ def _check_whole(key: str, value: Any) -> None:
         return
     integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
     if isinstance(value, bool) or not integral or not 0 <= value <= _LARGEST:
-        raise ValueError(f"config.json {key}: expected a whole number up to 2^40, got {value!r}")
+        raise ValueError(f"config.json {key}: expected a whole number up to 2^40, got {shown_value(value)}")
 
 
 # keys read somewhere below, and keys that change nothing a cost model sees (ids, numerics, serialization)
@@ -124,7 +125,7 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
     DeepSeek-V2/V3 with multi-head latent attention) and the MatMul-free LM (hgrn_bit) are recognised."""
     kind = str(data.get("model_type", "")).lower()
     if kind not in _KNOWN:
-        raise ValueError(f"model_type {kind!r} is not understood yet; known: {', '.join(_KNOWN)} "
+        raise ValueError(f"model_type {shown_value(kind)} is not understood yet; known: {', '.join(_KNOWN)} "
                          "(write the model as a Model YAML instead)")
     _check_values(data)
     if kind in _MATMUL_FREE:
@@ -238,8 +239,8 @@ def _dbrx(data: dict[str, Any], name: str | None) -> Model:
     act = ffn.get("ffn_act_fn") or {"name": "silu"}  # DbrxFFNConfig's default
     act_name = str(act.get("name", "silu") if isinstance(act, dict) else act).lower()
     if act_name not in _GATED_ACTIVATIONS:
-        raise ValueError(f"config.json ffn_config.ffn_act_fn: {act_name!r} is not modelled; DBRX's experts are "
-                         f"gated with one of {sorted(_GATED_ACTIVATIONS)}")
+        raise ValueError(f"config.json ffn_config.ffn_act_fn: {shown_value(act_name)} is not modelled; DBRX's experts "
+                         f"are gated with one of {sorted(_GATED_ACTIVATIONS)}")
     width = int(_first(ffn, ("ffn_hidden_size",), "ffn_config.ffn_hidden_size"))
     heads = int(_get(data, "heads"))
     spec: dict[str, Any] = {

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from armillary.arguments import whole
-from armillary.errors import SpecError
+from armillary.errors import SHOWN_CHARACTERS, SpecError, shown_value
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.specs.huggingface import from_huggingface, is_huggingface_config
 from armillary.specs.model import Model
@@ -27,13 +27,7 @@ S = TypeVar("S", bound=BaseModel)
 MAX_DEVICES = 2**20  # a system resized with `gpus`: beyond today's largest clusters; bounds serving's replicas
 
 
-SHOWN_ERRORS, SHOWN_CHARACTERS, QUOTED_AT_MOST = 5, 40, 200  # of a user's file, in one error message
-
-
-def shown_value(value: object, at_most: int = SHOWN_CHARACTERS) -> str:
-    """A value of a user's file as an error message quotes it: its repr if short, else its start."""
-    text = repr(value)
-    return text if len(text) <= at_most else text[:max(at_most - 3, 0)] + "..."
+SHOWN_ERRORS, QUOTED_AT_MOST = 5, 200  # of a user's file, in one error message
 
 
 def format_validation_error(err: ValidationError, where: str) -> str:
