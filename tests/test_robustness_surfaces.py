@@ -493,3 +493,16 @@ def test_a_foreign_chakra_trace_with_impossible_values_is_refused(tmp_path, rank
     _foreign(tmp_path, ranks)
     with pytest.raises(SpecError, match=words):
         read_chakra(tmp_path, load_system("dgx-a100", 16))
+
+
+def test_an_hlo_file_that_is_no_text_or_too_large_is_refused(tmp_path, monkeypatch):
+    from armillary.ingest import hlo_parse
+
+    path = tmp_path / "m.hlo.txt"
+    path.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(SpecError, match="not UTF-8"):
+        hlo_parse.read_hlo(path)
+    monkeypatch.setattr(hlo_parse, "MAX_HLO_BYTES", 100)
+    path.write_text(HLO_FORMS.read_text())
+    with pytest.raises(SpecError, match="larger than"):
+        hlo_parse.read_hlo(path)

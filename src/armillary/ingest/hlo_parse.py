@@ -74,13 +74,20 @@ class HloModule:
         return sum(len(c.instructions) for c in self.computations.values())
 
 
+MAX_HLO_BYTES = 2**30  # an HLO text module: the largest compiled models print tens of MB
+
+
 def read_hlo(path: Path | str) -> HloModule:
     """The module in the HLO text file at `path`."""
     p = Path(path)
     try:
-        text = p.read_text()
+        if p.stat().st_size > MAX_HLO_BYTES:
+            raise SpecError(f"--hlo {p}: larger than {MAX_HLO_BYTES // 2**20:,} MiB")
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"--hlo {p}: cannot read the file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"--hlo {p}: not UTF-8 text (byte {exc.start})") from None
     return parse_hlo(text, source=str(p))
 
 
