@@ -124,6 +124,59 @@ for _id, (_g, _b, _pp, _vp, _tokens) in MLPERF.items():
                      * (1.0 if t is None else t / (b * 2048) / 60))
 
 
+def _hbm(system: str, gib: float, gpus: int) -> Any:
+    """A system preset whose devices hold the HBM the row's GPU text states (its peak rates kept)."""
+    from armillary.specs.loading import load_system
+
+    s = load_system(system, gpus)
+    hbm = s.device.hbm.model_copy(update={"capacity": gib * 2**30})
+    return s.model_copy(update={"device": s.device.model_copy(update={"memory": (hbm, *s.device.memory[1:])})})
+
+
+TORCHTITAN = dict(attention="flash", zero=3, precision="bf16", sequence_parallel=False,
+                  overlap=dict(dp_grad_reduce=True, param_gather=True, tp_comm=False, tp_comm_method="ring"))
+TRAINING.update({
+    # Korthikanti Table 5, 22B: TP 8 on one DGX A100, batch 4 in one micro-batch, selective + SP, 16-bit
+    "TR-KOR-T5-22B-SEL": lambda: float(_step(
+        "korthikanti-22b", _nic_gbps("dgx-a100", 200, 8),
+        {**MEGATRON_2021, "tp": 8, "micro_batch": 4, "recompute": "selective", "sequence_parallel": True},
+        2048, 4, 8).step_time_s),
+    # NeMo 24.07 GPT-3 5B FP8 on 64 H100: data parallel only, mbs 4, batch 2048; GPT conventions (vocab 51200)
+    "TR-NEMO2407-01": lambda: _per_gpu_tokens(_step(
+        _gpt("megatron-1.7b", 24, 4096, 32, 16384, 51200, 2048), "dgx-h100",
+        {**NEMO, "tp": 1, "sequence_parallel": False, "micro_batch": 4, "recompute": "none",
+         "overlap": {**NEMO["overlap"], "tp_comm": False}}, 2048, 2048, 64), 64),
+    # Megatron-Core r0.8 weak scaling, 7.1B on 96 H100: TP 2, batch 192 of 4096 tokens, vocab 131072; precision
+    # not stated but its MFU is taken of the BF16 peak; micro-batch not stated (1); the notes' overlap flags
+    # (--overlap-grad-reduce --overlap-param-gather --tp-comm-overlap); model TFLOP/s per GPU
+    "TR-MLM-H100-02": lambda: _model_tflops(_step(
+        _gpt("megatron-1.7b", 30, 4096, 32, 16384, 131072, 4096), "dgx-h100",
+        {"tp": 2, "attention": "flash3", "sequence_parallel": True, "zero": 1, "precision": "bf16",
+         "micro_batch": 1, "recompute": "none",
+         "overlap": dict(dp_grad_reduce=True, param_gather=True, tp_comm=True)}, 4096, 192, 96), 96),
+    # torchtitan Llama 3.1 8B, FSDP2 on 8 H100 96GB: local batch 2 (batch 16), 8K tokens (its configs'), BF16,
+    # selective checkpointing as torchtitan's 'op' mode does it
+    "TR-TORCHTITAN-2412-T1-FSDP": lambda: _per_gpu_tokens(_step(
+        "llama3.1-8b", _hbm("dgx-h100", 96, 8),
+        {**TORCHTITAN, "micro_batch": 2, "recompute": "selective",
+         "recompute_modules": ["elementwise", "alternate_matmuls"]}, 8192, 16, 8), 8),
+    # torchtitan Llama 3.1 8B on 32 H200: FSDP2, local batch 2 (batch 64), Float8 GEMMs, 8K tokens, checkpointing
+    # left at the config's default (not stated): none fits
+    "TR-TORCHTITAN-H200-TRAINY-4N": lambda: _per_gpu_tokens(_step(
+        "llama3.1-8b", "hgx-h200", {**TORCHTITAN, "precision": "fp8", "micro_batch": 2, "recompute": "none"},
+        8192, 64, 32), 32),
+})
+
+
+def _gpt(family: str, layers: int, hidden: int, heads: int, ffn: int, vocab: int, seq: int) -> Any:
+    """A GPT-style model of the row's shape over a family preset's conventions (positions for its sequence)."""
+    from armillary.specs.loading import load_model
+
+    base = load_model(family)
+    return base.model_copy(update=dict(layers=layers, hidden=hidden, heads=heads, kv_heads=heads, ffn=ffn,
+                                       vocab=vocab, max_seq_len=max(base.max_seq_len, seq)))
+
+
 def _eq3(layers: int, hidden: int, vocab: int, seq: int, batch: int) -> float:
     return 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 

@@ -155,7 +155,7 @@ def test_inference_rejects_what_it_does_not_model():
 def test_validation_covers_the_inference_rows():
     # the TensorRT-LLM static-batch rows (the serving rows, SRV-*, simulate request streams for minutes:
     # they run in `armillary validate`, not here)
-    results = [run_row(r) for r in read_rows() if r["id"].startswith("INF-")]
+    results = [run_row(r) for r in read_rows() if r["id"].startswith("INF-TRT061")]
     assert len(results) == 45 and all(r.predicted is not None for r in results)
     errors = np.array([abs(r.error) for r in results])
     assert errors.mean() < 0.15  # the target

@@ -144,6 +144,8 @@ def _lengths(row: dict[str, str], requests: int | None, notes: list[str]) -> tup
         return round(total_in / requests), round(total_out / requests), True
     if approx_in is not None and fixed_out is not None:
         return int(approx_in), fixed_out, False
+    if not isl.strip() and not osl.strip():
+        raise Unsupported("isl / osl: the request lengths are not stated")
     raise Unsupported(f"isl / osl: cannot read lengths from {isl!r} / {osl!r}")
 
 
