@@ -110,7 +110,7 @@ def _model(row: dict[str, str], notes: list[str]) -> Model:
         return load_model(preset)
     missing = [k for k in ("layers", "hidden", "heads") if shape[k] is None]
     if missing:
-        raise Unsupported(f"architecture columns missing: {', '.join(missing)} (and no preset named "
+        raise Unsupported(f"{', '.join(missing)}: architecture columns missing (and no preset named "
                           f"{row.get('model')!r})")
     family = preset or _family(row, shape, notes)
     base = _from_columns(row, load_model(family).model_dump(), shape, family, notes)
