@@ -151,3 +151,24 @@ def test_the_gpu_is_read_from_the_row_not_from_what_another_source_says():
     # negative: an instance type in parentheses is about the run and is read
     assert system_preset_for("H100 80GB HBM3 (8/VM; GCP A3 Mega per repository name)") == "gcp-a3-mega"
     assert system_preset_for("A100 40GB") == "dgx-a100-40gb"
+
+
+def test_a_reading_says_where_it_came_from_and_how_sure_it_is():
+    from armillary.validation.reading import read_int
+
+    assert read_int({"ep": "64 (spanning 8 nodes)"}, "ep").how == "qualified"
+    assert read_int({"ep": "64"}, "ep").how == "stated" and read_int({"ep": "n/a"}, "ep").how == "not stated"
+    spec = row_specs({**GPT, "tp": "8 (model parallel)"})[0]
+    assert spec.strategy.tp == 8 and "tp=8 read from '8 (model parallel)'" in spec.assumptions
+    # a bare number is stated, not listed as a reading from words
+    assert not any("read from" in n for n in row_specs(GPT)[0].assumptions)
+
+
+@pytest.mark.parametrize(("words", "expected"), [("FSDP On", 3), ("FSDP (FULL_SHARD)", 3), ("ZeRO-1 DP", 1),
+                                                 ("FSDP, reshard_after_forward=False", 2), ("DDP only", 0)])
+def test_sharding_as_frameworks_name_it(words, expected):
+    from armillary.validation.vocabulary import sharding_of
+
+    assert int(sharding_of(words)) == expected
+    # negative: a framework that names no sharding says nothing
+    assert sharding_of("Megatron-Core r0.8") is None

@@ -9,6 +9,7 @@ storage or management networks, a comparison run, a warm-up or another phase is 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 # clauses end at ';', a full stop, a comma before a blank, a line break; a parenthesis is a clause of its own
 _CLAUSE_END = re.compile(r";|\.(?=\s|$)|,(?=\s)|\n")
@@ -40,3 +41,35 @@ def search_run(pattern: str, text: str, flags: int = re.I) -> re.Match[str] | No
         if found:
             return found
     return None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A value read from a row: the column, the words it came from and how sure the reading is."""
+
+    column: str
+    value: int | None
+    words: str  # the column's text
+    how: str  # "stated" (a bare number), "qualified" (a number with words around it), "not stated"
+
+
+class SeveralValuesError(ValueError):
+    """A column holds more than one value ("3072 -> 15360"): the caller refuses the row naming the column."""
+
+
+def read_int(row: dict[str, str], column: str) -> Reading:
+    """An integer column: a bare number ("stated"), a number with its qualifier ("12 (model parallel)", "4
+    instances": "qualified"), or nothing ("not stated" for an empty column or one not led by a number).
+    Several values raise SeveralValuesError."""
+    text = row.get(column, "").strip()
+    try:
+        return Reading(column, int(float(text)), text, "stated")
+    except ValueError:
+        pass
+    found = re.match(r"(\d+(?:\.\d+)?)(?![\d.])(.*)", text)
+    if found is None:
+        return Reading(column, None, text, "not stated")
+    rest = re.sub(r"\([^()]*\)", " ", found.group(2))  # a parenthesised qualifier is not a second value
+    if re.search(r"->|→|\bto\s*\d|\bx\s*\d|[*×/+]\s*\d|,\s*\d|\bor\s*\d", rest):
+        raise SeveralValuesError(f"{column}: {text!r} holds more than one value")
+    return Reading(column, int(float(found.group(1))), text, "qualified")

@@ -19,7 +19,7 @@ from armillary.specs.stack import SoftwareStack, hopper_or_later
 from armillary.specs.strategy import Recompute, Strategy, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Training
-from armillary.validation.reading import about_the_run, search_run
+from armillary.validation.reading import SeveralValuesError, about_the_run, read_int, search_run
 from armillary.validation.vocabulary import (
     clean,
     deduplicated_dispatch,
@@ -69,21 +69,25 @@ class RowSpecs:
 
 
 def int_column(row: dict[str, str], key: str) -> int | None:
-    """An integer column of a row: a number, or a number with its qualifier ("12 (model parallel)", "4
-    instances", "64 (spanning 8 nodes)"); None when empty or not led by a number. A column holding several
-    values ("3072 -> 15360", "256-way x 2 pods") is refused naming the column, never read as one of them."""
-    value = row.get(key, "").strip()
+    """An integer column of a row (`reading.read_int`): a number, or a number with its qualifier; None when
+    empty or not led by a number. A column holding several values is refused naming the column."""
     try:
-        return int(float(value))
-    except ValueError:
-        pass
-    found = re.match(r"(\d+(?:\.\d+)?)(?![\d.])(.*)", value)
-    if found is None:
-        return None
-    rest = re.sub(r"\([^()]*\)", " ", found.group(2))  # a parenthesised qualifier is not a second value
-    if re.search(r"->|→|\bto\s*\d|\bx\s*\d|[*×/+]\s*\d|,\s*\d|\bor\s*\d", rest):
-        raise Unsupported(f"{key}: {value!r} holds more than one value")
-    return int(float(found.group(1)))
+        return read_int(row, key).value
+    except SeveralValuesError as err:
+        raise Unsupported(str(err)) from None
+
+
+def qualified_readings(row: dict[str, str], keys: tuple[str, ...]) -> list[str]:
+    """The numbers read from words around them ("ep=64 from '64 (spanning 8 nodes)'"), for the assumptions."""
+    out = []
+    for key in keys:
+        try:
+            r = read_int(row, key)
+        except SeveralValuesError:
+            continue
+        if r.how == "qualified":
+            out.append(f"{key}={r.value} read from {r.words!r}")
+    return out
 
 
 def _moe_model(row: dict[str, str], preset: str | None, notes: list[str]) -> Model:
@@ -396,6 +400,8 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
         notes.append(f"{model.layers} layers do not fill pp x vpp = {strategy['pp'] * strategy['vpp']} equal chunks: "
                      f"the embedding and loss stand in for layers (Megatron-Core's uneven layout), first / last "
                      f"stage {uneven[0]} / {uneven[1]} layers")
+    notes.extend(qualified_readings(row, ("n_gpus", "seq", "gbs", "mbs", "tp", "pp", "dp", "cp", "ep", "vpp", *_SHAPE,
+                                          "experts", "topk")))
     workload = Training(seq_len=seq, global_batch=gbs)
     chunk = int(chunk_size(model.layers, Strategy.model_validate(strategy)))
     out = []
