@@ -38,3 +38,16 @@ def test_an_uncalibrated_device_is_never_trusted_more_than_a_calibrated_one():
     residuals = shipped_residuals()
     for regime in {replace(r.regime, calibrated=False) for r in residuals}:
         assert band(regime, residuals).relative >= band(replace(regime, calibrated=True), residuals).relative
+
+
+def test_validate_reports_how_often_each_regimes_band_covers_its_rows():
+    from armillary.validation.coverage import regime_coverage
+    from armillary.validation.run import read_rows, run_row
+
+    rows = [r for r in read_rows() if r["id"].startswith(("TR-KOR-T5", "TR-SC21-T1"))]
+    coverage = regime_coverage(rows, [run_row(r) for r in rows])
+    assert coverage and sum(c.rows for c in coverage) == len(rows)
+    for c in coverage:
+        assert 0 <= c.covered <= c.rows and 0 < c.band < 1
+    everything = {c.regime: c for c in coverage}
+    assert any("16-bit, dense, unsharded" in name for name in everything)

@@ -5,7 +5,7 @@ change: python tools/error_bands.py"""
 from __future__ import annotations
 
 from armillary.validation.bands import Residual, leave_one_source_out, write_residuals
-from armillary.validation.out_of_sample import row_regime
+from armillary.validation.coverage import row_regime
 from armillary.validation.run import read_rows, run_row
 
 

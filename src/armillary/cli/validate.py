@@ -47,7 +47,10 @@ def validate_cmd(
     if json_out:  # printed first: a failed save does not lose the run
         print_json(records.validation_records(results), indent=1)
     else:
-        show(tables.validation_tables(results, summarize(results)))
+        from armillary.validation.coverage import regime_coverage
+
+        show([*tables.validation_tables(results, summarize(results)),
+              tables.coverage_table(regime_coverage(rows, results))])
     if csv_out is not None:
         write_csv(results, csv_out)
     if plot is not None:

@@ -4,6 +4,7 @@ figures come from the result objects, converted for output in `report.records`."
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from armillary.simulate.timeline import Timeline
     from armillary.specs.model import Model
     from armillary.specs.system import System
+    from armillary.validation.coverage import RegimeCoverage
     from armillary.validation.run import GroupSummary, RowResult
 
 
@@ -170,6 +172,20 @@ def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) 
         # no completed request: no percentile, shown as a dash rather than nan
         latency.add_row(name, *(f"{v * 1e3:.4g}" if math.isfinite(v) else "-" for v in (p.mean, p.p50, p.p90, p.p99)))
     return [head, latency]
+
+
+def coverage_table(coverage: Sequence[RegimeCoverage]) -> Table:
+    """Per regime: the band an estimate prints and how many of the regime's measured rows it covers."""
+    table = Table(title="Error bands against their rows (80% of each regime's rows should lie inside)")
+    for name in ("regime", "rows", "band", "covered", "mean abs. error"):
+        table.add_column(name, justify="left" if name == "regime" else "right")
+    for c in coverage:
+        table.add_row(c.regime, str(c.rows), f"+-{c.band:.0%}", f"{c.covered} ({c.covered / c.rows:.0%})",
+                      f"{c.mean_abs_error:.1%}")
+    total, covered = sum(c.rows for c in coverage), sum(c.covered for c in coverage)
+    if total:
+        table.add_row("all", str(total), "", f"{covered} ({covered / total:.0%})", "")
+    return table
 
 
 def benchmark_lines(b: BenchmarkResult) -> list[str]:

@@ -14,10 +14,9 @@ from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 
-from armillary.validation.bands import Regime, inference_regime, regime_of, shipped_band
-from armillary.validation.inference_rows import inference_row_specs
-from armillary.validation.rows import Unsupported, row_specs
-from armillary.validation.run import choose_candidate, is_serving_row, run_row
+from armillary.validation.bands import shipped_band
+from armillary.validation.coverage import row_regime
+from armillary.validation.run import run_row
 from armillary.writing import replaced
 
 OUT_OF_SAMPLE = Path(str(resources.files("armillary.validation") / "data" / "out_of_sample.csv"))
@@ -37,25 +36,6 @@ class OutOfSample:
     regime: str
     covered: bool | None  # |error| <= band
     skipped: str | None
-
-
-def row_regime(row: dict[str, str]) -> Regime | None:
-    """The regime of the configuration a training or inference row ran (None: it did not run)."""
-    try:
-        if row["kind"] == "training":
-            _, chosen = choose_candidate(row_specs(row))
-            return regime_of(chosen.model, chosen.system, chosen.strategy)
-        if row["kind"] != "inference":
-            return None
-        if is_serving_row(row):
-            from armillary.validation.serving_rows import serving_row_specs  # the serving kernels: on first use
-
-            s = serving_row_specs(row)
-            return inference_regime(s.model, s.system, s.strategy, s.workload, s.engine.name)
-        i = inference_row_specs(row)
-        return inference_regime(i.model, i.system, i.strategy, i.workload)
-    except (Unsupported, ValueError):
-        return None
 
 
 def run_untouched(rows: Iterable[dict[str, str]], batch: str, commit: str) -> list[OutOfSample]:
