@@ -172,3 +172,21 @@ def test_sharding_as_frameworks_name_it(words, expected):
     assert int(sharding_of(words)) == expected
     # negative: a framework that names no sharding says nothing
     assert sharding_of("Megatron-Core r0.8") is None
+
+
+@pytest.mark.parametrize(("column", "text"), [("n_gpus", "0"), ("tp", "0"), ("n_gpus", "inf"), ("pp", "-2"),
+                                              ("gbs", "nan"), ("tp", "0 (none)")])
+def test_a_count_that_is_not_a_whole_number_of_one_or_more_is_refused_naming_the_column(column, text):
+    from armillary.validation.run import run_row
+
+    result = run_row({**GPT, column: text})
+    assert result.predicted is None and result.skipped is not None and result.skipped.startswith(column)
+
+
+def test_a_negative_message_size_is_refused_not_turned_into_a_negative_bandwidth():
+    from armillary.validation.run import read_rows, run_row
+
+    row = next(r for r in read_rows() if r["id"] == "CO-H100-IBNDR-4N-AR-gj-01")
+    for text in ("-1048576", "inf", "0"):
+        result = run_row({**row, "msg_bytes": text})
+        assert result.predicted is None and result.skipped is not None and "msg_bytes" in result.skipped

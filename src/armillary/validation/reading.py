@@ -8,6 +8,7 @@ storage or management networks, a comparison run, a warm-up or another phase is 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -53,23 +54,32 @@ class Reading:
     how: str  # "stated" (a bare number), "qualified" (a number with words around it), "not stated"
 
 
-class SeveralValuesError(ValueError):
-    """A column holds more than one value ("3072 -> 15360"): the caller refuses the row naming the column."""
+class BadValueError(ValueError):
+    """A column the harness cannot take: several values ("3072 -> 15360"), or a count that is not a whole
+    number of 1 or more ("0", "inf", "-5"); the caller refuses the row naming the column."""
 
 
 def read_int(row: dict[str, str], column: str) -> Reading:
     """An integer column: a bare number ("stated"), a number with its qualifier ("12 (model parallel)", "4
     instances": "qualified"), or nothing ("not stated" for an empty column or one not led by a number).
-    Several values raise SeveralValuesError."""
+    Several values, or a count that is not a whole number of 1 or more, raise BadValueError."""
     text = row.get(column, "").strip()
     try:
-        return Reading(column, int(float(text)), text, "stated")
+        number = float(text)
     except ValueError:
-        pass
+        number = None
+    if number is not None:
+        if not (math.isfinite(number) and number >= 1):  # every count of a row is a whole number >= 1
+            raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text!r}")
+        return Reading(column, int(number), text, "stated")
+    if re.match(r"-\s*\d", text):
+        raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text[:40]!r}")
     found = re.match(r"(\d+(?:\.\d+)?)(?![\d.])(.*)", text)
     if found is None:
         return Reading(column, None, text, "not stated")
+    if float(found.group(1)) < 1:
+        raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text[:40]!r}")
     rest = re.sub(r"\([^()]*\)", " ", found.group(2))  # a parenthesised qualifier is not a second value
     if re.search(r"->|→|\bto\s*\d|\bx\s*\d|[*×/+]\s*\d|,\s*\d|\bor\s*\d", rest):
-        raise SeveralValuesError(f"{column}: {text!r} holds more than one value")
+        raise BadValueError(f"{column}: {text!r} holds more than one value")
     return Reading(column, int(float(found.group(1))), text, "qualified")

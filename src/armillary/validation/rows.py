@@ -19,7 +19,7 @@ from armillary.specs.stack import SoftwareStack, hopper_or_later
 from armillary.specs.strategy import Recompute, Strategy, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import Training
-from armillary.validation.reading import SeveralValuesError, about_the_run, read_int, search_run
+from armillary.validation.reading import BadValueError, about_the_run, read_int, search_run
 from armillary.validation.vocabulary import (
     clean,
     deduplicated_dispatch,
@@ -73,7 +73,7 @@ def int_column(row: dict[str, str], key: str) -> int | None:
     empty or not led by a number. A column holding several values is refused naming the column."""
     try:
         return read_int(row, key).value
-    except SeveralValuesError as err:
+    except BadValueError as err:
         raise Unsupported(str(err)) from None
 
 
@@ -83,7 +83,7 @@ def qualified_readings(row: dict[str, str], keys: tuple[str, ...]) -> list[str]:
     for key in keys:
         try:
             r = read_int(row, key)
-        except SeveralValuesError:
+        except BadValueError:
             continue
         if r.how == "qualified":
             out.append(f"{key}={r.value} read from {r.words!r}")
