@@ -44,7 +44,8 @@ def calibration_status(spec: BaseModel) -> str:
     if device.calibrated_on:
         return f"calibrated on {', '.join(device.calibrated_on)}"
     copied = device.sources.get("matrix_efficiency")
-    return "NOT calibrated" + (f" (matrix_efficiency: {copied})" if copied else "")
+    prior = f", prior from {device.prior} at equal kernel time (tools/device_prior.py)" if device.prior else ""
+    return "NOT calibrated" + prior + (f" (matrix_efficiency: {copied})" if copied else "")
 
 
 class _Dumper(yaml.SafeDumper):

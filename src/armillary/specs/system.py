@@ -98,6 +98,10 @@ class Device(Spec):
                                                       "routed experts' GEMMs stream their weights (set from an "
                                                       "engine's fused-MoE kernels); none: the memory's efficiency")
     power: float | None = Field(None, gt=0, description="board power in watts (TDP)")
+    prior: str | None = Field(
+        None, description="an uncalibrated device's prior: the calibrated or benchmarked device of the same vendor "
+        "whose GEMM curves (read at equal kernel time: the FLOP axis scaled by the ratio of the peaks), "
+        "attention efficiencies and kernel overhead it carries (written by tools/device_prior.py); none: its own")
     calibrated_on: tuple[str, ...] = Field(
         (), description="validation sources the efficiency curves were fitted on (a sibling chip's count: "
         "same silicon); empty = uncalibrated, and sources.matrix_efficiency says what it was copied from")
