@@ -1,6 +1,8 @@
-"""Speed of the HLO import: a module of at least 100,000 instructions parsed and costed.
+"""Speed of the HLO import (a module of at least 100,000 instructions parsed and costed) and of the torch
+trace replay (generated two-rank traces of 100K and 1M events replayed).
 
-Run: python benchmarks/bench_ingest.py   (target: < 2 s for parse + cost)
+Run: python benchmarks/bench_ingest.py [hlo|torch]   (targets: < 2 s for parse + cost; 1M events replayed in
+< 10 s, issue 47)
 
 The module is the compiled JAX GPT step of tests/data/hlo (TP over 8 devices) repeated: its entry
 computation copied under new names until the module holds 100,000 instructions, a new entry calling every
@@ -9,12 +11,17 @@ copy in turn, so that every instruction is costed.
 
 from __future__ import annotations
 
+import random
 import re
+import sys
 import time
 from pathlib import Path
 
 from armillary.ingest.hlo_cost import cost_module
 from armillary.ingest.hlo_parse import parse_hlo
+from armillary.ingest.torch_replay import replay
+from armillary.ingest.torch_trace import RankTrace, TorchTraces, TraceCollective, TraceOp
+from armillary.specs.communication import Collective
 from armillary.specs.loading import load_system
 
 FIXTURE = Path(__file__).parent.parent / "tests" / "data" / "hlo" / "gpt_small_tp.hlo.txt"
@@ -47,7 +54,52 @@ def big_module(target: int = 100_000) -> str:
     return head + "\n".join(copies) + "\n" + new_entry
 
 
+def torch_rank(rank: int, events: int, seed: int = 0) -> RankTrace:
+    """A rank's step of `events` events: operators of 10-300 us, a collective (DDP-like bucket sizes) issued
+    after one in eight, idle gaps of the main thread: most under 1 us, one in five either a wait until the last
+    collective ends or plain idle time of 0.4-3 ms. Both ranks of a trace share the program (same seed)."""
+    rng = random.Random(seed)
+    ops: list[TraceOp] = []
+    collectives: list[TraceCollective] = []
+    t = 0.0
+    while len(ops) + len(collectives) < events:
+        d = rng.uniform(10, 300)
+        ops.append(TraceOp("aten::mm", t, d))
+        t += d
+        if rng.random() < 1 / 8:
+            size = rng.choice((1e6, 2.5e7, 1e8))
+            collectives.append(TraceCollective(Collective.ALL_REDUCE, t, t + 5, t + rng.uniform(600, 3000), size, 2))
+        if rng.random() < 0.8:
+            t += rng.uniform(0, 1)
+        elif collectives and collectives[-1].end_us > t:
+            t = collectives[-1].end_us + rng.uniform(0, 20)
+        else:
+            t += rng.uniform(400, 3000)
+    return RankTrace(rank, 0.0, t + 10, tuple(ops), tuple(collectives))
+
+
+def torch_replay_speed(events: int) -> None:
+    traces = TorchTraces(tuple(torch_rank(r, events // 2) for r in range(2)))
+    system = load_system("dgx-a100", 8)
+    t0 = time.perf_counter()
+    result = replay(traces, system)
+    seconds = time.perf_counter() - t0
+    print(f"torch replay, {events:,} events (2 ranks, {len(traces.ranks[0].collectives):,} collectives, "
+          f"{len(result.graph.tasks):,} tasks): {seconds:.2f} s -> {events / seconds:,.0f} events/s "
+          f"(step {result.step_time_s:.3f} s)")
+
+
 def main() -> None:
+    part = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if part in ("torch", "all"):
+        replay(TorchTraces(tuple(torch_rank(r, 100) for r in range(2))), load_system("dgx-a100", 8))  # warm
+        for events in (100_000, 1_000_000):
+            torch_replay_speed(events)
+    if part in ("hlo", "all"):
+        hlo_speed()
+
+
+def hlo_speed() -> None:
     text = big_module()
     system = load_system("dgx-h100", 8)
     t0 = time.perf_counter()
