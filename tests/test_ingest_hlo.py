@@ -66,8 +66,9 @@ def test_trip_count_from_induction_variable(forms):
 def test_work_by_hand(forms, h100):
     kinds = cost_module(forms, h100).by_kind
     assert kinds[OpKind.DOT].flop == 2 * 4 * 32 * 128 * 64  # 2MNK
-    # convolution: 2 x output elements x (3 x 3 window x 8 input features)
-    assert kinds[OpKind.CONVOLUTION].flop == 2 * (2 * 16 * 16 * 16) * (3 * 3 * 8)
+    # convolution: 2 x 8 input x 16 output features x batch 2 x, per spatial dimension, the (output, tap)
+    # pairs inside the input: 16 x 3 less the 2 taps on the padding (XLA's HloCostAnalysis convention)
+    assert kinds[OpKind.CONVOLUTION].flop == 2 * 8 * 16 * 2 * (16 * 3 - 2) ** 2
     assert kinds[OpKind.ALL_REDUCE].count == 5  # inside the 5-iteration loop
     assert kinds[OpKind.ALL_GATHER].bytes == 32 * 32 * 128 * 2  # the gathered result
     assert kinds[OpKind.REDUCE_SCATTER].bytes == 1024 * 4  # the input before scattering

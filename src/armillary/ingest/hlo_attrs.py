@@ -9,6 +9,7 @@ transposed, `[4,2]<=[2,4]T(1,0)`: XLA's IotaReplicaGroupList / IotaTileAssignmen
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,6 +24,9 @@ _EXPLICIT_GROUPS = re.compile(r"replica_groups=\{((?:\{[\d,\s]*\},?\s*)*)\}")
 _IOTA_GROUPS = re.compile(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
 _MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
 _PAIRS = re.compile(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}")
+_WINDOW = re.compile(r"window=\{([^}]*)\}")
+_DIM_LABELS = re.compile(r"dim_labels=(\w+)_(\w+)->(\w+)")
+_GROUP_COUNT = re.compile(r"\b(feature_group_count|batch_group_count)=(\d+)")
 _CUSTOM_TARGET = re.compile(r'custom_call_target="([^"]+)"')
 _GEMM_DIMS = re.compile(r'"(lhs_contracting_dimensions|lhs_batch_dimensions)"\s*:\s*\[([^\]]*)\]')
 _FMHA_SCORES = re.compile(r'"intermediate_tensor_shape"\s*:\s*\{[^{}]*?"dimensions"\s*:\s*\[([^\]]*)\]')
@@ -63,6 +67,61 @@ def fmha_scores(inst: Instruction) -> tuple[tuple[int, ...], bool]:
     match = _FMHA_SCORES.search(inst.attributes)
     dims = tuple(int(x.strip(' "')) for x in match.group(1).split(",") if x.strip(' "')) if match else ()
     return dims, _FMHA_CAUSAL.search(inst.attributes) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDim:
+    """One spatial dimension of a convolution's window (XLA's WindowDimension)."""
+
+    size: int
+    stride: int = 1
+    pad_low: int = 0
+    pad_high: int = 0
+    lhs_dilate: int = 1  # base dilation: holes between input elements (transposed convolutions)
+    rhs_dilate: int = 1  # window dilation: holes between kernel taps (atrous convolutions)
+
+
+@dataclass(frozen=True, slots=True)
+class ConvolutionDims:
+    """A convolution's window per spatial dimension, its dimension labels (`b01f_01io->b01f`: the position
+    of the batch, feature and each spatial dimension in the input, kernel and output) and group counts."""
+
+    window: tuple[WindowDim, ...]
+    lhs: str
+    rhs: str
+    out: str
+    feature_groups: int = 1
+    batch_groups: int = 1
+
+
+def convolution_dims(inst: Instruction) -> ConvolutionDims | None:
+    """The window and dimension labels of a convolution (or a cuDNN convolution call); None if unprinted."""
+    labels = _DIM_LABELS.search(inst.attributes)
+    if labels is None:
+        return None
+    lhs, rhs, out = labels.groups()
+    spatial = sum(ch.isdigit() for ch in lhs)
+    window_text = _WINDOW.search(inst.attributes)
+    fields: dict[str, list[str]] = {}
+    for item in (window_text.group(1).split() if window_text else ()):
+        key, _, value = item.partition("=")
+        fields[key] = value.split("x")
+    if "size" not in fields:  # no window: a 1x1 convolution in every spatial dimension (a matmul)
+        fields["size"] = ["1"] * spatial
+    dims: list[WindowDim] = []
+    for d, size in enumerate(fields["size"]):
+        pad = fields.get("pad", [])
+        low, _, high = (pad[d] if d < len(pad) else "0_0").partition("_")
+        dims.append(WindowDim(int(size), _at(fields, "stride", d), int(low), int(high or 0),
+                              _at(fields, "lhs_dilate", d), _at(fields, "rhs_dilate", d)))
+    counts = {m.group(1): int(m.group(2)) for m in _GROUP_COUNT.finditer(inst.attributes)}
+    return ConvolutionDims(tuple(dims), lhs, rhs, out, max(counts.get("feature_group_count", 1), 1),
+                           max(counts.get("batch_group_count", 1), 1))
+
+
+def _at(fields: dict[str, list[str]], key: str, d: int) -> int:
+    values = fields.get(key, [])
+    return int(values[d]) if d < len(values) else 1
 
 
 def custom_call_target(inst: Instruction) -> str:

@@ -12,9 +12,14 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numpy as np
+
 from armillary.estimate.layer import FLASH_BACKWARD_FACTOR
 from armillary.ingest.hlo_attrs import (
+    ConvolutionDims,
+    WindowDim,
     called,
+    convolution_dims,
     custom_call_target,
     dimension_numbers,
     fmha_scores,
@@ -165,16 +170,16 @@ def _own_flop(inst: Instruction, comp: Computation) -> tuple[float, str, bool]:
     rhs = comp.by_name.get(inst.operands[1]) if len(inst.operands) > 1 else None
     if lhs is None or rhs is None:
         return 0.0, "", False
-    out = inst.shape.array.elements
-    if inst.opcode == "convolution":
-        # 2 x output elements x (kernel elements / output features) (each output sums over the window and
-        # the input features of its group)
-        labels = inst.attributes.split("dim_labels=")[1].split("->")[0].split("_")[1] if "dim_labels=" in \
-            inst.attributes else ""
-        kernel = rhs.shape.array
-        o = labels.find("o")
-        features = kernel.dims[o] if 0 <= o < len(kernel.dims) else kernel.dims[-1] if kernel.dims else 1
-        return 2.0 * out * kernel.elements / max(features, 1), lhs.shape.array.dtype, True
+    if inst.opcode == "convolution" or (inst.opcode == "custom-call"
+                                        and custom_call_target(inst).startswith("__cudnn$conv")):
+        window = convolution_dims(inst)
+        out_shape = inst.shape.leaves[0].dims  # a cuDNN call's tuple result holds its workspace after it
+        if window is not None:
+            return convolution_flop(window, lhs.shape.array.dims, rhs.shape.array.dims, out_shape), \
+                lhs.shape.array.dtype, True
+        kernel = rhs.shape.array  # no labels: the last kernel dimension is the output features
+        return (2.0 * math.prod(out_shape) * kernel.elements / max(kernel.dims[-1] if kernel.dims else 1, 1),
+                lhs.shape.array.dtype, True)
     if inst.opcode == "custom-call":
         target = custom_call_target(inst).lower()
         if "gemm" not in target and "matmul" not in target:
@@ -186,6 +191,40 @@ def _own_flop(inst: Instruction, comp: Computation) -> tuple[float, str, bool]:
     k = math.prod(dims[d] for d in contracting if d < len(dims))
     out_elements = inst.shape.leaves[0].elements  # a GEMM call's tuple result holds its workspace after it
     return 2.0 * out_elements * k, lhs.shape.array.dtype, False
+
+
+def convolution_flop(dims: ConvolutionDims, lhs: tuple[int, ...], rhs: tuple[int, ...],
+                     out: tuple[int, ...]) -> float:
+    """FLOPs of a convolution, 2 per multiply-add that touches an input element (XLA's HloCostAnalysis
+    convention): 2 x (input features / feature groups) x output features x (batch / batch groups) x, per
+    spatial dimension, the (output position, kernel tap) pairs whose tap lands on an input element rather
+    than on padding or on a hole of an lhs dilation. Without padding or dilation this is 2 x output elements
+    x kernel window x input features per group; a batched matmul XLA writes as an lhs-dilated convolution
+    (window = batch, lhs_dilate = batch) counts one tap per output, not the window's."""
+    def size(shape: tuple[int, ...], labels: str, label: str) -> int:
+        at = labels.find(label)
+        return shape[at] if 0 <= at < len(shape) else 1
+
+    fma = (size(lhs, dims.lhs, "f") // dims.feature_groups) * size(out, dims.out, "f") \
+        * (size(lhs, dims.lhs, "b") // dims.batch_groups)
+    for d, window in enumerate(dims.window):
+        label = str(d)
+        fma *= valid_taps(window, size(lhs, dims.lhs, label), size(out, dims.out, label),
+                          size(rhs, dims.rhs, label))
+    return 2.0 * fma
+
+
+def valid_taps(window: WindowDim, inputs: int, outputs: int, kernel: int) -> int:
+    """(output position, kernel tap) pairs of one spatial dimension whose tap reads an input element: the
+    tap's position in the padded, dilated input, o x stride - pad_low + k x rhs_dilate, falls on a multiple
+    of lhs_dilate whose quotient indexes the input."""
+    position = np.arange(outputs, dtype=np.int64) * window.stride - window.pad_low
+    taps = 0
+    for k in range(kernel):
+        at = position + k * window.rhs_dilate
+        hit = (at >= 0) & (at % window.lhs_dilate == 0) & (at // window.lhs_dilate < inputs)
+        taps += int(np.count_nonzero(hit))
+    return taps
 
 
 def _fused_flop(module: HloModule, name: str) -> tuple[float, str, bool]:
