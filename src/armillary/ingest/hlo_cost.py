@@ -84,6 +84,17 @@ def cost_module(module: HloModule, system: System) -> ModuleCost:
 
 MAX_NESTING = 100  # computations calling computations: the unrolling recurses once per level
 MAX_EXECUTED = 20_000_000  # instructions of one execution, loops unrolled (a few minutes of graph building)
+# a while loop whose unrolled instructions (trip count x one iteration's) exceed this is simulated
+# symbolically (`hlo_graph`: WARMUP_TRIPS iterations unrolled, the rest one repeated block)
+UNROLL_LIMIT = 1_000_000
+WARMUP_TRIPS = 2
+# iterations a symbolic loop builds: its warm-up in place, and warm-up and warm-up + 1 alone (its period)
+SYMBOLIC_TRIPS = 3 * WARMUP_TRIPS + 1
+
+
+def symbolic(trips: int, iteration: int, unroll_limit: float) -> bool:
+    """Whether a loop of `trips` iterations of `iteration` instructions each is simulated symbolically."""
+    return trips > SYMBOLIC_TRIPS and trips * iteration > unroll_limit
 
 
 def _call_depths(module: HloModule) -> dict[str, int]:
@@ -127,10 +138,18 @@ def _call_depths(module: HloModule) -> dict[str, int]:
     return depth
 
 
-def executed_instructions(module: HloModule, trips: dict[tuple[str, str], int]) -> int:
+def executed_instructions(module: HloModule, trips: dict[tuple[str, str], int],
+                          unroll_limit: float = float("inf")) -> int:
     """Instructions one execution of the entry computation runs with its loops unrolled (a while loop's
     condition and body once per trip, a conditional's longest branch, a call in place): the work of building
-    its task graph, counted before it is built."""
+    its task graph, counted before it is built. A loop past `unroll_limit` (`symbolic`) counts the
+    SYMBOLIC_TRIPS iterations its graph builds."""
+    return executed_counts(module, trips, unroll_limit).get(module.entry, 0)
+
+
+def executed_counts(module: HloModule, trips: dict[tuple[str, str], int],
+                    unroll_limit: float = float("inf")) -> dict[str, int]:
+    """`executed_instructions` of every computation (one execution of it)."""
     memo: dict[str, int] = {}
     depths = _call_depths(module)
     for name in sorted(depths, key=depths.__getitem__):  # callees first
@@ -139,13 +158,14 @@ def executed_instructions(module: HloModule, trips: dict[tuple[str, str], int]) 
         for inst in comp.instructions:
             inner = [memo.get(c, 0) for c in called(inst) if c in module.computations]
             if inst.opcode == "while":
-                total += trips.get((name, inst.name), 1) * sum(inner)
+                n = trips.get((name, inst.name), 1)
+                total += (SYMBOLIC_TRIPS if symbolic(n, sum(inner), unroll_limit) else n) * sum(inner)
             elif inst.opcode == "conditional":
                 total += max(inner, default=0)
             elif inst.opcode in CONTROL or inst.opcode == "async-start":
                 total += sum(inner)
         memo[name] = total
-    return memo.get(module.entry, 0)
+    return memo
 
 
 def _cost_module(module: HloModule, system: System) -> ModuleCost:
@@ -159,10 +179,11 @@ def _cost_module(module: HloModule, system: System) -> ModuleCost:
         for inst in comp.instructions:
             rows.append(_work(inst, module, devices, comp))
         work[name] = rows
-    executed = executed_instructions(module, trips)
+    executed = executed_instructions(module, trips, UNROLL_LIMIT)
     if executed > MAX_EXECUTED:
         raise SpecError(f"HLO module {module.name!r}: one execution runs {executed:.3g} instructions with its loops "
-                        f"unrolled (trip counts x instructions); at most {MAX_EXECUTED:,} are simulated")
+                        f"unrolled (trip counts x instructions, loops over {UNROLL_LIMIT:,} instructions "
+                        f"{SYMBOLIC_TRIPS} iterations); at most {MAX_EXECUTED:,} are simulated")
     kernel_s = _kernel_seconds([w for rows in work.values() for w in rows if isinstance(w, Work)], system)
     comm_cache: dict[tuple[Collective, float, tuple[float, ...]], tuple[float, int]] = {}
     costs: dict[str, tuple[InstructionCost | None, ...]] = {}
