@@ -37,6 +37,7 @@ from armillary.simulate.graph import Category, GraphBuilder, Stream, TaskGraph, 
 from armillary.specs.communication import Collective
 
 MAX_TASKS = 5_000_000
+MAX_LOOP_NS = 2**62  # a symbolic loop's repeated block, in the engine's int64 nanoseconds
 Value = tuple[frozenset[int], ...]  # producer steps of each top-level tuple element (one element: an array)
 _ASYNC_STREAM = {Collective.ALL_GATHER: Stream.DP_GATHER, Collective.ALL_TO_ALL: Stream.EP,
                  Collective.SEND_RECV: Stream.PP}
@@ -138,6 +139,9 @@ def _loop(state: _State, comp: str, inst: Instruction, operands: list[Value]) ->
     value = _iterate(state, condition, body, start, WARMUP_TRIPS)
     period = _period(state, condition, body)
     rest = trips - WARMUP_TRIPS
+    if rest * period.ns > MAX_LOOP_NS:
+        raise SpecError(f"HLO while loop {inst.name[:60]!r}: {trips:,} iterations of {period.ns:,} ns take past "
+                        f"the simulator's clock (at most {MAX_LOOP_NS:.3g} ns, 146 years)")
     deps = _union([value])
     per_rank = tuple(state.builder.add(f"{inst.name} x{rest}", TaskKind.COMPUTE, Category.COMPUTE, (r,),
                                        Stream.COMPUTE, rest * period.ns / 1e9, [state.steps[d][r] for d in deps],
