@@ -51,3 +51,17 @@ def test_validate_reports_how_often_each_regimes_band_covers_its_rows():
         assert 0 <= c.covered <= c.rows and 0 < c.band < 1
     everything = {c.regime: c for c in coverage}
     assert any("16-bit, dense, unsharded" in name for name in everything)
+
+
+def test_compare_shows_each_runs_band_and_its_calibration_status():
+    from armillary import api
+    from armillary.estimate.compare import Section, compare
+
+    strategy = {"tp": 8, "pp": 4, "zero": 1, "attention": "flash", "sequence_parallel": True}
+    workload = {"seq_len": 4096, "global_batch": 256}
+    a = api.estimate("llama3-70b", "dgx-h100", strategy, workload, gpus=256)
+    b = api.estimate("llama3-70b", "mi355x-8", strategy, workload, gpus=256)
+    c = compare([("h100", a), ("mi355x", b)])
+    row = c.row(Section.SUMMARY, "error_band")
+    assert row.values == (a.error_band.relative, b.error_band.relative) and row.values[1] >= row.values[0]
+    assert "calibrated device" in c.bands[0] and "uncalibrated device" in c.bands[1]

@@ -67,6 +67,7 @@ class Comparison:
     feasible: tuple[bool, ...]
     infeasible_reasons: tuple[tuple[str, ...], ...]
     rows: tuple[ComparedRow, ...]
+    bands: tuple[str, ...] = ()  # each result's error band and the regime it was drawn from (calibration status)
 
     def section(self, section: Section) -> tuple[ComparedRow, ...]:
         return tuple(r for r in self.rows if r.section is section)
@@ -95,8 +96,9 @@ def compare(results: Sequence[tuple[str, Result]]) -> Comparison:
     per_result = [_training_rows(r) if isinstance(r, StepEstimate) else _inference_rows(r) for _, r in results]
     rows = tuple(ComparedRow(section, name, unit, tuple(float(rs[i][3]) for rs in per_result))
                  for i, (section, name, unit, _) in enumerate(per_result[0]))
+    bands = tuple(r.error_band.describe() if r.error_band is not None else "no band" for _, r in results)
     return Comparison(names, kinds[0], tuple(bool(r.feasible) for _, r in results),
-                      tuple(tuple(r.infeasible_reasons) for _, r in results), rows)
+                      tuple(tuple(r.infeasible_reasons) for _, r in results), rows, bands)
 
 
 _Row = tuple[Section, str, Unit, float]
@@ -108,12 +110,18 @@ def _components(section: Section, obj: Any, unit: Unit) -> list[_Row]:
     return [*rows, (section, "total", unit, float(obj.total))]
 
 
+def _band(r: Result) -> float:
+    """The result's error band (+- this share of the figure; nan where none was attached)."""
+    return r.error_band.relative if r.error_band is not None else math.nan
+
+
 def _training_rows(r: StepEstimate) -> list[_Row]:
     s = Section.SUMMARY
     rows: list[_Row] = [(s, "step_time", Unit.SECONDS, float(r.step_time_s)),
                         (s, "tokens_per_s", Unit.TOKENS_PER_S, float(r.tokens_per_s)),
                         (s, "mfu", Unit.FRACTION, float(r.mfu)), (s, "hfu", Unit.FRACTION, float(r.hfu)),
-                        (s, "microbatches", Unit.COUNT, float(r.microbatches))]
+                        (s, "microbatches", Unit.COUNT, float(r.microbatches)),
+                        (s, "error_band", Unit.FRACTION, _band(r))]
     rows += _components(Section.TIME, r.breakdown, Unit.SECONDS)
     rows += [(Section.MEMORY, f"hbm_{name}", unit, v) for _, name, unit, v in
              _components(Section.MEMORY, r.memory_hbm, Unit.BYTES)]
@@ -131,7 +139,8 @@ def _inference_rows(r: InferenceEstimate) -> list[_Row]:
                         (s, "output_tokens_per_s", Unit.TOKENS_PER_S, float(r.output_tokens_per_s)),
                         (s, "output_tokens_per_s_per_device", Unit.TOKENS_PER_S,
                          float(r.output_tokens_per_s_per_device)),
-                        (s, "max_batch", Unit.COUNT, float(r.max_batch))]
+                        (s, "max_batch", Unit.COUNT, float(r.max_batch)),
+                        (s, "error_band", Unit.FRACTION, _band(r))]
     rows += _components(Section.PREFILL, r.prefill, Unit.SECONDS)
     rows += _components(Section.DECODE, r.decode, Unit.SECONDS)
     m = Section.MEMORY

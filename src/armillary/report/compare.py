@@ -32,6 +32,8 @@ def _scale(row: ComparedRow) -> tuple[float, str]:
 
 
 def _value(row: ComparedRow, v: float) -> str:
+    if row.name == "error_band":
+        return f"+-{100 * v:.0f}%" if math.isfinite(v) else "-"
     if row.unit is Unit.FRACTION:
         return f"{100 * v:.1f}%"
     if row.unit is Unit.TOKENS_PER_S:
@@ -76,6 +78,8 @@ def comparison_tables(c: Comparison) -> list[Table | str]:
             table.add_row("feasible", *[cell for i, ok in enumerate(c.feasible)
                                         for cell in (["yes" if ok else "[red]no[/red]"] + ([""] if i else []))])
         out.append(table)
+    for name, band in zip(c.names, c.bands, strict=False):
+        out.append(f"{escape(name)}: {escape(band)}")
     for name, ok, reasons in zip(c.names, c.feasible, c.infeasible_reasons, strict=True):
         if not ok:
             out.append(f"[red]{escape(name)} is infeasible:[/red] {escape('; '.join(reasons))}")
