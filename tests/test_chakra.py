@@ -127,8 +127,8 @@ def test_files_have_chakra_framing_and_standard_fields(tmp_path: Path) -> None:
     nodes2 = {n.id: n for n in (Node.FromString(m) for m in _messages(tmp_path / "job.2.et")[1:])}
     assert nodes2[10].type == NodeType.MEM_STORE_NODE and nodes2[11].type == NodeType.MEM_LOAD_NODE
     groups = json.loads((tmp_path / "job.comm_group.json").read_text())
-    assert groups == {"0": [0, 1, 2, 3], "1": [2, 3]}
-    assert _attrs(nodes3[13])["pg_name"].string_val == "1"
+    assert groups == {"1": [0, 1, 2, 3], "2": [2, 3]}  # from 1: ASTRA-sim's communicator groups need id > 0
+    assert _attrs(nodes3[13])["pg_name"].string_val == "2"
 
 
 def test_varint_framing() -> None:
@@ -228,7 +228,7 @@ def test_foreign_trace_is_matched_and_costed(tmp_path: Path) -> None:
     _foreign_trace(tmp_path)
     system = load_system("dgx-a100", 16)  # 8 GPUs per node: ranks 0, 1 share a node, rank 8 is in the next
     graph = read_chakra(tmp_path, system)
-    assert graph.ranks == 9 and len(graph.tasks) == 10  # the marker is dropped
+    assert graph.ranks == 9 and len(graph.tasks) == 11  # the marker is dropped; the receive is its own task
     by_name = {t.name: t for t in graph.tasks}
     index = {t.name: i for i, t in enumerate(graph.tasks)}
 
@@ -240,7 +240,10 @@ def test_foreign_trace_is_matched_and_costed(tmp_path: Path) -> None:
     assert by_name["gemm"].flop == 3.12e12
     send = by_name["send act"]
     assert (send.kind, send.ranks, send.stream, send.tier) == (TaskKind.SEND, (0, 1), None, Tier.SCALE_UP)
-    assert deps("send act") == {"gemm", "fwd1"}  # the sender's and the receiver's dependencies
+    assert deps("send act") == {"gemm"}  # the sender's dependencies: the transfer starts when they are done
+    recv = by_name["recv act"]  # completes when the message has arrived and the receiver's fwd1 is done
+    assert (recv.kind, recv.ranks, recv.stream, recv.duration_ns) == (TaskKind.COMPUTE, (1,), None, 0)
+    assert deps("recv act") == {"send act", "fwd1"}
     assert send.duration_ns == round(send_recv(1e6, pair_across(0, 2), system).time * 1e9)
     ar = by_name["allreduce grads"]
     assert (ar.kind, ar.ranks, ar.stream, ar.tier) == (TaskKind.COLLECTIVE, (0, 8), Stream.DP, Tier.SCALE_OUT)
@@ -258,7 +261,7 @@ def test_foreign_trace_is_matched_and_costed(tmp_path: Path) -> None:
     assert gather.duration_ns == round(collective(Collective.ALL_GATHER, 8e6, on_nodes(2.0, 2.0), system)
                                        .cost.time * 1e9)
     assert deps("tp gather") == {"fwd"}
-    assert deps("bwd1") == {"send act"}
+    assert deps("bwd1") == {"recv act"}
     offload = by_name["offload"]
     assert (offload.kind, offload.stream, offload.tier) == (TaskKind.MEMORY, Stream.OFFLOAD, Tier.MEMORY)
     assert offload.duration_ns == 125_000_000  # 3.2 GB over PCIe 4.0 x16: 32 GB/s at 80 %

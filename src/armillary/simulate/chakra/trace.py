@@ -136,7 +136,9 @@ def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> li
     for i, task in enumerate(graph.tasks):
         if task.kind is TaskKind.SEND and (len(task.ranks) != 2 or i > 2**31 - 1):
             raise SpecError(f"task {i} {task.name!r}: a send has ranks (source, destination) and an int32 tag")
-        pg_name = groups.setdefault(tuple(sorted(set(task.ranks))), str(len(groups))) \
+        # communicator group ids from 1: ASTRA-sim's CommunicatorGroup requires an id > 0 (its workload
+        # adds 1 to the process-group names it reads from PyTorch traces for that reason)
+        pg_name = groups.setdefault(tuple(sorted(set(task.ranks))), str(len(groups) + 1)) \
             if task.kind is TaskKind.COLLECTIVE else ""
         for rank in dict.fromkeys(task.ranks):
             if not 0 <= rank < graph.ranks:
@@ -259,13 +261,14 @@ def _forward(deps_of: dict[int, list[int]], dropped: set[int]) -> dict[int, froz
 
 
 def _key(rank: int, node: Any, a: dict[str, Any]) -> Key:
-    """What the nodes of one task share across ranks: a send and its receive share (source, destination,
-    tag); the collectives of one process group pair up in order of appearance."""
+    """What the nodes of one task share across ranks: the collectives of one process group pair up in order
+    of appearance; a send (the transfer) and its receive are matched by (source, destination, tag) and the
+    n-th of each, but stay two tasks."""
     try:
         if node.type == NodeType.COMM_SEND_NODE:
             return ("p2p", a.get("comm_src", rank), a["comm_dst"], a.get("comm_tag", 0))
         if node.type == NodeType.COMM_RECV_NODE:
-            return ("p2p", a["comm_src"], a.get("comm_dst", rank), a.get("comm_tag", 0))
+            return ("recv", a["comm_src"], a.get("comm_dst", rank), a.get("comm_tag", 0))
     except KeyError as err:
         raise SpecError(f"node {node.id} of rank {rank} ({node.name!r}) has no {err.args[0]} attribute") from None
     if node.type == NodeType.COMM_COLL_NODE:
@@ -282,9 +285,15 @@ def _seconds_ns(seconds: Any) -> int:
 
 
 def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None) -> TaskGraph:
-    """Nodes of other tools: sends and receives matched by (source, destination, tag) and collectives by
-    process group and order, each into one task with the union of the nodes' data_deps (ctrl_deps are
-    ignored, as ASTRA-sim's feeder does). CPU-op nodes of other types are dropped, their dependencies
+    """Nodes of other tools: collectives matched by process group and order into one task with the union of
+    the nodes' data_deps (ctrl_deps are ignored, as ASTRA-sim's feeder does). A send and its receive, matched
+    by (source, destination, tag), keep their own dependencies as ASTRA-sim runs them: the transfer (a SEND
+    task) starts when the send's dependencies are done, the receive completes (a 0-duration task on the
+    destination, no stream) when the transfer has arrived and the receive's own dependencies are done; the
+    receive's users wait for it. (One task with both nodes' dependencies made a cycle where a rank's receive
+    waits for its own send, as in ASTRA-sim's send/recv custom collectives.)
+
+    CPU-op nodes of other types are dropped, their dependencies
     passed on; other nodes of other types become empty compute. Compute takes duration_micros, or
     num_ops at the device's bf16 matrix peak; communication is costed by the collectives layer."""
     entries: dict[Key, list[tuple[int, int, Any, dict[str, Any]]]] = {}
@@ -309,8 +318,7 @@ def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None) ->
     for key, nodes_of in entries.items():
         if key[0] == "coll":
             members.setdefault(key[1], set()).update(rank for rank, *_ in nodes_of)
-        elif key[0] == "p2p" and sorted(n.type for _, _, n, _ in nodes_of) != [NodeType.COMM_SEND_NODE,
-                                                                               NodeType.COMM_RECV_NODE]:
+        elif key[0] in ("p2p", "recv") and (len(nodes_of) != 1 or _peer(key) not in entries):
             raise SpecError(f"send {key[1]}->{key[2]} tag {key[3]} (#{key[4]}) has no matching send and receive")
     for key, nodes_of in entries.items():
         if key[0] == "coll" and len(nodes_of) != len(members[key[1]]):
@@ -322,6 +330,8 @@ def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None) ->
         if missing:
             raise SpecError(f"{key}: depends on nodes not in the trace: {', '.join(missing)}")
         deps[key] = {owner[rd] for rd in raw} - {key}
+        if key[0] == "recv":  # a receive completes when its message has arrived
+            deps[key].add(_peer(key))
     order, after = _order(entries, deps)
     index = {key: i for i, key in enumerate(order)}
     tasks = [_task(key, entries[key], members, system, tuple(sorted(index[d] for d in deps[key])))
@@ -333,10 +343,15 @@ def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None) ->
     return TaskGraph(tuple(tasks), ranks, tuple(f"rank {r}" for r in range(ranks)), (1,) * ranks)
 
 
+def _peer(key: Key) -> Key:
+    """The receive of a send's key, or the send of a receive's."""
+    return ("recv" if key[0] == "p2p" else "p2p", *key[1:])
+
+
 def _stream(key: Key, node: Any) -> Stream | None:
     if key[0] == "coll":
         return _pg_stream(key[1])
-    if key[0] == "p2p":
+    if key[0] in ("p2p", "recv"):
         return None
     return Stream.OFFLOAD if node.type in (NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE) else Stream.COMPUTE
 
@@ -406,6 +421,9 @@ def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: 
         return Task(node.name, TaskKind.SEND, Category.PP, (src, dst), None,
                     _seconds_ns(send_recv(size, pair, s).time), deps, Tier.SCALE_OUT if crosses else Tier.SCALE_UP,
                     size, 0.0, "", Collective.SEND_RECV)
+    if key[0] == "recv":
+        return Task(node.name, TaskKind.COMPUTE, Category.PP, (rank,), None, 0, deps, Tier.NONE,
+                    _amount(node, a, "comm_size"), 0.0, "", Collective.SEND_RECV)
     if key[0] == "coll":
         s = _need(system)
         ranks = tuple(sorted(members[key[1]]))
