@@ -73,3 +73,18 @@ def test_comm_profile_command(tmp_path):
     data = json.loads(runner.invoke(app, ["comm-profile", str(example), "--json"]).output)
     assert {d["dimension"] for d in data} == {"TP", "SP", "PP", "DP"}  # the example runs sequence parallel
     assert all(d["per_step"] > 0 and d["time_each_s"] > 0 for d in data)
+
+
+def test_comm_profile_drops_the_calls_of_a_one_rank_dimension(tmp_path):
+    # tp = 1: the estimator lists the embedding / LM-head TP all-reduces at no time and no bytes; the profile
+    # prints only what communicates (issue 48)
+    example = Path(__file__).parent.parent / "examples" / "mixtral-8x7b-h100.yaml"
+    text = example.read_text().replace("  tp: 2\n", "  tp: 1\n").replace("sequence_parallel: true",
+                                                                       "sequence_parallel: false")
+    run = tmp_path / "tp1.yaml"
+    run.write_text(text)
+    runner = CliRunner()
+    data = json.loads(runner.invoke(app, ["comm-profile", str(run), "--json"]).output)
+    assert {d["dimension"] for d in data} == {"EP", "PP", "DP", "EDP"}
+    table = runner.invoke(app, ["comm-profile", str(run)])
+    assert table.exit_code == 0 and "TP " not in table.output and "EP " in table.output

@@ -26,6 +26,7 @@ from armillary.cli.common import (
 from armillary.errors import SpecError
 from armillary.estimate.economics import inference_economics, serving_economics, training_economics
 from armillary.estimate.inference_result import InferenceEstimate
+from armillary.estimate.result import CommCall
 from armillary.report import records, tables
 from armillary.report.deploy import Target
 from armillary.specs.workload import Inference, Training
@@ -93,6 +94,12 @@ def _target(emit: str | None) -> Target | None:
         raise SpecError(f"--emit {emit!r}: one of {', '.join(t.value for t in Target)}") from None
 
 
+def _moving(calls: tuple[CommCall, ...]) -> list[int]:
+    """The calls that communicate: a dimension of size 1 (tp = 1) lists its calls at no time and no bytes."""
+    return [i for i, c in enumerate(calls)
+            if float(c.time_each_s) > 0 or float(c.scale_up_bytes_each) > 0 or float(c.scale_out_bytes_each) > 0]
+
+
 def comm_profile_cmd(
     run_file: RunFileArg,
     json_out: Annotated[bool, typer.Option("--json", help="print the calls as JSON")] = False,
@@ -103,7 +110,9 @@ def comm_profile_cmd(
     model, system, strategy, workload = load_run_file(run_file)
     if not isinstance(workload, Training):
         raise SpecError("comm-profile profiles a training step: the run's workload is not training")
-    calls = api.estimate(model, system, strategy, workload).communication
+    every = api.estimate(model, system, strategy, workload).communication
+    kept = _moving(every)
+    calls = tuple(every[i] for i in kept)
     if json_out:  # printed first: a failed save does not lose the profile
         print_json(records.comm_records(calls), indent=1)
     else:
@@ -113,8 +122,9 @@ def comm_profile_cmd(
         if library_names(system):  # the network lists several communication libraries: which one each call uses
             from armillary.report.backends import library_choice
 
-            show(library_choice(calls, {n: api.estimate(model, with_library(system, n), strategy,
-                                                        workload).communication for n in library_names(system)}))
+            singles = {n: api.estimate(model, with_library(system, n), strategy, workload).communication
+                       for n in library_names(system)}
+            show(library_choice(calls, {n: tuple(c[i] for i in kept) for n, c in singles.items()}))
     if plot is not None:
         from armillary.report.plots import message_size_histogram
 
