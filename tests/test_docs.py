@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import click
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -61,8 +60,8 @@ def _command_for(words: list[str]) -> tuple[typer.core.TyperCommand | typer.core
     """The click command a command line names (groups resolved) and the words after it."""
     command = typer.main.get_command(app)
     rest = words
-    while hasattr(command, "get_command") and rest and not rest[0].startswith("-"):
-        sub = command.get_command(click.Context(command), rest[0])  # typer's groups (maybe not click's class)
+    while isinstance(getattr(command, "commands", None), dict) and rest and not rest[0].startswith("-"):
+        sub = command.commands.get(rest[0])  # a group's subcommands (typer may vendor its own click)
         if sub is None:
             break
         command, rest = sub, rest[1:]
@@ -120,10 +119,21 @@ def test_every_docs_command_runs_or_is_checked(page, line, tmp_path, monkeypatch
         run_cli(line, tmp_path)
 
 
-@pytest.mark.parametrize("block", [b for p in DOCS for b in python_blocks(p.read_text())])
-def test_every_docs_python_example_runs(block, tmp_path, monkeypatch):
+def test_a_template_with_an_option_the_cli_lacks_fails():
+    check_template("armillary estimate RUN.yaml [--json] [--emit megatron]")
+    check_template("armillary presets show h100-sxm [--kind devices]")
+    for wrong in ("armillary estimate RUN.yaml [--no-such-option]", "armillary presets show h100-sxm --nope"):
+        with pytest.raises(AssertionError, match="not options of"):
+            check_template(wrong)
+
+
+PY_BLOCKS = [(p.name, b) for p in DOCS for b in python_blocks(p.read_text())]
+
+
+@pytest.mark.parametrize(("page", "block"), PY_BLOCKS, ids=[f"{p}:{i}" for i, (p, _) in enumerate(PY_BLOCKS)])
+def test_every_docs_python_example_runs(page, block, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "docs", "exec"), {})  # our own docs
+    exec(compile(block, page, "exec"), {})  # our own docs
 
 
 def test_the_site_builds_with_warnings_as_errors(tmp_path):

@@ -23,7 +23,7 @@ LINES = commands(README)
 DOMAINS = ("training", "inference", "serving", "collectives")
 
 
-@pytest.mark.parametrize("block", BLOCKS[:1])
+@pytest.mark.parametrize("block", BLOCKS[:1], ids=["python"])
 def test_the_first_python_example_runs_and_is_feasible(block):
     names: dict[str, object] = {}
     exec(compile(block, "README.md", "exec"), names)  # our own README
