@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armillary.estimate.result import ErrorBand
 from armillary.validation.bands import Regime, inference_regime, regime_of, shipped_band
+from armillary.validation.collective_rows import (
+    SMALL_MESSAGE_BYTES,
+    band_of,
+    fabric_class,
+    read_system,
+    shipped_collective_residuals,
+)
 from armillary.validation.inference_rows import inference_row_specs
 from armillary.validation.rows import Unsupported, row_specs
 from armillary.validation.run import RowResult, choose_candidate, is_serving_row
@@ -33,6 +41,20 @@ def row_regime(row: dict[str, str]) -> Regime | None:
         return None
 
 
+def row_band(row: dict[str, str]) -> ErrorBand | None:
+    """The band the estimate of a row's configuration prints: its regime's (training, inference), or its fabric
+    class's and size regime's (collectives); None where the row does not run."""
+    if row.get("kind") == "collective":
+        try:
+            size = float(row.get("msg_bytes") or "")
+            reading = read_system(row)
+        except (Unsupported, ValueError):
+            return None
+        return band_of(fabric_class(reading), size < SMALL_MESSAGE_BYTES, shipped_collective_residuals())
+    regime = row_regime(row)
+    return shipped_band(regime) if regime is not None else None
+
+
 @dataclass(frozen=True)
 class RegimeCoverage:
     regime: str  # the rows' full regime
@@ -43,18 +65,16 @@ class RegimeCoverage:
 
 
 def regime_coverage(rows: Sequence[dict[str, str]], results: Sequence[RowResult]) -> list[RegimeCoverage]:
-    """Per regime of the training and inference rows that ran: the band, how many rows it covers, and their
-    mean |error| (collectives carry their fabric-class bands elsewhere)."""
+    """Per regime of the rows that ran (training and inference by their regime, collectives by fabric class
+    and size): the band, how many rows it covers, and their mean |error|."""
     by_id = {r["id"]: r for r in rows}
     groups: dict[str, tuple[float, list[float]]] = {}
     for result in results:
         row = by_id.get(result.id)
-        if result.error is None or row is None or row.get("kind") not in ("training", "inference"):
+        band = row_band(row) if result.error is not None and row is not None else None
+        if band is None or result.error is None:
             continue
-        regime = row_regime(row)
-        if regime is None:
-            continue
-        _, errors = groups.setdefault(regime.describe(), (shipped_band(regime).relative, []))
+        _, errors = groups.setdefault(band.regime, (band.relative, []))
         errors.append(abs(result.error))
     return [RegimeCoverage(name, band, len(errors), int(np.sum(np.asarray(errors) <= band)),
                            float(np.mean(errors))) for name, (band, errors) in sorted(groups.items())]

@@ -14,8 +14,7 @@ from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 
-from armillary.validation.bands import shipped_band
-from armillary.validation.coverage import row_regime
+from armillary.validation.coverage import row_band
 from armillary.validation.run import run_row
 from armillary.writing import replaced
 
@@ -43,8 +42,7 @@ def run_untouched(rows: Iterable[dict[str, str]], batch: str, commit: str) -> li
     out = []
     for row in rows:
         result = run_row(row)
-        regime = row_regime(row) if result.error is not None else None
-        band = shipped_band(regime) if regime is not None else None
+        band = row_band(row) if result.error is not None else None
         covered = None if band is None or result.error is None else abs(result.error) <= band.relative
         out.append(OutOfSample(batch, commit, result.id, row.get("kind", ""), result.group, result.measured,
                                result.predicted, result.error, band.relative if band else None,
