@@ -136,6 +136,27 @@ def test_every_docs_python_example_runs(page, block, tmp_path, monkeypatch):
     exec(compile(block, page, "exec"), {})  # our own docs
 
 
+def test_the_accuracy_tables_tool_renders_a_small_result(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import accuracy_tables as tool
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    results = tmp_path / "validate.csv"
+    results.write_text("id,group,metric,measured,predicted,error,assumptions,skipped,feasible\n"
+                       "TR-A-1,TR-A,step,1,1.1,0.1,,,True\nTR-A-2,TR-A,step,1,0.7,-0.3,,,True\n"
+                       "TR-B-1,TR-B,step,1,,,,no tp,True\nCO-X-1,CO-X,busbw,1,1.02,0.02,,,True\n")
+    found = tool.read_results(results)
+    assert set(found["training"]) == {"TR-A", "TR-B"} and set(found["collectives"]) == {"CO-X"}
+    table = tool.table(found["training"], largest=1).splitlines()
+    assert table[:2] == tool.HEADER.splitlines()
+    assert table[2] == "| TR-A | 2 / 2 | 20.0% | 20.0% | 30.0% |"
+    assert table[3] == "| other sources (1 groups) | 0 / 1 | | | |"
+    assert table[4] == "| **all** (2 groups) | 2 / 3 | 20.0% | 20.0% | 30.0% |"
+    text = "a\n<!-- accuracy:training:start -->\nold\n<!-- accuracy:training:end -->\nb"
+    assert tool.replace_between(text, "training", "new") == text.replace("old", "new")
+
+
 def test_the_site_builds_with_warnings_as_errors(tmp_path):
     if shutil.which("mkdocs") is None:
         pytest.skip("mkdocs is not installed (pip install -e '.[docs]')")
