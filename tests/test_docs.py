@@ -151,7 +151,7 @@ def test_the_accuracy_tables_tool_renders_a_small_result(tmp_path):
     table = tool.table(found["training"], largest=1).splitlines()
     assert table[:2] == tool.HEADER.splitlines()
     assert table[2] == "| TR-A | 2 / 2 | 20.0% | 20.0% | 30.0% |"
-    assert table[3] == "| other sources (1 groups) | 0 / 1 | | | |"
+    assert table[3] == "| other sources (1 group) | 0 / 1 | | | |"
     assert table[4] == "| **all** (2 groups) | 2 / 3 | 20.0% | 20.0% | 30.0% |"
     text = "a\n<!-- accuracy:training:start -->\nold\n<!-- accuracy:training:end -->\nb"
     assert tool.replace_between(text, "training", "new") == text.replace("old", "new")

@@ -74,6 +74,10 @@ def _line(name: str, errors: list[float | None]) -> str:
             f"{100 * statistics.median(run):.1f}% | {100 * max(run):.1f}% |")
 
 
+def _groups(n: int) -> str:
+    return f"{n} group" if n == 1 else f"{n} groups"
+
+
 def table(groups: dict[str, list[float | None]], largest: int | None = None) -> str:
     """A domain's table: every group (or the `largest` by rows run, the rest as one line), then the domain."""
     order = sorted(groups, key=lambda g: (-sum(e is not None for e in groups[g]), g))
@@ -81,8 +85,8 @@ def table(groups: dict[str, list[float | None]], largest: int | None = None) -> 
     lines = [HEADER, *(_line(g, groups[g]) for g in shown)]
     rest = [e for g in order if g not in shown for e in groups[g]]
     if rest:
-        lines.append(_line(f"other sources ({len(order) - len(shown)} groups)", rest))
-    lines.append(_line(f"**all** ({len(order)} groups)", [e for g in order for e in groups[g]]))
+        lines.append(_line(f"other sources ({_groups(len(order) - len(shown))})", rest))
+    lines.append(_line(f"**all** ({_groups(len(order))})", [e for g in order for e in groups[g]]))
     return "\n".join(lines)
 
 
