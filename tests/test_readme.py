@@ -55,6 +55,11 @@ def test_the_readme_is_a_front_page():
     assert len(README.splitlines()) < 250
 
 
+def test_the_readme_links_files_that_exist():
+    links = [t for t in re.findall(r"\]\(([^)]+)\)", README) if not t.startswith("http")]
+    assert links and all((ROOT / t).exists() for t in links), [t for t in links if not (ROOT / t).exists()]
+
+
 @pytest.mark.parametrize("domain", DOMAINS)
 @pytest.mark.parametrize("page", ["README.md", "docs/validation.md"])
 def test_the_accuracy_tables_are_generated(page, domain):
