@@ -1,16 +1,27 @@
 """Speed and memory of the strategy search and of the co-design study.
 
-Run: python benchmarks/bench_search.py   (target: >= 1,000,000 evaluated configurations per second per core
-on the GPT-3 175B / 64-GPU strategy space; Calculon: 134 per CPU-second, 1.3k with logging silenced)
+Run: python benchmarks/bench_search.py [--against REV [--src PATH] [--rounds N]]   (target, issue 47:
+>= 10,000,000 evaluated configurations per second per core on the GPT-3 175B / 64-GPU strategy space;
+Calculon: 134 per CPU-second, 1.3k with logging silenced)
+
+With --against, only the default GPT-3 175B / 64 A100 search is timed, in CPU seconds, in subprocesses that
+alternate between this tree's src/ (or --src) and git revision REV's, round after round (the machine's load
+moves both alike); each round reports the median of 11 searches per tree, and the top 10 of both trees are
+compared.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import resource
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
+from io import BytesIO
 from pathlib import Path
 
 from armillary.search.run import search
@@ -38,7 +49,55 @@ def timed(label: str, model: str, gpus: int, global_batch: int, space: StrategyS
           "(one core)")
 
 
+# one tree's default search: CPU seconds per search (median of 11 after a warm-up), counts and the top 10
+ALTERNATE = """
+import statistics, time
+from armillary.search.run import search
+from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+m, system = load_model("gpt3-175b"), load_system("dgx-a100", 64)
+workload = load_workload({"seq_len": 2048, "global_batch": 64})
+base = load_strategy({"attention": "flash"})
+top = search(m, system, workload, base, top_k=10)
+runs = []
+for _ in range(11):
+    t0 = time.process_time()
+    r = search(m, system, workload, base, top_k=1)
+    runs.append(time.process_time() - t0)
+print(statistics.median(runs), r.evaluated, r.points, [(c.index, c.step_time_s) for c in top.top])
+"""
+
+
+def against(rev: str, src: Path, rounds: int) -> None:
+    """The default search timed alternately in this tree and in revision `rev`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True,
+                                 capture_output=True).stdout
+        with tarfile.open(fileobj=BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        trees = {"this": src, rev: Path(tmp) / "src"}
+        found: dict[str, list[float]] = {name: [] for name in trees}
+        tops = {}
+        for _ in range(rounds):
+            for name, tree in trees.items():
+                out = subprocess.run([sys.executable, "-c", ALTERNATE], check=True, capture_output=True, text=True,
+                                     env=dict(os.environ, PYTHONPATH=str(tree))).stdout.split(maxsplit=3)
+                seconds, evaluated, tops[name] = float(out[0]), int(out[1]), out[3].strip()
+                found[name].append(evaluated / seconds)
+        for name, rates in found.items():
+            print(f"{name}: {evaluated:,} evaluated per search, median {statistics.median(rates):,.0f} evaluated "
+                  f"configurations per CPU-second (rounds: {', '.join(f'{r:,.0f}' for r in rates)})")
+        print("top 10 identical" if len(set(tops.values())) == 1 else f"top 10 DIFFER: {tops}")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--against", help="a git revision to time alternately with this tree")
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="this tree's source folder")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if args.against:
+        against(args.against, args.src, args.rounds)
+        return
     timed("GPT-3 175B, 64 A100", "gpt3-175b", 64, 64)
     wide = StrategySpace(cp=(1, 2, 4), micro_batch=(1, 2, 4, 8, 16), offload_optimizer=(False, True),
                          offload_activations=(False, True))

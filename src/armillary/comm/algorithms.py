@@ -378,8 +378,8 @@ def _fastest(times: list[Array], sents: list[Array], fixeds: list[Array], labels
     k = np.argmin(stacked, axis=0)
     active = np.broadcast_to(np.asarray(p) > 1, k.shape)
 
-    def chosen(values: tuple[np.ndarray, ...]) -> np.ndarray:
-        return np.where(active, np.take_along_axis(np.stack(values), k[None], axis=0)[0], 0.0)
+    def chosen(values: tuple[np.ndarray, ...]) -> np.ndarray:  # np.choose: no stacked copy of the candidates
+        return np.where(active, np.choose(k, values), 0.0)
 
     table = np.array(labels)
     return DimensionCost(chosen(both[:count]), chosen(both[count:2 * count]), table[k, 0], table[k, 1],
