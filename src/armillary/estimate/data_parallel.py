@@ -34,6 +34,12 @@ def parameter_tensors(m: ModelArrays) -> Array:
     return 4 * (1 + m.linear_bias) + 2 * m.norm_params
 
 
+def grad_reduce_bytes(st: StrategyArrays) -> Array:
+    """Bytes per parameter of the data-parallel gradient reduction: the precision's (fp32 main gradients for
+    bf16 and fp8, Megatron-Core's default), or 2 with Strategy.grad_reduce_in_bf16 (--grad-reduce-in-bf16)."""
+    return where(st.grad_reduce_bf16 > 0, 2.0, mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision))
+
+
 def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Array, backward_s: Array,
                        microbatches: Array, st: StrategyArrays, dp_group: Placement,
                        system: System, dimension: ParallelDimension = ParallelDimension.DP,
@@ -43,7 +49,7 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
     group, `dimension` EDP); `forward_s` and `backward_s` are one micro-batch's compute on the critical stage
     (what communication can hide behind).
     """
-    grad_bytes = params_local * mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision)
+    grad_bytes = params_local * grad_reduce_bytes(st)
     weight_bytes = mem.weight_bytes(params_local, st)
     # gradients are reduced over the ranks holding a replica (none to reduce on a stage without experts)
     zero, active = st.zero, (dp_group.size > 1) & (params_local > 0)

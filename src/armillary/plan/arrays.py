@@ -154,6 +154,7 @@ class StrategyArrays:
     # estimate_training (`plan.rules.chunk_share`), 1 before
     recompute_share: Array = 1.0
     offload_activation_layers: Array = 0.0  # the first N layers of each chunk; 0 = every layer
+    grad_reduce_bf16: Array = 0.0  # 0/1: data-parallel gradients reduced in bf16 (Strategy.grad_reduce_in_bf16)
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
@@ -178,6 +179,7 @@ def _coded(s: Strategy, dp: int) -> StrategyArrays:
         zero3_live_params=s.zero3_live_parameters or 0.0, zero3_gather_rate=s.zero3_gather_rate or np.inf,
         zero3_rank_copy=s.zero3_rank_copy or 0.0, expert_gemm_call=s.expert_gemm_call or 0.0,
         memory_reserve=s.memory_reserve, fragmentation=s.fragmentation,
+        grad_reduce_bf16=float(s.grad_reduce_in_bf16),
         **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
     )
 

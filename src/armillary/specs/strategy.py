@@ -225,6 +225,11 @@ class Strategy(Spec):
         0.0, ge=0, lt=1, description="share of the tensors' HBM that the allocator's fragmentation adds on top "
         "(PyTorch caching allocator; 0: expandable segments, which NVIDIA's recipes set)")
     precision: TrainingPrecision = TrainingPrecision.BF16
+    grad_reduce_in_bf16: bool = Field(
+        False, description="reduce the data-parallel gradients in bf16 (2 bytes per parameter) instead of the "
+        "fp32 main gradients (4; Megatron-Core's default, --accumulate-allreduce-grads-in-fp32): Megatron-LM's "
+        "--grad-reduce-in-bf16 (DistributedDataParallelConfig.grad_reduce_in_fp32 = False); precision bf16 or "
+        "fp8 (fp16 gradients are reduced in fp16 already)")
     pp_scatter_gather: bool = Field(
         True, description="send 1/tp of each pipeline activation across nodes, all-gather inside (SC21 §4.1)"
     )
@@ -239,6 +244,9 @@ class Strategy(Spec):
             raise ValueError("recompute_modules apply to recompute 'selective' only")
         if self.recompute is not Recompute.FULL and self.recompute_layers is not None:
             raise ValueError("recompute_layers applies to recompute 'full' only")
+        if self.grad_reduce_in_bf16 and self.precision not in (TrainingPrecision.BF16, TrainingPrecision.FP8):
+            raise ValueError(f"grad_reduce_in_bf16 needs precision 'bf16' or 'fp8', not {self.precision.value!r} "
+                             "(fp32 training reduces fp32 gradients, fp16 training fp16 ones)")
         broken = rules.failed((
             rules.rank_order_without_ep(float(self.rank_order is RankOrder.PP_INNER), self.ep),
             rules.sequence_parallel_needs_tp(float(self.sequence_parallel), self.tp),
