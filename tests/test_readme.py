@@ -51,6 +51,18 @@ def test_every_readme_command_runs(line, tmp_path, monkeypatch):
         assert (tmp_path / line.split()[line.split().index("--trace" if "--trace " in line else "-o") + 1]).is_file()
 
 
+RECIPES = re.findall(r"```bash\n([^\n]+)\n```\n\n```text\n(.*?)```", README, flags=re.S)
+
+
+@pytest.mark.parametrize(("line", "shown"), RECIPES, ids=[f"{i}" for i in range(len(RECIPES))])
+def test_the_output_a_recipe_shows_is_what_it_prints(line, shown, tmp_path, monkeypatch):
+    """The rows a recipe shows are rows its command prints (their labels: the numbers move with the model)."""
+    monkeypatch.chdir(tmp_path)
+    printed = run_cli(line, tmp_path)
+    labels = [re.split(r"[│┃]", row)[1].strip() for row in shown.splitlines() if row.startswith(("│", "┃"))]
+    assert labels and all(label in printed for label in labels), [x for x in labels if x not in printed]
+
+
 def test_the_readme_is_a_front_page():
     assert len(README.splitlines()) < 250
 
