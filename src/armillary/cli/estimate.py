@@ -29,7 +29,7 @@ from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import CommCall
 from armillary.report import records, tables
 from armillary.report.deploy import Target
-from armillary.specs.workload import Inference, Training
+from armillary.specs.workload import BasePrecision, Inference, Training
 
 
 def estimate_cmd(
@@ -78,13 +78,25 @@ def estimate_cmd(
                    {"feasible": False, "infeasible_reasons": list(result.infeasible_reasons), "run": run})
     elif feasible or show_infeasible:
         unread = records.run_record(model, system, strategy, workload)["model_keys_not_modelled"]
-        show([records.strategy_line(strategy, system), *tables.estimate_report(result, model, system),
+        show([records.strategy_line(strategy, system), *_finetune_line(workload),
+              *tables.estimate_report(result, model, system),
               tables.economics_line(econ),
               *([f"note: config.json keys not modelled: {escape(', '.join(unread))}"] if unread else [])])
     else:
         show([f"infeasible: {'; '.join(result.infeasible_reasons)} (--show-infeasible prints the numbers)"])
     if not feasible:
         raise typer.Exit(1)
+
+
+def _finetune_line(workload: Training | Inference) -> list[str]:
+    """A line saying the run fine-tunes with LoRA / QLoRA (none for full training or inference)."""
+    lora = workload.finetune if isinstance(workload, Training) else None
+    if lora is None:
+        return []
+    kind = "QLoRA" if lora.base_precision is BasePrecision.NF4 else "LoRA"
+    return [f"fine-tuning: {kind} rank {lora.rank} on {', '.join(t.value for t in lora.target_modules)}"
+            f"{' (fused adapters)' if lora.fused else ''}, frozen base in {lora.base_precision.value}: no weight "
+            "gradients or optimizer states for the base"]
 
 
 def _target(emit: str | None) -> Target | None:

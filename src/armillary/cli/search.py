@@ -66,6 +66,12 @@ def search_cmd(
                                                      "of the same search skips them")] = None,
     emit: Annotated[Path | None, typer.Option(help="also write the best strategy as a run file (RUN.yaml) that "
                                                    "`armillary estimate` reads")] = None,
+    lora_rank: Annotated[int | None, typer.Option(help="training: LoRA fine-tuning of a frozen base with adapters "
+                                                       "of this rank (workload.finetune)")] = None,
+    lora_targets: Annotated[str | None, typer.Option(help="with --lora-rank: adapted layers, comma-separated from "
+                                                          "q, k, v, o, gate, up, down (default q,k,v,o)")] = None,
+    lora_base: Annotated[str | None, typer.Option(help="with --lora-rank: the frozen base's storage: bf16, fp8 or "
+                                                       "nf4 (QLoRA); default bf16")] = None,
 ) -> None:
     """The fastest (or leanest) parallelization strategies for a model on a system."""
     writable(save, table=True)
@@ -82,7 +88,8 @@ def search_cmd(
         return
     if global_batch is None:
         raise SpecError("--global-batch is needed for a training search (or give --tpot-limit for inference)")
-    workload = {"seq_len": seq_len, "global_batch": global_batch}
+    workload: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
+                                "finetune": _finetune(lora_rank, lora_targets, lora_base)}
     axes = load_spec(StrategySpace, str(strategies), "--strategies") if strategies is not None else None
     with _progress_bar() as tick:
         executor = _executor(workers, dask)
@@ -105,7 +112,21 @@ def search_cmd(
         raise typer.Exit(1)
     from armillary.specs.workload import Training
 
-    _emitter(emit, model, system, gpus)(result.top[0].strategy, Training(seq_len=seq_len, global_batch=global_batch))
+    _emitter(emit, model, system, gpus)(result.top[0].strategy, Training.model_validate(workload))
+
+
+def _finetune(rank: int | None, targets: str | None, base: str | None) -> dict[str, Any] | None:
+    """The workload's `finetune` (a LoRA spec) from the options; None: every weight trained."""
+    if rank is None:
+        if targets is not None or base is not None:
+            raise SpecError("--lora-targets / --lora-base need --lora-rank")
+        return None
+    lora: dict[str, Any] = {"method": "lora", "rank": rank}
+    if targets is not None:
+        lora["target_modules"] = [t.strip() for t in targets.split(",") if t.strip()]
+    if base is not None:
+        lora["base_precision"] = base
+    return lora
 
 
 def _objective(text: str) -> Objective:

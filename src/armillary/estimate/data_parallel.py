@@ -43,14 +43,24 @@ def grad_reduce_bytes(st: StrategyArrays) -> Array:
 def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Array, backward_s: Array,
                        microbatches: Array, st: StrategyArrays, dp_group: Placement,
                        system: System, dimension: ParallelDimension = ParallelDimension.DP,
-                       tensors_per_layer: Array = 0.0) -> DataParallelCost:
+                       tensors_per_layer: Array = 0.0,
+                       lora: tuple[Array, Array] | None = None) -> DataParallelCost:
     """`params_local` parameters per model-parallel rank in `layers_local` layers of `tensors_per_layer`
     parameter tensors, replicated over the ranks of `dp_group` (dp x cp; for routed experts the expert-dp
     group, `dimension` EDP); `forward_s` and `backward_s` are one micro-batch's compute on the critical stage
-    (what communication can hide behind).
+    (what communication can hide behind). `lora`: (adapter parameters, bytes of the frozen base weights) of
+    a LoRA run: only the adapters' gradients are reduced and their weights gathered after the optimizer
+    step (Hu et al. 2021 §4.1: the base has no gradient); ZeRO-3 / FSDP gathers the base with them.
     """
     grad_bytes = params_local * grad_reduce_bytes(st)
     weight_bytes = mem.weight_bytes(params_local, st)
+    unit_bytes = weight_bytes
+    if lora is not None:
+        adapters, base_bytes = lora
+        code = mem.adapter_precision(st)
+        grad_bytes = adapters * mem.per_precision(mem.GRAD_REDUCE_BYTES, code)
+        weight_bytes = adapters * mem.per_precision(mem.WEIGHT_BYTES, code)
+        unit_bytes = base_bytes + weight_bytes
     # gradients are reduced over the ranks holding a replica (none to reduce on a stage without experts)
     zero, active = st.zero, (dp_group.size > 1) & (params_local > 0)
 
@@ -64,9 +74,9 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
         # by weight, the device synchronised before each; ~24 GB/s on one NVLink node, DeepSpeed issue #1174),
         # and its list-based all_gather copies each tensor's result out rank by rank (PyTorch
         # ProcessGroupNCCL::allgather): host time that grows with the ranks
-        g = all_gather(weight_bytes / unit, dp_group, system)
+        g = all_gather(unit_bytes / unit, dp_group, system)
         copies = tensors_per_layer * dp_group.size * st.zero3_rank_copy
-        return CommCost(maximum(g.time, weight_bytes / unit / st.zero3_gather_rate) + copies, g.scale_up_bytes,
+        return CommCost(maximum(g.time, unit_bytes / unit / st.zero3_gather_rate) + copies, g.scale_up_bytes,
                         g.scale_out_bytes)
 
     unit_gather = needed(gather_unit, active & (zero == 3))
@@ -103,7 +113,7 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
         CommCall.of(dimension, Collective.ALL_REDUCE, on[0], grad_bytes, reduce_grads),
         CommCall.of(dimension, Collective.REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
         CommCall.of(dimension, Collective.ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
-        CommCall.of(dimension, Collective.ALL_GATHER, on[3] * 2 * units * m, weight_bytes / units, unit_gather),
+        CommCall.of(dimension, Collective.ALL_GATHER, on[3] * 2 * units * m, unit_bytes / units, unit_gather),
         CommCall.of(dimension, Collective.REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
     )
     return DataParallelCost(exposed_s=exposed_s, calls=calls)

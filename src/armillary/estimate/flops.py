@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.numerics import Array
+from armillary.numerics import Array, where
 from armillary.plan.arrays import ModelArrays, TrainingArrays
+from armillary.workload.adapters import adapter_parameters
 from armillary.workload.experts import experts_forward
 from armillary.workload.transformer import layer_forward
 
@@ -19,6 +20,7 @@ class ModelFlop:
     layers: Array  # forward + backward of all layers
     head: Array  # LM head, forward + backward
     attention_core: Array  # forward of the attention core of all layers (what selective recompute re-runs)
+    layers_forward: Array = 0.0  # forward of all layers (what full recomputation re-runs)
 
     @property
     def total(self) -> Array:
@@ -32,7 +34,8 @@ def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays,
     router, shared experts and top_k routed experts per token (the active parameters), of which the
     experts process `routed_share` (tokens beyond a capacity factor below 1 are dropped, not computed).
     `dense_layer`: the (all GEMMs, attention core) forward FLOPs of one dense layer for the whole batch,
-    when known."""
+    when known. LoRA (`TrainingArrays.lora_rank`): the frozen base without weight gradients, plus the
+    adapters."""
     B, s = w.global_batch, w.seq_len
     if dense_layer is None:
         fw = layer_forward(m, B, s, 1.0, 0.0, 2.0)
@@ -44,5 +47,19 @@ def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays,
         routed = experts_forward(m, B * s, 1.0, 1.0, 1.0, 2.0, 2.0)
         moe = (sum(op.flop for op in (*moe_fw.gemms, routed.router))
                + routed_share * (routed.experts_in.flop + routed.experts_out.flop))
-    layers = 3 * (m.dense_layers * dense + m.moe_layers * moe)
-    return ModelFlop(layers=layers, head=3 * 2 * B * s * m.hidden * m.vocab, attention_core=m.layers * core)
+    if not (isinstance(w.lora_rank, np.ndarray) or w.lora_rank > 0):
+        layers = 3 * (m.dense_layers * dense + m.moe_layers * moe)
+        return ModelFlop(layers=layers, head=3 * 2 * B * s * m.hidden * m.vocab, attention_core=m.layers * core,
+                         layers_forward=layers / 3)
+    # LoRA (Hu et al. 2021 §4.1): the frozen base runs forward and its input gradient (2 x forward; no
+    # weight-gradient GEMM), the adapters forward, input and weight gradients (3 x 2 r (d_in + d_out) per
+    # token, `workload.adapters`); the frozen LM head forward and input gradient. The attention core has
+    # no weights: its backward stays (2 x its forward).
+    frozen = where(w.frozen, 1.0, 0.0)
+    adapters = B * s * 2 * (m.dense_layers * adapter_parameters(m, w) + m.moe_layers
+                            * adapter_parameters(m, w, m.shared_ffn))
+    base = m.dense_layers * dense + m.moe_layers * moe
+    cores = m.layers * core
+    layers = (3 - frozen) * base + frozen * cores + 3 * adapters
+    return ModelFlop(layers=layers, head=(3 - frozen) * 2 * B * s * m.hidden * m.vocab, attention_core=cores,
+                     layers_forward=base + adapters)

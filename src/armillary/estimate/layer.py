@@ -86,16 +86,50 @@ class LayerExchange:
     expert_groups: ExpertGroups | None = None
 
 
+@dataclass(frozen=True)
+class Adapters:
+    """A frozen base with LoRA adapters (`workload.adapters`), one layer and micro-batch on one device: the
+    adapters' forward and the base weights' dequantization (QLoRA), priced through the roofline; `frozen`
+    1 where the base has no weight gradient."""
+
+    forward: PassCost
+    dequantize: PassCost
+    frozen: Array
+
+
+def _with_adapters(passes: tuple[PassCost, PassCost, PassCost, PassCost, PassCost],
+                   adapters: Adapters) -> tuple[PassCost, PassCost, PassCost, PassCost, PassCost]:
+    """LoRA's passes (Hu et al. 2021 §4.1; Dettmers et al. 2023 §3): forward runs the frozen base, the
+    adapters (and QLoRA's dequantization); the input gradient runs every base GEMM's dX, the adapters' dX
+    and the dequantization again; the weight gradient only the adapters' (dA and dB, as many FLOPs as their
+    forward): no base weight-gradient GEMM."""
+    forward, backward_input, backward_weight, core_f, core_b = passes
+    a, dq, frozen = adapters.forward, adapters.dequantize, adapters.frozen
+
+    fields = ("flop", "bytes", "time_s")
+
+    def plus(p: PassCost, *more: PassCost) -> PassCost:
+        return PassCost(*(getattr(p, k) + sum(getattr(x, k) for x in more) for k in fields))
+
+    weight = PassCost(*((1 - frozen) * getattr(backward_weight, k) + getattr(a, k) for k in fields))
+    return plus(forward, a, dq), plus(backward_input, a, dq), weight, core_f, core_b
+
+
 def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System, exchange: LayerExchange,
-               experts: ExpertsForward | None = None) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
+               experts: ExpertsForward | None = None,
+               adapters: Adapters | None = None) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
     """Per-pass cost of one layer and of the model's ends, and the layer's TP / SP / CP / EP calls per
-    micro-batch. `experts`: the routed experts of an MoE layer, exchanged over `exchange.expert_groups`."""
+    micro-batch. `experts`: the routed experts of an MoE layer, exchanged over `exchange.expert_groups`;
+    `adapters`: LoRA fine-tuning of a frozen base (its embedding and LM head frozen too)."""
     kt = layer_kernels(fw, ends, experts, system.device, st.precision, st.attention, st.expert_gemm_call)
     passes = _passes(fw, kt, experts, st, system.device)
+    base_weight_t = passes[2].time_s  # the base GEMMs' time, what TP all-reduces hide behind
+    if adapters is not None:
+        passes = _with_adapters(passes, adapters)
     forward, backward_input, backward_weight, core_f, core_b = passes
     full = recompute_modes(st)[0]
     recompute, modules = _recompute(fw, kt, experts, st, forward, core_f)
-    tp_costs, tp_f, tp_b = _tensor_parallel(st, system, exchange, kt, backward_weight.time_s)
+    tp_costs, tp_f, tp_b = _tensor_parallel(st, system, exchange, kt, base_weight_t)
     cp_f, cp_b, cp_calls = _context_parallel(st, system, exchange, core_f, core_b, full)
     # the token exchange overlaps the whole pass, its exposed TP / CP time included (one schedule: a faster
     # kernel can expose more of it, never slow the pass)
@@ -112,7 +146,10 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(exchange.tp_bytes, exchange.tp_group,
                                                                               system)
     k = BACKWARD_STREAM_FACTOR
-    ends_cost = EndsCost(embedding_s=(1 + k) * kt.embedding, head_s=3 * kt.head_gemm + (1 + k) * kt.loss,
+    # a frozen embedding has no backward, a frozen LM head only its input gradient (LoRA)
+    frozen = adapters.frozen if adapters is not None else 0.0
+    ends_cost = EndsCost(embedding_s=(1 + k * (1 - frozen)) * kt.embedding,
+                         head_s=(3 - frozen) * kt.head_gemm + (1 + k) * kt.loss,
                          tp=ends_ar, embedding_forward_s=kt.embedding, head_forward_s=kt.head_gemm + kt.loss)
     per_layer = [f * (1 + full) + b for f, b in zip(*tp_calls_per_pass(sp), strict=True)]
     calls = (*(CommCall.of(dim, op, n, exchange.tp_bytes, cost) for (dim, op), n, cost in

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.numerics import Array, maximum, minimum, where
-from armillary.plan.arrays import ModelArrays, StrategyArrays
-from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.codes import PRECISION, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 from armillary.plan.layout import rank_queries
+from armillary.specs.strategy import TrainingPrecision
 from armillary.workload.experts import ExpertsForward
 from armillary.workload.transformer import sequence_shards
 
@@ -94,21 +95,24 @@ class LayerActivations:
 
 def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
                       flash: Array = 0.0, cp: Array = 1.0, mlp_width: Array | None = None,
-                      experts: ExpertsForward | None = None, g: Array | None = None) -> LayerActivations:
+                      experts: ExpertsForward | None = None, g: Array | None = None,
+                      saved_inputs: tuple[Array, Array, Array] | None = None) -> LayerActivations:
     """With context parallelism a rank keeps its s/cp tokens, and scores of its queries against all keys.
     `mlp_width` and `experts` as in `layer_forward` / `experts_forward` (MoE layers); `g` the bytes of a
-    GEMM input kept for backward (`SAVED_GEMM_INPUT_BYTES`; default e)."""
+    GEMM input kept for backward (`SAVED_GEMM_INPUT_BYTES`; default e); `saved_inputs` the bytes kept of
+    the QKV, MLP and down-projection inputs where they differ from g (LoRA: `lora_saved_inputs`)."""
     g = e if g is None else g
+    g_qkv, g_mlp, g_down = (g, g, g) if saved_inputs is None else saved_inputs
     h, a, dv = m.hidden, m.heads, m.value_dim
     f = m.ffn if mlp_width is None else mlp_width
     q = rank_queries(s, cp)
     T = b * q
     sp_div = sequence_shards(t, sp)
     # two norm inputs (e bytes), QKV input and MLP input (GEMM inputs, g bytes) + two 1-byte dropout masks
-    replicated = (2 * e + 2 * g + 2 * m.dropout) * T * h / sp_div
+    replicated = (2 * e + g_qkv + g_mlp + 2 * m.dropout) * T * h / sp_div
     # Q, K, V, attention output (projection input), MLP hidden activations (2 tensors, 3 when gated: the
     # last one, the down projection's input, at g bytes); the MLGRU keeps its i, f, g gates and output
-    mlp_hidden = (e * (m.mlp_matrices - 1) + g) * T * f / t
+    mlp_hidden = (e * (m.mlp_matrices - 1) + g_down) * T * f / t
     tensor_parallel = e * T * (m.qkv_width + a * dv) / t + mlp_hidden
     scores = (1 - m.mlgru) * b * (a / t) * q * s
     # FlashAttention keeps no s x s tensor, only the fp32 softmax statistics per row: max and sum
@@ -129,10 +133,25 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
     latent_up = where(m.kv_lora > 0, e * T * (m.qkv_width / t - (m.q_lora + m.kv_lora + m.rope_dim)),
                       0.0)
     return LayerActivations(replicated, tensor_parallel, attention_core, layer_input, routed,
-                            norm_outputs=2 * g * T * h / sp_div, mlp_hidden=mlp_hidden,
+                            norm_outputs=(g_qkv + g_mlp) * T * h / sp_div, mlp_hidden=mlp_hidden,
                             latent_up=latent_up, expert_act=expert_act, moe=float(experts is not None),
-                            activation_output=g * T * f / t, up_output=(m.mlp_matrices - 2) * e * T * f / t,
+                            activation_output=g_down * T * f / t, up_output=(m.mlp_matrices - 2) * e * T * f / t,
                             key_output=where(m.kv_lora > 0, 0.0, e * T * m.kv_heads * m.head_dim / t))
+
+
+def lora_saved_inputs(w: TrainingArrays, e: Array, g: Array) -> tuple[Array, Array, Array]:
+    """Bytes per element kept of the QKV, MLP and down-projection inputs under LoRA. A frozen linear layer
+    keeps no input: only its weight gradient would read it (Transformer Engine Linear / LayerNormLinear /
+    LayerNormMLP save it only when `backward_needs_input = is_grad_enabled and weight.requires_grad`;
+    PyTorch's matmul backward likewise saves an operand only for the other's gradient). An adapted one
+    keeps it at 16 bits for its adapter's A gradient (NeMo's ParallelLinearAdapter runs in bf16, beside the
+    fp8 GEMM). The attention output (the output projection's input) stays: FlashAttention's backward reads
+    it. Without LoRA: g each."""
+    def kept(adapted: Array) -> Array:
+        return where(w.frozen, adapted * e, g)
+
+    return (kept(maximum(w.lora_q, maximum(w.lora_k, w.lora_v))), kept(maximum(w.lora_gate, w.lora_up)),
+            kept(w.lora_down))
 
 
 def microbatches_in_flight(st: StrategyArrays, microbatches: Array, stage: Array = 0.0) -> Array:
@@ -186,3 +205,26 @@ def model_states(params: Array, st: StrategyArrays, replicas: Array | None = Non
     gradients = params * per_precision(GRAD_BYTES, st.precision) / zero_shards(st, 2, replicas)
     optimizer = params * per_precision(OPTIMIZER_BYTES, st.precision) / zero_shards(st, 1, replicas)
     return ModelStates(weights, gradients, optimizer)
+
+
+_FP8, _BF16 = PRECISION.code(TrainingPrecision.FP8), PRECISION.code(TrainingPrecision.BF16)
+
+
+def adapter_precision(st: StrategyArrays) -> Array:
+    """The precision code of LoRA adapters' states: bf16 under an fp8 recipe (the adapters are not fp8
+    GEMMs: NeMo's ParallelLinearAdapter is a plain bf16 linear), else the recipe's."""
+    return where(st.precision == _FP8, _BF16, st.precision)
+
+
+def lora_states(base_params: Array, adapter_params: Array, st: StrategyArrays, w: TrainingArrays,
+                replicas: Array | None = None) -> ModelStates:
+    """Model states of a LoRA run on one model-parallel rank (Hu et al. 2021 §4.1: the base frozen, only
+    the adapters trained): the base weights at their stored bytes (`Lora.base_precision`), no gradient and no
+    optimizer state for them; the adapters as any trained weights (bf16 weight, fp32 main gradient, fp32
+    master and Adam moments: the Megatron-LM distributed-optimizer table). ZeRO / FSDP shard what there is:
+    stage 3 the base weights too (FSDP-QLoRA shards the frozen 4-bit base the same way)."""
+    code = adapter_precision(st)
+    shards = (zero_shards(st, 3, replicas), zero_shards(st, 2, replicas), zero_shards(st, 1, replicas))
+    return ModelStates(base_params * w.base_bytes / shards[0] + adapter_params * per_precision(WEIGHT_BYTES, code)
+                       / shards[0], adapter_params * per_precision(GRAD_BYTES, code) / shards[1],
+                       adapter_params * per_precision(OPTIMIZER_BYTES, code) / shards[2])

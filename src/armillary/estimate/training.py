@@ -16,12 +16,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from armillary.comm.collectives import CommCost, all_gather, needed, send_recv
-from armillary.cost.compute import matrix_peak, stream_time
+from armillary.cost.compute import kernel_times, matrix_peak, stream_time
 from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import DataParallelCost, data_parallel_cost, parameter_tensors
 from armillary.estimate.feasibility import check
 from armillary.estimate.flops import model_flop_per_iteration
-from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost, recompute_modes
+from armillary.estimate.layer import Adapters, ExpertGroups, LayerExchange, layer_cost, recompute_modes
 from armillary.estimate.pipeline import pipeline_time
 from armillary.estimate.result import (
     CommCall,
@@ -29,6 +29,7 @@ from armillary.estimate.result import (
     LayerCost,
     MemoryBreakdown,
     ParallelDimension,
+    PassCost,
     StepEstimate,
     TimeBreakdown,
     Traffic,
@@ -42,6 +43,7 @@ from armillary.plan.placement import Groups, Placement, place_expert_groups, pla
 from armillary.plan.rules import chunk_layers, chunk_share
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
+from armillary.workload.adapters import adapter_forward, adapter_parameters, dequantize
 from armillary.workload.attention import ring_kv_block
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
 from armillary.workload.parameters import count_parameters
@@ -101,8 +103,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     weight_share = crit.compute * dense.backward_weight.time_s / dense.compute_s / stage_max
     pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share)
     params = _stage_params(m, st, stages)
-    dp = _data_parallel(m, params, stages, crit, microbatches, st, groups.gradient, system, layers)
-    optimizer, offload_s = _optimizer_and_offload(params, stages, layers, microbatches, st, system)
+    dp = _data_parallel(m, params, stages, crit, microbatches, st, groups.gradient, system, layers, w)
+    optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system)
     hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e)
     breakdown = TimeBreakdown(
         forward_backward=microbatches * crit.compute,
@@ -155,9 +157,11 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
              expert_groups: ExpertGroups | None = None) -> tuple[LayerKind, EndsCost]:
         fw = layer_forward(m, b, s, t, sp, e, c, mlp_width)
         exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups)
-        cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts)
-        acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts,
-                                     mem.per_precision(mem.SAVED_GEMM_INPUT_BYTES, st.precision))
+        lora = _adapters(m, w, system, st, b * q, e, mlp_width) if _lora(w) else None
+        cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, lora)
+        g = mem.per_precision(mem.SAVED_GEMM_INPUT_BYTES, st.precision)
+        acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
+                                     mem.lora_saved_inputs(w, e, g) if _lora(w) else None)
         return LayerKind(cost, calls, acts, fw), ends
 
     dense, ends = kind(None)
@@ -170,6 +174,22 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
                               where(st.dispatch_fp8 > 0, 1.0, e))
     moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)))
     return Layers(dense, moe, ends, n_tp, edp, edp_group)
+
+
+def _lora(w: TrainingArrays) -> bool:
+    """Whether any point fine-tunes with LoRA (a sweep keeps the adapters where some points have none)."""
+    return isinstance(w.lora_rank, np.ndarray) or w.lora_rank > 0
+
+
+def _adapters(m: ModelArrays, w: TrainingArrays, system: System, st: StrategyArrays, tokens: Array, e: Array,
+              mlp_width: Array | None) -> Adapters:
+    """One layer's LoRA adapters and QLoRA dequantization on one device, through the roofline: the
+    adapters at 16 bits (they stay bf16 under fp8 recipes), the dequantization as a stream."""
+    op, dq = adapter_forward(m, w, tokens, st.tp, e, mlp_width), dequantize(m, w, st.tp, mlp_width)
+    adapter_t = kernel_times((op,), system.device, st.precision, sixteen_bit=True)[0]
+    dequantize_t = kernel_times((dq,), system.device, st.precision)[0]
+    return Adapters(PassCost(op.flop, op.bytes, adapter_t), PassCost(dq.flop, dq.bytes, dequantize_t),
+                    where(w.frozen, 1.0, 0.0))
 
 
 @dataclass(frozen=True)
@@ -255,7 +275,7 @@ def _stage_params(m: ModelArrays, st: StrategyArrays, stages: StageLayers) -> St
 
 def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, crit: StageTime, microbatches: Array,
                    st: StrategyArrays, group: Placement, system: System,
-                   layers: Layers) -> tuple[DataParallelCost, ...]:
+                   layers: Layers, w: TrainingArrays) -> tuple[DataParallelCost, ...]:
     """Gradient reduction and parameter gathers of the busiest device: its replicated parameters over the
     dp x cp ranks, its routed experts over expert-dp. They run on their own stream alongside a micro-batch's
     passes on the critical stage, exposed layer communication included: about a third of it forward, two
@@ -263,19 +283,37 @@ def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, cri
     make the step slower)."""
     passes = crit.compute + crit.tp + crit.cp + crit.ep
     forward, backward = passes / 3, 2 * passes / 3 + crit.recompute
+    # LoRA: only the adapters' gradients are reduced (Hu et al. 2021 §4.1); the frozen base is gathered by
+    # ZeRO-3 / FSDP only
+    lora = (_stage_adapters(m, w, st, stages), params.dense_local * w.base_bytes) if _lora(w) else None
     dense = data_parallel_cost(params.dense_local, stages.most_layers, forward, backward, microbatches, st, group,
-                               system, tensors_per_layer=parameter_tensors(m))
+                               system, tensors_per_layer=parameter_tensors(m), lora=lora)
     if layers.moe is None or layers.edp_group is None:
         return (dense,)
     experts = data_parallel_cost(params.experts_local, maximum(stages.busiest(1), 1), forward, backward,
-                                 microbatches, st, layers.edp_group, system, ParallelDimension.EDP)
+                                 microbatches, st, layers.edp_group, system, ParallelDimension.EDP,
+                                 lora=(0.0 * params.experts_local, params.experts_local * w.base_bytes)
+                                 if _lora(w) else None)
     return dense, experts
 
 
-def _sharded_states(params: tuple[Array, Array], st: StrategyArrays, edp: Array) -> mem.ModelStates:
+def _sharded_states(params: tuple[Array, Array], st: StrategyArrays, edp: Array, w: TrainingArrays,
+                    adapters: Array) -> mem.ModelStates:
     """Model states of a device's (replicated, routed expert) parameters under ZeRO: the replicated ones
-    sharded over dp x cp, the experts over expert-dp."""
+    sharded over dp x cp, the experts over expert-dp. LoRA: the frozen base and the device's `adapters`
+    (`memory.lora_states`; routed experts carry no adapters)."""
+    if _lora(w):
+        return mem.lora_states(params[0], adapters, st, w) + mem.lora_states(params[1], 0.0, st, w, edp)
     return mem.model_states(params[0], st) + mem.model_states(params[1], st, edp)
+
+
+def _stage_adapters(m: ModelArrays, w: TrainingArrays, st: StrategyArrays, stages: StageLayers,
+                    counts: tuple[Array, Array] | None = None) -> Array:
+    """LoRA adapter parameters on one device of a stage of `counts` (dense, MoE) layers (default: the
+    most any stage holds), split over the tp ranks as their layers are; MoE layers adapt their attention
+    and shared experts."""
+    dense, moe = counts if counts is not None else (stages.busiest(0), stages.busiest(1))
+    return (dense * adapter_parameters(m, w) + moe * adapter_parameters(m, w, m.shared_ffn)) / st.tp
 
 
 def _stored(layers: Layers, st: StrategyArrays, counts: tuple[Array, Array]) -> tuple[Array, Array]:
@@ -286,23 +324,34 @@ def _stored(layers: Layers, st: StrategyArrays, counts: tuple[Array, Array]) -> 
             sum(n * kind.activations.checkpointed(st) for n, kind in zip(counts, kinds, strict=False)))
 
 
-def _optimizer_and_offload(params: StageParams, stages: StageLayers, layers: Layers, microbatches: Array,
-                           st: StrategyArrays, system: System) -> tuple[Array, Array]:
+def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParams, stages: StageLayers,
+                           layers: Layers, microbatches: Array, st: StrategyArrays,
+                           system: System) -> tuple[Array, Array]:
     """The optimizer step (memory-bound, or over the second tier's link when offloaded) and the time the
     second tier's one link is busy in the pipeline: weights (the device's shard under ZeRO-3) and stored
-    activations, out and back once per micro-batch."""
+    activations, out and back once per micro-batch. LoRA updates the adapters only."""
     device, edp = system.device, layers.edp
-    updated = params.dense_local / mem.zero_shards(st, 1) + params.experts_local / mem.zero_shards(st, 1, edp)
-    adam_bytes = updated * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, st.precision)
+    adapters = _stage_adapters(m, w, st, stages) if _lora(w) else 0.0
+    if _lora(w):
+        adam_bytes = (adapters / mem.zero_shards(st, 1)
+                      * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, mem.adapter_precision(st)))
+    else:
+        updated = params.dense_local / mem.zero_shards(st, 1) + params.experts_local / mem.zero_shards(st, 1, edp)
+        adam_bytes = updated * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, st.precision)
     tier2 = device.second_tier
     tier2_bw = tier2.rate if tier2 is not None else np.inf
     optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
-    sharded_weights = _sharded_states((params.dense_local, params.experts_local), st, edp).weights
+    sharded_weights = _sharded_states((params.dense_local, params.experts_local), st, edp, w, adapters).weights
     offload_weights = st.offload_weights * 2 * microbatches * sharded_weights / tier2_bw
     stored_mb = maximum(maximum(_stored(layers, st, stages.first)[0], _stored(layers, st, stages.last)[0]),
                         stages.has_mid * _stored(layers, st, stages.middle)[0])
     offload_acts = st.offload_activations * 2 * microbatches * stored_mb / tier2_bw
     return optimizer, offload_weights + offload_acts
+
+
+def _weight_bytes(params: Array, st: StrategyArrays, w: TrainingArrays) -> Array:
+    """Bytes of `params` working weights: the recipe's, or a LoRA base's stored bytes."""
+    return params * w.base_bytes if _lora(w) else mem.weight_bytes(params, st)
 
 
 def _gathered_bytes(m: ModelArrays, st: StrategyArrays, layer_bytes: Array) -> Array:
@@ -321,7 +370,7 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
     t, single = st.tp, stages.single
     moe_working = layers.moe.activations.working if layers.moe is not None else layers.dense.activations.working
     working = maximum(layers.dense.activations.working, moe_working)
-    weight_bytes = mem.weight_bytes(params.dense_local + params.experts_local, st)
+    weight_bytes = _weight_bytes(params.dense_local + params.experts_local, st, w)
     unsharded_units = where(st.zero >= 3, _gathered_bytes(m, st, weight_bytes / stages.most_layers), 0.0)
     buffers = 4 * sends.sent_bytes * (1 - single) + 2 * layers.tp_bytes * where(t > 1, 1.0, 0.0) + unsharded_units
     # fp32 logits and their 16-bit source on the last stage
@@ -331,11 +380,12 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
     def stage_memory(counts: tuple[Array, Array], stage_params: tuple[Array, Array], index: Array,
                      extra: Array) -> StageMemory:
         n_layers = counts[0] + counts[1]
-        states = _sharded_states(stage_params, st, layers.edp)
+        states = _sharded_states(stage_params, st, layers.edp, w,
+                                 _stage_adapters(m, w, st, stages, counts) if _lora(w) else 0.0)
         activations, checkpoints = mem.stage_activations(*_stored(layers, st, counts), working, st, microbatches,
                                                          index)
         activations = activations + extra
-        stage_weight_bytes = mem.weight_bytes(stage_params[0] + stage_params[1], st)
+        stage_weight_bytes = _weight_bytes(stage_params[0] + stage_params[1], st, w)
         tensors = MemoryBreakdown(
             weights=states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1),
             gradients=states.gradients, optimizer_states=states.optimizer_states * (1 - oo),
@@ -373,7 +423,7 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
     moe_modules = m.moe_layers * layers.moe.cost.recompute_modules.flop if layers.moe is not None else 0.0
     modules_flop = microbatches * t * c * st.dp * (m.dense_layers * layers.dense.cost.recompute_modules.flop
                                                    + moe_modules)
-    recompute_flop = full * flops.layers / 3 + where(selective, flops.attention_core, 0.0) + modules_flop
+    recompute_flop = full * flops.layers_forward + where(selective, flops.attention_core, 0.0) + modules_flop
     return flops.total, recompute_flop
 
 

@@ -17,7 +17,7 @@ from armillary.numerics import Array
 from armillary.plan.codes import SCHEDULE, STRATEGY_FIELDS, encode, strategy_value
 from armillary.specs.model import Model, PositionKind, TernaryKernel, TokenMixer
 from armillary.specs.strategy import RecomputeModule, Strategy
-from armillary.specs.workload import Training
+from armillary.specs.workload import BasePrecision, LoraTarget, Training
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,32 @@ def _coded(s: Strategy, dp: int) -> StrategyArrays:
 class TrainingArrays:
     seq_len: Array
     global_batch: Array
+    # LoRA (`Training.finetune`): the rank (0 = every weight trained), 0/1 per adapted linear layer, 1 when
+    # q/k/v and gate/up share one adapter, bytes per stored base parameter, 1 when the base is dequantized
+    lora_rank: Array = 0.0
+    lora_q: Array = 0.0
+    lora_k: Array = 0.0
+    lora_v: Array = 0.0
+    lora_o: Array = 0.0
+    lora_gate: Array = 0.0
+    lora_up: Array = 0.0
+    lora_down: Array = 0.0
+    lora_fused: Array = 0.0
+    base_bytes: Array = 0.0
+    base_dequantize: Array = 0.0
+
+    @property
+    def frozen(self) -> Array:
+        """1 when the base model is frozen (LoRA), else 0."""
+        return self.lora_rank > 0
 
     @classmethod
     def of(cls, w: Training) -> TrainingArrays:
-        return cls(seq_len=w.seq_len, global_batch=w.global_batch)
+        lora = w.finetune
+        if lora is None:
+            return cls(seq_len=w.seq_len, global_batch=w.global_batch)
+        on = {target.value: float(target in lora.target_modules) for target in LoraTarget}
+        return cls(seq_len=w.seq_len, global_batch=w.global_batch, lora_rank=float(lora.rank), lora_q=on["q"],
+                   lora_k=on["k"], lora_v=on["v"], lora_o=on["o"], lora_gate=on["gate"], lora_up=on["up"],
+                   lora_down=on["down"], lora_fused=float(lora.fused), base_bytes=lora.base_precision.bytes,
+                   base_dequantize=float(lora.base_precision is BasePrecision.NF4))

@@ -31,7 +31,7 @@ from armillary.specs.strategy import (
     ZeroStage,
 )
 from armillary.specs.system import System
-from armillary.specs.workload import Inference, StoredPrecision, Training, Workload
+from armillary.specs.workload import BasePrecision, Inference, Lora, LoraTarget, StoredPrecision, Training, Workload
 
 
 class Target(StrEnum):
@@ -186,7 +186,31 @@ def megatron(model: Model, system: System, s: Strategy, workload: Training) -> D
     args += ["--attention-backend", _ATTENTION[s.attention]]
     if s.attention is Attention.FLASH1:
         notes.append("flash1: Megatron's flash backend runs FlashAttention-2 (faster than the estimate)")
+    if workload.finetune is not None:
+        notes.append(_lora_note(workload.finetune))
     return Deployment(Target.MEGATRON, (Command(("torchrun", "pretrain_gpt.py", *args)),), notes=tuple(notes))
+
+
+# NeMo 2.0 LoRA target names (nemo/collections/llm/peft/lora.py: linear_qkv, linear_proj, linear_fc1, linear_fc2)
+_NEMO_LORA_TARGETS = {LoraTarget.Q: "linear_qkv", LoraTarget.K: "linear_qkv", LoraTarget.V: "linear_qkv",
+                      LoraTarget.O: "linear_proj", LoraTarget.GATE: "linear_fc1", LoraTarget.UP: "linear_fc1",
+                      LoraTarget.DOWN: "linear_fc2"}
+
+
+def _lora_note(lora: Lora) -> str:
+    """What the arguments cannot say of a LoRA run: pretrain_gpt.py has no LoRA flag; NeMo's fine-tuning
+    recipe does (NeMo 2.0 llm.finetune with peft=llm.peft.LoRA(dim, target_modules))."""
+    targets = list(dict.fromkeys(_NEMO_LORA_TARGETS[t] for t in lora.target_modules))
+    text = (f"LoRA rank {lora.rank}: Megatron-LM pretrain_gpt.py has no LoRA flag (these arguments train every "
+            f"weight); run NeMo's fine-tuning instead: llm.finetune(..., peft=llm.peft.LoRA(dim={lora.rank}, "
+            f"target_modules={targets}))")
+    if not lora.fused and len(targets) < len(lora.target_modules):
+        text += "; NeMo's adapters sit on the fused linear_qkv / linear_fc1, not one per projection"
+    if lora.base_precision is BasePrecision.NF4:
+        text += "; a 4-bit NF4 base (QLoRA) has no NeMo / Megatron setting (bitsandbytes with Hugging Face PEFT)"
+    elif lora.base_precision is BasePrecision.FP8:
+        text += "; an fp8 base: --fp8-param-gather (Transformer Engine fp8 parameters)"
+    return text
 
 
 def _serving_checks(s: Strategy, w: Inference, notes: list[str]) -> None:

@@ -198,7 +198,8 @@ def layout_bounds(problem: Problem) -> np.ndarray:
     if problem.objective is Objective.TIME:
         return np.broadcast_to(time_floor(problem.model, problem.system, problem.workload, problem.space, pp, vpp,
                                           gpus // (tp * pp * cp)), tp.shape)
-    return np.broadcast_to(memory_floor(problem.model, problem.base, problem.space, tp, pp, cp, gpus), tp.shape)
+    return np.broadcast_to(memory_floor(problem.model, problem.base, problem.space, tp, pp, cp, gpus,
+                                        problem.workload), tp.shape)
 
 
 def search(model: Model, system: System, workload: Training, base: Strategy | None = None,
@@ -218,7 +219,7 @@ def search(model: Model, system: System, workload: Training, base: Strategy | No
     base = base or Strategy()
     space = space or StrategySpace()
     axes = resolve_axes(space, model, system.devices, system.devices_per_node, base, system.device.hbm.capacity,
-                        system.device.flash3_attention_efficiency is not None)
+                        system.device.flash3_attention_efficiency is not None, workload)
     problem = Problem(model, system, base, workload, space, axes, objective, top_k)
     started = time.perf_counter()
     done = _resume(checkpoint, problem, chunk) if checkpoint is not None else []

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import Field, PositiveInt
 
 from armillary.estimate.flops import model_flop_per_iteration
-from armillary.estimate.memory import model_states
+from armillary.estimate.memory import lora_states, model_states
 from armillary.numerics import Array, all_of, minimum
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
@@ -160,19 +160,21 @@ def _divisors(n: int, limit: int) -> tuple[int, ...]:
 
 
 def memory_floor(model: Model, base: Strategy, space: StrategySpace, tp: Array, pp: Array, cp: Array,
-                 gpus: int) -> Array:
+                 gpus: int, workload: Training | None = None) -> Array:
     """A lower bound of the HBM a device of layout (tp, pp, cp) needs at any point of `space` (arrays: one
     bound per layout): the model states (`estimate.memory.model_states`) of a middle stage's replicated
     layer parameters, under the most ZeRO sharding and the most offload the space allows, with no
     activations and no routed experts. Every term the estimator adds is non-negative, so no point of the
-    layout needs less."""
+    layout needs less. A LoRA `workload` holds only its frozen base weights (`estimate.memory.lora_states`)."""
     m = ModelArrays.of(model)
     params = count_parameters(m)
     mlp = min(float(params.dense_mlp), float(params.moe_shared)) if float(m.experts) > 0 else params.dense_mlp
     stage_params = fewest_stage_layers(model.layers, pp) * (params.attention + mlp) / tp
     st = replace(StrategyArrays.of(base, 1), dp=gpus // (tp * pp * cp), cp=cp,
                  zero=float(max(int(z) for z in space.zero)))
-    states = model_states(stage_params, st)
+    lora = workload is not None and workload.finetune is not None
+    states = (lora_states(stage_params, 0.0, st, TrainingArrays.of(workload)) if lora and workload is not None
+              else model_states(stage_params, st))
     weights = 0.0 if base.offload.weights else states.weights
     optimizer = 0.0 if any(space.offload_optimizer) else states.optimizer_states
     return weights + states.gradients + optimizer
@@ -192,8 +194,10 @@ def time_floor(model: Model, system: System, workload: Training, space: Strategy
     m, w = ModelArrays.of(model), TrainingArrays.of(workload)
     if model.token_mixer is TokenMixer.MLGRU or model.bitlinear is not None:
         return np.zeros(np.shape(pp))
+    passes = 3.0 - float(workload.finetune is not None)  # LoRA: no weight gradient for the frozen base
+
     def layer_flop(mlp_width: Array | None) -> Array:  # forward + backward of one layer, whole batch
-        return 3 * sum(op.flop for op in layer_forward(m, w.global_batch, w.seq_len, 1.0, 0.0, 2.0,
+        return passes * sum(op.flop for op in layer_forward(m, w.global_batch, w.seq_len, 1.0, 0.0, 2.0,
                                                        mlp_width=mlp_width).gemms)
 
     per_layer = layer_flop(None) if model.moe is None else minimum(layer_flop(None), layer_flop(m.shared_ffn))
@@ -218,7 +222,8 @@ def layout_checks(model: Model, base: Strategy, gpus: int, tp: Array, pp: Array,
 
 
 def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node: int,
-                 base: Strategy | None = None, hbm_bytes: float | None = None, flash3: bool = False) -> Axes:
+                 base: Strategy | None = None, hbm_bytes: float | None = None, flash3: bool = False,
+                 workload: Training | None = None) -> Axes:
     """The axes of `space`. Two exact prunings of whole sub-spaces happen before indexing, counted in
     `pruned`: (tp, pp, cp, vpp) layouts that break a rule of the layout alone (`layout_checks`), and,
     given `hbm_bytes`, layouts whose `memory_floor` already exceeds it."""
@@ -233,7 +238,7 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
         layouts = [row for row, keep in zip(every, np.broadcast_to(ok, t.shape), strict=True) if keep]
     if hbm_bytes is not None and layouts:
         t, p, c = (np.array([row[k] for row in layouts], dtype=float) for k in range(3))
-        fits = np.broadcast_to(memory_floor(model, base, space, t, p, c, gpus) <= hbm_bytes, t.shape)
+        fits = np.broadcast_to(memory_floor(model, base, space, t, p, c, gpus, workload) <= hbm_bytes, t.shape)
         layouts = [row for row, ok in zip(layouts, fits, strict=True) if ok]
     attention = space.attention or ((Attention.FLASH, Attention.FLASH3) if flash3 else (Attention.FLASH,))
     space = space.model_copy(update={"attention": attention})

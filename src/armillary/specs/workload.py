@@ -13,10 +13,60 @@ from armillary.specs.quantity import Fraction
 from armillary.specs.system import GemmLatency, Platform
 
 
+class LoraTarget(StrEnum):
+    """A linear layer of a decoder layer that carries a LoRA adapter (Hugging Face PEFT names)."""
+
+    Q = "q"
+    K = "k"
+    V = "v"
+    O = "o"  # noqa: E741 (the attention output projection, PEFT's o_proj)
+    GATE = "gate"
+    UP = "up"  # the MLP's first projection of a non-gated MLP (fc1)
+    DOWN = "down"
+
+
+class BasePrecision(StrEnum):
+    """How the frozen base weights of a LoRA run are stored. nf4 is QLoRA's 4-bit NormalFloat with
+    double-quantized block scales (Dettmers et al. 2023 §3, 4.127 bits per parameter), dequantized to bf16
+    before each GEMM."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+    NF4 = "nf4"
+
+    @property
+    def bytes(self) -> float:
+        """Bytes per stored parameter. nf4: 4 bits + an fp8 scale per 64 weights + an fp32 scale per 256
+        scales (Dettmers et al. 2023 §3 "Double Quantization": 8/64 + 32/(64*256) = 0.127 bits)."""
+        return {"bf16": 2.0, "fp8": 1.0, "nf4": (4 + 8 / 64 + 32 / (64 * 256)) / 8}[self.value]
+
+
+class Lora(Spec):
+    """LoRA fine-tuning (Hu et al. 2021, arXiv:2106.09685): the base model frozen, a rank-r adapter
+    B·A (A: d_in x r, B: r x d_out) beside each targeted linear layer. Only the adapters have gradients and
+    optimizer states. The embedding, the LM head and the norms stay frozen."""
+
+    method: Literal["lora"] = "lora"
+    rank: PositiveInt = Field(description="r: the adapters' rank (MLPerf Llama 2 70B LoRA: 16)")
+    # MLPerf Llama 2 70B LoRA: its reference adapts the attention projections (qkv_proj, o_proj) and NVIDIA's
+    # NeMo submissions set target_modules ['attention'] (NeMo: linear_qkv and linear_proj)
+    target_modules: tuple[LoraTarget, ...] = Field(
+        (LoraTarget.Q, LoraTarget.K, LoraTarget.V, LoraTarget.O), min_length=1,
+        description="linear layers with an adapter: q, k, v, o (attention), gate, up, down (MLP); default the "
+                    "attention projections, as MLPerf Llama 2 70B LoRA")
+    fused: bool = Field(True, description="q / k / v share one adapter on the fused QKV projection and gate / up "
+                        "one on the fused first MLP projection (Megatron / NeMo linear_qkv, linear_fc1); false: one "
+                        "adapter per projection (Hugging Face PEFT)")
+    base_precision: BasePrecision = Field(BasePrecision.BF16, description="storage of the frozen base weights: "
+                                          "bf16, fp8, or nf4 (QLoRA, dequantized to bf16 before each GEMM)")
+
+
 class Training(Spec):
     kind: Literal["training"] = "training"
     seq_len: PositiveInt = Field(description="tokens per sample")
     global_batch: PositiveInt = Field(description="samples per iteration (all data-parallel ranks)")
+    finetune: Lora | None = Field(None, description="parameter-efficient fine-tuning of a frozen base (LoRA, "
+                                  "QLoRA); none: every weight is trained (pre-training or full fine-tuning)")
 
 
 class StoredPrecision(StrEnum):

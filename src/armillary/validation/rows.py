@@ -18,7 +18,7 @@ from armillary.specs.model import Model
 from armillary.specs.stack import SoftwareStack, hopper_or_later
 from armillary.specs.strategy import Recompute, Strategy, ZeroStage
 from armillary.specs.system import System
-from armillary.specs.workload import Training
+from armillary.specs.workload import BasePrecision, Lora, Training
 from armillary.validation.reading import BadValueError, about_the_run, read_int, search_run
 from armillary.validation.vocabulary import (
     clean,
@@ -374,15 +374,38 @@ def _recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack, 
     return [c for c in (*choices, *partial, {"recompute": "full"}) if Recompute(c["recompute"]) in offered]
 
 
+def _finetune(row: dict[str, str], notes: list[str]) -> Lora | None:
+    """LoRA / QLoRA fine-tuning where the model or framework says so: the rank from the row's words
+    ("LoRA rank 16"; refused when not stated), the adapters on the attention projections (MLPerf Llama 2
+    70B LoRA: its reference adapts qkv_proj and o_proj, NVIDIA's NeMo submissions target_modules
+    ['attention'], fused linear_qkv and linear_proj), the frozen base in 4-bit NF4 for QLoRA, in fp8 where
+    the row's precision has FP8 (MLPerf's NeMo LoRA keeps the frozen base as fp8 parameters), else bf16."""
+    named = clean(f"{row.get('model')} {row.get('framework')}")
+    kind = re.search(r"\b(q?lora)\b", named, re.IGNORECASE)
+    if kind is None:
+        return None
+    text = f"{named} {clean(row.get('notes'))}"
+    ranks = {int(r) for r in re.findall(r"\b(?:lora\s+)?rank\s*(?:r\s*=\s*|=\s*|of\s+)?(\d+)", text, re.IGNORECASE)}
+    if len(ranks) != 1:
+        raise Unsupported("model: a LoRA row must state one adapter rank ('LoRA rank 16'); "
+                          + ("none stated" if not ranks else f"several: {sorted(ranks)}"))
+    rank = ranks.pop()
+    qlora = kind.group(1).lower() == "qlora"
+    precision = clean(row.get("precision")).lower()
+    base = BasePrecision.NF4 if qlora else BasePrecision.FP8 if "fp8" in precision else BasePrecision.BF16
+    notes.append(f"{'QLoRA' if qlora else 'LoRA'} rank {rank} (read from the row), adapters on q, k, v, o (fused "
+                 f"QKV; MLPerf Llama 2 70B LoRA's targets, not stated by the row), frozen base {base.value}"
+                 + (" (the row's precision has FP8: NeMo's fp8 parameters)" if base is BasePrecision.FP8 else ""))
+    return Lora(rank=rank, base_precision=base)
+
+
 def row_specs(row: dict[str, str]) -> list[RowSpecs]:
     """Candidate specifications for a row (several when recomputation is not stated, least first)."""
     n_gpus = int_column(row, "n_gpus")
     if n_gpus is None:
         raise Unsupported("n_gpus: not stated")
-    if re.search(r"\b(q?lora)\b", clean(f"{row.get('model')} {row.get('framework')}")):
-        raise Unsupported("model: LoRA fine-tuning (a frozen base with trained adapters) is not modelled yet; "
-                          "training it as a full model would count weight gradients and optimizer states it lacks")
     notes: list[str] = []
+    finetune = _finetune(row, notes)
     stack = _stack(row, notes)
     seq, gbs = int_column(row, "seq"), global_batch(row, stack, n_gpus, notes)
     if seq is None and stack.seq_len is not None:
@@ -402,7 +425,7 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
                      f"stage {uneven[0]} / {uneven[1]} layers")
     notes.extend(qualified_readings(row, ("n_gpus", "seq", "gbs", "mbs", "tp", "pp", "dp", "cp", "ep", "vpp", *_SHAPE,
                                           "experts", "topk")))
-    workload = Training(seq_len=seq, global_batch=gbs)
+    workload = Training(seq_len=seq, global_batch=gbs, finetune=finetune)
     chunk = int(chunk_size(model.layers, Strategy.model_validate(strategy)))
     out = []
     for recompute in _recompute_choices(row, model, stack, chunk, notes):
