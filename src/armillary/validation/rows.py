@@ -395,7 +395,9 @@ def _finetune(row: dict[str, str], notes: list[str]) -> Lora | None:
     base = BasePrecision.NF4 if qlora else BasePrecision.FP8 if "fp8" in precision else BasePrecision.BF16
     notes.append(f"{'QLoRA' if qlora else 'LoRA'} rank {rank} (read from the row), adapters on q, k, v, o (fused "
                  f"QKV; MLPerf Llama 2 70B LoRA's targets, not stated by the row), frozen base {base.value}"
-                 + (" (the row's precision has FP8: NeMo's fp8 parameters)" if base is BasePrecision.FP8 else ""))
+                 + (" (the row's precision has FP8: NeMo's fp8 parameters)" if base is BasePrecision.FP8 else "")
+                 + "; every sample priced as one sequence of the row's seq tokens (MLPerf pads / packs GovReport "
+                   "to max_seq_length)")
     return Lora(rank=rank, base_precision=base)
 
 
