@@ -197,3 +197,15 @@ def test_megatron_emit_says_it_cannot_express_lora():
     text = deployment(Target.MEGATRON, model, system, Strategy(tp=4),
                       Training(seq_len=8192, global_batch=8, finetune=LORA)).text()
     assert "pretrain_gpt.py has no LoRA flag" in text and "linear_qkv" in text and "linear_proj" in text
+
+
+def test_the_simulator_overlaps_tp_with_the_frozen_forward_gemms():
+    """The simulated LoRA iteration agrees with the analytical one: TP collectives overlap the forward's
+    (frozen) weight GEMMs, not the adapters' small weight gradients."""
+    from armillary import api
+    from armillary.cli.common import load_run_file
+
+    model, system, strategy, workload = load_run_file(Path(__file__).parent.parent
+                                                      / "examples/llama2-70b-lora-h100.yaml")
+    sim = api.simulate(model, system, strategy, workload)
+    assert abs(sim.difference) < 0.01

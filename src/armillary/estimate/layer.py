@@ -140,7 +140,8 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
                       cp_recompute_s=full * cp_f, ep_forward_s=ep_f, ep_backward_s=ep_b,
                       ep_recompute_s=full * ep_f, recompute_modules=modules, attention_core=core_f,
                       attention_core_backward=core_b,
-                      expert_calls_s=kt.expert_calls * (3 + full))  # forward, input and weight gradients
+                      expert_calls_s=kt.expert_calls * (3 + full),  # forward, input and weight gradients
+                      weight_gemms_s=base_weight_t if adapters is not None else None)
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
     sp, ar = st.sequence_parallel, tp_costs[0]
     ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(exchange.tp_bytes, exchange.tp_group,

@@ -47,6 +47,14 @@ class LayerCost:
     # of `compute_s` and the recomputed forward: the grouped expert GEMMs' wait on per-expert library calls
     # past their roofline (`Strategy.expert_gemm_call`)
     expert_calls_s: Array = 0.0
+    # the layer's weight GEMMs in one pass, what TP collectives overlap; None: `backward_weight` (a frozen
+    # LoRA base has no weight-gradient GEMMs, yet its forward runs all of them)
+    weight_gemms_s: Array | None = None
+
+    @property
+    def gemms_s(self) -> Array:
+        """The layer's weight GEMMs in one pass (the forward's; the backward runs them twice)."""
+        return self.backward_weight.time_s if self.weight_gemms_s is None else self.weight_gemms_s
 
     @property
     def compute_s(self) -> Array:

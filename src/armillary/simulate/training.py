@@ -209,7 +209,7 @@ class _Passes:
         for i, lc in enumerate(layers):
             self.deps = self.dp.before_forward(s, i, p, self.lanes, self.deps)
             self._layer_pass(f"layer {i}", float(lc.forward.time_s), float(lc.forward.flop), Category.COMPUTE,
-                             self._windows(float(lc.backward_weight.time_s), float(lc.attention_core.time_s),
+                             self._windows(float(lc.gemms_s), float(lc.attention_core.time_s),
                                            (lc.tp_forward_s, lc.cp_forward_s)))
             self._exchanges(f"layer {i}", lc.tp_forward_s, lc.cp_forward_s, lc.ep_forward_s)
         if last and ends is not None:
@@ -225,7 +225,7 @@ class _Passes:
         weight = 0.0 if self.zb else 1.0
         for i in reversed(range(len(layers))):
             lc = layers[i]
-            gemms = float(lc.backward_weight.time_s)  # the forward's GEMMs take as long as the weight gradients'
+            gemms = float(lc.gemms_s)  # the forward's weight GEMMs (as long as the weight gradients' unless frozen)
             if self.full_recompute:
                 self._layer_pass(f"recompute layer {i}", float(lc.recompute.time_s), float(lc.recompute.flop),
                                  Category.RECOMPUTE, self._windows(gemms, float(lc.attention_core.time_s),
