@@ -209,3 +209,24 @@ def test_the_simulator_overlaps_tp_with_the_frozen_forward_gemms():
                                                       / "examples/llama2-70b-lora-h100.yaml")
     sim = api.simulate(model, system, strategy, workload)
     assert abs(sim.difference) < 0.01
+
+
+def test_the_cli_says_it_is_lora_and_search_takes_the_lora_options(tmp_path):
+    from typer.testing import CliRunner
+
+    from armillary.cli import app
+
+    run = CliRunner()
+    example = str(Path(__file__).parent.parent / "examples/llama2-70b-lora-h100.yaml")
+    out = run.invoke(app, ["estimate", example], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "fine-tuning: LoRA rank 16 on q, k, v, o" in out.output
+    emitted = tmp_path / "best.yaml"
+    out = run.invoke(app, ["search", "--model", "llama2-70b", "--system", "dgx-h100", "--gpus", "8",
+                           "--global-batch", "8", "--seq-len", "8192", "--lora-rank", "16", "--lora-base", "fp8",
+                           "--top", "1", "--emit", str(emitted)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "finetune:" in emitted.read_text() and "rank: 16" in emitted.read_text()
+    out = run.invoke(app, ["search", "--model", "llama2-70b", "--system", "dgx-h100", "--gpus", "8",
+                           "--global-batch", "8", "--lora-rank", "16", "--lora-targets", "q,x"])
+    assert out.exit_code != 0 and "workload.finetune.target_modules" in out.output
