@@ -177,8 +177,13 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
 
 
 def _lora(w: TrainingArrays) -> bool:
-    """Whether any point fine-tunes with LoRA (a sweep keeps the adapters where some points have none)."""
-    return isinstance(w.lora_rank, np.ndarray) or w.lora_rank > 0
+    """Whether the points fine-tune with LoRA. A sweep carries one workload: all of its points do or none
+    (the model states, gradient traffic and optimizer step are LoRA's or full training's for the whole
+    sweep; the passes, FLOPs and activations would also price a mix)."""
+    frozen = np.asarray(w.lora_rank) > 0
+    if frozen.any() and not frozen.all():
+        raise ValueError("TrainingArrays.lora_rank: a sweep fine-tunes all of its points with LoRA or none")
+    return bool(frozen.all())
 
 
 def _adapters(m: ModelArrays, w: TrainingArrays, system: System, st: StrategyArrays, tokens: Array, e: Array,
