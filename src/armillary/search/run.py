@@ -68,18 +68,24 @@ class Problem:
         gpus = self.system.devices
         coded = self.axes.block(start, stop)
         shape = np.broadcast_shapes(*(np.shape(v) for v in coded.values()))
+        # evaluated with the longest axes innermost (the same elementwise values: points are transposed back
+        # before flattening): numpy's loops then run over the layouts, not over the last axis's 2 values
+        order = sorted(range(len(shape)), key=shape.__getitem__)
+        inner = tuple(shape[d] for d in order)
+        back = tuple(np.argsort(order).tolist())
+        coded = {name: np.transpose(v, order) if np.ndim(v) else v for name, v in coded.items()}
         st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None)
         with np.errstate(all="ignore"):  # invalid points (masked below) may divide by zero
             r = estimate_training(m, st, TrainingArrays.of(self.workload), self.system)
         checks = training_checks(m, st, TrainingArrays.of(self.workload), gpus)
-        valid = np.broadcast_to(all_of(*(c.ok for c in checks)), shape).ravel()
-        feasible = valid & np.broadcast_to(np.asarray(r.feasible, bool), shape).ravel()
-        value = np.broadcast_to(np.asarray(
-            r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total, float), shape).ravel()
-        value = np.where(feasible, value, np.inf)
+        valid = np.broadcast_to(all_of(*(c.ok for c in checks)), inner)
+        feasible = valid & np.asarray(r.feasible, bool)
+        value = np.where(feasible, r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total, np.inf)
+        value = np.broadcast_to(value, inner).transpose(back).ravel()  # one value per point, in index order
         index = np.arange(start, stop, dtype=np.int64)
         keep = _best(index, value, self.top_k)
-        return ChunkResult(start, stop, int(valid.sum()), int(feasible.sum()), index[keep], value[keep])
+        return ChunkResult(start, stop, int(np.count_nonzero(valid)), int(np.count_nonzero(feasible)), index[keep],
+                           value[keep])
 
 
 @dataclass(frozen=True)
