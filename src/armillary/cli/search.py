@@ -146,20 +146,35 @@ def _executor(workers: int, dask: str | None) -> Executor:
 
 @contextmanager
 def _progress_bar() -> Iterator[Callable[[int, int], None]]:
-    """A transient bar on stderr; yields the `progress(done, total)` callback of the search."""
-    from rich.progress import Progress, TextColumn, TimeRemainingColumn
+    """A transient bar on stderr; yields the `progress(done, total)` callback of the search. It shows the
+    points per second so far and the time the rest of the space would take at that rate (`pace`), so that a
+    space too large to finish says how long it would take."""
+    from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
-    columns = (*Progress.get_default_columns()[:-1], TextColumn("{task.fields[rate]} points/s"),
-               TimeRemainingColumn())
+    columns = (*Progress.get_default_columns()[:-1], TextColumn("{task.fields[rate]} points/s, ETA {task.fields[eta]}"),
+               TimeElapsedColumn())
     with Progress(*columns, console=stderr_console(), transient=True) as bar:
-        task = bar.add_task("searching", total=None, rate="-")
+        task = bar.add_task("searching", total=None, rate="-", eta="-")
         started = time.perf_counter()
 
         def tick(done: int, total: int) -> None:
-            rate = done / max(time.perf_counter() - started, 1e-9)
-            bar.update(task, completed=done, total=total, rate=f"{rate:,.0f}")
+            rate, eta = pace(done, total, time.perf_counter() - started)
+            bar.update(task, completed=done, total=total, rate=rate, eta=eta)
 
         yield tick
+
+
+def pace(done: int, total: int, elapsed_s: float) -> tuple[str, str]:
+    """(points per second so far, time left at that rate) as the progress bar prints them: seconds,
+    minutes, hours or days ('-' before the first points are done)."""
+    if done <= 0 or elapsed_s <= 0:
+        return "-", "-"
+    rate = done / elapsed_s
+    left = max(total - done, 0) / rate
+    for unit, seconds in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if left >= 2 * seconds:
+            return f"{rate:,.0f}", f"{left / seconds:,.1f} {unit}"
+    return f"{rate:,.0f}", f"{left:.0f} s"
 
 
 def _inference_search(m: Model, sysm: System, base: str | None, space_file: Path | None, limits: dict[str, Any],
