@@ -46,7 +46,7 @@ from armillary.specs.strategy import (
     ZeroStage,
 )
 from armillary.specs.system import Device, MemoryTier, Precision, System
-from armillary.specs.workload import Inference, KvCache, Serving, StoredPrecision, Training
+from armillary.specs.workload import Inference, KvCache, Lora, Serving, StoredPrecision, Training
 
 if TYPE_CHECKING:
     from armillary.comm.sweep import SweepRow
@@ -117,6 +117,7 @@ __all__ = [
     "InferenceSpace",
     "KvCache",
     "LayerCost",
+    "Lora",
     "MemoryBreakdown",
     "MemoryTier",
     "MissingExtra",
