@@ -88,3 +88,14 @@ def test_layouts_agree(labels):
         flop = conv_flop("f32[2,10,10,4]", "f32[3,3,4,8]", "f32[2,10,10,8]",
                          f"window={{size=3x3 pad=1_1x1_1}}, dim_labels={labels}")
     assert flop == 2 * 4 * 8 * 2 * (10 * 3 - 2) ** 2
+
+
+def test_paragraphs_dlrm_batched_matmul():
+    # ParaGraph's MLPerf DLRM program (google/paragraph, paragraph/data/hlo_after_optimizations_dlrm_32_tpuv3.txt,
+    # %convolution-base-dilated.12, op_type BatchMatMulV2): a [128 x 27 x 128] x [128 x 128 x 27] batched
+    # matmul written as a convolution over the batch, window 128, stride 127, lhs_dilate 128: each output
+    # meets one input element (XLA's HloCostAnalysis special-cases the same form to `input` valid positions)
+    layout = "{2,1,0:T(8,128)(2,1)}"
+    flop = conv_flop(f"bf16[128,27,128]{layout}", f"bf16[128,27,128]{layout}", f"bf16[128,27,27]{layout}",
+                     "window={size=128 stride=127 lhs_dilate=128}, dim_labels=0bf_0oi->0bf")
+    assert flop == 2 * 128 * 27 * 27 * 128  # 2 x batch x M x N x K

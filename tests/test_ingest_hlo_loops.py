@@ -3,7 +3,9 @@ one repeated block of its steady-state period; where unrolling is feasible both 
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +124,17 @@ def test_64000_iterations_in_under_a_minute(h100):
     assert result.timeline.makespan_ns == short.timeline.makespan_ns + (64_000 - 12) * period
     dots = next(k for k in result.kinds if k.kind is OpKind.DOT)
     assert dots.count == 3 * 64_000
+
+
+@pytest.mark.skipif(not os.environ.get("PARAGRAPH_REPO"), reason="set PARAGRAPH_REPO to a checkout of google/paragraph")
+def test_paragraphs_dlrm_program_simulates_in_under_a_minute():
+    # ParaGraph's MLPerf DLRM training program (paragraph/data/hlo_after_optimizations_dlrm_32_tpuv3.txt): an
+    # outer loop of 20 around inner loops of 3,200 and 1,363 iterations, 28 million instructions unrolled
+    # (past MAX_EXECUTED); folded, 1.44 million are built
+    path = Path(os.environ["PARAGRAPH_REPO"]) / "paragraph" / "data" / "hlo_after_optimizations_dlrm_32_tpuv3.txt"
+    started = time.perf_counter()
+    result = simulate_hlo(path, load_system("dgx-h100", 8))
+    assert time.perf_counter() - started < 60
+    assert sorted(result.cost.trips.values()) == [20, 1363, 3200]
+    assert result.step_time_s > 0 and len(result.graph.tasks) < 200_000
+    assert next(k for k in result.kinds if k.kind is OpKind.ALL_REDUCE).count == 64_001
