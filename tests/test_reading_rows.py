@@ -89,10 +89,12 @@ def test_a_2021_stack_never_gets_recomputation_it_did_not_have():
                                                                              "source": "2025"})}
 
 
-def test_lora_fine_tuning_is_refused_rather_than_trained_as_a_full_model():
-    with pytest.raises(Unsupported, match="LoRA"):
-        row_specs({**GPT, "model": "Llama 2 70B LoRA fine-tuning (rank 16, frozen base)"})
-    assert row_specs({**GPT, "model": "GPT-3 175B (explored, see notes)"})  # negative: no adapter named
+def test_lora_fine_tuning_is_read_as_lora_or_refused_without_its_rank():
+    spec = row_specs({**GPT, "model": "GPT-3 175B LoRA fine-tuning (LoRA rank 16, frozen base)"})[0]
+    assert spec.workload.finetune is not None and spec.workload.finetune.rank == 16
+    with pytest.raises(Unsupported, match="model"):
+        row_specs({**GPT, "model": "GPT-3 175B LoRA fine-tuning (frozen base)"})  # no rank stated
+    assert row_specs(GPT)[0].workload.finetune is None  # negative: no adapter named, a full model
 
 
 def test_a_framework_is_read_by_its_own_name_not_by_a_keyword_it_mentions():
