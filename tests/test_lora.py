@@ -8,6 +8,7 @@ import csv
 from pathlib import Path
 
 import pytest
+from conftest import gpt
 from hypothesis import given
 from hypothesis import strategies as hs
 from pydantic import ValidationError
@@ -18,7 +19,6 @@ from armillary.plan.arrays import ModelArrays, TrainingArrays
 from armillary.specs.workload import BasePrecision, Lora
 from armillary.validation.rows import Unsupported, row_specs
 from armillary.validation.run import run_row
-from tests.conftest import gpt
 
 R = 16
 LORA = Lora(rank=R)  # q, k, v, o on the fused QKV projection; bf16 base
