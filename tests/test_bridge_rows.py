@@ -28,6 +28,13 @@ def _nic_gbps(system: str, gbps_per_gpu: float, gpus: int) -> Any:
     return load_system(system, gpus).with_dimension(-1, bandwidth=gbps_per_gpu * 1e9 / 8)
 
 
+def _roce(system: str, gbps_per_gpu: float, gpus: int) -> Any:
+    """A system preset whose scale-out tier is the RoCE fabric preset at the row's per-GPU rate."""
+    from armillary.comm.fabrics import with_fabric
+
+    return with_fabric(_nic_gbps(system, gbps_per_gpu, gpus), "roce-oci", gbps_per_gpu * 1e9 / 8)
+
+
 def _step(model: Any, system: Any, strategy: dict[str, Any], seq: int, gbs: int, gpus: int) -> StepEstimate:
     result = api.estimate(model, system, strategy, {"seq_len": seq, "global_batch": gbs}, gpus=gpus)
     assert isinstance(result, StepEstimate)
@@ -94,9 +101,9 @@ TRAINING = {
     * 1207959552 / (2048 * 2048) / 60,
     # Llama 3 405B, Table 4: 8,192 H100, TP 8 PP 16 DP 64, batch 2048 x 8K, BF16, no checkpointing, FSDP that keeps
     # the gathered weights through the backward (ZeRO-2), SP assumed with TP; interleaving depth not stated (1);
-    # RoCE at 400 Gb/s per GPU; model TFLOP/s per GPU
+    # RoCE at 400 Gb/s per GPU (the RoCE fabric preset); model TFLOP/s per GPU
     "TR-LLAMA3-405B-1": lambda: _model_tflops(_step(
-        _llama405_vocab_128000(), "dgx-h100",
+        _llama405_vocab_128000(), _roce("dgx-h100", 400, 8192),
         {"tp": 8, "pp": 16, "micro_batch": 1, "zero": 2, "attention": "flash", "sequence_parallel": True,
          "precision": "bf16", "recompute": "none", "first_stage_layers": 7, "last_stage_layers": 7,
          "overlap": dict(dp_grad_reduce=True, param_gather=True, tp_comm=False)}, 8192, 2048, 8192), 8192),

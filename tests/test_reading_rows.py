@@ -128,10 +128,16 @@ def test_the_compute_fabric_is_read_not_a_storage_or_management_network():
     assert any("scale-out network not stated" in n for n in storage_only.assumptions)
 
 
-def test_a_fabric_other_than_infiniband_is_said_where_the_preset_is_infiniband():
+def test_a_fabric_other_than_infiniband_runs_on_its_fabric_preset():
+    from armillary.comm.fabrics import fabric_dimension
+
     spec = row_specs({**GPT, "inter_net": "RoCE 400 Gb/s per GPU, 3-layer Clos"})[0]
-    assert spec.system.network[-1].bandwidth == pytest.approx(400e9 / 8)
-    assert any("scale-out fabric roce" in n.lower() for n in spec.assumptions)
+    outer = spec.system.network[-1]
+    assert outer.bandwidth == pytest.approx(400e9 / 8) and "scale-out fabric roce-oci" in "; ".join(spec.assumptions)
+    assert outer.efficiency == fabric_dimension("roce-oci", 400e9 / 8).efficiency
+    # negative: InfiniBand keeps the system preset's own calibrated tier
+    ib = row_specs({**GPT, "inter_net": "8x ConnectX-7 IB NDR 400 Gb/s per node"})[0]
+    assert not any("scale-out fabric" in n for n in ib.assumptions)
 
 
 def test_mlperf_nemo_submissions_overlap_tp_communication_as_their_configs_do():

@@ -196,7 +196,7 @@ def nic_bandwidth_per_gpu(text: str, gpus_per_host: int) -> tuple[float | None, 
     return bits / 8 / gpus, f"{read} over {gpus} GPUs{said}"
 
 
-def _fabric_of(family: str, text: str, rate: float | None, preset: str, infiniband_reduces: bool) -> str:
+def fabric_of(family: str, text: str, rate: float | None, preset: str, infiniband_reduces: bool) -> str:
     """The fabric preset for a family and what else the row says."""
     if family == "infiniband":
         generation = re.search(r"\b([hnx]dr)\b", text)  # else by the rate per GPU (one NIC each), else NDR
@@ -267,7 +267,7 @@ def read_system(row: dict[str, str]) -> SystemReading:
     if others:
         notes.append(f"inter_net names {family} and also {', '.join(others)}: {family} taken (named first)")
     reduces = re.search(r"nccl_collnet_enable\s*=\s*1", settings) is not None
-    name = _fabric_of(family, text, rate, preset, reduces)
+    name = fabric_of(family, text, rate, preset, reduces)
     if reduces and family != "infiniband":
         notes.append(f"NCCL_COLLNET_ENABLE=1 has no effect on {family}: no in-network reduction")
     notes.append(f"fabric {name} (inter_net: {family})")

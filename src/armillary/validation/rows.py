@@ -221,11 +221,28 @@ def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
         notes.append(f"scale-out network not stated: {system.network[-1].name} of the {preset} preset")
     if gbps is not None:
         system = system.with_dimension(-1, bandwidth=gbps * 1e9 / 8)
-    fabric = search_run(r"\b(roce\d?|efa|omni[- ]?path|opa|ethernet|tcpx\w*|pollara|dcn)\b", inter)
-    if fabric is not None and re.search(r"infiniband", system.network[-1].name, re.I):
-        notes.append(f"scale-out fabric {fabric.group(1)}: modelled with the {preset} preset's InfiniBand latency "
-                     "and efficiency at the stated bandwidth")
-    return system.with_devices(n_gpus)
+    return _on_stated_fabric(system, preset, inter, gbps, notes).with_devices(n_gpus)
+
+
+def _on_stated_fabric(system: System, preset: str, inter: str, gbps: float | None, notes: list[str]) -> System:
+    """A stated scale-out fabric other than the InfiniBand of the preset (RoCE, EFA, Omni-Path, Pollara, TCPXO)
+    on the fabric preset the collective rows are read with (`collective_rows`: one reading of a network's words
+    for every kind of row); InfiniBand keeps the system preset's own calibrated tier."""
+    from armillary.comm.fabrics import with_fabric
+    from armillary.validation.collective_rows import compute_network_text, fabric_family, fabric_of
+
+    family, _ = fabric_family(compute_network_text(inter))
+    if family is None or family == "infiniband" or len(system.network) < 2:
+        return system
+    if family == "ethernet":
+        notes.append(f"scale-out fabric plain Ethernet ({inter!r}): no fabric preset; the {preset} preset's tier at "
+                     "the stated bandwidth")
+        return system
+    rate = gbps * 1e9 / 8 if gbps is not None else None
+    name = fabric_of(family, compute_network_text(inter), rate, preset, False)
+    notes.append(f"scale-out fabric {name} (inter_net: {family})"
+                 + ("" if rate is not None else f", its NICs at the {preset} preset's rate per GPU"))
+    return with_fabric(system, name, rate if rate is not None else system.network[-1].bandwidth)
 
 
 def year_of(source: str) -> int | None:
