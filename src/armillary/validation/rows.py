@@ -205,17 +205,17 @@ def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
         system = system.model_copy(update={"device": device})
         notes.append(f"HBM {stated_gb:g} GiB as the gpu column states (the {preset} preset has "
                      f"{hbm.capacity / 2**30:g} GiB); its peak rates kept")
-    # the compute fabric only: a storage, management or front-end network named beside it is not read
+    # the compute fabric only: a storage, management or front-end network named beside it is not read (the
+    # NIC reading the collective rows use, collective_rows.nic_bandwidth_per_gpu)
+    from armillary.validation.collective_rows import compute_network_text, nic_bandwidth_per_gpu
+
     inter = row.get("inter_net", "")
-    per_node = search_run(r"(\d+)\s*Gbps node-node", inter)
-    per_nic = search_run(r"(\d+)x\s.*?(\d+)\s*Gb(?:/s|ps|it/s)", inter)
-    per_gpu = search_run(r"(\d+)\s*Gb(?:/s|ps|it/s)\b.*?(?:per|/)\s*GPU\b", inter)
+    per_node = search_run(r"(\d+)\s*Gbps node-node", inter)  # llm-foundry's table heading
+    rate, _ = nic_bandwidth_per_gpu(compute_network_text(inter), system.devices_per_node)
     if per_node:
         gbps: float | None = float(per_node.group(1)) / system.devices_per_node
-    elif per_nic:
-        gbps = float(per_nic.group(1)) * float(per_nic.group(2)) / system.devices_per_node
-    elif per_gpu:
-        gbps = float(per_gpu.group(1))
+    elif rate is not None:
+        gbps = rate * 8 / 1e9
     else:
         gbps = None
         notes.append(f"scale-out network not stated: {system.network[-1].name} of the {preset} preset")
