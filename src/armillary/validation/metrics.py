@@ -117,14 +117,13 @@ _SCALE = {"": 1.0, "k": 1e3, "thousand": 1e3, "m": 1e6, "million": 1e6, "b": 1e9
           "trillion": 1e12}
 _NUMBER = r"(\d[\d,]*(?:\.\d+)?)\s*(k|thousand|m|million|b|billion|t|trillion)?\b"
 # (what is counted, patterns whose first groups are the number and its scale)
+_TRILLION = r"1e12|1 ?t|(?:1 )?trillion"
 _AMOUNTS = (
     ("steps", (rf"{_NUMBER}\s*(?:training |optimizer )?(?:steps|iterations)\b(?!\s*(?:/|per))",
                rf"(?:steps|iterations) to (?:train|converge(?:nce)?)\s*[:=]?\s*{_NUMBER}")),
     ("tokens", (rf"(?:trained on|training on|total training tokens\s*[:=]?)\s*{_NUMBER}\s*(?:tokens)?",
                 rf"(?:trained tokens|tokens trained)(?: per run)?\s*[:=]\s*{_NUMBER}",
-                r"(?:per|/)\s*(1e12|1 ?t)()\s*(?:training )?tokens\b",
-                r"(?:per|/)\s*(1)\s*(trillion)\s*(?:training )?tokens\b",
-                r"(?:per|/)\s*()(trillion)\s*(?:training )?tokens\b",
+                rf"(?:per|/)\s*({_TRILLION})()\s*(?:training )?tokens\b",  # a GPU-hours-per-trillion metric
                 rf"{_NUMBER}\s*(?:training|train) tokens\b", rf"{_NUMBER}\s*tokens (?:in total|to train)\b")),
     ("samples", (rf"{_NUMBER}\s*(?:training )?(?:samples|sequences) to (?:train|converge)\b",
                  rf"(?:samples|sequences) to (?:train|converge)\s*[:=]?\s*{_NUMBER}",
@@ -140,9 +139,10 @@ def _amount(text: str) -> tuple[str, float] | None:
         for pattern in patterns:
             found = search_run(pattern, text)
             if found:
-                number = found.group(1).replace(",", "").replace(" ", "") or "1"
-                value = 1e12 if number in ("1e12", "1t") else float(number)
-                return what, value * _SCALE[found.group(2) or ""]
+                number = found.group(1)
+                if re.fullmatch(_TRILLION, number):
+                    return what, 1e12
+                return what, float(number.replace(",", "")) * _SCALE[found.group(2) or ""]
     return None
 
 
