@@ -26,9 +26,9 @@ from armillary.report import records, tables
 from armillary.specs.workload import Inference
 
 if TYPE_CHECKING:
-    from armillary.serving.benchmark import BenchmarkResult
     from armillary.serving.rate import MaxRate
     from armillary.specs.model import Model
+    from armillary.specs.strategy import Strategy
     from armillary.specs.system import System
 
 
@@ -66,44 +66,19 @@ def serve_cmd(
     costs = load_costs_file(run_file, set_, {"costs.pue": pue, "costs.usd_per_gpu_hour": usd_per_gpu_hour})
     if not isinstance(workload, Inference):
         raise SpecError("serve needs an inference workload (workload.kind: inference)")
+    if mode is not None and find_max_rate:
+        raise SpecError("--mode runs one benchmark; --max-rate searches rates: give one of them")
+    if mode is None and workload.serving.trace is None and rate is None and not find_max_rate:
+        raise SpecError("give --rate (requests/s), --max-rate, --mode, or a trace file in workload.serving.trace")
+    best, found, bench = None, None, None
     if mode is not None:
-        if find_max_rate:
-            raise SpecError("--mode runs one benchmark; --max-rate searches rates: give one of them")
         with working(f"serving the {mode} benchmark"):
             bench = api.serve_benchmark(model, system, strategy, workload, {
                 "mode": mode, "requests": requests, "rate": rate, "concurrency": concurrency})
-        _report_benchmark(bench, model, system, json_out)
-        return
-    if workload.serving.trace is None and rate is None and not find_max_rate:
-        raise SpecError("give --rate (requests/s), --max-rate, or a trace file in workload.serving.trace")
-    best, found = None, None
-    if find_max_rate:
-        from armillary.serving.rate import analytical_rate, steady_max_rate
-        from armillary.serving.trace import load_trace, scaled
-
-        sv = workload.serving
-        base = load_trace(sv.trace) if sv.trace is not None else None
-
-        def serve(r: float, seed: int) -> api.ServingResult:
-            if base is not None:
-                return api.simulate_serving(model, system, strategy, workload, trace=scaled(base, r))
-            w = workload.model_copy(update={"serving": sv.model_copy(update={"seed": sv.seed + seed})})
-            return api.simulate_serving(model, system, strategy, w, r, duration)
-
-        with working(f"searching the largest rate meeting the SLOs ({seeds} seeds)"):
-            # bracketed from the analytical static-batch rate, then confirmed by simulation; from the lowest
-            # rate where the static estimate refuses the layout (e.g. a batch that attention_dp does not split)
-            try:
-                start = analytical_rate(api.estimate(model, system, strategy, workload))
-            except ArmillaryError:
-                start = None
-            found = steady_max_rate(serve, 1 if base is not None else seeds, start=start)
-        if found.result is None:
-            raise SpecError(f"no rate meets P90 TTFT <= {sv.ttft_slo_s} s and P99 TPOT <= {sv.tpot_slo_s} s")
-        result, best = found.result, found.rate
-        if found.high > found.low:
-            typer.echo(f"max rate over {seeds} seeds: {found.rate:.3g} requests/s "
-                       f"(range {found.low:.3g} - {found.high:.3g})", err=True)
+        result = bench.served
+    elif find_max_rate:
+        found, result = _max_rate(model, system, strategy, workload, duration, seeds)
+        best = found.rate
     else:
         what = f"the trace {workload.serving.trace}" if workload.serving.trace is not None else (
             f"{rate:g} requests/s for {duration:g} s")
@@ -114,16 +89,49 @@ def serve_cmd(
         from armillary.report.serving_plots import rate_points
 
         tried = {} if found is None else {"rates_tried": rate_points(found)}
-        print_json({**records.rate_record(result, best), **tried, "economics": money.to_dict()})
+        benchmark = {} if bench is None else {"benchmark": records.benchmark_record(bench)}
+        print_json({**records.rate_record(result, best), **tried, **benchmark, "economics": money.to_dict()})
     else:
         show([*tables.serving_report(result, model, system, best, workload.serving.trace),
-              tables.economics_line(money)])
+              *([] if bench is None else tables.benchmark_lines(bench)), tables.economics_line(money)])
     if csv_out is not None:
         from armillary.report.files import save_rows
 
         save_rows(records.request_rows(result), csv_out)
     if plot is not None:
         _plot(result, found, plot, run_file.stem)
+
+
+def _max_rate(model: Model, system: System, strategy: Strategy, workload: Inference, duration: float,
+              seeds: int) -> tuple[MaxRate, api.ServingResult]:
+    """The largest rate meeting the SLOs, over `seeds` seeds of generated arrivals (a trace: stretched to each
+    rate), bracketed from the analytical static-batch rate and confirmed by simulation; with its run."""
+    from armillary.serving.rate import analytical_rate, steady_max_rate
+    from armillary.serving.trace import load_trace, scaled
+
+    sv = workload.serving
+    base = load_trace(sv.trace) if sv.trace is not None else None
+
+    def serve(r: float, seed: int) -> api.ServingResult:
+        if base is not None:
+            return api.simulate_serving(model, system, strategy, workload, trace=scaled(base, r))
+        w = workload.model_copy(update={"serving": sv.model_copy(update={"seed": sv.seed + seed})})
+        return api.simulate_serving(model, system, strategy, w, r, duration)
+
+    with working(f"searching the largest rate meeting the SLOs ({seeds} seeds)"):
+        # from the lowest rate where the static estimate refuses the layout (e.g. a batch that attention_dp
+        # does not split)
+        try:
+            start = analytical_rate(api.estimate(model, system, strategy, workload))
+        except ArmillaryError:
+            start = None
+        found = steady_max_rate(serve, 1 if base is not None else seeds, start=start)
+    if found.result is None:
+        raise SpecError(f"no rate meets P90 TTFT <= {sv.ttft_slo_s} s and P99 TPOT <= {sv.tpot_slo_s} s")
+    if found.high > found.low:
+        typer.echo(f"max rate over {seeds} seeds: {found.rate:.3g} requests/s "
+                   f"(range {found.low:.3g} - {found.high:.3g})", err=True)
+    return found, found.result
 
 
 def _plot(result: api.ServingResult, found: MaxRate | None, path: Path, title: str) -> None:
@@ -134,9 +142,3 @@ def _plot(result: api.ServingResult, found: MaxRate | None, path: Path, title: s
     else:
         rate_plot(found, result.ttft_slo_s, result.tpot_slo_s, path, title)
 
-
-def _report_benchmark(bench: BenchmarkResult, model: Model, system: System, json_out: bool) -> None:
-    if json_out:
-        print_json({**records.rate_record(bench.served, None), "benchmark": records.benchmark_record(bench)})
-        return
-    show([*tables.serving_report(bench.served, model, system), *tables.benchmark_lines(bench)])
