@@ -24,6 +24,7 @@ from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, best_of_ru
 from armillary.validation.inference_rows import predict_inference
 from armillary.validation.metrics import read_metric
 from armillary.validation.rows import RowSpecs, Unsupported, int_column, row_specs
+from armillary.validation.vocabulary import OFFLINE_LOAD
 from armillary.writing import replaced
 
 DEFAULT_CSV = Path(str(resources.files("armillary.validation") / "data" / "measurements.csv"))
@@ -86,8 +87,7 @@ def is_serving_row(row: dict[str, str]) -> bool:
     # MLPerf's "Offline tokens per second" / "Server completed tokens per second": a scenario, not a batch
     scenario = not static and re.search(r"\boffline\b|max[- ]?load|\bserver\b", row.get("metric", ""), re.I)
     return row.get("id", "").startswith("SRV-") or bool(scenario) or bool(
-        re.search(r"concurren|req(uest)?s?\s*/\s*s|request[-_ ]rate|\bqps\b|prompts|\boffline\b|max[- ]?load",
-                  client, re.I))
+        re.search(rf"concurren|req(uest)?s?\s*/\s*s|request[-_ ]rate|\bqps\b|prompts|{OFFLINE_LOAD}", client, re.I))
 
 
 def _run_serving_row(row: dict[str, str]) -> RowResult:

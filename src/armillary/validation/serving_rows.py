@@ -34,7 +34,7 @@ from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.reading import about_the_run
 from armillary.validation.rows import Unsupported, int_column
 from armillary.validation.serving_metrics import ServingMetric, read_serving_metric
-from armillary.validation.vocabulary import model_preset_for, system_preset_for
+from armillary.validation.vocabulary import OFFLINE_LOAD, model_preset_for, system_preset_for
 
 
 def _number(pattern: str, text: str) -> float | None:
@@ -180,12 +180,6 @@ def _checkpoint_scales(row: dict[str, str], mla: bool, notes: list[str]) -> dict
     return {"weight_scales": "tensor"}
 
 
-# an offline / max-load run: every request queued at t = 0 (trtllm-bench throughput, vLLM benchmark_throughput,
-# MLPerf Offline), however it is worded
-_OFFLINE = (r"\boffline\b|max[- ]?load|infinite request rate|request[-_ ]rate\s*[ =:]?\s*inf\b|"
-            r"all\b.{0,40}\b(queued|at t\s*=\s*0)")
-
-
 def _client(row: dict[str, str]) -> Benchmark:
     """The benchmark client as the row words it: "500 prompts", "--num-prompts 500", "max-concurrency 64",
     "concurrency: 64", "request rate 16 req/s", "--request-rate 2.5", "QPS 4", "Poisson arrivals, target 71.2
@@ -201,7 +195,7 @@ def _client(row: dict[str, str]) -> Benchmark:
     concurrency = _number(r"(?<![a-z0-9_])(?:max[-_ ])?concurrency\s*[ =:]?\s*(\d+)", client)
     if concurrency is not None:
         return Benchmark(Mode.CONCURRENCY, count, concurrency=int(concurrency))
-    if re.search(_OFFLINE, client, re.I):
+    if re.search(OFFLINE_LOAD, client, re.I):
         return Benchmark(Mode.MLPERF_OFFLINE if mlperf else Mode.OFFLINE, count)
     rate = (_number(r"request[-_ ]rate\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
             or _number(r"(\d+(?:\.\d+)?)\s*(?:req|requests|queries)\s*/\s*s\b", client)

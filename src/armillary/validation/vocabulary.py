@@ -131,6 +131,12 @@ def deduplicated_dispatch(text: str | None) -> bool:
     return re.search(named, clean(text)) is not None
 
 
+# an offline / max-load benchmark: every request queued at t = 0 (trtllm-bench throughput, vLLM
+# benchmark_throughput, MLPerf Offline), however it is worded
+OFFLINE_LOAD = (r"\boffline\b|max[- ]?load|infinite request rate|request[-_ ]rate\s*[ =:]?\s*inf\b|"
+                r"all\b.{0,40}\b(queued|at t\s*=\s*0)")
+
+
 # words that name a variant of the same architecture, not another model
 _NOT_ARCHITECTURE = {"megatron", "instruct", "chat", "base", "hf", "fp8", "fp16", "bf16", "kv", "it", "moe",
                      "the", "model", "dense"}
