@@ -47,12 +47,9 @@ def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays,
         routed = experts_forward(m, B * s, 1.0, 1.0, 1.0, 2.0, 2.0)
         moe = (sum(op.flop for op in (*moe_fw.gemms, routed.router))
                + routed_share * (routed.experts_in.flop + routed.experts_out.flop))
-    if not (isinstance(w.lora_rank, np.ndarray) or w.lora_rank > 0):
-        layers = 3 * (m.dense_layers * dense + m.moe_layers * moe)
-        return ModelFlop(layers=layers, head=3 * 2 * B * s * m.hidden * m.vocab, attention_core=m.layers * core,
-                         layers_forward=layers / 3)
-    # LoRA (Hu et al. 2021 §4.1): the frozen base runs forward and its input gradient (2 x forward; no
-    # weight-gradient GEMM), the adapters forward, input and weight gradients (3 x 2 r (d_in + d_out) per
+    # every weight trained: 3 x forward (forward, input and weight gradients). LoRA (Hu et al. 2021 §4.1):
+    # the frozen base runs forward and its input gradient (2 x forward; no weight-gradient GEMM), the
+    # adapters forward, input and weight gradients (3 x 2 r (d_in + d_out) per
     # token, `workload.adapters`); the frozen LM head forward and input gradient. The attention core has
     # no weights: its backward stays (2 x its forward).
     frozen = where(w.frozen, 1.0, 0.0)
