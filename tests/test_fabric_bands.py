@@ -9,8 +9,7 @@ from typer.testing import CliRunner
 
 from armillary.cli import app
 from armillary.specs.loading import load_system
-from armillary.validation.collective_rows import (
-    ONE_DOMAIN,
+from armillary.validation.collective_bands import (
     UNCALIBRATED,
     CollectiveResidual,
     band_of,
@@ -19,6 +18,7 @@ from armillary.validation.collective_rows import (
     shipped_collective_residuals,
     system_fabric_class,
 )
+from armillary.validation.collective_rows import ONE_DOMAIN
 
 
 def test_the_class_follows_the_system_and_the_fabric():

@@ -65,17 +65,19 @@ from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
 from armillary.specs.system import System
 from armillary.units import MIB
-from armillary.validation.collective_rows import (
+from armillary.validation.collective_bands import (
     CollectiveResidual,
     band_of,
+    leave_one_source_out_coverage,
+    write_collective_residuals,
+)
+from armillary.validation.collective_rows import (
     best_of_runs,
     channel_settings,
     fabric_class,
-    leave_one_source_out_coverage,
     pinned_algorithm,
     predict_collective,
     read_system,
-    write_collective_residuals,
 )
 from armillary.validation.run import DEFAULT_CSV, read_rows, run_row
 

@@ -91,7 +91,7 @@ def _bands_and_reasons(rows: list[SweepRow], op: str, system: System, unsized: S
 
     from armillary.comm.explain import explain_sweep
     from armillary.comm.sweep import group_of
-    from armillary.validation.collective_rows import collective_band
+    from armillary.validation.collective_bands import collective_band
 
     sizes = np.array([r.size_bytes for r in rows])
     explained = explain_sweep(Collective(op), sizes, group_of(system, gpus), system, Algorithm(algorithm),

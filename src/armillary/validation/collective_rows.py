@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import functools
-import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from importlib import resources
-from pathlib import Path
-
-import numpy as np
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from armillary.comm.channels import ChannelSettings, with_channels
 from armillary.comm.collectives import collective, send_recv
 from armillary.comm.fabrics import fabric, fabrics, nvlink_domain, rack_scale, with_fabric, with_fabric_nvls_off
 from armillary.comm.sweep import bus_factor, group_of
-from armillary.estimate.result import ErrorBand
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
 from armillary.specs.system import System
 from armillary.units import MIB
 from armillary.validation.rows import Unsupported, int_column
 from armillary.validation.vocabulary import clean, system_preset_for
-from armillary.writing import replaced
 
 SMALL_MESSAGE_BYTES = MIB  # below this, collectives are latency-bound: reported as their own group
 
@@ -294,10 +286,10 @@ def fabric_class(reading: SystemReading) -> str:
         return ONE_DOMAIN
     if rack_scale(load_system(reading.preset)):
         return NVL72_RACKS
-    return _class_of_fabric(reading.fabric)
+    return class_of_fabric(reading.fabric)
 
 
-def _class_of_fabric(name: str) -> str:
+def class_of_fabric(name: str) -> str:
     return FABRIC_CLASSES["tcpxo"] if name.startswith("gcp-") else FABRIC_CLASSES[fabric(name).family]
 
 
@@ -354,85 +346,3 @@ def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None =
             raise Unsupported(f"unit {row.get('unit')!r}: a time in us, ms or s")
         return f"time [{unit}]", time / scale, notes
     raise Unsupported(f"metric {row.get('metric')!r}: not predicted (busbw, algbw or time of one collective)")
-
-
-# --- error bands: how far to trust a collective prediction, from the residuals of its fabric class ------------
-
-COLLECTIVE_RESIDUALS = Path(str(resources.files("armillary.validation") / "data" / "collective_residuals.json"))
-# the 90th percentile of |error|: with the 80th (as the training bands) a left-out sweep's rows are covered in
-# 70-84% per class, with the 90th in 72-100% (tools/calibrate_fabric.py --residuals prints it)
-BAND_QUANTILE = 0.9
-BAND_MIN_ROWS = 8  # fewer rows in a class: the band of all classes of that size regime, marked uncalibrated
-UNCALIBRATED = "uncalibrated fabric"
-
-
-@dataclass(frozen=True)
-class CollectiveResidual:
-    id: str
-    source: str  # the measured sweep: the row id without its running number
-    fabric_class: str
-    small: bool  # below SMALL_MESSAGE_BYTES: latency-bound
-    error: float  # predicted / measured - 1
-
-
-def band_of(fabric_class: str | None, small: bool, residuals: Sequence[CollectiveResidual]) -> ErrorBand:
-    """The BAND_QUANTILE of |error| over the residuals of `fabric_class` in the same size regime (below / from
-    1 MiB); a class with fewer than BAND_MIN_ROWS rows (or none: a fabric no sweep calibrated) takes the band
-    of every scale-out class in that size regime, named uncalibrated."""
-    size = "< 1 MiB" if small else ">= 1 MiB"
-    rows = [r for r in residuals if r.small == small and r.fabric_class == fabric_class]
-    regime = f"collective, {fabric_class}, {size}"
-    if len(rows) < BAND_MIN_ROWS:
-        rows = [r for r in residuals if r.small == small and r.fabric_class != ONE_DOMAIN]
-        regime = f"collective, {UNCALIBRATED} ({fabric_class or 'unknown'}: all classes), {size}"
-    if not rows:
-        raise ValueError(f"no collective residuals {size}: regenerate {COLLECTIVE_RESIDUALS.name}")
-    errors = np.abs([r.error for r in rows])
-    return ErrorBand(relative=float(np.quantile(errors, BAND_QUANTILE)), regime=regime, rows=len(rows),
-                     sources=len({r.source for r in rows}))
-
-
-def leave_one_source_out_coverage(residuals: Sequence[CollectiveResidual]) -> dict[str, tuple[int, int]]:
-    """Per fabric class: (rows covered, rows) when each sweep's rows are checked against the band built
-    without that sweep (the honest coverage of the band)."""
-    out: dict[str, tuple[int, int]] = {}
-    for r in residuals:
-        others = [o for o in residuals if o.source != r.source]
-        covered = abs(r.error) <= band_of(r.fabric_class, r.small, others).relative
-        hit, total = out.get(r.fabric_class, (0, 0))
-        out[r.fabric_class] = (hit + covered, total + 1)
-    return out
-
-
-def write_collective_residuals(residuals: Sequence[CollectiveResidual], path: Path = COLLECTIVE_RESIDUALS) -> None:
-    with replaced(path) as temporary:
-        temporary.write_text("[\n" + ",\n".join(json.dumps(asdict(r)) for r in residuals) + "\n]\n")
-
-
-@functools.cache
-def shipped_collective_residuals() -> tuple[CollectiveResidual, ...]:
-    return tuple(CollectiveResidual(**r) for r in json.loads(COLLECTIVE_RESIDUALS.read_text()))
-
-
-def collective_band(system: System, gpus: int, size_bytes: float, fabric_name: str | None = None) -> ErrorBand:
-    """The error band of a collective of `size_bytes` over `gpus` devices of `system` (as shipped, before it is
-    sized to the group; on fabric `fabric_name` where given): the class is one NVLink domain where the group
-    fits in it, NVL72 racks, the named fabric's, or that of the fabric whose calibrated dimension the system's
-    outermost tier is."""
-    return band_of(system_fabric_class(system, gpus, fabric_name), size_bytes < SMALL_MESSAGE_BYTES,
-                   shipped_collective_residuals())
-
-
-def system_fabric_class(system: System, gpus: int, fabric_name: str | None = None) -> str | None:
-    """The fabric class of a collective over `gpus` devices of `system` (None: a fabric nothing calibrated)."""
-    if gpus <= system.network[0].size or len(system.network) == 1:
-        return ONE_DOMAIN
-    if rack_scale(system):
-        return NVL72_RACKS
-    if fabric_name is None:
-        outer = system.network[-1].name
-        fabric_name = next((n for n, f in fabrics().items() if f.dimension_of is not None and not f.dimension
-                            and load_system(f.dimension_of).network[-1].name == outer), None)
-        if fabric_name is None:
-            return None
-    return _class_of_fabric(fabric_name)

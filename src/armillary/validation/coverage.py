@@ -10,13 +10,8 @@ import numpy as np
 
 from armillary.estimate.result import ErrorBand
 from armillary.validation.bands import Regime, inference_regime, regime_of, shipped_band
-from armillary.validation.collective_rows import (
-    SMALL_MESSAGE_BYTES,
-    band_of,
-    fabric_class,
-    read_system,
-    shipped_collective_residuals,
-)
+from armillary.validation.collective_bands import band_of, shipped_collective_residuals
+from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, fabric_class, read_system
 from armillary.validation.inference_rows import inference_row_specs
 from armillary.validation.rows import Unsupported, row_specs
 from armillary.validation.run import RowResult, choose_candidate, is_serving_row
