@@ -106,3 +106,26 @@ def test_sharp_takes_the_inter_node_phase_for_large_messages_only():
     why = explain_sweep(Collective.ALL_REDUCE, np.array([64 * KIB, 4 * GIB]), group, system)
     assert why[0]["algorithm"] == "tree" and why[0]["protocol"] == "LL"
     assert why[1]["algorithm"] == "in_network" and why[1]["protocol"] == "Simple"
+
+
+def test_gcp_tcpxo_tree_for_all_reduce_ring_for_all_gather():
+    """GCP A3 Mega over GPUDirect-TCPXO, 2 nodes: the all-reduce plateau of CO-H100-GCPA3M-2N-AR (338.8 GB/s
+    busbw at 8 GiB) exceeds what a ring through 8 x 200 Gb/s NICs per node can carry (200 GB/s), so NCCL ran
+    its pipelined tree there (gcp-a3-mega preset, its calibration source); NCCL runs all-gather as a ring
+    only (tuning.cc: Tree is an all-reduce algorithm), so the same nodes gather over the flat ring."""
+    reduce = chosen("gcp-a3-mega", 16, [8 * GIB])[0]
+    assert reduce[:2] == ("pipelined", "tree") and reduce[3] > 300
+    system = load_system("gcp-a3-mega", 16)
+    why = explain_sweep(Collective.ALL_GATHER, np.array([8 * GIB]), group_of(system, 16), system)
+    assert why[0]["algorithm"] == "ring"
+
+
+def test_gcp_rdma_protocol_switch_follows_its_latency():
+    """GCP A4 RDMA (gIB plugin), 2 B200 nodes: its fitted per-step latency (gcp-a4 preset, fit on
+    CO-B200-GCPA4-2N-AG: ~235-290 us from 1 KiB to 128 KiB) is far above InfiniBand's, so the all-reduce
+    stays on LL (half the bandwidth, the least latency: tuning.cc baseLat / hwLat) up to 16 MiB where the
+    same GPUs on InfiniBand NDR have moved to LL128; both reach Simple at 4 GiB."""
+    gcp = chosen("gcp-a4", 16, [16 * MIB, 4 * GIB])
+    ib = chosen("dgx-b200", 16, [16 * MIB, 4 * GIB], "infiniband-ndr")
+    assert gcp[0][2] == "LL" and ib[0][2] == "LL128"
+    assert gcp[1][2] == ib[1][2] == "Simple"
