@@ -18,7 +18,7 @@ import yaml
 
 from armillary.errors import SpecError
 from armillary.plan.layout import data_parallel
-from armillary.specs.model import Model
+from armillary.specs.model import MlpKind, Model, NormKind, PositionKind, TokenMixer
 from armillary.specs.strategy import (
     Attention,
     ContextParallel,
@@ -84,17 +84,83 @@ def deployment(target: Target, model: Model, system: System, strategy: Strategy,
     return vllm(model, system, strategy, workload) if target is Target.VLLM else trtllm(model, strategy, workload)
 
 
-def _model_args(model: Model, seq_len: int) -> list[str]:
+def _model_args(model: Model, seq_len: int, notes: list[str]) -> list[str]:
     args = ["--num-layers", str(model.layers), "--hidden-size", str(model.hidden), "--num-attention-heads",
             str(model.heads), "--ffn-hidden-size", str(model.ffn), "--seq-length", str(seq_len),
             "--max-position-embeddings", str(max(model.max_seq_len, seq_len))]
     if model.kv_heads is not None and model.kv_heads != model.heads:
         args += ["--group-query-attention", "--num-query-groups", str(model.kv_heads)]
     if model.moe is not None:
-        args += ["--num-experts", str(model.moe.experts), "--moe-router-topk", str(model.moe.top_k)]
-        if model.moe.expert_groups is not None:
-            args += ["--moe-router-num-groups", str(model.moe.expert_groups),
-                     "--moe-router-group-topk", str(model.moe.group_top_k)]
+        moe = model.moe
+        args += ["--num-experts", str(moe.experts), "--moe-router-topk", str(moe.top_k),
+                 "--moe-ffn-hidden-size", str(moe.expert_ffn)]
+        if moe.shared_experts:  # Megatron-Core fuses the shared experts into one MLP of their summed width
+            width = moe.shared_experts * (moe.shared_ffn or moe.expert_ffn)
+            args += ["--moe-shared-expert-intermediate-size", str(width)]
+        if moe.dense_layers:
+            args += ["--moe-layer-freq", f"([0]*{moe.dense_layers}+[1]*{model.layers - moe.dense_layers})"]
+        if moe.expert_groups is not None:
+            args += ["--moe-router-num-groups", str(moe.expert_groups), "--moe-router-group-topk", str(moe.group_top_k)]
+        if moe.router_bias:
+            notes.append("router bias (GPT-OSS): Megatron-Core's router linear has no bias argument")
+    return args + _architecture_args(model, notes)
+
+
+# Megatron-Core TransformerConfig defaults (megatron/core/transformer/transformer_config.py): GeLU MLP, LayerNorm,
+# learned absolute positions (arguments.py --position-embedding-type), biases on every linear layer, tied input
+# and output embeddings, dropout 0.1; each departure of the model from them is a flag, or a note
+_POSITION = {PositionKind.ROTARY: "rope", PositionKind.NONE: "none"}
+
+
+def _architecture_args(model: Model, notes: list[str]) -> list[str]:
+    """The block's architecture as Megatron-LM flags (arguments.py, TransformerConfig's generated flags)."""
+    args: list[str] = []
+    if model.mlp is MlpKind.SWIGLU:
+        args += ["--swiglu"]
+    elif model.mlp is not MlpKind.GELU:  # --squared-relu and --quick-geglu are other functions
+        notes.append(f"mlp {model.mlp.value}: Megatron-LM has no flag for it (--swiglu, --squared-relu, "
+                     "--quick-geglu are other activations); these arguments build a GeLU MLP")
+    if model.norm is NormKind.RMSNORM:
+        args += ["--normalization", "RMSNorm"]
+    if model.position in _POSITION:
+        args += ["--position-embedding-type", _POSITION[model.position]]
+    elif model.position is PositionKind.ALIBI:
+        notes.append("ALiBi positions: Megatron-LM has no ALiBi (--position-embedding-type is learned_absolute, "
+                     "rope, yarn, mrope, relative or none); these arguments learn absolute positions")
+    if not model.tied_embeddings:
+        args += ["--untie-embeddings-and-output-weights"]
+    if not model.linear_bias:
+        args += ["--disable-bias-linear"]
+    if model.qkv_bias and not model.linear_bias:
+        args += ["--add-qkv-bias"]
+    if not model.dropout:  # Megatron's default is 0.1 for both
+        args += ["--hidden-dropout", "0", "--attention-dropout", "0"]
+    if model.head_dim is not None and model.mla is None and model.head_dim * model.heads != model.hidden:
+        args += ["--kv-channels", str(model.head_dim)]
+    if model.qk_norm:
+        args += ["--qk-layernorm"]
+    if model.attention_sinks:
+        args += ["--softmax-type", "learnable"]
+    if model.mla is not None:
+        mla = model.mla
+        args += ["--multi-latent-attention", "--kv-lora-rank", str(mla.kv_lora_rank), "--qk-head-dim",
+                 str(mla.nope_head_dim), "--qk-pos-emb-head-dim", str(mla.rope_head_dim), "--v-head-dim",
+                 str(mla.v_head_dim)]
+        if mla.q_lora_rank is not None:
+            args += ["--q-lora-rank", str(mla.q_lora_rank)]
+    if model.sliding_window is not None:
+        args += ["--window-size", f"{model.sliding_window},0"]  # (left, right): causal
+        every = 1 / (1 - model.window_layers) if model.window_layers < 1 else 0.0
+        if every and abs(every - round(every)) < 1e-9:  # one full-attention layer after every - 1 windowed ones
+            args += ["--window-attn-skip-freq", str(round(every))]
+        elif model.window_layers < 1:
+            notes.append(f"sliding window on {model.window_layers:.0%} of layers: set --window-attn-skip-freq "
+                         "to the model's pattern of full-attention layers")
+    if model.token_mixer is not TokenMixer.ATTENTION or model.bitlinear is not None:
+        notes.append("MatMul-free (MLGRU token mixer / ternary BitLinear): not a Megatron-LM GPT model; these "
+                     "arguments build an attention transformer of the same sizes")
+    notes.append(f"vocabulary {model.vocab:,}: set by the tokenizer (--tokenizer-type / --tokenizer-model); "
+                 "Megatron pads it to a multiple of --make-vocab-size-divisible-by (128)")
     return args
 
 
@@ -170,7 +236,7 @@ def megatron(model: Model, system: System, s: Strategy, workload: Training) -> D
     if s.rank_order is RankOrder.PP_INNER:
         args += ["--use-tp-pp-dp-mapping"]
     args += ["--micro-batch-size", str(s.micro_batch), "--global-batch-size", str(workload.global_batch),
-             *_model_args(model, workload.seq_len), *_memory_args(s, notes)]
+             *_model_args(model, workload.seq_len, notes), *_memory_args(s, notes)]
     if s.overlap.dp_grad_reduce:
         args += ["--overlap-grad-reduce"]
     if s.overlap.param_gather and s.zero is not ZeroStage.NONE:
