@@ -18,7 +18,7 @@ from armillary.specs.model import Model
 from armillary.specs.stack import SoftwareStack, hopper_or_later
 from armillary.specs.strategy import Recompute, Strategy, ZeroStage
 from armillary.specs.system import System
-from armillary.specs.workload import BasePrecision, Lora, Training
+from armillary.specs.workload import BasePrecision, Lora, LoraTarget, Training
 from armillary.validation.reading import BadValueError, about_the_run, read_int, search_run
 from armillary.validation.vocabulary import (
     clean,
@@ -407,15 +407,36 @@ def _finetune(row: dict[str, str], notes: list[str]) -> Lora | None:
         raise Unsupported("model: a LoRA row must state one adapter rank ('LoRA rank 16'); "
                           + ("none stated" if not ranks else f"several: {sorted(ranks)}"))
     rank = ranks.pop()
-    qlora = kind.group(1).lower() == "qlora"
+    qlora = re.search(r"\bqlora\b", named, re.IGNORECASE) is not None  # "finetune/lora.py: QLoRA" is QLoRA
     precision = clean(row.get("precision")).lower()
     base = BasePrecision.NF4 if qlora else BasePrecision.FP8 if "fp8" in precision else BasePrecision.BF16
-    notes.append(f"{'QLoRA' if qlora else 'LoRA'} rank {rank} (read from the row), adapters on q, k, v, o (fused "
-                 f"QKV; MLPerf Llama 2 70B LoRA's targets, not stated by the row), frozen base {base.value}"
+    named_targets = _lora_targets(text)
+    targets = ("adapters on q, k, v, o (fused QKV; MLPerf Llama 2 70B LoRA's targets, not stated by the row)"
+               if named_targets is None else
+               f"adapters on {', '.join(t.value for t in named_targets)} (read from the row; one per projection)")
+    notes.append(f"{'QLoRA' if qlora else 'LoRA'} rank {rank} (read from the row), {targets}, frozen base {base.value}"
                  + (" (the row's precision has FP8: NeMo's fp8 parameters)" if base is BasePrecision.FP8 else "")
                  + "; every sample priced as one sequence of the row's seq tokens (MLPerf pads / packs GovReport "
                    "to max_seq_length)")
-    return Lora(rank=rank, base_precision=base)
+    if named_targets is None:
+        return Lora(rank=rank, base_precision=base)
+    return Lora(rank=rank, base_precision=base, target_modules=named_targets, fused=False)
+
+
+# the words a row uses for LoRA's target layers ("LoRA rank 8 on query and value"; LitGPT's lora_query, ...;
+# PEFT's q_proj, ...), in Hugging Face PEFT's names
+_LORA_TARGETS = ((LoraTarget.Q, r"query|q_proj"), (LoraTarget.K, r"key|k_proj"), (LoraTarget.V, r"value|v_proj"),
+                 (LoraTarget.O, r"projection|o_proj|output projection"), (LoraTarget.GATE, r"gate|gate_proj"),
+                 (LoraTarget.UP, r"up_proj|fc1"), (LoraTarget.DOWN, r"down_proj|fc2"))
+
+
+def _lora_targets(text: str) -> tuple[LoraTarget, ...] | None:
+    """The adapted layers a row names after 'on' ("rank 8 on query and value"); None when it names none."""
+    found = re.search(r"rank\s*\d+\s+on\s+([^;(,.]*)", text, re.IGNORECASE)
+    if found is None:
+        return None
+    named = tuple(t for t, words in _LORA_TARGETS if re.search(rf"\b(?:{words})\b", found.group(1), re.IGNORECASE))
+    return named or None
 
 
 def row_specs(row: dict[str, str]) -> list[RowSpecs]:

@@ -103,6 +103,22 @@ def _run_serving_row(row: dict[str, str]) -> RowResult:
     return RowResult(row["id"], group, metric.label, measured, predicted, predicted / measured - 1, notes)
 
 
+def _run_memory_row(row: dict[str, str]) -> RowResult:
+    """A measured peak memory per GPU of a training configuration (`memory_rows`), grouped by source."""
+    from armillary.validation.memory_rows import predict_memory
+
+    measured, group = float(row["value"]), source_group(row["id"])
+    try:
+        p = predict_memory(row)
+    except Unsupported as why:
+        return RowResult(row["id"], group, row.get("metric", ""), measured, None, None, (), skipped=str(why))
+    except ValueError as err:
+        return RowResult(row["id"], group, row.get("metric", ""), measured, None, None, (),
+                         skipped=f"invalid configuration: {err}")
+    return RowResult(row["id"], group, p.label, measured, p.predicted, p.predicted / measured - 1, p.notes,
+                     feasible=p.feasible)
+
+
 def run_row(row: dict[str, str]) -> RowResult:
     try:
         value = float(row.get("value") or "nan")
@@ -114,6 +130,8 @@ def run_row(row: dict[str, str]) -> RowResult:
                                                  f"{row.get('value')!r}")
     if row.get("kind") == "collective":
         return _run_collective_row(row)
+    if row.get("kind") == "memory":
+        return _run_memory_row(row)
     if row.get("kind") == "inference" and is_serving_row(row):
         return _run_serving_row(row)
     if row.get("kind") == "inference":
@@ -173,11 +191,12 @@ def read_rows(path: Path | str = DEFAULT_CSV) -> list[dict[str, str]]:
         raise SpecError(f"{path}: not a readable CSV file ({err})") from None
 
 
-def validate(path: Path | str = DEFAULT_CSV, kinds: Iterable[str] = ("training", "inference", "collective"),
+def validate(path: Path | str = DEFAULT_CSV,
+             kinds: Iterable[str] = ("training", "inference", "collective", "memory"),
              progress: Callable[[list[dict[str, str]]], Iterable[dict[str, str]]] = iter) -> list[RowResult]:
     """Every row of `kinds` in the CSV, run or skipped with the reason. `progress` wraps the row loop
     (the CLI passes a progress bar)."""
-    known = ("training", "inference", "collective")
+    known = ("training", "inference", "collective", "memory")
     if isinstance(kinds, str | bytes) or not isinstance(kinds, Iterable) or not set(kinds) <= set(known):
         raise SpecError(f"kinds: expected some of {', '.join(known)}, got {kinds!r}")
     wanted = set(kinds)

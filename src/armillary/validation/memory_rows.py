@@ -1,0 +1,92 @@
+"""Memory rows: a training configuration's measured peak memory per GPU against the memory model.
+
+A memory row (`kind` memory, `validation/data/memory.csv`) is a training row of the shared format whose
+`metric` is a peak memory per GPU. Its configuration is read exactly as a training row's (`rows.row_specs`,
+the same choice of recomputation where none is stated: `run.choose_candidate`); the figure compared is the
+one the source measured:
+- allocated (`torch.cuda.max_memory_allocated`): the model's tensors, nothing of the runtime's allowance;
+- reserved (`torch.cuda.max_memory_reserved`): the tensors plus what the caching allocator holds beyond
+  them (`Strategy.fragmentation` of the tensors), never the CUDA context, NCCL and library buffers outside
+  the allocator (`Strategy.memory_reserve`).
+The allowance stays explicit: what each figure includes is the breakdown's, named in the row's notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from armillary.estimate.result import MemoryBreakdown, StepEstimate
+from armillary.validation.rows import RowSpecs, Unsupported
+
+MEMORY_CSV = Path(str(resources.files("armillary.validation") / "data" / "memory.csv"))
+# bytes of each unit a memory row may state, spelled as published
+_UNITS = {"gib": 2**30, "gb": 1e9, "mib": 2**20, "mb": 1e6}
+ALLOCATED, RESERVED = "allocated", "reserved"
+
+
+def is_memory_row(row: dict[str, str]) -> bool:
+    """A row whose figure is a memory per GPU: kind memory."""
+    return row.get("kind", "").strip().lower() == "memory"
+
+
+def measure_of(row: dict[str, str]) -> str:
+    """What the row's memory figure counts: allocated or reserved (the metric names it)."""
+    metric = row.get("metric", "").lower()
+    found = {m for m in (ALLOCATED, RESERVED) if m in metric}
+    if len(found) != 1:
+        raise Unsupported(f"metric: a memory row must say 'allocated' or 'reserved', got {row.get('metric')!r}")
+    return found.pop()
+
+
+def unit_bytes(row: dict[str, str]) -> float:
+    """Bytes per unit of the row's value: GiB, GB, MiB or MB exactly as published."""
+    unit = row.get("unit", "").strip().lower()
+    if unit not in _UNITS:
+        raise Unsupported(f"unit: expected one of GiB, GB, MiB, MB for a memory row, got {row.get('unit')!r}")
+    return _UNITS[unit]
+
+
+def compared_bytes(hbm: MemoryBreakdown, reserve: float, measure: str) -> float:
+    """The bytes of the estimate's HBM breakdown that a measurement of `measure` sees: the tensors
+    (allocated), or the tensors and the allocator's fragmentation, which is the runtime allowance less the
+    reserve held outside the allocator (reserved)."""
+    tensors = float(hbm.total) - float(hbm.runtime)
+    return tensors if measure == ALLOCATED else float(hbm.total) - reserve
+
+
+@dataclass(frozen=True)
+class MemoryPrediction:
+    label: str  # "peak memory allocated per GPU" or "... reserved ..."
+    predicted: float  # in the row's unit
+    notes: tuple[str, ...]
+    feasible: bool
+
+
+def predict_memory(row: dict[str, str]) -> MemoryPrediction:
+    """The memory model's figure for a memory row, in the row's unit, with what it assumed."""
+    from armillary.validation.rows import row_specs
+    from armillary.validation.run import choose_candidate
+
+    measure, scale = measure_of(row), unit_bytes(row)
+    result, chosen = choose_candidate(row_specs({**row, "kind": "training"}))
+    predicted = compared_bytes(result.memory_hbm, float(chosen.strategy.memory_reserve), measure) / scale
+    notes = (*chosen.assumptions, _counted(result, chosen, measure))
+    if not bool(result.feasible):
+        notes = (*notes, "infeasible as configured: " + "; ".join(result.infeasible_reasons))
+    return MemoryPrediction(f"peak memory {measure} per GPU", predicted, notes, bool(result.feasible))
+
+
+def _counted(result: StepEstimate, chosen: RowSpecs, measure: str) -> str:
+    """What the compared figure holds, in GiB, for the row's notes."""
+    hbm = result.memory_hbm
+    parts = {"weights": hbm.weights, "gradients": hbm.gradients, "optimizer": hbm.optimizer_states,
+             "activations": hbm.activations, "checkpoints": hbm.checkpoints, "buffers": hbm.comm_buffers}
+    listed = ", ".join(f"{k} {float(v) / 2**30:.2f}" for k, v in parts.items())
+    outside = float(chosen.strategy.memory_reserve) / 2**30
+    if measure == ALLOCATED:
+        return f"compared: the tensors (GiB: {listed}); not the runtime allowance"
+    fragmentation = float(hbm.runtime) / 2**30 - outside
+    return (f"compared: the tensors (GiB: {listed}) and the allocator's fragmentation {fragmentation:.2f}; not the "
+            f"{outside:.2f} GiB reserve outside the allocator")
