@@ -9,6 +9,7 @@ all-to-all: one rank's send buffer; broadcast / reduce / send-recv: the message)
 | tree (double binary, pipelined) | 2 log2(p) a + min(p, 4)/2 n b | - |
 | halving-doubling (Rabenseifner) | 2 log2(p) a + 2(p-1)/p n b | log2(p) a + (p-1)/p n b |
 | direct (one-shot, needs a switch) | a + (p-1) n b | a + (p-1)/p n b |
+| direct, two-shot (ASTRA-sim's direct) | 2 a + 2(p-1)/p n b | a + (p-1)/p n b |
 | in-network reduction (switch reduces) | 2 a + n b_inr | 2 a + n b_inr (RS), 2 a + (p-1)/p n b_inr (AG) |
 
 The double binary tree (NCCL Tree; Sanders, Speck & Traeff 2009) splits the buffer over two trees in which
@@ -16,11 +17,11 @@ each rank is inner in one and a leaf in the other: an inner rank with two childr
 in one tree and n/2 up in the other, 2n in all, so the busiest rank sends n, 1.5 n, 2 n for p = 2, 3, >= 4
 (docs/formulas.md §1.2). A mesh is bounded by its corner devices, which have half the links of a torus's.
 
-Plus, for the one-shot all-reduce, a reduction term (p-1) n g after the transfer (g: 3 bytes moved per byte
-reduced through HBM); pipelined ring and tree kernels reduce while data streams through, hidden by the link.
-Each algorithm runs under a protocol (NCCL's LL, LL128, Simple: `PROTOCOLS`) that trades latency for
-bandwidth; the automatic choice takes the fastest (algorithm, protocol) pair for each size, as NCCL's tuner
-does (docs/formulas.md §1.3), which gives the size-dependent efficiency of real runs.
+Plus, for the one-shot all-reduce, a reduction term (p-1) n g ((p-1)/p n g two-shot) after the transfer
+(g: 3 bytes moved per byte reduced through HBM); pipelined ring and tree kernels reduce while data streams
+through, hidden by the link. Each algorithm runs under a protocol (NCCL's LL, LL128, Simple: `PROTOCOLS`)
+that trades latency for bandwidth; the automatic choice takes the fastest (algorithm, protocol) pair for each
+size, as NCCL's tuner does (docs/formulas.md §1.3), which gives the size-dependent efficiency of real runs.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 from armillary.numerics import Array, any_true, minimum
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.efficiency import EfficiencyCurve
-from armillary.specs.network import SWITCHED, NetworkDimension, NetworkKind
+from armillary.specs.network import SWITCHED, DirectAllReduce, NetworkDimension, NetworkKind
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,9 @@ def bus_factor(op: Collective, ranks: Array) -> Array:
 
 
 def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
-                     log_p: Array) -> tuple[Array, Array] | None:
-    """(latency steps, bytes sent per rank) of `alg` for `op`, or None where it does not apply.
+                     log_p: Array, two_shot: bool = False) -> tuple[Array, Array] | None:
+    """(latency steps, bytes sent per rank) of `alg` for `op`, or None where it does not apply; `two_shot`:
+    a direct all-reduce is a reduce-scatter then an all-gather (ASTRA-sim's direct), not one-shot.
     Works on floats and on arrays alike."""
     frac = (p - 1) / p
     if alg is Algorithm.SYNTHESIZED:  # costed by comm/synthesized_cost.py when pinned
@@ -106,8 +108,8 @@ def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
             return 2 * log_p, minimum(p, 4.0) / 2 * n
         if alg is Algorithm.HALVING_DOUBLING:
             return 2 * log_p, 2 * frac * n
-        if alg is Algorithm.DIRECT:
-            return 1.0 + 0 * p, (p - 1) * n
+        if alg is Algorithm.DIRECT:  # one-shot, or two one-step phases (ASTRA-sim AllToAll.cc)
+            return (2.0 + 0 * p, 2 * frac * n) if two_shot else (1.0 + 0 * p, (p - 1) * n)
         return 2.0 + 0 * p, n + 0 * p  # in-network: send n up, receive n reduced
     if op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):
         if alg is Algorithm.RING:
@@ -306,7 +308,8 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     for a_index, alg, link in _candidates(net):
         if (algorithm is not Algorithm.AUTO and alg is not algorithm) or alg in exclude:
             continue
-        steps_bytes = _steps_and_bytes(op, alg, n_bytes, p, log_p)
+        two_shot = net.direct == DirectAllReduce.TWO_SHOT
+        steps_bytes = _steps_and_bytes(op, alg, n_bytes, p, log_p, two_shot)
         if steps_bytes is None:
             continue
         steps, sent = steps_bytes
@@ -316,7 +319,8 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
             steps = steps * ring_hops / (p - 1)
         reduce_time: Array = 0.0
         if reduces and alg is Algorithm.DIRECT:  # one-shot reduces the p received buffers afterwards
-            reduced = (p - 1) * n_bytes if op is Collective.ALL_REDUCE else (p - 1) / p * n_bytes
+            one_shot = op is Collective.ALL_REDUCE and not two_shot  # two-shot: the reduce-scatter's share
+            reduced = (p - 1) * n_bytes if one_shot else (p - 1) / p * n_bytes
             reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
         for p_index, proto in enumerate(PROTOCOLS):
             if alg is Algorithm.IN_NETWORK and proto.name != "Simple":

@@ -240,7 +240,11 @@ def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) ->
             stages.append([net.phase(i, op, message)])
             continue
         at_top = _when(top, partial(net.phase, i, op, message, exclude=nccl_top))
-        if op is Collective.ALL_REDUCE and not pipelined:  # below the top: reduce-scatter, later all-gather
+        if op is Collective.ALL_REDUCE and (not pipelined or not nccl_top):
+            # below the top: reduce-scatter up, all-gather down (ASTRA-sim, Sys.cc generate_all_reduce), not
+            # the dimension's all-reduce: a one-shot direct all-reduce would send (p - 1) n, not 2 (p - 1)/p n.
+            # NCCL's tree family keeps the dimension's all-reduce below the top (its intra-node reduce and
+            # broadcast, NVLS or chain)
             below = [_when(_not(top), partial(net.phase, i, o, message))
                      for o in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER)]
             stages.append([_select(top, at_top, NOTHING)] + [_select(top, NOTHING, b) for b in below])

@@ -35,6 +35,21 @@ class NetworkKind(StrEnum):
 SWITCHED = (NetworkKind.SWITCH, NetworkKind.FULLY_CONNECTED, NetworkKind.FAT_TREE, NetworkKind.RAIL_OPTIMIZED)
 
 
+class DirectAllReduce(StrEnum):
+    """What `direct` means for an all-reduce on a dimension (both exchange with every peer at once).
+
+    - one_shot: every rank sends its whole buffer to every peer and reduces the p buffers itself: 1 step,
+      (p - 1) n bytes per rank (NCCL-side custom all-reduce, TensorRT-LLM ONESHOT).
+    - two_shot: a reduce-scatter then an all-gather, each one step to all p - 1 peers at once: 2 steps,
+      2 (p - 1) / p n bytes, (p - 1) / p n reduced (ASTRA-sim's `direct`, astra-sim
+      system/astraccl/native_collectives/collective_algorithm/AllToAll.cc, a Ring with p - 1 parallel
+      transfers; TensorRT-LLM TWOSHOT).
+    """
+
+    ONE_SHOT = "one_shot"
+    TWO_SHOT = "two_shot"
+
+
 class CollectiveLibrary(StrEnum):
     """How collectives that span several dimensions are run (docs/formulas.md §1.5).
 
@@ -119,6 +134,10 @@ class NetworkDimension(Spec):
     shared_by: PositiveInt = Field(
         1, description="devices sharing each link of `bandwidth` (e.g. 2 when 4 NICs serve 8 GPUs)")
     shape: tuple[PositiveInt, ...] | None = Field(None, description="torus / mesh axes, e.g. [4, 4, 4]")
+    direct: DirectAllReduce = Field(
+        DirectAllReduce.ONE_SHOT, description="the all-reduce `direct` runs here: one_shot (every buffer to "
+        "every peer, reduced locally) or two_shot (reduce-scatter then all-gather, each to all peers at once: "
+        "ASTRA-sim's direct)")
     algorithms: tuple[Algorithm, ...] = Field(
         NCCL_ALGORITHMS, min_length=1,
         description="algorithms the communication library offers on this dimension (auto picks)")
