@@ -1,5 +1,6 @@
-"""Network commands: a collective's modelled cost (`collective`), measuring one (`commbench`), and fitting
-a system's network tier to a measurement (`calibrate-network`)."""
+"""Network commands: a collective's modelled cost (`collective`), measuring one (`commbench`), fitting
+a system's network tier to a measurement (`calibrate-network`), and choosing each network dimension's
+bandwidth for a run (`network-optimize`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from armillary import api, defaults
-from armillary.cli.common import SystemOption, print_json, reported, show, writable
+from armillary.cli.common import (
+    JsonFlag,
+    RunFileArg,
+    SystemOption,
+    load_run_file,
+    print_json,
+    reported,
+    show,
+    writable,
+)
 from armillary.errors import SpecError
 from armillary.report import records, tables
 from armillary.specs.communication import Algorithm, Collective, Composition
@@ -212,3 +222,65 @@ def _collective(op: str) -> Collective:
     if operation is Collective.SEND_RECV:
         raise SpecError("--op send_recv is point-to-point, not a collective")
     return operation
+
+
+def network_optimize_cmd(
+    run_file: RunFileArg,
+    total: Annotated[str | None, typer.Option(help="total bandwidth per device over all dimensions (at most; "
+                                              "exactly with --total-exact)")] = None,
+    total_exact: Annotated[bool, typer.Option(help="the dimensions add up to exactly --total")] = False,
+    budget: Annotated[float | None, typer.Option(help="network cost cap ($ per device)")] = None,
+    objective: Annotated[str, typer.Option(help="time, time_cost (step x (device $ + network $), LIBRA's "
+                                           "perf-per-cost) or time_power (step x (device W + network W))")] = "time",
+    gpu_cost: Annotated[float | None, typer.Option(help="with time_cost: $ per device besides the network "
+                                                   "(default: presets/costs/device-prices.yaml); with "
+                                                   "time_power: W (default: the device's board power); 0 "
+                                                   "weighs the network alone")] = None,
+    cost: Annotated[str | None, typer.Option(help="$ per GB/s per device of each dimension, comma list "
+                                             "(default: each dimension's `component` class, inferred by kind "
+                                             "where none is named)")] = None,
+    power: Annotated[str | None, typer.Option(help="W per GB/s per device of each dimension, comma list "
+                                              "(default: each dimension's `component` class)")] = None,
+    minimum: Annotated[str, typer.Option("--min", help="least bandwidth of any dimension")] = "1GB/s",
+    maximum: Annotated[str | None, typer.Option("--max", help="most bandwidth of any dimension")] = None,
+    fix: Annotated[list[str] | None, typer.Option(help="DIM=BW: a dimension (name or index) at exactly BW; "
+                                                  "repeat for several")] = None,
+    sum_: Annotated[list[str] | None, typer.Option("--sum", help="DIM+DIM<=BW or DIM+DIM=BW: a sum of chosen "
+                                                   "dimensions; repeat for several")] = None,
+    order: Annotated[list[str] | None, typer.Option(help="DIM>=DIM: one dimension at least as fast as "
+                                                    "another; repeat for a partial order")] = None,
+    ordered: Annotated[bool, typer.Option(help="inner dimensions at least as fast as outer ones")] = False,
+    pipelined: Annotated[bool, typer.Option(help="a collective runs at its slowest dimension (else: sum)")] = True,
+    plot: Annotated[Path | None, typer.Option(help="save step time vs network cost over the budget range")] = None,
+    refine: Annotated[bool, typer.Option(help="then refine with the full estimator as the objective")] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Choose each network dimension's bandwidth for the run's step (LIBRA-style convex program; --refine:
+    then a pattern search on the full estimator, so algorithms and overlap move with the bandwidths).
+    A run that `estimate` calls infeasible is refused."""
+    from armillary.report.bandwidth_table import plan_record, plan_table
+    from armillary.search.bandwidth_options import ConstraintOptions, constraints
+    from armillary.search.network_bandwidth import BandwidthObjective
+    from armillary.search.network_optimize import NetworkRequest, optimize_network
+    from armillary.specs.workload import Training
+
+    writable(plot)
+    model, system, strategy, workload = load_run_file(run_file)
+    if not isinstance(workload, Training):
+        raise SpecError("network-optimize takes a training run")
+    try:
+        goal = BandwidthObjective(objective)
+    except ValueError:
+        raise SpecError(f"--objective {objective!r}: one of {', '.join(o.value for o in BandwidthObjective)}") from None
+    options = ConstraintOptions(total, total_exact, budget, minimum, maximum, ordered, tuple(fix or ()),
+                                tuple(sum_ or ()), tuple(order or ()), cost, power)
+    request = NetworkRequest(constraints(options, system), goal, pipelined, gpu_cost, refine)
+    plan = optimize_network(model, system, strategy, workload, request)
+    if json_out:
+        print_json(plan_record(plan, goal))
+    else:
+        show([plan_table(system, plan, goal)])
+    if plot is not None:  # saved after printing: a failed save does not lose the optimum
+        from armillary.report.bandwidth_plot import time_vs_cost_plot
+
+        time_vs_cost_plot(plan.work, plan.constraints, plot)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,7 @@ def time_vs_cost_plot(work: BandwidthWorkload, cons: BandwidthConstraints, path:
     import matplotlib.pyplot as plt
 
     weights = cons.cost_per_bw if cons.cost_per_bw is not None else np.full(len(cons.lower), 1e-9)
-    costed = BandwidthConstraints(cons.lower, cons.upper, cons.total, cons.ordered, weights, None,
-                                  cons.power_per_bw, cons.power_budget)
+    costed = replace(cons, cost_per_bw=weights, budget=None)  # every other constraint kept
     low = float(weights @ cons.lower)
     high = cons.budget if cons.budget is not None else float(weights @ cons.upper)
     curve = time_cost_curve(work, costed, np.geomspace(low * 1.01, high, points))

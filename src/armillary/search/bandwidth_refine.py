@@ -1,8 +1,9 @@
 """The full estimator as the bandwidth objective: a derivative-free pattern search that starts from the
 convex (LIBRA-model) optimum and moves bandwidth between dimensions while the estimator's step time falls,
 so that algorithm choice, pipelining across dimensions and overlap with compute move with the bandwidths
-(the LIBRA model holds them fixed). Moves keep the total and every linear constraint (compass search on the
-constraint set, Kolda, Lewis & Torczon 2003, §3)."""
+(the LIBRA model holds them fixed). Moves keep the total and every linear constraint, equalities included
+(compass search on the constraint set, Kolda, Lewis & Torczon 2003, §3). With `weights` the score is the
+perf-per-cost product step x (fixed + weights . b) instead of the step (`network_bandwidth.optimize`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class Refined:
     step_time_s: float
     start_step_time_s: float  # the estimator's step at the starting bandwidths
     evaluations: int
+    moved: bool = False  # the search left the starting bandwidths
 
 
 def with_bandwidths(system: System, bandwidth: np.ndarray) -> System:
@@ -42,12 +44,19 @@ def estimator_step(model: Model, system: System, strategy: Strategy, workload: T
 
 
 def refine(model: Model, system: System, strategy: Strategy, workload: Training, start: np.ndarray,
-           cons: BandwidthConstraints, step: float = 0.1, tol: float = 1e-3, budget: int = 400) -> Refined:
-    """Move a fraction `step` of one dimension's bandwidth to another while the step time falls; halve the
+           cons: BandwidthConstraints, step: float = 0.1, tol: float = 1e-3, budget: int = 400,
+           weights: np.ndarray | None = None, fixed: float = 0.0) -> Refined:
+    """Move a fraction `step` of one dimension's bandwidth to another while the score falls; halve the
     fraction when no move helps, until it is below `tol` or `budget` estimates are spent."""
     a, c = cons.rows()
+    e_rows, e = cons.equalities()
     b = np.asarray(start, dtype=float).copy()
-    best = first = estimator_step(model, system, strategy, workload, b)
+
+    def score(t: float, x: np.ndarray) -> float:
+        return t if weights is None else t * (fixed + float(weights @ x))
+
+    t_best = first = estimator_step(model, system, strategy, workload, b)
+    best = score(t_best, b)
     evaluations = 1
     n = len(b)
     while step >= tol and evaluations < budget:
@@ -60,12 +69,13 @@ def refine(model: Model, system: System, strategy: Strategy, workload: Training,
                 moved = step * trial[j]
                 trial[j] -= moved
                 trial[i] += moved
-                if np.any(a @ trial > c + 1e-9 * np.abs(c) + 1e-9):
+                if np.any(a @ trial > c + 1e-9 * np.abs(c) + 1e-9) or np.any(
+                        np.abs(e_rows @ trial - e) > 1e-9 * np.abs(e) + 1e-9):
                     continue
                 t = estimator_step(model, system, strategy, workload, trial)
                 evaluations += 1
-                if t < best * (1 - 1e-9):
-                    b, best, improved = trial, t, True
+                if score(t, trial) < best * (1 - 1e-9):
+                    b, t_best, best, improved = trial, t, score(t, trial), True
         if not improved:
             step /= 2
-    return Refined(b, best, first, evaluations)
+    return Refined(b, t_best, first, evaluations, bool(np.any(b != np.asarray(start))))
