@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from armillary.cli import app
 from armillary.specs.loading import load_system
 from armillary.validation.collective_bands import (
+    BAND_MIN_ROWS,
     UNCALIBRATED,
     CollectiveResidual,
     band_of,
@@ -39,6 +40,15 @@ def test_a_small_class_or_an_uncalibrated_fabric_takes_the_wider_pooled_band():
     assert "InfiniBand" in ib.regime and ib.rows >= 100 and 0 < ib.relative < pooled.relative
     few = [CollectiveResidual(f"X-{i}", "X", "Omni-Path", False, 0.01) for i in range(3)]
     assert UNCALIBRATED in band_of("Omni-Path", False, [*residuals, *few]).regime
+
+
+def test_a_class_measured_by_one_sweep_takes_the_pooled_band():
+    """Eight rows of one sweep say how that sweep scatters, not how far the next lands (BAND_MIN_SOURCES)."""
+    residuals = shipped_collective_residuals()
+    one = [CollectiveResidual(f"X-{i}", "X", "Omni-Path", False, 0.01) for i in range(BAND_MIN_ROWS)]
+    assert UNCALIBRATED in band_of("Omni-Path", False, [*residuals, *one]).regime
+    two = [*one, CollectiveResidual("Y-1", "Y", "Omni-Path", False, 0.02)]
+    assert "Omni-Path" in band_of("Omni-Path", False, [*residuals, *two]).regime
 
 
 def test_bands_cover_most_rows_of_a_left_out_sweep():

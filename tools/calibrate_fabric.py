@@ -226,7 +226,7 @@ def fit_fabric(name: str, prefixes: list[str], csv: Path) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) < 2:
+    if len(argv) < (1 if argv[:1] == ["--residuals"] else 2):
         raise SystemExit(__doc__)
     if argv[0] == "--residuals":
         write_residuals(Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV)

@@ -25,6 +25,10 @@ COLLECTIVE_RESIDUALS = Path(str(resources.files("armillary.validation") / "data"
 # 70-84% per class, with the 90th in 72-100% (tools/calibrate_fabric.py --residuals prints it)
 BAND_QUANTILE = 0.9
 BAND_MIN_ROWS = 8  # fewer rows in a class: the band of all classes of that size regime, marked uncalibrated
+# fewer measured sweeps in a class: the same. One sweep's rows show its own scatter around a fit often made on
+# it, not how far a new sweep lands: left out in turn, GCP's A4 sweep was covered by the A3 Mega sweep's band
+# in 12 of 24 rows (Ethernet/GCP 78% -> 91% with two sweeps required)
+BAND_MIN_SOURCES = 2
 UNCALIBRATED = "uncalibrated fabric"
 
 
@@ -39,12 +43,12 @@ class CollectiveResidual:
 
 def band_of(fabric_class: str | None, small: bool, residuals: Sequence[CollectiveResidual]) -> ErrorBand:
     """The BAND_QUANTILE of |error| over the residuals of `fabric_class` in the same size regime (below / from
-    1 MiB); a class with fewer than BAND_MIN_ROWS rows (or none: a fabric no sweep calibrated) takes the band
-    of every scale-out class in that size regime, named uncalibrated."""
+    1 MiB); a class with fewer than BAND_MIN_ROWS rows or BAND_MIN_SOURCES sweeps (or none: a fabric no sweep
+    calibrated) takes the band of every scale-out class in that size regime, named uncalibrated."""
     size = "< 1 MiB" if small else ">= 1 MiB"
     rows = [r for r in residuals if r.small == small and r.fabric_class == fabric_class]
     regime = f"collective, {fabric_class}, {size}"
-    if len(rows) < BAND_MIN_ROWS:
+    if len(rows) < BAND_MIN_ROWS or len({r.source for r in rows}) < BAND_MIN_SOURCES:
         rows = [r for r in residuals if r.small == small and r.fabric_class != ONE_DOMAIN]
         regime = f"collective, {UNCALIBRATED} ({fabric_class or 'unknown'}: all classes), {size}"
     if not rows:
