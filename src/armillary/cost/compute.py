@@ -24,37 +24,63 @@ _GEMM_PRECISION = {
 # fp8 recipes run only the linear layers in fp8: attention and the LM head stay in bf16 (Transformer
 # Engine recipes as used by Megatron-Core / NeMo; DeepSeek-V3 report §3.3.1 keeps the same split).
 _KEPT_16BIT = {**_GEMM_PRECISION, TrainingPrecision.FP8: Precision.BF16}
+# the block-scaled formats of plan.codes.BLOCK_FORMAT (code 1, 2, 3), after the four recipe families
+_BLOCK_FORMATS = (Precision.MXFP8, Precision.NVFP4, Precision.MXFP4)
 
 
 def _precisions(sixteen_bit: bool) -> list[Precision]:
+    """The GEMM precision of each combined code (`_combined`): the recipe families, then the block formats
+    (kept at 16 bits where `sixteen_bit`)."""
     table = _KEPT_16BIT if sixteen_bit else _GEMM_PRECISION
-    return [table[p] for p in PRECISION.members]
+    formats = [Precision.BF16] * len(_BLOCK_FORMATS) if sixteen_bit else list(_BLOCK_FORMATS)
+    return [table[p] for p in PRECISION.members] + formats
 
 
-def matrix_peak(device: Device, precision_code: Array, sixteen_bit: bool = False) -> Array:
-    """Peak GEMM FLOP/s for each precision code (`plan.codes.PRECISION`)."""
+def _combined(precision_code: Array, block_format: Array) -> Array:
+    """One code for a recipe family (`plan.codes.PRECISION`) and a block format (`plan.codes.BLOCK_FORMAT`):
+    the family's below 4, 3 + the format's above."""
+    if not isinstance(block_format, np.ndarray) and block_format == 0:
+        return precision_code
+    if not isinstance(block_format, np.ndarray) and not isinstance(precision_code, np.ndarray):
+        return len(PRECISION.members) - 1 + float(block_format)
+    return np.where(np.asarray(block_format) > 0, len(PRECISION.members) - 1 + np.asarray(block_format),
+                    precision_code)
+
+
+def matrix_peak(device: Device, precision_code: Array, sixteen_bit: bool = False, block_format: Array = 0.0) -> Array:
+    """Peak GEMM FLOP/s for each precision code (`plan.codes.PRECISION`) and block format
+    (`plan.codes.BLOCK_FORMAT`). Only the precisions in use are looked up (a device without fp4 matrix units
+    prices every other point of a sweep)."""
     precisions = _precisions(sixteen_bit)
-    if not isinstance(precision_code, np.ndarray):
-        return device.matrix_peak(precisions[int(precision_code)])
-    return np.array([device.matrix_peak(p) for p in precisions])[precision_code.astype(int)]
+    code = _combined(precision_code, block_format)
+    if not isinstance(code, np.ndarray):
+        return device.matrix_peak(precisions[int(code)])
+    index = code.astype(int)
+    used = set(np.unique(index).tolist())
+    return np.array([device.matrix_peak(p) if i in used else np.nan for i, p in enumerate(precisions)])[index]
 
 
-def _efficiency(device: Device, precision_code: Array, sixteen_bit: bool, flop: np.ndarray) -> np.ndarray:
+def _efficiency(device: Device, code: Array, sixteen_bit: bool, flop: np.ndarray) -> np.ndarray:
     precisions = _precisions(sixteen_bit)
-    if np.ndim(precision_code) == 0:
-        return device.gemm_efficiency(precisions[int(precision_code)])(flop)
-    code = np.asarray(precision_code, dtype=int)
-    curves = np.stack([device.gemm_efficiency(p)(flop) for p in precisions])
-    return np.take_along_axis(curves, np.broadcast_to(code, np.broadcast_shapes(code.shape, flop.shape))[None],
+    if np.ndim(code) == 0:
+        return device.gemm_efficiency(precisions[int(code)])(flop)
+    index = np.asarray(code, dtype=int)
+    used = set(np.unique(index).tolist())
+    curves = np.stack([device.gemm_efficiency(p)(flop) if i in used else np.zeros(np.shape(flop))
+                       for i, p in enumerate(precisions)])
+    return np.take_along_axis(curves, np.broadcast_to(index, np.broadcast_shapes(index.shape, flop.shape))[None],
                               axis=0)[0]
 
 
 def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, sixteen_bit: bool = False,
-                 ceiling: float | None = None, stream_efficiency: float | None = None) -> np.ndarray:
+                 ceiling: float | None = None, stream_efficiency: float | None = None,
+                 block_format: Array = 0.0) -> np.ndarray:
     """Roofline time of each op on `device`, stacked along the first axis (one vectorized evaluation for
     all kernels of a layer). `sixteen_bit`: the ops that fp8 recipes keep in bf16. `ceiling`: the kernels'
     highest share of the matrix peak; `stream_efficiency`: the share of the HBM bandwidth they stream at
-    (kernels slower than the device's own: an engine's fused MoE)."""
+    (kernels slower than the device's own: an engine's fused MoE). `block_format`: the GEMMs run in that
+    block-scaled format (`plan.codes.BLOCK_FORMAT`; 0: the recipe family's precision)."""
+    precision_code = _combined(precision_code, 0.0 if sixteen_bit else block_format)
     flop = _stacked([op.flop for op in ops], np.shape(precision_code))
     size = _stacked([op.flop / op.group for op in ops], np.shape(precision_code))  # one problem's FLOPs
     moved = _stacked([op.bytes for op in ops], np.shape(precision_code))

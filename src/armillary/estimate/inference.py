@@ -38,9 +38,9 @@ from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.codes import RECOMPUTE_NONE
 from armillary.plan.layout import busiest_stage_layers
 from armillary.plan.placement import Placement, pair_across, place_expert_groups, place_groups
-from armillary.specs.strategy import Strategy, TrainingPrecision
+from armillary.specs.strategy import BlockFormat, Strategy, TrainingPrecision
 from armillary.specs.system import Precision, System
-from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, WeightScales
+from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, StoredPrecision, WeightScales
 from armillary.workload.attention import (
     cache_read_bytes,
     fused_attention_op,
@@ -238,8 +238,7 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
         raise SpecError(f"strategy: {spans.message}")
     st = replace(StrategyArrays.of(strategy, 1), sequence_parallel=0.0, recompute=RECOMPUTE_NONE, cp=1.0)
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
-    fp8 = strategy.precision is TrainingPrecision.FP8
-    weights = w.weights.bytes if w.weights is not None else (1.0 if fp8 else e)
+    weights = w.weights.bytes if w.weights is not None else recipe_weight_bytes(strategy, float(e))
     cache = w.kv_cache.precision.bytes if w.kv_cache.precision is not None else e
     if w.kv_cache.tier2_fraction > 0 and system.device.second_tier is None:
         raise SpecError(f"workload.kv_cache.tier2_fraction: the device {system.device.name} has no second memory tier")
@@ -265,6 +264,15 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
                         placed.tp, placed.pp, groups, expanded, groups_dp, attention_group,
                         placed.cp if strategy.cp > 1 else None, float(strategy.cp), float(w.absorbed_mla_prefill),
                         float(m.kv_lora > 0 and w.mla_decode is MlaDecode.MATERIALIZED), attention_weights)
+
+
+def recipe_weight_bytes(strategy: Strategy, activation_bytes: float) -> float:
+    """Bytes per weight a serving recipe stores when the workload names none: its block format's, scales
+    included (NVFP4 0.5625: W4A4 checkpoints such as NVIDIA's ModelOpt NVFP4 ones), fp8's (1), else the
+    activation precision's."""
+    if strategy.block_format is not BlockFormat.NONE:
+        return StoredPrecision(strategy.block_format.value).bytes
+    return 1.0 if strategy.precision is TrainingPrecision.FP8 else activation_bytes
 
 
 def engine_fp8_kernels(system: System, w: Inference) -> Fp8Kernels | None:

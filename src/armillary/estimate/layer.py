@@ -35,6 +35,7 @@ from armillary.specs.communication import Collective
 from armillary.specs.system import Device, System
 from armillary.workload.experts import ExpertsForward
 from armillary.workload.ops import Op
+from armillary.workload.quantize import quantize_ops
 from armillary.workload.transformer import Ends, LayerForward
 
 # Backward element-wise kernels read the output gradient and the saved input and write the input
@@ -121,7 +122,8 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     """Per-pass cost of one layer and of the model's ends, and the layer's TP / SP / CP / EP calls per
     micro-batch. `experts`: the routed experts of an MoE layer, exchanged over `exchange.expert_groups`;
     `adapters`: LoRA fine-tuning of a frozen base (its embedding and LM head frozen too)."""
-    kt = layer_kernels(fw, ends, experts, system.device, st.precision, st.attention, st.expert_gemm_call)
+    kt = layer_kernels(fw, ends, experts, system.device, st.precision, st.attention, st.expert_gemm_call,
+                       st.block_format, st.attention_projections, st.bf16_layers)
     passes = _passes(fw, kt, experts, st, system.device)
     base_weight_t = passes[2].time_s  # the base GEMMs' time, what TP all-reduces hide behind
     if adapters is not None:
@@ -188,10 +190,12 @@ def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, 
         where(flash > 0, FLASH_BACKWARD_FACTOR * fw.flash_attention.flop, 2 * core_gemm_flop),
         where(flash > 0, FLASH_BACKWARD_FACTOR * fw.flash_attention.bytes, 2 * core_gemm_bytes + k * fw.softmax.bytes),
         where(flash > 0, FLASH_BACKWARD_FACTOR * kt.flash, 2 * kt.core_gemms + k * kt.softmax))
-    forward = PassCost(gemm_flop + core_f.flop, gemm_bytes + stream_bytes + core_f.bytes,
-                       weight_gemm_t + stream_t + core_f.time_s)
-    backward_input = PassCost(gemm_flop + core_b.flop, gemm_bytes + k * stream_bytes + core_b.bytes,
-                              weight_gemm_t + k * stream_t + core_b.time_s)
+    # a block-scaled recipe quantizes the GEMM inputs in forward, the output gradients in backward
+    quantize_f, quantize_b = quantize_ops(fw, experts, st.block_format, st.attention_projections, st.bf16_layers)
+    forward = PassCost(gemm_flop + core_f.flop, gemm_bytes + stream_bytes + core_f.bytes + quantize_f.bytes,
+                       weight_gemm_t + stream_t + core_f.time_s + kt.quantize_forward)
+    backward_input = PassCost(gemm_flop + core_b.flop, gemm_bytes + k * stream_bytes + core_b.bytes + quantize_b.bytes,
+                              weight_gemm_t + k * stream_t + core_b.time_s + kt.quantize_backward)
     backward_weight = PassCost(gemm_flop, gemm_bytes, gemm_t)
     return forward, backward_input, backward_weight, core_f, core_b
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.numerics import Array
-from armillary.plan.codes import SCHEDULE, STRATEGY_FIELDS, encode, strategy_value
+from armillary.plan.codes import PROJECTIONS, SCHEDULE, STRATEGY_FIELDS, encode, strategy_value
 from armillary.specs.model import Model, PositionKind, TernaryKernel, TokenMixer
 from armillary.specs.strategy import RecomputeModule, Strategy
 from armillary.specs.workload import BasePrecision, LoraTarget, Training
@@ -155,6 +155,9 @@ class StrategyArrays:
     recompute_share: Array = 1.0
     offload_activation_layers: Array = 0.0  # the first N layers of each chunk; 0 = every layer
     grad_reduce_bf16: Array = 0.0  # 0/1: data-parallel gradients reduced in bf16 (Strategy.grad_reduce_in_bf16)
+    block_format: Array = 0.0  # plan.codes.BLOCK_FORMAT: 0 none, 1 mxfp8, 2 nvfp4, 3 mxfp4
+    attention_projections: Array = 0.0  # plan.codes.PROJECTIONS: 0 the recipe's format, 1 fp8, 2 bf16
+    bf16_layers: Array = 0.0  # layers a quantized recipe runs wholly in bf16 (first and last; QuantizedGemms)
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
@@ -180,6 +183,8 @@ def _coded(s: Strategy, dp: int) -> StrategyArrays:
         zero3_rank_copy=s.zero3_rank_copy or 0.0, expert_gemm_call=s.expert_gemm_call or 0.0,
         memory_reserve=s.memory_reserve, fragmentation=s.fragmentation,
         grad_reduce_bf16=float(s.grad_reduce_in_bf16),
+        bf16_layers=s.quantized_gemms.first_layers_bf16 + s.quantized_gemms.last_layers_bf16,
+        attention_projections=PROJECTIONS.code(s.quantized_gemms.attention_projections),
         **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
     )
 

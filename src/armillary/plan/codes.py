@@ -14,7 +14,9 @@ from typing import Any, Generic, TypeVar
 
 from armillary.specs.strategy import (
     Attention,
+    BlockFormat,
     ContextParallel,
+    ProjectionPrecision,
     RankOrder,
     Recompute,
     Schedule,
@@ -41,6 +43,8 @@ class Codes(Generic[E]):
 
 
 PRECISION = Codes((TrainingPrecision.FP32, TrainingPrecision.BF16, TrainingPrecision.FP16, TrainingPrecision.FP8))
+BLOCK_FORMAT = Codes((BlockFormat.NONE, BlockFormat.MXFP8, BlockFormat.NVFP4, BlockFormat.MXFP4))
+PROJECTIONS = Codes((ProjectionPrecision.RECIPE, ProjectionPrecision.FP8, ProjectionPrecision.BF16))
 RECOMPUTE = Codes((Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL))
 SCHEDULE = Codes((Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1))
 # 0 standard attention, else the FlashAttention version (1, 2, 3)
@@ -83,6 +87,7 @@ STRATEGY_FIELDS: dict[str, StrategyField] = {
     "recompute_layers": StrategyField(("recompute_layers",)),
     "zero": StrategyField(("zero",), ZERO),
     "precision": StrategyField(("precision",), PRECISION),
+    "block_format": StrategyField(("block_format",), BLOCK_FORMAT),
     "attention": StrategyField(("attention",), ATTENTION),
     "rank_order": StrategyField(("rank_order",), RANK_ORDER),
     "cp_comm": StrategyField(("cp_comm",), CP_COMM),

@@ -203,7 +203,7 @@ def layout_bounds(problem: Problem) -> np.ndarray:
     gpus = problem.system.devices
     if problem.objective is Objective.TIME:
         return np.broadcast_to(time_floor(problem.model, problem.system, problem.workload, problem.space, pp, vpp,
-                                          gpus // (tp * pp * cp)), tp.shape)
+                                          gpus // (tp * pp * cp), problem.base), tp.shape)
     return np.broadcast_to(memory_floor(problem.model, problem.base, problem.space, tp, pp, cp, gpus,
                                         problem.workload), tp.shape)
 

@@ -23,8 +23,8 @@ from armillary.plan.codes import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, encode, wi
 from armillary.plan.layout import data_parallel_degree, fewest_stage_layers, stage_layers
 from armillary.specs.base import Spec
 from armillary.specs.model import Model, TokenMixer
-from armillary.specs.strategy import Attention, RankOrder, Recompute, Strategy, ZeroStage
-from armillary.specs.system import System
+from armillary.specs.strategy import Attention, BlockFormat, RankOrder, Recompute, Strategy, ZeroStage
+from armillary.specs.system import Device, Precision, System
 from armillary.specs.workload import Training
 from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import layer_forward
@@ -63,13 +63,16 @@ class StrategySpace(Spec):
                           "listed: they are never faster)")
     rank_order: tuple[RankOrder, ...] = Field((RankOrder.DP_INNER, RankOrder.PP_INNER),
                                               description="mappings of the parallel groups onto network tiers")
+    block_format: tuple[BlockFormat, ...] | None = Field(
+        None, description="block-scaled GEMM formats to try (none, mxfp8, nvfp4, mxfp4; with a bf16 or fp8 base "
+        "precision, on a device that has them); default: the base strategy's")
 
 
 # axes in index order (the last varies fastest); the first is compound: the model-parallel layout
 _LAYOUT = ("tp", "pp", "cp", "vpp")
 _AXES = ("attention", "micro_batch", "sequence_parallel", "recompute", "zero", "overlap_dp", "overlap_tp",
          "overlap_param_gather", "offload_optimizer", "offload_activations", "ep", "overlap_ep",
-         "dispatch_dedup", "rank_order")
+         "dispatch_dedup", "rank_order", "block_format")
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ def memory_floor(model: Model, base: Strategy, space: StrategySpace, tp: Array, 
 
 
 def time_floor(model: Model, system: System, workload: Training, space: StrategySpace, pp: Array, vpp: Array,
-               dp: Array) -> Array:
+               dp: Array, base: Strategy | None = None) -> Array:
     """A lower bound of the step time of layout (pp, vpp, dp) at any point of `space` (arrays: one bound
     per layout). The pipeline takes m stage_max + (stage_sum - stage_max)/v (`estimate.pipeline`), which
     grows with stage_max >= stage_sum/p, so a step takes at least (stage_sum/p)(m + (p - 1)/v); every
@@ -206,9 +209,16 @@ def time_floor(model: Model, system: System, workload: Training, space: Strategy
     curves = (device.matrix_efficiency, *device.matrix_efficiency_by_precision.values())
     best_efficiency = max(*(e for c in curves for _, e in c.points), device.flash_attention_efficiency,
                           device.flash3_attention_efficiency or 0.0, device.flash1_attention_efficiency or 0.0)
-    peak = max(device.matrix_flops.values()) * best_efficiency
+    peak = max(device.matrix_flops[p] for p in _usable(device, space, base)) * best_efficiency
     microbatches = workload.global_batch / (dp * min(space.micro_batch))
     return (per_layer * model.layers + head) / (system.devices * peak) * (1 + (pp - 1) / (vpp * microbatches))
+
+
+def _usable(device: Device, space: StrategySpace, base: Strategy | None) -> tuple[Precision, ...]:
+    """The device's listed GEMM precisions a point of `space` can run: the block-scaled ones only where the
+    space (or the base strategy) tries that format."""
+    formats = {f.value for f in space.block_format or ((base or Strategy()).block_format,)}
+    return tuple(p for p in device.matrix_flops if not p.block_scaled or p.value in formats)
 
 
 def layout_checks(model: Model, base: Strategy, gpus: int, tp: Array, pp: Array, cp: Array,
@@ -241,7 +251,8 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
         fits = np.broadcast_to(memory_floor(model, base, space, t, p, c, gpus, workload) <= hbm_bytes, t.shape)
         layouts = [row for row, ok in zip(layouts, fits, strict=True) if ok]
     attention = space.attention or ((Attention.FLASH, Attention.FLASH3) if flash3 else (Attention.FLASH,))
-    space = space.model_copy(update={"attention": attention})
+    space = space.model_copy(update={"attention": attention,
+                                     "block_format": space.block_format or (base.block_format,)})
     others = [_compound_rows(space, a) if a in _COMPOUND else tuple((value,) for value in dict.fromkeys(
         getattr(space, a))) for a in _AXES]  # each value once
     labels = (tuple(layouts), *others)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import IntEnum, StrEnum
 from typing import Self
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from armillary.plan import rules
 from armillary.specs.base import Spec
@@ -72,12 +72,48 @@ class RankOrder(StrEnum):
 
 
 class TrainingPrecision(StrEnum):
-    """Numeric recipe. fp8: fp8 GEMMs with bf16 activations and weights elsewhere (Transformer Engine)."""
+    """Numeric recipe. fp8: fp8 GEMMs with bf16 activations and weights elsewhere (Transformer Engine).
+    A block-scaled format for the linear layers' GEMMs is `Strategy.block_format`."""
 
     FP32 = "fp32"
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"
+
+
+class BlockFormat(StrEnum):
+    """The block-scaled format of the linear layers' GEMMs (`specs.formats`; docs/fp4.md): Transformer
+    Engine's MXFP8BlockScaling (Megatron --fp8-recipe mxfp8) and NVFP4BlockScaling (--fp4-format e2m1
+    --fp4-recipe nvfp4) recipes, MXFP4 as CDNA 4 runs it. Weights, activations and gradients stay bf16; each
+    GEMM input is quantized by a kernel of its own. none: the precision's own GEMMs (per-tensor fp8 under fp8)."""
+
+    NONE = "none"
+    MXFP8 = "mxfp8"
+    NVFP4 = "nvfp4"
+    MXFP4 = "mxfp4"
+
+
+class ProjectionPrecision(StrEnum):
+    """The precision of the attention projections (QKV, output) under a quantized recipe."""  # QuantizedGemms
+
+    RECIPE = "recipe"  # the recipe's format, as the MLP (Transformer Engine recipes on every linear layer)
+    FP8 = "fp8"  # per-tensor fp8 (NVIDIA's MaxText NVFP4 recipe quantizes only the MLP; attention stays fp8)
+    BF16 = "bf16"
+
+
+class QuantizedGemms(Spec):
+    """Which weight GEMMs a quantized recipe (precision fp8, or a block format) keeps in higher precision.
+    The attention core, the LM head and the MoE router always stay in bf16."""
+
+    first_layers_bf16: NonNegativeInt = Field(
+        0, description="the first this many layers run every GEMM in bf16 (Megatron --first-last-layers-bf16 "
+        "--num-layers-at-start-in-bf16; the NVFP4 pretraining recipe keeps the first 2 of 62 blocks, "
+        "arXiv:2509.25149 §4.1); priced as the average over the layers")
+    last_layers_bf16: NonNegativeInt = Field(
+        0, description="the same for the last layers (--num-layers-at-end-in-bf16; the NVFP4 recipe: the last 8)")
+    attention_projections: ProjectionPrecision = Field(
+        ProjectionPrecision.RECIPE, description="QKV and output projections in the recipe's format, in fp8 "
+        "(MaxText's NVFP4 recipe: only the MLP in FP4) or in bf16")
 
 
 class Attention(StrEnum):
@@ -225,6 +261,12 @@ class Strategy(Spec):
         0.0, ge=0, lt=1, description="share of the tensors' HBM that the allocator's fragmentation adds on top "
         "(PyTorch caching allocator; 0: expandable segments, which NVIDIA's recipes set)")
     precision: TrainingPrecision = TrainingPrecision.BF16
+    block_format: BlockFormat = Field(
+        BlockFormat.NONE, description="the linear layers' GEMMs in a block-scaled format: mxfp8, nvfp4 (Blackwell), "
+        "mxfp4 (Blackwell, CDNA 4); with precision bf16 (Megatron --bf16 --fp4-format e2m1: memory as bf16's) or "
+        "fp8 (--fp8-recipe mxfp8: memory as fp8's, a quantized weight copy and quantized saved inputs)")
+    quantized_gemms: QuantizedGemms = Field(QuantizedGemms(), description="which weight GEMMs a quantized "
+                                            "recipe (fp8 or a block format) keeps in higher precision")
     grad_reduce_in_bf16: bool = Field(
         False, description="reduce the data-parallel gradients in bf16 (2 bytes per parameter) instead of the "
         "fp32 main gradients (4; Megatron-Core's default, --accumulate-allreduce-grads-in-fp32): Megatron-LM's "
@@ -247,6 +289,13 @@ class Strategy(Spec):
         if self.grad_reduce_in_bf16 and self.precision not in (TrainingPrecision.BF16, TrainingPrecision.FP8):
             raise ValueError(f"grad_reduce_in_bf16 needs precision 'bf16' or 'fp8', not {self.precision.value!r} "
                              "(fp32 training reduces fp32 gradients, fp16 training fp16 ones)")
+        if self.block_format is not BlockFormat.NONE and self.precision not in (TrainingPrecision.BF16,
+                                                                                TrainingPrecision.FP8):
+            raise ValueError(f"block_format {self.block_format.value!r} needs precision 'bf16' or 'fp8' (the block-"
+                             f"scaled recipes keep bf16 weights and activations), not {self.precision.value!r}")
+        if self.quantized_gemms != QuantizedGemms() and not self.quantized:
+            raise ValueError("quantized_gemms applies to a quantized recipe: precision 'fp8' or a block_format "
+                             f"(mxfp8, nvfp4, mxfp4), not precision {self.precision.value!r} alone")
         broken = rules.failed((
             rules.rank_order_without_ep(float(self.rank_order is RankOrder.PP_INNER), self.ep),
             rules.sequence_parallel_needs_tp(float(self.sequence_parallel), self.tp),
@@ -256,6 +305,11 @@ class Strategy(Spec):
         if broken:
             raise ValueError(broken[0])
         return self
+
+    @property
+    def quantized(self) -> bool:
+        """The linear layers' GEMMs run in an 8- or 4-bit format: fp8, or a block format."""
+        return self.precision is TrainingPrecision.FP8 or self.block_format is not BlockFormat.NONE
 
     @property
     def etp(self) -> int:

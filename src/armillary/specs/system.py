@@ -9,22 +9,36 @@ from enum import StrEnum
 
 from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
+from armillary.errors import SpecError
 from armillary.specs.base import Spec
 from armillary.specs.efficiency import EfficiencyCurve
+from armillary.specs.formats import FORMATS
 from armillary.specs.network import CollectiveLibrary, NetworkDimension
 from armillary.specs.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Seconds
 
 
 class Precision(StrEnum):
+    """A GEMM precision of the matrix units. mxfp8, nvfp4, mxfp4: block-scaled (`specs.formats`), run only by
+    matrix units that apply the block scales (Blackwell, CDNA 4), at the rate a device lists for them."""
+
     FP32 = "fp32"
     TF32 = "tf32"
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"
+    MXFP8 = "mxfp8"
+    NVFP4 = "nvfp4"
+    MXFP4 = "mxfp4"
 
     @property
-    def bytes(self) -> int:
-        return {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[self.value]
+    def bytes(self) -> float:
+        """Bytes per element, a block-scaled format's scales included (NVFP4: 4.5 bits)."""
+        block = FORMATS.get(self.value)
+        return block.bytes if block is not None else {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[self.value]
+
+    @property
+    def block_scaled(self) -> bool:
+        return self.value in FORMATS
 
 
 class Platform(StrEnum):
@@ -108,17 +122,31 @@ class Device(Spec):
     sources: dict[str, str] = Field(default_factory=dict)
 
     def matrix_peak(self, precision: Precision) -> float:
-        """Peak FLOP/s for GEMMs at `precision`; falls back to the nearest slower precision listed."""
+        """Peak FLOP/s for GEMMs at `precision`; falls back to the nearest slower precision listed. A
+        block-scaled precision has no fallback: its GEMMs need matrix units that apply the block scales."""
         for p in _FALLBACK[precision]:
             if p in self.matrix_flops:
                 return self.matrix_flops[p]
+        if precision.block_scaled:
+            raise SpecError(f"device {self.name!r} has no {precision.value} matrix units (it lists "
+                            f"{', '.join(sorted(p.value for p in self.matrix_flops))}); {precision.value} GEMMs run "
+                            f"on: {', '.join(_devices_with(precision)) or 'no preset device'}")
         raise ValueError(
             f"device {self.name!r} lists no matrix peak for {precision.value}; "
             f"listed: {sorted(p.value for p in self.matrix_flops)}"
         )
 
     def gemm_efficiency(self, precision: Precision) -> EfficiencyCurve:
-        return self.matrix_efficiency_by_precision.get(precision, self.matrix_efficiency)
+        """The GEMM efficiency curve at `precision`. A block-scaled precision without a curve of its own takes
+        its base's (mxfp8: fp8's; nvfp4, mxfp4: fp8's) read at equal kernel time, as an uncalibrated device
+        reads its prior's (tools/device_prior.py): a GEMM of F FLOPs at the faster peak P runs as long as one
+        of F x P_base / P at P_base, so it reaches that GEMM's efficiency [derived; docs/fp4.md]."""
+        own = self.matrix_efficiency_by_precision.get(precision)
+        if own is not None or not precision.block_scaled:
+            return own or self.matrix_efficiency
+        base = self.gemm_efficiency(Precision.FP8)
+        ratio = self.matrix_peak(precision) / self.matrix_peak(Precision.FP8)
+        return EfficiencyCurve(points=tuple((size * ratio, e) for size, e in base.points))
 
     @property
     def hbm(self) -> MemoryTier:
@@ -135,7 +163,19 @@ _FALLBACK = {
     Precision.FP16: (Precision.FP16, Precision.BF16),
     Precision.TF32: (Precision.TF32, Precision.FP32),
     Precision.FP32: (Precision.FP32,),
+    Precision.MXFP8: (Precision.MXFP8,),
+    Precision.NVFP4: (Precision.NVFP4,),
+    Precision.MXFP4: (Precision.MXFP4,),
 }
+
+
+def _devices_with(precision: Precision) -> list[str]:
+    """The preset devices that list a matrix peak for `precision` (for an error message)."""
+    from armillary.presets.registry import find_preset, preset_names, read_data_file  # only on this error path
+
+    paths = [(name, find_preset("devices", name)) for name in preset_names("devices")]
+    return [name for name, path in paths
+            if path is not None and precision.value in (read_data_file(path).get("matrix_flops") or {})]
 
 
 class System(Spec):

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from armillary.specs.base import Spec
+from armillary.specs.formats import FORMATS
 from armillary.specs.quantity import Fraction
 from armillary.specs.system import GemmLatency, Platform
 
@@ -71,7 +72,9 @@ class Training(Spec):
 
 class StoredPrecision(StrEnum):
     """How weights or KV-cache entries are stored. int8 / int4 weights are weight-only quantization: the
-    GEMMs run at the activation precision after dequantizing in the kernel (AWQ, GPTQ)."""
+    GEMMs run at the activation precision after dequantizing in the kernel (AWQ, GPTQ). mxfp8, nvfp4, mxfp4:
+    block-scaled (`specs.formats`), their scales stored beside them (NVFP4 4.5 bits per element): weights of
+    a recipe that runs its GEMMs in that format, or a KV cache (TensorRT-LLM's NVFP4 KV cache on Blackwell)."""
 
     FP32 = "fp32"
     BF16 = "bf16"
@@ -79,9 +82,15 @@ class StoredPrecision(StrEnum):
     FP8 = "fp8"
     INT8 = "int8"
     INT4 = "int4"
+    MXFP8 = "mxfp8"
+    NVFP4 = "nvfp4"
+    MXFP4 = "mxfp4"
 
     @property
     def bytes(self) -> float:
+        block = FORMATS.get(self.value)
+        if block is not None:
+            return block.bytes
         return {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}[self.value]
 
 
@@ -232,8 +241,9 @@ class Inference(Spec):
     input_len: PositiveInt = Field(le=2**24, description="prompt tokens per request")
     output_len: PositiveInt = Field(le=2**20, description="generated tokens per request (the first comes from "
                                                           "prefill)")
-    weights: StoredPrecision | None = Field(None, description="weight precision; default: fp8 under the fp8 "
-                                            "recipe, else the activation precision")
+    weights: StoredPrecision | None = Field(None, description="weight precision; default: the recipe's GEMM "
+                                            "format under a quantized recipe (fp8, mxfp8, nvfp4, mxfp4), else "
+                                            "the activation precision")
     weight_scales: WeightScales = Field(WeightScales.TENSOR, description="how fp8 weights are scaled: per "
                                         "tensor, per output channel (with per-token activation scales) or per "
                                         "128x128 block; channel and block run the engine's kernels for them")

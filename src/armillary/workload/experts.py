@@ -36,6 +36,9 @@ class ExpertsForward:
     dispatch_bytes: Array  # one device's all-to-all buffer for dispatch
     combine_bytes: Array  # and for combine (always in the activation precision)
     gathered_bytes: Array  # the tokens gathered over the ETP group (expert tensor parallelism)
+    # elements of the expert GEMMs' inputs and outputs (what a block-scaled recipe quantizes; docs/fp4.md)
+    gemm_inputs: Array = 0.0
+    gemm_outputs: Array = 0.0
 
 
 def rank_load(experts: Array, ep: Array, imbalance: Array, capacity_factor: Array, pad: Array) -> Array:
@@ -124,4 +127,5 @@ def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: 
         dispatch_bytes=tokens * k * load * h * dispatch_e,
         combine_bytes=tokens * k * load * h * e,
         gathered_bytes=received * h * e,
+        gemm_inputs=received * (h + f / etp), gemm_outputs=received * ((m.mlp_matrices - 1) * f / etp + h),
     )

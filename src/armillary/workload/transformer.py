@@ -44,6 +44,11 @@ class LayerForward:
     key_share: Array = 0.0  # the K projection's share of `qkv`
     gated: Array = 0.0  # 1 when `mlp_in` is a gate and an up projection side by side
     sixteen_bit_attention: bool = False  # QKV and output projection at 16 bits under an fp8 recipe
+    # elements of the weight GEMMs' inputs and outputs, (attention projections, MLP): what a block-scaled
+    # recipe quantizes (inputs in forward, output gradients in backward; docs/fp4.md)
+    gemm_inputs: tuple[Array, Array] = (0.0, 0.0)
+    gemm_outputs: tuple[Array, Array] = (0.0, 0.0)
+    layers: Array = 0.0  # the model's layers (the share a recipe keeps in bf16 is counted over them)
 
     @property
     def gemms(self) -> tuple[Op, ...]:
@@ -131,6 +136,8 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         quantize=stream(m.ternary * (dense_inputs * (e + 1) + (1 - m.ternary_additions) * 2 * weights * e)),
         additions=adds * m.nonzero_fraction,
         latent_up=latent_up, sixteen_bit_attention=attention_weight_bytes is not None,
+        gemm_inputs=(T * (h + a * dv / t), T * (h + f / t)),
+        gemm_outputs=(T * (m.qkv_width / t + h), T * ((m.mlp_matrices - 1) * f / t + h)), layers=m.layers,
     )
 
 
