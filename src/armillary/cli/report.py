@@ -18,9 +18,8 @@ from armillary.cli.common import (
     working,
     writable,
 )
-from armillary.estimate.economics import inference_economics, training_economics
+from armillary.estimate.economics import inference_economics, serving_economics, training_economics
 from armillary.estimate.inference_result import InferenceEstimate
-from armillary.report import records, tables
 from armillary.specs.workload import Inference
 from armillary.writing import replaced
 
@@ -67,19 +66,12 @@ def report_cmd(
     if not training and isinstance(workload, Inference) and (rate is not None or workload.serving.trace is not None):
         with working("serving the request stream"):
             served = api.simulate_serving(model, system, strategy, workload, rate, duration)
-    verdict = "feasible" if est.feasible else "INFEASIBLE: " + "; ".join(est.infeasible_reasons)
-    lines = (records.strategy_line(strategy, system), verdict, tables.economics_line(econ),
-             *([f"simulated step {sim.step_time_s:.4g} s against the estimate's "
-                f"{float(sim.estimate.step_time_s):.4g} s"] if sim is not None else []),
-             *([_served_line(served)] if served is not None else []))
-    page = Page(f"{run_file.stem}: {model.name} on {system.devices} x {system.device.name}", lines, est, econ,
-                sim, found, served)
+    asked = served is not None and isinstance(workload, Inference) and workload.serving.trace is None
+    if served is not None:  # energy and cost of the stream served, not of the static batch
+        econ = serving_economics(served.output_tokens_per_s, served.devices, system, costs)
+    page = Page(f"{run_file.stem}: {model.name} on {system.devices:,} x {system.device.name}", model, system,
+                strategy, workload, est, econ, sim, found, served, rate if asked else None, duration if asked else None)
     with replaced(output) as temporary:
         temporary.write_text(render(page), encoding="utf-8")
     typer.echo(f"wrote {output}", err=True)
 
-
-def _served_line(r: api.ServingResult) -> str:
-    return (f"served {r.offered_rate:.3g} requests/s: P90 TTFT {r.ttft_s.p90 * 1e3:.4g} ms (SLO "
-            f"{r.ttft_slo_s * 1e3:.4g} ms), P99 TPOT {r.tpot_s.p99 * 1e3:.4g} ms (SLO {r.tpot_slo_s * 1e3:.4g} ms), "
-            f"{r.output_tokens_per_s:,.0f} output tokens/s, SLO attainment {r.slo_attainment:.0%}")

@@ -1,204 +1,231 @@
-"""A run as one self-contained HTML page (plotly, its JavaScript inlined once): the headline numbers and
-assumptions, where the time goes, the memory stack, the communication by call, the simulated timeline,
-for a search the top strategies with their time / memory Pareto front, for a served stream the latency
-CDFs. Rendering only: the figures come from the result objects."""
+"""A run as one self-contained HTML page: a headline box (throughput, step time or latency, MFU, memory per
+GPU, the error band), what the run assumed, then the charts (where the time goes, the memory stack, the
+communication by call, the whole simulated timeline, for a search the top strategies and their time / memory
+Pareto front, for a served stream the latency CDFs). Training and serving pages show their own fields.
+Rendering only: the figures come from the result objects; tables and charts in `html_tables` and
+`html_figures`, the template in `html_page`."""
 
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from armillary.report import html_figures as figs
+from armillary.report.formatting import fixed, percent
+from armillary.report.html_page import PAGE, SCRIPT, STYLE, chart, plotly_js
+from armillary.report.html_tables import Column, pairs, table
+from armillary.report.records import layout_label, overlap_label, search_rows, strategy_line
 from armillary.units import GIB
 
 if TYPE_CHECKING:
     from armillary.estimate.economics import Economics
     from armillary.estimate.inference_result import InferenceEstimate
-    from armillary.estimate.result import CommCall, StepEstimate
+    from armillary.estimate.result import ErrorBand, StepEstimate
     from armillary.search.run import SearchResult
     from armillary.serving.run import ServingResult
     from armillary.simulate.run import SimulationResult
-
-TIMELINE_TASKS = 20000  # tasks drawn at most (the earliest), so the page stays light
+    from armillary.specs.model import Model
+    from armillary.specs.strategy import Strategy
+    from armillary.specs.system import System
+    from armillary.specs.workload import Workload
 
 
 @dataclass(frozen=True)
 class Page:
-    """What the report shows: a title, lines of text (strategy, assumptions, costs) and the results."""
+    """What the report shows: the run's inputs and its results; `rate` and `duration_s`: the Poisson stream
+    a served page was asked for (None: the workload's trace file was served)."""
 
     title: str
-    lines: tuple[str, ...]
+    model: Model
+    system: System
+    strategy: Strategy
+    workload: Workload
     estimate: StepEstimate | InferenceEstimate
     economics: Economics | None = None
     simulation: SimulationResult | None = None
     search: SearchResult | None = None
     serving: ServingResult | None = None
+    rate: float | None = None
+    duration_s: float | None = None
 
 
-def _figure(**layout: Any) -> Any:
-    import plotly.graph_objects as go
+@dataclass(frozen=True)
+class Card:
+    """One headline figure: what it is, its value, a line under it."""
 
-    fig = go.Figure()
-    fig.update_layout(**{"template": "plotly_white", "height": 420, "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
-                         **layout})
-    return fig
+    label: str
+    value: str
+    detail: str = ""
 
 
-def breakdown_figure(r: StepEstimate | InferenceEstimate) -> Any:
-    """Seconds per component (training), or prefill and decode per component (inference)."""
-    import plotly.graph_objects as go
-
+def headline(page: Page) -> tuple[Card, ...]:
+    """The figures a reader looks for first: throughput, time, utilization, memory per GPU (training);
+    requested and realised rate, latency percentiles against the SLOs, throughput, attainment (serving);
+    TTFT, TPOT, throughput, memory (a static inference batch)."""
     from armillary.estimate.inference_result import InferenceEstimate
 
-    fig = _figure(title="Where the time goes", yaxis_title="seconds")
+    r = page.estimate
+    if page.serving is not None:
+        return serving_cards(page.serving, page.rate, page.duration_s, page.workload)
+    memory = Card("memory per GPU", f"{_total(r) / GIB:.1f} GiB", f"of {float(r.hbm_capacity_bytes) / GIB:.0f} GiB HBM")
     if isinstance(r, InferenceEstimate):
-        names = [f.name for f in fields(r.prefill)]
-        for phase, part in (("prefill", r.prefill), ("decode (all steps)", r.decode)):
-            fig.add_trace(go.Bar(name=phase, x=names, y=[float(getattr(part, n)) for n in names]))
-        return fig
-    names = [f.name for f in fields(r.breakdown)]
-    fig.add_trace(go.Bar(name="step", x=[n.replace("_", " ") for n in names],
-                         y=[float(getattr(r.breakdown, n)) for n in names]))
-    return fig
+        return (Card("output tokens/s", f"{float(r.output_tokens_per_s):,.0f}",
+                     f"{float(r.output_tokens_per_s_per_device):,.0f} per GPU"),
+                Card("time to first token", f"{fixed(float(r.ttft_s) * 1e3)} ms", f"batch of {r.batch}"),
+                Card("time per output token", f"{fixed(float(r.tpot_s) * 1e3)} ms", "mean after the first"),
+                Card("end to end", f"{fixed(float(r.e2e_s))} s", _band_short(r.error_band)), memory)
+    cards = [Card("tokens/s", f"{float(r.tokens_per_s):,.0f}",
+                  f"{float(r.tokens_per_s) / page.system.devices:,.0f} per GPU"),
+             Card("step time", f"{fixed(float(r.step_time_s))} s", _band_short(r.error_band)),
+             Card("MFU", percent(float(r.mfu)), f"HFU {percent(float(r.hfu))}"), memory]
+    if page.simulation is not None:
+        cards.append(Card("simulated step", f"{fixed(page.simulation.step_time_s)} s",
+                          f"{page.simulation.difference:+.1%} against the estimate"))
+    return tuple(cards)
 
 
-def memory_figure(r: StepEstimate | InferenceEstimate) -> Any:
-    """HBM per device, one stacked bar per memory category, against the capacity."""
-    import plotly.graph_objects as go
+def serving_cards(s: ServingResult, rate: float | None, duration_s: float | None, workload: Workload) -> tuple[
+        Card, ...]:
+    """A served stream's headline. The offered rate is measured on the arrivals drawn: (requests - 1) over
+    the time from the first arrival to the last, so a Poisson stream asked for 4 requests/s may offer 3.6."""
+    arrivals = s.times.arrival_s
+    span = float(arrivals[-1] - arrivals[0]) if len(arrivals) > 1 else 0.0
+    drawn = f"{s.requests:,} arrivals in {fixed(span)} s = {fixed(s.offered_rate, 3)} req/s offered"
+    asked = (Card("requested rate", f"{rate:g} req/s", f"{_arrivals(workload)} drawn for {duration_s:g} s: {drawn}")
+             if rate is not None else Card("offered rate", f"{fixed(s.offered_rate, 3)} req/s",
+                                           f"trace file: {drawn}"))
+    return (asked,
+            Card("served", f"{s.completed:,} of {s.requests:,}", f"{s.rejected:,} rejected (cache too large)"),
+            Card("P90 TTFT", f"{fixed(s.ttft_s.p90 * 1e3)} ms", f"SLO {fixed(s.ttft_slo_s * 1e3)} ms"),
+            Card("P99 TPOT", f"{fixed(s.tpot_s.p99 * 1e3)} ms", f"SLO {fixed(s.tpot_slo_s * 1e3)} ms"),
+            Card("output tokens/s", f"{s.output_tokens_per_s:,.0f}",
+                 f"{s.output_tokens_per_s_per_device:,.0f} per GPU"),
+            Card("SLO attainment", percent(s.slo_attainment, 0),
+                 f"goodput {fixed(s.goodput_requests_per_s, 3)} req/s"))
 
-    from armillary.estimate.inference_result import InferenceEstimate
 
-    fig = _figure(title="Memory per device", yaxis_title="GiB", barmode="stack")
-    if isinstance(r, InferenceEstimate):
-        parts = {n: float(getattr(r.memory, n)) for n in ("weights", "kv_cache", "activations")}
+def assumptions(page: Page) -> tuple[tuple[str, str], ...]:
+    """What the run assumed, in the words of its kind: training fields for a training step, serving fields
+    (replicas, precisions, KV cache, scheduler, SLOs) for inference."""
+    from armillary.plan.layout import data_parallel
+    from armillary.specs.workload import Inference
+
+    m, sy, st, w = page.model, page.system, page.strategy, page.workload
+    on = (("model", m.name), ("system", f"{sy.name}: {sy.devices:,} x {sy.device.name}"))
+    if not isinstance(w, Inference):
+        return (*on, ("strategy", strategy_line(st, sy)), ("overlap", overlap_label(st.overlap.model_dump())),
+                ("workload", f"global batch {w.global_batch:,} sequences of {w.seq_len:,} tokens"),
+                *_costs(page.economics))
+    sv = w.serving
+    replica = " · ".join(f"{k} {v}" for k, v in (("tp", st.tp), ("pp", st.pp), ("ep", st.ep)) if v > 1 or k == "tp")
+    rows = [*on, ("replicas", f"{data_parallel(st, sy)} of {replica} ({st.attention.value} attention, "
+                              f"{st.precision.value} compute)"),
+            ("precisions", f"weights {w.weights.value if w.weights else st.precision.value}, KV cache "
+                           f"{w.kv_cache.precision.value if w.kv_cache.precision else 'as the weights'} in pages "
+                           f"of {w.kv_cache.block_tokens} tokens"),
+            ("requests", f"{w.input_len:,} prompt + {w.output_len:,} output tokens ({sv.lengths.value} lengths)")]
+    if page.serving is not None:
+        rows += [("scheduler", f"up to {sv.max_batch} sequences and {sv.max_batched_tokens:,} new tokens per "
+                               f"iteration, chunked prefill {'on' if sv.chunked_prefill else 'off'}"
+                               + (f", engine {sv.engine}" if sv.engine else "")),
+                 ("SLOs", f"P90 TTFT <= {fixed(sv.ttft_slo_s * 1e3)} ms, P99 TPOT <= {fixed(sv.tpot_slo_s * 1e3)} ms")]
     else:
-        parts = {f.name: float(getattr(r.memory_hbm, f.name)) for f in fields(r.memory_hbm)}
-    for name, value in parts.items():
-        fig.add_trace(go.Bar(name=name.replace("_", " "), x=["HBM"], y=[value / GIB]))
-    fig.add_hline(y=float(r.hbm_capacity_bytes) / GIB, line_dash="dash", annotation_text="capacity")
-    return fig
-
-
-def communication_figure(calls: tuple[CommCall, ...]) -> Any:
-    """Bytes sent per step by each kind of call (parallel dimension and operation), with its calls per step
-    and message size on hover."""
-    import plotly.graph_objects as go
-
-    fig = _figure(title="Communication per step (busiest stage)", yaxis_title="GB per step (calls x message)",
-                  yaxis_type="log")
-    live = [c for c in calls if float(c.per_step) > 0]
-    fig.add_trace(go.Bar(
-        x=[f"{c.dimension.value} {c.operation.value}" for c in live],
-        y=[float(c.per_step * c.message_bytes) / 1e9 for c in live],
-        customdata=[[float(c.per_step), float(c.message_bytes) / 1e6, float(c.time_s)] for c in live],
-        hovertemplate="%{x}<br>%{customdata[0]:.4g} calls of %{customdata[1]:.4g} MB<br>"
-                      "%{customdata[2]:.4g} s before overlap<extra></extra>"))
-    return fig
-
-
-def timeline_figure(sim: SimulationResult) -> Any:
-    """The simulated step: a bar per task, a row per rank and stream, a colour per kind of work."""
-    import plotly.graph_objects as go
-
-    g, t = sim.graph, sim.timeline
-    fig = _figure(title=f"Simulated timeline ({sim.schedule.value}, {g.ranks} ranks, {len(g.tasks):,} tasks)",
-                  xaxis_title="ms", barmode="overlay", height=max(300, 60 + 28 * g.ranks))
-    shown = sorted(range(len(g.tasks)), key=lambda i: int(t.start_ns[i]))[:TIMELINE_TASKS]
-    by_category: dict[str, list[int]] = {}
-    for i in shown:
-        by_category.setdefault(g.tasks[i].category.value, []).append(i)
-    for category, tasks in by_category.items():
-        rows = [f"{g.rank_labels[r]}" for i in tasks for r in g.tasks[i].ranks[:1]]
-        fig.add_trace(go.Bar(name=category, orientation="h", y=rows,
-                             x=[(int(t.end_ns[i]) - int(t.start_ns[i])) / 1e6 for i in tasks],
-                             base=[int(t.start_ns[i]) / 1e6 for i in tasks],
-                             text=[g.tasks[i].name for i in tasks], hovertemplate="%{text}<br>%{base:.4g} ms "
-                             "+ %{x:.4g} ms<extra></extra>", textposition="none"))
-    return fig
-
-
-def serving_figure(result: ServingResult) -> Any:
-    """CDFs of TTFT, TPOT and end-to-end latency of the served requests (log x), the SLOs dashed in the
-    colour of their metric."""
-    import plotly.graph_objects as go
-
-    from armillary.report.serving_plots import latency_cdfs
-
-    fig = _figure(title=f"Served requests: {result.offered_rate:.3g} requests/s offered, {result.completed} of "
-                  f"{result.requests} served, SLO attainment {result.slo_attainment:.0%}", xaxis_title="seconds",
-                  xaxis_type="log", yaxis_title="share of requests", yaxis_range=[0, 1.02])
-    for i, cdf in enumerate(latency_cdfs(result)):
-        n = len(cdf.values_s)
-        colour = f"#{('1f77b4', 'ff7f0e', '2ca02c')[i]}"
-        fig.add_trace(go.Scatter(name=cdf.name, x=list(cdf.values_s), y=[(k + 1) / n for k in range(n)],
-                                 mode="lines", line={"shape": "hv", "color": colour}))
-        if cdf.slo_s is not None:  # a trace, not add_vline: its annotation lands wrong on a log axis
-            fig.add_trace(go.Scatter(name=f"{cdf.name} SLO {cdf.slo_s:g} s", x=[cdf.slo_s, cdf.slo_s], y=[0, 1.02],
-                                     mode="lines", line={"dash": "dash", "color": colour}))
-    return fig
-
-
-def search_figure(result: SearchResult) -> Any:
-    """Step time against memory of the top strategies, the Pareto front (fastest at each memory) joined."""
-    import plotly.graph_objects as go
-
-    from armillary.report.records import search_rows
-
-    rows = search_rows(result)
-    fig = _figure(title=f"Top {len(rows)} strategies: time against memory", xaxis_title="GiB per device",
-                  yaxis_title="step time (s)")
-    fig.add_trace(go.Scatter(mode="markers", name="strategies", x=[r["memory_gib"] for r in rows],
-                             y=[r["step_time_s"] for r in rows], text=[_label(r) for r in rows],
-                             hovertemplate="%{text}<br>%{x:.3g} GiB, %{y:.4g} s<extra></extra>"))
-    front = [r for r in sorted(rows, key=lambda r: (r["memory_gib"], r["step_time_s"]))
-             if not any(o["memory_gib"] <= r["memory_gib"] and o["step_time_s"] < r["step_time_s"] for o in rows)]
-    fig.add_trace(go.Scatter(mode="lines+markers", name="Pareto front", x=[r["memory_gib"] for r in front],
-                             y=[r["step_time_s"] for r in front]))
-    return fig
-
-
-def _label(row: dict[str, Any]) -> str:
-    return " ".join(f"{k} {row[k]}" for k in ("tp", "pp", "dp", "cp", "ep", "mb", "zero") if k in row)
-
-
-def _table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "<p>no feasible strategy</p>"
-    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in r.values()) + "</tr>"
-                   for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _cell(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+        rows.append(("static batch", f"{w.batch} sequences per replica"))
+    return (*rows, *_costs(page.economics))
 
 
 def render(page: Page) -> str:
-    """The page: plotly's JavaScript inlined with the first chart, no file or network fetched to view it."""
-    import plotly.io as pio
-
+    """The page: the headline, what the run assumed, the charts and tables; plotly.js inlined once, so no
+    file or network is fetched to view it."""
+    from armillary import __version__
     from armillary.estimate.inference_result import InferenceEstimate
-    from armillary.report.records import search_rows
 
-    figures = [breakdown_figure(page.estimate), memory_figure(page.estimate)]
-    if not isinstance(page.estimate, InferenceEstimate):
-        figures.append(communication_figure(page.estimate.communication))
-    if page.simulation is not None:
-        figures.append(timeline_figure(page.simulation))
-    if page.search is not None:
-        figures.append(search_figure(page.search))
+    r = page.estimate
+    charts: list[tuple[dict[str, Any], str]] = []
     if page.serving is not None:
-        figures.append(serving_figure(page.serving))
-    charts = [pio.to_html(f, full_html=False, include_plotlyjs=i == 0, div_id=f"chart{i}",
-                          config={"displaylogo": False}) for i, f in enumerate(figures)]
-    lines = "".join(f"<p>{html.escape(line)}</p>" for line in page.lines)
-    top = f"<h2>Top strategies</h2>{_table(search_rows(page.search))}" if page.search is not None else ""
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(page.title)}"
-            f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(page.title)}</h1>{lines}"
-            + "".join(f"<section>{c}</section>" for c in charts) + f"{top}</body></html>\n")
+        charts.append(figs.serving_figure(page.serving))
+    charts += [(figs.breakdown_figure(r), ""), (figs.memory_figure(r), "")]
+    if not isinstance(r, InferenceEstimate):
+        charts.append((figs.communication_figure(r.communication), ""))
+    if page.simulation is not None:
+        charts.append(figs.timeline_figure(page.simulation))
+    if page.search is not None:
+        charts.append((figs.search_figure(page.search), _search_note(page.search)))
+    parts = [_headline_html(page), "<h2>What the run assumed</h2>", pairs(assumptions(page)),
+             *(chart(i, spec, html.escape(note)) for i, (spec, note) in enumerate(charts))]
+    if page.search is not None:
+        parts.append(search_table(page.search))
+    js, version = plotly_js()
+    kind = "serving" if page.serving is not None else "inference" if isinstance(r, InferenceEstimate) else "training"
+    return PAGE.substitute(title=html.escape(page.title), version=html.escape(__version__), style=STYLE,
+                           charts=len(charts), subtitle=html.escape(f"{kind} report"), body="\n".join(parts),
+                           plotly=js, plotly_version=html.escape(version), script=SCRIPT)
 
 
-_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222}"
-          "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;"
-          "text-align:right}p{margin:.2em 0}")
+SEARCH_COLUMNS = (
+    Column("rank", lambda r: str(r["rank"])), Column("tp", lambda r: str(r["tp"])),
+    Column("pp", lambda r: str(r["pp"])), Column("dp", lambda r: str(r["dp"])), Column("vpp", lambda r: str(r["vpp"])),
+    Column("cp", lambda r: str(r["cp"])), Column("ep", lambda r: str(r["ep"])),
+    Column("micro-batch", lambda r: str(r["micro_batch"])), Column("attention", lambda r: str(r["attention"]), "left"),
+    Column("SP", lambda r: "yes" if r["sequence_parallel"] else "no", "left", "sequence parallelism"),
+    Column("recompute", lambda r: str(r["recompute"]) + (f" ({r['recompute_layers']} layers)"
+                                                         if r["recompute_layers"] is not None else ""), "left"),
+    Column("ZeRO", lambda r: str(r["zero"])),
+    Column("overlap", lambda r: overlap_label(r["overlap"]), "left", "communication overlapped with compute"),
+    Column("rank order", lambda r: str(r["rank_order"]), "left", "parallel groups from closest to farthest"),
+    Column("step time", lambda r: f"{fixed(r['step_time_s'])} s"),
+    Column("band", lambda r: ("±" + percent(r["error_band"]["relative"], 0)
+                              + (" (poorly validated)" if r["error_band"]["poorly_validated"] else ""))
+           if r["error_band"] else "-", tip="error band: 80% of measured rows of its regime lie within it"),
+    Column("tokens/s", lambda r: f"{r['tokens_per_s']:,.0f}"), Column("MFU", lambda r: percent(r["mfu"])),
+    Column("memory", lambda r: f"{r['memory_gib']:.1f} GiB", tip="HBM per GPU"))
+
+
+def search_table(result: SearchResult) -> str:
+    """The top strategies: every column formatted (no field shown as a Python value)."""
+    return table(SEARCH_COLUMNS, search_rows(result), f"Top {len(result.top)} strategies, fastest first",
+                 "no feasible strategy in the space")
+
+
+def _search_note(result: SearchResult) -> str:
+    rows = search_rows(result)
+    best = f" The fastest: {layout_label(rows[0])}." if rows else ""
+    return (f"{result.points:,} points, {result.evaluated:,} evaluated, {result.feasible:,} feasible; each point "
+            f"is numbered by its rank in the table below.{best}")
+
+
+def _headline_html(page: Page) -> str:
+    r = page.estimate
+    cards = "".join(f'<div class="card"><div class="label">{html.escape(c.label)}</div><div class="value">'
+                    f'{html.escape(c.value)}</div><div class="detail">{html.escape(c.detail)}</div></div>'
+                    for c in headline(page))
+    band = page.serving.error_band if page.serving is not None else r.error_band
+    verdict = ('<p class="verdict ok">fits: feasible as configured</p>' if bool(r.feasible) else
+               f'<p class="verdict bad">INFEASIBLE: {html.escape("; ".join(r.infeasible_reasons))}</p>')
+    notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in getattr(r, "notes", ()))
+    return (f'<section class="headline" id="headline">{cards}</section><p class="band"><b>Error band:</b> '
+            f"{html.escape(band.describe() if band is not None else 'none: no measured rows of this regime')}"
+            f"</p>{verdict}{notes}")
+
+
+def _band_short(band: ErrorBand | None) -> str:
+    return f"±{band.relative:.0%} error band" if band is not None else "no error band"
+
+
+def _total(r: StepEstimate | InferenceEstimate) -> float:
+    from armillary.estimate.inference_result import InferenceEstimate
+
+    return float(r.memory.total) if isinstance(r, InferenceEstimate) else float(r.memory_hbm.total)
+
+
+def _arrivals(w: Workload) -> str:
+    from armillary.specs.workload import Inference
+
+    return f"{w.serving.arrivals.value.capitalize()} arrivals" if isinstance(w, Inference) else "arrivals"
+
+
+def _costs(e: Economics | None) -> tuple[tuple[str, str], ...]:
+    from armillary.report.tables import economics_line
+
+    return () if e is None else (("energy and cost", economics_line(e)),)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from armillary.estimate.result import CommCall
-from armillary.report.records import design_values
+from armillary.report.records import design_label, design_name, varied_axes
 from armillary.validation.run import RowResult, source_group
 from armillary.writing import replaced
 
@@ -70,13 +70,14 @@ def message_size_histogram(calls: tuple[CommCall, ...], path: Path) -> Path:
     return _save(fig, path, 120)
 
 
-def pareto_plot(points: list[tuple[float, float, bool, str]], path: Path) -> Path:
+def pareto_plot(points: list[tuple[float, float, bool, str]], path: Path, title: str = "") -> Path:
     """Step time against cost of each system (its best strategy), the Pareto front joined and labelled;
     `points` are (step time s, cost $, on the front, label)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     fig, ax = plt.subplots(figsize=(8, 5))
     ax.scatter([c / 1e6 for _, c, _, _ in points], [t for t, _, _, _ in points], s=14, color="grey",
@@ -88,16 +89,21 @@ def pareto_plot(points: list[tuple[float, float, bool, str]], path: Path) -> Pat
     ax.set_xlabel("capital cost [M$]")
     ax.set_ylabel("step time [s]")
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if f"{y:.0e}"[0] in "25" else ""))
+    if title:
+        ax.set_title(title, fontsize=9)
     ax.legend()
     return _save(fig, path, 150)
 
 
 def codesign_pareto_plot(designs: CoDesignResult, path: Path) -> Path:
-    """`pareto_plot` of the systems of a co-design that fit a strategy, labelled by GPUs and HBM."""
-    labels = [design_values(p) for p in designs.points]
-    return pareto_plot([(p.step_time_s, p.cost, i in designs.pareto, f"{v['gpus']} GPUs, {v['hbm_capacity']:.0f} GiB")
-                        for i, (p, v) in enumerate(zip(designs.points, labels, strict=True)) if p.best is not None],
-                       path)
+    """`pareto_plot` of the systems of a co-design that fit a strategy, each labelled by the values of the
+    axes the co-design varied (named in the title)."""
+    axes = varied_axes(designs)
+    return pareto_plot([(p.step_time_s, p.cost, i in designs.pareto, design_label(p, axes))
+                        for i, p in enumerate(designs.points) if p.best is not None], path,
+                       "varied: " + (", ".join(design_name(k) for k in axes) if axes else "nothing (one system)"))
 
 
 def _save(fig: Any, path: Path, dpi: int) -> Path:

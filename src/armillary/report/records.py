@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +101,29 @@ def search_rows(result: SearchResult) -> list[dict[str, Any]]:
     return [candidate_row(c) for c in result.top]
 
 
+def overlap_label(overlap: Mapping[str, Any], compact: bool = False) -> str:
+    """The communication a strategy overlaps, as words ("dp grads, param gathers, tp userbuffers"; `compact`:
+    "dp,gather,tp-ub" for a console column): the TP method only where TP overlap is on."""
+    method = str(getattr(overlap.get("tp_comm_method"), "value", overlap.get("tp_comm_method") or ""))
+    parts = [(overlap.get("dp_grad_reduce"), "dp grads", "dp"),
+             (overlap.get("param_gather"), "param gathers", "gather"),
+             (overlap.get("tp_comm"), f"tp {method}".strip(), "tp-" + ("ub" if method == "userbuffers" else method)),
+             (overlap.get("ep_comm"), "ep", "ep")]
+    return ("," if compact else ", ").join(c if compact else w for on, w, c in parts if on) or "-"
+
+
+def layout_label(row: Mapping[str, Any]) -> str:
+    """A search row's strategy in one line, every field that tells two rows apart: degrees (vpp, cp and ep
+    where above 1), micro-batch, ZeRO, SP, recompute, attention, rank order, overlap."""
+    degrees = [f"{k} {row[k]}" for k in ("tp", "pp", "dp") if k in row]
+    degrees += [f"{k} {row[k]}" for k in ("vpp", "cp", "ep") if row.get(k, 1) != 1]
+    layers = f" ({row['recompute_layers']} layers)" if row.get("recompute_layers") is not None else ""
+    sp = "SP" if row["sequence_parallel"] else "no SP"
+    return " ".join(degrees) + (f", mb {row['micro_batch']}, ZeRO {row['zero']}, {sp}, recompute "
+                                f"{row['recompute']}{layers}, {row['attention']}, ranks {row['rank_order']}, "
+                                f"overlap: {overlap_label(row['overlap'])}")
+
+
 def search_record(result: SearchResult) -> dict[str, Any]:
     return {"points": result.points, "evaluated": result.evaluated, "pruned": result.pruned,
             "bounded": result.bounded, "feasible": result.feasible, "elapsed_s": result.elapsed_s,
@@ -124,6 +148,35 @@ def design_values(p: DesignPoint) -> dict[str, Any]:
     dimension's bandwidth, key "bandwidth:NAME", in GB/s); unset ones (a device without a second tier) left out."""
     unit = {**DESIGN_UNITS, **{k: GIGA for k in p.values if k.startswith(DIMENSION)}}
     return {k: v / unit[k] if k in unit else v for k, v in p.values.items() if v is not None}
+
+
+# The heading of each system parameter of a co-design point, in its reporting unit (`DESIGN_UNITS`).
+DESIGN_NAMES: dict[str, str] = {
+    "gpus": "GPUs", "hbm_capacity": "HBM GiB", "hbm_bandwidth": "HBM GB/s", "tier2_capacity": "tier 2 GiB",
+    "tier2_bandwidth": "tier 2 GB/s", "scale_up_bandwidth": "scale-up GB/s", "scale_out_bandwidth": "scale-out GB/s",
+    "devices_per_node": "per node"}
+
+
+def design_name(key: str) -> str:
+    """A system parameter's heading: "scale-up GB/s", or "NAME GB/s" for a network dimension's bandwidth."""
+    return f"{key[len(DIMENSION):]} GB/s" if key.startswith(DIMENSION) else DESIGN_NAMES.get(key, key)
+
+
+def varied_axes(designs: CoDesignResult) -> list[str]:
+    """The system parameters the co-design varied: those that take more than one value over its points."""
+    values = [design_values(p) for p in designs.points]
+    keys = dict.fromkeys(k for v in values for k in v)
+    return [k for k in keys if len({repr(v.get(k)) for v in values}) > 1]
+
+
+def design_label(p: DesignPoint, axes: list[str]) -> str:
+    """A co-design point by the values of the varied `axes` ("64 GPUs, HBM 80 GiB, scale-up 900 GB/s"); no
+    axis varied: its GPU count."""
+    v = design_values(p)
+    shown = axes or ["gpus"]
+    return ", ".join(f"{v[k]:,.0f} {design_name(k)}" if k in ("gpus", "devices_per_node") else
+                     f"{design_name(k).rsplit(' ', 1)[0]} {v[k]:,.0f} {design_name(k).rsplit(' ', 1)[1]}"
+                     for k in shown if k in v)
 
 
 def codesign_rows(designs: CoDesignResult) -> list[dict[str, Any]]:

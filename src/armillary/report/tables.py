@@ -15,12 +15,17 @@ from rich.table import Table
 from armillary.comm.calibration import fitted_dimension
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.presets.registry import preset_names
+from armillary.report.formatting import fixed
 from armillary.report.records import (
     codesign_best,
+    design_label,
+    design_name,
     design_values,
     inference_search_rows,
     inference_simulation_rows,
+    overlap_label,
     search_rows,
+    varied_axes,
 )
 from armillary.search.run import Objective
 from armillary.search.systems import DIMENSION
@@ -68,8 +73,8 @@ def estimate_tables(r: StepEstimate, title: str) -> list[Table]:
     moe = r.moe_layer
     if moe is not None and float(moe.expert_calls_s) > 0:
         kernels = float(moe.compute_s + moe.recompute.time_s)
-        head.add_row("MoE layer kernels", f"{kernels * 1e3:.4g} ms per micro-batch, of which "
-                     f"{float(moe.expert_calls_s) * 1e3:.4g} ms waiting on per-expert GEMM calls")
+        head.add_row("MoE layer kernels", f"{fixed(kernels * 1e3)} ms per micro-batch, of which "
+                     f"{fixed(float(moe.expert_calls_s) * 1e3)} ms waiting on per-expert GEMM calls")
     head.add_row("feasible", "yes" if bool(r.feasible) else "[red]no[/red]: " + "; ".join(r.infeasible_reasons))
 
     time = Table(title="Where the time goes")
@@ -104,8 +109,8 @@ def inference_tables(r: InferenceEstimate, title: str) -> list[Table]:
     head = Table(title=title, show_header=False, min_width=len(title) + 4)
     head.add_row("batch x (input + output)", f"{r.batch} x ({r.input_len} + {r.output_len}) tokens")
     head.add_row("replicas x devices", f"{r.replicas} x {r.devices_per_replica}")
-    head.add_row("time to first token", f"{float(r.ttft_s) * 1e3:.4g} ms")
-    head.add_row("time per output token", f"{float(r.tpot_s) * 1e3:.4g} ms")
+    head.add_row("time to first token", f"{fixed(float(r.ttft_s) * 1e3)} ms")
+    head.add_row("time per output token", f"{fixed(float(r.tpot_s) * 1e3)} ms")
     head.add_row("end to end", f"{float(r.e2e_s):.4g} s{_trust(r.error_band)}")
     per_device = float(r.output_tokens_per_s_per_device)
     head.add_row("output tokens/s", f"{float(r.output_tokens_per_s):,.0f} ({per_device:,.0f} per device)")
@@ -118,9 +123,9 @@ def inference_tables(r: InferenceEstimate, title: str) -> list[Table]:
     for c in ("component", "prefill", "decode (all steps)"):
         time.add_column(c, justify="left" if c == "component" else "right")
     for f in fields(r.prefill):
-        time.add_row(f.name, f"{float(getattr(r.prefill, f.name)) * 1e3:.4g}",
-                     f"{float(getattr(r.decode, f.name)) * 1e3:.4g}")
-    time.add_row("[bold]total[/bold]", f"{float(r.prefill.total) * 1e3:.4g}", f"{float(r.decode.total) * 1e3:.4g}")
+        time.add_row(f.name, fixed(float(getattr(r.prefill, f.name)) * 1e3),
+                     fixed(float(getattr(r.decode, f.name)) * 1e3))
+    time.add_row("[bold]total[/bold]", fixed(float(r.prefill.total) * 1e3), fixed(float(r.decode.total) * 1e3))
 
     memory = Table(title="Memory per device [GiB]")
     memory.add_column("category")
@@ -170,7 +175,7 @@ def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) 
     for name, p in (("time to first token", r.ttft_s), ("time per output token", r.tpot_s),
                     ("end to end", r.e2e_s)):
         # no completed request: no percentile, shown as a dash rather than nan
-        latency.add_row(name, *(f"{v * 1e3:.4g}" if math.isfinite(v) else "-" for v in (p.mean, p.p50, p.p90, p.p99)))
+        latency.add_row(name, *(fixed(v * 1e3) for v in (p.mean, p.p50, p.p90, p.p99)))
     return [head, latency]
 
 
@@ -214,7 +219,7 @@ def search_report(result: SearchResult, model: Model, system: System, objective:
               "rank order", "step s", "±", "MFU", "GiB"):
         table.add_column(c, justify="left" if c in ("attention", "recompute", "overlap", "rank order") else "right")
     for r in rows:
-        overlap = ",".join(k.split("_")[0] for k, on in r["overlap"].items() if on) or "-"
+        overlap = overlap_label(r["overlap"], compact=True)
         band = r["error_band"]
         table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["cp"]),
                       str(r["ep"]), str(r["micro_batch"]), r["attention"], "yes" if r["sequence_parallel"] else "no",
@@ -266,11 +271,12 @@ def codesign_report(designs: CoDesignResult, model: Model, budget: float | None)
     lines: list[Table | str] = [table, f"{len(designs.points)} systems, {designs.strategies_evaluated:,} strategies "
                                        f"evaluated; {len(designs.pareto)} on the time / cost / power front (*)"]
     within = f" within ${budget:,.0f}" if budget is not None else ""
+    axes = varied_axes(designs)
+    lines.append("varied: " + (", ".join(design_name(k) for k in axes) if axes else "nothing (one system)"))
     for goal, best in codesign_best(designs, budget).items():
         band = best.best.error_band if best and best.best else None
-        text = (f"{best.system.devices} GPUs, {best.system.device.hbm.capacity / GIB:.0f} GiB HBM: "
-                f"{best.step_time_s:.4g} s {f'(+-{band.relative:.0%})' if band else ''}, ${best.cost / 1e6:.2f}M, "
-                f"{best.power / 1e3:.0f} kW" if best else "none")
+        text = (f"{design_label(best, axes)}: {best.step_time_s:.4g} s {f'(+-{band.relative:.0%})' if band else ''}, "
+                f"${best.cost / 1e6:.2f}M, {best.power / 1e3:.0f} kW" if best else "none")
         lines.append(f"best by {goal}{within}: {text}")
         lines += poorly_validated_warning(f"the best system by {goal}", band)
     return lines
@@ -286,7 +292,7 @@ def inference_search_report(result: InferenceSearchResult, model: Model, system:
     for r in inference_search_rows(result):
         table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["batch"]), r["weights"] or "default",
                       str(r["prefill_replicas"] or "-"), f"{r['output_tokens_per_s_per_device']:,.0f}",
-                      f"{r['ttft_s'] * 1e3:.4g}", f"{r['tpot_s'] * 1e3:.4g}", f"{r['memory_gib']:.1f}")
+                      fixed(r["ttft_s"] * 1e3), fixed(r["tpot_s"] * 1e3), f"{r['memory_gib']:.1f}")
     return [table, f"{result.points} points, {result.feasible} fit, {result.within_limits} within the limits"]
 
 

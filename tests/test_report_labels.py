@@ -1,0 +1,97 @@
+"""Labels of the report's tables and pictures: numbers never in scientific notation, the search's overlap
+column naming each overlap once, a co-design naming the axes it varied, the timeline's bars covering every
+task."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+import numpy as np
+import pytest
+
+from armillary.report.formatting import fixed
+from armillary.report.records import design_label, overlap_label, varied_axes
+from armillary.specs.strategy import TpOverlap
+
+
+@pytest.mark.parametrize(("value", "shown"), [(12345.6, "12,346"), (0.0001234, "0.0001234"), (1.5, "1.5"),
+                                              (2.0, "2"), (194.08, "194.1"), (1234567.0, "1,234,567"),
+                                              (-3.14159, "-3.142"), (math.nan, "-"), (0.0, "0")])
+def test_fixed_is_positional(value, shown):
+    assert fixed(value) == shown and not re.search(r"\de[+-]\d", fixed(value))
+
+
+def test_latency_table_has_no_scientific_notation():
+    """A stream whose requests wait tens of seconds: 12,500 ms, not 1.25e+04."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from armillary.report.tables import serving_tables
+    from armillary.serving.run import Percentiles
+
+    slow = Percentiles.of(np.array([12.5, 40.0, 75.25]))  # seconds
+    served = SimpleNamespace(requests=3, completed=3, rejected=0, offered_rate=0.1, replicas=1, prefill_replicas=0,
+                             devices=8, output_tokens_per_s=10.0, output_tokens_per_s_per_device=1.25,
+                             error_band=None, goodput_requests_per_s=0.0, slo_attainment=0.0, mean_batch=1.0,
+                             iterations=10, eager_steps=0, preemptions=0, kv_blocks_per_device=100, ttft_s=slow,
+                             tpot_s=slow, e2e_s=slow)
+    console = Console(record=True, width=200)
+    for t in serving_tables(served, "slow"):  # type: ignore[arg-type]
+        console.print(t)
+    text = console.export_text()
+    assert not re.search(r"\de[+-]\d", text) and "│ 42,583 │ 40,000 │" in text
+
+
+def test_overlap_column_names_each_overlap_once():
+    overlap = {"dp_grad_reduce": True, "tp_comm": True, "tp_comm_method": TpOverlap.USERBUFFERS,
+               "param_gather": True, "ep_comm": False}
+    assert overlap_label(overlap, compact=True) == "dp,gather,tp-ub"  # was "dp,tp,tp,param"
+    assert overlap_label(overlap) == "dp grads, param gathers, tp userbuffers"
+    assert overlap_label({**overlap, "tp_comm": False, "tp_comm_method": TpOverlap.RING}) == "dp grads, param gathers"
+    assert overlap_label({k: False for k in overlap if k != "tp_comm_method"}) == "-"
+
+
+def test_codesign_names_the_axes_it_varied():
+    from armillary.search.space import StrategySpace
+    from armillary.search.systems import SystemSpace, codesign
+    from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+
+    space = SystemSpace.model_validate({"gpus": [16, 32], "scale_out_bandwidth": ["25 GB/s", "50 GB/s"],
+                                        "prices": {"device": 10000, "hbm_per_gib": 100}})
+    designs = codesign(load_model("llama2-7b"), load_system("dgx-a100", 8), load_workload(
+        {"seq_len": 2048, "global_batch": 64}), space, load_strategy({"attention": "flash"}),
+        StrategySpace(tp=(2, 4), micro_batch=(1,)))
+    assert varied_axes(designs) == ["gpus", "scale_out_bandwidth"]  # HBM stayed the base system's: not named
+    labels = {design_label(p, varied_axes(designs)) for p in designs.points}
+    assert labels == {f"{g} GPUs, scale-out {b} GB/s" for g in (16, 32) for b in (25, 50)}
+
+
+def test_timeline_bars_cover_every_task():
+    """Each (rank, kind) keeps its busy time and task count; bars of one row and kind do not overlap and
+    lie more than the joining gap apart; the last bar ends at the end of the step."""
+    from armillary import api
+    from armillary.report.timeline_bars import timeline_bars
+
+    sim = api.simulate("llama3-8b", "dgx-h100", {"tp": 2, "pp": 2}, {"seq_len": 4096, "global_batch": 16}, gpus=16)
+    tb = timeline_bars(sim.graph, sim.timeline, resolution=400)
+    assert max(max(b.end_s) for b in tb.bars) == pytest.approx(sim.timeline.makespan_ns / 1e9)
+    t = sim.timeline
+    durations: dict[tuple[str, str], float] = {}
+    for i, task in enumerate(sim.graph.tasks):
+        if task.stream is not None and t.end_ns[i] > t.start_ns[i]:
+            for r in task.ranks:
+                key = (sim.graph.rank_labels[r], task.category.value)
+                durations[key] = durations.get(key, 0.0) + (t.end_ns[i] - t.start_ns[i]) / 1e9
+    drawn: dict[tuple[str, str], float] = {}
+    for b in tb.bars:
+        for row in set(b.rows):
+            mine = sorted((s, e) for r, s, e in zip(b.rows, b.start_s, b.end_s, strict=True) if r == row)
+            assert all(nxt[0] > end + tb.joined_below_s for (_, end), nxt in itertools.pairwise(mine))
+        for row, busy in zip(b.rows, b.busy_s, strict=True):
+            drawn[(row, b.category.value)] = drawn.get((row, b.category.value), 0.0) + busy
+    assert drawn.keys() == durations.keys()
+    assert all(drawn[k] == pytest.approx(durations[k]) for k in durations)
+    assert tb.drawn < tb.tasks == sum(sum(b.tasks) for b in tb.bars)
