@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from armillary import api
 from armillary.cli.common import print_json, show, stderr_console, writable
 from armillary.errors import SpecError
 from armillary.report import records, tables
@@ -31,7 +31,8 @@ def validate_cmd(
         return
     from rich.progress import track
 
-    from armillary.validation.run import DEFAULT_CSV, read_rows, summarize, write_csv
+    from armillary.validation.memory_rows import MEMORY_CSV
+    from armillary.validation.run import DEFAULT_CSV, read_rows, summarize, validate, write_csv
 
     path = csv_path or DEFAULT_CSV
     if not path.is_file():
@@ -42,8 +43,13 @@ def validate_cmd(
     missing = {"id", "kind", "value"} - set(rows[0] if rows else ())
     if missing:
         raise SpecError(f"{path}: not a validation CSV (missing columns: {', '.join(sorted(missing))})")
-    results = api.validate(path, progress=lambda todo: track(
-        todo, description="running measured rows", transient=True, console=stderr_console()))
+    def progress(todo: list[dict[str, str]]) -> Iterable[dict[str, str]]:
+        return track(todo, description="running measured rows", transient=True, console=stderr_console())
+
+    results = validate(path, progress=progress)  # every kind the file holds, memory rows included
+    if csv_path is None:  # the shipped measurements and the shipped memory rows (validation/data/memory.csv)
+        rows = [*rows, *read_rows(MEMORY_CSV)]
+        results = [*results, *validate(MEMORY_CSV, ("memory",), progress)]
     if json_out:  # printed first: a failed save does not lose the run
         print_json(records.validation_records(results), indent=1)
     else:

@@ -146,9 +146,11 @@ def lora_saved_inputs(w: TrainingArrays, e: Array, g: Array) -> tuple[Array, Arr
     PyTorch's matmul backward likewise saves an operand only for the other's gradient). An adapted one
     keeps it at 16 bits for its adapter's A gradient (NeMo's ParallelLinearAdapter runs in bf16, beside the
     fp8 GEMM). The attention output (the output projection's input) stays: FlashAttention's backward reads
-    it. Without LoRA: g each."""
+    it. A QLoRA base keeps every input: bitsandbytes' 4-bit matmul saves its input whenever any of its inputs
+    needs a gradient, the activation always does (bitsandbytes autograd/_functions.py MatMul4Bit.forward:
+    `if any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)`). Without LoRA: g each."""
     def kept(adapted: Array) -> Array:
-        return where(w.frozen, adapted * e, g)
+        return where(w.frozen, maximum(adapted, w.base_dequantize) * e, g)
 
     return (kept(maximum(w.lora_q, maximum(w.lora_k, w.lora_v))), kept(maximum(w.lora_gate, w.lora_up)),
             kept(w.lora_down))
@@ -194,8 +196,16 @@ def weight_bytes(params: Array, st: StrategyArrays) -> Array:
 
 def zero_shards(st: StrategyArrays, stage: int, replicas: Array | None = None) -> Array:
     """Ways ZeRO stage `stage` (1 optimizer, 2 gradients, 3 parameters) splits its state: over the
-    `replicas` ranks that hold the same parameters (dp x cp; expert-dp for routed experts) if on, else 1."""
-    return where(st.zero >= stage, st.dp * st.cp if replicas is None else replicas, 1)
+    `replicas` ranks that hold the same parameters (dp x cp; expert-dp for routed experts) if on, else 1.
+    FSDP under pipeline parallelism holds the parameters gathered and the gradients unsharded from the first
+    micro-batch to the last: PyTorch's pipeline schedules let FSDP reshard after backward and reduce-scatter
+    gradients on the last micro-batch only (torch.distributed.pipelining stage.py, backward_maybe_with_nosync:
+    set_requires_gradient_sync / set_reshard_after_backward(last_backward)), and torchtitan's apply_fsdp sets
+    reshard_after_forward False when PP is on; the unsharded gradients accumulate in the reduce dtype (FSDP2
+    FSDPParam.to_accumulated_grad_if_needed). There stages 2 and 3 split nothing: only the optimizer is
+    sharded."""
+    held_whole = (stage >= 2) & (st.zero >= 3) & (st.pp > 1)
+    return where((st.zero >= stage) & ~held_whole, st.dp * st.cp if replicas is None else replicas, 1)
 
 
 def model_states(params: Array, st: StrategyArrays, replicas: Array | None = None) -> ModelStates:
