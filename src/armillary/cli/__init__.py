@@ -20,7 +20,9 @@ from armillary.cli import (
     synthesis,
     validate,
 )
-from armillary.cli.common import handled, version_option
+from armillary.cli.common import handled, quiet_flag_types, version_option
+
+quiet_flag_types()
 
 app = typer.Typer(add_completion=True, no_args_is_help=True,
                   help="Predict time, memory and traffic of LLM training and inference on large systems.")

@@ -34,6 +34,23 @@ R = TypeVar("R")
 
 # Options more than one command takes
 RunFileArg = Annotated[Path, typer.Argument(help="RUN.yaml with model, system, strategy, workload")]
+def quiet_flag_types() -> None:
+    """Flags take no value, so their help shows no type: typer 0.25+ prints `<bool>` beside every flag
+    (`--json <bool>` reads as if it wanted one). Typer's own rule for an option with a metavar, applied to
+    flags: display nothing."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "quiet_flags", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag and self.metavar is None else shown(self, ctx)
+
+    display_type_rich.quiet_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
 JsonFlag = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
 GpusOption = Annotated[int | None, typer.Option(help="size the system to this many devices")]
 SetOption = Annotated[list[str] | None, typer.Option(

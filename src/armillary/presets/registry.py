@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -69,3 +71,28 @@ def _index(kind: str) -> dict[str, Path]:
 
 def find_preset(kind: str, name: str) -> Path | None:
     return _index(kind).get(name.lower())
+
+
+def _key(name: str) -> str:
+    """A name without case, separators or dots: "Llama-3.1_70B" and "llama3.1-70b" share a key."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def close_presets(kind: str, name: str, n: int = 3) -> list[str]:
+    """The presets of `kind` nearest to `name`, best first: a name equal but for case and separators, names
+    it begins, then difflib's closest (ratio at least 0.6) over names without separators."""
+    names = preset_names(kind)
+    keys = {_key(p): p for p in names}
+    key = _key(name)
+    exact = [keys[key]] if key in keys else []
+    longer = [keys[k] for k in sorted(keys) if key and k.startswith(key)]  # "gpt3" -> gpt3-175b
+    near = [keys[k] for k in difflib.get_close_matches(key, list(keys), n=n, cutoff=0.6)]
+    return list(dict.fromkeys(exact + longer[:n] + near))[:n]
+
+
+def did_you_mean(kind: str, name: str) -> str:
+    """" did you mean 'x' or 'y'?" for the presets of `kind` close to `name`, or ""."""
+    close = close_presets(kind, name)
+    if not close:
+        return ""
+    return " did you mean " + " or ".join(repr(c) for c in close) + "?"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -101,6 +102,38 @@ def unread_keys(data: dict[str, Any]) -> tuple[str, ...]:
     """Keys of a config.json this reader neither maps nor knows to be irrelevant to cost (they may change
     the model: a new attention variant, a projection the preset lacks)."""
     return tuple(sorted(k for k in data if k not in _READ and k not in _IRRELEVANT))
+
+
+def huggingface_name(data: dict[str, Any], path: Path | None = None) -> str | None:
+    """A name for a model read from `path` (a config.json): the repository of a Hugging Face cache folder
+    (models--meta-llama--Llama-3.1-8B -> meta-llama/Llama-3.1-8B), else `_name_or_path`, else the file's
+    own name unless it is "config", else its folder's unless that is a snapshot's commit hash, else the
+    first of `architectures`; None: none of them (the reader then names it by model_type)."""
+    parts = path.expanduser().resolve().parts if path is not None else ()
+    cache = next((p for p in reversed(parts) if p.startswith("models--")), None)
+    if cache is not None:
+        return cache.removeprefix("models--").replace("--", "/")
+    if data.get("_name_or_path"):
+        return str(data["_name_or_path"])
+    if path is not None and path.stem.lower() != "config":
+        return path.stem
+    folder = parts[-2] if len(parts) >= 2 else ""
+    if folder and not re.fullmatch(r"[0-9a-f]{40}", folder):
+        return folder
+    architectures = data.get("architectures")
+    return str(architectures[0]) if isinstance(architectures, list) and architectures else None
+
+
+def snapshot_config(folder: Path) -> Path | None:
+    """The config.json of a model folder: the folder's own, or in a Hugging Face cache folder
+    (models--ORG--NAME) the snapshot that refs/main names, else the newest snapshot's."""
+    if (folder / "config.json").is_file():
+        return folder / "config.json"
+    ref = folder / "refs" / "main"
+    if ref.is_file() and (folder / "snapshots" / ref.read_text().strip() / "config.json").is_file():
+        return folder / "snapshots" / ref.read_text().strip() / "config.json"
+    found = sorted((folder / "snapshots").glob("*/config.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
 
 
 def is_huggingface_config(data: dict[str, Any]) -> bool:

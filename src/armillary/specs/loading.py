@@ -15,8 +15,8 @@ from pydantic import BaseModel, ValidationError
 
 from armillary.arguments import whole
 from armillary.errors import SHOWN_CHARACTERS, SpecError, shown_value
-from armillary.presets.registry import find_preset, preset_names, read_data_file
-from armillary.specs.huggingface import from_huggingface, is_huggingface_config
+from armillary.presets.registry import did_you_mean, find_preset, preset_names, read_data_file
+from armillary.specs.huggingface import from_huggingface, huggingface_name, is_huggingface_config, snapshot_config
 from armillary.specs.model import Model
 from armillary.specs.stack import SoftwareStack
 from armillary.specs.strategy import Strategy
@@ -95,9 +95,8 @@ def _read(value: str, kind: str) -> tuple[Any, str]:
     path = Path(value).expanduser()
     if path.is_file():
         return read_spec_file(path, kind[:-1]), path.stem
-    raise SpecError(
-        f"{kind[:-1]} {value!r} is neither a file nor a preset; presets: {', '.join(preset_names(kind))}"
-    )
+    raise SpecError(f"{kind[:-1]} {value!r} is neither a file nor a preset;{did_you_mean(kind, value)} presets: "
+                    f"{', '.join(preset_names(kind))}")
 
 
 @functools.lru_cache(maxsize=256)
@@ -117,16 +116,25 @@ def load_spec(cls: type[S], value: Any, what: str) -> S:
 
 
 def load_model(value: Model | str | dict[str, Any]) -> Model:
+    """A model from a preset name ("llama3-8b"), a YAML / JSON file, a Hugging Face `config.json` or snapshot
+    folder, or a mapping."""
     if isinstance(value, Model):
         return value
     if isinstance(value, str) and find_preset("models", value) is not None:
         return _preset("models", value.lower())
-    data, name = _read(value, "models") if isinstance(value, str) else (value, None)
+    path = Path(value).expanduser() if isinstance(value, str) else None
+    if path is not None and path.is_dir():  # a model folder or a Hugging Face cache folder
+        config = snapshot_config(path)
+        if config is None:
+            raise SpecError(f"model {value!r}: a folder without a config.json (nor snapshots/*/config.json)")
+        path = config
+        value = str(config)
+    data = _read(value, "models")[0] if isinstance(value, str) else value
     if not isinstance(data, dict):
         raise SpecError(f"model: expected a mapping, got {type(data).__name__}")
     if is_huggingface_config(data):
         try:
-            return from_huggingface(data, name)
+            return from_huggingface(data, huggingface_name(data, path))
         except (ValueError, ValidationError, TypeError, KeyError, AttributeError, OverflowError) as err:
             raise SpecError(f"model (Hugging Face config): {err}") from None
     return validate_spec(Model, data, "model")
@@ -143,6 +151,7 @@ def _load_plain(cls: type[S], kind: str, value: S | str | dict[str, Any]) -> S:
 
 
 def load_device(value: Device | str | dict[str, Any]) -> Device:
+    """A device (accelerator) from a preset name ("h100-sxm"), a YAML / JSON file or a mapping."""
     return _load_plain(Device, "devices", value)
 
 
@@ -204,6 +213,8 @@ def stack_for(framework: str, year: int | None = None) -> SoftwareStack | None:
 
 
 def load_strategy(value: Strategy | dict[str, Any] | str) -> Strategy:
+    """A parallel strategy from a mapping ({"tp": 8, "pp": 4}) or a YAML / JSON file; unset fields take the
+    Strategy spec's defaults (`armillary.defaults` says which)."""
     if isinstance(value, Strategy):
         return value
     data = read_spec_file(Path(value), "strategy") if isinstance(value, str) else value

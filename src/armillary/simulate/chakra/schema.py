@@ -159,9 +159,13 @@ def write_trace(path: Path, metadata: Any, nodes: Iterable[Any]) -> None:
 MAX_TRACE_BYTES = 2**30  # one rank's trace, decompressed: far above a step's nodes (a few hundred bytes each)
 
 
-def read_trace(path: Path) -> tuple[Any, list[Any]]:
-    """GlobalMetadata and the Nodes of one file, plain or gzipped (protolib.py: openFileRd), of at most
-    `MAX_TRACE_BYTES` (checked while decompressing: a small gzip file may expand without bound)."""
+def read_trace(path: Path | str) -> tuple[Any, list[Any]]:
+    """GlobalMetadata and the Nodes of one file (a path or its text), plain or gzipped (protolib.py:
+    openFileRd), of at most `MAX_TRACE_BYTES` (checked while decompressing: a small gzip file may expand
+    without bound)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: no such Chakra trace file")
     limit = f"{path}: larger than {MAX_TRACE_BYTES // 2**20:,} MiB"
     if path.stat().st_size > MAX_TRACE_BYTES:
         raise SpecError(limit)
