@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from armillary.search.space import StrategySpace
     from armillary.search.systems import CoDesignResult, SystemSpace
     from armillary.serving.benchmark import Benchmark, BenchmarkResult
+    from armillary.serving.rate import MaxRate
     from armillary.serving.run import ServingResult
     from armillary.serving.trace import Trace
     from armillary.simulate.inference import InferenceSimulation
@@ -48,33 +49,39 @@ WorkloadLike = Workload | dict[str, Any]
 
 
 @overload
-def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: Training,
-             gpus: int | None = None) -> StepEstimate: ...
+def run_estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: Training,
+                 gpus: int | None = None) -> StepEstimate: ...
 
 
 @overload
-def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: Inference,
-             gpus: int | None = None) -> InferenceEstimate: ...
+def run_estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: Inference,
+                 gpus: int | None = None) -> InferenceEstimate: ...
 
 
 @overload
-def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
-             gpus: int | None = None) -> StepEstimate | InferenceEstimate: ...
+def run_estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
+                 gpus: int | None = None) -> StepEstimate | InferenceEstimate: ...
 
 
-def estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
-             gpus: int | None = None) -> StepEstimate | InferenceEstimate:
+def run_estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
+                 gpus: int | None = None) -> StepEstimate | InferenceEstimate:
     """Estimate one training iteration (a training workload) or a static inference batch (an inference
-    workload). dp (data-parallel ranks, or model replicas in inference) defaults to devices / (tp cp pp)."""
+    workload), as `armillary estimate` does. dp (data-parallel ranks, or model replicas in inference)
+    defaults to devices / (tp cp pp). The result carries its inputs (`config`) and an error band.
+
+    Example: `run_estimate("llama3-8b", "dgx-h100", {"tp": 2}, {"seq_len": 2048, "global_batch": 32}, gpus=8)`."""
+    from armillary.estimate.result import RunConfig
     from armillary.estimate.run import estimate_run
     from armillary.validation.bands import error_band, inference_error_band
 
     m, sysm, st, w = load_model(model), load_system(system, gpus), load_strategy(strategy), load_workload(workload)
     result = estimate_run(m, sysm, st, w)
     # how far to trust it: the validation residuals of its regime
-    if isinstance(w, Inference):
-        return replace(result, error_band=inference_error_band(m, sysm, st, w))
-    return replace(result, error_band=error_band(m, sysm, st))
+    band = inference_error_band(m, sysm, st, w) if isinstance(w, Inference) else error_band(m, sysm, st)
+    return replace(result, error_band=band, config=RunConfig(m, sysm, st, w))
+
+
+estimate = run_estimate  # the name before `armillary.estimate` became the package again (kept for callers)
 
 
 def compare_variants(run_file: Path | str, variants: Sequence[str | Mapping[str, Any]],
@@ -126,8 +133,50 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
         else:
             trace = generated_trace(w, rate, duration_s)
     served = serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace)
+    from armillary.estimate.result import RunConfig
+
     engine = with_engine(w, None)[1]
-    return replace(served, error_band=inference_error_band(m, sysm, st, w, engine.name if engine else "no engine"))
+    return replace(served, error_band=inference_error_band(m, sysm, st, w, engine.name if engine else "no engine"),
+                   config=RunConfig(m, sysm, st, w))
+
+
+def max_rate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
+             duration_s: float = defaults.SERVE_DURATION_S, seeds: int = defaults.MAX_RATE_SEEDS,
+             gpus: int | None = None) -> MaxRate:
+    """The largest request rate (requests/s) whose served stream meets the workload's SLOs, as `armillary
+    serve --max-rate` finds it: P90 TTFT <= `serving.ttft_slo_s` and P99 TPOT <= `serving.tpot_slo_s` on the
+    steady part of the run (`serving.rate.steady_meets`), the mean over `seeds` seeds of Poisson arrivals
+    (a trace file is stretched to each rate, one seed). `.rate` is the answer, `.result` the run there.
+
+    Example: `max_rate("llama2-70b", "dgx-h100", {"tp": 4}, {"kind": "inference", "input_len": 512,
+    "output_len": 128}, gpus=8).rate`."""
+    from armillary.arguments import number, whole
+    from armillary.errors import ArmillaryError
+    from armillary.serving.rate import analytical_rate, steady_max_rate
+    from armillary.serving.trace import load_trace, scaled
+
+    m, sysm, st, w = load_model(model), load_system(system, gpus), load_strategy(strategy), load_workload(workload)
+    if not isinstance(w, Inference):
+        raise SpecError("workload: serving needs an inference workload (kind: inference)")
+    duration_s, seeds = number("duration_s", duration_s, above=True), whole("seeds", seeds, 1, 100)
+    sv = w.serving
+    base = load_trace(sv.trace) if sv.trace is not None else None
+
+    def serve(rate: float, seed: int) -> ServingResult:
+        if base is not None:
+            return simulate_serving(m, sysm, st, w, trace=scaled(base, rate))
+        seeded = w.model_copy(update={"serving": sv.model_copy(update={"seed": sv.seed + seed})})
+        return simulate_serving(m, sysm, st, seeded, rate, duration_s)
+
+    # from the static estimate's rate (None where it refuses the layout, e.g. a batch attention_dp cannot split)
+    try:
+        start = analytical_rate(estimate(m, sysm, st, w))  # looked up here: tests replace api.estimate
+    except ArmillaryError:
+        start = None
+    found = steady_max_rate(serve, 1 if base is not None else seeds, start=start)
+    if found.result is None:
+        raise SpecError(f"no rate meets P90 TTFT <= {sv.ttft_slo_s} s and P99 TPOT <= {sv.tpot_slo_s} s")
+    return found
 
 
 def serve_benchmark(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
@@ -168,22 +217,28 @@ def serve_benchmark(model: ModelLike, system: SystemLike, strategy: StrategyLike
     return judged(benchmark, served)
 
 
-def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strategy: StrategyLike | None = None,
-           space: StrategySpace | InferenceSpace | str | Mapping[str, Any] | None = None, gpus: int | None = None,
-           objective: Objective | str = "time", top: int = defaults.SEARCH_TOP,
-           executor: Executor | None = None, progress: Callable[[int, int], None] | None = None,
-           checkpoint: Path | None = None) -> SearchResult | InferenceSearchResult:
-    """The best strategies for `model` on `system` and `workload`. Training: the `top` fastest (or, with
-    objective "memory", leanest) points of a strategy space (`StrategySpace`; default: every valid value),
-    fields outside the space from `strategy` (default `defaults.SEARCH_BASE_STRATEGY`). Inference: the
-    configurations of an `InferenceSpace` (it states the TPOT limit) with the most output tokens/s per
-    device. `executor` (default: serial, in this process) evaluates the chunks of a training space."""
+def run_search(model: ModelLike, system: SystemLike, strategy: StrategyLike | None = None,
+               workload: WorkloadLike | None = None,
+               space: StrategySpace | InferenceSpace | str | Mapping[str, Any] | None = None, gpus: int | None = None,
+               objective: Objective | str = "time", top: int = defaults.SEARCH_TOP,
+               executor: Executor | None = None, progress: Callable[[int, int], None] | None = None,
+               checkpoint: Path | None = None) -> SearchResult | InferenceSearchResult:
+    """The best strategies for `model` on `system` and `workload`, as `armillary search` does; arguments in
+    the order of `run_estimate` (`strategy` may be None: `defaults.SEARCH_BASE_STRATEGY`). Training: the
+    `top` fastest (or, with objective "memory", leanest) points of a strategy space (`StrategySpace`;
+    default: every valid value), fields outside the space from `strategy`. Inference: the configurations of
+    an `InferenceSpace` (it states the TPOT limit) with the most output tokens/s per device. `executor`
+    (default: serial, in this process) evaluates the chunks of a training space.
+
+    Example: `run_search("llama3-8b", "dgx-h100", None, {"seq_len": 2048, "global_batch": 64}, gpus=8)`."""
     from armillary.search.inference import InferenceSpace, search_inference
     from armillary.search.run import Objective, serial
     from armillary.search.run import search as search_strategies
     from armillary.search.space import StrategySpace
     from armillary.validation.bands import error_band
 
+    if workload is None:
+        raise SpecError("workload: a search needs a workload (Training or Inference, or a mapping of one)")
     m, sysm, w = load_model(model), load_system(system, gpus), load_workload(workload)
     base = load_strategy(strategy if strategy is not None else defaults.SEARCH_BASE_STRATEGY)
     if isinstance(w, Inference):
@@ -199,6 +254,16 @@ def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strateg
                               executor=serial if executor is None else executor, progress=progress,
                               checkpoint=checkpoint)
     return replace(found, top=tuple(replace(c, error_band=error_band(m, sysm, c.strategy)) for c in found.top))
+
+
+def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strategy: StrategyLike | None = None,
+           space: StrategySpace | InferenceSpace | str | Mapping[str, Any] | None = None, gpus: int | None = None,
+           objective: Objective | str = "time", top: int = defaults.SEARCH_TOP,
+           executor: Executor | None = None, progress: Callable[[int, int], None] | None = None,
+           checkpoint: Path | None = None) -> SearchResult | InferenceSearchResult:
+    """`run_search` with the workload before the strategy: the order before the API had one (kept for
+    callers)."""
+    return run_search(model, system, strategy, workload, space, gpus, objective, top, executor, progress, checkpoint)
 
 
 def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
@@ -226,12 +291,13 @@ def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
         for p in designs.points))
 
 
-def simulate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
-             gpus: int | None = None, schedule: Schedule | str | None = None, symmetric: bool = True,
-             stragglers: Mapping[int, float] | None = None, jitter: float = 0.0,
-             seed: int = 0) -> SimulationResult | InferenceSimulation:
+def run_simulation(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
+                   gpus: int | None = None, schedule: Schedule | str | None = None, symmetric: bool = True,
+                   stragglers: Mapping[int, float] | None = None, jitter: float = 0.0,
+                   seed: int = 0) -> SimulationResult | InferenceSimulation:
     """Simulate one training iteration as a task graph on the event engine (`schedule` defaults to the
-    strategy's), or a static inference batch."""
+    strategy's), or a static inference batch, as `armillary simulate` does. `stragglers` maps a rank to its
+    slowdown factor; `jitter` is the relative spread of task times (seeded)."""
     m, sysm = load_model(model), load_system(system, gpus)
     st, w = load_strategy(strategy), load_workload(workload)
     if not isinstance(symmetric, bool):
@@ -246,6 +312,9 @@ def simulate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workl
     except ValueError:
         raise SpecError(f"schedule {schedule!r}: one of {', '.join(s.value for s in Schedule)}") from None
     return simulate_training(m, sysm, st, w, chosen, symmetric, stragglers, jitter, seed)
+
+
+simulate = run_simulation  # the name before `armillary.simulate` became the package again (kept for callers)
 
 
 def validate(path: Path | str | None = None, kinds: Iterable[str] = ("training", "inference", "collective"),

@@ -16,4 +16,5 @@ SEQ_LEN = 2048  # tokens per sample of a training search given no workload file
 INPUT_LEN = 2048  # prompt tokens of an inference search
 OUTPUT_LEN = 256  # generated tokens of an inference search
 SERVE_DURATION_S = 60.0  # seconds of Poisson arrivals when serving at a rate
+MAX_RATE_SEEDS = 3  # seeds of the arrivals a max-rate search averages (mean and range)
 COLLECTIVE_GPUS = 8  # ranks of `armillary collective` (one node of the usual presets)

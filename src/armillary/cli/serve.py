@@ -20,7 +20,7 @@ from armillary.cli.common import (
     working,
     writable,
 )
-from armillary.errors import ArmillaryError, SpecError
+from armillary.errors import SpecError
 from armillary.estimate.economics import serving_economics
 from armillary.report import records, tables
 from armillary.specs.workload import Inference
@@ -40,7 +40,8 @@ def serve_cmd(
     find_max_rate: Annotated[bool, typer.Option(
         "--max-rate", help="search the largest rate meeting P90 TTFT and P99 TPOT (workload.serving SLOs) on the "
         "steady part of the run (warm-up trimmed); a trace is stretched to each rate")] = False,
-    seeds: Annotated[int, typer.Option(min=1, help="--max-rate: seeds of the generated arrivals (mean and range)")] = 3,
+    seeds: Annotated[int, typer.Option(
+        min=1, help="--max-rate: seeds of the generated arrivals (mean and range)")] = defaults.MAX_RATE_SEEDS,
     json_out: JsonFlag = False,
     csv_out: Annotated[Path | None, typer.Option("--save", "--csv", help="also save per-request times: .csv, "
                                                  ".json or .parquet")] = None,
@@ -104,30 +105,10 @@ def serve_cmd(
 
 def _max_rate(model: Model, system: System, strategy: Strategy, workload: Inference, duration: float,
               seeds: int) -> tuple[MaxRate, api.ServingResult]:
-    """The largest rate meeting the SLOs, over `seeds` seeds of generated arrivals (a trace: stretched to each
-    rate), bracketed from the analytical static-batch rate and confirmed by simulation; with its run."""
-    from armillary.serving.rate import analytical_rate, steady_max_rate
-    from armillary.serving.trace import load_trace, scaled
-
-    sv = workload.serving
-    base = load_trace(sv.trace) if sv.trace is not None else None
-
-    def serve(r: float, seed: int) -> api.ServingResult:
-        if base is not None:
-            return api.simulate_serving(model, system, strategy, workload, trace=scaled(base, r))
-        w = workload.model_copy(update={"serving": sv.model_copy(update={"seed": sv.seed + seed})})
-        return api.simulate_serving(model, system, strategy, w, r, duration)
-
+    """`api.max_rate` under a spinner, the seeds' range on stderr; with its run."""
     with working(f"searching the largest rate meeting the SLOs ({seeds} seeds)"):
-        # from the lowest rate where the static estimate refuses the layout (e.g. a batch that attention_dp
-        # does not split)
-        try:
-            start = analytical_rate(api.estimate(model, system, strategy, workload))
-        except ArmillaryError:
-            start = None
-        found = steady_max_rate(serve, 1 if base is not None else seeds, start=start)
-    if found.result is None:
-        raise SpecError(f"no rate meets P90 TTFT <= {sv.ttft_slo_s} s and P99 TPOT <= {sv.tpot_slo_s} s")
+        found = api.max_rate(model, system, strategy, workload, duration, seeds)
+    assert found.result is not None  # api.max_rate refuses a search where no rate meets
     if found.high > found.low:
         typer.echo(f"max rate over {seeds} seeds: {found.rate:.3g} requests/s "
                    f"(range {found.low:.3g} - {found.high:.3g})", err=True)

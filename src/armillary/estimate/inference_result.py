@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from armillary.estimate.result import ErrorBand, plain
+from armillary import display
+from armillary.estimate.result import ErrorBand, RunConfig, plain
 from armillary.numerics import Array
 
 
@@ -72,9 +73,26 @@ class InferenceEstimate:
     infeasible_reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     error_band: ErrorBand | None = None  # how far to trust it (validation residuals of its regime)
+    config: RunConfig | None = None  # the inputs (set by armillary.api)
+
+    def headline(self) -> display.Headline:
+        """The figures a repr shows: batch, TTFT, TPOT, output tokens/s per device, memory, feasibility."""
+        return [("batch", str(self.batch)), ("ttft", display.seconds(self.ttft_s)),
+                ("tpot", display.seconds(self.tpot_s)),
+                ("output_tokens_per_s_per_device", display.number(self.output_tokens_per_s_per_device)),
+                ("memory", f"{display.gib(self.memory.total)} of {display.gib(self.hbm_capacity_bytes)}"),
+                ("feasible", "True" if self.feasible else f"False: {self.infeasible_reasons[0]}"
+                 if self.infeasible_reasons else "False")]
+
+    def __repr__(self) -> str:
+        return display.short_repr(type(self).__name__, self.headline())
+
+    def _repr_html_(self) -> str:
+        return display.html_table(type(self).__name__, self.headline())
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("config")
         for phase in ("prefill", "decode"):
             d[phase]["total"] = getattr(self, phase).total
         d["memory"]["total"] = self.memory.total

@@ -8,9 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from armillary import display
 from armillary.comm.collectives import CommCost
 from armillary.numerics import Array
 from armillary.specs.communication import Collective
+from armillary.specs.model import Model
+from armillary.specs.strategy import Strategy
+from armillary.specs.system import System
+from armillary.specs.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,29 @@ POORLY_VALIDATED = 0.2
 
 
 @dataclass(frozen=True)
+class RunConfig:
+    """The inputs a result was computed from (set by `armillary.api`): `to_frame` adds them as columns."""
+
+    model: Model
+    system: System
+    strategy: Strategy
+    workload: Workload
+
+    def columns(self) -> dict[str, Any]:
+        """model, system, devices, then every strategy and workload field as `strategy.tp`,
+        `workload.serving.max_batch`, ... (enums as their values, tuples as lists)."""
+        def flat(data: dict[str, Any], prefix: str) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for key, value in data.items():
+                out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
+            return out
+
+        return {"model": self.model.name, "system": self.system.name, "devices": self.system.devices,
+                **flat(self.strategy.model_dump(mode="json"), "strategy."),
+                **flat(self.workload.model_dump(mode="json"), "workload.")}
+
+
+@dataclass(frozen=True)
 class StepEstimate:
     """One training iteration: time, its breakdown, throughput, utilization, memory and traffic."""
 
@@ -226,10 +254,27 @@ class StepEstimate:
     ends: EndsCost | None = None  # embedding and LM head, one micro-batch (for the step's simulation)
     error_band: ErrorBand | None = None  # from validation residuals (set by armillary.api for one configuration)
     offload_s: Array = 0.0  # the second tier's transfers, alongside the whole step (`breakdown.offload_stall`)
+    config: RunConfig | None = None  # the inputs (set by armillary.api)
+
+    def headline(self) -> display.Headline:
+        """The figures a repr shows: step time, throughput, MFU, memory against capacity, feasibility."""
+        fits = bool(np.all(self.feasible))
+        return [("step_time", display.seconds(self.step_time_s)),
+                ("tokens_per_s", display.number(self.tokens_per_s)), ("mfu", display.percent(self.mfu)),
+                ("memory", f"{display.gib(self.memory_hbm.total)} of {display.gib(self.hbm_capacity_bytes)}"),
+                ("feasible", str(fits) if fits or np.ndim(self.feasible) else f"False: {self.infeasible_reasons[0]}"
+                 if self.infeasible_reasons else "False")]
+
+    def __repr__(self) -> str:
+        return display.short_repr(type(self).__name__, self.headline())
+
+    def _repr_html_(self) -> str:
+        return display.html_table(type(self).__name__, self.headline())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping (floats for a single configuration, lists for a sweep)."""
         d = asdict(self)
+        d.pop("config")
         d["memory"] = {"hbm": d.pop("memory_hbm"), "tier2": d.pop("memory_tier2")}
         d["memory"]["hbm"]["total"] = self.memory_hbm.total
         d["memory"]["tier2"]["total"] = self.memory_tier2.total

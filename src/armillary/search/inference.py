@@ -15,6 +15,7 @@ from typing import Annotated
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
+from armillary import display
 from armillary.errors import SpecError
 from armillary.estimate.feasibility import inference_checks
 from armillary.estimate.inference import ReplicaModel, decode_phase, kv_handover_time, prefill_pass, replica_model
@@ -55,6 +56,8 @@ class InferenceSpace(Spec):
 
 @dataclass(frozen=True)
 class ServingCandidate:
+    """One configuration of an inference search: its strategy, batch and weight precision, and its figures."""
+
     rank: int
     strategy: Strategy
     batch: int
@@ -68,10 +71,28 @@ class ServingCandidate:
 
 @dataclass(frozen=True)
 class InferenceSearchResult:
+    """The best serving configurations (`top`, by output tokens/s per device) of a space of `points`, of
+    which `feasible` fit in memory and `within_limits` met the TPOT / TTFT limits."""
+
     top: tuple[ServingCandidate, ...]
     points: int
     feasible: int  # fit in memory
     within_limits: int
+
+    def headline(self) -> display.Headline:
+        """The figures a repr shows: the space's counts and the best configuration."""
+        best = self.top[0] if self.top else None
+        return [("points", f"{self.points:,}"), ("feasible", f"{self.feasible:,}"),
+                ("within_limits", f"{self.within_limits:,}"),
+                ("best", "none" if best is None else f"tp {best.strategy.tp} pp {best.strategy.pp} batch "
+                 f"{best.batch}: {display.number(best.output_tokens_per_s_per_device)} output tokens/s per device, "
+                 f"TPOT {display.seconds(best.tpot_s)}")]
+
+    def __repr__(self) -> str:
+        return display.short_repr(type(self).__name__, self.headline())
+
+    def _repr_html_(self) -> str:
+        return display.html_table(type(self).__name__, self.headline())
 
 
 def split_replicas(replicas: int, share: float) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armillary import display
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.serving.run import ServingResult
 
@@ -73,12 +74,27 @@ class RatePoint:
 
 @dataclass(frozen=True)
 class MaxRate:
+    """The largest request rate meeting the SLOs (`steady_meets`): `rate`, the mean over the seeds, with
+    their range and every rate tried."""
+
     rate: float  # mean over the seeds
     low: float  # smallest and largest of the seeds' rates
     high: float
     per_seed: tuple[float, ...]
     result: ServingResult | None  # the first seed's run at its max rate
     tried: tuple[RatePoint, ...] = ()  # every rate the search ran, in order
+
+    def headline(self) -> display.Headline:
+        seeds = len(self.per_seed)
+        spread = f" (range {display.number(self.low)}..{display.number(self.high)} over {seeds} seeds)" \
+            if seeds > 1 else ""
+        return [("rate", f"{display.number(self.rate)} requests/s{spread}"), ("runs", str(len(self.tried)))]
+
+    def __repr__(self) -> str:
+        return display.short_repr(type(self).__name__, self.headline())
+
+    def _repr_html_(self) -> str:
+        return display.html_table(type(self).__name__, self.headline())
 
 
 def steady_max_rate(serve: Callable[[float, int], ServingResult], seeds: int = 3, warmup: float = WARMUP,

@@ -9,12 +9,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from armillary import display
 from armillary.errors import ResultError, SpecError
 from armillary.estimate.feasibility import inference_checks
 from armillary.estimate.inference import ReplicaModel, kv_handover_time, replica_model
 from armillary.estimate.inference_memory import inference_memory, kv_blocks, kv_budget
 from armillary.estimate.invariants import HINT, MAX_TIME_S
-from armillary.estimate.result import ErrorBand
+from armillary.estimate.result import ErrorBand, RunConfig
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.balance import serve_least_outstanding
@@ -29,6 +30,8 @@ from armillary.specs.workload import Balance, Inference, Policy, Serving
 
 @dataclass(frozen=True)
 class Percentiles:
+    """Mean and percentiles of a per-request latency, in seconds."""
+
     mean: float
     p50: float
     p90: float
@@ -71,6 +74,21 @@ class ServingResult:
     devices: int
     times: RequestTimes
     error_band: ErrorBand | None = None  # how far to trust its throughput (the serving rows of its regime)
+    config: RunConfig | None = None  # the inputs (set by armillary.api)
+
+    def headline(self) -> display.Headline:
+        """The figures a repr shows: rate, throughput, latency percentiles, SLO attainment."""
+        return [("requests", f"{self.completed} of {self.requests}"),
+                ("offered_rate", display.number(self.offered_rate) + "/s"),
+                ("output_tokens_per_s_per_device", display.number(self.output_tokens_per_s_per_device)),
+                ("ttft_p90", display.seconds(self.ttft_s.p90)), ("tpot_p99", display.seconds(self.tpot_s.p99)),
+                ("slo_attainment", display.percent(self.slo_attainment))]
+
+    def __repr__(self) -> str:
+        return display.short_repr(type(self).__name__, self.headline())
+
+    def _repr_html_(self) -> str:
+        return display.html_table(type(self).__name__, self.headline())
 
     @property
     def requests_per_s(self) -> float:
@@ -104,6 +122,7 @@ class ServingResult:
 
         d = asdict(self)
         d.pop("times")
+        d.pop("config")
         return d
 
 
