@@ -125,3 +125,5 @@ def test_missing_device_price_names_the_option() -> None:
         assert price.dollars > 0 and price.source.strip()
     with pytest.raises(SpecError, match="--gpu-cost"):
         device_price("a device nobody sells")
+    r = CliRunner().invoke(_app(), ["network-optimize", str(GPT3), "--gpu-cost", "5000"])
+    assert r.exit_code == 2 and "objective time minimizes the step alone" in r.output

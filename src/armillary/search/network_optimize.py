@@ -122,6 +122,9 @@ def _device_cost(system: System, request: NetworkRequest) -> tuple[float, str]:
     """The objective's fixed term per device: the given figure, else the device's price (time_cost) or
     board power (time_power)."""
     if request.objective is BandwidthObjective.TIME:
+        if request.device_cost is not None:
+            raise SpecError("--gpu-cost weighs the device in --objective time_cost or time_power; objective time "
+                            "minimizes the step alone")
         return 0.0, "none (objective time)"
     if request.device_cost is not None:
         if not math.isfinite(request.device_cost) or request.device_cost < 0:
