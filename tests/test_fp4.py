@@ -140,3 +140,42 @@ def test_what_a_recipe_keeps_in_higher_precision_costs_time():
         {}, {"attention_projections": "fp8"}, {"attention_projections": "bf16"},
         {"attention_projections": "bf16", "first_layers_bf16": 1, "last_layers_bf16": 4})]
     assert speeds == sorted(speeds, reverse=True) and len(set(speeds)) == 4
+
+
+_SERVE = {"kind": "inference", "batch": 64, "input_len": 1024, "output_len": 1024, "kv_cache": {"precision": "fp8"}}
+
+
+@pytest.mark.parametrize(("model", "layout"), [("deepseek-v3", {"tp": 8, "ep": 8, "expert_tp": 1}),  # DeepSeek-R1
+                                               ("llama3.1-70b", {"tp": 4})])  # Llama 3.3 70B: the same architecture
+def test_fp4_serving_on_b200(model, layout):
+    """NVFP4 weights (W4A4) with an FP8 KV cache on B200 run; the weights take 4.5 bits each (the embedding and
+    LM head stay 16-bit) and decode, which streams them, is faster than with FP8 weights."""
+    def served(**recipe):
+        return armillary.estimate(model, "dgx-b200", {**layout, "attention": "flash3", **recipe}, _SERVE,
+                                  gpus=layout["tp"])
+
+    fp8, fp4 = served(precision="fp8"), served(precision="bf16", block_format="nvfp4")
+    assert fp4.feasible and fp8.feasible
+    assert 0.5625 < fp4.memory.weights / fp8.memory.weights < 0.65
+    assert fp4.tpot_s < fp8.tpot_s and fp4.ttft_s < fp8.ttft_s
+    assert fp4.max_batch > fp8.max_batch
+    cache = served(precision="bf16", block_format="nvfp4").memory.kv_cache
+    nvfp4_cache = armillary.estimate(model, "dgx-b200", {**layout, "attention": "flash3", "block_format": "nvfp4"},
+                                     {**_SERVE, "kv_cache": {"precision": "nvfp4"}}, gpus=layout["tp"]).memory.kv_cache
+    assert nvfp4_cache == pytest.approx(0.5625 * cache)
+
+
+def test_search_tries_block_formats_and_rebuilds_them():
+    """A search over none / nvfp4 on B200 prices both through the same array functions as one estimate: the
+    block-format points in fp8's family (memory, MFU), the others in the base's own bf16."""
+    workload = {"seq_len": 8192, "global_batch": 64}
+    space = {"block_format": ["none", "nvfp4"], "tp": [1, 2], "pp": [1], "vpp": [1], "micro_batch": [2], "zero": [1],
+             "recompute": ["none"], "sequence_parallel": [False], "overlap_dp": [True], "overlap_tp": [False],
+             "overlap_param_gather": [True], "rank_order": ["tp-cp-dp-pp"], "attention": ["flash3"]}
+    result = armillary.search("llama3-8b", "dgx-b200", workload, {"precision": "bf16", "block_format": "nvfp4"},
+                              space, gpus=8, top=10)
+    assert result.top[0].strategy.block_format is BlockFormat.NVFP4
+    assert {c.strategy.block_format for c in result.top} == {BlockFormat.NONE, BlockFormat.NVFP4}
+    for c in result.top:
+        one = armillary.estimate("llama3-8b", "dgx-b200", c.strategy, workload, gpus=8)
+        assert (c.step_time_s, c.memory_bytes) == pytest.approx((one.step_time_s, one.memory_hbm.total), rel=1e-9)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.numerics import Array
-from armillary.plan.codes import PROJECTIONS, SCHEDULE, STRATEGY_FIELDS, encode, strategy_value
+from armillary.plan.codes import PRECISION, PROJECTIONS, SCHEDULE, STRATEGY_FIELDS, encode, strategy_value
 from armillary.specs.model import Model, PositionKind, TernaryKernel, TokenMixer
-from armillary.specs.strategy import RecomputeModule, Strategy
+from armillary.specs.strategy import RecomputeModule, Strategy, TrainingPrecision
 from armillary.specs.workload import BasePrecision, LoraTarget, Training
 
 
@@ -155,7 +155,7 @@ class StrategyArrays:
     recompute_share: Array = 1.0
     offload_activation_layers: Array = 0.0  # the first N layers of each chunk; 0 = every layer
     grad_reduce_bf16: Array = 0.0  # 0/1: data-parallel gradients reduced in bf16 (Strategy.grad_reduce_in_bf16)
-    block_format: Array = 0.0  # plan.codes.BLOCK_FORMAT: 0 none, 1 mxfp8, 2 nvfp4, 3 mxfp4
+    block_format: Array = 0.0  # plan.codes.BLOCK_FORMAT: 0 none, 1 mxfp8, 2 nvfp4, 3 mxfp4 (precision: fp8's)
     attention_projections: Array = 0.0  # plan.codes.PROJECTIONS: 0 the recipe's format, 1 fp8, 2 bf16
     bf16_layers: Array = 0.0  # layers a quantized recipe runs wholly in bf16 (first and last; QuantizedGemms)
 
@@ -174,6 +174,7 @@ def _strategy_arrays(s: Strategy, dp: int) -> StrategyArrays:
 
 def _coded(s: Strategy, dp: int) -> StrategyArrays:
     coded = {name: encode(name, strategy_value(s, name)) for name in STRATEGY_FIELDS}
+    coded["precision"] = float(recipe_family(coded["precision"], coded["block_format"]))
     return StrategyArrays(
         **coded, dp=dp, schedule=SCHEDULE.code(s.pipeline_schedule),
         first_stage_layers=s.first_stage_layers or 0, last_stage_layers=s.last_stage_layers or 0,
@@ -187,6 +188,17 @@ def _coded(s: Strategy, dp: int) -> StrategyArrays:
         attention_projections=PROJECTIONS.code(s.quantized_gemms.attention_projections),
         **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},
     )
+
+
+def recipe_family(precision: Array, block_format: Array) -> Array:
+    """The precision code a strategy is priced in: fp8's under a block format, whichever of bf16 and fp8 it
+    names (a block-scaled recipe holds bf16 weights beside a quantized copy, saves quantized GEMM inputs, and
+    its MFU is counted against the fp8 peak: docs/fp4.md), else its own."""
+    return np.where(np.asarray(block_format) > 0, _FP8, precision) if isinstance(block_format, np.ndarray) else (
+        _FP8 if block_format > 0 else precision)
+
+
+_FP8 = PRECISION.code(TrainingPrecision.FP8)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from armillary.estimate.run import estimate_training_run
 from armillary.estimate.training import estimate_training
 from armillary.numerics import all_of
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.codes import encode
 from armillary.plan.layout import data_parallel
 from armillary.search.space import (
     Axes,
@@ -74,7 +75,8 @@ class Problem:
         inner = tuple(shape[d] for d in order)
         back = tuple(np.argsort(order).tolist())
         coded = {name: np.transpose(v, order) if np.ndim(v) else v for name, v in coded.items()}
-        st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None)
+        st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None,
+                            encode("precision", self.base.precision))
         with np.errstate(all="ignore"):  # invalid points (masked below) may divide by zero
             r = estimate_training(m, st, TrainingArrays.of(self.workload), self.system)
         checks = training_checks(m, st, TrainingArrays.of(self.workload), gpus)

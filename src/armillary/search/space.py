@@ -18,7 +18,7 @@ from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.memory import lora_states, model_states
 from armillary.numerics import Array, all_of, minimum
 from armillary.plan import rules
-from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays, recipe_family
 from armillary.plan.codes import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, encode, with_values
 from armillary.plan.layout import data_parallel_degree, fewest_stage_layers, stage_layers
 from armillary.specs.base import Spec
@@ -280,12 +280,16 @@ def _compound_rows(space: StrategySpace, axis: str) -> tuple[tuple[Any, int | No
     return (*((value, None) for value in values), *((counted, n) for n in dict.fromkeys(partial)))
 
 
-def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, expert_tp_is_tp: bool) -> StrategyArrays:
+def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, expert_tp_is_tp: bool,
+                   precision: float | None = None) -> StrategyArrays:
     """The base strategy with the chunk's axis values (coded arrays, named as StrategyArrays' fields) in
     place; dp and the schedule follow the degrees (`plan.layout.data_parallel_degree`; interleaved when
-    vpp > 1), expert TP follows tp unless the base strategy fixes it."""
+    vpp > 1), expert TP follows tp unless the base strategy fixes it, the priced precision follows the block
+    format (`plan.arrays.recipe_family`) from the base strategy's own `precision` code (default: base's)."""
+    precision_code = recipe_family(base.precision if precision is None else precision,
+                                   c.get("block_format", base.block_format))
     return replace(
-        base, **c, dp=data_parallel_degree(gpus, c["tp"], c["cp"], c["pp"]),
+        base, **c, precision=precision_code, dp=data_parallel_degree(gpus, c["tp"], c["cp"], c["pp"]),
         schedule=np.where(c["vpp"] > 1, float(SCHEDULE_INTERLEAVED), float(SCHEDULE_1F1B)),
         etp=c["tp"] if expert_tp_is_tp else base.etp)
 

@@ -241,9 +241,9 @@ class Inference(Spec):
     input_len: PositiveInt = Field(le=2**24, description="prompt tokens per request")
     output_len: PositiveInt = Field(le=2**20, description="generated tokens per request (the first comes from "
                                                           "prefill)")
-    weights: StoredPrecision | None = Field(None, description="weight precision; default: the recipe's GEMM "
-                                            "format under a quantized recipe (fp8, mxfp8, nvfp4, mxfp4), else "
-                                            "the activation precision")
+    weights: StoredPrecision | None = Field(None, description="weight precision; default: the strategy's "
+                                            "block_format (mxfp8, nvfp4, mxfp4), else fp8 under the fp8 recipe, "
+                                            "else the activation precision")
     weight_scales: WeightScales = Field(WeightScales.TENSOR, description="how fp8 weights are scaled: per "
                                         "tensor, per output channel (with per-token activation scales) or per "
                                         "128x128 block; channel and block run the engine's kernels for them")
