@@ -70,7 +70,7 @@ def run_estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, w
     defaults to devices / (tp cp pp). The result carries its inputs (`config`) and an error band.
 
     Example: `run_estimate("llama3-8b", "dgx-h100", {"tp": 2}, {"seq_len": 2048, "global_batch": 32}, gpus=8)`."""
-    from armillary.estimate.result import RunConfig
+    from armillary.estimate.result import RunConfig, StepEstimate
     from armillary.estimate.run import estimate_run
     from armillary.validation.bands import error_band, inference_error_band
 
@@ -78,6 +78,10 @@ def run_estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, w
     result = estimate_run(m, sysm, st, w)
     # how far to trust it: the validation residuals of its regime
     band = inference_error_band(m, sysm, st, w) if isinstance(w, Inference) else error_band(m, sysm, st)
+    if isinstance(result, StepEstimate) and isinstance(w, Training) and not np.ndim(result.feasible):
+        from armillary.estimate.fit import memory_advice  # an out-of-memory run: what would make it fit
+
+        result = replace(result, infeasible_reasons=result.infeasible_reasons + memory_advice(m, sysm, st, w, result))
     return replace(result, error_band=band, config=RunConfig(m, sysm, st, w))
 
 

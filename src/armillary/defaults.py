@@ -5,11 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-# The base strategy of a search when none is given: every field the space does not vary comes from it.
-# FlashAttention-2 is what current training stacks run (Megatron-Core, NeMo, torchtitan, llm-foundry);
-# `estimate` takes the Strategy spec's own defaults (standard attention) because there the user states
-# a strategy.
-SEARCH_BASE_STRATEGY: dict[str, Any] = {"attention": "flash"}
+# The strategy every call and command starts from for the fields a user leaves out: the Strategy spec's own
+# defaults (tp = pp = cp = 1, standard attention, no sequence parallelism, ZeRO 0, no recomputation), for
+# `estimate`, `simulate`, `serve` and the base of a search alike. A training search then varies attention
+# (flash, and flash3 where the device has it), sequence parallelism, ZeRO, recomputation, micro-batch and the
+# layout over its space (`search.space.StrategySpace`); an inference search's figures do not depend on the
+# attention kernel. A run that does not fit says which of `FIT_CHANGES` makes it fit.
+STRATEGY: dict[str, Any] = {}
+SEARCH_BASE_STRATEGY = STRATEGY  # the fields a search's space does not vary
+# What an out-of-memory training estimate tries, in this order, each step on top of the ones before (cheapest
+# in step time first: FlashAttention keeps no s x s scores, sequence parallelism shards the norms' and
+# dropouts' activations over tp, ZeRO-1 shards the optimizer states over dp, then recomputation, then more
+# model parallelism); `estimate.fit` reports the first that fits
+FIT_CHANGES: tuple[dict[str, Any], ...] = (
+    {"attention": "flash"}, {"sequence_parallel": True}, {"zero": 1}, {"recompute": "selective"},
+    {"recompute": "full"}, {"pp": "x2"}, {"tp": "x2"},
+)
 SEARCH_TOP = 10  # strategies kept
 SEARCH_BLOCK_POINTS = 262144  # points per block of the array evaluation (`search.run.search` chunk)
 SEQ_LEN = 2048  # tokens per sample of a training search given no workload file

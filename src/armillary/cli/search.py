@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from armillary.specs.system import System
     from armillary.specs.workload import Workload
 
-_BASE = ", ".join(f"{k}: {v}" for k, v in defaults.SEARCH_BASE_STRATEGY.items())
+_BASE = ", ".join(f"{k}: {v}" for k, v in defaults.SEARCH_BASE_STRATEGY.items()) or (
+    "the Strategy spec's defaults, as estimate's; armillary.defaults")
 # help text is rich markup: the extras' brackets escaped
 _DASK_HELP = ("run the chunks on a Dask cluster: tcp://scheduler:8786, or local (a LocalCluster); "
               + escape("pip install 'armillary[dask]'"))
