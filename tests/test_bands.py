@@ -6,7 +6,19 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import pairwise
 
-from armillary.validation.bands import _COARSENING, MIN_ROWS, Regime, Residual, band, shipped_residuals
+import numpy as np
+import pytest
+
+from armillary.validation.bands import (
+    _COARSENING,
+    MIN_ROWS,
+    MIN_UNSEEN,
+    UNVALIDATED_WIDENING,
+    Regime,
+    Residual,
+    band,
+    shipped_residuals,
+)
 
 
 def _coarsenings(regime: Regime) -> list[Regime]:
@@ -65,3 +77,66 @@ def test_compare_shows_each_runs_band_and_its_calibration_status():
     row = c.row(Section.SUMMARY, "error_band")
     assert row.values == (a.error_band.relative, b.error_band.relative) and row.values[1] >= row.values[0]
     assert "calibrated device" in c.bands[0] and "uncalibrated device" in c.bands[1]
+
+
+def _rows(regime: Regime, errors: list[float], source: str = "s", unseen: bool = False) -> list[Residual]:
+    return [Residual(f"{source}{i % 3}", regime, e, out_of_sample=unseen) for i, e in enumerate(errors)]
+
+
+def test_a_regime_whose_unseen_rows_erred_more_prints_the_unseen_error():
+    dense = Regime(True, "fp8", False, False, "<=64")
+    tuned = _rows(dense, [0.01 * (i % 5) for i in range(40)])  # in sample: within 4%
+    unseen = _rows(dense, [0.3, -0.25, 0.2, 0.1, -0.15, 0.05, 0.4, -0.3, 0.12, 0.22], "new", unseen=True)
+    assert band(dense, tuned).relative < 0.05
+    widened = band(dense, tuned + unseen)
+    assert widened.relative == np.quantile(np.abs([r.error for r in unseen]), 0.8)
+    assert f"its {len(unseen)} rows first run out of sample" in widened.regime
+    # too few unseen rows to say anything: the in-sample band stands
+    assert band(dense, tuned + unseen[:MIN_UNSEEN - 1]).relative == band(dense, tuned).relative
+
+
+def test_unseen_rows_of_one_engine_never_widen_another_engines_band():
+    vllm = Regime(True, "fp8", True, False, "<=64", "serving", "vllm")
+    trt = replace(vllm, engine="tensorrt-llm")
+    rows = _rows(vllm, [0.1] * 20) + _rows(trt, [0.2] * 20) + _rows(trt, [3.0] * 9, "trt", unseen=True)
+    assert band(vllm, rows).relative == pytest.approx(0.1)
+    assert band(trt, rows).relative == pytest.approx(3.0)
+
+
+def test_a_precision_or_engine_no_row_has_is_widened_never_narrowed():
+    dense = Regime(True, "fp8", False, False, "<=64")
+    rows = _rows(dense, [0.1] * 20)
+    fp4 = band(replace(dense, precision="fp4"), rows)
+    assert fp4.relative == pytest.approx(0.1 * UNVALIDATED_WIDENING) and "fp4 never validated" in fp4.regime
+    served = _rows(Regime(True, "fp8", False, False, "<=64", "serving", "vllm"), [0.2] * 20)
+    new_engine = band(Regime(True, "fp8", False, False, "<=64", "serving", "lmdeploy"), served)
+    assert new_engine.relative == pytest.approx(0.2 * UNVALIDATED_WIDENING)
+
+
+def test_out_of_sample_errors_are_the_batch_models_on_rows_read_right(tmp_path):
+    from armillary.validation import out_of_sample as oos
+
+    first = [oos.OutOfSample("2026-12-06", "abc", f"R{i}", "training", "G", 1.0, 2.0, 1.0, 0.1, "", False, None)
+             for i in range(3)]
+    first.append(oos.OutOfSample("2026-12-06", "abc", "S0", "inference", "S", 1.0, 4.0, 3.0, 0.2, "", False, None))
+    oos.append_batch(first, tmp_path / "oos.csv")
+    # R0 was misread untouched (+100%); the batch model on the row read right is 5% off; R1, R2 it could not
+    # describe (refusals, not model errors); the serving row was never re-read: its untouched error stands
+    oos.write_reread([oos.Reread("2026-12-06", "abc", "def", "R0", 1.05, 0.05)], tmp_path / "reread.csv")
+    assert oos.honest_errors(path=tmp_path / "oos.csv", reread_path=tmp_path / "reread.csv") == {
+        "R0": 0.05, "S0": 3.0}
+
+
+def test_the_shipped_bands_cover_the_rows_first_run_out_of_sample():
+    """The printed band covers >= 80% of the training rows as first run out of sample (the batch model on rows
+    read right), and stays below 3x their median |error|; and of the in-sample rows, below 3x theirs."""
+    residuals = shipped_residuals()
+    unseen = [r for r in residuals if r.out_of_sample and r.regime.workload == "training"]
+    assert len(unseen) >= 50
+    bands = [band(r.regime, residuals).relative for r in unseen]
+    covered = np.mean([abs(r.error) <= b for r, b in zip(unseen, bands, strict=True)])
+    assert covered >= 0.8
+    assert np.median(bands) < 3 * np.median([abs(r.error) for r in unseen])
+    tuned = [r for r in residuals if not r.out_of_sample and r.regime.workload == "training"]
+    assert np.median([band(r.regime, residuals).relative for r in tuned]) < 3 * np.median(
+        [abs(r.error) for r in tuned])

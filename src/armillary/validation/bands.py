@@ -7,8 +7,15 @@ measurements, fp8 or 16-bit GEMMs, dense or mixture-of-experts, parameters shard
 the scale, and for serving the engine. The band is the 80th percentile of |error| over the shipped
 residuals of that regime; where a regime has fewer than `MIN_ROWS` rows it is coarsened (scale first, then
 sharding, precision, MoE, calibration, engine), and the band says which regime it used.
-`leave_one_source_out` measures how often the band covers a source's rows when that source is left out
-(the honest coverage).
+
+Two pools of residuals feed it. The in-sample pool is every row as the model predicts it now (the mechanisms
+were written while looking at them). The out-of-sample pool is the first untouched run of each new batch of
+rows (`validation/out_of_sample.py`): the only errors measured before anything was tuned on them. A regime's
+band is the wider of the two pools' 80th percentiles over the regime the in-sample band was drawn from, so
+a regime where unseen rows erred more than the rows the model was tuned on prints the unseen error. A
+prediction that leaves the validated regime (a precision or an engine no row has, an uncalibrated device) is
+widened, never narrowed.
+`leave_one_source_out` measures how often the band covers a source's rows when that source is left out.
 """
 
 from __future__ import annotations
@@ -25,16 +32,22 @@ import numpy as np
 
 from armillary.estimate.result import ErrorBand
 from armillary.specs.model import Model
-from armillary.specs.strategy import Strategy, TrainingPrecision, ZeroStage
+from armillary.specs.strategy import Strategy, ZeroStage
 from armillary.specs.system import System
-from armillary.specs.workload import Inference, StoredPrecision
+from armillary.specs.workload import Inference
 from armillary.writing import replaced
 
 RESIDUALS = Path(str(resources.files("armillary.validation") / "data" / "residuals.json"))
 MIN_ROWS = 8
 QUANTILE = 0.8
+# a regime whose precision or engine no validation row has: its band is its parent's times this, per feature
+# (a policy, not a fit: half as wide again as the nearest validated regime)
+UNVALIDATED_WIDENING = 1.5
 # features dropped in this order when a regime has too few rows (calibration is kept to the end)
 _COARSENING = ("scale", "sharded", "precision", "moe", "calibrated", "engine")
+# the fewest first-untouched-run rows in a regime whose 80th percentile may widen its band (a P80 of 4 rows is
+# the third largest |error|: below that one row decides)
+MIN_UNSEEN = 4
 TRAINING, STATIC_BATCH, SERVING = "training", "static batch", "serving"
 
 
@@ -66,15 +79,21 @@ class Residual:
     source: str
     regime: Regime
     error: float  # predicted / measured - 1
+    out_of_sample: bool = False  # the first untouched run of a new batch (`validation/out_of_sample.py`)
 
 
 def _scale(devices: int) -> str:
     return "<=64" if devices <= 64 else "<=1024" if devices <= 1024 else ">1024"
 
 
+def _precision(*values: str) -> str:
+    """The GEMM precision class: "fp4" (NVFP4 / MXFP4), "fp8" (incl. MXFP8) or "16-bit"."""
+    words = " ".join(str(v).lower() for v in values)
+    return "fp4" if "fp4" in words else "fp8" if "fp8" in words else "16-bit"
+
+
 def regime_of(model: Model, system: System, strategy: Strategy) -> Regime:
-    return Regime(calibrated=bool(system.device.calibrated_on),
-                  precision="fp8" if strategy.precision is TrainingPrecision.FP8 else "16-bit",
+    return Regime(calibrated=bool(system.device.calibrated_on), precision=_precision(strategy.precision.value),
                   moe=model.moe is not None, sharded=strategy.zero >= ZeroStage.PARAMETERS,
                   scale=_scale(system.devices))
 
@@ -82,20 +101,43 @@ def regime_of(model: Model, system: System, strategy: Strategy) -> Regime:
 def inference_regime(model: Model, system: System, strategy: Strategy, workload: Inference,
                      engine: str | None = None) -> Regime:
     """A static batch (`engine` None) or a served stream on the engine named (its profile's name)."""
-    fp8 = strategy.precision is TrainingPrecision.FP8 or workload.weights is StoredPrecision.FP8
     family = engine.split()[0].lower() if engine else None
-    return Regime(calibrated=bool(system.device.calibrated_on), precision="fp8" if fp8 else "16-bit",
+    return Regime(calibrated=bool(system.device.calibrated_on),
+                  precision=_precision(strategy.precision.value,
+                                        workload.weights.value if workload.weights else ""),
                   moe=model.moe is not None, sharded=False, scale=_scale(system.devices),
                   workload=SERVING if engine else STATIC_BATCH, engine=family)
 
 
 def band(regime: Regime, residuals: Sequence[Residual]) -> ErrorBand:
+    """The in-sample pool's band of `regime` (`_pool_band`), widened to the unseen rows' 80th percentile where
+    at least `MIN_UNSEEN` first untouched runs fall in the same (possibly coarsened) regime and erred more, and
+    by `UNVALIDATED_WIDENING` for each of its precision and engine that no residual of its workload has."""
+    chosen, level = _pool_band(regime, [r for r in residuals if not r.out_of_sample], _COARSENING)
+    unseen = [abs(r.error) for r in residuals if r.out_of_sample and level.matches(r.regime)]
+    if len(unseen) >= MIN_UNSEEN and (wider := float(np.quantile(unseen, QUANTILE))) > chosen.relative:
+        chosen = replace(chosen, relative=wider, regime=f"{chosen.regime}; widened to its {len(unseen)} rows "
+                                                        "first run out of sample")
+    unvalidated = [f"{getattr(regime, k)} never validated" for k in ("precision", "engine")
+                   if getattr(regime, k) is not None
+                   and not any(getattr(r.regime, k) == getattr(regime, k) for r in residuals
+                               if r.regime.workload == regime.workload)]
+    if unvalidated:
+        chosen = replace(chosen, relative=chosen.relative * UNVALIDATED_WIDENING ** len(unvalidated),
+                         regime=f"{chosen.regime}; {', '.join(unvalidated)}: x{UNVALIDATED_WIDENING:g} each")
+    return chosen
+
+
+def _pool_band(regime: Regime, residuals: Sequence[Residual], coarsening: tuple[str, ...]
+               ) -> tuple[ErrorBand, Regime]:
     """The 80th percentile of |error| of the residuals in `regime`, coarsened until MIN_ROWS rows match.
     Coarsening only widens: the band is never narrower than that of a sparser level on the way that had rows
     of its own (an uncalibrated MoE regime is not given the dense rows' narrower band). An uncalibrated
-    device's band is never narrower than a calibrated device's in the same regime: its curves are a prior."""
+    device's band is never narrower than a calibrated device's in the same regime: its curves are a prior.
+    Returns the band and the regime level whose rows it was drawn from."""
     current, relative, widened = regime, 0.0, ""
-    for feature in (None, *_COARSENING):
+    rows: list[Residual] = []
+    for feature in (None, *coarsening):
         if feature is not None:
             dropped: dict[str, Any] = {feature: None}
             current = replace(current, **dropped)
@@ -103,21 +145,26 @@ def band(regime: Regime, residuals: Sequence[Residual]) -> ErrorBand:
         if rows:
             relative = max(relative, float(np.quantile(np.abs([r.error for r in rows]), QUANTILE)))
         if current.calibrated is False:
-            calibrated = band(replace(current, calibrated=True), residuals)
+            calibrated, _ = _pool_band(replace(current, calibrated=True), residuals, coarsening)
             if calibrated.relative > relative:
                 relative, widened = calibrated.relative, f"; widened to calibrated devices' {calibrated.regime}"
-        if len(rows) >= MIN_ROWS or feature == _COARSENING[-1]:
+        if len(rows) >= MIN_ROWS or feature == coarsening[-1]:
             break
     if not rows:
         relative = float("nan")
     described = current.describe() + widened
-    return ErrorBand(relative=relative, regime=described, rows=len(rows), sources=len({r.source for r in rows}))
+    return ErrorBand(relative=relative, regime=described, rows=len(rows),
+                     sources=len({r.source for r in rows})), current
 
 
-def leave_one_source_out(residuals: Sequence[Residual]) -> dict[str, tuple[int, int]]:
-    """Per full regime: (rows whose |error| lies inside the band computed without their source, rows)."""
+def leave_one_source_out(residuals: Sequence[Residual], out_of_sample: bool = False
+                         ) -> dict[str, tuple[int, int]]:
+    """Per full regime: (rows whose |error| lies inside the band computed without their source, rows), over
+    the in-sample residuals, or (`out_of_sample`) over the first untouched runs."""
     out: dict[str, tuple[int, int]] = {}
     for r in residuals:
+        if r.out_of_sample != out_of_sample:
+            continue
         others = [x for x in residuals if x.source != r.source]
         inside = abs(r.error) <= band(r.regime, others).relative
         covered, total = out.get(r.regime.describe(), (0, 0))
@@ -127,7 +174,8 @@ def leave_one_source_out(residuals: Sequence[Residual]) -> dict[str, tuple[int, 
 
 def write_residuals(residuals: Sequence[Residual], path: Path = RESIDUALS) -> None:
     with replaced(path) as temporary:
-        temporary.write_text(json.dumps([{"source": r.source, **asdict(r.regime), "error": round(r.error, 6)}
+        temporary.write_text(json.dumps([{"source": r.source, **asdict(r.regime), "error": round(r.error, 6),
+                                          **({"out_of_sample": True} if r.out_of_sample else {})}
                                          for r in residuals], indent=0) + "\n")
 
 
@@ -135,7 +183,7 @@ def write_residuals(residuals: Sequence[Residual], path: Path = RESIDUALS) -> No
 def shipped_residuals() -> tuple[Residual, ...]:
     data = json.loads(RESIDUALS.read_text())
     return tuple(Residual(d.pop("source"), Regime(**{k: d[k] for k in Regime.__dataclass_fields__ if k in d}),
-                          d["error"]) for d in data)
+                          d["error"], d.get("out_of_sample", False)) for d in data)
 
 
 @functools.cache
