@@ -76,3 +76,11 @@ def test_shipped_memory_rows_stay_within_their_bounds():
         errors = [abs(r.error) for r in results if r.group == group and r.error is not None]
         assert errors and statistics.mean(errors) <= bound, (group, statistics.mean(errors))
     assert statistics.mean(abs(r.error) for r in results if r.error is not None) <= ALL_ROWS_BOUND
+
+
+def test_gradients_reduced_in_bf16_keep_a_bf16_buffer():
+    """Megatron-Core's grad buffer is fp32 only with grad_reduce_in_fp32: --grad-reduce-in-bf16 halves it."""
+    fp32 = model_states(1e9, StrategyArrays.of(Strategy(precision="bf16"), dp=8))
+    bf16 = model_states(1e9, StrategyArrays.of(Strategy(precision="bf16", grad_reduce_in_bf16=True), dp=8))
+    assert (float(fp32.gradients), float(bf16.gradients)) == pytest.approx((4e9, 2e9))
+    assert float(bf16.optimizer_states) == float(fp32.optimizer_states)

@@ -208,11 +208,19 @@ def zero_shards(st: StrategyArrays, stage: int, replicas: Array | None = None) -
     return where((st.zero >= stage) & ~held_whole, st.dp * st.cp if replicas is None else replicas, 1)
 
 
+def grad_bytes(st: StrategyArrays, code: Array | None = None) -> Array:
+    """Bytes per parameter of the gradient buffer of precision `code` (default the recipe's): 2 when the
+    gradients are reduced in bf16, whose buffer then holds bf16 (Megatron-Core param_and_grad_buffer: the grad
+    dtype is fp32 only with grad_reduce_in_fp32; --grad-reduce-in-bf16 clears it)."""
+    recipe = per_precision(GRAD_BYTES, st.precision if code is None else code)
+    return where(st.grad_reduce_bf16 > 0, minimum(recipe, 2.0), recipe)
+
+
 def model_states(params: Array, st: StrategyArrays, replicas: Array | None = None) -> ModelStates:
     """Bytes of weights, gradients and optimizer states for `params` parameters on one model-parallel
     rank, sharded over their replicas by ZeRO stage (SC'20 §5: P_os, P_os+g, P_os+g+p)."""
     weights = weight_bytes(params, st) / zero_shards(st, 3, replicas)
-    gradients = params * per_precision(GRAD_BYTES, st.precision) / zero_shards(st, 2, replicas)
+    gradients = params * grad_bytes(st) / zero_shards(st, 2, replicas)
     optimizer = params * per_precision(OPTIMIZER_BYTES, st.precision) / zero_shards(st, 1, replicas)
     return ModelStates(weights, gradients, optimizer)
 
@@ -236,5 +244,5 @@ def lora_states(base_params: Array, adapter_params: Array, st: StrategyArrays, w
     code = adapter_precision(st)
     shards = (zero_shards(st, 3, replicas), zero_shards(st, 2, replicas), zero_shards(st, 1, replicas))
     return ModelStates(base_params * w.base_bytes / shards[0] + adapter_params * per_precision(WEIGHT_BYTES, code)
-                       / shards[0], adapter_params * per_precision(GRAD_BYTES, code) / shards[1],
+                       / shards[0], adapter_params * grad_bytes(st, code) / shards[1],
                        adapter_params * per_precision(OPTIMIZER_BYTES, code) / shards[2])
