@@ -69,29 +69,38 @@ def test_codesign_names_the_axes_it_varied():
     assert labels == {f"{g} GPUs, scale-out {b} GB/s" for g in (16, 32) for b in (25, 50)}
 
 
-def test_timeline_bars_cover_every_task():
-    """Each (rank, kind) keeps its busy time and task count; bars of one row and kind do not overlap and
-    lie more than the joining gap apart; the last bar ends at the end of the step."""
+def test_occupancy_by_hand():
+    from armillary.report.timeline_bars import occupancy
+
+    edges = np.array([0.0, 1.0, 2.0, 3.0, 4.0])  # tasks [0, 1.5) and [3, 4): 1, 0.5, 0 and 1 s per slice
+    assert occupancy(edges, np.array([3.0, 0.0]), np.array([4.0, 1.5])).tolist() == [1.0, 0.5, 0.0, 1.0]
+
+
+def test_timeline_bars_cover_the_whole_step():
+    """On every rank and lane, a bar covers exactly the slices where a task ran (the last ends with the
+    step); bars do not overlap and their shade is half or full."""
     from armillary import api
-    from armillary.report.timeline_bars import timeline_bars
+    from armillary.report.timeline_bars import COMMUNICATION, EMPTY, occupancy, timeline_bars
 
     sim = api.simulate("llama3-8b", "dgx-h100", {"tp": 2, "pp": 2}, {"seq_len": 4096, "global_batch": 16}, gpus=16)
     tb = timeline_bars(sim.graph, sim.timeline, resolution=400)
-    assert max(max(b.end_s) for b in tb.bars) == pytest.approx(sim.timeline.makespan_ns / 1e9)
-    t = sim.timeline
-    durations: dict[tuple[str, str], float] = {}
+    t, edges = sim.timeline, np.linspace(0, tb.makespan_s, 401)
+    spans: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for i, task in enumerate(sim.graph.tasks):
         if task.stream is not None and t.end_ns[i] > t.start_ns[i]:
             for r in task.ranks:
-                key = (sim.graph.rank_labels[r], task.category.value)
-                durations[key] = durations.get(key, 0.0) + (t.end_ns[i] - t.start_ns[i]) / 1e9
-    drawn: dict[tuple[str, str], float] = {}
+                key = (sim.graph.rank_labels[r], int(task.category in COMMUNICATION))
+                spans.setdefault(key, []).append((t.start_ns[i] / 1e9, t.end_ns[i] / 1e9))
+    drawn: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for b in tb.bars:
-        for row in set(b.rows):
-            mine = sorted((s, e) for r, s, e in zip(b.rows, b.start_s, b.end_s, strict=True) if r == row)
-            assert all(nxt[0] > end + tb.joined_below_s for (_, end), nxt in itertools.pairwise(mine))
-        for row, busy in zip(b.rows, b.busy_s, strict=True):
-            drawn[(row, b.category.value)] = drawn.get((row, b.category.value), 0.0) + busy
-    assert drawn.keys() == durations.keys()
-    assert all(drawn[k] == pytest.approx(durations[k]) for k in durations)
-    assert tb.drawn < tb.tasks == sum(sum(b.tasks) for b in tb.bars)
+        assert set(b.busy) <= {0.5, 1.0}
+        for row, lane, start, end in zip(b.rows, b.lanes, b.start_s, b.end_s, strict=True):
+            drawn.setdefault((row, lane), []).append((start, end))
+    assert drawn.keys() == spans.keys() and max(e for v in drawn.values() for _, e in v) == tb.makespan_s
+    for key, intervals in spans.items():
+        start, end = np.array(intervals).T
+        busy_slices = int((occupancy(edges, start, end) > EMPTY * tb.slice_s).sum())
+        bars = sorted(drawn[key])
+        assert all(a[1] <= b[0] + 1e-12 for a, b in itertools.pairwise(bars))
+        assert sum(e - s for s, e in bars) == pytest.approx(busy_slices * tb.slice_s)
+    assert tb.drawn < tb.tasks

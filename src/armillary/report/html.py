@@ -167,12 +167,13 @@ SEARCH_COLUMNS = (
     Column("rank", lambda r: str(r["rank"])), Column("tp", lambda r: str(r["tp"])),
     Column("pp", lambda r: str(r["pp"])), Column("dp", lambda r: str(r["dp"])), Column("vpp", lambda r: str(r["vpp"])),
     Column("cp", lambda r: str(r["cp"])), Column("ep", lambda r: str(r["ep"])),
-    Column("micro-batch", lambda r: str(r["micro_batch"])), Column("attention", lambda r: str(r["attention"]), "left"),
+    Column("mb", lambda r: str(r["micro_batch"]), tip="micro-batch (sequences)"),
+    Column("attention", lambda r: str(r["attention"]), "left"),
     Column("SP", lambda r: "yes" if r["sequence_parallel"] else "no", "left", "sequence parallelism"),
     Column("recompute", lambda r: str(r["recompute"]) + (f" ({r['recompute_layers']} layers)"
                                                          if r["recompute_layers"] is not None else ""), "left"),
     Column("ZeRO", lambda r: str(r["zero"])),
-    Column("overlap", lambda r: overlap_label(r["overlap"]), "left", "communication overlapped with compute"),
+    Column("overlap", lambda r: overlap_label(r["overlap"]), "left", "communication overlapped with compute", True),
     Column("rank order", lambda r: str(r["rank_order"]), "left", "parallel groups from closest to farthest"),
     Column("step time", lambda r: f"{fixed(r['step_time_s'])} s"),
     Column("band", lambda r: ("±" + percent(r["error_band"]["relative"], 0)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from armillary.report.formatting import fixed, percent
 from armillary.report.records import layout_label, search_rows
-from armillary.report.timeline_bars import COMMUNICATION, timeline_bars
+from armillary.report.timeline_bars import shade, timeline_bars
 from armillary.units import GIB
 
 if TYPE_CHECKING:
@@ -113,34 +113,35 @@ def communication_figure(calls: tuple[CommCall, ...]) -> Figure:
 
 
 def timeline_figure(sim: SimulationResult) -> tuple[Figure, str]:
-    """The simulated step, a row per rank, a colour per kind of work (communication as thinner bars over
-    the compute); with the note that says how many tasks each bar joins."""
+    """The whole simulated step, a row per rank (compute above, communication in a thin band below it), a
+    colour per kind of work, pale where the lane was busy half of the time or less; with the note that says
+    how the step was sliced."""
     tb = timeline_bars(sim.graph, sim.timeline)
     unit, scale = ("s", 1.0) if tb.makespan_s >= 10 else ("ms", 1e3)
     digits = max(0, 5 - math.ceil(math.log10(max(tb.makespan_s * scale, 1e-9))))  # 1e-5 of the step: sub-pixel
     rows = list(dict.fromkeys(sim.graph.rank_labels))
     data = []
     for b in tb.bars:
-        thin = b.category in COMMUNICATION
-        data.append({"type": "bar", "orientation": "h", "name": b.category.value, "y": [rows.index(r) for r in b.rows],
+        data.append({"type": "bar", "orientation": "h", "name": b.category.value,
+                     "y": [rows.index(r) + (0.33 if lane else -0.12) for r, lane in zip(b.rows, b.lanes, strict=True)],
+                     "width": [0.26 if lane else 0.62 for lane in b.lanes],
                      "base": [round(s * scale, digits) for s in b.start_s],
                      "x": [round((e - s) * scale, digits) for s, e in zip(b.start_s, b.end_s, strict=True)],
-                     "width": 0.35 if thin else 0.8, "marker": {"color": COLOURS.get(b.category.value, "#888"),
-                                                                 "line": {"width": 0}},
-                     "customdata": [[n, fixed(busy * scale)] for n, busy in zip(b.tasks, b.busy_s, strict=True)],
-                     "hovertemplate": f"{b.category.value}: %{{customdata[0]}} task(s), busy %{{customdata[1]}} "
-                                      f"{unit}<br>from %{{base:.4g}} {unit}, lasting %{{x:.4g}} {unit}<extra></extra>"})
+                     "marker": {"color": COLOURS.get(b.category.value, "#888"), "line": {"width": 0},
+                                "opacity": [shade(x) for x in b.busy]},
+                     "customdata": [[r, percent(x, 0)] for r, x in zip(b.rows, b.busy, strict=True)],
+                     "hovertemplate": f"%{{customdata[0]}}: {b.category.value} from %{{base:.4g}} {unit} for "
+                                      f"%{{x:.4g}} {unit}, lane busy up to %{{customdata[1]}}<extra></extra>"})
     g = sim.graph
     title = f"Simulated step: {fixed(sim.step_time_s)} s ({sim.schedule.value}, {g.ranks} simulated ranks)"
-    note = (f"The whole step is drawn: {tb.tasks:,} tasks (a collective once per rank it occupies) as "
-            f"{tb.drawn:,} bars; tasks of one kind on one rank less than {fixed(tb.joined_below_s * scale)} {unit} "
-            "apart share a bar (hover: how many, and their busy time).")
-    if tb.drawn == tb.tasks:
-        note = f"Every one of the {tb.tasks:,} tasks is drawn (a collective once per rank it occupies)."
-    fig = figure(title, data, height=max(260, 110 + 26 * g.ranks), barmode="overlay",
+    note = (f"The whole step is drawn: {tb.tasks:,} tasks (a collective once per rank it occupies) in "
+            f"{round(tb.makespan_s / tb.slice_s):,} slices of {fixed(tb.slice_s * scale)} {unit}. Per rank, compute "
+            "above and communication in the thin band below; a slice takes the colour of the work that fills most "
+            "of it, pale where the lane was busy half of the slice or less.")
+    fig = figure(title, data, height=max(260, 110 + 30 * g.ranks), barmode="overlay",
                  xaxis={"title": {"text": unit}, "range": [0, tb.makespan_s * scale * 1.01]},
                  yaxis={"tickvals": list(range(len(rows))), "ticktext": rows, "autorange": "reversed",
-                        "showgrid": False})
+                        "showgrid": False, "zeroline": False})
     return fig, note
 
 

@@ -39,7 +39,8 @@ h1{font-size:1.6em;margin:0}h2{font-size:1.15em;margin:1.4em 0 .4em}.subtitle{co
 .error{background:#fde8e8;color:#a11;padding:.5em}
 .table-box{overflow-x:auto;max-width:100%;margin:.3em 0 1em}
 table{border-collapse:collapse;font-size:13px}caption{text-align:left;font-weight:600;padding:.2em 0}
-td,th{border:1px solid #d0d7de;padding:3px 8px;white-space:nowrap}th{background:#f6f8fa}
+td,th{border:1px solid #d0d7de;padding:3px 7px;white-space:nowrap}th{background:#f6f8fa}
+td.wrap{white-space:normal;min-width:9em}
 .left{text-align:left}.right{text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:1em 0}figcaption{color:#555;font-size:.88em;margin:.2em 0 0 .5em}
 footer{margin-top:2em;color:#777;font-size:.8em;border-top:1px solid #ddd;padding-top:.5em}

@@ -19,6 +19,7 @@ class Column:
     cell: Callable[[Row], str]
     align: Literal["left", "right"] = "right"
     tip: str = ""
+    wrap: bool = False  # long text: the cell wraps instead of widening the table
 
 
 def table(columns: Sequence[Column], rows: Sequence[Row], caption: str = "", empty: str = "nothing to show",
@@ -28,7 +29,8 @@ def table(columns: Sequence[Column], rows: Sequence[Row], caption: str = "", emp
         return f'<p class="empty">{html.escape(empty)}</p>'
     head = "" if not header else "".join(f'<th class="{c.align}"' + (f' title="{html.escape(c.tip)}"' if c.tip else "")
                    + f">{html.escape(c.title)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f'<td class="{c.align}">{html.escape(_text(c, r))}</td>' for c in columns)
+    body = "".join("<tr>" + "".join(f'<td class="{c.align}{" wrap" if c.wrap else ""}">{html.escape(_text(c, r))}</td>'
+                                    for c in columns)
                    + "</tr>" for r in rows)
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     thead = f"<thead><tr>{head}</tr></thead>" if header else ""

@@ -1,6 +1,7 @@
-"""A simulated step as bars a browser can draw: every task on every rank it occupies, with tasks of one kind
-on one rank that lie closer together than a pixel's worth of the step joined into one bar (which counts
-them). The whole step is drawn, however many tasks it has; the report says how many were joined."""
+"""A simulated step as bars a browser can draw, however many tasks it has: the step cut into `resolution`
+time slices (about a pixel each); on each rank, a compute lane and a communication lane; each slice of a lane
+takes the colour of the kind of work that fills most of it and a shade for how busy the lane was in it, and
+runs of equal slices become one bar. The whole step is drawn; the report says how it was sliced."""
 
 from __future__ import annotations
 
@@ -11,27 +12,30 @@ import numpy as np
 from armillary.simulate.graph import Category, TaskGraph
 from armillary.simulate.timeline import Timeline
 
-RESOLUTION = 2000  # bars per row at most: about one per pixel of a page-wide chart
+RESOLUTION = 1000  # slices per step: about one per pixel of the plot area of a page-wide chart
+LEVELS = 2  # shades of busy: up to half of the slice (pale), more than half (solid)
+EMPTY = 1e-6  # a slice busy for less than this share is idle: below the rounding of the prefix sums
 COMMUNICATION = frozenset({Category.TP, Category.CP, Category.EP, Category.PP, Category.DP})
 
 
 @dataclass(frozen=True)
 class Bars:
-    """The bars of one kind of work: row (rank label), start and end (s), tasks joined and their busy time."""
+    """The bars of one kind of work: rank (its row), lane (0 compute, 1 communication), start and end (s),
+    and how busy the lane was in them (a share rounded up to a step of 1 / LEVELS)."""
 
     category: Category
     rows: tuple[str, ...]
+    lanes: tuple[int, ...]
     start_s: tuple[float, ...]
     end_s: tuple[float, ...]
-    tasks: tuple[int, ...]
-    busy_s: tuple[float, ...]  # sum of the joined tasks' durations (less than end - start where they left gaps)
+    busy: tuple[float, ...]
 
 
 @dataclass(frozen=True)
 class TimelineBars:
     bars: tuple[Bars, ...]
-    tasks: int  # (task, rank) pairs drawn: a collective counts once per participant
-    joined_below_s: float  # tasks of one kind on one rank less than this apart share a bar
+    tasks: int  # (task, rank) pairs that took time: a collective counts once per participant
+    slice_s: float
     makespan_s: float
 
     @property
@@ -39,45 +43,50 @@ class TimelineBars:
         return sum(len(b.rows) for b in self.bars)
 
 
+def occupancy(edges: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Seconds of the intervals [start, end) inside each slice between consecutive `edges`: the difference of
+    busy(t) = sum over intervals of clip(t - start, 0, end - start), by prefix sums of the sorted bounds."""
+    def until(bounds: np.ndarray) -> np.ndarray:
+        b = np.sort(bounds)
+        k = np.searchsorted(b, edges, side="left")
+        return k * edges - np.r_[0.0, np.cumsum(b)][k]
+
+    return np.diff(until(start) - until(end))
+
+
 def timeline_bars(graph: TaskGraph, timeline: Timeline, resolution: int = RESOLUTION) -> TimelineBars:
-    """The bars of `timeline` (tasks that take no time, and sends that hold no stream, left out)."""
+    """The bars of `timeline` (sends, which hold no stream, and tasks that take no time left out)."""
     categories = list(Category)
-    rank, category, index = [], [], []
-    for i, task in enumerate(graph.tasks):
-        if task.stream is None:
-            continue
-        for r in task.ranks:
-            rank.append(r)
-            category.append(categories.index(task.category))
-            index.append(i)
-    idx = np.asarray(index, dtype=np.int64)
-    start = timeline.start_ns[idx].astype(np.float64) / 1e9 if len(idx) else np.zeros(0)
-    end = timeline.end_ns[idx].astype(np.float64) / 1e9 if len(idx) else np.zeros(0)
+    number = {c: i for i, c in enumerate(categories)}
+    pairs = [(r, number[t.category], i) for i, t in enumerate(graph.tasks) if t.stream is not None for r in t.ranks]
+    rank, category, index = (np.asarray(v, dtype=np.int64) for v in zip(*pairs, strict=True)) if pairs else (
+        np.zeros(0, dtype=np.int64),) * 3
+    start, end = timeline.start_ns[index] / 1e9, timeline.end_ns[index] / 1e9
     keep = end > start
-    key = (np.asarray(rank, dtype=np.int64) * len(categories) + np.asarray(category, dtype=np.int64))[keep]
-    start, end = start[keep], end[keep]
+    rank, category, start, end = rank[keep], category[keep], start[keep], end[keep]
     makespan = timeline.makespan_ns / 1e9
-    gap = makespan / resolution
-    order = np.lexsort((start, key))
-    key, start, end = key[order], start[order], end[order]
-    # a bar begins at a new (rank, category) or where a task starts later than `gap` after every earlier
-    # task of its bar ended (the running maximum of the ends, per group)
-    reach = np.empty_like(end)
-    groups = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, dtype=np.int64)
-    for a, b in zip(groups, np.r_[groups[1:], len(key)], strict=True):
-        reach[a:b] = np.maximum.accumulate(end[a:b])
-    begins = np.r_[True, (key[1:] != key[:-1]) | (start[1:] > reach[:-1] + gap)] if len(key) else np.zeros(0, bool)
-    first = np.flatnonzero(begins)
-    bar_key, bar_start = key[first], start[first]
-    bar_end = np.maximum.reduceat(end, first) if len(first) else end
-    count = np.diff(np.r_[first, len(key)])
-    busy = np.add.reduceat(end - start, first) if len(first) else end
-    out = []
-    for c, cat in enumerate(categories):
-        mine = np.flatnonzero(bar_key % len(categories) == c)
-        if not len(mine):
-            continue
-        out.append(Bars(cat, tuple(graph.rank_labels[int(k) // len(categories)] for k in bar_key[mine]),
-                        tuple(bar_start[mine].tolist()), tuple(bar_end[mine].tolist()), tuple(count[mine].tolist()),
-                        tuple(busy[mine].tolist())))
-    return TimelineBars(tuple(out), len(key), gap, makespan)
+    edges = np.linspace(0.0, makespan, resolution + 1)
+    width = makespan / resolution if makespan > 0 else 1.0
+    lane = np.isin(category, [categories.index(c) for c in COMMUNICATION]).astype(np.int64)
+    found: dict[int, list[tuple[str, int, float, float, float]]] = {}
+    for r, ln in sorted(set(zip(rank.tolist(), lane.tolist(), strict=True))):
+        mine = (rank == r) & (lane == ln)
+        kinds = sorted(set(category[mine].tolist()))
+        busy = np.array([occupancy(edges, start[mine & (category == c)], end[mine & (category == c)]) for c in kinds])
+        top = busy.argmax(axis=0)
+        share = np.minimum(busy.sum(axis=0) / width, 1.0)
+        level = np.where(share > EMPTY, np.ceil(share * LEVELS - 1e-9), 0).clip(0, LEVELS)
+        key = np.where(level > 0, top * (LEVELS + 1) + level, -1)
+        first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        for a, b in zip(first, np.r_[first[1:], resolution], strict=True):
+            if key[a] >= 0:
+                found.setdefault(kinds[int(top[a])], []).append(
+                    (graph.rank_labels[r], ln, float(edges[a]), float(edges[b]), float(level[a]) / LEVELS))
+    bars = tuple(Bars(categories[c], *(tuple(v) for v in zip(*found[c], strict=True)))  # type: ignore[arg-type]
+                 for c in sorted(found))
+    return TimelineBars(bars, len(start), makespan / resolution, makespan)
+
+
+def shade(busy: float) -> float:
+    """Opacity of a bar whose lane is `busy` (a share, in steps of 1 / LEVELS): pale to solid."""
+    return round(0.35 + 0.65 * (busy * LEVELS - 1) / max(LEVELS - 1, 1), 3)
