@@ -129,3 +129,19 @@ def test_gcp_rdma_protocol_switch_follows_its_latency():
     ib = chosen("dgx-b200", 16, [16 * MIB, 4 * GIB], "infiniband-ndr")
     assert gcp[0][2] == "LL" and ib[0][2] == "LL128"
     assert gcp[1][2] == ib[1][2] == "Simple"
+
+
+def test_nvl72_across_racks_switches_ll_ll128_simple_at_its_own_points():
+    """128 GB200 over 2 NVL72 racks (CO-GB200-OCIOKE-32N-AR, NCCL 2.29.2): the flat ring's 252 NVLink hops set
+    the floors, LL's ~190-200 us to 64 KiB and LL128's ~290 us from 1 MiB (presets/network/fabrics.yaml
+    nvlink_domains.nvl72: 0.725 / 1.1 us per hop, LL128 at most 402 GB/s busbw, fit on that sweep), and Simple
+    takes the large messages at the NVLink ring's rate. Measured: 64 KiB 202.9 us, 8 MiB 48.9 GB/s busbw,
+    4 GiB 639.7 GB/s. Inside one rack the NVLink hops keep NCCL's figures."""
+    rows = chosen("gb200-nvl72", 128, [64 * KIB, 8 * MIB, 4 * GIB], "roce-oci")
+    assert [r[2] for r in rows] == ["LL", "LL128", "Simple"]
+    assert rows[1][3] == pytest.approx(48.9, rel=0.10) and rows[2][3] == pytest.approx(639.7, rel=0.10)
+    system = with_fabric(load_system("gb200-nvl72", 128), "roce-oci", across_racks=True)
+    group = group_of(system, 128)
+    time = collective_sweep(Collective.ALL_REDUCE, np.array([64 * KIB]), group, system)[0].time_s
+    assert time * 1e6 == pytest.approx(202.9, rel=0.10)
+    assert load_system("gb200-nvl72", 64).network[0].protocol_latency == {}

@@ -4,6 +4,7 @@ fabric is uncalibrated; `armillary collective` shows it with why the algorithm w
 
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -11,6 +12,7 @@ from armillary.cli import app
 from armillary.specs.loading import load_system
 from armillary.validation.collective_bands import (
     BAND_MIN_ROWS,
+    BAND_QUANTILE,
     UNCALIBRATED,
     CollectiveResidual,
     band_of,
@@ -37,7 +39,11 @@ def test_a_small_class_or_an_uncalibrated_fabric_takes_the_wider_pooled_band():
     assert UNCALIBRATED in pooled.regime and pooled.rows == sum(not r.small and r.fabric_class != ONE_DOMAIN
                                                                 for r in residuals)
     ib = collective_band(load_system("dgx-h100", 64), 64, 2**30)
-    assert "InfiniBand" in ib.regime and ib.rows >= 100 and 0 < ib.relative < pooled.relative
+    assert "InfiniBand" in ib.regime and ib.rows >= 100 and ib.sources >= 2
+    mine = [abs(r.error) for r in residuals if r.fabric_class == "InfiniBand" and not r.small]
+    assert ib.relative == pytest.approx(float(np.quantile(mine, BAND_QUANTILE)))
+    everyone = [abs(r.error) for r in residuals if not r.small and r.fabric_class != ONE_DOMAIN]
+    assert pooled.relative == pytest.approx(float(np.quantile(everyone, BAND_QUANTILE)))
     few = [CollectiveResidual(f"X-{i}", "X", "Omni-Path", False, 0.01) for i in range(3)]
     assert UNCALIBRATED in band_of("Omni-Path", False, [*residuals, *few]).regime
 

@@ -5,7 +5,10 @@ description per system, fitted on one sweep, then checked on every other row of 
 
 Run: python tools/calibrate_fabric.py SYSTEM ROW-PREFIX [--then ROW-PREFIX] [--csv PATH]
      python tools/calibrate_fabric.py --fabric NAME ROW-PREFIX [ROW-PREFIX ...] [--csv PATH]
+     python tools/calibrate_fabric.py --nvlink-domain ROW-PREFIX [ROW-PREFIX ...] [--csv PATH]
      python tools/calibrate_fabric.py --residuals [--csv PATH]
+  --nvlink-domain ROW-PREFIX [...]  the NVLink hops of a ring across rack-scale NVLink domains (NVL72 racks):
+           LL and LL128 per-hop latency and LL128's bus-bandwidth ceiling, fitted on sweeps across racks
   --residuals  run every collective row, write validation/data/collective_residuals.json (the error bands of
            `armillary collective`, by fabric class and size regime) and print each class's mean |error| and the
            bands' coverage when each sweep is left out (all 134 InfiniBand rows come from one issue thread, so a
@@ -225,11 +228,53 @@ def fit_fabric(name: str, prefixes: list[str], csv: Path) -> None:
                     print(f"{label} {p}: {len(mine)} rows, mean |error| {100 * errors.mean():.1f}%")
 
 
+def _domain_loss(rows: list[dict[str, str]], fields: dict[str, dict[str, float]], key: tuple[str, str],
+                 value: float) -> float:
+    """Mean |log error| of `rows` with the NVLink-domain field `key` = (field, protocol) at `value`."""
+    trial = {name: dict(values) for name, values in fields.items()}
+    trial[key[0]][key[1]] = value
+    errors = []
+    for row in rows:
+        measured, _ = best_of_runs(row, float(row["value"]))
+        _, predicted, _ = predict_collective(row, domain=trial)
+        errors.append(abs(float(np.log(predicted / measured))))
+    return float(np.mean(errors))
+
+
+def fit_nvlink_domain(prefixes: list[str], csv: Path) -> None:
+    """The NVLink hops of a ring across rack-scale domains (presets/network/fabrics.yaml nvlink_domains): LL and
+    LL128 per-hop latency and LL128's bus-bandwidth ceiling, alternated (least absolute log error over the
+    rows of the listed sweeps that no larger size beats: `monotone`)."""
+    rows = [r for p in prefixes for r in monotone(rows_of(csv, p))]
+    fields: dict[str, dict[str, float]] = {"protocol_latency": {"LL": 0.6e-6, "LL128": 1.9e-6},
+                                           "ring_busbw": {"LL128": 1e12}}
+    bounds = {("protocol_latency", "LL"): (0.1e-6, 3.4e-6), ("protocol_latency", "LL128"): (0.1e-6, 3.4e-6),
+              ("ring_busbw", "LL128"): (50e9, 1e12)}
+    for _ in range(3):
+        for key, (lo, hi) in bounds.items():
+            fields[key[0]][key[1]] = _golden(partial(_domain_loss, rows, fields, key), lo, hi, 30)
+    print(f"# NVLink domain across racks, fitted on {len(rows)} rows of {', '.join(prefixes)}")
+    print(f"ring_protocol_latency: {{LL: {fields['protocol_latency']['LL'] * 1e6:.3g} us, "
+          f"LL128: {fields['protocol_latency']['LL128'] * 1e6:.3g} us}}")
+    print(f"ring_busbw: {{LL128: {fields['ring_busbw']['LL128'] / 1e9:.3g} GB/s}}")
+    for p in prefixes:
+        for label, small in (("  >=1MiB", False), ("  <1MiB", True)):
+            mine = [r for r in rows_of(csv, p) if (float(r["msg_bytes"]) < MIB) == small]
+            if mine:
+                errors = [abs(predict_collective(r, domain=fields)[1] / best_of_runs(r, float(r["value"]))[0] - 1)
+                          for r in mine]
+                print(f"{label} {p}: {len(mine)} rows, mean |error| {100 * np.mean(errors):.1f}%")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < (1 if argv[:1] == ["--residuals"] else 2):
         raise SystemExit(__doc__)
     if argv[0] == "--residuals":
         write_residuals(Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV)
+        return
+    if argv[0] == "--nvlink-domain":
+        csv = Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV
+        fit_nvlink_domain([a for a in argv[1:] if not a.startswith("--") and a != str(csv)], csv)
         return
     if argv[0] == "--fabric":
         csv = Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV

@@ -325,7 +325,8 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         for p_index, proto in enumerate(PROTOCOLS):
             if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
                 continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
-            fixed = proto.base_latency_s + steps * (proto.hop_latency_factor * net.latency) * latency_scale
+            hop = net.protocol_latency.get(proto.name, proto.hop_latency_factor * net.latency)
+            fixed = proto.base_latency_s + steps * hop * latency_scale
             ramped = tree_ramp if alg is Algorithm.TREE else ramp
             times.append(fixed + sent / (proto.bandwidth_factor * link * scale * ramped) + reduce_time)
             fixeds.append(fixed)

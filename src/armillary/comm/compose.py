@@ -213,6 +213,9 @@ def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | No
             if dim.channels is not None and dim.channel_bandwidth is not None:
                 cap = proto.bandwidth_factor * dim.channels * dim.channel_bandwidth
                 transfer = where(group.spans[i] > 1, np.maximum(transfer, ring_bytes / cap), transfer)
+            if proto.name in dim.ring_busbw:  # the protocol's own ceiling there (tuning.cc llMaxBws, LL128 caps)
+                transfer = where(group.spans[i] > 1, np.maximum(transfer, ring_bytes / dim.ring_busbw[proto.name]),
+                                 transfer)
         time = latency + transfer
         built = Composed(time if is_array(time) else float(time), dims, index)
         best = built if best is None else _faster(best, built)

@@ -20,6 +20,7 @@ from armillary.specs.base import Spec
 from armillary.specs.communication import Algorithm
 from armillary.specs.loading import load_system
 from armillary.specs.network import NetworkDimension
+from armillary.specs.quantity import BytesPerSecond, Seconds
 from armillary.specs.system import System
 from armillary.units import parse_quantity
 
@@ -65,11 +66,19 @@ class NvlinkDomain(Spec):
     domain_gpus: int = Field(gt=1)
     tray_gpus: int = Field(gt=0)
     across_domains: tuple[Algorithm, ...] = Field(min_length=1)
+    ring_protocol_latency: dict[str, Seconds] = Field(
+        default_factory=dict, description="per-hop latency of each protocol on the domain's NVLink in a ring "
+        "across domains (NetworkDimension.protocol_latency of its inner dimension there)")
+    ring_busbw: dict[str, BytesPerSecond] = Field(
+        default_factory=dict, description="bus bandwidth ceiling of a protocol's ring across domains "
+        "(NetworkDimension.ring_busbw of its inner dimension there)")
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _sourced(self) -> NvlinkDomain:
-        missing = [k for k in ("domain_gpus", "tray_gpus", "across_domains") if k not in self.sources]
+        named = ("domain_gpus", "tray_gpus", "across_domains",
+                 *(k for k in ("ring_protocol_latency", "ring_busbw") if getattr(self, k)))
+        missing = [k for k in named if k not in self.sources]
         if missing:
             raise ValueError(f"{', '.join(missing)} need a source (sources.<field>)")
         return self
@@ -146,7 +155,11 @@ def with_fabric(system: System, name: str, gpu_bandwidth: float | None = None,
             # ring search's on that node: search.cc, connect.cc)
             network[-1] = network[-1].model_copy(update={"channels": None, "channel_bandwidth": None})
         if across_racks:
-            network[-1] = network[-1].model_copy(update={"algorithms": nvlink_domain().across_domains})
+            domain = nvlink_domain()
+            network[-1] = network[-1].model_copy(update={"algorithms": domain.across_domains})
+            network[0] = network[0].model_copy(update={  # the NVLink hops of a ring that leaves the rack
+                "protocol_latency": {**network[0].protocol_latency, **domain.ring_protocol_latency},
+                "ring_busbw": {**network[0].ring_busbw, **domain.ring_busbw}})
     if not nvlink_reduction:
         network = [d if i == len(network) - 1 and len(network) > 1 else _without_nvls(d)
                    for i, d in enumerate(network)]

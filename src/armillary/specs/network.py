@@ -32,6 +32,7 @@ class NetworkKind(StrEnum):
     MESH = "mesh"  # like a torus without wrap-around links: a corner device has half the links
 
 
+PROTOCOL_NAMES = ("LL", "LL128", "Simple")  # NCCL's protocols (comm/algorithms.py PROTOCOLS)
 SWITCHED = (NetworkKind.SWITCH, NetworkKind.FULLY_CONNECTED, NetworkKind.FAT_TREE, NetworkKind.RAIL_OPTIMIZED)
 
 
@@ -124,6 +125,14 @@ class NetworkDimension(Spec):
         None, description="what one ring channel moves across this dimension (Simple protocol; LL128 and LL "
         "take their protocol's share): a ring's bus bandwidth here is at most channels x channel_bandwidth. "
         "Calibrated on sweeps whose plateau sits below the NICs' rate (default: no per-channel limit)")
+    protocol_latency: dict[str, Seconds] = Field(
+        default_factory=dict, description="per-hop latency of a protocol (LL, LL128, Simple) where it is not "
+        "NCCL's ratio to `latency` (tuning.cc hwLat: NVLink ring 0.6 / 1.9 / 3.4 us): a fit on a sweep that runs "
+        "that protocol")
+    ring_busbw: dict[str, BytesPerSecond] = Field(
+        default_factory=dict, description="the most bus bandwidth a flat ring crossing this dimension reaches under "
+        "a protocol (LL, LL128, Simple): NCCL caps LL at llMaxBws and LL128 at nChannels x perChMaxRingLL128Bws "
+        "(tuning.cc); a fit on a sweep that runs that protocol")
     oversubscription: float = Field(1.0, ge=1.0, description="fat-tree: bandwidth above the leaves is divided")
     leaf_size: PositiveInt | None = Field(
         None, description="fat-tree: positions under one leaf switch; a group inside one leaf is not "
@@ -175,6 +184,10 @@ class NetworkDimension(Spec):
                 raise ValueError(f"shape {list(self.shape)} holds {math.prod(self.shape)} devices, size is {self.size}")
         if (self.channels is None) != (self.channel_bandwidth is None):
             raise ValueError("channels and channel_bandwidth go together: the per-channel limit needs both")
+        for name in (*self.protocol_latency, *self.ring_busbw):
+            if name not in PROTOCOL_NAMES:
+                raise ValueError(f"protocol {name!r} in protocol_latency / ring_busbw: one of "
+                                 f"{', '.join(PROTOCOL_NAMES)}")
         if self.in_network_reduction and self.kind not in SWITCHED:
             raise ValueError(f"in_network_reduction needs a switch; kind is {self.kind.value}")
         return self

@@ -294,11 +294,12 @@ def class_of_fabric(name: str) -> str:
 
 
 def system_of(reading: SystemReading, n_gpus: int, settings: ChannelSettings,
-              trial: Mapping[str, object] | None = None) -> System:
+              trial: Mapping[str, object] | None = None, domain: Mapping[str, object] | None = None) -> System:
     """The system sized to the row's GPUs, its scale-out tier on the row's fabric, NVLS as the row sets it,
     with the row's channel settings. Across rack-scale NVLink domains the library runs what the domain
-    preset says (`nvlink_domains.<name>.across_domains`). `trial` replaces fields of the fabric's dimension
-    (tools/calibrate_fabric.py --fabric fits them)."""
+    preset says (`nvlink_domains.<name>`: its algorithms, its ring's NVLink hops). `trial` replaces fields of
+    the fabric's dimension (tools/calibrate_fabric.py --fabric fits them), `domain` fields of the NVLink
+    dimension of a ring across racks (--nvlink-domain)."""
     system = load_system(reading.preset, n_gpus)
     last = len(system.network) - 1
     if reading.fabric is not None:
@@ -306,13 +307,15 @@ def system_of(reading: SystemReading, n_gpus: int, settings: ChannelSettings,
         system = with_fabric(system, reading.fabric, reading.gpu_bandwidth, reading.nvls is not False, racks)
         if trial:  # across racks the domain's algorithms stay (fitted on their own)
             system = system.with_dimension(last, **{k: v for k, v in trial.items() if not racks or k != "algorithms"})
+        if domain and racks:
+            system = system.with_dimension(0, **domain)
     elif reading.nvls is False:
         system = with_fabric_nvls_off(system)
     return with_channels(system, settings)
 
 
-def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None = None
-                       ) -> tuple[str, float, tuple[str, ...]]:
+def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None = None,
+                       domain: Mapping[str, object] | None = None) -> tuple[str, float, tuple[str, ...]]:
     """(what is compared, the predicted value in the row's unit, what was assumed) for a collective row:
     nccl-tests bus bandwidth in GB/s, or its time (us, ms, s)."""
     metric, unit = clean(row.get("metric")), clean(row.get("unit"))
@@ -327,7 +330,7 @@ def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None =
         raise Unsupported(f"msg_bytes: the message size is not stated ({row.get('msg_bytes')!r})") from None
     reading = read_system(row)
     settings = channel_settings(f"{op_text} {clean(row.get('framework'))}")
-    system = system_of(reading, n_gpus, settings, trial)
+    system = system_of(reading, n_gpus, settings, trial, domain)
     algorithm = pinned_algorithm(op_text, metric)
     group = group_of(system, n_gpus)
     if op is Collective.SEND_RECV:
