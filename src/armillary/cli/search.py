@@ -189,10 +189,12 @@ def _inference_search(m: Model, sysm: System, base: str | None, space_file: Path
         raise SpecError(f"{space_file}: expected a mapping of axes (tp, pp, batch, weights)")
     result = api.search(m, sysm, workload, base, {**axes, **limits}, top=top)
     assert isinstance(result, InferenceSearchResult)  # an inference workload
+    from armillary.search.inference import JUDGED
+
     if json_out:  # printed before saving: a failed save does not lose the search
-        print_json(records.inference_search_record(result))
+        print_json({**records.inference_search_record(result), "judged": JUDGED})
     else:
-        show(tables.inference_search_report(result, m, sysm, limits["tpot_limit_s"]))
+        show([*tables.inference_search_report(result, m, sysm, limits["tpot_limit_s"]), JUDGED])
     if result.top:
         from armillary.specs.workload import Inference
 

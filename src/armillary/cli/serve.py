@@ -85,16 +85,19 @@ def serve_cmd(
             f"{rate:g} requests/s for {duration:g} s")
         with working(f"serving {what}"):
             result = api.simulate_serving(model, system, strategy, workload, rate, duration)
+    from armillary.serving.rate import JUDGED  # the serving kernels load on first use
+
     money = serving_economics(result.output_tokens_per_s, result.devices, system, costs)
     if json_out:  # printed first: a failed save does not lose the run
         from armillary.report.serving_plots import rate_points
 
-        tried = {} if found is None else {"rates_tried": rate_points(found)}
+        tried = {} if found is None else {"rates_tried": rate_points(found), "judged": JUDGED}
         benchmark = {} if bench is None else {"benchmark": records.benchmark_record(bench)}
         print_json({**records.rate_record(result, best), **tried, **benchmark, "economics": money.to_dict()})
     else:
         show([*tables.serving_report(result, model, system, best, workload.serving.trace),
-              *([] if bench is None else tables.benchmark_lines(bench)), tables.economics_line(money)])
+              *([] if bench is None else tables.benchmark_lines(bench)), tables.economics_line(money),
+              *([] if found is None else [JUDGED])])
     if csv_out is not None:
         from armillary.report.files import save_rows
 

@@ -54,6 +54,16 @@ class InferenceSpace(Spec):
     ttft_limit_s: PositiveFloat | None = Field(None, description="time to first token at most this")
 
 
+# How an inference search judges its limits, stated in its output beside `serving.rate.JUDGED` (what `serve
+# --max-rate` judges): the same words of the SLOs, different runs, so different answers (docs/serving.md)
+JUDGED = ("limits judged on one static batch per replica: its `batch` prompts prefilled together (TTFT = that "
+          "prefill; disaggregated: plus the cache handover), mean TPOT over its decode steps (--strategies "
+          "continuous: true adds the prefills of the requests that refill the batch), tokens/s of that batch; "
+          "`armillary serve RUN --max-rate` judges a served stream instead (P90 TTFT, P99 TPOT, continuous "
+          "batching, chunked prefill) and usually sustains more tokens/s per device: check the best with it "
+          "(--emit RUN.yaml)")
+
+
 @dataclass(frozen=True)
 class ServingCandidate:
     """One configuration of an inference search: its strategy, batch and weight precision, and its figures."""

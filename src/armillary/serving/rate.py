@@ -23,6 +23,14 @@ TAIL = 0.1  # share of the arrivals, at the end, checked for a growing queue
 TOLERANCE = 0.0025  # the bisection stops at a bracket this wide (relative), well inside the seeds' spread (1-2%)
 
 
+# How `serve --max-rate` (and `armillary.max_rate`) judges the SLOs, stated in its output beside
+# `search.inference.JUDGED` (what `search --tpot-limit` judges) and in docs/serving.md
+JUDGED = ("SLOs judged on a simulated Poisson stream (continuous batching, chunked prefill): P90 TTFT and P99 TPOT "
+          "of the requests after the first 20% of arrivals, every request served, P90 TTFT of the last 10% within "
+          "the SLO (no growing queue); `armillary search --tpot-limit` judges one static batch (its prompts "
+          "prefilled together, mean TPOT) and usually finds fewer tokens/s per device")
+
+
 @dataclass(frozen=True)
 class SteadyLatency:
     """What the rate search judges of one run: P90 TTFT and P99 TPOT of the requests sent after the
