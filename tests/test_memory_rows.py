@@ -84,3 +84,26 @@ def test_gradients_reduced_in_bf16_keep_a_bf16_buffer():
     bf16 = model_states(1e9, StrategyArrays.of(Strategy(precision="bf16", grad_reduce_in_bf16=True), dp=8))
     assert (float(fp32.gradients), float(bf16.gradients)) == pytest.approx((4e9, 2e9))
     assert float(bf16.optimizer_states) == float(fp32.optimizer_states)
+
+
+def test_validate_runs_memory_rows_of_a_given_csv(tmp_path):
+    import csv
+
+    from typer.testing import CliRunner
+
+    from armillary.cli import app
+
+    rows = [r for r in read_rows(MEMORY_CSV) if r["id"] in ("MEM-LITGPT-2310-L2-7B-MB1", "MEM-TORCHTITAN-2412-T1-FSDP")]
+    path = tmp_path / "memory.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows([*rows, {**rows[0], "id": "MEM-X-1", "metric": "peak memory per GPU"}])
+    out = CliRunner().invoke(app, ["validate", str(path), "--csv", str(tmp_path / "r.csv")])
+    assert out.exit_code == 0, out.output
+    with (tmp_path / "r.csv").open() as f:
+        written = {r["id"]: r for r in csv.DictReader(f)}
+    assert written["MEM-LITGPT-2310-L2-7B-MB1"]["metric"] == "peak memory allocated per GPU"
+    assert "not the runtime allowance" in written["MEM-LITGPT-2310-L2-7B-MB1"]["assumptions"]
+    assert "reserve outside the allocator" in written["MEM-TORCHTITAN-2412-T1-FSDP"]["assumptions"]
+    assert "allocated" in written["MEM-X-1"]["skipped"]
