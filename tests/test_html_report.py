@@ -122,6 +122,15 @@ def test_serving_page_shows_serving_fields(serving):
     assert titles[0].startswith("Latency of the") and "static batch" in titles[1]
 
 
+def test_static_inference_page(tmp_path):
+    seen = _visible(_report(tmp_path / "static.html", "llama2-70b-serving-h100.yaml"))
+    for label in ("output tokens/s", "time to first token", "time per output token", "memory per GPU",
+                  "2 replicas of tp 4", "64 sequences per replica"):
+        assert label in seen, label
+    for other in ("SLO", "scheduler", "micro-batch", "MFU"):  # neither a served stream's nor training's
+        assert other not in seen, other
+
+
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install -y chromium)")
 @pytest.mark.parametrize("which", ["training", "serving"])
 def test_renders_in_headless_chromium(which, request, tmp_path):

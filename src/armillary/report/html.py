@@ -119,14 +119,19 @@ def assumptions(page: Page) -> tuple[tuple[str, str], ...]:
                 *_costs(page.economics))
     sv = w.serving
     replica = " · ".join(f"{k} {v}" for k, v in (("tp", st.tp), ("pp", st.pp), ("ep", st.ep)) if v > 1 or k == "tp")
-    rows = [*on, ("replicas", f"{data_parallel(st, sy)} of {replica} ({st.attention.value} attention, "
-                              f"{st.precision.value} compute)"),
+    replicas = data_parallel(st, sy)
+    rows = [*on, ("replicas", f"{replicas} replica{'s' if replicas > 1 else ''} of {replica} ({st.attention.value} "
+                              f"attention, {st.precision.value} compute)"),
             ("precisions", f"weights {w.weights.value if w.weights else st.precision.value}, KV cache "
                            f"{w.kv_cache.precision.value if w.kv_cache.precision else 'as the weights'} in pages "
                            f"of {w.kv_cache.block_tokens} tokens"),
-            ("requests", f"{w.input_len:,} prompt + {w.output_len:,} output tokens ({sv.lengths.value} lengths)")]
+            ("requests", f"{w.input_len:,} prompt + {w.output_len:,} output tokens"
+                         + (f" ({sv.lengths.value} lengths)" if page.serving is not None else " each"))]
     if page.serving is not None:
-        rows += [("scheduler", f"up to {sv.max_batch} sequences and {sv.max_batched_tokens:,} new tokens per "
+        rows += [("request stream", f"trace file {sv.trace}" if sv.trace is not None else
+                  f"{sv.arrivals.value} arrivals at {page.rate:g} requests/s for {page.duration_s:g} s (seed {sv.seed})"
+                  if page.rate is not None and page.duration_s is not None else "as served"),
+                 ("scheduler", f"up to {sv.max_batch} sequences and {sv.max_batched_tokens:,} new tokens per "
                                f"iteration, chunked prefill {'on' if sv.chunked_prefill else 'off'}"
                                + (f", engine {sv.engine}" if sv.engine else "")),
                  ("SLOs", f"P90 TTFT <= {fixed(sv.ttft_slo_s * 1e3)} ms, P99 TPOT <= {fixed(sv.tpot_slo_s * 1e3)} ms")]

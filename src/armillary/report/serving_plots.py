@@ -62,8 +62,8 @@ def serving_plot(r: ServingResult, path: Path, title: str) -> Path:
         ax.set_ylim(0, 1.02)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel(f"share of requests (of {r.requests})")
-    fig.suptitle(f"{title}: {r.offered_rate:.3g} requests/s offered, {r.completed} of {r.requests} served, "
-                 f"SLO attainment {r.slo_attainment:.0%}", fontsize=10)
+    fig.suptitle(f"{title}: {r.offered_rate:.3g} requests/s offered (arrivals drawn), {r.completed} of {r.requests} "
+                 f"served, SLO attainment {r.slo_attainment:.0%}", fontsize=10)
     return _save(fig, path, 120)
 
 

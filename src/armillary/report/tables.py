@@ -157,7 +157,8 @@ def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) 
         head.add_row("largest rate meeting the SLOs", f"{max_rate:.3g} requests/s (P90 TTFT <= "
                      f"{r.ttft_slo_s * 1e3:g} ms, P99 TPOT <= {r.tpot_slo_s * 1e3:g} ms)")
     head.add_row("requests (completed / rejected)", f"{r.requests} ({r.completed} / {r.rejected})")
-    head.add_row("offered rate", f"{r.offered_rate:.3g} requests/s")
+    # measured on the arrivals drawn: (requests - 1) / (last arrival - first), near the rate asked for
+    head.add_row("offered rate (arrivals drawn)", f"{r.offered_rate:.3g} requests/s")
     head.add_row("replicas (prefill-only)", f"{r.replicas} ({r.prefill_replicas}), {r.devices} devices")
     per_device = r.output_tokens_per_s_per_device
     head.add_row("output tokens/s", f"{r.output_tokens_per_s:,.0f} ({per_device:,.0f} per device)"
