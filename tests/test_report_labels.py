@@ -104,3 +104,12 @@ def test_timeline_bars_cover_the_whole_step():
         assert all(a[1] <= b[0] + 1e-12 for a, b in itertools.pairwise(bars))
         assert sum(e - s for s, e in bars) == pytest.approx(busy_slices * tb.slice_s)
     assert tb.drawn < tb.tasks
+
+
+def test_log_tick_labels_pick_the_ticks_they_name():
+    """Minor ticks of a log axis are labelled by their multiple of a power of ten: 0.2, 20 and 5 are 2 and 5;
+    1.6 (which rounds to 2) and 25 are no such tick, so no label lands on them."""
+    from armillary.report.plots import _leading
+
+    assert [_leading(y) for y in (0.2, 20.0, 0.05, 30.0)] == [2, 2, 5, 3]
+    assert [_leading(y) for y in (1.6, 1.8, 25.0, 0.0)] == [0, 0, 0, 0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,8 +90,10 @@ def pareto_plot(points: list[tuple[float, float, bool, str]], path: Path, title:
     ax.set_xlabel("capital cost [M$]")
     ax.set_ylabel("step time [s]")
     ax.set_yscale("log")
+    times = [t for t, _, _, _ in points if t > 0 and t != float("inf")]
+    narrow = bool(times) and max(times) / min(times) < 10  # within a decade: every minor tick labelled
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if f"{y:.0e}"[0] in "25" else ""))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if narrow or _leading(y) in (2, 5) else ""))
     if title:
         ax.set_title(title, fontsize=9)
     ax.legend()
@@ -104,6 +107,14 @@ def codesign_pareto_plot(designs: CoDesignResult, path: Path) -> Path:
     return pareto_plot([(p.step_time_s, p.cost, i in designs.pareto, design_label(p, axes))
                         for i, p in enumerate(designs.points) if p.best is not None], path,
                        "varied: " + (", ".join(design_name(k) for k in axes) if axes else "nothing (one system)"))
+
+
+def _leading(y: float) -> int:
+    """k where a log axis's tick y is k x 10^n (2 for 0.2, 20, 2.0); 0 for any other number (1.6, 25)."""
+    if y <= 0:
+        return 0
+    m = y / 10 ** math.floor(math.log10(y))
+    return round(m) if abs(m - round(m)) < 1e-6 else 0
 
 
 def _save(fig: Any, path: Path, dpi: int) -> Path:

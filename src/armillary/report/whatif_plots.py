@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from armillary.estimate.compare import Comparison, Section
 from armillary.estimate.inference_result import InferenceEstimate
-from armillary.report.plots import _save
+from armillary.report.plots import _leading, _save
 from armillary.units import GIB, parse_quantity
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def sweep_plot(s: Sweep, path: Path, title: str) -> Path:
         if ylabel.startswith("step time"):
             ax.set_yscale("log")  # strong scaling: time halves per doubling at best
             ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-            ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if f"{y:.0e}"[0] in "235" else ""))
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if _leading(y) in (2, 3, 5) else ""))
         if numbers is None or len(xs) <= 16:  # the values as given (with their units)
             ax.set_xticks(xs, [str(first.shown(v)) for v in first.values], fontsize=8)
             ax.xaxis.set_minor_locator(NullLocator())
