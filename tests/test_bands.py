@@ -140,3 +140,27 @@ def test_the_shipped_bands_cover_the_rows_first_run_out_of_sample():
     tuned = [r for r in residuals if not r.out_of_sample and r.regime.workload == "training"]
     assert np.median([band(r.regime, residuals).relative for r in tuned]) < 3 * np.median(
         [abs(r.error) for r in tuned])
+
+
+def test_compare_prints_energy_and_price_per_token_beside_each_band(tmp_path):
+    from typer.testing import CliRunner
+
+    from armillary.cli import app
+
+    run = tmp_path / "a.yaml"
+    run.write_text("model: llama3-8b\nsystem: dgx-h100\ngpus: 8\nstrategy: {tp: 1, zero: 1, attention: flash}\n"
+                   "workload: {seq_len: 4096, global_batch: 64}\ncosts: {usd_per_gpu_hour: 2.0}\n")
+    other = tmp_path / "b.yaml"
+    other.write_text(run.read_text().replace("dgx-h100", "dgx-b200"))
+    out = CliRunner().invoke(app, ["compare", str(run), str(other), "--json"])
+    assert out.exit_code == 0, out.output
+    import json
+
+    record = json.loads(out.output)
+    rows = {r["name"]: r for r in record["rows"]}
+    joules, usd = rows["joules_per_token"]["values"], rows["usd_per_million_tokens"]["values"]
+    assert all(v > 0 for v in joules + usd)
+    # $/1M tokens by hand: 8 devices x $2/h over the tokens they train in an hour
+    tokens = rows["tokens_per_s"]["values"][0]
+    assert usd[0] == pytest.approx(8 * 2.0 / 3600 / tokens * 1e6, rel=1e-6)
+    assert len(record["bands"]) == 2 and all("calibrated device" in b for b in record["bands"])

@@ -11,7 +11,9 @@ from armillary import api
 from armillary.cli.common import GpusOption, JsonFlag, SetOption, load_run_file, print_json, show, writable
 from armillary.errors import SpecError
 from armillary.estimate.compare import compare
+from armillary.estimate.economics import economics_of
 from armillary.report.compare import comparison_record, comparison_tables
+from armillary.specs.run import load_costs, parse_override
 
 PlotOption = Annotated[Path | None, typer.Option(help="also save a grouped bar chart (PNG, SVG, PDF)")]
 
@@ -43,11 +45,13 @@ def compare_cmd(
         sets = [*(set_ or []), *([f"gpus={gpus}"] if gpus is not None else [])]
         comparison = api.compare_variants(run_files[0], variant, sets)
     else:
-        named = []
+        named, money = [], []
         for name, path in zip(run_names(run_files), run_files, strict=True):
             model, system, strategy, workload = load_run_file(path, set_, {"gpus": gpus})
-            named.append((name, api.estimate(model, system, strategy, workload)))
-        comparison = compare(named)
+            result = api.estimate(model, system, strategy, workload)
+            named.append((name, result))
+            money.append(economics_of(result, system, load_costs(path, [parse_override(o) for o in set_ or []])))
+        comparison = compare(named, money)
     if json_out:  # printed first: a failed save does not lose the comparison
         print_json(comparison_record(comparison))
     else:

@@ -1,6 +1,7 @@
 """Estimates side by side: each figure of two or more results (training iterations or static inference
-batches) with its difference from the first, by breakdown component and memory category. Pure: results in,
-a frozen `Comparison` out; `report.compare` renders it."""
+batches) with its difference from the first, by breakdown component and memory category, with each one's
+error band (and the calibration status it comes from) and, given the runs' systems and costs, energy and
+price per token. Pure: results in, a frozen `Comparison` out; `report.compare` renders it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from armillary.errors import SpecError
+from armillary.estimate.economics import Economics
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import StepEstimate
 
@@ -37,6 +39,8 @@ class Unit(StrEnum):
     FRACTION = "fraction"
     TOKENS_PER_S = "tokens/s"
     COUNT = "count"
+    JOULES_PER_TOKEN = "J/token"
+    USD_PER_MILLION_TOKENS = "$/1M tokens"
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,10 @@ class Comparison:
 Result = StepEstimate | InferenceEstimate
 
 
-def compare(results: Sequence[tuple[str, Result]]) -> Comparison:
-    """Two or more named results of one kind (all training or all inference) side by side."""
+def compare(results: Sequence[tuple[str, Result]], economics: Sequence[Economics | None] = ()) -> Comparison:
+    """Two or more named results of one kind (all training or all inference) side by side. `economics`, one
+    per result where given (`estimate.economics`), adds energy and price per token (nan where unknown: a
+    device without a board power, a run without a price)."""
     if len(results) < 2:
         raise SpecError(f"compare: give two or more runs, got {len(results)}")
     kinds = [ResultKind.TRAINING if isinstance(r, StepEstimate) else ResultKind.INFERENCE for _, r in results]
@@ -94,6 +100,10 @@ def compare(results: Sequence[tuple[str, Result]]) -> Comparison:
     if len(set(names)) < len(names):
         raise SpecError(f"compare: run names must differ, got {', '.join(names)}")
     per_result = [_training_rows(r) if isinstance(r, StepEstimate) else _inference_rows(r) for _, r in results]
+    if economics:
+        if len(economics) != len(results):
+            raise SpecError(f"compare: one economics per run, got {len(economics)} for {len(results)} runs")
+        per_result = [[*rs, *_economics_rows(e)] for rs, e in zip(per_result, economics, strict=True)]
     rows = tuple(ComparedRow(section, name, unit, tuple(float(rs[i][3]) for rs in per_result))
                  for i, (section, name, unit, _) in enumerate(per_result[0]))
     bands = tuple(r.error_band.describe() if r.error_band is not None else "no band" for _, r in results)
@@ -113,6 +123,15 @@ def _components(section: Section, obj: Any, unit: Unit) -> list[_Row]:
 def _band(r: Result) -> float:
     """The result's error band (+- this share of the figure; nan where none was attached)."""
     return r.error_band.relative if r.error_band is not None else math.nan
+
+
+def _economics_rows(e: Economics | None) -> list[_Row]:
+    def value(x: Any) -> float:
+        return math.nan if e is None or x is None else float(x)
+
+    return [(Section.SUMMARY, "joules_per_token", Unit.JOULES_PER_TOKEN, value(e and e.joules_per_token)),
+            (Section.SUMMARY, "usd_per_million_tokens", Unit.USD_PER_MILLION_TOKENS,
+             value(e and e.usd_per_million_tokens))]
 
 
 def _training_rows(r: StepEstimate) -> list[_Row]:

@@ -94,3 +94,12 @@ def inference_economics(r: InferenceEstimate, system: System, costs: Costs) -> E
 def serving_economics(output_tokens_per_s: float, devices: int, system: System, costs: Costs) -> Economics:
     """Per output token of a served stream (`ServingResult.output_tokens_per_s`) on all `devices` serving it."""
     return economics(output_tokens_per_s, devices, system.device.power, costs, TokenKind.OUTPUT)
+
+
+def economics_of(r: StepEstimate | InferenceEstimate, system: System, costs: Costs) -> Economics:
+    """`training_economics` or `inference_economics`, by the kind of estimate."""
+    from armillary.estimate.inference_result import InferenceEstimate
+
+    if isinstance(r, InferenceEstimate):
+        return inference_economics(r, system, costs)
+    return training_economics(r, system, costs)

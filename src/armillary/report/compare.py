@@ -40,6 +40,8 @@ def _value(row: ComparedRow, v: float) -> str:
         return f"{v:,.0f}"
     if row.unit is Unit.COUNT:
         return f"{v:g}"
+    if row.unit in (Unit.JOULES_PER_TOKEN, Unit.USD_PER_MILLION_TOKENS):
+        return f"{v:.4g}" if math.isfinite(v) else "-"
     div, suffix = _scale(row)
     return f"{v / div:.4g}{suffix}"
 
@@ -48,6 +50,8 @@ def _delta(row: ComparedRow, i: int) -> str:
     d, ratio = row.deltas[i], row.ratios[i]
     if d == 0:
         return "="
+    if not math.isfinite(d):
+        return "-"
     shown = f"{100 * d:+.1f} pt" if row.unit is Unit.FRACTION else (
         f"{d:+,.0f}" if row.unit in (Unit.TOKENS_PER_S, Unit.COUNT) else
         f"{d / _scale(row)[0]:+.4g}{_scale(row)[1]}")
@@ -87,11 +91,15 @@ def comparison_tables(c: Comparison) -> list[Table | str]:
 
 
 def comparison_record(c: Comparison) -> dict[str, Any]:
-    """Values and differences from the first run, in SI units (fractions for MFU/HFU)."""
+    """Values and differences from the first run, in SI units (fractions for MFU/HFU; null where unknown),
+    and each run's error band with the regime (calibration status) it was drawn from."""
+    def finite(values: tuple[float, ...]) -> list[float | None]:
+        return [v if math.isfinite(v) else None for v in values]
+
     return {"runs": list(c.names), "kind": c.kind.value, "baseline": c.names[0], "feasible": list(c.feasible),
-            "infeasible_reasons": [list(r) for r in c.infeasible_reasons],
-            "rows": [{"section": r.section.value, "name": r.name, "unit": r.unit.value, "values": list(r.values),
-                      "deltas": list(r.deltas)} for r in c.rows]}
+            "infeasible_reasons": [list(r) for r in c.infeasible_reasons], "bands": list(c.bands),
+            "rows": [{"section": r.section.value, "name": r.name, "unit": r.unit.value, "values": finite(r.values),
+                      "deltas": finite(r.deltas)} for r in c.rows]}
 
 
 def _point_figures(p: SweepPoint) -> dict[str, Any]:
