@@ -145,3 +145,10 @@ def test_nvl72_across_racks_switches_ll_ll128_simple_at_its_own_points():
     time = collective_sweep(Collective.ALL_REDUCE, np.array([64 * KIB]), group, system)[0].time_s
     assert time * 1e6 == pytest.approx(202.9, rel=0.10)
     assert load_system("gb200-nvl72", 64).network[0].protocol_latency == {}
+
+
+def test_a_protocol_figure_names_a_protocol():
+    """protocol_latency / ring_busbw take NCCL's protocol names; another is refused naming them."""
+    dim = load_system("dgx-h100").network[0].model_dump()
+    with pytest.raises(ValueError, match="LL, LL128, Simple"):
+        type(load_system("dgx-h100").network[0]).model_validate({**dim, "protocol_latency": {"ll": 1e-6}})
