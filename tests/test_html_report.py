@@ -131,6 +131,15 @@ def test_static_inference_page(tmp_path):
         assert other not in seen, other
 
 
+def test_an_infeasible_run_says_so_at_the_top(tmp_path):
+    text = _report(tmp_path / "oom.html", "llama3-70b-h100.yaml", "--set", "strategy.tp=1", "--set",
+                   "strategy.sequence_parallel=false", "--no-simulate")
+    head = text[text.index('id="headline"'):text.index("What the run assumed")]
+    assert '<p class="verdict bad">INFEASIBLE: ' in head and "out of memory" in head
+    memory = re.search(r'card( alert)?"><div class="label">memory per GPU</div><div class="value">([\d.]+) GiB', head)
+    assert memory is not None and memory[1] == " alert" and float(memory[2]) > 80
+
+
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install -y chromium)")
 @pytest.mark.parametrize("which", ["training", "serving"])
 def test_renders_in_headless_chromium(which, request, tmp_path):

@@ -57,6 +57,7 @@ class Card:
     label: str
     value: str
     detail: str = ""
+    alert: bool = False  # drawn in red: e.g. memory beyond the HBM
 
 
 def headline(page: Page) -> tuple[Card, ...]:
@@ -68,7 +69,8 @@ def headline(page: Page) -> tuple[Card, ...]:
     r = page.estimate
     if page.serving is not None:
         return serving_cards(page.serving, page.rate, page.duration_s, page.workload)
-    memory = Card("memory per GPU", f"{_total(r) / GIB:.1f} GiB", f"of {float(r.hbm_capacity_bytes) / GIB:.0f} GiB HBM")
+    memory = Card("memory per GPU", f"{_total(r) / GIB:.1f} GiB", f"of {float(r.hbm_capacity_bytes) / GIB:.0f} GiB HBM",
+                  _total(r) > float(r.hbm_capacity_bytes))
     if isinstance(r, InferenceEstimate):
         return (Card("output tokens/s", f"{float(r.output_tokens_per_s):,.0f}",
                      f"{float(r.output_tokens_per_s_per_device):,.0f} per GPU"),
@@ -203,9 +205,9 @@ def _search_note(result: SearchResult) -> str:
 
 def _headline_html(page: Page) -> str:
     r = page.estimate
-    cards = "".join(f'<div class="card"><div class="label">{html.escape(c.label)}</div><div class="value">'
-                    f'{html.escape(c.value)}</div><div class="detail">{html.escape(c.detail)}</div></div>'
-                    for c in headline(page))
+    cards = "".join(f'<div class="card{" alert" if c.alert else ""}"><div class="label">{html.escape(c.label)}'
+                    f'</div><div class="value">{html.escape(c.value)}</div><div class="detail">'
+                    f"{html.escape(c.detail)}</div></div>" for c in headline(page))
     band = page.serving.error_band if page.serving is not None else r.error_band
     verdict = ('<p class="verdict ok">fits: feasible as configured</p>' if bool(r.feasible) else
                f'<p class="verdict bad">INFEASIBLE: {html.escape("; ".join(r.infeasible_reasons))}</p>')

@@ -33,7 +33,8 @@ h1{font-size:1.6em;margin:0}h2{font-size:1.15em;margin:1.4em 0 .4em}.subtitle{co
 .headline{display:flex;flex-wrap:wrap;gap:.6em;margin:.5em 0}
 .card{border:1px solid #d0d7de;border-radius:6px;padding:.5em .9em;min-width:9em;background:#f6f8fa}
 .card .label{font-size:.8em;color:#555;text-transform:uppercase;letter-spacing:.03em}
-.card .value{font-size:1.45em;font-weight:600;white-space:nowrap}.card .detail{font-size:.82em;color:#555}
+.card .value{font-size:1.45em;font-weight:600;white-space:nowrap}.card.alert{background:#fde8e8;border-color:#e5a0a0}
+.card.alert .value{color:#a11}.card .detail{font-size:.82em;color:#555}
 .band{margin:.3em 0}.verdict{padding:.35em .7em;border-radius:4px;margin:.4em 0;display:inline-block}
 .ok{background:#e6f4ea;color:#1e6b34}.bad{background:#fde8e8;color:#a11}.note{color:#555;font-size:.9em}
 .error{background:#fde8e8;color:#a11;padding:.5em}
