@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from armillary.arguments import number
@@ -48,13 +49,15 @@ def synthesize_cmd(
                                               "all-to-all buffer of each device")] = "1GiB",
     chunks: Annotated[int, typer.Option(help="chunks per device (all-to-all: per pair of devices)")] = 1,
     seeds: Annotated[int, typer.Option(help="syntheses to run; the fastest is kept")] = 16,
+    batch: Annotated[int, typer.Option(help="most chunks a link carries in one transfer (latency paid once); "
+                                            "1: one chunk per transfer, as TACOS")] = 1,
     xml: Annotated[Path | None, typer.Option(help="also write the schedule as MSCCL XML")] = None,
     chakra: Annotated[Path | None, typer.Option(help="also write Chakra ET traces (one per device) here")] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Synthesize a collective for a topology (TACOS-style greedy link-chunk matching) and compare it with
-    ring, tree, halving-doubling, direct, hierarchical and the lower bound."""
-    from armillary.comm.baselines import baselines, grid_system, synthesize_on
+    """Synthesize a collective for a topology (TACOS-style greedy link-chunk matching), compare it with
+    ring, tree, halving-doubling, direct, hierarchical and the lower bound, and say which to use."""
+    from armillary.comm.baselines import baselines, grid_system, recommend, synthesize_on
     from armillary.comm.synthesis import SYNTHESIZED_OPS
     from armillary.simulate.replay import replay, simulate_schedule
     from armillary.specs.loading import load_system
@@ -84,27 +87,33 @@ def synthesize_cmd(
             raise SpecError(f"--topology {topology[:40]!r}: KIND:SHAPE with KIND mesh, torus or ring and up to 8 "
                             "axes of 1 or more positions, e.g. mesh:5x5, torus:4x4x4, ring:8")
         devices = math.prod(shape)
-        _check_options(operation, devices, total, chunks, seeds)  # before the topology is built
+        _check_options(operation, devices, total, chunks, seeds, batch)  # before the topology is built
         bandwidth = number("--link-bandwidth", _quantity(link_bandwidth, "bytes_per_s", "--link-bandwidth"),
                            above=True)
         sysm = grid_system(kind, shape, bandwidth, number("--latency", _quantity(latency, "s", "--latency")))
     else:
         sysm = load_system(str(system), gpus)
         devices = gpus or math.prod(sysm.sizes)
-        _check_options(operation, devices, total, chunks, seeds)
-    schedule = synthesize_on(sysm, devices, operation, total, chunks, seeds)
-    replayed = replay(schedule)
-    rows: list[tuple[str, float | None]] = [("synthesized", schedule.time), ("replayed", replayed.time)]
-    if len(schedule.link) <= ENGINE_TRANSFERS:  # the event simulator builds a Python task per transfer
-        rows.append(("event simulator", simulate_schedule(schedule)))
-    rows += [(b.name, b.time_s) for b in baselines(sysm, devices, operation, total)]
+        _check_options(operation, devices, total, chunks, seeds, batch)
+    schedule = synthesize_on(sysm, devices, operation, total, chunks, seeds, batch)
+    rows: list[tuple[str, float | None]] = [("synthesized", schedule.time)]
+    if batch == 1:  # the replay and the event simulator pay the latency per chunk
+        rows.append(("replayed", replay(schedule).time))
+        if len(schedule.link) <= ENGINE_TRANSFERS:  # the event simulator builds a Python task per transfer
+            rows.append(("event simulator", simulate_schedule(schedule)))
+    closed_form = baselines(sysm, devices, operation, total)
+    rows += [(b.name, b.time_s) for b in closed_form]
     rows.append(("lower bound", schedule.bound))
+    advice = recommend(schedule, closed_form)
     if json_out:  # printed first: a failed save does not lose the schedule's times
         print_json({"op": operation.value, "devices": devices, "bytes": total, "seed": schedule.seed,
-                    "link_utilization_mean": float(schedule.utilization.mean()),
-                    "times_s": {name: t for name, t in rows}})
+                    "batch": batch, "link_utilization_mean": float(schedule.utilization.mean()),
+                    "times_s": {name: t for name, t in rows},
+                    "recommendation": {"use": advice.use, "time_s": advice.time_s, "runner_up": advice.runner_up,
+                                       "runner_up_s": advice.runner_up_s, "reason": advice.reason}})
     else:
-        _show_schedule(schedule, rows, operation, size, devices, sysm)
+        _show_schedule(schedule, rows, operation, size, devices, sysm,
+                       f"use {advice.use} ({advice.time_s * 1e6:.1f} us): {advice.reason}")
     if xml is not None:
         from armillary.comm.msccl import to_xml
 
@@ -116,23 +125,24 @@ def synthesize_cmd(
         write_schedule(schedule, chakra)
 
 
-def _check_options(operation: Collective, devices: int, total: float, chunks: int, seeds: int) -> None:
+def _check_options(operation: Collective, devices: int, total: float, chunks: int, seeds: int, batch: int) -> None:
     """`comm.synthesis.check_synthesis` with the options' names."""
     from armillary.comm.synthesis import check_synthesis
 
     try:
-        check_synthesis(operation, devices, total, chunks, seeds)
+        check_synthesis(operation, devices, total, chunks, seeds, batch)
     except SpecError as err:
         text = str(err)
         for name, option in (("devices", "--topology / --gpus: devices"), ("size (bytes)", "--size"),
-                             ("chunks (per device)", "--chunks"), ("seeds", "--seeds")):
+                             ("chunks (per device)", "--chunks"), ("seeds", "--seeds"),
+                             ("batch (chunks per transfer)", "--batch")):
             if text.startswith(name):
                 text = option + text[len(name):]
         raise SpecError(text) from None
 
 
 def _show_schedule(schedule: Schedule, rows: list[tuple[str, float | None]], operation: Collective, size: str,
-                   devices: int, sysm: System) -> None:
+                   devices: int, sysm: System, advice: str) -> None:
     use = schedule.utilization
     table = Table(title=f"{operation.value} of {size} over {devices} devices of {sysm.name} "
                         f"(link utilization mean {use.mean():.0%}, max {use.max():.0%})")
@@ -141,7 +151,11 @@ def _show_schedule(schedule: Schedule, rows: list[tuple[str, float | None]], ope
     table.add_column("x bound", justify="right")
     for name, t in rows:
         table.add_row(name, "-" if t is None else f"{t * 1e6:.1f}", "-" if t is None else f"{t / schedule.bound:.3f}")
-    show([table])
+    notes = [escape(advice)]
+    if schedule.batch > 1:
+        notes.append(f"(--batch {schedule.batch}: not replayed, as the replay and the event simulator pay the "
+                     "latency per chunk)")
+    show([table, *notes])
 
 
 def network_optimize_cmd(

@@ -41,12 +41,12 @@ def grid_system(kind: NetworkKind, shape: tuple[int, ...], link_bandwidth: float
 
 
 def synthesize_on(system: System, gpus: int, op: Collective, total_bytes: float, chunks_per_npu: int = 1,
-                  seeds: int = 16) -> Schedule:
+                  seeds: int = 16, batch: int = 1) -> Schedule:
     """The best of `seeds` syntheses over the system's topology graph (switches unwound into links)."""
     sized = load_system(system, gpus)
     try:
         links = from_graph(topology_graph(sized))
-        return synthesize_best(op, links, total_bytes, chunks_per_npu, seeds, sized.device.hbm.rate)
+        return synthesize_best(op, links, total_bytes, chunks_per_npu, seeds, sized.device.hbm.rate, batch=batch)
     except ValueError as err:
         raise SpecError(str(err)) from None
 
@@ -98,3 +98,62 @@ def baselines(system: System, gpus: int, op: Collective, total_bytes: float) -> 
     out.append(Baseline("hierarchical", _time(op, total_bytes, hierarchical, gpus, Algorithm.AUTO,
                                               Composition.PIPELINED)))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The fastest of the synthesized schedule and the closed-form algorithms, and why."""
+
+    use: str  # "synthesized" or a closed-form algorithm's name
+    time_s: float
+    runner_up: str
+    runner_up_s: float
+    reason: str
+
+
+def _overheads(schedule: Schedule) -> str:
+    """What keeps a synthesized schedule above its lower bound (which pays no latency and divides the buffer
+    finely): the latency its busiest link pays per transfer, and whole chunks: the busiest node's n chunks
+    over its d incoming links take ceil(n / d) transfers in a row, not n / d."""
+    links = schedule.links
+    parts = [f"{schedule.time / schedule.bound:.3f}x its lower bound" if schedule.bound > 0 else "no bound"]
+    first = np.ones(len(schedule.link), bool)
+    if schedule.batch > 1:  # the chunks of one transfer share its link and start
+        first = np.zeros(len(schedule.link), bool)
+        first[np.unique(np.stack([schedule.link, schedule.start], axis=1), axis=0, return_index=True)[1]] = True
+    sends = np.bincount(schedule.link[first], minlength=len(links.src))
+    latency = float((sends * links.latency).max(initial=0.0))
+    if schedule.time > 0 and latency > 0.01 * schedule.time:
+        parts.append(f"{latency / schedule.time:.0%} of its time is the latency of the {int(sends.max())} "
+                     "transfers on its busiest link (--batch carries several chunks per transfer)")
+    if schedule.op is not Collective.ALL_TO_ALL and links.nodes > 1:
+        v = int(np.argmin(links.incoming_bandwidth()))
+        d = int(np.count_nonzero(links.dst == v))
+        n = schedule.chunks - int(np.count_nonzero(schedule.owner == v))
+        if d > 0 and n > 0 and math.ceil(n / d) * d > n * 1.01:
+            parts.append(f"whole chunks: its busiest device's {n} chunks over {d} links take {math.ceil(n / d)} "
+                         f"transfers in a row, not {n / d:.3g} (--chunks divides the buffer finer)")
+    if len(schedule.utilization):
+        parts.append(f"its links are busy {float(schedule.utilization.mean()):.0%} of the time on average")
+    return "; ".join(parts)
+
+
+def recommend(schedule: Schedule, closed_form: tuple[Baseline, ...]) -> Recommendation:
+    """The fastest way to run the collective of `schedule` on its topology: the synthesized schedule or
+    the fastest closed-form algorithm (`baselines`, times from the collective model on the links the
+    topology graph wires), with the runner-up and the reason."""
+    runnable = sorted((b for b in closed_form if b.time_s is not None), key=lambda b: b.time_s or 0.0)
+    if not runnable:
+        return Recommendation("synthesized", schedule.time, "-", math.nan,
+                              "no closed-form algorithm runs on this topology")
+    best = runnable[0]
+    assert best.time_s is not None
+    if schedule.time <= best.time_s:
+        gain = best.time_s / schedule.time - 1 if schedule.time > 0 else 0.0
+        return Recommendation("synthesized", schedule.time, best.name, best.time_s,
+                              f"the synthesized schedule is {gain:.1%} faster than {best.name}, the fastest "
+                              f"closed-form algorithm here ({_overheads(schedule)})")
+    gain = schedule.time / best.time_s - 1
+    return Recommendation(best.name, best.time_s, "synthesized", schedule.time,
+                          f"{best.name} is {gain:.1%} faster than the synthesized schedule, which is "
+                          f"{_overheads(schedule)}")

@@ -128,6 +128,7 @@ class Schedule:
     reducing: np.ndarray  # per transfer: whether it carries a partial sum the receiver reduces
     reduce_s: float = 0.0  # seconds to reduce one received chunk
     target: np.ndarray | None = None  # all-to-all: the node each chunk goes to
+    batch: int = 1  # most chunks per transfer: chunks of one transfer share its link, start and end
 
     @property
     def src(self) -> np.ndarray:
@@ -147,35 +148,45 @@ def lower_bound(op: Collective, links: LinkGraph, total_bytes: float) -> float:
     return float(factor * (p - 1) / p * total_bytes / links.incoming_bandwidth().min())
 
 
-MAX_TRANSFERS = 2**24  # transfers of one synthesis: about 2 GB and 10 s (a 64 x 64 torus all-gather)
+MAX_TRANSFERS = 2**24  # transfers of one recorded synthesis: about 2 GB and 10 s (a 64 x 64 torus all-gather)
+# unrecorded (record=False: the time and link use only): the log of nodes x chunks, 512 MB and about 35 s of
+# CPU for a 128 x 128 torus all-gather (16,384 x 16,383 transfers, within 2**28)
+MAX_UNRECORDED = 2**28
 MAX_SEEDS = 1000
-MAX_WORK = 2**27  # transfers over all seeds: about a minute
+MAX_WORK = 2**29  # transfers over all seeds: about a minute and a half
+MAX_BATCH = 64
 
 
 def check_synthesis(op: Collective, devices: int, total_bytes: float, chunks_per_npu: int = 1,
-                    seeds: int = 1) -> None:
+                    seeds: int = 1, batch: int = 1, record: bool = True) -> None:
     """The options of a synthesis, checked before any topology is built: a known collective over 2 or more
-    devices, a finite size >= 0, 1 or more chunks and seeds, and at most `MAX_TRANSFERS` transfers per
-    synthesis (devices x (devices - 1) x chunks, twice for an all-reduce) and `MAX_WORK` over all seeds.
-    Else a `SpecError` naming the option."""
+    devices, a finite size >= 0, 1 or more chunks and seeds, 1 to `MAX_BATCH` chunks per transfer, and at
+    most `MAX_TRANSFERS` transfers per recorded synthesis (`MAX_UNRECORDED` unrecorded; devices x (devices -
+    1) x chunks, twice for an all-reduce) and `MAX_WORK` over all seeds. Else a `SpecError` naming the option."""
     if op not in SYNTHESIZED_OPS:
         raise SpecError(f"op {op.value!r}: synthesis supports {', '.join(o.value for o in SYNTHESIZED_OPS)}")
     whole("devices (synthesis needs two or more)", devices, 2)
     number("size (bytes)", total_bytes)
     whole("chunks (per device)", chunks_per_npu, 1)
     whole("seeds", seeds, 1, MAX_SEEDS)
+    whole("batch (chunks per transfer)", batch, 1, MAX_BATCH)
+    if op is Collective.ALL_TO_ALL and batch != 1:
+        raise SpecError("batch (chunks per transfer): all_to_all synthesis moves one chunk per transfer (batch 1)")
     transfers = (2 if op is Collective.ALL_REDUCE else 1) * devices * (devices - 1) * chunks_per_npu
-    if transfers > MAX_TRANSFERS or transfers * seeds > MAX_WORK:
+    most = MAX_TRANSFERS if record else MAX_UNRECORDED
+    if transfers > most or transfers * seeds > MAX_WORK:
         raise SpecError(f"devices x (devices - 1) x chunks = {transfers:.3g} transfers x {seeds} seeds: at most "
-                        f"{MAX_TRANSFERS:,} transfers per synthesis and {MAX_WORK:,} over all seeds (fewer devices, "
-                        "chunks or seeds)")
+                        f"{most:,} transfers per {'recorded ' if record else ''}synthesis and {MAX_WORK:,} over all "
+                        "seeds (fewer devices, chunks or seeds)")
 
 
 def synthesize(op: Collective, links: LinkGraph, total_bytes: float, chunks_per_npu: int = 1, seed: int = 0,
-               reduce_bytes_per_s: float = math.inf, record: bool = True) -> Schedule:
+               reduce_bytes_per_s: float = math.inf, record: bool = True, batch: int = 1) -> Schedule:
     """Synthesize `op` over `links` for a buffer of `total_bytes` (as in `lower_bound`; all-to-all: each
-    device's buffer, `chunks_per_npu` chunks for each other device)."""
-    check_synthesis(op, links.nodes, total_bytes, chunks_per_npu)
+    device's buffer, `chunks_per_npu` chunks for each other device). `batch` > 1: a link may carry up to that
+    many chunks in one transfer, paying its latency once (`comm/greedy.py`); 1 is TACOS's one chunk per
+    link and step."""
+    check_synthesis(op, links.nodes, total_bytes, chunks_per_npu, 1, batch, record)
     if op is Collective.ALL_TO_ALL:
         from armillary.comm.all_to_all import synthesize_all_to_all  # it builds on this module's types
 
@@ -183,27 +194,28 @@ def synthesize(op: Collective, links: LinkGraph, total_bytes: float, chunks_per_
     chunk_bytes = total_bytes / (links.nodes * chunks_per_npu)
     owner = np.repeat(np.arange(links.nodes), chunks_per_npu)
     if op is Collective.ALL_GATHER:
-        return _all_gather(op, links, owner, chunk_bytes, 0.0, seed, record, total_bytes)
+        return _all_gather(op, links, owner, chunk_bytes, 0.0, seed, record, total_bytes, batch)
     reduce_s = chunk_bytes * REDUCE_TRAFFIC / reduce_bytes_per_s
-    rs = _reduce_scatter(links, owner, chunk_bytes, reduce_s, seed, record, total_bytes)
+    rs = _reduce_scatter(links, owner, chunk_bytes, reduce_s, seed, record, total_bytes, batch)
     if op is Collective.REDUCE_SCATTER:
         return rs
-    ag = _all_gather(Collective.ALL_GATHER, links, owner, chunk_bytes, 0.0, seed, record, total_bytes)
+    ag = _all_gather(Collective.ALL_GATHER, links, owner, chunk_bytes, 0.0, seed, record, total_bytes, batch)
     time = rs.time + ag.time
     util = (rs.utilization * rs.time + ag.utilization * ag.time) / time if time > 0 else rs.utilization
     return Schedule(op, links, rs.chunks, chunk_bytes, owner, np.concatenate([rs.link, ag.link]),
                     np.concatenate([rs.chunk, ag.chunk]), np.concatenate([rs.start, ag.start + rs.time]),
                     np.concatenate([rs.end, ag.end + rs.time]), time, lower_bound(op, links, total_bytes),
-                    util, seed, np.concatenate([rs.reducing, ag.reducing]), reduce_s)
+                    util, seed, np.concatenate([rs.reducing, ag.reducing]), reduce_s, batch=batch)
 
 
 def synthesize_best(op: Collective, links: LinkGraph, total_bytes: float, chunks_per_npu: int = 1,
-                    seeds: int = 8, reduce_bytes_per_s: float = math.inf, record: bool = True) -> Schedule:
+                    seeds: int = 8, reduce_bytes_per_s: float = math.inf, record: bool = True,
+                    batch: int = 1) -> Schedule:
     """The fastest of `seeds` seeded syntheses (the first on ties)."""
-    check_synthesis(op, links.nodes, total_bytes, chunks_per_npu, seeds)
+    check_synthesis(op, links.nodes, total_bytes, chunks_per_npu, seeds, batch, record)
     best: Schedule | None = None
     for seed in range(seeds):
-        s = synthesize(op, links, total_bytes, chunks_per_npu, seed, reduce_bytes_per_s, record)
+        s = synthesize(op, links, total_bytes, chunks_per_npu, seed, reduce_bytes_per_s, record, batch)
         if best is None or s.time < best.time:
             best = s
     assert best is not None
@@ -218,17 +230,23 @@ def _csr(ends: np.ndarray, nodes: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _all_gather(op: Collective, links: LinkGraph, owner: np.ndarray, chunk_bytes: float, extra_s: float,
-                seed: int, record: bool, total_bytes: float) -> Schedule:
-    # a transfer takes the link's latency plus the chunk at the link's bandwidth (alpha-beta, TACOS §IV-A)
-    duration = links.latency + chunk_bytes / links.bandwidth + extra_s
+                seed: int, record: bool, total_bytes: float, batch: int = 1) -> Schedule:
+    # a transfer takes the link's latency plus its chunks at the link's bandwidth (alpha-beta, TACOS §IV-A)
+    per_chunk = chunk_bytes / links.bandwidth + extra_s
+    duration = links.latency + per_chunk
     out_start, by_source = _csr(links.src, links.nodes)  # the kernel numbers links by source: by_source[k]
     rank = np.empty_like(by_source)
     rank[by_source] = np.arange(len(by_source))  # the kernel's number of each link
     in_start, in_links = _csr(links.dst, links.nodes)
+    if batch == 1:  # the kernel's transfer classes: links of one duration (and added time per chunk)
+        klass = np.unique(duration, return_inverse=True)[1]
+    else:
+        klass = np.unique(np.stack([duration, per_chunk], axis=1), axis=0, return_inverse=True)[1]
     time, used, k_link, chunk, start, end, missing = greedy_all_gather(
         links.nodes, owner.astype(np.int64), links.src[by_source], links.dst[by_source],
-        duration[by_source].astype(float), out_start, rank, in_start, links.src[in_links], seed, record,
-        LOOK if links.nodes <= LOOK_NODES else 1,
+        duration[by_source].astype(float), per_chunk[by_source].astype(float),
+        np.ravel(klass)[by_source].astype(np.int64), out_start, rank, in_start, links.src[in_links], seed, record,
+        LOOK if links.nodes <= LOOK_NODES else 1, batch,
         np.empty((links.nodes, len(owner)), np.uint16 if len(owner) <= np.iinfo(np.uint16).max else np.int32))
     busy = np.empty_like(used)
     busy[by_source] = used
@@ -238,16 +256,16 @@ def _all_gather(op: Collective, links: LinkGraph, owner: np.ndarray, chunk_bytes
     util = busy / time if time > 0 else np.zeros_like(busy)
     return Schedule(op, links, owner.shape[0], chunk_bytes, owner, link.astype(np.int64), chunk.astype(np.int64),
                     start, end, float(time), lower_bound(op, links, total_bytes), util, seed,
-                    np.zeros(len(link), bool))
+                    np.zeros(len(link), bool), batch=batch)
 
 
 def _reduce_scatter(links: LinkGraph, owner: np.ndarray, chunk_bytes: float, reduce_s: float, seed: int,
-                    record: bool, total_bytes: float) -> Schedule:
+                    record: bool, total_bytes: float, batch: int) -> Schedule:
     """The all-gather on the reversed links, run backwards in time."""
     ag = _all_gather(Collective.ALL_GATHER, links.reversed(), owner, chunk_bytes, reduce_s, seed, record,
-                     total_bytes)
+                     total_bytes, batch)
     order = np.argsort(ag.time - ag.end, kind="stable")
     return Schedule(Collective.REDUCE_SCATTER, links, ag.chunks, chunk_bytes, owner, ag.link[order],
                     ag.chunk[order], (ag.time - ag.end)[order], (ag.time - ag.start)[order], ag.time,
                     lower_bound(Collective.REDUCE_SCATTER, links, total_bytes), ag.utilization, seed,
-                    np.ones(len(order), bool), reduce_s)
+                    np.ones(len(order), bool), reduce_s, batch=batch)
