@@ -128,9 +128,11 @@ def _overheads(schedule: Schedule) -> str:
                      "transfers on its busiest link (--batch carries several chunks per transfer)")
     if schedule.op is not Collective.ALL_TO_ALL and links.nodes > 1:
         v = int(np.argmin(links.incoming_bandwidth()))
-        d = int(np.count_nonzero(links.dst == v))
+        into = links.dst == v
+        d = int(np.count_nonzero(into))
         n = schedule.chunks - int(np.count_nonzero(schedule.owner == v))
-        if d > 0 and n > 0 and math.ceil(n / d) * d > n * 1.01:
+        alike = d > 0 and np.ptp(links.bandwidth[into]) == 0 and np.ptp(links.latency[into]) == 0
+        if alike and n > 0 and math.ceil(n / d) * d > n * 1.01:  # (on links alike, whole transfers in a row)
             parts.append(f"whole chunks: its busiest device's {n} chunks over {d} links take {math.ceil(n / d)} "
                          f"transfers in a row, not {n / d:.3g} (--chunks divides the buffer finer)")
     if len(schedule.utilization):

@@ -74,9 +74,8 @@ def ring(n: int, bandwidth: float, latency: float) -> LinkGraph:
 
 def from_graph(g: nx.Graph, bandwidth: float | None = None, latency: float | None = None) -> LinkGraph:
     """The directed links of a topology graph (`comm.topology.topology_graph`, or any networkx graph whose
-    edges carry `bandwidth` and `latency`, or take the defaults given). A switch (a node with kind "switch")
-    is unwound into direct links between the devices on its ports, each port's bandwidth shared over the
-    other k - 1 ports, latency twice the hop's; switches joined to other switches (spines) are not unwound."""
+    edges carry `bandwidth` and `latency`, or take the defaults given). Switches (nodes with kind "switch")
+    are unwound into direct links between the devices they join (`_unwind`)."""
     devices = sorted((n for n, d in g.nodes(data=True) if d.get("kind", "device") != "switch"), key=str)
     index = {n: i for i, n in enumerate(devices)}
     src: list[int] = []
@@ -93,18 +92,54 @@ def from_graph(g: nx.Graph, bandwidth: float | None = None, latency: float | Non
     for a, b, data in g.edges(data=True):
         if a in index and b in index and a != b:  # a loop (the wrap-around of a torus axis of one) moves nothing
             add(index[a], index[b], float(data.get("bandwidth", bandwidth)), float(data.get("latency", latency)))
-    for s, d in g.nodes(data=True):
-        if d.get("kind") != "switch":
-            continue
-        ports = [n for n in g.neighbors(s) if n in index]
-        if any(n not in index for n in g.neighbors(s)):
-            raise ValueError(f"switch {s!r} connects to other switches: multi-level switching is not unwound")
-        for i, a in enumerate(ports):
-            for b in ports[i + 1:]:
-                bw = min(float(g.edges[s, a]["bandwidth"]), float(g.edges[s, b]["bandwidth"])) / (len(ports) - 1)
-                add(index[a], index[b], bw, float(g.edges[s, a]["latency"]) + float(g.edges[s, b]["latency"]))
+    for a, b, bw, lat in _unwind(g, index):
+        add(a, b, bw, lat)
     return LinkGraph(len(devices), np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(bws, float),
                      np.asarray(lats, float), tuple(str(n) for n in devices))
+
+
+def _unwind(g: nx.Graph, index: dict[object, int]) -> list[tuple[int, int, float, float]]:
+    """Direct links (device, device, bandwidth, latency) for the devices hanging off each switched network
+    (switches joined to one another: one switch, or leaves and spines of a fat-tree), as TACOS unwinds a
+    switch into point-to-point links: between every two of its n devices one link per direction, latency the
+    sum of the hops of the switch path between them (the fewest switches), bandwidth each physical link's
+    share over the device pairs routed through it: a device's port over its n - 1 peers, and a link between
+    switches over the pairs whose path crosses it (|devices below one end| x |below the other|, so a leaf's
+    oversubscribed uplink is divided among its devices' remote peers); the smallest share on the path. A
+    static split: the links a schedule leaves idle do not lend their share (as on one switch)."""
+    switches = [n for n, d in g.nodes(data=True) if d.get("kind") == "switch"]
+    fabric = g.subgraph(switches)
+    out: list[tuple[int, int, float, float]] = []
+    seen: set[object] = set()
+    for s in switches:
+        if s in seen:
+            continue
+        component = nx.node_connected_component(fabric, s)
+        part = [n for n in switches if n in component]  # in the graph's order
+        seen.update(part)
+        ports = [(n, w) for w in part for n in g.neighbors(w) if n in index]  # (device, its switch)
+        if len({n for n, _ in ports}) < len(ports):
+            raise ValueError(f"a device hangs off two switches of the switched network of {s!r}: not unwound")
+        n = len(ports)
+        below = {w: sum(1 for _, x in ports if x == w) for w in part}
+        path = dict(nx.all_pairs_shortest_path(fabric.subgraph(part)))
+        uses: dict[tuple[object, object], int] = {}
+        for w in part:
+            for x in part:
+                for hop in zip(path[w][x], path[w][x][1:], strict=False):
+                    uses[hop] = uses.get(hop, 0) + below[w] * below[x]
+        share, hops = {}, {}
+        for w in part:
+            for x in part:
+                edges = list(zip(path[w][x], path[w][x][1:], strict=False))
+                share[w, x] = min((float(g.edges[e]["bandwidth"]) / uses[e] for e in edges), default=math.inf)
+                hops[w, x] = sum(float(g.edges[e]["latency"]) for e in edges)
+        for i, (a, w) in enumerate(ports):
+            for b, x in ports[i + 1:]:
+                port = min(float(g.edges[w, a]["bandwidth"]), float(g.edges[x, b]["bandwidth"])) / (n - 1)
+                out.append((index[a], index[b], min(port, share[w, x]),
+                            float(g.edges[w, a]["latency"]) + hops[w, x] + float(g.edges[x, b]["latency"])))
+    return out
 
 
 @dataclass(frozen=True)
