@@ -28,8 +28,8 @@ def _estimate(strategy: dict[str, object], gpus: int = 512) -> armillary.StepEst
 def test_out_of_memory_names_the_largest_categories_and_a_change_that_fits() -> None:
     est = _estimate({"tp": 8, "pp": 4})
     assert not est.feasible
-    reasons = "; ".join(est.infeasible_reasons)
-    assert "HBM: 176.3 GiB needed of 80.0 GiB" in reasons
+    assert "HBM: 176.3 GiB needed of 80.0 GiB" in est.infeasible_reasons
+    reasons = "; ".join(est.advice)
     largest = re.search(r"largest per device: (\w[\w ]*) ([\d.]+) GiB", reasons)
     assert largest is not None and largest.group(1) == "activations"  # standard attention keeps s x s scores
     assert float(largest.group(2)) == round(float(est.memory_hbm.activations) / 2**30, 1)
@@ -39,17 +39,18 @@ def test_out_of_memory_names_the_largest_categories_and_a_change_that_fits() -> 
                (item.split("=") for item in fits.group(1).split(", "))}
     fixed = _estimate({"tp": 8, "pp": 4, **changed})  # the advice, taken, fits
     assert fixed.feasible and f"{float(fixed.memory_hbm.total) / 2**30:.1f} GiB of 80.0 GiB" in reasons
+    assert not fixed.advice and "advice=fits with attention=flash" in repr(est)
 
 
 def test_flash_alone_is_not_enough_and_each_rung_is_tried_on_top_of_the_last() -> None:
     assert not _estimate({"tp": 8, "pp": 4, "attention": "flash"}).feasible
-    reasons = "; ".join(_estimate({"tp": 8, "pp": 4, "attention": "flash"}).infeasible_reasons)
+    reasons = "; ".join(_estimate({"tp": 8, "pp": 4, "attention": "flash"}).advice)
     assert "fits with sequence_parallel=True:" in reasons  # flash is already there: not advised again
 
 
 def test_nothing_fits_says_run_search() -> None:
     reasons = "; ".join(armillary.run_estimate("llama3.1-405b", "dgx-h100", {"tp": 1}, RUN["workload"],
-                                               gpus=8).infeasible_reasons)
+                                               gpus=8).advice)
     assert "run `armillary search`" in reasons and "largest per device: optimizer states" in reasons
 
 

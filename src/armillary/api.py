@@ -81,7 +81,7 @@ def run_estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, w
     if isinstance(result, StepEstimate) and isinstance(w, Training) and not np.ndim(result.feasible):
         from armillary.estimate.fit import memory_advice  # an out-of-memory run: what would make it fit
 
-        result = replace(result, infeasible_reasons=result.infeasible_reasons + memory_advice(m, sysm, st, w, result))
+        result = replace(result, advice=memory_advice(m, sysm, st, w, result))
     return replace(result, error_band=band, config=RunConfig(m, sysm, st, w))
 
 

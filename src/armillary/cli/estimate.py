@@ -75,7 +75,8 @@ def estimate_cmd(
         run = records.run_record(model, system, strategy, workload)
         print_json({**records.estimate_record(result, run), "economics": econ.to_dict()}
                    if feasible or show_infeasible else
-                   {"feasible": False, "infeasible_reasons": list(result.infeasible_reasons), "run": run})
+                   {"feasible": False, "infeasible_reasons": list(result.infeasible_reasons),
+                    "advice": list(getattr(result, "advice", ())), "run": run})
     elif feasible or show_infeasible:
         unread = records.run_record(model, system, strategy, workload)["model_keys_not_modelled"]
         show([records.strategy_line(strategy, system), *_finetune_line(workload),
@@ -83,7 +84,8 @@ def estimate_cmd(
               tables.economics_line(econ),
               *([f"note: config.json keys not modelled: {escape(', '.join(unread))}"] if unread else [])])
     else:
-        show([f"infeasible: {'; '.join(result.infeasible_reasons)} (--show-infeasible prints the numbers)"])
+        show([f"infeasible: {'; '.join(result.infeasible_reasons)} (--show-infeasible prints the numbers)",
+              *(escape(a) for a in getattr(result, "advice", ()))])
     if not feasible:
         raise typer.Exit(1)
 

@@ -255,6 +255,7 @@ class StepEstimate:
     error_band: ErrorBand | None = None  # from validation residuals (set by armillary.api for one configuration)
     offload_s: Array = 0.0  # the second tier's transfers, alongside the whole step (`breakdown.offload_stall`)
     config: RunConfig | None = None  # the inputs (set by armillary.api)
+    advice: tuple[str, ...] = ()  # out of memory: its largest categories, what makes it fit (`estimate.fit`)
 
     def headline(self) -> display.Headline:
         """The figures a repr shows: step time, throughput, MFU, memory against capacity, feasibility."""
@@ -263,7 +264,8 @@ class StepEstimate:
                 ("tokens_per_s", display.number(self.tokens_per_s)), ("mfu", display.percent(self.mfu)),
                 ("memory", f"{display.gib(self.memory_hbm.total)} of {display.gib(self.hbm_capacity_bytes)}"),
                 ("feasible", str(fits) if fits or np.ndim(self.feasible) else f"False: {self.infeasible_reasons[0]}"
-                 if self.infeasible_reasons else "False")]
+                 if self.infeasible_reasons else "False"),
+                *(("advice", a) for a in self.advice)]
 
     def __repr__(self) -> str:
         return display.short_repr(type(self).__name__, self.headline())
