@@ -196,16 +196,8 @@ def weight_bytes(params: Array, st: StrategyArrays) -> Array:
 
 def zero_shards(st: StrategyArrays, stage: int, replicas: Array | None = None) -> Array:
     """Ways ZeRO stage `stage` (1 optimizer, 2 gradients, 3 parameters) splits its state: over the
-    `replicas` ranks that hold the same parameters (dp x cp; expert-dp for routed experts) if on, else 1.
-    FSDP under pipeline parallelism holds the parameters gathered and the gradients unsharded from the first
-    micro-batch to the last: PyTorch's pipeline schedules let FSDP reshard after backward and reduce-scatter
-    gradients on the last micro-batch only (torch.distributed.pipelining stage.py, backward_maybe_with_nosync:
-    set_requires_gradient_sync / set_reshard_after_backward(last_backward)), and torchtitan's apply_fsdp sets
-    reshard_after_forward False when PP is on; the unsharded gradients accumulate in the reduce dtype (FSDP2
-    FSDPParam.to_accumulated_grad_if_needed). There stages 2 and 3 split nothing: only the optimizer is
-    sharded."""
-    held_whole = (stage >= 2) & (st.zero >= 3) & (st.pp > 1)
-    return where((st.zero >= stage) & ~held_whole, st.dp * st.cp if replicas is None else replicas, 1)
+    `replicas` ranks that hold the same parameters (dp x cp; expert-dp for routed experts) if on, else 1."""
+    return where(st.zero >= stage, st.dp * st.cp if replicas is None else replicas, 1)
 
 
 def grad_bytes(st: StrategyArrays, code: Array | None = None) -> Array:

@@ -338,6 +338,14 @@ def _strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: lis
         notes.append("zero=2: the notes say the parameters are not resharded after the forward pass")
     if sharding is not None:
         out["zero"] = sharding
+    if out["zero"] is ZeroStage.PARAMETERS and pp > 1 and re.search(r"torchtitan", stack.name, re.I):
+        # torchtitan's apply_fsdp sets reshard_after_forward False when PP is on, and PyTorch's pipeline
+        # schedules reduce-scatter and reshard only after the last micro-batch (torch.distributed.pipelining
+        # stage.py backward_maybe_with_nosync): parameters gathered and gradients whole for the step, the
+        # optimizer sharded, one gather and one reduce-scatter per step: ZeRO-1
+        out["zero"] = ZeroStage.OPTIMIZER
+        notes.append(f"zero=1: {stack.name} keeps FSDP's parameters gathered and gradients unsharded across the "
+                     "micro-batches of a pipeline (reshard_after_forward off under PP)")
     if re.search(r"tp-comm-overlap|tp comm overlap|async ?tp|collective matmul", f"{framework} "
                  f"{clean(row.get('notes'))}") and tp > 1:
         out["overlap"]["tp_comm"] = True
