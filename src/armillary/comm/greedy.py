@@ -179,20 +179,21 @@ def _match(order: np.ndarray, now: float, src: np.ndarray, dst: np.ndarray, timi
         busy[link] = True
         carrying[link, 0] = c
         m = 1
-        i = cursor[link]
-        left[v] -= 1
-        # no more than v's share of what it still wants per in-link: at the end, one chunk per link
-        most = min(batch, max(1, (left[v] + 1) // (in_start[v + 1] - in_start[v])))
-        while m < most and i < tail[u]:  # the oldest others v wants ride along (latency paid once)
-            c = log[u, i]
-            i += 1
-            if _bit(want, v, c):
-                _clear(want, v, c)
-                if look > 1:
-                    _set(sent, u, c)
-                carrying[link, m] = c
-                m += 1
-                left[v] -= 1
+        if batch > 1:
+            i = cursor[link]
+            left[v] -= 1
+            # no more than v's share of what it still wants per in-link: at the end, one chunk per link
+            most = min(batch, max(1, (left[v] + 1) // (in_start[v + 1] - in_start[v])))
+            while m < most and i < tail[u]:  # the oldest others v wants ride along (latency paid once)
+                c = log[u, i]
+                i += 1
+                if _bit(want, v, c):
+                    _clear(want, v, c)
+                    if look > 1:
+                        _set(sent, u, c)
+                    carrying[link, m] = c
+                    m += 1
+                    left[v] -= 1
         ncarry[link] = m
         took = timing[0, link] + (m - 1) * timing[1, link]
         end = now + took
