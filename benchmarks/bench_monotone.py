@@ -1,8 +1,13 @@
 """Monotone physics at scale: 20,000+ random feasible configurations, none slower with twice the FLOP/s,
 HBM or network bandwidth, or half the network latency, in the estimator (the CI test checks about 3,400)
 and, with --simulator, 20,000 simulated steps of random small configurations (the CI test simulates 2,000).
+With --resources [N], N (default 20,000) random feasible training configurations of presets (dense and MoE
+models, ZeRO 0-3, CP, EP, recomputation, offload, every overlap flag) through the public API, each with every
+device and network field a user can set made faster one at a time (tests/test_monotone_resources.py: FLOP/s,
+HBM bandwidth / capacity / efficiency, second tier, kernel overhead, GEMM and attention efficiencies, each
+network dimension's bandwidth, latency and efficiency); the CI test checks 150.
 
-Run: python benchmarks/bench_monotone.py [--simulator]
+Run: python benchmarks/bench_monotone.py [--simulator] [--resources [N [SEED]]]
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 
 from test_monotone_physics import CASES, RESOURCES, faster, random_configurations, step_times
+from test_monotone_resources import random_configurations as random_training
+from test_monotone_resources import slower_with_more
 
+from armillary.errors import ArmillaryError
 from armillary.simulate.run import simulate_training
 from armillary.specs.loading import load_system
 
@@ -30,6 +38,35 @@ def simulated(count: int = 20_000) -> None:
           + ", ".join(f"{what}: {n}" for what, n in slower.items()))
 
 
+def resources(count: int = 20_000, seed: int = 46) -> None:
+    """`count` feasible random training configurations, every user-settable resource made faster in turn
+    (another `seed` draws other configurations: shards run side by side)."""
+    started, feasible, drawn, slower = time.perf_counter(), 0, 0, {}
+    examples: list[str] = []
+    for model, name, gpus, strategy, workload in random_training(10 * count, seed=seed):
+        if feasible == count:
+            break
+        drawn += 1
+        try:
+            system = load_system(name, gpus)
+        except ArmillaryError:
+            continue
+        worse = slower_with_more(model, system, strategy, workload)
+        if worse is None:
+            continue
+        feasible += 1
+        for what, base, quicker in worse:
+            slower[what] = slower.get(what, 0) + 1
+            if len(examples) < 20:
+                examples.append(f"  {what}: {base:.4g} -> {quicker:.4g} s  {model} on {gpus} {name} {strategy} "
+                                f"{workload}")
+    elapsed = time.perf_counter() - started
+    print(f"{feasible:,} feasible training configurations (of {drawn:,} drawn) in {elapsed:.0f} s; "
+          f"slower with a faster resource: {sum(slower.values())} "
+          + (str(dict(sorted(slower.items()))) if slower else ""))
+    print("\n".join(examples))
+
+
 def main() -> None:
     started, tried, slower = time.perf_counter(), 0, dict.fromkeys(RESOURCES, 0)
     for model, system, gpus, workload, base in CASES:
@@ -43,6 +80,12 @@ def main() -> None:
           + ", ".join(f"{what}: {n}" for what, n in slower.items()))
     if "--simulator" in sys.argv:
         simulated()
+
+
+if __name__ == "__main__" and "--resources" in sys.argv:
+    numbers = [int(a) for a in sys.argv[sys.argv.index("--resources") + 1:] if a.isdigit()]
+    resources(*numbers[:2])
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,32 @@ from armillary.specs.system import System
 
 @dataclass(frozen=True)
 class DataParallelCost:
-    exposed_s: Array  # per iteration, on the critical path
+    """One parameter set's data-parallel traffic, split by where it can hide: `in_line_s` per iteration is
+    never hidden; `behind_forward_s` / `behind_backward_s` per micro-batch and `once_forward_s` /
+    `once_backward_s` per iteration can hide behind a micro-batch's forward / backward passes
+    (`exposed_together`)."""
+
+    in_line_s: Array
+    behind_forward_s: Array
+    behind_backward_s: Array
+    once_forward_s: Array
+    once_backward_s: Array
     calls: tuple[CommCall, ...]  # every DP / ZeRO / FSDP collective of the step
+
+
+def exposed_together(costs: tuple[DataParallelCost, ...], forward_s: Array, backward_s: Array,
+                     microbatches: Array) -> Array:
+    """Exposed data-parallel time per iteration of every parameter set together (the replicated parameters
+    and the routed experts): their collectives queue on one all-gather and one reduce-scatter stream
+    (PyTorch FSDP2's FSDPCommContext is shared by every parameter group of a root, expert groups included;
+    Megatron-Core issues the dense and expert buckets over the same links), so the passes hide their sum
+    once, max(0, T_comm - T_overlappable) (docs/formulas.md §2.3): a faster pass exposes at most what it
+    saves, never more."""
+    total = {f: sum((getattr(c, f) for c in costs), 0.0)
+             for f in ("in_line_s", "behind_forward_s", "behind_backward_s", "once_forward_s", "once_backward_s")}
+    per_mb = exposed(total["behind_forward_s"], forward_s, 1.0) + exposed(total["behind_backward_s"], backward_s, 1.0)
+    return (total["in_line_s"] + microbatches * per_mb + exposed(total["once_forward_s"], forward_s, 1.0)
+            + exposed(total["once_backward_s"], backward_s, 1.0))
 
 
 def parameter_tensors(m: ModelArrays) -> Array:
@@ -40,17 +64,16 @@ def grad_reduce_bytes(st: StrategyArrays) -> Array:
     return where(st.grad_reduce_bf16 > 0, 2.0, mem.per_precision(mem.GRAD_REDUCE_BYTES, st.precision))
 
 
-def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Array, backward_s: Array,
-                       microbatches: Array, st: StrategyArrays, dp_group: Placement,
-                       system: System, dimension: ParallelDimension = ParallelDimension.DP,
+def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: Array, st: StrategyArrays,
+                       dp_group: Placement, system: System, dimension: ParallelDimension = ParallelDimension.DP,
                        tensors_per_layer: Array = 0.0,
                        lora: tuple[Array, Array] | None = None) -> DataParallelCost:
     """`params_local` parameters per model-parallel rank in `layers_local` layers of `tensors_per_layer`
     parameter tensors, replicated over the ranks of `dp_group` (dp x cp; for routed experts the expert-dp
-    group, `dimension` EDP); `forward_s` and `backward_s` are one micro-batch's compute on the critical stage
-    (what communication can hide behind). `lora`: (adapter parameters, bytes of the frozen base weights) of
-    a LoRA run: only the adapters' gradients are reduced and their weights gathered after the optimizer
-    step (Hu et al. 2021 §4.1: the base has no gradient); ZeRO-3 / FSDP gathers the base with them.
+    group, `dimension` EDP), over `microbatches` micro-batches. `lora`: (adapter parameters, bytes of the
+    frozen base weights) of a LoRA run: only the adapters' gradients are reduced and their weights gathered
+    after the optimizer step (Hu et al. 2021 §4.1: the base has no gradient); ZeRO-3 / FSDP gathers the base
+    with them.
     """
     grad_bytes = params_local * grad_reduce_bytes(st)
     weight_bytes = mem.weight_bytes(params_local, st)
@@ -84,28 +107,28 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
 
     # once per iteration (ZeRO 0/1): the reduction of all buckets but the last overlaps the last
     # micro-batch's backward, the last bucket (one layer's) follows it; the distributed optimizer's
-    # parameter gather overlaps the next forward
-    grad_reduction = where(st.zero >= 1, scatter_grads.time, reduce_grads.time)
-    last_bucket = grad_reduction / layers_local * st.overlap_dp
-    gather_once = exposed(gather_params.time, forward_s, st.overlap_param_gather)
-    once = where(st.zero <= 1, exposed(grad_reduction - last_bucket, backward_s, st.overlap_dp) + last_bucket
-                 + where(st.zero == 1, gather_once, 0.0), where(st.zero == 2, gather_once, 0.0))
-    # every micro-batch (ZeRO 2, 3); ZeRO-3 / FSDP move one layer (unit) at a time: a latency term each
-    per_mb_zero2 = exposed(scatter_grads.time, backward_s, st.overlap_dp)
+    # parameter gather (ZeRO 1, 2) overlaps the next forward. What does not overlap runs in line.
+    overlap_dp, overlap_gather = st.overlap_dp, st.overlap_param_gather
+    grad_reduction = where(zero >= 1, scatter_grads.time, reduce_grads.time)
+    last_bucket = where(zero <= 1, grad_reduction / layers_local * overlap_dp, 0.0)
+    reduce_once = where(zero <= 1, grad_reduction, 0.0) - last_bucket
+    gather_once = where((zero >= 1) & (zero <= 2), gather_params.time, 0.0)
+    # every micro-batch: ZeRO-2 reduce-scatters; ZeRO-3 / FSDP move one layer (unit) at a time, a latency
+    # term each. The first unit's gather opens each forward and the last unit's reduce-scatter closes each
+    # backward with nothing to hide behind; each unit's prefetch hides behind the compute of the one before
+    # it (PyTorch FSDP, Zhao et al. 2023 §3.3.2 forward / backward prefetch; DeepSpeed ZeRO-3 prefetch), and
+    # the reduce-scatters behind the backward when gradient reduction overlaps. Gathers not prefetched run in
+    # line, in the forward and again in the backward.
+    z2, z3 = where(zero == 2, 1.0, 0.0), where(zero == 3, 1.0, 0.0)
     gathers, scatters = unit_gather.time * layers_local, unit_scatter.time * layers_local
-    # the first unit's gather opens each forward and the last unit's reduce-scatter closes each backward
-    # with nothing to hide behind; each unit's prefetch hides behind the compute of the one before it
-    # (PyTorch FSDP, Zhao et al. 2023 §3.3.2 forward / backward prefetch; DeepSpeed ZeRO-3 prefetch), and
-    # the reduce-scatters behind the backward when gradient reduction overlaps. On a network-bound step the
-    # exposed time is what the serial transfers exceed the compute by; gathers not prefetched run in line.
-    prefetch, reduce_along = st.overlap_param_gather, st.overlap_dp
-    first, last = unit_gather.time * prefetch, unit_scatter.time * reduce_along
-    hidden_in_backward = prefetch * gathers + reduce_along * (scatters - last)
-    in_line_in_backward = (1 - prefetch) * gathers + (1 - reduce_along) * (scatters - last)
-    per_mb_zero3 = (first + exposed(gathers - first, forward_s, prefetch)
-                    + exposed(hidden_in_backward, backward_s, 1.0) + in_line_in_backward + last)
-    per_mb = where(st.zero == 2, per_mb_zero2, where(st.zero == 3, per_mb_zero3, 0.0))
-    exposed_s = where(active, once + microbatches * per_mb, 0.0)
+    first, last = unit_gather.time * overlap_gather, unit_scatter.time * overlap_dp
+    behind_forward = z3 * overlap_gather * (gathers - first)
+    behind_backward = z2 * overlap_dp * scatter_grads.time + z3 * (overlap_gather * gathers
+                                                                    + overlap_dp * (scatters - last))
+    in_line_per_mb = (z2 * (1 - overlap_dp) * scatter_grads.time
+                      + z3 * (first + last + 2 * (1 - overlap_gather) * gathers + (1 - overlap_dp) * (scatters - last)))
+    on_any = where(active, 1.0, 0.0)
+    in_line = last_bucket + (1 - overlap_dp) * reduce_once + (1 - overlap_gather) * gather_once
 
     on = [where(active & (st.zero == z), 1.0, 0.0) for z in range(4)]
     m, units = microbatches, layers_local
@@ -116,6 +139,9 @@ def data_parallel_cost(params_local: Array, layers_local: Array, forward_s: Arra
         CommCall.of(dimension, Collective.ALL_GATHER, on[3] * 2 * units * m, unit_bytes / units, unit_gather),
         CommCall.of(dimension, Collective.REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
     )
-    return DataParallelCost(exposed_s=exposed_s, calls=calls)
+    return DataParallelCost(in_line_s=on_any * (in_line + microbatches * in_line_per_mb),
+                            behind_forward_s=on_any * behind_forward, behind_backward_s=on_any * behind_backward,
+                            once_forward_s=on_any * overlap_gather * gather_once,
+                            once_backward_s=on_any * overlap_dp * reduce_once, calls=calls)
 
 

@@ -22,13 +22,13 @@ class StageTime:
     tp: Array
     cp: Array = 0.0
     ep: Array = 0.0
+    recomputed_exchange: Array = 0.0  # of `cp` and `ep`: the exposed exchanges of the recomputed forward
 
     def __add__(self, o: StageTime) -> StageTime:
-        return StageTime(self.compute + o.compute, self.recompute + o.recompute, self.tp + o.tp,
-                         self.cp + o.cp, self.ep + o.ep)
+        return StageTime(*(getattr(self, f.name) + getattr(o, f.name) for f in fields(StageTime)))
 
     def __mul__(self, k: Array) -> StageTime:
-        return StageTime(self.compute * k, self.recompute * k, self.tp * k, self.cp * k, self.ep * k)
+        return StageTime(*(getattr(self, f.name) * k for f in fields(StageTime)))
 
     @property
     def total(self) -> Array:
@@ -73,8 +73,7 @@ def critical_stage(*candidates: tuple[Array, StageTime]) -> StageTime:
     best_time, best = candidates[0]
     for time, parts in candidates[1:]:
         take = time > best_time
-        best = StageTime(where(take, parts.compute, best.compute), where(take, parts.recompute, best.recompute),
-                         where(take, parts.tp, best.tp), where(take, parts.cp, best.cp), where(take, parts.ep, best.ep))
+        best = StageTime(*(where(take, getattr(parts, f.name), getattr(best, f.name)) for f in fields(StageTime)))
         best_time = where(take, time, best_time)
     return best
 

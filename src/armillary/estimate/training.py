@@ -18,7 +18,12 @@ import numpy as np
 from armillary.comm.collectives import CommCost, all_gather, needed, send_recv
 from armillary.cost.compute import kernel_times, matrix_peak, stream_time
 from armillary.estimate import memory as mem
-from armillary.estimate.data_parallel import DataParallelCost, data_parallel_cost, parameter_tensors
+from armillary.estimate.data_parallel import (
+    DataParallelCost,
+    data_parallel_cost,
+    exposed_together,
+    parameter_tensors,
+)
 from armillary.estimate.feasibility import check
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.layer import Adapters, ExpertGroups, LayerExchange, layer_cost, recompute_modes
@@ -64,7 +69,8 @@ class LayerKind:
         """Per micro-batch, by component; a full recomputation's collectives count as recomputation."""
         c = self.cost
         return StageTime(compute=c.compute_s, recompute=c.recompute.time_s + c.tp_recompute_s,
-                         tp=c.tp_forward_s + c.tp_backward_s, cp=c.cp_s, ep=c.ep_s)
+                         tp=c.tp_forward_s + c.tp_backward_s, cp=c.cp_s, ep=c.ep_s,
+                         recomputed_exchange=c.cp_recompute_s + c.ep_recompute_s)
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     weight_share = crit.compute * dense.backward_weight.time_s / dense.compute_s / stage_max
     pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share)
     params = _stage_params(m, st, stages)
-    dp = _data_parallel(m, params, stages, crit, microbatches, st, groups.gradient, system, layers, w)
+    dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
     optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system)
     hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e)
     breakdown = TimeBreakdown(
@@ -114,7 +120,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         ep_exposed=microbatches * crit.ep,
         pp_exposed=microbatches * sends.per_mb,
         bubble=maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # >= 0 after rounding
-        dp_exposed=sum((cost.exposed_s for cost in dp), 0.0),
+        dp_exposed=exposed_together(dp, *_overlappable(crit), microbatches),
         optimizer=optimizer,
         offload_stall=0.0,
     )
@@ -278,25 +284,31 @@ def _stage_params(m: ModelArrays, st: StrategyArrays, stages: StageLayers) -> St
     return StageParams(first, middle, last, dense_local, experts_local)
 
 
-def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, crit: StageTime, microbatches: Array,
+def _overlappable(crit: StageTime) -> tuple[Array, Array]:
+    """(forward, backward) of one micro-batch on the critical stage, what data-parallel traffic hides
+    behind: its forward and backward passes, exposed layer communication included, about a third forward
+    and two thirds backward, and the recomputed forward (its exchanges included) with the backward. Each
+    window is a whole pass or a sum of them, so a faster resource shrinks it or leaves it (one schedule: a
+    faster pass can expose more of the traffic, never make the step slower)."""
+    passes = crit.compute + crit.tp + crit.cp + crit.ep - crit.recomputed_exchange
+    return passes / 3, 2 * passes / 3 + crit.recompute + crit.recomputed_exchange
+
+
+def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, microbatches: Array,
                    st: StrategyArrays, group: Placement, system: System,
                    layers: Layers, w: TrainingArrays) -> tuple[DataParallelCost, ...]:
     """Gradient reduction and parameter gathers of the busiest device: its replicated parameters over the
-    dp x cp ranks, its routed experts over expert-dp. They run on their own stream alongside a micro-batch's
-    passes on the critical stage, exposed layer communication included: about a third of it forward, two
-    thirds backward, with the recomputation (one schedule: a faster pass can expose more of them, never
-    make the step slower)."""
-    passes = crit.compute + crit.tp + crit.cp + crit.ep
-    forward, backward = passes / 3, 2 * passes / 3 + crit.recompute
+    dp x cp ranks, its routed experts over expert-dp. They run on their own streams alongside the passes
+    of the critical stage (`_overlappable`, `data_parallel.exposed_together`)."""
     # LoRA: only the adapters' gradients are reduced (Hu et al. 2021 §4.1); the frozen base is gathered by
     # ZeRO-3 / FSDP only
     lora = (_stage_adapters(m, w, st, stages), params.dense_local * w.base_bytes) if _lora(w) else None
-    dense = data_parallel_cost(params.dense_local, stages.most_layers, forward, backward, microbatches, st, group,
-                               system, tensors_per_layer=parameter_tensors(m), lora=lora)
+    dense = data_parallel_cost(params.dense_local, stages.most_layers, microbatches, st, group, system,
+                               tensors_per_layer=parameter_tensors(m), lora=lora)
     if layers.moe is None or layers.edp_group is None:
         return (dense,)
-    experts = data_parallel_cost(params.experts_local, maximum(stages.busiest(1), 1), forward, backward,
-                                 microbatches, st, layers.edp_group, system, ParallelDimension.EDP,
+    experts = data_parallel_cost(params.experts_local, maximum(stages.busiest(1), 1), microbatches, st,
+                                 layers.edp_group, system, ParallelDimension.EDP,
                                  lora=(0.0 * params.experts_local, params.experts_local * w.base_bytes)
                                  if _lora(w) else None)
     return dense, experts
