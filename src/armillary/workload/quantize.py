@@ -60,7 +60,8 @@ def quantize_ops(fw: LayerForward, experts: ExpertsForward | None, block_format:
     attention projections where it keeps them in fp8 or bf16 (`projections` > 0, `plan.codes.PROJECTIONS`);
     no traffic without a block format."""
     keep = 1 - bf16_share(fw, bf16_layers)
-    quantized = where(projections == 0, 1.0, 0.0)  # the attention projections run in the format
+    # the attention projections run in the format (not where the recipe or the checkpoint keeps them wider)
+    quantized = 0.0 if fw.sixteen_bit_attention else where(projections == 0, 1.0, 0.0)
     (attention_in, mlp_in), (attention_out, mlp_out) = fw.gemm_inputs, fw.gemm_outputs
     inputs = keep * (quantized * attention_in + mlp_in + (experts.gemm_inputs if experts is not None else 0.0))
     outputs = keep * (quantized * attention_out + mlp_out + (experts.gemm_outputs if experts is not None else 0.0))
