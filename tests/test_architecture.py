@@ -11,8 +11,8 @@ SRC = pathlib.Path(armillary.__file__).parent
 PUBLIC = sorted([  # the calls: `from armillary import *` and help(armillary) cover these (the specs are attributes)
     "__version__", "codesign", "collective", "compare_variants", "estimate", "load_device", "load_model", "load_run",
     "load_strategy", "load_system", "load_trace", "load_workload", "max_rate", "parameters", "poisson_trace",
-    "run_estimate", "run_search", "run_simulation", "search", "serve_benchmark", "simulate", "simulate_serving",
-    "to_frame", "validate",
+    "run_codesign", "run_estimate", "run_search", "run_simulation", "search", "serve_benchmark", "simulate",
+    "simulate_serving", "to_frame", "validate",
 ])
 ATTRIBUTES = [  # specifications, results and errors, reachable as armillary.NAME
     "Algorithm", "ArmillaryError", "Attention", "Candidate", "CoDesignResult", "Collective", "CommCall", "Comparison",

@@ -31,7 +31,7 @@ def test_subpackages_are_modules_and_the_old_calls_still_run() -> None:
 def test_one_argument_order_model_system_strategy_workload() -> None:
     names = [list(inspect.signature(f).parameters)[:4] for f in (
         armillary.run_estimate, armillary.run_search, armillary.run_simulation, armillary.simulate_serving,
-        armillary.max_rate, armillary.serve_benchmark)]
+        armillary.max_rate, armillary.serve_benchmark, armillary.run_codesign)]
     assert all(n == ["model", "system", "strategy", "workload"] for n in names), names
     space = {"tp": [1, 2], "pp": [1], "micro_batch": [1], "zero": [0, 1]}
     new = armillary.run_search("llama3-8b", "dgx-h100", None, TRAIN, space=space, gpus=8, top=3)
@@ -99,3 +99,21 @@ def test_a_sweep_shows_its_range() -> None:
 
     assert display.number(np.array([1.0, 2.5, np.inf])) == "1..2.5 (3 points)"
     assert display.number(61_870.3) == "61,870" and display.seconds(0.0123) == "12.3 ms"
+
+
+def test_simulations_frame_against_the_estimate_with_their_inputs() -> None:
+    sim = armillary.run_simulation("llama3-8b", "dgx-h100", {"tp": 2}, TRAIN, gpus=8)
+    row = _table(sim)[0]
+    assert row["step_time_s"] == sim.step_time_s and row["difference"] == pytest.approx(sim.difference)
+    assert row["strategy.tp"] == 2 and row["model"] == "Llama 3 8B"
+    assert sum(v for k, v in row.items() if k.startswith("critical_path.")) == pytest.approx(sim.step_time_s)
+
+
+def test_codesign_in_the_one_order() -> None:
+    systems = {"gpus": [8, 16], "prices": {"device": 1, "hbm_per_gib": 0}}
+    space = {"tp": [2], "pp": [1], "micro_batch": [1], "zero": [1], "recompute": ["none"]}
+    new = armillary.run_codesign("llama3-8b", "dgx-h100", None, TRAIN, systems, space)
+    old = armillary.codesign("llama3-8b", "dgx-h100", TRAIN, systems, None, space)
+    assert [p.best.step_time_s for p in new.points if p.best] == [p.best.step_time_s for p in old.points if p.best]
+    rows = _table(new)
+    assert len(rows) == 2 and {"system.gpus", "best.step_time_s", "pareto"} <= set(rows[0])

@@ -8,7 +8,8 @@ strategy, workload):
     run_simulation    a step as a task graph on the event engine -> SimulationResult / InferenceSimulation
     simulate_serving  a request stream on the replicas -> ServingResult
     max_rate          the largest request rate meeting the SLOs -> MaxRate (.rate)
-    codesign, collective, compare_variants, validate, parameters, serve_benchmark
+    run_codesign      the fastest strategy per system of a system space, with its Pareto front
+    collective, compare_variants, validate, parameters, serve_benchmark (codesign: its old order)
     to_frame          any result as a pandas DataFrame, with the inputs it was computed from
     load_model, load_system, load_strategy, load_workload, load_run, load_trace, poisson_trace
 
@@ -35,6 +36,7 @@ from armillary.api import (
     compare_variants,
     max_rate,
     parameters,
+    run_codesign,
     run_estimate,
     run_search,
     run_simulation,
@@ -180,6 +182,7 @@ __all__ = [
     "max_rate",
     "parameters",
     "poisson_trace",
+    "run_codesign",
     "run_estimate",
     "run_search",
     "run_simulation",

@@ -270,12 +270,24 @@ def search(model: ModelLike, system: SystemLike, workload: WorkloadLike, strateg
     return run_search(model, system, strategy, workload, space, gpus, objective, top, executor, progress, checkpoint)
 
 
+def run_codesign(model: ModelLike, system: SystemLike, strategy: StrategyLike | None = None,
+                 workload: WorkloadLike | None = None, systems: SystemSpace | str | Mapping[str, Any] | None = None,
+                 space: StrategySpace | str | Mapping[str, Any] | None = None,
+                 executor: Executor | None = None) -> CoDesignResult:
+    """`codesign` in the order of `run_estimate` (model, system, strategy, workload), as `armillary search
+    --space` does: for every system of `systems` (variants of `system`), the fastest strategy of `space`
+    (fields outside it from `strategy`, default `defaults.STRATEGY`); the time / cost / power Pareto front."""
+    if workload is None or systems is None:
+        raise SpecError("workload / systems: co-design needs a training workload and a system space")
+    return codesign(model, system, workload, systems, strategy, space, executor)
+
+
 def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
              systems: SystemSpace | str | Mapping[str, Any], strategy: StrategyLike | None = None,
              space: StrategySpace | str | Mapping[str, Any] | None = None,
              executor: Executor | None = None) -> CoDesignResult:
     """For every system of `systems` (variants of `system`), the fastest strategy of `space`; the time /
-    cost / power Pareto front."""
+    cost / power Pareto front. The workload before the strategy: `run_codesign` takes the one order."""
     from armillary.search.run import serial
     from armillary.search.space import StrategySpace
     from armillary.search.systems import SystemSpace
@@ -306,16 +318,21 @@ def run_simulation(model: ModelLike, system: SystemLike, strategy: StrategyLike,
     st, w = load_strategy(strategy), load_workload(workload)
     if not isinstance(symmetric, bool):
         raise SpecError(f"symmetric: expected True or False, got {symmetric!r}")
+    from armillary.estimate.result import RunConfig
     from armillary.simulate.inference import simulate_inference
     from armillary.simulate.run import simulate_training
 
+    # the inputs ride on the analytical estimate beside the simulation (`to_frame` shows them)
+    config = RunConfig(m, sysm, st, w)
     if isinstance(w, Inference):
-        return simulate_inference(m, sysm, st, w, stragglers, jitter, seed)
+        served = simulate_inference(m, sysm, st, w, stragglers, jitter, seed)
+        return replace(served, estimate=replace(served.estimate, config=config))
     try:
         chosen = Schedule(schedule) if schedule is not None else None
     except ValueError:
         raise SpecError(f"schedule {schedule!r}: one of {', '.join(s.value for s in Schedule)}") from None
-    return simulate_training(m, sysm, st, w, chosen, symmetric, stragglers, jitter, seed)
+    simulated = simulate_training(m, sysm, st, w, chosen, symmetric, stragglers, jitter, seed)
+    return replace(simulated, estimate=replace(simulated.estimate, config=config))
 
 
 simulate = run_simulation  # the name before `armillary.simulate` became the package again (kept for callers)

@@ -80,6 +80,8 @@ def _table(result: Any) -> list[dict[str, Any]]:
     from armillary.search.systems import CoDesignResult
     from armillary.serving.rate import MaxRate
     from armillary.serving.run import ServingResult
+    from armillary.simulate.inference import InferenceSimulation
+    from armillary.simulate.run import SimulationResult
 
     if isinstance(result, SearchResult):
         return [{**_flat(records.candidate_row(c)), **_strategy(c.strategy)} for c in result.top]
@@ -100,6 +102,16 @@ def _table(result: Any) -> list[dict[str, Any]]:
                  "pareto": i in result.pareto,
                  **(_flat(records.candidate_row(p.best), "best.") if p.best else {})}
                 for i, p in enumerate(result.points)]
+    if isinstance(result, SimulationResult):
+        return [{"step_time_s": result.step_time_s, "estimate.step_time_s": float(result.estimate.step_time_s),
+                 "difference": result.difference, "schedule": result.schedule.value,
+                 "busiest_rank": result.busiest_rank, "busiest_compute_s": result.busiest_compute_s,
+                 **{f"critical_path.{k}": v for k, v in dataclasses.asdict(result.on_critical_path).items()},
+                 "wall_s": result.wall_s, "engine_s": result.engine_s, **_config(result.estimate)}]
+    if isinstance(result, InferenceSimulation):
+        return [{"ttft_s": result.ttft_s, "tpot_s": result.tpot_s, "e2e_s": result.e2e_s,
+                 "estimate.ttft_s": float(result.estimate.ttft_s), "estimate.tpot_s": float(result.estimate.tpot_s),
+                 "wall_s": result.wall_s, **_config(result.estimate)}]
     if isinstance(result, Sweep):
         from armillary.report.compare import sweep_record
 
@@ -110,7 +122,7 @@ def _table(result: Any) -> list[dict[str, Any]]:
         return [{**row, **_config(result)} for row in _rows(_flat(data))]
     if isinstance(result, list | tuple) and result and all(dataclasses.is_dataclass(r) for r in result):
         return [_plain(r) for r in result]  # collective sizes (SweepRow), validate rows (RowResult)
-    if dataclasses.is_dataclass(result) and not isinstance(result, type):  # a simulation: its scalars
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):  # one result: its scalars
         return [_plain(result)]
     raise TypeError(f"to_frame: no table for {type(result).__name__}")
 
@@ -119,8 +131,9 @@ def to_frame(result: Any) -> pd.DataFrame:
     """A DataFrame of any result of `armillary.api`: StepEstimate / InferenceEstimate (one row, or one per
     point of a sweep), Comparison (a row per compared result), SearchResult / InferenceSearchResult (a row
     per top strategy), CoDesignResult (a row per system), ServingResult (a row per request), MaxRate (a row
-    per rate tried), SimulationResult / InferenceSimulation (its figures), Sweep, or a list of SweepRow /
-    RowResult. The inputs a result carries are columns (model, system, devices, strategy.*, workload.*)."""
+    per rate tried), SimulationResult / InferenceSimulation (simulated against analytical), Sweep, or a list
+    of SweepRow / RowResult. The inputs a result carries are columns (model, system, devices, strategy.*,
+    workload.*)."""
     try:
         import pandas as pd
     except ImportError:
