@@ -34,13 +34,7 @@ def _curve(device):
     return tuple(device.matrix_efficiency.points)
 
 
-# wafer-dojo-d1 (issue 48's preset, not this issue's) still reads "the A100 curve's shape" without the word
-# PLACEHOLDER: strict, so relabelling it turns this into a failure that asks for the mark to go
-UNLABELLED = {"wafer-dojo-d1"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="unlabelled A100 curve"))
-                                  if n in UNLABELLED else n for n in preset_names("devices")])
+@pytest.mark.parametrize("name", preset_names("devices"))
 def test_no_uncalibrated_device_silently_carries_another_vendors_curve(name):
     """An uncalibrated device with no prior whose GEMM curve equals a device of another platform's says plainly
     that it is a placeholder; one with a prior reads its own vendor's."""
