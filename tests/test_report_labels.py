@@ -66,7 +66,8 @@ def test_codesign_names_the_axes_it_varied():
         StrategySpace(tp=(2, 4), micro_batch=(1,)))
     assert varied_axes(designs) == ["gpus", "scale_out_bandwidth"]  # HBM stayed the base system's: not named
     labels = {design_label(p, varied_axes(designs)) for p in designs.points}
-    assert labels == {f"{g} GPUs, scale-out {b} GB/s" for g in (16, 32) for b in (25, 50)}
+    assert labels == {f"{g} GPUs, {b} GB/s scale-out" for g in (16, 32) for b in (25, 50)}
+    assert design_label(designs.points[0], []) == "16 GPUs, 80 GiB HBM"  # nothing varied: GPUs and HBM
 
 
 def test_occupancy_by_hand():

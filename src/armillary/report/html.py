@@ -116,7 +116,7 @@ def assumptions(page: Page) -> tuple[tuple[str, str], ...]:
     m, sy, st, w = page.model, page.system, page.strategy, page.workload
     on = (("model", m.name), ("system", f"{sy.name}: {sy.devices:,} x {sy.device.name}"))
     if not isinstance(w, Inference):
-        return (*on, ("strategy", strategy_line(st, sy)), ("overlap", overlap_label(st.overlap.model_dump())),
+        return (*on, ("strategy", strategy_line(st, sy, on=False)), ("overlap", overlap_label(st.overlap.model_dump())),
                 ("workload", f"global batch {w.global_batch:,} sequences of {w.seq_len:,} tokens"),
                 *_costs(page.economics))
     sv = w.serving
@@ -124,9 +124,9 @@ def assumptions(page: Page) -> tuple[tuple[str, str], ...]:
     replicas = data_parallel(st, sy)
     rows = [*on, ("replicas", f"{replicas} replica{'s' if replicas > 1 else ''} of {replica} ({st.attention.value} "
                               f"attention, {st.precision.value} compute)"),
-            ("precisions", f"weights {w.weights.value if w.weights else st.precision.value}, KV cache "
-                           f"{w.kv_cache.precision.value if w.kv_cache.precision else 'as the weights'} in pages "
-                           f"of {w.kv_cache.block_tokens} tokens"),
+            ("precisions", f"weights {w.weights.value if w.weights else f'of the {st.precision.value} recipe'}, KV "
+                           f"cache {w.kv_cache.precision.value if w.kv_cache.precision else '16-bit'} in pages of "
+                           f"{w.kv_cache.block_tokens} tokens"),
             ("requests", f"{w.input_len:,} prompt + {w.output_len:,} output tokens"
                          + (f" ({sv.lengths.value} lengths)" if page.serving is not None else " each"))]
     if page.serving is not None:

@@ -57,15 +57,15 @@ def run_record(model: Model, system: System, strategy: Strategy, workload: Workl
             "model_keys_not_modelled": model.sources.get(UNREAD, "").split(", ") if UNREAD in model.sources else []}
 
 
-def strategy_line(strategy: Strategy, system: System) -> str:
-    """The strategy in one line, as the tables head it."""
+def strategy_line(strategy: Strategy, system: System, on: bool = True) -> str:
+    """The strategy in one line, as the tables head it (`on`: ending with the devices it runs on)."""
     s = strategy
     parts = [f"tp {s.tp}", f"pp {s.pp}", f"dp {data_parallel(s, system)}", f"cp {s.cp}", f"ep {s.ep}",
              f"micro-batch {s.micro_batch}", f"{s.pipeline_schedule.value}" + (f" vpp {s.vpp}" if s.vpp > 1 else ""),
              f"attention {s.attention.value}", f"{s.precision.value}", f"recompute {s.recompute.value}"
              + (f" ({s.recompute_layers} layers a chunk)" if s.recompute_layers is not None else ""),
              f"ZeRO {int(s.zero)}", "SP" if s.sequence_parallel else "no SP"]
-    return " · ".join(parts) + f" on {system.devices} x {system.device.name}"
+    return " · ".join(parts) + (f" on {system.devices} x {system.device.name}" if on else "")
 
 
 def serving_record(r: ServingResult) -> dict[str, Any]:
@@ -170,13 +170,17 @@ def varied_axes(designs: CoDesignResult) -> list[str]:
 
 
 def design_label(p: DesignPoint, axes: list[str]) -> str:
-    """A co-design point by the values of the varied `axes` ("64 GPUs, HBM 80 GiB, scale-up 900 GB/s"); no
-    axis varied: its GPU count."""
+    """A co-design point by the values of the varied `axes` ("64 GPUs, 80 GiB HBM, 900 GB/s scale-up"); no
+    axis varied: its GPUs and HBM."""
     v = design_values(p)
-    shown = axes or ["gpus"]
-    return ", ".join(f"{v[k]:,.0f} {design_name(k)}" if k in ("gpus", "devices_per_node") else
-                     f"{design_name(k).rsplit(' ', 1)[0]} {v[k]:,.0f} {design_name(k).rsplit(' ', 1)[1]}"
-                     for k in shown if k in v)
+
+    def shown(k: str) -> str:
+        if k in ("gpus", "devices_per_node"):
+            return f"{v[k]:,.0f} {design_name(k)}"
+        name, unit = design_name(k).rsplit(" ", 1)
+        return f"{v[k]:,.0f} {unit} {name}"
+
+    return ", ".join(shown(k) for k in (axes or ["gpus", "hbm_capacity"]) if k in v)
 
 
 def codesign_rows(designs: CoDesignResult) -> list[dict[str, Any]]:
