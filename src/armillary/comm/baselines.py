@@ -106,8 +106,8 @@ class Recommendation:
 
     use: str  # "synthesized" or a closed-form algorithm's name
     time_s: float
-    runner_up: str
-    runner_up_s: float
+    runner_up: str | None  # None: nothing else runs here
+    runner_up_s: float | None
     reason: str
 
 
@@ -146,16 +146,20 @@ def recommend(schedule: Schedule, closed_form: tuple[Baseline, ...]) -> Recommen
     topology graph wires), with the runner-up and the reason."""
     runnable = sorted((b for b in closed_form if b.time_s is not None), key=lambda b: b.time_s or 0.0)
     if not runnable:
-        return Recommendation("synthesized", schedule.time, "-", math.nan,
+        return Recommendation("synthesized", schedule.time, None, None,
                               "no closed-form algorithm runs on this topology")
     best = runnable[0]
     assert best.time_s is not None
     if schedule.time <= best.time_s:
-        gain = best.time_s / schedule.time - 1 if schedule.time > 0 else 0.0
         return Recommendation("synthesized", schedule.time, best.name, best.time_s,
-                              f"the synthesized schedule is {gain:.1%} faster than {best.name}, the fastest "
-                              f"closed-form algorithm here ({_overheads(schedule)})")
-    gain = schedule.time / best.time_s - 1
+                              f"the synthesized schedule is {_faster(best.time_s, schedule.time)} than "
+                              f"{best.name}, the fastest closed-form algorithm here ({_overheads(schedule)})")
     return Recommendation(best.name, best.time_s, "synthesized", schedule.time,
-                          f"{best.name} is {gain:.1%} faster than the synthesized schedule, which is "
-                          f"{_overheads(schedule)}")
+                          f"{best.name} is {_faster(schedule.time, best.time_s)} than the synthesized schedule, "
+                          f"which is {_overheads(schedule)}")
+
+
+def _faster(slow: float, fast: float) -> str:
+    """'7.6% faster' below twice as fast, '4.28x faster' above."""
+    ratio = slow / fast if fast > 0 else math.inf
+    return f"{ratio:.3g}x faster" if ratio >= 2 else f"{ratio - 1:.1%} faster"
