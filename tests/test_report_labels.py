@@ -114,3 +114,13 @@ def test_log_tick_labels_pick_the_ticks_they_name():
 
     assert [_leading(y) for y in (0.2, 20.0, 0.05, 30.0)] == [2, 2, 5, 3]
     assert [_leading(y) for y in (1.6, 1.8, 25.0, 0.0)] == [0, 0, 0, 0]
+
+
+def test_a_chart_specification_cannot_end_its_script_or_hold_nan():
+    import json
+
+    from armillary.report.html_page import chart
+
+    block = chart(3, {"data": [{"x": [1.0, float("nan"), float("inf")], "name": "a</script><b>"}]}, "note")
+    body = block.split('id="chart3-spec">', 1)[1].rsplit("</script>", 1)[0]
+    assert "</" not in body and json.loads(body)["data"][0] == {"x": [1.0, None, None], "name": "a</script><b>"}
