@@ -101,6 +101,9 @@ def test_unseen_rows_of_one_engine_never_widen_another_engines_band():
     rows = _rows(vllm, [0.1] * 20) + _rows(trt, [0.2] * 20) + _rows(trt, [3.0] * 9, "trt", unseen=True)
     assert band(vllm, rows).relative == pytest.approx(0.1)
     assert band(trt, rows).relative == pytest.approx(3.0)
+    # a sparse vLLM regime coarsened past the engine still never takes TensorRT-LLM's unseen rows
+    sparse = _rows(replace(vllm, moe=False), [0.1] * 3) + _rows(trt, [0.2] * 20) + _rows(trt, [3.0] * 9, "t", True)
+    assert band(replace(vllm, moe=False, precision="16-bit"), sparse).relative < 1
 
 
 def test_a_precision_or_engine_no_row_has_is_widened_never_narrowed():

@@ -114,6 +114,8 @@ def band(regime: Regime, residuals: Sequence[Residual]) -> ErrorBand:
     at least `MIN_UNSEEN` first untouched runs fall in the same (possibly coarsened) regime and erred more, and
     by `UNVALIDATED_WIDENING` for each of its precision and engine that no residual of its workload has."""
     chosen, level = _pool_band(regime, [r for r in residuals if not r.out_of_sample], _COARSENING)
+    # unseen rows of another engine never widen this one's band, however far the in-sample band coarsened
+    level = replace(level, engine=regime.engine)
     unseen = [abs(r.error) for r in residuals if r.out_of_sample and level.matches(r.regime)]
     if len(unseen) >= MIN_UNSEEN and (wider := float(np.quantile(unseen, QUANTILE))) > chosen.relative:
         chosen = replace(chosen, relative=wider, regime=f"{chosen.regime}; widened to its {len(unseen)} rows "
