@@ -101,7 +101,8 @@ def regime_of(model: Model, system: System, strategy: Strategy) -> Regime:
 def inference_regime(model: Model, system: System, strategy: Strategy, workload: Inference,
                      engine: str | None = None) -> Regime:
     """A static batch (`engine` None) or a served stream on the engine named (its profile's name)."""
-    family = engine.split()[0].lower() if engine else None
+    # the engine family (vllm, sglang, tensorrt-llm); a stream with no engine profile runs the generic scheduler
+    family = None if not engine else "generic" if engine == "no engine" else engine.split()[0].lower()
     return Regime(calibrated=bool(system.device.calibrated_on),
                   precision=_precision(strategy.precision.value,
                                         workload.weights.value if workload.weights else ""),
@@ -120,7 +121,8 @@ def band(regime: Regime, residuals: Sequence[Residual]) -> ErrorBand:
     if len(unseen) >= MIN_UNSEEN and (wider := float(np.quantile(unseen, QUANTILE))) > chosen.relative:
         chosen = replace(chosen, relative=wider, regime=f"{chosen.regime}; widened to its {len(unseen)} rows "
                                                         "first run out of sample")
-    unvalidated = [f"{getattr(regime, k)} never validated" for k in ("precision", "engine")
+    unvalidated = [f"{'engine ' if k == 'engine' else ''}{getattr(regime, k)} never validated"
+                   for k in ("precision", "engine")
                    if getattr(regime, k) is not None
                    and not any(getattr(r.regime, k) == getattr(regime, k) for r in residuals
                                if r.regime.workload == regime.workload)]
