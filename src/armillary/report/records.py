@@ -101,6 +101,15 @@ def search_rows(result: SearchResult) -> list[dict[str, Any]]:
     return [candidate_row(c) for c in result.top]
 
 
+def tied_with_first(result: SearchResult) -> int:
+    """How many of the top strategies after the first have a step time within the first's error band of it:
+    the model cannot tell them apart (a tie, not a ranking)."""
+    if not result.top or result.top[0].error_band is None:
+        return 0
+    first, band = float(result.top[0].step_time_s), result.top[0].error_band.relative
+    return sum(float(c.step_time_s) <= first * (1 + band) for c in result.top[1:])
+
+
 def overlap_label(overlap: Mapping[str, Any], compact: bool = False) -> str:
     """The communication a strategy overlaps, as words ("dp grads, param gathers, tp userbuffers"; `compact`:
     "dp,gather,tp-ub" for a console column): the TP method only where TP overlap is on."""
@@ -127,7 +136,7 @@ def layout_label(row: Mapping[str, Any]) -> str:
 def search_record(result: SearchResult) -> dict[str, Any]:
     return {"points": result.points, "evaluated": result.evaluated, "pruned": result.pruned,
             "bounded": result.bounded, "feasible": result.feasible, "elapsed_s": result.elapsed_s,
-            "top": search_rows(result)}
+            "tied_with_first_in_step_time": tied_with_first(result), "top": search_rows(result)}
 
 
 def inference_search_rows(result: InferenceSearchResult) -> list[dict[str, Any]]:

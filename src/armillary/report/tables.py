@@ -25,6 +25,7 @@ from armillary.report.records import (
     inference_simulation_rows,
     overlap_label,
     search_rows,
+    tied_with_first,
     varied_axes,
 )
 from armillary.search.run import Objective
@@ -234,8 +235,12 @@ def search_report(result: SearchResult, model: Model, system: System, objective:
     if not rows:
         return [f"infeasible: no strategy of the space runs {_on(model, system)} ({no_strategy_reason(result)})",
                 summary]
-    return [table, summary, *poorly_validated_warning("the fastest strategy" if objective is Objective.TIME else
-                                                      "the first strategy", result.top[0].error_band)]
+    ties = tied_with_first(result) if objective is Objective.TIME else 0
+    tie_line = [f"ranks 1-{ties + 1} lie within the first's +-{result.top[0].error_band.relative:.0%} error band "
+                "(step time): a tie under the model's accuracy, not a ranking"] if ties and result.top[0].error_band \
+        else []
+    return [table, summary, *tie_line, *poorly_validated_warning(
+        "the fastest strategy" if objective is Objective.TIME else "the first strategy", result.top[0].error_band)]
 
 
 def poorly_validated_warning(what: str, band: ErrorBand | None) -> list[str]:
