@@ -127,3 +127,20 @@ def test_missing_device_price_names_the_option() -> None:
         device_price("a device nobody sells")
     r = CliRunner().invoke(_app(), ["network-optimize", str(GPT3), "--gpu-cost", "5000"])
     assert r.exit_code == 2 and "objective time minimizes the step alone" in r.output
+
+
+def test_network_optimize_prints_the_band_of_its_step_times():
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from armillary.cli import network
+
+    app = typer.Typer()
+    app.command("network-optimize")(network.network_optimize_cmd)
+    app.command("unused")(lambda: None)
+    out = CliRunner().invoke(app, ["network-optimize", "examples/llama3-70b-h100.yaml", "--json"])
+    assert out.exit_code == 0, out.output
+    band = json.loads(out.output)["error_band"]
+    assert 0 < band["relative"] < 1 and "calibrated device" in band["regime"]

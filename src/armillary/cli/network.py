@@ -259,10 +259,12 @@ def network_optimize_cmd(
     then a pattern search on the full estimator, so algorithms and overlap move with the bandwidths).
     A run that `estimate` calls infeasible is refused."""
     from armillary.report.bandwidth_table import plan_record, plan_table
+    from armillary.report.tables import poorly_validated_warning
     from armillary.search.bandwidth_options import ConstraintOptions, constraints
     from armillary.search.network_bandwidth import BandwidthObjective
     from armillary.search.network_optimize import NetworkRequest, optimize_network
     from armillary.specs.workload import Training
+    from armillary.validation.bands import error_band
 
     writable(plot)
     model, system, strategy, workload = load_run_file(run_file)
@@ -276,10 +278,13 @@ def network_optimize_cmd(
                                 tuple(sum_ or ()), tuple(order or ()), cost, power)
     request = NetworkRequest(constraints(options, system), goal, pipelined, gpu_cost, refine)
     plan = optimize_network(model, system, strategy, workload, request)
+    band = error_band(model, system, strategy)  # the step times' band: the regime does not move with bandwidths
     if json_out:
-        print_json(plan_record(plan, goal))
+        print_json({**plan_record(plan, goal), "error_band": {"relative": band.relative, "regime": band.regime,
+                                                              "poorly_validated": band.poorly_validated}})
     else:
-        show([plan_table(system, plan, goal)])
+        show([plan_table(system, plan, goal), f"step times {band.describe()}",
+              *poorly_validated_warning("the optimum's step time", band)])
     if plot is not None:  # saved after printing: a failed save does not lose the optimum
         from armillary.report.bandwidth_plot import time_vs_cost_plot
 
