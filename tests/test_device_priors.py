@@ -81,3 +81,12 @@ def test_equal_kernel_time_by_hand():
     f, e = mi300x.matrix_efficiency.points[1]
     # a GEMM ratio x larger on MI355X takes as long as f on MI300X: the same share of its peak
     assert float(mi355x.matrix_efficiency(f * ratio)) == pytest.approx(e, rel=1e-3)
+
+
+def test_a_what_if_system_scales_the_hbm_it_says_it_scales():
+    from armillary.specs.loading import load_system
+
+    system = load_system("dgx-h100")
+    faster = system.scaled(hbm_bandwidth=2.0)
+    assert faster.device.hbm.bandwidth == 2 * system.device.hbm.bandwidth
+    assert faster.device.memory[1:] == system.device.memory[1:]

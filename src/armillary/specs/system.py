@@ -253,7 +253,8 @@ class System(Spec):
         device = d.model_copy(update={
             "matrix_flops": {p: flops * v for p, v in d.matrix_flops.items()},
             "vector_flops": {p: flops * v for p, v in d.vector_flops.items()},
-            "hbm": d.hbm.model_copy(update={"bandwidth": hbm_bandwidth * d.hbm.bandwidth})})
+            # `hbm` is the first memory tier (a property): the tier itself is replaced
+            "memory": (d.hbm.model_copy(update={"bandwidth": hbm_bandwidth * d.hbm.bandwidth}), *d.memory[1:])})
         network = tuple(n.model_copy(update={"bandwidth": network_bandwidth * n.bandwidth,
                                              "latency": latency * n.latency}) for n in self.network)
         return self.model_copy(update={"device": device, "network": network})
