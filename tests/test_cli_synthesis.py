@@ -42,5 +42,6 @@ def test_network_optimize_beats_or_matches_the_system(tmp_path: Path) -> None:
     # the system's own split (300 + 25 GB/s) is feasible, so the optimum is no slower
     assert out["step_time_s"] <= out["current_step_time_s"] * (1 + 1e-9)
     assert plot.stat().st_size > 0
+    # dimensions with no component class are priced by LIBRA's class for their kind (marked inferred)
     r = runner.invoke(app, ["network-optimize", EXAMPLE, "--objective", "time_cost"])
-    assert r.exit_code == 2 and "cost" in r.output
+    assert r.exit_code == 0 and "inferred" in r.output, r.output

@@ -34,7 +34,7 @@ for name, command in (("estimate", estimate.estimate_cmd), ("serve", serve.serve
                       ("calibrate-network", network.calibrate_network_cmd), ("presets", catalog.presets_cmd),
                       ("schema", catalog.schema_cmd), ("simulate", simulate.simulate_cmd),
                       ("calibrate-compute", calibrate.calibrate_compute_cmd),
-                      ("synthesize", synthesis.synthesize_cmd), ("network-optimize", synthesis.network_optimize_cmd),
+                      ("synthesize", synthesis.synthesize_cmd), ("network-optimize", network.network_optimize_cmd),
                       ("compare", compare.compare_cmd), ("sweep", sweep.sweep_cmd), ("report", report.report_cmd)):
     app.command(name)(handled(command))
 app.callback()(version_option)
