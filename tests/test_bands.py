@@ -167,3 +167,12 @@ def test_compare_prints_energy_and_price_per_token_beside_each_band(tmp_path):
     tokens = rows["tokens_per_s"]["values"][0]
     assert usd[0] == pytest.approx(8 * 2.0 / 3600 / tokens * 1e6, rel=1e-6)
     assert len(record["bands"]) == 2 and all("calibrated device" in b for b in record["bands"])
+
+
+def test_compare_variants_carry_energy_per_token_too():
+    from armillary import api
+    from armillary.estimate.compare import Section
+
+    c = api.compare_variants("examples/llama3-70b-h100.yaml", ["system=dgx-b200"])
+    joules = c.row(Section.SUMMARY, "joules_per_token").values
+    assert all(v > 0 for v in joules) and joules[1] != joules[0]

@@ -95,21 +95,26 @@ def compare_variants(run_file: Path | str, variants: Sequence[str | Mapping[str,
     mapping {'strategy.tp': 4}; `overrides` apply to every column first. Columns: the run file's name, then
     each variant's."""
     from armillary.estimate.compare import compare
+    from armillary.estimate.economics import economics_of
     from armillary.specs.overrides import parse_override
-    from armillary.specs.run import load_run
+    from armillary.specs.run import load_costs, load_run
     from armillary.specs.variants import variant_of
 
     base = [parse_override(o) if isinstance(o, str) else o for o in overrides]
     named: list[tuple[str, list[tuple[str, Any]]]] = [(Path(run_file).stem, base)]
     named += [(v.name, [*base, *v.overrides]) for v in map(variant_of, variants)]
     results: list[tuple[str, StepEstimate | InferenceEstimate]] = []
+    money = []
     for i, (name, changes) in enumerate(named):
         try:
             model, system, strategy, workload = load_run(run_file, changes)
         except SpecError as err:
             raise SpecError(f"variant {name!r}: {err}" if i else str(err)) from None
-        results.append((name, estimate(model, system, strategy, workload)))
-    return compare(results)
+        result = estimate(model, system, strategy, workload)
+        results.append((name, result))
+        money.append(economics_of(result, result.config.system if result.config else load_system(system),
+                                  load_costs(run_file, changes)))
+    return compare(results, money)
 
 
 def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
@@ -338,7 +343,8 @@ def run_simulation(model: ModelLike, system: SystemLike, strategy: StrategyLike,
 simulate = run_simulation  # the name before `armillary.simulate` became the package again (kept for callers)
 
 
-def validate(path: Path | str | None = None, kinds: Iterable[str] = ("training", "inference", "collective"),
+def validate(path: Path | str | None = None,
+             kinds: Iterable[str] = ("training", "inference", "collective", "memory"),
              progress: Callable[[list[dict[str, str]]], Iterable[dict[str, str]]] = iter) -> list[RowResult]:
     """Every measured row of `kinds` in the validation CSV (default: the shipped copy), predicted and
     compared, or skipped with the reason."""
