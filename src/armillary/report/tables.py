@@ -171,7 +171,9 @@ def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) 
                      "host's launch of its short kernels)")
     head.add_row("preemptions", f"{r.preemptions}")
     head.add_row("KV pages per device", f"{r.kv_blocks_per_device:,}")
-    latency = Table(title="Latency (ms)")
+    band = r.error_band
+    # the serving band pools the engine's throughput and latency rows: it is each figure's band
+    latency = Table(title="Latency (ms)", caption=f"each figure {band.describe()}" if band else None)
     for c in ("metric", "mean", "P50", "P90", "P99"):
         latency.add_column(c, justify="left" if c == "metric" else "right")
     for name, p in (("time to first token", r.ttft_s), ("time per output token", r.tpot_s),
