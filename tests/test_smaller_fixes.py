@@ -97,3 +97,12 @@ def test_flags_show_no_type_in_help() -> None:
     line = next(x for x in out.output.splitlines() if "--json" in x)
     assert "<bool>" not in line and "print the result as JSON" in line
     assert "<float>" in out.output  # options that take a value still show its type
+
+
+def test_presets_show_says_did_you_mean():
+    from typer.testing import CliRunner
+
+    from armillary.cli import app
+
+    out = CliRunner().invoke(app, ["presets", "show", "lama3-8b"])
+    assert out.exit_code != 0 and "did you mean 'llama3-8b'" in out.output

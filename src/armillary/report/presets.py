@@ -9,7 +9,7 @@ import yaml
 from pydantic import BaseModel
 
 from armillary.errors import SpecError
-from armillary.presets.registry import KINDS, find_preset, preset_names
+from armillary.presets.registry import KINDS, did_you_mean, find_preset, preset_names
 from armillary.specs.system import Device, System
 
 
@@ -21,7 +21,8 @@ def preset_kind(name: str, kind: str | None = None) -> str:
     if not found:
         where = kind or "any kind"
         names = ", ".join(preset_names(kind)) if kind else "armillary presets lists them"
-        raise SpecError(f"preset {name!r}: no such preset of {where} ({names})")
+        hint = next((h for k in ((kind,) if kind else KINDS) if (h := did_you_mean(k, name))), "")
+        raise SpecError(f"preset {name!r}: no such preset of {where}{';' + hint if hint else ''} ({names})")
     if len(found) > 1:
         raise SpecError(f"preset {name!r} is a preset of {', '.join(found)}: choose one with --kind")
     return found[0]
