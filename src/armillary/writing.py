@@ -4,6 +4,7 @@ complete (`os.replace` is atomic on one file system), removed on any failure; an
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import shutil
@@ -11,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from armillary.errors import SpecError
 
@@ -90,3 +92,15 @@ def check_folder_writable(folder: Path) -> None:
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK):
         raise SpecError(f"cannot write into {folder}: {existing} is not a writable folder")
+
+
+def finite_for_json(value: Any) -> Any:
+    """`value` with every NaN or infinity as None (JSON has no NaN: null, a gap in a plot, "unknown" in a
+    record), through nested dicts, lists and tuples."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_for_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_for_json(v) for v in value]
+    return value

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 
 from armillary.errors import ArmillaryError, SpecError
-from armillary.writing import check_writable
+from armillary.writing import check_writable, finite_for_json
 
 if TYPE_CHECKING:
     from armillary.specs.costs import Costs
@@ -128,17 +127,9 @@ def load_costs_file(path: Path, sets: list[str] | None = None, named: Mapping[st
 
 def print_json(data: Any, indent: int | None = 2, default: Callable[[Any], Any] | None = None) -> None:
     """Valid JSON: a number that is not finite (a percentile of no requests, an unbounded capacity) is null."""
-    sys.stdout.write(json.dumps(_finite(data), indent=indent, default=default, allow_nan=False) + "\n")
+    sys.stdout.write(json.dumps(finite_for_json(data), indent=indent, default=default, allow_nan=False) + "\n")
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def show(renderables: Iterable[RenderableType]) -> None:

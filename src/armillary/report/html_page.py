@@ -9,10 +9,11 @@ import base64
 import gzip
 import importlib.resources
 import json
-import math
 from functools import lru_cache
 from string import Template
 from typing import Any
+
+from armillary.writing import finite_for_json
 
 PAGE = Template("""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -90,18 +91,9 @@ def plotly_js() -> tuple[str, str]:
 def chart(index: int, spec: dict[str, Any], note: str = "") -> str:
     """A chart's div, its specification as JSON (every "<" escaped, so no text in it can end the script)
     and the note under it."""
-    data = json.dumps(_finite(spec), separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    data = json.dumps(finite_for_json(spec), separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     caption = f"<figcaption>{note}</figcaption>" if note else ""
     return (f'<figure><div class="chart" id="chart{index}"></div>{caption}<script type="application/json" '
             f'id="chart{index}-spec">{data}</script></figure>')
 
 
-def _finite(value: Any) -> Any:
-    """The specification with every NaN or infinity as null (a gap in plotly; JSON has no NaN)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
