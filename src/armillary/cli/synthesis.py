@@ -1,5 +1,5 @@
-"""Topology-aware commands: `synthesize` (a collective schedule for a topology, next to the closed-form
-algorithms) and `network-optimize` (each network dimension's bandwidth for a run's workload)."""
+"""`synthesize`: a collective schedule for a topology, next to the closed-form algorithms, and which to use
+(`network-optimize` lives in `cli/network.py`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from armillary.arguments import number
-from armillary.cli.common import JsonFlag, RunFileArg, load_run_file, print_json, show, writable
+from armillary.cli.common import JsonFlag, print_json, show, writable
 from armillary.errors import SpecError
 from armillary.specs.communication import Collective
 from armillary.units import parse_quantity
@@ -21,7 +20,6 @@ from armillary.writing import check_folder_writable, replaced
 
 if TYPE_CHECKING:
     from armillary.comm.synthesis import Schedule
-    from armillary.search.network_bandwidth import BandwidthConstraints, BandwidthOptimum
     from armillary.specs.system import System
 
 TopologyOption = Annotated[str | None, typer.Option(
@@ -156,128 +154,3 @@ def _show_schedule(schedule: Schedule, rows: list[tuple[str, float | None]], ope
         notes.append(f"(--batch {schedule.batch}: not replayed, as the replay and the event simulator pay the "
                      "latency per chunk)")
     show([table, *notes])
-
-
-def network_optimize_cmd(
-    run_file: RunFileArg,
-    total: Annotated[str | None, typer.Option(help="total bandwidth per device over all dimensions")] = None,
-    budget: Annotated[float | None, typer.Option(help="network cost cap ($ per device)")] = None,
-    objective: Annotated[str, typer.Option(help="time, time_cost or time_power")] = "time",
-    cost: Annotated[str | None, typer.Option(help="$ per GB/s per device of each dimension, comma list "
-                                             "(default: each dimension's `component` class)")] = None,
-    power: Annotated[str | None, typer.Option(help="W per GB/s per device of each dimension, comma list "
-                                              "(default: each dimension's `component` class)")] = None,
-    minimum: Annotated[str, typer.Option("--min", help="least bandwidth of any dimension")] = "1GB/s",
-    maximum: Annotated[str | None, typer.Option("--max", help="most bandwidth of any dimension")] = None,
-    ordered: Annotated[bool, typer.Option(help="inner dimensions at least as fast as outer ones")] = False,
-    pipelined: Annotated[bool, typer.Option(help="a collective runs at its slowest dimension (else: sum)")] = True,
-    plot: Annotated[Path | None, typer.Option(help="save step time vs network cost over the budget range")] = None,
-    refine: Annotated[bool, typer.Option(help="then refine with the full estimator as the objective")] = False,
-    json_out: JsonFlag = False,
-) -> None:
-    """Choose each network dimension's bandwidth for the run's step (LIBRA-style convex program; --refine:
-    then a pattern search on the full estimator, so algorithms and overlap move with the bandwidths)."""
-    from armillary import api
-    from armillary.search.bandwidth_workload import workload_from_estimate
-    from armillary.search.network_bandwidth import BandwidthConstraints, BandwidthObjective, optimize, step_time
-    from armillary.search.network_prices import dimension_prices
-    from armillary.specs.workload import Training
-
-    writable(plot)
-    model, system, strategy, workload = load_run_file(run_file)
-    if not isinstance(workload, Training):
-        raise SpecError("network-optimize takes a training run")
-    try:
-        goal = BandwidthObjective(objective)
-    except ValueError:
-        raise SpecError(f"--objective {objective!r}: one of {', '.join(o.value for o in BandwidthObjective)}") from None
-    work = workload_from_estimate(api.estimate(model, system, strategy, workload), system, strategy, pipelined)
-    n = len(system.network)
-    now = np.array([d.bandwidth for d in system.network])
-    cap = _quantity(total, "bytes_per_s", "--total") if total else None
-    top = _quantity(maximum, "bytes_per_s", "--max") if maximum else (cap or 4 * float(now.sum()))
-    prices = dimension_prices(system.network)
-    cost_bw = _per_dim(cost, n, "--cost") if cost is not None else prices.cost_per_bw
-    power_bw = _per_dim(power, n, "--power") if power is not None else prices.power_per_bw
-    cons = BandwidthConstraints(np.full(n, _quantity(minimum, "bytes_per_s", "--min")), np.full(n, top), cap,
-                                ordered, cost_bw, budget, power_bw)
-    try:
-        best = optimize(work, cons, goal)
-    except ValueError as err:
-        reason = prices.missing_power if goal is BandwidthObjective.TIME_POWER else prices.missing_cost
-        hint = f" (no --cost/--power, and {reason})" if goal is not BandwidthObjective.TIME and reason else ""
-        raise SpecError(f"{err}{hint}") from None
-    current = float(step_time(work, now))
-    bandwidth, estimated = best.bandwidth, None
-    if refine:
-        from armillary.search.bandwidth_refine import estimator_step
-        from armillary.search.bandwidth_refine import refine as refine_search
-
-        refined = refine_search(model, system, strategy, workload, best.bandwidth, cons)
-        bandwidth, estimated = refined.bandwidth, refined.step_time_s
-        estimated_now = estimator_step(model, system, strategy, workload, now)
-    devices = math.prod(system.sizes)
-    cost_now = float(cons.cost_per_bw @ now) if cons.cost_per_bw is not None else None
-    sources = (_source(cost, prices.cost_per_bw), _source(power, prices.power_per_bw))
-    if json_out:
-        print_json({"bandwidth_bytes_per_s": bandwidth.tolist(), "step_time_s": best.step_time_s,
-                    "estimator_step_time_s": estimated, "model_optimum_bytes_per_s": best.bandwidth.tolist(),
-                    "current_step_time_s": current, "cost": best.cost, "power_w": best.power,
-                    "current_cost": cost_now, "devices": devices, "cost_source": sources[0],
-                    "power_source": sources[1], "component_classes": list(prices.classes),
-                    "sensitivity_s_per_gbps": (best.sensitivity * 1e9).tolist()})
-    else:
-        notes = [f"cost per GB/s: {sources[0]}; power per GB/s: {sources[1]}"]
-        if estimated is not None:
-            notes.append(f"refined with the full estimator: step {estimated:.4g} s (the estimator at the "
-                         f"system's own bandwidths: {estimated_now:.4g} s)")
-        show([_optimum_table(system, best, bandwidth, now, current, cost_now, cons, prices.classes, notes)])
-    if plot is not None:  # saved after printing: a failed save does not lose the optimum
-        from armillary.report.bandwidth_plot import time_vs_cost_plot
-
-        time_vs_cost_plot(work, cons, plot)
-
-
-def _optimum_table(system: System, best: BandwidthOptimum, bandwidth: np.ndarray, now: np.ndarray,
-                   current: float, cost_now: float | None, cons: BandwidthConstraints,
-                   classes: tuple[str | None, ...], notes: list[str]) -> Table:
-    """The optimum per dimension, with its component class, prices and the network cost now and after."""
-    devices = math.prod(system.sizes)
-    table = Table(title=f"{system.name}: step {best.step_time_s:.4g} s at the optimum vs {current:.4g} s now "
-                        f"(model step time, LIBRA-style)")
-    cost = (f"network cost per device ${best.cost:,.0f} at the optimum"
-            + (f" vs ${cost_now:,.0f} now; x {devices:,} devices: ${best.cost * devices / 1e6:,.2f}M vs "
-               f"${cost_now * devices / 1e6:,.2f}M" if cost_now is not None else "")
-            + (f"; power per device {best.power:,.1f} W" if cons.power_per_bw is not None else ""))
-    table.caption = "\n".join([cost, *notes])
-    for col in ("dimension", "component class", "$ / GB/s", "W / GB/s", "now (GB/s)", "optimum (GB/s)",
-                "d step / d bw (ms per GB/s)"):
-        table.add_column(col, justify="left" if col in ("dimension", "component class") else "right")
-    for i, (d, b, s, b0) in enumerate(zip(system.network, bandwidth, best.sensitivity, now, strict=True)):
-        table.add_row(d.name, classes[i] or "-", _figure(cons.cost_per_bw, i), _figure(cons.power_per_bw, i),
-                      f"{b0 / 1e9:.2f}", f"{b / 1e9:.2f}", f"{s * 1e9 * 1e3:.4g}")
-    return table
-
-
-def _source(option: str | None, table: np.ndarray | None) -> str:
-    """Where the per-dimension figures came from."""
-    if option is not None:
-        return "command line"
-    return "component classes (presets/network/components.yaml)" if table is not None else "none"
-
-
-def _figure(per_bw: np.ndarray | None, i: int) -> str:
-    return "-" if per_bw is None else f"{per_bw[i] * 1e9:.4g}"
-
-
-def _per_dim(text: str | None, n: int, option: str) -> np.ndarray | None:
-    """A comma list of n numbers per GB/s, as per byte/s."""
-    if text is None:
-        return None
-    try:
-        values = np.array([float(x) for x in text.split(",")])
-    except ValueError:
-        raise SpecError(f"{option} {text!r}: {n} numbers separated by commas") from None
-    if len(values) != n:
-        raise SpecError(f"{option}: {n} numbers (one per network dimension), got {len(values)}")
-    return values / 1e9
