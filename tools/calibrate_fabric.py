@@ -7,6 +7,11 @@ Run: python tools/calibrate_fabric.py SYSTEM ROW-PREFIX [--then ROW-PREFIX] [--c
      python tools/calibrate_fabric.py --fabric NAME ROW-PREFIX [ROW-PREFIX ...] [--csv PATH]
      python tools/calibrate_fabric.py --nvlink-domain ROW-PREFIX [ROW-PREFIX ...] [--csv PATH]
      python tools/calibrate_fabric.py --residuals [--csv PATH]
+     python tools/calibrate_fabric.py --incast NAME ROW-PREFIX [ROW-PREFIX ...] [--csv PATH]
+  --incast one fabric's all-to-all incast (fabrics.yaml all_to_all_incast; comm/fabrics.all_to_all_slowdown: the
+           scale-out phase's transfer time times 1 + incast x (remote hosts - 1)) fitted on the listed
+           all-to-all sweeps on that fabric, each sweep weighing the same (least absolute log error), the
+           fabric's efficiency kept; prints the incast and each sweep's mean |error| with and without it
   --nvlink-domain ROW-PREFIX [...]  the NVLink hops of a ring across rack-scale NVLink domains (NVL72 racks):
            LL and LL128 per-hop latency and LL128's bus-bandwidth ceiling, fitted on sweeps across racks
   --residuals  run every collective row, write validation/data/collective_residuals.json (the error bands of
@@ -52,6 +57,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+import armillary.comm.fabrics as fabrics_module
 from armillary.comm.calibration import (
     Measurement,
     chosen_algorithm,
@@ -80,9 +86,12 @@ from armillary.validation.collective_rows import (
     fabric_class,
     pinned_algorithm,
     predict_collective,
+    read_op,
     read_system,
 )
 from armillary.validation.run import DEFAULT_CSV, read_rows, run_row
+
+_SHIPPED_INCAST = fabrics_module._incast_by_dimension
 
 
 def rows_of(csv: Path, prefix: str) -> list[dict[str, str]]:
@@ -266,6 +275,40 @@ def fit_nvlink_domain(prefixes: list[str], csv: Path) -> None:
                 print(f"{label} {p}: {len(mine)} rows, mean |error| {100 * np.mean(errors):.1f}%")
 
 
+def _incast_loss(rows: list[dict[str, str]], dimension: str, value: float) -> float:
+    """`_loss` of all-to-all rows with the incast of the fabric whose dimension is called `dimension` at
+    `value` (the shipped table with that one entry replaced)."""
+    shipped = _SHIPPED_INCAST()
+    fabrics_module._incast_by_dimension = lambda: {**shipped, dimension: value}  # type: ignore[assignment]
+    try:
+        return _loss(rows, {}, "efficiency", float(fabric_dimension(rows[0]["_fabric"]).efficiency))
+    finally:
+        fabrics_module._incast_by_dimension = _SHIPPED_INCAST
+
+
+def fit_incast(name: str, prefixes: list[str], csv: Path) -> None:
+    """All-to-all incast of fabric `name` on the listed all-to-all sweeps (rows of 1 MiB and above)."""
+    rows = [r for p in prefixes for r in rows_of(csv, p)
+            if read_op(r["op"]) is Collective.ALL_TO_ALL and float(r["msg_bytes"]) >= MIB]
+    rows = [{**r, "_fabric": name} for r in rows if read_system(r).fabric == name]
+    if not rows:
+        raise SystemExit(f"none of the all-to-all rows of {prefixes} runs on the fabric {name!r}")
+    dimension = fabric_dimension(name).name
+    incast = _golden(partial(_incast_loss, rows, dimension), 1e-4, 1.0)
+    if _incast_loss(rows, dimension, 0.0) <= _incast_loss(rows, dimension, incast):
+        incast = 0.0
+    print(f"# fabric {name}: all_to_all_incast {incast:.4g}")
+    for p in prefixes:
+        mine = [r for r in rows if r["id"].startswith(p + "-")]
+        for value in (0.0, incast) if mine else ():
+            fabrics_module._incast_by_dimension = lambda v=value: {**_SHIPPED_INCAST(), dimension: v}  # type: ignore[misc]
+            try:
+                errors = np.abs(np.expm1(_fabric_errors(mine, {})))
+            finally:
+                fabrics_module._incast_by_dimension = _SHIPPED_INCAST
+            print(f"  {p}: {len(mine)} rows, incast {value:.4g}: mean |error| {100 * errors.mean():.1f}%")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < (1 if argv[:1] == ["--residuals"] else 2):
         raise SystemExit(__doc__)
@@ -275,6 +318,10 @@ def main(argv: list[str]) -> None:
     if argv[0] == "--nvlink-domain":
         csv = Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV
         fit_nvlink_domain([a for a in argv[1:] if not a.startswith("--") and a != str(csv)], csv)
+        return
+    if argv[0] == "--incast":
+        csv = Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV
+        fit_incast(argv[1], [a for a in argv[2:] if not a.startswith("--") and a != str(csv)], csv)
         return
     if argv[0] == "--fabric":
         csv = Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else DEFAULT_CSV

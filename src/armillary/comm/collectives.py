@@ -15,6 +15,7 @@ import numpy as np
 
 from armillary.comm.algorithms import DimensionCost, dimension_cost
 from armillary.comm.compose import COMPOSITIONS, compose
+from armillary.comm.fabrics import all_to_all_slowdown
 from armillary.comm.libraries import choose, fastest, library_names
 from armillary.numerics import Array
 from armillary.plan.placement import Placement
@@ -166,7 +167,8 @@ def all_to_all_matrix(matrix: np.ndarray, group: Placement, system: System) -> C
         # a uniform all-to-all of n bytes over the group sends (p - inner_{i+1})/p n on dimension i, of which
         # the dimension's phase carries (s - 1)/s: find the phase message with this busiest load
         cost = dimension_cost(Collective.ALL_TO_ALL, busiest * s / (s - 1), float(s), dim, rate)
-        times = np.maximum(times, cost.time)
+        slowdown = all_to_all_slowdown(system, tuple(float(x) for x in spans), i)  # incast (comm/fabrics.py)
+        times = np.maximum(times, cost.fixed + cost.transfer * slowdown)
         sent[i] = busiest
     slowest = int(np.argmax(times))
     return CommCost(float(times[slowest]), float(sent[0, slowest]), float(sent[1:, slowest].sum()))

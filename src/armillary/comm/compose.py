@@ -39,6 +39,7 @@ from armillary.comm.algorithms import (
     dimension_cost,
     ring_protocols,
 )
+from armillary.comm.fabrics import all_to_all_slowdown
 from armillary.numerics import Array, any_true, is_array, where
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
@@ -239,8 +240,8 @@ def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) ->
     stages: list[list[DimensionCost]] = []
     for i in range(count):
         top, message = net.top(i), phase_message(op, n, group, i)
-        if op is Collective.ALL_TO_ALL:  # all dimensions at once
-            stages.append([net.phase(i, op, message)])
+        if op is Collective.ALL_TO_ALL:  # all dimensions at once, the scale-out tier under incast
+            stages.append([_incast(net.phase(i, op, message), all_to_all_slowdown(net.system, group.spans, i))])
             continue
         at_top = _when(top, partial(net.phase, i, op, message, exclude=nccl_top))
         if op is Collective.ALL_REDUCE and (not pipelined or not nccl_top):
@@ -273,6 +274,14 @@ def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) ->
     fill = np.where(runs, total - np.where(runs, slowest, 0.0), 0.0) / chunks
     time = fixed + slowest + fill
     return Composed(time if is_array(time) else float(time), dims, index)
+
+
+def _incast(cost: DimensionCost, slowdown: Array) -> DimensionCost:
+    """The phase with its transfer time `slowdown` times longer (comm/fabrics.all_to_all_slowdown)."""
+    if not is_array(slowdown) and slowdown == 1.0:
+        return cost
+    return DimensionCost(cost.fixed + cost.transfer * slowdown, cost.sent_bytes, cost.algorithm, cost.protocol,
+                         cost.fixed)
 
 
 def phase_message(op: Collective, n: Array, group: Placement, i: int) -> Array:

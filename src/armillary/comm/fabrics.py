@@ -11,10 +11,13 @@ NetworkDimension a system's outermost tier takes on that fabric; `with_fabric` p
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
+import numpy as np
 from pydantic import Field, model_validator
 
+from armillary.numerics import Array
 from armillary.presets.registry import preset_dir, read_data_file
 from armillary.specs.base import Spec
 from armillary.specs.communication import Algorithm
@@ -40,13 +43,17 @@ class Fabric(Spec):
     dimension: dict[str, Any] = Field(default_factory=dict, description="NetworkDimension fields (per NIC rate "
                                       "comes from nic_bandwidth x nics_per_gpu)")
     calibrated: bool = Field(False, description="whether latency / efficiency were fitted on measurements")
+    all_to_all_incast: float = Field(0.0, ge=0.0, description="all-to-all incast: the transfer time of the "
+                                     "all-to-all's phase on this fabric grows by this fraction per remote host past "
+                                     "the first that sends to a NIC at once (comm/fabrics.all_to_all_slowdown)")
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _sourced(self) -> Fabric:
         if self.family not in FAMILIES:
             raise ValueError(f"family {self.family!r}: one of {', '.join(FAMILIES)}")
-        for name in ("nic_bandwidth", "nics_per_gpu", *self.dimension):
+        incast = ("all_to_all_incast",) if self.all_to_all_incast else ()
+        for name in ("nic_bandwidth", "nics_per_gpu", *self.dimension, *incast):
             if name not in self.sources and not (name == "nics_per_gpu" and self.nics_per_gpu == 1.0):
                 raise ValueError(f"{name} needs a source (sources.{name})")
         if self.dimension_of is None and not {"latency", "efficiency"} <= set(self.dimension):
@@ -65,6 +72,8 @@ class NvlinkDomain(Spec):
 
     domain_gpus: int = Field(gt=1)
     tray_gpus: int = Field(gt=0)
+    presets: tuple[str, ...] = Field((), description="system presets built of this domain (their NVLink dimension "
+                                     "names the domain in a sized system: comm/fabrics.host_gpus)")
     across_domains: tuple[Algorithm, ...] = Field(min_length=1)
     ring_protocol_latency: dict[str, Seconds] = Field(
         default_factory=dict, description="per-hop latency of each protocol on the domain's NVLink in a ring "
@@ -177,3 +186,59 @@ def with_fabric_nvls_off(system: System) -> System:
     last = len(system.network) - 1
     return system.model_copy(update={"network": tuple(
         d if i == last and last > 0 else _without_nvls(d) for i, d in enumerate(system.network))})
+
+
+# All-to-all incast on the scale-out tier. NCCL runs an all-to-all as grouped send / receive to every peer
+# (nccl-tests alltoall_perf: ncclSend / ncclRecv per peer in one group) and puts every peer of the group in one
+# kernel plan (src/enqueue.cc, scheduleP2pTasksToPlan: all p2pSchedule rounds, each channel running up to
+# NCCL_MAX_DEV_WORK_P2P_PER_BATCH = 8 peers at once, src/include/device.h; with one network channel per peer at
+# scale, src/graph/paths.cc ncclTopoGetNchannels). So every remote host sends to a NIC at once, and the
+# receiving NIC and its leaf see the incast of all remote hosts together; RCCL's all-to-all is the same
+# grouped send / receive across nodes (its pivot kernel is single-node). A lossless fabric shares the NIC
+# fairly among them at a cost that grows with the number of senders (credit stalls on InfiniBand, PFC pauses
+# and ECN / DCQCN rate cuts on RoCE), which each fabric states as `all_to_all_incast`: the phase's transfer
+# time times 1 + incast x (remote hosts - 1). A host is one node, or one tray of a rack-scale NVLink domain
+# (its NICs are the tray's). With NCCL's PXN (paths.cc, on by default; on GB200 / GB300 trays from NCCL 2.28,
+# NCCL_PXN_C2C=1) a NIC talks to one rail peer per remote host, without it (RCCL: PXN_DISABLE=1 by default;
+# NCCL 2.27 on GB200) to each remote GPU: the fitted coefficient of each fabric is for the library and version
+# its rows ran, counted per remote host either way.
+
+
+@functools.cache
+def _incast_by_dimension() -> dict[str, float]:
+    """Each fabric's all-to-all incast by the name its scale-out dimension carries (`fabric_dimension`)."""
+    out: dict[str, float] = {}
+    for name, spec in fabrics().items():
+        if spec.all_to_all_incast:
+            out.setdefault(fabric_dimension(name).name, spec.all_to_all_incast)
+    return out
+
+
+def all_to_all_incast(dim: NetworkDimension) -> float:
+    """The all-to-all incast of the fabric `dim` is (0 where none states one)."""
+    return _incast_by_dimension().get(dim.name, 0.0)
+
+
+@functools.cache
+def _tray_of_dimension() -> dict[str, int]:
+    """The GPUs of one tray (one host) by the name of the NVLink dimension of the rack-scale presets."""
+    return {load_system(preset).network[0].name: domain.tray_gpus
+            for domain in _table().nvlink_domains.values() for preset in domain.presets}
+
+
+def host_gpus(system: System, per_block: Array) -> Array:
+    """The group's GPUs on one host: a block of the innermost dimension (`per_block` of the group's ranks),
+    or at most one tray of a rack-scale NVLink domain."""
+    tray = _tray_of_dimension().get(system.network[0].name)
+    return per_block if tray is None else np.minimum(per_block, float(tray))
+
+
+def all_to_all_slowdown(system: System, spans: tuple[Array, ...], i: int) -> Array:
+    """What the incast multiplies the transfer time of an all-to-all's phase on dimension i by: 1 +
+    incast x (remote hosts - 1), the remote hosts (span_i - 1) x the hosts in one block below i."""
+    incast = all_to_all_incast(system.network[i])
+    if i == 0 or not incast:
+        return 1.0
+    inner = math.prod(spans[:i], start=1.0)
+    hosts = (spans[i] - 1.0) * inner / host_gpus(system, spans[0])
+    return 1.0 + incast * np.maximum(hosts - 1.0, 0.0)
