@@ -117,3 +117,19 @@ def test_codesign_in_the_one_order() -> None:
     assert [p.best.step_time_s for p in new.points if p.best] == [p.best.step_time_s for p in old.points if p.best]
     rows = _table(new)
     assert len(rows) == 2 and {"system.gpus", "best.step_time_s", "pareto"} <= set(rows[0])
+
+
+def test_comparisons_co_design_rows_and_sweeps_print_short_reprs():
+    import numpy as np
+
+    from armillary import api
+    from armillary.comm.sweep import SweepRow
+    from armillary.validation.run import RowResult
+
+    shown = [api.compare_variants("examples/llama3-70b-h100.yaml", ["system=dgx-b200"]),
+             RowResult("X-1", "X", "tokens/s", 100.0, 110.0, 0.1, ("a",)),
+             SweepRow(np.float64(2**20), np.float64(1e-4), 1e10, np.float64(2e10), "ring", ("ring/LL",))]
+    for result in shown:
+        text = repr(result)
+        assert len(text) < 200 and "np.float64" not in text and text.startswith(type(result).__name__), text
+        assert result._repr_html_().startswith("<table>")

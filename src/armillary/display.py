@@ -62,3 +62,17 @@ def html_table(kind: str, headline: Headline) -> str:
     rows = "".join(f"<tr><th style='text-align:left'>{html.escape(label)}</th>"
                    f"<td style='text-align:right'>{html.escape(value)}</td></tr>" for label, value in headline)
     return f"<table><caption style='text-align:left'><b>{html.escape(kind)}</b></caption>{rows}</table>"
+
+
+class Displayed:
+    """A result that shows its `headline` as its repr and in Jupyter (declare it `@dataclass(repr=False)` so
+    the dataclass does not write its own field-by-field repr)."""
+
+    def headline(self) -> Headline:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return short_repr(type(self).__name__, self.headline())
+
+    def _repr_html_(self) -> str:
+        return html_table(type(self).__name__, self.headline())

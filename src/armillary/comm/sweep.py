@@ -16,6 +16,7 @@ import numpy as np
 from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS, DimensionCost, bus_factor
 from armillary.comm.collectives import collective
 from armillary.comm.compose import COMPOSITIONS
+from armillary.display import Displayed, Headline, number, seconds
 from armillary.errors import SpecError
 from armillary.numerics import Array
 from armillary.plan.placement import Placement, place
@@ -49,14 +50,18 @@ def parse_sizes(text: str) -> np.ndarray:
     return np.array([parse_size(t) for t in text.split(",")])
 
 
-@dataclass(frozen=True)
-class SweepRow:
+@dataclass(frozen=True, repr=False)
+class SweepRow(Displayed):
     size_bytes: float
     time_s: float
     algbw_bytes_per_s: float
     busbw_bytes_per_s: float
     composition: str  # how the dimensions were put together (flat_ring, pipelined, sequential)
     dimensions: tuple[str, ...]  # per dimension, the algorithm/protocol of its phase ("-" where not spanned)
+
+    def headline(self) -> Headline:
+        return [("size", number(self.size_bytes) + " B"), ("time", seconds(self.time_s)),
+                ("busbw", number(self.busbw_bytes_per_s / 1e9) + " GB/s"), ("composition", self.composition)]
 
 
 def group_of(system: System, gpus: int) -> Placement:

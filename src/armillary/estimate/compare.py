@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
+from armillary.display import Displayed, Headline, number
 from armillary.errors import SpecError
 from armillary.estimate.economics import Economics
 from armillary.estimate.inference_result import InferenceEstimate
@@ -64,14 +65,21 @@ class ComparedRow:
         return tuple(v / base if base else math.nan for v in self.values)
 
 
-@dataclass(frozen=True)
-class Comparison:
+@dataclass(frozen=True, repr=False)
+class Comparison(Displayed):
     names: tuple[str, ...]  # one per result, the first is the baseline of the deltas
     kind: ResultKind
     feasible: tuple[bool, ...]
     infeasible_reasons: tuple[tuple[str, ...], ...]
     rows: tuple[ComparedRow, ...]
     bands: tuple[str, ...] = ()  # each result's error band and the regime it was drawn from (calibration status)
+
+    def headline(self) -> Headline:
+        """Each run's first summary figure and band, and whether it fits."""
+        first = self.rows[0] if self.rows else None
+        runs = [(name, f"{number(first.values[i])} {first.unit.value}" if first else "")
+                for i, name in enumerate(self.names)]
+        return [("kind", self.kind.value), *runs, ("feasible", ", ".join("yes" if f else "no" for f in self.feasible))]
 
     def section(self, section: Section) -> tuple[ComparedRow, ...]:
         return tuple(r for r in self.rows if r.section is section)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveInt
 
+from armillary.display import Displayed, Headline, number, seconds
 from armillary.errors import SpecError
 from armillary.search.run import Candidate, Executor, Objective, search, serial
 from armillary.search.space import StrategySpace
@@ -177,10 +178,16 @@ class DesignGoal(StrEnum):
     PER_WATT = "per-watt"  # most tokens per joule
 
 
-@dataclass(frozen=True)
-class CoDesignResult:
+@dataclass(frozen=True, repr=False)
+class CoDesignResult(Displayed):
     points: tuple[DesignPoint, ...]
     pareto: tuple[int, ...]  # positions in `points` on the front of (step time, cost, power)
+
+    def headline(self) -> Headline:
+        best = self.best()
+        return [("systems", str(len(self.points))), ("on_front", str(len(self.pareto))),
+                ("strategies_evaluated", number(self.strategies_evaluated)),
+                ("fastest_step", seconds(best.step_time_s) if best else "nothing fits")]
 
     @property
     def strategies_evaluated(self) -> int:

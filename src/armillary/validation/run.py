@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from armillary.display import Displayed, Headline, number
 from armillary.errors import SpecError
 from armillary.estimate.feasibility import memory_fits
 from armillary.estimate.result import StepEstimate
@@ -30,8 +31,8 @@ from armillary.writing import replaced
 DEFAULT_CSV = Path(str(resources.files("armillary.validation") / "data" / "measurements.csv"))
 
 
-@dataclass(frozen=True)
-class RowResult:
+@dataclass(frozen=True, repr=False)
+class RowResult(Displayed):
     id: str
     group: str  # source group: the id without its running number
     metric: str
@@ -41,6 +42,12 @@ class RowResult:
     assumptions: tuple[str, ...]
     skipped: str | None = None  # why the row was not run
     feasible: bool = True
+
+    def headline(self) -> Headline:
+        outcome = (f"skipped: {self.skipped}" if self.skipped else
+                   f"{number(self.predicted)} vs {number(self.measured)} measured ({self.error:+.1%})"
+                   if self.error is not None and self.predicted is not None else "-")
+        return [("id", self.id), ("metric", self.metric), ("result", outcome)]
 
 
 def source_group(row_id: str) -> str:
