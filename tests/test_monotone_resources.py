@@ -228,3 +228,15 @@ def test_found_violations_stay_fixed(model, system, gpus, strategy, workload, wh
     base = armillary.estimate(model, sysm, strategy, workload)
     quicker = armillary.estimate(model, resources(sysm)[what][0](sysm), strategy, workload)
     assert bool(base.feasible) and float(quicker.step_time_s) <= float(base.step_time_s) * SLOWER
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_zero_bubble_fills_the_drain_with_the_weight_passes_there_are(p):
+    """With one micro-batch ZB-H1 takes p (t_F + t_B) + t_W: each stage's weight pass runs while the
+    backward walks on, so it saves (p - 1) t_W of 1F1B's p (t_F + t_B + t_W), not 2 (p - 1) t_W (which made
+    a shorter weight pass lengthen the step); with m >= p micro-batches (Qi et al. ICLR'24 §3.1) 2 (p - 1) t_W."""
+    from armillary.estimate.pipeline import pipeline_time
+    from armillary.plan.codes import SCHEDULE_ZB_H1
+
+    assert float(pipeline_time(3.0, 3.0 * p, 1, 1, SCHEDULE_ZB_H1, 1 / 3, p)) == pytest.approx(2 * p + 1)
+    assert float(pipeline_time(3.0, 3.0 * p, p, 1, SCHEDULE_ZB_H1, 1 / 3, p)) == pytest.approx(3 * p + (p - 1))

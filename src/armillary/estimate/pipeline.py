@@ -11,17 +11,23 @@ ICLR'24 §3.1, t_B the input gradient), so the fill and drain shrink by 2 t_W / 
 
 from __future__ import annotations
 
-from armillary.numerics import Array, where
+from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.codes import SCHEDULE_INTERLEAVED, SCHEDULE_ZB_H1
 
 
 def pipeline_time(stage_max: Array, stage_sum: Array, microbatches: Array, vpp: Array,
-                  schedule: Array, weight_share: Array) -> Array:
+                  schedule: Array, weight_share: Array, stages: Array | None = None) -> Array:
     """Time from the first forward to the last backward of one iteration. `weight_share`: the weight
-    gradients' share t_W / t of a stage's time per micro-batch."""
+    gradients' share t_W / t of a stage's time per micro-batch. `stages` (p): ZB-H1 fills the drain with
+    the weight passes there are: 2 (p - 1) t_W with m >= p micro-batches, (p - 1) t_W with one (each stage's
+    W runs while the backward walks on to the earlier stages: p (t_F + t_B) + t_W), in between
+    m + p - 2 of them [derived], so a shorter weight pass never lengthens the iteration."""
     fill_drain = stage_sum - stage_max
+    saved: Array = 2.0
+    if stages is not None:
+        saved = minimum(2.0, (microbatches + stages - 2) / maximum(stages - 1, 1))
     fill_drain = where(schedule == SCHEDULE_INTERLEAVED, fill_drain / vpp,
-                       where(schedule == SCHEDULE_ZB_H1, fill_drain * (1 - 2 * weight_share), fill_drain))
+                       where(schedule == SCHEDULE_ZB_H1, fill_drain * (1 - saved * weight_share), fill_drain))
     return microbatches * stage_max + fill_drain
 
 

@@ -107,7 +107,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
                           (stages.has_mid * times[1].total, times[1]))
     dense = layers.dense.cost  # the weight gradients' share of a layer's compute, of a stage's time
     weight_share = crit.compute * dense.backward_weight.time_s / dense.compute_s / stage_max
-    pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share)
+    pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share, st.pp)
     params = _stage_params(m, st, stages)
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
     optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system)
