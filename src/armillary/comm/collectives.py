@@ -166,9 +166,10 @@ def all_to_all_matrix(matrix: np.ndarray, group: Placement, system: System) -> C
         busiest = np.maximum((m * on).sum(axis=1), (m * on).sum(axis=0))
         # a uniform all-to-all of n bytes over the group sends (p - inner_{i+1})/p n on dimension i, of which
         # the dimension's phase carries (s - 1)/s: find the phase message with this busiest load
-        cost = dimension_cost(Collective.ALL_TO_ALL, busiest * s / (s - 1), float(s), dim, rate)
         slowdown = all_to_all_slowdown(system, tuple(float(x) for x in spans), i)  # incast (comm/fabrics.py)
-        times = np.maximum(times, cost.fixed + cost.transfer * slowdown)
+        cost = dimension_cost(Collective.ALL_TO_ALL, busiest * s / (s - 1), float(s), dim, rate,
+                              bandwidth=dim.bandwidth / slowdown)
+        times = np.maximum(times, cost.time)
         sent[i] = busiest
     slowest = int(np.argmax(times))
     return CommCost(float(times[slowest]), float(sent[0, slowest]), float(sent[1:, slowest].sum()))

@@ -25,7 +25,7 @@ ring that reduces per dimension); the hierarchical library offers the pipelined 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -241,7 +241,7 @@ def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) ->
     for i in range(count):
         top, message = net.top(i), phase_message(op, n, group, i)
         if op is Collective.ALL_TO_ALL:  # all dimensions at once, the scale-out tier under incast
-            stages.append([_incast(net.phase(i, op, message), all_to_all_slowdown(net.system, group.spans, i))])
+            stages.append([_incast(net, i).phase(i, op, message)])
             continue
         at_top = _when(top, partial(net.phase, i, op, message, exclude=nccl_top))
         if op is Collective.ALL_REDUCE and (not pipelined or not nccl_top):
@@ -276,12 +276,16 @@ def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) ->
     return Composed(time if is_array(time) else float(time), dims, index)
 
 
-def _incast(cost: DimensionCost, slowdown: Array) -> DimensionCost:
-    """The phase with its transfer time `slowdown` times longer (comm/fabrics.all_to_all_slowdown)."""
+def _incast(net: _Net, i: int) -> _Net:
+    """The phases with dimension i's bandwidth divided by the all-to-all incast there
+    (comm/fabrics.all_to_all_slowdown), before each phase picks its protocol (so a larger message is never
+    faster)."""
+    slowdown = all_to_all_slowdown(net.system, net.group.spans, i)
     if not is_array(slowdown) and slowdown == 1.0:
-        return cost
-    return DimensionCost(cost.fixed + cost.transfer * slowdown, cost.sent_bytes, cost.algorithm, cost.protocol,
-                         cost.fixed)
+        return net
+    own = net.bandwidths[i]
+    rate = (net.system.network[i].bandwidth if own is None else own) / slowdown
+    return replace(net, bandwidths=tuple(rate if k == i else b for k, b in enumerate(net.bandwidths)))
 
 
 def phase_message(op: Collective, n: Array, group: Placement, i: int) -> Array:
