@@ -111,3 +111,18 @@ def test_infiniband_ep_dispatch_on_dgx_h100():
     assert all_to_all_slowdown(system, (8.0, 16.0), 1) == pytest.approx(1 + 14 * incast)
     assert all_to_all_slowdown(system, (8.0, 2.0), 1) == 1.0
     assert all_to_all_slowdown(system, (8.0, 1.0), 1) == 1.0
+
+
+def test_explained_all_to_all_names_the_incast():
+    """`armillary collective --json` says why: across 3 GB200 racks the all-to-all's NIC incast (32 remote trays,
+    1 + 31 x the InfiniBand incast); an all-reduce on the same racks has none."""
+    import numpy as np
+
+    from armillary.comm.explain import explain_sweep
+
+    system = with_fabric(load_system("gb200-nvl72", 192), "infiniband-ndr", across_racks=True)
+    group = group_of(system, 192)
+    why = explain_sweep(Collective.ALL_TO_ALL, np.array([8.0 * GIB]), group, system)[0]
+    assert why["incast"] == pytest.approx(1 + 31 * fabric("infiniband-ndr").all_to_all_incast)
+    assert "incast" in why["why"]
+    assert explain_sweep(Collective.ALL_REDUCE, np.array([8.0 * GIB]), group, system)[0]["incast"] == 1.0

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from armillary.comm.compose import offered
+from armillary.comm.fabrics import all_to_all_slowdown
 from armillary.comm.sweep import collective_sweep
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
@@ -33,6 +34,8 @@ def explain_sweep(op: Collective, sizes: np.ndarray, group: Placement, system: S
     spanned = [i for i, s in enumerate(group.spans) if float(np.max(s)) > 1]
     top = spanned[-1] if spanned else 0
     channels = system.network[top].channels
+    # all-to-all: every peer at once, the NIC under the incast of all remote hosts (comm/fabrics.py)
+    incast = float(np.max(all_to_all_slowdown(system, group.spans, top))) if op is Collective.ALL_TO_ALL else 1.0
     out = []
     for k, row in enumerate(chosen):
         label = row.dimensions[top]
@@ -45,6 +48,9 @@ def explain_sweep(op: Collective, sizes: np.ndarray, group: Placement, system: S
         why += (f"; on {system.network[top].name}: {top_algorithm} with the {protocol} protocol, the fastest "
                 f"(algorithm, protocol) it offers ({', '.join(a.value for a in system.network[top].algorithms)}) "
                 f"at this size" if algorithm is Algorithm.AUTO else f"; algorithm {algorithm.value} pinned")
+        if incast > 1.0:
+            why += (f"; every peer at once (grouped send / receive), so each NIC takes all remote hosts together: "
+                    f"the fabric's all-to-all incast slows the transfer there {incast:.3g}x")
         out.append({"algorithm": top_algorithm, "protocol": protocol, "channels": channels,
-                    "composition_times_s": times, "why": why})
+                    "composition_times_s": times, "incast": incast, "why": why})
     return out
