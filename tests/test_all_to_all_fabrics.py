@@ -88,7 +88,8 @@ def test_pollara_two_to_four_nodes():
 def test_roce_one_remote_host_unchanged_two_racks_collapse():
     """RoCE (OCI): CO-B300-OCI-2N-A2A (2 x 8 B300, 8 GiB, 180.98 GB/s) has one remote host, which no incast
     touches; CO-GB300-OCI-32N-A2A (2 racks, 16 GiB, 47.67 GB/s, a quarter of the 2-rack GB200's per-NIC rate
-    over twice the NICs) is what the RoCE incast was fitted on, in-sample and alone."""
+    over twice the NICs) is a known miss: no RoCE incast is set (a fit on that sweep alone would be 32x
+    InfiniBand's, and PXN's relay cannot be told apart from fabric incast there), so it stays at the ring's rate."""
     b300 = {"gpu": "B300 SXM6 (OCI BM.GPU.B300.8, 8/node)", "intra_net": "NVLink5 + NVSwitch (HGX B300)",
             "framework": "nccl-tests (-g 1 per rank), NCCL 2.28.9+cuda13.1"}
     two_nodes = _busbw(b300, 2, 16, 8 * GIB, "nodes; RoCE 8 x 2 x 400 Gb/s = 6.4 Tb/s per node (OCI spec table)")
@@ -99,7 +100,7 @@ def test_roce_one_remote_host_unchanged_two_racks_collapse():
              "intra_net": "NVLink5, multi-node NVLink (MNNVL) across up to 18 hosts of one rack",
              "framework": "nccl-tests alltoall_perf, NCCL 2.28.7+cuda13.0, NCCL_MNNVL_ENABLE=1"}
     racks = _busbw(gb300, 32, 128, 16 * GIB, "hosts; RoCE 8 x 400 Gb/s RDMA NICs per 4-GPU host (2 per GPU)")
-    assert racks == pytest.approx(47.67, rel=0.05)
+    assert racks > 3 * 47.67  # measured 47.67 GB/s: unexplained, reported rather than fitted
 
 
 def test_infiniband_ep_dispatch_on_dgx_h100():
