@@ -179,3 +179,43 @@ def test_search_tries_block_formats_and_rebuilds_them():
     for c in result.top:
         one = armillary.estimate("llama3-8b", "dgx-b200", c.strategy, workload, gpus=8)
         assert (c.step_time_s, c.memory_bytes) == pytest.approx((one.step_time_s, one.memory_hbm.total), rel=1e-9)
+
+
+def _emitted(target, strategy: dict, workload: dict | None = None, model: str = "llama3-8b",
+             system: str = "gb300-nvl72", gpus: int = 8):
+    from armillary.report.deploy import deployment
+    from armillary.specs.loading import load_model, load_system, load_strategy, load_workload
+
+    d = deployment(target, load_model(model), load_system(system, gpus), load_strategy(strategy),
+                   load_workload(workload or {"seq_len": 8192, "global_batch": 128}))
+    return list(d.commands[0].argv), " ".join(d.notes)
+
+
+def _after(argv: list[str], flag: str) -> str:
+    assert argv.count(flag) == 1, f"{flag} in {argv}"
+    return argv[argv.index(flag) + 1]
+
+
+def test_emit_megatron_fp4_and_mxfp8_recipes():
+    """Megatron-LM's Transformer Engine arguments (arguments.py): --fp4-format e2m1 --fp4-recipe nvfp4, the
+    MXFP8 recipe with --fp8-recipe mxfp8, layers kept in bf16 with --first-last-layers-bf16."""
+    from armillary.report.deploy import Target
+
+    argv, notes = _emitted(Target.MEGATRON, {"precision": "bf16", "block_format": "nvfp4", "quantized_gemms": {
+        "first_layers_bf16": 1, "last_layers_bf16": 4, "attention_projections": "fp8"}})
+    assert (_after(argv, "--fp4-format"), _after(argv, "--fp4-recipe")) == ("e2m1", "nvfp4")
+    assert "--bf16" in argv and "--fp8-format" not in argv and "--first-last-layers-bf16" in argv
+    assert (_after(argv, "--num-layers-at-start-in-bf16"), _after(argv, "--num-layers-at-end-in-bf16")) == ("1", "4")
+    assert "attention projections in fp8" in notes
+    argv, _ = _emitted(Target.MEGATRON, {"precision": "fp8", "block_format": "mxfp8"})
+    assert (_after(argv, "--fp8-format"), _after(argv, "--fp8-recipe")) == ("e4m3", "mxfp8")
+    argv, notes = _emitted(Target.MEGATRON, {"block_format": "mxfp4"}, system="mi355x-8")
+    assert _after(argv, "--fp4-recipe") == "mxfp4" and "Primus" in notes
+
+
+def test_emit_fp4_serving_flags():
+    from armillary.report.deploy import Target
+
+    serve = {"kind": "inference", "batch": 8, "input_len": 1024, "output_len": 256, "kv_cache": {"precision": "nvfp4"}}
+    argv, _ = _emitted(Target.VLLM, {"tp": 8, "block_format": "nvfp4"}, serve, "llama3.1-70b", "dgx-b200")
+    assert (_after(argv, "--quantization"), _after(argv, "--kv-cache-dtype")) == ("modelopt_fp4", "nvfp4")

@@ -21,7 +21,9 @@ from armillary.plan.layout import data_parallel
 from armillary.specs.model import MlpKind, Model, NormKind, PositionKind, TokenMixer
 from armillary.specs.strategy import (
     Attention,
+    BlockFormat,
     ContextParallel,
+    ProjectionPrecision,
     RankOrder,
     Recompute,
     RecomputeModule,
@@ -247,14 +249,54 @@ def megatron(model: Model, system: System, s: Strategy, workload: Training) -> D
         args += ["--overlap-moe-expert-parallel-comm"]
     if s.routing.dispatch_dedup and s.ep > 1:
         args += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
-    args += {TrainingPrecision.BF16: ["--bf16"], TrainingPrecision.FP16: ["--fp16"], TrainingPrecision.FP32: [],
-             TrainingPrecision.FP8: ["--bf16", "--fp8-format", "hybrid"]}[s.precision]
+    args += _precision_args(s, notes)
     args += ["--attention-backend", _ATTENTION[s.attention]]
     if s.attention is Attention.FLASH1:
         notes.append("flash1: Megatron's flash backend runs FlashAttention-2 (faster than the estimate)")
     if workload.finetune is not None:
         notes.append(_lora_note(workload.finetune))
     return Deployment(Target.MEGATRON, (Command(("torchrun", "pretrain_gpt.py", *args)),), notes=tuple(notes))
+
+
+# the block formats as Megatron-LM's Transformer Engine arguments (arguments.py _add_transformer_engine_args:
+# --fp8-recipe {tensorwise, delayed, mxfp8, blockwise}, --fp4-format e2m1, --fp4-recipe nvfp4); MXFP8 in E4M3,
+# Transformer Engine MXFP8BlockScaling's default format
+_BLOCK_FORMAT_ARGS = {BlockFormat.MXFP8: ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
+                      BlockFormat.NVFP4: ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
+                      BlockFormat.MXFP4: ["--fp4-format", "e2m1", "--fp4-recipe", "mxfp4"]}
+
+
+def _precision_args(s: Strategy, notes: list[str]) -> list[str]:
+    """The numeric recipe: --bf16 / --fp16, fp8 (--fp8-format hybrid), a block format (docs/fp4.md), the layers
+    kept in bf16 (--first-last-layers-bf16, which Megatron-Core's get_fp8_context and get_fp4_context honour)."""
+    if s.block_format is BlockFormat.NONE:
+        args = {TrainingPrecision.BF16: ["--bf16"], TrainingPrecision.FP16: ["--fp16"], TrainingPrecision.FP32: [],
+                TrainingPrecision.FP8: ["--bf16", "--fp8-format", "hybrid"]}[s.precision]
+    else:
+        args = ["--bf16", *_BLOCK_FORMAT_ARGS[s.block_format]]
+    if s.block_format is BlockFormat.MXFP4:
+        notes.append("mxfp4: upstream Megatron-LM's --fp4-recipe offers nvfp4 only; --fp4-recipe mxfp4 is AMD "
+                     "Primus's (its Megatron backend with Primus-Turbo kernels)")
+    if s.precision is TrainingPrecision.FP8 and s.block_format in (BlockFormat.NVFP4, BlockFormat.MXFP4):
+        notes.append(f"precision fp8 with {s.block_format.value}: Megatron's FP4 recipe takes --fp4-format without "
+                     "--fp8-format (the estimate prices both alike)")
+    kept = s.quantized_gemms
+    if kept.first_layers_bf16 or kept.last_layers_bf16:
+        args += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(kept.first_layers_bf16),
+                 "--num-layers-at-end-in-bf16", str(kept.last_layers_bf16)]
+    if kept.attention_projections is not ProjectionPrecision.RECIPE:
+        notes.append(f"attention projections in {kept.attention_projections.value}: Megatron-LM runs every linear "
+                     "layer of a quantized transformer layer in the recipe; no argument keeps them wider")
+    return args
+
+
+def _served_weights(s: Strategy, w: Inference) -> StoredPrecision | None:
+    """The weights' precision a serving estimate assumed (estimate.inference.recipe_weight_bytes)."""
+    if w.weights is not None:
+        return w.weights
+    if s.block_format is not BlockFormat.NONE:
+        return StoredPrecision(s.block_format.value)
+    return StoredPrecision.FP8 if s.precision is TrainingPrecision.FP8 else None
 
 
 # NeMo 2.0 LoRA target names (nemo/collections/llm/peft/lora.py: linear_qkv, linear_proj, linear_fc1, linear_fc2)
@@ -285,6 +327,14 @@ def _serving_checks(s: Strategy, w: Inference, notes: list[str]) -> None:
     if w.serving.prefill_replicas:
         notes.append(f"{w.serving.prefill_replicas} prefill-only replicas: disaggregated serving needs the "
                      "engine's disaggregation setup (not expressed by these flags)")
+    if w.kv_cache.precision in (StoredPrecision.MXFP8, StoredPrecision.MXFP4):
+        notes.append(f"kv cache {w.kv_cache.precision.value}: the engines' cache dtypes are fp8 and nvfp4; no flag "
+                     "for it")
+
+
+# vLLM's quantization methods for block-scaled checkpoints: NVIDIA ModelOpt NVFP4 (modelopt_fp4), OCP MXFP4
+# (mxfp4, as gpt-oss ships)
+_VLLM_QUANTIZATION = {StoredPrecision.NVFP4: "modelopt_fp4", StoredPrecision.MXFP4: "mxfp4"}
 
 
 def vllm(model: Model, system: System, s: Strategy, w: Inference) -> Deployment:
@@ -306,11 +356,15 @@ def vllm(model: Model, system: System, s: Strategy, w: Inference) -> Deployment:
              "--dtype", "float16" if s.precision is TrainingPrecision.FP16 else "bfloat16"]
     if w.kv_cache.block_tokens in (1, 8, 16, 32, 64, 128):
         args += ["--block-size", str(w.kv_cache.block_tokens)]
-    if w.kv_cache.precision is StoredPrecision.FP8:
-        args += ["--kv-cache-dtype", "fp8"]
-    weights = w.weights or (StoredPrecision.FP8 if s.precision is TrainingPrecision.FP8 else None)
+    if w.kv_cache.precision in (StoredPrecision.FP8, StoredPrecision.NVFP4):  # vLLM --kv-cache-dtype nvfp4: Blackwell
+        args += ["--kv-cache-dtype", w.kv_cache.precision.value]
+    weights = _served_weights(s, w)
     if weights is StoredPrecision.FP8:
         args += ["--quantization", "fp8"]
+    elif weights in _VLLM_QUANTIZATION:
+        args += ["--quantization", _VLLM_QUANTIZATION[weights]]
+    elif weights is StoredPrecision.MXFP8:
+        notes.append("mxfp8 weights: serve an MXFP8 checkpoint; vLLM reads its quantization from the checkpoint")
     elif weights in (StoredPrecision.INT8, StoredPrecision.INT4):
         notes.append(f"{weights.value} weights: serve a pre-quantized checkpoint (GPTQ / AWQ); vLLM reads its "
                      "quantization from the checkpoint")
@@ -333,10 +387,10 @@ def trtllm(model: Model, s: Strategy, w: Inference) -> Deployment:
     args += ["--max_batch_size", str(sv.max_batch), "--max_num_tokens", str(sv.max_batched_tokens),
              "--max_seq_len", str(seq), "--extra_llm_api_options", "extra_llm_api_options.yaml"]
     kv: dict[str, object] = {"tokens_per_block": w.kv_cache.block_tokens, "enable_block_reuse": sv.prefix_hit_rate > 0}
-    if w.kv_cache.precision is StoredPrecision.FP8:
-        kv["dtype"] = "fp8"
+    if w.kv_cache.precision in (StoredPrecision.FP8, StoredPrecision.NVFP4):  # KvCacheConfig.dtype
+        kv["dtype"] = w.kv_cache.precision.value
     options = {"enable_chunked_prefill": sv.chunked_prefill, "kv_cache_config": kv}
-    weights = w.weights or (StoredPrecision.FP8 if s.precision is TrainingPrecision.FP8 else None)
+    weights = _served_weights(s, w)
     if weights is not None and weights not in (StoredPrecision.BF16, StoredPrecision.FP16):
         notes.append(f"{weights.value} weights: serve a checkpoint quantized with TensorRT Model Optimizer")
     build = ("trtllm-build", "--checkpoint_dir", "checkpoint", "--output_dir", "engine",
