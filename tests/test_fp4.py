@@ -8,8 +8,9 @@ import armillary
 from armillary.cost.compute import kernel_times
 from armillary.errors import SpecError
 from armillary.plan.codes import BLOCK_FORMAT
+from armillary.report.deploy import Target, deployment
 from armillary.specs.formats import MXFP4, MXFP8, NVFP4
-from armillary.specs.loading import load_device
+from armillary.specs.loading import load_device, load_model, load_strategy, load_system, load_workload
 from armillary.specs.strategy import BlockFormat, Strategy
 from armillary.specs.system import Precision
 from armillary.specs.workload import StoredPrecision
@@ -183,9 +184,6 @@ def test_search_tries_block_formats_and_rebuilds_them():
 
 def _emitted(target, strategy: dict, workload: dict | None = None, model: str = "llama3-8b",
              system: str = "gb300-nvl72", gpus: int = 8):
-    from armillary.report.deploy import deployment
-    from armillary.specs.loading import load_model, load_system, load_strategy, load_workload
-
     d = deployment(target, load_model(model), load_system(system, gpus), load_strategy(strategy),
                    load_workload(workload or {"seq_len": 8192, "global_batch": 128}))
     return list(d.commands[0].argv), " ".join(d.notes)
@@ -199,8 +197,6 @@ def _after(argv: list[str], flag: str) -> str:
 def test_emit_megatron_fp4_and_mxfp8_recipes():
     """Megatron-LM's Transformer Engine arguments (arguments.py): --fp4-format e2m1 --fp4-recipe nvfp4, the
     MXFP8 recipe with --fp8-recipe mxfp8, layers kept in bf16 with --first-last-layers-bf16."""
-    from armillary.report.deploy import Target
-
     argv, notes = _emitted(Target.MEGATRON, {"precision": "bf16", "block_format": "nvfp4", "quantized_gemms": {
         "first_layers_bf16": 1, "last_layers_bf16": 4, "attention_projections": "fp8"}})
     assert (_after(argv, "--fp4-format"), _after(argv, "--fp4-recipe")) == ("e2m1", "nvfp4")
@@ -214,8 +210,6 @@ def test_emit_megatron_fp4_and_mxfp8_recipes():
 
 
 def test_emit_fp4_serving_flags():
-    from armillary.report.deploy import Target
-
     serve = {"kind": "inference", "batch": 8, "input_len": 1024, "output_len": 256, "kv_cache": {"precision": "nvfp4"}}
     argv, _ = _emitted(Target.VLLM, {"tp": 8, "block_format": "nvfp4"}, serve, "llama3.1-70b", "dgx-b200")
     assert (_after(argv, "--quantization"), _after(argv, "--kv-cache-dtype")) == ("modelopt_fp4", "nvfp4")
