@@ -176,3 +176,14 @@ def test_compare_variants_carry_energy_per_token_too():
     c = api.compare_variants("examples/llama3-70b-h100.yaml", ["system=dgx-b200"])
     joules = c.row(Section.SUMMARY, "joules_per_token").values
     assert all(v > 0 for v in joules) and joules[1] != joules[0]
+
+
+def test_an_fp4_run_is_in_the_fp4_regime_and_widened_as_never_validated():
+    from armillary import api
+
+    strategy = {"tp": 1, "zero": 1, "attention": "flash"}
+    workload = {"seq_len": 4096, "global_batch": 64}
+    fp4 = api.estimate("llama3-8b", "dgx-b200", {**strategy, "block_format": "nvfp4"}, workload, gpus=8)
+    bf16 = api.estimate("llama3-8b", "dgx-b200", strategy, workload, gpus=8)
+    assert "fp4 never validated" in fp4.error_band.regime
+    assert fp4.error_band.relative > bf16.error_band.relative

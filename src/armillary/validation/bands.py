@@ -93,7 +93,8 @@ def _precision(*values: str) -> str:
 
 
 def regime_of(model: Model, system: System, strategy: Strategy) -> Regime:
-    return Regime(calibrated=bool(system.device.calibrated_on), precision=_precision(strategy.precision.value),
+    return Regime(calibrated=bool(system.device.calibrated_on),
+                  precision=_precision(strategy.precision.value, strategy.block_format.value),
                   moe=model.moe is not None, sharded=strategy.zero >= ZeroStage.PARAMETERS,
                   scale=_scale(system.devices))
 
@@ -104,7 +105,7 @@ def inference_regime(model: Model, system: System, strategy: Strategy, workload:
     # the engine family (vllm, sglang, tensorrt-llm); a stream with no engine profile runs the generic scheduler
     family = None if not engine else "generic" if engine == "no engine" else engine.split()[0].lower()
     return Regime(calibrated=bool(system.device.calibrated_on),
-                  precision=_precision(strategy.precision.value,
+                  precision=_precision(strategy.precision.value, strategy.block_format.value,
                                         workload.weights.value if workload.weights else ""),
                   moe=model.moe is not None, sharded=False, scale=_scale(system.devices),
                   workload=SERVING if engine else STATIC_BATCH, engine=family)
