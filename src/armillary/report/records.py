@@ -62,7 +62,9 @@ def strategy_line(strategy: Strategy, system: System, on: bool = True) -> str:
     s = strategy
     parts = [f"tp {s.tp}", f"pp {s.pp}", f"dp {data_parallel(s, system)}", f"cp {s.cp}", f"ep {s.ep}",
              f"micro-batch {s.micro_batch}", f"{s.pipeline_schedule.value}" + (f" vpp {s.vpp}" if s.vpp > 1 else ""),
-             f"attention {s.attention.value}", f"{s.precision.value}", f"recompute {s.recompute.value}"
+             f"attention {s.attention.value}",
+             s.precision.value + (f" + {s.block_format.value} GEMMs" if s.block_format.value != "none" else ""),
+             f"recompute {s.recompute.value}"
              + (f" ({s.recompute_layers} layers a chunk)" if s.recompute_layers is not None else ""),
              f"ZeRO {int(s.zero)}", "SP" if s.sequence_parallel else "no SP"]
     return " · ".join(parts) + (f" on {system.devices} x {system.device.name}" if on else "")
