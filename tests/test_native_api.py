@@ -126,7 +126,8 @@ def test_comparisons_co_design_rows_and_sweeps_print_short_reprs():
     from armillary.comm.sweep import SweepRow
     from armillary.validation.run import RowResult
 
-    shown = [api.compare_variants("examples/llama3-70b-h100.yaml", ["system=dgx-b200"]),
+    found = api.search("llama3-70b", "dgx-h100", {"seq_len": 4096, "global_batch": 256}, gpus=256, top=3)
+    shown = [api.compare_variants("examples/llama3-70b-h100.yaml", ["system=dgx-b200"]), found, found.top[0],
              RowResult("X-1", "X", "tokens/s", 100.0, 110.0, 0.1, ("a",)),
              SweepRow(np.float64(2**20), np.float64(1e-4), 1e10, np.float64(2e10), "ring", ("ring/LL",))]
     for result in shown:

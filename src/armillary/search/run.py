@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from armillary.arguments import whole
+from armillary.display import Displayed, Headline, gib, number, percent, seconds
 from armillary.errors import MissingExtra, SpecError
 from armillary.estimate.feasibility import training_checks
 from armillary.estimate.result import ErrorBand
@@ -115,8 +116,8 @@ def _best(index: np.ndarray, value: np.ndarray, k: int) -> np.ndarray:
     return order[first][:k]
 
 
-@dataclass(frozen=True)
-class Candidate:
+@dataclass(frozen=True, repr=False)
+class Candidate(Displayed):
     rank: int
     index: int
     strategy: Strategy
@@ -127,9 +128,15 @@ class Candidate:
     memory_bytes: float
     error_band: ErrorBand | None = None  # from validation residuals (set by armillary.api for the top)
 
+    def headline(self) -> Headline:
+        s = self.strategy
+        return [("rank", str(self.rank)), ("layout", f"tp {s.tp} pp {s.pp} dp {self.dp} cp {s.cp} ep {s.ep}"),
+                ("step_time", seconds(self.step_time_s)), ("mfu", percent(self.mfu)),
+                ("memory", gib(self.memory_bytes))]
 
-@dataclass(frozen=True)
-class SearchResult:
+
+@dataclass(frozen=True, repr=False)
+class SearchResult(Displayed):
     top: tuple[Candidate, ...]
     points: int  # size of the space (the product of the axes)
     evaluated: int  # structurally valid points, run through the estimator
@@ -141,6 +148,13 @@ class SearchResult:
     @property
     def points_per_s(self) -> float:
         return self.points / self.elapsed_s if self.elapsed_s > 0 else float("inf")
+
+    def headline(self) -> Headline:
+        best = self.top[0] if self.top else None
+        return [("points", number(self.points)), ("evaluated", number(self.evaluated)),
+                ("feasible", number(self.feasible)),
+                ("best", f"{seconds(best.step_time_s)} (tp {best.strategy.tp} pp {best.strategy.pp})" if best
+                 else "nothing fits")]
 
 
 # Blocks run in waves of this many; the lower bound is checked between waves, so what is skipped (and the
