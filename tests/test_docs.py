@@ -153,9 +153,11 @@ def test_the_accuracy_tables_tool_renders_a_small_result(tmp_path):
     results = tmp_path / "validate.csv"
     results.write_text("id,group,metric,measured,predicted,error,assumptions,skipped,feasible\n"
                        "TR-A-1,TR-A,step,1,1.1,0.1,,,True\nTR-A-2,TR-A,step,1,0.7,-0.3,,,True\n"
-                       "TR-B-1,TR-B,step,1,,,,no tp,True\nCO-X-1,CO-X,busbw,1,1.02,0.02,,,True\n")
+                       "TR-B-1,TR-B,step,1,,,,no tp,True\nCO-X-1,CO-X,busbw,1,1.02,0.02,,,True\n"
+                       "MEM-Y-1,MEM-Y,peak memory,1,1.1,0.1,,,True\n")
     found = tool.read_results(results)
     assert set(found["training"]) == {"TR-A", "TR-B"} and set(found["collectives"]) == {"CO-X"}
+    assert set(found["memory"]) == {"MEM-Y"} and not found["inference"]  # memory rows are not inference
     table = tool.table(found["training"], largest=1).splitlines()
     assert table[:2] == tool.HEADER.splitlines()
     assert table[2] == "| TR-A | 2 / 2 | 20.0% | 20.0% | 30.0% |"

@@ -1,6 +1,7 @@
 """The accuracy tables of README.md and docs/validation.md, generated from `armillary validate --csv`.
 
-One table per domain (training, inference, serving, collectives): a row per source group with the rows run,
+One table per domain (training, inference, serving, collectives; memory in docs/validation.md only): a row
+per source group with the rows run,
 the mean, median and largest |predicted / measured - 1|, and a last row over the whole domain. The README
 holds the domains' largest groups (the rest summed up as "other sources"), docs/validation.md every group.
 The tables sit between markers (`<!-- accuracy:DOMAIN:start -->` ... `<!-- accuracy:DOMAIN:end -->`) and are
@@ -28,11 +29,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "src" / "armillary" / "validation" / "data" / "measurements.csv"
-DOMAINS = ("training", "inference", "serving", "collectives")
+DOMAINS = ("training", "inference", "serving", "collectives", "memory")
+README_DOMAINS = DOMAINS[:4]  # the README's front page leaves the memory rows to docs/validation.md
 TITLES = {"training": "Training (step time, throughput, MFU)",
           "inference": "Inference (static batch: throughput, time to first token)",
           "serving": "Serving (engine benchmarks under load)",
-          "collectives": "Collectives (nccl-tests bus bandwidth; `<1MiB`: messages under 1 MiB)"}
+          "collectives": "Collectives (nccl-tests bus bandwidth; `<1MiB`: messages under 1 MiB)",
+          "memory": "Memory (peak allocated or reserved per GPU)"}
 README_GROUPS = 5  # the README's tables: the largest groups of each domain, the rest summed up
 HEADER = ("| source group | rows run | mean abs. error | median | max |\n"
           "| --- | ---: | ---: | ---: | ---: |")
@@ -44,6 +47,8 @@ def domain_of(row_id: str, measurement: dict[str, str] | None) -> str:
         return "training"
     if row_id.startswith("CO-"):
         return "collectives"
+    if row_id.startswith("MEM-"):
+        return "memory"
     if row_id.startswith("SRV-"):
         return "serving"
     if measurement is not None:
@@ -98,8 +103,9 @@ def replace_between(text: str, domain: str, body: str) -> str:
     return pattern.sub(lambda _: f"{start}\n{body}\n{end}", text, count=1)
 
 
-def render(results: dict[str, dict[str, list[float | None]]], text: str, largest: int | None) -> str:
-    for domain in DOMAINS:
+def render(results: dict[str, dict[str, list[float | None]]], text: str, largest: int | None,
+           domains: tuple[str, ...] = DOMAINS) -> str:
+    for domain in domains:
         text = replace_between(text, domain, table(results[domain], largest))
     return text
 
@@ -116,10 +122,11 @@ def main(argv: Iterable[str] | None = None) -> int:
                        stdout=subprocess.DEVNULL)
     results = read_results(path)
     stale = []
-    for name, largest in (("README.md", README_GROUPS), ("docs/validation.md", None)):
+    for name, largest, domains in (("README.md", README_GROUPS, README_DOMAINS),
+                                   ("docs/validation.md", None, DOMAINS)):
         file = ROOT / name
         old = file.read_text()
-        new = render(results, old, largest)
+        new = render(results, old, largest, domains)
         if new != old:
             stale.append(name)
             if not args.check:
