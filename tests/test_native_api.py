@@ -127,7 +127,9 @@ def test_comparisons_co_design_rows_and_sweeps_print_short_reprs():
     from armillary.validation.run import RowResult
 
     found = api.search("llama3-70b", "dgx-h100", {"seq_len": 4096, "global_batch": 256}, gpus=256, top=3)
-    shown = [api.compare_variants("examples/llama3-70b-h100.yaml", ["system=dgx-b200"]), found, found.top[0],
+    simulated = api.simulate("llama3-8b", "dgx-h100", {"tp": 1, "zero": 1, "attention": "flash"},
+                             {"seq_len": 4096, "global_batch": 64}, gpus=8)
+    shown = [simulated, api.compare_variants("examples/llama3-70b-h100.yaml", ["system=dgx-b200"]), found, found.top[0],
              RowResult("X-1", "X", "tokens/s", 100.0, 110.0, 0.1, ("a",)),
              SweepRow(np.float64(2**20), np.float64(1e-4), 1e10, np.float64(2e10), "ring", ("ring/LL",))]
     for result in shown:

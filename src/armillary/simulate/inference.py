@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from armillary.display import Displayed, Headline, seconds
 from armillary.estimate.inference import decode_steps, prefill_pass, replica_model
 from armillary.estimate.inference_result import InferenceEstimate, PassTime
 from armillary.estimate.run import estimate_inference_run
@@ -33,8 +34,8 @@ from armillary.specs.system import System
 from armillary.specs.workload import Inference
 
 
-@dataclass(frozen=True)
-class InferenceSimulation:
+@dataclass(frozen=True, repr=False)
+class InferenceSimulation(Displayed):
     graph: TaskGraph
     timeline: Timeline
     estimate: InferenceEstimate  # the analytical estimate of the same batch
@@ -45,6 +46,10 @@ class InferenceSimulation:
     @property
     def e2e_s(self) -> float:
         return self.timeline.makespan_ns / 1e9
+
+    def headline(self) -> Headline:
+        return [("ttft", seconds(self.ttft_s)), ("tpot", seconds(self.tpot_s)), ("e2e", seconds(self.e2e_s)),
+                ("analytical_e2e", seconds(self.estimate.e2e_s))]
 
 
 def simulate_inference(model: Model, system: System, strategy: Strategy, workload: Inference,

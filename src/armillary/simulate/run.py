@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armillary.display import Displayed, Headline, number, seconds
 from armillary.errors import SpecError
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.run import estimate_training_run
@@ -42,8 +43,8 @@ class CategoryTimes:
     offload: float = 0.0
 
 
-@dataclass(frozen=True)
-class SimulationResult:
+@dataclass(frozen=True, repr=False)
+class SimulationResult(Displayed):
     graph: TaskGraph
     timeline: Timeline
     estimate: StepEstimate  # the analytical estimate of the same configuration
@@ -63,6 +64,11 @@ class SimulationResult:
     def difference(self) -> float:
         """Relative difference to the analytical step time."""
         return self.step_time_s / float(self.estimate.step_time_s) - 1
+
+    def headline(self) -> Headline:
+        return [("step_time", seconds(self.step_time_s)),
+                ("analytical", f"{seconds(self.estimate.step_time_s)} ({self.difference:+.1%})"),
+                ("tasks", number(len(self.graph.tasks))), ("wall", seconds(self.wall_s))]
 
 
 # memory of one task in a graph and its run (the task, its dependency tuples, the engine's arrays), measured
