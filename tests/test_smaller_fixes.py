@@ -106,3 +106,14 @@ def test_presets_show_says_did_you_mean():
 
     out = CliRunner().invoke(app, ["presets", "show", "lama3-8b"])
     assert out.exit_code != 0 and "did you mean 'llama3-8b'" in out.output
+
+
+def test_sweep_of_an_unreadable_run_file_fails_once(tmp_path):
+    from typer.testing import CliRunner
+
+    from armillary.cli import app
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [1, 2\n")
+    out = CliRunner().invoke(app, ["sweep", str(bad), "--vary", "strategy.tp=1,2"])
+    assert out.exit_code != 0 and out.output.count("cannot read as YAML/JSON") == 1

@@ -18,6 +18,7 @@ from armillary.errors import SpecError
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.run import estimate_run
+from armillary.specs.loading import read_spec_file
 from armillary.specs.overrides import Relative, parse_override
 from armillary.specs.run import load_run
 
@@ -77,6 +78,8 @@ def sweep(run_file: str | Path, axes: Sequence[Axis], overrides: Sequence[tuple[
         count *= len(a.values)
     if count > MAX_POINTS:
         raise SpecError(f"sweep: {count} combinations; at most {MAX_POINTS}")
+    if not isinstance(read_spec_file(Path(run_file), "run"), dict):  # a file that cannot be read fails once
+        raise SpecError(f"{run_file}: expected a mapping with model, system, strategy, workload")
     points = []
     for combo in itertools.product(*(a.values for a in axes)):
         changes = [*overrides, *((a.field, v) for a, v in zip(axes, combo, strict=True))]
