@@ -3,7 +3,7 @@ from the validation residuals of its regime.
 
 The regime of a configuration is what the residuals depend on most: what is predicted (training, static
 batch or serving under load, never mixed), whether the device's efficiency curves were calibrated on
-measurements, fp8 or 16-bit GEMMs, dense or mixture-of-experts, parameters sharded (ZeRO-3 / FSDP) or not,
+measurements, fp4, fp8 or 16-bit GEMMs, dense or mixture-of-experts, parameters sharded (ZeRO-3 / FSDP) or not,
 the scale, and for serving the engine. The band is the 80th percentile of |error| over the shipped
 residuals of that regime; where a regime has fewer than `MIN_ROWS` rows it is coarsened (scale first, then
 sharding, precision, MoE, calibration, engine), and the band says which regime it used.
