@@ -40,3 +40,12 @@ MXFP8 = BlockScaling(element_bits=8, block=32, scale_bits=8, quantize_passes=1)
 NVFP4 = BlockScaling(element_bits=4, block=16, scale_bits=8, quantize_passes=2)
 MXFP4 = BlockScaling(element_bits=4, block=32, scale_bits=8, quantize_passes=1)
 FORMATS = {"mxfp8": MXFP8, "nvfp4": NVFP4, "mxfp4": MXFP4}
+
+# bytes per element of the plain formats (int4: two per byte, weight-only quantization)
+_PLAIN_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+
+def element_bytes(name: str) -> float:
+    """Stored bytes per element of a precision, a block-scaled format's scales included (NVFP4: 4.5 bits)."""
+    block = FORMATS.get(name)
+    return block.bytes if block is not None else _PLAIN_BYTES[name]

@@ -12,7 +12,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 from armillary.errors import SpecError
 from armillary.specs.base import Spec
 from armillary.specs.efficiency import EfficiencyCurve
-from armillary.specs.formats import FORMATS
+from armillary.specs.formats import FORMATS, element_bytes
 from armillary.specs.network import CollectiveLibrary, NetworkDimension
 from armillary.specs.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Seconds
 
@@ -33,8 +33,7 @@ class Precision(StrEnum):
     @property
     def bytes(self) -> float:
         """Bytes per element, a block-scaled format's scales included (NVFP4: 4.5 bits)."""
-        block = FORMATS.get(self.value)
-        return block.bytes if block is not None else {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[self.value]
+        return element_bytes(self.value)
 
     @property
     def block_scaled(self) -> bool:

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from armillary.specs.base import Spec
-from armillary.specs.formats import FORMATS
+from armillary.specs.formats import element_bytes
 from armillary.specs.quantity import Fraction
 from armillary.specs.system import GemmLatency, Platform
 
@@ -88,10 +88,7 @@ class StoredPrecision(StrEnum):
 
     @property
     def bytes(self) -> float:
-        block = FORMATS.get(self.value)
-        if block is not None:
-            return block.bytes
-        return {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}[self.value]
+        return element_bytes(self.value)
 
 
 class WeightScales(StrEnum):
