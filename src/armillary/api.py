@@ -145,7 +145,7 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
     from armillary.estimate.result import RunConfig
 
     engine = with_engine(w, None)[1]
-    return replace(served, error_band=inference_error_band(m, sysm, st, w, engine.name if engine else "no engine"),
+    return replace(served, error_band=inference_error_band(m, sysm, st, w, engine.name if engine else "generic"),
                    config=RunConfig(m, sysm, st, w))
 
 

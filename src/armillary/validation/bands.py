@@ -102,8 +102,7 @@ def regime_of(model: Model, system: System, strategy: Strategy) -> Regime:
 def inference_regime(model: Model, system: System, strategy: Strategy, workload: Inference,
                      engine: str | None = None) -> Regime:
     """A static batch (`engine` None) or a served stream on the engine named (its profile's name)."""
-    # the engine family (vllm, sglang, tensorrt-llm); a stream with no engine profile runs the generic scheduler
-    family = None if not engine else "generic" if engine == "no engine" else engine.split()[0].lower()
+    family = engine.split()[0].lower() if engine else None  # vllm, sglang, tensorrt-llm, generic
     return Regime(calibrated=bool(system.device.calibrated_on),
                   precision=_precision(strategy.precision.value, strategy.block_format.value,
                                         workload.weights.value if workload.weights else ""),
@@ -204,5 +203,6 @@ def error_band(model: Model, system: System, strategy: Strategy) -> ErrorBand:
 
 def inference_error_band(model: Model, system: System, strategy: Strategy, workload: Inference,
                          engine: str | None = None) -> ErrorBand:
-    """The error band of a static inference batch, or (`engine`: the profile's name) of a served stream."""
+    """The error band of a static inference batch, or (`engine`: the profile's name, "generic" for the
+    generic scheduler) of a served stream."""
     return shipped_band(inference_regime(model, system, strategy, workload, engine))
