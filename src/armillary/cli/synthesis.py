@@ -55,53 +55,18 @@ def synthesize_cmd(
 ) -> None:
     """Synthesize a collective for a topology (TACOS-style greedy link-chunk matching), compare it with
     ring, tree, halving-doubling, direct, hierarchical and the lower bound, and say which to use."""
-    from armillary.comm.baselines import baselines, grid_system, recommend, synthesize_on
-    from armillary.comm.synthesis import SYNTHESIZED_OPS
-    from armillary.simulate.replay import replay, simulate_schedule
-    from armillary.specs.loading import load_system
-    from armillary.specs.network import NetworkKind
+    from armillary.comm.baselines import baselines, recommend, synthesize_on
 
     writable(xml)
     if chakra is not None:
         check_folder_writable(chakra)
-    try:
-        operation = Collective(op)
-    except ValueError:
-        operation = Collective.SEND_RECV
-    if operation not in SYNTHESIZED_OPS:
-        raise SpecError(f"--op {op!r}: one of {', '.join(o.value for o in SYNTHESIZED_OPS)}")
-    if (system is None) == (topology is None):
-        raise SpecError("give either --system (with --gpus) or --topology")
-    if operation is Collective.ALL_TO_ALL and (xml is not None or chakra is not None):
-        raise SpecError("--xml and --chakra export all-gather, reduce-scatter and all-reduce schedules, not all_to_all")
+    operation = _operation(op, system, topology, exports=xml is not None or chakra is not None)
     total = _quantity(size, "bytes", "--size")
-    if topology is not None:
-        kind_text, _, shape_text = topology.partition(":")
-        try:
-            kind, shape = NetworkKind(kind_text), tuple(int(x) for x in shape_text.split("x"))
-        except ValueError:
-            shape = ()
-        if not shape or min(shape) < 1 or len(shape) > 8 or len(topology) > 100:
-            raise SpecError(f"--topology {topology[:40]!r}: KIND:SHAPE with KIND mesh, torus or ring and up to 8 "
-                            "axes of 1 or more positions, e.g. mesh:5x5, torus:4x4x4, ring:8")
-        devices = math.prod(shape)
-        _check_options(operation, devices, total, chunks, seeds, batch)  # before the topology is built
-        bandwidth = number("--link-bandwidth", _quantity(link_bandwidth, "bytes_per_s", "--link-bandwidth"),
-                           above=True)
-        sysm = grid_system(kind, shape, bandwidth, number("--latency", _quantity(latency, "s", "--latency")))
-    else:
-        sysm = load_system(str(system), gpus)
-        devices = gpus or math.prod(sysm.sizes)
-        _check_options(operation, devices, total, chunks, seeds, batch)
+    sysm, devices = _target(system, gpus, topology, link_bandwidth, latency, operation, total, chunks, seeds, batch)
     schedule = synthesize_on(sysm, devices, operation, total, chunks, seeds, batch)
-    rows: list[tuple[str, float | None]] = [("synthesized", schedule.time)]
-    if batch == 1:  # the replay and the event simulator pay the latency per chunk
-        rows.append(("replayed", replay(schedule).time))
-        if len(schedule.link) <= ENGINE_TRANSFERS:  # the event simulator builds a Python task per transfer
-            rows.append(("event simulator", simulate_schedule(schedule)))
     closed_form = baselines(sysm, devices, operation, total)
-    rows += [(b.name, b.time_s) for b in closed_form]
-    rows.append(("lower bound", schedule.bound))
+    rows = [*_simulated_times(schedule, batch), *((b.name, b.time_s) for b in closed_form),
+            ("lower bound", schedule.bound)]
     advice = recommend(schedule, closed_form)
     if json_out:  # printed first: a failed save does not lose the schedule's times
         print_json({"op": operation.value, "devices": devices, "bytes": total, "seed": schedule.seed,
@@ -112,6 +77,67 @@ def synthesize_cmd(
     else:
         _show_schedule(schedule, rows, operation, size, devices, sysm,
                        f"use {advice.use} ({advice.time_s * 1e6:.1f} us): {advice.reason}")
+    _export(schedule, xml, chakra)
+
+
+def _operation(op: str, system: str | None, topology: str | None, exports: bool) -> Collective:
+    """The collective to synthesize, checked against what synthesis and the exports take."""
+    from armillary.comm.synthesis import SYNTHESIZED_OPS
+
+    try:
+        operation = Collective(op)
+    except ValueError:
+        operation = Collective.SEND_RECV
+    if operation not in SYNTHESIZED_OPS:
+        raise SpecError(f"--op {op!r}: one of {', '.join(o.value for o in SYNTHESIZED_OPS)}")
+    if (system is None) == (topology is None):
+        raise SpecError("give either --system (with --gpus) or --topology")
+    if operation is Collective.ALL_TO_ALL and exports:
+        raise SpecError("--xml and --chakra export all-gather, reduce-scatter and all-reduce schedules, not all_to_all")
+    return operation
+
+
+def _target(system: str | None, gpus: int | None, topology: str | None, link_bandwidth: str, latency: str,
+            operation: Collective, total: float, chunks: int, seeds: int, batch: int) -> tuple[System, int]:
+    """The system to synthesize on and its device count: a preset or file, or a --topology grid; the options
+    are checked before the topology is built."""
+    from armillary.comm.baselines import grid_system
+    from armillary.specs.loading import load_system
+    from armillary.specs.network import NetworkKind
+
+    if topology is None:
+        sysm = load_system(str(system), gpus)
+        devices = gpus or math.prod(sysm.sizes)
+        _check_options(operation, devices, total, chunks, seeds, batch)
+        return sysm, devices
+    kind_text, _, shape_text = topology.partition(":")
+    try:
+        kind, shape = NetworkKind(kind_text), tuple(int(x) for x in shape_text.split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1 or len(shape) > 8 or len(topology) > 100:
+        raise SpecError(f"--topology {topology[:40]!r}: KIND:SHAPE with KIND mesh, torus or ring and up to 8 "
+                        "axes of 1 or more positions, e.g. mesh:5x5, torus:4x4x4, ring:8")
+    devices = math.prod(shape)
+    _check_options(operation, devices, total, chunks, seeds, batch)
+    bandwidth = number("--link-bandwidth", _quantity(link_bandwidth, "bytes_per_s", "--link-bandwidth"), above=True)
+    return grid_system(kind, shape, bandwidth, number("--latency", _quantity(latency, "s", "--latency"))), devices
+
+
+def _simulated_times(schedule: Schedule, batch: int) -> list[tuple[str, float | None]]:
+    """The schedule's own time, and where they pay latency as it does (one chunk per transfer) its replay and
+    its event simulation (up to ENGINE_TRANSFERS transfers: a Python task each)."""
+    from armillary.simulate.replay import replay, simulate_schedule
+
+    rows: list[tuple[str, float | None]] = [("synthesized", schedule.time)]
+    if batch == 1:
+        rows.append(("replayed", replay(schedule).time))
+        if len(schedule.link) <= ENGINE_TRANSFERS:
+            rows.append(("event simulator", simulate_schedule(schedule)))
+    return rows
+
+
+def _export(schedule: Schedule, xml: Path | None, chakra: Path | None) -> None:
     if xml is not None:
         from armillary.comm.msccl import to_xml
 
