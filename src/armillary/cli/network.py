@@ -259,7 +259,7 @@ def network_optimize_cmd(
     then a pattern search on the full estimator, so algorithms and overlap move with the bandwidths).
     A run that `estimate` calls infeasible is refused."""
     from armillary.report.bandwidth_table import plan_record, plan_table
-    from armillary.report.tables import poorly_validated_warning
+    from armillary.report.search_tables import poorly_validated_warning
     from armillary.search.bandwidth_options import ConstraintOptions, constraints
     from armillary.search.network_bandwidth import BandwidthObjective
     from armillary.search.network_optimize import NetworkRequest, optimize_network

@@ -15,7 +15,7 @@ from rich.markup import escape
 from armillary import api, defaults
 from armillary.cli.common import JsonFlag, SystemOption, print_json, show, stderr_console, writable
 from armillary.errors import SpecError
-from armillary.report import records, tables
+from armillary.report import records, search_tables
 from armillary.search.inference import InferenceSearchResult
 from armillary.search.run import Objective, SearchResult
 from armillary.search.space import StrategySpace
@@ -104,7 +104,7 @@ def search_cmd(
     if json_out:  # printed before saving: a failed save does not lose the search
         print_json(records.search_record(result))
     else:
-        show(tables.search_report(result, m, sysm, goal))
+        show(search_tables.search_report(result, m, sysm, goal))
     if save is not None:
         from armillary.report.files import save_rows
 
@@ -194,7 +194,7 @@ def _inference_search(m: Model, sysm: System, base: str | None, space_file: Path
     if json_out:  # printed before saving: a failed save does not lose the search
         print_json({**records.inference_search_record(result), "judged": JUDGED})
     else:
-        show([*tables.inference_search_report(result, m, sysm, limits["tpot_limit_s"]), JUDGED])
+        show([*search_tables.inference_search_report(result, m, sysm, limits["tpot_limit_s"]), JUDGED])
     if result.top:
         from armillary.specs.workload import Inference
 
@@ -227,7 +227,7 @@ def _show_codesign(designs: CoDesignResult, m: Model, json_out: bool, pareto: Pa
     if json_out:  # printed before the plot is saved: a failed save does not lose the search
         print_json(records.codesign_record(designs, budget), default=str)
     else:
-        show(tables.codesign_report(designs, m, budget))
+        show(search_tables.codesign_report(designs, m, budget))
     if pareto is not None:
         from armillary.report.plots import codesign_pareto_plot
 

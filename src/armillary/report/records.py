@@ -57,6 +57,11 @@ def run_record(model: Model, system: System, strategy: Strategy, workload: Workl
             "model_keys_not_modelled": model.sources.get(UNREAD, "").split(", ") if UNREAD in model.sources else []}
 
 
+def on_devices(model: Model, system: System) -> str:
+    """'MODEL on N x DEVICE', the title of a run's tables."""
+    return f"{model.name} on {system.devices} x {system.device.name}"
+
+
 def strategy_line(strategy: Strategy, system: System, on: bool = True) -> str:
     """The strategy in one line, as the tables head it (`on`: ending with the devices it runs on)."""
     s = strategy

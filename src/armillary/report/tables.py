@@ -15,30 +15,14 @@ from rich.table import Table
 from armillary.comm.calibration import fitted_dimension
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.presets.registry import preset_names
-from armillary.report.formatting import fixed
-from armillary.report.records import (
-    codesign_best,
-    design_label,
-    design_name,
-    design_values,
-    inference_search_rows,
-    inference_simulation_rows,
-    overlap_label,
-    search_rows,
-    tied_with_first,
-    varied_axes,
-)
-from armillary.search.run import Objective
-from armillary.search.systems import DIMENSION
+from armillary.report.formatting import fixed, percent
+from armillary.report.records import inference_simulation_rows, on_devices
 from armillary.units import GIB
 
 if TYPE_CHECKING:
     from armillary.comm.sweep import SweepRow
     from armillary.estimate.economics import Economics
     from armillary.estimate.result import CommCall, ErrorBand, StepEstimate
-    from armillary.search.inference import InferenceSearchResult
-    from armillary.search.run import SearchResult
-    from armillary.search.systems import CoDesignResult
     from armillary.serving.benchmark import BenchmarkResult
     from armillary.serving.run import ServingResult
     from armillary.simulate.graph import TaskGraph
@@ -51,14 +35,6 @@ if TYPE_CHECKING:
     from armillary.validation.run import GroupSummary, RowResult
 
 
-def _on(model: Model, system: System) -> str:
-    return f"{model.name} on {system.devices} x {system.device.name}"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
 def _trust(band: ErrorBand | None) -> str:
     """How far to trust a figure, printed after it (dim)."""
     return f"  [dim]{escape(band.describe())}[/dim]" if band is not None else ""
@@ -69,7 +45,7 @@ def estimate_tables(r: StepEstimate, title: str) -> list[Table]:
     head = Table(title=title, show_header=False, min_width=len(title) + 4)
     head.add_row("step time", f"{step:.4g} s{_trust(r.error_band)}")
     head.add_row("tokens/s", f"{float(r.tokens_per_s):,.0f}")
-    head.add_row("MFU / HFU", f"{_pct(float(r.mfu))} / {_pct(float(r.hfu))}")
+    head.add_row("MFU / HFU", f"{percent(float(r.mfu))} / {percent(float(r.hfu))}")
     head.add_row("micro-batches", f"{float(r.microbatches):g}")
     moe = r.moe_layer
     if moe is not None and float(moe.expert_calls_s) > 0:
@@ -84,7 +60,7 @@ def estimate_tables(r: StepEstimate, title: str) -> list[Table]:
     time.add_column("share", justify="right")
     for f in fields(r.breakdown):
         v = float(getattr(r.breakdown, f.name))
-        time.add_row(f.name.replace("_", " "), f"{v:.4g}", _pct(v / step))
+        time.add_row(f.name.replace("_", " "), f"{v:.4g}", percent(v / step))
 
     memory = Table(title="Memory per device [GiB]")
     memory.add_column("category")
@@ -141,14 +117,15 @@ def inference_tables(r: InferenceEstimate, title: str) -> list[Table]:
 def estimate_report(r: StepEstimate | InferenceEstimate, model: Model, system: System) -> list[Table]:
     """A training iteration's or a static inference batch's tables."""
     if isinstance(r, InferenceEstimate):
-        return inference_tables(r, _on(model, system))
-    return estimate_tables(r, _on(model, system))
+        return inference_tables(r, on_devices(model, system))
+    return estimate_tables(r, on_devices(model, system))
 
 
 def serving_report(r: ServingResult, model: Model, system: System, max_rate: float | None = None,
                    trace: Path | str | None = None) -> list[Table]:
     """A served request stream (from the `trace` file, if named), with the largest rate meeting the SLOs."""
-    title = f"Serving {trace}: {_on(model, system)}" if trace is not None else f"Serving {_on(model, system)}"
+    title = f"Serving {trace}: {on_devices(model, system)}" if trace is not None else \
+        f"Serving {on_devices(model, system)}"
     return serving_tables(r, title, max_rate)
 
 
@@ -164,7 +141,7 @@ def serving_tables(r: ServingResult, title: str, max_rate: float | None = None) 
     per_device = r.output_tokens_per_s_per_device
     head.add_row("output tokens/s", f"{r.output_tokens_per_s:,.0f} ({per_device:,.0f} per device)"
                  f"{_trust(r.error_band)}")
-    head.add_row("goodput", f"{r.goodput_requests_per_s:.3g} requests/s ({_pct(r.slo_attainment)} meet both SLOs)")
+    head.add_row("goodput", f"{r.goodput_requests_per_s:.3g} requests/s ({percent(r.slo_attainment)} meet both SLOs)")
     head.add_row("mean batch / iterations", f"{r.mean_batch:.1f} / {r.iterations}")
     if r.eager_steps:
         head.add_row("eager decode steps", f"{r.eager_steps:,} (outside the engine's CUDA graphs: each pays the "
@@ -215,95 +192,6 @@ def benchmark_lines(b: BenchmarkResult) -> list[str]:
     return lines
 
 
-def search_report(result: SearchResult, model: Model, system: System, objective: Objective) -> list[Table | str]:
-    """The top strategies of a training search, and what the search did."""
-    rows = search_rows(result)
-    table = Table(title=f"{_on(model, system)}: top {len(rows)} by {objective.value}")
-    for c in ("rank", "tp", "pp", "dp", "vpp", "cp", "ep", "mb", "attention", "SP", "recompute", "ZeRO", "overlap",
-              "rank order", "step s", "±", "MFU", "GiB"):
-        table.add_column(c, justify="left" if c in ("attention", "recompute", "overlap", "rank order") else "right")
-    for r in rows:
-        overlap = overlap_label(r["overlap"], compact=True)
-        band = r["error_band"]
-        table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["cp"]),
-                      str(r["ep"]), str(r["micro_batch"]), r["attention"], "yes" if r["sequence_parallel"] else "no",
-                      r["recompute"], str(r["zero"]), overlap, r["rank_order"], f"{r['step_time_s']:.4g}",
-                      f"{band['relative']:.0%}{'!' if band['poorly_validated'] else ''}" if band else "-",
-                      _pct(r["mfu"]), f"{r['memory_gib']:.1f}")
-    summary = (f"{result.points:,} points: {result.pruned:,} pruned (degrees that do not divide, memory "
-               f"floor, {result.bounded:,} of them by the lower bound of the objective), {result.evaluated:,} "
-               f"evaluated, {result.feasible:,} feasible, in {result.elapsed_s:.2f} s "
-               f"({result.points_per_s:,.0f} points/s)")
-    if not rows:
-        return [f"infeasible: no strategy of the space runs {_on(model, system)} ({no_strategy_reason(result)})",
-                summary]
-    ties = tied_with_first(result) if objective is Objective.TIME else 0
-    tie_line = [f"ranks 1-{ties + 1} lie within the first's +-{result.top[0].error_band.relative:.0%} error band "
-                "(step time): a tie under the model's accuracy, not a ranking"] if ties and result.top[0].error_band \
-        else []
-    return [table, summary, *tie_line, *poorly_validated_warning(
-        "the fastest strategy" if objective is Objective.TIME else "the first strategy", result.top[0].error_band)]
-
-
-def poorly_validated_warning(what: str, band: ErrorBand | None) -> list[str]:
-    """A line that says when a winner's prediction sits in a poorly validated regime (else nothing)."""
-    if band is None or not band.poorly_validated:
-        return []
-    return [f"[yellow]warning[/yellow]: {escape(what)} sits in a poorly validated regime: "
-            f"{escape(band.describe())}; check it against a measurement before relying on the ranking "
-            "(! in the ± column)"]
-
-
-def no_strategy_reason(result: SearchResult) -> str:
-    if result.evaluated == 0:
-        return ("every layout was pruned: its degrees do not divide the GPUs, or its model states alone exceed "
-                "HBM; try more GPUs, ZeRO-3 or offload")
-    return f"all {result.evaluated:,} evaluated points are out of memory or break a rule"
-
-
-def codesign_report(designs: CoDesignResult, model: Model, budget: float | None) -> list[Table | str]:
-    """Every system with its best strategy (fastest first, * on the front), and the best by each goal."""
-    table = Table(title=f"{model.name}: best strategy per system")
-    dims = [k for k in (designs.points[0].values if designs.points else {}) if k.startswith(DIMENSION)]
-    for c in ("", "GPUs", "HBM GiB", "tier 2 GiB", "scale-up GB/s", "scale-out GB/s",
-              *(f"{k[len(DIMENSION):]} GB/s" for k in dims), "per node", "best tp/pp/vpp/mb", "step s", "cost M$",
-              "power kW"):
-        table.add_column(c, justify="right")
-    for i, p in sorted(enumerate(designs.points), key=lambda ip: ip[1].step_time_s):
-        v, st = design_values(p), p.best.strategy if p.best else None
-        table.add_row("*" if i in designs.pareto else "", str(v["gpus"]), f"{v['hbm_capacity']:.0f}",
-                      f"{v.get('tier2_capacity', 0):.0f}", f"{v['scale_up_bandwidth']:.0f}",
-                      f"{v['scale_out_bandwidth']:.0f}", *(f"{v[k]:.0f}" for k in dims), str(v["devices_per_node"]),
-                      f"{st.tp}/{st.pp}/{st.vpp}/{st.micro_batch}" if st else "nothing fits",
-                      f"{p.step_time_s:.4g}", f"{p.cost / 1e6:.2f}", f"{p.power / 1e3:.0f}")
-    lines: list[Table | str] = [table, f"{len(designs.points)} systems, {designs.strategies_evaluated:,} strategies "
-                                       f"evaluated; {len(designs.pareto)} on the time / cost / power front (*)"]
-    within = f" within ${budget:,.0f}" if budget is not None else ""
-    axes = varied_axes(designs)
-    lines.append("varied: " + (", ".join(design_name(k) for k in axes) if axes else "nothing (one system)"))
-    for goal, best in codesign_best(designs, budget).items():
-        band = best.best.error_band if best and best.best else None
-        text = (f"{design_label(best, axes)}: {best.step_time_s:.4g} s {f'(+-{band.relative:.0%})' if band else ''}, "
-                f"${best.cost / 1e6:.2f}M, {best.power / 1e3:.0f} kW" if best else "none")
-        lines.append(f"best by {goal}{within}: {text}")
-        lines += poorly_validated_warning(f"the best system by {goal}", band)
-    return lines
-
-
-def inference_search_report(result: InferenceSearchResult, model: Model, system: System,
-                            tpot_limit_s: float) -> list[Table | str]:
-    """The configurations with the most output tokens/s per device within the limits."""
-    table = Table(title=f"{_on(model, system)}: most tokens/s per device with TPOT <= {tpot_limit_s * 1e3:g} ms")
-    for c in ("rank", "tp", "pp", "batch", "weights", "prefill replicas", "tok/s/device", "TTFT ms", "TPOT ms",
-              "GiB"):
-        table.add_column(c, justify="right")
-    for r in inference_search_rows(result):
-        table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["batch"]), r["weights"] or "default",
-                      str(r["prefill_replicas"] or "-"), f"{r['output_tokens_per_s_per_device']:,.0f}",
-                      fixed(r["ttft_s"] * 1e3), fixed(r["tpot_s"] * 1e3), f"{r['memory_gib']:.1f}")
-    return [table, f"{result.points} points, {result.feasible} fit, {result.within_limits} within the limits"]
-
-
 def validation_tables(results: list[RowResult], summary: list[GroupSummary]) -> list[Table]:
     rows = Table(title="Validation: predicted vs measured")
     for c in ("id", "metric", "measured", "predicted", "error"):
@@ -322,8 +210,8 @@ def validation_tables(results: list[RowResult], summary: list[GroupSummary]) -> 
     for c in ("source", "rows", "run", "mean |error|", "max |error|"):
         groups.add_column(c, justify="left" if c == "source" else "right")
     for g in summary:
-        groups.add_row(g.group, str(g.rows), str(g.run), _pct(g.mean_abs_error) if g.run else "-",
-                       _pct(g.max_abs_error) if g.run else "-")
+        groups.add_row(g.group, str(g.rows), str(g.run), percent(g.mean_abs_error) if g.run else "-",
+                       percent(g.max_abs_error) if g.run else "-")
     return [rows, skipped, groups]
 
 
@@ -341,7 +229,7 @@ def sweep_table(rows: list[SweepRow], op: str, system: System) -> Table:
 
 def comm_profile_table(calls: tuple[CommCall, ...], model: Model, system: System) -> Table:
     """Every communication call of a step: count, size, bytes per tier and time (before overlap)."""
-    table = Table(title=f"Communication of one step: {_on(model, system)}")
+    table = Table(title=f"Communication of one step: {on_devices(model, system)}")
     for name in ("dim", "operation", "calls/step", "message", "time each (us)", "total (ms)", "scale-up GB",
                  "scale-out GB"):
         table.add_column(name, justify="left" if name in ("dim", "operation") else "right")
