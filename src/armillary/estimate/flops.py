@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.numerics import Array, where
+from armillary.numerics import Array, minimum, where
 from armillary.plan.arrays import ModelArrays, TrainingArrays
 from armillary.workload.adapters import adapter_parameters
 from armillary.workload.experts import experts_forward
@@ -41,11 +41,16 @@ def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays,
         fw = layer_forward(m, B, s, 1.0, 0.0, 2.0)
         dense_layer = sum(op.flop for op in fw.gemms), sum(op.flop for op in fw.core_gemms)
     dense, core = dense_layer
+    # a sliding-window layer's attention core counts min(window, s) keys per query where a full layer counts s
+    # (Megatron-Bridge training/utils/flop_utils.py, transformer_flops: swa_context = min(window, seq))
+    windowed = where((m.window > 0) & (m.window < s), 1 - m.window_layers * (1 - minimum(m.window, s) / s), 1.0)
+    dense, core = dense - (1 - windowed) * core, windowed * core
     moe: Array = 0.0
     if isinstance(m.experts, np.ndarray) or m.experts > 0:
         moe_fw = layer_forward(m, B, s, 1.0, 0.0, 2.0, mlp_width=m.shared_ffn)
         routed = experts_forward(m, B * s, 1.0, 1.0, 1.0, 2.0, 2.0)
         moe = (sum(op.flop for op in (*moe_fw.gemms, routed.router))
+               - (1 - windowed) * sum(op.flop for op in moe_fw.core_gemms)
                + routed_share * (routed.experts_in.flop + routed.experts_out.flop))
     # every weight trained: 3 x forward (forward, input and weight gradients). LoRA (Hu et al. 2021 §4.1):
     # the frozen base runs forward and its input gradient (2 x forward; no weight-gradient GEMM), the
