@@ -19,6 +19,7 @@ from typing import Any
 from armillary.comm.collectives import collective, send_recv
 from armillary.errors import SpecError
 from armillary.plan.placement import placement_of
+from armillary.simulate.chakra.astra_sim import SendCost, astra_sim_send_ns
 from armillary.simulate.chakra.schema import (
     VERSION,
     AttributeProto,
@@ -182,9 +183,15 @@ def _files(directory: Path, prefix: str | None) -> dict[int, Path]:
     return found
 
 
-def read_chakra(directory: Path, system: System | None = None, prefix: str | None = None) -> TaskGraph:
+def read_chakra(directory: Path, system: System | None = None, prefix: str | None = None,
+                sends: SendCost | str = SendCost.LIBRARY) -> TaskGraph:
     """The task graph of the `{prefix}.{rank}.et` files in `directory`. Traces written by `write_chakra`
-    come back exactly; others are costed on `system` (see `_foreign`)."""
+    come back exactly; others are costed on `system` (see `_foreign`), their point-to-point sends as
+    `sends` says (`astra_sim.SendCost`: the system's library, or ASTRA-sim's analytical network)."""
+    try:
+        sends = SendCost(sends)
+    except ValueError:
+        raise SpecError(f"sends {str(sends)[:40]!r}: one of {', '.join(c.value for c in SendCost)}") from None
     traces = {rank: read_trace(path) for rank, path in _files(directory, prefix).items()}
     metas = {rank: _attrs(meta) for rank, (meta, _) in traces.items()}
     if all(m.get("producer") == PRODUCER for m in metas.values()):
@@ -196,7 +203,7 @@ def read_chakra(directory: Path, system: System | None = None, prefix: str | Non
             raise SpecError(f"{directory}: a trace written by armillary lacks or mistypes an attribute "
                             f"({type(err).__name__}: {str(err)[:80]})") from None
         return _checked(graph)
-    return _checked(_foreign(traces, system))
+    return _checked(_foreign(traces, system, sends))
 
 
 def _checked(graph: TaskGraph) -> TaskGraph:
@@ -284,7 +291,7 @@ def _seconds_ns(seconds: Any) -> int:
     return round(float(seconds) * 1e9)
 
 
-def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None) -> TaskGraph:
+def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None, sends: SendCost) -> TaskGraph:
     """Nodes of other tools: collectives matched by process group and order into one task with the union of
     the nodes' data_deps (ctrl_deps are ignored, as ASTRA-sim's feeder does). A send and its receive, matched
     by (source, destination, tag), keep their own dependencies as ASTRA-sim runs them: the transfer (a SEND
@@ -334,7 +341,7 @@ def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None) ->
             deps[key].add(_peer(key))
     order, after = _order(entries, deps)
     index = {key: i for i, key in enumerate(order)}
-    tasks = [_task(key, entries[key], members, system, tuple(sorted(index[d] for d in deps[key])))
+    tasks = [_task(key, entries[key], members, system, tuple(sorted(index[d] for d in deps[key])), sends)
              ._replace(after=tuple(sorted(index[d] for d in after[key]))) for key in order]
     ranks = max(traces) + 1
     if system is not None and ranks > system.devices:
@@ -408,7 +415,7 @@ def _amount(node: Any, a: dict[str, Any], name: str) -> float:
 
 
 def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: dict[str, set[int]],
-          system: System | None, deps: tuple[int, ...]) -> Task:
+          system: System | None, deps: tuple[int, ...], sends: SendCost) -> Task:
     rank, _, node, a = min(nodes, key=lambda n: (n[2].type != NodeType.COMM_SEND_NODE, n[0]))
     micros_ns = node.duration_micros * 1000
     stream = _stream(key, node)
@@ -418,8 +425,12 @@ def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: 
         size = _amount(node, a, "comm_size")
         pair = placement_of((src, dst), s.sizes)
         crosses = pair.outermost > 0
+        if sends is SendCost.ASTRA_SIM:
+            duration = astra_sim_send_ns(size, src, dst, s) if size > 0 else 0
+        else:
+            duration = _seconds_ns(send_recv(size, pair, s).time)
         return Task(node.name, TaskKind.SEND, Category.PP, (src, dst), None,
-                    _seconds_ns(send_recv(size, pair, s).time), deps, Tier.SCALE_OUT if crosses else Tier.SCALE_UP,
+                    duration, deps, Tier.SCALE_OUT if crosses else Tier.SCALE_UP,
                     size, 0.0, "", Collective.SEND_RECV)
     if key[0] == "recv":
         return Task(node.name, TaskKind.COMPUTE, Category.PP, (rank,), None, 0, deps, Tier.NONE,
