@@ -5,6 +5,12 @@ of F x P_prior / P on the prior, so its efficiency is the prior's at that size: 
 (F x P / P_prior, e), per precision. The attention kernels keep the prior's share of the peak, the HBM its
 streaming share. tests/test_device_priors.py checks the presets equal this derivation.
     python tools/device_prior.py mi355x
+
+A device no calibrated or benchmarked device of its vendor describes (Trainium2, Tesla's D1) takes the
+vendor-neutral prior instead (`--neutral`): at each ideal kernel time t = F / P (bf16 peak), the median over
+NEUTRAL_REFERENCES of their GEMM efficiency at that kernel time, read on the device at F = t x P_device. It is a
+statement about GEMM libraries in general, not about the device: its band is the uncalibrated devices'.
+    python tools/device_prior.py trainium2 --neutral
 """
 
 from __future__ import annotations
@@ -12,9 +18,25 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import numpy as np
+
 from armillary.presets.registry import find_preset
 from armillary.specs.loading import load_device
 from armillary.specs.system import Device, Precision
+
+# one device per distinct GEMM curve measured on that device itself: fitted on its own validation rows
+# (A100, H100, B200: tools/calibrate.py) or read from its own published kernel benchmarks (MI300X, Gaudi 3,
+# TPU v6e; see their presets). Devices whose curve is a copy or a prior of one of these are left out, so that no
+# curve counts twice. Four vendors, three GPU generations of one of them.
+NEUTRAL_REFERENCES = ("a100-sxm4-80gb", "h100-sxm", "b200", "mi300x", "gaudi3", "tpu-v6e")
+# a reference speaks only where it was measured: from its first curve point up (beyond its last point every curve
+# is flat, at its plateau), and Gaudi 3 from its first benchmarked size (its preset: below 1.03e11 FLOP the points
+# are a placeholder roll-off, the A100's ratios). Below that, the median is over the others.
+MEASURED_FROM = {"gaudi3": 1.03e11}
+# the ideal kernel times (F / bf16 peak) the median is read at: half decades from 1 us (a GEMM of 1e9 FLOP on
+# an H100) to 10 ms, past which every reference curve is flat
+NEUTRAL_TIMES = tuple(float(t) for t in 10.0 ** np.arange(-6.0, -1.99, 0.5))
+NEUTRAL_LABEL = "VENDOR-NEUTRAL PRIOR"
 
 COPIED = ("flash_attention_efficiency", "flash3_attention_efficiency", "flash_attention_overhead_keys",
           "kernel_overhead")
@@ -35,11 +57,38 @@ def prior_fields(device: Device, prior: Device) -> dict[str, Any]:
     return out
 
 
+def neutral_curve(device: Device, references: dict[str, Device]) -> list[list[float]]:
+    """The vendor-neutral prior GEMM curve of `device`: per ideal kernel time in NEUTRAL_TIMES, the median of
+    the references' efficiencies at that kernel time (those measured there), placed at the FLOPs that take that
+    long on `device`."""
+    def reading(name: str, reference: Device, t: float) -> float | None:
+        flops = t * reference.matrix_peak(Precision.BF16)
+        measured_from = MEASURED_FROM.get(name, reference.matrix_efficiency.points[0][0])
+        return float(reference.matrix_efficiency(flops)) if flops >= measured_from * (1 - 1e-9) else None
+
+    peak = device.matrix_peak(Precision.BF16)
+    out = []
+    for t in NEUTRAL_TIMES:
+        readings = [e for n, r in references.items() if (e := reading(n, r, t)) is not None]
+        out.append([float(f"{t * peak:.4g}"), round(float(np.median(readings)), 3)])
+    return out
+
+
+def neutral_references() -> dict[str, Device]:
+    return {name: load_device(name) for name in NEUTRAL_REFERENCES}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("device")
-    name = parser.parse_args().device
+    parser.add_argument("--neutral", action="store_true", help="the vendor-neutral prior (no same-vendor device)")
+    args = parser.parse_args()
+    name = args.device
     device = load_device(name)
+    if args.neutral:
+        print(f"matrix_efficiency: {{points: {neutral_curve(device, neutral_references())}}}")
+        print(f"(write it into {find_preset('devices', name)}, its source starting '{NEUTRAL_LABEL}')")
+        return
     if device.prior is None:
         raise SystemExit(f"{name}: no prior named in its preset")
     for key, value in prior_fields(device, load_device(device.prior)).items():
