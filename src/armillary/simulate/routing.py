@@ -17,6 +17,8 @@ Ranks are devices in the placement's order (rank r on device r, coordinates inne
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -48,22 +50,53 @@ def untapered(system: System) -> System:
     return system
 
 
-def routes(tasks: tuple[Task, ...], system: System) -> Routes | None:
-    """The uplinks each scale-out transfer crosses on `system`'s tapered dimensions; None without any."""
+@dataclass(frozen=True)
+class Leaves:
+    """The leaves of `system`'s tapered dimensions: per dimension (`dims`), each device's leaf number and
+    its block along the dimension, and how many ports its leaf has."""
+
+    dims: tuple[int, ...]
+    leaf: tuple[np.ndarray, ...]
+    block: tuple[np.ndarray, ...]
+    ports: tuple[np.ndarray, ...]
+    oversubscription: tuple[float, ...]
+
+    def capacity(self, k: int, leaf: int) -> float:
+        """Uplink capacity of leaf `leaf` of the k-th tapered dimension, per direction, in rank links."""
+        member = int(np.flatnonzero(self.leaf[k] == leaf)[0])
+        return float(self.ports[k][member]) / self.oversubscription[k]
+
+    def loads(self, t: Task) -> dict[tuple[int, int, int], float]:
+        """(dimension, leaf, direction) -> the load transfer `t` puts on that uplink at its full rate."""
+        return {(d, where, direction): load for k, d in enumerate(self.dims)
+                for (where, direction), load in _loads(t, self.leaf[k], self.block[k]).items()}
+
+
+def leaves(system: System) -> Leaves | None:
+    """The leaves of the tapered dimensions of `system` (ranks placed on devices in order); None without any."""
     sizes = system.sizes
     dims = [d for d, (net, size) in enumerate(zip(system.network, sizes, strict=True)) if tapered(net, size)]
     if not dims:
         return None
     devices = np.arange(system.devices)
-    leaves, blocks, ports = [], [], []
+    leaf, blocks, ports = [], [], []
     for d in dims:
         stride, leaf_size = int(np.prod(sizes[:d])), system.network[d].leaf_size or 1
         along = (devices // stride) % sizes[d]
         block = along // leaf_size
         # a leaf: the devices sharing every other coordinate and the block of `leaf_size` along d
-        leaves.append((devices - along * stride) * (-(-sizes[d] // leaf_size)) + block)
+        leaf.append((devices - along * stride) * (-(-sizes[d] // leaf_size)) + block)
         blocks.append(block)
         ports.append(np.minimum(leaf_size, sizes[d] - block * leaf_size))
+    return Leaves(tuple(dims), tuple(leaf), tuple(blocks), tuple(ports),
+                  tuple(system.network[d].oversubscription for d in dims))
+
+
+def routes(tasks: Sequence[Task], system: System) -> Routes | None:
+    """The uplinks each scale-out transfer crosses on `system`'s tapered dimensions; None without any."""
+    where = leaves(system)
+    if where is None:
+        return None
     number: dict[tuple[int, int, int], int] = {}  # (dimension, leaf, direction) -> link
     capacity: list[float] = []
     counts = np.zeros(len(tasks), dtype=np.int64)
@@ -72,16 +105,13 @@ def routes(tasks: tuple[Task, ...], system: System) -> Routes | None:
     for i, t in enumerate(tasks):
         if t.tier is not Tier.SCALE_OUT or t.duration_ns <= 0:
             continue
-        for d, leaf, block, port in zip(dims, leaves, blocks, ports, strict=True):
-            for (where, direction), load in _loads(t, leaf, block).items():
-                key = (d, where, direction)
-                if key not in number:
-                    number[key] = len(capacity)
-                    member = int(np.flatnonzero(leaf == where)[0])
-                    capacity.append(float(port[member]) / system.network[d].oversubscription)
-                links.append(number[key])
-                loads.append(load)
-                counts[i] += 1
+        for key, load in where.loads(t).items():
+            if key not in number:
+                number[key] = len(capacity)
+                capacity.append(where.capacity(where.dims.index(key[0]), key[1]))
+            links.append(number[key])
+            loads.append(load)
+            counts[i] += 1
     if not links:
         return None
     first = np.zeros(len(tasks) + 1, dtype=np.int64)

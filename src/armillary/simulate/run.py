@@ -11,13 +11,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armillary.arguments import whole
 from armillary.display import Displayed, Headline, number, seconds
 from armillary.errors import SpecError
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.run import estimate_training_run
 from armillary.plan import rules
+from armillary.plan.layout import data_parallel
+from armillary.simulate.classes import rank_classes
 from armillary.simulate.engine import paused_gc, run
-from armillary.simulate.graph import Category, TaskGraph
+from armillary.simulate.graph import Category, Stream, TaskGraph, TaskKind
 from armillary.simulate.routing import routes, untapered
 from armillary.simulate.timeline import Timeline
 from armillary.simulate.training import training_graph
@@ -71,40 +74,80 @@ class SimulationResult(Displayed):
                 ("tasks", number(len(self.graph.tasks))), ("wall", seconds(self.wall_s))]
 
 
-# memory of one task in a graph and its run (the task, its dependency tuples, the engine's arrays), measured
-# on Llama 3 405B at 1,024 GPUs without symmetry (328,416 tasks, about 375 MB peak)
-BYTES_PER_TASK = 1200
+# memory of the every-rank graph and its run, per task and per rank a task names (the Task tuple, its name,
+# ranks, dependency and predecessor tuples, durations as Python numbers; the engine's arrays), fitted on
+# the peak RSS of Llama 3.1 405B every-rank runs (`benchmarks/bench_simulate.py`, see docs/simulation.md)
+BYTES_PER_TASK = 600
+BYTES_PER_RANK_ENTRY = 16
 MEMORY_LIMIT_BYTES = 8 * 2**30
 
 
-def _check_memory(tasks: int) -> None:
-    """Refuse before building a graph that would not fit the memory limit, with the estimate made."""
-    need = tasks * BYTES_PER_TASK
+@dataclass(frozen=True)
+class GraphSize:
+    """How big the every-rank graph of a symmetric graph is: tasks, and ranks named by them."""
+
+    tasks: int
+    rank_entries: int
+
+    @property
+    def bytes(self) -> int:
+        return self.tasks * BYTES_PER_TASK + self.rank_entries * BYTES_PER_RANK_ENTRY
+
+
+def every_rank_size(symmetric: TaskGraph, strategy: Strategy) -> GraphSize:
+    """The size of the every-rank graph that `symmetric` (one rank per stage) stands for, counted exactly as
+    `training.layout` expands it: a compute task, copy or send once per lane of its stage (tp x cp x dp), a
+    collective once per group (dp TP x CP groups; tp DP groups), each naming every lane once."""
+    lanes = symmetric.devices // symmetric.ranks
+    groups = {False: lanes // (strategy.tp * strategy.cp), True: strategy.tp}  # per stage: TP x CP groups, DP
+    kind = np.fromiter(map(operator.itemgetter(1), symmetric.tasks), dtype=np.int64, count=len(symmetric.tasks))
+    dp_stream = np.fromiter((t.stream in (Stream.DP, Stream.DP_GATHER) for t in symmetric.tasks), dtype=bool,
+                            count=len(symmetric.tasks))
+    collective = kind == TaskKind.COLLECTIVE
+    per_lane = int((~collective).sum())
+    tasks = per_lane * lanes + int((collective & ~dp_stream).sum()) * groups[False] + int(
+        (collective & dp_stream).sum()) * groups[True]
+    sends = int((kind == TaskKind.SEND).sum())
+    return GraphSize(tasks, (per_lane + sends + int(collective.sum())) * lanes)
+
+
+def _check_memory(size: GraphSize, strategy: Strategy, workload: Training) -> None:
+    """Refuse before building an every-rank graph that would not fit the memory limit, saying what would."""
+    need = size.bytes
     if need > MEMORY_LIMIT_BYTES:
-        raise SpecError(f"simulate: every rank would take about {tasks:,} tasks and {need / 2**30:.1f} GiB "
-                        f"(limit {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB); simulate symmetrically (one rank per "
-                        "stage) or fewer GPUs")
+        fits = max(int(workload.global_batch * MEMORY_LIMIT_BYTES / need), 0)
+        raise SpecError(f"simulate: every rank would take about {size.tasks:,} tasks and {need / 2**30:.1f} GiB "
+                        f"(limit {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB; tasks grow with the micro-batches: a global "
+                        f"batch of about {fits:,} would fit); let equivalent ranks share a simulation "
+                        "(classes=True: exact, without jitter), simulate symmetrically (one rank per stage) or "
+                        "on fewer GPUs")
 
 
 def simulate_training(model: Model, system: System, strategy: Strategy, workload: Training,
                       schedule: Schedule | None = None, symmetric: bool = True,
                       stragglers: Mapping[int, float] | None = None, jitter: float = 0.0,
-                      seed: int = 0) -> SimulationResult:
+                      seed: int = 0, classes: bool = False) -> SimulationResult:
     """One iteration as a task graph on the event engine. `schedule` replaces the strategy's (in the
-    analytical estimate too); `stragglers`: compute slowdown per simulated rank; `jitter`: relative standard
-    deviation of every task's duration, drawn from `seed`."""
+    analytical estimate too); `stragglers`: compute slowdown per simulated rank (per device without
+    symmetry); `jitter`: relative standard deviation of every task's duration, drawn from `seed`. Without
+    `symmetric`, every rank is simulated; with `classes` too, ranks with the same program and the same
+    contention share one simulation (`classes.py`: exact; jitter, drawn per task, needs every rank)."""
     started = time.perf_counter()
     if not rules.model_parallel_divides(strategy.tp, strategy.cp, strategy.pp, system.devices).ok:
         raise SpecError(f"simulate: tp x cp x pp = {strategy.tp * strategy.cp * strategy.pp} does not divide the "
                         f"{system.devices} devices")
+    if not isinstance(classes, bool):
+        raise SpecError(f"classes: expected True or False, got {classes!r}")
     if schedule is not None and schedule is not strategy.pipeline_schedule:  # the estimate runs it too
         strategy = load_strategy({**strategy.model_dump(mode="json", exclude_none=True), "schedule": schedule.value})
     est = estimate_training_run(model, system, strategy, workload)
     chosen = strategy.pipeline_schedule
     with paused_gc():
         graph = training_graph(model, system, strategy, workload, est, chosen, True)
-        if not symmetric:
-            _check_memory(len(graph.tasks) * graph.devices // graph.ranks)  # each stage's rank stands for its peers
+        if not symmetric and classes and jitter <= 0:
+            graph, stragglers = _by_classes(model, system, strategy, workload, est, graph, stragglers)
+        elif not symmetric:
+            _check_memory(every_rank_size(graph, strategy), strategy, workload)
             graph = _every_rank(model, system, strategy, workload, est)
     engine_started = time.perf_counter()
     timeline = run(graph, stragglers, jitter, seed)
@@ -125,17 +168,38 @@ def simulate_training(model: Model, system: System, strategy: Strategy, workload
                             float(busy[busiest]), time.perf_counter() - started, engine_s)
 
 
+def _flat(model: Model, system: System, strategy: Strategy, workload: Training,
+          est: StepEstimate) -> tuple[System, StepEstimate]:
+    """The system whose costs routed transfers take (tapered tiers untapered, `routing.untapered`), and its
+    estimate."""
+    flat = untapered(system)
+    return (system, est) if flat is system else (flat, estimate_training_run(model, flat, strategy, workload))
+
+
 def _every_rank(model: Model, system: System, strategy: Strategy, workload: Training,
                 est: StepEstimate) -> TaskGraph:
     """Every rank's graph. On a system with tapered switch tiers its transfers are costed as if the uplinks
     were not tapered and routed over them instead (`routing.py`): they slow down only as much as the
     traffic that really crosses them at the same time."""
-    flat = untapered(system)
-    if flat is system:
-        return training_graph(model, system, strategy, workload, est, strategy.pipeline_schedule, False)
-    flat_est = estimate_training_run(model, flat, strategy, workload)
+    flat, flat_est = _flat(model, system, strategy, workload, est)
     graph = training_graph(model, flat, strategy, workload, flat_est, strategy.pipeline_schedule, False)
-    return dataclasses.replace(graph, routes=routes(graph.tasks, system))
+    return graph if flat is system else dataclasses.replace(graph, routes=routes(graph.tasks, system))
+
+
+def _by_classes(model: Model, system: System, strategy: Strategy, workload: Training, est: StepEstimate,
+                symmetric: TaskGraph, stragglers: Mapping[int, float] | None
+                ) -> tuple[TaskGraph, dict[int, float] | None]:
+    """The graph of one rank per class of equivalent ranks (`classes.py`), routed as `_every_rank` routes,
+    and the stragglers (per device) on its ranks."""
+    if stragglers is not None and not isinstance(stragglers, Mapping):
+        raise SpecError(f"stragglers: expected a mapping of device rank to slowdown factor, got {stragglers!r}")
+    for device in stragglers or {}:
+        whole(f"straggler rank (the system has devices 0..{system.devices - 1})", device, 0, system.devices - 1)
+    found = rank_classes(strategy, data_parallel(strategy, system), system, symmetric, stragglers)
+    flat, flat_est = _flat(model, system, strategy, workload, est)
+    graph = training_graph(model, flat, strategy, workload, flat_est, strategy.pipeline_schedule, False, found.layout)
+    slow = {found.rank_of(d): f for d, f in stragglers.items()} if stragglers else None
+    return dataclasses.replace(graph, routes=found.routes(graph)), slow
 
 
 def every_rank_graph(model: Model, system: System, strategy: Strategy, workload: Training,
@@ -147,6 +211,7 @@ def every_rank_graph(model: Model, system: System, strategy: Strategy, workload:
     if result.schedule is not strategy.pipeline_schedule:
         strategy = load_strategy({**strategy.model_dump(mode="json", exclude_none=True),
                                   "schedule": result.schedule.value})
-    _check_memory(len(result.graph.tasks) * result.graph.devices // result.graph.ranks)
     with paused_gc():
+        symmetric = training_graph(model, system, strategy, workload, result.estimate, result.schedule, True)
+        _check_memory(every_rank_size(symmetric, strategy), strategy, workload)
         return _every_rank(model, system, strategy, workload, result.estimate)

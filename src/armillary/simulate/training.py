@@ -136,8 +136,10 @@ def _pipeline_send(est: StepEstimate) -> Send:
 
 
 def training_graph(model: Model, system: System, strategy: Strategy, workload: Training, est: StepEstimate,
-                   schedule: Schedule, symmetric: bool = True) -> TaskGraph:
-    """One iteration's task graph. `est`: the estimate of the same configuration (its costs)."""
+                   schedule: Schedule, symmetric: bool = True, ranks: Layout | None = None) -> TaskGraph:
+    """One iteration's task graph. `est`: the estimate of the same configuration (its costs); `ranks`: the
+    simulated ranks and their groups when not one per stage (`symmetric`) or every rank (rank classes,
+    `classes.py`)."""
     m = round(float(est.microbatches))
     if m != float(est.microbatches) or m < 1:
         dp = data_parallel(strategy, system)
@@ -146,7 +148,7 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
                         f"{float(est.microbatches):g} micro-batches per pipeline; it must be a whole number")
     if schedule is Schedule.INTERLEAVED and strategy.vpp < 2:
         raise SpecError("simulate: the interleaved schedule needs vpp >= 2")
-    lay = layout(strategy, data_parallel(strategy, system), symmetric)
+    lay = ranks or layout(strategy, data_parallel(strategy, system), symmetric)
     b = GraphBuilder()
     share = float(chunk_share(strategy.recompute_layers or 0, chunk_size(model.layers, strategy)))
     passes = _Passes(b, est, strategy, lay, stage_layer_kinds(model, strategy), schedule is Schedule.ZB_H1, m, share)
