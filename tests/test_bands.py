@@ -17,6 +17,7 @@ from armillary.validation.bands import (
     Regime,
     Residual,
     band,
+    band_quantile,
     shipped_residuals,
 )
 
@@ -89,7 +90,7 @@ def test_a_regime_whose_unseen_rows_erred_more_prints_the_unseen_error():
     unseen = _rows(dense, [0.3, -0.25, 0.2, 0.1, -0.15, 0.05, 0.4, -0.3, 0.12, 0.22], "new", unseen=True)
     assert band(dense, tuned).relative < 0.05
     widened = band(dense, tuned + unseen)
-    assert widened.relative == np.quantile(np.abs([r.error for r in unseen]), 0.8)
+    assert widened.relative == band_quantile([r.error for r in unseen])
     assert f"its {len(unseen)} rows first run out of sample" in widened.regime
     # too few unseen rows to say anything: the in-sample band stands
     assert band(dense, tuned + unseen[:MIN_UNSEEN - 1]).relative == band(dense, tuned).relative
@@ -104,6 +105,20 @@ def test_unseen_rows_of_one_engine_never_widen_another_engines_band():
     # a sparse vLLM regime coarsened past the engine still never takes TensorRT-LLM's unseen rows
     sparse = _rows(replace(vllm, moe=False), [0.1] * 3) + _rows(trt, [0.2] * 20) + _rows(trt, [3.0] * 9, "t", True)
     assert band(replace(vllm, moe=False, precision="16-bit"), sparse).relative < 1
+
+
+def test_the_band_is_the_conformal_rank_so_that_a_new_row_falls_inside_80_percent_of_the_time():
+    """ceil(0.8 (n + 1))-th smallest of n: of 8 rows the largest, of 16 the 14th, of 4 the largest; never below
+    the interpolated 80th percentile. Drawn from a known distribution, a fresh row lands inside at least 80% of
+    the time, where the interpolated percentile of 8 rows covers about 73%."""
+    errors = [0.01 * i for i in range(1, 17)]
+    assert band_quantile(errors) == pytest.approx(0.14) and band_quantile(errors[:8]) == 0.08
+    assert band_quantile([0.3, -0.1, 0.2, 0.05]) == 0.3 and band_quantile(errors) >= np.quantile(errors, 0.8)
+    rng = np.random.default_rng(0)
+    pools, fresh = rng.normal(size=(4000, 8)), rng.normal(size=4000)
+    conformal = np.mean([abs(f) <= band_quantile(p) for p, f in zip(pools, fresh, strict=True)])
+    interpolated = np.mean([abs(f) <= np.quantile(np.abs(p), 0.8) for p, f in zip(pools, fresh, strict=True)])
+    assert conformal >= 0.8 - 0.02 and interpolated < 0.76
 
 
 def test_a_precision_or_engine_no_row_has_is_widened_never_narrowed():
