@@ -153,7 +153,8 @@ def write_residuals(csv: Path) -> None:
             continue
         sweep_id = re.sub(r"-\d+$", "", row["id"])  # one measured sweep (a publication may hold several)
         residuals.append(CollectiveResidual(row["id"], sweep_id, fabric_class(read_system(row)),
-                                            float(row["msg_bytes"]) < MIB, round(result.error, 6)))
+                                            float(row["msg_bytes"]) < MIB, round(result.error, 6),
+                                            int(row["n_gpus"])))
     write_collective_residuals(residuals)
     coverage = leave_one_source_out_coverage(residuals)
     for name in sorted({r.fabric_class for r in residuals}):

@@ -1,6 +1,7 @@
 """How far to trust a collective prediction: the error band of its fabric class and size regime, from the
 residuals of the shared collective rows (validation/data/collective_residuals.json, written by
-tools/calibrate_fabric.py --residuals)."""
+tools/calibrate_fabric.py --residuals), widened where the collective spans more GPUs than any measured sweep of
+its class (a scale never validated: issue 43's "scale beyond the largest validated")."""
 
 from __future__ import annotations
 
@@ -39,23 +40,35 @@ class CollectiveResidual:
     fabric_class: str
     small: bool  # below SMALL_MESSAGE_BYTES: latency-bound
     error: float  # predicted / measured - 1
+    gpus: int = 0  # the ranks of the row's collective (0: not recorded)
 
 
-def band_of(fabric_class: str | None, small: bool, residuals: Sequence[CollectiveResidual]) -> ErrorBand:
+def band_of(fabric_class: str | None, small: bool, residuals: Sequence[CollectiveResidual],
+            gpus: int | None = None) -> ErrorBand:
     """The BAND_QUANTILE of |error| over the residuals of `fabric_class` in the same size regime (below / from
     1 MiB); a class with fewer than BAND_MIN_ROWS rows or BAND_MIN_SOURCES sweeps (or none: a fabric no sweep
-    calibrated) takes the band of every scale-out class in that size regime, named uncalibrated."""
+    calibrated) takes the band of every scale-out class in that size regime, named uncalibrated. A collective
+    of more `gpus` than any sweep of its scale-out class measured takes the wider of its class's band and that
+    pooled band: rows of 2-node rings say little of a 1,024-GPU ring, and a coarser regime only widens."""
     size = "< 1 MiB" if small else ">= 1 MiB"
     rows = [r for r in residuals if r.small == small and r.fabric_class == fabric_class]
     regime = f"collective, {fabric_class}, {size}"
+    pooled = [r for r in residuals if r.small == small and r.fabric_class != ONE_DOMAIN]
     if len(rows) < BAND_MIN_ROWS or len({r.source for r in rows}) < BAND_MIN_SOURCES:
-        rows = [r for r in residuals if r.small == small and r.fabric_class != ONE_DOMAIN]
+        rows = pooled
         regime = f"collective, {UNCALIBRATED} ({fabric_class or 'unknown'}: all classes), {size}"
     if not rows:
         raise ValueError(f"no collective residuals {size}: regenerate {COLLECTIVE_RESIDUALS.name}")
-    errors = np.abs([r.error for r in rows])
-    return ErrorBand(relative=float(np.quantile(errors, BAND_QUANTILE)), regime=regime, rows=len(rows),
-                     sources=len({r.source for r in rows}))
+    relative = _quantile(rows)
+    largest = max((r.gpus for r in residuals if r.fabric_class == fabric_class), default=0)
+    if gpus and fabric_class != ONE_DOMAIN and rows is not pooled and 0 < largest < gpus:
+        relative = max(relative, _quantile(pooled))
+        regime += f"; {gpus} GPUs, beyond the largest validated ({largest}): widened to all classes' band"
+    return ErrorBand(relative=relative, regime=regime, rows=len(rows), sources=len({r.source for r in rows}))
+
+
+def _quantile(rows: Sequence[CollectiveResidual]) -> float:
+    return float(np.quantile(np.abs([r.error for r in rows]), BAND_QUANTILE))
 
 
 def leave_one_source_out_coverage(residuals: Sequence[CollectiveResidual]) -> dict[str, tuple[int, int]]:
@@ -64,7 +77,7 @@ def leave_one_source_out_coverage(residuals: Sequence[CollectiveResidual]) -> di
     out: dict[str, tuple[int, int]] = {}
     for r in residuals:
         others = [o for o in residuals if o.source != r.source]
-        covered = abs(r.error) <= band_of(r.fabric_class, r.small, others).relative
+        covered = abs(r.error) <= band_of(r.fabric_class, r.small, others, r.gpus).relative
         hit, total = out.get(r.fabric_class, (0, 0))
         out[r.fabric_class] = (hit + covered, total + 1)
     return out
@@ -86,7 +99,7 @@ def collective_band(system: System, gpus: int, size_bytes: float, fabric_name: s
     fits in it, NVL72 racks, the named fabric's, or that of the fabric whose calibrated dimension the system's
     outermost tier is."""
     return band_of(system_fabric_class(system, gpus, fabric_name), size_bytes < SMALL_MESSAGE_BYTES,
-                   shipped_collective_residuals())
+                   shipped_collective_residuals(), gpus)
 
 
 def system_fabric_class(system: System, gpus: int, fabric_name: str | None = None) -> str | None:

@@ -45,7 +45,8 @@ def row_band(row: dict[str, str]) -> ErrorBand | None:
             reading = read_system(row)
         except (Unsupported, ValueError):
             return None
-        return band_of(fabric_class(reading), size < SMALL_MESSAGE_BYTES, shipped_collective_residuals())
+        gpus = int(row.get("n_gpus") or 0) if (row.get("n_gpus") or "").isdigit() else 0
+        return band_of(fabric_class(reading), size < SMALL_MESSAGE_BYTES, shipped_collective_residuals(), gpus)
     regime = row_regime(row)
     return shipped_band(regime) if regime is not None else None
 
