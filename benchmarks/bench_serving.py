@@ -3,6 +3,8 @@
 Run: python benchmarks/bench_serving.py              (target: 100,000 requests served in < 10 s)
      python benchmarks/bench_serving.py --stability  (also the max rate at 60 s and 600 s: within 5%)
      python benchmarks/bench_serving.py --search     (only the serving search: target >= 100,000 points/s)
+     python benchmarks/bench_serving.py --max-rate   (only `serve --max-rate`: target < 3 s, within the seeds'
+                                                      spread of the bisection it replaced)
 
 Three loads of 100,000 Poisson requests on the shipped serving example (Llama 2 70B, two TP4 replicas on
 a DGX H100): light (mostly single-sequence decode stretches), near capacity, and overloaded; and near
@@ -42,6 +44,30 @@ def stability(model: object, system: object, strategy: object, workload: Inferen
     print(f"600 s vs 60 s: {rates[600.0] / rates[60.0] - 1:+.1%} (target within 5%)")
 
 
+def max_rate(model: object, system: object, strategy: object, workload: Inference, repeats: int = 3) -> None:
+    """`armillary.max_rate` (serve --max-rate: interpolating from the analytical rate) against the bisection
+    it replaced (`steady_max_rate(bisect=True)` from the same start), alternately: seconds, runs, the answer
+    and the seeds' range."""
+    from armillary import defaults
+    from armillary.serving.rate import analytical_rate
+
+    def serve(rate: float, seed: int) -> armillary.ServingResult:
+        sv = workload.serving.model_copy(update={"seed": workload.serving.seed + seed})
+        return armillary.simulate_serving(model, system, strategy, workload.model_copy(update={"serving": sv}),  # type: ignore[arg-type]
+                                          rate, defaults.SERVE_DURATION_S)
+
+    armillary.simulate_serving(model, system, strategy, workload, 2.0, 10.0)  # type: ignore[arg-type]  # kernels loaded
+    start = analytical_rate(armillary.estimate(model, system, strategy, workload))  # type: ignore[arg-type]
+    for _ in range(repeats):
+        for name in ("bisection (before)", "interpolated"):
+            t0, c0 = time.perf_counter(), time.process_time()
+            found = (steady_max_rate(serve, defaults.MAX_RATE_SEEDS, start=start, bisect=True) if name[0] == "b"
+                     else armillary.max_rate(model, system, strategy, workload))  # type: ignore[arg-type]
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+            print(f"max rate, {name:18}: {elapsed:.2f} s ({cpu:.2f} s CPU), {len(found.tried)} runs: "
+                  f"{found.rate:.3f} req/s (seeds {found.low:.3f}..{found.high:.3f})")
+
+
 def search() -> None:
     """The serving search over tp, pp, ep, batch 1-2048, weight and KV precision on one DGX H100."""
     from armillary.search.inference import InferenceSpace, search_inference
@@ -67,6 +93,9 @@ def main() -> None:
         return
     model, system, strategy, workload = load_run(EXAMPLE)
     assert isinstance(workload, Inference)
+    if "--max-rate" in sys.argv:
+        max_rate(model, system, strategy, workload)
+        return
     armillary.estimate(model, system, strategy, workload)
     t0 = time.perf_counter()
     for _ in range(100):
@@ -92,6 +121,7 @@ def main() -> None:
     print(f"serve {r.requests:,} requests at 8/s, least outstanding tokens: {elapsed:.2f} s ({cpu:.2f} s CPU)  "
           f"({r.iterations:,} iterations, P90 TTFT {r.ttft_s.p90 * 1e3:.0f} ms)")
     search()
+    max_rate(model, system, strategy, workload, repeats=1)
     if "--stability" in sys.argv:
         stability(model, system, strategy, workload)
 
