@@ -84,6 +84,7 @@ from armillary.validation.collective_rows import (
     best_of_runs,
     channel_settings,
     fabric_class,
+    monotone_rows,
     pinned_algorithm,
     predict_collective,
     read_op,
@@ -168,23 +169,7 @@ def write_residuals(csv: Path) -> None:
         print(f"{name:20s} leave-one-sweep-out coverage {hit}/{total} = {hit / total:.0%}")
 
 
-def monotone(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The rows of one sweep whose time no larger message beats: a larger message is never faster, so a size
-    measured slower than a larger one carries start-up or warm-up cost (nccl-tests' first size; a benchmark
-    without warm-up iterations), not the fabric's latency."""
-    def seconds(row: dict[str, str]) -> float:
-        size, value = float(row["msg_bytes"]), best_of_runs(row, float(row["value"]))[0]
-        if row["metric"].lower().startswith("time"):
-            return value * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[row["unit"].strip().lower()]
-        return size / value  # busbw or algbw: time up to the sweep's constant bus factor
-    timed = sorted(((float(r["msg_bytes"]), seconds(r), r) for r in rows
-                    if r["metric"].lower().startswith(("time", "busbw", "algbw"))), key=lambda x: x[0])
-    kept, fastest_above = [], float("inf")
-    for _, t, row in reversed(timed):
-        if t <= fastest_above * (1 + 1e-9):
-            kept.append(row)
-        fastest_above = min(fastest_above, t)
-    return kept[::-1]
+monotone = monotone_rows
 
 
 def _loss(rows: list[dict[str, str]], trial: dict[str, object], field: str, value: float) -> float:
