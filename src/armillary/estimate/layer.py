@@ -8,7 +8,7 @@ Recomputation re-runs the forward (full) or the attention core (selective; Korth
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
 from armillary.specs.system import Device, System
-from armillary.workload.experts import ExpertsForward
+from armillary.workload.experts import ExpertsForward, strategy_array
 from armillary.workload.ops import Op
 from armillary.workload.quantize import quantize_ops
 from armillary.workload.transformer import Ends, LayerForward
@@ -137,12 +137,17 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     # kernel can expose more of it, never slow the pass)
     ep_f, ep_b, ep_calls = _expert_exchange(experts, exchange.expert_groups, st, system, forward.time_s + tp_f + cp_f,
                                             backward_input.time_s + backward_weight.time_s + tp_b + cp_b, full)
+    rerun = full + (moe_block_recompute(st) if experts is not None else 0.0)  # passes re-running the exchange
+    if experts is not None:  # the host's wait at the dispatcher's sync: part of the forward (and its re-run)
+        wait = moe_host_wait(forward.time_s + tp_f + cp_f + ep_f, experts, st)
+        forward = replace(forward, time_s=forward.time_s + wait)
+        recompute = replace(recompute, time_s=recompute.time_s + rerun * wait)
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
                       tp_recompute_s=full * tp_f, cp_forward_s=cp_f, cp_backward_s=cp_b,
                       cp_recompute_s=full * cp_f, ep_forward_s=ep_f, ep_backward_s=ep_b,
-                      ep_recompute_s=full * ep_f, recompute_modules=modules, attention_core=core_f,
+                      ep_recompute_s=rerun * ep_f, recompute_modules=modules, attention_core=core_f,
                       attention_core_backward=core_b,
-                      expert_calls_s=kt.expert_calls * (3 + full),  # forward, input and weight gradients
+                      expert_calls_s=kt.expert_calls * (3 + rerun),  # forward, input and weight gradients, re-runs
                       weight_gemms_s=base_weight_t if adapters is not None else None)
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
     sp, ar = st.sequence_parallel, tp_costs[0]
@@ -158,6 +163,20 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     calls = (*(CommCall.of(dim, op, n, exchange.tp_bytes, cost) for (dim, op), n, cost in
                zip(TP_OPERATIONS, per_layer, tp_costs, strict=True)), *cp_calls, *ep_calls)
     return layer, ends_cost, calls
+
+
+def moe_host_wait(device_forward_s: Array, experts: ExpertsForward, st: StrategyArrays) -> Array:
+    """Seconds an MoE layer's forward (one micro-batch) waits on the host past `device_forward_s`, its time
+    on the device (exposed communication included), when the token dispatcher blocks the host on the token
+    counts once per layer (`Strategy.moe_host`; docs/moe.md). The host then cannot run ahead: the device
+    idles until the host has issued the layer's kernels again, so the layer takes at least their host time,
+    the stack's kernels issued one by one (`moe_host.ops` x `moe_host.op`) and its per-expert GEMM calls
+    (`expert_gemm_call`, one per touched local expert and grouped GEMM) [derived: a device-to-host sync
+    drains the launch queue; Megatron-Core's MoEAlltoAllTokenDispatcher synchronises at
+    "before_ep_alltoall" in dropless training]. Without the sync the host runs ahead and hides its time."""
+    op, ops, sync = (strategy_array(st, name, 0.0) for name in ("moe_host_op", "moe_host_ops", "moe_dispatch_sync"))
+    calls = (experts.experts_in.group + experts.experts_out.group) * st.expert_gemm_call
+    return where(sync > 0, maximum(0.0, ops * op + calls - device_forward_s), 0.0)
 
 
 def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, st: StrategyArrays,
@@ -204,6 +223,19 @@ def _total(ops: tuple[Op, ...]) -> tuple[Array, Array]:
     return sum(op.flop for op in ops), sum(op.bytes for op in ops)
 
 
+def moe_block_recompute(st: StrategyArrays) -> Array:
+    """1 where selective recomputation re-runs whole MoE layers (Megatron-Core --recompute-modules moe:
+    MoELayer.forward under tensor_parallel.checkpoint, so the backward re-runs the router, the dispatch and
+    combine with their communication and the dispatcher's host sync, the experts and the shared experts)."""
+    return where(st.recompute == RECOMPUTE_SELECTIVE, strategy_array(st, "recompute_moe", 0.0), 0.0)
+
+
+def _routed(experts: ExpertsForward | None) -> tuple[Op, ...]:
+    """The routed part of an MoE layer's forward: router, routing, permutes, expert GEMMs, activation."""
+    return () if experts is None else (experts.router, experts.routing, experts.permute, experts.experts_in,
+                                       experts.activation, experts.experts_out)
+
+
 def _recompute(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, st: StrategyArrays,
                forward: PassCost, core_f: PassCost) -> tuple[PassCost, PassCost]:
     """(what recomputation re-runs, of which the further selective modules). Full recomputation re-runs the
@@ -214,7 +246,8 @@ def _recompute(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | Non
     input projection or, without a gate, its output projection)."""
     full, selective = recompute_modes(st)
     moe = experts is not None
-    mlp = st.recompute_shared_experts if moe else st.recompute_mlp
+    block = moe_block_recompute(st) if moe else 0.0  # the whole MoE layer: router, experts, shared experts
+    mlp = maximum(st.recompute_shared_experts, block) if moe else st.recompute_mlp
     mlp_ops = (fw.mlp_in, fw.mlp_out, fw.activation)
     up_share = fw.latent_up.flop / maximum(fw.qkv.flop, 1e-30)
     # torchtitan counts a block's matmuls q, k, v, o, gate, up, down (or fc1, fc2) and recomputes the 2nd, 4th, 6th
@@ -226,8 +259,10 @@ def _recompute(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | Non
         (maximum(st.recompute_layernorm, st.recompute_elementwise), 0.0, fw.norms.bytes, kt.norms),
         (mlp, sum(op.flop for op in mlp_ops), sum(op.bytes for op in mlp_ops),
          kt.mlp_in + kt.mlp_out + kt.activation),
-        (st.recompute_moe_act * moe, 0.0, experts.activation.bytes if experts else 0.0,
+        (st.recompute_moe_act * moe * (1 - block), 0.0, experts.activation.bytes if experts else 0.0,
          kt.expert_activation if moe else 0.0),
+        (block, sum(op.flop for op in _routed(experts)), sum(op.bytes for op in _routed(experts)),
+         kt.router + kt.expert_gemms + kt.expert_streams),
         (st.recompute_mla_up_proj, fw.latent_up.flop, fw.latent_up.bytes, up_share * kt.qkv),
         (st.recompute_elementwise, 0.0, fw.residuals.bytes + fw.rotary.bytes + (1 - mlp) * fw.activation.bytes,
          kt.residuals + kt.rotary + (1 - mlp) * kt.activation),
@@ -360,7 +395,7 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
     gather = needed(lambda: all_gather(gathered, groups.etp, system), st.etp > 1)
     scatter = needed(lambda: reduce_scatter(gathered, groups.etp, system), st.etp > 1)
     per_pass = dispatch.time + combine.time + gather.time + scatter.time
-    passes = 2 + full
+    passes = 2 + full + moe_block_recompute(st)  # the forward, backward, re-runs
     calls = (
         CommCall.of(ParallelDimension.EP, Collective.ALL_TO_ALL, passes * (st.ep > 1), experts.dispatch_bytes,
                     dispatch),

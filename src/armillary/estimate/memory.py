@@ -16,7 +16,7 @@ from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.codes import PRECISION, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 from armillary.plan.layout import rank_queries
 from armillary.specs.strategy import TrainingPrecision
-from armillary.workload.experts import ExpertsForward
+from armillary.workload.experts import ExpertsForward, strategy_array
 from armillary.workload.transformer import sequence_shards
 
 # Bytes per parameter of each precision recipe, indexed like plan.codes.PRECISION (fp32, bf16, fp16, fp8).
@@ -70,15 +70,19 @@ class LayerActivations:
         """Per-layer bytes kept between forward and backward for each recompute mode (none, selective,
         full): s*b*h*(10 + 24/t + 5as/(ht)), s*b*h*(10 + 24/t), 2sbh (Korthikanti Table 2, Eq. 2, 6); selective
         drops the attention core and whatever further modules it recomputes (Megatron --recompute-modules);
-        full recomputation of a share of the layers keeps the others' activations (the average layer)."""
+        full recomputation of a share of the layers keeps the others' activations (the average layer). The
+        whole MoE block (module moe) keeps only its input: neither the routed experts' activations nor the
+        shared experts' (Megatron-Core MoELayer under tensor_parallel.checkpoint)."""
         no_recompute = self.replicated + self.tensor_parallel + self.attention_core + self.experts
-        mlp_flag = where(self.moe > 0, st.recompute_shared_experts, st.recompute_mlp)
+        moe_block = self.moe * strategy_array(st, "recompute_moe", 0.0)
+        mlp_flag = where(self.moe > 0, maximum(st.recompute_shared_experts, moe_block), st.recompute_mlp)
         elementwise, alternate = st.recompute_elementwise, st.recompute_alternate_matmuls
         selective = (no_recompute - st.recompute_core_attn * self.attention_core
                      - maximum(st.recompute_layernorm, elementwise) * self.norm_outputs - mlp_flag * self.mlp_hidden
                      - (1 - mlp_flag) * (elementwise * self.activation_output + alternate * self.up_output)
                      - alternate * self.key_output
-                     - st.recompute_mla_up_proj * self.latent_up - st.recompute_moe_act * self.expert_act)
+                     - st.recompute_mla_up_proj * self.latent_up
+                     - where(moe_block > 0, self.experts, st.recompute_moe_act * self.expert_act))
         full = self.checkpointed(st)
         return where(st.recompute == RECOMPUTE_FULL, full + (1 - st.recompute_share) * no_recompute,
                      where(st.recompute == RECOMPUTE_SELECTIVE, selective, no_recompute))

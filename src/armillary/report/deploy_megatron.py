@@ -110,6 +110,8 @@ def _architecture_args(model: Model, notes: list[str]) -> list[str]:
 
 def _pipeline_args(model: Model, s: Strategy, notes: list[str]) -> list[str]:
     args = ["--pipeline-model-parallel-size", str(s.pp)]
+    if s.pipeline_layout is not None:  # sets every chunk's layers itself (Megatron-Core 0.13+)
+        return [*args, "--pipeline-model-parallel-layout", s.pipeline_layout]
     if s.first_stage_layers is not None:
         args += ["--decoder-first-pipeline-num-layers", str(s.first_stage_layers)]
     if s.last_stage_layers is not None:
@@ -193,6 +195,13 @@ def megatron(model: Model, system: System, s: Strategy, workload: Training) -> D
         args += ["--overlap-moe-expert-parallel-comm"]
     if s.routing.dispatch_dedup and s.ep > 1:
         args += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
+    if s.routing.redundant_experts:
+        notes.append(f"{s.routing.redundant_experts} redundant expert(s) per EP rank (EPLB): Megatron-LM has no "
+                     "training argument for expert replicas; the estimate prices them as DeepSeek's EPLB places them")
+    if s.moe_host.dispatch_sync and s.ep > 1:
+        notes.append("the estimate has the token dispatcher wait for the token counts once per MoE layer forward "
+                     "(Megatron-Core's dropless alltoall dispatcher); a capacity factor with "
+                     "--moe-pad-expert-input-to-capacity avoids that wait")
     args += _precision_args(s, notes)
     args += ["--attention-backend", _ATTENTION[s.attention]]
     if s.attention is Attention.FLASH1:

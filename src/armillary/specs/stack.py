@@ -15,7 +15,15 @@ from pydantic import Field, PositiveInt
 
 from armillary.specs.base import NamedByPatterns
 from armillary.specs.quantity import BytesPerSecond, Seconds
-from armillary.specs.strategy import Attention, Overlap, Recompute, RecomputeModule, TrainingPrecision, ZeroStage
+from armillary.specs.strategy import (
+    Attention,
+    MoeHost,
+    Overlap,
+    Recompute,
+    RecomputeModule,
+    TrainingPrecision,
+    ZeroStage,
+)
 
 _HOPPER_OR_LATER = re.compile(r"h100|h200|h800|h20\b|gh200|b100|b200|b300|gb[23]00|blackwell|hopper", re.I)
 
@@ -67,6 +75,10 @@ class SoftwareStack(NamedByPatterns):
     expert_gemm_call: Seconds | None = Field(
         None, description="least time per local expert of each grouped expert GEMM (`Strategy` field of the "
         "same name); None: a single-launch grouped kernel")
+    moe_host: MoeHost | None = Field(
+        None, description="the host's side of an MoE layer's forward: the time to issue one kernel, the kernels "
+        "the stack's fusions and CUDA graphs leave to issue one by one, whether its dispatcher waits for the "
+        "token counts (`Strategy` field of the same name); None: no host model")
     local_batch: bool = Field(
         False, description="the stack's batch setting is each data-parallel rank's batch: no gradient "
         "accumulation by default, and pipeline stages split it into as many micro-batches as stages")
@@ -89,4 +101,6 @@ class SoftwareStack(NamedByPatterns):
                      "expert_gemm_call"):  # Strategy's fields of the same names
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        if self.moe_host is not None:
+            out["moe_host"] = self.moe_host.model_dump()
         return out

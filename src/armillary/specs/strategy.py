@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum, StrEnum
-from typing import Self
+from typing import Any, Self
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
@@ -175,12 +176,36 @@ class Routing(Spec):
         "node holding them, both at once; combine the reverse (DeepEP normal kernels, Megatron-Core's flex "
         "dispatcher with DeepEP or HybridEP); False: one copy per routed expert through an all-to-all "
         "(Megatron's alltoall dispatcher)")
+    redundant_experts: NonNegativeInt = Field(
+        0, description="extra expert replicas each EP rank holds beside its experts / ep, given to the hottest "
+        "experts so that their load is split over the copies (expert-parallel load balancing, EPLB: DeepSeek-V3 "
+        "§3.4, 32 redundant experts over 32 ranks in prefill; deepseek-ai/EPLB); they cost each rank their "
+        "weights (docs/moe.md)")
 
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.pad_to_capacity and self.capacity_factor is None:
             raise ValueError("pad_to_capacity needs a capacity_factor")
+        if self.redundant_experts and self.capacity_factor is not None:
+            raise ValueError("redundant_experts needs dropless routing (capacity_factor None): replicas split the "
+                             "hottest experts' load, a capacity drops it")
         return self
+
+
+class MoeHost(Spec):
+    """The host (CPU) side of an MoE layer's forward as a software stack issues it (docs/moe.md): what its
+    fusions and CUDA graphs leave to launch one by one, and whether its token dispatcher waits on the device."""
+
+    op: Seconds = Field(0.0, description="host time to issue one eager kernel: Python, the PyTorch dispatcher "
+                        "and cudaLaunchKernel (a CUDA graph replays many as one)")
+    ops: NonNegativeInt = Field(0, description="kernels the host issues one by one in an MoE layer's forward "
+                                "(its attention block included) outside CUDA graphs and besides the per-expert "
+                                "GEMM calls (`Strategy.expert_gemm_call`)")
+    dispatch_sync: bool = Field(False, description="the token dispatcher blocks the host once per MoE layer "
+                                "forward until the device has counted the tokens (Megatron-Core's dropless "
+                                "alltoall dispatcher before its all-to-all, HybridEP without a token bound, "
+                                "DeepEP's normal dispatch): the host cannot run ahead of that layer, whose "
+                                "forward takes at least the time to issue it")
 
 
 class Offload(Spec):
@@ -224,6 +249,12 @@ class Strategy(Spec):
         "the other stages share the rest evenly"
     )
     last_stage_layers: PositiveInt | None = Field(None, description="layers of the last pipeline stage")
+    pipeline_layout: str | None = Field(
+        None, description="which layers each model chunk holds, in Megatron-Core's --pipeline-model-parallel-layout "
+        "syntax: chunks separated by '|' in layer order (chunk i on pipeline rank i mod pp), 'E' the embedding, "
+        "'t' a transformer layer, 'L' the loss, (..)*n and x*n repeats, e.g. 'Et|(tt|)*30L'; a chunk may hold the "
+        "embedding or the loss alone. It sets first_stage_layers and last_stage_layers; the stages between must "
+        "hold equal layers (docs/moe.md)")
     micro_batch: PositiveInt = 1
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
@@ -252,6 +283,8 @@ class Strategy(Spec):
         "gradient and weight gradient alike), where the stack runs it as a loop of one library call per expert "
         "(Transformer Engine's multi-stream cuBLASLt GroupedLinear) whose host and launch time no small expert "
         "hides; None: a single-launch grouped kernel")
+    moe_host: MoeHost = Field(MoeHost(), description="MoE: the host's side of an MoE layer's forward (kernels "
+                              "it issues one by one, the dispatcher's wait for token counts); the default: none")
     overlap: Overlap = Overlap()
     offload: Offload = Offload()
     memory_reserve: BytesOrZero = Field(
@@ -275,6 +308,20 @@ class Strategy(Spec):
     pp_scatter_gather: bool = Field(
         True, description="send 1/tp of each pipeline activation across nodes, all-gather inside (SC21 §4.1)"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _layout(cls, data: Any) -> Any:
+        """A pipeline_layout sets the first and last stages' layers (`layout_stage_layers`)."""
+        if not isinstance(data, dict) or data.get("pipeline_layout") is None:
+            return data
+        first, last = layout_stage_layers(str(data["pipeline_layout"]), int(data.get("pp", 1)),
+                                          int(data.get("vpp", 1)))
+        given = (data.get("first_stage_layers"), data.get("last_stage_layers"))
+        if given != (None, None) and given != (first, last):  # a dumped strategy carries the layout's own
+            raise ValueError(f"pipeline_layout puts {first} / {last} layers on the first / last stage, but "
+                             f"first_stage_layers / last_stage_layers say {given[0]} / {given[1]}: give one of them")
+        return {**data, "first_stage_layers": first, "last_stage_layers": last}
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -320,3 +367,52 @@ class Strategy(Spec):
         if self.schedule is not None:
             return self.schedule
         return Schedule.INTERLEAVED if self.vpp > 1 else Schedule.ONE_F_ONE_B
+
+
+_REPEAT_GROUP, _REPEAT_ONE = re.compile(r"\(([^()]*)\)\*(\d+)"), re.compile(r"([^()|*])\*(\d+)")
+
+
+def pipeline_chunks(layout: str) -> list[str]:
+    """The model chunks of a Megatron-Core pipeline layout string, in layer order: commas dropped, `(..)*n` and
+    `x*n` repeated, split at '|' (megatron/core/transformer/pipeline_parallel_layer_layout.py
+    `parse_str_to_list`); each chunk a string of 'E' (embedding), 't' (transformer layer), 'L' (loss)."""
+    text = layout.replace(",", "").replace(" ", "")
+    while (unrolled := _REPEAT_GROUP.sub(lambda g: g.group(1) * int(g.group(2)), text)) != text:
+        text = unrolled
+    text = _REPEAT_ONE.sub(lambda g: g.group(1) * int(g.group(2)), text)
+    chunks = text.split("|")
+    unknown = sorted(set(text) - set("EtL|"))
+    if unknown:
+        raise ValueError(f"pipeline_layout {layout!r}: unknown layer characters {unknown}; allowed: 'E' embedding, "
+                         "'t' transformer layer, 'L' loss, '|' between chunks, (..)*n and x*n repeats (multi-token "
+                         "prediction 'm' is not modelled)")
+    return chunks
+
+
+def layout_stage_layers(layout: str, pp: int, vpp: int) -> tuple[int | None, int | None]:
+    """(first, last) stage transformer layers of a pipeline layout on pp ranks with vpp chunks each (None, None
+    where every stage holds the same), after Megatron-Core's checks (`PipelineParallelLayerLayout`): pp x vpp
+    chunks, the embedding first in the first chunk and the loss last in the last, each once. The estimator
+    prices a first, a last and equal middle stages (`Strategy.first_stage_layers`), so middle stages that
+    differ are refused."""
+    chunks = pipeline_chunks(layout)
+    if len(chunks) != pp * vpp:
+        raise ValueError(f"pipeline_layout {layout!r}: {len(chunks)} chunks, but pp x vpp = {pp} x {vpp} = "
+                         f"{pp * vpp} model chunks")
+    flat = "".join(chunks)
+    if flat.count("E") != 1 or not chunks[0].startswith("E"):
+        raise ValueError(f"pipeline_layout {layout!r}: the embedding 'E' must come once, first in the first chunk")
+    if flat.count("L") != 1 or not chunks[-1].endswith("L"):
+        raise ValueError(f"pipeline_layout {layout!r}: the loss 'L' must come once, last in the last chunk")
+    stages = [sum(chunk.count("t") for chunk in chunks[rank::pp]) for rank in range(pp)]
+    if min(stages) < 1:
+        raise ValueError(f"pipeline_layout {layout!r}: pipeline rank {stages.index(min(stages))} holds no "
+                         "transformer layer")
+    middle = set(stages[1:-1])
+    if len(middle) > 1:
+        raise ValueError(f"pipeline_layout {layout!r}: the stages between the first and the last hold "
+                         f"{sorted(middle)} layers; the estimator prices a first, a last and equal middle stages")
+    if len(set(stages)) == 1:
+        return None, None
+    return stages[0], stages[-1]
+

@@ -41,19 +41,40 @@ class ExpertsForward:
     gemm_outputs: Array = 0.0
 
 
-def rank_load(experts: Array, ep: Array, imbalance: Array, capacity_factor: Array, pad: Array) -> Array:
+def strategy_array(st: object, name: str, default: float) -> Array:
+    """The StrategyArrays field `name` of an MoE mechanism (docs/moe.md), `default` where the arrays do not
+    carry it."""
+    value: Array = getattr(st, name, default)
+    return value
+
+
+def rank_load(experts: Array, ep: Array, imbalance: Array, capacity_factor: Array, pad: Array,
+              redundant: Array = 0.0) -> Array:
     """Tokens the busiest EP rank's experts process, relative to the balanced mean.
 
     `imbalance` is the busiest expert's load over the mean; the other experts on its rank are taken at the
     mean, so a rank of n = experts/ep experts carries (imbalance + n - 1) / n. A capacity factor
     (Fedus et al. 2022 Eq. 3: capacity = factor x mean load) drops what exceeds it; padding to capacity
     makes every expert compute `capacity_factor` x the mean. capacity_factor 0 = dropless. With
-    imbalance 1 and no capacity limit the load is exactly 1 (the balanced result)."""
+    imbalance 1 and no capacity limit the load is exactly 1 (the balanced result).
+
+    `redundant` expert replicas per rank (dropless routing; `Routing.redundant_experts`) go to the hottest
+    experts first, as EPLB's greedy replication does (deepseek-ai/EPLB `replicate_experts`: the next copy to
+    the expert of the highest load per copy): the busiest expert is split over as many copies as bring it
+    down to the mean load of a copy, E / (E + R) for R = redundant x ep copies, or over all R + 1 when fewer;
+    the rank holding one of its copies fills its other experts / ep + redundant - 1 slots at that mean
+    [derived]. Balanced routing stays at 1; no replicas give the plain result."""
     capped = capacity_factor > 0
     busiest = where(capped, where(pad > 0, capacity_factor, minimum(imbalance, capacity_factor)), imbalance)
     typical = where(capped, where(pad > 0, capacity_factor, minimum(1.0, capacity_factor)), 1.0)
     local = experts / ep
-    return (busiest + (local - 1) * typical) / local
+    plain = (busiest + (local - 1) * typical) / local
+    if not isinstance(redundant, np.ndarray) and redundant == 0:
+        return plain
+    copy_mean = experts / maximum(experts + redundant * ep, 1.0)  # mean load of one copy
+    copies = minimum(1 + redundant * ep, np.ceil(imbalance / copy_mean - 1e-9))
+    hottest = maximum(imbalance / copies, copy_mean)
+    return where(redundant > 0, (hottest + (local + redundant - 1) * copy_mean) / local, plain)
 
 
 def experts_touched(local: Array, per_expert: Array, share: Array) -> Array:
@@ -101,12 +122,14 @@ def _missed(overlap: tuple[int, ...], k: int, groups: int, chosen: int, pool: in
 
 
 def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: Array, e: Array,
-                    dispatch_e: Array, weight_bytes: Array | None = None) -> ExpertsForward:
+                    dispatch_e: Array, weight_bytes: Array | None = None,
+                    redundant: Array = 0.0) -> ExpertsForward:
     """`tokens` routed by this device (its micro-batch share after sequence splitting), `load` from
     `rank_load`, e activation bytes, dispatch_e the bytes per element of the dispatched tokens (1 with
-    fp8 dispatch, DeepSeek-V3 §3.3.3), weight_bytes per expert weight (quantized inference weights)."""
+    fp8 dispatch, DeepSeek-V3 §3.3.3), weight_bytes per expert weight (quantized inference weights),
+    `redundant` expert replicas per rank (EPLB), each one more problem of the grouped GEMMs."""
     h, k, experts, f = m.hidden, m.top_k, m.experts, m.expert_ffn
-    local = experts / ep
+    local = experts / ep + redundant
     received = tokens * k * load * etp
     touched = experts_touched(local, received / local, where(experts > 0, k / maximum(experts, 1.0), 0.0))
     problems = maximum(touched, 1.0)  # touched is 0 only when nothing is routed (and then there is no work)
