@@ -189,3 +189,11 @@ def test_a_moe_block_recomputed_reruns_its_kernels_and_exchange():
     assert float(b.ep_recompute_s) == pytest.approx(float(b.ep_forward_s)) and float(p.ep_recompute_s) == 0.0
     assert float(block.memory_hbm.activations) < float(plain.memory_hbm.activations)
     assert float(block.step_time_s) > float(plain.step_time_s)
+
+
+def test_a_layout_counts_its_layers():
+    """'Et|(tt|)*30L' holds 1 + 30 x 2 = 61 transformer layers: DeepSeek-V3's."""
+    from armillary.specs.strategy import layout_layers
+
+    assert layout_layers("Et|(tt|)*30L") == 61 == load_model("deepseek-v3").layers
+    assert layout_layers("Et*3|t*4L") == 7
