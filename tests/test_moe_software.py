@@ -197,3 +197,15 @@ def test_a_layout_counts_its_layers():
 
     assert layout_layers("Et|(tt|)*30L") == 61 == load_model("deepseek-v3").layers
     assert layout_layers("Et*3|t*4L") == 7
+
+
+def test_a_layout_that_misses_the_models_layers_is_refused():
+    """Megatron-Core's validate_layer_layout: the layout's decoder layers ('t') equal num_layers."""
+    from armillary import Training, estimate
+    from armillary.errors import SpecError
+
+    w = Training(seq_len=4096, global_batch=8)
+    with pytest.raises(SpecError, match="strategy.pipeline_layout.*20 transformer layers.*32"):
+        estimate("llama3-8b", "dgx-h100", Strategy(pp=2, pipeline_layout="Et*10|t*10L"), w, gpus=8)
+    assert float(estimate("llama3-8b", "dgx-h100", Strategy(pp=2, pipeline_layout="Et*16|t*16L"), w,
+                          gpus=8).step_time_s) > 0
