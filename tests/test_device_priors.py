@@ -63,6 +63,17 @@ def test_a_vendor_neutral_prior_is_what_the_tool_derives(name):
         [x for p in expected for x in p], rel=1e-3)
 
 
+def test_gaudi3_below_its_smallest_benchmark_takes_the_vendor_neutral_roll_off():
+    """Gaudi 3's published matmul figures start at 1.03e11 FLOP (0.68); below it the points are the neutral prior
+    scaled to meet that figure, not the A100's roll-off."""
+    points = load_device("gaudi3").matrix_efficiency.points
+    below = [list(p) for p in points if p[0] < 1.03e11]
+    expected = device_prior.neutral_roll_off("gaudi3", device_prior.neutral_references(), (1.03e11, 0.68))
+    assert len(below) == len(expected) >= 3
+    assert [x for p in below for x in p] == pytest.approx([x for p in expected for x in p], rel=1e-3)
+    assert [list(p) for p in points if p[0] >= 1.03e11] == [[1.03e11, 0.68], [4.34e12, 0.70]]
+
+
 def test_the_neutral_references_are_every_curve_measured_on_its_own_device_once():
     """Each reference was fitted on its own rows or benchmarked on its own kernels; every calibrated device's
     curve is one of theirs (none left out), and no two references share a curve (none counted twice)."""

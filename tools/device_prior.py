@@ -31,7 +31,7 @@ from armillary.specs.system import Device, Precision
 NEUTRAL_REFERENCES = ("a100-sxm4-80gb", "h100-sxm", "b200", "mi300x", "gaudi3", "tpu-v6e")
 # a reference speaks only where it was measured: from its first curve point up (beyond its last point every curve
 # is flat, at its plateau), and Gaudi 3 from its first benchmarked size (its preset: below 1.03e11 FLOP the points
-# are a placeholder roll-off, the A100's ratios). Below that, the median is over the others.
+# are this prior's own roll-off, `neutral_roll_off`). Below that, the median is over the others.
 MEASURED_FROM = {"gaudi3": 1.03e11}
 # the ideal kernel times (F / bf16 peak) the median is read at: half decades from 1 us (a GEMM of 1e9 FLOP on
 # an H100) to 10 ms, past which every reference curve is flat
@@ -74,6 +74,17 @@ def neutral_curve(device: Device, references: dict[str, Device]) -> list[list[fl
     return out
 
 
+def neutral_roll_off(name: str, references: dict[str, Device], benchmarked: tuple[float, float]) -> list[list[float]]:
+    """A benchmarked device's GEMM curve below its smallest benchmarked size (`benchmarked`: FLOP, efficiency):
+    the vendor-neutral prior's points there, scaled so that the prior meets the benchmark at its size. It says
+    how GEMM libraries in general lose efficiency on small GEMMs, not how this device does. The device itself
+    is left out of the references."""
+    flops, efficiency = benchmarked
+    points = neutral_curve(load_device(name), {n: r for n, r in references.items() if n != name})
+    at = float(np.interp(np.log(flops), np.log([f for f, _ in points]), [e for _, e in points]))
+    return [[f, round(e * efficiency / at, 3)] for f, e in points if f < flops * (1 - 1e-9)]
+
+
 def neutral_references() -> dict[str, Device]:
     return {name: load_device(name) for name in NEUTRAL_REFERENCES}
 
@@ -82,9 +93,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("device")
     parser.add_argument("--neutral", action="store_true", help="the vendor-neutral prior (no same-vendor device)")
+    parser.add_argument("--below", type=float, help="a benchmarked device: the vendor-neutral roll-off below its "
+                        "smallest benchmarked GEMM of this many FLOP (Gaudi 3: 1.03e11)")
     args = parser.parse_args()
     name = args.device
     device = load_device(name)
+    if args.below is not None:
+        efficiency = float(device.matrix_efficiency(args.below))
+        points = neutral_roll_off(name, neutral_references(), (args.below, efficiency))
+        print(f"matrix_efficiency points below {args.below:g} FLOP: {points}")
+        return
     if args.neutral:
         print(f"matrix_efficiency: {{points: {neutral_curve(device, neutral_references())}}}")
         print(f"(write it into {find_preset('devices', name)}, its source starting '{NEUTRAL_LABEL}')")
