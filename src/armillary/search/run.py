@@ -71,11 +71,15 @@ class Problem:
         coded = self.axes.block(start, stop)
         shape = np.broadcast_shapes(*(np.shape(v) for v in coded.values()))
         # evaluated with the longest axes innermost (the same elementwise values: points are transposed back
-        # before flattening): numpy's loops then run over the layouts, not over the last axis's 2 values
-        order = sorted(range(len(shape)), key=shape.__getitem__)
+        # before flattening): numpy's loops then run over the layouts, not over the last axis's 2 values; the
+        # axes of one value are left out (C order is the same without them), so every array of the estimate
+        # has as many dimensions as the block has axes that vary, not one per axis of the space (numpy's
+        # per-call cost grows with the dimensions: take_along_axis builds an index per dimension)
+        order = [d for d in sorted(range(len(shape)), key=shape.__getitem__) if shape[d] > 1]
         inner = tuple(shape[d] for d in order)
         back = tuple(np.argsort(order).tolist())
-        coded = {name: np.transpose(v, order) if np.ndim(v) else v for name, v in coded.items()}
+        coded = {name: np.transpose(v, [*order, *(d for d in range(len(shape)) if shape[d] == 1)]).reshape(
+            [np.shape(v)[d] for d in order]) if np.ndim(v) else v for name, v in coded.items()}
         st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None,
                             encode("precision", self.base.precision))
         with np.errstate(all="ignore"):  # invalid points (masked below) may divide by zero
