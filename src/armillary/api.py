@@ -81,7 +81,9 @@ def run_estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, w
     if isinstance(result, StepEstimate) and isinstance(w, Training) and not np.ndim(result.feasible):
         from armillary.estimate.fit import memory_advice  # an out-of-memory run: what would make it fit
 
-        result = replace(result, advice=memory_advice(m, sysm, st, w, result))
+        # one copy of the result (a StepEstimate has 23 fields: each replace costs about 5 us)
+        return replace(result, advice=memory_advice(m, sysm, st, w, result), error_band=band,
+                       config=RunConfig(m, sysm, st, w))
     return replace(result, error_band=band, config=RunConfig(m, sysm, st, w))
 
 
