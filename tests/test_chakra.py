@@ -139,6 +139,43 @@ def test_varint_framing() -> None:
         schema.decode_varint(b"\xac", 0)
 
 
+@pytest.mark.parametrize(("kind", "value"), [
+    ("bool_val", False), ("bool_val", True), ("int32_val", 0), ("int32_val", -1), ("int32_val", 2**31 - 1),
+    ("int64_val", 0), ("int64_val", -1), ("int64_val", 3_100_000_000_000), ("int64_val", 2**63 - 1),
+    ("uint64_val", 250_000_000), ("double_val", 0.0), ("double_val", 2.5e8 + 0.5), ("double_val", -1e-300),
+    ("string_val", ""), ("string_val", "pp 0->1 é"), ("int64_list", ()), ("int64_list", (0, 127, 128, 16383)),
+    ("int64_list", (16384, 2**21 - 1, 2**21, 2**40, -1))])
+def test_hand_encoded_attributes_are_what_the_message_classes_write(kind: str, value: Any) -> None:
+    field = {kind: schema.Int64List(values=value) if kind == "int64_list" else value}
+    expected = Node(attr=[AttributeProto(name="some name", **field)]).SerializeToString()
+    assert schema.encode_attr("some name", kind, value) == expected
+
+
+def test_a_node_encoded_in_two_parts_parses_as_one() -> None:
+    attrs = schema.encode_attr("is_cpu_op", "bool_val", False) + schema.encode_attr("task", "int64_val", 70_000)
+    for node_id, name, micros in ((70_000, "fwd r0", 1500), (0, "", 0), (1, "x", 2**40)):
+        head = schema.encode_node_head(node_id, schema.encode_name_duration(name, micros) + attrs)
+        encoded = head + schema.encode_node_tail(int(NodeType.COMM_RECV_NODE), [3, 20_000, 2**30])
+        expected = Node(id=node_id, name=name, type=int(NodeType.COMM_RECV_NODE), data_deps=[3, 20_000, 2**30],
+                        duration_micros=micros, attr=[AttributeProto(name="is_cpu_op", bool_val=False),
+                                                      AttributeProto(name="task", int64_val=70_000)])
+        assert Node.FromString(encoded) == expected
+        assert schema.node_id(encoded) == (node_id or None)  # id 0 is not written: the reader parses it
+    assert schema.node_id(Node(name="no id").SerializeToString()) is None
+
+
+def test_a_node_of_ours_whose_task_is_not_its_id_is_refused(tmp_path: Path) -> None:
+    write_chakra(_graph(), tmp_path)
+    path = tmp_path / "trace.1.et"
+    raw = _messages(path)
+    node = Node.FromString(raw[1])
+    node.id += 100
+    with open(path, "wb") as out:
+        schema.write_frames(out, [raw[0], node.SerializeToString(), *raw[2:]])
+    with pytest.raises(SpecError, match="carries task"):
+        read_chakra(tmp_path)
+
+
 def _proto_schema(text: str) -> tuple[dict[str, dict[str, tuple[int, str, bool]]], dict[str, dict[str, int]]]:
     """Messages (field -> number, type, repeated) and enums of a .proto file, enough for et_def.proto."""
     messages: dict[str, dict[str, tuple[int, str, bool]]] = {}

@@ -13,8 +13,12 @@ import itertools
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from google.protobuf.message import DecodeError
 
 from armillary.comm.collectives import collective, send_recv
 from armillary.errors import SpecError
@@ -25,9 +29,14 @@ from armillary.simulate.chakra.schema import (
     AttributeProto,
     CollectiveCommType,
     GlobalMetadata,
-    Int64List,
     Node,
     NodeType,
+    encode_attr,
+    encode_name_duration,
+    encode_node_head,
+    encode_node_tail,
+    iter_nodes,
+    read_metadata,
     read_trace,
     write_trace,
 )
@@ -78,40 +87,56 @@ def _node_type(task: Task, rank: int) -> NodeType:
         return NodeType.COMM_COLL_NODE
     if task.kind is TaskKind.SEND:
         return NodeType.COMM_SEND_NODE if rank == task.ranks[0] else NodeType.COMM_RECV_NODE
-    loads = not _LOAD_WORDS.isdisjoint(re.findall(r"[a-z0-9]+", task.name.lower()))
+    return _memory_type(task.name)
+
+
+@lru_cache(maxsize=4096)
+def _memory_type(name: str) -> NodeType:
+    loads = not _LOAD_WORDS.isdisjoint(re.findall(r"[a-z0-9]+", name.lower()))
     return NodeType.MEM_LOAD_NODE if loads else NodeType.MEM_STORE_NODE
 
 
-def _standard_attrs(task: Task, index: int, pg_name: str) -> list[Any]:
-    """What ASTRA-sim's feeder reads, with the value types it reads them as (mlcommons/chakra
-    src/feeder/et_feeder_node.cpp). is_cpu_op defaults to true there and ASTRA-sim issues communication
-    only for nodes that are not CPU ops (astra-sim workload/Workload.cc: issue)."""
-    out = [_attr("is_cpu_op", bool_val=False)]
-    if task.kind is TaskKind.COMPUTE:
-        out += [_attr("num_ops", int64_val=round(task.flop)), _attr("tensor_size", uint64_val=round(task.bytes))]
-    elif task.kind is TaskKind.MEMORY:
-        out.append(_attr("tensor_size", uint64_val=round(task.bytes)))
-    elif task.kind is TaskKind.COLLECTIVE:
-        comm_type = _COMM_TYPES.get(task.collective or Collective.ALL_REDUCE, CollectiveCommType.ALL_REDUCE)
-        out += [_attr("comm_type", int64_val=int(comm_type)), _attr("comm_size", int64_val=round(task.bytes)),
-                _attr("pg_name", string_val=pg_name)]
+def _node_head(index: int, task: Task, pg_name: str) -> bytes:
+    """The fields of a task's node common to all its ranks, encoded: what repeats across tasks (a layer's
+    kernel on every rank and micro-batch) once (`_fixed`), then the task's own id, ranks and dependencies."""
+    send = task.kind is TaskKind.SEND
+    fixed = _fixed(task.name, task.kind, task.stream, task.duration_ns, task.tier, task.category, task.group,
+                   task.collective, task.bytes, task.flop, pg_name, task.ranks if send else ())
+    return encode_node_head(index, b"".join((
+        fixed, encode_attr("comm_tag", "int32_val", index) if send else b"", encode_attr("task", "int64_val", index),
+        encode_attr("participants", "int64_list", task.ranks), encode_attr("deps", "int64_list", task.deps),
+        encode_attr("after", "int64_list", task.after))))
+
+
+@lru_cache(maxsize=1 << 17)
+def _fixed(name: str, kind: TaskKind, stream: Stream | None, duration_ns: int, tier: Tier, category: Category,
+           group: str, collective: Collective | None, size: float, flop: float, pg_name: str,
+           send: tuple[int, ...]) -> bytes:
+    """Name, duration and the attributes that do not name the task's index or ranks (but a send's):
+
+    - what ASTRA-sim's feeder reads, with the value types it reads them as (mlcommons/chakra
+      src/feeder/et_feeder_node.cpp); is_cpu_op defaults to true there and ASTRA-sim issues communication
+      only for nodes that are not CPU ops (astra-sim workload/Workload.cc: issue); a send's comm_tag is its
+      task index (`_node_head`);
+    - armillary's exact task, for a lossless read back (with `task`, `participants`, `deps`, `after`)."""
+    out = [encode_name_duration(name, round(duration_ns / 1000)), encode_attr("is_cpu_op", "bool_val", False)]
+    if kind is TaskKind.COMPUTE:
+        out += [encode_attr("num_ops", "int64_val", round(flop)), encode_attr("tensor_size", "uint64_val", round(size))]
+    elif kind is TaskKind.MEMORY:
+        out.append(encode_attr("tensor_size", "uint64_val", round(size)))
+    elif kind is TaskKind.COLLECTIVE:
+        comm_type = _COMM_TYPES.get(collective or Collective.ALL_REDUCE, CollectiveCommType.ALL_REDUCE)
+        out += [encode_attr("comm_type", "int64_val", int(comm_type)),
+                encode_attr("comm_size", "int64_val", round(size)), encode_attr("pg_name", "string_val", pg_name)]
     else:
-        out += [_attr("comm_src", int32_val=task.ranks[0]), _attr("comm_dst", int32_val=task.ranks[1]),
-                _attr("comm_tag", int32_val=index), _attr("comm_size", int64_val=round(task.bytes))]
-    return out
-
-
-def _own_attrs(task: Task, index: int) -> list[Any]:
-    """armillary's exact task, for a lossless read back."""
-    return [_attr("task", int64_val=index), _attr("duration_ns", int64_val=task.duration_ns),
-            _attr("kind", int64_val=int(task.kind)),
-            _attr("stream", int64_val=-1 if task.stream is None else int(task.stream)),
-            _attr("tier", int64_val=int(task.tier)), _attr("category", string_val=task.category.value),
-            _attr("group", string_val=task.group), _attr("collective", string_val=task.collective or ""),
-            _attr("participants", int64_list=Int64List(values=task.ranks)),
-            _attr("deps", int64_list=Int64List(values=task.deps)),
-            _attr("after", int64_list=Int64List(values=task.after)),
-            _attr("bytes", double_val=task.bytes), _attr("flop", double_val=task.flop)]
+        out += [encode_attr("comm_src", "int32_val", send[0]), encode_attr("comm_dst", "int32_val", send[1]),
+                encode_attr("comm_size", "int64_val", round(size))]
+    out += [encode_attr("duration_ns", "int64_val", duration_ns), encode_attr("kind", "int64_val", int(kind)),
+            encode_attr("stream", "int64_val", -1 if stream is None else int(stream)),
+            encode_attr("tier", "int64_val", int(tier)), encode_attr("category", "string_val", category.value),
+            encode_attr("group", "string_val", group), encode_attr("collective", "string_val", collective or ""),
+            encode_attr("bytes", "double_val", size), encode_attr("flop", "double_val", flop)]
+    return b"".join(out)
 
 
 def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> list[Path]:
@@ -122,47 +147,60 @@ def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> li
     on the same stream (program order); dependencies on other ranks travel through the matched sends and
     collectives, and all of them are kept in the `deps` attribute.
 
+    The files are written one rank at a time: each task's fields common to its ranks are encoded once
+    (Protocol Buffers wire format, `schema.encode_attr`), a rank's node adds its type and data_deps.
+
     A symmetric graph whose collectives run over 1-rank groups (one simulated rank standing for its group) is
     refused: ASTRA-sim would run those collectives on one rank. Build the graph with every rank
     (`simulate(..., symmetric=False)`, `simulate.run.every_rank_graph`); `armillary simulate --chakra` does."""
-    lone = next((t for t in graph.tasks if t.kind is TaskKind.COLLECTIVE and len(set(t.ranks)) == 1
-                 and graph.rank_weights[t.ranks[0]] > 1), None)
-    if lone is not None:
-        raise SpecError(f"write_chakra: a symmetric graph ({graph.ranks} simulated ranks standing for "
-                        f"{graph.devices}): collective {lone.name!r} has a 1-rank group that ASTRA-sim would run "
-                        "alone; export a graph with every rank (simulate with symmetric=False / --no-symmetric)")
+    tasks = graph.tasks
     groups: dict[tuple[int, ...], str] = {}
-    nodes: list[list[Any]] = [[] for _ in range(graph.ranks)]
-    last: dict[tuple[int, Stream], int] = {}
-    for i, task in enumerate(graph.tasks):
+    heads: list[bytes] = []
+    on_rank: list[list[int]] = [[] for _ in range(graph.ranks)]
+    for i, task in enumerate(tasks):
         if task.kind is TaskKind.SEND and (len(task.ranks) != 2 or i > 2**31 - 1):
             raise SpecError(f"task {i} {task.name!r}: a send has ranks (source, destination) and an int32 tag")
-        # communicator group ids from 1: ASTRA-sim's CommunicatorGroup requires an id > 0 (its workload
-        # adds 1 to the process-group names it reads from PyTorch traces for that reason)
-        pg_name = groups.setdefault(tuple(sorted(set(task.ranks))), str(len(groups) + 1)) \
-            if task.kind is TaskKind.COLLECTIVE else ""
-        for rank in dict.fromkeys(task.ranks):
-            if not 0 <= rank < graph.ranks:
-                raise SpecError(f"task {i} {task.name!r}: rank {rank} outside 0..{graph.ranks - 1}")
-            deps = {d for d in task.deps if rank in graph.tasks[d].ranks}
-            if task.stream is not None:
-                if (rank, task.stream) in last:
-                    deps.add(last[(rank, task.stream)])
-                last[(rank, task.stream)] = i
-            node = Node(id=i, name=task.name, type=int(_node_type(task, rank)), data_deps=sorted(deps),
-                        duration_micros=round(task.duration_ns / 1000))
-            node.attr.extend(_standard_attrs(task, i, pg_name) + _own_attrs(task, i))
-            nodes[rank].append(node)
+        members = tuple(dict.fromkeys(task.ranks))
+        if any(not 0 <= rank < graph.ranks for rank in members):
+            raise SpecError(f"task {i} {task.name!r}: rank {next(r for r in members if not 0 <= r < graph.ranks)} "
+                            f"outside 0..{graph.ranks - 1}")
+        pg_name = ""
+        if task.kind is TaskKind.COLLECTIVE:
+            if len(members) == 1 and graph.rank_weights[members[0]] > 1:
+                raise SpecError(f"write_chakra: a symmetric graph ({graph.ranks} simulated ranks standing for "
+                                f"{graph.devices}): collective {task.name!r} has a 1-rank group that ASTRA-sim would "
+                                "run alone; export a graph with every rank (simulate with symmetric=False / "
+                                "--no-symmetric)")
+            # communicator group ids from 1: ASTRA-sim's CommunicatorGroup requires an id > 0 (its workload
+            # adds 1 to the process-group names it reads from PyTorch traces for that reason)
+            pg_name = groups.setdefault(tuple(sorted(members)), str(len(groups) + 1))
+        heads.append(_node_head(i, task, pg_name))
+        for rank in members:
+            on_rank[rank].append(i)
     with replaced_files(directory) as staging:  # every file, or none
         for rank in range(graph.ranks):
             meta = GlobalMetadata(version=VERSION, attr=[
                 _attr("producer", string_val=PRODUCER), _attr("rank", int64_val=rank),
                 _attr("ranks", int64_val=graph.ranks), _attr("rank_label", string_val=graph.rank_labels[rank]),
                 _attr("rank_weight", int64_val=graph.rank_weights[rank])])
-            write_trace(staging / f"{prefix}.{rank}.et", meta, nodes[rank])
+            write_trace(staging / f"{prefix}.{rank}.et", meta, _rank_nodes(tasks, rank, on_rank[rank], heads))
+            on_rank[rank] = []  # done with: its memory back
         (staging / f"{prefix}.comm_group.json").write_text(
             json.dumps({name: list(ranks) for ranks, name in groups.items()}, indent=1) + "\n")
     return [directory / f"{prefix}.{rank}.et" for rank in range(graph.ranks)]
+
+
+def _rank_nodes(tasks: Any, rank: int, indices: list[int], heads: list[bytes]) -> Iterator[bytes]:
+    """The encoded nodes of one rank: each task's common fields, then this rank's type and data_deps."""
+    last: dict[Stream, int] = {}
+    for i in indices:
+        task = tasks[i]
+        deps = {d for d in task.deps if rank in tasks[d].ranks}
+        if task.stream is not None:
+            if task.stream in last:
+                deps.add(last[task.stream])
+            last[task.stream] = i
+        yield heads[i] + encode_node_tail(int(_node_type(task, rank)), sorted(deps))
 
 
 def _files(directory: Path, prefix: str | None) -> dict[int, Path]:
@@ -192,18 +230,18 @@ def read_chakra(directory: Path, system: System | None = None, prefix: str | Non
         sends = SendCost(sends)
     except ValueError:
         raise SpecError(f"sends {str(sends)[:40]!r}: one of {', '.join(c.value for c in SendCost)}") from None
-    traces = {rank: read_trace(path) for rank, path in _files(directory, prefix).items()}
-    metas = {rank: _attrs(meta) for rank, (meta, _) in traces.items()}
+    files = _files(directory, prefix)
+    metas = {rank: _attrs(read_metadata(path)) for rank, path in files.items()}
     if all(m.get("producer") == PRODUCER for m in metas.values()):
         try:
-            graph = _ours(traces, metas)
+            graph = _ours(files, metas)
         except SpecError:
             raise
         except (KeyError, TypeError, IndexError, ValueError) as err:  # a file of ours edited by hand
             raise SpecError(f"{directory}: a trace written by armillary lacks or mistypes an attribute "
                             f"({type(err).__name__}: {str(err)[:80]})") from None
         return _checked(graph)
-    return _checked(_foreign(traces, system, sends))
+    return _checked(_foreign({rank: read_trace(path) for rank, path in files.items()}, system, sends))
 
 
 def _checked(graph: TaskGraph) -> TaskGraph:
@@ -223,18 +261,28 @@ def _checked(graph: TaskGraph) -> TaskGraph:
     return graph
 
 
-def _ours(traces: dict[int, tuple[Any, list[Any]]], metas: dict[int, dict[str, Any]]) -> TaskGraph:
-    ranks = max(max(m.get("ranks", 0) for m in metas.values()), max(traces) + 1)
+def _ours(files: dict[int, Path], metas: dict[int, dict[str, Any]]) -> TaskGraph:
+    """Our own traces, one rank's file at a time: a task's node on each of its ranks carries the whole task,
+    so a node whose id (= the task's index) is already read is skipped unparsed."""
+    ranks = max(max(m.get("ranks", 0) for m in metas.values()), max(files) + 1)
     if not 0 < ranks <= MAX_DEVICES:
         raise SpecError(f"Chakra metadata: ranks = {ranks}; 1 to {MAX_DEVICES:,} are read")
     labels, weights = [f"rank {r}" for r in range(ranks)], [1] * ranks
     tasks: dict[int, Task] = {}
-    for rank, (_, nodes) in traces.items():
+    for rank, path in files.items():
         labels[rank], weights[rank] = metas[rank]["rank_label"], metas[rank]["rank_weight"]
-        for node in nodes:
+        for known, message in iter_nodes(path):
+            if known is not None and known in tasks:
+                continue
+            try:
+                node = Node.FromString(message)
+            except DecodeError:
+                raise SpecError(f"{path}: not a Chakra execution trace (a message does not decode)") from None
             a = _attrs(node)
-            if a["task"] not in tasks:
-                tasks[a["task"]] = Task(
+            if a["task"] != node.id:
+                raise SpecError(f"{path}: node {node.id} carries task {a['task']} (armillary writes them equal)")
+            if node.id not in tasks:
+                tasks[node.id] = Task(
                     node.name, TaskKind(a["kind"]), Category(a["category"]), tuple(a["participants"]),
                     None if a["stream"] < 0 else Stream(a["stream"]), a["duration_ns"], tuple(a["deps"]),
                     Tier(a["tier"]), a["bytes"], a["flop"], a["group"],
