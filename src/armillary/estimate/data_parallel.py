@@ -76,7 +76,7 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
     with them.
     """
     grad_bytes = params_local * grad_reduce_bytes(st)
-    weight_bytes = mem.weight_bytes(params_local, st)
+    weight_bytes = mem.gathered_weight_bytes(params_local, st)
     unit_bytes = weight_bytes
     if lora is not None:
         adapters, base_bytes = lora

@@ -15,6 +15,7 @@ from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.codes import PRECISION, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
 from armillary.plan.layout import rank_queries
+from armillary.specs.formats import MXFP4, MXFP8, NVFP4
 from armillary.specs.strategy import TrainingPrecision
 from armillary.workload.experts import ExpertsForward, strategy_array
 from armillary.workload.transformer import sequence_shards
@@ -33,11 +34,36 @@ ACTIVATION_BYTES = (4.0, 2.0, 2.0, 2.0)
 # attention output for FlashAttention, the gate/up output for the activation) stay at the activation precision.
 SAVED_GEMM_INPUT_BYTES = (4.0, 2.0, 2.0, 1.0)
 GRAD_REDUCE_BYTES = (4.0, 4.0, 2.0, 4.0)  # dtype of the data-parallel gradient reduction
+# The quantized copies of a weight and the saved GEMM inputs of the fp8 family, indexed like
+# plan.codes.BLOCK_FORMAT (none, mxfp8, nvfp4, mxfp4), scales included (specs.formats). Per-tensor fp8: one fp8
+# copy (WEIGHT_BYTES' 3 = 2 + 1). A block-scaled format scales along the GEMM's reduction dimension, which differs
+# between the forward GEMM and the input-gradient GEMM, so a weight keeps a rowwise and a columnwise copy
+# (Transformer Engine MXFP8Tensor / NVFP4Tensor rowwise_data and columnwise_data, both cached across the
+# micro-batches), and the input kept for the weight gradient its columnwise copy (TE Linear saves the input
+# quantized for wgrad only) [derived; docs/fp4.md]: MXFP8 2 x 1.03, NVFP4 2 x 0.5625, MXFP4 2 x 0.53 bytes.
+QUANTIZED_WEIGHT_BYTES = (1.0, 2 * MXFP8.bytes, 2 * NVFP4.bytes, 2 * MXFP4.bytes)
+QUANTIZED_INPUT_BYTES = (1.0, MXFP8.bytes, NVFP4.bytes, MXFP4.bytes)
 # HBM traffic of one optimizer step per updated parameter [derived from Megatron-LM's mixed-precision
 # optimizer passes]: fp16 grads to fp32 main grads (2 + 4, fp16 only), unscale / inf check (4 + 4, fp16
 # only), grad-norm for clipping (4), Adam (read grad 4, read+write master 8, m 8, v 8 = 28), master to
 # model copy (4 + 2, not fp32; + 1 fp8 copy), zeroing the grad buffer (grad bytes).
 OPTIMIZER_STEP_BYTES = (4 + 28 + 4.0, 4 + 28 + 6 + 4.0, 6 + 8 + 4 + 28 + 6 + 2.0, 4 + 28 + 7 + 4.0)
+
+
+def logit_bytes(st: StrategyArrays, e: Array) -> Array:
+    """Bytes per logit alive at the loss's peak (`Strategy.cross_entropy`). fused: the fp32 logits and their
+    16-bit source, 4 + e (Megatron's vocab-parallel cross-entropy). eager_fp32: the output cast to fp32 and
+    PyTorch's F.cross_entropy run op by op (torchtitan of 2024: `self.output(h).float()`, the train loop deletes
+    the logits before backward): log_softmax keeps its fp32 output for backward (PyTorch derivatives.yaml,
+    _log_softmax_backward_data reads the result), and nll_loss's gradient and log_softmax's input gradient,
+    fp32 each, are alive beside it as backward starts: 12 [derived]."""
+    return where(st.cross_entropy > 0, 12.0, 4 + e)
+
+
+def runtime_reserve(st: StrategyArrays, device_reserve: float) -> Array:
+    """HBM the runtime holds outside the tensors: the strategy's `memory_reserve`, else (coded -1) the device's
+    (`Device.memory_reserve`)."""
+    return where(st.memory_reserve >= 0, st.memory_reserve, device_reserve)
 
 
 def per_precision(table: tuple[float, ...], code: Array) -> Array:
@@ -193,9 +219,33 @@ class ModelStates:
                            self.optimizer_states + o.optimizer_states)
 
 
+def _fp8_family(st: StrategyArrays) -> Array:
+    """1 where the recipe is priced in fp8's family (precision fp8, or a block format: plan.arrays.recipe_family)."""
+    return where(st.precision == _FP8, 1.0, 0.0)
+
+
 def weight_bytes(params: Array, st: StrategyArrays) -> Array:
-    """Bytes of the working weights of `params` parameters, unsharded, in the precision recipe."""
-    return params * per_precision(WEIGHT_BYTES, st.precision)
+    """Bytes of the working weights of `params` parameters, unsharded, in the precision recipe: the fp8 family
+    keeps 16-bit weights and their quantized copies (`QUANTIZED_WEIGHT_BYTES`), with `fp8_params` the
+    quantized copies alone (Transformer Engine fp8_model_init: the parameters are fp8 tensors)."""
+    quantized = 2.0 * (1 - st.fp8_params) + per_precision(QUANTIZED_WEIGHT_BYTES, st.block_format)
+    return params * where(_fp8_family(st) > 0, quantized, per_precision(WEIGHT_BYTES, st.precision))
+
+
+def gathered_weight_bytes(params: Array, st: StrategyArrays) -> Array:
+    """Bytes of `params` parameters that a ZeRO / distributed-optimizer parameter all-gather moves: the 16-bit
+    weights (Megatron-Core's param buffer holds the model's bf16 parameters, the fp8 copies are made after
+    the gather), fp32 in fp32 training; with `fp8_params` the quantized weights, one (rowwise) copy
+    (Megatron-LM --fp8-param-gather: 'perform the param all-gather in fp8')."""
+    recipe = where(_fp8_family(st) > 0, 2.0, per_precision(WEIGHT_BYTES, st.precision))
+    return params * where(st.fp8_params > 0, per_precision(QUANTIZED_INPUT_BYTES, st.block_format), recipe)
+
+
+def saved_input_bytes(st: StrategyArrays) -> Array:
+    """Bytes per element of a GEMM input kept for the weight gradient (`SAVED_GEMM_INPUT_BYTES`; the fp8
+    family's quantized copy at its block format's bytes: `QUANTIZED_INPUT_BYTES`)."""
+    return where(_fp8_family(st) > 0, per_precision(QUANTIZED_INPUT_BYTES, st.block_format),
+                 per_precision(SAVED_GEMM_INPUT_BYTES, st.precision))
 
 
 def zero_shards(st: StrategyArrays, stage: int, replicas: Array | None = None) -> Array:
@@ -217,11 +267,33 @@ def model_states(params: Array, st: StrategyArrays, replicas: Array | None = Non
     rank, sharded over their replicas by ZeRO stage (SC'20 §5: P_os, P_os+g, P_os+g+p)."""
     weights = weight_bytes(params, st) / zero_shards(st, 3, replicas)
     gradients = params * grad_bytes(st) / zero_shards(st, 2, replicas)
-    optimizer = params * per_precision(OPTIMIZER_BYTES, st.precision) / zero_shards(st, 1, replicas)
+    optimizer = params * optimizer_bytes(st) / zero_shards(st, 1, replicas)
     return ModelStates(weights, gradients, optimizer)
 
 
+_FP32 = PRECISION.code(TrainingPrecision.FP32)
 _FP8, _BF16 = PRECISION.code(TrainingPrecision.FP8), PRECISION.code(TrainingPrecision.BF16)
+
+
+def optimizer_bytes(st: StrategyArrays, code: Array | None = None) -> Array:
+    """Bytes per parameter of the optimizer's states for precision `code` (default the recipe's):
+    `OPTIMIZER_BYTES`, with Adam's two moments at `Strategy.optimizer_states` (Megatron-Core
+    --exp-avg-dtype / --exp-avg-sq-dtype) and the main parameters of a 16-bit or fp8 recipe at
+    `Strategy.main_params` (--main-params-dtype) instead of 4 bytes each."""
+    code = st.precision if code is None else code
+    moments = 2 * (4.0 - st.moment_bytes)
+    main = where(code == _FP32, 0.0, 4.0 - st.main_param_bytes)  # fp32 training's weights are its main params
+    return per_precision(OPTIMIZER_BYTES, code) - moments - main
+
+
+def optimizer_step_bytes(st: StrategyArrays, code: Array | None = None) -> Array:
+    """HBM bytes one optimizer step moves per updated parameter (`OPTIMIZER_STEP_BYTES`) at the stored
+    precisions: each moment read and written at its bytes, the main parameters read and written and read
+    again for the copy to the model weights at theirs, and with `fp8_params` no 16-bit weight written."""
+    code = st.precision if code is None else code
+    moments = 2 * 2 * (4.0 - st.moment_bytes)
+    main = where(code == _FP32, 0.0, 3 * (4.0 - st.main_param_bytes))
+    return per_precision(OPTIMIZER_STEP_BYTES, code) - moments - main - 2.0 * st.fp8_params
 
 
 def adapter_precision(st: StrategyArrays) -> Array:
@@ -241,4 +313,4 @@ def lora_states(base_params: Array, adapter_params: Array, st: StrategyArrays, w
     shards = (zero_shards(st, 3, replicas), zero_shards(st, 2, replicas), zero_shards(st, 1, replicas))
     return ModelStates(base_params * w.base_bytes / shards[0] + adapter_params * per_precision(WEIGHT_BYTES, code)
                        / shards[0], adapter_params * grad_bytes(st, code) / shards[1],
-                       adapter_params * per_precision(OPTIMIZER_BYTES, code) / shards[2])
+                       adapter_params * optimizer_bytes(st, code) / shards[2])

@@ -111,7 +111,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     params = _stage_params(m, st, stages)
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
     optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system)
-    hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e)
+    hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e, device.memory_reserve)
     breakdown = TimeBreakdown(
         forward_backward=microbatches * crit.compute,
         recompute=microbatches * crit.recompute,
@@ -165,7 +165,7 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
         exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups)
         lora = _adapters(m, w, system, st, b * q, e, mlp_width) if _lora(w) else None
         cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, lora)
-        g = mem.per_precision(mem.SAVED_GEMM_INPUT_BYTES, st.precision)
+        g = mem.saved_input_bytes(st)
         acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
                                      mem.lora_saved_inputs(w, e, g) if _lora(w) else None)
         return LayerKind(cost, calls, acts, fw), ends
@@ -356,7 +356,7 @@ def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParam
                       * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, mem.adapter_precision(st)))
     else:
         updated = params.dense_local / mem.zero_shards(st, 1) + params.experts_local / mem.zero_shards(st, 1, edp)
-        adam_bytes = updated * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, st.precision)
+        adam_bytes = updated * mem.optimizer_step_bytes(st)
     tier2 = device.second_tier
     tier2_bw = tier2.rate if tier2 is not None else np.inf
     optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
@@ -384,16 +384,17 @@ def _gathered_bytes(m: ModelArrays, st: StrategyArrays, layer_bytes: Array) -> A
 
 
 def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: StageLayers, params: StageParams,
-            layers: Layers, sends: PipelineSends, microbatches: Array, e: Array) -> StageMemory:
-    """Memory per tier of every stage kind; the fullest device's is reported."""
+            layers: Layers, sends: PipelineSends, microbatches: Array, e: Array, reserve: float) -> StageMemory:
+    """Memory per tier of every stage kind; the fullest device's is reported. `reserve`: the device's runtime
+    reserve (`Device.memory_reserve`), unless the strategy overrides it."""
     t, single = st.tp, stages.single
     moe_working = layers.moe.activations.working if layers.moe is not None else layers.dense.activations.working
     working = maximum(layers.dense.activations.working, moe_working)
     weight_bytes = _weight_bytes(params.dense_local + params.experts_local, st, w)
     unsharded_units = where(st.zero >= 3, _gathered_bytes(m, st, weight_bytes / stages.most_layers), 0.0)
     buffers = 4 * sends.sent_bytes * (1 - single) + 2 * layers.tp_bytes * where(t > 1, 1.0, 0.0) + unsharded_units
-    # fp32 logits and their 16-bit source on the last stage
-    logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * (4 + e)
+    # the loss's logits on the last stage (`memory.logit_bytes`)
+    logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * mem.logit_bytes(st, e)
     ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
 
     def stage_memory(counts: tuple[Array, Array], stage_params: tuple[Array, Array], index: Array,
@@ -411,7 +412,7 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
             # the offloaded share leaves one layer's staging buffer in HBM (TE's cpu offload handler)
             activations=activations * (1 - oa) + where(oa > 0, working, 0.0), checkpoints=checkpoints * (1 - oa),
             comm_buffers=buffers)
-        hbm = replace(tensors, runtime=st.memory_reserve + st.fragmentation * tensors.total)
+        hbm = replace(tensors, runtime=mem.runtime_reserve(st, reserve) + st.fragmentation * tensors.total)
         tier2 = MemoryBreakdown(
             weights=states.weights * ow, gradients=0.0 * ow, optimizer_states=states.optimizer_states * oo,
             activations=activations * oa, checkpoints=checkpoints * oa, comm_buffers=0.0 * oa)

@@ -15,6 +15,7 @@ import numpy as np
 
 from armillary.numerics import Array
 from armillary.plan.codes import PRECISION, PROJECTIONS, SCHEDULE, STRATEGY_FIELDS, encode, strategy_value
+from armillary.specs.formats import element_bytes
 from armillary.specs.model import Model, PositionKind, TernaryKernel, TokenMixer
 from armillary.specs.strategy import RecomputeModule, Strategy, TrainingPrecision
 from armillary.specs.workload import BasePrecision, LoraTarget, Training
@@ -148,7 +149,11 @@ class StrategyArrays:
     zero3_rank_copy: Array = 0.0  # s per rank and gathered parameter tensor
     expert_gemm_call: Array = 0.0  # s per local expert and grouped expert GEMM; 0 = one launch
     recompute_layers: Array = 0.0  # full recompute of the first this many layers of a model chunk; 0 = all
-    memory_reserve: Array = 0.0  # HBM bytes the runtime holds outside the tensors
+    memory_reserve: Array = 0.0  # HBM bytes the runtime holds outside the tensors; -1 = the device's
+    fp8_params: Array = 0.0  # 0/1: weights kept in fp8 only, gathered in fp8 (Strategy.fp8_params)
+    moment_bytes: Array = 4.0  # bytes of each Adam moment (Strategy.optimizer_states)
+    main_param_bytes: Array = 4.0  # bytes of the optimizer's main parameters (Strategy.main_params)
+    cross_entropy: Array = 0.0  # 0 fused, 1 eager fp32 (Strategy.cross_entropy)
     fragmentation: Array = 0.0  # share of the tensors' HBM lost to the allocator's fragmentation
     # the share of a model chunk's layers that full recompute re-runs: derived from recompute_layers by
     # estimate_training (`plan.rules.chunk_share`), 1 before
@@ -182,7 +187,9 @@ def _coded(s: Strategy, dp: int) -> StrategyArrays:
         pad_to_capacity=float(s.routing.pad_to_capacity), dispatch_fp8=float(s.routing.dispatch_fp8),
         zero3_live_params=s.zero3_live_parameters or 0.0, zero3_gather_rate=s.zero3_gather_rate or np.inf,
         zero3_rank_copy=s.zero3_rank_copy or 0.0, expert_gemm_call=s.expert_gemm_call or 0.0,
-        memory_reserve=s.memory_reserve, fragmentation=s.fragmentation,
+        memory_reserve=-1.0 if s.memory_reserve is None else s.memory_reserve, fragmentation=s.fragmentation,
+        fp8_params=float(s.fp8_params), moment_bytes=element_bytes(s.optimizer_states.value),
+        main_param_bytes=element_bytes(s.main_params.value), cross_entropy=float(s.cross_entropy == "eager_fp32"),
         grad_reduce_bf16=float(s.grad_reduce_in_bf16),
         bf16_layers=s.quantized_gemms.first_layers_bf16 + s.quantized_gemms.last_layers_bf16,
         attention_projections=PROJECTIONS.code(s.quantized_gemms.attention_projections),

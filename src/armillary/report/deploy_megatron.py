@@ -13,6 +13,9 @@ from armillary.specs.strategy import (
     Attention,
     BlockFormat,
     ContextParallel,
+    CrossEntropy,
+    MainParamPrecision,
+    OptimizerStatePrecision,
     ProjectionPrecision,
     RankOrder,
     Recompute,
@@ -235,6 +238,7 @@ def _precision_args(s: Strategy, notes: list[str]) -> list[str]:
     if s.precision is TrainingPrecision.FP8 and s.block_format in (BlockFormat.NVFP4, BlockFormat.MXFP4):
         notes.append(f"precision fp8 with {s.block_format.value}: Megatron's FP4 recipe takes --fp4-format without "
                      "--fp8-format (the estimate prices both alike)")
+    args += _stored_precision_args(s, notes)
     kept = s.quantized_gemms
     if kept.first_layers_bf16 or kept.last_layers_bf16:
         args += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(kept.first_layers_bf16),
@@ -242,6 +246,25 @@ def _precision_args(s: Strategy, notes: list[str]) -> list[str]:
     if kept.attention_projections is not ProjectionPrecision.RECIPE:
         notes.append(f"attention projections in {kept.attention_projections.value}: Megatron-LM runs every linear "
                      "layer of a quantized transformer layer in the recipe; no argument keeps them wider")
+    return args
+
+
+def _stored_precision_args(s: Strategy, notes: list[str]) -> list[str]:
+    """Weights kept in fp8 (--fp8-param-gather: Transformer Engine fp8 parameters, gathered in fp8) and the
+    optimizer's stored precisions (--use-precision-aware-optimizer with --exp-avg-dtype, --exp-avg-sq-dtype,
+    --main-params-dtype: Megatron-LM arguments.py, Megatron-Core OptimizerConfig)."""
+    if s.cross_entropy is CrossEntropy.EAGER_FP32:
+        notes.append("cross_entropy eager_fp32 (12 bytes per logit): Megatron-LM computes its loss with the "
+                     "vocab-parallel cross-entropy, which keeps less; the estimate counts the eager loss")
+    args = ["--fp8-param-gather"] if s.fp8_params else []
+    if s.optimizer_states is OptimizerStatePrecision.FP32 and s.main_params is MainParamPrecision.FP32:
+        return args
+    args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", s.optimizer_states.value, "--exp-avg-sq-dtype",
+             s.optimizer_states.value, "--main-params-dtype", s.main_params.value]
+    if s.main_params is MainParamPrecision.FP32 and not s.fp8_params and s.precision is not TrainingPrecision.FP32:
+        notes.append("the precision-aware optimizer keeps fp32 main parameters beside bf16 weights as their 16-bit "
+                     "remainders (Megatron-Core OptimizerConfig.store_param_remainders, on by default with "
+                     "Transformer Engine 2.1+): 2 bytes per parameter fewer than the estimate counts")
     return args
 
 

@@ -12,13 +12,6 @@ from armillary.plan import rules
 from armillary.specs.base import Spec
 from armillary.specs.quantity import BytesOrZero, BytesPerSecond, Seconds
 
-# HBM a training process holds outside its tensors [estimate from measurements]: the CUDA context, 287 MB
-# with lazy module loading and 667 MB without (PyTorch PR #86509); cuBLAS workspaces, 32 MiB per stream on
-# Hopper and later in Transformer Engine and PyTorch; NCCL's buffers, 4 MiB per channel, peer and protocol
-# by default (NCCL_BUFFSIZE), about 0.5 GiB for a communicator of 32 channels, and a run has several (TP,
-# DP, PP, EP). docs/formulas.md §4.5.
-RUNTIME_RESERVE_BYTES = 2 * 2**30
-
 
 class Recompute(StrEnum):
     """Activation recomputation (Korthikanti et al. 2022, §5)."""
@@ -92,6 +85,30 @@ class BlockFormat(StrEnum):
     MXFP8 = "mxfp8"
     NVFP4 = "nvfp4"
     MXFP4 = "mxfp4"
+
+
+class OptimizerStatePrecision(StrEnum):
+    """Storage precision of Adam's first and second moments (Megatron-Core --exp-avg-dtype /
+    --exp-avg-sq-dtype with --use-precision-aware-optimizer: Transformer Engine's FusedAdam keeps them in it
+    and computes in fp32)."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+
+
+class CrossEntropy(StrEnum):
+    """How the loss is computed, which fixes what its logits hold in HBM (`memory.logit_bytes`)."""
+
+    FUSED = "fused"  # a fused / vocab-parallel cross-entropy (Megatron): fp32 logits and their 16-bit source
+    EAGER_FP32 = "eager_fp32"  # logits cast to fp32, PyTorch's F.cross_entropy op by op (torchtitan of 2024)
+
+
+class MainParamPrecision(StrEnum):
+    """Storage precision of the optimizer's main parameters (Megatron-Core --main-params-dtype)."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
 
 
 class ProjectionPrecision(StrEnum):
@@ -287,9 +304,10 @@ class Strategy(Spec):
                               "it issues one by one, the dispatcher's wait for token counts); the default: none")
     overlap: Overlap = Overlap()
     offload: Offload = Offload()
-    memory_reserve: BytesOrZero = Field(
-        RUNTIME_RESERVE_BYTES, description="HBM per device the runtime holds outside the model's tensors: CUDA "
-        "context, GEMM library workspaces, communicator buffers (docs/formulas.md §4.5; default 2 GiB)")
+    memory_reserve: BytesOrZero | None = Field(
+        None, description="HBM per device the runtime holds outside the model's tensors (CUDA context, GEMM "
+        "library workspaces, communicator buffers: docs/formulas.md §4.5); None: the device's "
+        "(`Device.memory_reserve`: 2 GiB on CUDA / ROCm GPUs, what XLA keeps back on a TPU)")
     fragmentation: float = Field(
         0.0, ge=0, lt=1, description="share of the tensors' HBM that the allocator's fragmentation adds on top "
         "(PyTorch caching allocator; 0: expandable segments, which NVIDIA's recipes set)")
@@ -300,6 +318,23 @@ class Strategy(Spec):
         "fp8 (--fp8-recipe mxfp8: memory as fp8's, a quantized weight copy and quantized saved inputs)")
     quantized_gemms: QuantizedGemms = Field(QuantizedGemms(), description="which weight GEMMs a quantized "
                                             "recipe (fp8 or a block format) keeps in higher precision")
+    fp8_params: bool = Field(
+        False, description="the model's weights are kept in fp8 only, with no 16-bit copy, and the distributed "
+        "optimizer's parameter all-gather moves fp8 (Transformer Engine fp8_model_init, Megatron-LM "
+        "--fp8-param-gather, NeMo fp8_params); the optimizer keeps its fp32 main parameters. Needs a quantized "
+        "recipe (precision fp8 or a block_format) and a sharded optimizer (zero >= 1)")
+    optimizer_states: OptimizerStatePrecision = Field(
+        OptimizerStatePrecision.FP32, description="precision of Adam's two moments: fp32, or bf16 / fp16 "
+        "(Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype --exp-avg-sq-dtype; DeepSeek-V3 "
+        "report §3.3.3 keeps them in bf16)")
+    main_params: MainParamPrecision = Field(
+        MainParamPrecision.FP32, description="precision of the optimizer's main (master) parameters beside "
+        "16-bit or fp8 weights: fp32, or fp16 (Megatron-Core --main-params-dtype with the precision-aware "
+        "optimizer); fp32 training has none")
+    cross_entropy: CrossEntropy = Field(
+        CrossEntropy.FUSED, description="the loss kernel: fused (a fused or vocab-parallel cross-entropy, "
+        "Megatron-Core's: 4 + 2 bytes per logit) or eager_fp32 (the logits cast to fp32 and PyTorch's "
+        "F.cross_entropy run op by op, as torchtitan did in 2024: 12 bytes per logit at the start of backward)")
     grad_reduce_in_bf16: bool = Field(
         False, description="reduce the data-parallel gradients in bf16 (2 bytes per parameter) instead of the "
         "fp32 main gradients (4; Megatron-Core's default, --accumulate-allreduce-grads-in-fp32): Megatron-LM's "
@@ -340,6 +375,15 @@ class Strategy(Spec):
                                                                                 TrainingPrecision.FP8):
             raise ValueError(f"block_format {self.block_format.value!r} needs precision 'bf16' or 'fp8' (the block-"
                              f"scaled recipes keep bf16 weights and activations), not {self.precision.value!r}")
+        if self.fp8_params and not self.quantized:
+            raise ValueError("fp8_params needs a quantized recipe: precision 'fp8' or a block_format (mxfp8, nvfp4, "
+                             f"mxfp4), not precision {self.precision.value!r} alone")
+        if self.fp8_params and self.zero is ZeroStage.NONE:
+            raise ValueError("fp8_params needs zero 1, 2 or 3: the fp32 main parameters live in a sharded optimizer "
+                             "(Megatron-LM --fp8-param-gather needs --use-distributed-optimizer or FSDP)")
+        if self.main_params is not MainParamPrecision.FP32 and self.precision is TrainingPrecision.FP32:
+            raise ValueError(f"main_params {self.main_params.value!r} needs precision 'bf16', 'fp16' or 'fp8': fp32 "
+                             "training updates its fp32 weights directly, with no main copy")
         if self.quantized_gemms != QuantizedGemms() and not self.quantized:
             raise ValueError("quantized_gemms applies to a quantized recipe: precision 'fp8' or a block_format "
                              f"(mxfp8, nvfp4, mxfp4), not precision {self.precision.value!r} alone")

@@ -14,7 +14,7 @@ from armillary.specs.base import Spec
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.formats import FORMATS, element_bytes
 from armillary.specs.network import CollectiveLibrary, NetworkDimension
-from armillary.specs.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Seconds
+from armillary.specs.quantity import Bytes, BytesOrZero, BytesPerSecond, FlopPerSecond, Fraction, Seconds
 
 
 class Precision(StrEnum):
@@ -75,6 +75,15 @@ class GemmLatency(Spec):
                        "(an unfused fallback's serial GEMM and scale passes), not a floor under it")
 
 
+# HBM a CUDA (or ROCm) training process holds outside its tensors [estimate from measurements]: the CUDA
+# context, 287 MB with lazy module loading and 667 MB without (PyTorch PR #86509); cuBLAS workspaces, 32 MiB per
+# stream on Hopper and later in Transformer Engine and PyTorch; NCCL's buffers, 4 MiB per channel, peer and
+# protocol by default (NCCL_BUFFSIZE), about 0.5 GiB for a communicator of 32 channels, and a run has several
+# (TP, DP, PP, EP). docs/formulas.md §4.5. A device whose runtime holds another amount says so
+# (`Device.memory_reserve`: the TPU presets).
+RUNTIME_RESERVE_BYTES = 2 * 2**30
+
+
 class Device(Spec):
     """One accelerator: per-precision peak rates, efficiency curves and memory tiers."""
 
@@ -96,6 +105,11 @@ class Device(Spec):
         0.0, description="a fused attention kernel's fixed work per query block, in keys per query: over d keys "
         "per query it runs at d / (d + this) of its efficiency (0: the same at every length)")
     memory: tuple[MemoryTier, ...] = Field(min_length=1, max_length=2, description="[HBM, optional tier 2]")
+    memory_reserve: BytesOrZero = Field(
+        RUNTIME_RESERVE_BYTES, description="HBM the device's runtime holds outside the model's tensors, which a "
+        "training run cannot use: CUDA / ROCm context, GEMM library workspaces and communicator buffers (2 GiB, "
+        "docs/formulas.md §4.5); what the XLA runtime keeps back from a TPU's HBM (its presets); "
+        "`Strategy.memory_reserve` overrides it")
     kernel_overhead: Seconds = Field(0.0, description="fixed launch/tail cost per kernel")
     multiprocessors: PositiveInt | None = Field(
         None, description="streaming multiprocessors (NVIDIA) or compute units (AMD): communication kernels that "

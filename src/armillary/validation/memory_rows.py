@@ -7,17 +7,21 @@ one the source measured:
 - allocated (`torch.cuda.max_memory_allocated`): the model's tensors, nothing of the runtime's allowance;
 - reserved (`torch.cuda.max_memory_reserved`): the tensors plus what the caching allocator holds beyond
   them (`Strategy.fragmentation` of the tensors), never the CUDA context, NCCL and library buffers outside
-  the allocator (`Strategy.memory_reserve`).
+  the allocator (the runtime reserve: `Device.memory_reserve`, or `Strategy.memory_reserve` where set).
 The allowance stays explicit: what each figure includes is the breakdown's, named in the row's notes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
+from armillary.estimate.memory import runtime_reserve
 from armillary.estimate.result import MemoryBreakdown, StepEstimate
+from armillary.plan.arrays import StrategyArrays
+from armillary.specs.strategy import Strategy
+from armillary.validation.reading import eager_fp32_loss_stated
 from armillary.validation.rows import RowSpecs, Unsupported
 
 MEMORY_CSV = Path(str(resources.files("armillary.validation") / "data" / "memory.csv"))
@@ -56,6 +60,22 @@ def compared_bytes(hbm: MemoryBreakdown, reserve: float, measure: str) -> float:
     return tensors if measure == ALLOCATED else float(hbm.total) - reserve
 
 
+def stated_loss(row: dict[str, str], candidates: list[RowSpecs]) -> list[RowSpecs]:
+    """The row's configurations with the loss kernel its words name (`reading.eager_fp32_loss_stated`): an
+    eager fp32 cross-entropy keeps 12 bytes per logit (`memory.logit_bytes`). The training rows' reading
+    (`rows.row_specs`) does not read it: their step times do not depend on it."""
+    if not eager_fp32_loss_stated(row):
+        return candidates
+    return [replace(c, strategy=Strategy.model_validate({**c.strategy.model_dump(), "cross_entropy": "eager_fp32"}),
+                    assumptions=(*c.assumptions, "cross_entropy=eager_fp32 (the row's notes)")) for c in candidates]
+
+
+def reserve_of(specs: RowSpecs) -> float:
+    """The runtime reserve the estimate of `specs` held outside the tensors: the strategy's, else its device's."""
+    coded = StrategyArrays.of(specs.strategy, 1)
+    return float(runtime_reserve(coded, specs.system.device.memory_reserve))
+
+
 @dataclass(frozen=True)
 class MemoryPrediction:
     label: str  # "peak memory allocated per GPU" or "... reserved ..."
@@ -70,8 +90,8 @@ def predict_memory(row: dict[str, str]) -> MemoryPrediction:
     from armillary.validation.run import choose_candidate
 
     measure, scale = measure_of(row), unit_bytes(row)
-    result, chosen = choose_candidate(row_specs({**row, "kind": "training"}))
-    predicted = compared_bytes(result.memory_hbm, float(chosen.strategy.memory_reserve), measure) / scale
+    result, chosen = choose_candidate(stated_loss(row, row_specs({**row, "kind": "training"})))
+    predicted = compared_bytes(result.memory_hbm, reserve_of(chosen), measure) / scale
     notes = (*chosen.assumptions, _counted(result, chosen, measure))
     if not bool(result.feasible):
         notes = (*notes, "infeasible as configured: " + "; ".join(result.infeasible_reasons))
@@ -84,7 +104,7 @@ def _counted(result: StepEstimate, chosen: RowSpecs, measure: str) -> str:
     parts = {"weights": hbm.weights, "gradients": hbm.gradients, "optimizer": hbm.optimizer_states,
              "activations": hbm.activations, "checkpoints": hbm.checkpoints, "buffers": hbm.comm_buffers}
     listed = ", ".join(f"{k} {float(v) / 2**30:.2f}" for k, v in parts.items())
-    outside = float(chosen.strategy.memory_reserve) / 2**30
+    outside = reserve_of(chosen) / 2**30
     if measure == ALLOCATED:
         return f"compared: the tensors (GiB: {listed}); not the runtime allowance"
     fragmentation = float(hbm.runtime) / 2**30 - outside

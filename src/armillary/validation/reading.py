@@ -83,3 +83,24 @@ def read_int(row: dict[str, str], column: str) -> Reading:
     if re.search(r"->|→|\bto\s*\d|\bx\s*\d|[*×/+]\s*\d|,\s*\d|\bor\s*\d", rest):
         raise BadValueError(f"{column}: {text!r} holds more than one value")
     return Reading(column, int(float(found.group(1))), text, "qualified")
+
+
+# a run that keeps its weights in fp8 only: NeMo's fp8_params, Megatron-LM's --fp8-param-gather, Transformer
+# Engine's fp8_model_init, or the words ("FP8 params", "FP8 parameters", "fp8 param gather")
+_FP8_PARAMS = re.compile(r"fp8[ _-]?(params?|parameters)\b|fp8[ _-]param[ _-]gather|fp8_model_init", re.I)
+_NOT_FP8_PARAMS = re.compile(r"\b(no|without|not)\s+fp8[ _-]?param|fp8_params\s*[:=]\s*(false|0)\b", re.I)
+
+
+def fp8_params_stated(row: dict[str, str]) -> bool:
+    """Whether the row says, in a clause about the measured run, that its weights were kept in fp8
+    (`Strategy.fp8_params`): "FP8 params", "--fp8-param-gather", "fp8_params: True" in its precision,
+    framework or notes; "no FP8 params" and "fp8_params: False" say the opposite."""
+    text = "; ".join(row.get(column, "") for column in ("precision", "framework", "notes"))
+    return search_run(_FP8_PARAMS.pattern, text) is not None and search_run(_NOT_FP8_PARAMS.pattern, text) is None
+
+
+def eager_fp32_loss_stated(row: dict[str, str]) -> bool:
+    """Whether the row says its loss ran as an eager fp32 cross-entropy (`Strategy.cross_entropy`
+    eager_fp32: the logits cast to fp32 and PyTorch's F.cross_entropy run op by op) in a clause about the run."""
+    text = "; ".join(row.get(column, "") for column in ("framework", "notes"))
+    return search_run(r"\beager fp32 cross[- ]entropy\b", text) is not None
