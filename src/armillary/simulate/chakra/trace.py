@@ -153,11 +153,13 @@ def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> li
     A symmetric graph whose collectives run over 1-rank groups (one simulated rank standing for its group) is
     refused: ASTRA-sim would run those collectives on one rank. Build the graph with every rank
     (`simulate(..., symmetric=False)`, `simulate.run.every_rank_graph`); `armillary simulate --chakra` does."""
-    tasks = graph.tasks
     groups: dict[tuple[int, ...], str] = {}
-    heads: list[bytes] = []
+    heads: list[bytes] = []  # per task: its node's fields common to its ranks
+    deps_of: list[tuple[int, ...]] = []
+    stream_of: list[Stream | None] = []
+    type_of: list[int] = []  # NodeType, or for a send -1 - its source (a send there, a receive elsewhere)
     on_rank: list[list[int]] = [[] for _ in range(graph.ranks)]
-    for i, task in enumerate(tasks):
+    for i, task in enumerate(graph.tasks):  # once each: a graph's tasks may be made on access (Columns)
         if task.kind is TaskKind.SEND and (len(task.ranks) != 2 or i > 2**31 - 1):
             raise SpecError(f"task {i} {task.name!r}: a send has ranks (source, destination) and an int32 tag")
         members = tuple(dict.fromkeys(task.ranks))
@@ -175,6 +177,9 @@ def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> li
             # adds 1 to the process-group names it reads from PyTorch traces for that reason)
             pg_name = groups.setdefault(tuple(sorted(members)), str(len(groups) + 1))
         heads.append(_node_head(i, task, pg_name))
+        deps_of.append(task.deps)
+        stream_of.append(task.stream)
+        type_of.append(-1 - task.ranks[0] if task.kind is TaskKind.SEND else int(_node_type(task, task.ranks[0])))
         for rank in members:
             on_rank[rank].append(i)
     with replaced_files(directory) as staging:  # every file, or none
@@ -183,24 +188,30 @@ def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> li
                 _attr("producer", string_val=PRODUCER), _attr("rank", int64_val=rank),
                 _attr("ranks", int64_val=graph.ranks), _attr("rank_label", string_val=graph.rank_labels[rank]),
                 _attr("rank_weight", int64_val=graph.rank_weights[rank])])
-            write_trace(staging / f"{prefix}.{rank}.et", meta, _rank_nodes(tasks, rank, on_rank[rank], heads))
+            nodes = _rank_nodes(rank, on_rank[rank], heads, deps_of, stream_of, type_of)
+            write_trace(staging / f"{prefix}.{rank}.et", meta, nodes)
             on_rank[rank] = []  # done with: its memory back
         (staging / f"{prefix}.comm_group.json").write_text(
             json.dumps({name: list(ranks) for ranks, name in groups.items()}, indent=1) + "\n")
     return [directory / f"{prefix}.{rank}.et" for rank in range(graph.ranks)]
 
 
-def _rank_nodes(tasks: Any, rank: int, indices: list[int], heads: list[bytes]) -> Iterator[bytes]:
-    """The encoded nodes of one rank: each task's common fields, then this rank's type and data_deps."""
+def _rank_nodes(rank: int, indices: list[int], heads: list[bytes], deps_of: list[tuple[int, ...]],
+                stream_of: list[Stream | None], type_of: list[int]) -> Iterator[bytes]:
+    """The encoded nodes of one rank (its tasks: `indices`): each task's common fields, then this rank's type
+    and data_deps (the task's dependencies on this rank, and the rank's previous task on its stream)."""
+    here = set(indices)
     last: dict[Stream, int] = {}
+    send, receive = int(NodeType.COMM_SEND_NODE), int(NodeType.COMM_RECV_NODE)
     for i in indices:
-        task = tasks[i]
-        deps = {d for d in task.deps if rank in tasks[d].ranks}
-        if task.stream is not None:
-            if task.stream in last:
-                deps.add(last[task.stream])
-            last[task.stream] = i
-        yield heads[i] + encode_node_tail(int(_node_type(task, rank)), sorted(deps))
+        deps = {d for d in deps_of[i] if d in here}
+        stream = stream_of[i]
+        if stream is not None:
+            if stream in last:
+                deps.add(last[stream])
+            last[stream] = i
+        code = type_of[i]
+        yield heads[i] + encode_node_tail(code if code >= 0 else send if -1 - code == rank else receive, sorted(deps))
 
 
 def _files(directory: Path, prefix: str | None) -> dict[int, Path]:
