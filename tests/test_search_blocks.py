@@ -26,3 +26,23 @@ def test_blocks_of_any_size_give_the_same_top(chunk):
     parts = search(model, system, workload, base, SMALL, top_k=5, chunk=chunk)
     assert [(c.index, c.step_time_s) for c in parts.top] == [(c.index, c.step_time_s) for c in whole.top]
     assert parts.points == whole.points
+
+
+def test_the_running_best_matches_a_full_sort_with_ties_and_infinities():
+    """`_best` partitions before it sorts: the same k best distinct values (the first index of each) as
+    sorting every finite point, on values with many ties (axes that change nothing) and infeasible points."""
+    import numpy as np
+
+    from armillary.search.run import _best
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n, k = int(rng.integers(0, 300)), int(rng.integers(1, 25))
+        values = rng.choice(rng.random(int(rng.integers(1, 40))), n)
+        values[rng.random(n) < 0.3] = np.inf
+        index = rng.permutation(n).astype(np.int64)
+        finite = np.flatnonzero(np.isfinite(values))
+        order = finite[np.lexsort((index[finite], values[finite]))]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = values[order[1:]] != values[order[:-1]]
+        assert np.array_equal(_best(index, values, k), order[first][:k])

@@ -114,6 +114,16 @@ def _best(index: np.ndarray, value: np.ndarray, k: int) -> np.ndarray:
     differ only in axes that change nothing (an overlap flag with nothing to hide, a rank order without
     a group it moves): the first of them stands for all."""
     finite = np.flatnonzero(np.isfinite(value))
+    # only the values up to the m-th smallest are sorted, m doubled until they hold k distinct ones (ties
+    # are common: the first of them stands for all), so a block costs a partition, not a sort of its points
+    m = k
+    while m < len(finite):
+        threshold = np.partition(value[finite], m - 1)[m - 1]
+        below = finite[value[finite] <= threshold]
+        if len(np.unique(value[below])) >= k:
+            finite = below
+            break
+        m *= 2
     order = finite[np.lexsort((index[finite], value[finite]))]
     first = np.ones(len(order), dtype=bool)
     first[1:] = value[order[1:]] != value[order[:-1]]
