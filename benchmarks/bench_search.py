@@ -1,8 +1,11 @@
 """Speed and memory of the strategy search and of the co-design study.
 
-Run: python benchmarks/bench_search.py [--against REV [--src PATH] [--rounds N]]   (target, issue 47:
->= 10,000,000 evaluated configurations per second per core on the GPT-3 175B / 64-GPU strategy space;
-Calculon: 134 per CPU-second, 1.3k with logging silenced)
+Run: python benchmarks/bench_search.py [--against REV [--src PATH] [--rounds N]] [--profile]   (targets, issue
+47: >= 10,000,000 evaluated configurations per second per core on the GPT-3 175B / 64-GPU strategy space, a
+1e9-point co-design space in under 2 minutes; Calculon: 134 per CPU-second, 1.3k with logging silenced)
+
+With --profile, only the default space's one block is evaluated, and the milliseconds it spends in each part
+of the training estimator and in the collective composer are printed (where the time goes).
 
 With --against, only the default GPT-3 175B / 64 A100 search is timed, in CPU seconds, in subprocesses that
 alternate between this tree's src/ (or --src) and git revision REV's, round after round (the machine's load
@@ -89,12 +92,90 @@ def against(rev: str, src: Path, rounds: int) -> None:
         print("top 10 identical" if len(set(tops.values())) == 1 else f"top 10 DIFFER: {tops}")
 
 
+def profile(repeats: int = 7) -> None:
+    """Milliseconds of the default space's block (all of it: one block) in each part of the estimator."""
+    import importlib
+    from collections import Counter
+
+    from armillary.search.run import Objective, Problem
+    from armillary.search.space import resolve_axes
+
+    m, system = load_model("gpt3-175b"), load_system("dgx-a100", 64)
+    workload = load_workload({"seq_len": 2048, "global_batch": 64})
+    base, space = load_strategy({"attention": "flash"}), StrategySpace()
+    axes = resolve_axes(space, m, system.devices, system.devices_per_node, base, system.device.hbm.capacity,
+                        False, workload)
+    problem = Problem(m, system, base, workload, space, axes, Objective.TIME, 10)
+    spent: Counter[str] = Counter()
+    parts = [("armillary.estimate.training", name) for name in (
+        "_layers", "_pipeline_sends", "_stage_times", "_data_parallel", "_optimizer_and_offload", "_memory",
+        "_flops", "_calls", "check", "exposed_together", "critical_stage")]
+    parts += [("armillary.comm.collectives", "compose"), ("armillary.search.run", "training_checks")]
+
+    def timed_part(module: object, name: str) -> None:
+        f = getattr(module, name)
+
+        def part(*args: object, **kwargs: object) -> object:
+            t0 = time.perf_counter()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - t0
+        setattr(module, name, part)
+
+    for module, name in parts:
+        timed_part(importlib.import_module(module), name)
+    problem.evaluate(0, axes.size)
+    spent.clear()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        problem.evaluate(0, axes.size)
+    total = (time.perf_counter() - t0) / repeats
+    print(f"default space, one block of {axes.size:,} points: {total * 1e3:.1f} ms")
+    for name, seconds in spent.most_common():
+        within = " (collectives, within the parts above)" if name == "compose" else ""
+        print(f"  {name:24} {seconds / repeats * 1e3:6.1f} ms{within}")
+
+
+def codesign_rate() -> None:
+    """The co-design example (18 systems x 442,368 strategies) in-process: points per second, and how long a
+    1e9-point co-design space would take at that rate."""
+    from armillary.search.systems import SystemSpace, codesign
+    from armillary.specs.loading import read_spec_file
+
+    study = ROOT / "examples" / "codesign"
+    space = SystemSpace.model_validate(read_spec_file(study / "megatron-1t-system-space.yaml", "space"))
+    strategies = StrategySpace.model_validate(read_spec_file(study / "strategies.yaml", "strategies"))
+    m, system = load_model("megatron-1t"), load_system("dgx-a100", 8)
+    workload = load_workload({"seq_len": 2048, "global_batch": 3072})
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = codesign(m, system, workload, space, load_strategy({"attention": "flash"}), strategies)
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    points = len(result.points) * strategies_points(m, system, workload, strategies)
+    print(f"co-design example in-process: {points:,} points ({result.strategies_evaluated:,} evaluated) in "
+          f"{elapsed:.2f} s ({cpu:.2f} s CPU): {points / cpu:,.0f} points per CPU-second; a 1e9-point space at "
+          f"that rate: {1e9 / (points / cpu):,.0f} s (target < 120 s)")
+
+
+def strategies_points(m: object, system: object, workload: object, strategies: StrategySpace) -> int:
+    """Points of the strategy space per system (the same for every system of the example)."""
+    from armillary.search.run import search as searched
+
+    found = searched(m, system.with_devices(1024), workload, load_strategy({"attention": "flash"}),  # type: ignore[arg-type, attr-defined]
+                     strategies, top_k=1)
+    return found.points
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--against", help="a git revision to time alternately with this tree")
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="this tree's source folder")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="where the default block's time goes")
     args = parser.parse_args()
+    if args.profile:
+        profile()
+        return
     if args.against:
         against(args.against, args.src, args.rounds)
         return
@@ -113,6 +194,7 @@ def main() -> None:
                     "--gpus", "8", "--global-batch", "3072", "--space", str(space), "--strategies", str(strategies),
                     "--json"], check=True, capture_output=True)
     print(f"co-design example (18 systems), end to end: {time.perf_counter() - t0:.2f} s")
+    codesign_rate()
 
 
 if __name__ == "__main__":
