@@ -10,7 +10,9 @@ network and system configurations for an 8-GPU HGX H100 (its own validated ones:
         --astra-sim astra-sim/build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Unaware
 
 ASTRA-sim replays compute nodes for their duration_micros (whole microseconds) and costs the collectives and
-sends itself; its communicator ids come from comm_group.json (numbered from 1: it refuses id 0).
+sends itself; its communicator ids come from comm_group.json (numbered from 1: it refuses id 0). Before running
+it the traces are checked against what ASTRA-sim's reader requires (`simulate.chakra.astra_sim_problems`;
+tests/test_astrasim_step.py checks the export without ASTRA-sim).
 
 `--all-reduce BYTES` instead runs one all-reduce on ASTRA-sim's own 3-D example network (astra-network-analytical
 input/Ring_FullyConnected_Switch.yml: 2 x 8 x 4 NPUs, 200 / 100 / 50 GB/s, 50 / 500 / 2,000 ns) with ring /
@@ -31,7 +33,7 @@ import subprocess
 from pathlib import Path
 
 import armillary
-from armillary.simulate.chakra import write_chakra
+from armillary.simulate.chakra import astra_sim_problems, write_chakra
 from armillary.specs.workload import Training
 
 NETWORK = "topology: [ Switch ]\nnpus_count: [ 8 ]\nbandwidth: [ 400.0 ]  # GB/s\nlatency: [ 936.25 ]  # ns\n"
@@ -100,6 +102,20 @@ def run_astra_sim(binary: Path, workload: Path, comm_group: Path | None, folder:
     return max(cycles)
 
 
+def export_step(out: Path, model: str, strategy: dict[str, object], seq_len: int,
+                global_batch: int) -> tuple[float, int]:
+    """Simulate the step on 8 H100 (every rank), write `out/step.{rank}.et`, `step.comm_group.json` and
+    ASTRA-sim's network / system / memory files for the HGX H100; return armillary's step time (s) and the
+    number of tasks."""
+    result = armillary.simulate(model, "dgx-h100", strategy, Training(seq_len=seq_len, global_batch=global_batch),
+                                gpus=8, symmetric=False)
+    write_chakra(result.graph, out, "step")
+    (out / "network.yml").write_text(NETWORK)
+    (out / "system.json").write_text(json.dumps(SYSTEM, indent=1) + "\n")
+    (out / "memory.json").write_text(json.dumps(MEMORY) + "\n")
+    return result.step_time_s, len(result.graph.tasks)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="folder for the traces and configurations")
@@ -116,14 +132,11 @@ def main() -> None:
     if args.all_reduce is not None:
         all_reduce(args)
         return
-    result = armillary.simulate(args.model, "dgx-h100", json.loads(args.strategy),
-                                Training(seq_len=args.seq_len, global_batch=args.global_batch), gpus=8,
-                                symmetric=False)
-    write_chakra(result.graph, args.out, "step")
-    (args.out / "network.yml").write_text(NETWORK)
-    (args.out / "system.json").write_text(json.dumps(SYSTEM, indent=1) + "\n")
-    (args.out / "memory.json").write_text(json.dumps(MEMORY) + "\n")
-    print(f"armillary: step {result.step_time_s * 1e3:.3f} ms ({len(result.graph.tasks):,} tasks, 8 ranks)")
+    step_s, tasks = export_step(args.out, args.model, json.loads(args.strategy), args.seq_len, args.global_batch)
+    print(f"armillary: step {step_s * 1e3:.3f} ms ({tasks:,} tasks, 8 ranks)")
+    problems = astra_sim_problems(args.out, "step")
+    if problems:
+        raise SystemExit("the traces would not run in ASTRA-sim:\n" + "\n".join(problems[:20]))
     if args.astra_sim is None:
         return
     cycles = run_astra_sim(args.astra_sim, args.out / "step", args.out / "step.comm_group.json", args.out)
