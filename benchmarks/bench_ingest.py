@@ -1,8 +1,9 @@
-"""Speed of the HLO import (a module of at least 100,000 instructions parsed and costed) and of the torch
-trace replay (generated two-rank traces of 100K and 1M events replayed).
+"""Speed of the HLO import (a module of at least 100,000 instructions parsed and costed), of the torch
+trace replay (generated two-rank traces of 100K and 1M events replayed) and of the Chakra export and import
+of every rank of a 1,024-GPU training step.
 
-Run: python benchmarks/bench_ingest.py [hlo|torch]   (targets: < 2 s for parse + cost; 1M events replayed in
-< 10 s, issue 47)
+Run: python benchmarks/bench_ingest.py [hlo|torch|chakra [MODEL]]   (targets: < 2 s for parse + cost; 1M events
+replayed in < 10 s; a 1,024-rank Chakra export in < 10 s and < 1 GB, issue 47)
 
 The module is the compiled JAX GPT step of tests/data/hlo (TP over 8 devices) repeated: its entry
 computation copied under new names until the module holds 100,000 instructions, a new entry calling every
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import random
 import re
+import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -97,6 +100,38 @@ def main() -> None:
             torch_replay_speed(events)
     if part in ("hlo", "all"):
         hlo_speed()
+    if part in ("chakra", "all"):
+        chakra_speed(sys.argv[2] if len(sys.argv) > 2 else "llama3-8b")
+
+
+def _peak_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def chakra_speed(model: str) -> None:
+    """Every rank of a 1,024-GPU step (tp 8, pp 4, dp 32 on DGX H100; seq 2048, global batch 256) written as
+    Chakra traces and read back: wall and CPU seconds of each, and the process's peak RSS after each (the
+    graph alone first; the import runs with the graph freed)."""
+    import armillary
+    from armillary.simulate.chakra import read_chakra, write_chakra
+    from armillary.specs.workload import Training
+
+    t0 = time.perf_counter()
+    graph = armillary.simulate(model, "dgx-h100", {"tp": 8, "pp": 4}, Training(seq_len=2048, global_batch=256),
+                               gpus=1024, symmetric=False).graph
+    tasks, graph_s, graph_gb = len(graph.tasks), time.perf_counter() - t0, _peak_gb()
+    print(f"{model}, 1,024 ranks: {tasks:,} tasks built in {graph_s:.1f} s, peak {graph_gb:.2f} GiB")
+    with tempfile.TemporaryDirectory() as folder:
+        t0, c0 = time.perf_counter(), time.process_time()
+        write_chakra(graph, Path(folder))
+        size = sum(p.stat().st_size for p in Path(folder).iterdir())
+        print(f"  export: {time.perf_counter() - t0:.1f} s ({time.process_time() - c0:.1f} s CPU), "
+              f"{size / 1e6:.0f} MB written, peak {_peak_gb():.2f} GiB (target < 10 s, < 1 GB)")
+        del graph
+        t0, c0 = time.perf_counter(), time.process_time()
+        back = read_chakra(Path(folder))
+        print(f"  import: {time.perf_counter() - t0:.1f} s ({time.process_time() - c0:.1f} s CPU), "
+              f"{len(back.tasks):,} tasks, peak {_peak_gb():.2f} GiB")
 
 
 def hlo_speed() -> None:
