@@ -160,22 +160,15 @@ def test_a_fuzzed_collective_makes_sense_or_is_refused(data, op, name, gpus, siz
             row = armillary.collective(op, size, system, gpus=gpus, algorithm=algorithm, composition=composition)
         except ArmillaryError:
             return
-    if math.isinf(row.time_s) and (algorithm, composition) != ("auto", "auto"):
-        return  # a pinned choice that cannot run: test_a_pinned_choice_that_cannot_run_is_refused (xfail)
     assert math.isfinite(row.time_s) and row.time_s > 0
     assert math.isfinite(row.busbw_bytes_per_s) and row.busbw_bytes_per_s >= 0
 
 
-@pytest.mark.xfail(strict=True, reason="comm: a pinned algorithm or composition that cannot run for the op costs "
-                   "inf instead of being refused (reported on issue 46)")
 @pytest.mark.parametrize("pinned", [{"composition": "pipelined"}, {"algorithm": "in_network"}])
 def test_a_pinned_choice_that_cannot_run_is_refused(pinned):
     """Found by the fuzzer: NCCL's pipelined phases need a tree-family top phase, which all-gather does not
     have, and NVLink SHARP does not gather across nodes; `collective --composition pipelined` or
-    `--algorithm in_network` printed a time of inf for an all-gather over two DGX H100 nodes."""
-    try:
-        row = armillary.collective("all_gather", 1e6, "dgx-h100", gpus=16, **pinned)
-    except ArmillaryError as err:
-        assert any(word in str(err) for word in pinned)
-        return
-    assert math.isfinite(row.time_s)
+    `--algorithm in_network` printed a time of inf for an all-gather over two DGX H100 nodes; now refused
+    (comm/compose.compose), naming the pinned choice."""
+    with pytest.raises(ArmillaryError, match="|".join(pinned)):
+        armillary.collective("all_gather", 1e6, "dgx-h100", gpus=16, **pinned)

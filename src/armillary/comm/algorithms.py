@@ -265,6 +265,28 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
                                       latency_scale, scalar))
 
 
+def dimension_options(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
+                      algorithm: Algorithm = Algorithm.AUTO, bandwidth: Array | None = None,
+                      exclude: tuple[Algorithm, ...] = ()) -> tuple[DimensionCost, ...]:
+    """Every (algorithm, protocol) that `dimension_cost` weighs, each costed as it costs the fastest: what a
+    tuner compares when the part's own fastest is not the whole collective's (comm/compose.py: the pipelined
+    phases). A group of one does nothing under each. Raises where none can run."""
+    scalar = _is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
+    if scalar and p <= 1 and algorithm is Algorithm.AUTO:
+        return (NOTHING,)
+    if algorithm is Algorithm.SYNTHESIZED:
+        return (dimension_cost(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth, exclude),)
+    found = []
+    if _synthesizable(op, p, net, algorithm, exclude):
+        found.append(_synthesized(op, n_bytes, p, net, bandwidth))
+        exclude = (*exclude, Algorithm.SYNTHESIZED)
+    times, sents, fixeds, labels, p, scalar = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm,
+                                                               bandwidth, exclude, 1.0, scalar)
+    found += [_fastest([t], [s], [f], [label], p, scalar)
+              for t, s, f, label in zip(times, sents, fixeds, labels, strict=True)]
+    return tuple(found)
+
+
 def ring_protocols(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
                    bandwidth: Array | None = None, latency_scale: Array = 1.0,
                    curve: Array = True) -> tuple[DimensionCost, ...]:

@@ -37,6 +37,7 @@ from armillary.comm.algorithms import (
     DimensionCost,
     bus_factor,
     dimension_cost,
+    dimension_options,
     ring_protocols,
 )
 from armillary.comm.fabrics import all_to_all_slowdown
@@ -97,8 +98,11 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
     best = built[0]
     for other in built[1:]:
         best = _faster(best, other)
-    if not is_array(best.time) and not np.isfinite(best.time):
-        raise ValueError(f"{op.value} cannot run over {system.name!r} with algorithm {algorithm.value!r}")
+    pinned = algorithm is not Algorithm.AUTO or composition is not Composition.AUTO
+    if not (is_array(best.time) and not pinned) and not np.isfinite(best.time).any():  # a pinned choice that
+        # cannot run at any size of a sweep is refused as one configuration is (a search's points stay inf)
+        raise ValueError(f"{op.value} cannot run over {system.name!r} with algorithm {algorithm.value!r} and "
+                         f"composition {composition.value!r}")
     return best
 
 
@@ -139,6 +143,20 @@ class _Net:
             return cost
         return _scaled(cost, where(span > 1, 1.0, 0.0))  # a ring over all ranks only where the group spans i
 
+    def options(self, i: int, op: Collective, n: Array, exclude: tuple[Algorithm, ...] = ()
+                ) -> tuple[DimensionCost, ...]:
+        """What `phase` chooses from: `op` on dimension i over the group's span there under each (algorithm,
+        protocol) that can run (the collective's pinned algorithm where it runs); one infinite cost where
+        none can."""
+        dim, span = self.system.network[i], self.group.spans[i]
+        if not any_true(span > 1):
+            return (NOTHING,)
+        pinned = self.algorithm if _pinnable(self.algorithm, op, dim, exclude) else Algorithm.AUTO
+        try:
+            return dimension_options(op, n, span, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i],
+                                     exclude)
+        except ValueError:
+            return (DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0),)
 
     def ring(self, i: int, op: Collective, n: Array, latency_scale: Array) -> tuple[DimensionCost, ...]:
         """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol; nothing
@@ -235,20 +253,19 @@ def _step_shares(group: Placement, count: int) -> list[Array]:
 
 def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) -> Composed:
     """A phase per dimension, pipelined or one after another."""
+    if pipelined and op is not Collective.ALL_TO_ALL:
+        return _pipelined(op, n, net, index)
     count, group = len(net.system.network), net.group
-    nccl_top = (Algorithm.RING,) if pipelined and net.system.collectives is CollectiveLibrary.NCCL else ()
     stages: list[list[DimensionCost]] = []
     for i in range(count):
         top, message = net.top(i), phase_message(op, n, group, i)
         if op is Collective.ALL_TO_ALL:  # all dimensions at once, the scale-out tier under incast
             stages.append([_incast(net, i).phase(i, op, message)])
             continue
-        at_top = _when(top, partial(net.phase, i, op, message, exclude=nccl_top))
-        if op is Collective.ALL_REDUCE and (not pipelined or not nccl_top):
+        at_top = _when(top, partial(net.phase, i, op, message))
+        if op is Collective.ALL_REDUCE:
             # below the top: reduce-scatter up, all-gather down (ASTRA-sim, Sys.cc generate_all_reduce), not
-            # the dimension's all-reduce: a one-shot direct all-reduce would send (p - 1) n, not 2 (p - 1)/p n.
-            # NCCL's tree family keeps the dimension's all-reduce below the top (its intra-node reduce and
-            # broadcast, NVLS or chain)
+            # the dimension's all-reduce: a one-shot direct all-reduce would send (p - 1) n, not 2 (p - 1)/p n
             below = [_when(_not(top), partial(net.phase, i, o, message))
                      for o in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER)]
             stages.append([_select(top, at_top, NOTHING)] + [_select(top, NOTHING, b) for b in below])
@@ -261,19 +278,161 @@ def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) ->
         for s in flat[1:]:
             time = np.maximum(time, s.time)
         return Composed(time if is_array(time) else float(time), dims, index)
-    if not pipelined:
-        return Composed(sum(s.time for s in flat) - _shared_base(flat), dims, index)
+    return Composed(sum(s.time for s in flat) - _shared_base(flat), dims, index)
+
+
+_BLOCKED = DimensionCost(np.inf, 0.0, 0, 0, 0.0)  # an option that does not apply at a point of a sweep
+
+
+def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
+    """The phases pipelined: T = sum of fixed costs + max_i B_i + (sum_i B_i - max_i B_i) / k, with the
+    (algorithm, protocol) of every phase chosen together for the least T, as a library's tuner picks the
+    configuration of least modelled time for the whole collective (NCCL tuning.cc, ncclTopoGetAlgoTime per
+    algorithm and protocol of the collective). Each phase choosing by its own time is not the same: a phase
+    off the slowest dimension pays only 1/k of its bandwidth time, so its own fastest (more latency, less
+    transfer) can be the whole's slowest, and a lower latency that flipped its choice made the collective
+    slower. The joint choice is exact (`_fastest_together`), so a faster resource never slows it.
+    NCCL's tree family keeps ring off the top and the dimension's all-reduce below it (its intra-node reduce
+    and broadcast, NVLS or chain); the hierarchical library reduce-scatters up and all-gathers down below the
+    top (ASTRA-sim, Sys.cc generate_all_reduce: a one-shot direct all-reduce would send (p - 1) n, not
+    2 (p - 1)/p n), each of the two phases with its own choice."""
+    count, group = len(net.system.network), net.group
+    nccl = net.system.collectives is CollectiveLibrary.NCCL
+    choices: list[list[tuple[DimensionCost, ...]]] = []
+    for i in range(count):
+        top, message = net.top(i), phase_message(op, n, group, i)
+        at_top: list[tuple[DimensionCost, ...]] = (
+            [(o,) for o in net.options(i, op, message, (Algorithm.RING,) if nccl else ())] if np.any(top) else [])
+        below: list[tuple[DimensionCost, ...]] = []
+        if not np.all(top):
+            if op is Collective.ALL_REDUCE and not nccl:
+                scatter = _frontier([(o,) for o in net.options(i, Collective.REDUCE_SCATTER, message)])
+                gather = _frontier([(o,) for o in net.options(i, Collective.ALL_GATHER, message)])
+                below = [r + g for r in scatter for g in gather]
+            else:
+                below = [(o,) for o in net.options(i, op, message)]
+        choices.append(_frontier(_on_mask(top, at_top, below)))
+    chunks = np.maximum(np.asarray(n, dtype=float) / PIPELINE_CHUNK_BYTES, 1.0)
+    picked = _fastest_together(choices, chunks if is_array(n) else float(chunks))
+    flat = [s for dim in picked for s in dim]
+    dims = tuple(_sum(list(dim)) for dim in picked)
     fixed = sum(s.fixed for s in flat) - _shared_base(flat)
     transfers = [d.transfer for d in dims]
     slowest = transfers[0]
     for t in transfers[1:]:
         slowest = np.maximum(slowest, t)
-    chunks = np.maximum(np.asarray(n, dtype=float) / PIPELINE_CHUNK_BYTES, 1.0)
     total = sum(transfers)
     runs = np.isfinite(total)  # where a phase cannot run, the composition takes forever
     fill = np.where(runs, total - np.where(runs, slowest, 0.0), 0.0) / chunks
     time = fixed + slowest + fill
     return Composed(time if is_array(time) else float(time), dims, index)
+
+
+def _on_mask(top: Array, at_top: list[tuple[DimensionCost, ...]], below: list[tuple[DimensionCost, ...]]
+             ) -> list[tuple[DimensionCost, ...]]:
+    """A dimension's options: the top phase's where it is the group's top, the phases below elsewhere; over
+    a sweep that mixes both, each option blocked (infinite) where it does not apply."""
+    if not is_array(top):
+        return at_top if top else below
+    if not below or not at_top:  # the sweep's points all take one side
+        return at_top or below
+    width = max(len(o) for o in (*at_top, *below))
+
+    def padded(option: tuple[DimensionCost, ...], applies: Array) -> tuple[DimensionCost, ...]:
+        first = _select(applies, option[0], _BLOCKED)
+        return (first, *option[1:], *(NOTHING,) * (width - len(option)))
+
+    return [padded(o, top) for o in at_top] + [padded(o, _not(top)) for o in below]
+
+
+def _totals(option: tuple[DimensionCost, ...]) -> tuple[Array, Array]:
+    """An option's fixed cost F and transfer time B (its phases together; infinite where it cannot run)."""
+    fixed, time = option[0].fixed, option[0].time
+    for c in option[1:]:
+        fixed, time = fixed + c.fixed, time + c.time
+    if not (is_array(fixed) or is_array(time)):
+        return float(fixed), (np.inf if time == np.inf else float(time) - float(fixed))
+    with np.errstate(invalid="ignore"):
+        transfer = np.asarray(time, float) - np.asarray(fixed, float)
+    return np.asarray(fixed, float), np.where(np.isnan(transfer), np.inf, transfer)
+
+
+def _frontier(options: list[tuple[DimensionCost, ...]]) -> list[tuple[DimensionCost, ...]]:
+    """The options less those an earlier one matches or beats on both F and B (at every point of a sweep):
+    the joint choice takes the first of equals, so it never takes them."""
+    kept: list[tuple[tuple[DimensionCost, ...], tuple[Array, Array]]] = []
+    for option in options:
+        f, b = _totals(option)
+        if not any(np.all((f2 <= f) & (b2 <= b)) for _, (f2, b2) in kept):
+            kept.append((option, (f, b)))
+    return [o for o, _ in kept]
+
+
+def _fastest_together(choices: list[list[tuple[DimensionCost, ...]]], chunks: Array
+                      ) -> list[tuple[DimensionCost, ...]]:
+    """Per dimension, the option (its phases) of least pipelined time sum_i (F_i + B_i / k) + (1 - 1/k)
+    max_i B_i, exactly [derived]: for a cap C on the slowest dimension's transfer each dimension takes its
+    least F + B / k among the options with B <= C, and the least of sum + (1 - 1/k) C over the caps C = each
+    option's B is the optimum (at the optimum's own max the bound is its time; every bound is at least the
+    time of the options it took). A faster resource lowers every option's F and B, so it never raises the
+    optimum."""
+    totals = [[_totals(o) for o in options] for options in choices]
+    if not (is_array(chunks) or any(is_array(f) or is_array(b) for row in totals for f, b in row)):
+        return _fastest_together_scalar(choices, totals, float(chunks))
+    k = np.asarray(chunks, dtype=float)
+    shape = np.broadcast_shapes(k.shape, *(np.shape(x) for row in totals for fb in row for x in fb))
+    fixed = [np.stack([np.broadcast_to(f, shape) for f, _ in row]) for row in totals]
+    transfer = [np.stack([np.broadcast_to(b, shape) for _, b in row]) for row in totals]
+    weighed = [f + b / k for f, b in zip(fixed, transfer, strict=True)]
+    best, pick = np.full(shape, np.inf), [np.zeros(shape, dtype=int) for _ in choices]
+    with np.errstate(invalid="ignore"):
+        for cap in (row for b in transfer for row in b):
+            total = np.where(np.isfinite(cap), cap - cap / k, np.inf)
+            taken = []
+            for g, b in zip(weighed, transfer, strict=True):
+                allowed = np.where(b <= cap, g, np.inf)
+                j = np.argmin(allowed, axis=0)
+                total = total + np.take_along_axis(allowed, j[None], 0)[0]
+                taken.append(j)
+            better = total < best
+            best = np.where(better, total, best)
+            pick = [np.where(better, j, p) for j, p in zip(taken, pick, strict=True)]
+    return [_gather(options, j, shape) for options, j in zip(choices, pick, strict=True)]
+
+
+def _fastest_together_scalar(choices: list[list[tuple[DimensionCost, ...]]],
+                             totals: list[list[tuple[Array, Array]]], k: float) -> list[tuple[DimensionCost, ...]]:
+    """`_fastest_together` for one configuration, in the same order (the same choice in a tie)."""
+    rows = [[(float(f) + float(b) / k, float(b), j) for j, (f, b) in enumerate(row)] for row in totals]
+    best, pick = np.inf, [0] * len(choices)
+    for cap in dict.fromkeys(float(b) for row in totals for _, b in row):
+        if cap == np.inf:
+            continue
+        total, taken = cap - cap / k, []
+        for row in rows:
+            least = min(((g, j) for g, b, j in row if b <= cap), default=None)
+            if least is None:
+                break
+            total += least[0]
+            taken.append(least[1])
+        else:
+            if total < best:
+                best, pick = total, taken
+    return [options[j] for options, j in zip(choices, pick, strict=True)]
+
+
+def _gather(options: list[tuple[DimensionCost, ...]], j: np.ndarray, shape: tuple[int, ...]
+            ) -> tuple[DimensionCost, ...]:
+    """Point by point, option j's phases."""
+    if len(options) == 1:
+        return options[0]
+    out = []
+    for phase in range(len(options[0])):
+        fields = [np.stack([np.broadcast_to(np.asarray(x, float), shape) for x in column])
+                  for column in zip(*(_fields(o[phase]) for o in options), strict=True)]
+        time, sent, algorithm, protocol, fixed = (np.take_along_axis(f, j[None], 0)[0] for f in fields)
+        out.append(DimensionCost(time, sent, algorithm.astype(int), protocol.astype(int), fixed))
+    return tuple(out)
 
 
 def _incast(net: _Net, i: int) -> _Net:
