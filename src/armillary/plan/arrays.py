@@ -148,6 +148,11 @@ class StrategyArrays:
     zero3_gather_rate: Array = np.inf  # bytes/s per device; inf = the network's rate
     zero3_rank_copy: Array = 0.0  # s per rank and gathered parameter tensor
     expert_gemm_call: Array = 0.0  # s per local expert and grouped expert GEMM; 0 = one launch
+    moe_host_op: Array = 0.0  # s of host time per kernel issued one by one (Strategy.moe_host.op)
+    moe_host_ops: Array = 0.0  # kernels an MoE layer's forward issues one by one (Strategy.moe_host.ops)
+    moe_dispatch_sync: Array = 0.0  # 0/1: the dispatcher blocks the host per MoE layer (moe_host.dispatch_sync)
+    redundant_experts: Array = 0.0  # EPLB expert replicas per EP rank (Routing.redundant_experts)
+    recompute_moe: Array = 0.0
     recompute_layers: Array = 0.0  # full recompute of the first this many layers of a model chunk; 0 = all
     memory_reserve: Array = 0.0  # HBM bytes the runtime holds outside the tensors; -1 = the device's
     fp8_params: Array = 0.0  # 0/1: weights kept in fp8 only, gathered in fp8 (Strategy.fp8_params)
@@ -187,6 +192,8 @@ def _coded(s: Strategy, dp: int) -> StrategyArrays:
         pad_to_capacity=float(s.routing.pad_to_capacity), dispatch_fp8=float(s.routing.dispatch_fp8),
         zero3_live_params=s.zero3_live_parameters or 0.0, zero3_gather_rate=s.zero3_gather_rate or np.inf,
         zero3_rank_copy=s.zero3_rank_copy or 0.0, expert_gemm_call=s.expert_gemm_call or 0.0,
+        moe_host_op=s.moe_host.op, moe_host_ops=s.moe_host.ops, moe_dispatch_sync=float(s.moe_host.dispatch_sync),
+        redundant_experts=s.routing.redundant_experts,
         memory_reserve=-1.0 if s.memory_reserve is None else s.memory_reserve, fragmentation=s.fragmentation,
         fp8_params=float(s.fp8_params), moment_bytes=element_bytes(s.optimizer_states.value),
         main_param_bytes=element_bytes(s.main_params.value), cross_entropy=float(s.cross_entropy == "eager_fp32"),

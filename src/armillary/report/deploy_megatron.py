@@ -131,7 +131,8 @@ def _pipeline_args(model: Model, s: Strategy, notes: list[str]) -> list[str]:
 
 _RECOMPUTE_MODULES = {RecomputeModule.CORE_ATTN: "core_attn", RecomputeModule.LAYERNORM: "layernorm",
                       RecomputeModule.MLP: "mlp", RecomputeModule.SHARED_EXPERTS: "shared_experts",
-                      RecomputeModule.MOE_ACT: "moe_act", RecomputeModule.MLA_UP_PROJ: "mla_up_proj"}
+                      RecomputeModule.MOE_ACT: "moe_act", RecomputeModule.MLA_UP_PROJ: "mla_up_proj",
+                      RecomputeModule.MOE: "moe"}
 # Megatron-Core AttnBackend: flash (FlashAttention via Transformer Engine), fused (cuDNN fused attention,
 # the FlashAttention-3 class kernel on Hopper), unfused (PyTorch attention: the s x s scores in HBM)
 

@@ -31,6 +31,7 @@ class RecomputeModule(StrEnum):
     SHARED_EXPERTS = "shared_experts"  # the shared experts of MoE layers
     MOE_ACT = "moe_act"  # the routed experts' activation function
     MLA_UP_PROJ = "mla_up_proj"  # MLA's up-projections: only the latents are kept
+    MOE = "moe"  # the whole MoE layer: router, dispatch / combine (re-run with their communication), experts
     # every element-wise kernel of the layer: norms, residual adds, rotary embedding, activation
     ELEMENTWISE = "elementwise"
     # every second matmul of a layer in forward order, with Q, K, V and gate, up as separate linears: K, the
