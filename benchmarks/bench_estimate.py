@@ -1,8 +1,10 @@
 """Speed of `import armillary`, of `armillary estimate` end to end, of one estimate in-process and (with
 --max-rate) of `armillary serve --max-rate`.
 
-Run: python benchmarks/bench_estimate.py [--against REV] [--max-rate]
+Run: python benchmarks/bench_estimate.py [--against REV] [--max-rate] [--profile]
 (targets: import < 0.4 s, CLI < 1 s end to end, estimate() < 0.1 ms per call, serve --max-rate < 3 s).
+With --profile, only where one estimate() of the quick-start example spends its time: the facade's own
+steps and the training estimator's parts, in CPU microseconds per call, and its Python calls.
 
 With --against, the source tree of git revision REV is timed alternately with this one in the same run (the
 machine's load moves both alike). Subprocess times are medians of --runs, wall and CPU (CPU moves less with
@@ -120,12 +122,86 @@ def max_rate(trees: dict[str, Path], runs: int, scratch: Path) -> None:
         print(f"  {name}: max rate {answer['max_rate']:.4g} requests/s, {len(answer['rates_tried'])} simulations")
 
 
+def profile(number: int = 300) -> None:
+    """CPU microseconds per call of one estimate()'s steps (the best of 7 repeats), this tree only."""
+    import cProfile
+    import importlib
+    import pstats
+    import timeit
+    from collections import Counter
+    from dataclasses import replace
+
+    import armillary
+    from armillary.estimate.invariants import check_estimate
+    from armillary.estimate.result import RunConfig
+    from armillary.estimate.training import estimate_training
+    from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+    from armillary.plan.layout import data_parallel
+    from armillary.specs.loading import load_model
+    from armillary.specs.run import load_run
+    from armillary.validation.bands import error_band
+
+    model, system, strategy, workload = load_run(EXAMPLE)
+
+    def cpu_us(fn: object) -> float:
+        fn()  # type: ignore[operator]
+        return min(timeit.Timer(fn, timer=time.process_time).repeat(number=number, repeat=7)) / number * 1e6  # type: ignore[arg-type]
+
+    arrays = (ModelArrays.of(model), StrategyArrays.of(strategy, data_parallel(strategy, system)),
+              TrainingArrays.of(workload))
+    result = estimate_training(*arrays, system)  # type: ignore[arg-type]
+    band = error_band(model, system, strategy)
+    steps = {
+        "estimate() in all": lambda: armillary.estimate(model, system, strategy, workload),
+        "  loading the specs (cached)": lambda: load_model(model),
+        "  ModelArrays.of": lambda: ModelArrays.of(model),
+        "  estimate_training": lambda: estimate_training(*arrays, system),  # type: ignore[arg-type]
+        "  check_estimate (invariants)": lambda: check_estimate(result),
+        "  error_band": lambda: error_band(model, system, strategy),
+        "  the result's copy with band and inputs": lambda: replace(result, error_band=band,
+                                                                     config=RunConfig(model, system, strategy,
+                                                                                      workload)),
+    }
+    for label, fn in steps.items():
+        print(f"{label:42s} {cpu_us(fn):8.1f} us")
+    training = importlib.import_module("armillary.estimate.training")
+    spent: Counter[str] = Counter()
+    names = ("_layers", "_memory", "_data_parallel", "_optimizer_and_offload", "check", "_stage_times", "_calls",
+             "_stage_params", "_pipeline_sends", "place_groups", "_flops", "split_stages", "critical_stage",
+             "exposed_together", "pipeline_time", "replace")
+    originals = {name: getattr(training, name) for name in names}
+    for name in names:
+        def part(*args: object, _f: object = originals[name], _name: str = name, **kwargs: object) -> object:
+            t0 = time.process_time()
+            try:
+                return _f(*args, **kwargs)  # type: ignore[operator]
+            finally:
+                spent[_name] += time.process_time() - t0
+        setattr(training, name, part)
+    t0 = time.process_time()
+    for _ in range(number):
+        estimate_training(*arrays, system)  # type: ignore[arg-type]
+    total = time.process_time() - t0
+    print(f"estimate_training's parts (timed each, so the sum runs slower: {total / number * 1e6:.0f} us a call):")
+    for name, seconds in spent.most_common():
+        print(f"  {name:40s} {seconds / number * 1e6:8.1f} us  ({seconds / total:.0%})")
+    for name, original in originals.items():
+        setattr(training, name, original)
+    counter = cProfile.Profile()
+    counter.runcall(lambda: [armillary.estimate(model, system, strategy, workload) for _ in range(10)])
+    print(f"Python calls per estimate(): {pstats.Stats(counter).total_calls / 10:,.0f}")  # type: ignore[attr-defined]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--against", help="a git revision to time alternately with this tree")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--max-rate", action="store_true", help="also time serve --max-rate on the serving example")
+    parser.add_argument("--profile", action="store_true", help="only where one estimate() spends its time")
     args = parser.parse_args()
+    if args.profile:
+        profile()
+        return
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         # copies without bytecode, so that "as is" compiles every tree's modules alike
