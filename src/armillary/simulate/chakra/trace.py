@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -69,10 +69,13 @@ def _attr(name: str, **value: Any) -> Any:
     return AttributeProto(name=name, **value)
 
 
-def _attrs(message: Any) -> dict[str, Any]:
-    """Attribute name -> value (a list for list values), whichever member of the oneof holds it."""
+def _attrs(message: Any, only: frozenset[str] | None = None) -> dict[str, Any]:
+    """Attribute name -> value (a list for list values), whichever member of the oneof holds it; only the
+    names in `only` if given."""
     out: dict[str, Any] = {}
     for a in message.attr:
+        if only is not None and a.name not in only:
+            continue
         which = a.WhichOneof("value")
         if which is not None:
             value = getattr(a, which)
@@ -252,7 +255,31 @@ def read_chakra(directory: Path, system: System | None = None, prefix: str | Non
             raise SpecError(f"{directory}: a trace written by armillary lacks or mistypes an attribute "
                             f"({type(err).__name__}: {str(err)[:80]})") from None
         return _checked(graph)
-    return _checked(_foreign({rank: read_trace(path) for rank, path in files.items()}, system, sends))
+    return _checked(_foreign({rank: _light_nodes(path) for rank, path in files.items()}, system, sends))
+
+
+class _Light(NamedTuple):
+    """What the import of another tool's trace reads of a node (its protobuf message dropped once read)."""
+
+    id: int
+    name: str
+    type: int
+    data_deps: tuple[int, ...]
+    duration_micros: int
+
+
+# the attributes of other tools' nodes that `_foreign` reads
+_FOREIGN_ATTRS = frozenset({"is_cpu_op", "comm_src", "comm_dst", "comm_tag", "comm_size", "comm_type", "pg_name",
+                            "tensor_size", "num_ops"})
+ForeignNodes = list[tuple[_Light, dict[str, Any]]]
+
+
+def _light_nodes(path: Path) -> ForeignNodes:
+    """One rank's nodes as `_Light` with the attributes `_foreign` reads: a file at a time, so that a trace's
+    messages are never all held at once."""
+    _, nodes = read_trace(path)
+    return [(_Light(n.id, n.name, n.type, tuple(n.data_deps), n.duration_micros), _attrs(n, _FOREIGN_ATTRS))
+            for n in nodes]
 
 
 def _checked(graph: TaskGraph) -> TaskGraph:
@@ -350,7 +377,7 @@ def _seconds_ns(seconds: Any) -> int:
     return round(float(seconds) * 1e9)
 
 
-def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None, sends: SendCost) -> TaskGraph:
+def _foreign(traces: dict[int, ForeignNodes], system: System | None, sends: SendCost) -> TaskGraph:
     """Nodes of other tools: collectives matched by process group and order into one task with the union of
     the nodes' data_deps (ctrl_deps are ignored, as ASTRA-sim's feeder does). A send and its receive, matched
     by (source, destination, tag), keep their own dependencies as ASTRA-sim runs them: the transfer (a SEND
@@ -365,8 +392,8 @@ def _foreign(traces: dict[int, tuple[Any, list[Any]]], system: System | None, se
     entries: dict[Key, list[tuple[int, int, Any, dict[str, Any]]]] = {}
     owner: dict[tuple[int, int], Key] = {}
     raw_deps: dict[Key, set[tuple[int, int]]] = {}
-    for rank, (_, nodes) in sorted(traces.items()):
-        attrs = [_attrs(n) for n in nodes]
+    for rank, pairs in sorted(traces.items()):
+        nodes, attrs = [n for n, _ in pairs], [a for _, a in pairs]
         if len({n.id for n in nodes}) != len(nodes):
             raise SpecError(f"rank {rank}: node ids are not unique")
         dropped = {n.id for n, a in zip(nodes, attrs, strict=True) if n.type not in _KNOWN and a.get("is_cpu_op", True)}
