@@ -230,6 +230,34 @@ def test_found_violations_stay_fixed(model, system, gpus, strategy, workload, wh
     assert bool(base.feasible) and float(quicker.step_time_s) <= float(base.step_time_s) * SLOWER
 
 
+# 84 of the 109 violations of `bench_monotone.py --resources` (20,000 configurations, seed 46) before issue
+# 46's collective fix: ZB-H1 with a communication-bound backward. The weight-gradient pass the schedule defers
+# is priced at its compute (training.py: weight_share = crit.compute x t_W / t), yet behind it the backward's
+# overlapped EP exchange or TP reduce-scatters were hidden; deferring it exposes them, so it takes off less
+# than t_W, down to nothing. With faster compute the steady state stayed (communication-bound) while the
+# claimed saving halved. The cure prices what deferring the pass takes off the backward (the pass less the
+# communication it hid: estimate/layer.py, stages.py, training.py, outside this helper's files; reported).
+@pytest.mark.xfail(strict=True, reason="ZB-H1 prices the deferred weight pass at its compute, not at what "
+                   "deferring it takes off a communication-bound backward (estimate/layer.py, training.py)")
+@pytest.mark.parametrize(("model", "system", "gpus", "strategy", "workload"), [
+    # the overlapped expert exchange hid behind the weight pass: 0.2009 -> 0.2149 s with 2x FLOP/s
+    ("qwen3-30b-a3b", "trn2-16", 64, {"tp": 8, "pp": 4, "ep": 2, "attention": "flash", "schedule": "zb-h1",
+                                      "overlap": {"tp_comm": True, "dp_grad_reduce": False, "ep_comm": True}},
+     {"kind": "training", "seq_len": 1024, "global_batch": 2}),
+    # sequence-parallel TP overlap: the input gradients' reduce-scatters ran beside the weight-gradient GEMMs
+    ("llama3.2-1b", "trn2-16", 64, {"tp": 8, "pp": 2, "cp": 2, "zero": 3, "attention": "standard",
+                                    "sequence_parallel": True, "schedule": "zb-h1", "overlap": {"tp_comm": True}},
+     {"kind": "training", "seq_len": 2048, "global_batch": 4}),
+])
+def test_zero_bubble_never_slows_with_faster_compute(model, system, gpus, strategy, workload):
+    sysm = load_system(system, gpus)
+    base = armillary.estimate(model, sysm, strategy, workload)
+    assert bool(base.feasible)
+    for what in ("flops", "gemm_efficiency"):
+        quicker = armillary.estimate(model, resources(sysm)[what][0](sysm), strategy, workload)
+        assert float(quicker.step_time_s) <= float(base.step_time_s) * SLOWER, what
+
+
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_zero_bubble_fills_the_drain_with_the_weight_passes_there_are(p):
     """With one micro-batch ZB-H1 takes p (t_F + t_B) + t_W: each stage's weight pass runs while the

@@ -18,7 +18,10 @@ from armillary.plan.codes import SCHEDULE_INTERLEAVED, SCHEDULE_ZB_H1
 def pipeline_time(stage_max: Array, stage_sum: Array, microbatches: Array, vpp: Array,
                   schedule: Array, weight_share: Array, stages: Array | None = None) -> Array:
     """Time from the first forward to the last backward of one iteration. `weight_share`: the weight
-    gradients' share t_W / t of a stage's time per micro-batch. `stages` (p): ZB-H1 fills the drain with
+    gradients' share t_W / t of a stage's time per micro-batch, t_W being what deferring them takes off the
+    backward: their time less the communication they hid that the input-gradient pass alone exposes (a
+    communication-bound backward gains nothing; priced at their compute, a faster GEMM that shrinks t_W while
+    the stage stays communication-bound would lengthen the iteration). `stages` (p): ZB-H1 fills the drain with
     the weight passes there are: 2 (p - 1) t_W with m >= p micro-batches, (p - 1) t_W with one (each stage's
     W runs while the backward walks on to the earlier stages: p (t_F + t_B) + t_W), in between
     m + p - 2 of them [derived], so a shorter weight pass never lengthens the iteration."""
