@@ -125,7 +125,8 @@ def test_megatron_arguments_of_the_stored_precisions():
     plain, _ = argv()
     assert "--fp8-param-gather" not in plain and "--use-precision-aware-optimizer" not in plain
     fp8p, _ = argv(precision="fp8", fp8_params=True)
-    assert "--fp8-param-gather" in fp8p
+    fp4p, _ = argv(precision="bf16", block_format="nvfp4", fp8_params=True)
+    assert "--fp8-param-gather" in fp8p and "--fp4-param-gather" in fp4p and "--fp8-param-gather" not in fp4p
     ds, notes = argv(optimizer_states="bf16")
     i = ds.index("--use-precision-aware-optimizer")
     assert ds[i:i + 7] == ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16",

@@ -257,7 +257,8 @@ def _stored_precision_args(s: Strategy, notes: list[str]) -> list[str]:
     if s.cross_entropy is CrossEntropy.EAGER_FP32:
         notes.append("cross_entropy eager_fp32 (12 bytes per logit): Megatron-LM computes its loss with the "
                      "vocab-parallel cross-entropy, which keeps less; the estimate counts the eager loss")
-    args = ["--fp8-param-gather"] if s.fp8_params else []
+    fp4 = s.block_format in (BlockFormat.NVFP4, BlockFormat.MXFP4)  # --fp4-param-gather: parameters in fp4
+    args = [("--fp4-param-gather" if fp4 else "--fp8-param-gather")] if s.fp8_params else []
     if s.optimizer_states is OptimizerStatePrecision.FP32 and s.main_params is MainParamPrecision.FP32:
         return args
     args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", s.optimizer_states.value, "--exp-avg-sq-dtype",

@@ -322,8 +322,9 @@ class Strategy(Spec):
     fp8_params: bool = Field(
         False, description="the model's weights are kept in fp8 only, with no 16-bit copy, and the distributed "
         "optimizer's parameter all-gather moves fp8 (Transformer Engine fp8_model_init, Megatron-LM "
-        "--fp8-param-gather, NeMo fp8_params); the optimizer keeps its fp32 main parameters. Needs a quantized "
-        "recipe (precision fp8 or a block_format) and a sharded optimizer (zero >= 1)")
+        "--fp8-param-gather, NeMo fp8_params; under nvfp4 / mxfp4 the FP4 copies, --fp4-param-gather); the "
+        "optimizer keeps its fp32 main parameters. Needs a quantized recipe (precision fp8 or a block_format) and "
+        "a sharded optimizer (zero >= 1)")
     optimizer_states: OptimizerStatePrecision = Field(
         OptimizerStatePrecision.FP32, description="precision of Adam's two moments: fp32, or bf16 / fp16 "
         "(Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype --exp-avg-sq-dtype; DeepSeek-V3 "
