@@ -4,7 +4,7 @@ Run: python benchmarks/bench_simulate.py   (targets: >= 1 million events/s; Llam
 TP8 PP16 DP128, one iteration in under 5 s and 1 GB with symmetry; the time with symmetry off for 1,024
 GPUs is reported; every rank of 16,384 GPUs with routed flows over tapered rails, by rank classes, in under
 60 s and 8 GB at global batch 2,048 and under 5 minutes at 8,192, each in a process of its own for its peak
-memory). `--full` also runs the every-rank graph of 16,384 GPUs itself (2-3 minutes, 3.4 GB) and checks
+memory). `--full` also runs the every-rank graph of 16,384 GPUs itself (about 2 minutes, 1.9 GB) and checks
 the class graph's step against it.
 """
 

@@ -90,13 +90,13 @@ class RankClasses:
         """The class graph's routed uplinks: each scale-out transfer on the uplink classes its instances cross."""
         if not self.capacity:
             return None
-        counts = np.zeros(len(graph.tasks), dtype=np.int64)
+        cols = graph.columns
+        counts = np.zeros(len(cols), dtype=np.int64)
         links: list[int] = []
         weights: list[float] = []
-        for i, t in enumerate(graph.tasks):
-            if t.tier is not Tier.SCALE_OUT or t.duration_ns <= 0:
-                continue
-            key = transfer_key(t, self.count)
+        crossing = (cols.array("tier") == Tier.SCALE_OUT) & (cols.array("duration_ns") > 0)
+        for i in np.flatnonzero(crossing).tolist():
+            key = transfer_key(cols[i], self.count)
             if key is None:
                 continue
             on = self.loads[key]

@@ -17,9 +17,7 @@ compiled by numba (`_simulate`; compiled on first use, then loaded from numba's 
 from __future__ import annotations
 
 import gc
-import itertools
 import math
-import operator
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -28,7 +26,7 @@ import numpy as np
 
 from armillary.arguments import number, whole
 from armillary.errors import SpecError
-from armillary.simulate.graph import TaskGraph, TaskKind
+from armillary.simulate.graph import Columns, TaskGraph, TaskKind
 from armillary.simulate.links import row_starts, shared_links
 from armillary.simulate.timeline import Timeline
 
@@ -72,12 +70,12 @@ def paused_gc() -> Iterator[None]:
 
 
 def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float, seed: int) -> Timeline:
-    tasks = graph.tasks
-    n = len(tasks)
-    duration = _durations(graph, stragglers or {}, jitter, seed)
-    after = list(map(operator.itemgetter(12), tasks))  # Task.after, at C speed
-    pending = np.fromiter(map(len, after), dtype=np.int64, count=n)
-    waits_on = np.fromiter(itertools.chain.from_iterable(after), dtype=np.int64, count=int(pending.sum()))
+    cols = graph.columns
+    n = len(cols)
+    duration = _durations(cols, stragglers or {}, jitter, seed)
+    after_first = cols.array("after_first")
+    pending = np.diff(after_first)
+    waits_on = cols.array("after").astype(np.int64)
     if len(waits_on) and (waits_on.min() < 0 or waits_on.max() >= n):
         raise ValueError(f"a task waits for a task that is not in the graph (indices must be in 0..{n - 1})")
     # successors as compressed rows: the tasks waiting for task i are successors[first[i]:first[i + 1]]
@@ -89,22 +87,23 @@ def _run(graph: TaskGraph, stragglers: Mapping[int, float] | None, jitter: float
                                            slot_task, full)
     if n and end.min() < 0:
         stuck = int(np.argmin(end))
-        raise ValueError(f"the task graph deadlocks: task {stuck} ({tasks[stuck].name!r}) never starts "
+        raise ValueError(f"the task graph deadlocks: task {stuck} ({cols[stuck].name!r}) never starts "
                          "(a stream's program order contradicts the dependencies)")
     return Timeline(start, end, cause, duration, int(changes) + 2 * n)  # + every task's start and end
 
 
-def _durations(graph: TaskGraph, stragglers: Mapping[int, float], jitter: float, seed: int) -> np.ndarray:
+def _durations(cols: Columns, stragglers: Mapping[int, float], jitter: float, seed: int) -> np.ndarray:
     """Task durations after perturbation: a straggler rank's compute is `factor` times slower; jitter
     multiplies every duration by max(0, 1 + jitter * N(0, 1)), drawn from `seed`."""
-    n = len(graph.tasks)
-    plain = np.fromiter(map(operator.itemgetter(5), graph.tasks), dtype=np.int64, count=n)  # Task.duration_ns
+    n = len(cols)
+    plain = cols.array("duration_ns").copy()
     if not stragglers and jitter <= 0:
         return plain
     durations = plain.astype(float)
     if stragglers:
-        durations *= np.array([max((stragglers.get(r, 1.0) for r in t.ranks), default=1.0)
-                               if t.kind is TaskKind.COMPUTE else 1.0 for t in graph.tasks])
+        computing = np.flatnonzero(cols.array("kind") == TaskKind.COMPUTE).tolist()
+        durations[computing] *= [max((stragglers.get(r, 1.0) for r in cols.row("ranks", i)), default=1.0)
+                                 for i in computing]
     if jitter > 0:
         durations *= np.maximum(0.0, 1.0 + jitter * np.random.default_rng(seed).standard_normal(n))
     return np.rint(durations).astype(np.int64)

@@ -4,7 +4,6 @@ flat arrays the event engine (`engine.py`) shares max-min among the flows in fli
 from __future__ import annotations
 
 import itertools
-import operator
 
 import numpy as np
 
@@ -26,11 +25,19 @@ def shared_links(graph: TaskGraph, duration: np.ndarray) -> tuple[np.ndarray, np
     out: they all occupy that stream on the link's rank, so they never overlap on it (e.g. a TP group's
     collectives on its scale-up links). The graph's routed links (`TaskGraph.routes`: switch uplinks) come
     after them. A task left with none runs as plain time."""
-    tasks = graph.tasks
-    n = len(tasks)
-    tier = np.fromiter(map(operator.itemgetter(7), tasks), dtype=np.int64, count=n)  # Task.tier
+    cols = graph.columns
+    n = len(cols)
+    tier = cols.array("tier").astype(np.int64)
     transfers = np.flatnonzero((tier >= 0) & (duration > 0)).tolist()  # transfers that take time
-    keys = list(map(operator.itemgetter(3, 7, 1, 4), map(tasks.__getitem__, transfers)))  # ranks, tier, kind, stream
+    rank_rows = cols.array("ranks_first")
+    chosen = np.asarray(transfers, dtype=np.int64)
+    starts, ends = rank_rows[chosen], rank_rows[chosen + 1]
+    lengths = ends - starts  # the transfers' rows of ranks, gathered and cut again
+    gathered = iter(cols.array("ranks")[np.repeat(starts - row_starts(lengths)[:-1], lengths)
+                                        + np.arange(int(lengths.sum()))].tolist())
+    keys = list(zip((tuple(itertools.islice(gathered, k)) for k in lengths.tolist()),
+                    map(Tier, tier[chosen].tolist()), map(TaskKind, cols.array("kind")[chosen].tolist()),
+                    (None if s < 0 else Stream(s) for s in cols.array("stream")[chosen].tolist()), strict=True))
     mixed = -2
     owner: dict[tuple[int, Tier, int], int] = {}  # link -> the one stream using it, or mixed (several, or sends)
     every: dict[tuple[tuple[int, ...], Tier, TaskKind, Stream | None], tuple[tuple[int, Tier, int], ...]] = {}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.simulate.graph import Routes, Task, TaskKind, Tier
+from armillary.simulate.graph import Columns, Routes, Task, TaskKind, Tier
 from armillary.specs.communication import Collective
 from armillary.specs.network import NetworkDimension, NetworkKind
 from armillary.specs.system import System
@@ -102,10 +102,10 @@ def routes(tasks: Sequence[Task], system: System) -> Routes | None:
     counts = np.zeros(len(tasks), dtype=np.int64)
     links: list[int] = []
     loads: list[float] = []
-    for i, t in enumerate(tasks):
-        if t.tier is not Tier.SCALE_OUT or t.duration_ns <= 0:
-            continue
-        for key, load in where.loads(t).items():
+    cols = Columns.of(tasks)
+    crossing = np.flatnonzero((cols.array("tier") == Tier.SCALE_OUT) & (cols.array("duration_ns") > 0)).tolist()
+    for i in crossing:
+        for key, load in where.loads(cols[i]).items():
             if key not in number:
                 number[key] = len(capacity)
                 capacity.append(where.capacity(where.dims.index(key[0]), key[1]))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import operator
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,11 +72,14 @@ class SimulationResult(Displayed):
                 ("tasks", number(len(self.graph.tasks))), ("wall", seconds(self.wall_s))]
 
 
-# memory of the every-rank graph and its run, per task and per rank a task names (the Task tuple, its name,
-# ranks, dependency and predecessor tuples, durations as Python numbers; the engine's arrays), fitted on
-# the peak RSS of Llama 3.1 405B every-rank runs (`benchmarks/bench_simulate.py`, see docs/simulation.md)
-BYTES_PER_TASK = 600
+# memory of the every-rank graph and its run, per task and per rank a task names (the graph's columns,
+# about 90 B a task, `graph.Columns`; the engine's arrays; shared links), fitted on the peak RSS of Llama 3.1
+# 405B every-rank runs: 302 B a task at 1,024 GPUs, 338 B at 16,384 with routed uplinks (docs/simulation.md)
+BYTES_PER_TASK = 300
 BYTES_PER_RANK_ENTRY = 16
+# beyond this many tasks the every-rank graph takes minutes to build and run (about 45,000 tasks a second on
+# a 2-core machine: 5.2 million in 117 s), where the class graph gives every rank the same timeline in seconds
+MAX_TASKS = 10_000_000
 MEMORY_LIMIT_BYTES = 8 * 2**30
 
 
@@ -100,9 +101,9 @@ def every_rank_size(symmetric: TaskGraph, strategy: Strategy) -> GraphSize:
     collective once per group (dp TP x CP groups; tp DP groups), each naming every lane once."""
     lanes = symmetric.devices // symmetric.ranks
     groups = {False: lanes // (strategy.tp * strategy.cp), True: strategy.tp}  # per stage: TP x CP groups, DP
-    kind = np.fromiter(map(operator.itemgetter(1), symmetric.tasks), dtype=np.int64, count=len(symmetric.tasks))
-    dp_stream = np.fromiter((t.stream in (Stream.DP, Stream.DP_GATHER) for t in symmetric.tasks), dtype=bool,
-                            count=len(symmetric.tasks))
+    cols = symmetric.columns
+    kind = cols.array("kind")
+    dp_stream = np.isin(cols.array("stream"), [Stream.DP, Stream.DP_GATHER])
     collective = kind == TaskKind.COLLECTIVE
     per_lane = int((~collective).sum())
     tasks = per_lane * lanes + int((collective & ~dp_stream).sum()) * groups[False] + int(
@@ -112,15 +113,16 @@ def every_rank_size(symmetric: TaskGraph, strategy: Strategy) -> GraphSize:
 
 
 def _check_memory(size: GraphSize, strategy: Strategy, workload: Training) -> None:
-    """Refuse before building an every-rank graph that would not fit the memory limit, saying what would."""
+    """Refuse before building an every-rank graph beyond the memory limit or `MAX_TASKS`, saying what would
+    fit."""
     need = size.bytes
-    if need > MEMORY_LIMIT_BYTES:
-        fits = max(int(workload.global_batch * MEMORY_LIMIT_BYTES / need), 0)
+    if need > MEMORY_LIMIT_BYTES or size.tasks > MAX_TASKS:
+        share = min(MEMORY_LIMIT_BYTES / need, MAX_TASKS / size.tasks)
         raise SpecError(f"simulate: every rank would take about {size.tasks:,} tasks and {need / 2**30:.1f} GiB "
-                        f"(limit {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB; tasks grow with the micro-batches: a global "
-                        f"batch of about {fits:,} would fit); let equivalent ranks share a simulation "
-                        "(classes=True: exact, without jitter), simulate symmetrically (one rank per stage) or "
-                        "on fewer GPUs")
+                        f"(limits {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB and {MAX_TASKS:,} tasks; tasks grow with the "
+                        f"micro-batches: a global batch of about {int(workload.global_batch * share):,} would fit); "
+                        "let equivalent ranks share a simulation (classes=True: exact, without jitter), simulate "
+                        "symmetrically (one rank per stage) or on fewer GPUs")
 
 
 def simulate_training(model: Model, system: System, strategy: Strategy, workload: Training,
@@ -156,11 +158,9 @@ def simulate_training(model: Model, system: System, strategy: Strategy, workload
     per_category = dict.fromkeys(Category, 0.0)
     for i in path:
         per_category[graph.tasks[i].category] += (timeline.end_ns[i] - timeline.start_ns[i]) / 1e9
-    n = len(graph.tasks)
-    computing = np.fromiter(map({Category.COMPUTE, Category.RECOMPUTE}.__contains__,
-                                map(operator.itemgetter(2), graph.tasks)), dtype=bool, count=n)  # Task.category
-    rank = np.fromiter(map(operator.itemgetter(0), map(operator.itemgetter(3), itertools.compress(
-        graph.tasks, computing.tolist()))), dtype=np.int64)  # Task.ranks[0] of the compute tasks
+    cols = graph.columns
+    computing = cols.of_category(Category.COMPUTE, Category.RECOMPUTE)
+    rank = cols.array("ranks")[cols.array("ranks_first")[:-1][computing]]  # the compute tasks' rank
     busy = np.bincount(rank, weights=timeline.duration_ns[computing] / 1e9, minlength=graph.ranks)
     busiest = int(np.argmax(busy))
     return SimulationResult(graph, timeline, est, chosen, path,
