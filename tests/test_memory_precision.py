@@ -134,3 +134,20 @@ def test_megatron_arguments_of_the_stored_precisions():
     assert any("store_param_remainders" in n for n in notes)
     _, eager = argv(cross_entropy="eager_fp32")
     assert any("eager_fp32" in n and "vocab-parallel" in n for n in eager)
+
+
+def test_mlperf_gpt3_on_512_trillium_chips_fits_with_the_tpus_reserve():
+    """MLPerf Training v4.1, Google's GPT-3 175B on 512 TPU v6e (FSDP over all chips, full remat): with the
+    XLA runtime's 772 MiB kept back it fits the 32 GiB; with the CUDA figure, 2 GiB, it would not."""
+    from armillary.estimate.run import estimate_training_run
+    from armillary.validation.rows import row_specs
+    from armillary.validation.run import DEFAULT_CSV, read_rows
+
+    trillium = "TR-MLPERF-v4.1-Google-cloud-tpu-trillium-512-maxtext-GPT3-TTT"
+    row = next(r for r in read_rows(DEFAULT_CSV) if r["id"] == trillium)
+    s = row_specs(row)[0]
+    tpu = estimate_training_run(s.model, s.system, s.strategy, s.workload)
+    cuda = estimate_training_run(s.model, s.system, s.strategy.model_copy(update={"memory_reserve": 2 * 2**30}),
+                                 s.workload)
+    assert bool(tpu.feasible) and not bool(cuda.feasible)
+    assert float(cuda.memory_hbm.total - tpu.memory_hbm.total) == pytest.approx(2 * 2**30 - 772 * 2**20)
