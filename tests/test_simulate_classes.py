@@ -56,6 +56,22 @@ def test_classes_give_every_rank_its_timeline_where_uplinks_set_ranks_apart():
     assert flat.timeline.makespan_ns < by_class.timeline.makespan_ns
 
 
+@pytest.mark.parametrize(("model", "strategy"), [
+    ("llama2-7b", {"tp": 2, "pp": 4, "vpp": 2}),  # interleaved: the last stage sends to the first
+    ("llama2-7b", {"tp": 2, "cp": 2, "pp": 2, "zero": 3, "sequence_parallel": True}),  # ring CP, gathers per layer
+    ("mixtral-8x7b", {"tp": 2, "pp": 2, "ep": 4}),  # all-to-alls across leaves
+], ids=["interleaved", "cp-zero3", "moe"])
+def test_classes_are_exact_for_other_schedules_and_exchanges(model, strategy):
+    args = (load_model(model), rails(3, 64, 4.0), load_strategy({"attention": "flash", "zero": 1, **strategy}),
+            load_workload({"seq_len": 4096, "global_batch": 32}))
+    every = simulate_training(*args, symmetric=False)
+    by_class = simulate_training(*args, symmetric=False, classes=True)
+    found = rank_classes(args[2], 64 // (args[2].tp * args[2].cp * args[2].pp), args[1],
+                         simulate_training(*args).graph)
+    assert by_class.graph.ranks < 64
+    assert per_device(by_class, 64, found.rank_of) == per_device(every, 64, lambda d: d)
+
+
 def test_without_contention_classes_are_the_stages_and_all_three_agree():
     """No tapered tier: nothing sets lanes apart, one class per stage, the symmetric graph's step."""
     args = case(leaf_size=3)
