@@ -100,6 +100,8 @@ def test_jitter_draws_per_task_so_classes_give_way_to_every_rank():
     assert jittered.graph.ranks == 64
     with pytest.raises(SpecError, match="classes: expected True or False"):
         simulate_training(*args, symmetric=False, classes="yes")
+    with pytest.raises(SpecError, match=r"classes: .* set symmetric=False"):
+        simulate_training(*args, classes=True)
 
 
 def test_the_size_guard_counts_the_graph_it_would_build(monkeypatch):

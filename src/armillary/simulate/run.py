@@ -140,6 +140,8 @@ def simulate_training(model: Model, system: System, strategy: Strategy, workload
                         f"{system.devices} devices")
     if not isinstance(classes, bool):
         raise SpecError(f"classes: expected True or False, got {classes!r}")
+    if classes and symmetric:
+        raise SpecError("classes: rank classes simulate every rank (one per class); set symmetric=False with it")
     if schedule is not None and schedule is not strategy.pipeline_schedule:  # the estimate runs it too
         strategy = load_strategy({**strategy.model_dump(mode="json", exclude_none=True), "schedule": schedule.value})
     est = estimate_training_run(model, system, strategy, workload)
