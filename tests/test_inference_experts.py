@@ -68,3 +68,61 @@ def test_memory_share_of_the_whole_device_leaves_the_kv_cache_the_rest_of_the_ca
     assert of_free == pytest.approx(0.9 * (capacity - 81 * gib))  # TensorRT-LLM: a share of what is free
     assert of_total == pytest.approx(0.9 * capacity - 81 * gib)  # vLLM: the cap less weights and activations
     assert of_total < of_free
+
+
+def test_eplb_replicas_split_the_hottest_expert_in_serving_by_hand() -> None:
+    # DeepSeek-V3 (256 experts) under --tp 8 grouped as ep 8: 32 experts a rank, one replica each (R = 8
+    # copies, a copy's mean load 256 / 264). An expert at 10x the mean would need ceil(10 x 264 / 256) = 11
+    # copies; there are R + 1 = 9, at 10 / 9 each; its rank's other 32 slots run at the copy mean:
+    # (10/9 + 32 x 256/264) / 32 of the balanced load (without replicas (10 + 31) / 32), and 33 grouped-GEMM
+    # problems. At 3x the mean, 4 copies bring it below the copy mean and the rank carries 33 x 256/264 / 32
+    # = exactly the balanced load
+    tokens = 4096.0
+    share = tokens * 8 / 8  # T k / tp routed copies a rank, at balance
+    for imbalance, plain_load, eplb_load in ((10.0, 41 / 32, (10 / 9 + 32 * 256 / 264) / 32), (3.0, 34 / 32, 1.0)):
+        _, plain = _replica(ep=8, expert_tp=1, routing={"imbalance": imbalance})  # type: ignore[arg-type]
+        _, eplb = _replica(ep=8, expert_tp=1,  # type: ignore[arg-type]
+                           routing={"imbalance": imbalance, "redundant_experts": 1})
+        x0 = replicated_experts(plain.m, plain.st, tokens, 1.0, 1.0)
+        x1 = replicated_experts(eplb.m, eplb.st, tokens, 1.0, 1.0)
+        assert float(x0.received_tokens) == pytest.approx(share * plain_load)
+        assert float(x1.received_tokens) == pytest.approx(share * eplb_load)
+        assert float(x0.experts_in.group) == pytest.approx(32)
+        assert float(x1.experts_in.group) == pytest.approx(33)
+
+
+def test_eplb_replicas_hold_whole_expert_weights_in_serving_memory() -> None:
+    # each replica is one more expert's weights on every rank: the routed weights of a rank grow by
+    # (256 / 8 + 2) / (256 / 8) = 34 / 32; nothing else changes
+    from armillary.estimate.inference_memory import inference_memory
+    from armillary.workload.parameters import count_parameters
+
+    model, plain = _replica(ep=8, expert_tp=1)
+    _, eplb = _replica(ep=8, expert_tp=1, routing={"redundant_experts": 2})  # type: ignore[arg-type]
+    p = count_parameters(plain.m)
+    routed_per_rank = float(p.moe_layers * p.experts * p.expert) / 8
+    grown = float(inference_memory(eplb, WORKLOAD, 1.0, 1.0).weights) - float(
+        inference_memory(plain, WORKLOAD, 1.0, 1.0).weights)
+    assert grown == pytest.approx(routed_per_rank * 2 / 32 * float(plain.weight_bytes))
+    assert model.moe is not None and model.moe.experts == 256
+
+
+def test_eplb_replicas_reach_data_parallel_attention_by_hand() -> None:
+    # SGLang-style DP attention (attention_dp 8) with wide EP 8: the rank's experts receive their share of all
+    # 8 groups' routed copies, split by the replicas as above (imbalance 10: 10/9 + 32 x 256/264 over 32),
+    # with 33 grouped-GEMM problems; the rank's routed weights grow by 33 / 32
+    from armillary.estimate.dp_attention import dp_attention_weights, routed_experts
+    from armillary.workload.parameters import count_parameters
+
+    _, plain = _replica(ep=8, expert_tp=1, attention_dp=8, routing={"imbalance": 10.0})  # type: ignore[arg-type]
+    _, eplb = _replica(ep=8, expert_tp=1, attention_dp=8,  # type: ignore[arg-type]
+                       routing={"imbalance": 10.0, "redundant_experts": 1})
+    tokens = 256.0
+    x0, x1 = routed_experts(plain, tokens), routed_experts(eplb, tokens)
+    balanced = 8 * tokens * 8 / 8  # all groups' T k copies over the 8 ranks
+    assert float(x0.received_tokens) == pytest.approx(balanced * 41 / 32)
+    assert float(x1.received_tokens) == pytest.approx(balanced * (10 / 9 + 32 * 256 / 264) / 32)
+    assert float(x1.experts_in.group) == pytest.approx(33)
+    p = count_parameters(plain.m)
+    grown = float(dp_attention_weights(p, eplb)) - float(dp_attention_weights(p, plain))
+    assert grown == pytest.approx(float(p.moe_layers * p.experts * p.expert) / 8 / 32)

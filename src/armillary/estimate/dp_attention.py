@@ -26,7 +26,7 @@ from armillary.estimate.inference_result import PassTime
 from armillary.estimate.kernels import LayerKernels, layer_kernels
 from armillary.estimate.token_exchange import token_exchange
 from armillary.numerics import Array
-from armillary.workload.experts import ExpertsForward, experts_forward, rank_load
+from armillary.workload.experts import ExpertsForward, experts_forward, rank_load, replica_weights
 from armillary.workload.parameters import ParameterCount
 from armillary.workload.transformer import ends_forward, layer_forward
 
@@ -107,20 +107,23 @@ def routed_experts(r: ReplicaModel, tokens: Array, gathered: Array | None = None
     gathered token (as `replicated_experts` over the gathered batch)."""
     m, st, e, wb = r.m, r.st, r.activation_bytes, r.weight_bytes
     total = r.attention_dp * tokens if gathered is None else gathered
-    load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity)
+    redundant = st.redundant_experts  # EPLB replicas per rank, as in training (`rank_load`)
+    load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity, redundant)
     if wide_ep(r):
-        received = experts_forward(m, total / st.tp, st.ep, 1.0, load, e, e, wb)
-        sent = experts_forward(m, tokens / r.attention_tp, st.ep, 1.0, load, e, e, wb)
+        received = experts_forward(m, total / st.tp, st.ep, 1.0, load, e, e, wb, redundant=redundant)
+        sent = experts_forward(m, tokens / r.attention_tp, st.ep, 1.0, load, e, e, wb, redundant=redundant)
         return replace(received, dispatch_bytes=sent.dispatch_bytes, combine_bytes=sent.combine_bytes)
-    return experts_forward(m, total / st.tp, 1.0, st.etp, load, e, e, wb)
+    return experts_forward(m, total / st.tp, 1.0, st.etp, load, e, e, wb, redundant=redundant)
 
 
 def dp_attention_weights(params: ParameterCount, r: ReplicaModel) -> Array:
     """Weight elements per device of all layers (no ends): attention split over its group only; the dense
-    MLP and shared experts over the group (wide EP) or all tp ranks; routed experts over ep x expert_tp."""
+    MLP and shared experts over the group (wide EP) or all tp ranks; routed experts over ep x expert_tp,
+    with each rank's EPLB replicas (`replica_weights`)."""
     st = r.st
     attention = params.attention * params_layers(params)
-    routed = params.moe_layers * params.experts * params.expert
+    routed = params.moe_layers * params.experts * params.expert * replica_weights(params.experts, st.ep,
+                                                                                  st.redundant_experts)
     rest = params.dense_layers * params.dense_mlp + params.moe_layers * params.moe_shared
     return attention / r.attention_tp + rest / (r.attention_tp if wide_ep(r) else st.tp) + routed / (st.ep * st.etp)
 

@@ -215,10 +215,13 @@ def replicated_experts(m: ModelArrays, st: StrategyArrays, tokens: Array, e: flo
     (tp / (ep etp) groups each taking a share of the tokens), each rank computes its experts' shard
     (expert_ffn / etp) for the tokens routed to them, and the partial outputs are summed by the layer's
     one all-reduce over TP (the dense MLP's). Received tokens per rank: tokens k load etp / tp. Every rank
-    routes all tokens (the router and top-k run replicated)."""
-    load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity)
-    local = experts_forward(m, tokens / st.tp, st.ep, st.etp, load, e, e, weight_bytes)
-    routed = experts_forward(m, tokens, st.ep, st.etp, load, e, e, weight_bytes)
+    routes all tokens (the router and top-k run replicated). EPLB replicas (`Routing.redundant_experts`:
+    vLLM `--enable-eplb` with `num_redundant_experts`, SGLang `--ep-num-redundant-experts`) split the hottest
+    experts' load and add grouped-GEMM problems on every rank, as in training (`rank_load`)."""
+    redundant = st.redundant_experts
+    load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity, redundant)
+    local = experts_forward(m, tokens / st.tp, st.ep, st.etp, load, e, e, weight_bytes, redundant=redundant)
+    routed = experts_forward(m, tokens, st.ep, st.etp, load, e, e, weight_bytes, redundant=redundant)
     return replace(local, router=routed.router, routing=routed.routing, dispatch_bytes=0.0 * tokens,
                    combine_bytes=0.0 * tokens, gathered_bytes=0.0 * tokens)
 

@@ -12,6 +12,7 @@ from armillary.estimate.dp_attention import dp_attention_weights
 from armillary.estimate.inference_result import InferenceMemory
 from armillary.numerics import Array
 from armillary.specs.workload import Inference
+from armillary.workload.experts import replica_weights
 from armillary.workload.parameters import count_parameters
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ def inference_memory(r: ReplicaModel, w: Inference, batch: Array, pass_tokens: A
     share = r.stage_layers / float(m.layers)
     routed = params.moe_layers * params.experts * params.expert
     layer_params = params.total - params.embedding - params.head - routed
+    routed = routed * replica_weights(params.experts, st.ep, st.redundant_experts)  # EPLB replicas per rank
     ends = params.embedding + params.head if st.pp == 1 else np.maximum(params.embedding, params.head)
     layers = (layer_params / st.tp + routed / (st.ep * st.etp)) if r.attention_dp == 1 else (
         dp_attention_weights(params, r))

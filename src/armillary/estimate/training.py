@@ -50,7 +50,7 @@ from armillary.specs.communication import Collective
 from armillary.specs.system import System
 from armillary.workload.adapters import adapter_forward, adapter_parameters, dequantize
 from armillary.workload.attention import ring_kv_block
-from armillary.workload.experts import ExpertsForward, experts_forward, rank_load, strategy_array
+from armillary.workload.experts import ExpertsForward, experts_forward, rank_load, replica_weights
 from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import LayerForward, ends_forward, layer_forward, sequence_shards, tp_message_bytes
 
@@ -175,10 +175,13 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     if not (isinstance(m.experts, np.ndarray) or m.experts > 0):
         return Layers(dense, None, ends, n_tp, edp, None)
     etp_group, ep_group, edp_group = place_expert_groups(st.etp, st.ep, edp, system.sizes)
-    redundant = strategy_array(st, "redundant_experts", 0.0)  # EPLB replicas per rank
+    redundant = st.redundant_experts  # EPLB replicas per rank
     load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity, redundant)
+    # the expert biases (GPT-OSS) added expert by expert after the grouped GEMM, as Megatron-Core's
+    # TEGroupedMLP does (`experts_forward`); taken for every training stack: the validated MoE training rows
+    # with expert biases are all Megatron-Core's (a stack without that pass needs a strategy field)
     experts = experts_forward(m, b * q / sequence_shards(t, sp), st.ep, st.etp, load, e,
-                              where(st.dispatch_fp8 > 0, 1.0, e), redundant=redundant)
+                              where(st.dispatch_fp8 > 0, 1.0, e), redundant=redundant, bias_pass=1.0)
     moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)))
     return Layers(dense, moe, ends, n_tp, edp, edp_group)
 
@@ -269,7 +272,7 @@ def _stage_params(m: ModelArrays, st: StrategyArrays, stages: StageLayers) -> St
     the LM head on the last."""
     params = count_parameters(m)
     t, single = st.tp, stages.single
-    expert_local = (m.experts / st.ep + strategy_array(st, "redundant_experts", 0.0)) * params.expert / st.etp
+    expert_local = m.experts / st.ep * replica_weights(m.experts, st.ep, st.redundant_experts) * params.expert / st.etp
 
     def of(counts: tuple[Array, Array], ends_params: Array) -> tuple[Array, Array]:
         return ((counts[0] * params.dense_layer + counts[1] * params.moe_layer_replicated + ends_params) / t,

@@ -43,9 +43,20 @@ class ExpertsForward:
 
 def strategy_array(st: object, name: str, default: float) -> Array:
     """The StrategyArrays field `name` of an MoE mechanism (docs/moe.md), `default` where the arrays do not
-    carry it."""
+    carry it. Deprecated: StrategyArrays now carries every such field (moe_host_op, moe_host_ops,
+    moe_dispatch_sync, redundant_experts, recompute_moe); read them as plain attributes. Kept only until the
+    last callers outside this module (estimate/layer.py, estimate/memory.py) do."""
     value: Array = getattr(st, name, default)
     return value
+
+
+def replica_weights(experts: Array, ep: Array, redundant: Array) -> Array:
+    """The routed expert weights (and their gradients and optimizer states in training) one EP rank holds,
+    relative to its experts / ep without replicas: (experts / ep + redundant) / (experts / ep), each EPLB
+    replica a full copy of one expert (deepseek-ai/EPLB: a physical expert slot holds one logical expert's
+    weights; DeepSeek-V3 §3.4). 1 without replicas or without experts."""
+    local = experts / maximum(ep, 1.0)
+    return where(local > 0, (local + redundant) / maximum(local, 1e-300), 1.0)
 
 
 def rank_load(experts: Array, ep: Array, imbalance: Array, capacity_factor: Array, pad: Array,
@@ -123,11 +134,21 @@ def _missed(overlap: tuple[int, ...], k: int, groups: int, chosen: int, pool: in
 
 def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: Array, e: Array,
                     dispatch_e: Array, weight_bytes: Array | None = None,
-                    redundant: Array = 0.0) -> ExpertsForward:
+                    redundant: Array = 0.0, bias_pass: Array = 0.0) -> ExpertsForward:
     """`tokens` routed by this device (its micro-batch share after sequence splitting), `load` from
     `rank_load`, e activation bytes, dispatch_e the bytes per element of the dispatched tokens (1 with
     fp8 dispatch, DeepSeek-V3 §3.3.3), weight_bytes per expert weight (quantized inference weights),
-    `redundant` expert replicas per rank (EPLB), each one more problem of the grouped GEMMs."""
+    `redundant` expert replicas per rank (EPLB), each one more problem of the grouped GEMMs.
+
+    `bias_pass` 1: the software adds the down projection's bias of a model with expert biases
+    (`linear_bias`) after the grouped GEMM, expert by expert in eager PyTorch, as Megatron-Core's
+    TEGroupedMLP does (megatron/core/transformer/moe/experts.py `_apply_bias`, unchanged core_v0.15.0 to
+    core_v0.17.0: linear_fc2 with skip_bias_add, then per local expert `t + b * p` over its tokens and one
+    `torch.cat`). Over the N received tokens of width h that writes b p (N h), reads t and b p and writes the
+    sum (3 N h), and the concatenation reads and writes the output again (2 N h): 6 N h elements [derived from
+    that code], priced with the permutes (the combine side, where the probabilities are applied); the
+    backward of the broadcast product reduces the output gradient times p and times b (the stream kernels'
+    backward factor). The up projection's bias is added inside its GEMM (skip_bias_add=False)."""
     h, k, experts, f = m.hidden, m.top_k, m.experts, m.expert_ffn
     local = experts / ep + redundant
     received = tokens * k * load * etp
@@ -140,7 +161,7 @@ def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: 
         router=gemm(tokens, experts, h, 1, e),
         routing=stream(3 * tokens * experts * 4),  # [derived] write fp32 logits, read for scores and top-k
         # [derived] dispatch reads T h and writes T k h; combine reads T k h and writes T h
-        permute=stream(2 * (tokens + received / etp) * h * e),
+        permute=stream(2 * (tokens + received / etp) * h * e + bias_pass * m.linear_bias * 6 * received * h * e),
         # one problem per touched local expert: efficiency follows the per-expert size (grouped GEMM)
         experts_in=grouped(gemm(per_expert, (m.mlp_matrices - 1) * f / etp, h, touched, e, e, w), problems),
         activation=stream(received * f / etp * e * (2 + gated)),
