@@ -118,6 +118,7 @@ _TIERS = {t.value: t for t in Tier}
 _COLLECTIVES = tuple(Collective)
 _CATEGORY_CODE = {c: i for i, c in enumerate(_CATEGORIES)}
 _COLLECTIVE_CODE = {c: i for i, c in enumerate(_COLLECTIVES)}
+_STREAM_OR_NONE, _COLLECTIVE_OR_NONE = (None, *_STREAMS_BY_CODE), (None, *_COLLECTIVES)  # by code + 1 (-1: None)
 # how a task is stored (`Columns`): one-byte codes, 8-byte numbers, 4-byte ids and rows of 4-byte entries
 _COLUMNS = (("kind", "b"), ("category", "b"), ("stream", "b"), ("tier", "b"), ("collective", "b"),
             ("duration_ns", "q"), ("bytes", "d"), ("flop", "d"), ("name", "i"), ("group", "i"),
@@ -135,7 +136,8 @@ class Columns(Sequence[Task]):
     __slots__ = ("_c", "groups", "names")
 
     def __init__(self, columns: dict[str, array.array[Any]], names: Sequence[str], groups: Sequence[str]) -> None:
-        self._c, self.names, self.groups = columns, names, groups
+        self._c = {name: columns[name] for name, _ in _COLUMNS}  # in this order (`__getitem__` unpacks it)
+        self.names, self.groups = names, groups
 
     @classmethod
     def of(cls, tasks: Sequence[Task]) -> Columns:
@@ -178,23 +180,25 @@ class Columns(Sequence[Task]):
     def __getitem__(self, i: int | slice) -> Task | tuple[Task, ...]:
         if isinstance(i, slice):
             return tuple(self[k] for k in range(*i.indices(len(self))))
-        n = len(self)
+        (kind, category, stream, tier, collective, duration, nbytes, flop, name, group, ranks_end, ranks, deps_end,
+         deps, after_end, after) = self._c.values()  # in `_COLUMNS` order
+        n = len(kind)
         i = operator.index(i)
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"task {i} of {n}")
-        c = self._c
-        stream, collective = c["stream"][i], c["collective"][i]
-        return Task(self.names[c["name"][i]], _KINDS[c["kind"][i]], _CATEGORIES[c["category"][i]],
-                    self.row("ranks", i), None if stream < 0 else _STREAMS_BY_CODE[stream], c["duration_ns"][i],
-                    self.row("deps", i), _TIERS[c["tier"][i]], c["bytes"][i], c["flop"][i], self.groups[c["group"][i]],
-                    None if collective < 0 else _COLLECTIVES[collective], self.row("after", i))
+        j = i - 1  # rows start where the row before ends (row 0 at 0)
+        return Task(self.names[name[i]], _KINDS[kind[i]], _CATEGORIES[category[i]],
+                    tuple(ranks[ranks_end[j] if i else 0:ranks_end[i]]), _STREAM_OR_NONE[stream[i] + 1],
+                    duration[i], tuple(deps[deps_end[j] if i else 0:deps_end[i]]), _TIERS[tier[i]], nbytes[i],
+                    flop[i], self.groups[group[i]], _COLLECTIVE_OR_NONE[collective[i] + 1],
+                    tuple(after[after_end[j] if i else 0:after_end[i]]))
 
     def __iter__(self) -> Iterator[Task]:
         """The tasks in order, made a block at a time from whole columns (a few times quicker than by index)."""
         c, n, block = self._c, len(self), 8192
-        streams, collectives = (None, *_STREAMS_BY_CODE), (None, *_COLLECTIVES)  # code -1 is None
+        streams, collectives = _STREAM_OR_NONE, _COLLECTIVE_OR_NONE
         for lo in range(0, n, block):
             hi = min(lo + block, n)
             rows = []
