@@ -27,6 +27,7 @@ from armillary.cost.compute import addition_time
 from armillary.estimate.kernels import LayerKernels, layer_kernels
 from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
 from armillary.estimate.token_exchange import Fanout, token_exchange
+from armillary.estimate.tp_layouts import summa_layer, two_d, two_d_kernels
 from armillary.numerics import Array, any_true, maximum, where
 from armillary.plan.arrays import StrategyArrays
 from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
@@ -124,6 +125,10 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     `adapters`: LoRA fine-tuning of a frozen base (its embedding and LM head frozen too)."""
     kt = layer_kernels(fw, ends, experts, system.device, st.precision, st.attention, st.expert_gemm_call,
                        st.block_format, st.attention_projections, st.bf16_layers)
+    grid = two_d(st)  # the 2-D layout (`Strategy.tp_layout`; estimate/tp_layouts.py)
+    if any_true(grid):
+        _two_d_defined(fw, experts)
+        kt = two_d_kernels(kt, st)
     passes = _passes(fw, kt, experts, st, system.device)
     base_weight_t = passes[2].time_s  # the base GEMMs' time, what TP all-reduces hide behind
     if adapters is not None:
@@ -132,6 +137,9 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     full = recompute_modes(st)[0]
     recompute, modules = _recompute(fw, kt, experts, st, forward, core_f)
     tp_costs, tp_f, tp_b = _tensor_parallel(st, system, exchange, kt, base_weight_t)
+    summa = summa_layer(fw, kt, st, system, exchange.tp_bytes) if any_true(grid) else None
+    if summa is not None:  # SUMMA's broadcasts and reduces instead of the 1-D collectives
+        tp_f, tp_b = where(grid, summa.forward_s, tp_f), where(grid, summa.backward_s, tp_b)
     cp_f, cp_b, cp_calls = _context_parallel(st, system, exchange, core_f, core_b, full)
     # the token exchange overlaps the whole pass, its exposed TP / CP time included (one schedule: a faster
     # kernel can expose more of it, never slow the pass)
@@ -159,10 +167,24 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     ends_cost = EndsCost(embedding_s=(1 + k * (1 - frozen)) * kt.embedding,
                          head_s=(3 - frozen) * kt.head_gemm + (1 + k) * kt.loss,
                          tp=ends_ar, embedding_forward_s=kt.embedding, head_forward_s=kt.head_gemm + kt.loss)
-    per_layer = [f * (1 + full) + b for f, b in zip(*tp_calls_per_pass(sp), strict=True)]
+    one_d = 1 - where(grid, 1.0, 0.0)
+    per_layer = [one_d * (f * (1 + full) + b) for f, b in zip(*tp_calls_per_pass(sp), strict=True)]
+    summa_calls = () if summa is None else (
+        *(replace(c, per_step=c.per_step * (1 + full)) for c in summa.forward_calls), *summa.backward_calls)
     calls = (*(CommCall.of(dim, op, n, exchange.tp_bytes, cost) for (dim, op), n, cost in
-               zip(TP_OPERATIONS, per_layer, tp_costs, strict=True)), *cp_calls, *ep_calls)
+               zip(TP_OPERATIONS, per_layer, tp_costs, strict=True)), *summa_calls, *cp_calls, *ep_calls)
     return layer, ends_cost, calls
+
+
+def _two_d_defined(fw: LayerForward, experts: ExpertsForward | None) -> None:
+    """The layers the 2-D layout is defined for (Optimus §3, Colossal-AI 2-D): dense layers whose projections
+    are plain GEMMs; MoE layers and MLA's latent projections have no 2-D split in the sources."""
+    if experts is not None:
+        raise ValueError("strategy.tp_layout '2d' is not defined for MoE layers (Optimus / Colossal-AI split dense "
+                         "layers only): use tp_layout '1d'")
+    if any_true(fw.latent_up.flop > 0):
+        raise ValueError("strategy.tp_layout '2d' is not defined for multi-head latent attention (MLA's "
+                         "down-projections are not split): use tp_layout '1d'")
 
 
 def moe_host_wait(device_forward_s: Array, experts: ExpertsForward, st: StrategyArrays) -> Array:

@@ -99,12 +99,14 @@ class LayerActivations:
         full recomputation of a share of the layers keeps the others' activations (the average layer). The
         whole MoE block (module moe) keeps only its input: neither the routed experts' activations nor the
         shared experts' (Megatron-Core MoELayer under tensor_parallel.checkpoint)."""
-        no_recompute = self.replicated + self.tensor_parallel + self.attention_core + self.experts
+        split = grid_split(st)  # the 2-D layout splits the replicated activations too
+        replicated, norm_outputs = self.replicated / split, self.norm_outputs / split
+        no_recompute = replicated + self.tensor_parallel + self.attention_core + self.experts
         moe_block = self.moe * strategy_array(st, "recompute_moe", 0.0)
         mlp_flag = where(self.moe > 0, maximum(st.recompute_shared_experts, moe_block), st.recompute_mlp)
         elementwise, alternate = st.recompute_elementwise, st.recompute_alternate_matmuls
         selective = (no_recompute - st.recompute_core_attn * self.attention_core
-                     - maximum(st.recompute_layernorm, elementwise) * self.norm_outputs - mlp_flag * self.mlp_hidden
+                     - maximum(st.recompute_layernorm, elementwise) * norm_outputs - mlp_flag * self.mlp_hidden
                      - (1 - mlp_flag) * (elementwise * self.activation_output + alternate * self.up_output)
                      - alternate * self.key_output
                      - st.recompute_mla_up_proj * self.latent_up
@@ -115,12 +117,20 @@ class LayerActivations:
 
     def checkpointed(self, st: StrategyArrays) -> Array:
         """Of `stored`: the layer inputs that full recomputation keeps, per (average) layer."""
-        return where(st.recompute == RECOMPUTE_FULL, st.recompute_share * self.layer_input, 0.0)
+        return where(st.recompute == RECOMPUTE_FULL, st.recompute_share * self.layer_input / grid_split(st), 0.0)
 
     @property
     def working(self) -> Array:
         """Everything one layer holds while its backward runs (full recomputation rebuilds this)."""
         return self.replicated + self.tensor_parallel + self.attention_core + self.experts
+
+
+def grid_split(st: StrategyArrays) -> Array:
+    """Ways the 2-D layout (`Strategy.tp_layout` '2d') splits the activations the 1-D layout keeps whole on
+    every rank without sequence parallelism (norm inputs, block inputs, dropout masks, the layer input):
+    tp, as Optimus partitions every activation over the q x q grid (Xu et al. arXiv 2104.05343 §3: activation
+    memory O(1/q^2)); 1 under 1-D."""
+    return where(strategy_array(st, "tp_layout", 0.0) > 0, st.tp, 1.0)
 
 
 def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.numerics import Array
-from armillary.plan.codes import PRECISION, PROJECTIONS, SCHEDULE, STRATEGY_FIELDS, encode, strategy_value
+from armillary.plan.codes import PRECISION, PROJECTIONS, SCHEDULE, STRATEGY_FIELDS, TP_LAYOUT, encode, strategy_value
 from armillary.specs.formats import element_bytes
 from armillary.specs.model import Model, PositionKind, TernaryKernel, TokenMixer
 from armillary.specs.strategy import RecomputeModule, Strategy, TrainingPrecision
@@ -130,6 +130,8 @@ class StrategyArrays:
     rank_order: Array = 0.0  # plan.codes.RANK_ORDER: 0 tp-cp-dp-pp, 1 tp-cp-pp-dp
     overlap_ep: Array = 0.0
     tp_overlap_method: Array = 0.0  # plan.codes.TP_OVERLAP: 0 userbuffers, 1 ring
+    tp_layout: Array = 0.0  # plan.codes.TP_LAYOUT: 0 1-D (Megatron), 1 2-D (SUMMA on a q x q grid)
+    summa_steps: Array = 0.0  # steps of each 2-D SUMMA product; 0 = q (Strategy.summa_steps)
     imbalance: Array = 1.0
     capacity_factor: Array = 0.0  # 0 = dropless
     pad_to_capacity: Array = 0.0
@@ -198,6 +200,7 @@ def _coded(s: Strategy, dp: int) -> StrategyArrays:
         fp8_params=float(s.fp8_params), moment_bytes=element_bytes(s.optimizer_states.value),
         main_param_bytes=element_bytes(s.main_params.value), cross_entropy=float(s.cross_entropy == "eager_fp32"),
         grad_reduce_bf16=float(s.grad_reduce_in_bf16),
+        tp_layout=TP_LAYOUT.code(s.tp_layout), summa_steps=s.summa_steps or 0.0,
         bf16_layers=s.quantized_gemms.first_layers_bf16 + s.quantized_gemms.last_layers_bf16,
         attention_projections=PROJECTIONS.code(s.quantized_gemms.attention_projections),
         **{f"recompute_{module.value}": float(module in s.recompute_modules) for module in RecomputeModule},

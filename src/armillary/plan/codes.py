@@ -21,6 +21,7 @@ from armillary.specs.strategy import (
     Recompute,
     Schedule,
     Strategy,
+    TpLayout,
     TpOverlap,
     TrainingPrecision,
     ZeroStage,
@@ -53,6 +54,7 @@ ZERO = Codes(tuple(ZeroStage))
 RANK_ORDER = Codes((RankOrder.DP_INNER, RankOrder.PP_INNER))
 CP_COMM = Codes((ContextParallel.RING, ContextParallel.ALL_TO_ALL))
 TP_OVERLAP = Codes((TpOverlap.USERBUFFERS, TpOverlap.RING))
+TP_LAYOUT = Codes((TpLayout.ONE_D, TpLayout.TWO_D))
 
 # named codes the formulas compare against
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = (RECOMPUTE.code(r) for r in RECOMPUTE.members)

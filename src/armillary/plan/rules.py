@@ -161,6 +161,39 @@ def uneven_stages_supported(first: Array, last: Array, pp: Array, vpp: Array) ->
     return Check(any_of(all_of(first == 0, last == 0), pp >= 2), "first_stage_layers/last_stage_layers need pp >= 2")
 
 
+# --- the 2-D tensor-parallel layout (Optimus, arXiv 2104.05343; Colossal-AI 2-D; docs/tp-layouts.md) ----------
+def grid_side(tp: Array) -> Array:
+    """q, the side of the q x q grid of a 2-D layout's tp = q^2 ranks."""
+    return np.rint(np.sqrt(tp))
+
+
+def tp_layout_checks(two_d: Array, tp: Array, micro_batch: Array, sequence_parallel: Array, cp: Array, ep: Array,
+                     expert_tp: Array, ring_overlap: Array, summa_steps: Array) -> tuple[Check, ...]:
+    """What `Strategy.tp_layout` '2d' needs (`two_d` 1): tp a square q^2 of q >= 2; q dividing the micro-batch
+    (Colossal-AI splits the batch over the grid's rows: `split_batch_2d` asserts it, so each row holds whole
+    sequences and attention stays local); none of sequence parallelism, context parallelism, expert
+    parallelism or expert TP (the sources define the 2-D layout for dense layers on whole sequences: its
+    activations are already split q x q); the TP overlap of the 1-D layout's collectives (tp_comm_method
+    ring) does not apply; `summa_steps` (0: unset) needs 2d and a multiple of q."""
+    off = two_d == 0
+    q = grid_side(tp)
+    square = (np.abs(q * q - tp) < 0.5) & (q >= 2)
+    return (
+        Check(any_of(off, square), "tp_layout '2d' needs tp = q x q with q >= 2 (4, 9, 16, 25, ...)"),
+        Check(any_of(off, ~square, divides(q, micro_batch)),
+              "tp_layout '2d' needs q = sqrt(tp) to divide micro_batch (the grid's rows split the batch)"),
+        Check(any_of(off, sequence_parallel == 0), "tp_layout '2d' excludes sequence_parallel (its activations "
+              "are split over the q x q grid already)"),
+        Check(any_of(off, cp == 1), "tp_layout '2d' is not defined with context parallelism (cp > 1)"),
+        Check(any_of(off, all_of(ep == 1, expert_tp == 0)),
+              "tp_layout '2d' is not defined for expert layers: ep must be 1 and expert_tp unset"),
+        Check(any_of(off, ring_overlap == 0), "overlap.tp_comm_method 'ring' applies to tp_layout '1d'; '2d' "
+              "overlaps its SUMMA steps (overlap.tp_comm)"),
+        Check(any_of(summa_steps == 0, all_of(two_d > 0, any_of(~square, divides(q, summa_steps)))),
+              "summa_steps needs tp_layout '2d' and must be a multiple of q = sqrt(tp)"),
+    )
+
+
 def failed(checks: tuple[Check, ...] | list[Check]) -> list[str]:
     """The messages of the checks a single configuration fails."""
     return [c.message for c in checks if not bool(c.ok)]

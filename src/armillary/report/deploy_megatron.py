@@ -6,6 +6,7 @@ express goes into the notes. Flag names: Megatron-LM megatron/training/arguments
 
 from __future__ import annotations
 
+from armillary.errors import SpecError
 from armillary.plan.layout import data_parallel
 from armillary.report.launch import Command, Deployment, Target
 from armillary.specs.model import MlpKind, Model, NormKind, PositionKind, TokenMixer
@@ -22,6 +23,7 @@ from armillary.specs.strategy import (
     RecomputeModule,
     Schedule,
     Strategy,
+    TpLayout,
     TrainingPrecision,
     ZeroStage,
 )
@@ -173,6 +175,11 @@ def _memory_args(s: Strategy, notes: list[str]) -> list[str]:
 
 def megatron(model: Model, system: System, s: Strategy, workload: Training) -> Deployment:
     """Megatron-LM `pretrain_gpt.py` arguments (the same names are NeMo's model.* / trainer settings)."""
+    if s.tp_layout is TpLayout.TWO_D:  # no launch rather than a 1-D one priced as 2-D
+        raise SpecError("strategy.tp_layout '2d' (SUMMA on a q x q grid) has no Megatron-LM launch: Megatron-LM and "
+                        "Megatron-Core split tensor parallelism in 1-D only (--tensor-model-parallel-size). "
+                        "Colossal-AI runs the 2-D layout (legacy tensor parallel mode '2d': Linear2D, LayerNorm2D); "
+                        "emit tp_layout '1d' for Megatron-LM")
     notes: list[str] = [f"{system.devices} devices: torchrun world size {system.devices}, "
                         f"data parallel {data_parallel(s, system)} (implied)"]
     args = ["--tensor-model-parallel-size", str(s.tp), *_pipeline_args(model, s, notes)]

@@ -166,6 +166,17 @@ class TpOverlap(StrEnum):
     RING = "ring"
 
 
+class TpLayout(StrEnum):
+    """How tensor parallelism splits each linear layer over its tp ranks. 1d: Megatron's column- then
+    row-parallel pair with one all-reduce (or all-gather + reduce-scatter) per block (SC'21 §3.2). 2d: the
+    ranks form a q x q grid (tp = q^2) and every GEMM, its input and its weight are split q x q, multiplied by
+    SUMMA in steps that broadcast a panel of the input along the grid's rows and one of the weight along its
+    columns (Optimus, Xu et al. arXiv 2104.05343; Colossal-AI's 2-D tensor parallelism); docs/tp-layouts.md."""
+
+    ONE_D = "1d"
+    TWO_D = "2d"
+
+
 class Overlap(Spec):
     """Which communication is overlapped with computation."""
 
@@ -275,6 +286,14 @@ class Strategy(Spec):
         "hold equal layers (docs/moe.md)")
     micro_batch: PositiveInt = 1
     sequence_parallel: bool = False
+    tp_layout: TpLayout = Field(
+        TpLayout.ONE_D, description="how the tp ranks split each linear layer: 1d (Megatron's column/row-parallel "
+        "pair) or 2d (SUMMA on a q x q grid, tp = q^2: Optimus / Colossal-AI 2-D; docs/tp-layouts.md); 2d needs q to "
+        "divide micro_batch and excludes sequence_parallel, context and expert parallelism")
+    summa_steps: PositiveInt | None = Field(
+        None, description="tp_layout 2d: steps (panels) of each SUMMA product, a multiple of q (van de Geijn & "
+        "Watts 1997: panels of width k / steps); each step's transfer overlaps the previous step's GEMM, the first "
+        "stays exposed. None: q steps, one grid block each (Colossal-AI's Matmul_AB_2D)")
     recompute: Recompute = Recompute.NONE
     recompute_modules: tuple[RecomputeModule, ...] = Field(
         (RecomputeModule.CORE_ATTN,), description="what recompute 'selective' re-runs (Megatron's default: "
@@ -394,7 +413,11 @@ class Strategy(Spec):
             rules.sequence_parallel_needs_tp(float(self.sequence_parallel), self.tp),
             rules.attention_dp_divides_tp(self.attention_dp, self.tp),
             rules.uneven_stages_supported(self.first_stage_layers or 0, self.last_stage_layers or 0, self.pp,
-                                          self.vpp)))
+                                          self.vpp),
+            *rules.tp_layout_checks(float(self.tp_layout is TpLayout.TWO_D), self.tp, self.micro_batch,
+                                    float(self.sequence_parallel), self.cp, self.ep,
+                                    float(self.expert_tp is not None),
+                                    float(self.overlap.tp_comm_method is TpOverlap.RING), self.summa_steps or 0)))
         if broken:
             raise ValueError(broken[0])
         return self
@@ -461,6 +484,7 @@ def layout_stage_layers(layout: str, pp: int, vpp: int) -> tuple[int | None, int
     if len(set(stages)) == 1:
         return None, None
     return stages[0], stages[-1]
+
 
 
 def layout_layers(layout: str) -> int:
