@@ -486,7 +486,6 @@ def layout_stage_layers(layout: str, pp: int, vpp: int) -> tuple[int | None, int
     return stages[0], stages[-1]
 
 
-
 def layout_layers(layout: str) -> int:
     """Transformer layers of a pipeline layout: what must equal the model's layers (Megatron-Core's
     `validate_layer_layout`: the decoder layers of the layout match num_layers)."""
