@@ -2,8 +2,9 @@
 trace replay (generated two-rank traces of 100K and 1M events replayed) and of the Chakra export and import
 of every rank of a 1,024-GPU training step.
 
-Run: python benchmarks/bench_ingest.py [hlo|torch|chakra [MODEL]]   (targets: < 2 s for parse + cost; 1M events
-replayed in < 10 s; a 1,024-rank Chakra export in < 10 s and < 1 GB, issue 47)
+Run: python benchmarks/bench_ingest.py [hlo|torch|torch-json|chakra [MODEL]]   (targets: < 2 s for parse + cost;
+1M events replayed in < 10 s; a 1,024-rank Chakra export in < 10 s and < 1 GB, issue 47). torch-json reads and
+replays chrome-trace files of 1M events (the two-rank fixture of tests/data/torch_trace tiled).
 
 The module is the compiled JAX GPT step of tests/data/hlo (TP over 8 devices) repeated: its entry
 computation copied under new names until the module holds 100,000 instructions, a new entry calling every
@@ -98,10 +99,38 @@ def main() -> None:
         replay(TorchTraces(tuple(torch_rank(r, 100) for r in range(2))), load_system("dgx-a100", 8))  # warm
         for events in (100_000, 1_000_000):
             torch_replay_speed(events)
+    if part in ("torch-json", "all"):
+        torch_json_speed(1_000_000)
     if part in ("hlo", "all"):
         hlo_speed()
     if part in ("chakra", "all"):
         chakra_speed(sys.argv[2] if len(sys.argv) > 2 else "llama3-8b")
+
+
+def torch_json_speed(events: int) -> None:
+    """The fixture's step (tests/data/torch_trace, two ranks) repeated back to back until the two files hold
+    `events` complete events, one ProfilerStep# spanning them; read (JSON parse and checks) and replayed."""
+    import json
+
+    from armillary.ingest.torch_trace import read_torch_traces
+
+    with tempfile.TemporaryDirectory() as folder:
+        for rank in (0, 1):
+            data = json.loads((FIXTURE.parent.parent / "torch_trace" / f"rank{rank}.json").read_text())
+            step = next(e for e in data["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+            body = [e for e in data["traceEvents"] if e is not step and e.get("ph") == "X"]
+            copies = events // 2 // len(body)
+            data["traceEvents"] = [e for e in data["traceEvents"] if e.get("ph") != "X"] + [
+                {**step, "dur": step["dur"] * copies}] + [
+                {**e, "ts": e["ts"] + k * step["dur"]} for k in range(copies) for e in body]
+            (Path(folder) / f"rank{rank}.json").write_text(json.dumps(data))
+        t0, c0 = time.perf_counter(), time.process_time()
+        traces = read_torch_traces(folder)
+        t1, c1 = time.perf_counter(), time.process_time()
+        result = replay(traces, load_system("dgx-a100", 8))
+        print(f"torch chrome traces, {events:,} events: read {t1 - t0:.1f} s ({c1 - c0:.1f} s CPU), replay "
+              f"{time.perf_counter() - t1:.1f} s ({time.process_time() - c1:.1f} s CPU), {len(result.graph.tasks):,} "
+              "tasks")
 
 
 def _peak_gb() -> float:

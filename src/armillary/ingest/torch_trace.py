@@ -117,12 +117,16 @@ class _MalformedError(Exception):
 
 def _number(value: object, what: str, low: float = 0.0, high: float = MAX_TIME_US) -> float:
     """A finite real in low..high (bools and strings refused)."""
+    if (type(value) is float or type(value) is int) and low <= value <= high:
+        return float(value)  # the common case, checked first: a trace holds millions of numbers
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= float(value) <= high:
         raise _MalformedError(f"{what}: expected a number of {low:g} to {high:g}, got {_short(value)}")
     return float(value)
 
 
 def _whole(value: object, what: str, low: int, high: int) -> int:
+    if type(value) is int and low <= value <= high:
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float) or not (
             math.isfinite(value) and float(value).is_integer() and low <= value <= high):
         raise _MalformedError(f"{what}: expected a whole number of {low} to {high:,}, got {_short(value)}")
@@ -150,8 +154,11 @@ def _events(data: object) -> list[dict[str, Any]]:
         if not isinstance(args, dict | None):
             raise _MalformedError(f"traceEvents[{i}] ({_short(name)}): args must be an object, got "
                                   f"{type(args).__name__}")
-        events.append({**e, "name": str(name), "ts": _number(e.get("ts"), f"traceEvents[{i}].ts", -MAX_TIME_US),
-                       "dur": _number(e.get("dur"), f"traceEvents[{i}].dur"), "args": args or {}})
+        # in place: the events are this reader's own, just parsed
+        e["ts"] = _number(e.get("ts"), f"traceEvents[{i}].ts", -MAX_TIME_US)
+        e["dur"] = _number(e.get("dur"), f"traceEvents[{i}].dur")
+        e["name"], e["args"] = str(name), args or {}
+        events.append(e)
     return events
 
 
@@ -183,7 +190,8 @@ def _parse_rank(data: object, index: int) -> RankTrace:
     world = _whole(info.get("world_size", 0), "distributedInfo.world_size", 0, MAX_DEVICES)
     main = _main_thread(events)
     steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
-    on_main = sorted((e for e in events if e.get("tid") == main and e not in steps), key=lambda e: e["ts"])
+    step_ids = {id(e) for e in steps}  # by identity: comparing event dicts by value costs per event
+    on_main = sorted((e for e in events if e.get("tid") == main and id(e) not in step_ids), key=lambda e: e["ts"])
     if not steps and not on_main:
         raise _MalformedError("no ProfilerStep# event and no operators on the main thread")
     start = min(e["ts"] for e in steps) if steps else on_main[0]["ts"]
