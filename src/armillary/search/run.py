@@ -20,7 +20,7 @@ import numpy as np
 from armillary.arguments import whole
 from armillary.display import Displayed, Headline, gib, number, percent, seconds
 from armillary.errors import MissingExtra, SpecError
-from armillary.estimate.feasibility import training_checks
+from armillary.estimate.feasibility import memory_fits, training_checks
 from armillary.estimate.result import ErrorBand
 from armillary.estimate.run import estimate_training_run
 from armillary.estimate.training import estimate_training
@@ -61,6 +61,7 @@ class Problem:
     axes: Axes
     objective: Objective
     top_k: int
+    cache: LayoutCache | None = None  # blocks' capacity-free results shared with other capacities' searches
 
     def evaluate(self, start: int, stop: int) -> ChunkResult:
         """One block of points (`Axes.block`): evaluated as an outer product of its trailing axes, so each
@@ -82,17 +83,103 @@ class Problem:
             [np.shape(v)[d] for d in order]) if np.ndim(v) else v for name, v in coded.items()}
         st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None,
                             encode("precision", self.base.precision))
-        with np.errstate(all="ignore"):  # invalid points (masked below) may divide by zero
-            r = estimate_training(m, st, TrainingArrays.of(self.workload), self.system)
-        checks = training_checks(m, st, TrainingArrays.of(self.workload), gpus)
+        w = TrainingArrays.of(self.workload)
+        checks = training_checks(m, st, w, gpus)
         valid = np.broadcast_to(all_of(*(c.ok for c in checks)), inner)
-        feasible = valid & np.asarray(r.feasible, bool)
-        value = np.where(feasible, r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total, np.inf)
-        value = np.broadcast_to(value, inner).transpose(back).ravel()  # one value per point, in index order
+        keys = None if self.cache is None else _layout_keys(self.axes, start, stop)
+
+        def flat(x: Any) -> np.ndarray:  # one value per point, in index order
+            return np.broadcast_to(x, inner).transpose(back).ravel()
+
+        if keys is None or self.cache is None:
+            with np.errstate(all="ignore"):  # invalid points (masked below) may divide by zero
+                r = estimate_training(m, st, w, self.system)
+            feasible = valid & np.asarray(r.feasible, bool)
+            value = flat(np.where(feasible, r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total,
+                                  np.inf))
+        else:
+            def estimated() -> Parts:  # with capacities that hold anything: the feasibility apart from memory
+                with np.errstate(all="ignore"):
+                    r = estimate_training(m, st, w, unbounded(self.system))
+                return (flat(r.step_time_s), flat(r.memory_hbm.total), flat(r.memory_tier2.total),
+                        flat(np.asarray(r.feasible, bool)))
+
+            step, hbm, tier2, fits = self.cache.parts(keys, estimated)
+            hbm_fits, tier2_fits = memory_fits(self.system, hbm, tier2)  # the estimator's own memory check
+            feasible = flat(valid) & fits & np.asarray(hbm_fits, bool) & np.asarray(tier2_fits, bool)
+            value = np.where(feasible, step if self.objective is Objective.TIME else hbm, np.inf)
         index = np.arange(start, stop, dtype=np.int64)
         keep = _best(index, value, self.top_k)
         return ChunkResult(start, stop, int(np.count_nonzero(valid)), int(np.count_nonzero(feasible)), index[keep],
                            value[keep])
+
+
+Parts = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # per point: step time, HBM, second tier, fits
+Key = tuple[tuple[Any, ...], int, int]  # a layout's labels and a range of its points
+CACHE_POINTS = 2**22  # points a LayoutCache holds (33 bytes each: about 140 MB); blocks beyond run uncached
+
+
+class LayoutCache:
+    """What the blocks of one search estimated, apart from the memory capacities, by layout and range of its
+    points: shared by the searches of systems that differ only in their HBM and second-tier capacities
+    (`systems.codesign`). A training estimate's times and memory do not depend on the capacities, which
+    enter only its feasibility (`estimate.feasibility.memory_fits`): a block is estimated once with
+    capacities that hold anything, and each system judges its memory with `memory_fits` (exact: the same
+    answer as its own search)."""
+
+    def __init__(self, limit: int = CACHE_POINTS) -> None:
+        self.held: dict[Key, Parts] = {}
+        self.points = 0
+        self.limit = limit
+        self.estimated = 0  # blocks estimated (the rest were read from the cache)
+        self.inputs: tuple[Any, ...] | None = None
+
+    def bind(self, inputs: tuple[Any, ...]) -> None:
+        """Refuse a search of other inputs than the first (its model, system without capacities, workload,
+        base strategy and space)."""
+        if self.inputs is None:
+            self.inputs = inputs
+        elif inputs != self.inputs:
+            raise ValueError("LayoutCache: shared by searches that differ in more than the memory capacities")
+
+    def parts(self, keys: list[Key], estimate: Callable[[], Parts]) -> Parts:
+        """The block's parts (flat, in index order) from the cache, else from `estimate` (then kept while
+        the cache has room)."""
+        held = [self.held.get(key) for key in keys]
+        if all(h is not None for h in held):
+            return tuple(np.concatenate(column) for column in zip(*held, strict=True))  # type: ignore[return-value]
+        parts = estimate()
+        self.estimated += 1
+        size = sum(b - a for _, a, b in keys)
+        if self.points + size <= self.limit:
+            offset = 0
+            for key in keys:
+                n = key[2] - key[1]
+                if key not in self.held:
+                    self.held[key] = tuple(p[offset:offset + n] for p in parts)  # type: ignore[assignment]
+                    self.points += n
+                offset += n
+        return parts
+
+
+def _layout_keys(axes: Axes, start: int, stop: int) -> list[Key] | None:
+    """The (layout, range in it) of the points start..stop-1: one range of one layout, or whole layouts
+    (blocks across layouts hold whole layouts); None for a range that is neither."""
+    rows = axes.labels[0]
+    per = axes.size // len(rows)
+    first, last = start // per, (stop - 1) // per
+    if first == last:
+        return [(rows[first], start - first * per, stop - first * per)]
+    if start % per or stop % per:
+        return None
+    return [(rows[k], 0, per) for k in range(first, last + 1)]
+
+
+def unbounded(system: System) -> System:
+    """`system` with HBM and second-tier capacities that hold anything (what `LayoutCache` estimates with)."""
+    device = system.device
+    memory = tuple(tier.model_copy(update={"capacity": np.inf}) for tier in device.memory)
+    return system.model_copy(update={"device": device.model_copy(update={"memory": memory})})
 
 
 @dataclass(frozen=True)
@@ -242,7 +329,7 @@ def search(model: Model, system: System, workload: Training, base: Strategy | No
            space: StrategySpace | None = None, objective: Objective = Objective.TIME, top_k: int = 10,
            chunk: int = 262144, executor: Executor = serial,
            progress: Callable[[int, int], None] | None = None,
-           checkpoint: Path | None = None) -> SearchResult:
+           checkpoint: Path | None = None, cache: LayoutCache | None = None) -> SearchResult:
     """The top_k strategies of `space` (default: everything valid) for `model` on `system` (all its
     devices) and `workload`; fields outside the space come from `base`.
 
@@ -250,13 +337,18 @@ def search(model: Model, system: System, workload: Training, base: Strategy | No
     top_k are full, blocks whose bound exceeds the k-th best are skipped (exact: none of their points
     could enter). `progress(points_done, points)` is called as blocks finish or are skipped. With
     `checkpoint`, every finished block is appended to that file and a rerun of the same search skips the
-    blocks it holds (resume after an interruption; the answer is the same)."""
+    blocks it holds (resume after an interruption; the answer is the same). A `cache` (serial executor only)
+    is shared with searches of the same model, workload, base and space on systems that differ only in
+    their memory capacities: each block is estimated once for all of them (`LayoutCache`)."""
     whole("top_k (the number of strategies to keep)", top_k, 1, MAX_TOP)
     base = base or Strategy()
     space = space or StrategySpace()
     axes = resolve_axes(space, model, system.devices, system.devices_per_node, base, system.device.hbm.capacity,
                         system.device.flash3_attention_efficiency is not None, workload)
-    problem = Problem(model, system, base, workload, space, axes, objective, top_k)
+    if cache is not None:
+        cache.bind((model, unbounded(system), workload, base, space))
+    problem = Problem(model, system, base, workload, space, axes, objective, top_k,
+                      cache if executor is serial else None)
     started = time.perf_counter()
     done = _resume(checkpoint, problem, chunk) if checkpoint is not None else []
     finished = {(p.start, p.stop) for p in done}

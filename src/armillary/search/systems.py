@@ -14,7 +14,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 
 from armillary.display import Displayed, Headline, number, seconds
 from armillary.errors import SpecError
-from armillary.search.run import Candidate, Executor, Objective, search, serial
+from armillary.search.run import Candidate, Executor, LayoutCache, Objective, search, serial
 from armillary.search.space import StrategySpace
 from armillary.specs.base import Spec
 from armillary.specs.model import Model
@@ -82,6 +82,7 @@ def _base_value(system: System, name: str) -> Any:
             "devices_per_node": system.devices_per_node}[name]
 
 
+CAPACITIES = ("hbm_capacity", "tier2_capacity")  # what a training step's time and memory do not depend on
 DIMENSION = "bandwidth:"  # a value's key for a network dimension's bandwidth: "bandwidth:" + its name
 
 
@@ -223,16 +224,26 @@ def codesign(model: Model, system: System, workload: Training, space: SystemSpac
             raise SpecError(f"space: {field} and dimension_bandwidth both vary dimension {edge}; give one")
     parameters = (*_PARAMETERS, *(DIMENSION + system.network[d].name for d in named))
     choices = [getattr(space, p) or (_base_value(system, p),) for p in _PARAMETERS] + list(named.values())
-    points = []
-    for combo in itertools.product(*choices):
-        values = dict(zip(parameters, combo, strict=True))
-        variant = system_variant(system, values)
-        # the first and last dimensions as varied, whichever axis named them
-        values |= {"scale_up_bandwidth": variant.network[0].bandwidth,
-                   "scale_out_bandwidth": variant.network[-1].bandwidth}
-        found = search(model, variant, workload, base, strategies, Objective.TIME, top_k=1, executor=executor)
-        points.append(DesignPoint(values, variant, found.top[0] if found.top else None,
-                                  capital_cost(variant, space.prices), power_draw(variant, space.power),
-                                  found.evaluated))
+    combos = [dict(zip(parameters, combo, strict=True)) for combo in itertools.product(*choices)]
+    # systems that differ only in their memory capacities share one estimate of each block (LayoutCache): a
+    # group at a time, so that one group's cache is held at once; the points keep the space's order
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for position, values in enumerate(combos):
+        groups.setdefault(tuple(v for k, v in values.items() if k not in CAPACITIES), []).append(position)
+    found_at: dict[int, DesignPoint] = {}
+    for positions in groups.values():
+        cache = LayoutCache() if executor is serial else None
+        for position in positions:
+            values = dict(combos[position])
+            variant = system_variant(system, values)
+            # the first and last dimensions as varied, whichever axis named them
+            values |= {"scale_up_bandwidth": variant.network[0].bandwidth,
+                       "scale_out_bandwidth": variant.network[-1].bandwidth}
+            found = search(model, variant, workload, base, strategies, Objective.TIME, top_k=1, executor=executor,
+                           cache=cache)
+            found_at[position] = DesignPoint(values, variant, found.top[0] if found.top else None,
+                                             capital_cost(variant, space.prices), power_draw(variant, space.power),
+                                             found.evaluated)
+    points = [found_at[position] for position in range(len(combos))]
     objectives = np.array([[p.step_time_s, p.cost, p.power] for p in points])
     return CoDesignResult(tuple(points), tuple(int(i) for i in pareto_front(objectives)))
