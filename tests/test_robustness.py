@@ -180,7 +180,9 @@ def test_a_fuzzed_run_file_gives_a_result_or_a_clear_error(tmp_path, field, valu
 
 
 def test_a_simulation_too_big_for_memory_is_refused_before_it_starts():
-    """Llama 3 405B on 16,384 GPUs, every rank simulated: about 36 million tasks, refused with the estimate."""
+    """Llama 3 405B on 16,384 GPUs at global batch 8,192, every rank simulated as one graph: about 20.8 million
+    tasks (6.4 GiB), over the 10-million-task limit, refused with the estimate before anything is built (rank
+    classes, `classes=True`, simulate it in seconds)."""
     strategy = {"tp": 8, "pp": 16, "sequence_parallel": True, "attention": "flash", "zero": 1}
     with pytest.raises(SpecError, match=r"every rank would take about [\d,]+ tasks and [\d.]+ GiB"):
         armillary.simulate("llama3.1-405b", "dgx-h100", strategy, {"seq_len": 8192, "global_batch": 8192},
