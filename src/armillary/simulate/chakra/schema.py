@@ -220,6 +220,12 @@ def _scalar_attr(name: str, kind: str, value: Any) -> bytes:
     return _length_delimited(_NODE_ATTR, _named(name) + encoded)
 
 
+def clear_encoding_caches() -> None:
+    """Drop the cached encodings (an export's: none outlives it)."""
+    for cached in (_named, _scalar_attr, _list_attr):
+        cached.cache_clear()
+
+
 def encode_node_head(node_id: int, fields: bytes) -> bytes:
     """Node field id (1), first (a reader may skip a node it holds: `node_id`), then other encoded `fields`;
     proto3 leaves out a zero, as SerializeToString does."""

@@ -31,6 +31,7 @@ from armillary.simulate.chakra.schema import (
     GlobalMetadata,
     Node,
     NodeType,
+    clear_encoding_caches,
     encode_attr,
     encode_name_duration,
     encode_node_head,
@@ -156,6 +157,15 @@ def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> li
     A symmetric graph whose collectives run over 1-rank groups (one simulated rank standing for its group) is
     refused: ASTRA-sim would run those collectives on one rank. Build the graph with every rank
     (`simulate(..., symmetric=False)`, `simulate.run.every_rank_graph`); `armillary simulate --chakra` does."""
+    try:
+        _write_chakra(graph, directory, prefix)
+    finally:
+        _fixed.cache_clear()
+        clear_encoding_caches()
+    return [directory / f"{prefix}.{rank}.et" for rank in range(graph.ranks)]
+
+
+def _write_chakra(graph: TaskGraph, directory: Path, prefix: str) -> None:
     groups: dict[tuple[int, ...], str] = {}
     heads: list[bytes] = []  # per task: its node's fields common to its ranks
     deps_of: list[tuple[int, ...]] = []
@@ -196,7 +206,6 @@ def write_chakra(graph: TaskGraph, directory: Path, prefix: str = "trace") -> li
             on_rank[rank] = []  # done with: its memory back
         (staging / f"{prefix}.comm_group.json").write_text(
             json.dumps({name: list(ranks) for ranks, name in groups.items()}, indent=1) + "\n")
-    return [directory / f"{prefix}.{rank}.et" for rank in range(graph.ranks)]
 
 
 def _rank_nodes(rank: int, indices: list[int], heads: list[bytes], deps_of: list[tuple[int, ...]],
