@@ -116,7 +116,7 @@ class Problem:
 
 Parts = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # per point: step time, HBM, second tier, fits
 Key = tuple[tuple[Any, ...], int, int]  # a layout's labels and a range of its points
-CACHE_POINTS = 2**22  # points a LayoutCache holds (33 bytes each: about 140 MB); blocks beyond run uncached
+CACHE_POINTS = 2**22  # points a LayoutCache holds (25 bytes each: about 105 MB); blocks beyond run uncached
 
 
 class LayoutCache:
