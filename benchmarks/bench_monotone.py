@@ -5,9 +5,12 @@ With --resources [N], N (default 20,000) random feasible training configurations
 models, ZeRO 0-3, CP, EP, recomputation, offload, every overlap flag) through the public API, each with every
 device and network field a user can set made faster one at a time (tests/test_monotone_resources.py: FLOP/s,
 HBM bandwidth / capacity / efficiency, second tier, kernel overhead, GEMM and attention efficiencies, each
-network dimension's bandwidth, latency and efficiency); the CI test checks 150.
+network dimension's bandwidth, latency and efficiency); the CI test checks 150. With --collectives, every
+collective of every system preset over 16-512 GPUs at 57 sizes from 1 kB to 10 GB, with each dimension's latency
+halved, bandwidth doubled, efficiency halfway to 1 and the HBM doubled (tests/test_monotone_collectives.py
+checks six of the presets).
 
-Run: python benchmarks/bench_monotone.py [--simulator] [--resources [N [SEED]]]
+Run: python benchmarks/bench_monotone.py [--simulator] [--resources [N [SEED]]] [--collectives]
 """
 
 from __future__ import annotations
@@ -67,6 +70,38 @@ def resources(count: int = 20_000, seed: int = 46) -> None:
     print("\n".join(examples))
 
 
+def collectives() -> None:
+    """Every (preset, group, collective, faster resource) at 57 sizes: how many get slower anywhere."""
+    import numpy as np
+
+    from armillary import collective
+    from armillary.presets.registry import preset_names
+
+    started, cases, slower = time.perf_counter(), 0, []
+    sizes = np.geomspace(1e3, 1e10, 57)
+    for name in preset_names("systems"):
+        for gpus in (16, 32, 64, 144, 512):
+            try:
+                system = load_system(name, gpus)
+            except ArmillaryError:
+                continue
+            edits = {"hbm": system.scaled(hbm_bandwidth=2.0)}
+            for i, d in enumerate(system.network):
+                edits[f"network.{i}.latency"] = system.with_dimension(i, latency=d.latency / 2)
+                edits[f"network.{i}.bandwidth"] = system.with_dimension(i, bandwidth=2 * d.bandwidth)
+                edits[f"network.{i}.efficiency"] = system.with_dimension(i, efficiency=(1 + d.efficiency) / 2)
+            for op in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"):
+                base = np.array([r.time_s for r in collective(op, sizes, system, gpus=gpus)])
+                for what, quicker in edits.items():
+                    cases += 1
+                    worse = np.array([r.time_s for r in collective(op, sizes, quicker, gpus=gpus)]) > base * (1 + 1e-9)
+                    if worse.any():
+                        slower.append(f"  {name} x{gpus} {op} {what}: at {sizes[worse][:3]}")
+    print(f"{cases:,} (preset, group, collective, faster resource) cases in {time.perf_counter() - started:.0f} s; "
+          f"slower at some size: {len(slower)}")
+    print("\n".join(slower[:20]))
+
+
 def main() -> None:
     started, tried, slower = time.perf_counter(), 0, dict.fromkeys(RESOURCES, 0)
     for model, system, gpus, workload, base in CASES:
@@ -80,6 +115,11 @@ def main() -> None:
           + ", ".join(f"{what}: {n}" for what, n in slower.items()))
     if "--simulator" in sys.argv:
         simulated()
+
+
+if __name__ == "__main__" and "--collectives" in sys.argv:
+    collectives()
+    sys.exit(0)
 
 
 if __name__ == "__main__" and "--resources" in sys.argv:
