@@ -205,7 +205,17 @@ def test_a_layout_that_misses_the_models_layers_is_refused():
     from armillary.errors import SpecError
 
     w = Training(seq_len=4096, global_batch=8)
-    with pytest.raises(SpecError, match="strategy.pipeline_layout.*20 transformer layers.*32"):
+    with pytest.raises(SpecError, match=r"strategy.pipeline_layout.*20 transformer layers.*32"):
         estimate("llama3-8b", "dgx-h100", Strategy(pp=2, pipeline_layout="Et*10|t*10L"), w, gpus=8)
     assert float(estimate("llama3-8b", "dgx-h100", Strategy(pp=2, pipeline_layout="Et*16|t*16L"), w,
                           gpus=8).step_time_s) > 0
+
+
+def test_megatron_bridge_recipes_reduce_gradients_in_bf16():
+    """Every Megatron-Bridge performance recipe sets ddp.grad_reduce_in_fp32 = False: the stack's strategies
+    hold and reduce bf16 gradients; a stack that does not say so keeps Megatron-Core's fp32 main gradients."""
+    bridge, core = load_stack("megatron-bridge"), load_stack("megatron-core")
+    assert bridge.strategy_defaults(1, True)["grad_reduce_in_bf16"] is True
+    assert "grad_reduce_in_bf16" not in core.strategy_defaults(1, True)
+    st = Strategy.model_validate({**bridge.strategy_defaults(1, True), "precision": "bf16"})
+    assert float(StrategyArrays.of(st, 8).grad_reduce_bf16) == 1.0

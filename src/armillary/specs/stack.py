@@ -79,6 +79,9 @@ class SoftwareStack(NamedByPatterns):
         None, description="the host's side of an MoE layer's forward: the time to issue one kernel, the kernels "
         "the stack's fusions and CUDA graphs leave to issue one by one, whether its dispatcher waits for the "
         "token counts (`Strategy` field of the same name); None: no host model")
+    grad_reduce_in_bf16: bool | None = Field(
+        None, description="the stack's recipes reduce (and hold) the data-parallel gradients in bf16 "
+        "(`Strategy` field of the same name); None: not fixed (Megatron-Core's fp32 main gradients)")
     local_batch: bool = Field(
         False, description="the stack's batch setting is each data-parallel rank's batch: no gradient "
         "accumulation by default, and pipeline stages split it into as many micro-batches as stages")
@@ -98,7 +101,7 @@ class SoftwareStack(NamedByPatterns):
         if self.recompute is not None:
             out["recompute"] = self.recompute
         for name in ("zero3_live_parameters", "zero3_gather_rate", "zero3_rank_copy",
-                     "expert_gemm_call"):  # Strategy's fields of the same names
+                     "expert_gemm_call", "grad_reduce_in_bf16"):  # Strategy's fields of the same names
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.moe_host is not None:
