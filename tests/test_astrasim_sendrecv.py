@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,22 @@ def test_library_send_cost_is_the_default_and_a_bad_choice_is_named():
     assert library > 2 * 90_174
     with pytest.raises(SpecError, match="sends 'nccl': one of library, astra-sim"):
         read_chakra(SAMPLE, system, sends="nccl")
+
+
+def test_the_cli_costs_foreign_sends_as_asked():
+    """`simulate --chakra-in DIR --send-cost astra-sim` prices the sample's sends as ASTRA-sim does; a wrong value
+    names the option and the allowed values."""
+    from typer.testing import CliRunner
+
+    from armillary.cli import app
+
+    folder = str(Path(__file__).parent / "data" / "chakra" / "astra_sim_custom_allreduce")
+    args = ["simulate", "--chakra-in", folder, "--system", "dgx-h100", "--gpus", "8", "--json"]
+    times = {}
+    for cost in ("library", "astra-sim"):
+        out = CliRunner().invoke(app, [*args, "--send-cost", cost])
+        assert out.exit_code == 0, out.output
+        times[cost] = json.loads(out.output)["step_time_s"]
+    assert times["library"] != times["astra-sim"]
+    bad = CliRunner().invoke(app, [*args, "--send-cost", "bogus"])
+    assert bad.exit_code != 0 and "--send-cost 'bogus': one of library, astra-sim" in bad.output

@@ -36,6 +36,9 @@ def simulate_cmd(
                                                      "Perfetto protobuf if the name ends in .pftrace")] = None,
     chakra: Annotated[Path | None, typer.Option(help="write one Chakra ET file per rank into this folder")] = None,
     chakra_in: Annotated[Path | None, typer.Option(help="simulate the Chakra ET files of this folder instead")] = None,
+    send_cost: Annotated[str, typer.Option(help="with --chakra-in, another tool's send/recv: 'library' (the "
+                                                "system's collective library) or 'astra-sim' (ASTRA-sim's "
+                                                "analytical network: hops x latency + bytes / bandwidth)")] = "library",
     system: Annotated[str | None, typer.Option(help="with --chakra-in, --hlo or --torch-trace: system preset "
                                                     "or file")] = None,
     gpus: GpusOption = None,
@@ -73,7 +76,11 @@ def simulate_cmd(
             ingest.replay_torch_trace(torch_trace, system, gpus, source_system, trace, chakra, json_out)
         return
     if chakra_in is not None:
-        _simulate_traces(chakra_in, system, gpus, stragglers, jitter, seed, trace, json_out)
+        from armillary.simulate.chakra.astra_sim import SendCost
+
+        if send_cost not in {c.value for c in SendCost}:
+            raise SpecError(f"--send-cost {send_cost[:40]!r}: one of {', '.join(c.value for c in SendCost)}")
+        _simulate_traces(chakra_in, system, gpus, stragglers, jitter, seed, trace, json_out, send_cost)
         return
     if run_file is None:
         raise SpecError("give RUN.yaml, or --chakra-in DIR with --system")
@@ -112,14 +119,14 @@ def simulate_cmd(
 
 
 def _simulate_traces(folder: Path, system: str | None, gpus: int | None, stragglers: dict[int, float],
-                     jitter: float, seed: int, trace: Path | None, json_out: bool) -> None:
+                     jitter: float, seed: int, trace: Path | None, json_out: bool, sends: str = "library") -> None:
     """Chakra ET files (ours, or others' with `system` for the costs) on the event engine."""
     from armillary.simulate.chakra import read_chakra
     from armillary.simulate.engine import run
     from armillary.specs.loading import load_system
 
     with reported(FileNotFoundError):  # a folder without trace files
-        graph = read_chakra(folder, load_system(system, gpus) if system else None)
+        graph = read_chakra(folder, load_system(system, gpus) if system else None, sends=sends)
     timeline = run(graph, stragglers, jitter, seed)
     if json_out:
         print_json(records.traces_record(graph, timeline), indent=None)
