@@ -69,9 +69,11 @@ TRAINING = {
         "gpt3-175b", "dgx-h100", {**NEMO, "tp": 4, "pp": 8, "vpp": 6, "micro_batch": 1, "recompute": "none"},
         2048, 256, 128), 128),
     # Megatron-Bridge 25.09 Llama 3 70B on 64 H100: TP 4 PP 8 VP 5, mbs 1, batch 128, 8K; the table's precision is
-    # not stated (the recipes are FP8), recompute none fits
+    # not stated (the recipes are FP8), recompute none fits; the recipe reduces gradients in bf16
+    # (configs/llama3/llama3_70b_llm_pretrain.yaml at r0.1.0: grad_reduce_in_fp32 false)
     "TR-MBRIDGE-25.09-02": lambda: _per_gpu_tokens(_step(
-        "llama3-70b", "dgx-h100", {**NEMO, "tp": 4, "pp": 8, "vpp": 5, "micro_batch": 1, "recompute": "none"},
+        "llama3-70b", "dgx-h100", {**NEMO, "tp": 4, "pp": 8, "vpp": 5, "micro_batch": 1, "recompute": "none",
+                                   "grad_reduce_in_bf16": True},
         8192, 128, 64), 64),
     # llm-foundry MPT-70B on 512 H100: FSDP FULL_SHARD only, micro-batch 8, batch 4096, bf16, activation
     # checkpointing of every block, FlashAttention
