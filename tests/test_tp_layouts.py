@@ -176,3 +176,31 @@ def test_one_sweep_prices_both_layouts_as_two_estimates():
         assert sweep.step_time_s[i] == pytest.approx(float(one.step_time_s), rel=1e-9)
         assert sweep.breakdown.tp_exposed[i] == pytest.approx(float(one.breakdown.tp_exposed), rel=1e-9)
         assert sweep.memory_hbm.total[i] == pytest.approx(float(one.memory_hbm.total), rel=1e-9)
+
+
+def test_more_steps_hide_more_but_run_shallower_gemms():
+    """Each SUMMA step is its own, k / steps deep GEMM, priced through the device's efficiency curve: more
+    steps expose less (1/steps of the transfers) but take longer to compute; q steps cost what the 1-D GEMMs do."""
+    def run(steps):
+        return run_estimate("megatron-1t", "dgx-a100", {**TP4_2D, "summa_steps": steps}, WORKLOAD, gpus=3072)
+
+    q, few, many = run(None), run(8), run(128)
+    one_d = run_estimate("megatron-1t", "dgx-a100", {**TP4_2D, "tp_layout": "1d", "sequence_parallel": True},
+                         WORKLOAD, gpus=3072)
+    assert float(q.breakdown.forward_backward) == pytest.approx(float(one_d.breakdown.forward_backward), rel=0.01)
+    assert float(many.breakdown.forward_backward) > float(few.breakdown.forward_backward)
+    assert float(many.breakdown.tp_exposed) < float(few.breakdown.tp_exposed) < float(q.breakdown.tp_exposed)
+
+
+def test_the_rules_mask_a_sweep_as_they_judge_one_strategy():
+    """plan.rules.tp_layout_checks takes arrays (a search's points) as it takes one strategy's numbers."""
+    from armillary.plan.rules import tp_layout_checks
+
+    points = [(1, 4, 2, 0), (1, 8, 2, 0), (1, 16, 2, 8), (0, 16, 2, 0), (1, 4, 1, 3)]  # 2d?, tp, micro-batch, steps
+    two, tp, mb, steps = (np.array(column, dtype=float) for column in zip(*points, strict=True))
+    zeros, ones = np.zeros(len(points)), np.ones(len(points))
+    swept = tp_layout_checks(two, tp, mb, zeros, ones, ones, zeros, zeros, steps)
+    for i, (t2, t, b, s) in enumerate(points):
+        single = tp_layout_checks(t2, t, b, 0.0, 1.0, 1.0, 0.0, 0.0, s)
+        assert [bool(c.ok[i]) for c in swept] == [bool(c.ok) for c in single]
+    assert [all(bool(c.ok[i]) for c in swept) for i in range(len(points))] == [True, False, False, True, False]

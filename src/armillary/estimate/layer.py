@@ -128,7 +128,7 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     grid = two_d(st)  # the 2-D layout (`Strategy.tp_layout`; estimate/tp_layouts.py)
     if any_true(grid):
         _two_d_defined(fw, experts)
-        kt = two_d_kernels(kt, st)
+        kt = two_d_kernels(kt, fw, st, system.device)
     passes = _passes(fw, kt, experts, st, system.device)
     base_weight_t = passes[2].time_s  # the base GEMMs' time, what TP all-reduces hide behind
     if adapters is not None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from armillary.comm.collectives import CommCost, all_reduce, collective, needed
+from armillary.cost.compute import kernel_times
 from armillary.estimate.kernels import LayerKernels
 from armillary.estimate.result import CommCall, ParallelDimension
 from armillary.numerics import Array, any_true, maximum, where
@@ -30,7 +31,7 @@ from armillary.plan.arrays import StrategyArrays
 from armillary.plan.placement import Placement, place
 from armillary.plan.rules import grid_side
 from armillary.specs.communication import Collective
-from armillary.specs.system import System
+from armillary.specs.system import Device, System
 from armillary.workload.ops import Op
 from armillary.workload.transformer import LayerForward
 
@@ -39,6 +40,8 @@ NORM_STAT_BYTES = 4.0
 # all-reduces per norm and pass: E[x] and Var[x] forward, sum(dy) and sum(dy x) backward (Colossal-AI
 # parallel_2d LayerNorm2D.forward, _Layernorm_2D.backward)
 NORM_ALL_REDUCES = 2
+# 16-bit panels: Colossal-AI's Matmul_AB_2D multiplies fp16 blocks (custom_fwd(cast_inputs=torch.float16))
+PANEL_BYTES = 2.0
 
 
 def two_d(st: StrategyArrays) -> Array:
@@ -181,15 +184,41 @@ def summa_layer(fw: LayerForward, kt: LayerKernels, st: StrategyArrays, system: 
                       (*f_calls, norm_call), (*b_calls, norm_call))
 
 
-def two_d_kernels(kt: LayerKernels, st: StrategyArrays) -> LayerKernels:
-    """The layer's kernels under the 2-D layout: the norms and residual adds see 1/tp of the activations (the
-    grid splits them q x q, Optimus §3.1: activation memory and element-wise work O(1/q^2)) instead of all of
-    them on every 1-D rank; these streams are memory-bound, so their time scales with their bytes [derived].
-    The GEMMs' per-rank FLOPs are the 1-D layout's (2mnk / q^2)."""
-    if not any_true(two_d(st)):
+def summa_step_ops(fw: LayerForward, st: StrategyArrays) -> tuple[Op, Op, Op, Op]:
+    """One SUMMA step's local GEMM of each linear layer on one rank: (m/q x k/steps)(k/steps x n/q), 2mnk /
+    (q^2 steps) FLOPs; it reads both panels and reads and writes its q-th of C (Colossal-AI's torch.addmm
+    accumulates into C)."""
+    q = grid_side(st.tp)
+    steps = where(st.summa_steps > 0, st.summa_steps, q)
+
+    def step(g: GemmShape) -> Op:
+        m, k, n = g.m / q, g.k / steps, g.n / q
+        return Op(2 * m * n * k, PANEL_BYTES * (m * k + k * n + 2 * m * n), depth=k)
+
+    qkv, out_proj, mlp_in, mlp_out = layer_gemm_shapes(fw, st.tp)
+    return step(qkv), step(out_proj), step(mlp_in), step(mlp_out)
+
+
+def two_d_kernels(kt: LayerKernels, fw: LayerForward, st: StrategyArrays, device: Device) -> LayerKernels:
+    """The layer's kernels under the 2-D layout. Each linear layer's GEMM runs as `steps` smaller GEMMs (one
+    per SUMMA step): its time is the 1-D kernel's scaled by steps x t(one step) / t(whole GEMM), both through
+    the device's roofline, so a shallower step pays its lower efficiency and its own launch. The GEMMs' per-rank
+    FLOPs are the 1-D layout's (2mnk / q^2). The norms and residual adds see 1/tp of the activations (the grid
+    splits them q x q, Optimus §3.1: activation memory and element-wise work O(1/q^2)) instead of all of them
+    on every 1-D rank; these streams are memory-bound, so their time scales with their bytes [derived]."""
+    used = two_d(st)
+    if not any_true(used):
         return kt
-    share = where(two_d(st), 1.0 / st.tp, 1.0)
-    return replace(kt, norms=kt.norms * share, residuals=kt.residuals * share)
+    q = grid_side(st.tp)
+    steps = where(st.summa_steps > 0, st.summa_steps, q)
+    whole = kernel_times(fw.dense_gemms, device, st.precision, sixteen_bit=True)
+    stepped = kernel_times(summa_step_ops(fw, st), device, st.precision, sixteen_bit=True)
+    qkv, out_proj, mlp_in, mlp_out = (
+        t * where(used, steps * part / np.maximum(full, 1e-30), 1.0)
+        for t, part, full in zip((kt.qkv, kt.out_proj, kt.mlp_in, kt.mlp_out), stepped, whole, strict=True))
+    share = where(used, 1.0 / st.tp, 1.0)
+    return replace(kt, qkv=qkv, out_proj=out_proj, mlp_in=mlp_in, mlp_out=mlp_out, norms=kt.norms * share,
+                   residuals=kt.residuals * share)
 
 
 def tp_hidden_share(tp_exposed: Array, calls: tuple[CommCall, ...]) -> Array:
