@@ -3,6 +3,8 @@ every-rank size guard against the graph it counts."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from armillary.errors import SpecError
@@ -115,3 +117,22 @@ def test_the_size_guard_counts_the_graph_it_would_build(monkeypatch):
     with pytest.raises(SpecError, match=r"about [\d,]+ tasks and [\d.]+ GiB .*global batch of about 10 would fit"):
         simulate_training(*args, symmetric=False)
     assert simulate_training(*args, symmetric=False, classes=True).step_time_s == pytest.approx(every.step_time_s)
+
+
+def test_the_api_and_the_cli_pass_rank_classes_through():
+    """`armillary.simulate(..., symmetric=False, classes=True)` and `simulate --no-symmetric --rank-classes` give
+    the every-rank step; a non-boolean or a symmetric run with classes is refused naming the option."""
+    from typer.testing import CliRunner
+
+    import armillary
+    from armillary.cli import app
+
+    args = ("llama3-8b", "dgx-h100", {"tp": 2, "pp": 2}, {"seq_len": 2048, "global_batch": 8})
+    every = armillary.simulate(*args, gpus=16, symmetric=False)
+    classed = armillary.simulate(*args, gpus=16, symmetric=False, classes=True)
+    assert classed.step_time_s == pytest.approx(every.step_time_s, rel=1e-12)
+    with pytest.raises(SpecError, match="classes: expected True or False"):
+        armillary.simulate(*args, gpus=16, symmetric=False, classes="yes")
+    example = str(Path(__file__).parent.parent / "examples" / "gpt3-175b-a100.yaml")
+    out = CliRunner().invoke(app, ["simulate", example, "--rank-classes"])
+    assert out.exit_code != 0 and "--rank-classes simulates every rank, one per class: add --no-symmetric" in out.output

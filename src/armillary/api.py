@@ -317,14 +317,16 @@ def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
 def run_simulation(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
                    gpus: int | None = None, schedule: Schedule | str | None = None, symmetric: bool = True,
                    stragglers: Mapping[int, float] | None = None, jitter: float = 0.0,
-                   seed: int = 0) -> SimulationResult | InferenceSimulation:
+                   seed: int = 0, classes: bool = False) -> SimulationResult | InferenceSimulation:
     """Simulate one training iteration as a task graph on the event engine (`schedule` defaults to the
     strategy's), or a static inference batch, as `armillary simulate` does. `stragglers` maps a rank to its
-    slowdown factor; `jitter` is the relative spread of task times (seeded)."""
+    slowdown factor; `jitter` is the relative spread of task times (seeded). `symmetric=False` simulates every
+    rank; with `classes` too, one rank per class of ranks with the same program and contention (exact)."""
     m, sysm = load_model(model), load_system(system, gpus)
     st, w = load_strategy(strategy), load_workload(workload)
-    if not isinstance(symmetric, bool):
-        raise SpecError(f"symmetric: expected True or False, got {symmetric!r}")
+    for name, flag in (("symmetric", symmetric), ("classes", classes)):
+        if not isinstance(flag, bool):
+            raise SpecError(f"{name}: expected True or False, got {flag!r}")
     from armillary.estimate.result import RunConfig
     from armillary.simulate.inference import simulate_inference
     from armillary.simulate.run import simulate_training
@@ -338,7 +340,7 @@ def run_simulation(model: ModelLike, system: SystemLike, strategy: StrategyLike,
         chosen = Schedule(schedule) if schedule is not None else None
     except ValueError:
         raise SpecError(f"schedule {schedule!r}: one of {', '.join(s.value for s in Schedule)}") from None
-    simulated = simulate_training(m, sysm, st, w, chosen, symmetric, stragglers, jitter, seed)
+    simulated = simulate_training(m, sysm, st, w, chosen, symmetric, stragglers, jitter, seed, classes)
     return replace(simulated, estimate=replace(simulated.estimate, config=config))
 
 

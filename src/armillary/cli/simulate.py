@@ -46,6 +46,9 @@ def simulate_cmd(
                                                       "strategy's)")] = None,
     symmetric: Annotated[bool, typer.Option(help="simulate one rank per pipeline stage (--no-symmetric: "
                                                  "every rank)")] = True,
+    rank_classes: Annotated[bool, typer.Option(help="with --no-symmetric: simulate one rank per class of ranks "
+                                                    "with the same program and contention (exact, much "
+                                                    "faster)")] = False,
     straggler: Annotated[list[str] | None, typer.Option(help="RANK=FACTOR: that simulated rank's compute is "
                                                              "FACTOR times slower (repeatable)")] = None,
     jitter: Annotated[float, typer.Option(help="relative standard deviation of every task's duration")] = 0.0,
@@ -84,6 +87,8 @@ def simulate_cmd(
         return
     if run_file is None:
         raise SpecError("give RUN.yaml, or --chakra-in DIR with --system")
+    if rank_classes and symmetric:
+        raise SpecError("--rank-classes simulates every rank, one per class: add --no-symmetric")
     model, sysm, strategy, workload = load_run_file(run_file, set_, {"gpus": gpus})
     estimate = api.estimate(model, sysm, strategy, workload)
     if not estimate.feasible and not show_infeasible:
@@ -91,7 +96,7 @@ def simulate_cmd(
         raise typer.Exit(1)
     with working("simulating (the first run after installing compiles the event engine: about 10 s)"):
         result = api.simulate(model, sysm, strategy, workload, schedule=schedule, symmetric=symmetric,
-                          stragglers=stragglers, jitter=jitter, seed=seed)
+                              stragglers=stragglers, jitter=jitter, seed=seed, classes=rank_classes)
     from armillary.simulate.inference import InferenceSimulation  # the engine's kernels: loaded when used
 
     # printed first: a failed save does not lose the simulation
