@@ -14,16 +14,17 @@ from typing import Any
 import numpy as np
 from pydantic import Field, PositiveInt
 
+from armillary.errors import SpecError
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.memory import lora_states, model_states
 from armillary.numerics import Array, all_of, minimum
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays, recipe_family
-from armillary.plan.codes import SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, encode, with_values
+from armillary.plan.codes import RECOMPUTE_SELECTIVE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, encode, with_values
 from armillary.plan.layout import data_parallel_degree, fewest_stage_layers, stage_layers
 from armillary.specs.base import Spec
 from armillary.specs.model import Model, TokenMixer
-from armillary.specs.strategy import Attention, BlockFormat, RankOrder, Recompute, Strategy, ZeroStage
+from armillary.specs.strategy import Attention, BlockFormat, RankOrder, Recompute, RecomputeModule, Strategy, ZeroStage
 from armillary.specs.system import Device, Precision, System
 from armillary.specs.workload import Training
 from armillary.workload.parameters import count_parameters
@@ -68,6 +69,7 @@ class StrategySpace(Spec):
         "precision, on a device that has them); default: the base strategy's")
 
 
+_DEFAULT_MODULES = Strategy().recompute_modules  # what a strategy without selective recomputation holds
 # axes in index order (the last varies fastest); the first is compound: the model-parallel layout
 _LAYOUT = ("tp", "pp", "cp", "vpp")
 _AXES = ("attention", "micro_batch", "sequence_parallel", "recompute", "zero", "overlap_dp", "overlap_tp",
@@ -240,7 +242,14 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
     base = base or Strategy()
     tps = space.tp or default_tp(devices_per_node, gpus)
     pps = space.pp or _divisors(model.layers, gpus)
-    every = list(itertools.product(*(dict.fromkeys(values) for values in (tps, pps, space.cp, space.vpp))))
+    vpps = space.vpp
+    if base.pipeline_layout is not None:  # Megatron's layout names every stage and chunk: pp and vpp are its own
+        if set(space.pp or (base.pp,)) != {base.pp} or (space.vpp != StrategySpace().vpp and
+                                                       set(space.vpp) != {base.vpp}):
+            raise SpecError(f"strategy.pipeline_layout fixes pp {base.pp} and vpp {base.vpp}: search other pipeline "
+                            "degrees without a layout (first_stage_layers / last_stage_layers), or list only these")
+        pps, vpps = (base.pp,), (base.vpp,)
+    every = list(itertools.product(*(dict.fromkeys(values) for values in (tps, pps, space.cp, vpps))))
     layouts = []
     if every:
         t, p, c, v = np.array(every, dtype=float).T
@@ -288,6 +297,10 @@ def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, ex
     format (`plan.arrays.recipe_family`) from the base strategy's own `precision` code (default: base's)."""
     precision_code = recipe_family(base.precision if precision is None else precision,
                                    c.get("block_format", base.block_format))
+    if "recompute" in c:  # the base's recompute modules hold where a point recomputes selectively, else the
+        selective = c["recompute"] == RECOMPUTE_SELECTIVE  # default ones, as a Strategy of that point has them
+        c = {**c, **{f"recompute_{m.value}": np.where(selective, getattr(base, f"recompute_{m.value}"),
+                                                      float(m in _DEFAULT_MODULES)) for m in RecomputeModule}}
     return replace(
         base, **c, precision=precision_code, dp=data_parallel_degree(gpus, c["tp"], c["cp"], c["pp"]),
         schedule=np.where(c["vpp"] > 1, float(SCHEDULE_INTERLEAVED), float(SCHEDULE_1F1B)),
@@ -295,5 +308,8 @@ def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, ex
 
 
 def point_strategy(base: Strategy, values: dict[str, Any]) -> Strategy:
-    """One point of the space as a Strategy (what `estimate` takes)."""
+    """One point of the space as a Strategy (what `estimate` takes): the base's recompute modules where the
+    point recomputes selectively, the default ones otherwise."""
+    if values.get("recompute", base.recompute) is not Recompute.SELECTIVE:
+        base = base.model_copy(update={"recompute_modules": _DEFAULT_MODULES})
     return with_values(base, values)
