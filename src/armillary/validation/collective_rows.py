@@ -364,7 +364,7 @@ def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None =
     """(what is compared, the predicted value in the row's unit, what was assumed) for a collective row:
     nccl-tests bus bandwidth in GB/s, or its time (us, ms, s)."""
     if (caveat := _flagged_rows().get(row.get("id", ""))) is not None:
-        raise Unsupported(f"left out: slower than a larger message of its sweep, and {caveat}")
+        raise Unsupported(f"value left out: slower than a larger message of its sweep, and {caveat}")
     metric, unit = clean(row.get("metric")), clean(row.get("unit"))
     op_text = clean(row.get("op"))
     op = read_op(op_text)
