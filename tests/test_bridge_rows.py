@@ -124,13 +124,13 @@ for _id, (_preset, _l, _h, _b, _mb, _tp, _pp, _vp, _g) in SC21.items():
             **MEGATRON_2021, "tp": tp, "pp": pp, "vpp": vp, "micro_batch": mb, "recompute": "full"},
             2048, b, g).step_time_s) / g / 1e12)
 # MLPerf GPT-3 on DGX H100 (mbs 1, FP8, TP overlap): (GPUs, batch, pp, interleaved chunks, trained tokens or None
-# for a step time)
+# for a step time); the 2024 submissions keep fp8 parameters (config_common.sh FP8_PARAMS=True), 2023's do not
 MLPERF = {"TR-MLPERF-v3.1-eos-dfw-n1024-ngc23-09-nemo-STEP": (8192, 4096, 8, 12, None),
           "TR-MLPERF-v3.1-eos-n64-ngc23-09-nemo-TTT": (512, 2048, 8, 12, 1207959552),
           "TR-MLPERF-v4.0-eos-dfw-n1344-ngc24-04-nemo-TTT": (10752, 2688, 6, 8, 1211105280)}
 for _id, (_g, _b, _pp, _vp, _tokens) in MLPERF.items():
-    TRAINING[_id] = (lambda g=_g, b=_b, pp=_pp, vp=_vp, t=_tokens: float(_mlperf_gpt3(g, b, pp, vp).step_time_s)
-                     * (1.0 if t is None else t / (b * 2048) / 60))
+    TRAINING[_id] = (lambda g=_g, b=_b, pp=_pp, vp=_vp, t=_tokens, f="v4." in _id: float(
+        _mlperf_gpt3(g, b, pp, vp, f).step_time_s) * (1.0 if t is None else t / (b * 2048) / 60))
 
 
 def _hbm(system: str, gib: float, gpus: int) -> Any:
@@ -194,9 +194,9 @@ def _model_tflops(r: StepEstimate, gpus: int) -> float:
     return float(r.model_flop) / float(r.step_time_s) / gpus / 1e12
 
 
-def _mlperf_gpt3(gpus: int, gbs: int, pp: int = 8, vpp: int = 12) -> StepEstimate:
+def _mlperf_gpt3(gpus: int, gbs: int, pp: int = 8, vpp: int = 12, fp8_params: bool = False) -> StepEstimate:
     return _step("gpt3-175b", "dgx-h100", {**MLPERF_NEMO, "tp": 4, "pp": pp, "vpp": vpp, "micro_batch": 1,
-                                           "recompute": "none"}, 2048, gbs, gpus)
+                                           "recompute": "none", "fp8_params": fp8_params}, 2048, gbs, gpus)
 
 
 def _llama405_vocab_128000() -> Any:

@@ -90,6 +90,9 @@ class SoftwareStack(NamedByPatterns):
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the default comes from")
 
 
+    fp8_params: bool = Field(False, description="the stack's fp8 recipes keep the weights in fp8 only "
+                             "(`Strategy.fp8_params`)")
+
     def strategy_defaults(self, tp: int, hopper: bool) -> dict[str, Any]:
         """Strategy fields this stack fixes for a run with tensor-parallel degree `tp` (on a Hopper-or-later
         GPU when `hopper`); a run's own settings override them."""
@@ -104,6 +107,8 @@ class SoftwareStack(NamedByPatterns):
                      "expert_gemm_call", "grad_reduce_in_bf16"):  # Strategy's fields of the same names
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        if self.fp8_params and self.precision is TrainingPrecision.FP8:
+            out["fp8_params"] = True
         if self.moe_host is not None:
             out["moe_host"] = self.moe_host.model_dump()
         return out

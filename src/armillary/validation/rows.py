@@ -16,10 +16,10 @@ from armillary.plan.layout import chunk_size, embedding_and_loss_split
 from armillary.specs.loading import load_model, load_stack, load_system, stack_for
 from armillary.specs.model import Model
 from armillary.specs.stack import SoftwareStack, hopper_or_later
-from armillary.specs.strategy import Recompute, Strategy, ZeroStage
+from armillary.specs.strategy import Recompute, Strategy, TrainingPrecision, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import BasePrecision, Lora, LoraTarget, Training
-from armillary.validation.reading import BadValueError, about_the_run, read_int, search_run
+from armillary.validation.reading import BadValueError, about_the_run, fp8_params_stated, read_int, search_run
 from armillary.validation.vocabulary import (
     clean,
     deduplicated_dispatch,
@@ -328,6 +328,11 @@ def _strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: lis
         notes.append(f"precision={out['precision'].value} ({row.get('precision') or 'not stated'})")
     else:
         out["precision"] = precision
+    if fp8_params_stated(row) and out["precision"] is TrainingPrecision.FP8:
+        out["fp8_params"] = True  # needs a sharded optimizer, as the stacks that offer it have (zero >= 1)
+        notes.append("fp8_params: the row says its weights were kept in fp8 (FP8 params / param gather)")
+    elif out.get("fp8_params") and out["precision"] is not TrainingPrecision.FP8:
+        out["fp8_params"] = False  # a stack's fp8 parameters belong to its fp8 recipe, not a row's bf16 run
     fsdp_degree = re.search(r"fsdp=(\d+)", other)
     sharding = sharding_of(framework) or (ZeroStage.PARAMETERS if fsdp_degree and int(fsdp_degree.group(1)) > 0
                                           else None)
