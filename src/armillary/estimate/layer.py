@@ -34,7 +34,7 @@ from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
 from armillary.specs.system import Device, System
-from armillary.workload.experts import ExpertsForward, strategy_array
+from armillary.workload.experts import ExpertsForward
 from armillary.workload.ops import Op
 from armillary.workload.quantize import quantize_ops
 from armillary.workload.transformer import Ends, LayerForward
@@ -196,7 +196,7 @@ def moe_host_wait(device_forward_s: Array, experts: ExpertsForward, st: Strategy
     (`expert_gemm_call`, one per touched local expert and grouped GEMM) [derived: a device-to-host sync
     drains the launch queue; Megatron-Core's MoEAlltoAllTokenDispatcher synchronises at
     "before_ep_alltoall" in dropless training]. Without the sync the host runs ahead and hides its time."""
-    op, ops, sync = (strategy_array(st, name, 0.0) for name in ("moe_host_op", "moe_host_ops", "moe_dispatch_sync"))
+    op, ops, sync = st.moe_host_op, st.moe_host_ops, st.moe_dispatch_sync
     calls = (experts.experts_in.group + experts.experts_out.group) * st.expert_gemm_call
     return where(sync > 0, maximum(0.0, ops * op + calls - device_forward_s), 0.0)
 
@@ -249,7 +249,7 @@ def moe_block_recompute(st: StrategyArrays) -> Array:
     """1 where selective recomputation re-runs whole MoE layers (Megatron-Core --recompute-modules moe:
     MoELayer.forward under tensor_parallel.checkpoint, so the backward re-runs the router, the dispatch and
     combine with their communication and the dispatcher's host sync, the experts and the shared experts)."""
-    return where(st.recompute == RECOMPUTE_SELECTIVE, strategy_array(st, "recompute_moe", 0.0), 0.0)
+    return where(st.recompute == RECOMPUTE_SELECTIVE, st.recompute_moe, 0.0)
 
 
 def _routed(experts: ExpertsForward | None) -> tuple[Op, ...]:

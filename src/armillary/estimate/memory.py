@@ -17,7 +17,7 @@ from armillary.plan.codes import PRECISION, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE,
 from armillary.plan.layout import rank_queries
 from armillary.specs.formats import MXFP4, MXFP8, NVFP4
 from armillary.specs.strategy import TrainingPrecision
-from armillary.workload.experts import ExpertsForward, strategy_array
+from armillary.workload.experts import ExpertsForward
 from armillary.workload.transformer import sequence_shards
 
 # Bytes per parameter of each precision recipe, indexed like plan.codes.PRECISION (fp32, bf16, fp16, fp8).
@@ -102,7 +102,7 @@ class LayerActivations:
         split = grid_split(st)  # the 2-D layout splits the replicated activations too
         replicated, norm_outputs = self.replicated / split, self.norm_outputs / split
         no_recompute = replicated + self.tensor_parallel + self.attention_core + self.experts
-        moe_block = self.moe * strategy_array(st, "recompute_moe", 0.0)
+        moe_block = self.moe * st.recompute_moe
         mlp_flag = where(self.moe > 0, maximum(st.recompute_shared_experts, moe_block), st.recompute_mlp)
         elementwise, alternate = st.recompute_elementwise, st.recompute_alternate_matmuls
         selective = (no_recompute - st.recompute_core_attn * self.attention_core
@@ -130,7 +130,7 @@ def grid_split(st: StrategyArrays) -> Array:
     every rank without sequence parallelism (norm inputs, block inputs, dropout masks, the layer input):
     tp, as Optimus partitions every activation over the q x q grid (Xu et al. arXiv 2104.05343 §3: activation
     memory O(1/q^2)); 1 under 1-D."""
-    return where(strategy_array(st, "tp_layout", 0.0) > 0, st.tp, 1.0)
+    return where(st.tp_layout > 0, st.tp, 1.0)
 
 
 def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,

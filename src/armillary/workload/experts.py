@@ -41,15 +41,6 @@ class ExpertsForward:
     gemm_outputs: Array = 0.0
 
 
-def strategy_array(st: object, name: str, default: float) -> Array:
-    """The StrategyArrays field `name` of an MoE mechanism (docs/moe.md), `default` where the arrays do not
-    carry it. Deprecated: StrategyArrays now carries every such field (moe_host_op, moe_host_ops,
-    moe_dispatch_sync, redundant_experts, recompute_moe); read them as plain attributes. Kept only until the
-    last callers outside this module (estimate/layer.py, estimate/memory.py) do."""
-    value: Array = getattr(st, name, default)
-    return value
-
-
 def replica_weights(experts: Array, ep: Array, redundant: Array) -> Array:
     """The routed expert weights (and their gradients and optimizer states in training) one EP rank holds,
     relative to its experts / ep without replicas: (experts / ep + redundant) / (experts / ep), each EPLB
