@@ -204,3 +204,15 @@ def test_the_rules_mask_a_sweep_as_they_judge_one_strategy():
         single = tp_layout_checks(t2, t, b, 0.0, 1.0, 1.0, 0.0, 0.0, s)
         assert [bool(c.ok[i]) for c in swept] == [bool(c.ok) for c in single]
     assert [all(bool(c.ok[i]) for c in swept) for i in range(len(points))] == [True, False, False, True, False]
+
+
+def test_two_d_pipeline_sends_carry_the_ranks_block_without_a_regather():
+    """Each rank of the q x q grid holds a 1/tp block of the stage's output, so it sends that block as is,
+    as 1-D with sequence parallelism does, with no all-gather after the receive."""
+    two_d = run_estimate("megatron-1t", "dgx-a100", TP4_2D, WORKLOAD, gpus=3072)
+    one_d_sp = run_estimate("megatron-1t", "dgx-a100", {**TP4_2D, "tp_layout": "1d", "sequence_parallel": True},
+                            WORKLOAD, gpus=3072)
+    def pp_bytes(est):
+        return sorted(float(c.message_bytes) for c in est.communication if c.dimension is ParallelDimension.PP)
+
+    assert pp_bytes(two_d) and pp_bytes(two_d) == pytest.approx(pp_bytes(one_d_sp))

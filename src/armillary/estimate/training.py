@@ -224,9 +224,10 @@ def _pipeline_sends(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, syste
                     e: Array) -> PipelineSends:
     """Pipeline activation per micro-batch; with scatter/gather only 1/t crosses nodes and is all-gathered
     inside (SC'21 §4.1); with sequence parallelism the activation is already the 1/t shard, sent as is
-    (Megatron skips scatter/gather then). Every micro-batch sends its activation forward and its gradient
-    back, once per model chunk."""
-    t, p, sp = st.tp, st.pp, st.sequence_parallel
+    (Megatron skips scatter/gather then), as under the 2-D layout, whose ranks each hold a 1/t block of it
+    (Xu et al. arXiv 2104.05343 §3). Every micro-batch sends its activation forward and its gradient back,
+    once per model chunk."""
+    t, p, sp = st.tp, st.pp, maximum(st.sequence_parallel, st.tp_layout > 0)
     n_pp = st.micro_batch * rank_queries(w.seq_len, st.cp) * m.hidden * e
     crosses = groups.pp.outermost > 0  # the stages sit in different nodes
     scatter = where((st.pp_scatter_gather > 0) & crosses & (sp == 0), t, 1.0)
