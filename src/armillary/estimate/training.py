@@ -190,6 +190,8 @@ def _lora(w: TrainingArrays) -> bool:
     """Whether the points fine-tune with LoRA. A sweep carries one workload: all of its points do or none
     (the model states, gradient traffic and optimizer step are LoRA's or full training's for the whole
     sweep; the passes, FLOPs and activations would also price a mix)."""
+    if isinstance(w.lora_rank, int | float):  # one workload: no array to check (16 calls an estimate)
+        return w.lora_rank > 0
     frozen = np.asarray(w.lora_rank) > 0
     if frozen.any() and not frozen.all():
         raise ValueError("TrainingArrays.lora_rank: a sweep fine-tunes all of its points with LoRA or none")
