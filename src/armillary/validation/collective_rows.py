@@ -7,11 +7,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from armillary.comm.algorithms import dimension_cost
 from armillary.comm.channels import ChannelSettings, with_channels
 from armillary.comm.collectives import collective, send_recv
 from armillary.comm.fabrics import fabric, fabrics, nvlink_domain, rack_scale, with_fabric, with_fabric_nvls_off
 from armillary.comm.sweep import bus_factor, group_of
-from armillary.specs.communication import Algorithm, Collective
+from armillary.numerics import Array
+from armillary.plan.placement import Placement
+from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_system
 from armillary.specs.system import System
 from armillary.units import MIB
@@ -359,13 +364,23 @@ def system_of(reading: SystemReading, n_gpus: int, settings: ChannelSettings,
     return with_channels(system, settings)
 
 
-def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None = None,
-                       domain: Mapping[str, object] | None = None) -> tuple[str, float, tuple[str, ...]]:
-    """(what is compared, the predicted value in the row's unit, what was assumed) for a collective row:
-    nccl-tests bus bandwidth in GB/s, or its time (us, ms, s)."""
+@dataclass(frozen=True)
+class _Modelled:
+    """A collective row as the model runs it: the op, its bytes, the system sized to the row and its group."""
+
+    op: Collective
+    size: float
+    system: System
+    group: Placement
+    algorithm: Algorithm
+    notes: tuple[str, ...]
+
+
+def _modelled(row: dict[str, str], trial: Mapping[str, object] | None = None,
+              domain: Mapping[str, object] | None = None) -> _Modelled:
+    """What `predict_collective` and `row_latency_share` run for a row (Unsupported where it cannot run)."""
     if (caveat := _flagged_rows().get(row.get("id", ""))) is not None:
         raise Unsupported(f"value left out: slower than a larger message of its sweep, and {caveat}")
-    metric, unit = clean(row.get("metric")), clean(row.get("unit"))
     op_text = clean(row.get("op"))
     op = read_op(op_text)
     n_gpus = int_column(row, "n_gpus")
@@ -378,16 +393,52 @@ def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None =
     reading = read_system(row)
     settings = channel_settings(f"{op_text} {clean(row.get('framework'))}")
     system = system_of(reading, n_gpus, settings, trial, domain)
-    algorithm = pinned_algorithm(op_text, metric)
-    group = group_of(system, n_gpus)
-    if op is Collective.SEND_RECV:
-        time = float(send_recv(size, group, system).time)
-    else:
-        time = float(collective(op, size, group, system, algorithm).cost.time)
+    algorithm = pinned_algorithm(op_text, clean(row.get("metric")))
     notes = (f"system {reading.preset}", *reading.assumptions, f"algorithm {algorithm.value}") + (
         (f"ring channels {max(d.channels or 0 for d in system.network)} (NCCL settings)",) if settings.any else ())
+    return _Modelled(op, size, system, group_of(system, n_gpus), algorithm, notes)
+
+
+def latency_share(op: Collective, n_bytes: Array, group: Placement, system: System,
+                  algorithm: Algorithm = Algorithm.AUTO, composition: Composition = Composition.AUTO) -> Array:
+    """The share of the modelled time of `op` that is latency: the fixed part of each dimension's phase (its
+    protocol's base cost and per-step latencies, `DimensionCost.fixed`) summed, over the collective's time
+    (at most 1: a pipelined composition overlaps transfers, not fixed costs). Near 1 the collective is
+    latency-bound (LL's regime), near 0 bandwidth-bound (Simple's): the size regime the model itself is in,
+    which NCCL's tuner also picks its protocol by (tuning.cc: time = latency + bytes / bandwidth)."""
+    if op is Collective.SEND_RECV:  # one phase on the outermost dimension the group spans (`send_recv`)
+        net = system.network[int(np.max(group.outermost))]
+        cost = dimension_cost(op, n_bytes, 2.0, net, system.device.hbm.rate)
+        fixed, time = np.asarray(cost.fixed, float), np.asarray(cost.time, float)
+    else:
+        result = collective(op, n_bytes, group, system, algorithm, composition=composition)
+        fixed = np.asarray(sum(np.asarray(d.fixed, float) for d in result.dimensions), float)
+        time = np.asarray(result.cost.time, float)
+    share = np.clip(np.divide(fixed, time, out=np.ones_like(time), where=time > 0), 0.0, 1.0)
+    return float(share) if share.ndim == 0 else share
+
+
+def row_latency_share(row: dict[str, str]) -> float:
+    """`latency_share` of the collective a row measured, as the harness models it (Unsupported where the row
+    does not run): the regime its error band is drawn from (`validation/collective_bands.py`)."""
+    m = _modelled(row)
+    return float(latency_share(m.op, m.size, m.group, m.system, m.algorithm))
+
+
+def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None = None,
+                       domain: Mapping[str, object] | None = None) -> tuple[str, float, tuple[str, ...]]:
+    """(what is compared, the predicted value in the row's unit, what was assumed) for a collective row:
+    nccl-tests bus bandwidth in GB/s, or its time (us, ms, s)."""
+    m = _modelled(row, trial, domain)
+    metric, unit = clean(row.get("metric")), clean(row.get("unit"))
+    size, group = m.size, m.group
+    if m.op is Collective.SEND_RECV:
+        time = float(send_recv(size, group, m.system).time)
+    else:
+        time = float(collective(m.op, size, group, m.system, m.algorithm).cost.time)
+    notes = m.notes
     if metric.startswith("busbw") or "bus bandwidth" in metric:
-        return "busbw [GB/s]", size / time * float(bus_factor(op, group.size)) / 1e9, notes
+        return "busbw [GB/s]", size / time * float(bus_factor(m.op, group.size)) / 1e9, notes
     if metric.startswith("algbw"):
         return "algbw [GB/s]", size / time / 1e9, notes
     if metric.startswith("time") or "latency" in metric:
