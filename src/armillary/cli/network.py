@@ -95,20 +95,20 @@ def collective_cmd(
 
 def _bands_and_reasons(rows: list[SweepRow], op: str, system: System, unsized: System, gpus: int, algorithm: str,
                        composition: str, fabric: str | None) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    """Per row: the error band of its fabric class and size regime (read on the system as shipped, before it
-    is sized to the group), and why the model chose what it did."""
+    """Per row: the error band of its fabric class, latency regime and op kind (the class read on the system as
+    shipped, before it is sized to the group), and why the model chose what it did."""
     import numpy as np
 
     from armillary.comm.explain import explain_sweep
     from armillary.comm.sweep import group_of
-    from armillary.validation.collective_bands import collective_band
+    from armillary.validation.collective_bands import sweep_bands
 
     sizes = np.array([r.size_bytes for r in rows])
-    explained = explain_sweep(Collective(op), sizes, group_of(system, gpus), system, Algorithm(algorithm),
-                              Composition(composition))
+    group = group_of(system, gpus)
+    explained = explain_sweep(Collective(op), sizes, group, system, Algorithm(algorithm), Composition(composition))
     bands = []
-    for r in rows:
-        band = collective_band(unsized, gpus, r.size_bytes, fabric)
+    for r, band in zip(rows, sweep_bands(Collective(op), sizes, group, system, unsized, gpus, Algorithm(algorithm),
+                                         Composition(composition), fabric), strict=True):
         bands.append({"relative": band.relative, "regime": band.regime, "rows": band.rows, "sources": band.sources,
                       "busbw_low_bytes_per_s": r.busbw_bytes_per_s / (1 + band.relative),
                       "busbw_high_bytes_per_s": r.busbw_bytes_per_s / max(1 - band.relative, 0.05)})
@@ -116,8 +116,8 @@ def _bands_and_reasons(rows: list[SweepRow], op: str, system: System, unsized: S
 
 
 def _sweep_table(rows: list[SweepRow], op: str, system: System, bands: list[dict[str, object]]) -> Table:
-    """The nccl-tests table with each row's error band (a measured busbw within it in 90% of its class's
-    validation rows; the regime in the caption)."""
+    """The nccl-tests table with each row's error band (a measured busbw within it in 85% of its class's
+    validation rows in its latency regime; the regime in the caption)."""
     table = tables.sweep_table(rows, op, system)
     table.add_column("band", justify="right")
     table.columns[-1]._cells[:] = [f"+-{float(b['relative']):.0%}" for b in bands]  # type: ignore[arg-type]

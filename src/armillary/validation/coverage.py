@@ -10,8 +10,7 @@ import numpy as np
 
 from armillary.estimate.result import ErrorBand
 from armillary.validation.bands import Regime, inference_regime, regime_of, shipped_band
-from armillary.validation.collective_bands import band_of, shipped_collective_residuals
-from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, fabric_class, read_system
+from armillary.validation.collective_bands import row_band as collective_row_band
 from armillary.validation.inference_rows import inference_row_specs
 from armillary.validation.rows import Unsupported, row_specs
 from armillary.validation.run import RowResult, choose_candidate, is_serving_row
@@ -38,15 +37,9 @@ def row_regime(row: dict[str, str]) -> Regime | None:
 
 def row_band(row: dict[str, str]) -> ErrorBand | None:
     """The band the estimate of a row's configuration prints: its regime's (training, inference), or its fabric
-    class's and size regime's (collectives); None where the row does not run."""
+    class's, latency regime's and op kind's (collectives); None where the row does not run."""
     if row.get("kind") == "collective":
-        try:
-            size = float(row.get("msg_bytes") or "")
-            reading = read_system(row)
-        except (Unsupported, ValueError):
-            return None
-        gpus = int(row.get("n_gpus") or 0) if (row.get("n_gpus") or "").isdigit() else 0
-        return band_of(fabric_class(reading), size < SMALL_MESSAGE_BYTES, shipped_collective_residuals(), gpus)
+        return collective_row_band(row)
     regime = row_regime(row)
     return shipped_band(regime) if regime is not None else None
 
