@@ -14,8 +14,8 @@ from armillary.validation.run import read_rows, run_row
 
 # Mean |error| of the shipped memory rows, per source group (memory.csv): measured after the mechanisms below;
 # a change that moves a group past its bound must say why (validation/data/README.md, "Memory rows").
-MEAN_ERROR_BOUND = {"MEM-TORCHTITAN-2412": 0.12, "MEM-TORCHTITAN-H200": 0.05, "MEM-LITGPT-2310": 0.20}
-ALL_ROWS_BOUND = 0.14
+MEAN_ERROR_BOUND = {"MEM-TORCHTITAN-2412": 0.12, "MEM-TORCHTITAN-H200": 0.05, "MEM-LITGPT-2310": 0.08}
+ALL_ROWS_BOUND = 0.10
 
 
 def test_korthikanti_22b_layer_with_sequence_parallel_and_selective_recompute(gpt22b):
@@ -56,8 +56,8 @@ def test_qlora_keeps_every_frozen_gemm_input(gpt22b):
     lora = TrainingArrays.of(Training(seq_len=2048, global_batch=8, finetune=Lora(rank=8, target_modules=targets)))
     qlora = TrainingArrays.of(Training(seq_len=2048, global_batch=8, finetune=Lora(
         rank=8, target_modules=targets, base_precision=BasePrecision.NF4)))
-    assert tuple(float(x) for x in lora_saved_inputs(lora, 2.0, 2.0)) == (2.0, 0.0, 0.0)
-    assert tuple(float(x) for x in lora_saved_inputs(qlora, 2.0, 2.0)) == (2.0, 2.0, 2.0)
+    assert tuple(float(x) for x in lora_saved_inputs(lora, 2.0, 2.0)[:3]) == (2.0, 0.0, 0.0)
+    assert tuple(float(x) for x in lora_saved_inputs(qlora, 2.0, 2.0)[:3]) == (2.0, 2.0, 2.0)
 
 
 def test_a_memory_row_names_what_it_measured():

@@ -91,6 +91,10 @@ class LayerActivations:
     up_output: Array = 0.0  # of `mlp_hidden`: a gated MLP's up-projection output
     key_output: Array = 0.0  # of `tensor_parallel`: K
     moe: Array = 0.0  # 1 for an MoE layer (its MLP is the shared experts)
+    # what eager kernels keep beyond the fused count (`eager_activations`; Strategy.activation_kernels eager)
+    eager_act: Array = 0.0  # the gated MLP's activation output, saved by the multiply
+    eager_rope: Array = 0.0  # the rotated Q and K, copies beside the QKV output that V's view keeps whole
+    eager_scatter: Array = 0.0  # a LoRA on part of the fused QKV: its output scattered into the QKV width
 
     def stored(self, st: StrategyArrays) -> Array:
         """Per-layer bytes kept between forward and backward for each recompute mode (none, selective,
@@ -98,10 +102,13 @@ class LayerActivations:
         drops the attention core and whatever further modules it recomputes (Megatron --recompute-modules);
         full recomputation of a share of the layers keeps the others' activations (the average layer). The
         whole MoE block (module moe) keeps only its input: neither the routed experts' activations nor the
-        shared experts' (Megatron-Core MoELayer under tensor_parallel.checkpoint)."""
+        shared experts' (Megatron-Core MoELayer under tensor_parallel.checkpoint). Eager kernels
+        (`Strategy.activation_kernels`) keep the further tensors of `eager_activations`; recomputing the
+        element-wise ops (or the MLP) re-makes the activation output and the rotated Q and K."""
         split = grid_split(st)  # the 2-D layout splits the replicated activations too
         replicated, norm_outputs = self.replicated / split, self.norm_outputs / split
-        no_recompute = replicated + self.tensor_parallel + self.attention_core + self.experts
+        eager = st.eager_kernels * (self.eager_act + self.eager_rope + self.eager_scatter)
+        no_recompute = replicated + self.tensor_parallel + self.attention_core + self.experts + eager
         moe_block = self.moe * st.recompute_moe
         mlp_flag = where(self.moe > 0, maximum(st.recompute_shared_experts, moe_block), st.recompute_mlp)
         elementwise, alternate = st.recompute_elementwise, st.recompute_alternate_matmuls
@@ -110,7 +117,9 @@ class LayerActivations:
                      - (1 - mlp_flag) * (elementwise * self.activation_output + alternate * self.up_output)
                      - alternate * self.key_output
                      - st.recompute_mla_up_proj * self.latent_up
-                     - where(moe_block > 0, self.experts, st.recompute_moe_act * self.expert_act))
+                     - where(moe_block > 0, self.experts, st.recompute_moe_act * self.expert_act)
+                     - st.eager_kernels * (maximum(elementwise, mlp_flag) * self.eager_act
+                                           + elementwise * self.eager_rope))
         full = self.checkpointed(st)
         return where(st.recompute == RECOMPUTE_FULL, full + (1 - st.recompute_share) * no_recompute,
                      where(st.recompute == RECOMPUTE_SELECTIVE, selective, no_recompute))
@@ -125,6 +134,11 @@ class LayerActivations:
         return self.replicated + self.tensor_parallel + self.attention_core + self.experts
 
 
+# bytes per element kept of the QKV, MLP and down-projection inputs under LoRA, and of the q, k, v adapter
+# outputs LitGPT scatters (`lora_saved_inputs`)
+LoraInputs = tuple[Array, Array, Array, tuple[Array, Array, Array]]
+
+
 def grid_split(st: StrategyArrays) -> Array:
     """Ways the 2-D layout (`Strategy.tp_layout` '2d') splits the activations the 1-D layout keeps whole on
     every rank without sequence parallelism (norm inputs, block inputs, dropout masks, the layer input):
@@ -136,13 +150,16 @@ def grid_split(st: StrategyArrays) -> Array:
 def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
                       flash: Array = 0.0, cp: Array = 1.0, mlp_width: Array | None = None,
                       experts: ExpertsForward | None = None, g: Array | None = None,
-                      saved_inputs: tuple[Array, Array, Array] | None = None) -> LayerActivations:
+                      saved_inputs: LoraInputs | None = None) -> LayerActivations:
     """With context parallelism a rank keeps its s/cp tokens, and scores of its queries against all keys.
     `mlp_width` and `experts` as in `layer_forward` / `experts_forward` (MoE layers); `g` the bytes of a
     GEMM input kept for backward (`SAVED_GEMM_INPUT_BYTES`; default e); `saved_inputs` the bytes kept of
     the QKV, MLP and down-projection inputs where they differ from g (LoRA: `lora_saved_inputs`)."""
     g = e if g is None else g
-    g_qkv, g_mlp, g_down = (g, g, g) if saved_inputs is None else saved_inputs
+    g_qkv, g_mlp, g_down = (g, g, g) if saved_inputs is None else saved_inputs[:3]
+    # LitGPT's LoRAQKVLinear scatters the adapted q / k / v outputs into the QKV width (`eager_activations`)
+    s_q, s_k, s_v = (0.0, 0.0, 0.0) if saved_inputs is None else saved_inputs[3]
+    scattered = m.head_dim * (s_q * m.heads + s_k * m.kv_heads) + s_v * m.kv_heads * m.value_dim
     h, a, dv = m.hidden, m.heads, m.value_dim
     f = m.ffn if mlp_width is None else mlp_width
     q = rank_queries(s, cp)
@@ -172,14 +189,37 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
     # MLA keeps the query and KV latents (and the RoPE key) when its up-projections are recomputed
     latent_up = where(m.kv_lora > 0, e * T * (m.qkv_width / t - (m.q_lora + m.kv_lora + m.rope_dim)),
                       0.0)
+    eager = eager_activations(m, T, t, e, f, scattered)
     return LayerActivations(replicated, tensor_parallel, attention_core, layer_input, routed,
+                            eager_act=eager[0], eager_rope=eager[1], eager_scatter=eager[2],
                             norm_outputs=(g_qkv + g_mlp) * T * h / sp_div, mlp_hidden=mlp_hidden,
                             latent_up=latent_up, expert_act=expert_act, moe=float(experts is not None),
                             activation_output=g_down * T * f / t, up_output=(m.mlp_matrices - 2) * e * T * f / t,
                             key_output=where(m.kv_lora > 0, 0.0, e * T * m.kv_heads * m.head_dim / t))
 
 
-def lora_saved_inputs(w: TrainingArrays, e: Array, g: Array) -> tuple[Array, Array, Array]:
+def eager_activations(m: ModelArrays, tokens: Array, t: Array, e: Array, f: Array,
+                      scattered: Array = 0.0) -> tuple[Array, Array, Array]:
+    """(activation output, rotated Q and K, scattered LoRA output): bytes that PyTorch autograd run op by op
+    keeps for backward beyond the fused count, as LitGPT's model code of 2023 runs it (lit_gpt/model.py and
+    lora.py @8641822, PyTorch 2.1), for `tokens` tokens on one TP rank. Autograd saves an operand only for
+    another operand's gradient (PyTorch tools/autograd/gen_variable_type.py: `guard_for`, derivatives.yaml):
+    - LLaMAMLP `silu(fc_1(x)) * fc_2(x)`: silu saves its input, the multiply both factors, so the SiLU output
+      is kept beside the two projections' outputs (a fused SwiGLU saves only its input): e * f per token;
+      none for a non-gated MLP (GELU saves its input, the fc output, already counted).
+    - CausalSelfAttention: q, k, v are views of the fused QKV output; `apply_rope` and `torch.cat` make the
+      rotated q and k new tensors (also under partial rotary: the cat copies the whole head), and attention
+      saves them with v, a view that keeps the whole QKV output: e * (q + k widths) beyond Q, K, V; none without
+      rotary positions.
+    - LoRAQKVLinear.zero_pad (LoRA on some of q, k, v): `index_copy` saves its source (derivatives.yaml:
+      `grad.index_select(dim, index).expand_as(source)`), the adapters' output reshaped to a copy:
+      `scattered` bytes per token (`lora_saved_inputs`)."""
+    gated = m.mlp_matrices - 2
+    rope = m.rotary * where(m.kv_lora > 0, 0.0, e * (m.heads + m.kv_heads) * m.head_dim)
+    return gated * e * tokens * f / t, rope * tokens / t, scattered * tokens / t
+
+
+def lora_saved_inputs(w: TrainingArrays, e: Array, g: Array) -> LoraInputs:
     """Bytes per element kept of the QKV, MLP and down-projection inputs under LoRA. A frozen linear layer
     keeps no input: only its weight gradient would read it (Transformer Engine Linear / LayerNormLinear /
     LayerNormMLP save it only when `backward_needs_input = is_grad_enabled and weight.requires_grad`;
@@ -188,12 +228,16 @@ def lora_saved_inputs(w: TrainingArrays, e: Array, g: Array) -> tuple[Array, Arr
     fp8 GEMM). The attention output (the output projection's input) stays: FlashAttention's backward reads
     it. A QLoRA base keeps every input: bitsandbytes' 4-bit matmul saves its input whenever any of its inputs
     needs a gradient, the activation always does (bitsandbytes autograd/_functions.py MatMul4Bit.forward:
-    `if any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)`). Without LoRA: g each."""
+    `if any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)`). Without LoRA: g each. Last, the bytes per
+    element of the q, k and v adapter outputs that LitGPT's LoRAQKVLinear scatters into the QKV width when it
+    adapts some but not all of them (`zero_pad`: `index_copy` keeps its source; `eager_activations`)."""
     def kept(adapted: Array) -> Array:
         return where(w.frozen, maximum(adapted, w.base_dequantize) * e, g)
 
-    return (kept(maximum(w.lora_q, maximum(w.lora_k, w.lora_v))), kept(maximum(w.lora_gate, w.lora_up)),
-            kept(w.lora_down))
+    adapted = maximum(w.lora_q, maximum(w.lora_k, w.lora_v))
+    partial = adapted * (1 - minimum(w.lora_q, minimum(w.lora_k, w.lora_v))) * e
+    return (kept(adapted), kept(maximum(w.lora_gate, w.lora_up)), kept(w.lora_down),
+            (partial * w.lora_q, partial * w.lora_k, partial * w.lora_v))
 
 
 def microbatches_in_flight(st: StrategyArrays, microbatches: Array, stage: Array = 0.0) -> Array:

@@ -161,6 +161,7 @@ class StrategyArrays:
     moment_bytes: Array = 4.0  # bytes of each Adam moment (Strategy.optimizer_states)
     main_param_bytes: Array = 4.0  # bytes of the optimizer's main parameters (Strategy.main_params)
     cross_entropy: Array = 0.0  # 0 fused, 1 eager fp32 (Strategy.cross_entropy)
+    eager_kernels: Array = 0.0  # 0/1: Strategy.activation_kernels eager
     fragmentation: Array = 0.0  # share of the tensors' HBM lost to the allocator's fragmentation
     # the share of a model chunk's layers that full recompute re-runs: derived from recompute_layers by
     # estimate_training (`plan.rules.chunk_share`), 1 before
@@ -199,6 +200,7 @@ def _coded(s: Strategy, dp: int) -> StrategyArrays:
         memory_reserve=-1.0 if s.memory_reserve is None else s.memory_reserve, fragmentation=s.fragmentation,
         fp8_params=float(s.fp8_params), moment_bytes=element_bytes(s.optimizer_states.value),
         main_param_bytes=element_bytes(s.main_params.value), cross_entropy=float(s.cross_entropy == "eager_fp32"),
+        eager_kernels=float(s.activation_kernels == "eager"),
         grad_reduce_bf16=float(s.grad_reduce_in_bf16),
         tp_layout=TP_LAYOUT.code(s.tp_layout), summa_steps=s.summa_steps or 0.0,
         bf16_layers=s.quantized_gemms.first_layers_bf16 + s.quantized_gemms.last_layers_bf16,

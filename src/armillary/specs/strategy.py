@@ -105,6 +105,13 @@ class CrossEntropy(StrEnum):
     EAGER_FP32 = "eager_fp32"  # logits cast to fp32, PyTorch's F.cross_entropy op by op (torchtitan of 2024)
 
 
+class ActivationKernels(StrEnum):
+    """What a layer's kernels keep for backward (`memory.LayerActivations`)."""
+
+    FUSED = "fused"  # fused kernels (Megatron-Core / Transformer Engine): Korthikanti et al. 2022's count
+    EAGER = "eager"  # PyTorch autograd op by op, as LitGPT's 2023 model code runs it (`memory.eager_activations`)
+
+
 class MainParamPrecision(StrEnum):
     """Storage precision of the optimizer's main parameters (Megatron-Core --main-params-dtype)."""
 
@@ -356,6 +363,11 @@ class Strategy(Spec):
         CrossEntropy.FUSED, description="the loss kernel: fused (a fused or vocab-parallel cross-entropy, "
         "Megatron-Core's: 4 + 2 bytes per logit) or eager_fp32 (the logits cast to fp32 and PyTorch's "
         "F.cross_entropy run op by op, as torchtitan did in 2024: 12 bytes per logit at the start of backward)")
+    activation_kernels: ActivationKernels = Field(
+        ActivationKernels.FUSED, description="what the layers' kernels keep for backward: fused (Megatron-Core / "
+        "Transformer Engine: Korthikanti et al.'s count) or eager (PyTorch autograd op by op, LitGPT of 2023: the "
+        "gated MLP's SiLU output kept by the multiply, rotated Q and K copied beside the QKV output, a LoRA on part "
+        "of the fused QKV keeping its scattered output)")
     grad_reduce_in_bf16: bool = Field(
         False, description="reduce the data-parallel gradients in bf16 (2 bytes per parameter) instead of the "
         "fp32 main gradients (4; Megatron-Core's default, --accumulate-allreduce-grads-in-fp32): Megatron-LM's "

@@ -20,8 +20,9 @@ from pathlib import Path
 from armillary.estimate.memory import runtime_reserve
 from armillary.estimate.result import MemoryBreakdown, StepEstimate
 from armillary.plan.arrays import StrategyArrays
+from armillary.specs.model import PositionKind
 from armillary.specs.strategy import Strategy
-from armillary.validation.reading import eager_fp32_loss_stated
+from armillary.validation.reading import eager_fp32_loss_stated, search_run
 from armillary.validation.rows import RowSpecs, Unsupported
 
 MEMORY_CSV = Path(str(resources.files("armillary.validation") / "data" / "memory.csv"))
@@ -70,6 +71,38 @@ def stated_loss(row: dict[str, str], candidates: list[RowSpecs]) -> list[RowSpec
                     assumptions=(*c.assumptions, "cross_entropy=eager_fp32 (the row's notes)")) for c in candidates]
 
 
+def eager_kernels_stated(row: dict[str, str]) -> bool:
+    """Whether the row says its layers ran as eager PyTorch (`Strategy.activation_kernels` eager: autograd op
+    by op, `memory.eager_activations`), in its words 'Eager PyTorch' in a clause about the run (the LitGPT
+    rows: no torch.compile, no fused kernels). torchtitan's '(eager)', without torch.compile, is not read:
+    its model code differs (separate wq / wk / wv; its selective checkpointing recomputes the element-wise
+    ops) and is not what `eager_activations` was read from."""
+    text = "; ".join(row.get(column, "") for column in ("framework", "notes"))
+    return search_run(r"\beager pytorch\b", text) is not None
+
+
+def stated_kernels(row: dict[str, str], candidates: list[RowSpecs]) -> list[RowSpecs]:
+    """The row's configurations with eager activation kernels where its words say so
+    (`eager_kernels_stated`); like the loss, the training rows' reading does not read it."""
+    if not eager_kernels_stated(row):
+        return candidates
+    return [replace(c, strategy=Strategy.model_validate({**c.strategy.model_dump(), "activation_kernels": "eager"}),
+                    assumptions=(*c.assumptions, "activation_kernels=eager (the row's notes)")) for c in candidates]
+
+
+def stated_positions(row: dict[str, str], candidates: list[RowSpecs]) -> list[RowSpecs]:
+    """The row's configurations with rotary positions where its words say the model uses 'partial rotary
+    positions' (LitGPT's phi-1.5 and StableLM Alpha: its config.py's rotary percentage; the rows name no preset,
+    so the harness would give them GPT's learned positions). Rotary positions are priced whole: partial rotary
+    keeps as much (`memory.eager_activations`: the cat copies the whole head)."""
+    text = "; ".join(row.get(column, "") for column in ("framework", "notes"))
+    if search_run(r"\bpartial rotary positions\b", text) is None:
+        return candidates
+    return [replace(c, model=c.model.model_copy(update={"position": PositionKind.ROTARY}),
+                    assumptions=(*c.assumptions, "position=rotary (the row's notes: partial rotary)"))
+            for c in candidates]
+
+
 def reserve_of(specs: RowSpecs) -> float:
     """The runtime reserve the estimate of `specs` held outside the tensors: the strategy's, else its device's."""
     coded = StrategyArrays.of(specs.strategy, 1)
@@ -90,7 +123,8 @@ def predict_memory(row: dict[str, str]) -> MemoryPrediction:
     from armillary.validation.run import choose_candidate
 
     measure, scale = measure_of(row), unit_bytes(row)
-    result, chosen = choose_candidate(stated_loss(row, row_specs({**row, "kind": "training"})))
+    result, chosen = choose_candidate(stated_positions(row, stated_kernels(row, stated_loss(
+        row, row_specs({**row, "kind": "training"})))))
     predicted = compared_bytes(result.memory_hbm, reserve_of(chosen), measure) / scale
     notes = (*chosen.assumptions, _counted(result, chosen, measure))
     if not bool(result.feasible):
