@@ -38,6 +38,8 @@ def training_checks(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, devic
         rules.sequence_parallel_needs_tp(st.sequence_parallel, t),
         rules.rank_order_without_ep(st.rank_order, st.ep),
         rules.uneven_stages_supported(st.first_stage_layers, st.last_stage_layers, p, v),
+        rules.Check(st.offload_gradients <= st.offload_optimizer, "offload.gradients needs offload.optimizer: the "
+                    "gradients go where the optimizer step runs (ZeRO-Offload)"),
     )
 
 
@@ -56,19 +58,22 @@ def inference_checks(m: ModelArrays, tp: Array, cp: Array, pp: Array, ep: Array,
 
 
 def memory_fits(system: System, hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, Array]:
-    """(the HBM holds `hbm_bytes`, the second tier holds `tier2_bytes`: a device without one holds none)."""
-    tier2 = system.device.second_tier
-    return hbm_bytes <= system.device.hbm.capacity, tier2_bytes <= (tier2.capacity if tier2 is not None else 0.0)
+    """(the HBM holds `hbm_bytes`, the offload path holds `tier2_bytes`: the device's share of the memory pool,
+    else its second tier; a system with neither holds none)."""
+    path = system.offload_path
+    return hbm_bytes <= system.device.hbm.capacity, tier2_bytes <= (path.capacity if path is not None else 0.0)
 
 
 def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
           hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, tuple[str, ...]]:
-    tier2 = system.device.second_tier
+    path, pool = system.offload_path, system.memory_pool
     hbm_fits, tier2_fits = memory_fits(system, hbm_bytes, tier2_bytes)
     checks = (*training_checks(m, st, w, system.devices),
               rules.Check(hbm_fits, "out of memory: the HBM needs more than its capacity"),
-              rules.Check(tier2_fits, "offload needs a second memory tier: the device has none" if tier2 is None
-                          else "out of memory: the second tier needs more than its capacity"))
+              rules.Check(tier2_fits, "offload needs a second memory tier or a memory pool: the system has neither"
+                          if path is None else "out of memory: the second tier needs more than its capacity"
+                          if pool is None else f"out of memory: the memory pool ({pool.kind.value}) needs more "
+                          f"than this device's share of it"))
     feasible = all_of(*(c.ok for c in checks))
     reasons: tuple[str, ...] = ()
     if not isinstance(feasible, np.ndarray):
@@ -76,4 +81,7 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
         if not bool(hbm_fits):
             reasons += (f"HBM: {float(hbm_bytes) / GIB:.1f} GiB needed of "
                         f"{system.device.hbm.capacity / GIB:.1f} GiB",)
+        if path is not None and not bool(tier2_fits):
+            reasons += (f"{path.name}: {float(tier2_bytes) / GIB:.1f} GiB needed of the {path.capacity / GIB:.1f} "
+                        "GiB each device may hold there",)
     return feasible, reasons

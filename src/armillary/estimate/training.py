@@ -111,6 +111,10 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     params = _stage_params(m, st, stages)
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
     optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system)
+    calls = _calls(layers, stages, sends, dp, microbatches, st)
+    traffic = Traffic(scale_up_bytes=sum(c.per_step * c.scale_up_bytes_each for c in calls),
+                      scale_out_bytes=sum(c.per_step * c.scale_out_bytes_each for c in calls))
+    offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
     hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e, device.memory_reserve)
     breakdown = TimeBreakdown(
         forward_backward=microbatches * crit.compute,
@@ -129,11 +133,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     step = breakdown.total
     devices = st.tp * st.cp * st.pp * st.dp
     model_flop, recompute_flop = _flops(m, st, w, layers, microbatches)
-    calls = _calls(layers, stages, sends, dp, microbatches, st)
-    traffic = Traffic(scale_up_bytes=sum(c.per_step * c.scale_up_bytes_each for c in calls),
-                      scale_out_bytes=sum(c.per_step * c.scale_out_bytes_each for c in calls))
     feasible, reasons = check(m, st, w, system, hbm.total, tier2_mem.total)
-    tier2 = device.second_tier
+    tier2 = system.offload_path  # the device's second tier, or its share of the memory pool
     peak = matrix_peak(device, st.precision)
     return StepEstimate(
         step_time_s=step, breakdown=breakdown, tokens_per_s=w.global_batch * w.seq_len / step,
@@ -352,9 +353,13 @@ def _stored(layers: Layers, st: StrategyArrays, counts: tuple[Array, Array]) -> 
 def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParams, stages: StageLayers,
                            layers: Layers, microbatches: Array, st: StrategyArrays,
                            system: System) -> tuple[Array, Array]:
-    """The optimizer step (memory-bound, or over the second tier's link when offloaded) and the time the
-    second tier's one link is busy in the pipeline: weights (the device's shard under ZeRO-3) and stored
-    activations, out and back once per micro-batch. LoRA updates the adapters only."""
+    """The optimizer step (memory-bound, or over the offload path when offloaded) and the time the offload path
+    (`System.offload_path`: the device's second tier, or its share of the memory pool) is busy in the pipeline,
+    each access taking latency + bytes / rate (ASTRA-sim's remote memory, astra-memory-analytical @641cce8),
+    one access a layer: weights (the device's shard under ZeRO-3; or only the routed experts') fetched before
+    each micro-batch's forward and backward, stored activations out and back once per micro-batch, the gradients
+    out once per micro-batch (ZeRO-Offload accumulates them off the device: Ren et al. ATC'21 §4.1). LoRA
+    updates the adapters only."""
     device, edp = system.device, layers.edp
     adapters = _stage_adapters(m, w, st, stages) if _lora(w) else 0.0
     if _lora(w):
@@ -363,15 +368,33 @@ def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParam
     else:
         updated = params.dense_local / mem.zero_shards(st, 1) + params.experts_local / mem.zero_shards(st, 1, edp)
         adam_bytes = updated * mem.optimizer_step_bytes(st)
-    tier2 = device.second_tier
-    tier2_bw = tier2.rate if tier2 is not None else np.inf
-    optimizer = where(st.offload_optimizer > 0, adam_bytes / tier2_bw, stream_time(adam_bytes, device))
-    sharded_weights = _sharded_states((params.dense_local, params.experts_local), st, edp, w, adapters).weights
-    offload_weights = st.offload_weights * 2 * microbatches * sharded_weights / tier2_bw
+    path = system.offload_path
+    rate, latency = (path.rate, path.latency) if path is not None else (np.inf, 0.0)
+    n_layers, moe_layers = stages.most_layers, stages.busiest(1)
+    optimizer = where(st.offload_optimizer > 0, adam_bytes / rate + n_layers * latency, stream_time(adam_bytes, device))
+    states = _sharded_states((params.dense_local, params.experts_local), st, edp, w, adapters)
+    expert_weights = _sharded_states((0.0 * params.dense_local, params.experts_local), st, edp, w, 0.0).weights
+    offload_weights = st.offload_weights * 2 * microbatches * (states.weights / rate + n_layers * latency)
+    offload_experts = ((1 - st.offload_weights) * st.offload_experts * 2 * microbatches
+                       * (expert_weights / rate + moe_layers * latency))
+    offload_grads = st.offload_gradients * microbatches * (states.gradients / rate + n_layers * latency)
     stored_mb = maximum(maximum(_stored(layers, st, stages.first)[0], _stored(layers, st, stages.last)[0]),
                         stages.has_mid * _stored(layers, st, stages.middle)[0])
-    offload_acts = st.offload_activations * 2 * microbatches * stored_mb / tier2_bw
-    return optimizer, offload_weights + offload_acts
+    offload_acts = st.offload_activations * 2 * microbatches * (stored_mb / rate + n_layers * latency)
+    return optimizer, offload_weights + offload_experts + offload_grads + offload_acts
+
+
+def _pool_link_s(system: System, traffic: Traffic, offload_s: Array) -> Array:
+    """Where a step offloads to a memory pool reached over a network dimension: the time that dimension's links
+    carry the step's own traffic, which the pool's transfers wait behind (one link, two users: their times add,
+    docs/memory-pool.md) [derived rule; ASTRA-sim's pool loads no link]. Dimension 0 carries the scale-up bytes,
+    an outer one every byte beyond the node (an upper bound on a network of more than two dimensions)."""
+    path = system.offload_path
+    if path is None or path.network is None:
+        return 0.0 * offload_s
+    dim = system.network[path.network]
+    sent = traffic.scale_up_bytes if path.network == 0 else traffic.scale_out_bytes
+    return where(offload_s > 0, sent / (dim.efficiency * dim.bandwidth / dim.shared_by), 0.0)
 
 
 def _weight_bytes(params: Array, st: StrategyArrays, w: TrainingArrays) -> Array:
@@ -402,6 +425,7 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
     # the loss's logits on the last stage (`memory.logit_bytes`)
     logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * mem.logit_bytes(st, e)
     ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
+    og, oe = st.offload_gradients, st.offload_experts * (1 - ow)  # weight offload moves the experts already
 
     def stage_memory(counts: tuple[Array, Array], stage_params: tuple[Array, Array], index: Array,
                      extra: Array) -> StageMemory:
@@ -412,15 +436,21 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
                                                          index)
         activations = activations + extra
         stage_weight_bytes = _weight_bytes(stage_params[0] + stage_params[1], st, w)
+        # offloaded experts / gradients leave two layers' worth in HBM (the one in use, the next one)
+        experts = _sharded_states((0.0 * stage_params[0], stage_params[1]), st, layers.edp, w, 0.0).weights
+        staged_experts = 2 * _weight_bytes(stage_params[1], st, w) / maximum(counts[1], 1)
         tensors = MemoryBreakdown(
-            weights=states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1),
-            gradients=states.gradients, optimizer_states=states.optimizer_states * (1 - oo),
+            weights=states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1)
+            + oe * (staged_experts - experts),
+            gradients=states.gradients * (1 - og) + og * 2 * states.gradients / maximum(n_layers, 1),
+            optimizer_states=states.optimizer_states * (1 - oo),
             # the offloaded share leaves one layer's staging buffer in HBM (TE's cpu offload handler)
             activations=activations * (1 - oa) + where(oa > 0, working, 0.0), checkpoints=checkpoints * (1 - oa),
             comm_buffers=buffers)
         hbm = replace(tensors, runtime=mem.runtime_reserve(st, reserve) + st.fragmentation * tensors.total)
         tier2 = MemoryBreakdown(
-            weights=states.weights * ow, gradients=0.0 * ow, optimizer_states=states.optimizer_states * oo,
+            weights=states.weights * ow + oe * experts, gradients=states.gradients * og,
+            optimizer_states=states.optimizer_states * oo,
             activations=activations * oa, checkpoints=checkpoints * oa, comm_buffers=0.0 * oa)
         return hbm, tier2
 

@@ -171,6 +171,8 @@ class StrategyArrays:
     block_format: Array = 0.0  # plan.codes.BLOCK_FORMAT: 0 none, 1 mxfp8, 2 nvfp4, 3 mxfp4 (precision: fp8's)
     attention_projections: Array = 0.0  # plan.codes.PROJECTIONS: 0 the recipe's format, 1 fp8, 2 bf16
     bf16_layers: Array = 0.0  # layers a quantized recipe runs wholly in bf16 (first and last; QuantizedGemms)
+    offload_gradients: Array = 0.0  # 0/1: the gradient buffer offloaded (Offload.gradients)
+    offload_experts: Array = 0.0  # 0/1: the routed experts' weights offloaded (Offload.experts)
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
@@ -188,6 +190,8 @@ def _strategy_arrays(s: Strategy, dp: int) -> StrategyArrays:
 def _coded(s: Strategy, dp: int) -> StrategyArrays:
     coded = {name: encode(name, strategy_value(s, name)) for name in STRATEGY_FIELDS}
     coded["precision"] = float(recipe_family(coded["precision"], coded["block_format"]))
+    coded.setdefault("offload_gradients", float(s.offload.gradients))  # until plan.codes lists them
+    coded.setdefault("offload_experts", float(s.offload.experts))
     return StrategyArrays(
         **coded, dp=dp, schedule=SCHEDULE.code(s.pipeline_schedule),
         first_stage_layers=s.first_stage_layers or 0, last_stage_layers=s.last_stage_layers or 0,

@@ -130,14 +130,15 @@ def overlap_label(overlap: Mapping[str, Any], compact: bool = False) -> str:
 
 def layout_label(row: Mapping[str, Any]) -> str:
     """A search row's strategy in one line, every field that tells two rows apart: degrees (vpp, cp and ep
-    where above 1), micro-batch, ZeRO, SP, recompute, attention, rank order, overlap."""
+    where above 1), micro-batch, ZeRO, SP, recompute, attention, rank order, overlap, offload (where any)."""
     degrees = [f"{k} {row[k]}" for k in ("tp", "pp", "dp") if k in row]
     degrees += [f"{k} {row[k]}" for k in ("vpp", "cp", "ep") if row.get(k, 1) != 1]
     layers = f" ({row['recompute_layers']} layers)" if row.get("recompute_layers") is not None else ""
     sp = "SP" if row["sequence_parallel"] else "no SP"
+    offload = f", offload: {row['offload']}" if row.get("offload") else ""
     return " ".join(degrees) + (f", mb {row['micro_batch']}, ZeRO {row['zero']}, {sp}, recompute "
                                 f"{row['recompute']}{layers}, {row['attention']}, ranks {row['rank_order']}, "
-                                f"overlap: {overlap_label(row['overlap'])}")
+                                f"overlap: {overlap_label(row['overlap'])}{offload}")
 
 
 def search_record(result: SearchResult) -> dict[str, Any]:

@@ -39,14 +39,16 @@ def search_report(result: SearchResult, model: Model, system: System, objective:
     rows = search_rows(result)
     table = Table(title=f"{on_devices(model, system)}: top {len(rows)} by {objective.value}")
     for c in ("rank", "tp", "pp", "dp", "vpp", "cp", "ep", "mb", "attention", "SP", "recompute", "ZeRO", "overlap",
-              "rank order", "step s", "±", "MFU", "GiB"):
-        table.add_column(c, justify="left" if c in ("attention", "recompute", "overlap", "rank order") else "right")
+              "offload", "rank order", "step s", "±", "MFU", "GiB"):
+        table.add_column(c, justify="left" if c in ("attention", "recompute", "overlap", "offload", "rank order")
+                         else "right")
     for r in rows:
         overlap = overlap_label(r["overlap"], compact=True)
         band = r["error_band"]
         table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["cp"]),
                       str(r["ep"]), str(r["micro_batch"]), r["attention"], "yes" if r["sequence_parallel"] else "no",
-                      r["recompute"], str(r["zero"]), overlap, r["rank_order"], f"{r['step_time_s']:.4g}",
+                      r["recompute"], str(r["zero"]), overlap, r["offload"] or "-", r["rank_order"],
+                      f"{r['step_time_s']:.4g}",
                       f"{band['relative']:.0%}{'!' if band['poorly_validated'] else ''}" if band else "-",
                       percent(r["mfu"]), f"{r['memory_gib']:.1f}")
     summary = (f"{result.points:,} points: {result.pruned:,} pruned (degrees that do not divide, memory "

@@ -177,9 +177,11 @@ def _layout_keys(axes: Axes, start: int, stop: int) -> list[Key] | None:
 
 def unbounded(system: System) -> System:
     """`system` with HBM and second-tier capacities that hold anything (what `LayoutCache` estimates with)."""
-    device = system.device
+    device, pool = system.device, system.memory_pool
     memory = tuple(tier.model_copy(update={"capacity": np.inf}) for tier in device.memory)
-    return system.model_copy(update={"device": device.model_copy(update={"memory": memory})})
+    return system.model_copy(update={"device": device.model_copy(update={"memory": memory}),
+                                     "memory_pool": None if pool is None else pool.model_copy(
+                                         update={"capacity": np.inf})})
 
 
 @dataclass(frozen=True)
@@ -477,9 +479,19 @@ def candidate_row(c: Candidate) -> dict[str, Any]:
             "micro_batch": s.micro_batch, "attention": s.attention.value,
             "sequence_parallel": s.sequence_parallel, "recompute": s.recompute.value,
             "recompute_layers": s.recompute_layers, "zero": int(s.zero),
-            "overlap": s.overlap.model_dump(),
+            "overlap": s.overlap.model_dump(), "offload": ", ".join(offloaded(s)),
             "rank_order": s.rank_order.value, "step_time_s": c.step_time_s,
             "tokens_per_s": c.tokens_per_s, "mfu": c.mfu, "memory_gib": c.memory_bytes / 2**30,
             "error_band": None if c.error_band is None else {"relative": c.error_band.relative,
                                                              "regime": c.error_band.regime,
                                                              "poorly_validated": c.error_band.poorly_validated}}
+
+
+def offloaded(s: Strategy) -> list[str]:
+    """What a strategy keeps off the device (`Strategy.offload`), in words: weights, experts, gradients,
+    optimizer, activations (with the layers of each chunk where only the first N are)."""
+    o = s.offload
+    layers = f" (first {o.activation_layers} layers)" if o.activation_layers is not None else ""
+    return [name for on, name in ((o.weights, "weights"), (o.experts and not o.weights, "experts"),
+                                  (o.gradients, "gradients"), (o.optimizer, "optimizer"),
+                                  (o.activations, f"activations{layers}")) if on]

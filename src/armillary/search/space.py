@@ -20,7 +20,14 @@ from armillary.estimate.memory import lora_states, model_states
 from armillary.numerics import Array, all_of, minimum
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays, recipe_family
-from armillary.plan.codes import RECOMPUTE_SELECTIVE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, encode, with_values
+from armillary.plan.codes import (
+    RECOMPUTE_SELECTIVE,
+    SCHEDULE_1F1B,
+    SCHEDULE_INTERLEAVED,
+    STRATEGY_FIELDS,
+    encode,
+    with_values,
+)
 from armillary.plan.layout import data_parallel_degree, fewest_stage_layers, stage_layers
 from armillary.specs.base import Spec
 from armillary.specs.model import Model, TokenMixer
@@ -51,6 +58,14 @@ class StrategySpace(Spec):
     overlap_param_gather: tuple[bool, ...] = (False, True)
     offload_optimizer: tuple[bool, ...] = (False,)
     offload_activations: tuple[bool, ...] = (False,)
+    offload_weights: tuple[bool, ...] | None = Field(
+        None, description="weight offload to try (the memory pool where the system has one, else the device's "
+        "second tier; docs/memory-pool.md); default: the base strategy's")
+    offload_gradients: tuple[bool, ...] | None = Field(
+        None, description="gradient offload to try (ZeRO-Offload; only with offload_optimizer: points offloading "
+        "the gradients but not the optimizer are invalid); default: the base strategy's")
+    offload_experts: tuple[bool, ...] | None = Field(
+        None, description="offload of the routed experts' weights to try (MoE); default: the base strategy's")
     offload_activation_layers: tuple[PositiveInt, ...] = Field(
         (), description="with offload_activations, also try offloading only the first N layers of each model "
         "chunk for each N given (Megatron-Core --cpu-offloading-num-layers); empty: every layer")
@@ -73,7 +88,8 @@ _DEFAULT_MODULES = Strategy().recompute_modules  # what a strategy without selec
 # axes in index order (the last varies fastest); the first is compound: the model-parallel layout
 _LAYOUT = ("tp", "pp", "cp", "vpp")
 _AXES = ("attention", "micro_batch", "sequence_parallel", "recompute", "zero", "overlap_dp", "overlap_tp",
-         "overlap_param_gather", "offload_optimizer", "offload_activations", "ep", "overlap_ep",
+         "overlap_param_gather", "offload_optimizer", "offload_activations", "offload_weights",
+         "offload_gradients", "offload_experts", "ep", "overlap_ep",
          "dispatch_dedup", "rank_order", "block_format")
 
 
@@ -180,9 +196,10 @@ def memory_floor(model: Model, base: Strategy, space: StrategySpace, tp: Array, 
     lora = workload is not None and workload.finetune is not None
     states = (lora_states(stage_params, 0.0, st, TrainingArrays.of(workload)) if lora and workload is not None
               else model_states(stage_params, st))
-    weights = 0.0 if base.offload.weights else states.weights
+    weights = 0.0 if any(space.offload_weights or (base.offload.weights,)) else states.weights
     optimizer = 0.0 if any(space.offload_optimizer) else states.optimizer_states
-    return weights + states.gradients + optimizer
+    gradients = 0.0 if any(space.offload_gradients or (base.offload.gradients,)) else states.gradients
+    return weights + gradients + optimizer
 
 
 def time_floor(model: Model, system: System, workload: Training, space: StrategySpace, pp: Array, vpp: Array,
@@ -261,16 +278,29 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
         layouts = [row for row, ok in zip(layouts, fits, strict=True) if ok]
     attention = space.attention or ((Attention.FLASH, Attention.FLASH3) if flash3 else (Attention.FLASH,))
     space = space.model_copy(update={"attention": attention,
-                                     "block_format": space.block_format or (base.block_format,)})
+                                     "block_format": space.block_format or (base.block_format,),
+                                     **{f"offload_{k}": getattr(space, f"offload_{k}") or (getattr(base.offload, k),)
+                                        for k in _BASE_OFFLOAD}})
     others = [_compound_rows(space, a) if a in _COMPOUND else tuple((value,) for value in dict.fromkeys(
         getattr(space, a))) for a in _AXES]  # each value once
     labels = (tuple(layouts), *others)
     names = (_LAYOUT, *((a, _COMPOUND[a][0]) if a in _COMPOUND else (a,) for a in _AXES))
-    values = tuple(np.array([[encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
+    values = tuple(np.array([[_encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
                             dtype=float).reshape(len(rows), len(axis_names))
                    for axis_names, rows in zip(names, labels, strict=True))
     rest = int(np.prod([len(o) for o in others], dtype=np.int64))
     return Axes(names, values, labels, pruned=(len(every) - len(layouts)) * rest)
+
+
+# offload axes whose default is the base strategy's own setting
+_BASE_OFFLOAD = ("weights", "gradients", "experts")
+# offload flags `plan.codes.STRATEGY_FIELDS` does not list yet: coded 0/1, set in the rebuilt Strategy's `offload`
+_OFFLOAD_FLAGS = {"offload_gradients": "gradients", "offload_experts": "experts"}
+
+
+def _encode(name: str, value: Any) -> float:
+    """The array code of an axis value (`plan.codes.encode`; an offload flag not listed there: 0/1)."""
+    return encode(name, value) if name in STRATEGY_FIELDS or name not in _OFFLOAD_FLAGS else float(value)
 
 
 # compound axes: a setting and how many of each chunk's first layers it covers (None: every layer), tried
@@ -312,4 +342,7 @@ def point_strategy(base: Strategy, values: dict[str, Any]) -> Strategy:
     point recomputes selectively, the default ones otherwise."""
     if values.get("recompute", base.recompute) is not Recompute.SELECTIVE:
         base = base.model_copy(update={"recompute_modules": _DEFAULT_MODULES})
-    return with_values(base, values)
+    flags = {_OFFLOAD_FLAGS[k]: bool(v) for k, v in values.items() if k in _OFFLOAD_FLAGS and k not in STRATEGY_FIELDS}
+    if flags:  # set with the other fields, so that the Strategy is validated once, as a whole
+        base = base.model_copy(update={"offload": base.offload.model_copy(update=flags)})
+    return with_values(base, {k: v for k, v in values.items() if k not in _OFFLOAD_FLAGS or k in STRATEGY_FIELDS})

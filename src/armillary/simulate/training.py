@@ -316,8 +316,10 @@ class _Passes:
 
     def finish(self, last_pass: list[list[int]]) -> None:
         """After each stage's last pass: the gradient reductions (in flight, or all of them now without
-        overlap), then the optimizer step, which also waits for the second tier's transfers: they run on
-        their own link from the step's start, as the estimator's offload stall counts them."""
+        overlap), then the optimizer step, which also waits for the offload path's transfers (the device's
+        second tier, or its share of the memory pool: `System.offload_path`, with the traffic of a network
+        dimension the pool is reached over): they run on their own link from the step's start, as the
+        estimator's offload stall counts them."""
         breakdown, offload = self.est.breakdown, float(self.est.offload_s)
         for s in range(self.pp):
             lanes = self.lay.lanes[s]

@@ -5,9 +5,10 @@ Hardware is data: presets live in `armillary/presets/{devices,systems}`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from enum import StrEnum
 
-from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
 
 from armillary.errors import SpecError
 from armillary.specs.base import Spec
@@ -62,6 +63,75 @@ class MemoryTier(Spec):
     def rate(self) -> float:
         """Achievable bytes/s for streams: the bandwidth derated by the streaming efficiency."""
         return self.efficiency * self.bandwidth
+
+
+class PoolKind(StrEnum):
+    """Who shares a memory pool, after ASTRA-sim 2.0's remote-memory modes (astra-memory-analytical @641cce8,
+    AnalyticalRemoteMemory.cc: `memory-type` MEMORY_POOL, PER_NODE_MEMORY_EXPANSION, PER_NPU_MEMORY_EXPANSION)."""
+
+    POOLED = "pooled"  # one pool shared by every device of the system (MEMORY_POOL)
+    PER_NODE = "per_node"  # one pool per scale-up node, shared by its devices (PER_NODE_MEMORY_EXPANSION)
+    PER_DEVICE = "per_device"  # one expansion per device, no contention (PER_NPU_MEMORY_EXPANSION)
+
+
+# ASTRA-sim's remote-memory config keys and `memory-type` values (inputs/remote_memory/analytical/*.json at tag
+# 2.0.0): latency in ns, bandwidth in GB/s (1 GB/s = 1 byte/ns since astra-memory-analytical bb12dd56)
+_ASTRA_KINDS = {"MEMORY_POOL": PoolKind.POOLED, "PER_NODE_MEMORY_EXPANSION": PoolKind.PER_NODE,
+                "PER_NPU_MEMORY_EXPANSION": PoolKind.PER_DEVICE}
+
+
+class MemoryPool(Spec):
+    """A disaggregated memory outside the devices (a CXL memory pool, memory in a switch), where offloaded
+    states live instead of the device's own second tier (`Strategy.offload`; docs/memory-pool.md). A transfer
+    of B bytes takes latency + B / (the device's share of the bandwidth) (ASTRA-sim's analytical remote memory:
+    remote-mem-latency + tensor_size / remote-mem-bw); the devices that share one pool (`kind`) stream at once
+    and split its bandwidth and capacity evenly."""
+
+    name: str = "memory pool"
+    kind: PoolKind = Field(description="pooled (one for the system), per_node or per_device")
+    capacity: Bytes = Field(description="of one pool: the whole system's (pooled), a node's or a device's")
+    bandwidth: BytesPerSecond = Field(description="of one pool, per direction, shared by the devices it serves")
+    latency: Seconds = Field(0.0, description="per access (one layer's tensor moved one way)")
+    efficiency: Fraction = Field(1.0, description="achievable fraction of the bandwidth for streams")
+    network: NonNegativeInt | None = Field(
+        None, description="the network dimension (0 = innermost) the devices reach the pool over: a device's rate "
+        "to it is then at most its injection bandwidth there (bandwidth x efficiency / shared_by), and that "
+        "dimension's own traffic in the step holds the same links (docs/memory-pool.md); None: a path of its own "
+        "(ASTRA-sim's model: the pool loads no network link)")
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _astra(cls, data: object) -> object:
+        """ASTRA-sim's remote-memory config (`--remote-memory-configuration`): memory-type, remote-mem-latency
+        (ns), remote-mem-bw (GB/s); it models no capacity, so one must be given beside it."""
+        if not isinstance(data, dict) or "memory-type" not in data:
+            return data
+        rest = {k: v for k, v in data.items() if k not in ("memory-type", "remote-mem-latency", "remote-mem-bw",
+                                                           "num-nodes", "num-npus-per-node")}
+        kind = _ASTRA_KINDS.get(str(data["memory-type"]))
+        if kind is None:
+            raise ValueError(f"memory-type {data['memory-type']!r}: allowed {sorted(_ASTRA_KINDS)} "
+                             "(NO_MEMORY_EXPANSION: give no memory_pool)")
+        return {**rest, "kind": kind, "latency": float(data.get("remote-mem-latency", 0)) * 1e-9,
+                "bandwidth": float(data["remote-mem-bw"]) * 1e9}
+
+    def sharers(self, devices: int, devices_per_node: int) -> int:
+        """Devices that share one pool and stream at once: all of them, a node's, or one."""
+        return {PoolKind.POOLED: devices, PoolKind.PER_NODE: min(devices_per_node, devices),
+                PoolKind.PER_DEVICE: 1}[self.kind]
+
+
+@dataclass(frozen=True)
+class OffloadPath:
+    """Where offloaded states go, as one device sees it: the device's second tier, or its share of the
+    system's memory pool."""
+
+    name: str
+    rate: float  # achievable bytes/s of one device's transfers
+    latency: float  # s per access
+    capacity: float  # bytes one device may hold there
+    network: int | None = None  # the network dimension the transfers cross (a pool reached over it)
 
 
 class GemmLatency(Spec):
@@ -204,6 +274,9 @@ class System(Spec):
     network: tuple[NetworkDimension, ...] = Field(min_length=1, description="dimensions, innermost first")
     collectives: CollectiveLibrary = Field(
         CollectiveLibrary.NCCL, description="how collectives spanning several dimensions run (docs/formulas.md §1.5)")
+    memory_pool: MemoryPool | None = Field(
+        None, description="a disaggregated memory (CXL pool, in-switch memory) that offloaded states go to instead "
+        "of the device's second tier (docs/memory-pool.md); None: offload goes to the device's second tier")
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -219,6 +292,30 @@ class System(Spec):
         up, out = (_as_dict(data[k]) for k in ("scale_up", "scale_out"))
         network = [{**up, "size": data["devices_per_node"]}, {**out, "size": data.get("nodes", 1)}]
         return {**{k: v for k, v in data.items() if k not in legacy}, "network": network}
+
+    @model_validator(mode="after")
+    def _pool_network(self) -> System:
+        pool = self.memory_pool
+        if pool is not None and pool.network is not None and pool.network >= len(self.network):
+            raise ValueError(f"memory_pool.network {pool.network}: the system has network dimensions 0.."
+                             f"{len(self.network) - 1} (0 = innermost)")
+        return self
+
+    @property
+    def offload_path(self) -> OffloadPath | None:
+        """Where `Strategy.offload` puts states, per device: the memory pool when the system has one (the
+        device's share of its bandwidth and capacity, capped by the network dimension it is reached over),
+        else the device's second tier; None: neither."""
+        pool = self.memory_pool
+        if pool is None:
+            tier = self.device.second_tier
+            return None if tier is None else OffloadPath(tier.name, tier.rate, 0.0, tier.capacity)
+        n = pool.sharers(self.devices, self.devices_per_node)
+        rate = pool.efficiency * pool.bandwidth / n  # an even split among the devices streaming at once
+        if pool.network is not None:
+            dim = self.network[pool.network]
+            rate = min(rate, dim.efficiency * dim.bandwidth / dim.shared_by)
+        return OffloadPath(pool.name, rate, pool.latency, pool.capacity / n, pool.network)
 
     @property
     def sizes(self) -> tuple[int, ...]:
