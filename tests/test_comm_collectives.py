@@ -180,10 +180,13 @@ def test_ring_across_nodes_caps_ll_bandwidth():
 
 def test_pinned_algorithm_applies_where_it_runs():
     n = GiB
-    # NVLink SHARP runs inside only; across, InfiniBand takes its fastest non-ring phase (a tree)
+    # NVLink SHARP runs inside only; across, InfiniBand runs a non-ring phase (a tree), in the protocol that makes
+    # the whole pipelined collective fastest (NCCL's tuner scores whole configurations), which need not be that
+    # phase's own fastest: never faster than it
     inn = collective(Collective.ALL_REDUCE, n, TWO_NODES, H100, Algorithm.IN_NETWORK)
     tree = dimension_cost(Collective.ALL_REDUCE, n / 8, 2, OUT, RATE, exclude=(Algorithm.RING,))
-    assert float(inn.dimensions[1].time) == pytest.approx(float(tree.time))
+    assert int(inn.dimensions[1].algorithm) == int(tree.algorithm)
+    assert float(inn.dimensions[1].time) >= float(tree.time) * (1 - 1e-12)
     assert inn.composition_name == "pipelined"
     with pytest.raises(ValueError, match="cannot run"):
         collective(Collective.ALL_REDUCE, n, TWO_NODES, H100, Algorithm.DIRECT)
