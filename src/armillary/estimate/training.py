@@ -364,7 +364,7 @@ def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParam
     adapters = _stage_adapters(m, w, st, stages) if _lora(w) else 0.0
     if _lora(w):
         adam_bytes = (adapters / mem.zero_shards(st, 1)
-                      * mem.per_precision(mem.OPTIMIZER_STEP_BYTES, mem.adapter_precision(st)))
+                      * mem.optimizer_step_bytes(st, mem.adapter_precision(st)))
     else:
         updated = params.dense_local / mem.zero_shards(st, 1) + params.experts_local / mem.zero_shards(st, 1, edp)
         adam_bytes = updated * mem.optimizer_step_bytes(st)
