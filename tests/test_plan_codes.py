@@ -27,7 +27,8 @@ BASE = Strategy(tp=2)
 NUMBERS = {"tp": [1, 2, 8], "pp": [1, 4], "cp": [1, 2], "vpp": [1, 3], "ep": [1, 8], "micro_batch": [1, 4],
            "recompute_layers": [None, 1, 5], "offload_activation_layers": [None, 1, 7]}  # None (every layer): 0
 BASES = {"recompute_layers": Strategy(tp=2, recompute="full"),  # fields that need another base
-         "offload_activation_layers": Strategy(tp=2, offload={"activations": True})}
+         "offload_activation_layers": Strategy(tp=2, offload={"activations": True}),
+         "offload_gradients": Strategy(tp=2, offload={"optimizer": True})}  # ZeRO-Offload: with the optimizer
 
 
 def _decode(field: str, code: float):

@@ -190,8 +190,6 @@ def _strategy_arrays(s: Strategy, dp: int) -> StrategyArrays:
 def _coded(s: Strategy, dp: int) -> StrategyArrays:
     coded = {name: encode(name, strategy_value(s, name)) for name in STRATEGY_FIELDS}
     coded["precision"] = float(recipe_family(coded["precision"], coded["block_format"]))
-    coded.setdefault("offload_gradients", float(s.offload.gradients))  # until plan.codes lists them
-    coded.setdefault("offload_experts", float(s.offload.experts))
     return StrategyArrays(
         **coded, dp=dp, schedule=SCHEDULE.code(s.pipeline_schedule),
         first_stage_layers=s.first_stage_layers or 0, last_stage_layers=s.last_stage_layers or 0,

@@ -104,6 +104,8 @@ STRATEGY_FIELDS: dict[str, StrategyField] = {
     "offload_activations": StrategyField(("offload", "activations")),
     "offload_activation_layers": StrategyField(("offload", "activation_layers")),
     "offload_optimizer": StrategyField(("offload", "optimizer")),
+    "offload_gradients": StrategyField(("offload", "gradients")),
+    "offload_experts": StrategyField(("offload", "experts")),
 }
 
 

@@ -24,7 +24,6 @@ from armillary.plan.codes import (
     RECOMPUTE_SELECTIVE,
     SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
-    STRATEGY_FIELDS,
     encode,
     with_values,
 )
@@ -285,7 +284,7 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
         getattr(space, a))) for a in _AXES]  # each value once
     labels = (tuple(layouts), *others)
     names = (_LAYOUT, *((a, _COMPOUND[a][0]) if a in _COMPOUND else (a,) for a in _AXES))
-    values = tuple(np.array([[_encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
+    values = tuple(np.array([[encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
                             dtype=float).reshape(len(rows), len(axis_names))
                    for axis_names, rows in zip(names, labels, strict=True))
     rest = int(np.prod([len(o) for o in others], dtype=np.int64))
@@ -294,15 +293,6 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
 
 # offload axes whose default is the base strategy's own setting
 _BASE_OFFLOAD = ("weights", "gradients", "experts")
-# offload flags `plan.codes.STRATEGY_FIELDS` does not list yet: coded 0/1, set in the rebuilt Strategy's `offload`
-_OFFLOAD_FLAGS = {"offload_gradients": "gradients", "offload_experts": "experts"}
-
-
-def _encode(name: str, value: Any) -> float:
-    """The array code of an axis value (`plan.codes.encode`; an offload flag not listed there: 0/1)."""
-    return encode(name, value) if name in STRATEGY_FIELDS or name not in _OFFLOAD_FLAGS else float(value)
-
-
 # compound axes: a setting and how many of each chunk's first layers it covers (None: every layer), tried
 # for each count given where the setting takes the value that has a count
 _COMPOUND: dict[str, tuple[str, Any]] = {"recompute": ("recompute_layers", Recompute.FULL),
@@ -342,7 +332,4 @@ def point_strategy(base: Strategy, values: dict[str, Any]) -> Strategy:
     point recomputes selectively, the default ones otherwise."""
     if values.get("recompute", base.recompute) is not Recompute.SELECTIVE:
         base = base.model_copy(update={"recompute_modules": _DEFAULT_MODULES})
-    flags = {_OFFLOAD_FLAGS[k]: bool(v) for k, v in values.items() if k in _OFFLOAD_FLAGS and k not in STRATEGY_FIELDS}
-    if flags:  # set with the other fields, so that the Strategy is validated once, as a whole
-        base = base.model_copy(update={"offload": base.offload.model_copy(update=flags)})
-    return with_values(base, {k: v for k, v in values.items() if k not in _OFFLOAD_FLAGS or k in STRATEGY_FIELDS})
+    return with_values(base, values)
