@@ -545,12 +545,12 @@ def _task(key: Key, nodes: list[tuple[int, int, Any, dict[str, Any]]], members: 
                     _seconds_ns(collective(op, size, group, s).cost.time), deps,
                     Tier.SCALE_OUT if group.outermost > 0 else Tier.SCALE_UP, size, 0.0, key[1], op)
     size = _amount(node, a, "tensor_size")
-    if stream is Stream.OFFLOAD:  # duration_micros, or the bytes over the second memory tier's link
+    if stream is Stream.OFFLOAD:  # duration_micros, or the bytes over the offload path (second tier or pool)
         duration = micros_ns
         if micros_ns == 0 and size > 0:
-            device = _need(system).device
-            tier = device.second_tier or device.hbm
-            duration = _seconds_ns(size / tier.rate)
+            sized = _need(system)
+            path = sized.offload_path
+            duration = _seconds_ns(size / sized.device.hbm.rate if path is None else path.latency + size / path.rate)
         return Task(node.name, TaskKind.MEMORY, Category.OFFLOAD, (rank,), stream, duration, deps, Tier.MEMORY, size)
     flop = _amount(node, a, "num_ops") if node.type == NodeType.COMP_NODE else 0.0
     if node.type != NodeType.COMP_NODE:
