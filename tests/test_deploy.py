@@ -122,3 +122,18 @@ def test_cli_emit_and_search_emit(tmp_path):
     top = json.JSONDecoder().raw_decode(out.output[out.output.index("{"):])[0]["top"][0]
     again = runner.invoke(app, ["estimate", str(best), "--json"])
     assert json.loads(again.output)["step_time_s"] == pytest.approx(top["step_time_s"], rel=1e-9)
+
+
+def test_offloads_and_a_memory_pool_megatron_cannot_run_are_noted():
+    """Gradient and expert offload and a memory pool have no Megatron-LM argument: the launch says so instead of
+    silently dropping them (the optimizer offload keeps its flag)."""
+    from armillary.specs.loading import load_model, load_system
+    from armillary.specs.strategy import Strategy
+    from armillary.specs.workload import Training
+
+    strategy = Strategy(tp=8, zero=1, offload={"optimizer": True, "gradients": True, "experts": True})
+    d = deployment(Target.MEGATRON, load_model("mixtral-8x7b"), load_system("dgx-h100-cxl-pool", 16), strategy,
+                   Training(seq_len=4096, global_batch=16))
+    notes = " ".join(d.notes)
+    assert "--optimizer-cpu-offload" in d.commands[0].argv
+    assert "gradient offload" in notes and "expert offload" in notes and "memory pool" in notes

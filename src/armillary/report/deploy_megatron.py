@@ -170,6 +170,11 @@ def _memory_args(s: Strategy, notes: list[str]) -> list[str]:
                      "below the layer count (set offload.activation_layers)")
     if s.offload.weights:
         notes.append("weight offload (Transformer Engine cpu_offloading weights) has no Megatron-LM argument here")
+    if s.offload.gradients:
+        notes.append("gradient offload (ZeRO-Offload's host gradients) has no Megatron-LM argument: "
+                     "--optimizer-cpu-offload keeps the gradients on the device; DeepSpeed's offload_optimizer does")
+    if s.offload.experts:
+        notes.append("expert offload (routed experts fetched per MoE layer) has no Megatron-LM argument")
     return args
 
 
@@ -182,6 +187,9 @@ def megatron(model: Model, system: System, s: Strategy, workload: Training) -> D
                         "emit tp_layout '1d' for Megatron-LM")
     notes: list[str] = [f"{system.devices} devices: torchrun world size {system.devices}, "
                         f"data parallel {data_parallel(s, system)} (implied)"]
+    if system.memory_pool is not None:
+        notes.append(f"the system's memory pool ({system.memory_pool.name}) is a what-if: Megatron-LM offloads to "
+                     "host memory only")
     args = ["--tensor-model-parallel-size", str(s.tp), *_pipeline_args(model, s, notes)]
     if s.cp > 1:
         args += ["--context-parallel-size", str(s.cp),
