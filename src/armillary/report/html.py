@@ -181,6 +181,8 @@ SEARCH_COLUMNS = (
                                                          if r["recompute_layers"] is not None else ""), "left"),
     Column("ZeRO", lambda r: str(r["zero"])),
     Column("overlap", lambda r: overlap_label(r["overlap"]), "left", "communication overlapped with compute", True),
+    Column("offload", lambda r: str(r.get("offload") or "-"), "left", "states offloaded to the second tier or "
+           "the memory pool"),
     Column("rank order", lambda r: str(r["rank_order"]), "left", "parallel groups from closest to farthest"),
     Column("step time", lambda r: f"{fixed(r['step_time_s'])} s"),
     Column("band", lambda r: ("±" + percent(r["error_band"]["relative"], 0)
