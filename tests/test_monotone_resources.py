@@ -235,10 +235,8 @@ def test_found_violations_stay_fixed(model, system, gpus, strategy, workload, wh
 # is priced at its compute (training.py: weight_share = crit.compute x t_W / t), yet behind it the backward's
 # overlapped EP exchange or TP reduce-scatters were hidden; deferring it exposes them, so it takes off less
 # than t_W, down to nothing. With faster compute the steady state stayed (communication-bound) while the
-# claimed saving halved. The cure prices what deferring the pass takes off the backward (the pass less the
-# communication it hid: estimate/layer.py, stages.py, training.py, outside this helper's files; reported).
-@pytest.mark.xfail(strict=True, reason="ZB-H1 prices the deferred weight pass at its compute, not at what "
-                   "deferring it takes off a communication-bound backward (estimate/layer.py, training.py)")
+# claimed saving halved. Now priced at what deferring the pass takes off the backward, the pass less the
+# communication it hid (LayerCost.weight_deferrable_s, estimate/layer.py; StageTime.deferrable).
 @pytest.mark.parametrize(("model", "system", "gpus", "strategy", "workload"), [
     # the overlapped expert exchange hid behind the weight pass: 0.2009 -> 0.2149 s with 2x FLOP/s
     ("qwen3-30b-a3b", "trn2-16", 64, {"tp": 8, "pp": 4, "ep": 2, "attention": "flash", "schedule": "zb-h1",

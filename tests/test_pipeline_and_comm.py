@@ -82,3 +82,25 @@ def test_more_bandwidth_never_slows_a_collective(n, scale, ranks):
         assert float(op(n, group, faster).time) <= float(op(n, group, system).time) * (1 + 1e-12)
     apart = pair_across(1, 2)
     assert float(send_recv(n, apart, faster).time) <= float(send_recv(n, apart, system).time) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(("model", "strategy", "layer"), [
+    # sequence-parallel TP overlap: the input gradients' reduce-scatters run beside the weight-gradient GEMMs
+    ("llama3.2-1b", {"tp": 8, "pp": 2, "sequence_parallel": True, "overlap": {"tp_comm": True}}, "layer"),
+    # the overlapped expert exchange hides behind the whole backward, the weight pass included
+    ("qwen3-30b-a3b", {"tp": 8, "pp": 4, "ep": 2, "attention": "flash",
+                       "overlap": {"tp_comm": True, "ep_comm": True}}, "moe_layer"),
+])
+def test_deferring_the_weight_pass_saves_less_than_it_hid(model, strategy, layer):
+    """ZB-H1 saves what deferring the weight pass takes off the backward (Qi et al. ICLR'24 §3.1): its
+    compute when nothing hid behind it, less where the backward's overlapped communication did."""
+    import armillary
+
+    system = load_system("trn2-16", 64)
+    workload = {"kind": "training", "seq_len": 2048, "global_batch": 8}
+    zb = dict(strategy, schedule="zb-h1")
+    hid = getattr(armillary.estimate(model, system, zb, workload), layer)
+    assert 0.0 <= float(hid.weight_deferrable_s) < float(hid.backward_weight.time_s)
+    plain = dict(zb, overlap={"tp_comm": False, "ep_comm": False})
+    alone = getattr(armillary.estimate(model, system, plain, workload), layer)
+    assert float(alone.weight_deferrable_s) == pytest.approx(float(alone.backward_weight.time_s))

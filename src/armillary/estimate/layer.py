@@ -136,15 +136,20 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     forward, backward_input, backward_weight, core_f, core_b = passes
     full = recompute_modes(st)[0]
     recompute, modules = _recompute(fw, kt, experts, st, forward, core_f)
-    tp_costs, tp_f, tp_b = _tensor_parallel(st, system, exchange, kt, base_weight_t)
+    tp_costs, tp_f, tp_b, tp_b_alone = _tensor_parallel(st, system, exchange, kt, base_weight_t)
     summa = summa_layer(fw, kt, st, system, exchange.tp_bytes) if any_true(grid) else None
-    if summa is not None:  # SUMMA's broadcasts and reduces instead of the 1-D collectives
+    if summa is not None:  # SUMMA's broadcasts and reduces instead of the 1-D collectives (none hidden by W)
         tp_f, tp_b = where(grid, summa.forward_s, tp_f), where(grid, summa.backward_s, tp_b)
+        tp_b_alone = where(grid, summa.backward_s, tp_b_alone)
     cp_f, cp_b, cp_calls = _context_parallel(st, system, exchange, core_f, core_b, full)
     # the token exchange overlaps the whole pass, its exposed TP / CP time included (one schedule: a faster
     # kernel can expose more of it, never slow the pass)
-    ep_f, ep_b, ep_calls = _expert_exchange(experts, exchange.expert_groups, st, system, forward.time_s + tp_f + cp_f,
-                                            backward_input.time_s + backward_weight.time_s + tp_b + cp_b, full)
+    ep_f, ep_b, ep_calls, ep_b_alone = _expert_exchange(
+        experts, exchange.expert_groups, st, system, forward.time_s + tp_f + cp_f,
+        backward_input.time_s + backward_weight.time_s + tp_b + cp_b, full, backward_input.time_s + tp_b_alone + cp_b)
+    # what deferring the weight pass takes off the backward (zero-bubble schedules, Qi et al. ICLR'24 §3.1):
+    # the pass, less the TP / EP communication it hid that the input-gradient pass alone leaves exposed
+    deferrable = maximum(0.0, backward_weight.time_s - (tp_b_alone - tp_b) - (ep_b_alone - ep_b))
     rerun = full + (moe_block_recompute(st) if experts is not None else 0.0)  # passes re-running the exchange
     if experts is not None:  # the host's wait at the dispatcher's sync: part of the forward (and its re-run)
         wait = moe_host_wait(forward.time_s + tp_f + cp_f + ep_f, experts, st)
@@ -156,7 +161,8 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
                       ep_recompute_s=rerun * ep_f, recompute_modules=modules, attention_core=core_f,
                       attention_core_backward=core_b,
                       expert_calls_s=kt.expert_calls * (3 + rerun),  # forward, input and weight gradients, re-runs
-                      weight_gemms_s=base_weight_t if adapters is not None else None)
+                      weight_gemms_s=base_weight_t if adapters is not None else None,
+                      weight_deferrable_s=deferrable)
     # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
     sp, ar = st.sequence_parallel, tp_costs[0]
     ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(exchange.tp_bytes, exchange.tp_group,
@@ -312,8 +318,9 @@ def tp_calls_per_pass(sp: Array) -> tuple[tuple[Array, Array, Array], tuple[Arra
 
 
 def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange, kt: LayerKernels,
-                     gemm_t: Array) -> tuple[tuple[CommCost, CommCost, CommCost], Array, Array]:
-    """(cost per call of each TP operation, exposed forward, exposed backward) per layer and micro-batch.
+                     gemm_t: Array) -> tuple[tuple[CommCost, CommCost, CommCost], Array, Array, Array]:
+    """(cost per call of each TP operation, exposed forward, exposed backward, exposed backward without its
+    weight-gradient GEMMs: what ZB-H1's deferral leaves) per layer and micro-batch.
 
     With TP overlap and sequence parallelism every all-gather and reduce-scatter runs tile by tile with the
     GEMM it feeds or drains (`strategy.overlap.tp_comm_method`; comm/overlap.py). userbuffers, Transformer
@@ -336,7 +343,7 @@ def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange
     comm_b = sum(k * c.time for c, k in zip(costs, backward_calls, strict=True))
     on = st.overlap_tp > 0
     if not any_true(on):  # nothing overlapped anywhere (one estimate, or a sweep without TP overlap)
-        return costs, comm_f, comm_b
+        return costs, comm_f, comm_b, comm_b
     ring = st.tp_overlap_method > 0
     sms = system.device.multiprocessors
     held = TP_OVERLAP_SMS / sms if sms else 0.0  # share of the SMs the pipelined reduce-scatter holds
@@ -355,7 +362,11 @@ def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange
                + beside(rs.time, kt.mlp_in))
     tp_f = where(on, where(sp > 0, tiled_f, exposed(comm_f, gemm_t, 1.0)), comm_f)
     tp_b = where(on, where(sp > 0, tiled_b, exposed(comm_b, 2 * gemm_t, 1.0)), comm_b)
-    return costs, tp_f, tp_b
+    # the weight pass deferred: the input gradients' reduce-scatters ran beside the weight-gradient GEMMs (TE's
+    # bulk dgrad reduce-scatter / wgrad overlap), the all-reduces hide behind the input-gradient GEMMs alone
+    tiled_b_alone = tiled_b - beside(rs.time, kt.qkv) - beside(rs.time, kt.mlp_in) + 2 * rs.time
+    tp_b_alone = where(on, where(sp > 0, tiled_b_alone, exposed(comm_b, gemm_t, 1.0)), comm_b)
+    return costs, tp_f, tp_b, tp_b_alone
 
 
 def _context_parallel(st: StrategyArrays, system: System, exchange: LayerExchange, core_f: PassCost,
@@ -395,8 +406,9 @@ def _context_parallel(st: StrategyArrays, system: System, exchange: LayerExchang
 
 def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None, st: StrategyArrays,
                      system: System, forward_s: Array, backward_s: Array,
-                     full: Array) -> tuple[Array, Array, tuple[CommCall, ...]]:
-    """Exposed time (one forward, the backward) and calls of an MoE layer's token exchange, per
+                     full: Array, input_backward_s: Array = 0.0) -> tuple[Array, Array, tuple[CommCall, ...], Array]:
+    """Exposed time (one forward, the backward), calls, and exposed time behind `input_backward_s` (the
+    backward without its weight pass, ZB-H1's deferral) of an MoE layer's token exchange, per
     micro-batch: a dispatch and a combine
     all-to-all over the EP group in forward, their gradients in backward, again under full recomputation
     (docs/formulas.md §7.2: 4 T k h bytes per rank and layer); with expert TP the dispatched tokens are
@@ -406,7 +418,7 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
     the other micro-batch's compute of the same pass. Dispatch and combine as the strategy moves the tokens
     (`estimate/token_exchange.py`: one copy per routed expert, or one per node and device)."""
     if experts is None or groups is None:
-        return 0.0, 0.0, ()
+        return 0.0, 0.0, (), 0.0
 
     def exchange(copies_bytes: Array) -> CommCost:
         return needed(lambda: token_exchange(copies_bytes, groups.fanout, groups.ep, system, st.dispatch_dedup),
@@ -426,4 +438,5 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
         CommCall.of(ParallelDimension.ETP, Collective.ALL_GATHER, passes * (st.etp > 1), gathered, gather),
         CommCall.of(ParallelDimension.ETP, Collective.REDUCE_SCATTER, passes * (st.etp > 1), gathered, scatter),
     )
-    return exposed(per_pass, forward_s, st.overlap_ep), exposed(per_pass, backward_s, st.overlap_ep), calls
+    return (exposed(per_pass, forward_s, st.overlap_ep), exposed(per_pass, backward_s, st.overlap_ep), calls,
+            exposed(per_pass, input_backward_s, st.overlap_ep))

@@ -55,6 +55,8 @@ class LayerCost:
     # the layer's weight GEMMs in one pass, what TP collectives overlap; None: `backward_weight` (a frozen
     # LoRA base has no weight-gradient GEMMs, yet its forward runs all of them)
     weight_gemms_s: Array | None = None
+    # of `backward_weight`: what deferring it takes off the backward (ZB-H1), the communication it hid excluded
+    weight_deferrable_s: Array = 0.0
 
     @property
     def gemms_s(self) -> Array:

@@ -23,6 +23,7 @@ class StageTime:
     cp: Array = 0.0
     ep: Array = 0.0
     recomputed_exchange: Array = 0.0  # of `cp` and `ep`: the exposed exchanges of the recomputed forward
+    deferrable: Array = 0.0  # of the total: what deferring the weight passes takes off (zero-bubble ZB-H1)
 
     def __add__(self, o: StageTime) -> StageTime:
         return StageTime(*(getattr(self, f.name) + getattr(o, f.name) for f in fields(StageTime)))

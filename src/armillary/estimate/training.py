@@ -70,7 +70,8 @@ class LayerKind:
         c = self.cost
         return StageTime(compute=c.compute_s, recompute=c.recompute.time_s + c.tp_recompute_s,
                          tp=c.tp_forward_s + c.tp_backward_s, cp=c.cp_s, ep=c.ep_s,
-                         recomputed_exchange=c.cp_recompute_s + c.ep_recompute_s)
+                         recomputed_exchange=c.cp_recompute_s + c.ep_recompute_s,
+                         deferrable=c.weight_deferrable_s)
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # the critical (slowest) stage fixes the steady state; attribute it by component
     crit = critical_stage((times[0].total, times[0]), (times[2].total, times[2]),
                           (stages.has_mid * times[1].total, times[1]))
-    dense = layers.dense.cost  # the weight gradients' share of a layer's compute, of a stage's time
-    weight_share = crit.compute * dense.backward_weight.time_s / dense.compute_s / stage_max
+    # what deferring the weight passes takes off the critical stage, of its time (ZB-H1; estimate/pipeline.py)
+    weight_share = crit.deferrable / stage_max
     pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share, st.pp)
     params = _stage_params(m, st, stages)
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
