@@ -16,12 +16,21 @@ Array = np.ndarray | float
 
 def is_array(*values: object) -> bool:
     """Whether any of `values` is a numpy array (a sweep) rather than one configuration's number."""
-    return any(isinstance(v, np.ndarray) for v in values)
+    for v in values:  # noqa: SIM110 (a loop, not any(generator): called for every formula's branch)
+        if isinstance(v, np.ndarray):
+            return True
+    return False
+
+
+# the exact types of one configuration's numbers, tested by `type(x) in` before the slower isinstance
+_PLAIN = frozenset((float, int, bool, np.float64, np.bool_))
 
 
 def any_true(x: Array | bool) -> bool:
     """np.any that stays in plain Python for a single configuration."""
-    return bool(x) if isinstance(x, bool | np.bool_ | float | int) else bool(np.any(x))
+    if type(x) in _PLAIN or isinstance(x, bool | np.bool_ | float | int):
+        return bool(x)
+    return bool(np.any(x))
 
 
 def ratio_or_zero(a: Array, b: Array) -> np.ndarray:
@@ -38,14 +47,20 @@ def where(cond: Array | bool, a: Array, b: Array) -> Array:
     return np.where(cond, a, b)
 
 
+# what `maximum` and `minimum` compare in plain Python: floats, ints and numpy floating scalars (the
+# exact common types first, then isinstance for the rest)
+_NUMBERS = frozenset((float, int, np.float64))
+_NUMBER = float | int | np.floating
+
+
 def maximum(a: Array, b: Array) -> Array:
-    if isinstance(a, float | int | np.floating) and isinstance(b, float | int | np.floating):
+    if (type(a) in _NUMBERS or isinstance(a, _NUMBER)) and (type(b) in _NUMBERS or isinstance(b, _NUMBER)):
         return a if a >= b else b
     return np.maximum(a, b)
 
 
 def minimum(a: Array, b: Array) -> Array:
-    if isinstance(a, float | int | np.floating) and isinstance(b, float | int | np.floating):
+    if (type(a) in _NUMBERS or isinstance(a, _NUMBER)) and (type(b) in _NUMBERS or isinstance(b, _NUMBER)):
         return a if a <= b else b
     return np.minimum(a, b)
 

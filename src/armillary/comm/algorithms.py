@@ -221,8 +221,32 @@ def _a2a_hops(net: NetworkDimension, p: Array) -> Array:
 
 def _candidates(net: NetworkDimension) -> tuple[tuple[int, Algorithm, float], ...]:
     """(index, algorithm, achievable bytes/s) of what can run on `net`."""
-    return _candidate_table(net.kind, net.algorithms, net.in_network_reduction, net.in_network_efficiency,
-                            net.efficiency, net.bandwidth, net.shared_by, net.tree_efficiency)
+    return _derived(net)[1]
+
+
+def _hop_latencies(net: NetworkDimension) -> tuple[float, ...]:
+    """Per protocol (in PROTOCOLS order), the latency of one step on `net`: its own figure for the protocol
+    where it lists one, else the protocol's factor times its latency."""
+    return tuple(net.protocol_latency.get(proto.name, proto.hop_latency_factor * net.latency) for proto in PROTOCOLS)
+
+
+# per network dimension (a frozen spec), what `_candidate_costs` reads of it on every call: its candidates
+# and its per-protocol step latencies; keyed by identity, the spec kept so that its id is not reused
+_DERIVED: dict[int, tuple[NetworkDimension, tuple[tuple[int, Algorithm, float], ...], tuple[float, ...]]] = {}
+
+
+def _derived(net: NetworkDimension
+             ) -> tuple[NetworkDimension, tuple[tuple[int, Algorithm, float], ...], tuple[float, ...]]:
+    found = _DERIVED.get(id(net))
+    if found is not None and found[0] is net:
+        return found
+    if len(_DERIVED) >= 1024:  # bounded: a long search builds many systems
+        _DERIVED.clear()
+    found = (net, _candidate_table(net.kind, net.algorithms, net.in_network_reduction, net.in_network_efficiency,
+                                   net.efficiency, net.bandwidth, net.shared_by, net.tree_efficiency),
+             _hop_latencies(net))
+    _DERIVED[id(net)] = found
+    return found
 
 
 @functools.lru_cache(maxsize=256)
@@ -327,10 +351,11 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     if not (_is_scalar(curve) or np.all(curve)):
         ramp = np.where(curve, ramp, 1.0)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
-    for a_index, alg, link in _candidates(net):
+    _, candidates, hops = _derived(net)
+    two_shot = net.direct == DirectAllReduce.TWO_SHOT
+    for a_index, alg, link in candidates:
         if (algorithm is not Algorithm.AUTO and alg is not algorithm) or alg in exclude:
             continue
-        two_shot = net.direct == DirectAllReduce.TWO_SHOT
         steps_bytes = _steps_and_bytes(op, alg, n_bytes, p, log_p, two_shot)
         if steps_bytes is None:
             continue
@@ -347,7 +372,7 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         for p_index, proto in enumerate(PROTOCOLS):
             if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
                 continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
-            hop = net.protocol_latency.get(proto.name, proto.hop_latency_factor * net.latency)
+            hop = hops[p_index]
             fixed = proto.base_latency_s + steps * hop * latency_scale
             ramped = tree_ramp if alg is Algorithm.TREE else ramp
             times.append(fixed + sent / (proto.bandwidth_factor * link * scale * ramped) + reduce_time)

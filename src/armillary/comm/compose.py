@@ -129,16 +129,15 @@ class _Net:
         ranks = span if p is None else p
         if not any_true(span > 1):  # no point of the sweep spans this dimension
             return NOTHING
-        blocked = DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0)
         if algorithm is not None and not _pinnable(algorithm, op, dim):
-            return blocked  # a phase that must run this algorithm cannot run here
+            return _blocked(span)  # a phase that must run this algorithm cannot run here
         pinned = algorithm or self.algorithm
         pinned = pinned if _pinnable(pinned, op, dim, exclude) else Algorithm.AUTO
         try:
             cost = dimension_cost(op, n, ranks, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i], exclude,
                                   latency_scale)
         except ValueError:
-            return blocked
+            return _blocked(span)
         if p is None:
             return cost
         return _scaled(cost, where(span > 1, 1.0, 0.0))  # a ring over all ranks only where the group spans i
@@ -156,7 +155,7 @@ class _Net:
             return dimension_options(op, n, span, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i],
                                      exclude)
         except ValueError:
-            return (DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0),)
+            return (_blocked(span),)
 
     def ring(self, i: int, op: Collective, n: Array, latency_scale: Array) -> tuple[DimensionCost, ...]:
         """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol; nothing
@@ -176,6 +175,11 @@ class _Net:
             return (DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0),) * len(PROTOCOLS)
         return tuple(_scaled(c, where(span > 1, 1.0, 0.0)) for c in costs)
 
+def _blocked(span: Array) -> DimensionCost:
+    """A phase that cannot run: infinite where the group spans the dimension."""
+    return DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0)
+
+
 def _one_dimension_each(group: Placement) -> bool:
     """Whether the group spans at most one dimension (at every point of a sweep)."""
     spanned = sum(s > 1 for s in group.spans)
@@ -189,8 +193,10 @@ def _on_one_dimension(op: Collective, n: Array, net: _Net) -> Composed:
     time = sum(d.time for d in dims)
     ring = ALGORITHMS.index(Algorithm.RING)
     flat = sum(d.algorithm == ring for d in dims) if net.system.collectives is CollectiveLibrary.NCCL else False
-    return Composed(time, dims, where(flat, COMPOSITIONS.index(Composition.FLAT_RING),
-                                      COMPOSITIONS.index(Composition.PIPELINED)))
+    flat_ring, pipelined = COMPOSITIONS.index(Composition.FLAT_RING), COMPOSITIONS.index(Composition.PIPELINED)
+    if type(flat) is int:  # a count for one configuration: what np.where gives, a 0-d int array, made directly
+        return Composed(time, dims, np.array(flat_ring if flat else pipelined))
+    return Composed(time, dims, where(flat, flat_ring, pipelined))
 
 
 def _build(kind: Composition, op: Collective, n: Array, net: _Net) -> Composed | None:

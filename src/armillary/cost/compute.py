@@ -6,6 +6,8 @@ The estimator takes kernel times from here; the search and the simulators take t
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from armillary.numerics import Array, where
@@ -28,12 +30,13 @@ _KEPT_16BIT = {**_GEMM_PRECISION, TrainingPrecision.FP8: Precision.BF16}
 _BLOCK_FORMATS = (Precision.MXFP8, Precision.NVFP4, Precision.MXFP4)
 
 
-def _precisions(sixteen_bit: bool) -> list[Precision]:
+@functools.cache
+def _precisions(sixteen_bit: bool) -> tuple[Precision, ...]:
     """The GEMM precision of each combined code (`_combined`): the recipe families, then the block formats
-    (kept at 16 bits where `sixteen_bit`)."""
+    (kept at 16 bits where `sixteen_bit`). A constant of the flag: built once for each."""
     table = _KEPT_16BIT if sixteen_bit else _GEMM_PRECISION
     formats = [Precision.BF16] * len(_BLOCK_FORMATS) if sixteen_bit else list(_BLOCK_FORMATS)
-    return [table[p] for p in PRECISION.members] + formats
+    return tuple([table[p] for p in PRECISION.members] + formats)
 
 
 def _combined(precision_code: Array, block_format: Array) -> Array:
@@ -81,22 +84,24 @@ def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, six
     (kernels slower than the device's own: an engine's fused MoE). `block_format`: the GEMMs run in that
     block-scaled format (`plan.codes.BLOCK_FORMAT`; 0: the recipe family's precision)."""
     precision_code = _combined(precision_code, 0.0 if sixteen_bit else block_format)
-    flop = _stacked([op.flop for op in ops], np.shape(precision_code))
-    size = _stacked([op.flop / op.group for op in ops], np.shape(precision_code))  # one problem's FLOPs
-    moved = _stacked([op.bytes for op in ops], np.shape(precision_code))
+    sweep = np.shape(precision_code)
+    flop = _stacked([op.flop for op in ops], sweep)
+    size = _stacked([op.flop / op.group for op in ops], sweep)  # one problem's FLOPs
+    moved = _stacked([op.bytes for op in ops], sweep)
     peak = matrix_peak(device, precision_code, sixteen_bit)
     efficiency = _efficiency(device, precision_code, sixteen_bit, size)
     if ceiling is not None:
         efficiency = np.minimum(efficiency, ceiling)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        compute = np.where(flop > 0, flop / (efficiency * peak), 0.0)
+    works = flop > 0
+    rate = efficiency * peak  # positive (validated fractions and peaks): only ops without FLOPs are skipped
+    compute = np.divide(flop, rate, out=np.zeros(np.broadcast(flop, rate).shape), where=works)
     memory = stream_time(moved, device, stream_efficiency)
-    runs = (flop > 0) | (moved > 0)  # an op with no work (e.g. rotary without rotary positions) is no kernel
+    runs = works | (moved > 0)  # an op with no work (e.g. rotary without rotary positions) is no kernel
     busy = np.maximum(compute, memory)
     latency = device.fp8_gemm_latency
     if latency is not None:  # small-M fp8 weight GEMMs: their serial walk over K, a floor or added (GemmLatency)
         fp8 = np.array([p is Precision.FP8 for p in _precisions(sixteen_bit)])[np.asarray(precision_code, int)]
-        kernels, depth = (_leading(_stacked([getattr(op, k) for op in ops], np.shape(precision_code)), busy.ndim)
+        kernels, depth = (_leading(_stacked([getattr(op, k) for op in ops], sweep), busy.ndim)
                           for k in ("kernels", "depth"))
         floor = np.where(depth > 0, kernels * latency.fixed_s + depth / 128 * latency.per_k_block_s, 0.0)
         busy = np.where(fp8, busy + floor if latency.adds else np.maximum(busy, floor), busy)

@@ -79,6 +79,20 @@ class ModelArrays:
 
     @classmethod
     def of(cls, m: Model) -> ModelArrays:
+        """The numeric view of `m`; a frozen model's view is built once (the last few kept, by identity, with
+        the model itself so that its id is not reused)."""
+        found = _MODEL_ARRAYS.get(id(m))
+        if found is not None and found[0] is m and cls is ModelArrays:
+            return found[1]
+        arrays = cls._of(m)
+        if cls is ModelArrays:
+            if len(_MODEL_ARRAYS) >= 64:
+                _MODEL_ARRAYS.pop(next(iter(_MODEL_ARRAYS)))
+            _MODEL_ARRAYS[id(m)] = (m, arrays)
+        return arrays
+
+    @classmethod
+    def _of(cls, m: Model) -> ModelArrays:
         moe, mla, bit = m.moe, m.mla, m.bitlinear
         return cls(
             layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads, head_dim=m.d_head,
@@ -99,6 +113,9 @@ class ModelArrays:
             ternary_additions=float(bit is not None and bit.kernel is TernaryKernel.ADDITIONS),
             nonzero_fraction=bit.nonzero_fraction if bit else 1.0,
         )
+
+
+_MODEL_ARRAYS: dict[int, tuple[Model, ModelArrays]] = {}  # ModelArrays.of per frozen model, by identity
 
 
 @dataclass(frozen=True)
