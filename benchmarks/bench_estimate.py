@@ -26,6 +26,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 
@@ -187,9 +188,46 @@ def profile(number: int = 300) -> None:
         print(f"  {name:40s} {seconds / number * 1e6:8.1f} us  ({seconds / total:.0%})")
     for name, original in originals.items():
         setattr(training, name, original)
+    replayed(model, system, strategy, workload, cpu_us)
     counter = cProfile.Profile()
     counter.runcall(lambda: [armillary.estimate(model, system, strategy, workload) for _ in range(10)])
     print(f"Python calls per estimate(): {pstats.Stats(counter).total_calls / 10:,.0f}")  # type: ignore[attr-defined]
+
+
+def replayed(model: object, system: object, strategy: object, workload: object,
+             cpu_us: Callable[[Callable[[], object]], float]) -> None:
+    """CPU microseconds of each collective, send-receive and kernel_times call of one estimate(), replayed with
+    its own arguments (comm/ and cost/compute.py: the shared formulas' scalar path)."""
+    import armillary
+    from armillary.comm import collectives
+    from armillary.estimate import kernels
+
+    calls: list[tuple[str, Callable[..., object], tuple[object, ...], dict[str, object]]] = []
+    patched = [(collectives, "collective"), (collectives, "send_recv"), (kernels, "kernel_times")]
+    originals: list[Callable[..., object]] = [getattr(module, name) for module, name in patched]
+
+    def recording(name: str, fn: Callable[..., object]) -> Callable[..., object]:
+        def call(*args: object, **kwargs: object) -> object:
+            calls.append((name, fn, args, kwargs))
+            return fn(*args, **kwargs)
+        return call
+
+    users = [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("armillary.")]
+    rebound: list[tuple[object, str, Callable[..., object]]] = [
+        (m, attr, fn) for (_, attr), fn in zip(patched, originals, strict=True)
+        for m in users if getattr(m, attr, None) is fn]
+    for m, attr, fn in rebound:
+        setattr(m, attr, recording(attr, fn))
+    try:
+        armillary.estimate(model, system, strategy, workload)  # type: ignore[arg-type, operator]
+    finally:
+        for m, attr, fn in rebound:
+            setattr(m, attr, fn)
+    print("the estimate's shared formulas, each call replayed:")
+    for name, fn, args, kwargs in calls:
+        what = getattr(args[0], "value", f"{len(args[0])} ops" if isinstance(args[0], tuple) else "")
+        us = cpu_us(lambda fn=fn, args=args, kwargs=kwargs: fn(*args, **kwargs))  # type: ignore[misc]
+        print(f"  {name:14s} {what:28s} {us:8.1f} us")
 
 
 def main() -> None:

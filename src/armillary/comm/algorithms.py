@@ -230,22 +230,31 @@ def _hop_latencies(net: NetworkDimension) -> tuple[float, ...]:
     return tuple(net.protocol_latency.get(proto.name, proto.hop_latency_factor * net.latency) for proto in PROTOCOLS)
 
 
-# per network dimension (a frozen spec), what `_candidate_costs` reads of it on every call: its candidates
-# and its per-protocol step latencies; keyed by identity, the spec kept so that its id is not reused
-_DERIVED: dict[int, tuple[NetworkDimension, tuple[tuple[int, Algorithm, float], ...], tuple[float, ...]]] = {}
+_Plan = tuple[tuple[int, Algorithm, tuple[tuple[int, float, float, float], ...]], ...]
+_Derived = tuple[NetworkDimension, tuple[tuple[int, Algorithm, float], ...], tuple[float, ...], _Plan]
+
+# per network dimension (a frozen spec), what `_candidate_costs` reads of it on every call: its candidates, its
+# per-protocol step latencies and, per candidate, the protocols it runs with (index, base latency, step
+# latency, the protocol's share of the link's bytes/s); keyed by identity, the spec kept so that its id is
+# not reused
+_DERIVED: dict[int, _Derived] = {}
 
 
-def _derived(net: NetworkDimension
-             ) -> tuple[NetworkDimension, tuple[tuple[int, Algorithm, float], ...], tuple[float, ...]]:
+def _derived(net: NetworkDimension) -> _Derived:
     found = _DERIVED.get(id(net))
     if found is not None and found[0] is net:
         return found
     if len(_DERIVED) >= 1024:  # bounded: a long search builds many systems
         _DERIVED.clear()
-    found = (net, _candidate_table(net.kind, net.algorithms, net.in_network_reduction, net.in_network_efficiency,
-                                   net.efficiency, net.bandwidth, net.shared_by, net.tree_efficiency),
-             _hop_latencies(net))
-    _DERIVED[id(net)] = found
+    candidates = _candidate_table(net.kind, net.algorithms, net.in_network_reduction, net.in_network_efficiency,
+                                  net.efficiency, net.bandwidth, net.shared_by, net.tree_efficiency)
+    hops = _hop_latencies(net)
+    plan = tuple((a_index, alg, tuple((p_index, proto.base_latency_s, hops[p_index], proto.bandwidth_factor * link)
+                                      for p_index, proto in enumerate(PROTOCOLS)
+                                      # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
+                                      if alg is not Algorithm.IN_NETWORK or proto.name == "Simple"))
+                 for a_index, alg, link in candidates)
+    found = _DERIVED[id(net)] = (net, candidates, hops, plan)
     return found
 
 
@@ -272,8 +281,9 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
     algorithm (still with its fastest protocol), leaving out `exclude`. Broadcasts over n_bytes, p and
     `bandwidth` (which replaces the dimension's per-device bandwidth, so a search can sweep it).
     `latency_scale` multiplies the per-step latency: the share of a flat ring's steps on this dimension."""
-    scalar = (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
-              and _is_scalar(latency_scale))
+    scalar = ((type(n_bytes) is float and type(p) is float and bandwidth is None and type(latency_scale) is float)
+              or (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
+                  and _is_scalar(latency_scale)))  # the common one configuration tested first
     if scalar and p <= 1 and algorithm is Algorithm.AUTO:
         return NOTHING  # a group of one does nothing
     if algorithm is Algorithm.SYNTHESIZED:
@@ -351,9 +361,8 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     if not (_is_scalar(curve) or np.all(curve)):
         ramp = np.where(curve, ramp, 1.0)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
-    _, candidates, hops = _derived(net)
     two_shot = net.direct == DirectAllReduce.TWO_SHOT
-    for a_index, alg, link in candidates:
+    for a_index, alg, protocols in _derived(net)[3]:
         if (algorithm is not Algorithm.AUTO and alg is not algorithm) or alg in exclude:
             continue
         steps_bytes = _steps_and_bytes(op, alg, n_bytes, p, log_p, two_shot)
@@ -369,13 +378,10 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
             one_shot = op is Collective.ALL_REDUCE and not two_shot  # two-shot: the reduce-scatter's share
             reduced = (p - 1) * n_bytes if one_shot else (p - 1) / p * n_bytes
             reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
-        for p_index, proto in enumerate(PROTOCOLS):
-            if alg is Algorithm.IN_NETWORK and proto.name != "Simple":
-                continue  # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
-            hop = hops[p_index]
-            fixed = proto.base_latency_s + steps * hop * latency_scale
-            ramped = tree_ramp if alg is Algorithm.TREE else ramp
-            times.append(fixed + sent / (proto.bandwidth_factor * link * scale * ramped) + reduce_time)
+        ramped = tree_ramp if alg is Algorithm.TREE else ramp
+        for p_index, base_latency, hop, rate in protocols:  # rate: the protocol's share of the link's bytes/s
+            fixed = base_latency + steps * hop * latency_scale
+            times.append(fixed + sent / (rate * scale * ramped) + reduce_time)
             fixeds.append(fixed)
             sents.append(sent)
             labels.append((a_index, p_index))

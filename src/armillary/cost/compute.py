@@ -12,6 +12,7 @@ import numpy as np
 
 from armillary.numerics import Array, where
 from armillary.plan.codes import PRECISION
+from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.strategy import TrainingPrecision
 from armillary.specs.system import Device, Precision
 from armillary.workload.ops import Op
@@ -50,6 +51,38 @@ def _combined(precision_code: Array, block_format: Array) -> Array:
                     precision_code)
 
 
+# per device (a frozen spec, by identity, kept so that its id is not reused): its matrix peak and GEMM
+# efficiency curve at each precision asked for, looked up (or, for a block-scaled format, derived) once
+_DEVICES: dict[int, tuple[Device, dict[Precision, float], dict[Precision, EfficiencyCurve]]] = {}
+
+
+def _looked_up(device: Device) -> tuple[Device, dict[Precision, float], dict[Precision, EfficiencyCurve]]:
+    found = _DEVICES.get(id(device))
+    if found is None or found[0] is not device:
+        if len(_DEVICES) >= 256:  # bounded: a search over devices builds many
+            _DEVICES.clear()
+        found = _DEVICES[id(device)] = (device, {}, {})
+    return found
+
+
+def _peak(device: Device, precision: Precision) -> float:
+    """`device.matrix_peak(precision)`, looked up once (a precision without a peak raises each time)."""
+    peaks = _looked_up(device)[1]
+    peak = peaks.get(precision)
+    if peak is None:
+        peak = peaks[precision] = device.matrix_peak(precision)
+    return peak
+
+
+def _curve(device: Device, precision: Precision) -> EfficiencyCurve:
+    """`device.gemm_efficiency(precision)`, built once."""
+    curves = _looked_up(device)[2]
+    curve = curves.get(precision)
+    if curve is None:
+        curve = curves[precision] = device.gemm_efficiency(precision)
+    return curve
+
+
 def matrix_peak(device: Device, precision_code: Array, sixteen_bit: bool = False, block_format: Array = 0.0) -> Array:
     """Peak GEMM FLOP/s for each precision code (`plan.codes.PRECISION`) and block format
     (`plan.codes.BLOCK_FORMAT`). Only the precisions in use are looked up (a device without fp4 matrix units
@@ -57,19 +90,19 @@ def matrix_peak(device: Device, precision_code: Array, sixteen_bit: bool = False
     precisions = _precisions(sixteen_bit)
     code = _combined(precision_code, block_format)
     if not isinstance(code, np.ndarray):
-        return device.matrix_peak(precisions[int(code)])
+        return _peak(device, precisions[int(code)])
     index = code.astype(int)
     used = set(np.unique(index).tolist())
-    return np.array([device.matrix_peak(p) if i in used else np.nan for i, p in enumerate(precisions)])[index]
+    return np.array([_peak(device, p) if i in used else np.nan for i, p in enumerate(precisions)])[index]
 
 
 def _efficiency(device: Device, code: Array, sixteen_bit: bool, flop: np.ndarray) -> np.ndarray:
     precisions = _precisions(sixteen_bit)
     if np.ndim(code) == 0:
-        return device.gemm_efficiency(precisions[int(code)])(flop)
+        return _curve(device, precisions[int(code)])(flop)
     index = np.asarray(code, dtype=int)
     used = set(np.unique(index).tolist())
-    curves = np.stack([device.gemm_efficiency(p)(flop) if i in used else np.zeros(np.shape(flop))
+    curves = np.stack([_curve(device, p)(flop) if i in used else np.zeros(np.shape(flop))
                        for i, p in enumerate(precisions)])
     return np.take_along_axis(curves, np.broadcast_to(index, np.broadcast_shapes(index.shape, flop.shape))[None],
                               axis=0)[0]
