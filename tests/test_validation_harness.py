@@ -3,7 +3,6 @@ the same prediction, stacks supply what a row leaves unstated, and a row it cann
 
 import re
 
-import numpy as np
 import pytest
 
 from armillary.specs.loading import load_stack, stack_for
