@@ -40,14 +40,14 @@ def test_one_collective_is_its_point_of_a_sweep(name: str, op: Collective) -> No
 @pytest.mark.parametrize("name", SYSTEMS)
 def test_the_per_network_cache_is_the_network_read_afresh(name: str) -> None:
     for net in load_system(name).network:
-        cached, candidates, hops, _ = _derived(net)
-        assert cached is net and _derived(net)[1] is candidates
+        candidates, hops, _ = _derived(net)
+        assert _derived(net)[0] is candidates
         assert candidates == _candidate_table(net.kind, net.algorithms, net.in_network_reduction,
                                               net.in_network_efficiency, net.efficiency, net.bandwidth,
                                               net.shared_by, net.tree_efficiency)
         assert hops == _hop_latencies(net)
         copy = net.model_copy(update={"latency": net.latency * 2})  # another spec: its own entry
-        assert _derived(copy)[2] == _hop_latencies(copy) and _derived(copy)[0] is copy
+        assert _derived(copy)[1] == _hop_latencies(copy) and _derived(copy) is not _derived(net)
         rate = 1e12
         assert dimension_cost(Collective.ALL_GATHER, 1e6, 4.0, copy, rate).time >= \
             dimension_cost(Collective.ALL_GATHER, 1e6, 4.0, net, rate).time
@@ -80,3 +80,21 @@ def test_the_scalar_helpers_keep_their_types() -> None:
     assert isinstance(maximum(np.array([1.0]), 2.0), np.ndarray)
     assert any_true(np.bool_(True)) and not any_true(0.0) and any_true(np.array([0.0, 1.0]))
     assert not is_array(1.0, 2) and is_array(1.0, np.array(1.0))
+
+
+def test_an_identity_cache_keys_on_the_object_and_drops_the_oldest():
+    """`memo.IdentityCache`: one value per spec object (an equal object built apart has its own), the oldest
+    entry dropped past its size."""
+    from armillary.memo import IdentityCache
+
+    calls: list[object] = []
+    cache: IdentityCache[list[int], int] = IdentityCache(2)
+
+    def make(spec: list[int]) -> int:
+        calls.append(spec)
+        return len(calls)
+
+    a, b, c = [1], [1], [2]
+    assert cache.get(a, make) == 1 and cache.get(a, make) == 1  # once per object
+    assert cache.get(b, make) == 2  # equal, but another object
+    assert cache.get(c, make) == 3 and cache.get(a, make) == 4  # a was the oldest of three: made again

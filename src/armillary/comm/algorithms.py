@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armillary.memo import IdentityCache
 from armillary.numerics import Array, any_true, minimum
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.efficiency import EfficiencyCurve
@@ -221,7 +222,7 @@ def _a2a_hops(net: NetworkDimension, p: Array) -> Array:
 
 def _candidates(net: NetworkDimension) -> tuple[tuple[int, Algorithm, float], ...]:
     """(index, algorithm, achievable bytes/s) of what can run on `net`."""
-    return _derived(net)[1]
+    return _derived(net)[0]
 
 
 def _hop_latencies(net: NetworkDimension) -> tuple[float, ...]:
@@ -231,21 +232,19 @@ def _hop_latencies(net: NetworkDimension) -> tuple[float, ...]:
 
 
 _Plan = tuple[tuple[int, Algorithm, tuple[tuple[int, float, float, float], ...]], ...]
-_Derived = tuple[NetworkDimension, tuple[tuple[int, Algorithm, float], ...], tuple[float, ...], _Plan]
+_Derived = tuple[tuple[tuple[int, Algorithm, float], ...], tuple[float, ...], _Plan]
 
 # per network dimension (a frozen spec), what `_candidate_costs` reads of it on every call: its candidates, its
 # per-protocol step latencies and, per candidate, the protocols it runs with (index, base latency, step
-# latency, the protocol's share of the link's bytes/s); keyed by identity, the spec kept so that its id is
-# not reused
-_DERIVED: dict[int, _Derived] = {}
+# latency, the protocol's share of the link's bytes/s); bounded, a long search builds many systems
+_DERIVED: IdentityCache[NetworkDimension, _Derived] = IdentityCache(1024)
 
 
 def _derived(net: NetworkDimension) -> _Derived:
-    found = _DERIVED.get(id(net))
-    if found is not None and found[0] is net:
-        return found
-    if len(_DERIVED) >= 1024:  # bounded: a long search builds many systems
-        _DERIVED.clear()
+    return _DERIVED.get(net, _derive)
+
+
+def _derive(net: NetworkDimension) -> _Derived:
     candidates = _candidate_table(net.kind, net.algorithms, net.in_network_reduction, net.in_network_efficiency,
                                   net.efficiency, net.bandwidth, net.shared_by, net.tree_efficiency)
     hops = _hop_latencies(net)
@@ -254,8 +253,7 @@ def _derived(net: NetworkDimension) -> _Derived:
                                       # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
                                       if alg is not Algorithm.IN_NETWORK or proto.name == "Simple"))
                  for a_index, alg, link in candidates)
-    found = _DERIVED[id(net)] = (net, candidates, hops, plan)
-    return found
+    return candidates, hops, plan
 
 
 @functools.lru_cache(maxsize=256)
@@ -362,7 +360,7 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         ramp = np.where(curve, ramp, 1.0)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     two_shot = net.direct == DirectAllReduce.TWO_SHOT
-    for a_index, alg, protocols in _derived(net)[3]:
+    for a_index, alg, protocols in _derived(net)[2]:
         if (algorithm is not Algorithm.AUTO and alg is not algorithm) or alg in exclude:
             continue
         steps_bytes = _steps_and_bytes(op, alg, n_bytes, p, log_p, two_shot)

@@ -10,6 +10,7 @@ import functools
 
 import numpy as np
 
+from armillary.memo import IdentityCache
 from armillary.numerics import Array, where
 from armillary.plan.codes import PRECISION
 from armillary.specs.efficiency import EfficiencyCurve
@@ -51,23 +52,18 @@ def _combined(precision_code: Array, block_format: Array) -> Array:
                     precision_code)
 
 
-# per device (a frozen spec, by identity, kept so that its id is not reused): its matrix peak and GEMM
-# efficiency curve at each precision asked for, looked up (or, for a block-scaled format, derived) once
-_DEVICES: dict[int, tuple[Device, dict[Precision, float], dict[Precision, EfficiencyCurve]]] = {}
+# per device: its matrix peak and GEMM efficiency curve at each precision asked for, looked up (or, for a
+# block-scaled format, derived) once; bounded, a search over devices builds many
+_DEVICES: IdentityCache[Device, tuple[dict[Precision, float], dict[Precision, EfficiencyCurve]]] = IdentityCache(256)
 
 
-def _looked_up(device: Device) -> tuple[Device, dict[Precision, float], dict[Precision, EfficiencyCurve]]:
-    found = _DEVICES.get(id(device))
-    if found is None or found[0] is not device:
-        if len(_DEVICES) >= 256:  # bounded: a search over devices builds many
-            _DEVICES.clear()
-        found = _DEVICES[id(device)] = (device, {}, {})
-    return found
+def _looked_up(device: Device) -> tuple[dict[Precision, float], dict[Precision, EfficiencyCurve]]:
+    return _DEVICES.get(device, lambda _: ({}, {}))
 
 
 def _peak(device: Device, precision: Precision) -> float:
     """`device.matrix_peak(precision)`, looked up once (a precision without a peak raises each time)."""
-    peaks = _looked_up(device)[1]
+    peaks = _looked_up(device)[0]
     peak = peaks.get(precision)
     if peak is None:
         peak = peaks[precision] = device.matrix_peak(precision)
@@ -76,7 +72,7 @@ def _peak(device: Device, precision: Precision) -> float:
 
 def _curve(device: Device, precision: Precision) -> EfficiencyCurve:
     """`device.gemm_efficiency(precision)`, built once."""
-    curves = _looked_up(device)[2]
+    curves = _looked_up(device)[1]
     curve = curves.get(precision)
     if curve is None:
         curve = curves[precision] = device.gemm_efficiency(precision)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armillary.memo import IdentityCache
 from armillary.numerics import Array
 from armillary.plan.codes import PRECISION, PROJECTIONS, SCHEDULE, STRATEGY_FIELDS, TP_LAYOUT, encode, strategy_value
 from armillary.specs.formats import element_bytes
@@ -81,15 +82,7 @@ class ModelArrays:
     def of(cls, m: Model) -> ModelArrays:
         """The numeric view of `m`; a frozen model's view is built once (the last few kept, by identity, with
         the model itself so that its id is not reused)."""
-        found = _MODEL_ARRAYS.get(id(m))
-        if found is not None and found[0] is m and cls is ModelArrays:
-            return found[1]
-        arrays = cls._of(m)
-        if cls is ModelArrays:
-            if len(_MODEL_ARRAYS) >= 64:
-                _MODEL_ARRAYS.pop(next(iter(_MODEL_ARRAYS)))
-            _MODEL_ARRAYS[id(m)] = (m, arrays)
-        return arrays
+        return _MODEL_ARRAYS.get(m, ModelArrays._of) if cls is ModelArrays else cls._of(m)
 
     @classmethod
     def _of(cls, m: Model) -> ModelArrays:
@@ -115,7 +108,7 @@ class ModelArrays:
         )
 
 
-_MODEL_ARRAYS: dict[int, tuple[Model, ModelArrays]] = {}  # ModelArrays.of per frozen model, by identity
+_MODEL_ARRAYS: IdentityCache[Model, ModelArrays] = IdentityCache(64)  # ModelArrays.of per frozen model
 
 
 @dataclass(frozen=True)
