@@ -27,7 +27,13 @@ from armillary.writing import check_folder_writable
 
 if TYPE_CHECKING:
     from armillary.simulate.graph import TaskGraph
+    from armillary.simulate.inference import InferenceSimulation
+    from armillary.simulate.run import SimulationResult
     from armillary.simulate.timeline import Timeline
+    from armillary.specs.model import Model
+    from armillary.specs.strategy import Strategy
+    from armillary.specs.system import System
+    from armillary.specs.workload import Workload
 
 
 def simulate_cmd(
@@ -79,10 +85,6 @@ def simulate_cmd(
             ingest.replay_torch_trace(torch_trace, system, gpus, source_system, trace, chakra, json_out)
         return
     if chakra_in is not None:
-        from armillary.simulate.chakra.astra_sim import SendCost
-
-        if send_cost not in {c.value for c in SendCost}:
-            raise SpecError(f"--send-cost {send_cost[:40]!r}: one of {', '.join(c.value for c in SendCost)}")
         _simulate_traces(chakra_in, system, gpus, stragglers, jitter, seed, trace, json_out, send_cost)
         return
     if run_file is None:
@@ -97,9 +99,17 @@ def simulate_cmd(
     with working("simulating (the first run after installing compiles the event engine: about 10 s)"):
         result = api.simulate(model, sysm, strategy, workload, schedule=schedule, symmetric=symmetric,
                               stragglers=stragglers, jitter=jitter, seed=seed, classes=rank_classes)
+    _show_and_save(result, (model, sysm, strategy, workload), symmetric, json_out, trace, chakra)
+    if not estimate.feasible:
+        raise typer.Exit(1)
+
+
+def _show_and_save(result: SimulationResult | InferenceSimulation, run: tuple[Model, System, Strategy, Workload],
+                   symmetric: bool, json_out: bool, trace: Path | None, chakra: Path | None) -> None:
+    """The simulation printed first (a failed save does not lose it), then its timeline and Chakra traces."""
     from armillary.simulate.inference import InferenceSimulation  # the engine's kernels: loaded when used
 
-    # printed first: a failed save does not lose the simulation
+    model, sysm, strategy, workload = run
     if isinstance(result, InferenceSimulation):
         if json_out:
             print_json(records.inference_simulation_record(result))
@@ -119,17 +129,18 @@ def simulate_cmd(
 
         assert isinstance(workload, Training)  # a training simulation
         write_chakra(every_rank_graph(model, sysm, strategy, workload, result), chakra)  # real groups for ASTRA-sim
-    if not estimate.feasible:
-        raise typer.Exit(1)
 
 
 def _simulate_traces(folder: Path, system: str | None, gpus: int | None, stragglers: dict[int, float],
                      jitter: float, seed: int, trace: Path | None, json_out: bool, sends: str = "library") -> None:
-    """Chakra ET files (ours, or others' with `system` for the costs) on the event engine."""
-    from armillary.simulate.chakra import read_chakra
+    """Chakra ET files (ours, or others' with `system` for the costs, their sends costed as `sends` says) on the
+    event engine."""
+    from armillary.simulate.chakra import SendCost, read_chakra
     from armillary.simulate.engine import run
     from armillary.specs.loading import load_system
 
+    if sends not in {c.value for c in SendCost}:
+        raise SpecError(f"--send-cost {sends[:40]!r}: one of {', '.join(c.value for c in SendCost)}")
     with reported(FileNotFoundError):  # a folder without trace files
         graph = read_chakra(folder, load_system(system, gpus) if system else None, sends=sends)
     timeline = run(graph, stragglers, jitter, seed)
