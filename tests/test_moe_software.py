@@ -112,7 +112,7 @@ def test_a_pipeline_layout_sets_the_uneven_stages():
     """DeepSeek-V3's 61 layers on pp 8 x vpp 4 as Megatron-Bridge lays them out, 'Et|(tt|)*30L': the first
     rank holds chunks 0, 8, 16, 24 (1 + 2 + 2 + 2 = 7 layers), the last 7, 15, 23, 31 (2 + 2 + 2 + 0: the
     loss alone), the others 8; the same as stating 7 and 6."""
-    from armillary.specs.strategy import layout_stage_layers, pipeline_chunks
+    from armillary.specs.pipeline_layout import layout_stage_layers, pipeline_chunks
 
     assert len(pipeline_chunks("Et|(tt|)*30L")) == 32
     assert layout_stage_layers("Et|(tt|)*30L", 8, 4) == (7, 6)
@@ -193,7 +193,7 @@ def test_a_moe_block_recomputed_reruns_its_kernels_and_exchange():
 
 def test_a_layout_counts_its_layers():
     """'Et|(tt|)*30L' holds 1 + 30 x 2 = 61 transformer layers: DeepSeek-V3's."""
-    from armillary.specs.strategy import layout_layers
+    from armillary.specs.pipeline_layout import layout_layers
 
     assert layout_layers("Et|(tt|)*30L") == 61 == load_model("deepseek-v3").layers
     assert layout_layers("Et*3|t*4L") == 7

@@ -11,7 +11,8 @@ from armillary.estimate.training import estimate_training
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import data_parallel
 from armillary.specs.model import Model
-from armillary.specs.strategy import Strategy, layout_layers
+from armillary.specs.pipeline_layout import layout_layers
+from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference, Training, Workload
 
