@@ -27,6 +27,7 @@ import tempfile
 import time
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 from armillary.search.run import search
 from armillary.search.space import StrategySpace
@@ -138,21 +139,29 @@ def profile(repeats: int = 7) -> None:
         print(f"  {name:24} {seconds / repeats * 1e3:6.1f} ms{within}")
 
 
-def codesign_rate() -> None:
-    """The co-design example (18 systems x 442,368 strategies) in-process: points per second, and how long a
-    1e9-point co-design space would take at that rate."""
+def _timed_codesign(extra: dict[str, list[str]]) -> tuple[Any, int, float, float]:
+    """The co-design example's system space widened by `extra` (system field -> values), each system searched
+    over the example's strategies: (result, points, wall s, CPU s)."""
     from armillary.search.systems import SystemSpace, codesign
     from armillary.specs.loading import read_spec_file
 
     study = ROOT / "examples" / "codesign"
-    space = SystemSpace.model_validate(read_spec_file(study / "megatron-1t-system-space.yaml", "space"))
+    values = read_spec_file(study / "megatron-1t-system-space.yaml", "space")
+    assert isinstance(values, dict)
+    space = SystemSpace.model_validate(values | extra)
     strategies = StrategySpace.model_validate(read_spec_file(study / "strategies.yaml", "strategies"))
     m, system = load_model("megatron-1t"), load_system("dgx-a100", 8)
     workload = load_workload({"seq_len": 2048, "global_batch": 3072})
     t0, c0 = time.perf_counter(), time.process_time()
     result = codesign(m, system, workload, space, load_strategy({"attention": "flash"}), strategies)
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-    points = len(result.points) * strategies_points(m, system, workload, strategies)
+    return result, len(result.points) * strategies_points(m, system, workload, strategies), elapsed, cpu
+
+
+def codesign_rate() -> None:
+    """The co-design example (18 systems x 442,368 strategies) in-process: points per second, and how long a
+    1e9-point co-design space would take at that rate."""
+    result, points, elapsed, cpu = _timed_codesign({})
     print(f"co-design example in-process: {points:,} points ({result.strategies_evaluated:,} evaluated) in "
           f"{elapsed:.2f} s ({cpu:.2f} s CPU): {points / cpu:,.0f} points per CPU-second; a 1e9-point space at "
           f"that rate: {1e9 / (points / cpu):,.0f} s (target < 120 s)")
@@ -161,23 +170,10 @@ def codesign_rate() -> None:
 def codesign_1e9() -> None:
     """A 1,003,192,320-point co-design space: the example's 18 systems (3 GPU counts x 3 HBM x 2 second-tier
     sizes) x 14 scale-out x 9 HBM bandwidths = 2,268 systems, each with the example's 442,368 strategies."""
-    from armillary.search.systems import SystemSpace, codesign
-    from armillary.specs.loading import read_spec_file
-
-    study = ROOT / "examples" / "codesign"
-    values = read_spec_file(study / "megatron-1t-system-space.yaml", "space")
-    assert isinstance(values, dict)
-    values |= {"scale_out_bandwidth": [f"{g} GB/s" for g in (6.25, 12.5, 25, 37.5, 50, 62.5, 75, 100, 125, 150, 200,
-                                                             250, 300, 400)],
-               "hbm_bandwidth": [f"{t} TB/s" for t in (1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.4, 3.0, 3.35)]}
-    space = SystemSpace.model_validate(values)
-    strategies = StrategySpace.model_validate(read_spec_file(study / "strategies.yaml", "strategies"))
-    m, system = load_model("megatron-1t"), load_system("dgx-a100", 8)
-    workload = load_workload({"seq_len": 2048, "global_batch": 3072})
-    t0, c0 = time.perf_counter(), time.process_time()
-    result = codesign(m, system, workload, space, load_strategy({"attention": "flash"}), strategies)
-    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-    points = len(result.points) * strategies_points(m, system, workload, strategies)
+    result, points, elapsed, cpu = _timed_codesign({
+        "scale_out_bandwidth": [f"{g} GB/s" for g in (6.25, 12.5, 25, 37.5, 50, 62.5, 75, 100, 125, 150, 200, 250,
+                                                      300, 400)],
+        "hbm_bandwidth": [f"{t} TB/s" for t in (1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.4, 3.0, 3.35)]})
     best = result.best()
     print(f"co-design, {len(result.points):,} systems: {points:,} points in {elapsed:.1f} s ({cpu:.1f} s CPU; target "
           f"< 120 s); fastest {best.step_time_s if best else float('nan'):.2f} s, {len(result.pareto)} on the front")
