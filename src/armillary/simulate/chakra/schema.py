@@ -353,3 +353,17 @@ def iter_nodes(path: Path) -> Iterator[tuple[int | None, bytes]]:
     """(the id `node_id` finds or None, encoded Node) for each Node of one trace file."""
     for message in read_frames(path)[1:]:
         yield node_id(message), message
+
+
+def attributes(message: Any, only: frozenset[str] | None = None) -> dict[str, Any]:
+    """Attribute name -> value (a list for list values), whichever member of the oneof holds it; only the
+    names in `only` if given."""
+    out: dict[str, Any] = {}
+    for a in message.attr:
+        if only is not None and a.name not in only:
+            continue
+        which = a.WhichOneof("value")
+        if which is not None:
+            value = getattr(a, which)
+            out[a.name] = list(value.values) if which.endswith("_list") else value
+    return out
