@@ -1,5 +1,5 @@
 """`python -m armillary.cli`."""
 
-from armillary.cli import app
+from armillary.cli import main
 
-app()
+main()

@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from armillary.estimate.result import plain
 from armillary.plan.layout import data_parallel
-from armillary.search.run import candidate_row
-from armillary.search.systems import DIMENSION, DesignGoal
 from armillary.specs.huggingface import UNREAD
 from armillary.units import GIB, GIGA
 
@@ -105,6 +103,8 @@ def request_rows(r: ServingResult) -> list[dict[str, Any]]:
 
 
 def search_rows(result: SearchResult) -> list[dict[str, Any]]:
+    from armillary.search.run import candidate_row  # the search modules load only for search reports
+
     return [candidate_row(c) for c in result.top]
 
 
@@ -163,6 +163,8 @@ def inference_search_record(result: InferenceSearchResult) -> dict[str, Any]:
 def design_values(p: DesignPoint) -> dict[str, Any]:
     """The system parameters of a co-design point in their reporting units (`DESIGN_UNITS`; a network
     dimension's bandwidth, key "bandwidth:NAME", in GB/s); unset ones (a device without a second tier) left out."""
+    from armillary.search.systems import DIMENSION  # the search modules load only for search reports
+
     unit = {**DESIGN_UNITS, **{k: GIGA for k in p.values if k.startswith(DIMENSION)}}
     return {k: v / unit[k] if k in unit else v for k, v in p.values.items() if v is not None}
 
@@ -176,6 +178,8 @@ DESIGN_NAMES: dict[str, str] = {
 
 def design_name(key: str) -> str:
     """A system parameter's heading: "scale-up GB/s", or "NAME GB/s" for a network dimension's bandwidth."""
+    from armillary.search.systems import DIMENSION
+
     return f"{key[len(DIMENSION):]} GB/s" if key.startswith(DIMENSION) else DESIGN_NAMES.get(key, key)
 
 
@@ -202,6 +206,8 @@ def design_label(p: DesignPoint, axes: list[str]) -> str:
 
 def codesign_rows(designs: CoDesignResult) -> list[dict[str, Any]]:
     """Per system: its parameters, cost, power, step time, whether on the front, and its best strategy."""
+    from armillary.search.run import candidate_row
+
     return [{**design_values(p), "cost_usd": p.cost, "power_w": p.power, "step_time_s": p.step_time_s,
              "pareto": i in designs.pareto, "tokens_per_s_per_dollar": p.tokens_per_s_per_dollar,
              "tokens_per_joule": p.tokens_per_joule, "strategy": candidate_row(p.best) if p.best else None}
@@ -210,6 +216,8 @@ def codesign_rows(designs: CoDesignResult) -> list[dict[str, Any]]:
 
 def codesign_best(designs: CoDesignResult, budget: float | None) -> dict[str, DesignPoint | None]:
     """The best system by each goal (costing at most `budget` dollars)."""
+    from armillary.search.systems import DesignGoal
+
     return {goal.value: designs.best(goal, budget) for goal in DesignGoal}
 
 
