@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -27,3 +27,17 @@ class IdentityCache(Generic[K, V]):
             self._entries.pop(next(iter(self._entries)))
         self._entries[id(spec)] = (spec, value)
         return value
+
+
+def derived(owner: object, key: Hashable, make: Callable[[], V]) -> V:
+    """`make()` once per (`owner`, `key`), kept on the frozen `owner` itself, as functools.cached_property
+    keeps its value (in the instance's __dict__, past a frozen dataclass's __setattr__): it lives and dies with
+    the object, whose fields it must depend on alone. A key that does not hash (an array) is made each time."""
+    try:
+        store: dict[Hashable, object] = owner.__dict__.setdefault("_derived", {})
+        if key in store:
+            return store[key]  # type: ignore[return-value]
+    except TypeError:  # an unhashable key: nothing to look up
+        return make()
+    value = store[key] = make()
+    return value

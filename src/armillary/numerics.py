@@ -33,8 +33,10 @@ def any_true(x: Array | bool) -> bool:
     return bool(np.any(x))
 
 
-def ratio_or_zero(a: Array, b: Array) -> np.ndarray:
+def ratio_or_zero(a: Array, b: Array) -> Array:
     """a / b where b > 0, else 0 (broadcasting, no division warnings)."""
+    if type(b) in _NUMBERS and type(a) in _NUMBERS:  # one configuration: the same quotient in plain Python
+        return a / float(b) if b > 0 else 0.0
     b = np.asarray(b, dtype=float)
     return np.where(b > 0, a / np.where(b > 0, b, 1.0), 0.0)
 

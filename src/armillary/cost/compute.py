@@ -11,7 +11,7 @@ import functools
 import numpy as np
 
 from armillary.memo import IdentityCache
-from armillary.numerics import Array, where
+from armillary.numerics import Array, maximum, where
 from armillary.plan.codes import PRECISION
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.strategy import TrainingPrecision
@@ -95,7 +95,7 @@ def matrix_peak(device: Device, precision_code: Array, sixteen_bit: bool = False
 def _efficiency(device: Device, code: Array, sixteen_bit: bool, flop: np.ndarray) -> np.ndarray:
     precisions = _precisions(sixteen_bit)
     if np.ndim(code) == 0:
-        return _curve(device, precisions[int(code)])(flop)
+        return np.asarray(_curve(device, precisions[int(code)])(flop))
     index = np.asarray(code, dtype=int)
     used = set(np.unique(index).tolist())
     curves = np.stack([_curve(device, p)(flop) if i in used else np.zeros(np.shape(flop))
@@ -112,7 +112,20 @@ def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, six
     highest share of the matrix peak; `stream_efficiency`: the share of the HBM bandwidth they stream at
     (kernels slower than the device's own: an engine's fused MoE). `block_format`: the GEMMs run in that
     block-scaled format (`plan.codes.BLOCK_FORMAT`; 0: the recipe family's precision)."""
+    return np.asarray(kernel_seconds(ops, device, precision_code, sixteen_bit, ceiling, stream_efficiency,
+                                     block_format))
+
+
+def kernel_seconds(ops: tuple[Op, ...], device: Device, precision_code: Array, sixteen_bit: bool = False,
+                   ceiling: float | None = None, stream_efficiency: float | None = None,
+                   block_format: Array = 0.0) -> list[float] | np.ndarray:
+    """`kernel_times`, with one configuration's times as a list of floats (a sweep's as the array): what the
+    estimator unpacks kernel by kernel."""
     precision_code = _combined(precision_code, 0.0 if sixteen_bit else block_format)
+    if type(precision_code) in _ONE and device.fp8_gemm_latency is None:
+        one = _point_times(ops, device, float(precision_code), sixteen_bit, ceiling, stream_efficiency)
+        if one is not None:
+            return one
     sweep = np.shape(precision_code)
     flop = _stacked([op.flop for op in ops], sweep)
     size = _stacked([op.flop / op.group for op in ops], sweep)  # one problem's FLOPs
@@ -134,7 +147,45 @@ def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, six
                           for k in ("kernels", "depth"))
         floor = np.where(depth > 0, kernels * latency.fixed_s + depth / 128 * latency.per_k_block_s, 0.0)
         busy = np.where(fp8, busy + floor if latency.adds else np.maximum(busy, floor), busy)
-    return np.where(runs, busy + device.kernel_overhead, 0.0)
+    times: np.ndarray = np.where(runs, busy + device.kernel_overhead, 0.0)
+    return times
+
+
+# the exact types of one configuration's numbers (anything else, e.g. an array, takes the array path)
+_ONE = frozenset((float, int, np.float64))
+
+
+def _point_times(ops: tuple[Op, ...], device: Device, precision_code: float, sixteen_bit: bool,
+                 ceiling: float | None, stream_efficiency: float | None) -> list[float] | None:
+    """`kernel_seconds` of one configuration: the array path's arithmetic, op by op in plain floats (the
+    efficiency curve's `EfficiencyCurve.at`; the logs in one numpy call, as the array path takes them), so both
+    agree to the bit. None where an op holds an array (a sweep)."""
+    flops, sizes, moved = [], [], []
+    for op in ops:
+        flop, size, moved_bytes = op.flop, op.flop / op.group, op.bytes
+        if type(flop) not in _ONE or type(size) not in _ONE or type(moved_bytes) not in _ONE:
+            return None
+        flops.append(float(flop))
+        sizes.append(max(float(size), 1.0))
+        moved.append(float(moved_bytes))
+    precision = _precisions(sixteen_bit)[int(precision_code)]
+    peak, curve = _peak(device, precision), _curve(device, precision)
+    stream_rate = device.hbm.rate if stream_efficiency is None else stream_efficiency * device.hbm.bandwidth
+    overhead = device.kernel_overhead
+    times = []
+    for flop, log_size, moved_bytes in zip(flops, np.log(sizes).tolist(), moved, strict=True):
+        if not (flop > 0 or moved_bytes > 0):  # no work: no kernel
+            times.append(0.0)
+            continue
+        compute = 0.0
+        if flop > 0:
+            efficiency = curve.at(log_size)
+            if ceiling is not None:
+                efficiency = min(efficiency, ceiling)
+            compute = flop / (efficiency * peak)
+        memory = moved_bytes / stream_rate
+        times.append((compute if compute >= memory else memory) + overhead)
+    return times
 
 
 def _leading(values: np.ndarray, ndim: int) -> np.ndarray:
@@ -164,7 +215,7 @@ def fused_attention_time(op: Op, device: Device, precision_code: Array, version:
     efficiency = where(version < 2, fa1, where(version < 3, fa2, fa3))
     flop = walked_flop(op.flop, op.flop_per_key, device.flash_attention_overhead_keys)
     compute = flop / (efficiency * matrix_peak(device, precision_code, sixteen_bit=True))
-    return np.maximum(compute, stream_time(op.bytes, device)) + device.kernel_overhead
+    return maximum(compute, stream_time(op.bytes, device)) + device.kernel_overhead
 
 
 def walked_flop(flop: Array, flop_per_key: Array, overhead_keys: float) -> Array:

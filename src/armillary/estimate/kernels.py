@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from armillary.cost.compute import fused_attention_time, kernel_times
+from armillary.cost.compute import fused_attention_time, kernel_seconds, kernel_times
 from armillary.numerics import Array, any_true, maximum, where
 from armillary.plan.codes import PRECISION
 from armillary.specs.strategy import TrainingPrecision
@@ -86,9 +86,9 @@ def layer_kernels(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, 
     routed = (experts.experts_in, experts.experts_out, experts.routing, experts.permute,
               experts.activation) if experts is not None else ()
     (qkv, out_proj, mlp_in, mlp_out, norms, residuals, activation, rotary, recurrence, quantize, embedding, loss,
-     *expert_times) = kernel_times((*fw.dense_gemms, *fw.dense_streams, ends.embedding, ends.loss, *routed), device,
+     *expert_times) = kernel_seconds((*fw.dense_gemms, *fw.dense_streams, ends.embedding, ends.loss, *routed), device,
                                    precision, block_format=block_format)
-    scores, over_v, softmax, head_gemm, *router = kernel_times(
+    scores, over_v, softmax, head_gemm, *router = kernel_seconds(
         (*fw.core_gemms, fw.softmax, ends.head_gemm, *((experts.router,) if experts is not None else ())), device,
         precision, sixteen_bit=True)
     if fw.sixteen_bit_attention:  # a checkpoint that keeps its attention projections in bf16

@@ -41,6 +41,7 @@ from armillary.estimate.result import (
 )
 from armillary.estimate.stages import StageLayers, StageMemory, StageTime, critical_stage, fullest_stage, split_stages
 from armillary.estimate.token_exchange import Fanout
+from armillary.memo import derived
 from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
@@ -63,6 +64,8 @@ class LayerKind:
     calls: tuple[CommCall, ...]  # its TP / SP / CP / EP calls per micro-batch
     activations: mem.LayerActivations
     forward: LayerForward
+    stored: Array  # `activations.stored` and `.checkpointed` under the strategy, taken once for every stage
+    checkpointed: Array
 
     @property
     def time(self) -> StageTime:
@@ -95,8 +98,12 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # every layer is priced at the chunk's average recomputation and offload: what a block-method recompute
     # re-runs, what offloading the first N layers of each chunk moves
     chunk = chunk_layers(*stages.totals, st.pp, st.vpp)
-    st = replace(st, recompute_share=chunk_share(st.recompute_layers, chunk),
-                 offload_activations=st.offload_activations * chunk_share(st.offload_activation_layers, chunk))
+    share = chunk_share(st.recompute_layers, chunk)
+    offloaded = st.offload_activations * chunk_share(st.offload_activation_layers, chunk)
+    # the copy made once per strategy point and shares (a copy of its 70 fields costs about 17 us)
+    base = st
+    st = derived(base, ("chunked", share, offloaded),
+                 lambda: replace(base, recompute_share=share, offload_activations=offloaded))
     layers = _layers(m, st, w, system, groups, e)
     sends = _pipeline_sends(m, st, w, system, groups, e)
     times = _stage_times(layers, stages)
@@ -117,20 +124,14 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
                       scale_out_bytes=sum(c.per_step * c.scale_out_bytes_each for c in calls))
     offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
     hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e, device.memory_reserve)
-    breakdown = TimeBreakdown(
-        forward_backward=microbatches * crit.compute,
-        recompute=microbatches * crit.recompute,
-        tp_exposed=microbatches * crit.tp,
-        cp_exposed=microbatches * crit.cp,
-        ep_exposed=microbatches * crit.ep,
-        pp_exposed=microbatches * sends.per_mb,
-        bubble=maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # >= 0 after rounding
-        dp_exposed=exposed_together(dp, *_overlappable(crit), microbatches),
-        optimizer=optimizer,
-        offload_stall=0.0,
-    )
+    parts = (microbatches * crit.compute, microbatches * crit.recompute, microbatches * crit.tp,
+             microbatches * crit.cp, microbatches * crit.ep, microbatches * sends.per_mb,
+             maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # the bubble, >= 0 after rounding
+             exposed_together(dp, *_overlappable(crit), microbatches), optimizer)
     # the second tier's link runs alongside the whole pipeline: it stalls the step only by what it takes longer
-    breakdown = replace(breakdown, offload_stall=maximum(0.0, offload_s - (breakdown.total - optimizer)))
+    # (the pipeline: every other part, summed in TimeBreakdown.total's order)
+    breakdown = TimeBreakdown(*parts, offload_stall=maximum(0.0, offload_s - (TimeBreakdown(*parts, 0.0).total
+                                                                               - optimizer)))
     step = breakdown.total
     devices = st.tp * st.cp * st.pp * st.dp
     model_flop, recompute_flop = _flops(m, st, w, layers, microbatches)
@@ -170,7 +171,7 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
         g = mem.saved_input_bytes(st)
         acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
                                      mem.lora_saved_inputs(w, e, g) if _lora(w) else None)
-        return LayerKind(cost, calls, acts, fw), ends
+        return LayerKind(cost, calls, acts, fw, acts.stored(st), acts.checkpointed(st)), ends
 
     dense, ends = kind(None)
     edp = t * c * st.dp / (st.etp * st.ep)  # expert layers regroup the tp x cp x dp ranks as etp x ep x edp
@@ -343,12 +344,12 @@ def _stage_adapters(m: ModelArrays, w: TrainingArrays, st: StrategyArrays, stage
     return (dense * adapter_parameters(m, w) + moe * adapter_parameters(m, w, m.shared_ffn)) / st.tp
 
 
-def _stored(layers: Layers, st: StrategyArrays, counts: tuple[Array, Array]) -> tuple[Array, Array]:
+def _stored(layers: Layers, counts: tuple[Array, Array]) -> tuple[Array, Array]:
     """Bytes one micro-batch leaves stored in a stage's (dense, MoE) layers, and of them the layer inputs
     kept for full recomputation."""
     kinds = (layers.dense, *((layers.moe,) if layers.moe is not None else ()))
-    return (sum(n * kind.activations.stored(st) for n, kind in zip(counts, kinds, strict=False)),
-            sum(n * kind.activations.checkpointed(st) for n, kind in zip(counts, kinds, strict=False)))
+    return (sum(n * kind.stored for n, kind in zip(counts, kinds, strict=False)),
+            sum(n * kind.checkpointed for n, kind in zip(counts, kinds, strict=False)))
 
 
 def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParams, stages: StageLayers,
@@ -379,8 +380,8 @@ def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParam
     offload_experts = ((1 - st.offload_weights) * st.offload_experts * 2 * microbatches
                        * (expert_weights / rate + moe_layers * latency))
     offload_grads = st.offload_gradients * microbatches * (states.gradients / rate + n_layers * latency)
-    stored_mb = maximum(maximum(_stored(layers, st, stages.first)[0], _stored(layers, st, stages.last)[0]),
-                        stages.has_mid * _stored(layers, st, stages.middle)[0])
+    stored_mb = maximum(maximum(_stored(layers, stages.first)[0], _stored(layers, stages.last)[0]),
+                        stages.has_mid * _stored(layers, stages.middle)[0])
     offload_acts = st.offload_activations * 2 * microbatches * (stored_mb / rate + n_layers * latency)
     return optimizer, offload_weights + offload_experts + offload_grads + offload_acts
 
@@ -433,7 +434,7 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
         n_layers = counts[0] + counts[1]
         states = _sharded_states(stage_params, st, layers.edp, w,
                                  _stage_adapters(m, w, st, stages, counts) if _lora(w) else 0.0)
-        activations, checkpoints = mem.stage_activations(*_stored(layers, st, counts), working, st, microbatches,
+        activations, checkpoints = mem.stage_activations(*_stored(layers, counts), working, st, microbatches,
                                                          index)
         activations = activations + extra
         stage_weight_bytes = _weight_bytes(stage_params[0] + stage_params[1], st, w)
@@ -448,7 +449,9 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
             # the offloaded share leaves one layer's staging buffer in HBM (TE's cpu offload handler)
             activations=activations * (1 - oa) + where(oa > 0, working, 0.0), checkpoints=checkpoints * (1 - oa),
             comm_buffers=buffers)
-        hbm = replace(tensors, runtime=mem.runtime_reserve(st, reserve) + st.fragmentation * tensors.total)
+        hbm = MemoryBreakdown(tensors.weights, tensors.gradients, tensors.optimizer_states, tensors.activations,
+                              tensors.checkpoints, tensors.comm_buffers,
+                              runtime=mem.runtime_reserve(st, reserve) + st.fragmentation * tensors.total)
         tier2 = MemoryBreakdown(
             weights=states.weights * ow + oe * experts, gradients=states.gradients * og,
             optimizer_states=states.optimizer_states * oo,
@@ -490,9 +493,9 @@ def _calls(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[
     moe_calls = layers.moe.calls if layers.moe is not None else ()
     pp_calls = sends.per_step_each_mb * microbatches
     calls = (
-        *(replace(call, per_step=call.per_step * stages.busiest(0) * microbatches) for call in layers.dense.calls
+        *(_times(call, call.per_step * stages.busiest(0) * microbatches) for call in layers.dense.calls
           if not _never(call.per_step)),
-        *(replace(call, per_step=call.per_step * stages.busiest(1) * microbatches) for call in moe_calls
+        *(_times(call, call.per_step * stages.busiest(1) * microbatches) for call in moe_calls
           if not _never(call.per_step)),
         CommCall.of(ParallelDimension.TP, Collective.ALL_REDUCE,
                     (1 + stages.single) * microbatches * where(st.tp > 1, 1.0, 0.0), layers.tp_bytes, layers.ends.tp),
@@ -502,6 +505,12 @@ def _calls(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[
         *(call for cost in dp for call in cost.calls),
     )
     return tuple(c for c in calls if not _never(c.per_step))
+
+
+def _times(call: CommCall, per_step: Array) -> CommCall:
+    """`call` made `per_step` times (a new CommCall: dataclasses.replace costs twice as much)."""
+    return CommCall(call.dimension, call.operation, per_step, call.message_bytes, call.time_each_s,
+                    call.scale_up_bytes_each, call.scale_out_bytes_each)
 
 
 def _never(count: Array) -> bool:

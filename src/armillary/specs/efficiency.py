@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
+from typing import overload
 
 import numpy as np
 from pydantic import Field, PrivateAttr, field_validator
 
 from armillary.specs.base import Spec
 from armillary.specs.quantity import Fraction
+
+_ONE_SIZE = frozenset((float, int, np.float64))  # the exact types of one size (not a sweep)
 
 
 class EfficiencyCurve(Spec):
@@ -22,6 +26,10 @@ class EfficiencyCurve(Spec):
     points: tuple[tuple[float, Fraction], ...] = Field(min_length=1)
     _log_sizes: np.ndarray = PrivateAttr()
     _efficiencies: np.ndarray = PrivateAttr()
+    # the same points as Python floats, and each segment's slope, for one size (`at`)
+    _xs: tuple[float, ...] = PrivateAttr()
+    _ys: tuple[float, ...] = PrivateAttr()
+    _slopes: tuple[float, ...] = PrivateAttr()
 
     @field_validator("points")
     @classmethod
@@ -34,9 +42,36 @@ class EfficiencyCurve(Spec):
     def model_post_init(self, context: object, /) -> None:
         self._log_sizes = np.log([p[0] for p in self.points])
         self._efficiencies = np.array([p[1] for p in self.points])
+        self._xs, self._ys = tuple(self._log_sizes.tolist()), tuple(self._efficiencies.tolist())
+        self._slopes = tuple((y1 - y0) / (x1 - x0) for (x0, x1), (y0, y1) in
+                             zip(itertools.pairwise(self._xs), itertools.pairwise(self._ys), strict=True))
 
-    def __call__(self, size: np.ndarray | float) -> np.ndarray:
+    @overload
+    def __call__(self, size: np.ndarray) -> np.ndarray: ...
+
+    @overload
+    def __call__(self, size: float) -> float: ...
+
+    def __call__(self, size: np.ndarray | float) -> np.ndarray | float:
+        if type(size) in _ONE_SIZE:  # one size: `at`, the same numbers without numpy's overhead
+            return self.at(float(np.log(max(size, 1.0))))
         return np.interp(np.log(np.maximum(size, 1.0)), self._log_sizes, self._efficiencies)
+
+    def at(self, log_size: float) -> float:
+        """The curve at one log(size): np.interp's arithmetic on plain floats (numpy/_core/src/multiarray/
+        compiled_base.c `arr_interp`: the end values outside the points, a point's own value on it, else
+        slope * (x - x_j) + y_j), so one size and a sweep agree to the bit."""
+        xs, ys = self._xs, self._ys
+        if log_size < xs[0]:
+            return ys[0]
+        if log_size >= xs[-1]:
+            return ys[-1]
+        if log_size != log_size:  # NaN
+            return float(log_size)
+        j = bisect.bisect_right(xs, log_size) - 1  # xs[j] <= log_size < xs[j + 1]
+        if xs[j] == log_size:
+            return ys[j]
+        return self._slopes[j] * (log_size - xs[j]) + ys[j]
 
     def capped(self, ceiling: float) -> EfficiencyCurve:
         """This curve nowhere above `ceiling`: min(curve, ceiling) exactly, the crossings added as points."""
