@@ -24,6 +24,7 @@ ring that reduces per dimension); the hierarchical library offers the pipelined 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -81,15 +82,24 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
     """The fastest of the offered compositions (or the pinned one) of `op` over `group`."""
     if len(group.spans) != len(system.network):
         raise ValueError(f"group spans {len(group.spans)} dimensions, the system has {len(system.network)}")
-    net = _Net(system, group, algorithm, bandwidths or (None,) * len(system.network))
+    bandwidths = bandwidths or (None,) * len(system.network)
+    if composition is Composition.AUTO and algorithm is Algorithm.AUTO and _one_dimension_each(group):
+        return _on_one_dimension(op, n_bytes, _Net(system, group, algorithm, bandwidths))  # cheap as it comes
+    flat = _Flattened.of(n_bytes, group, bandwidths)
+    if flat is not None:  # a sweep: composed over its distinct points, one axis, then put back in its shape
+        return flat.back(_compose(op, flat.n_bytes, flat.group, system, algorithm, flat.bandwidths, composition))
+    return _compose(op, n_bytes, group, system, algorithm, bandwidths, composition)
+
+
+def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
+             bandwidths: tuple[Array | None, ...], composition: Composition) -> Composed:
+    net = _Net(system, group, algorithm, bandwidths)
     if algorithm is not Algorithm.AUTO and not is_array(group.size):
         spanned = [d for d, s in zip(system.network, group.spans, strict=True) if float(s) > 1]
         if spanned and not any(_pinnable(algorithm, op, d) for d in spanned):
             raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on "
                              f"{' or '.join(d.name for d in spanned)}; they offer "
                              f"{sorted({a.value for d in spanned for a in d.algorithms})}")
-    if composition is Composition.AUTO and algorithm is Algorithm.AUTO and _one_dimension_each(group):
-        return _on_one_dimension(op, n_bytes, net)
     choices = offered(system, algorithm) if composition is Composition.AUTO else (composition,)
     built = [c for c in (_build(kind, op, n_bytes, net) for kind in choices) if c is not None]
     if not built:
@@ -104,6 +114,63 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
         raise ValueError(f"{op.value} cannot run over {system.name!r} with algorithm {algorithm.value!r} and "
                          f"composition {composition.value!r}")
     return best
+
+
+@dataclass(frozen=True)
+class _Flattened:
+    """A sweep's inputs (message, spans, swept bandwidths) at its distinct points, on one axis: every formula
+    is elementwise, so composing the distinct points and indexing the results back gives each point what it
+    gets composed in place, bit for bit; numpy's per-call cost grows with an array's dimensions (a search
+    block has one per varying axis) and the joint choice's work with its points, not with the block's."""
+
+    n_bytes: np.ndarray
+    group: Placement
+    bandwidths: tuple[Array | None, ...]
+    shape: tuple[int, ...]
+    inverse: np.ndarray | None  # per point of the sweep (C order), its distinct point; None: all distinct
+
+    @staticmethod
+    def of(n_bytes: Array, group: Placement, bandwidths: tuple[Array | None, ...]) -> _Flattened | None:
+        """None for one configuration."""
+        swept = [b for b in bandwidths if b is not None]
+        values = (n_bytes, *group.spans, *swept)
+        if not is_array(*values):
+            return None
+        shape = np.broadcast_shapes(*(np.shape(v) for v in values))
+        columns = np.empty((len(values), math.prod(shape)))
+        for row, v in zip(columns, values, strict=True):
+            row.reshape(shape)[...] = v
+        distinct, inverse = _distinct(columns)
+        rows = iter(distinct)
+        n, spans = next(rows), tuple(next(rows) for _ in group.spans)
+        return _Flattened(n, Placement(spans), tuple(None if b is None else next(rows) for b in bandwidths), shape,
+                          None if inverse is None else inverse.reshape(-1))
+
+    def put(self, x: Array) -> Array:
+        """A result on the distinct points, back at the sweep's points in its shape (numbers stay numbers)."""
+        if not isinstance(x, np.ndarray) or x.ndim == 0:
+            return x
+        return (x if self.inverse is None else x[self.inverse]).reshape(self.shape)
+
+    def back(self, c: Composed) -> Composed:
+        dims = tuple(DimensionCost(*(self.put(f) for f in _fields(d))) for d in c.dimensions)
+        return Composed(self.put(c.time), dims, self.put(c.composition))
+
+
+def _distinct(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The distinct columns (points) of `columns`, equal when bit for bit equal (so -0.0 is not 0.0), and per
+    column its distinct one (None where all are distinct)."""
+    keys = columns.view(np.int64)
+    order = np.lexsort(keys)
+    ordered = keys[:, order]
+    first = np.empty(len(order), dtype=bool)
+    first[0] = True
+    np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=first[1:])
+    if first.all():
+        return columns, None
+    inverse = np.empty(len(order), dtype=np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return columns[:, order[first]], inverse
 
 
 @dataclass(frozen=True)
@@ -288,6 +355,7 @@ def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) ->
 
 
 _BLOCKED = DimensionCost(np.inf, 0.0, 0, 0, 0.0)  # an option that does not apply at a point of a sweep
+_JOINT_ELEMENTS = 1 << 20  # the joint choice's (caps, options, points) arrays: at most this many elements
 
 
 def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
@@ -304,7 +372,8 @@ def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
     2 (p - 1)/p n), each of the two phases with its own choice."""
     count, group = len(net.system.network), net.group
     nccl = net.system.collectives is CollectiveLibrary.NCCL
-    choices: list[list[tuple[DimensionCost, ...]]] = []
+    sweep = is_array(n, *group.spans)
+    choices: list[list[tuple[DimensionCost, ...]] | _Stack] = []
     for i in range(count):
         top, message = net.top(i), phase_message(op, n, group, i)
         at_top: list[tuple[DimensionCost, ...]] = (
@@ -317,9 +386,17 @@ def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
                 below = [r + g for r in scatter for g in gather]
             else:
                 below = [(o,) for o in net.options(i, op, message)]
-        choices.append(_frontier(_on_mask(top, at_top, below)))
+        if sweep:  # the same steps on stacked options (`_Stack`): a few numpy calls per dimension, not per option
+            choices.append(_Stack.on_mask(top, at_top, below, np.shape(n)).frontier())
+        else:
+            choices.append(_frontier(_on_mask(top, at_top, below)))
     chunks = np.maximum(np.asarray(n, dtype=float) / PIPELINE_CHUNK_BYTES, 1.0)
-    picked = _fastest_together(choices, chunks if is_array(n) else float(chunks))
+    if sweep:
+        stacks = [c for c in choices if isinstance(c, _Stack)]
+        picked = [st.gather(j) for st, j in zip(stacks, _joint(stacks, np.broadcast_to(chunks, stacks[0].shape)),
+                                                               strict=True)]
+    else:
+        picked = _fastest_together([c for c in choices if isinstance(c, list)], float(chunks))
     flat = [s for dim in picked for s in dim]
     dims = tuple(_sum(list(dim)) for dim in picked)
     fixed = sum(s.fixed for s in flat) - _shared_base(flat)
@@ -374,6 +451,74 @@ def _frontier(options: list[tuple[DimensionCost, ...]]) -> list[tuple[DimensionC
     return [o for o, _ in kept]
 
 
+_BLOCKED_FIELDS = np.array([np.inf, 0.0, 0.0, 0.0, 0.0])[:, None, None]  # _BLOCKED's fields, stacked
+
+
+@dataclass(frozen=True)
+class _Stack:
+    """A dimension's options over a sweep, stacked: `fields[f, w, o]` is field f (time, bytes sent, algorithm,
+    protocol, fixed) of phase w of option o at each point (flat), and F and B their totals (`_totals`)."""
+
+    fields: np.ndarray  # (5, phases, options, points)
+    fixed: np.ndarray  # (options, points)
+    transfer: np.ndarray
+    shape: tuple[int, ...]  # the sweep's shape
+
+    @staticmethod
+    def of(options: list[tuple[DimensionCost, ...]], shape: tuple[int, ...]) -> _Stack:
+        width = max(len(o) for o in options)
+        fields = np.zeros((5, width, len(options), math.prod(shape)))  # NOTHING pads the narrower options
+        for o, option in enumerate(options):
+            for w, c in enumerate(option):
+                for f, x in enumerate(_fields(c)):
+                    fields[f, w, o].reshape(shape)[...] = x
+        return _Stack.totalled(fields, shape)
+
+    @staticmethod
+    def totalled(fields: np.ndarray, shape: tuple[int, ...]) -> _Stack:
+        """The stack with its totals, summed phase by phase as `_totals` sums them."""
+        fixed, time = fields[4, 0], fields[0, 0]
+        for w in range(1, fields.shape[1]):
+            fixed, time = fixed + fields[4, w], time + fields[0, w]
+        with np.errstate(invalid="ignore"):
+            transfer = time - fixed
+        transfer[np.isnan(transfer)] = np.inf
+        return _Stack(fields, fixed, transfer, shape)
+
+    @staticmethod
+    def on_mask(top: Array, at_top: list[tuple[DimensionCost, ...]], below: list[tuple[DimensionCost, ...]],
+                shape: tuple[int, ...]) -> _Stack:
+        """`_on_mask`, stacked: the first phase of each option blocked where its side does not apply."""
+        if not is_array(top) or not below or not at_top:
+            return _Stack.of(_on_mask(top, at_top, below), shape)
+        shape = np.broadcast_shapes(shape, np.shape(top))
+        fields = _Stack.of(at_top + below, shape).fields
+        applies = np.concatenate((np.broadcast_to(top, shape).reshape(1, -1),
+                                  np.broadcast_to(_not(top), shape).reshape(1, -1)))
+        side = np.repeat(applies, [len(at_top), len(below)], axis=0)  # (options, points)
+        fields[:, 0] = np.where(side, fields[:, 0], _BLOCKED_FIELDS)
+        return _Stack.totalled(fields, shape)
+
+    def frontier(self) -> _Stack:
+        """`_frontier`, stacked: an option is dropped where an earlier one is at most its F and B at every
+        point (being at most is transitive, so an earlier dropped one is itself beaten by an earlier kept)."""
+        if self.fixed.shape[0] == 1:
+            return self
+        f, b = self.fixed, self.transfer
+        covers = ((f[:, None] <= f[None]) & (b[:, None] <= b[None])).all(axis=2)  # [earlier, later]
+        kept = ~np.triu(covers, 1).any(axis=0)
+        if kept.all():
+            return self
+        return _Stack(self.fields[:, :, kept], f[kept], b[kept], self.shape)
+
+    def gather(self, j: np.ndarray) -> tuple[DimensionCost, ...]:
+        """Point by point, option j's phases."""
+        points = np.arange(j.size)
+        chosen = self.fields[:, :, j.reshape(-1), points].reshape((*self.fields.shape[:2], *self.shape))
+        return tuple(DimensionCost(chosen[0, w], chosen[1, w], chosen[2, w].astype(int), chosen[3, w].astype(int),
+                                   chosen[4, w]) for w in range(chosen.shape[1]))
+
+
 def _fastest_together(choices: list[list[tuple[DimensionCost, ...]]], chunks: Array
                       ) -> list[tuple[DimensionCost, ...]]:
     """Per dimension, the option (its phases) of least pipelined time sum_i (F_i + B_i / k) + (1 - 1/k)
@@ -385,25 +530,40 @@ def _fastest_together(choices: list[list[tuple[DimensionCost, ...]]], chunks: Ar
     totals = [[_totals(o) for o in options] for options in choices]
     if not (is_array(chunks) or any(is_array(f) or is_array(b) for row in totals for f, b in row)):
         return _fastest_together_scalar(choices, totals, float(chunks))
-    k = np.asarray(chunks, dtype=float)
-    shape = np.broadcast_shapes(k.shape, *(np.shape(x) for row in totals for fb in row for x in fb))
-    fixed = [np.stack([np.broadcast_to(f, shape) for f, _ in row]) for row in totals]
-    transfer = [np.stack([np.broadcast_to(b, shape) for _, b in row]) for row in totals]
-    weighed = [f + b / k for f, b in zip(fixed, transfer, strict=True)]
-    best, pick = np.full(shape, np.inf), [np.zeros(shape, dtype=int) for _ in choices]
+    shape = np.broadcast_shapes(np.shape(chunks), *(np.shape(x) for row in totals for fb in row for x in fb))
+    stacks = [_Stack.of(options, shape) for options in choices]
+    return [st.gather(j) for st, j in zip(stacks, _joint(stacks, np.broadcast_to(chunks, shape)), strict=True)]
+
+
+def _joint(stacks: list[_Stack], chunks: np.ndarray) -> list[np.ndarray]:
+    """`_fastest_together` over a sweep: per dimension, the index of its option at each point. The caps are
+    tried many at once (one (caps, options, points) array per dimension), in the order of the loop over
+    them: a cap replaces the best only where strictly better, so the first of equal totals wins."""
+    k = np.asarray(chunks, dtype=float).reshape(-1)
+    size = k.size
+    caps = np.concatenate([st.transfer for st in stacks])  # every option's B, in the order the caps are tried
+    weighed = [st.fixed + st.transfer / k for st in stacks]
+    widest = max(st.fixed.shape[0] for st in stacks)
+    step = max(1, _JOINT_ELEMENTS // (widest * size))  # caps at once: bounded memory for long sweeps
+    best, pick = np.full(size, np.inf), [np.zeros(size, dtype=np.intp) for _ in stacks]
+    points = np.arange(size)
     with np.errstate(invalid="ignore"):
-        for cap in (row for b in transfer for row in b):
+        for first in range(0, len(caps), step):
+            cap = caps[first:first + step]  # (caps, points)
             total = np.where(np.isfinite(cap), cap - cap / k, np.inf)
             taken = []
-            for g, b in zip(weighed, transfer, strict=True):
-                allowed = np.where(b <= cap, g, np.inf)
-                j = np.argmin(allowed, axis=0)
-                total = total + np.take_along_axis(allowed, j[None], 0)[0]
+            for g, st in zip(weighed, stacks, strict=True):
+                allowed = np.where(st.transfer[None] <= cap[:, None], g[None], np.inf)  # (caps, options, points)
+                j = np.argmin(allowed, axis=1)
+                total = total + np.take_along_axis(allowed, j[:, None], 1)[:, 0]
                 taken.append(j)
-            better = total < best
-            best = np.where(better, total, best)
-            pick = [np.where(better, j, p) for j, p in zip(taken, pick, strict=True)]
-    return [_gather(options, j, shape) for options, j in zip(choices, pick, strict=True)]
+            total[np.isnan(total)] = np.inf  # never better, as in a comparison
+            c = np.argmin(total, axis=0)  # the first cap of the least total
+            least = total[c, points]
+            better = least < best
+            best = np.where(better, least, best)
+            pick = [np.where(better, j[c, points], p) for j, p in zip(taken, pick, strict=True)]
+    return [p.reshape(chunks.shape) for p in pick]
 
 
 def _fastest_together_scalar(choices: list[list[tuple[DimensionCost, ...]]],
@@ -425,20 +585,6 @@ def _fastest_together_scalar(choices: list[list[tuple[DimensionCost, ...]]],
             if total < best:
                 best, pick = total, taken
     return [options[j] for options, j in zip(choices, pick, strict=True)]
-
-
-def _gather(options: list[tuple[DimensionCost, ...]], j: np.ndarray, shape: tuple[int, ...]
-            ) -> tuple[DimensionCost, ...]:
-    """Point by point, option j's phases."""
-    if len(options) == 1:
-        return options[0]
-    out = []
-    for phase in range(len(options[0])):
-        fields = [np.stack([np.broadcast_to(np.asarray(x, float), shape) for x in column])
-                  for column in zip(*(_fields(o[phase]) for o in options), strict=True)]
-        time, sent, algorithm, protocol, fixed = (np.take_along_axis(f, j[None], 0)[0] for f in fields)
-        out.append(DimensionCost(time, sent, algorithm.astype(int), protocol.astype(int), fixed))
-    return tuple(out)
 
 
 def _incast(net: _Net, i: int) -> _Net:
