@@ -37,7 +37,7 @@ def derived(owner: object, key: Hashable, make: Callable[[], V]) -> V:
         store: dict[Hashable, object] = owner.__dict__.setdefault("_derived", {})
         if key in store:
             return store[key]  # type: ignore[return-value]
-    except TypeError:  # an unhashable key: nothing to look up
+    except (TypeError, AttributeError):  # an unhashable key, or an object without a __dict__: nothing kept
         return make()
     value = store[key] = make()
     return value

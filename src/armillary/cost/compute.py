@@ -13,7 +13,7 @@ import numpy as np
 from armillary.memo import IdentityCache
 from armillary.numerics import Array, maximum, where
 from armillary.plan.codes import PRECISION
-from armillary.specs.efficiency import EfficiencyCurve
+from armillary.specs.efficiency import EfficiencyCurve, interpolate
 from armillary.specs.strategy import TrainingPrecision
 from armillary.specs.system import Device, Precision
 from armillary.workload.ops import Op
@@ -158,7 +158,7 @@ _ONE = frozenset((float, int, np.float64))
 def _point_times(ops: tuple[Op, ...], device: Device, precision_code: float, sixteen_bit: bool,
                  ceiling: float | None, stream_efficiency: float | None) -> list[float] | None:
     """`kernel_seconds` of one configuration: the array path's arithmetic, op by op in plain floats (the
-    efficiency curve's `EfficiencyCurve.at`; the logs in one numpy call, as the array path takes them), so both
+    efficiency curve's `interpolate`; the logs in one numpy call, as the array path takes them), so both
     agree to the bit. None where an op holds an array (a sweep)."""
     flops, sizes, moved = [], [], []
     for op in ops:
@@ -169,7 +169,7 @@ def _point_times(ops: tuple[Op, ...], device: Device, precision_code: float, six
         sizes.append(max(float(size), 1.0))
         moved.append(float(moved_bytes))
     precision = _precisions(sixteen_bit)[int(precision_code)]
-    peak, curve = _peak(device, precision), _curve(device, precision)
+    peak, curve = _peak(device, precision), _curve(device, precision).table
     stream_rate = device.hbm.rate if stream_efficiency is None else stream_efficiency * device.hbm.bandwidth
     overhead = device.kernel_overhead
     times = []
@@ -179,7 +179,7 @@ def _point_times(ops: tuple[Op, ...], device: Device, precision_code: float, six
             continue
         compute = 0.0
         if flop > 0:
-            efficiency = curve.at(log_size)
+            efficiency = interpolate(curve, log_size)
             if ceiling is not None:
                 efficiency = min(efficiency, ceiling)
             compute = flop / (efficiency * peak)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from armillary.memo import derived
 from armillary.numerics import Array, all_of
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
@@ -68,16 +69,16 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
           hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, tuple[str, ...]]:
     path, pool = system.offload_path, system.memory_pool
     hbm_fits, tier2_fits = memory_fits(system, hbm_bytes, tier2_bytes)
-    checks = (*training_checks(m, st, w, system.devices),
-              rules.Check(hbm_fits, "out of memory: the HBM needs more than its capacity"),
-              rules.Check(tier2_fits, "offload needs a second memory tier or a memory pool: the system has neither"
-                          if path is None else "out of memory: the second tier needs more than its capacity"
-                          if pool is None else f"out of memory: the memory pool ({pool.kind.value}) needs more "
-                          f"than this device's share of it"))
-    feasible = all_of(*(c.ok for c in checks))
+    fits = (rules.Check(hbm_fits, "out of memory: the HBM needs more than its capacity"),
+            rules.Check(tier2_fits, "offload needs a second memory tier or a memory pool: the system has neither"
+                        if path is None else "out of memory: the second tier needs more than its capacity"
+                        if pool is None else f"out of memory: the memory pool ({pool.kind.value}) needs more "
+                        f"than this device's share of it"))
+    shapes_ok, shapes_failed = _shape_rules(m, st, w, system.devices)
+    feasible = all_of(shapes_ok, *(c.ok for c in fits))
     reasons: tuple[str, ...] = ()
     if not isinstance(feasible, np.ndarray):
-        reasons = tuple(rules.failed(checks))
+        reasons = (*shapes_failed, *rules.failed(fits))
         if not bool(hbm_fits):
             reasons += (f"HBM: {float(hbm_bytes) / GIB:.1f} GiB needed of "
                         f"{system.device.hbm.capacity / GIB:.1f} GiB",)
@@ -85,3 +86,18 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
             reasons += (f"{path.name}: {float(tier2_bytes) / GIB:.1f} GiB needed of the {path.capacity / GIB:.1f} "
                         "GiB each device may hold there",)
     return feasible, reasons
+
+
+def _shape_rules(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, devices: int) -> tuple[Array, tuple[str, ...]]:
+    """Whether `training_checks` all pass, and (one configuration) the messages of those that fail: taken once
+    per strategy point, model, workload and device count (kept on the frozen point, `memo.derived`, with the
+    model whose identity keys it)."""
+    def verdict() -> tuple[ModelArrays, Array, tuple[str, ...]]:
+        checks = training_checks(m, st, w, devices)
+        ok = all_of(*(c.ok for c in checks))
+        return m, ok, () if isinstance(ok, np.ndarray) else tuple(rules.failed(checks))
+
+    found = derived(st, ("training checks", id(m), w, devices), verdict)
+    if found[0] is not m:  # another model at a reused id: not this one's
+        found = verdict()
+    return found[1], found[2]

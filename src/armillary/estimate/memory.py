@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armillary.memo import derived
 from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.codes import PRECISION, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
@@ -282,8 +283,13 @@ def weight_bytes(params: Array, st: StrategyArrays) -> Array:
     """Bytes of the working weights of `params` parameters, unsharded, in the precision recipe: the fp8 family
     keeps 16-bit weights and their quantized copies (`QUANTIZED_WEIGHT_BYTES`), with `fp8_params` the
     quantized copies alone (Transformer Engine fp8_model_init: the parameters are fp8 tensors)."""
+    return params * derived(st, "weight bytes", lambda: _weight_bytes_each(st))
+
+
+def _weight_bytes_each(st: StrategyArrays) -> Array:
+    """`weight_bytes` of one parameter."""
     quantized = 2.0 * (1 - st.fp8_params) + per_precision(QUANTIZED_WEIGHT_BYTES, st.block_format)
-    return params * where(_fp8_family(st) > 0, quantized, per_precision(WEIGHT_BYTES, st.precision))
+    return where(_fp8_family(st) > 0, quantized, per_precision(WEIGHT_BYTES, st.precision))
 
 
 def gathered_weight_bytes(params: Array, st: StrategyArrays) -> Array:
@@ -319,10 +325,11 @@ def grad_bytes(st: StrategyArrays, code: Array | None = None) -> Array:
 def model_states(params: Array, st: StrategyArrays, replicas: Array | None = None) -> ModelStates:
     """Bytes of weights, gradients and optimizer states for `params` parameters on one model-parallel
     rank, sharded over their replicas by ZeRO stage (SC'20 §5: P_os, P_os+g, P_os+g+p)."""
-    weights = weight_bytes(params, st) / zero_shards(st, 3, replicas)
-    gradients = params * grad_bytes(st) / zero_shards(st, 2, replicas)
-    optimizer = params * optimizer_bytes(st) / zero_shards(st, 1, replicas)
-    return ModelStates(weights, gradients, optimizer)
+    weight, grad, optimizer = derived(st, "state bytes", lambda: (
+        derived(st, "weight bytes", lambda: _weight_bytes_each(st)), grad_bytes(st), optimizer_bytes(st)))
+    shards = derived(st, ("state shards", replicas),
+                     lambda: (zero_shards(st, 3, replicas), zero_shards(st, 2, replicas), zero_shards(st, 1, replicas)))
+    return ModelStates(params * weight / shards[0], params * grad / shards[1], params * optimizer / shards[2])
 
 
 _FP32 = PRECISION.code(TrainingPrecision.FP32)

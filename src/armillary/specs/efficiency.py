@@ -26,10 +26,8 @@ class EfficiencyCurve(Spec):
     points: tuple[tuple[float, Fraction], ...] = Field(min_length=1)
     _log_sizes: np.ndarray = PrivateAttr()
     _efficiencies: np.ndarray = PrivateAttr()
-    # the same points as Python floats, and each segment's slope, for one size (`at`)
-    _xs: tuple[float, ...] = PrivateAttr()
-    _ys: tuple[float, ...] = PrivateAttr()
-    _slopes: tuple[float, ...] = PrivateAttr()
+    # the points as Python floats with each segment's slope, for one size at a time (`interpolate`)
+    _table: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]] = PrivateAttr()
 
     @field_validator("points")
     @classmethod
@@ -42,9 +40,9 @@ class EfficiencyCurve(Spec):
     def model_post_init(self, context: object, /) -> None:
         self._log_sizes = np.log([p[0] for p in self.points])
         self._efficiencies = np.array([p[1] for p in self.points])
-        self._xs, self._ys = tuple(self._log_sizes.tolist()), tuple(self._efficiencies.tolist())
-        self._slopes = tuple((y1 - y0) / (x1 - x0) for (x0, x1), (y0, y1) in
-                             zip(itertools.pairwise(self._xs), itertools.pairwise(self._ys), strict=True))
+        xs, ys = tuple(self._log_sizes.tolist()), tuple(self._efficiencies.tolist())
+        self._table = xs, ys, tuple((y1 - y0) / (x1 - x0) for (x0, x1), (y0, y1) in
+                                    zip(itertools.pairwise(xs), itertools.pairwise(ys), strict=True))
 
     @overload
     def __call__(self, size: np.ndarray) -> np.ndarray: ...
@@ -58,20 +56,14 @@ class EfficiencyCurve(Spec):
         return np.interp(np.log(np.maximum(size, 1.0)), self._log_sizes, self._efficiencies)
 
     def at(self, log_size: float) -> float:
-        """The curve at one log(size): np.interp's arithmetic on plain floats (numpy/_core/src/multiarray/
-        compiled_base.c `arr_interp`: the end values outside the points, a point's own value on it, else
-        slope * (x - x_j) + y_j), so one size and a sweep agree to the bit."""
-        xs, ys = self._xs, self._ys
-        if log_size < xs[0]:
-            return ys[0]
-        if log_size >= xs[-1]:
-            return ys[-1]
-        if log_size != log_size:  # NaN
-            return float(log_size)
-        j = bisect.bisect_right(xs, log_size) - 1  # xs[j] <= log_size < xs[j + 1]
-        if xs[j] == log_size:
-            return ys[j]
-        return self._slopes[j] * (log_size - xs[j]) + ys[j]
+        """The curve at one log(size) (`interpolate`)."""
+        return interpolate(self._table, log_size)
+
+    @property
+    def table(self) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+        """(log sizes, efficiencies, slopes) as plain floats, for `interpolate` (a pydantic private attribute
+        costs a microsecond to read: a caller evaluating many sizes reads it once)."""
+        return self._table
 
     def capped(self, ceiling: float) -> EfficiencyCurve:
         """This curve nowhere above `ceiling`: min(curve, ceiling) exactly, the crossings added as points."""
@@ -83,3 +75,20 @@ class EfficiencyCurve(Spec):
                 points.append((x0 + (ceiling - y0) / (y1 - y0) * (x1 - x0), ceiling))
         points.append((pairs[-1][0], min(pairs[-1][1], ceiling)))
         return EfficiencyCurve(points=tuple((float(np.exp(x)), y) for x, y in points))
+
+
+def interpolate(table: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]], log_size: float) -> float:
+    """An efficiency curve (`EfficiencyCurve.table`) at one log(size): np.interp's arithmetic on plain floats
+    (numpy/_core/src/multiarray/compiled_base.c `arr_interp`: the end values outside the points, a point's own
+    value on it, else slope * (x - x_j) + y_j), so one size and a sweep agree to the bit."""
+    xs, ys, slopes = table
+    if log_size < xs[0]:
+        return ys[0]
+    if log_size >= xs[-1]:
+        return ys[-1]
+    if log_size != log_size:  # NaN
+        return log_size
+    j = bisect.bisect_right(xs, log_size) - 1  # xs[j] <= log_size < xs[j + 1]
+    if xs[j] == log_size:
+        return ys[j]
+    return slopes[j] * (log_size - xs[j]) + ys[j]
