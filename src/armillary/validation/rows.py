@@ -16,11 +16,12 @@ from armillary.plan.layout import chunk_size, embedding_and_loss_split
 from armillary.specs.loading import load_model, load_stack, load_system, stack_for
 from armillary.specs.model import Model
 from armillary.specs.stack import SoftwareStack, hopper_or_later
-from armillary.specs.strategy import Recompute, Strategy, TrainingPrecision, ZeroStage
+from armillary.specs.strategy import BlockFormat, Recompute, Strategy, TrainingPrecision, ZeroStage
 from armillary.specs.system import System
 from armillary.specs.workload import BasePrecision, Lora, LoraTarget, Training
 from armillary.validation.reading import BadValueError, about_the_run, fp8_params_stated, read_int, search_run
 from armillary.validation.vocabulary import (
+    block_format_of,
     clean,
     deduplicated_dispatch,
     flag,
@@ -328,6 +329,13 @@ def _strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: lis
         notes.append(f"precision={out['precision'].value} ({row.get('precision') or 'not stated'})")
     else:
         out["precision"] = precision
+    block = block_format_of(row.get("precision"))
+    if block is not None:  # the format of a recipe's GEMMs, beside the precision its tensors are kept in
+        out["block_format"] = block
+        if block is not BlockFormat.MXFP8:  # Megatron's FP4 recipes: --bf16 --fp4-format e2m1 (`Strategy.block_format`)
+            out["precision"] = TrainingPrecision.BF16
+        notes.append(f"block_format={block.value}, precision={out['precision'].value} (the precision "
+                     f"{row.get('precision')!r} names the block-scaled format)")
     if fp8_params_stated(row) and out["precision"] is TrainingPrecision.FP8:
         out["fp8_params"] = True  # needs a sharded optimizer, as the stacks that offer it have (zero >= 1)
         notes.append("fp8_params: the row says its weights were kept in fp8 (FP8 params / param gather)")

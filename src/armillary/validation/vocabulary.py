@@ -11,7 +11,7 @@ import functools
 import re
 
 from armillary.presets.registry import find_preset, preset_names, read_data_file
-from armillary.specs.strategy import Recompute, RecomputeModule, TrainingPrecision, ZeroStage
+from armillary.specs.strategy import BlockFormat, Recompute, RecomputeModule, TrainingPrecision, ZeroStage
 from armillary.validation.reading import about_the_run
 
 # a column that says nothing: empty, "n/a", "not stated ...", "per recipe (not in table)", "default", "?"
@@ -104,6 +104,23 @@ def precision_of(text: str | None) -> TrainingPrecision | None:
         return TrainingPrecision.FP16
     if re.search(r"fp32|float32|tf32|single", value):
         return TrainingPrecision.FP32
+    return None
+
+
+def block_format_of(text: str | None) -> BlockFormat | None:
+    """The block-scaled GEMM format a training precision names in its value, not in its qualifiers: "FP8-MX",
+    "MXFP8" (Transformer Engine's MXFP8BlockScaling, Megatron --fp8-recipe mxfp8: Megatron-Bridge's FP8-MX,
+    `bf16_with_mxfp8_mixed` in its precision configs), "NVFP4", "MXFP4"; None when the value names none
+    ("FP8-CS (FP8-MX)" is current scaling, the MX figure being the one in parentheses)."""
+    value = head(text)
+    if value is None:
+        return None
+    if re.search(r"\bnvfp4\b", value):
+        return BlockFormat.NVFP4
+    if re.search(r"\bmxfp4\b", value):
+        return BlockFormat.MXFP4
+    if re.search(r"\bmxfp8\b|\bfp8[- _]?mx\b", value):
+        return BlockFormat.MXFP8
     return None
 
 
