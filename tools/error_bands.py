@@ -2,11 +2,27 @@
 inference and serving row as the model predicts it now (in sample), and the first untouched run of every
 batch of new rows (out of sample: validation/data/out_of_sample.csv, with the batch model's re-read errors
 where `tools/out_of_sample_reread.py` recorded them). Prints the leave-one-source-out coverage per regime, of
-both pools. Run after a model change: python tools/error_bands.py"""
+both pools, and the collective bands' figures (`collective_figures`: the residuals of
+validation/data/collective_residuals.json, written by tools/calibrate_fabric.py --residuals). Run after a model
+change: python tools/error_bands.py [--collectives: only the collective figures, without running any row]"""
 
 from __future__ import annotations
 
-from armillary.validation.bands import Residual, leave_one_source_out, write_residuals
+import sys
+
+import numpy as np
+
+from armillary.validation.bands import Residual, band_quantile, leave_one_source_out, write_residuals
+from armillary.validation.collective_bands import (
+    BAND_QUANTILE,
+    CollectiveResidual,
+    band_of,
+    band_to_error_ratio,
+    first_run_residuals,
+    leave_one_source_out_coverage,
+    out_of_sample_coverage,
+    shipped_collective_residuals,
+)
 from armillary.validation.coverage import row_regime
 from armillary.validation.out_of_sample import honest_errors
 from armillary.validation.run import read_rows, run_row
@@ -31,7 +47,49 @@ def residuals() -> list[Residual]:
     return out
 
 
+def _share(counts: dict[str, tuple[int, int]]) -> str:
+    hit, total = sum(c for c, _ in counts.values()), sum(n for _, n in counts.values())
+    return f"{hit}/{total} = {hit / max(total, 1):.0%}"
+
+
+def split_floor(residuals: list[CollectiveResidual], quantile: float = 0.8) -> float:
+    """The sharpest ratio of median band to median |error| a split by fabric class and latency regime (and op
+    kind) could give: each row's band the `quantile` rank of its own cell, the row itself included, nothing
+    left out, no floor or coarsening. A rule that covers left-out sweeps can only be wider."""
+    cells: dict[tuple[str, str], list[float]] = {}
+    for r in residuals:
+        cells.setdefault((r.fabric_class, str(r.regime)), []).append(r.error)
+    bands = [band_quantile(cells[(r.fabric_class, str(r.regime))], quantile) for r in residuals]
+    return float(np.median(bands) / np.median(np.abs([r.error for r in residuals])))
+
+
+def collective_figures() -> list[str]:
+    """Issue 43's collective figures: in sample (each sweep left out) coverage and median band / median
+    |error| per fabric class and latency regime; the split's floor; the first-run (out-of-sample) rows'
+    coverage by the band of a fabric no sweep calibrated, each sweep left out of both pools, and its ratio."""
+    shipped, first = list(shipped_collective_residuals()), list(first_run_residuals())
+    lines = [f"collectives in sample: {len(shipped)} residuals; leave-one-sweep-out coverage at the "
+             f"{BAND_QUANTILE:.0%} rank {_share(leave_one_source_out_coverage(shipped))}; median band / median "
+             f"|error| {band_to_error_ratio(shipped)['all']:.2f} (a class x regime split's floor, in sample at the "
+             f"80% rank: {split_floor(shipped):.2f})"]
+    for by in ("fabric_class", "regime"):
+        coverage, ratios = leave_one_source_out_coverage(shipped, by), band_to_error_ratio(shipped, by)
+        lines += [f"  {name}: {c}/{n} = {c / n:.0%}, ratio {ratios[name]:.2f}"
+                  for name, (c, n) in sorted(coverage.items())]
+    unseen = out_of_sample_coverage(shipped, first)
+    bands = [band_of(None, r.small, [o for o in shipped if o.source != r.source], r.gpus, r.latency_share, r.op,
+                     [o for o in first if o.source != r.source]).relative for r in first]
+    ratio = float(np.median(bands) / np.median(np.abs([r.error for r in first])))
+    lines.append(f"collectives first run out of sample, as on a fabric no sweep calibrated: coverage "
+                 f"{_share(unseen)}; median band / median |error| {ratio:.2f}")
+    lines += [f"  {name}: {c}/{n} = {c / n:.0%}" for name, (c, n) in sorted(unseen.items())]
+    return lines
+
+
 def main() -> None:
+    if "--collectives" in sys.argv[1:]:
+        print("\n".join(collective_figures()))
+        return
     found = residuals()
     write_residuals(found)
     for name, unseen in (("in sample", False), ("out of sample", True)):
@@ -41,6 +99,7 @@ def main() -> None:
               f"= {covered / max(total, 1):.0%}")
         for regime, (c, n) in sorted(coverage.items()):
             print(f"  {regime}: {c}/{n} = {c / n:.0%}")
+    print("\n".join(collective_figures()))
 
 
 if __name__ == "__main__":
