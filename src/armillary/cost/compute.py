@@ -13,7 +13,7 @@ import numpy as np
 from armillary.memo import IdentityCache
 from armillary.numerics import Array, maximum, where
 from armillary.plan.codes import PRECISION
-from armillary.specs.efficiency import EfficiencyCurve, interpolate
+from armillary.specs.efficiency import CurveTable, EfficiencyCurve, interpolate
 from armillary.specs.strategy import TrainingPrecision
 from armillary.specs.system import Device, Precision
 from armillary.workload.ops import Op
@@ -151,6 +151,20 @@ def kernel_seconds(ops: tuple[Op, ...], device: Device, precision_code: Array, s
     return times
 
 
+# per device and precision: (matrix peak, efficiency curve's table, HBM streaming rate, kernel overhead), the
+# constants of `_point_times`, looked up once (each pydantic attribute read costs 0.1-1 us)
+_POINT: IdentityCache[Device, dict[Precision, tuple[float, CurveTable, float, float]]] = IdentityCache(256)
+
+
+def _point_constants(device: Device, precision: Precision) -> tuple[float, CurveTable, float, float]:
+    constants = _POINT.get(device, lambda _: {})
+    found = constants.get(precision)
+    if found is None:
+        found = constants[precision] = (_peak(device, precision), _curve(device, precision).table, device.hbm.rate,
+                                        device.kernel_overhead)
+    return found
+
+
 # the exact types of one configuration's numbers (anything else, e.g. an array, takes the array path)
 _ONE = frozenset((float, int, np.float64))
 
@@ -168,10 +182,8 @@ def _point_times(ops: tuple[Op, ...], device: Device, precision_code: float, six
         flops.append(float(flop))
         sizes.append(max(float(size), 1.0))
         moved.append(float(moved_bytes))
-    precision = _precisions(sixteen_bit)[int(precision_code)]
-    peak, curve = _peak(device, precision), _curve(device, precision).table
-    stream_rate = device.hbm.rate if stream_efficiency is None else stream_efficiency * device.hbm.bandwidth
-    overhead = device.kernel_overhead
+    peak, curve, hbm_rate, overhead = _point_constants(device, _precisions(sixteen_bit)[int(precision_code)])
+    stream_rate = hbm_rate if stream_efficiency is None else stream_efficiency * device.hbm.bandwidth
     times = []
     for flop, log_size, moved_bytes in zip(flops, np.log(sizes).tolist(), moved, strict=True):
         if not (flop > 0 or moved_bytes > 0):  # no work: no kernel

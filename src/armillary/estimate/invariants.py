@@ -13,7 +13,7 @@ import numpy as np
 
 from armillary.errors import ResultError
 from armillary.estimate.inference_result import InferenceEstimate
-from armillary.estimate.result import StepEstimate
+from armillary.estimate.result import StepEstimate, TimeBreakdown
 
 MAX_TIME_S = 1e9  # about 32 years: no step, pass or iteration of a real system takes longer
 HINT = ("a device or network value of the system (a bandwidth, FLOP/s, latency or overhead) is out of the range "
@@ -35,6 +35,9 @@ def _finite(name: str, value: object, positive: bool, high: float = MAX_TIME_S) 
         raise ResultError(f"{name} = {v:g}: expected {allowed}; {HINT}")
 
 
+_BREAKDOWN = tuple(f"breakdown.{f.name}" for f in fields(TimeBreakdown))  # the names each time part is checked by
+
+
 def check_estimate(result: StepEstimate | InferenceEstimate) -> StepEstimate | InferenceEstimate:
     """`result` if a feasible estimate keeps the invariants, else a `ResultError` naming the quantity."""
     if not bool(np.all(result.feasible)):
@@ -42,8 +45,8 @@ def check_estimate(result: StepEstimate | InferenceEstimate) -> StepEstimate | I
     if isinstance(result, StepEstimate):
         _finite("step_time_s", result.step_time_s, True)
         _finite("tokens_per_s", result.tokens_per_s, True, math.inf)
-        for f in fields(result.breakdown):
-            _finite(f"breakdown.{f.name}", getattr(result.breakdown, f.name), False)
+        for name in _BREAKDOWN:
+            _finite(name, getattr(result.breakdown, name[10:]), False)
         for name in ("mfu", "hfu"):
             v = _value(getattr(result, name))
             if not 0 < v < math.inf:

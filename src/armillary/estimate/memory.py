@@ -325,11 +325,11 @@ def grad_bytes(st: StrategyArrays, code: Array | None = None) -> Array:
 def model_states(params: Array, st: StrategyArrays, replicas: Array | None = None) -> ModelStates:
     """Bytes of weights, gradients and optimizer states for `params` parameters on one model-parallel
     rank, sharded over their replicas by ZeRO stage (SC'20 §5: P_os, P_os+g, P_os+g+p)."""
-    weight, grad, optimizer = derived(st, "state bytes", lambda: (
-        derived(st, "weight bytes", lambda: _weight_bytes_each(st)), grad_bytes(st), optimizer_bytes(st)))
-    shards = derived(st, ("state shards", replicas),
-                     lambda: (zero_shards(st, 3, replicas), zero_shards(st, 2, replicas), zero_shards(st, 1, replicas)))
-    return ModelStates(params * weight / shards[0], params * grad / shards[1], params * optimizer / shards[2])
+    # bytes per parameter and the ZeRO shards of each state: once per strategy point (and replicas)
+    f = derived(st, ("model states", replicas), lambda: (
+        derived(st, "weight bytes", lambda: _weight_bytes_each(st)), grad_bytes(st), optimizer_bytes(st),
+        zero_shards(st, 3, replicas), zero_shards(st, 2, replicas), zero_shards(st, 1, replicas)))
+    return ModelStates(params * f[0] / f[3], params * f[1] / f[4], params * f[2] / f[5])
 
 
 _FP32 = PRECISION.code(TrainingPrecision.FP32)

@@ -93,7 +93,9 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     device = system.device
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     microbatches = microbatch_count(w.global_batch, st.micro_batch, st.dp)
-    groups = place_groups(st.tp, st.dp, st.pp, system.sizes, st.cp, st.rank_order)
+    # where each group's ranks sit: once per strategy point and network shape (kept on the frozen point)
+    groups = derived(st, ("groups", system.sizes),
+                     lambda: place_groups(st.tp, st.dp, st.pp, system.sizes, st.cp, st.rank_order))
     stages = split_stages(m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers)
     # every layer is priced at the chunk's average recomputation and offload: what a block-method recompute
     # re-runs, what offloading the first N layers of each chunk moves
@@ -276,7 +278,7 @@ def _stage_params(m: ModelArrays, st: StrategyArrays, stages: StageLayers) -> St
     """Per device: dense layers and the replicated part of MoE layers split over tp; routed experts over ep
     (experts / ep each, and the rank's redundant replicas: EPLB) and etp; the embedding on the first stage,
     the LM head on the last."""
-    params = count_parameters(m)
+    params = derived(m, "parameters", lambda: count_parameters(m))  # once per model
     t, single = st.tp, stages.single
     expert_local = m.experts / st.ep * replica_weights(m.experts, st.ep, st.redundant_experts) * params.expert / st.etp
 
@@ -347,9 +349,12 @@ def _stage_adapters(m: ModelArrays, w: TrainingArrays, st: StrategyArrays, stage
 def _stored(layers: Layers, counts: tuple[Array, Array]) -> tuple[Array, Array]:
     """Bytes one micro-batch leaves stored in a stage's (dense, MoE) layers, and of them the layer inputs
     kept for full recomputation."""
-    kinds = (layers.dense, *((layers.moe,) if layers.moe is not None else ()))
-    return (sum(n * kind.stored for n, kind in zip(counts, kinds, strict=False)),
-            sum(n * kind.checkpointed for n, kind in zip(counts, kinds, strict=False)))
+    dense, moe = layers.dense, layers.moe
+    # summed as sum() over the kinds sums them (from 0), written out
+    stored, checkpointed = 0 + counts[0] * dense.stored, 0 + counts[0] * dense.checkpointed
+    if moe is None:
+        return stored, checkpointed
+    return stored + counts[1] * moe.stored, checkpointed + counts[1] * moe.checkpointed
 
 
 def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParams, stages: StageLayers,

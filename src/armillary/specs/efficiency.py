@@ -13,6 +13,8 @@ from pydantic import Field, PrivateAttr, field_validator
 from armillary.specs.base import Spec
 from armillary.specs.quantity import Fraction
 
+# an efficiency curve as plain floats: (log sizes, efficiencies, each segment's slope)
+CurveTable = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
 _ONE_SIZE = frozenset((float, int, np.float64))  # the exact types of one size (not a sweep)
 
 
@@ -27,7 +29,7 @@ class EfficiencyCurve(Spec):
     _log_sizes: np.ndarray = PrivateAttr()
     _efficiencies: np.ndarray = PrivateAttr()
     # the points as Python floats with each segment's slope, for one size at a time (`interpolate`)
-    _table: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]] = PrivateAttr()
+    _table: CurveTable = PrivateAttr()
 
     @field_validator("points")
     @classmethod
@@ -60,7 +62,7 @@ class EfficiencyCurve(Spec):
         return interpolate(self._table, log_size)
 
     @property
-    def table(self) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    def table(self) -> CurveTable:
         """(log sizes, efficiencies, slopes) as plain floats, for `interpolate` (a pydantic private attribute
         costs a microsecond to read: a caller evaluating many sizes reads it once)."""
         return self._table
@@ -77,7 +79,7 @@ class EfficiencyCurve(Spec):
         return EfficiencyCurve(points=tuple((float(np.exp(x)), y) for x, y in points))
 
 
-def interpolate(table: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]], log_size: float) -> float:
+def interpolate(table: CurveTable, log_size: float) -> float:
     """An efficiency curve (`EfficiencyCurve.table`) at one log(size): np.interp's arithmetic on plain floats
     (numpy/_core/src/multiarray/compiled_base.c `arr_interp`: the end values outside the points, a point's own
     value on it, else slope * (x - x_j) + y_j), so one size and a sweep agree to the bit."""
