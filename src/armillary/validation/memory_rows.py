@@ -103,6 +103,19 @@ def stated_positions(row: dict[str, str], candidates: list[RowSpecs]) -> list[Ro
             for c in candidates]
 
 
+def stated_head(row: dict[str, str], candidates: list[RowSpecs]) -> list[RowSpecs]:
+    """The row's configurations with an LM head of its own where its words say it is not tied to the embedding
+    (LitGPT's GPT: `lm_head` an nn.Linear beside `transformer.wte`). The rows name no preset for phi-1.5 or
+    StableLM Alpha, so the harness would give them GPT's tied embedding (`rows._family`); the training rows'
+    step times hardly depend on it, their memory does (a second vocabulary x hidden matrix)."""
+    text = "; ".join(row.get(column, "") for column in ("framework", "notes"))
+    if search_run(r"\bnot tied to the embedding\b", text) is None:
+        return candidates
+    return [replace(c, model=c.model.model_copy(update={"tied_embeddings": False}),
+                    assumptions=(*c.assumptions, "tied_embeddings=False (the row's notes: its own LM head)"))
+            for c in candidates]
+
+
 def reserve_of(specs: RowSpecs) -> float:
     """The runtime reserve the estimate of `specs` held outside the tensors: the strategy's, else its device's."""
     coded = StrategyArrays.of(specs.strategy, 1)
@@ -123,8 +136,8 @@ def predict_memory(row: dict[str, str]) -> MemoryPrediction:
     from armillary.validation.run import choose_candidate
 
     measure, scale = measure_of(row), unit_bytes(row)
-    result, chosen = choose_candidate(stated_positions(row, stated_kernels(row, stated_loss(
-        row, row_specs({**row, "kind": "training"})))))
+    result, chosen = choose_candidate(stated_head(row, stated_positions(row, stated_kernels(row, stated_loss(
+        row, row_specs({**row, "kind": "training"}))))))
     predicted = compared_bytes(result.memory_hbm, reserve_of(chosen), measure) / scale
     notes = (*chosen.assumptions, _counted(result, chosen, measure))
     if not bool(result.feasible):
