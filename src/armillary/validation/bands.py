@@ -14,7 +14,9 @@ Two pools of residuals feed it. The in-sample pool is every row as the model pre
 were written while looking at them). The out-of-sample pool is the first untouched run of each new batch of
 rows (`validation/out_of_sample.py`): the only errors measured before anything was tuned on them. A regime's
 band is the wider of the two pools' quantiles over the regime the in-sample band was drawn from, so
-a regime where unseen rows erred more than the rows the model was tuned on prints the unseen error. A
+a regime where unseen rows erred more than the rows the model was tuned on prints the unseen error; and every
+band of a workload is at least its in-sample band times how far that workload's first runs landed beyond
+theirs (`unseen_inflation`), so that a source never seen meets a band drawn as a new source would. A
 prediction that leaves the validated regime (a precision or an engine no row has, an uncalibrated device) is
 widened, never narrowed.
 `leave_one_source_out` measures how often the band covers a source's rows when that source is left out.
@@ -50,6 +52,9 @@ _COARSENING = ("scale", "sharded", "precision", "moe", "calibrated", "engine")
 # the fewest first-untouched-run rows in a regime whose quantile may widen its band: below 4 rows the conformal
 # rank ceil(0.8 (n + 1)) lies past the largest, so no 80% claim can be drawn from them
 MIN_UNSEEN = 4
+# the fewest sources of first-untouched-run rows of a workload whose scores may widen all its bands
+# (`unseen_inflation`), as collectives' BAND_MIN_SOURCES: one source's rows move together
+MIN_UNSEEN_SOURCES = 2
 TRAINING, STATIC_BATCH, SERVING = "training", "static batch", "serving"
 
 
@@ -123,11 +128,17 @@ def inference_regime(model: Model, system: System, strategy: Strategy, workload:
                   workload=SERVING if engine else STATIC_BATCH, engine=family)
 
 
-def band(regime: Regime, residuals: Sequence[Residual]) -> ErrorBand:
+def band(regime: Regime, residuals: Sequence[Residual], inflation: float | None = None) -> ErrorBand:
     """The in-sample pool's band of `regime` (`_pool_band`), widened to the unseen rows' `band_quantile` where
-    at least `MIN_UNSEEN` first untouched runs fall in the same (possibly coarsened) regime and erred more, and
-    by `UNVALIDATED_WIDENING` for each of its precision and engine that no residual of its workload has."""
+    at least `MIN_UNSEEN` first untouched runs fall in the same (possibly coarsened) regime and erred more, to
+    the in-sample band times its workload's `unseen_inflation` (given, or drawn from `residuals`), and by
+    `UNVALIDATED_WIDENING` for each of its precision and engine that no residual of its workload has."""
     chosen, level = _pool_band(regime, [r for r in residuals if not r.out_of_sample], _COARSENING)
+    factor = unseen_inflation(regime.workload, residuals, regime.engine) if inflation is None else inflation
+    if factor > 1:
+        chosen = replace(chosen, relative=chosen.relative * factor,
+                         regime=f"{chosen.regime}; x{factor:.2f}: first-run rows of its kind erred that much beyond "
+                                "their in-sample band")
     # unseen rows of another engine never widen this one's band, however far the in-sample band coarsened
     level = replace(level, engine=regime.engine)
     unseen = [abs(r.error) for r in residuals if r.out_of_sample and level.matches(r.regime)]
@@ -143,6 +154,27 @@ def band(regime: Regime, residuals: Sequence[Residual]) -> ErrorBand:
         chosen = replace(chosen, relative=chosen.relative * UNVALIDATED_WIDENING ** len(unvalidated),
                          regime=f"{chosen.regime}; {', '.join(unvalidated)}: x{UNVALIDATED_WIDENING:g} each")
     return chosen
+
+
+def unseen_inflation(workload: str, residuals: Sequence[Residual], engine: str | None = None) -> float:
+    """How much further than their in-sample band the first untouched runs of a `workload` (for serving, on
+    `engine`: one engine's first runs never widen another's band) erred: the `QUANTILE`
+    split-conformal rank of |error| / band over its out-of-sample residuals, each row's band drawn from the
+    in-sample rows of other sources (the normalised nonconformity score of split-conformal prediction: Lei et
+    al., JASA 2018, section 5.2; Papadopoulos et al. 2008). An in-sample band is drawn from rows the mechanisms
+    were written against; a new source lands further, and this is by how much. 1 (none) below `MIN_UNSEEN`
+    rows or `MIN_UNSEEN_SOURCES` sources: one source's rows say how it scatters, not how the next lands."""
+    unseen = [r for r in residuals if r.out_of_sample and r.regime.workload == workload and r.regime.engine == engine]
+    if len(unseen) < MIN_UNSEEN or len({r.source for r in unseen}) < MIN_UNSEEN_SOURCES:
+        return 1.0
+    tuned = [r for r in residuals if not r.out_of_sample]
+    scores = []
+    for source in {r.source for r in unseen}:
+        others = [r for r in tuned if r.source != source]
+        bands = {r.regime: _pool_band(r.regime, others, _COARSENING)[0].relative
+                 for r in unseen if r.source == source}
+        scores += [abs(r.error) / bands[r.regime] for r in unseen if r.source == source and bands[r.regime] > 0]
+    return max(1.0, band_quantile(scores)) if scores else 1.0
 
 
 def _pool_band(regime: Regime, residuals: Sequence[Residual], coarsening: tuple[str, ...]
@@ -179,11 +211,15 @@ def leave_one_source_out(residuals: Sequence[Residual], out_of_sample: bool = Fa
     """Per full regime: (rows whose |error| lies inside the band computed without their source, rows), over
     the in-sample residuals, or (`out_of_sample`) over the first untouched runs."""
     out: dict[str, tuple[int, int]] = {}
+    factors: dict[tuple[str, str, str | None], float] = {}  # per left-out source, workload, engine: drawn once
     for r in residuals:
         if r.out_of_sample != out_of_sample:
             continue
         others = [x for x in residuals if x.source != r.source]
-        inside = abs(r.error) <= band(r.regime, others).relative
+        key = (r.source, r.regime.workload, r.regime.engine)
+        if key not in factors:
+            factors[key] = unseen_inflation(r.regime.workload, others, r.regime.engine)
+        inside = abs(r.error) <= band(r.regime, others, factors[key]).relative
         covered, total = out.get(r.regime.describe(), (0, 0))
         out[r.regime.describe()] = (covered + inside, total + 1)
     return out
