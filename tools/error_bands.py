@@ -12,7 +12,15 @@ import sys
 
 import numpy as np
 
-from armillary.validation.bands import Residual, band_quantile, leave_one_source_out, write_residuals
+from armillary.validation.bands import (
+    SERVING,
+    STATIC_BATCH,
+    TRAINING,
+    Residual,
+    band_quantile,
+    leave_one_source_out,
+    write_residuals,
+)
 from armillary.validation.collective_bands import (
     BAND_QUANTILE,
     CollectiveResidual,
@@ -45,6 +53,11 @@ def residuals() -> list[Residual]:
         if regime is not None:
             out.append(Residual(group, regime, error, out_of_sample=True))
     return out
+
+
+def _workload(described: str) -> str:
+    """The workload of a regime as `Regime.describe` words it (training is left unsaid)."""
+    return SERVING if ", serving" in described else STATIC_BATCH if described.endswith(STATIC_BATCH) else TRAINING
 
 
 def _share(counts: dict[str, tuple[int, int]]) -> str:
@@ -97,6 +110,11 @@ def main() -> None:
         covered, total = sum(c for c, _ in coverage.values()), sum(n for _, n in coverage.values())
         print(f"{name}: {total} residuals; leave-one-source-out coverage {covered}/{total} "
               f"= {covered / max(total, 1):.0%}")
+        for workload in (TRAINING, STATIC_BATCH, SERVING):
+            mine = [(c, n) for regime, (c, n) in coverage.items() if _workload(regime) == workload]
+            if mine:
+                hit, rows = sum(c for c, _ in mine), sum(n for _, n in mine)
+                print(f" {workload}: {hit}/{rows} = {hit / rows:.0%}")
         for regime, (c, n) in sorted(coverage.items()):
             print(f"  {regime}: {c}/{n} = {c / n:.0%}")
     print("\n".join(collective_figures()))
