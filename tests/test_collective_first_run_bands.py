@@ -94,4 +94,4 @@ def test_the_uncalibrated_band_covers_the_first_run_rows_of_sweeps_it_was_not_dr
     calibrated). The one NVL72 RoCE sweep (33 rows) is covered in 20 of 33: no other sweep erred 10x."""
     coverage = out_of_sample_coverage(shipped_collective_residuals(), first_run_residuals())
     hit, total = sum(h for h, _ in coverage.values()), sum(t for _, t in coverage.values())
-    assert total >= 80 and hit / total >= 0.8, coverage
+    assert total >= 70 and hit / total >= 0.8, coverage
