@@ -134,7 +134,7 @@ def uncalibrated_band(band: ErrorBand, small: bool, first_run: Sequence[Collecti
     `first_run` residuals of its message size (`small`: below 1 MiB): collectives first run on fabrics the model
     had not been calibrated on (`first_run_residuals`). Issue 43's widening for a prediction that leaves the
     validated regime: the in-sample pool is of sweeps the presets were then fitted on, which land within a few
-    percent; a fabric met before calibration erred 2-100x (EFA's SRD latency floor, LL across NVL72 racks over
+    percent; a fabric met before calibration erred up to 12x (EFA's SRD latency floor, LL across NVL72 racks over
     RoCE). The size, not the latency share, keys it: the share is modelled with the very latency an
     uncalibrated fabric gets wrong. A size with fewer than BAND_MIN_ROWS rows or BAND_MIN_SOURCES sweeps takes
     the wider of its rows' band and every first-run row's. Scale-out rows only, as the in-sample pool: a fabric
