@@ -1,7 +1,9 @@
-"""Values derived from a frozen spec, computed once per spec object (the scalar path's caches)."""
+"""Values derived from a frozen spec, computed once per spec object (the scalar path's caches), and frozen
+dataclasses that construct faster (`quick_init`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -41,3 +43,36 @@ def derived(owner: object, key: Hashable, make: Callable[[], V]) -> V:
         return make()
     value = store[key] = make()
     return value
+
+
+T = TypeVar("T")
+
+
+def quick_init(cls: type[T]) -> type[T]:
+    """A frozen dataclass whose __init__ fills the instance's __dict__ directly instead of calling
+    object.__setattr__ once per field, as the generated one does to get past the frozen __setattr__ (about
+    0.8 us for three fields, against 0.27 us: the estimator builds some 170 such objects a call). Same
+    signature and defaults, __post_init__ still called; the class stays frozen (its __setattr__ raises) and
+    equal, hashed and copied as before. Classes with slots, init=False, keyword-only or default_factory
+    fields keep their own __init__. Put it above @dataclass(frozen=True)."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if ("__slots__" in cls.__dict__ or any(not f.init or f.kw_only or f.default_factory is not dataclasses.MISSING
+                                           for f in fields)):
+        return cls
+    defaults: dict[str, object] = {}
+    params, lines = [], []
+    for f in fields:
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            defaults[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        lines.append(f"    _instance_dict_[{f.name!r}] = {f.name}\n")
+    post = "    self.__post_init__()\n" if hasattr(cls, "__post_init__") else ""
+    source = (f"def __init__(self, {', '.join(params)}):\n    _instance_dict_ = self.__dict__\n"
+              f"{''.join(lines)}{post}")
+    exec(source, defaults)  # code made from the class's own field names, as dataclasses makes its __init__
+    init: Callable[..., None] = defaults["__init__"]  # type: ignore[assignment]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    setattr(cls, "__init__", init)  # noqa: B010 (mypy refuses assigning a method)
+    return cls

@@ -14,6 +14,7 @@ from armillary.comm.collectives import CommCost, all_gather, all_reduce, needed,
 from armillary.comm.overlap import exposed
 from armillary.estimate import memory as mem
 from armillary.estimate.result import CommCall, ParallelDimension
+from armillary.memo import quick_init
 from armillary.numerics import Array, maximum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.placement import Placement
@@ -21,6 +22,7 @@ from armillary.specs.communication import Collective
 from armillary.specs.system import System
 
 
+@quick_init
 @dataclass(frozen=True)
 class DataParallelCost:
     """One parameter set's data-parallel traffic, split by where it can hide: `in_line_s` per iteration is

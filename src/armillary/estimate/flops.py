@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armillary.memo import quick_init
 from armillary.numerics import Array, minimum, where
 from armillary.plan.arrays import ModelArrays, TrainingArrays
 from armillary.workload.adapters import adapter_parameters
@@ -13,6 +14,7 @@ from armillary.workload.experts import experts_forward
 from armillary.workload.transformer import layer_forward
 
 
+@quick_init
 @dataclass(frozen=True)
 class ModelFlop:
     """Model FLOPs of one iteration, whole cluster (no recomputation)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armillary.cost.compute import fused_attention_time, kernel_seconds, kernel_times
+from armillary.memo import quick_init
 from armillary.numerics import Array, any_true, maximum, where
 from armillary.plan.codes import PRECISION
 from armillary.specs.strategy import TrainingPrecision
@@ -21,6 +22,7 @@ from armillary.workload.quantize import bf16_share, quantize_ops
 from armillary.workload.transformer import Ends, LayerForward
 
 
+@quick_init
 @dataclass(frozen=True)
 class LayerKernels:
     """Seconds of each forward kernel of one layer on one device (0 where the layer has no such kernel)."""

@@ -28,6 +28,7 @@ from armillary.estimate.kernels import LayerKernels, layer_kernels
 from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
 from armillary.estimate.token_exchange import Fanout, token_exchange
 from armillary.estimate.tp_layouts import summa_layer, two_d, two_d_kernels
+from armillary.memo import quick_init
 from armillary.numerics import Array, any_true, maximum, where
 from armillary.plan.arrays import StrategyArrays
 from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
@@ -65,6 +66,7 @@ def _module_recompute(st: StrategyArrays, parts: tuple[tuple[Array, Array, Array
     return PassCost(*(sum(o * part[i] for o, part in zip(on, parts, strict=True)) for i in (1, 2, 3)))
 
 
+@quick_init
 @dataclass(frozen=True)
 class ExpertGroups:
     """Where the ranks of an MoE layer's expert-parallel and expert-tensor-parallel groups sit."""
@@ -74,6 +76,7 @@ class ExpertGroups:
     fanout: Fanout  # the nodes and devices of the EP group a token reaches
 
 
+@quick_init
 @dataclass(frozen=True)
 class LayerExchange:
     """What a layer's communication needs besides the strategy: the TP message and group, the CP group with
@@ -88,6 +91,7 @@ class LayerExchange:
     expert_groups: ExpertGroups | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class Adapters:
     """A frozen base with LoRA adapters (`workload.adapters`), one layer and micro-batch on one device: the

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.memo import derived
+from armillary.memo import derived, quick_init
 from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.codes import PRECISION, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED
@@ -74,6 +74,7 @@ def per_precision(table: tuple[float, ...], code: Array) -> Array:
     return np.asarray(table)[code.astype(int)]
 
 
+@quick_init
 @dataclass(frozen=True)
 class LayerActivations:
     """Bytes one layer stores for backward, for one micro-batch on one TP rank (Korthikanti Table 2)."""
@@ -263,6 +264,7 @@ def stage_activations(stored_per_microbatch: Array, checkpointed_per_microbatch:
     return (stored_per_microbatch - checkpointed_per_microbatch) * in_flight + rebuilt, checkpoints
 
 
+@quick_init
 @dataclass(frozen=True)
 class ModelStates:
     weights: Array

@@ -10,6 +10,7 @@ import numpy as np
 
 from armillary import display
 from armillary.comm.collectives import CommCost
+from armillary.memo import quick_init
 from armillary.numerics import Array
 from armillary.specs.communication import Collective
 from armillary.specs.model import Model
@@ -18,6 +19,7 @@ from armillary.specs.system import System
 from armillary.specs.workload import Workload
 
 
+@quick_init
 @dataclass(frozen=True)
 class PassCost:
     """FLOPs, HBM bytes and kernel time (no communication) of one pass."""
@@ -27,6 +29,7 @@ class PassCost:
     time_s: Array
 
 
+@quick_init
 @dataclass(frozen=True)
 class LayerCost:
     """One layer, one micro-batch, one device. Communication times are what stays exposed."""
@@ -87,6 +90,7 @@ class LayerCost:
                 + self.cp_s + self.ep_s)
 
 
+@quick_init
 @dataclass(frozen=True)
 class EndsCost:
     """Embedding (first stage) and LM head + loss (last stage), forward + backward, one micro-batch."""
@@ -98,6 +102,7 @@ class EndsCost:
     head_forward_s: Array = 0.0  # of `head_s`: the forward pass
 
 
+@quick_init
 @dataclass(frozen=True)
 class TimeBreakdown:
     """Where one iteration's time goes, in seconds; the fields add up to the step time."""
@@ -120,6 +125,7 @@ class TimeBreakdown:
                 + self.bubble + self.dp_exposed + self.optimizer + self.offload_stall)
 
 
+@quick_init
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes per device on one memory tier, by category."""
@@ -140,6 +146,7 @@ class MemoryBreakdown:
                 + self.comm_buffers + self.runtime)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Traffic:
     """Bytes each device sends per iteration on each network tier."""
@@ -159,6 +166,7 @@ class ParallelDimension(StrEnum):
     EDP = "EDP"  # expert data parallelism: gradient reduction of the expert weights
 
 
+@quick_init
 @dataclass(frozen=True)
 class CommCall:
     """One kind of communication call of a step, as one device of the busiest stage sees it."""
@@ -184,6 +192,7 @@ class CommCall:
         return self.per_step * self.time_each_s
 
 
+@quick_init
 @dataclass(frozen=True)
 class ErrorBand:
     """How far to trust a prediction: the 80th percentile of |predicted / measured - 1| over the validation
@@ -208,6 +217,7 @@ class ErrorBand:
 POORLY_VALIDATED = 0.2
 
 
+@quick_init
 @dataclass(frozen=True)
 class RunConfig:
     """The inputs a result was computed from (set by `armillary.api`): `to_frame` adds them as columns."""
@@ -231,6 +241,7 @@ class RunConfig:
                 **flat(self.workload.model_dump(mode="json"), "workload.")}
 
 
+@quick_init
 @dataclass(frozen=True)
 class StepEstimate:
     """One training iteration: time, its breakdown, throughput, utilization, memory and traffic."""

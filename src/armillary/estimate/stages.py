@@ -9,10 +9,12 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from armillary.estimate.result import MemoryBreakdown
+from armillary.memo import quick_init
 from armillary.numerics import Array, maximum, where
 from armillary.plan.layout import stage_dense_layers, stage_layers
 
 
+@quick_init
 @dataclass(frozen=True)
 class StageTime:
     """Time of one micro-batch through a set of layers or kernels, by component."""
@@ -39,6 +41,7 @@ class StageTime:
         return self.compute + self.recompute + self.tp + self.cp + self.ep
 
 
+@quick_init
 @dataclass(frozen=True)
 class StageLayers:
     """(dense, MoE) layer counts of the first, middle and last stage kinds, and the pipeline's shape:

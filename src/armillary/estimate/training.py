@@ -41,7 +41,7 @@ from armillary.estimate.result import (
 )
 from armillary.estimate.stages import StageLayers, StageMemory, StageTime, critical_stage, fullest_stage, split_stages
 from armillary.estimate.token_exchange import Fanout
-from armillary.memo import derived
+from armillary.memo import derived, quick_init
 from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
@@ -56,6 +56,7 @@ from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import LayerForward, ends_forward, layer_forward, sequence_shards, tp_message_bytes
 
 
+@quick_init
 @dataclass(frozen=True)
 class LayerKind:
     """One layer of a kind (dense, or MoE) for one micro-batch on one device."""
@@ -77,6 +78,7 @@ class LayerKind:
                          deferrable=c.weight_deferrable_s)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Layers:
     """The layer kinds of the model and its ends (embedding, LM head), one micro-batch."""
@@ -214,6 +216,7 @@ def _adapters(m: ModelArrays, w: TrainingArrays, system: System, st: StrategyArr
                     where(w.frozen, 1.0, 0.0))
 
 
+@quick_init
 @dataclass(frozen=True)
 class PipelineSends:
     """The activation (forward) and gradient (backward) sends between stages, per micro-batch."""
@@ -262,6 +265,7 @@ def _stage_times(layers: Layers, stages: StageLayers) -> tuple[StageTime, StageT
             layers_of(stages.last) + head + embedding * single)
 
 
+@quick_init
 @dataclass(frozen=True)
 class StageParams:
     """Parameters of one device of each stage kind: (replicated over dp x cp, routed experts), and those

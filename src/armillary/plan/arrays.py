@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.memo import IdentityCache
+from armillary.memo import IdentityCache, quick_init
 from armillary.numerics import Array
 from armillary.plan.codes import PRECISION, PROJECTIONS, SCHEDULE, STRATEGY_FIELDS, TP_LAYOUT, encode, strategy_value
 from armillary.specs.formats import element_bytes
@@ -22,6 +22,7 @@ from armillary.specs.strategy import RecomputeModule, Strategy, TrainingPrecisio
 from armillary.specs.workload import BasePrecision, LoraTarget, Training
 
 
+@quick_init
 @dataclass(frozen=True)
 class ModelArrays:
     layers: Array
@@ -111,6 +112,7 @@ class ModelArrays:
 _MODEL_ARRAYS: IdentityCache[Model, ModelArrays] = IdentityCache(64)  # ModelArrays.of per frozen model
 
 
+@quick_init
 @dataclass(frozen=True)
 class StrategyArrays:
     tp: Array
@@ -232,6 +234,7 @@ def recipe_family(precision: Array, block_format: Array) -> Array:
 _FP8 = PRECISION.code(TrainingPrecision.FP8)
 
 
+@quick_init
 @dataclass(frozen=True)
 class TrainingArrays:
     seq_len: Array
