@@ -109,7 +109,8 @@ def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, a
     for other in built[1:]:
         best = _faster(best, other)
     pinned = algorithm is not Algorithm.AUTO or composition is not Composition.AUTO
-    if not (is_array(best.time) and not pinned) and not np.isfinite(best.time).any():  # a pinned choice that
+    if not (is_array(best.time) and not pinned) and not (
+            np.isfinite(best.time).any() if is_array(best.time) else math.isfinite(best.time)):  # a pinned choice that
         # cannot run at any size of a sweep is refused as one configuration is (a search's points stay inf)
         raise ValueError(f"{op.value} cannot run over {system.name!r} with algorithm {algorithm.value!r} and "
                          f"composition {composition.value!r}")
@@ -294,19 +295,20 @@ def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | No
     best: Composed | None = None
     for k, proto in enumerate(PROTOCOLS):
         dims = tuple(d[k] for d in per_dimension)
-        active = sum(np.where(np.asarray(d.time) > 0, 1.0, 0.0) for d in dims)
-        latency = sum(d.fixed for d in dims) - np.maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
+        active = sum(np.where(np.asarray(d.time) > 0, 1.0, 0.0) if is_array(d.time) else (1.0 if d.time > 0 else 0.0)
+                     for d in dims)
+        latency = sum(d.fixed for d in dims) - _maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
         transfer = dims[0].transfer
         for d in dims[1:]:
-            transfer = np.maximum(transfer, d.transfer)
+            transfer = _maximum(transfer, d.transfer)
         if proto.name == "LL":
-            transfer = where(across > 1, np.maximum(transfer, ring_bytes / ll_cap), transfer)
+            transfer = where(across > 1, _maximum(transfer, ring_bytes / ll_cap), transfer)
         for i, dim in enumerate(net.system.network):  # each channel moves its share of the ring (comm/channels.py)
             if dim.channels is not None and dim.channel_bandwidth is not None:
                 cap = proto.bandwidth_factor * dim.channels * dim.channel_bandwidth
-                transfer = where(group.spans[i] > 1, np.maximum(transfer, ring_bytes / cap), transfer)
+                transfer = where(group.spans[i] > 1, _maximum(transfer, ring_bytes / cap), transfer)
             if proto.name in dim.ring_busbw:  # the protocol's own ceiling there (tuning.cc llMaxBws, LL128 caps)
-                transfer = where(group.spans[i] > 1, np.maximum(transfer, ring_bytes / dim.ring_busbw[proto.name]),
+                transfer = where(group.spans[i] > 1, _maximum(transfer, ring_bytes / dim.ring_busbw[proto.name]),
                                  transfer)
         time = latency + transfer
         built = Composed(time if is_array(time) else float(time), dims, index)
@@ -320,7 +322,7 @@ def _step_shares(group: Placement, count: int) -> list[Array]:
     general c_i = (p / inner_i - 1) / (p - 1) of the steps leave a block of the dimensions below i, and
     dimension i takes c_i - c_(i+1)."""
     p = group.size
-    left = [where(p > 1, (p / group.inner(i) - 1) / np.maximum(p - 1, 1), 0.0) for i in range(count)] + [0.0]
+    left = [where(p > 1, (p / group.inner(i) - 1) / _maximum(p - 1, 1.0), 0.0) for i in range(count)] + [0.0]
     return [left[i] - left[i + 1] for i in range(count)]
 
 
@@ -377,9 +379,9 @@ def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
     for i in range(count):
         top, message = net.top(i), phase_message(op, n, group, i)
         at_top: list[tuple[DimensionCost, ...]] = (
-            [(o,) for o in net.options(i, op, message, (Algorithm.RING,) if nccl else ())] if np.any(top) else [])
+            [(o,) for o in net.options(i, op, message, (Algorithm.RING,) if nccl else ())] if any_true(top) else [])
         below: list[tuple[DimensionCost, ...]] = []
-        if not np.all(top):
+        if not _all_true(top):
             if op is Collective.ALL_REDUCE and not nccl:
                 scatter = _frontier([(o,) for o in net.options(i, Collective.REDUCE_SCATTER, message)])
                 gather = _frontier([(o,) for o in net.options(i, Collective.ALL_GATHER, message)])
@@ -390,7 +392,8 @@ def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
             choices.append(_Stack.on_mask(top, at_top, below, np.shape(n)).frontier())
         else:
             choices.append(_frontier(_on_mask(top, at_top, below)))
-    chunks = np.maximum(np.asarray(n, dtype=float) / PIPELINE_CHUNK_BYTES, 1.0)
+    chunks = np.maximum(np.asarray(n, dtype=float) / PIPELINE_CHUNK_BYTES, 1.0) if sweep else \
+        _maximum(float(n) / PIPELINE_CHUNK_BYTES, 1.0)
     if sweep:
         stacks = [c for c in choices if isinstance(c, _Stack)]
         picked = [st.gather(j) for st, j in zip(stacks, _joint(stacks, np.broadcast_to(chunks, stacks[0].shape)),
@@ -403,10 +406,14 @@ def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
     transfers = [d.transfer for d in dims]
     slowest = transfers[0]
     for t in transfers[1:]:
-        slowest = np.maximum(slowest, t)
+        slowest = _maximum(slowest, t)
     total = sum(transfers)
-    runs = np.isfinite(total)  # where a phase cannot run, the composition takes forever
-    fill = np.where(runs, total - np.where(runs, slowest, 0.0), 0.0) / chunks
+    fill: Array
+    if is_array(total, slowest, chunks):
+        runs = np.isfinite(total)  # where a phase cannot run, the composition takes forever
+        fill = np.where(runs, total - np.where(runs, slowest, 0.0), 0.0) / chunks
+    else:
+        fill = (total - slowest if math.isfinite(total) else 0.0) / chunks
     time = fixed + slowest + fill
     return Composed(time if is_array(time) else float(time), dims, index)
 
@@ -446,7 +453,7 @@ def _frontier(options: list[tuple[DimensionCost, ...]]) -> list[tuple[DimensionC
     kept: list[tuple[tuple[DimensionCost, ...], tuple[Array, Array]]] = []
     for option in options:
         f, b = _totals(option)
-        if not any(np.all((f2 <= f) & (b2 <= b)) for _, (f2, b2) in kept):
+        if not any(_covers(f2, b2, f, b) for _, (f2, b2) in kept):
             kept.append((option, (f, b)))
     return [o for o, _ in kept]
 
@@ -621,13 +628,35 @@ def _faster(a: Composed, b: Composed) -> Composed:
                     np.where(take_a, a.composition, b.composition))
 
 
+_NUMBERS = (float, int, np.float64)  # one configuration's numbers (exact types: the fast test first)
+
+
+def _maximum(a: Array, b: Array) -> Array:
+    """np.maximum, in plain Python for one configuration (a NaN wins, as there)."""
+    if type(a) in _NUMBERS and type(b) in _NUMBERS:
+        return a if a >= b else b if b >= a else math.nan  # type: ignore[operator]
+    return np.maximum(a, b)
+
+
+def _all_true(mask: Array) -> bool:
+    """np.all that stays in plain Python for one configuration."""
+    return bool(np.all(mask)) if is_array(mask) else bool(mask)
+
+
+def _covers(f2: Array, b2: Array, f: Array, b: Array) -> bool:
+    """Whether (f2, b2) is at most (f, b) at every point."""
+    if is_array(f2, b2, f, b):
+        return bool(np.all((f2 <= f) & (b2 <= b)))
+    return bool(f2 <= f) and bool(b2 <= b)
+
+
 def _not(mask: Array) -> Array:
     return ~np.asarray(mask, dtype=bool) if is_array(mask) else not mask
 
 
 def _when(mask: Array, cost: Callable[[], DimensionCost]) -> DimensionCost:
     """A phase only where it is needed: not computed at all for a single configuration that skips it."""
-    if not np.any(mask):
+    if not any_true(mask):
         return NOTHING
     return cost()
 
