@@ -24,6 +24,7 @@ from armillary.specs.efficiency import EfficiencyCurve, interpolate
 from armillary.specs.loading import load_system
 from armillary.specs.run import load_run
 from armillary.specs.system import Precision
+from armillary.specs.workload import Training
 from armillary.workload.ops import Op
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -78,6 +79,7 @@ def test_one_estimate_equals_its_one_point_sweep(name: str) -> None:
     point = StrategyArrays.of(strategy, data_parallel(strategy, system))
     sweep = dataclasses.replace(point, **{f.name: np.array([getattr(point, f.name)], dtype=float)
                                           for f in dataclasses.fields(point)})
+    assert isinstance(workload, Training)
     m, w = ModelArrays.of(model), TrainingArrays.of(workload)
     for _ in range(2):  # the second time from the values kept on the point
         one, many = estimate_training(m, point, w, system), estimate_training(m, sweep, w, system)
@@ -102,8 +104,8 @@ def test_derived_values_are_made_once_per_object() -> None:
     assert derived(a, "k", lambda: make(3.0)) == 2.0  # kept on a
     assert derived(b, "k", lambda: make(4.0)) == 4.0  # an equal object is another object
     assert derived(a, ("k", np.zeros(2).tobytes()), lambda: make(5.0)) == 5.0
-    assert derived(a, np.zeros(2), lambda: make(6.0)) == 6.0  # an unhashable key: made each time
-    assert derived(a, np.zeros(2), lambda: make(7.0)) == 7.0
+    assert derived(a, np.zeros(2), lambda: make(6.0)) == 6.0  # type: ignore[arg-type]  # unhashable: made each time
+    assert derived(a, np.zeros(2), lambda: make(7.0)) == 7.0  # type: ignore[arg-type]
     assert derived(1.5, "k", lambda: make(8.0)) == 8.0  # no __dict__ to keep it on
     assert made == [2.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     assert a == b and hash(a) == hash(b) and repr(a).endswith("Point(x=1.0)")  # fields only: the kept values aside
