@@ -196,14 +196,15 @@ def profile(number: int = 300) -> None:
 
 def replayed(model: object, system: object, strategy: object, workload: object,
              cpu_us: Callable[[Callable[[], object]], float]) -> None:
-    """CPU microseconds of each collective, send-receive and kernel_times call of one estimate(), replayed with
-    its own arguments (comm/ and cost/compute.py: the shared formulas' scalar path)."""
+    """CPU microseconds of each collective, send-receive and kernel_times / kernel_seconds call of one estimate(),
+    replayed with its own arguments (comm/ and cost/compute.py: the shared formulas' scalar path)."""
     import armillary
     from armillary.comm import collectives
-    from armillary.estimate import kernels
+    from armillary.cost import compute
 
     calls: list[tuple[str, Callable[..., object], tuple[object, ...], dict[str, object]]] = []
-    patched = [(collectives, "collective"), (collectives, "send_recv"), (kernels, "kernel_times")]
+    patched = [(collectives, "collective"), (collectives, "send_recv"), (compute, "kernel_times"),
+               (compute, "kernel_seconds")]
     originals: list[Callable[..., object]] = [getattr(module, name) for module, name in patched]
 
     def recording(name: str, fn: Callable[..., object]) -> Callable[..., object]:
