@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from armillary.memo import derived
+from armillary.memo import IdentityCache, derived
 from armillary.numerics import Array, all_of
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.codes import SCHEDULE_INTERLEAVED
 from armillary.plan.layout import microbatch_count, stage_layers
-from armillary.specs.system import System
+from armillary.specs.system import OffloadPath, System
 from armillary.units import GIB
 
 
@@ -58,23 +58,34 @@ def inference_checks(m: ModelArrays, tp: Array, cp: Array, pp: Array, ep: Array,
     )
 
 
+# per system: its network's sizes, its devices and its offload path (properties that build a tuple, a product and
+# an OffloadPath on every read), taken once per frozen system
+_SYSTEMS: IdentityCache[System, tuple[tuple[int, ...], int, OffloadPath | None]] = IdentityCache(256)
+
+
+def system_shape(system: System) -> tuple[tuple[int, ...], int, OffloadPath | None]:
+    """(`System.sizes`, `System.devices`, `System.offload_path`), read once per system object."""
+    return _SYSTEMS.get(system, lambda s: (s.sizes, s.devices, s.offload_path))
+
+
 def memory_fits(system: System, hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, Array]:
     """(the HBM holds `hbm_bytes`, the offload path holds `tier2_bytes`: the device's share of the memory pool,
     else its second tier; a system with neither holds none)."""
-    path = system.offload_path
+    path = system_shape(system)[2]
     return hbm_bytes <= system.device.hbm.capacity, tier2_bytes <= (path.capacity if path is not None else 0.0)
 
 
 def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
           hbm_bytes: Array, tier2_bytes: Array) -> tuple[Array, tuple[str, ...]]:
-    path, pool = system.offload_path, system.memory_pool
+    _, devices, path = system_shape(system)
+    pool = system.memory_pool
     hbm_fits, tier2_fits = memory_fits(system, hbm_bytes, tier2_bytes)
     fits = (rules.Check(hbm_fits, "out of memory: the HBM needs more than its capacity"),
             rules.Check(tier2_fits, "offload needs a second memory tier or a memory pool: the system has neither"
                         if path is None else "out of memory: the second tier needs more than its capacity"
                         if pool is None else f"out of memory: the memory pool ({pool.kind.value}) needs more "
                         f"than this device's share of it"))
-    shapes_ok, shapes_failed = _shape_rules(m, st, w, system.devices)
+    shapes_ok, shapes_failed = _shape_rules(m, st, w, devices)
     feasible = all_of(shapes_ok, *(c.ok for c in fits))
     reasons: tuple[str, ...] = ()
     if not isinstance(feasible, np.ndarray):

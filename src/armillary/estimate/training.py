@@ -24,7 +24,7 @@ from armillary.estimate.data_parallel import (
     exposed_together,
     parameter_tensors,
 )
-from armillary.estimate.feasibility import check
+from armillary.estimate.feasibility import check, system_shape
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.layer import Adapters, ExpertGroups, LayerExchange, layer_cost, recompute_modes
 from armillary.estimate.pipeline import pipeline_time
@@ -96,8 +96,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     microbatches = microbatch_count(w.global_batch, st.micro_batch, st.dp)
     # where each group's ranks sit: once per strategy point and network shape (kept on the frozen point)
-    groups = derived(st, ("groups", system.sizes),
-                     lambda: place_groups(st.tp, st.dp, st.pp, system.sizes, st.cp, st.rank_order))
+    sizes = system_shape(system)[0]
+    groups = derived(st, ("groups", sizes), lambda: place_groups(st.tp, st.dp, st.pp, sizes, st.cp, st.rank_order))
     stages = split_stages(m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers)
     # every layer is priced at the chunk's average recomputation and offload: what a block-method recompute
     # re-runs, what offloading the first N layers of each chunk moves
@@ -140,7 +140,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     devices = st.tp * st.cp * st.pp * st.dp
     model_flop, recompute_flop = _flops(m, st, w, layers, microbatches)
     feasible, reasons = check(m, st, w, system, hbm.total, tier2_mem.total)
-    tier2 = system.offload_path  # the device's second tier, or its share of the memory pool
+    tier2 = system_shape(system)[2]  # the device's second tier, or its share of the memory pool
     peak = matrix_peak(device, st.precision)
     return StepEstimate(
         step_time_s=step, breakdown=breakdown, tokens_per_s=w.global_batch * w.seq_len / step,
@@ -181,7 +181,7 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     edp = t * c * st.dp / (st.etp * st.ep)  # expert layers regroup the tp x cp x dp ranks as etp x ep x edp
     if not (isinstance(m.experts, np.ndarray) or m.experts > 0):
         return Layers(dense, None, ends, n_tp, edp, None)
-    etp_group, ep_group, edp_group = place_expert_groups(st.etp, st.ep, edp, system.sizes)
+    etp_group, ep_group, edp_group = place_expert_groups(st.etp, st.ep, edp, system_shape(system)[0])
     redundant = st.redundant_experts  # EPLB replicas per rank
     load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity, redundant)
     # the expert biases (GPT-OSS) added expert by expert after the grouped GEMM, as Megatron-Core's
@@ -379,7 +379,7 @@ def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParam
     else:
         updated = params.dense_local / mem.zero_shards(st, 1) + params.experts_local / mem.zero_shards(st, 1, edp)
         adam_bytes = updated * mem.optimizer_step_bytes(st)
-    path = system.offload_path
+    path = system_shape(system)[2]
     rate, latency = (path.rate, path.latency) if path is not None else (np.inf, 0.0)
     n_layers, moe_layers = stages.most_layers, stages.busiest(1)
     optimizer = where(st.offload_optimizer > 0, adam_bytes / rate + n_layers * latency, stream_time(adam_bytes, device))
@@ -400,7 +400,7 @@ def _pool_link_s(system: System, traffic: Traffic, offload_s: Array) -> Array:
     carry the step's own traffic, which the pool's transfers wait behind (one link, two users: their times add,
     docs/memory-pool.md) [derived rule; ASTRA-sim's pool loads no link]. Dimension 0 carries the scale-up bytes,
     an outer one every byte beyond the node (an upper bound on a network of more than two dimensions)."""
-    path = system.offload_path
+    path = system_shape(system)[2]
     if path is None or path.network is None:
         return 0.0 * offload_s
     dim = system.network[path.network]
