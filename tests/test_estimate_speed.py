@@ -17,7 +17,7 @@ import pytest
 import armillary
 from armillary.cost.compute import kernel_seconds, kernel_times
 from armillary.estimate.training import estimate_training
-from armillary.memo import derived, quick_init
+from armillary.memo import DERIVED_PER_OBJECT, derived, quick_init
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import data_parallel
 from armillary.specs.efficiency import EfficiencyCurve, interpolate
@@ -108,6 +108,10 @@ def test_derived_values_are_made_once_per_object() -> None:
     assert derived(a, np.zeros(2), lambda: make(7.0)) == 7.0  # type: ignore[arg-type]
     assert derived(1.5, "k", lambda: make(8.0)) == 8.0  # no __dict__ to keep it on
     assert made == [2.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    for i in range(DERIVED_PER_OBJECT + 5):  # bounded per object: the oldest values go first
+        derived(b, ("n", i), lambda: 0.0)
+    assert len(b.__dict__["_derived"]) == DERIVED_PER_OBJECT and ("n", DERIVED_PER_OBJECT + 4) in b.__dict__["_derived"]
+    assert derived(b, "k", lambda: make(9.0)) == 9.0 and made[-1] == 9.0  # "k" went
     assert a == b and hash(a) == hash(b) and repr(a).endswith("Point(x=1.0)")  # fields only: the kept values aside
 
 

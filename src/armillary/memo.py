@@ -31,6 +31,9 @@ class IdentityCache(Generic[K, V]):
         return value
 
 
+DERIVED_PER_OBJECT = 32  # values `derived` keeps on one object at most
+
+
 def derived(owner: object, key: Hashable, make: Callable[[], V]) -> V:
     """`make()` once per (`owner`, `key`), kept on the frozen `owner` itself, as functools.cached_property
     keeps its value (in the instance's __dict__, past a frozen dataclass's __setattr__): it lives and dies with
@@ -41,6 +44,8 @@ def derived(owner: object, key: Hashable, make: Callable[[], V]) -> V:
             return store[key]  # type: ignore[return-value]
     except (TypeError, AttributeError):  # an unhashable key, or an object without a __dict__: nothing kept
         return make()
+    if len(store) >= DERIVED_PER_OBJECT:  # bounded: e.g. one strategy estimated for many workloads
+        store.pop(next(iter(store)))  # the oldest
     value = store[key] = make()
     return value
 
