@@ -106,3 +106,27 @@ def test_distinct_points_are_equal_bit_for_bit():
     back = distinct[:, inverse]
     assert np.array_equal(back.view(np.int64), columns.view(np.int64))
     assert _distinct(columns[:, :2])[1] is None  # all distinct: nothing to index back
+
+
+def _fields(r: object) -> list[np.ndarray]:
+    found = [r.cost.time, r.cost.scale_up_bytes, r.cost.scale_out_bytes, r.composition]  # type: ignore[attr-defined]
+    for d in r.dimensions:  # type: ignore[attr-defined]
+        found += [d.time, d.sent_bytes, d.algorithm, d.protocol, d.fixed]
+    return [np.asarray(x) for x in found]
+
+
+@pytest.mark.parametrize("name", ["dgx-a100", "dgx-h100", "gb200-nvl72", "mi300x-8", "dgx-superpod-h100"])
+@pytest.mark.parametrize("op", [Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER,
+                                Collective.BROADCAST])
+def test_leaving_out_a_pipelined_composition_that_cannot_win_changes_nothing(monkeypatch, name, op):
+    """NCCL's pipelined phases are not built where they are never faster than its flat ring
+    (`_never_faster_pipelined`): every field of sweeps mixing groups of one, groups inside a node and groups
+    across nodes, and of each point alone, is what building them gives."""
+    system, spans = _groups(name, 0)
+    swept = Placement(tuple(np.array([s[i] for s in spans])[None, :] for i in range(len(spans[0]))))
+    cases = [(SIZES[:, None], swept)] + [(float(n), Placement(s)) for n in SIZES[::2] for s in spans]
+    quick = [_fields(collective(op, n, g, system)) for n, g in cases]
+    monkeypatch.setattr(composing, "_SKIP_CHECK_OFF", True)
+    for (n, g), fields in zip(cases, quick, strict=True):
+        for a, b in zip(fields, _fields(collective(op, n, g, system)), strict=True):
+            np.testing.assert_array_equal(*np.broadcast_arrays(a, b))

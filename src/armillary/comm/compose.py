@@ -42,10 +42,11 @@ from armillary.comm.algorithms import (
     ring_protocols,
 )
 from armillary.comm.fabrics import all_to_all_slowdown
+from armillary.memo import IdentityCache
 from armillary.numerics import Array, any_true, is_array, where
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
-from armillary.specs.network import CollectiveLibrary
+from armillary.specs.network import CollectiveLibrary, NetworkDimension
 from armillary.specs.system import System
 from armillary.units import MIB
 
@@ -101,7 +102,13 @@ def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, a
                              f"{' or '.join(d.name for d in spanned)}; they offer "
                              f"{sorted({a.value for d in spanned for a in d.algorithms})}")
     choices = offered(system, algorithm) if composition is Composition.AUTO else (composition,)
-    built = [c for c in (_build(kind, op, n_bytes, net) for kind in choices) if c is not None]
+    built: list[Composed] = []
+    for kind in choices:
+        if built and kind is Composition.PIPELINED and _never_faster_pipelined(op, n_bytes, net, built[0]):
+            continue  # exact: `_faster` would keep the earlier composition at every point
+        c = _build(kind, op, n_bytes, net)
+        if c is not None:
+            built.append(c)
     if not built:
         raise ValueError(f"{op.value} cannot run as {' or '.join(c.value for c in choices)} over the dimensions "
                          f"{[d.name for d in system.network]} of {system.name!r}")
@@ -242,6 +249,49 @@ class _Net:
         if len(costs) != len(PROTOCOLS):
             return (DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0),) * len(PROTOCOLS)
         return tuple(_scaled(c, where(span > 1, 1.0, 0.0)) for c in costs)
+
+def _never_faster_pipelined(op: Collective, n: Array, net: _Net, first: Composed) -> bool:
+    """Whether the pipelined phases are at no point faster than `first` (NCCL's flat ring), so `_faster`
+    would keep `first` everywhere: where no algorithm but the ring runs `op` on the group's top dimension
+    (NCCL's tree family does not reduce-scatter or all-gather without NVLS / CollNet: tuning.cc), the top
+    phase is blocked and the pipelined time infinite wherever the group has two ranks or more (at finite
+    inputs: finite fixed costs); a group of one runs no phase (pipelined time 0), so `first` is kept there
+    where it takes no time."""
+    if op is Collective.ALL_TO_ALL or net.algorithm is not Algorithm.AUTO or _SKIP_CHECK_OFF:
+        return False
+    blocked = [_top_blocked(op, dim, net.system.collectives is CollectiveLibrary.NCCL) for dim in net.system.network]
+    if not any(blocked):
+        return False
+    group, t = net.group, first.time
+    if not is_array(t, n, *group.spans, *(b for b in net.bandwidths if b is not None)):
+        if not all(math.isfinite(float(x)) for x in (n, *group.spans, *(b for b in net.bandwidths if b is not None))):
+            return False
+        return (blocked[int(group.outermost)] and not math.isnan(t)) if group.size > 1 else bool(t <= 0)
+    if not all(np.isfinite(x).all() for x in (n, *group.spans, *(b for b in net.bandwidths if b is not None))):
+        return False
+    at_top = np.asarray(blocked)[np.asarray(group.outermost, dtype=int)]
+    return bool(np.all(np.where(np.asarray(group.size) > 1, at_top & ~np.isnan(t), t <= 0)))
+
+
+_SKIP_CHECK_OFF = False  # tests set it to compare with the pipelined phases always built
+
+
+def _top_blocked(op: Collective, dim: NetworkDimension, nccl: bool) -> bool:
+    """Whether no (algorithm, protocol) can run `op` as the top phase on `dim` (`_Net.options` with NCCL's
+    ring left out): which algorithms run depends on the dimension and the collective, not on the sizes."""
+    known = _TOP_BLOCKED.get(dim, lambda _: {})
+    if (op, nccl) not in known:
+        try:
+            dimension_options(op, 1e6, 2.0, dim, 1.0, Algorithm.AUTO, None, (Algorithm.RING,) if nccl else ())
+            known[op, nccl] = False
+        except ValueError:
+            known[op, nccl] = True
+    return known[op, nccl]
+
+
+# per network dimension (a frozen spec, by identity), `_top_blocked` of each (collective, NCCL or not)
+_TOP_BLOCKED: IdentityCache[NetworkDimension, dict[tuple[Collective, bool], bool]] = IdentityCache(1024)
+
 
 def _blocked(span: Array) -> DimensionCost:
     """A phase that cannot run: infinite where the group spans the dimension."""
