@@ -1,6 +1,7 @@
 """Speed and memory of the strategy search and of the co-design study.
 
-Run: python benchmarks/bench_search.py [--against REV [--src PATH] [--rounds N]] [--profile] [--codesign-1e9]
+Run: python benchmarks/bench_search.py [--against REV [--src PATH] [--against-src PATH] [--rounds N]] [--profile]
+[--codesign-1e9]
 (targets, issue 47: >= 10,000,000 evaluated configurations per second per core on the GPT-3 175B / 64-GPU
 strategy space, a 1e9-point co-design space in under 2 minutes; Calculon: 134 per CPU-second, 1.3k with
 logging silenced)
@@ -72,14 +73,15 @@ print(statistics.median(runs), r.evaluated, r.points, [(c.index, c.step_time_s) 
 """
 
 
-def against(rev: str, src: Path, rounds: int) -> None:
-    """The default search timed alternately in this tree and in revision `rev`."""
+def against(rev: str, src: Path, rounds: int, base: Path | None = None) -> None:
+    """The default search timed alternately in this tree and in revision `rev` (or the source folder `base`)."""
     with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True,
-                                 capture_output=True).stdout
-        with tarfile.open(fileobj=BytesIO(archive)) as tar:
-            tar.extractall(tmp, filter="data")
-        trees = {"this": src, rev: Path(tmp) / "src"}
+        if base is None:
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True,
+                                     capture_output=True).stdout
+            with tarfile.open(fileobj=BytesIO(archive)) as tar:
+                tar.extractall(tmp, filter="data")
+        trees = {"this": src, rev: Path(tmp) / "src" if base is None else base}
         found: dict[str, list[float]] = {name: [] for name in trees}
         tops = {}
         for _ in range(rounds):
@@ -192,6 +194,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--against", help="a git revision to time alternately with this tree")
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="this tree's source folder")
+    parser.add_argument("--against-src", type=Path, help="with --against: time this source folder, named by "
+                        "--against, instead of the revision (e.g. a worktree with one file changed)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="where the default block's time goes")
     parser.add_argument("--codesign-1e9", action="store_true", help="only a 1e9-point co-design space")
@@ -203,7 +207,7 @@ def main() -> None:
         codesign_1e9()
         return
     if args.against:
-        against(args.against, args.src, args.rounds)
+        against(args.against, args.src, args.rounds, args.against_src)
         return
     timed("GPT-3 175B, 64 A100", "gpt3-175b", 64, 64)
     wide = StrategySpace(cp=(1, 2, 4), micro_batch=(1, 2, 4, 8, 16), offload_optimizer=(False, True),
