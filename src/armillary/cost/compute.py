@@ -175,12 +175,14 @@ def _point_times(ops: tuple[Op, ...], device: Device, precision_code: float, six
     efficiency curve's `interpolate`; the logs in one numpy call, as the array path takes them), so both
     agree to the bit. None where an op holds an array (a sweep)."""
     flops, sizes, moved = [], [], []
+    one = _ONE
     for op in ops:
-        flop, size, moved_bytes = op.flop, op.flop / op.group, op.bytes
-        if type(flop) not in _ONE or type(size) not in _ONE or type(moved_bytes) not in _ONE:
+        flop, group, moved_bytes = op.flop, op.group, op.bytes
+        if type(flop) not in one or type(group) not in one or type(moved_bytes) not in one:
             return None
         flops.append(float(flop))
-        sizes.append(max(float(size), 1.0))
+        size = float(flop / group)  # one problem's FLOPs, as the array path divides them
+        sizes.append(max(size, 1.0))  # np.maximum(size, 1.0), NaN kept
         moved.append(float(moved_bytes))
     peak, curve, hbm_rate, overhead = _point_constants(device, _precisions(sixteen_bit)[int(precision_code)])
     stream_rate = hbm_rate if stream_efficiency is None else stream_efficiency * device.hbm.bandwidth

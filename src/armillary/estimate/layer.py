@@ -62,7 +62,8 @@ def recompute_modes(st: StrategyArrays) -> tuple[Array, Array]:
 def _module_recompute(st: StrategyArrays, parts: tuple[tuple[Array, Array, Array, Array], ...]) -> PassCost:
     """What selective recomputation of the other modules re-runs: each part is (module flag, FLOPs, bytes,
     time) of a module's forward (Megatron-Core --recompute-modules)."""
-    on = [where(st.recompute == RECOMPUTE_SELECTIVE, flag, 0.0) for flag, *_ in parts]
+    selective = st.recompute == RECOMPUTE_SELECTIVE
+    on = [where(selective, part[0], 0.0) for part in parts]
     return PassCost(*(sum(o * part[i] for o, part in zip(on, parts, strict=True)) for i in (1, 2, 3)))
 
 
@@ -233,14 +234,15 @@ def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, 
         gemm_t, weight_gemm_t = gemm_t + kt.router, weight_gemm_t + kt.router
     core_gemm_flop, core_gemm_bytes = _total(fw.core_gemms)
     # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel
-    core_f = PassCost(where(flash > 0, fw.flash_attention.flop, core_gemm_flop),
-                      where(flash > 0, fw.flash_attention.bytes, core_gemm_bytes + fw.softmax.bytes),
-                      where(flash > 0, kt.flash, kt.core_gemms + kt.softmax))
+    fused = flash > 0
+    core_f = PassCost(where(fused, fw.flash_attention.flop, core_gemm_flop),
+                      where(fused, fw.flash_attention.bytes, core_gemm_bytes + fw.softmax.bytes),
+                      where(fused, kt.flash, kt.core_gemms + kt.softmax))
     k = BACKWARD_STREAM_FACTOR
     core_b = PassCost(
-        where(flash > 0, FLASH_BACKWARD_FACTOR * fw.flash_attention.flop, 2 * core_gemm_flop),
-        where(flash > 0, FLASH_BACKWARD_FACTOR * fw.flash_attention.bytes, 2 * core_gemm_bytes + k * fw.softmax.bytes),
-        where(flash > 0, FLASH_BACKWARD_FACTOR * kt.flash, 2 * kt.core_gemms + k * kt.softmax))
+        where(fused, FLASH_BACKWARD_FACTOR * fw.flash_attention.flop, 2 * core_gemm_flop),
+        where(fused, FLASH_BACKWARD_FACTOR * fw.flash_attention.bytes, 2 * core_gemm_bytes + k * fw.softmax.bytes),
+        where(fused, FLASH_BACKWARD_FACTOR * kt.flash, 2 * kt.core_gemms + k * kt.softmax))
     # a block-scaled recipe quantizes the GEMM inputs in forward, the output gradients in backward
     quantize_f, quantize_b = quantize_ops(fw, experts, st.block_format, st.attention_projections, st.bf16_layers)
     forward = PassCost(gemm_flop + core_f.flop, gemm_bytes + stream_bytes + core_f.bytes + quantize_f.bytes,

@@ -501,10 +501,11 @@ def _calls(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[
     """Every call of the step, as a device of the busiest stage makes them; traffic is their sum."""
     moe_calls = layers.moe.calls if layers.moe is not None else ()
     pp_calls = sends.per_step_each_mb * microbatches
+    dense_layers, moe_layers = stages.busiest(0), stages.busiest(1)
     calls = (
-        *(_times(call, call.per_step * stages.busiest(0) * microbatches) for call in layers.dense.calls
+        *(_times(call, call.per_step * dense_layers * microbatches) for call in layers.dense.calls
           if not _never(call.per_step)),
-        *(_times(call, call.per_step * stages.busiest(1) * microbatches) for call in moe_calls
+        *(_times(call, call.per_step * moe_layers * microbatches) for call in moe_calls
           if not _never(call.per_step)),
         CommCall.of(ParallelDimension.TP, Collective.ALL_REDUCE,
                     (1 + stages.single) * microbatches * where(st.tp > 1, 1.0, 0.0), layers.tp_bytes, layers.ends.tp),
