@@ -75,7 +75,7 @@ def _table(result: Any) -> list[dict[str, Any]]:
     from armillary.estimate.compare import Comparison
     from armillary.report import records
     from armillary.search.inference import InferenceSearchResult
-    from armillary.search.run import SearchResult
+    from armillary.search.run import SearchResult, candidate_row
     from armillary.search.sweep import Sweep
     from armillary.search.systems import CoDesignResult
     from armillary.serving.rate import MaxRate
@@ -84,7 +84,7 @@ def _table(result: Any) -> list[dict[str, Any]]:
     from armillary.simulate.run import SimulationResult
 
     if isinstance(result, SearchResult):
-        return [{**_flat(records.candidate_row(c)), **_strategy(c.strategy)} for c in result.top]
+        return [{**_flat(candidate_row(c)), **_strategy(c.strategy)} for c in result.top]
     if isinstance(result, InferenceSearchResult):
         return [{**row, **_strategy(c.strategy)}
                 for row, c in zip(records.inference_search_rows(result), result.top, strict=True)]
@@ -100,7 +100,7 @@ def _table(result: Any) -> list[dict[str, Any]]:
     if isinstance(result, CoDesignResult):
         return [{**_flat(records.design_values(p), "system."), "cost_usd": p.cost, "power_w": p.power,
                  "pareto": i in result.pareto,
-                 **(_flat(records.candidate_row(p.best), "best.") if p.best else {})}
+                 **(_flat(candidate_row(p.best), "best.") if p.best else {})}
                 for i, p in enumerate(result.points)]
     if isinstance(result, SimulationResult):
         return [{"step_time_s": result.step_time_s, "estimate.step_time_s": float(result.estimate.step_time_s),
