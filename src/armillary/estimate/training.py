@@ -181,7 +181,9 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     edp = t * c * st.dp / (st.etp * st.ep)  # expert layers regroup the tp x cp x dp ranks as etp x ep x edp
     if not (isinstance(m.experts, np.ndarray) or m.experts > 0):
         return Layers(dense, None, ends, n_tp, edp, None)
-    etp_group, ep_group, edp_group = place_expert_groups(st.etp, st.ep, edp, system_shape(system)[0])
+    sizes = system_shape(system)[0]
+    etp_group, ep_group, edp_group = derived(st, ("expert groups", edp, sizes),  # once per point and network
+                                             lambda: place_expert_groups(st.etp, st.ep, edp, sizes))
     redundant = st.redundant_experts  # EPLB replicas per rank
     load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity, redundant)
     # the expert biases (GPT-OSS) added expert by expert after the grouped GEMM, as Megatron-Core's
