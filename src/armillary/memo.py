@@ -39,7 +39,10 @@ def derived(owner: object, key: Hashable, make: Callable[[], V]) -> V:
     keeps its value (in the instance's __dict__, past a frozen dataclass's __setattr__): it lives and dies with
     the object, whose fields it must depend on alone. A key that does not hash (an array) is made each time."""
     try:
-        store: dict[Hashable, object] = owner.__dict__.setdefault("_derived", {})
+        kept = owner.__dict__.get("_derived")
+        if kept is None or kept[0] != id(owner):  # none yet, or a copy's (copy.copy shares its original's)
+            kept = owner.__dict__["_derived"] = (id(owner), {})
+        store: dict[Hashable, object] = kept[1]
         if key in store:
             return store[key]  # type: ignore[return-value]
     except (TypeError, AttributeError):  # an unhashable key, or an object without a __dict__: nothing kept
