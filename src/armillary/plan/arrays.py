@@ -260,6 +260,11 @@ class TrainingArrays:
 
     @classmethod
     def of(cls, w: Training) -> TrainingArrays:
+        """The numeric view of `w`, built once per frozen workload (as `ModelArrays.of`)."""
+        return _TRAINING_ARRAYS.get(w, TrainingArrays._of) if cls is TrainingArrays else cls._of(w)
+
+    @classmethod
+    def _of(cls, w: Training) -> TrainingArrays:
         lora = w.finetune
         if lora is None:
             return cls(seq_len=w.seq_len, global_batch=w.global_batch)
@@ -268,3 +273,6 @@ class TrainingArrays:
                    lora_k=on["k"], lora_v=on["v"], lora_o=on["o"], lora_gate=on["gate"], lora_up=on["up"],
                    lora_down=on["down"], lora_fused=float(lora.fused), base_bytes=lora.base_precision.bytes,
                    base_dequantize=float(lora.base_precision is BasePrecision.NF4))
+
+
+_TRAINING_ARRAYS: IdentityCache[Training, TrainingArrays] = IdentityCache(64)  # TrainingArrays.of per workload
