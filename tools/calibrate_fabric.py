@@ -38,7 +38,9 @@ Run: python tools/calibrate_fabric.py SYSTEM ROW-PREFIX [--then ROW-PREFIX] [--c
            A sweep that states NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS / NCCL_MAX_* runs with that many channels.
 
 The smallest size of a sweep is left out: its out-of-place time carries NCCL's one-off start-up cost
-(the CSV notes say so for these sweeps). Times are read as given (us) or from busbw through the bus factor.
+(the CSV notes say so for these sweeps). Times are read as given (us) or from busbw through the bus factor, each
+size as the faster of nccl-tests' out-of-place and in-place runs where the row states both (`best_of_runs`, the
+harness's reading).
 
 What the shipped presets were calibrated on (README, "Cloud fabrics and calibrated scale-out"):
   dgx-h100 (InfiniBand NDR):     CO-H100-IBNDR-2N-AR-qoofyk --then CO-H100-IBNDR-2N-AR-gj-ring
@@ -108,12 +110,15 @@ def rows_of(csv: Path, prefix: str) -> list[dict[str, str]]:
 
 
 def sweep(rows: list[dict[str, str]]) -> tuple[Collective, int, list[Measurement]]:
-    """The collective, its ranks and its (size, time) points, smallest size left out."""
+    """The collective, its ranks and its (size, time) points, smallest size left out. Each size is read as the
+    harness reads it (`best_of_runs`): the faster of nccl-tests' out-of-place and in-place runs where the row
+    states both, so the fit and the validation compare against the same figure."""
     op = Collective(re.split(r"[\s(]", rows[0]["op"].strip().lower(), maxsplit=1)[0])
     gpus = int(rows[0]["n_gpus"])
     points = []
     for r in rows:
-        size, value, metric = float(r["msg_bytes"]), float(r["value"]), r["metric"].lower()
+        size, metric = float(r["msg_bytes"]), r["metric"].lower()
+        value, _ = best_of_runs(r, float(r["value"]))
         if metric.startswith("time"):
             time = value * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[r["unit"].strip().lower()]
         elif metric.startswith("busbw"):
