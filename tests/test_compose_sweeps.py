@@ -130,3 +130,40 @@ def test_leaving_out_a_pipelined_composition_that_cannot_win_changes_nothing(mon
     for (n, g), fields in zip(cases, quick, strict=True):
         for a, b in zip(fields, _fields(collective(op, n, g, system)), strict=True):
             np.testing.assert_array_equal(*np.broadcast_arrays(a, b))
+
+
+def test_a_search_s_blocks_share_their_collectives_exactly(monkeypatch):
+    """`memoized`: the blocks of a search in small chunks, with and without the shared collectives (and with a
+    memo so small that it evicts), give the same value at every point; a result taken from the memo is a copy."""
+    from armillary.search.run import Objective, Problem
+    from armillary.search.space import StrategySpace, resolve_axes
+    from armillary.specs.loading import load_model, load_strategy, load_workload
+
+    model, system = load_model("llama2-7b"), load_system("dgx-a100", 32)  # data parallel across nodes
+    workload, base = load_workload({"seq_len": 2048, "global_batch": 128}), load_strategy({"attention": "flash"})
+    space = StrategySpace(tp=(1, 2), pp=(1, 2), micro_batch=(1, 2), zero=(0, 1))
+    axes = resolve_axes(space, model, system.devices, system.devices_per_node, base, system.device.hbm.capacity,
+                        False, workload)
+
+    def values(memo: str | None) -> list[np.ndarray]:
+        problem = Problem(model, system, base, workload, space, axes, Objective.TIME, 3, memo=memo)
+        return [problem.evaluate(a, b).value for a, b in axes.blocks(64)]
+
+    alone = values(None)
+    assert composing._MEMO == {}
+    shared = values("one search")
+    assert len(composing._MEMO) > 0
+    for a, b in zip(alone, shared, strict=True):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(composing, "MEMO_POINTS", 40)
+    for a, b in zip(alone, values("another search"), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert composing._MEMO_POINTS[0] <= 40
+    group = Placement((np.array([2.0, 8.0]), np.array([4.0, 4.0])))
+    with composing.memoized("copies"):
+        first = collective(Collective.ALL_REDUCE, np.array([1e6, 1e6]), group, system)
+        np.asarray(first.cost.time)[...] = -1.0
+        again = collective(Collective.ALL_REDUCE, np.array([1e6, 1e6]), group, system)
+    assert (np.asarray(again.cost.time) > 0).all()
+    composing.forget()
+    assert composing._MEMO == {} and composing._MEMO_POINTS[0] == 0

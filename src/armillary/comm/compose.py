@@ -25,7 +25,9 @@ ring that reduces per dimension); the hierarchical library offers the pipelined 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -87,9 +89,53 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
     if composition is Composition.AUTO and algorithm is Algorithm.AUTO and _one_dimension_each(group):
         return _on_one_dimension(op, n_bytes, _Net(system, group, algorithm, bandwidths))  # cheap as it comes
     flat = _Flattened.of(n_bytes, group, bandwidths)
-    if flat is not None:  # a sweep: composed over its distinct points, one axis, then put back in its shape
-        return flat.back(_compose(op, flat.n_bytes, flat.group, system, algorithm, flat.bandwidths, composition))
-    return _compose(op, n_bytes, group, system, algorithm, bandwidths, composition)
+    if flat is None:
+        return _compose(op, n_bytes, group, system, algorithm, bandwidths, composition)
+    # a sweep: composed over its distinct points, one axis, then put back in its shape; within `memoized`, once
+    key = None if _MEMO_TOKEN.get() is None else (op, algorithm, composition, id(system), flat.key)
+    held = None if key is None else _MEMO.get(key)
+    if held is not None and held[0] is system:
+        return flat.back(held[1], copy=True)
+    composed = _compose(op, flat.n_bytes, flat.group, system, algorithm, flat.bandwidths, composition)
+    if key is not None:
+        _MEMO[key] = (system, composed, flat.n_bytes.size)
+        _MEMO_POINTS[0] += flat.n_bytes.size
+        while _MEMO_POINTS[0] > MEMO_POINTS:  # the oldest go
+            _MEMO_POINTS[0] -= _MEMO.pop(next(iter(_MEMO)))[2]
+        return flat.back(composed, copy=True)
+    return flat.back(composed)
+
+
+# Sweeps composed within `memoized`: (collective, algorithm, composition, system, distinct points) -> (the
+# system, its composition on those points); the system is kept so that its id is not reused meanwhile. At
+# most MEMO_POINTS distinct points in all (about 100 bytes each on two tiers: ~27 MB)
+MEMO_POINTS = 2**18
+_MEMO: dict[tuple[object, ...], tuple[System, Composed, int]] = {}
+_MEMO_POINTS = [0]
+_MEMO_TOKEN: ContextVar[Hashable | None] = ContextVar("compose_memo", default=None)
+_MEMO_OWNER: list[Hashable | None] = [None]
+
+
+@contextmanager
+def memoized(token: Hashable) -> Iterator[None]:
+    """Within: a sweep of the same collective, choices, system (the same object) and distinct points is
+    composed once and reused (exact: the same inputs bit for bit give the same result). For the blocks of one
+    search (`token`, equal in every block and worker of it): what another token's search held is dropped."""
+    if _MEMO_OWNER[0] != token:
+        forget()
+        _MEMO_OWNER[0] = token
+    reset = _MEMO_TOKEN.set(token)
+    try:
+        yield
+    finally:
+        _MEMO_TOKEN.reset(reset)
+
+
+def forget() -> None:
+    """Drop what `memoized` holds (a search calls it when it ends)."""
+    _MEMO.clear()
+    _MEMO_POINTS[0] = 0
+    _MEMO_OWNER[0] = None
 
 
 def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
@@ -136,6 +182,7 @@ class _Flattened:
     bandwidths: tuple[Array | None, ...]
     shape: tuple[int, ...]
     inverse: np.ndarray | None  # per point of the sweep (C order), its distinct point; None: all distinct
+    key: tuple[object, ...]  # the distinct points' bytes and which bandwidths are swept
 
     @staticmethod
     def of(n_bytes: Array, group: Placement, bandwidths: tuple[Array | None, ...]) -> _Flattened | None:
@@ -152,17 +199,21 @@ class _Flattened:
         rows = iter(distinct)
         n, spans = next(rows), tuple(next(rows) for _ in group.spans)
         return _Flattened(n, Placement(spans), tuple(None if b is None else next(rows) for b in bandwidths), shape,
-                          None if inverse is None else inverse.reshape(-1))
+                          None if inverse is None else inverse.reshape(-1),
+                          (distinct.shape, tuple(b is None for b in bandwidths), distinct.tobytes()))
 
-    def put(self, x: Array) -> Array:
-        """A result on the distinct points, back at the sweep's points in its shape (numbers stay numbers)."""
+    def put(self, x: Array, copy: bool = False) -> Array:
+        """A result on the distinct points, back at the sweep's points in its shape (numbers stay numbers; with
+        `copy`, never a view of `x`)."""
         if not isinstance(x, np.ndarray) or x.ndim == 0:
             return x
-        return (x if self.inverse is None else x[self.inverse]).reshape(self.shape)
+        if self.inverse is None:
+            return x.reshape(self.shape).copy() if copy else x.reshape(self.shape)
+        return x[self.inverse].reshape(self.shape)
 
-    def back(self, c: Composed) -> Composed:
-        dims = tuple(DimensionCost(*(self.put(f) for f in _fields(d))) for d in c.dimensions)
-        return Composed(self.put(c.time), dims, self.put(c.composition))
+    def back(self, c: Composed, copy: bool = False) -> Composed:
+        dims = tuple(DimensionCost(*(self.put(f, copy) for f in _fields(d))) for d in c.dimensions)
+        return Composed(self.put(c.time, copy), dims, self.put(c.composition, copy))
 
 
 def _distinct(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

@@ -8,8 +8,10 @@ import hashlib
 import itertools
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from armillary.arguments import whole
+from armillary.comm.compose import forget, memoized
 from armillary.display import Displayed, Headline, gib, number, percent, seconds
 from armillary.errors import MissingExtra, SpecError
 from armillary.estimate.feasibility import memory_fits, training_checks
@@ -62,6 +65,7 @@ class Problem:
     objective: Objective
     top_k: int
     cache: LayoutCache | None = None  # blocks' capacity-free results shared with other capacities' searches
+    memo: str | None = None  # one search's token: its blocks share their collectives (comm.compose.memoized)
 
     def evaluate(self, start: int, stop: int) -> ChunkResult:
         """One block of points (`Axes.block`): evaluated as an outer product of its trailing axes, so each
@@ -91,15 +95,16 @@ class Problem:
         def flat(x: Any) -> np.ndarray:  # one value per point, in index order
             return np.broadcast_to(x, inner).transpose(back).ravel()
 
+        memo = nullcontext() if self.memo is None else memoized(self.memo)
         if keys is None or self.cache is None:
-            with np.errstate(all="ignore"):  # invalid points (masked below) may divide by zero
+            with np.errstate(all="ignore"), memo:  # invalid points (masked below) may divide by zero
                 r = estimate_training(m, st, w, self.system)
             feasible = valid & np.asarray(r.feasible, bool)
             value = flat(np.where(feasible, r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total,
                                   np.inf))
         else:
             def estimated() -> Parts:  # with capacities that hold anything: the feasibility apart from memory
-                with np.errstate(all="ignore"):
+                with np.errstate(all="ignore"), memo:
                     r = estimate_training(m, st, w, unbounded(self.system))
                 return (flat(r.step_time_s), flat(r.memory_hbm.total), flat(r.memory_tier2.total),
                         flat(np.asarray(r.feasible, bool)))
@@ -350,7 +355,7 @@ def search(model: Model, system: System, workload: Training, base: Strategy | No
     if cache is not None:
         cache.bind((model, unbounded(system), workload, base, space))
     problem = Problem(model, system, base, workload, space, axes, objective, top_k,
-                      cache if executor is serial else None)
+                      cache if executor is serial else None, uuid.uuid4().hex)
     started = time.perf_counter()
     done = _resume(checkpoint, problem, chunk) if checkpoint is not None else []
     finished = {(p.start, p.stop) for p in done}
@@ -381,6 +386,7 @@ def search(model: Model, system: System, workload: Training, base: Strategy | No
             if progress is not None:
                 progress(best.points + skipped, axes.size)
     finally:
+        forget()  # the blocks' shared collectives (comm.compose.memoized)
         if log is not None:
             log.close()
     elapsed = time.perf_counter() - started
