@@ -18,6 +18,7 @@ from armillary.validation.collective_bands import (
     UNCALIBRATED,
     CollectiveResidual,
     band_of,
+    band_residuals,
     band_to_error_ratio,
     collective_band,
     latency_regime,
@@ -53,10 +54,11 @@ def _made_up(fabric: str, sweeps: str, error: float, share: float, op: str = "al
 
 
 def test_a_sparse_or_unknown_regime_is_never_narrower_than_its_parent():
-    """Issue 43: coarsening only widens. For every class and regime, the band is at least every scale-out
-    class's band in that regime (one NVLink domain: where it is sparse), and not giving the share or the op
-    gives at least the band of each regime it could be in."""
-    residuals = shipped_collective_residuals()
+    """Issue 43: coarsening only widens. For every class and regime of the bands' out-of-fit pool, the band is
+    at least its own rows' band; a sparse one (coarsened, named uncalibrated) at least every scale-out class's
+    band in that regime; and not giving the share or the op gives at least the band of each regime it could
+    be in."""
+    residuals = band_residuals()
     classes = [*sorted({r.fabric_class for r in residuals}), "Omni-Path", None]
     scale_out = [r for r in residuals if r.fabric_class != ONE_DOMAIN]
     for regime in {str(r.regime) for r in residuals}:
@@ -66,7 +68,7 @@ def test_a_sparse_or_unknown_regime_is_never_narrower_than_its_parent():
             rows = [r for r in residuals if r.fabric_class == name and r.regime == regime]
             if rows:
                 assert band.relative >= band_quantile([r.error for r in rows], BAND_QUANTILE)
-            if name != ONE_DOMAIN or UNCALIBRATED in band.regime:
+            if UNCALIBRATED in band.regime:
                 assert band.relative >= parent, (name, regime)
     share = {BANDWIDTH_BOUND: 0.0, CROSSOVER: 0.2, LATENCY_BOUND: 0.9}
     for name in classes:
@@ -91,16 +93,19 @@ def test_a_regime_without_rows_of_its_op_kind_takes_its_latency_regimes_pool():
     assert band.relative == pytest.approx(band_quantile([r.error for r in residuals], BAND_QUANTILE))
 
 
-def test_a_class_is_never_trusted_more_than_every_scale_out_class_in_its_regime():
-    """Made-up: two tight sweeps of a class (its fit reproduced) and two loose sweeps of another: the tight class
-    takes the pool's band, named; the one NVLink domain keeps its own."""
+def test_a_class_with_enough_out_of_fit_rows_stands_on_them_and_a_sparse_one_takes_the_pool():
+    """Made-up: two tight sweeps of a class (10 rows, out of fit) and two loose sweeps of another: the tight
+    class keeps its own band (its rows are no longer its fit reproduced: `out_of_fit_residuals`); with one sweep
+    it is coarsened to the pool's band, named uncalibrated."""
     tight = _made_up("RoCE", "AB", 0.001, 0.0)
     loose = _made_up("InfiniBand", "CD", 0.2, 0.0)
     domain = _made_up(ONE_DOMAIN, "EF", 0.001, 0.0, gpus=8)
     residuals = [*tight, *loose, *domain]
-    pool = band_quantile([r.error for r in [*tight, *loose]], BAND_QUANTILE)
-    roce = regime_band("RoCE", BANDWIDTH_BOUND, residuals)
-    assert roce.relative == pytest.approx(pool) and "widened to all scale-out classes' band" in roce.regime
+    assert regime_band("RoCE", BANDWIDTH_BOUND, residuals).relative == pytest.approx(0.001)
+    one = [*_made_up("RoCE", "A", 0.001, 0.0), *loose]
+    pool = band_quantile([r.error for r in one], BAND_QUANTILE)
+    sparse = regime_band("RoCE", BANDWIDTH_BOUND, one)
+    assert sparse.relative == pytest.approx(pool) and UNCALIBRATED in sparse.regime
     assert regime_band(ONE_DOMAIN, BANDWIDTH_BOUND, residuals).relative == pytest.approx(0.001)
 
 

@@ -12,6 +12,7 @@ from armillary.validation.collective_bands import (
     UNCALIBRATED_FIRST_RUN,
     CollectiveResidual,
     band_of,
+    band_residuals,
     collective_band,
     first_run_residuals,
     out_of_sample_coverage,
@@ -57,7 +58,7 @@ def test_a_sparse_size_is_never_narrower_than_every_first_run_row():
 
 
 def test_only_a_fabric_no_sweep_calibrated_is_widened():
-    residuals, first = shipped_collective_residuals(), first_run_residuals()
+    residuals, first = band_residuals(), first_run_residuals()
     h20 = collective_band(load_system("hgx-h20", 16), 16, 2.0**30, latency_share=0.01, op="all_reduce")
     scale_out = [r.error for r in first if r.fabric_class != ONE_DOMAIN and not r.small]
     assert h20.relative == pytest.approx(max(band_quantile(scale_out, BAND_QUANTILE),

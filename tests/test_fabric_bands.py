@@ -17,6 +17,7 @@ from armillary.validation.collective_bands import (
     UNCALIBRATED,
     CollectiveResidual,
     band_of,
+    band_residuals,
     collective_band,
     leave_one_source_out_coverage,
     regime_band,
@@ -36,15 +37,17 @@ def test_the_class_follows_the_system_and_the_fabric():
 
 
 def test_a_small_class_or_an_uncalibrated_fabric_takes_the_wider_pooled_band():
-    residuals = shipped_collective_residuals()
+    """A fabric no sweep calibrated takes every scale-out row's band in its regime; InfiniBand, with enough
+    out-of-fit rows of several sweeps (`band_residuals`), its own."""
+    residuals = band_residuals()
     pooled = regime_band(None, BANDWIDTH_BOUND, residuals)
     everyone = [r.error for r in residuals if r.regime == BANDWIDTH_BOUND and r.fabric_class != ONE_DOMAIN]
     assert UNCALIBRATED in pooled.regime and pooled.rows == len(everyone)
     assert pooled.relative == pytest.approx(band_quantile(everyone, BAND_QUANTILE))
     ib = collective_band(load_system("dgx-h100", 64), 64, 2**30, latency_share=0.01, op="all_reduce")
-    assert "InfiniBand, bandwidth-bound" in ib.regime and ib.rows >= 30 and ib.sources >= 2
+    assert "InfiniBand, bandwidth-bound" in ib.regime and ib.rows >= BAND_MIN_ROWS and ib.sources >= 2
     mine = [r.error for r in residuals if r.fabric_class == "InfiniBand" and r.regime == BANDWIDTH_BOUND]
-    assert ib.relative == pytest.approx(max(band_quantile(mine, BAND_QUANTILE), pooled.relative))
+    assert ib.relative == pytest.approx(band_quantile(mine, BAND_QUANTILE)) and ib.rows == len(mine)
     few = [CollectiveResidual(f"X-{i}", "X", "Omni-Path", False, 0.01, 16, 0.0) for i in range(3)]
     assert UNCALIBRATED in band_of("Omni-Path", False, [*residuals, *few], latency_share=0.0, op="all_reduce").regime
 

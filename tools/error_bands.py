@@ -4,11 +4,16 @@ batch of new rows (out of sample: validation/data/out_of_sample.csv, with the ba
 where `tools/out_of_sample_reread.py` recorded them). Prints the leave-one-source-out coverage per regime, of
 both pools, and the collective bands' figures (`collective_figures`: the residuals of
 validation/data/collective_residuals.json, written by tools/calibrate_fabric.py --residuals). Run after a model
-change: python tools/error_bands.py [--collectives: only the collective figures, without running any row]"""
+change: python tools/error_bands.py [--collectives: only the collective figures, without running any row]
+[--refit: only the collective refits, validation/data/collective_refits.json: each row of a sweep a fabric preset
+was fitted on with that fit redone on the fabric's other sweeps, tools/calibrate_fabric.py's own loss and search]"""
 
 from __future__ import annotations
 
+import json
 import sys
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 
@@ -23,17 +28,26 @@ from armillary.validation.bands import (
 )
 from armillary.validation.collective_bands import (
     BAND_QUANTILE,
+    CALIBRATIONS,
+    COLLECTIVE_REFITS,
+    Calibration,
     CollectiveResidual,
     band_of,
     band_to_error_ratio,
     first_run_residuals,
     leave_one_source_out_coverage,
+    out_of_fit_residuals,
     out_of_sample_coverage,
+    read_refits,
     shipped_collective_residuals,
 )
 from armillary.validation.coverage import row_regime
 from armillary.validation.out_of_sample import honest_errors
 from armillary.validation.run import read_rows, run_row
+from armillary.writing import replaced
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import calibrate_fabric  # the fits themselves: tools/calibrate_fabric.py
 
 
 def residuals() -> list[Residual]:
@@ -78,8 +92,10 @@ def split_floor(residuals: list[CollectiveResidual], quantile: float = 0.8) -> f
 
 def collective_figures() -> list[str]:
     """Issue 43's collective figures: in sample (each sweep left out) coverage and median band / median
-    |error| per fabric class and latency regime; the split's floor; the first-run (out-of-sample) rows'
-    coverage by the band of a fabric no sweep calibrated, each sweep left out of both pools, and its ratio."""
+    |error| per fabric class and latency regime; the split's floor; the same of the out-of-fit residuals the
+    bands are drawn from (`collective_bands.out_of_fit_residuals`: how each row's residual was had, the sweeps
+    left out for want of one); the first-run (out-of-sample) rows' coverage by the band of a fabric no sweep
+    calibrated, each sweep left out of both pools, and its ratio."""
     shipped, first = list(shipped_collective_residuals()), list(first_run_residuals())
     lines = [f"collectives in sample: {len(shipped)} residuals; leave-one-sweep-out coverage at the "
              f"{BAND_QUANTILE:.0%} rank {_share(leave_one_source_out_coverage(shipped))}; median band / median "
@@ -89,8 +105,24 @@ def collective_figures() -> list[str]:
         coverage, ratios = leave_one_source_out_coverage(shipped, by), band_to_error_ratio(shipped, by)
         lines += [f"  {name}: {c}/{n} = {c / n:.0%}, ratio {ratios[name]:.2f}"
                   for name, (c, n) in sorted(coverage.items())]
-    unseen = out_of_sample_coverage(shipped, first)
-    bands = [band_of(None, r.small, [o for o in shipped if o.source != r.source], r.gpus, r.latency_share, r.op,
+    found = out_of_fit_residuals(shipped, first, read_refits())
+    pool = [o.residual for o in found if o.residual is not None]
+    reasons: dict[str, int] = {}
+    for o in found:
+        reasons[o.reason.split(":")[0]] = reasons.get(o.reason.split(":")[0], 0) + 1
+    left = sorted({o.id.rsplit("-", 1)[0] for o in found if o.residual is None})
+    lines.append(f"collectives out of fit (the bands' pool: each row of a sweep a preset was fitted on as a model "
+                 f"without that fit gives it): {len(pool)} of {len(found)} rows "
+                 f"({', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))}); left out: {', '.join(left)}; "
+                 f"leave-one-sweep-out coverage {_share(leave_one_source_out_coverage(pool))}; median band / median "
+                 f"|error| {band_to_error_ratio(pool)['all']:.2f} (median |error| "
+                 f"{100 * float(np.median(np.abs([r.error for r in pool]))):.1f}%)")
+    for by in ("fabric_class", "regime"):
+        coverage, ratios = leave_one_source_out_coverage(pool, by), band_to_error_ratio(pool, by)
+        lines += [f"  {name}: {c}/{n} = {c / n:.0%}, ratio {ratios[name]:.2f}"
+                  for name, (c, n) in sorted(coverage.items())]
+    unseen = out_of_sample_coverage(pool, first)
+    bands = [band_of(None, r.small, [o for o in pool if o.source != r.source], r.gpus, r.latency_share, r.op,
                      [o for o in first if o.source != r.source]).relative for r in first]
     ratio = float(np.median(bands) / np.median(np.abs([r.error for r in first])))
     lines.append(f"collectives first run out of sample, as on a fabric no sweep calibrated: coverage "
@@ -99,7 +131,91 @@ def collective_figures() -> list[str]:
     return lines
 
 
+def _refit_fields(fit: Calibration, rows: list[dict[str, str]]) -> dict[str, object]:
+    """`fit`'s fabric fields fitted on `rows` as tools/calibrate_fabric.py --fabric fits them (efficiency on
+    the rows of 1 MiB and above, latency on all rows, alternated, least absolute log error per sweep), the
+    fabric's algorithms and unfitted fields as shipped; the latency search starts at NCCL tuning.cc's 14 us
+    network latency, not at the shipped fit (docs/formulas.md section 1.3)."""
+    rows = [r for r in rows if calibrate_fabric.read_system(r).fabric == fit.fabric]
+    big = [r for r in rows if float(r["msg_bytes"]) >= 2**20]
+    trial: dict[str, object] = {"latency": 14e-6} if "latency" in fit.fields else {}
+    for _ in range(3 if "latency" in fit.fields else 1):
+        if big and "efficiency" in fit.fields:
+            trial["efficiency"] = calibrate_fabric._golden(
+                partial(calibrate_fabric._loss, big, trial, "efficiency"), 0.05, 1.0)
+        if rows and "latency" in fit.fields:
+            trial["latency"] = calibrate_fabric._golden(
+                partial(calibrate_fabric._loss, rows, trial, "latency"), 1e-7, 1e-2)
+    return trial
+
+
+def _refit_incast(fit: Calibration, rows: list[dict[str, str]]) -> float:
+    """`fit`'s fabric incast on the all-to-all rows of 1 MiB and above among `rows` (tools/calibrate_fabric.py
+    --incast: kept at 0 where it does not lower the loss); 0 without such rows."""
+    rows = [{**r, "_fabric": str(fit.fabric)} for r in rows
+            if calibrate_fabric.read_op(r["op"]).value == "all_to_all" and float(r["msg_bytes"]) >= 2**20
+            and calibrate_fabric.read_system(r).fabric == fit.fabric]
+    if not rows:
+        return 0.0
+    dimension = calibrate_fabric.fabric_dimension(str(fit.fabric)).name
+    incast = calibrate_fabric._golden(partial(calibrate_fabric._incast_loss, rows, dimension), 1e-4, 1.0)
+    return 0.0 if calibrate_fabric._incast_loss(rows, dimension, 0.0) <= calibrate_fabric._incast_loss(
+        rows, dimension, incast) else incast
+
+
+def refit_residuals() -> dict[str, dict[str, object]]:
+    """Per row of a sweep whose every fit can be redone without it (`Calibration.refit` on two sweeps or more):
+    its error with those fits redone on the other sweeps (incast first, then the fields with that incast), with
+    the values found."""
+    rows = [r for r in read_rows() if r.get("kind") == "collective"]
+    by_sweep: dict[str, list[dict[str, str]]] = {}
+    for r in rows:
+        by_sweep.setdefault(calibrate_fabric.sweep_of(r["id"]), []).append(r)
+    out: dict[str, dict[str, object]] = {}
+    sweeps = sorted({s for c in CALIBRATIONS if c.refit and len(c.sweeps) > 1 for s in c.sweeps})
+    shipped_incast = calibrate_fabric._SHIPPED_INCAST
+    for left in sweeps:
+        fits = [c for c in CALIBRATIONS if left in c.sweeps]
+        if not all(c.refit and len(c.sweeps) > 1 for c in fits):
+            continue
+        incast = {str(c.fabric): _refit_incast(c, [r for s in c.sweeps if s != left for r in by_sweep.get(s, [])])
+                  for c in fits if c.refit == "incast"}
+        patched = {calibrate_fabric.fabric_dimension(name).name: value for name, value in incast.items()}
+        calibrate_fabric.fabrics_module._incast_by_dimension = lambda p=patched: {**shipped_incast(), **p}  # type: ignore[misc]
+        try:
+            trial: dict[str, object] = {}
+            for c in fits:
+                if c.refit == "fabric":
+                    kept = [r for s in c.sweeps if s != left for r in calibrate_fabric.monotone(by_sweep.get(s, []))]
+                    trial.update(_refit_fields(c, kept))
+            for row in by_sweep.get(left, []):
+                if run_row(row).error is None:
+                    continue
+                fabric = calibrate_fabric.read_system(row).fabric
+                mine = trial if any(c.fabric == fabric and c.refit == "fabric" for c in fits) else {}
+                measured, _ = calibrate_fabric.best_of_runs(row, float(row["value"]))
+                _, predicted, _ = calibrate_fabric.predict_collective(row, mine or None)
+                out[row["id"]] = {"error": round(predicted / measured - 1, 6), "without": left,
+                                  "refit": {k: v for k, v in trial.items() if k in ("efficiency", "latency")},
+                                  "incast": incast}
+        finally:
+            calibrate_fabric.fabrics_module._incast_by_dimension = shipped_incast
+        print(f"{left}: {len([k for k, v in out.items() if v['without'] == left])} rows, refit {trial} incast {incast}",
+              flush=True)
+    return out
+
+
+def write_refits(refits: dict[str, dict[str, object]], path: Path = COLLECTIVE_REFITS) -> None:
+    with replaced(path) as temporary:
+        temporary.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v, sort_keys=True)}"
+                                                 for k, v in sorted(refits.items())) + "\n}\n")
+
+
 def main() -> None:
+    if "--refit" in sys.argv[1:]:
+        write_refits(refit_residuals())
+        print("\n".join(collective_figures()))
+        return
     if "--collectives" in sys.argv[1:]:
         print("\n".join(collective_figures()))
         return

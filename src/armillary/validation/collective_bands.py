@@ -182,7 +182,10 @@ def regime_band(fabric_class: str | None, regime: str, residuals: Sequence[Colle
     (`regime_of`). Coarsened, never narrowed: a class with fewer than BAND_MIN_ROWS rows or BAND_MIN_SOURCES
     sweeps in the regime (or none: a fabric no sweep calibrated) takes the wider of its own rows' band and that
     of every scale-out class in the regime (in its latency regime where no scale-out row is of its op kind),
-    named uncalibrated; a scale-out class is never narrower than that either. A collective of more `gpus` than
+    named uncalibrated. Drawn from out-of-fit residuals (`band_residuals`), a class with rows of its own stands
+    on them: the floor of every scale-out class's band that stood for a class's in-sample fit scatter is gone
+    with the in-sample rows (until issue 43's out-of-fit residuals a scale-out class was never narrower than
+    every scale-out class in its regime). A collective of more `gpus` than
     any sweep of its scale-out class measured takes the wider of that and the band of every scale-out row in
     every regime: rows of 2-node rings say little of a 1,024-GPU ring, nor does the regime its latency share is
     modelled in there."""
@@ -199,13 +202,6 @@ def regime_band(fabric_class: str | None, regime: str, residuals: Sequence[Colle
             raise ValueError(f"no collective residuals with a latency share: regenerate {COLLECTIVE_RESIDUALS.name}")
         relative, drawn = max(relative, _quantile(pooled)), pooled
         label = f"collective, {UNCALIBRATED} ({fabric_class or 'unknown'}: all classes), {regime} ({meaning})"
-    elif fabric_class != ONE_DOMAIN and pooled and (floor := _quantile(pooled)) > relative:
-        # a scale-out class's rows are mostly the sweeps its fabric preset was fitted on (RoCE on the OCI sweeps,
-        # Pollara on its own 8 rows, EFA on p4d and p6: docs/collectives.md), so they scatter as the fit does,
-        # not as a new sweep lands: never trusted more than every scale-out class in the regime. Left out, the
-        # MI300X RoCE sweep on OKE landed +5% against the other RoCE sweeps' +-4.5%
-        relative = floor
-        label += f"; widened to all scale-out classes' band ({len(pooled)} rows)"
     largest = max((r.gpus for r in residuals if r.fabric_class == fabric_class), default=0)
     if gpus and fabric_class != ONE_DOMAIN and scale_out and 0 < largest < gpus:
         relative = max(relative, _quantile(scale_out))
@@ -233,6 +229,108 @@ def first_run_residuals() -> tuple[CollectiveResidual, ...]:
     now = {r.id: r for r in shipped_collective_residuals()}
     return tuple(replace(now[r.id], error=r.error) for r in read_out_of_sample()
                  if r.kind == "collective" and r.error is not None and r.id in now)
+
+
+# --- out of fit: every row's residual from a model not fitted on its own sweep ----------------------------------
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One fit of the shipped presets on measured sweeps (issue 43: bands from "leave-one-source-out for
+    everything fitted by a tool"): what it fitted, on which sweeps (`sweep_of` ids), and how a model without
+    one of them is had: `refit` "fabric" (tools/calibrate_fabric.py --fabric: the fabric's `fields` by least
+    absolute log error, each sweep weighing the same) or "incast" (--incast) refit on the other sweeps;
+    None where the fit cannot be redone without the sweep (fitted on it alone, or a chain of one-sweep fits)."""
+
+    what: str
+    sweeps: tuple[str, ...]
+    refit: str | None = None
+    fabric: str | None = None
+    fields: tuple[str, ...] = ()
+
+
+# What the shipped presets were fitted on, as their sources say (presets/network/fabrics.yaml `sources`,
+# presets/systems/*.yaml `calibration` notes; tests/test_collective_out_of_fit.py checks every sweep named
+# there is here and every sweep here is named there)
+CALIBRATIONS = (
+    Calibration("dgx-h100 InfiniBand NDR tier (fit_tier, fit_ring_after_tree, fit_channel_bandwidth)",
+                ("CO-H100-IBNDR-2N-AR-qoofyk", "CO-H100-IBNDR-2N-AR-gj-ring", "CO-H100-IBNDR-4N-AR-gj",
+                 "CO-H100-IBNDR-8N-AR-gj")),
+    Calibration("infiniband-ndr all_to_all_incast", ("CO-GB200-OCI-32N-A2A",)),
+    Calibration("gcp-a3-mega GPUDirect-TCPXO tier (fit_tier)", ("CO-H100-GCPA3M-2N-AR",)),
+    Calibration("gcp-a4 RDMA tier (fit_tier)", ("CO-B200-GCPA4-2N-AG",)),
+    Calibration("roce-oci latency and efficiency",
+                ("CO-B300-OCI-2N-AR", "CO-B300-OCI-2N-A2A", "CO-MI300X-OCI-2N-AR", "CO-MI300X-OCIOKE-2N-AR",
+                 "CO-A100-OCIOKE-2N-AR", "CO-H100-RoCE-128N-AR", "CO-GB200-OCIOKE-32N-AR", "CO-GB300-OCI-32N-AR",
+                 "CO-GB300-OCI-32N-A2A"), "fabric", "roce-oci", ("efficiency", "latency")),
+    Calibration("aws-p4d EFA v1 efficiency", ("CO-A100-AWSEFA-2N-AR", "CO-A100-AWSEFA-3N-AR", "CO-A100-AWSEFA-4N-AR"),
+                "fabric", "efa-v1", ("efficiency",)),
+    Calibration("efa-v4 latency and efficiency", ("CO-B200-4N",)),
+    Calibration("pollara efficiency", ("CO-MI355X-Pollara-OCI-2N-AR", "CO-MI355X-Pollara-OCI-2N-A2A",
+                                       "CO-MI355X-Pollara-OCI-4N-AR", "CO-MI355X-Pollara-OCI-4N-A2A"),
+                "fabric", "pollara", ("efficiency",)),
+    Calibration("pollara all_to_all_incast", ("CO-MI355X-Pollara-OCI-2N-A2A", "CO-MI355X-Pollara-OCI-4N-A2A"),
+                "incast", "pollara"),
+    Calibration("nvl72 NVLink hops across racks", ("CO-GB200-OCIOKE-32N-AR",)),
+    Calibration("hgx-h200 / dgx-h100 NVLink tier (calibrate-network)", ("CO-H200x8-NCCLTESTS",)),
+    Calibration("dgx-b200 NVLink tier (calibrate-network)", ("CO-B200-1N",)),
+)
+COLLECTIVE_REFITS = COLLECTIVE_RESIDUALS.with_name("collective_refits.json")
+
+
+@dataclass(frozen=True)
+class OutOfFit:
+    """A collective row's residual from a model not fitted on its sweep (None: none is known, the row is left
+    out of the bands, counted and named), and why that one."""
+
+    id: str
+    residual: CollectiveResidual | None
+    reason: str
+
+
+def calibrations_of(sweep: str, calibrations: Sequence[Calibration] = CALIBRATIONS) -> list[Calibration]:
+    return [c for c in calibrations if sweep in c.sweeps]
+
+
+def out_of_fit_residuals(residuals: Sequence[CollectiveResidual], first_run: Sequence[CollectiveResidual],
+                         refits: dict[str, float], calibrations: Sequence[Calibration] = CALIBRATIONS
+                         ) -> tuple[OutOfFit, ...]:
+    """Per residual, the one a model not fitted on its sweep gives: a sweep no preset was fitted on keeps its
+    residual; one that every fit it entered can be redone without (`Calibration.refit`, on other sweeps) takes
+    the refit's (`refits`: row id -> error, tools/error_bands.py --refit); else its first untouched run
+    (`first_run`: before any fabric was calibrated on it), else it is left out (a preset fitted on that sweep
+    alone, never run before: no honest residual is known)."""
+    first = {r.id: r for r in first_run}
+    out = []
+    for r in residuals:
+        fits = calibrations_of(r.source, calibrations)
+        names = "; ".join(c.what for c in fits)
+        if not fits:
+            out.append(OutOfFit(r.id, r, "no preset fitted on its sweep"))
+        elif all(c.refit and len(c.sweeps) > 1 for c in fits) and r.id in refits:
+            out.append(OutOfFit(r.id, replace(r, error=refits[r.id]), f"refit without its sweep: {names}"))
+        elif r.id in first:
+            out.append(OutOfFit(r.id, replace(r, error=first[r.id].error),
+                                f"first run before calibration (out_of_sample.csv): {names}"))
+        else:
+            out.append(OutOfFit(r.id, None, f"left out: {names} fitted on its sweep, no first run recorded"))
+    return tuple(out)
+
+
+def read_refits(path: Path = COLLECTIVE_REFITS) -> dict[str, float]:
+    """Row id -> the error of the row with the fits it entered redone without its sweep (tools/error_bands.py
+    --refit writes it; {} where not written)."""
+    if not path.is_file():
+        return {}
+    return {str(k): float(v["error"]) for k, v in json.loads(path.read_text()).items()}
+
+
+@functools.cache
+def band_residuals() -> tuple[CollectiveResidual, ...]:
+    """The residuals the collective bands are drawn from: each shipped row's out-of-fit residual
+    (`out_of_fit_residuals`), rows without one left out."""
+    found = out_of_fit_residuals(shipped_collective_residuals(), first_run_residuals(), read_refits())
+    return tuple(o.residual for o in found if o.residual is not None)
 
 
 def out_of_sample_coverage(residuals: Sequence[CollectiveResidual], first_run: Sequence[CollectiveResidual],
@@ -297,7 +395,7 @@ def collective_band(system: System, gpus: int, size_bytes: float, fabric_name: s
     domain where the group fits in it, NVL72 racks, the named fabric's, or that of the fabric whose calibrated
     dimension the system's outermost tier is."""
     return band_of(system_fabric_class(system, gpus, fabric_name), size_bytes < SMALL_MESSAGE_BYTES,
-                   shipped_collective_residuals(), gpus, latency_share, op, first_run_residuals())
+                   band_residuals(), gpus, latency_share, op, first_run_residuals())
 
 
 def sweep_bands(op: Collective, sizes: Array, group: Placement, system: System, unsized: System, gpus: int,
@@ -321,7 +419,7 @@ def row_band(row: dict[str, str]) -> ErrorBand | None:
     except (Unsupported, ValueError):
         return None
     gpus = int(row.get("n_gpus") or 0) if (row.get("n_gpus") or "").isdigit() else 0
-    return band_of(fabric_class(reading), size < SMALL_MESSAGE_BYTES, shipped_collective_residuals(), gpus, share,
+    return band_of(fabric_class(reading), size < SMALL_MESSAGE_BYTES, band_residuals(), gpus, share,
                    read_op(row.get("op") or "").value, first_run_residuals())
 
 

@@ -1,0 +1,110 @@
+"""The collective bands are drawn from out-of-fit residuals (issue 43: "leave-one-source-out for everything
+fitted by a tool"): a row of a sweep a preset was fitted on counts with the error of a model not fitted on it
+(the fit redone on the other sweeps, or the row's first untouched run), or not at all."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from armillary.validation.collective_bands import (
+    CALIBRATIONS,
+    Calibration,
+    CollectiveResidual,
+    band_residuals,
+    band_to_error_ratio,
+    first_run_residuals,
+    leave_one_source_out_coverage,
+    out_of_fit_residuals,
+    read_refits,
+    shipped_collective_residuals,
+)
+
+PRESETS = Path(__file__).resolve().parents[1] / "src" / "armillary" / "presets"
+# sweeps the presets name without a number fitted on them: the ones a fit was checked on out of sample, and the
+# NVL72 racks' flat ring (fabrics.yaml across_domains: the algorithm NCCL runs, compared on them, not a number)
+NAMED_NOT_FITTED = {"CO-GB200-OCI-48N-A2A", "CO-GB200-OCI-32N-AR"}
+
+
+def _named_sweeps() -> set[str]:
+    text = "\n".join(p.read_text() for p in sorted(PRESETS.rglob("*.yaml")))
+    found = set()
+    for name in re.findall(r"CO-[A-Za-z0-9_-]*[A-Za-z0-9]", text):
+        # "CO-A100-AWSEFA-2N/3N/4N-AR", "CO-H100-IBNDR-*", "CO-H100-GCPA3M-2N-*": prefixes of the full ids
+        full = [s for c in CALIBRATIONS for s in c.sweeps if s.startswith(name)]
+        found.update(full or [name])
+    return found
+
+
+def test_every_sweep_a_preset_names_as_fitted_is_in_the_calibrations_and_back():
+    named = _named_sweeps()
+    listed = {s for c in CALIBRATIONS for s in c.sweeps}
+    assert listed <= named, listed - named
+    assert named - listed <= NAMED_NOT_FITTED, named - listed - NAMED_NOT_FITTED
+
+
+def _r(row: str, error: float) -> CollectiveResidual:
+    return CollectiveResidual(row, row.rsplit("-", 1)[0], "RoCE", False, error, 16, 0.0, "all_reduce")
+
+
+def test_each_row_takes_the_residual_of_a_model_not_fitted_on_it():
+    """Made-up: sweep A was fitted on by a refittable two-sweep fit (A, B) and a one-sweep fit (C); D by none."""
+    fits = (Calibration("f", ("A", "B"), "fabric", "roce-oci", ("efficiency",)), Calibration("g", ("C",)))
+    rows = [_r("A-1", 0.01), _r("B-1", 0.02), _r("C-1", 0.0), _r("C-2", 0.0), _r("D-1", 0.3)]
+    found = {o.id: o for o in out_of_fit_residuals(rows, [_r("C-1", 0.9)], {"A-1": 0.15}, fits)}
+    assert found["A-1"].residual is not None and found["A-1"].residual.error == 0.15
+    assert "refit" in found["A-1"].reason
+    # a refittable fit's row without a refit recorded: no first run either, so left out, named
+    assert found["B-1"].residual is None and "f fitted on its sweep" in found["B-1"].reason
+    assert found["C-1"].residual is not None and found["C-1"].residual.error == 0.9
+    assert "first run" in found["C-1"].reason
+    assert found["C-2"].residual is None  # fitted on its sweep alone, never run before: no honest residual
+    assert found["D-1"].residual == rows[-1] and "no preset" in found["D-1"].reason
+
+
+def test_a_sweep_also_fitted_on_alone_is_never_refit():
+    """The 2-rack GB200 sweep entered roce-oci's nine-sweep fit and the NVL72 hops' one-sweep fit: only its
+    first run is a model not fitted on it."""
+    fits = (Calibration("f", ("A", "B"), "fabric", "roce-oci", ("efficiency",)), Calibration("g", ("A",)))
+    (found,) = out_of_fit_residuals([_r("A-1", 0.0)], [_r("A-1", 0.5)], {"A-1": 0.01}, fits)
+    assert found.residual is not None and found.residual.error == 0.5
+
+
+def test_the_bands_pool_holds_no_in_sample_row_of_a_fitted_sweep():
+    shipped = {r.id: r for r in shipped_collective_residuals()}
+    first = {r.id: r.error for r in first_run_residuals()}
+    refits = read_refits()
+    assert refits and set(refits) <= set(shipped)
+    refittable = {s for c in CALIBRATIONS if c.refit for s in c.sweeps}
+    assert {shipped[i].source for i in refits} <= refittable
+    for r in band_residuals():
+        if any(r.source in c.sweeps for c in CALIBRATIONS):
+            assert r.error == refits.get(r.id, first.get(r.id)), r.id
+        else:
+            assert r == shipped[r.id]
+    # the one-sweep fits without a first run are out: the NVLink tiers' and the GCP fabrics' own sweeps
+    sources = {r.source for r in band_residuals()}
+    assert not sources & {"CO-H200x8-NCCLTESTS", "CO-B200-1N", "CO-H100-GCPA3M-2N-AR", "CO-B200-GCPA4-2N-AG"}
+
+
+def test_the_refit_reproduces_the_fit_it_redoes():
+    """The refit of roce-oci without one 2-node sweep lands near the shipped fit on all nine (fabrics.yaml:
+    efficiency 0.942, latency 19.1 us): the same loss, search and rows but one."""
+    refits = __import__("json").loads(Path(
+        __file__).resolve().parents[1].joinpath("src/armillary/validation/data/collective_refits.json").read_text())
+    mine = refits["CO-MI300X-OCI-2N-AR-01"]["refit"]
+    assert mine["efficiency"] == pytest.approx(0.942, abs=0.01)
+    assert mine["latency"] == pytest.approx(19.1e-6, rel=0.05)
+
+
+def test_out_of_fit_coverage_and_sharpness():
+    """Issue 43's acceptance on the bands' own pool, each sweep left out: at least 80% of the rows, and of
+    every fabric class but the NVL72 racks (the one sub-4 GiB NVL72 sweep's first run erred ~90%, no other
+    sweep lands there); the median band under 3x the median |error|."""
+    pool = band_residuals()
+    coverage = leave_one_source_out_coverage(pool)
+    assert sum(h for h, _ in coverage.values()) / sum(n for _, n in coverage.values()) >= 0.8
+    for name, (hit, total) in coverage.items():
+        if name != "NVL72 multi-rack":
+            assert hit / total >= 0.8, (name, hit, total)
+    assert band_to_error_ratio(pool)["all"] < 3
