@@ -134,6 +134,7 @@ class LayoutCache:
 
     def __init__(self, limit: int = CACHE_POINTS) -> None:
         self.held: dict[Key, Parts] = {}
+        self.whole: dict[tuple[Key, ...], Parts] = {}  # blocks of several layouts as estimated (`held` views them)
         self.points = 0
         self.limit = limit
         self.estimated = 0  # blocks estimated (the rest were read from the cache)
@@ -150,8 +151,13 @@ class LayoutCache:
     def parts(self, keys: list[Key], estimate: Callable[[], Parts]) -> Parts:
         """The block's parts (flat, in index order) from the cache, else from `estimate` (then kept while
         the cache has room)."""
+        whole = self.whole.get(tuple(keys))  # the held arrays themselves: the blocks read them, never write
+        if whole is not None:
+            return whole
         held = [self.held.get(key) for key in keys]
         if all(h is not None for h in held):
+            if len(held) == 1:
+                return held[0]  # type: ignore[return-value]
             return tuple(np.concatenate(column) for column in zip(*held, strict=True))  # type: ignore[return-value]
         parts = estimate()
         self.estimated += 1
@@ -164,6 +170,8 @@ class LayoutCache:
                     self.held[key] = tuple(p[offset:offset + n] for p in parts)  # type: ignore[assignment]
                     self.points += n
                 offset += n
+            if len(keys) > 1:  # the same block of another system's search: no concatenation (no more memory)
+                self.whole[tuple(keys)] = parts
         return parts
 
 
