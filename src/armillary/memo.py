@@ -4,6 +4,7 @@ dataclasses that construct faster (`quick_init`)."""
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -32,20 +33,25 @@ class IdentityCache(Generic[K, V]):
 
 
 DERIVED_PER_OBJECT = 32  # values `derived` keeps on one object at most
+# per live object (by id, with a weak reference to it): the values `derived` keeps for it
+_DERIVED: dict[int, tuple[weakref.ref[object], dict[Hashable, object]]] = {}
 
 
 def derived(owner: object, key: Hashable, make: Callable[[], V]) -> V:
-    """`make()` once per (`owner`, `key`), kept on the frozen `owner` itself, as functools.cached_property
-    keeps its value (in the instance's __dict__, past a frozen dataclass's __setattr__): it lives and dies with
-    the object, whose fields it must depend on alone. A key that does not hash (an array) is made each time."""
+    """`make()` once per (`owner`, `key`) while the frozen `owner` lives: its values are kept beside it (by
+    identity, with a weak reference that drops them when it goes), so they must depend on its fields alone.
+    An object's fields and __dict__ are untouched (`Cls(**obj.__dict__)` still copies it); a copy is another
+    object. A key that does not hash (an array), or an object without weak references (a number), is made
+    each time."""
     try:
-        kept = owner.__dict__.get("_derived")
-        if kept is None or kept[0] != id(owner):  # none yet, or a copy's (copy.copy shares its original's)
-            kept = owner.__dict__["_derived"] = (id(owner), {})
-        store: dict[Hashable, object] = kept[1]
+        ident = id(owner)
+        kept = _DERIVED.get(ident)
+        if kept is None or kept[0]() is not owner:
+            kept = _DERIVED[ident] = (weakref.ref(owner, lambda _: _DERIVED.pop(ident, None)), {})
+        store = kept[1]
         if key in store:
             return store[key]  # type: ignore[return-value]
-    except (TypeError, AttributeError):  # an unhashable key, or an object without a __dict__: nothing kept
+    except TypeError:  # an unhashable key, or an object without weak references: nothing kept
         return make()
     if len(store) >= DERIVED_PER_OBJECT:  # bounded: e.g. one strategy estimated for many workloads
         store.pop(next(iter(store)))  # the oldest
