@@ -9,6 +9,7 @@ import pytest
 
 from armillary.validation.collective_bands import (
     CALIBRATIONS,
+    UNCALIBRATED_TIER,
     Calibration,
     CollectiveResidual,
     band_residuals,
@@ -48,25 +49,33 @@ def _r(row: str, error: float) -> CollectiveResidual:
 
 
 def test_each_row_takes_the_residual_of_a_model_not_fitted_on_it():
-    """Made-up: sweep A was fitted on by a refittable two-sweep fit (A, B) and a one-sweep fit (C); D by none."""
-    fits = (Calibration("f", ("A", "B"), "fabric", "roce-oci", ("efficiency",)), Calibration("g", ("C",)))
-    rows = [_r("A-1", 0.01), _r("B-1", 0.02), _r("C-1", 0.0), _r("C-2", 0.0), _r("D-1", 0.3)]
-    found = {o.id: o for o in out_of_fit_residuals(rows, [_r("C-1", 0.9)], {"A-1": 0.15}, fits)}
+    """Made-up: sweep A was fitted on by a refittable two-sweep fit (A, B), C by a one-sweep fit, E by a fit
+    inside a node; D by none."""
+    fits = (Calibration("f", ("A", "B"), "fabric", "roce-oci", ("efficiency",)), Calibration("g", ("C",), "tier"),
+            Calibration("h", ("E",)))
+    rows = [_r("A-1", 0.01), _r("B-1", 0.02), _r("C-1", 0.0), _r("C-2", 0.0), _r("D-1", 0.3), _r("E-1", 0.0)]
+    refits = {"A-1": {"error": 0.15, "how": "refit"}, "C-1": {"error": 0.7, "how": "uncalibrated"},
+              "C-2": {"error": 0.8, "how": "uncalibrated"}}
+    found = {o.id: o for o in out_of_fit_residuals(rows, [_r("C-1", 0.9)], refits, fits)}
     assert found["A-1"].residual is not None and found["A-1"].residual.error == 0.15
     assert "refit" in found["A-1"].reason
     # a refittable fit's row without a refit recorded: no first run either, so left out, named
     assert found["B-1"].residual is None and "f fitted on its sweep" in found["B-1"].reason
+    # the first run comes before the model with the one-sweep fit reset
     assert found["C-1"].residual is not None and found["C-1"].residual.error == 0.9
     assert "first run" in found["C-1"].reason
-    assert found["C-2"].residual is None  # fitted on its sweep alone, never run before: no honest residual
-    assert found["D-1"].residual == rows[-1] and "no preset" in found["D-1"].reason
+    assert found["C-2"].residual is not None and found["C-2"].residual.error == 0.8
+    assert "uncalibrated" in found["C-2"].reason
+    assert found["D-1"].residual == rows[4] and "no preset" in found["D-1"].reason
+    assert found["E-1"].residual is None
 
 
 def test_a_sweep_also_fitted_on_alone_is_never_refit():
-    """The 2-rack GB200 sweep entered roce-oci's nine-sweep fit and the NVL72 hops' one-sweep fit: only its
-    first run is a model not fitted on it."""
-    fits = (Calibration("f", ("A", "B"), "fabric", "roce-oci", ("efficiency",)), Calibration("g", ("A",)))
-    (found,) = out_of_fit_residuals([_r("A-1", 0.0)], [_r("A-1", 0.5)], {"A-1": 0.01}, fits)
+    """The 2-rack GB200 sweep entered roce-oci's nine-sweep fit and the NVL72 hops' one-sweep fit: its first run
+    is the model not fitted on it."""
+    fits = (Calibration("f", ("A", "B"), "fabric", "roce-oci", ("efficiency",)), Calibration("g", ("A",), "domain"))
+    (found,) = out_of_fit_residuals([_r("A-1", 0.0)], [_r("A-1", 0.5)], {"A-1": {"error": 0.01, "how": "refit"}},
+                                    fits)
     assert found.residual is not None and found.residual.error == 0.5
 
 
@@ -75,24 +84,37 @@ def test_the_bands_pool_holds_no_in_sample_row_of_a_fitted_sweep():
     first = {r.id: r.error for r in first_run_residuals()}
     refits = read_refits()
     assert refits and set(refits) <= set(shipped)
-    refittable = {s for c in CALIBRATIONS if c.refit for s in c.sweeps}
-    assert {shipped[i].source for i in refits} <= refittable
     for r in band_residuals():
         if any(r.source in c.sweeps for c in CALIBRATIONS):
-            assert r.error == refits.get(r.id, first.get(r.id)), r.id
+            assert r.error in (refits.get(r.id, {}).get("error"), first.get(r.id)), r.id
         else:
             assert r == shipped[r.id]
-    # the one-sweep fits without a first run are out: the NVLink tiers' and the GCP fabrics' own sweeps
-    sources = {r.source for r in band_residuals()}
-    assert not sources & {"CO-H200x8-NCCLTESTS", "CO-B200-1N", "CO-H100-GCPA3M-2N-AR", "CO-B200-GCPA4-2N-AG"}
+    # only the fits inside a node, whose sweeps have no first run, leave their sweeps out
+    left = {r.source for r in shipped.values()} - {r.source for r in band_residuals()}
+    assert left == {s for c in CALIBRATIONS if c.refit is None for s in c.sweeps}
+
+
+def test_a_fit_made_on_one_sweep_is_undone_to_the_uncalibrated_tier():
+    """Recomputed from the model: GCP A3 Mega's tier was fitted on its one sweep (fit_tier); out of fit, its
+    rows are predicted with NCCL's 14 us and no fitted tree efficiency or size curve."""
+    from armillary.validation.collective_rows import best_of_runs, predict_collective
+    from armillary.validation.run import read_rows
+
+    refits = read_refits()
+    row = next(r for r in read_rows() if r["id"] == "CO-H100-GCPA3M-2N-AR-20")
+    fit = next(c for c in CALIBRATIONS if "CO-H100-GCPA3M-2N-AR" in c.sweeps)
+    trial = {f: UNCALIBRATED_TIER[f] for f in fit.fields}
+    assert trial["latency"] == 14e-6 and trial["size_efficiency"] is None
+    predicted = predict_collective(row, trial)[1]
+    assert refits[row["id"]]["how"] == "uncalibrated"
+    assert refits[row["id"]]["error"] == pytest.approx(predicted / best_of_runs(row, float(row["value"]))[0] - 1,
+                                                       abs=1e-5)
 
 
 def test_the_refit_reproduces_the_fit_it_redoes():
     """The refit of roce-oci without one 2-node sweep lands near the shipped fit on all nine (fabrics.yaml:
     efficiency 0.942, latency 19.1 us): the same loss, search and rows but one."""
-    refits = __import__("json").loads(Path(
-        __file__).resolve().parents[1].joinpath("src/armillary/validation/data/collective_refits.json").read_text())
-    mine = refits["CO-MI300X-OCI-2N-AR-01"]["refit"]
+    mine = read_refits()["CO-MI300X-OCI-2N-AR-01"]["fields"]["roce-oci"]  # type: ignore[index]
     assert mine["efficiency"] == pytest.approx(0.942, abs=0.01)
     assert mine["latency"] == pytest.approx(19.1e-6, rel=0.05)
 

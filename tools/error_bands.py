@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from armillary.comm.fabrics import fabrics
 from armillary.validation.bands import (
     SERVING,
     STATIC_BATCH,
@@ -30,6 +31,7 @@ from armillary.validation.collective_bands import (
     BAND_QUANTILE,
     CALIBRATIONS,
     COLLECTIVE_REFITS,
+    UNCALIBRATED_TIER,
     Calibration,
     CollectiveResidual,
     band_of,
@@ -163,45 +165,77 @@ def _refit_incast(fit: Calibration, rows: list[dict[str, str]]) -> float:
         rows, dimension, incast) else incast
 
 
+def _refit_channel(fit: Calibration, rows: list[dict[str, str]]) -> float | None:
+    """`fit`'s fabric channel rate on the sweeps of `rows` (tools/calibrate_fabric.py --channel-rate:
+    comm/calibration.fit_channel_bandwidth on their largest messages); None without rows."""
+    by_sweep: dict[str, list[dict[str, str]]] = {}
+    for r in rows:
+        by_sweep.setdefault(calibrate_fabric.sweep_of(r["id"]), []).append(r)
+    if not by_sweep:
+        return None
+    preset = fabrics()[str(fit.fabric)].dimension_of
+    sweeps = [calibrate_fabric.sweep(mine) for mine in by_sweep.values()]
+    fitted = calibrate_fabric.fit_channel_bandwidth([(pts, op, gpus) for op, gpus, pts in sweeps],
+                                                    calibrate_fabric.load_system(str(preset)))
+    return fitted.network[-1].channel_bandwidth
+
+
+# the NVLink hops across racks before --nvlink-domain: NCCL tuning.cc hwLat of an NVLink ring hop, LL 0.6 us and
+# LL128 1.9 us, and no LL128 bus-bandwidth cap (tools/calibrate_fabric.py fit_nvlink_domain starts there)
+_UNCALIBRATED_DOMAIN = {"protocol_latency": {"LL": 0.6e-6, "LL128": 1.9e-6}, "ring_busbw": {"LL128": 1e12}}
+
+
 def refit_residuals() -> dict[str, dict[str, object]]:
-    """Per row of a sweep whose every fit can be redone without it (`Calibration.refit` on two sweeps or more):
-    its error with those fits redone on the other sweeps (incast first, then the fields with that incast), with
-    the values found."""
+    """Per row of a sweep a preset was fitted on (`CALIBRATIONS`, fits inside a node apart): its error from the
+    model with every fit it entered redone on the other sweeps (`Calibration.refittable`: "how" "refit") or,
+    where one of them was fitted on it alone, that one reset to uncalibrated ("uncalibrated"), the others
+    redone; with the values used. Incast first, then the fabric fields with that incast."""
     rows = [r for r in read_rows() if r.get("kind") == "collective"]
     by_sweep: dict[str, list[dict[str, str]]] = {}
     for r in rows:
         by_sweep.setdefault(calibrate_fabric.sweep_of(r["id"]), []).append(r)
     out: dict[str, dict[str, object]] = {}
-    sweeps = sorted({s for c in CALIBRATIONS if c.refit and len(c.sweeps) > 1 for s in c.sweeps})
     shipped_incast = calibrate_fabric._SHIPPED_INCAST
-    for left in sweeps:
+    for left in sorted({s for c in CALIBRATIONS for s in c.sweeps}):
         fits = [c for c in CALIBRATIONS if left in c.sweeps]
-        if not all(c.refit and len(c.sweeps) > 1 for c in fits):
-            continue
-        incast = {str(c.fabric): _refit_incast(c, [r for s in c.sweeps if s != left for r in by_sweep.get(s, [])])
-                  for c in fits if c.refit == "incast"}
+        if any(c.refit is None for c in fits):
+            continue  # a fit inside a node: no trial field reaches it
+        how = "refit" if all(c.refittable for c in fits) else "uncalibrated"
+        trial: dict[str, dict[str, object]] = {}  # per fabric
+        incast: dict[str, float] = {}
+        domain: dict[str, dict[str, float]] | None = None
+        for c in fits:
+            others = [r for s in c.sweeps if s != left for r in by_sweep.get(s, [])]
+            fields = trial.setdefault(str(c.fabric), {}) if c.fabric else {}
+            if c.refit == "incast":
+                incast[str(c.fabric)] = _refit_incast(c, others) if c.refittable else 0.0
+            elif c.refit == "channel":
+                fields["channel_bandwidth"] = _refit_channel(c, others) if c.refittable else None
+            elif c.refit == "domain":
+                domain = _UNCALIBRATED_DOMAIN
         patched = {calibrate_fabric.fabric_dimension(name).name: value for name, value in incast.items()}
         calibrate_fabric.fabrics_module._incast_by_dimension = lambda p=patched: {**shipped_incast(), **p}  # type: ignore[misc]
         try:
-            trial: dict[str, object] = {}
-            for c in fits:
-                if c.refit == "fabric":
+            for c in fits:  # the fabric fields, with the incast found
+                fields = trial.setdefault(str(c.fabric), {}) if c.fabric else {}
+                if c.refit == "fabric" and c.refittable:
                     kept = [r for s in c.sweeps if s != left for r in calibrate_fabric.monotone(by_sweep.get(s, []))]
-                    trial.update(_refit_fields(c, kept))
+                    fields.update(_refit_fields(c, kept))
+                elif c.refit in ("fabric", "tier"):
+                    fields.update({f: UNCALIBRATED_TIER[f] for f in c.fields})
             for row in by_sweep.get(left, []):
                 if run_row(row).error is None:
                     continue
-                fabric = calibrate_fabric.read_system(row).fabric
-                mine = trial if any(c.fabric == fabric and c.refit == "fabric" for c in fits) else {}
+                mine = trial.get(str(calibrate_fabric.read_system(row).fabric)) or None
                 measured, _ = calibrate_fabric.best_of_runs(row, float(row["value"]))
-                _, predicted, _ = calibrate_fabric.predict_collective(row, mine or None)
-                out[row["id"]] = {"error": round(predicted / measured - 1, 6), "without": left,
-                                  "refit": {k: v for k, v in trial.items() if k in ("efficiency", "latency")},
-                                  "incast": incast}
+                _, predicted, _ = calibrate_fabric.predict_collective(row, mine, domain)
+                out[row["id"]] = {"error": round(predicted / measured - 1, 6), "how": how, "without": left,
+                                  "fields": {f: t for f, t in trial.items() if t}, "incast": incast,
+                                  "domain": domain is not None}
         finally:
             calibrate_fabric.fabrics_module._incast_by_dimension = shipped_incast
-        print(f"{left}: {len([k for k, v in out.items() if v['without'] == left])} rows, refit {trial} incast {incast}",
-              flush=True)
+        print(f"{left}: {how}, {len([k for k, v in out.items() if v['without'] == left])} rows, {trial} incast "
+              f"{incast}{' NVLink hops uncalibrated' if domain else ''}", flush=True)
     return out
 
 

@@ -237,10 +237,14 @@ def first_run_residuals() -> tuple[CollectiveResidual, ...]:
 @dataclass(frozen=True)
 class Calibration:
     """One fit of the shipped presets on measured sweeps (issue 43: bands from "leave-one-source-out for
-    everything fitted by a tool"): what it fitted, on which sweeps (`sweep_of` ids), and how a model without
-    one of them is had: `refit` "fabric" (tools/calibrate_fabric.py --fabric: the fabric's `fields` by least
-    absolute log error, each sweep weighing the same) or "incast" (--incast) refit on the other sweeps;
-    None where the fit cannot be redone without the sweep (fitted on it alone, or a chain of one-sweep fits)."""
+    everything fitted by a tool"): what it fitted, on which sweeps (`sweep_of` ids), the fabric whose fields
+    (`fields`) it set, and how a model without one of its sweeps is had (tools/error_bands.py --refit):
+    "fabric" (tools/calibrate_fabric.py --fabric: efficiency and latency by least absolute log error, each sweep
+    weighing the same), "incast" (--incast) and "channel" (--channel-rate) are redone on the other sweeps, or
+    reset to the uncalibrated values (`UNCALIBRATED_TIER`, no incast) where it was fitted on one sweep; "tier"
+    (fit_tier and the fits chained on it: one sweep each) is reset; "domain" (--nvlink-domain, one sweep) is
+    reset to NCCL's tuning.cc NVLink hop latencies; None: a fit inside a node, which a row's trial fields do not
+    reach (its sweep is left out of the bands where no first run is recorded)."""
 
     what: str
     sweeps: tuple[str, ...]
@@ -248,30 +252,49 @@ class Calibration:
     fabric: str | None = None
     fields: tuple[str, ...] = ()
 
+    @property
+    def refittable(self) -> bool:
+        """Whether the fit can be redone without one of its sweeps (on the others)."""
+        return self.refit in ("fabric", "incast", "channel") and len(self.sweeps) > 1
+
+
+# A scale-out tier no sweep calibrated: NCCL tuning.cc's network latency of the Simple ring, 14 us
+# (docs/formulas.md section 1.3), and efficiency 0.9, no fitted tree efficiency, size curve or channel rate: what
+# the presets give every fabric no sweep fitted (presets/systems/dgx-a100.yaml, fabrics.yaml efa-v2, omni-path)
+UNCALIBRATED_TIER: dict[str, object] = {"latency": 14e-6, "efficiency": 0.9, "tree_efficiency": None,
+                                        "size_efficiency": None, "tree_size_efficiency": None,
+                                        "channel_bandwidth": None}
 
 # What the shipped presets were fitted on, as their sources say (presets/network/fabrics.yaml `sources`,
 # presets/systems/*.yaml `calibration` notes; tests/test_collective_out_of_fit.py checks every sweep named
 # there is here and every sweep here is named there)
 CALIBRATIONS = (
-    Calibration("dgx-h100 InfiniBand NDR tier (fit_tier, fit_ring_after_tree, fit_channel_bandwidth)",
-                ("CO-H100-IBNDR-2N-AR-qoofyk", "CO-H100-IBNDR-2N-AR-gj-ring", "CO-H100-IBNDR-4N-AR-gj",
-                 "CO-H100-IBNDR-8N-AR-gj")),
-    Calibration("infiniband-ndr all_to_all_incast", ("CO-GB200-OCI-32N-A2A",)),
-    Calibration("gcp-a3-mega GPUDirect-TCPXO tier (fit_tier)", ("CO-H100-GCPA3M-2N-AR",)),
-    Calibration("gcp-a4 RDMA tier (fit_tier)", ("CO-B200-GCPA4-2N-AG",)),
+    Calibration("dgx-h100 InfiniBand NDR latency, tree efficiency and tree size curve (fit_tier)",
+                ("CO-H100-IBNDR-2N-AR-qoofyk",), "tier", "infiniband-ndr",
+                ("latency", "tree_efficiency", "tree_size_efficiency")),
+    Calibration("dgx-h100 InfiniBand NDR ring efficiency and size curve (fit_ring_after_tree)",
+                ("CO-H100-IBNDR-2N-AR-gj-ring",), "tier", "infiniband-ndr", ("efficiency", "size_efficiency")),
+    Calibration("dgx-h100 InfiniBand NDR channel rate (fit_channel_bandwidth)",
+                ("CO-H100-IBNDR-4N-AR-gj", "CO-H100-IBNDR-8N-AR-gj"), "channel", "infiniband-ndr",
+                ("channel_bandwidth",)),
+    Calibration("infiniband-ndr all_to_all_incast", ("CO-GB200-OCI-32N-A2A",), "incast", "infiniband-ndr"),
+    Calibration("gcp-a3-mega GPUDirect-TCPXO tier (fit_tier)", ("CO-H100-GCPA3M-2N-AR",), "tier", "gcp-tcpxo",
+                ("latency", "tree_efficiency", "size_efficiency")),
+    Calibration("gcp-a4 RDMA tier (fit_tier)", ("CO-B200-GCPA4-2N-AG",), "tier", "gcp-rdma",
+                ("latency", "efficiency", "size_efficiency")),
     Calibration("roce-oci latency and efficiency",
                 ("CO-B300-OCI-2N-AR", "CO-B300-OCI-2N-A2A", "CO-MI300X-OCI-2N-AR", "CO-MI300X-OCIOKE-2N-AR",
                  "CO-A100-OCIOKE-2N-AR", "CO-H100-RoCE-128N-AR", "CO-GB200-OCIOKE-32N-AR", "CO-GB300-OCI-32N-AR",
                  "CO-GB300-OCI-32N-A2A"), "fabric", "roce-oci", ("efficiency", "latency")),
     Calibration("aws-p4d EFA v1 efficiency", ("CO-A100-AWSEFA-2N-AR", "CO-A100-AWSEFA-3N-AR", "CO-A100-AWSEFA-4N-AR"),
                 "fabric", "efa-v1", ("efficiency",)),
-    Calibration("efa-v4 latency and efficiency", ("CO-B200-4N",)),
+    Calibration("efa-v4 latency and efficiency", ("CO-B200-4N",), "fabric", "efa-v4", ("efficiency", "latency")),
     Calibration("pollara efficiency", ("CO-MI355X-Pollara-OCI-2N-AR", "CO-MI355X-Pollara-OCI-2N-A2A",
                                        "CO-MI355X-Pollara-OCI-4N-AR", "CO-MI355X-Pollara-OCI-4N-A2A"),
                 "fabric", "pollara", ("efficiency",)),
     Calibration("pollara all_to_all_incast", ("CO-MI355X-Pollara-OCI-2N-A2A", "CO-MI355X-Pollara-OCI-4N-A2A"),
                 "incast", "pollara"),
-    Calibration("nvl72 NVLink hops across racks", ("CO-GB200-OCIOKE-32N-AR",)),
+    Calibration("nvl72 NVLink hops across racks", ("CO-GB200-OCIOKE-32N-AR",), "domain"),
     Calibration("hgx-h200 / dgx-h100 NVLink tier (calibrate-network)", ("CO-H200x8-NCCLTESTS",)),
     Calibration("dgx-b200 NVLink tier (calibrate-network)", ("CO-B200-1N",)),
 )
@@ -293,36 +316,42 @@ def calibrations_of(sweep: str, calibrations: Sequence[Calibration] = CALIBRATIO
 
 
 def out_of_fit_residuals(residuals: Sequence[CollectiveResidual], first_run: Sequence[CollectiveResidual],
-                         refits: dict[str, float], calibrations: Sequence[Calibration] = CALIBRATIONS
+                         refits: dict[str, dict[str, object]], calibrations: Sequence[Calibration] = CALIBRATIONS
                          ) -> tuple[OutOfFit, ...]:
     """Per residual, the one a model not fitted on its sweep gives: a sweep no preset was fitted on keeps its
-    residual; one that every fit it entered can be redone without (`Calibration.refit`, on other sweeps) takes
-    the refit's (`refits`: row id -> error, tools/error_bands.py --refit); else its first untouched run
-    (`first_run`: before any fabric was calibrated on it), else it is left out (a preset fitted on that sweep
-    alone, never run before: no honest residual is known)."""
+    residual; one whose every fit can be redone on other sweeps (`Calibration.refittable`) takes the refit's
+    (`refits`: row id -> {"error", "how": "refit"}, tools/error_bands.py --refit); else its first untouched run
+    (`first_run`: before any fabric was calibrated on it); else the model with the fits it alone set reset to
+    uncalibrated (`refits` how "uncalibrated"); else it is left out (a fit inside a node, never run before)."""
     first = {r.id: r for r in first_run}
     out = []
     for r in residuals:
         fits = calibrations_of(r.source, calibrations)
         names = "; ".join(c.what for c in fits)
+        stored = refits.get(r.id, {})
         if not fits:
             out.append(OutOfFit(r.id, r, "no preset fitted on its sweep"))
-        elif all(c.refit and len(c.sweeps) > 1 for c in fits) and r.id in refits:
-            out.append(OutOfFit(r.id, replace(r, error=refits[r.id]), f"refit without its sweep: {names}"))
+        elif all(c.refittable for c in fits) and stored.get("how") == "refit":
+            out.append(OutOfFit(r.id, replace(r, error=float(stored["error"])),  # type: ignore[arg-type]
+                                f"refit without its sweep: {names}"))
         elif r.id in first:
             out.append(OutOfFit(r.id, replace(r, error=first[r.id].error),
                                 f"first run before calibration (out_of_sample.csv): {names}"))
+        elif stored.get("how") == "uncalibrated":
+            out.append(OutOfFit(r.id, replace(r, error=float(stored["error"])),  # type: ignore[arg-type]
+                                f"uncalibrated where fitted on its sweep alone, refit elsewhere: {names}"))
         else:
             out.append(OutOfFit(r.id, None, f"left out: {names} fitted on its sweep, no first run recorded"))
     return tuple(out)
 
 
-def read_refits(path: Path = COLLECTIVE_REFITS) -> dict[str, float]:
-    """Row id -> the error of the row with the fits it entered redone without its sweep (tools/error_bands.py
-    --refit writes it; {} where not written)."""
+def read_refits(path: Path = COLLECTIVE_REFITS) -> dict[str, dict[str, object]]:
+    """Row id -> the row's error with the fits it entered redone without its sweep ("how": "refit") or, where
+    one of them was fitted on it alone, reset to uncalibrated ("uncalibrated"), and the values used
+    (tools/error_bands.py --refit writes it; {} where not written)."""
     if not path.is_file():
         return {}
-    return {str(k): float(v["error"]) for k, v in json.loads(path.read_text()).items()}
+    return {str(k): dict(v) for k, v in json.loads(path.read_text()).items()}
 
 
 @functools.cache
