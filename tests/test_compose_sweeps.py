@@ -159,11 +159,13 @@ def test_a_search_s_blocks_share_their_collectives_exactly(monkeypatch):
     for a, b in zip(alone, values("another search"), strict=True):
         np.testing.assert_array_equal(a, b)
     assert composing._MEMO_POINTS[0] <= 40
-    group = Placement((np.array([2.0, 8.0]), np.array([4.0, 4.0])))
-    with composing.memoized("copies"):
-        first = collective(Collective.ALL_REDUCE, np.array([1e6, 1e6]), group, system)
-        np.asarray(first.cost.time)[...] = -1.0
-        again = collective(Collective.ALL_REDUCE, np.array([1e6, 1e6]), group, system)
-    assert (np.asarray(again.cost.time) > 0).all()
+    for group in (Placement((np.array([2.0, 8.0]), np.array([4.0, 4.0]))),  # across nodes, and inside one
+                  Placement((np.array([2.0, 8.0]), np.array([1.0, 1.0])))):
+        with composing.memoized("copies"):
+            for _ in range(2):  # the result that filled the memo, then one read from it: both copies
+                first = collective(Collective.ALL_REDUCE, np.array([1e6, 1e6]), group, system)
+                np.asarray(first.cost.time)[...] = -1.0
+            again = collective(Collective.ALL_REDUCE, np.array([1e6, 1e6]), group, system)
+        assert (np.asarray(again.cost.time) > 0).all()
     composing.forget()
     assert composing._MEMO == {} and composing._MEMO_POINTS[0] == 0

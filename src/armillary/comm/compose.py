@@ -87,7 +87,16 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
         raise ValueError(f"group spans {len(group.spans)} dimensions, the system has {len(system.network)}")
     bandwidths = bandwidths or (None,) * len(system.network)
     if composition is Composition.AUTO and algorithm is Algorithm.AUTO and _one_dimension_each(group):
-        return _on_one_dimension(op, n_bytes, _Net(system, group, algorithm, bandwidths))  # cheap as it comes
+        # cheap as it comes (not flattened); within `memoized`, once per collective, system and inputs
+        key = None if _MEMO_TOKEN.get() is None else _inputs_key(op, system, n_bytes, group, bandwidths)
+        held = None if key is None else _MEMO.get(key)
+        if held is not None and held[0] is system:
+            return _copied(held[1])
+        composed = _on_one_dimension(op, n_bytes, _Net(system, group, algorithm, bandwidths))
+        if key is None:
+            return composed
+        _remember(key, system, composed, math.prod(np.shape(composed.time)))
+        return _copied(composed)
     flat = _Flattened.of(n_bytes, group, bandwidths)
     if flat is None:
         return _compose(op, n_bytes, group, system, algorithm, bandwidths, composition)
@@ -98,12 +107,31 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
         return flat.back(held[1], copy=True)
     composed = _compose(op, flat.n_bytes, flat.group, system, algorithm, flat.bandwidths, composition)
     if key is not None:
-        _MEMO[key] = (system, composed, flat.n_bytes.size)
-        _MEMO_POINTS[0] += flat.n_bytes.size
-        while _MEMO_POINTS[0] > MEMO_POINTS:  # the oldest go
-            _MEMO_POINTS[0] -= _MEMO.pop(next(iter(_MEMO)))[2]
+        _remember(key, system, composed, flat.n_bytes.size)
         return flat.back(composed, copy=True)
     return flat.back(composed)
+
+
+def _inputs_key(op: Collective, system: System, n: Array, group: Placement, bandwidths: tuple[Array | None, ...]
+                ) -> tuple[object, ...]:
+    """`memoized`'s key of a collective of one dimension per group: the inputs as they are, bit for bit."""
+    return (op, "one dimension", id(system), *((None,) if v is None else (np.shape(v), np.asarray(v, float).tobytes())
+                                               for v in (n, *group.spans, *bandwidths)))
+
+
+def _remember(key: tuple[object, ...], system: System, composed: Composed, points: int) -> None:
+    _MEMO[key] = (system, composed, points)
+    _MEMO_POINTS[0] += points
+    while _MEMO_POINTS[0] > MEMO_POINTS:  # the oldest go
+        _MEMO_POINTS[0] -= _MEMO.pop(next(iter(_MEMO)))[2]
+
+
+def _copied(c: Composed) -> Composed:
+    """A composition whose arrays are copies (what `memoized` holds is never handed out)."""
+    def copy(x: Array) -> Array:
+        return x.copy() if isinstance(x, np.ndarray) else x
+    return Composed(copy(c.time), tuple(DimensionCost(*(copy(f) for f in _fields(d))) for d in c.dimensions),
+                    copy(c.composition))
 
 
 # Sweeps composed within `memoized`: (collective, algorithm, composition, system, distinct points) -> (the
