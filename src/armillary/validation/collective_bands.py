@@ -277,7 +277,7 @@ CALIBRATIONS = (
     Calibration("dgx-h100 InfiniBand NDR channel rate (fit_channel_bandwidth)",
                 ("CO-H100-IBNDR-4N-AR-gj", "CO-H100-IBNDR-8N-AR-gj"), "channel", "infiniband-ndr",
                 ("channel_bandwidth",)),
-    Calibration("infiniband-ndr all_to_all_incast", ("CO-GB200-OCI-32N-A2A",), "incast", "infiniband-ndr"),
+    Calibration("roce-oci all_to_all_incast", ("CO-GB200-OCI-32N-A2A",), "incast", "roce-oci"),
     Calibration("gcp-a3-mega GPUDirect-TCPXO tier (fit_tier)", ("CO-H100-GCPA3M-2N-AR",), "tier", "gcp-tcpxo",
                 ("latency", "tree_efficiency", "size_efficiency")),
     Calibration("gcp-a4 RDMA tier (fit_tier)", ("CO-B200-GCPA4-2N-AG",), "tier", "gcp-rdma",
