@@ -130,3 +130,35 @@ def test_out_of_fit_coverage_and_sharpness():
         if name != "NVL72 multi-rack":
             assert hit / total >= 0.8, (name, hit, total)
     assert band_to_error_ratio(pool)["all"] < 3
+
+
+def test_every_stored_refit_is_the_model_now_with_the_values_it_records(monkeypatch: pytest.MonkeyPatch):
+    """The refits are recomputed from the model, not carried: each sweep's first stored row, predicted now with
+    the fields, incast and NVLink hops its record names, gives its recorded error (else: python
+    tools/error_bands.py --refit)."""
+    import importlib.util
+
+    import armillary.comm.fabrics as fabrics_module
+    from armillary.comm.fabrics import fabric_dimension
+    from armillary.validation.collective_rows import best_of_runs, predict_collective, read_system
+    from armillary.validation.run import read_rows
+
+    spec = importlib.util.spec_from_file_location("error_bands", Path(__file__).parents[1] / "tools" / "error_bands.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    rows = {r["id"]: r for r in read_rows()}
+    refits = read_refits()
+    firsts: dict[str, str] = {}
+    for row_id, record in sorted(refits.items()):
+        firsts.setdefault(str(record["without"]), row_id)
+    shipped = fabrics_module._incast_by_dimension
+    for row_id in firsts.values():
+        record, row = refits[row_id], rows[row_id]
+        incast = {fabric_dimension(name).name: value for name, value in record["incast"].items()}  # type: ignore[union-attr]
+        monkeypatch.setattr(fabrics_module, "_incast_by_dimension", lambda i=incast: {**shipped(), **i})
+        trial = record["fields"].get(str(read_system(row).fabric)) or None  # type: ignore[union-attr]
+        domain = tool._UNCALIBRATED_DOMAIN if record["domain"] else None
+        predicted = predict_collective(row, trial, domain)[1]
+        error = predicted / best_of_runs(row, float(row["value"]))[0] - 1
+        assert error == pytest.approx(record["error"], abs=2e-6), row_id
