@@ -1,7 +1,10 @@
 """How far to trust a collective prediction: the error band of its fabric class and latency regime, from the
-residuals of the shared collective rows (validation/data/collective_residuals.json, written by
-tools/calibrate_fabric.py --residuals), widened where the collective spans more GPUs than any measured sweep of
-its class (a scale never validated: issue 43's "scale beyond the largest validated").
+out-of-fit residuals of the shared collective rows (`band_residuals`: each row of a sweep a preset was fitted on
+with the error of a model not fitted on it, `out_of_fit_residuals`; the rows' residuals in
+validation/data/collective_residuals.json, written by tools/calibrate_fabric.py --residuals, the refits in
+validation/data/collective_refits.json, by tools/error_bands.py --refit), widened where the collective spans
+more GPUs than any measured sweep of its class (a scale never validated: issue 43's "scale beyond the largest
+validated").
 
 The regime is the one the model itself is in: the share of the predicted time that is latency (the protocol's
 base cost and per-step latencies, `collective_rows.latency_share`). A bandwidth-bound collective's error is
