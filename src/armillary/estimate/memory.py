@@ -327,11 +327,25 @@ def grad_bytes(st: StrategyArrays, code: Array | None = None) -> Array:
 def model_states(params: Array, st: StrategyArrays, replicas: Array | None = None) -> ModelStates:
     """Bytes of weights, gradients and optimizer states for `params` parameters on one model-parallel
     rank, sharded over their replicas by ZeRO stage (SC'20 §5: P_os, P_os+g, P_os+g+p)."""
-    # bytes per parameter and the ZeRO shards of each state: once per strategy point (and replicas)
-    f = derived(st, ("model states", replicas), lambda: (
+    f = _state_factors(st, replicas)
+    return ModelStates(params * f[0] / f[3], params * f[1] / f[4], params * f[2] / f[5])
+
+
+def replicated_and_expert_states(replicated: Array, experts: Array, st: StrategyArrays, edp: Array) -> ModelStates:
+    """`model_states(replicated, st) + model_states(experts, st, edp)`, the same sums without the two
+    intermediate ModelStates (the estimator takes eight a call)."""
+    f, g = _state_factors(st, None), _state_factors(st, edp)
+    return ModelStates(replicated * f[0] / f[3] + experts * g[0] / g[3],
+                       replicated * f[1] / f[4] + experts * g[1] / g[4],
+                       replicated * f[2] / f[5] + experts * g[2] / g[5])
+
+
+def _state_factors(st: StrategyArrays, replicas: Array | None) -> tuple[Array, Array, Array, Array, Array, Array]:
+    """(weight, gradient, optimizer) bytes per parameter and the ZeRO shards of each state (3, 2, 1): once per
+    strategy point and replicas (`memo.derived`)."""
+    return derived(st, ("model states", replicas), lambda: (
         derived(st, "weight bytes", lambda: _weight_bytes_each(st)), grad_bytes(st), optimizer_bytes(st),
         zero_shards(st, 3, replicas), zero_shards(st, 2, replicas), zero_shards(st, 1, replicas)))
-    return ModelStates(params * f[0] / f[3], params * f[1] / f[4], params * f[2] / f[5])
 
 
 _FP32 = PRECISION.code(TrainingPrecision.FP32)

@@ -340,7 +340,7 @@ def _sharded_states(params: tuple[Array, Array], st: StrategyArrays, edp: Array,
     (`memory.lora_states`; routed experts carry no adapters)."""
     if _lora(w):
         return mem.lora_states(params[0], adapters, st, w) + mem.lora_states(params[1], 0.0, st, w, edp)
-    return mem.model_states(params[0], st) + mem.model_states(params[1], st, edp)
+    return mem.replicated_and_expert_states(params[0], params[1], st, edp)
 
 
 def _stage_adapters(m: ModelArrays, w: TrainingArrays, st: StrategyArrays, stages: StageLayers,
@@ -440,29 +440,30 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
     ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
     og, oe = st.offload_gradients, st.offload_experts * (1 - ow)  # weight offload moves the experts already
 
+    lora, edp, reserved = _lora(w), layers.edp, mem.runtime_reserve(st, reserve)
+
     def stage_memory(counts: tuple[Array, Array], stage_params: tuple[Array, Array], index: Array,
                      extra: Array) -> StageMemory:
         n_layers = counts[0] + counts[1]
-        states = _sharded_states(stage_params, st, layers.edp, w,
-                                 _stage_adapters(m, w, st, stages, counts) if _lora(w) else 0.0)
+        states = _sharded_states(stage_params, st, edp, w, _stage_adapters(m, w, st, stages, counts) if lora else 0.0)
         activations, checkpoints = mem.stage_activations(*_stored(layers, counts), working, st, microbatches,
                                                          index)
         activations = activations + extra
         stage_weight_bytes = _weight_bytes(stage_params[0] + stage_params[1], st, w)
         # offloaded experts / gradients leave two layers' worth in HBM (the one in use, the next one)
-        experts = _sharded_states((0.0 * stage_params[0], stage_params[1]), st, layers.edp, w, 0.0).weights
+        experts = _sharded_states((0.0 * stage_params[0], stage_params[1]), st, edp, w, 0.0).weights
         staged_experts = 2 * _weight_bytes(stage_params[1], st, w) / maximum(counts[1], 1)
-        tensors = MemoryBreakdown(
-            weights=states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1)
-            + oe * (staged_experts - experts),
-            gradients=states.gradients * (1 - og) + og * 2 * states.gradients / maximum(n_layers, 1),
-            optimizer_states=states.optimizer_states * (1 - oo),
-            # the offloaded share leaves one layer's staging buffer in HBM (TE's cpu offload handler)
-            activations=activations * (1 - oa) + where(oa > 0, working, 0.0), checkpoints=checkpoints * (1 - oa),
-            comm_buffers=buffers)
-        hbm = MemoryBreakdown(tensors.weights, tensors.gradients, tensors.optimizer_states, tensors.activations,
-                              tensors.checkpoints, tensors.comm_buffers,
-                              runtime=mem.runtime_reserve(st, reserve) + st.fragmentation * tensors.total)
+        weights = (states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1)
+                   + oe * (staged_experts - experts))
+        gradients = states.gradients * (1 - og) + og * 2 * states.gradients / maximum(n_layers, 1)
+        optimizer_states = states.optimizer_states * (1 - oo)
+        # the offloaded share leaves one layer's staging buffer in HBM (TE's cpu offload handler)
+        kept_activations = activations * (1 - oa) + where(oa > 0, working, 0.0)
+        kept_checkpoints = checkpoints * (1 - oa)
+        # the tensors' total as MemoryBreakdown.total sums them (its runtime 0), the runtime's share added to it
+        tensors = (weights + gradients + optimizer_states + kept_activations + kept_checkpoints + buffers) + 0.0
+        hbm = MemoryBreakdown(weights, gradients, optimizer_states, kept_activations, kept_checkpoints, buffers,
+                              runtime=reserved + st.fragmentation * tensors)
         tier2 = MemoryBreakdown(
             weights=states.weights * ow + oe * experts, gradients=states.gradients * og,
             optimizer_states=states.optimizer_states * oo,
