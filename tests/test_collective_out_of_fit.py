@@ -53,20 +53,23 @@ def test_each_row_takes_the_residual_of_a_model_not_fitted_on_it():
     inside a node; D by none."""
     fits = (Calibration("f", ("A", "B"), "fabric", "roce-oci", ("efficiency",)), Calibration("g", ("C",), "tier"),
             Calibration("h", ("E",)))
-    rows = [_r("A-1", 0.01), _r("B-1", 0.02), _r("C-1", 0.0), _r("C-2", 0.0), _r("D-1", 0.3), _r("E-1", 0.0)]
+    rows = [_r("A-1", 0.01), _r("B-1", 0.02), _r("C-1", 0.0), _r("C-2", 0.0), _r("C-3", 0.0), _r("D-1", 0.3),
+            _r("E-1", 0.0)]
     refits = {"A-1": {"error": 0.15, "how": "refit"}, "C-1": {"error": 0.7, "how": "uncalibrated"},
               "C-2": {"error": 0.8, "how": "uncalibrated"}}
-    found = {o.id: o for o in out_of_fit_residuals(rows, [_r("C-1", 0.9)], refits, fits)}
+    found = {o.id: o for o in out_of_fit_residuals(rows, [_r("C-1", 0.9), _r("C-3", 0.6)], refits, fits)}
     assert found["A-1"].residual is not None and found["A-1"].residual.error == 0.15
     assert "refit" in found["A-1"].reason
     # a refittable fit's row without a refit recorded: no first run either, so left out, named
     assert found["B-1"].residual is None and "f fitted on its sweep" in found["B-1"].reason
-    # the first run comes before the model with the one-sweep fit reset
-    assert found["C-1"].residual is not None and found["C-1"].residual.error == 0.9
-    assert "first run" in found["C-1"].reason
+    # today's model with the one-sweep fit reset comes before the first run (an older model)
+    assert found["C-1"].residual is not None and found["C-1"].residual.error == 0.7
+    assert "uncalibrated" in found["C-1"].reason
     assert found["C-2"].residual is not None and found["C-2"].residual.error == 0.8
-    assert "uncalibrated" in found["C-2"].reason
-    assert found["D-1"].residual == rows[4] and "no preset" in found["D-1"].reason
+    # no reset model recorded: the first run
+    assert found["C-3"].residual is not None and found["C-3"].residual.error == 0.6
+    assert "first run" in found["C-3"].reason
+    assert found["D-1"].residual == rows[5] and "no preset" in found["D-1"].reason
     assert found["E-1"].residual is None
 
 
@@ -121,13 +124,14 @@ def test_the_refit_reproduces_the_fit_it_redoes():
 
 def test_out_of_fit_coverage_and_sharpness():
     """Issue 43's acceptance on the bands' own pool, each sweep left out: at least 80% of the rows, and of
-    every fabric class but the NVL72 racks (the one sub-4 GiB NVL72 sweep's first run erred ~90%, no other
-    sweep lands there); the median band under 3x the median |error|."""
+    every fabric class but EFA (its p6-b200 sweep, the one efa-v4 was fitted on alone, is 0.4-4x off with
+    NCCL's uncalibrated 14 us latency: SRD's floor; the other EFA sweep, 3 A100 rows, lands nowhere near);
+    the median band under 3x the median |error|."""
     pool = band_residuals()
     coverage = leave_one_source_out_coverage(pool)
     assert sum(h for h, _ in coverage.values()) / sum(n for _, n in coverage.values()) >= 0.8
     for name, (hit, total) in coverage.items():
-        if name != "NVL72 multi-rack":
+        if name != "EFA":
             assert hit / total >= 0.8, (name, hit, total)
     assert band_to_error_ratio(pool)["all"] < 3
 

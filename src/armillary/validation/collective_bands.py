@@ -323,9 +323,10 @@ def out_of_fit_residuals(residuals: Sequence[CollectiveResidual], first_run: Seq
                          ) -> tuple[OutOfFit, ...]:
     """Per residual, the one a model not fitted on its sweep gives: a sweep no preset was fitted on keeps its
     residual; one whose every fit can be redone on other sweeps (`Calibration.refittable`) takes the refit's
-    (`refits`: row id -> {"error", "how": "refit"}, tools/error_bands.py --refit); else its first untouched run
-    (`first_run`: before any fabric was calibrated on it); else the model with the fits it alone set reset to
-    uncalibrated (`refits` how "uncalibrated"); else it is left out (a fit inside a node, never run before)."""
+    (`refits`: row id -> {"error", "how": "refit"}, tools/error_bands.py --refit); else the model as it is now
+    with the fits it alone set reset to uncalibrated (`refits` how "uncalibrated": today's mechanisms, none of
+    its fitted values); else its first untouched run (`first_run`: an older model, before any fabric was
+    calibrated on it); else it is left out (a fit inside a node, never run before)."""
     first = {r.id: r for r in first_run}
     out = []
     for r in residuals:
@@ -337,12 +338,12 @@ def out_of_fit_residuals(residuals: Sequence[CollectiveResidual], first_run: Seq
         elif all(c.refittable for c in fits) and stored.get("how") == "refit":
             out.append(OutOfFit(r.id, replace(r, error=float(stored["error"])),  # type: ignore[arg-type]
                                 f"refit without its sweep: {names}"))
-        elif r.id in first:
-            out.append(OutOfFit(r.id, replace(r, error=first[r.id].error),
-                                f"first run before calibration (out_of_sample.csv): {names}"))
         elif stored.get("how") == "uncalibrated":
             out.append(OutOfFit(r.id, replace(r, error=float(stored["error"])),  # type: ignore[arg-type]
                                 f"uncalibrated where fitted on its sweep alone, refit elsewhere: {names}"))
+        elif r.id in first:
+            out.append(OutOfFit(r.id, replace(r, error=first[r.id].error),
+                                f"first run before calibration (out_of_sample.csv): {names}"))
         else:
             out.append(OutOfFit(r.id, None, f"left out: {names} fitted on its sweep, no first run recorded"))
     return tuple(out)
