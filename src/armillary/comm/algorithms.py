@@ -314,8 +314,13 @@ def dimension_options(op: Collective, n_bytes: Array, p: Array, net: NetworkDime
         exclude = (*exclude, Algorithm.SYNTHESIZED)
     times, sents, fixeds, labels, p, scalar = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm,
                                                                bandwidth, exclude, 1.0, scalar)
-    found += [_fastest([t], [s], [f], [label], p, scalar)
-              for t, s, f, label in zip(times, sents, fixeds, labels, strict=True)]
+    if scalar:
+        found += [_fastest([t], [s], [f], [label], p, scalar)
+                  for t, s, f, label in zip(times, sents, fixeds, labels, strict=True)]
+        return tuple(found)
+    active = np.asarray(p) > 1  # what `_fastest` gives one candidate, without its argmin over one (as ring_protocols)
+    found += [DimensionCost(np.where(active, t, 0.0), np.where(active, s, 0.0), a, k, np.where(active, f, 0.0))
+              for t, s, f, (a, k) in zip(times, sents, fixeds, labels, strict=True)]
     return tuple(found)
 
 
