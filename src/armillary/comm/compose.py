@@ -168,6 +168,11 @@ def forget() -> None:
 
 def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
              bandwidths: tuple[Array | None, ...], composition: Composition) -> Composed:
+    if composition is Composition.AUTO and algorithm is Algorithm.AUTO and is_array(*group.spans):
+        inside = sum(np.asarray(s) > 1 for s in group.spans) <= 1
+        if np.any(inside):  # a flattened sweep that mixes groups inside one dimension with the rest: each costed
+            # as alone (`_on_one_dimension`), not as a composition with one active dimension
+            return _split(op, n_bytes, group, system, bandwidths, np.asarray(inside, dtype=bool))
     net = _Net(system, group, algorithm, bandwidths)
     if algorithm is not Algorithm.AUTO and not is_array(group.size):
         spanned = [d for d, s in zip(system.network, group.spans, strict=True) if float(s) > 1]
@@ -196,6 +201,37 @@ def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, a
         raise ValueError(f"{op.value} cannot run over {system.name!r} with algorithm {algorithm.value!r} and "
                          f"composition {composition.value!r}")
     return best
+
+
+def _split(op: Collective, n: Array, group: Placement, system: System, bandwidths: tuple[Array | None, ...],
+           inside: np.ndarray) -> Composed:
+    """A flattened sweep (every input one value per point) composed in two parts: the groups inside one
+    dimension by `_on_one_dimension`, the rest by `_compose`; put together point by point."""
+    size = inside.size
+
+    def part(points: np.ndarray) -> tuple[Array, Placement, tuple[Array | None, ...]]:
+        def pick(x: Array) -> Array:
+            return np.broadcast_to(x, (size,))[points]
+        return (pick(n), Placement(tuple(pick(s) for s in group.spans)),
+                tuple(None if b is None else pick(b) for b in bandwidths))
+
+    one, rest = np.flatnonzero(inside), np.flatnonzero(~inside)
+    n1, g1, b1 = part(one)
+    a = _on_one_dimension(op, n1, _Net(system, g1, Algorithm.AUTO, b1))
+    if not len(rest):
+        return a
+    n2, g2, b2 = part(rest)
+    b = _compose(op, n2, g2, system, Algorithm.AUTO, b2, Composition.AUTO)
+
+    def merged(x: Array, y: Array, kind: type = float) -> np.ndarray:
+        out: np.ndarray = np.empty(size, dtype=kind)
+        out[one], out[rest] = x, y
+        return out
+
+    dims = tuple(DimensionCost(merged(p.time, q.time), merged(p.sent_bytes, q.sent_bytes),
+                               merged(p.algorithm, q.algorithm, int), merged(p.protocol, q.protocol, int),
+                               merged(p.fixed, q.fixed)) for p, q in zip(a.dimensions, b.dimensions, strict=True))
+    return Composed(merged(a.time, b.time), dims, merged(a.composition, b.composition, int))
 
 
 @dataclass(frozen=True)
