@@ -21,6 +21,8 @@ HINT = ("a device or network value of the system (a bandwidth, FLOP/s, latency o
 
 
 def _value(x: object) -> float:
+    if type(x) is float:  # the common case first
+        return x
     if isinstance(x, float | int):  # one configuration's number (np.float64 is a float): no array
         return float(x)
     a = np.asarray(x, dtype=float)
@@ -40,7 +42,8 @@ _BREAKDOWN = tuple(f"breakdown.{f.name}" for f in fields(TimeBreakdown))  # the 
 
 def check_estimate(result: StepEstimate | InferenceEstimate) -> StepEstimate | InferenceEstimate:
     """`result` if a feasible estimate keeps the invariants, else a `ResultError` naming the quantity."""
-    if not bool(np.all(result.feasible)):
+    feasible = result.feasible
+    if not (feasible if type(feasible) is bool else bool(np.all(feasible))):  # one configuration's bool as is
         return result
     if isinstance(result, StepEstimate):
         _finite("step_time_s", result.step_time_s, True)
