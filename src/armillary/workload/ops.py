@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from armillary.memo import quick_init
 from armillary.numerics import Array, ratio_or_zero
 
 
+@quick_init  # 20 Ops an estimate: a quicker frozen construction (memo.quick_init)
 @dataclass(frozen=True)
 class Op:
     """One kernel (or one group of identical kernels): FLOPs and HBM bytes, per device. `group` > 1 marks a
