@@ -32,11 +32,36 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.memo import IdentityCache
+from armillary.memo import IdentityCache, quick_init
 from armillary.numerics import Array, any_true, minimum
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.network import SWITCHED, DirectAllReduce, NetworkDimension, NetworkKind
+
+# enum members read once: `Collective.X` goes through EnumType's __getattr__ hook (~0.15 us a read on CPython
+# 3.11, against ~0.02 us for a module global), and one configuration's collective reads dozens of them
+_AUTO = Algorithm.AUTO
+_DIRECT = Algorithm.DIRECT
+_HALVING_DOUBLING = Algorithm.HALVING_DOUBLING
+_IN_NETWORK = Algorithm.IN_NETWORK
+_RING = Algorithm.RING
+_SYNTHESIZED = Algorithm.SYNTHESIZED
+_TREE = Algorithm.TREE
+_ALL_GATHER = Collective.ALL_GATHER
+_ALL_REDUCE = Collective.ALL_REDUCE
+_ALL_TO_ALL = Collective.ALL_TO_ALL
+_BROADCAST = Collective.BROADCAST
+_REDUCE = Collective.REDUCE
+_REDUCE_SCATTER = Collective.REDUCE_SCATTER
+_TWO_SHOT = DirectAllReduce.TWO_SHOT
+_FAT_TREE = NetworkKind.FAT_TREE
+_FULLY_CONNECTED = NetworkKind.FULLY_CONNECTED
+_MESH = NetworkKind.MESH
+_RAIL_OPTIMIZED = NetworkKind.RAIL_OPTIMIZED
+_RING_NETWORK = NetworkKind.RING
+_TORUS = NetworkKind.TORUS
+# the collectives that reduce (`Collective.reduces`, a property that reads three members: ~0.9 us a call)
+_REDUCING = frozenset(op for op in Collective if op.reduces)
 
 
 @dataclass(frozen=True)
@@ -62,6 +87,7 @@ PROTOCOLS = (
 _REDUCE_TRAFFIC = 3.0
 
 
+@quick_init  # a dozen a collective (memo.quick_init: the same frozen dataclass, built faster)
 @dataclass(frozen=True)
 class DimensionCost:
     """Cost of a collective on one dimension: time (of which `fixed` is the latency part: the protocol's
@@ -80,16 +106,15 @@ class DimensionCost:
 
 
 NOTHING = DimensionCost(0.0, 0.0, 0, 0)
-ALGORITHMS = (Algorithm.RING, Algorithm.TREE, Algorithm.HALVING_DOUBLING, Algorithm.DIRECT, Algorithm.IN_NETWORK,
-              Algorithm.SYNTHESIZED)
+ALGORITHMS = (_RING, _TREE, _HALVING_DOUBLING, _DIRECT, _IN_NETWORK, _SYNTHESIZED)
 
 
 def bus_factor(op: Collective, ranks: Array) -> Array:
     """nccl-tests' busbw / algbw factor (doc/PERFORMANCE.md; docs/formulas.md §1.4): the bytes each rank
     sends in a ring over `ranks`, per byte of the message."""
-    if op is Collective.ALL_REDUCE:
+    if op is _ALL_REDUCE:
         return 2 * (ranks - 1) / ranks
-    if op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL):
+    if op in (_REDUCE_SCATTER, _ALL_GATHER, _ALL_TO_ALL):
         return (ranks - 1) / ranks
     return 1.0 + 0 * ranks
 
@@ -100,49 +125,49 @@ def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
     a direct all-reduce is a reduce-scatter then an all-gather (ASTRA-sim's direct), not one-shot.
     Works on floats and on arrays alike."""
     frac = (p - 1) / p
-    if alg is Algorithm.SYNTHESIZED:  # costed by comm/synthesized_cost.py when pinned
+    if alg is _SYNTHESIZED:  # costed by comm/synthesized_cost.py when pinned
         return None
-    if op is Collective.ALL_REDUCE:
-        if alg is Algorithm.RING:
+    if op is _ALL_REDUCE:
+        if alg is _RING:
             return 2 * (p - 1), 2 * frac * n
-        if alg is Algorithm.TREE:  # double binary tree: each rank is inner in one tree, a leaf in the other
+        if alg is _TREE:  # double binary tree: each rank is inner in one tree, a leaf in the other
             return 2 * log_p, minimum(p, 4.0) / 2 * n
-        if alg is Algorithm.HALVING_DOUBLING:
+        if alg is _HALVING_DOUBLING:
             return 2 * log_p, 2 * frac * n
-        if alg is Algorithm.DIRECT:  # one-shot, or two one-step phases (ASTRA-sim AllToAll.cc)
+        if alg is _DIRECT:  # one-shot, or two one-step phases (ASTRA-sim AllToAll.cc)
             return (2.0 + 0 * p, 2 * frac * n) if two_shot else (1.0 + 0 * p, (p - 1) * n)
         return 2.0 + 0 * p, n + 0 * p  # in-network: send n up, receive n reduced
-    if op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):
-        if alg is Algorithm.RING:
+    if op in (_REDUCE_SCATTER, _ALL_GATHER):
+        if alg is _RING:
             return p - 1, frac * n
-        if alg is Algorithm.HALVING_DOUBLING:
+        if alg is _HALVING_DOUBLING:
             return log_p, frac * n
-        if alg is Algorithm.DIRECT:
+        if alg is _DIRECT:
             return 1.0 + 0 * p, frac * n
-        if alg is Algorithm.IN_NETWORK:
-            return 2.0 + 0 * p, (n + 0 * p if op is Collective.REDUCE_SCATTER else frac * n)
+        if alg is _IN_NETWORK:
+            return 2.0 + 0 * p, (n + 0 * p if op is _REDUCE_SCATTER else frac * n)
         return None
-    if op is Collective.ALL_TO_ALL:  # pairwise exchange (ring order) or all at once (direct)
-        if alg is Algorithm.RING:
+    if op is _ALL_TO_ALL:  # pairwise exchange (ring order) or all at once (direct)
+        if alg is _RING:
             return p - 1, frac * n
-        return (1.0 + 0 * p, frac * n) if alg is Algorithm.DIRECT else None
-    if op in (Collective.BROADCAST, Collective.REDUCE):  # pipelined chain, binomial tree, scatter + gather
-        if alg is Algorithm.RING:
+        return (1.0 + 0 * p, frac * n) if alg is _DIRECT else None
+    if op in (_BROADCAST, _REDUCE):  # pipelined chain, binomial tree, scatter + gather
+        if alg is _RING:
             return p - 1, n + 0 * p
-        if alg is Algorithm.TREE:
+        if alg is _TREE:
             return log_p, log_p * n
-        return (log_p + p - 1, 2 * frac * n) if alg is Algorithm.HALVING_DOUBLING else None
+        return (log_p + p - 1, 2 * frac * n) if alg is _HALVING_DOUBLING else None
     # send / receive
-    return (1.0 + 0 * p, n + 0 * p) if alg in (Algorithm.DIRECT, Algorithm.RING) else None
+    return (1.0 + 0 * p, n + 0 * p) if alg in (_DIRECT, _RING) else None
 
 
 def _synthesizable(op: Collective, p: Array, net: NetworkDimension, algorithm: Algorithm,
                    exclude: tuple[Algorithm, ...]) -> bool:
     """Whether auto should weigh a synthesized schedule: offered on the dimension, one collective it
     synthesizes, one group size (a synthesis per size), not excluded."""
-    return (algorithm is Algorithm.AUTO and Algorithm.SYNTHESIZED in net.algorithms
-            and Algorithm.SYNTHESIZED not in exclude and np.ndim(p) == 0 and float(p) > 1
-            and op in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE))
+    return (algorithm is _AUTO and _SYNTHESIZED in net.algorithms
+            and _SYNTHESIZED not in exclude and np.ndim(p) == 0 and float(p) > 1
+            and op in (_ALL_GATHER, _REDUCE_SCATTER, _ALL_REDUCE))
 
 
 def _synthesized(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension,
@@ -153,9 +178,9 @@ def _synthesized(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension
 
     time, fixed = synthesized_time(op, n_bytes, p, net, bandwidth)
     time, fixed = time + PROTOCOLS[-1].base_latency_s, fixed + PROTOCOLS[-1].base_latency_s
-    ring = _steps_and_bytes(op, Algorithm.RING, n_bytes, p, 0.0)
+    ring = _steps_and_bytes(op, _RING, n_bytes, p, 0.0)
     sent = 0.0 if ring is None else ring[1]
-    return DimensionCost(time, sent, ALGORITHMS.index(Algorithm.SYNTHESIZED), len(PROTOCOLS) - 1, fixed)
+    return DimensionCost(time, sent, ALGORITHMS.index(_SYNTHESIZED), len(PROTOCOLS) - 1, fixed)
 
 
 def _allowed(algorithm: Algorithm, net: NetworkDimension) -> bool:
@@ -164,22 +189,22 @@ def _allowed(algorithm: Algorithm, net: NetworkDimension) -> bool:
     if algorithm not in net.algorithms:
         return False
     switched = net.kind in SWITCHED
-    if algorithm in (Algorithm.DIRECT, Algorithm.HALVING_DOUBLING, Algorithm.TREE):
+    if algorithm in (_DIRECT, _HALVING_DOUBLING, _TREE):
         return switched
-    if algorithm is Algorithm.IN_NETWORK:
+    if algorithm is _IN_NETWORK:
         return net.in_network_reduction
     return True
 
 
 def _link_bandwidth(net: NetworkDimension, algorithm: Algorithm) -> float:
     """Achievable bytes/s per rank for an algorithm on this dimension."""
-    if algorithm is Algorithm.IN_NETWORK:
+    if algorithm is _IN_NETWORK:
         return net.in_network_efficiency * net.bandwidth / net.shared_by
     efficiency = net.efficiency
-    if algorithm is Algorithm.TREE and net.tree_efficiency is not None:  # NCCL's tree: its own share
+    if algorithm is _TREE and net.tree_efficiency is not None:  # NCCL's tree: its own share
         efficiency = net.tree_efficiency
     bandwidth = efficiency * net.bandwidth / net.shared_by
-    if net.kind is NetworkKind.MESH:  # a corner device has one link per axis, not two: it bounds the rest
+    if net.kind is _MESH:  # a corner device has one link per axis, not two: it bounds the rest
         bandwidth /= 2
     return bandwidth  # `bandwidth` is the device's injection rate: a bidirectional ring uses all of it
 
@@ -187,7 +212,7 @@ def _link_bandwidth(net: NetworkDimension, algorithm: Algorithm) -> float:
 def _ring_hops(net: NetworkDimension, p: Array) -> Array | None:
     """Steps of one ring pass on a torus or mesh that the group fills: the ring runs dimension by dimension,
     sum(s_k - 1) steps instead of p - 1 (docs/formulas.md §1.2, multi-dimensional row)."""
-    if net.shape is None or net.kind not in (NetworkKind.TORUS, NetworkKind.MESH):
+    if net.shape is None or net.kind not in (_TORUS, _MESH):
         return None
     size = float(np.prod(net.shape))
     hops = float(sum(k - 1 for k in net.shape))
@@ -210,11 +235,11 @@ def _a2a_hops(net: NetworkDimension, p: Array) -> Array:
     networks, where every share is one hop."""
     ranks = np.asarray(p, float)
     ring = np.maximum(_line_distance(ranks, True), 1.0) / np.maximum(ranks - 1.0, 1.0)
-    if net.kind is NetworkKind.RING:
+    if net.kind is _RING_NETWORK:
         return ring
-    if net.kind in (NetworkKind.TORUS, NetworkKind.MESH) and net.shape is not None:
+    if net.kind in (_TORUS, _MESH) and net.shape is not None:
         size = float(np.prod(net.shape))
-        wrap = net.kind is NetworkKind.TORUS
+        wrap = net.kind is _TORUS
         filled = sum(size / k * _line_distance(float(k), wrap) for k in net.shape) / (size - 1.0)
         return np.where(ranks == size, filled, ring)  # a smaller group: a ring through the axes
     return 1.0
@@ -251,7 +276,7 @@ def _derive(net: NetworkDimension) -> _Derived:
     plan = tuple((a_index, alg, tuple((p_index, proto.base_latency_s, hops[p_index], proto.bandwidth_factor * link)
                                       for p_index, proto in enumerate(PROTOCOLS)
                                       # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
-                                      if alg is not Algorithm.IN_NETWORK or proto.name == "Simple"))
+                                      if alg is not _IN_NETWORK or proto.name == "Simple"))
                  for a_index, alg, link in candidates)
     return candidates, hops, plan
 
@@ -273,7 +298,7 @@ def _is_scalar(x: Array) -> bool:
 
 
 def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
-                   algorithm: Algorithm = Algorithm.AUTO, bandwidth: Array | None = None,
+                   algorithm: Algorithm = _AUTO, bandwidth: Array | None = None,
                    exclude: tuple[Algorithm, ...] = (), latency_scale: Array = 1.0) -> DimensionCost:
     """Fastest (algorithm, protocol) for `op` of `n_bytes` over `p` ranks of one dimension, or the pinned
     algorithm (still with its fastest protocol), leaving out `exclude`. Broadcasts over n_bytes, p and
@@ -282,36 +307,36 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
     scalar = ((type(n_bytes) is float and type(p) is float and bandwidth is None and type(latency_scale) is float)
               or (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
                   and _is_scalar(latency_scale)))  # the common one configuration tested first
-    if scalar and p <= 1 and algorithm is Algorithm.AUTO:
+    if scalar and p <= 1 and algorithm is _AUTO:
         return NOTHING  # a group of one does nothing
-    if algorithm is Algorithm.SYNTHESIZED:
-        if Algorithm.SYNTHESIZED not in net.algorithms:
+    if algorithm is _SYNTHESIZED:
+        if _SYNTHESIZED not in net.algorithms:
             raise ValueError(f"algorithm 'synthesized' is not offered on the network {net.name!r}; list it in the "
                              f"dimension's algorithms (offered: {[a.value for a in net.algorithms]})")
         return _synthesized(op, n_bytes, p, net, bandwidth)
     if _synthesizable(op, p, net, algorithm, exclude):  # offered here: auto weighs it against the rest
         other = dimension_cost(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth,
-                               (*exclude, Algorithm.SYNTHESIZED), latency_scale)
+                               (*exclude, _SYNTHESIZED), latency_scale)
         return _faster(_synthesized(op, n_bytes, p, net, bandwidth), other)
     return _fastest(*_candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth, exclude,
                                       latency_scale, scalar))
 
 
 def dimension_options(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
-                      algorithm: Algorithm = Algorithm.AUTO, bandwidth: Array | None = None,
+                      algorithm: Algorithm = _AUTO, bandwidth: Array | None = None,
                       exclude: tuple[Algorithm, ...] = ()) -> tuple[DimensionCost, ...]:
     """Every (algorithm, protocol) that `dimension_cost` weighs, each costed as it costs the fastest: what a
     tuner compares when the part's own fastest is not the whole collective's (comm/compose.py: the pipelined
     phases). A group of one does nothing under each. Raises where none can run."""
     scalar = _is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
-    if scalar and p <= 1 and algorithm is Algorithm.AUTO:
+    if scalar and p <= 1 and algorithm is _AUTO:
         return (NOTHING,)
-    if algorithm is Algorithm.SYNTHESIZED:
+    if algorithm is _SYNTHESIZED:
         return (dimension_cost(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth, exclude),)
     found = []
     if _synthesizable(op, p, net, algorithm, exclude):
         found.append(_synthesized(op, n_bytes, p, net, bandwidth))
-        exclude = (*exclude, Algorithm.SYNTHESIZED)
+        exclude = (*exclude, _SYNTHESIZED)
     times, sents, fixeds, labels, p, scalar = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm,
                                                                bandwidth, exclude, 1.0, scalar)
     if scalar:
@@ -332,7 +357,7 @@ def ring_protocols(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
     size curve is read (elsewhere the ring runs at its full rate). Raises where no ring runs."""
     scalar = (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
               and _is_scalar(latency_scale) and _is_scalar(curve))
-    times, sents, fixeds, labels, p, _ = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, Algorithm.RING,
+    times, sents, fixeds, labels, p, _ = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, _RING,
                                                           bandwidth, (), latency_scale, scalar, curve)
     if scalar:
         return tuple(_fastest([t], [s], [f], [label], p, scalar)
@@ -355,33 +380,33 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     else:
         log_p = np.ceil(np.log2(np.maximum(p, 1)))
     times, fixeds, sents, labels = [], [], [], []
-    reduces = op.reduces
+    reduces = op in _REDUCING
     ring_hops = _ring_hops(net, p)
-    a2a_hops = _a2a_hops(net, p) if op is Collective.ALL_TO_ALL else 1.0
+    a2a_hops = _a2a_hops(net, p) if op is _ALL_TO_ALL else 1.0
     if scalar:
         a2a_hops = float(a2a_hops)
     ramp = _ramp(net.size_efficiency if any_true(curve) else None, n_bytes, scalar)
     if not (_is_scalar(curve) or np.all(curve)):
         ramp = np.where(curve, ramp, 1.0)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
-    two_shot = net.direct == DirectAllReduce.TWO_SHOT
+    two_shot = net.direct == _TWO_SHOT
     for a_index, alg, protocols in _derived(net)[2]:
-        if (algorithm is not Algorithm.AUTO and alg is not algorithm) or alg in exclude:
+        if (algorithm is not _AUTO and alg is not algorithm) or alg in exclude:
             continue
         steps_bytes = _steps_and_bytes(op, alg, n_bytes, p, log_p, two_shot)
         if steps_bytes is None:
             continue
         steps, sent = steps_bytes
-        if op is Collective.ALL_TO_ALL:
+        if op is _ALL_TO_ALL:
             sent = sent * a2a_hops
-        if alg is Algorithm.RING and ring_hops is not None:
+        if alg is _RING and ring_hops is not None:
             steps = steps * ring_hops / (p - 1)
         reduce_time: Array = 0.0
-        if reduces and alg is Algorithm.DIRECT:  # one-shot reduces the p received buffers afterwards
-            one_shot = op is Collective.ALL_REDUCE and not two_shot  # two-shot: the reduce-scatter's share
+        if reduces and alg is _DIRECT:  # one-shot reduces the p received buffers afterwards
+            one_shot = op is _ALL_REDUCE and not two_shot  # two-shot: the reduce-scatter's share
             reduced = (p - 1) * n_bytes if one_shot else (p - 1) / p * n_bytes
             reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
-        ramped = tree_ramp if alg is Algorithm.TREE else ramp
+        ramped = tree_ramp if alg is _TREE else ramp
         for p_index, base_latency, hop, rate in protocols:  # rate: the protocol's share of the link's bytes/s
             fixed = base_latency + steps * hop * latency_scale
             times.append(fixed + sent / (rate * scale * ramped) + reduce_time)
@@ -407,9 +432,9 @@ def _bandwidth_scale(net: NetworkDimension, p: Array, bandwidth: Array | None, s
     `bandwidth` when swept; a small fully connected group reaches only its peers' links; a group beyond
     one leaf of an oversubscribed fat tree crosses the spines."""
     scale: Array = 1.0 if bandwidth is None else bandwidth / net.bandwidth
-    if net.kind is NetworkKind.FULLY_CONNECTED and net.links:
+    if net.kind is _FULLY_CONNECTED and net.links:
         scale = scale * (min(max(p - 1, 1), net.links) if scalar else np.clip(p - 1, 1, net.links)) / net.links
-    if net.kind in (NetworkKind.FAT_TREE, NetworkKind.RAIL_OPTIMIZED) and net.oversubscription > 1:
+    if net.kind in (_FAT_TREE, _RAIL_OPTIMIZED) and net.oversubscription > 1:
         beyond = 1.0 if net.leaf_size is None else (p > net.leaf_size)
         scale = scale / (1.0 + (net.oversubscription - 1.0) * (beyond if scalar else np.asarray(beyond, float)))
     return scale

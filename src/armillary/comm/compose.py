@@ -44,7 +44,7 @@ from armillary.comm.algorithms import (
     ring_protocols,
 )
 from armillary.comm.fabrics import all_to_all_slowdown
-from armillary.memo import IdentityCache
+from armillary.memo import IdentityCache, quick_init
 from armillary.numerics import Array, any_true, is_array, where
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
@@ -52,18 +52,37 @@ from armillary.specs.network import CollectiveLibrary, NetworkDimension
 from armillary.specs.system import System
 from armillary.units import MIB
 
-COMPOSITIONS = (Composition.FLAT_RING, Composition.PIPELINED, Composition.SEQUENTIAL)
+# enum members read once: `Collective.X` goes through EnumType's __getattr__ hook (~0.15 us a read on CPython
+# 3.11, against ~0.02 us for a module global), and one configuration's collective reads dozens of them
+_AUTO = Algorithm.AUTO
+_RING = Algorithm.RING
+_ALL_GATHER = Collective.ALL_GATHER
+_ALL_REDUCE = Collective.ALL_REDUCE
+_ALL_TO_ALL = Collective.ALL_TO_ALL
+_BROADCAST = Collective.BROADCAST
+_REDUCE = Collective.REDUCE
+_REDUCE_SCATTER = Collective.REDUCE_SCATTER
+_HIERARCHICAL = CollectiveLibrary.HIERARCHICAL
+_NCCL = CollectiveLibrary.NCCL
+_ANY_COMPOSITION = Composition.AUTO
+_FLAT_RING = Composition.FLAT_RING
+_PIPELINED = Composition.PIPELINED
+_SEQUENTIAL = Composition.SEQUENTIAL
+
+COMPOSITIONS = (_FLAT_RING, _PIPELINED, _SEQUENTIAL)
+_FLAT_RING_INDEX, _PIPELINED_INDEX = COMPOSITIONS.index(_FLAT_RING), COMPOSITIONS.index(_PIPELINED)
+_RING_INDEX = ALGORITHMS.index(_RING)
 # bytes per pipelined chunk: the order of NCCL's per-step slice over its channels (NCCL_BUFFSIZE 4 MiB
 # split in NCCL_STEPS = 8 slots per channel)
 PIPELINE_CHUNK_BYTES = MIB
-_RINGS = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.BROADCAST,
-          Collective.REDUCE)
+_RINGS = (_ALL_REDUCE, _REDUCE_SCATTER, _ALL_GATHER, _BROADCAST, _REDUCE)
 _SMALLEST_BASE = min(proto.base_latency_s for proto in PROTOCOLS)
 # NCCL tuning.cc (llMaxBws, x86 Intel hosts, as in the shipped GPU presets): the LL ring's bus bandwidth across
 # 2 nodes and across 3 or more (the network proxy moves LL's flagged 8-byte lines); bytes/s
 LL_NET_BUSBW = (39.0e9, 20.4e9)
 
 
+@quick_init  # one or more a collective (memo.quick_init)
 @dataclass(frozen=True)
 class Composed:
     time: Array
@@ -73,11 +92,11 @@ class Composed:
 
 def offered(system: System, algorithm: Algorithm) -> tuple[Composition, ...]:
     """The compositions the system's library runs; a pinned ring is NCCL's flat ring."""
-    if system.collectives is CollectiveLibrary.HIERARCHICAL:
-        return (Composition.PIPELINED,)
-    if algorithm is Algorithm.RING:
-        return (Composition.FLAT_RING,)
-    return (Composition.FLAT_RING, Composition.PIPELINED) if algorithm is Algorithm.AUTO else (Composition.PIPELINED,)
+    if system.collectives is _HIERARCHICAL:
+        return (_PIPELINED,)
+    if algorithm is _RING:
+        return (_FLAT_RING,)
+    return (_FLAT_RING, _PIPELINED) if algorithm is _AUTO else (_PIPELINED,)
 
 
 def compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
@@ -86,7 +105,7 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
     if len(group.spans) != len(system.network):
         raise ValueError(f"group spans {len(group.spans)} dimensions, the system has {len(system.network)}")
     bandwidths = bandwidths or (None,) * len(system.network)
-    if composition is Composition.AUTO and algorithm is Algorithm.AUTO and _one_dimension_each(group):
+    if composition is _ANY_COMPOSITION and algorithm is _AUTO and _one_dimension_each(group):
         # cheap as it comes (not flattened); within `memoized`, once per collective, system and inputs
         key = None if _MEMO_TOKEN.get() is None else _inputs_key(op, system, n_bytes, group, bandwidths)
         held = None if key is None else _MEMO.get(key)
@@ -168,22 +187,22 @@ def forget() -> None:
 
 def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
              bandwidths: tuple[Array | None, ...], composition: Composition) -> Composed:
-    if composition is Composition.AUTO and algorithm is Algorithm.AUTO and is_array(*group.spans):
+    if composition is _ANY_COMPOSITION and algorithm is _AUTO and is_array(*group.spans):
         inside = sum(np.asarray(s) > 1 for s in group.spans) <= 1
         if np.any(inside):  # a flattened sweep that mixes groups inside one dimension with the rest: each costed
             # as alone (`_on_one_dimension`), not as a composition with one active dimension
             return _split(op, n_bytes, group, system, bandwidths, np.asarray(inside, dtype=bool))
     net = _Net(system, group, algorithm, bandwidths)
-    if algorithm is not Algorithm.AUTO and not is_array(group.size):
+    if algorithm is not _AUTO and not is_array(group.size):
         spanned = [d for d, s in zip(system.network, group.spans, strict=True) if float(s) > 1]
         if spanned and not any(_pinnable(algorithm, op, d) for d in spanned):
             raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on "
                              f"{' or '.join(d.name for d in spanned)}; they offer "
                              f"{sorted({a.value for d in spanned for a in d.algorithms})}")
-    choices = offered(system, algorithm) if composition is Composition.AUTO else (composition,)
+    choices = offered(system, algorithm) if composition is _ANY_COMPOSITION else (composition,)
     built: list[Composed] = []
     for kind in choices:
-        if built and kind is Composition.PIPELINED and _never_faster_pipelined(op, n_bytes, net, built[0]):
+        if built and kind is _PIPELINED and _never_faster_pipelined(op, n_bytes, net, built[0]):
             continue  # exact: `_faster` would keep the earlier composition at every point
         c = _build(kind, op, n_bytes, net)
         if c is not None:
@@ -194,7 +213,7 @@ def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, a
     best = built[0]
     for other in built[1:]:
         best = _faster(best, other)
-    pinned = algorithm is not Algorithm.AUTO or composition is not Composition.AUTO
+    pinned = algorithm is not _AUTO or composition is not _ANY_COMPOSITION
     if not (is_array(best.time) and not pinned) and not (
             np.isfinite(best.time).any() if is_array(best.time) else math.isfinite(best.time)):  # a pinned choice that
         # cannot run at any size of a sweep is refused as one configuration is (a search's points stay inf)
@@ -217,11 +236,11 @@ def _split(op: Collective, n: Array, group: Placement, system: System, bandwidth
 
     one, rest = np.flatnonzero(inside), np.flatnonzero(~inside)
     n1, g1, b1 = part(one)
-    a = _on_one_dimension(op, n1, _Net(system, g1, Algorithm.AUTO, b1))
+    a = _on_one_dimension(op, n1, _Net(system, g1, _AUTO, b1))
     if not len(rest):
         return a
     n2, g2, b2 = part(rest)
-    b = _compose(op, n2, g2, system, Algorithm.AUTO, b2, Composition.AUTO)
+    b = _compose(op, n2, g2, system, _AUTO, b2, _ANY_COMPOSITION)
 
     def merged(x: Array, y: Array, kind: type = float) -> np.ndarray:
         out: np.ndarray = np.empty(size, dtype=kind)
@@ -296,6 +315,7 @@ def _distinct(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     return columns[:, order[first]], inverse
 
 
+@quick_init  # one a collective (memo.quick_init)
 @dataclass(frozen=True)
 class _Net:
     """What a phase needs: the system, the group, the pinned algorithm and swept bandwidths."""
@@ -322,7 +342,8 @@ class _Net:
         if algorithm is not None and not _pinnable(algorithm, op, dim):
             return _blocked(span)  # a phase that must run this algorithm cannot run here
         pinned = algorithm or self.algorithm
-        pinned = pinned if _pinnable(pinned, op, dim, exclude) else Algorithm.AUTO
+        if pinned is not _AUTO and not _pinnable(pinned, op, dim, exclude):  # (auto is never pinnable)
+            pinned = _AUTO
         try:
             cost = dimension_cost(op, n, ranks, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i], exclude,
                                   latency_scale)
@@ -340,7 +361,7 @@ class _Net:
         dim, span = self.system.network[i], self.group.spans[i]
         if not any_true(span > 1):
             return (NOTHING,)
-        pinned = self.algorithm if _pinnable(self.algorithm, op, dim, exclude) else Algorithm.AUTO
+        pinned = self.algorithm if _pinnable(self.algorithm, op, dim, exclude) else _AUTO
         try:
             return dimension_options(op, n, span, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i],
                                      exclude)
@@ -372,9 +393,9 @@ def _never_faster_pipelined(op: Collective, n: Array, net: _Net, first: Composed
     phase is blocked and the pipelined time infinite wherever the group has two ranks or more (at finite
     inputs: finite fixed costs); a group of one runs no phase (pipelined time 0), so `first` is kept there
     where it takes no time."""
-    if op is Collective.ALL_TO_ALL or net.algorithm is not Algorithm.AUTO or _SKIP_CHECK_OFF:
+    if op is _ALL_TO_ALL or net.algorithm is not _AUTO or _SKIP_CHECK_OFF:
         return False
-    blocked = [_top_blocked(op, dim, net.system.collectives is CollectiveLibrary.NCCL) for dim in net.system.network]
+    blocked = [_top_blocked(op, dim, net.system.collectives is _NCCL) for dim in net.system.network]
     if not any(blocked):
         return False
     group, t = net.group, first.time
@@ -397,7 +418,7 @@ def _top_blocked(op: Collective, dim: NetworkDimension, nccl: bool) -> bool:
     known = _TOP_BLOCKED.get(dim, lambda _: {})
     if (op, nccl) not in known:
         try:
-            dimension_options(op, 1e6, 2.0, dim, 1.0, Algorithm.AUTO, None, (Algorithm.RING,) if nccl else ())
+            dimension_options(op, 1e6, 2.0, dim, 1.0, _AUTO, None, (_RING,) if nccl else ())
             known[op, nccl] = False
         except ValueError:
             known[op, nccl] = True
@@ -422,11 +443,14 @@ def _one_dimension_each(group: Placement) -> bool:
 def _on_one_dimension(op: Collective, n: Array, net: _Net) -> Composed:
     """A group inside one dimension: every composition is that dimension's own fastest algorithm (NCCL's flat
     ring is its ring; the pipelined phases are its other algorithms), so it is costed directly."""
-    dims = tuple(net.phase(i, op, phase_message(op, n, net.group, i)) for i in range(len(net.system.network)))
+    group = net.group
+    # (a dimension one configuration's group does not span: NOTHING, as `phase` gives it, without its message)
+    dims = tuple(NOTHING if type(s) is float and not s > 1 else net.phase(i, op, phase_message(op, n, group, i))
+                 for i, s in enumerate(group.spans))
     time = sum(d.time for d in dims)
-    ring = ALGORITHMS.index(Algorithm.RING)
-    flat = sum(d.algorithm == ring for d in dims) if net.system.collectives is CollectiveLibrary.NCCL else False
-    flat_ring, pipelined = COMPOSITIONS.index(Composition.FLAT_RING), COMPOSITIONS.index(Composition.PIPELINED)
+    ring = _RING_INDEX
+    flat = sum(d.algorithm == ring for d in dims) if net.system.collectives is _NCCL else False
+    flat_ring, pipelined = _FLAT_RING_INDEX, _PIPELINED_INDEX
     if type(flat) is int:  # a count for one configuration: what np.where gives, a 0-d int array, made directly
         return Composed(time, dims, np.array(flat_ring if flat else pipelined))
     return Composed(time, dims, where(flat, flat_ring, pipelined))
@@ -434,9 +458,9 @@ def _on_one_dimension(op: Collective, n: Array, net: _Net) -> Composed:
 
 def _build(kind: Composition, op: Collective, n: Array, net: _Net) -> Composed | None:
     index = COMPOSITIONS.index(kind)
-    if kind is Composition.FLAT_RING:
+    if kind is _FLAT_RING:
         return _flat_ring(op, n, net, index)
-    return _phases(op, n, net, kind is Composition.PIPELINED, index)
+    return _phases(op, n, net, kind is _PIPELINED, index)
 
 
 def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | None:
@@ -493,27 +517,27 @@ def _step_shares(group: Placement, count: int) -> list[Array]:
 
 def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) -> Composed:
     """A phase per dimension, pipelined or one after another."""
-    if pipelined and op is not Collective.ALL_TO_ALL:
+    if pipelined and op is not _ALL_TO_ALL:
         return _pipelined(op, n, net, index)
     count, group = len(net.system.network), net.group
     stages: list[list[DimensionCost]] = []
     for i in range(count):
         top, message = net.top(i), phase_message(op, n, group, i)
-        if op is Collective.ALL_TO_ALL:  # all dimensions at once, the scale-out tier under incast
+        if op is _ALL_TO_ALL:  # all dimensions at once, the scale-out tier under incast
             stages.append([_incast(net, i).phase(i, op, message)])
             continue
         at_top = _when(top, partial(net.phase, i, op, message))
-        if op is Collective.ALL_REDUCE:
+        if op is _ALL_REDUCE:
             # below the top: reduce-scatter up, all-gather down (ASTRA-sim, Sys.cc generate_all_reduce), not
             # the dimension's all-reduce: a one-shot direct all-reduce would send (p - 1) n, not 2 (p - 1)/p n
             below = [_when(_not(top), partial(net.phase, i, o, message))
-                     for o in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER)]
+                     for o in (_REDUCE_SCATTER, _ALL_GATHER)]
             stages.append([_select(top, at_top, NOTHING)] + [_select(top, NOTHING, b) for b in below])
         else:
             stages.append([_select(top, at_top, _when(_not(top), partial(net.phase, i, op, message)))])
     flat = [s for dim in stages for s in dim]
     dims = tuple(_sum(dim) for dim in stages)
-    if op is Collective.ALL_TO_ALL:
+    if op is _ALL_TO_ALL:
         time = flat[0].time
         for s in flat[1:]:
             time = np.maximum(time, s.time)
@@ -538,18 +562,18 @@ def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
     top (ASTRA-sim, Sys.cc generate_all_reduce: a one-shot direct all-reduce would send (p - 1) n, not
     2 (p - 1)/p n), each of the two phases with its own choice."""
     count, group = len(net.system.network), net.group
-    nccl = net.system.collectives is CollectiveLibrary.NCCL
+    nccl = net.system.collectives is _NCCL
     sweep = is_array(n, *group.spans)
     choices: list[list[tuple[DimensionCost, ...]] | _Stack] = []
     for i in range(count):
         top, message = net.top(i), phase_message(op, n, group, i)
         at_top: list[tuple[DimensionCost, ...]] = (
-            [(o,) for o in net.options(i, op, message, (Algorithm.RING,) if nccl else ())] if any_true(top) else [])
+            [(o,) for o in net.options(i, op, message, (_RING,) if nccl else ())] if any_true(top) else [])
         below: list[tuple[DimensionCost, ...]] = []
         if not _all_true(top):
-            if op is Collective.ALL_REDUCE and not nccl:
-                scatter = _frontier([(o,) for o in net.options(i, Collective.REDUCE_SCATTER, message)])
-                gather = _frontier([(o,) for o in net.options(i, Collective.ALL_GATHER, message)])
+            if op is _ALL_REDUCE and not nccl:
+                scatter = _frontier([(o,) for o in net.options(i, _REDUCE_SCATTER, message)])
+                gather = _frontier([(o,) for o in net.options(i, _ALL_GATHER, message)])
                 below = [r + g for r in scatter for g in gather]
             else:
                 below = [(o,) for o in net.options(i, op, message)]
@@ -776,9 +800,9 @@ def phase_message(op: Collective, n: Array, group: Placement, i: int) -> Array:
     block below has reduced or will gather its share), n for broadcast and reduce, and for all-to-all the
     bytes to the ranks that differ on dimension i or above, n inner_(i+1) / p, of which the phase sends
     (s_i - 1) / s_i."""
-    if op in (Collective.BROADCAST, Collective.REDUCE):
+    if op in (_BROADCAST, _REDUCE):
         return n
-    if op is Collective.ALL_TO_ALL:
+    if op is _ALL_TO_ALL:
         return n * group.inner(i + 1) / group.size
     return n / group.inner(i)
 
@@ -865,7 +889,7 @@ def _shared_base(stages: list[DimensionCost]) -> Array:
 
 def _pinnable(algorithm: Algorithm, op: Collective, dim: object, exclude: tuple[Algorithm, ...] = ()) -> bool:
     """A pinned algorithm applies where it can run; elsewhere the dimension chooses for itself."""
-    if algorithm is Algorithm.AUTO or algorithm in exclude:
+    if algorithm is _AUTO or algorithm in exclude:
         return False
     try:
         dimension_cost(op, 1.0, 2.0, dim, 1.0, algorithm)  # type: ignore[arg-type]

@@ -28,6 +28,11 @@ T = TypeVar("T")
 
 def library_names(system: System) -> tuple[str, ...]:
     """Every library some dimension lists, in the order first listed."""
+    for dim in system.network:  # most systems list none: told without building the tuple (every collective asks)
+        if dim.libraries:
+            break
+    else:
+        return ()
     return tuple(dict.fromkeys(lib.name for dim in system.network for lib in dim.libraries))
 
 
