@@ -48,9 +48,9 @@ def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t:
     new_kv = where(latent, (m.kv_lora + m.rope_dim) * t, m.kv_width)
     mean_keys = keys_attended(keys, m.window, m.window_layers, past)
     new_keys = keys - past
+    per_rank = kv_cache_elements_per_rank(m, t, expanded)  # read (the past keys') and written (the new keys')
     moved = ((b * queries * a * (d_qk + d_v) + b * new_keys * new_kv) / t * e
-             + b * (cache_read_bytes(m, t, past, cache_bytes, cache_reads, expanded)
-                    + new_keys * kv_cache_elements_per_rank(m, t, expanded) * cache_bytes))
+             + b * (_cache_read(cache_reads, past, per_rank, cache_bytes) + new_keys * per_rank * cache_bytes))
     return Op(flop=2 * attends * b * (a / t) * queries * mean_keys * (d_qk + d_v), bytes=attends * moved,
               depth=mean_keys / chunks)
 
@@ -116,4 +116,9 @@ def cache_read_bytes(m: ModelArrays, t: Array, cached_tokens: Array, cache_bytes
                      expanded: Array = 0.0) -> Array:
     """Bytes one layer's attention reads from the KV cache of `cached_tokens` tokens on one TP rank, the
     cache walked `reads` times (see `fused_attention_op`)."""
-    return reads * cached_tokens * kv_cache_elements_per_rank(m, t, expanded) * cache_bytes
+    return _cache_read(reads, cached_tokens, kv_cache_elements_per_rank(m, t, expanded), cache_bytes)
+
+
+def _cache_read(reads: Array, cached_tokens: Array, per_rank: Array, cache_bytes: Array) -> Array:
+    """`cache_read_bytes` of the cache elements per token and rank `per_rank`."""
+    return reads * cached_tokens * per_rank * cache_bytes

@@ -37,8 +37,8 @@ def gemm(M: Array, N: Array, K: Array, batch: Array, element_bytes: Array, input
     The input (M x K) and weight (K x N) may be narrower than the result (ternary / int8 kernels)."""
     e_in = element_bytes if input_bytes is None else input_bytes
     e_w = element_bytes if weight_bytes is None else weight_bytes
-    return Op(flop=2 * batch * M * N * K, bytes=batch * (M * K * e_in + K * N * e_w + M * N * element_bytes),
-              depth=K)
+    # positional (flop, bytes, group 1, kernels 1, depth K): a keyword call costs more on the scalar path
+    return Op(2 * batch * M * N * K, batch * (M * K * e_in + K * N * e_w + M * N * element_bytes), 1.0, 1.0, K)
 
 
 def grouped(op: Op, problems: Array) -> Op:
@@ -47,4 +47,4 @@ def grouped(op: Op, problems: Array) -> Op:
 
 def stream(bytes_moved: Array) -> Op:
     """A memory-bound element-wise kernel: no matrix FLOPs, only traffic."""
-    return Op(flop=0.0 * bytes_moved, bytes=bytes_moved)
+    return Op(0.0 * bytes_moved, bytes_moved)  # (flop, bytes)

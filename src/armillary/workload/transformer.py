@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armillary.memo import quick_init
 from armillary.numerics import Array, where
 from armillary.plan.arrays import ModelArrays
 from armillary.plan.layout import rank_queries
@@ -20,6 +21,7 @@ from armillary.workload.attention import fused_attention_op
 from armillary.workload.ops import Op, gemm, stream
 
 
+@quick_init  # 23 fields, one or more an estimate (memo.quick_init: the same frozen dataclass, built faster)
 @dataclass(frozen=True)
 class LayerForward:
     """Forward kernels of one layer. Backward runs each GEMM twice (input and weight gradient) and each
@@ -96,13 +98,15 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     attends = 1 - m.mlgru  # the MLGRU token mixer has no attention core
     keys = s
     attn = attends * b * (a / t) * q * keys  # elements of the score matrix on this rank
+    core_batch = attends * b * a / t  # the attention GEMMs' batch: heads x sequences on this rank
+    qkv_width, out_width, ffn_width = m.qkv_width, a * dv / t, f / t  # (each read or computed once)
     # ternary weights run as additions read 8-bit inputs and 2-bit packed weights (docs/formulas.md §10)
     adds = m.ternary_additions
     w_bytes = e if weight_bytes is None else weight_bytes
     e_in, e_w = (e, w_bytes) if not isinstance(adds, np.ndarray) and adds == 0 else (
         where(adds > 0, 1.0, e), where(adds > 0, 0.25, w_bytes))
     e_a = e_w if attention_weight_bytes is None else attention_weight_bytes  # the attention projections'
-    qkv = gemm(T, m.qkv_width / t, h, 1, e, e_in, e_a)
+    qkv = gemm(T, qkv_width / t, h, 1, e, e_in, e_a)
     latent_up = Op(0.0, 0.0)
     if isinstance(m.kv_lora, np.ndarray) or m.kv_lora > 0:  # multi-head latent attention
         (mla, up), latent = _latent_projections(m, T, t, e, w_bytes), m.kv_lora > 0
@@ -111,15 +115,15 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         latent_up = Op(where(latent, up.flop, 0.0), where(latent, up.bytes, 0.0))
     # BitLinear quantizes each projection's input per token to 8 bits [derived: read e, write 1 byte]; the
     # released code also fake-quantizes each weight matrix every forward (read and write it, e bytes)
-    dense_inputs = T * (h + a * dv / t + h + f / t)  # QKV (one read for the three), out, MLP in, MLP out
-    weights = (h * m.qkv_width + a * dv * h) / t + m.mlp_matrices * h * f / t
+    dense_inputs = T * (h + out_width + h + ffn_width)  # QKV (one read for the three), out, MLP in, MLP out
+    weights = (h * qkv_width + a * dv * h) / t + m.mlp_matrices * h * f / t
     return LayerForward(
-        qkv=qkv, key_share=where(m.kv_lora > 0, 0.0, kv * dh / m.qkv_width), gated=gated,
-        attention_scores=gemm(q, keys, dh, attends * b * a / t, e),
-        attention_over_v=gemm(q, dv, keys, attends * b * a / t, e),
-        out_proj=gemm(T, h, a * dv / t, 1, e, e_in, e_a),
+        qkv=qkv, key_share=where(m.kv_lora > 0, 0.0, kv * dh / qkv_width), gated=gated,
+        attention_scores=gemm(q, keys, dh, core_batch, e),
+        attention_over_v=gemm(q, dv, keys, core_batch, e),
+        out_proj=gemm(T, h, out_width, 1, e, e_in, e_a),
         mlp_in=gemm(T, (m.mlp_matrices - 1) * f / t, h, 1, e, e_in, e_w),
-        mlp_out=gemm(T, h, f / t, 1, e, e_in, e_w),
+        mlp_out=gemm(T, h, ffn_width, 1, e, e_in, e_w),
         # [derived] read x, write y, per norm
         norms=stream(2 * 2 * T_norm * h * e),
         # [derived] read bias-added output and residual, write sum (+1-byte dropout mask), per block
@@ -127,7 +131,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         # [derived] read scores, write probabilities; dropout reads them, writes result and 1-byte mask
         softmax=stream(attn * (2 * e + m.dropout * (2 * e + 1))),
         # [derived] GeLU: read, write T x f/t; gated: read gate and up, write product
-        activation=stream(T * (f / t) * e * (2 + gated)),
+        activation=stream(T * ffn_width * e * (2 + gated)),
         rotary=stream(attends * m.rotary * 2 * T * (a + kv) * dh / t * e),
         flash_attention=fused_attention_op(m, b, q, keys, t, e, chunks=cp),
         # [derived] MLGRU (Zhu et al. 2024 §3.3.1; HGRNBitAttention): the recurrence reads i, f and writes h;
@@ -136,8 +140,8 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         quantize=stream(m.ternary * (dense_inputs * (e + 1) + (1 - m.ternary_additions) * 2 * weights * e)),
         additions=adds * m.nonzero_fraction,
         latent_up=latent_up, sixteen_bit_attention=attention_weight_bytes is not None,
-        gemm_inputs=(T * (h + a * dv / t), T * (h + f / t)),
-        gemm_outputs=(T * (m.qkv_width / t + h), T * ((m.mlp_matrices - 1) * f / t + h)), layers=m.layers,
+        gemm_inputs=(T * (h + out_width), T * (h + ffn_width)),
+        gemm_outputs=(T * (qkv_width / t + h), T * ((m.mlp_matrices - 1) * f / t + h)), layers=m.layers,
     )
 
 
@@ -158,6 +162,7 @@ def _latent_projections(m: ModelArrays, T: Array, t: Array, e: Array, w: Array) 
     return Op(flop, moved, kernels, kernels, depth), up
 
 
+@quick_init  # (memo.quick_init)
 @dataclass(frozen=True)
 class Ends:
     """Kernels outside the layers: embedding on the first stage, final norm, LM head and loss on the last."""
