@@ -385,8 +385,9 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     a2a_hops = _a2a_hops(net, p) if op is _ALL_TO_ALL else 1.0
     if scalar:
         a2a_hops = float(a2a_hops)
-    ramp = _ramp(net.size_efficiency if any_true(curve) else None, n_bytes, scalar)
-    if not (_is_scalar(curve) or np.all(curve)):
+    everywhere = curve is True  # (the common call: the curve read at every point)
+    ramp = _ramp(net.size_efficiency if everywhere or any_true(curve) else None, n_bytes, scalar)
+    if not (everywhere or _is_scalar(curve) or np.all(curve)):
         ramp = np.where(curve, ramp, 1.0)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     two_shot = net.direct == _TWO_SHOT
@@ -454,7 +455,7 @@ def _fastest(times: list[Array], sents: list[Array], fixeds: list[Array], labels
              p: Array, scalar: bool) -> DimensionCost:
     """The fastest candidate (algorithm, protocol), elementwise over a sweep; a group of one does nothing."""
     if scalar:
-        k = min(range(len(times)), key=times.__getitem__)
+        k = times.index(min(times))  # the first of the least, as min over the indices by time picks it
         if not p > 1:
             return DimensionCost(0.0, 0.0, labels[k][0], labels[k][1])
         return DimensionCost(times[k], sents[k], labels[k][0], labels[k][1], fixeds[k])

@@ -97,7 +97,8 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
         return replace(best, library=index)
     composed = compose(op, n_bytes, group, system, algorithm, bandwidths, composition)
     sent = composed.dimensions
-    outer = sum(d.sent_bytes for d in sent[1:]) if len(sent) > 1 else 0.0
+    # the outer dimensions' bytes; of one outer dimension, what sum() gives without its generator (0 + x)
+    outer = 0.0 if len(sent) < 2 else 0 + sent[1].sent_bytes if len(sent) == 2 else sum(d.sent_bytes for d in sent[1:])
     return CollectiveResult(CommCost(composed.time, sent[0].sent_bytes, outer), sent, composed.composition)
 
 

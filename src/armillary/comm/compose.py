@@ -436,7 +436,9 @@ def _blocked(span: Array) -> DimensionCost:
 
 def _one_dimension_each(group: Placement) -> bool:
     """Whether the group spans at most one dimension (at every point of a sweep)."""
-    spanned = sum(s > 1 for s in group.spans)
+    spanned: Array = 0
+    for s in group.spans:  # (the sum in a loop: one configuration's path makes no generator; the same adds)
+        spanned = spanned + (s > 1)
     return not any_true(spanned > 1)
 
 
@@ -444,16 +446,23 @@ def _on_one_dimension(op: Collective, n: Array, net: _Net) -> Composed:
     """A group inside one dimension: every composition is that dimension's own fastest algorithm (NCCL's flat
     ring is its ring; the pipelined phases are its other algorithms), so it is costed directly."""
     group = net.group
-    # (a dimension one configuration's group does not span: NOTHING, as `phase` gives it, without its message)
-    dims = tuple(NOTHING if type(s) is float and not s > 1 else net.phase(i, op, phase_message(op, n, group, i))
-                 for i, s in enumerate(group.spans))
-    time = sum(d.time for d in dims)
-    ring = _RING_INDEX
-    flat = sum(d.algorithm == ring for d in dims) if net.system.collectives is _NCCL else False
+    nccl = net.system.collectives is _NCCL
+    dims: list[DimensionCost] = []
+    # the phases' times and, under NCCL, how many ran a ring: added in a loop as sum() adds them, from 0 (at most
+    # one phase a point takes time, so no summation order can round differently)
+    time: Array = 0
+    flat: Array = 0 if nccl else False
+    for i, s in enumerate(group.spans):
+        # (a dimension one configuration's group does not span: NOTHING, as `phase` gives it, without its message)
+        d = NOTHING if type(s) is float and not s > 1 else net.phase(i, op, phase_message(op, n, group, i))
+        dims.append(d)
+        time = time + d.time
+        if nccl:
+            flat = flat + (d.algorithm == _RING_INDEX)
     flat_ring, pipelined = _FLAT_RING_INDEX, _PIPELINED_INDEX
     if type(flat) is int:  # a count for one configuration: what np.where gives, a 0-d int array, made directly
-        return Composed(time, dims, np.array(flat_ring if flat else pipelined))
-    return Composed(time, dims, where(flat, flat_ring, pipelined))
+        return Composed(time, tuple(dims), np.array(flat_ring if flat else pipelined))
+    return Composed(time, tuple(dims), where(flat, flat_ring, pipelined))
 
 
 def _build(kind: Composition, op: Collective, n: Array, net: _Net) -> Composed | None:
