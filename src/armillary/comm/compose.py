@@ -105,6 +105,12 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
     if len(group.spans) != len(system.network):
         raise ValueError(f"group spans {len(group.spans)} dimensions, the system has {len(system.network)}")
     bandwidths = bandwidths or (None,) * len(system.network)
+    if algorithm is not _AUTO and not is_array(group.size):  # checked before a sweep of sizes is flattened
+        spanned = [d for d, s in zip(system.network, group.spans, strict=True) if float(s) > 1]
+        if spanned and not any(_pinnable(algorithm, op, d) for d in spanned):
+            raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on "
+                             f"{' or '.join(d.name for d in spanned)}; they offer "
+                             f"{sorted({a.value for d in spanned for a in d.algorithms})}")
     if composition is _ANY_COMPOSITION and algorithm is _AUTO and _one_dimension_each(group):
         # cheap as it comes (not flattened); within `memoized`, once per collective, system and inputs
         key = None if _MEMO_TOKEN.get() is None else _inputs_key(op, system, n_bytes, group, bandwidths)
@@ -193,12 +199,6 @@ def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, a
             # as alone (`_on_one_dimension`), not as a composition with one active dimension
             return _split(op, n_bytes, group, system, bandwidths, np.asarray(inside, dtype=bool))
     net = _Net(system, group, algorithm, bandwidths)
-    if algorithm is not _AUTO and not is_array(group.size):
-        spanned = [d for d, s in zip(system.network, group.spans, strict=True) if float(s) > 1]
-        if spanned and not any(_pinnable(algorithm, op, d) for d in spanned):
-            raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on "
-                             f"{' or '.join(d.name for d in spanned)}; they offer "
-                             f"{sorted({a.value for d in spanned for a in d.algorithms})}")
     choices = offered(system, algorithm) if composition is _ANY_COMPOSITION else (composition,)
     built: list[Composed] = []
     for kind in choices:
