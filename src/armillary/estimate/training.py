@@ -437,13 +437,21 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
     buffers = 4 * sends.sent_bytes * (1 - single) + 2 * layers.tp_bytes * where(t > 1, 1.0, 0.0) + unsharded_units
     # the loss's logits on the last stage (`memory.logit_bytes`)
     logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * mem.logit_bytes(st, e)
+    # QLoRA's ends: bitsandbytes quantizes linear layers only, the embedding stays 16-bit (Lightning
+    # fabric/plugins/precision/bitsandbytes.py @71aed751 replaces nn.Linear, not nn.Embedding; Dettmers et al.
+    # 2023 quantize the linear layers); the LM head, a linear layer, is dequantized whole for each call
+    # (bitsandbytes 0.41.1 MatMul4Bit.forward: dequantize_4bit in fp16, then .to(bfloat16)): two 16-bit copies
+    # live at the end of the forward, the activation peak
+    ends = count_parameters(m)
+    embedding16 = w.base_dequantize * ends.embedding / t * (2.0 - w.base_bytes)
+    head_copies = w.base_dequantize * ends.head / t * 4.0
     ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
     og, oe = st.offload_gradients, st.offload_experts * (1 - ow)  # weight offload moves the experts already
 
     lora, edp, reserved = _lora(w), layers.edp, mem.runtime_reserve(st, reserve)
 
     def stage_memory(counts: tuple[Array, Array], stage_params: tuple[Array, Array], index: Array,
-                     extra: Array) -> StageMemory:
+                     extra: Array, extra_weights: Array = 0.0) -> StageMemory:
         n_layers = counts[0] + counts[1]
         states = _sharded_states(stage_params, st, edp, w, _stage_adapters(m, w, st, stages, counts) if lora else 0.0)
         activations, checkpoints = mem.stage_activations(*_stored(layers, counts), working, st, microbatches,
@@ -454,7 +462,7 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
         experts = _sharded_states((0.0 * stage_params[0], stage_params[1]), st, edp, w, 0.0).weights
         staged_experts = 2 * _weight_bytes(stage_params[1], st, w) / maximum(counts[1], 1)
         weights = (states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1)
-                   + oe * (staged_experts - experts))
+                   + oe * (staged_experts - experts) + extra_weights)
         gradients = states.gradients * (1 - og) + og * 2 * states.gradients / maximum(n_layers, 1)
         optimizer_states = states.optimizer_states * (1 - oo)
         # the offloaded share leaves one layer's staging buffer in HBM (TE's cpu offload handler)
@@ -470,9 +478,11 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
             activations=activations * oa, checkpoints=checkpoints * oa, comm_buffers=0.0 * oa)
         return hbm, tier2
 
-    return fullest_stage(stage_memory(stages.first, params.first, 0.0, single * logits),
+    return fullest_stage(stage_memory(stages.first, params.first, 0.0, single * (logits + head_copies),
+                                      embedding16),
                          stage_memory(stages.middle, params.middle, 1.0, 0.0),
-                         stage_memory(stages.last, params.last, st.pp - 1, logits), stages.has_mid)
+                         stage_memory(stages.last, params.last, st.pp - 1, logits + head_copies,
+                                      single * embedding16), stages.has_mid)
 
 
 def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers,

@@ -252,6 +252,7 @@ class TrainingArrays:
     lora_fused: Array = 0.0
     base_bytes: Array = 0.0
     base_dequantize: Array = 0.0
+    lora_dropout: Array = 0.0  # 1 when the adapters drop out their input (`Lora.dropout` > 0)
 
     @property
     def frozen(self) -> Array:
@@ -272,7 +273,8 @@ class TrainingArrays:
         return cls(seq_len=w.seq_len, global_batch=w.global_batch, lora_rank=float(lora.rank), lora_q=on["q"],
                    lora_k=on["k"], lora_v=on["v"], lora_o=on["o"], lora_gate=on["gate"], lora_up=on["up"],
                    lora_down=on["down"], lora_fused=float(lora.fused), base_bytes=lora.base_precision.bytes,
-                   base_dequantize=float(lora.base_precision is BasePrecision.NF4))
+                   base_dequantize=float(lora.base_precision is BasePrecision.NF4),
+                   lora_dropout=float(lora.dropout > 0))
 
 
 _TRAINING_ARRAYS: IdentityCache[Training, TrainingArrays] = IdentityCache(64)  # TrainingArrays.of per workload

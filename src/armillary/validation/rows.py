@@ -439,9 +439,19 @@ def _finetune(row: dict[str, str], notes: list[str]) -> Lora | None:
                  + (" (the row's precision has FP8: NeMo's fp8 parameters)" if base is BasePrecision.FP8 else "")
                  + "; every sample priced as one sequence of the row's seq tokens (MLPerf pads / packs GovReport "
                    "to max_seq_length)")
+    dropout = _lora_dropout(named)
+    if dropout:
+        notes.append(f"LoRA dropout {dropout:g} (read from the row: its mask and dropped input kept for backward)")
     if named_targets is None:
-        return Lora(rank=rank, base_precision=base)
-    return Lora(rank=rank, base_precision=base, target_modules=named_targets, fused=False)
+        return Lora(rank=rank, base_precision=base, dropout=dropout)
+    return Lora(rank=rank, base_precision=base, target_modules=named_targets, fused=False, dropout=dropout)
+
+
+def _lora_dropout(text: str) -> float:
+    """The adapters' dropout probability the model or framework column states ("lora_r 8, alpha 16, dropout
+    0.05", "lora_dropout=0.1"); 0 when none is stated (PEFT's and NeMo's default)."""
+    found = re.search(r"\b(?:lora_)?dropout\s*(?:=|:|\bp\b)?\s*(\d*\.?\d+)", text, re.IGNORECASE)
+    return float(found.group(1)) if found and float(found.group(1)) < 1 else 0.0
 
 
 # the words a row uses for LoRA's target layers ("LoRA rank 8 on query and value"; LitGPT's lora_query, ...;
