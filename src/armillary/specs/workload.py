@@ -71,6 +71,9 @@ class Training(Spec):
     global_batch: PositiveInt = Field(description="samples per iteration (all data-parallel ranks)")
     finetune: Lora | None = Field(None, description="parameter-efficient fine-tuning of a frozen base (LoRA, "
                                   "QLoRA); none: every weight is trained (pre-training or full fine-tuning)")
+    mtp: bool = Field(False, description="train the model's multi-token-prediction modules (`Model.mtp_layers`) "
+                      "beside the main loss, as DeepSeek-V3's pre-training did (Megatron-Core --mtp-num-layers); "
+                      "off: they are not built, as in runs that disable them")
 
 
 class StoredPrecision(StrEnum):
