@@ -455,9 +455,12 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
     # 2023 quantize the linear layers); the LM head, a linear layer, is dequantized whole for each call
     # (bitsandbytes 0.41.1 MatMul4Bit.forward: dequantize_4bit in fp16, then .to(bfloat16)): two 16-bit copies
     # live at the end of the forward, the activation peak
-    ends = count_parameters(m)
-    embedding16 = w.base_dequantize * ends.embedding / t * (2.0 - w.base_bytes)
-    head_copies = w.base_dequantize * ends.head / t * 4.0
+    embedding16: Array = 0.0
+    head_copies: Array = 0.0
+    if _lora(w):  # (the model's counts once per model, as `_stage_params` takes them)
+        ends = derived(m, "parameters", lambda: count_parameters(m))
+        embedding16 = w.base_dequantize * ends.embedding / t * (2.0 - w.base_bytes)
+        head_copies = w.base_dequantize * ends.head / t * 4.0
     ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
     og, oe = st.offload_gradients, st.offload_experts * (1 - ow)  # weight offload moves the experts already
 
