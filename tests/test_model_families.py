@@ -289,17 +289,21 @@ def test_qwen2_keeps_its_qkv_biases():
 
 
 def test_config_keys_the_reader_does_not_model_are_named():
-    """DeepSeek-V3's multi-token-prediction layers are not modelled: the model says so instead of silently
-    leaving them out; ids, norms' epsilons and rope settings change no cost and are not listed."""
+    """A key the reader does not model is named instead of silently left out (here a made-up projection); ids,
+    norms' epsilons and rope settings change no cost and are not listed. DeepSeek-V3's multi-token-prediction
+    depth is read (`Model.mtp_layers`, trained only where `Training.mtp` says so)."""
     from armillary.report.records import run_record
     from armillary.specs.huggingface import UNREAD, unread_keys
 
     data = json.loads((HF / "deepseek-v3.json").read_text())
-    assert unread_keys(data) == ("num_nextn_predict_layers",)
+    assert unread_keys(data) == ()
+    assert from_huggingface(data).mtp_layers == 1 == load_model("deepseek-v3").mtp_layers
+    data["num_extra_projections"] = 2
+    assert unread_keys(data) == ("num_extra_projections",)
     model = from_huggingface(data)
-    assert model.sources[UNREAD] == "num_nextn_predict_layers"
+    assert model.sources[UNREAD] == "num_extra_projections"
     record = run_record(model, load_system("dgx-h100", 8), Strategy(), Training(seq_len=4096, global_batch=8))
-    assert record["model_keys_not_modelled"] == ["num_nextn_predict_layers"]
+    assert record["model_keys_not_modelled"] == ["num_extra_projections"]
     assert UNREAD not in from_huggingface(json.loads((HF / "mixtral-8x7b.json").read_text())).sources
 
 

@@ -126,7 +126,8 @@ def test_a_pipeline_layout_sets_the_uneven_stages():
     ("Et|(tt|)*30L", 8, 2, "32 chunks, but pp x vpp = 8 x 2 = 16"),
     ("tE|tL", 2, 1, "the embedding 'E' must come once, first"),
     ("Et|Lt", 2, 1, "the loss 'L' must come once, last"),
-    ("Et|tmL", 2, 1, "unknown layer characters \\['m'\\]"),
+    ("Et|txL", 2, 1, "unknown layer characters \\['x'\\]"),
+    ("Emt|tL", 2, 1, "'m' must come together at the end of the last chunk"),
     ("Et|ttt|tt|tL", 4, 1, "stages between the first and the last hold \\[2, 3\\]"),
     ("E|L", 2, 1, "holds no transformer layer"),
 ])

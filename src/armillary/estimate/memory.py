@@ -232,9 +232,14 @@ def lora_saved_inputs(w: TrainingArrays, e: Array, g: Array) -> LoraInputs:
     needs a gradient, the activation always does (bitsandbytes autograd/_functions.py MatMul4Bit.forward:
     `if any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)`). Without LoRA: g each. Last, the bytes per
     element of the q, k and v adapter outputs that LitGPT's LoRAQKVLinear scatters into the QKV width when it
-    adapts some but not all of them (`zero_pad`: `index_copy` keeps its source; `eager_activations`)."""
+    adapts some but not all of them (`zero_pad`: `index_copy` keeps its source; `eager_activations`).
+    With the adapters' dropout (`Lora.dropout`), A's gradient reads the dropped input instead, kept at e bytes
+    beside its 1-byte mask (PyTorch native_dropout saves its bool mask: derivatives.yaml native_dropout_backward),
+    one per adapted input (LitGPT's LoRAQKVLinear drops x once before its stacked A: lit_gpt/lora.py @8641822),
+    the input itself only where the base keeps it (QLoRA)."""
     def kept(adapted: Array) -> Array:
-        return where(w.frozen, maximum(adapted, w.base_dequantize) * e, g)
+        dropped = w.base_dequantize * e + adapted * (e + 1.0)
+        return where(w.frozen, where(w.lora_dropout > 0, dropped, maximum(adapted, w.base_dequantize) * e), g)
 
     adapted = maximum(w.lora_q, maximum(w.lora_k, w.lora_v))
     partial = adapted * (1 - minimum(w.lora_q, minimum(w.lora_k, w.lora_v))) * e

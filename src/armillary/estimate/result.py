@@ -100,6 +100,10 @@ class EndsCost:
     tp: CommCost  # vocabulary-parallel embedding all-reduce / LM-head input-gradient all-reduce
     embedding_forward_s: Array = 0.0  # of `embedding_s`: the forward pass
     head_forward_s: Array = 0.0  # of `head_s`: the forward pass
+    # the multi-token-prediction modules on the last stage beyond their transformer layers (estimate/mtp.py):
+    # embedding, norms and projection, LM head and loss, all depths; forward + backward, and the forward
+    mtp_s: Array = 0.0
+    mtp_forward_s: Array = 0.0
 
 
 @quick_init

@@ -11,7 +11,7 @@ from armillary.estimate.training import estimate_training
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import data_parallel
 from armillary.specs.model import Model
-from armillary.specs.pipeline_layout import layout_layers
+from armillary.specs.pipeline_layout import layout_layers, layout_mtp
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference, Training, Workload
@@ -29,6 +29,10 @@ def estimate_run(model: Model, system: System, strategy: Strategy, workload: Wor
     if strategy.pipeline_layout is not None and (layers := layout_layers(strategy.pipeline_layout)) != model.layers:
         raise SpecError(f"strategy.pipeline_layout: its chunks hold {layers} transformer layers ('t'), the model has "
                         f"{model.layers}: give every layer once (Megatron-Core validate_layer_layout)")
+    if (isinstance(workload, Training) and strategy.pipeline_layout is not None
+            and (placed := layout_mtp(strategy.pipeline_layout)) != (trained := model.mtp_layers * workload.mtp)):
+        raise SpecError(f"strategy.pipeline_layout: it places {placed} multi-token-prediction modules ('m'), the run "
+                        f"trains {trained} (model.mtp_layers {model.mtp_layers}, training.mtp {workload.mtp})")
     if isinstance(workload, Inference):
         return check_estimate(estimate_inference(ModelArrays.of(model), strategy, workload, system, dp))
     return check_estimate(estimate_training(ModelArrays.of(model), StrategyArrays.of(strategy, dp),

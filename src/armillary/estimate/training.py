@@ -27,6 +27,7 @@ from armillary.estimate.data_parallel import (
 from armillary.estimate.feasibility import check, system_shape
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.layer import Adapters, ExpertGroups, LayerExchange, layer_cost, recompute_modes
+from armillary.estimate.mtp import MtpCost, mtp_cost, mtp_depth, mtp_flop, mtp_layers_model, trains_mtp, with_mtp
 from armillary.estimate.pipeline import pipeline_time
 from armillary.estimate.result import (
     CommCall,
@@ -109,8 +110,14 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     st = derived(base, ("chunked", share, offloaded),
                  lambda: replace(base, recompute_share=share, offload_activations=offloaded))
     layers = _layers(m, st, w, system, groups, e)
+    # multi-token prediction: its modules on the last stage (estimate/mtp.py)
+    depth, mtp = mtp_depth(m, w), None
+    if trains_mtp(depth):
+        stages = with_mtp(stages, depth, m)
+        mtp = mtp_cost(m, st, w, system, layers.ends, depth, where(w.frozen, 1.0, 0.0), e, stages.single)
+        layers = replace(layers, ends=replace(layers.ends, mtp_s=mtp.time.compute, mtp_forward_s=mtp.forward_s))
     sends = _pipeline_sends(m, st, w, system, groups, e)
-    times = _stage_times(layers, stages)
+    times = _stage_times(layers, stages, mtp)
     stage_max = maximum(maximum(times[0].total, times[2].total), stages.has_mid * times[1].total) + sends.per_mb
     stage_sum = (times[0].total + (1 - stages.single) * times[2].total + maximum(st.pp - 2, 0) * times[1].total
                  + st.pp * sends.per_mb)
@@ -120,14 +127,15 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # what deferring the weight passes takes off the critical stage, of its time (ZB-H1; estimate/pipeline.py)
     weight_share = crit.deferrable / stage_max
     pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share, st.pp)
-    params = _stage_params(m, st, stages)
+    params = _stage_params(m, st, stages, mtp.params if mtp is not None else 0.0)
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
     optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system)
     calls = _calls(layers, stages, sends, dp, microbatches, st)
     traffic = Traffic(scale_up_bytes=sum(c.per_step * c.scale_up_bytes_each for c in calls),
                       scale_out_bytes=sum(c.per_step * c.scale_out_bytes_each for c in calls))
     offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
-    hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e, device.memory_reserve)
+    hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e, device.memory_reserve,
+                             mtp.activations if mtp is not None else 0.0)
     parts = (microbatches * crit.compute, microbatches * crit.recompute, microbatches * crit.tp,
              microbatches * crit.cp, microbatches * crit.ep, microbatches * sends.per_mb,
              maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # the bubble, >= 0 after rounding
@@ -138,7 +146,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
                                                                                - optimizer)))
     step = breakdown.total
     devices = st.tp * st.cp * st.pp * st.dp
-    model_flop, recompute_flop = _flops(m, st, w, layers, microbatches)
+    model_flop, recompute_flop = _flops(m, st, w, layers, microbatches, depth if mtp is not None else None)
     feasible, reasons = check(m, st, w, system, hbm.total, tier2_mem.total)
     tier2 = system_shape(system)[2]  # the device's second tier, or its share of the memory pool
     peak = matrix_peak(device, st.precision)
@@ -251,9 +259,10 @@ def _pipeline_sends(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, syste
                          sends_per_mb * (send.time + (scatter > 1) * regather.time))
 
 
-def _stage_times(layers: Layers, stages: StageLayers) -> tuple[StageTime, StageTime, StageTime]:
+def _stage_times(layers: Layers, stages: StageLayers,
+                 mtp: MtpCost | None = None) -> tuple[StageTime, StageTime, StageTime]:
     """One micro-batch on the first, middle and last stage kinds: their layers, the embedding on the first
-    and the LM head on the last (both on a single stage)."""
+    and the LM head on the last (both on a single stage), and the MTP modules' other work on the last."""
     dense, moe = layers.dense.time, layers.moe.time if layers.moe is not None else None
 
     def layers_of(counts: tuple[Array, Array]) -> StageTime:
@@ -263,6 +272,8 @@ def _stage_times(layers: Layers, stages: StageLayers) -> tuple[StageTime, StageT
     embedding = StageTime(compute=ends.embedding_s, recompute=0.0, tp=ends.tp.time)
     head = StageTime(compute=ends.head_s, recompute=0.0, tp=ends.tp.time)
     single = stages.single
+    if mtp is not None:
+        head = head + mtp.time
     return (layers_of(stages.first) + embedding + head * single, layers_of(stages.middle),
             layers_of(stages.last) + head + embedding * single)
 
@@ -280,10 +291,10 @@ class StageParams:
     experts_local: Array
 
 
-def _stage_params(m: ModelArrays, st: StrategyArrays, stages: StageLayers) -> StageParams:
+def _stage_params(m: ModelArrays, st: StrategyArrays, stages: StageLayers, mtp: Array = 0.0) -> StageParams:
     """Per device: dense layers and the replicated part of MoE layers split over tp; routed experts over ep
     (experts / ep each, and the rank's redundant replicas: EPLB) and etp; the embedding on the first stage,
-    the LM head on the last."""
+    the LM head on the last, with the MTP modules' own parameters (`mtp`, beyond their layers)."""
     params = derived(m, "parameters", lambda: count_parameters(m))  # once per model
     t, single = st.tp, stages.single
     expert_local = m.experts / st.ep * replica_weights(m.experts, st.ep, st.redundant_experts) * params.expert / st.etp
@@ -292,9 +303,9 @@ def _stage_params(m: ModelArrays, st: StrategyArrays, stages: StageLayers) -> St
         return ((counts[0] * params.dense_layer + counts[1] * params.moe_layer_replicated + ends_params) / t,
                 counts[1] * expert_local)
 
-    first = of(stages.first, params.embedding + single * params.head)
+    first = of(stages.first, params.embedding + single * (params.head + mtp))
     middle = of(stages.middle, 0.0)
-    last = of(stages.last, params.head + single * params.embedding)
+    last = of(stages.last, params.head + single * params.embedding + mtp)
     totals = [sum(x) for x in (first, middle, last)]
     take_last = totals[2] > totals[0]
     local = tuple(where(take_last, lst, fst) for fst, lst in zip(first, last, strict=True))
@@ -426,24 +437,37 @@ def _gathered_bytes(m: ModelArrays, st: StrategyArrays, layer_bytes: Array) -> A
 
 
 def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: StageLayers, params: StageParams,
-            layers: Layers, sends: PipelineSends, microbatches: Array, e: Array, reserve: float) -> StageMemory:
+            layers: Layers, sends: PipelineSends, microbatches: Array, e: Array, reserve: float,
+            mtp: Array = 0.0) -> StageMemory:
     """Memory per tier of every stage kind; the fullest device's is reported. `reserve`: the device's runtime
-    reserve (`Device.memory_reserve`), unless the strategy overrides it."""
+    reserve (`Device.memory_reserve`), unless the strategy overrides it. `mtp`: what the MTP modules keep
+    beyond their layers, on the last stage."""
     t, single = st.tp, stages.single
     moe_working = layers.moe.activations.working if layers.moe is not None else layers.dense.activations.working
     working = maximum(layers.dense.activations.working, moe_working)
     weight_bytes = _weight_bytes(params.dense_local + params.experts_local, st, w)
     unsharded_units = where(st.zero >= 3, _gathered_bytes(m, st, weight_bytes / stages.most_layers), 0.0)
     buffers = 4 * sends.sent_bytes * (1 - single) + 2 * layers.tp_bytes * where(t > 1, 1.0, 0.0) + unsharded_units
-    # the loss's logits on the last stage (`memory.logit_bytes`)
-    logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * mem.logit_bytes(st, e)
+    # the loss's logits on the last stage (`memory.logit_bytes`), with what the MTP modules keep there
+    logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * mem.logit_bytes(st, e) + mtp
+    # QLoRA's ends: bitsandbytes quantizes linear layers only, the embedding stays 16-bit (Lightning
+    # fabric/plugins/precision/bitsandbytes.py @71aed751 replaces nn.Linear, not nn.Embedding; Dettmers et al.
+    # 2023 quantize the linear layers); the LM head, a linear layer, is dequantized whole for each call
+    # (bitsandbytes 0.41.1 MatMul4Bit.forward: dequantize_4bit in fp16, then .to(bfloat16)): two 16-bit copies
+    # live at the end of the forward, the activation peak
+    embedding16: Array = 0.0
+    head_copies: Array = 0.0
+    if _lora(w):  # (the model's counts once per model, as `_stage_params` takes them)
+        ends = derived(m, "parameters", lambda: count_parameters(m))
+        embedding16 = w.base_dequantize * ends.embedding / t * (2.0 - w.base_bytes)
+        head_copies = w.base_dequantize * ends.head / t * 4.0
     ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
     og, oe = st.offload_gradients, st.offload_experts * (1 - ow)  # weight offload moves the experts already
 
     lora, edp, reserved = _lora(w), layers.edp, mem.runtime_reserve(st, reserve)
 
     def stage_memory(counts: tuple[Array, Array], stage_params: tuple[Array, Array], index: Array,
-                     extra: Array) -> StageMemory:
+                     extra: Array, extra_weights: Array = 0.0) -> StageMemory:
         n_layers = counts[0] + counts[1]
         states = _sharded_states(stage_params, st, edp, w, _stage_adapters(m, w, st, stages, counts) if lora else 0.0)
         activations, checkpoints = mem.stage_activations(*_stored(layers, counts), working, st, microbatches,
@@ -454,7 +478,7 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
         experts = _sharded_states((0.0 * stage_params[0], stage_params[1]), st, edp, w, 0.0).weights
         staged_experts = 2 * _weight_bytes(stage_params[1], st, w) / maximum(counts[1], 1)
         weights = (states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1)
-                   + oe * (staged_experts - experts))
+                   + oe * (staged_experts - experts) + extra_weights)
         gradients = states.gradients * (1 - og) + og * 2 * states.gradients / maximum(n_layers, 1)
         optimizer_states = states.optimizer_states * (1 - oo)
         # the offloaded share leaves one layer's staging buffer in HBM (TE's cpu offload handler)
@@ -470,19 +494,25 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
             activations=activations * oa, checkpoints=checkpoints * oa, comm_buffers=0.0 * oa)
         return hbm, tier2
 
-    return fullest_stage(stage_memory(stages.first, params.first, 0.0, single * logits),
+    return fullest_stage(stage_memory(stages.first, params.first, 0.0, single * (logits + head_copies),
+                                      embedding16),
                          stage_memory(stages.middle, params.middle, 1.0, 0.0),
-                         stage_memory(stages.last, params.last, st.pp - 1, logits), stages.has_mid)
+                         stage_memory(stages.last, params.last, st.pp - 1, logits + head_copies,
+                                      single * embedding16), stages.has_mid)
 
 
 def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers,
-           microbatches: Array) -> tuple[Array, Array]:
+           microbatches: Array, mtp_depth: Array | None = None) -> tuple[Array, Array]:
     """(model FLOPs, recomputed FLOPs) of the iteration, whole cluster. GEMM FLOPs are linear in the batch
     and split evenly over TP ranks (all of them but MLA's down-projections): the whole batch's dense-layer
     FLOPs follow from this rank's micro-batch. Recomputation re-runs a layer's forward (full) or its
     attention core, 4Bs^2h (selective; our recount of Korthikanti's hardware FLOPs, docs/formulas.md §3.2
     pitfall), plus what the further selective modules re-run, summed over every device's layers and
-    micro-batches."""
+    micro-batches. `mtp_depth`: the MTP modules' layers counted as the model's, their LM-head passes and
+    projections added (`mtp.mtp_flop`)."""
+    head_model = m
+    if mtp_depth is not None:
+        m = mtp_layers_model(m, mtp_depth)
     t, c = st.tp, st.cp
     rank_to_batch = t * c * w.global_batch / st.micro_batch
     split_evenly = not isinstance(m.kv_lora, np.ndarray) and m.kv_lora == 0
@@ -496,6 +526,8 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
     modules_flop = microbatches * t * c * st.dp * (m.dense_layers * layers.dense.cost.recompute_modules.flop
                                                    + moe_modules)
     recompute_flop = full * flops.layers_forward + where(selective, flops.attention_core, 0.0) + modules_flop
+    if mtp_depth is not None:
+        return flops.total + mtp_flop(head_model, w, mtp_depth, flops.head), recompute_flop
     return flops.total, recompute_flop
 
 

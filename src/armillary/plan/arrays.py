@@ -64,6 +64,7 @@ class ModelArrays:
     ternary: Array = 0.0
     ternary_additions: Array = 0.0
     nonzero_fraction: Array = 1.0
+    mtp_layers: Array = 0.0  # multi-token-prediction depth of the model (trained where `TrainingArrays.mtp`)
 
     @property
     def kv_width(self) -> Array:
@@ -105,7 +106,7 @@ class ModelArrays:
             expert_groups=(moe.expert_groups or 1) if moe else 1, group_top_k=(moe.group_top_k or 1) if moe else 1,
             mlgru=float(m.token_mixer is TokenMixer.MLGRU), ternary=float(bit is not None),
             ternary_additions=float(bit is not None and bit.kernel is TernaryKernel.ADDITIONS),
-            nonzero_fraction=bit.nonzero_fraction if bit else 1.0,
+            nonzero_fraction=bit.nonzero_fraction if bit else 1.0, mtp_layers=m.mtp_layers,
         )
 
 
@@ -252,6 +253,8 @@ class TrainingArrays:
     lora_fused: Array = 0.0
     base_bytes: Array = 0.0
     base_dequantize: Array = 0.0
+    lora_dropout: Array = 0.0  # 1 when the adapters drop out their input (`Lora.dropout` > 0)
+    mtp: Array = 0.0  # 1 when the model's multi-token-prediction modules are trained (`Training.mtp`)
 
     @property
     def frozen(self) -> Array:
@@ -267,12 +270,13 @@ class TrainingArrays:
     def _of(cls, w: Training) -> TrainingArrays:
         lora = w.finetune
         if lora is None:
-            return cls(seq_len=w.seq_len, global_batch=w.global_batch)
+            return cls(seq_len=w.seq_len, global_batch=w.global_batch, mtp=float(w.mtp))
         on = {target.value: float(target in lora.target_modules) for target in LoraTarget}
         return cls(seq_len=w.seq_len, global_batch=w.global_batch, lora_rank=float(lora.rank), lora_q=on["q"],
                    lora_k=on["k"], lora_v=on["v"], lora_o=on["o"], lora_gate=on["gate"], lora_up=on["up"],
                    lora_down=on["down"], lora_fused=float(lora.fused), base_bytes=lora.base_precision.bytes,
-                   base_dequantize=float(lora.base_precision is BasePrecision.NF4))
+                   base_dequantize=float(lora.base_precision is BasePrecision.NF4),
+                   lora_dropout=float(lora.dropout > 0), mtp=float(w.mtp))
 
 
 _TRAINING_ARRAYS: IdentityCache[Training, TrainingArrays] = IdentityCache(64)  # TrainingArrays.of per workload

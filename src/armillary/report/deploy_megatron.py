@@ -204,6 +204,8 @@ def megatron(model: Model, system: System, s: Strategy, workload: Training) -> D
         args += ["--use-tp-pp-dp-mapping"]
     args += ["--micro-batch-size", str(s.micro_batch), "--global-batch-size", str(workload.global_batch),
              *_model_args(model, workload.seq_len, notes), *_memory_args(s, notes)]
+    if workload.mtp and model.mtp_layers:  # Megatron-LM arguments.py: --mtp-num-layers (estimate/mtp.py)
+        args += ["--mtp-num-layers", str(model.mtp_layers)]
     if s.overlap.dp_grad_reduce:
         args += ["--overlap-grad-reduce"]
     if s.overlap.param_gather and s.zero is not ZeroStage.NONE:

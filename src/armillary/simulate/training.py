@@ -151,7 +151,11 @@ def training_graph(model: Model, system: System, strategy: Strategy, workload: T
     lay = ranks or layout(strategy, data_parallel(strategy, system), symmetric)
     b = GraphBuilder()
     share = float(chunk_share(strategy.recompute_layers or 0, chunk_size(model.layers, strategy)))
-    passes = _Passes(b, est, strategy, lay, stage_layer_kinds(model, strategy), schedule is Schedule.ZB_H1, m, share)
+    kinds = stage_layer_kinds(model, strategy)
+    if workload.mtp:  # the MTP modules' layers, of the last layer's kind, end the last chunk (estimate/mtp.py)
+        kinds[-1] = [*kinds[-1], *[model.moe is not None] * model.mtp_layers]
+    passes = _Passes(b, est, strategy, lay, kinds, schedule is Schedule.ZB_H1, m, share,
+                     model.mtp_layers if workload.mtp else 0)
     last_pass = build_pipeline(b, schedule, strategy.pp, m, strategy.vpp, lay.lanes, passes.emit,
                                _pipeline_send(est))
     passes.finish(last_pass)
@@ -164,9 +168,11 @@ class _Passes:
     TP / CP / EP exchanges and data-parallel calls, and the embedding / LM head at the ends."""
 
     def __init__(self, b: GraphBuilder, est: StepEstimate, strategy: Strategy, lay: Layout,
-                 kinds: list[list[bool]], zero_bubble: bool, microbatches: int, recompute_share: float) -> None:
+                 kinds: list[list[bool]], zero_bubble: bool, microbatches: int, recompute_share: float,
+                 mtp_depth: int = 0) -> None:
         self.b, self.est, self.lay, self.kinds, self.zb, self.m = b, est, lay, kinds, zero_bubble, microbatches
         self.pp, self.vpp = strategy.pp, strategy.vpp
+        self.mtp_depth = mtp_depth  # multi-token-prediction modules at the end of the last chunk
         self.tp, self.cp, self.ep = _exchanges(est, strategy)
         self.overlap_tp = strategy.overlap.tp_comm and strategy.tp > 1
         self.ring_cp = strategy.cp > 1 and strategy.cp_comm is ContextParallel.RING  # always beside attention
@@ -216,12 +222,20 @@ class _Passes:
             self._exchanges(f"layer {i}", lc.tp_forward_s, lc.cp_forward_s, lc.ep_forward_s)
         if last and ends is not None:
             self._compute("lm head", float(ends.head_forward_s))
+            if ends.mtp_forward_s:  # the MTP modules' embedding, projection, LM head and loss
+                self._compute("mtp head", float(ends.mtp_forward_s))
+                for _ in range(2 * self.mtp_depth):  # the embedding's all-reduce, the projection's (estimate/mtp.py)
+                    self._exchange("mtp all-reduce", float(ends.tp.time), self.ends_tp)
 
     def _backward(self, s: int, p: Pass, layers: list[LayerCost], first: bool, last: bool) -> None:
         """Input and (except under zero-bubble) weight gradients, each layer recomputed first as the
         strategy says; a layer's gradient bucket once its backward is done."""
         ends = self.est.ends
         if last and ends is not None:
+            if ends.mtp_s:
+                self._compute("mtp head backward", float(ends.mtp_s - ends.mtp_forward_s))
+                for _ in range(2 * self.mtp_depth):  # the LM head's input-gradient all-reduce, the projection's
+                    self._exchange("mtp all-reduce", float(ends.tp.time), self.ends_tp, backward=True)
             self._compute("lm head backward", float(ends.head_s - ends.head_forward_s))
             self._exchange("lm head all-reduce", float(ends.tp.time), self.ends_tp, backward=True)
         weight = 0.0 if self.zb else 1.0

@@ -42,7 +42,7 @@ _WHOLE = (*(k for keys in _ALIASES.values() for k in keys), "num_key_value_heads
           "max_position_embeddings", "n_positions", "head_dim", "sliding_window", *_EXPERTS, *_TOP_K,
           "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "shared_expert_intermediate_size",
           "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_heads",
-          "n_group", "topk_group", "n_inner", "ffn_dim", "max_seq_len", "seq_length")
+          "n_group", "topk_group", "n_inner", "ffn_dim", "max_seq_len", "seq_length", "num_nextn_predict_layers")
 _RATIOS = ("expansion_ratio", "hidden_ratio")
 _FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "no_bias")
 _TEXT = ("model_type", "_name_or_path", "hidden_act", "activation_function")
@@ -225,6 +225,8 @@ def _experts_and_latent_attention(data: dict[str, Any], kind: str) -> dict[str, 
             spec["moe"] |= {"expert_groups": int(data["n_group"]), "group_top_k": int(data.get("topk_group") or 1)}
         if data.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one shared expert of its own size
             spec["moe"] |= {"shared_experts": 1, "shared_ffn": int(data["shared_expert_intermediate_size"])}
+    if data.get("num_nextn_predict_layers"):  # DeepSeek-V3's multi-token-prediction modules (Model.mtp_layers)
+        spec["mtp_layers"] = int(data["num_nextn_predict_layers"])
     if data.get("kv_lora_rank"):
         spec["mla"] = {"kv_lora_rank": int(data["kv_lora_rank"]), "q_lora_rank": data.get("q_lora_rank"),
                        **{field: int(_first(data, (key,), key)) for field, key in (
@@ -310,7 +312,8 @@ _KEYS_OF = {**_ALIASES, "heads": (*_ALIASES["heads"], "num_heads"),
             "shared_experts": ("n_shared_experts",), "shared_ffn": ("shared_expert_intermediate_size",),
             "dense_layers": ("first_k_dense_replace",), "kv_lora_rank": ("kv_lora_rank",),
             "q_lora_rank": ("q_lora_rank",), "rope_head_dim": ("qk_rope_head_dim",),
-            "nope_head_dim": ("qk_nope_head_dim",), "v_head_dim": ("v_head_dim",)}
+            "nope_head_dim": ("qk_nope_head_dim",), "v_head_dim": ("v_head_dim",),
+            "mtp_layers": ("num_nextn_predict_layers",)}
 
 
 def _validated(spec: dict[str, Any], data: dict[str, Any]) -> Model:

@@ -162,6 +162,11 @@ class Model(Spec):
     mla: LatentAttention | None = None
     token_mixer: TokenMixer = TokenMixer.ATTENTION
     bitlinear: BitLinear | None = Field(None, description="ternary BitLinear weights (MatMul-free LM)")
+    mtp_layers: NonNegativeInt = Field(
+        0, description="multi-token-prediction depth D: sequential MTP modules after the last layer, each an "
+        "RMSNorm'ed hidden state and embedding projected 2h -> h, one transformer layer of the last layer's kind "
+        "and the shared LM head with its own loss (DeepSeek-V3 report §2.2; HF config num_nextn_predict_layers). "
+        "Trained only when the workload says so (`Training.mtp`); 0: none")
     published: PublishedSize | None = None
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the number comes from")
 

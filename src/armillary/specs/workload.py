@@ -60,6 +60,9 @@ class Lora(Spec):
                         "adapter per projection (Hugging Face PEFT)")
     base_precision: BasePrecision = Field(BasePrecision.BF16, description="storage of the frozen base weights: "
                                           "bf16, fp8, or nf4 (QLoRA, dequantized to bf16 before each GEMM)")
+    dropout: float = Field(0.0, ge=0, lt=1, description="probability of the dropout on an adapter's input (Hu et al. "
+                           "2021's lora_dropout; LitGPT finetune/lora.py 0.05, PEFT and NeMo 0.0 by default): above 0 "
+                           "the dropped input and its 1-byte mask are kept for the A gradient")
 
 
 class Training(Spec):
@@ -68,6 +71,9 @@ class Training(Spec):
     global_batch: PositiveInt = Field(description="samples per iteration (all data-parallel ranks)")
     finetune: Lora | None = Field(None, description="parameter-efficient fine-tuning of a frozen base (LoRA, "
                                   "QLoRA); none: every weight is trained (pre-training or full fine-tuning)")
+    mtp: bool = Field(False, description="train the model's multi-token-prediction modules (`Model.mtp_layers`) "
+                      "beside the main loss, as DeepSeek-V3's pre-training did (Megatron-Core --mtp-num-layers); "
+                      "off: they are not built, as in runs that disable them")
 
 
 class StoredPrecision(StrEnum):

@@ -27,6 +27,7 @@ from armillary.validation.vocabulary import (
     flag,
     memory_gb_of,
     model_preset_for,
+    mtp_of,
     precision_of,
     recompute_modules_of,
     recompute_of,
@@ -412,6 +413,20 @@ def _recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack, 
     return [c for c in (*choices, *partial, {"recompute": "full"}) if Recompute(c["recompute"]) in offered]
 
 
+def _mtp(row: dict[str, str], model: Model, notes: list[str]) -> bool:
+    """Whether the row trains the model's multi-token-prediction modules: as its model text says ("w/ MTP",
+    "w/o MTP": `vocabulary.mtp_of`); a row that says nothing trains none (as before MTP was modelled)."""
+    said = mtp_of(row.get("model"))
+    if said is None:
+        return False
+    if said and not model.mtp_layers:
+        raise Unsupported(f"model: the row trains multi-token prediction ({row.get('model')!r}) but {model.name} "
+                          "has no MTP modules (mtp_layers 0)")
+    notes.append(f"MTP depth {model.mtp_layers} trained on the last stage (the model text says so)" if said
+                 else "MTP modules not trained (the model text says so)")
+    return said
+
+
 def _finetune(row: dict[str, str], notes: list[str]) -> Lora | None:
     """LoRA / QLoRA fine-tuning where the model or framework says so: the rank from the row's words
     ("LoRA rank 16"; refused when not stated), the adapters on the attention projections (MLPerf Llama 2
@@ -439,9 +454,19 @@ def _finetune(row: dict[str, str], notes: list[str]) -> Lora | None:
                  + (" (the row's precision has FP8: NeMo's fp8 parameters)" if base is BasePrecision.FP8 else "")
                  + "; every sample priced as one sequence of the row's seq tokens (MLPerf pads / packs GovReport "
                    "to max_seq_length)")
+    dropout = _lora_dropout(named)
+    if dropout:
+        notes.append(f"LoRA dropout {dropout:g} (read from the row: its mask and dropped input kept for backward)")
     if named_targets is None:
-        return Lora(rank=rank, base_precision=base)
-    return Lora(rank=rank, base_precision=base, target_modules=named_targets, fused=False)
+        return Lora(rank=rank, base_precision=base, dropout=dropout)
+    return Lora(rank=rank, base_precision=base, target_modules=named_targets, fused=False, dropout=dropout)
+
+
+def _lora_dropout(text: str) -> float:
+    """The adapters' dropout probability the model or framework column states ("lora_r 8, alpha 16, dropout
+    0.05", "lora_dropout=0.1"); 0 when none is stated (PEFT's and NeMo's default)."""
+    found = re.search(r"\b(?:lora_)?dropout\s*(?:=|:|\bp\b)?\s*(\d*\.?\d+)", text, re.IGNORECASE)
+    return float(found.group(1)) if found and float(found.group(1)) < 1 else 0.0
 
 
 # the words a row uses for LoRA's target layers ("LoRA rank 8 on query and value"; LitGPT's lora_query, ...;
@@ -486,7 +511,7 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
                      f"stage {uneven[0]} / {uneven[1]} layers")
     notes.extend(qualified_readings(row, ("n_gpus", "seq", "gbs", "mbs", "tp", "pp", "dp", "cp", "ep", "vpp", *_SHAPE,
                                           "experts", "topk")))
-    workload = Training(seq_len=seq, global_batch=gbs, finetune=finetune)
+    workload = Training(seq_len=seq, global_batch=gbs, finetune=finetune, mtp=_mtp(row, model, notes))
     chunk = int(chunk_size(model.layers, Strategy.model_validate(strategy)))
     out = []
     for recompute in _recompute_choices(row, model, stack, chunk, notes):

@@ -188,6 +188,20 @@ def model_preset_for(name: str | None) -> str | None:
     return _model_keys().get(key) if key else None
 
 
+# multi-token prediction in a model's name: "DeepSeekV3 (w/ MTP)", "(w/o MTP)", "with MTP", "without MTP",
+# "no MTP" (Megatron-Bridge's performance summary names its DeepSeek-V3 runs so)
+_MTP_ON = re.compile(r"\b(?:w/|with)[\s_-]*mtp\b", re.I)
+_MTP_OFF = re.compile(r"(?:\bw/o|\bwithout|\bno)[\s_-]*mtp\b", re.I)
+
+
+def mtp_of(name: str | None) -> bool | None:
+    """Whether a model text says its multi-token-prediction modules were trained; None when it says nothing."""
+    text = name or ""
+    if _MTP_OFF.search(text):
+        return False
+    return True if _MTP_ON.search(text) else None
+
+
 # GPU text -> system preset; the first pattern that matches wins (cloud instances before their GPU, GB200
 # before B200)
 _GPU_SYSTEMS = (
