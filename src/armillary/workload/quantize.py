@@ -32,20 +32,24 @@ LAYOUTS = 2  # rowwise and columnwise copies (TE's quantizers with rowwise=True,
 _FORMATS = [FORMATS.get(p.value) for p in BLOCK_FORMAT.members]
 _BYTES = np.array([0.0 if f is None else f.bytes for f in _FORMATS])
 _PASSES = np.array([0.0 if f is None else float(f.quantize_passes) for f in _FORMATS])
+# per code, quantize_bytes' bytes per element (read SOURCE_BYTES per pass, write LAYOUTS copies), computed once
+_PER_ELEMENT = _PASSES * SOURCE_BYTES + LAYOUTS * _BYTES
+# as Python floats for one configuration (the same float64 values: no numpy scalar arithmetic per call)
+_BYTES_OF, _PER_ELEMENT_OF = [float(x) for x in _BYTES], [float(x) for x in _PER_ELEMENT]
 
 
 def format_bytes(block_format: Array) -> Array:
     """Bytes per element of the block format of each code (0 where none)."""
     return _BYTES[np.asarray(block_format, dtype=int)] if isinstance(block_format, np.ndarray) else (
-        float(_BYTES[int(block_format)]))
+        _BYTES_OF[int(block_format)])
 
 
 def quantize_bytes(elements: Array, block_format: Array) -> Array:
     """HBM traffic of quantizing `elements` bf16 elements into the block format of each code, both layouts:
     read SOURCE_BYTES per pass, write LAYOUTS copies at the format's bytes (0 for code 0: no block format)."""
-    index = np.asarray(block_format, dtype=int)
-    per_element = _PASSES[index] * SOURCE_BYTES + LAYOUTS * _BYTES[index]
-    return elements * (per_element if isinstance(block_format, np.ndarray) else float(per_element))
+    if isinstance(block_format, np.ndarray):
+        return elements * _PER_ELEMENT[np.asarray(block_format, dtype=int)]
+    return elements * _PER_ELEMENT_OF[int(block_format)]
 
 
 def bf16_share(fw: LayerForward, bf16_layers: Array) -> Array:
