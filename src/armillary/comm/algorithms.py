@@ -256,12 +256,12 @@ def _hop_latencies(net: NetworkDimension) -> tuple[float, ...]:
     return tuple(net.protocol_latency.get(proto.name, proto.hop_latency_factor * net.latency) for proto in PROTOCOLS)
 
 
-_Plan = tuple[tuple[int, Algorithm, tuple[tuple[int, float, float, float], ...]], ...]
+_Plan = tuple[tuple[int, Algorithm, tuple[tuple[tuple[int, int], float, float, float], ...]], ...]
 _Derived = tuple[tuple[tuple[int, Algorithm, float], ...], tuple[float, ...], _Plan]
 
 # per network dimension (a frozen spec), what `_candidate_costs` reads of it on every call: its candidates, its
-# per-protocol step latencies and, per candidate, the protocols it runs with (index, base latency, step
-# latency, the protocol's share of the link's bytes/s); bounded, a long search builds many systems
+# per-protocol step latencies and, per candidate, the protocols it runs with ((algorithm, protocol) label, base
+# latency, step latency, the protocol's share of the link's bytes/s); bounded, a long search builds many systems
 _DERIVED: IdentityCache[NetworkDimension, _Derived] = IdentityCache(1024)
 
 
@@ -273,7 +273,8 @@ def _derive(net: NetworkDimension) -> _Derived:
     candidates = _candidate_table(net.kind, net.algorithms, net.in_network_reduction, net.in_network_efficiency,
                                   net.efficiency, net.bandwidth, net.shared_by, net.tree_efficiency)
     hops = _hop_latencies(net)
-    plan = tuple((a_index, alg, tuple((p_index, proto.base_latency_s, hops[p_index], proto.bandwidth_factor * link)
+    plan = tuple((a_index, alg, tuple(((a_index, p_index), proto.base_latency_s, hops[p_index],
+                                       proto.bandwidth_factor * link)
                                       for p_index, proto in enumerate(PROTOCOLS)
                                       # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
                                       if alg is not _IN_NETWORK or proto.name == "Simple"))
@@ -391,7 +392,7 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         ramp = np.where(curve, ramp, 1.0)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     two_shot = net.direct == _TWO_SHOT
-    for a_index, alg, protocols in _derived(net)[2]:
+    for _, alg, protocols in _derived(net)[2]:
         if (algorithm is not _AUTO and alg is not algorithm) or alg in exclude:
             continue
         steps_bytes = _steps_and_bytes(op, alg, n_bytes, p, log_p, two_shot)
@@ -408,12 +409,12 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
             reduced = (p - 1) * n_bytes if one_shot else (p - 1) / p * n_bytes
             reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
         ramped = tree_ramp if alg is _TREE else ramp
-        for p_index, base_latency, hop, rate in protocols:  # rate: the protocol's share of the link's bytes/s
+        for label, base_latency, hop, rate in protocols:  # rate: the protocol's share of the link's bytes/s
             fixed = base_latency + steps * hop * latency_scale
             times.append(fixed + sent / (rate * scale * ramped) + reduce_time)
             fixeds.append(fixed)
             sents.append(sent)
-            labels.append((a_index, p_index))
+            labels.append(label)
     if not times:
         raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on the {net.kind.value} network "
                          f"{net.name!r}; it offers {[a.value for _, a, _ in _candidates(net) if a not in exclude]}")
