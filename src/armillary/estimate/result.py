@@ -124,9 +124,16 @@ class TimeBreakdown:
 
     @property
     def total(self) -> Array:
-        return (self.forward_backward + self.recompute + self.tp_exposed + self.cp_exposed + self.ep_exposed
-                + self.pp_exposed
-                + self.bubble + self.dp_exposed + self.optimizer + self.offload_stall)
+        return pipeline_total(self.forward_backward, self.recompute, self.tp_exposed, self.cp_exposed,
+                              self.ep_exposed, self.pp_exposed, self.bubble, self.dp_exposed,
+                              self.optimizer) + self.offload_stall
+
+
+def pipeline_total(forward_backward: Array, recompute: Array, tp: Array, cp: Array, ep: Array, pp: Array,
+                   bubble: Array, dp: Array, optimizer: Array) -> Array:
+    """`TimeBreakdown.total` before its offload stall, summed in its order (so `total` is this + the stall,
+    the same additions): the estimator takes it once for the stall and the step."""
+    return forward_backward + recompute + tp + cp + ep + pp + bubble + dp + optimizer
 
 
 @quick_init

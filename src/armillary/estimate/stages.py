@@ -84,9 +84,23 @@ def critical_stage(*candidates: tuple[Array, StageTime]) -> StageTime:
             if take:
                 best, best_time = parts, time
             continue
-        best = StageTime(*(where(take, getattr(parts, f.name), getattr(best, f.name)) for f in fields(StageTime)))
+        if not take.any():  # no point takes it: the best so far, as the elementwise choice would give
+            continue
+        if take.all():  # every point takes it (the same values)
+            best, best_time = parts, time
+            continue
+        best = StageTime(*(_chosen(take, getattr(parts, name), getattr(best, name)) for name in _STAGE_TIME))
         best_time = where(take, time, best_time)
     return best
+
+
+_STAGE_TIME = tuple(f.name for f in fields(StageTime))
+
+
+def _chosen(take: np.ndarray, new: Array, old: Array) -> Array:
+    """np.where(take, new, old), without the pass over the points where both are one array (the same values
+    where a point reads them: elementwise, the shape does not matter)."""
+    return new if new is old else np.where(take, new, old)
 
 
 StageMemory = tuple[MemoryBreakdown, MemoryBreakdown]  # (HBM, second tier) of one device of a stage
@@ -96,14 +110,24 @@ def fullest_stage(first: StageMemory, middle: StageMemory, last: StageMemory, ha
     """The (HBM, tier 2) memory of the stage whose HBM is fullest (elementwise over a sweep)."""
     best_total, (best_hbm, best_t2) = first[0].total, first
     for (hbm, t2), present in ((middle, has_mid), (last, 1.0)):
-        take = (present > 0) & (hbm.total > best_total)
+        total = hbm.total  # once a stage
+        take = (present > 0) & (total > best_total)
         if not isinstance(take, np.ndarray):  # one configuration: take the whole stage or keep the best
             if take:
-                best_hbm, best_t2, best_total = hbm, t2, hbm.total
+                best_hbm, best_t2, best_total = hbm, t2, total
             continue
-        best_hbm = MemoryBreakdown(*(where(take, getattr(hbm, f.name), getattr(best_hbm, f.name))
-                                     for f in fields(MemoryBreakdown)))
-        best_t2 = MemoryBreakdown(*(where(take, getattr(t2, f.name), getattr(best_t2, f.name))
-                                    for f in fields(MemoryBreakdown)))
-        best_total = where(take, hbm.total, best_total)
+        # a sweep: the stage where no point takes it (a middle stage holds less than the first under 1F1B) or
+        # every point does, as the elementwise choice would give; else field by field
+        if not take.any():
+            continue
+        if take.all():
+            best_hbm, best_t2, best_total = hbm, t2, total
+            continue
+        best_hbm = MemoryBreakdown(*(_chosen(take, getattr(hbm, name), getattr(best_hbm, name))
+                                     for name in _MEMORY))
+        best_t2 = MemoryBreakdown(*(_chosen(take, getattr(t2, name), getattr(best_t2, name)) for name in _MEMORY))
+        best_total = where(take, total, best_total)
     return best_hbm, best_t2
+
+
+_MEMORY = tuple(f.name for f in fields(MemoryBreakdown))

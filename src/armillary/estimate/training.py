@@ -39,6 +39,7 @@ from armillary.estimate.result import (
     StepEstimate,
     TimeBreakdown,
     Traffic,
+    pipeline_total,
 )
 from armillary.estimate.stages import StageLayers, StageMemory, StageTime, critical_stage, fullest_stage, split_stages
 from armillary.estimate.token_exchange import Fanout
@@ -141,25 +142,30 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
              maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # the bubble, >= 0 after rounding
              exposed_together(dp, *_overlappable(crit), microbatches), optimizer)
     # the second tier's link runs alongside the whole pipeline: it stalls the step only by what it takes longer
-    # (the pipeline: every other part, summed in TimeBreakdown.total's order)
-    breakdown = TimeBreakdown(*parts, offload_stall=maximum(0.0, offload_s - (TimeBreakdown(*parts, 0.0).total
-                                                                               - optimizer)))
-    step = breakdown.total
+    # (the pipeline: every other part, summed in TimeBreakdown.total's order, taken once for the stall and the
+    # step: the step is that sum + the stall, as TimeBreakdown.total adds them)
+    pipeline = pipeline_total(*parts)
+    stall = maximum(0.0, offload_s - ((pipeline + 0.0) - optimizer))
+    breakdown = TimeBreakdown(*parts, offload_stall=stall)
+    step = pipeline + stall
     devices = st.tp * st.cp * st.pp * st.dp
     model_flop, recompute_flop = _flops(m, st, w, layers, microbatches, depth if mtp is not None else None)
     feasible, reasons = check(m, st, w, system, hbm.total, tier2_mem.total)
     tier2 = system_shape(system)[2]  # the device's second tier, or its share of the memory pool
     peak = matrix_peak(device, st.precision)
+    # the same products once each (a sweep's step is a whole block: each product a pass over every point)
+    device_seconds, zero = step * devices * peak, 0.0 * step
+    hardware_flop = model_flop + recompute_flop
     return StepEstimate(
         step_time_s=step, breakdown=breakdown, tokens_per_s=w.global_batch * w.seq_len / step,
-        model_flop=model_flop, hardware_flop=model_flop + recompute_flop,
-        mfu=model_flop / (step * devices * peak), hfu=(model_flop + recompute_flop) / (step * devices * peak),
+        model_flop=model_flop, hardware_flop=hardware_flop,
+        mfu=model_flop / device_seconds, hfu=hardware_flop / device_seconds,
         memory_hbm=hbm, memory_tier2=tier2_mem,
-        hbm_capacity_bytes=device.hbm.capacity + 0.0 * step,
-        tier2_capacity_bytes=(tier2.capacity if tier2 is not None else 0.0) + 0.0 * step,
+        hbm_capacity_bytes=device.hbm.capacity + zero,
+        tier2_capacity_bytes=(tier2.capacity if tier2 is not None else 0.0) + zero,
         traffic=traffic, communication=calls, microbatches=microbatches, layer=layers.dense.cost,
         moe_layer=layers.moe.cost if layers.moe is not None else None, feasible=feasible,
-        infeasible_reasons=reasons, ends=layers.ends, offload_s=offload_s + 0.0 * step,
+        infeasible_reasons=reasons, ends=layers.ends, offload_s=offload_s + zero,
     )
 
 
