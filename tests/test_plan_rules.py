@@ -107,12 +107,15 @@ def test_array_verdicts_equal_the_scalar_ones(data, index, points, devices):
 @pytest.mark.parametrize(("layers", "pp", "vpp", "split"), [
     (126, 8, 8, (15, 15)),  # Llama 3.1 405B: embedding and loss each take a layer's place, 2 per chunk
     (126, 16, 1, (7, 7)),
-    (61, 16, 1, (3, 2)),  # DeepSeek-V3: the loss stage also holds the MTP head
-    (61, 16, 2, (3, 2)),  # its "Et|(tt|)*30mL": the last chunk holds the MTP head and the loss alone
-    (61, 8, 4, (7, 6)),  # the same layout on pp 8 x vpp 4 (Megatron-Bridge's DeepSeek-V3 recipe)
-    (61, 8, 1, (7, 6)),  # without interleaving the last stage keeps its layers: 6 of them
+    # DeepSeek-V3's 61 layers: our generic rule (the loss side takes two slots), not a recipe's table. Megatron-
+    # Bridge's DeepSeek-V3 recipe lays pp 16 out as 4 / 1 ('Et*4|(t*4|)*14tL', presets/stacks/megatron-bridge.yaml,
+    # which the harness reads for that stack: tests/test_recipe_layouts.py)
+    (61, 16, 1, (3, 2)),
+    (61, 16, 2, (3, 2)),  # the last chunk holds the loss (and any MTP head) alone
+    (61, 8, 4, (7, 6)),  # as 'Et|(tt|)*30mL', the layout Megatron-Bridge's H100 DeepSeek-V3 config passes
+    (61, 8, 1, (7, 6)),  # without interleaving the last stage keeps its layers: 6 of them (the recipe: 8 / 5)
     (80, 3, 1, (27, 26)),  # one slot: the loss side takes it
-    (61, 2, 4, (31, 30)),  # two stages, no middle one (Megatron-Bridge's DeepSeek-V3 on GB300)
+    (61, 2, 4, (31, 30)),  # two stages, no middle one (Megatron-Bridge's GB300 rows' shape; not in its table)
     (48, 4, 1, None),  # even: nothing to do
     (7, 8, 1, None),  # fewer layers than stages
 ])

@@ -57,9 +57,10 @@ def embedding_and_loss_split(layers: int, pp: int, vpp: int) -> tuple[int, int] 
     pp x vpp equal model chunks: the embedding takes the place of e layers in the first chunk and the loss
     (with any multi-token-prediction head) of t >= e layers in the last, the fewest e + t that make every
     chunk equal (`account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`: e = t = 1,
-    Llama 3.1 405B's 126 layers on pp 8 x vpp 8; `pipeline_model_parallel_layout`: e = 1,
-    t = 2, DeepSeek-V3's 61 layers on pp 16; with interleaving the last chunk may hold the loss alone,
-    DeepSeek-V3 on pp 8 x vpp 4: `Et|(tt|)*30mL`; on pp 2 x vpp 4, 31 and 30). None when the layers split
+    Llama 3.1 405B's 126 layers on pp 8 x vpp 8; with interleaving the last chunk may hold the loss alone,
+    DeepSeek-V3 on pp 8 x vpp 4 as Megatron-Bridge's H100 config's `Et|(tt|)*30mL`). A generic rule, not a
+    recipe's table: DeepSeek-V3's 61 layers on pp 16 read 3 / 2 here, where Megatron-Bridge's recipe sets 4 / 1
+    (a stack's `pipeline_layouts`, which the validation harness takes first). None when the layers split
     evenly, with one stage, or when no such layout leaves a layer in every other chunk
     (`rules.stages_split`)."""
     chunks = pp * vpp

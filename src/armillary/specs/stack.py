@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, model_validator
 
-from armillary.specs.base import NamedByPatterns
+from armillary.specs.base import NamedByPatterns, Spec
+from armillary.specs.pipeline_layout import layout_stage_layers, pipeline_chunks
 from armillary.specs.quantity import BytesPerSecond, Seconds
 from armillary.specs.strategy import (
     Attention,
@@ -39,6 +40,37 @@ def merged(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     for key, value in given.items():
         out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
+
+
+class RecipeLayout(Spec):
+    """The pipeline layout a stack's recipe sets for one model on pp x vpp model chunks (Megatron-Bridge's
+    DeepSeek-V3 recipe picks it from a table by (pp, vpp)), in Megatron-Core's layout syntax
+    (`Strategy.pipeline_layout`) without multi-token-prediction modules: the recipe places the run's
+    ('m' x depth) just before the loss (`with_mtp`)."""
+
+    model: str = Field(min_length=1, description="the model preset the recipe is for (presets/models name)")
+    pp: PositiveInt = Field(description="pipeline ranks of the table entry")
+    vpp: PositiveInt = Field(1, description="model chunks per pipeline rank of the table entry")
+    layout: str = Field(min_length=1, description="the chunks' layers, e.g. 'Et*4|(t*4|)*14tL'; no 'm'")
+    source: str = Field(min_length=1, description="where the recipe sets it (file and function @ tag)")
+
+    @model_validator(mode="after")
+    def _parses(self) -> RecipeLayout:
+        try:
+            layout_stage_layers(self.layout, self.pp, self.vpp)
+        except ValueError as err:
+            raise ValueError(f"pipeline_layouts ({self.model}, pp {self.pp}, vpp {self.vpp}): {err}") from None
+        if "m" in "".join(pipeline_chunks(self.layout)):
+            raise ValueError(f"pipeline_layouts ({self.model}, pp {self.pp}, vpp {self.vpp}): {self.layout!r} names "
+                             "multi-token-prediction modules 'm'; a table entry leaves them out (the run's depth "
+                             "is placed before the loss)")
+        return self
+
+    def with_mtp(self, depth: int) -> str:
+        """The layout of a run training `depth` multi-token-prediction modules: 'm' x depth just before the
+        loss 'L' (Megatron-Bridge's recipe: `last_layer = ["mtp"] * mtp_num_layers + ["loss"]`)."""
+        at = self.layout.rindex("L")
+        return self.layout[:at] + "m" * depth + self.layout[at:]
 
 
 class SoftwareStack(NamedByPatterns):
@@ -87,11 +119,18 @@ class SoftwareStack(NamedByPatterns):
         "accumulation by default, and pipeline stages split it into as many micro-batches as stages")
     seq_len: PositiveInt | None = Field(
         None, description="sequence length of the stack's example training configs, for runs that omit it")
+    pipeline_layouts: tuple[RecipeLayout, ...] = Field(
+        (), description="pipeline layouts the stack's recipes set by model and (pp, vpp), each with its source; "
+        "a run of that model and shape that states no layout of its own takes it")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the default comes from")
 
 
     fp8_params: bool = Field(False, description="the stack's fp8 recipes keep the weights in fp8 only "
                              "(`Strategy.fp8_params`)")
+
+    def recipe_layout(self, model: str, pp: int, vpp: int) -> RecipeLayout | None:
+        """The layout the stack's recipe sets for `model` (a preset name) on pp x vpp chunks; None: none."""
+        return next((e for e in self.pipeline_layouts if (e.model, e.pp, e.vpp) == (model, pp, vpp)), None)
 
     def strategy_defaults(self, tp: int, hopper: bool) -> dict[str, Any]:
         """Strategy fields this stack fixes for a run with tensor-parallel degree `tp` (on a Hopper-or-later

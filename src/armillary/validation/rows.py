@@ -15,6 +15,7 @@ from typing import Any
 from armillary.plan.layout import chunk_size, embedding_and_loss_split
 from armillary.specs.loading import load_model, load_stack, load_system, stack_for
 from armillary.specs.model import Model
+from armillary.specs.pipeline_layout import layout_stage_layers
 from armillary.specs.stack import SoftwareStack, hopper_or_later
 from armillary.specs.strategy import BlockFormat, Recompute, Strategy, TrainingPrecision, ZeroStage
 from armillary.specs.system import System
@@ -28,6 +29,7 @@ from armillary.validation.vocabulary import (
     memory_gb_of,
     model_preset_for,
     mtp_of,
+    pipeline_layout_of,
     precision_of,
     recompute_modules_of,
     recompute_of,
@@ -379,6 +381,31 @@ def _strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: lis
     return dict(**out, **moe, tp=tp, pp=pp, cp=cp, dp=dp, vpp=vpp or 1, micro_batch=mbs)
 
 
+def _pipeline_layout(row: dict[str, str], stack: SoftwareStack, pp: int, vpp: int, mtp_depth: int,
+                     notes: list[str]) -> str | None:
+    """The row's pipeline layout (`Strategy.pipeline_layout`): the one its words state, else the one its stack's
+    recipe sets for its model preset on pp x vpp chunks with the row's multi-token-prediction modules
+    (`SoftwareStack.pipeline_layouts`); None when neither (the generic uneven split,
+    `plan.layout.embedding_and_loss_split`)."""
+    stated = pipeline_layout_of(f"{row.get('other_reported', '')} {row.get('notes', '')}")
+    if stated is not None:
+        try:
+            layout_stage_layers(stated, pp, vpp)
+        except ValueError as err:
+            raise Unsupported(str(err)) from None
+        notes.append(f"pipeline_layout {stated!r} (the row states it)")
+        return stated
+    preset = model_preset_for(row.get("model"))
+    entry = stack.recipe_layout(preset, pp, vpp) if preset is not None else None
+    if entry is None:
+        return None
+    layout = entry.with_mtp(mtp_depth)
+    first, last = layout_stage_layers(layout, pp, vpp)
+    notes.append(f"pipeline_layout {layout!r}: the layout {stack.name} sets for {preset} on pp {pp} x vpp {vpp} "
+                 f"({entry.source}), first / last stage {first} / {last} layers")
+    return layout
+
+
 # module recompute of the MoE recipes (Megatron MoE model zoo, Qwen3 and DeepSeek-V3 best practice on H100:
 # "norm, act", plus MLA's up-projections for DeepSeek)
 _MOE_MODULES = ("core_attn", "layernorm", "moe_act")
@@ -503,15 +530,19 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
     model = _model(row, notes)
     system = _system(row, n_gpus, notes)
     strategy = _strategy(row, n_gpus, stack, notes)
-    uneven = embedding_and_loss_split(model.layers, strategy["pp"], strategy["vpp"])
-    if uneven is not None:
+    mtp = _mtp(row, model, notes)
+    layout = _pipeline_layout(row, stack, strategy["pp"], strategy["vpp"], model.mtp_layers if mtp else 0, notes)
+    uneven = None if layout is not None else embedding_and_loss_split(model.layers, strategy["pp"], strategy["vpp"])
+    if layout is not None:
+        strategy["pipeline_layout"] = layout
+    elif uneven is not None:
         strategy.update(first_stage_layers=uneven[0], last_stage_layers=uneven[1])
         notes.append(f"{model.layers} layers do not fill pp x vpp = {strategy['pp'] * strategy['vpp']} equal chunks: "
                      f"the embedding and loss stand in for layers (Megatron-Core's uneven layout), first / last "
                      f"stage {uneven[0]} / {uneven[1]} layers")
     notes.extend(qualified_readings(row, ("n_gpus", "seq", "gbs", "mbs", "tp", "pp", "dp", "cp", "ep", "vpp", *_SHAPE,
                                           "experts", "topk")))
-    workload = Training(seq_len=seq, global_batch=gbs, finetune=finetune, mtp=_mtp(row, model, notes))
+    workload = Training(seq_len=seq, global_batch=gbs, finetune=finetune, mtp=mtp)
     chunk = int(chunk_size(model.layers, Strategy.model_validate(strategy)))
     out = []
     for recompute in _recompute_choices(row, model, stack, chunk, notes):

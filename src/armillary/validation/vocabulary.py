@@ -202,6 +202,18 @@ def mtp_of(name: str | None) -> bool | None:
     return True if _MTP_ON.search(text) else None
 
 
+# a pipeline layout a row states in Megatron-Core's syntax: "--pipeline-model-parallel-layout Et|(tt|)*30L",
+# "pipeline_model_parallel_layout=...", "pipeline layout: ..." (case kept: 'E', 't', 'm', 'L' differ)
+_LAYOUT = re.compile(r"(?:--pipeline-model-parallel-layout|pipeline_model_parallel_layout|pipeline layout)\s*[=:]?\s*"
+                     r"['\"]?([EtmL|()*\d,]+)")
+
+
+def pipeline_layout_of(text: str | None) -> str | None:
+    """The Megatron-Core pipeline layout string a row's words state; None when they state none."""
+    found = _LAYOUT.search(text or "")
+    return found.group(1) if found else None
+
+
 # GPU text -> system preset; the first pattern that matches wins (cloud instances before their GPU, GB200
 # before B200)
 _GPU_SYSTEMS = (
