@@ -243,11 +243,18 @@ def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, 
         where(fused, FLASH_BACKWARD_FACTOR * fw.flash_attention.flop, 2 * core_gemm_flop),
         where(fused, FLASH_BACKWARD_FACTOR * fw.flash_attention.bytes, 2 * core_gemm_bytes + k * fw.softmax.bytes),
         where(fused, FLASH_BACKWARD_FACTOR * kt.flash, 2 * kt.core_gemms + k * kt.softmax))
-    # a block-scaled recipe quantizes the GEMM inputs in forward, the output gradients in backward
-    quantize_f, quantize_b = quantize_ops(fw, experts, st.block_format, st.attention_projections, st.bf16_layers)
-    forward = PassCost(gemm_flop + core_f.flop, gemm_bytes + stream_bytes + core_f.bytes + quantize_f.bytes,
+    # a block-scaled recipe quantizes the GEMM inputs in forward, the output gradients in backward; without a
+    # block format anywhere its kernels move elements x 0 bytes (workload/quantize.py), the 0.0 taken here as
+    # `layer_kernels` takes their times
+    quantize_f_bytes: Array = 0.0
+    quantize_b_bytes: Array = 0.0
+    if any_true(st.block_format > 0):
+        quantize_f, quantize_b = quantize_ops(fw, experts, st.block_format, st.attention_projections,
+                                              st.bf16_layers)
+        quantize_f_bytes, quantize_b_bytes = quantize_f.bytes, quantize_b.bytes
+    forward = PassCost(gemm_flop + core_f.flop, gemm_bytes + stream_bytes + core_f.bytes + quantize_f_bytes,
                        weight_gemm_t + stream_t + core_f.time_s + kt.quantize_forward)
-    backward_input = PassCost(gemm_flop + core_b.flop, gemm_bytes + k * stream_bytes + core_b.bytes + quantize_b.bytes,
+    backward_input = PassCost(gemm_flop + core_b.flop, gemm_bytes + k * stream_bytes + core_b.bytes + quantize_b_bytes,
                               weight_gemm_t + k * stream_t + core_b.time_s + kt.quantize_backward)
     backward_weight = PassCost(gemm_flop, gemm_bytes, gemm_t)
     return forward, backward_input, backward_weight, core_f, core_b
@@ -363,14 +370,15 @@ def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange
 
     tiled_f = (ring_exchange_exposed(ag.time, kt.qkv, st.tp) + ring_exchange_exposed(ag.time, kt.mlp_in, st.tp)
                + drained(kt.out_proj) + drained(kt.mlp_out))
+    # the input gradients' reduce-scatters beside QKV's and the first MLP GEMM's weight gradients, once each
+    rs_qkv, rs_mlp_in = beside(rs.time, kt.qkv), beside(rs.time, kt.mlp_in)
     tiled_b = (ring_exchange_exposed(ag.time, kt.out_proj, st.tp) + ring_exchange_exposed(ag.time, kt.mlp_out, st.tp)
-               + beside(ag.time, kt.qkv) + beside(ag.time, kt.mlp_in) + beside(rs.time, kt.qkv)
-               + beside(rs.time, kt.mlp_in))
+               + beside(ag.time, kt.qkv) + beside(ag.time, kt.mlp_in) + rs_qkv + rs_mlp_in)
     tp_f = where(on, where(sp > 0, tiled_f, exposed(comm_f, gemm_t, 1.0)), comm_f)
     tp_b = where(on, where(sp > 0, tiled_b, exposed(comm_b, 2 * gemm_t, 1.0)), comm_b)
     # the weight pass deferred: the input gradients' reduce-scatters ran beside the weight-gradient GEMMs (TE's
     # bulk dgrad reduce-scatter / wgrad overlap), the all-reduces hide behind the input-gradient GEMMs alone
-    tiled_b_alone = tiled_b - beside(rs.time, kt.qkv) - beside(rs.time, kt.mlp_in) + 2 * rs.time
+    tiled_b_alone = tiled_b - rs_qkv - rs_mlp_in + 2 * rs.time
     tp_b_alone = where(on, where(sp > 0, tiled_b_alone, exposed(comm_b, gemm_t, 1.0)), comm_b)
     return costs, tp_f, tp_b, tp_b_alone
 

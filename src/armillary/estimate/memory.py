@@ -339,18 +339,43 @@ def model_states(params: Array, st: StrategyArrays, replicas: Array | None = Non
 def replicated_and_expert_states(replicated: Array, experts: Array, st: StrategyArrays, edp: Array) -> ModelStates:
     """`model_states(replicated, st) + model_states(experts, st, edp)`, the same sums without the two
     intermediate ModelStates (the estimator takes eight a call)."""
-    f, g = _state_factors(st, None), _state_factors(st, edp)
+    f, g = _both_factors(st, edp)
     return ModelStates(replicated * f[0] / f[3] + experts * g[0] / g[3],
                        replicated * f[1] / f[4] + experts * g[1] / g[4],
                        replicated * f[2] / f[5] + experts * g[2] / g[5])
 
 
-def _state_factors(st: StrategyArrays, replicas: Array | None) -> tuple[Array, Array, Array, Array, Array, Array]:
+def replicated_and_expert_weights(replicated: Array, experts: Array, st: StrategyArrays, edp: Array) -> Array:
+    """`replicated_and_expert_states(...).weights` alone (the same expression, without the other states)."""
+    f, g = _both_factors(st, edp)
+    return replicated * f[0] / f[3] + experts * g[0] / g[3]
+
+
+Factors = tuple[Array, Array, Array, Array, Array, Array]
+
+
+def _both_factors(st: StrategyArrays, edp: Array) -> tuple[Factors, Factors]:
+    """`_state_factors` of the replicated parameters and of the experts over `edp`, in one look-up."""
+    if isinstance(edp, np.ndarray):  # a sweep's expert-dp: kept beside its array, by identity (as _state_factors)
+        kept, both = derived(st, ("model states, both", id(edp)),
+                             lambda: (edp, (_state_factors(st, None), _state_factors(st, edp))))
+        return both if kept is edp else (_state_factors(st, None), _state_factors(st, edp))
+    return derived(st, ("model states, both", edp), lambda: (_state_factors(st, None), _state_factors(st, edp)))
+
+
+def _state_factors(st: StrategyArrays, replicas: Array | None) -> Factors:
     """(weight, gradient, optimizer) bytes per parameter and the ZeRO shards of each state (3, 2, 1): once per
-    strategy point and replicas (`memo.derived`)."""
-    return derived(st, ("model states", replicas), lambda: (
-        derived(st, "weight bytes", lambda: _weight_bytes_each(st)), grad_bytes(st), optimizer_bytes(st),
-        zero_shards(st, 3, replicas), zero_shards(st, 2, replicas), zero_shards(st, 1, replicas)))
+    strategy point and replicas (`memo.derived`; replicas given as an array, a sweep's expert-dp, are keyed by
+    the array's identity and kept beside the value, so the id stays theirs while the entry lives)."""
+    if isinstance(replicas, np.ndarray):
+        kept, factors = derived(st, ("model states", id(replicas)), lambda: (replicas, _factors(st, replicas)))
+        return factors if kept is replicas else _factors(st, replicas)
+    return derived(st, ("model states", replicas), lambda: _factors(st, replicas))
+
+
+def _factors(st: StrategyArrays, replicas: Array | None) -> Factors:
+    return (derived(st, "weight bytes", lambda: _weight_bytes_each(st)), grad_bytes(st), optimizer_bytes(st),
+            zero_shards(st, 3, replicas), zero_shards(st, 2, replicas), zero_shards(st, 1, replicas))
 
 
 _FP32 = PRECISION.code(TrainingPrecision.FP32)

@@ -213,8 +213,9 @@ def _lora(w: TrainingArrays) -> bool:
     """Whether the points fine-tune with LoRA. A sweep carries one workload: all of its points do or none
     (the model states, gradient traffic and optimizer step are LoRA's or full training's for the whole
     sweep; the passes, FLOPs and activations would also price a mix)."""
-    if isinstance(w.lora_rank, int | float):  # one workload: no array to check (16 calls an estimate)
-        return w.lora_rank > 0
+    rank = w.lora_rank
+    if type(rank) is int or type(rank) is float or isinstance(rank, int | float):  # one workload: no array to
+        return rank > 0  # check (22 calls an estimate; the exact types first, isinstance for the rest)
     frozen = np.asarray(w.lora_rank) > 0
     if frozen.any() and not frozen.all():
         raise ValueError("TrainingArrays.lora_rank: a sweep fine-tunes all of its points with LoRA or none")
@@ -360,6 +361,14 @@ def _sharded_states(params: tuple[Array, Array], st: StrategyArrays, edp: Array,
     return mem.replicated_and_expert_states(params[0], params[1], st, edp)
 
 
+def _expert_weights(params: tuple[Array, Array], st: StrategyArrays, edp: Array, w: TrainingArrays) -> Array:
+    """`_sharded_states((0 x the replicated, the experts), ...).weights`: the routed experts' weights on one
+    device (the same expression; without LoRA, none of the other states)."""
+    if _lora(w):
+        return _sharded_states((0.0 * params[0], params[1]), st, edp, w, 0.0).weights
+    return mem.replicated_and_expert_weights(0.0 * params[0], params[1], st, edp)
+
+
 def _stage_adapters(m: ModelArrays, w: TrainingArrays, st: StrategyArrays, stages: StageLayers,
                     counts: tuple[Array, Array] | None = None) -> Array:
     """LoRA adapter parameters on one device of a stage of `counts` (dense, MoE) layers (default: the
@@ -403,7 +412,7 @@ def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParam
     n_layers, moe_layers = stages.most_layers, stages.busiest(1)
     optimizer = where(st.offload_optimizer > 0, adam_bytes / rate + n_layers * latency, stream_time(adam_bytes, device))
     states = _sharded_states((params.dense_local, params.experts_local), st, edp, w, adapters)
-    expert_weights = _sharded_states((0.0 * params.dense_local, params.experts_local), st, edp, w, 0.0).weights
+    expert_weights = _expert_weights((params.dense_local, params.experts_local), st, edp, w)
     offload_weights = st.offload_weights * 2 * microbatches * (states.weights / rate + n_layers * latency)
     offload_experts = ((1 - st.offload_weights) * st.offload_experts * 2 * microbatches
                        * (expert_weights / rate + moe_layers * latency))
@@ -481,7 +490,7 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
         activations = activations + extra
         stage_weight_bytes = _weight_bytes(stage_params[0] + stage_params[1], st, w)
         # offloaded experts / gradients leave two layers' worth in HBM (the one in use, the next one)
-        experts = _sharded_states((0.0 * stage_params[0], stage_params[1]), st, edp, w, 0.0).weights
+        experts = _expert_weights(stage_params, st, edp, w)
         staged_experts = 2 * _weight_bytes(stage_params[1], st, w) / maximum(counts[1], 1)
         weights = (states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1)
                    + oe * (staged_experts - experts) + extra_weights)
