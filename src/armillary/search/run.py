@@ -218,15 +218,15 @@ def _best(index: np.ndarray, value: np.ndarray, k: int) -> np.ndarray:
     finite = np.flatnonzero(np.isfinite(value))
     # only the values up to the m-th smallest are sorted, m doubled until they hold k distinct ones (ties
     # are common: the first of them stands for all), so a block costs a partition, not a sort of its points
-    m = k
+    m, values = k, value[finite]  # the finite values gathered once, not twice per doubling
     while m < len(finite):
-        threshold = np.partition(value[finite], m - 1)[m - 1]
-        below = finite[value[finite] <= threshold]
-        if len(np.unique(value[below])) >= k:
-            finite = below
+        threshold = np.partition(values, m - 1)[m - 1]
+        kept = values <= threshold
+        if len(np.unique(values[kept])) >= k:
+            finite, values = finite[kept], values[kept]
             break
         m *= 2
-    order = finite[np.lexsort((index[finite], value[finite]))]
+    order = finite[np.lexsort((index[finite], values))]
     first = np.ones(len(order), dtype=bool)
     first[1:] = value[order[1:]] != value[order[:-1]]
     return order[first][:k]
