@@ -7,7 +7,10 @@ broadcast over arrays; the results are the same either way.
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
+import sys
 
 import numpy as np
 
@@ -93,3 +96,36 @@ def any_of(*masks: Array) -> Array:
     if not is_array(*masks):
         return any(bool(k) for k in masks)
     return functools.reduce(np.logical_or, masks)
+
+
+# glibc's malloc parameters (malloc/malloc.h: M_TRIM_THRESHOLD -1, M_MMAP_THRESHOLD -3). glibc serves a request
+# of at least the mmap threshold (128 KiB at start, raised up to 32 MiB as such blocks are freed) with a fresh
+# mapping, and hands freed memory at the heap's top back to the system past the trim threshold (twice the
+# mmap threshold): a sweep's block makes temporaries of a few hundred KiB to a few MiB, one after another, and
+# each then comes in as fresh pages, faulted in and zeroed by the kernel (mallopt(3), "M_MMAP_THRESHOLD",
+# "M_TRIM_THRESHOLD"). Setting either fixes both (no dynamic threshold).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+SWEEP_MMAP_THRESHOLD = 32 * 2**20  # glibc's ceiling for the mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
+SWEEP_TRIM_THRESHOLD = 64 * 2**20  # freed heap kept for the next block, at most (twice the above, as glibc sets)
+_sweep_allocator: list[bool] = []  # the outcome, once set
+
+
+def keep_sweep_memory() -> bool:
+    """Keep freed memory in the process for the next block's temporaries (glibc's malloc only; once per process;
+    not where MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ already set them). The values computed are the
+    same: only where numpy's arrays come from changes. Whether it was set."""
+    if not _sweep_allocator:
+        _sweep_allocator.append(_set_sweep_allocator())
+    return _sweep_allocator[0]
+
+
+def _set_sweep_allocator() -> bool:
+    if sys.platform != "linux" or any(k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # the process's C library
+    except (OSError, AttributeError):  # not glibc (or no mallopt): its own policy stays
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, SWEEP_MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD,
+                                                                                 SWEEP_TRIM_THRESHOLD))

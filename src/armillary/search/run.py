@@ -27,7 +27,7 @@ from armillary.estimate.feasibility import memory_fits, training_checks
 from armillary.estimate.result import ErrorBand
 from armillary.estimate.run import estimate_training_run
 from armillary.estimate.training import estimate_training
-from armillary.numerics import all_of
+from armillary.numerics import all_of, keep_sweep_memory
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.codes import encode
 from armillary.plan.layout import data_parallel
@@ -71,6 +71,7 @@ class Problem:
         """One block of points (`Axes.block`): evaluated as an outer product of its trailing axes, so each
         quantity is computed once per combination of the axes it depends on; divisibility and memory
         are masks on the result."""
+        keep_sweep_memory()  # a block's temporaries from freed memory, not fresh pages (numerics.py; once)
         m = ModelArrays.of(self.model)
         gpus = self.system.devices
         coded = self.axes.block(start, stop)
