@@ -16,6 +16,9 @@ from armillary import numerics
 def test_an_allocator_chosen_by_the_environment_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
     assert numerics._set_sweep_allocator() is False
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=131072")
+    assert numerics._set_sweep_allocator() is False
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")

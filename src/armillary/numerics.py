@@ -7,7 +7,6 @@ broadcast over arrays; the results are the same either way.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import sys
@@ -111,17 +110,22 @@ _sweep_allocator: list[bool] = []  # the outcome, once set
 
 
 def keep_sweep_memory() -> bool:
-    """Keep freed memory in the process for the next block's temporaries (glibc's malloc only; once per process;
-    not where MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ already set them). The values computed are the
-    same: only where numpy's arrays come from changes. Whether it was set."""
+    """Keep freed memory in the process for the next block's temporaries (glibc's malloc only; once per
+    process; not where MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES's glibc.malloc.*
+    chose them). The values computed are the same: only where numpy's arrays come from changes. Whether it
+    was set."""
     if not _sweep_allocator:
         _sweep_allocator.append(_set_sweep_allocator())
     return _sweep_allocator[0]
 
 
 def _set_sweep_allocator() -> bool:
-    if sys.platform != "linux" or any(k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+    chosen = any(k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")) or (
+        "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""))  # the environment chose glibc's policy
+    if sys.platform != "linux" or chosen:
         return False
+    import ctypes  # here, not at import: only a search needs it
+
     try:
         mallopt = ctypes.CDLL(None).mallopt  # the process's C library
     except (OSError, AttributeError):  # not glibc (or no mallopt): its own policy stays
