@@ -119,24 +119,26 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         layers = replace(layers, ends=replace(layers.ends, mtp_s=mtp.time.compute, mtp_forward_s=mtp.forward_s))
     sends = _pipeline_sends(m, st, w, system, groups, e)
     times = _stage_times(layers, stages, mtp)
-    stage_max = maximum(maximum(times[0].total, times[2].total), stages.has_mid * times[1].total) + sends.per_mb
-    stage_sum = (times[0].total + (1 - stages.single) * times[2].total + maximum(st.pp - 2, 0) * times[1].total
-                 + st.pp * sends.per_mb)
+    first_s, middle_s, last_s = times[0].total, times[1].total, times[2].total  # once each
+    mid_s = stages.has_mid * middle_s
+    stage_max = maximum(maximum(first_s, last_s), mid_s) + sends.per_mb
+    stage_sum = first_s + (1 - stages.single) * last_s + maximum(st.pp - 2, 0) * middle_s + st.pp * sends.per_mb
     # the critical (slowest) stage fixes the steady state; attribute it by component
-    crit = critical_stage((times[0].total, times[0]), (times[2].total, times[2]),
-                          (stages.has_mid * times[1].total, times[1]))
+    crit = critical_stage((first_s, times[0]), (last_s, times[2]), (mid_s, times[1]))
     # what deferring the weight passes takes off the critical stage, of its time (ZB-H1; estimate/pipeline.py)
     weight_share = crit.deferrable / stage_max
     pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share, st.pp)
     params = _stage_params(m, st, stages, mtp.params if mtp is not None else 0.0)
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
-    optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system)
+    # what one micro-batch leaves stored on the first, middle and last stage, for the offload path and memory
+    stored = (_stored(layers, stages.first), _stored(layers, stages.middle), _stored(layers, stages.last))
+    optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system, stored)
     calls = _calls(layers, stages, sends, dp, microbatches, st)
     traffic = Traffic(scale_up_bytes=sum(c.per_step * c.scale_up_bytes_each for c in calls),
                       scale_out_bytes=sum(c.per_step * c.scale_out_bytes_each for c in calls))
     offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
     hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e, device.memory_reserve,
-                             mtp.activations if mtp is not None else 0.0)
+                             stored, mtp.activations if mtp is not None else 0.0)
     parts = (microbatches * crit.compute, microbatches * crit.recompute, microbatches * crit.tp,
              microbatches * crit.cp, microbatches * crit.ep, microbatches * sends.per_mb,
              maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # the bubble, >= 0 after rounding
@@ -390,8 +392,8 @@ def _stored(layers: Layers, counts: tuple[Array, Array]) -> tuple[Array, Array]:
 
 
 def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParams, stages: StageLayers,
-                           layers: Layers, microbatches: Array, st: StrategyArrays,
-                           system: System) -> tuple[Array, Array]:
+                           layers: Layers, microbatches: Array, st: StrategyArrays, system: System,
+                           stored: tuple[tuple[Array, Array], ...]) -> tuple[Array, Array]:
     """The optimizer step (memory-bound, or over the offload path when offloaded) and the time the offload path
     (`System.offload_path`: the device's second tier, or its share of the memory pool) is busy in the pipeline,
     each access taking latency + bytes / rate (ASTRA-sim's remote memory, astra-memory-analytical @641cce8),
@@ -417,8 +419,7 @@ def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParam
     offload_experts = ((1 - st.offload_weights) * st.offload_experts * 2 * microbatches
                        * (expert_weights / rate + moe_layers * latency))
     offload_grads = st.offload_gradients * microbatches * (states.gradients / rate + n_layers * latency)
-    stored_mb = maximum(maximum(_stored(layers, stages.first)[0], _stored(layers, stages.last)[0]),
-                        stages.has_mid * _stored(layers, stages.middle)[0])
+    stored_mb = maximum(maximum(stored[0][0], stored[2][0]), stages.has_mid * stored[1][0])
     offload_acts = st.offload_activations * 2 * microbatches * (stored_mb / rate + n_layers * latency)
     return optimizer, offload_weights + offload_experts + offload_grads + offload_acts
 
@@ -453,10 +454,10 @@ def _gathered_bytes(m: ModelArrays, st: StrategyArrays, layer_bytes: Array) -> A
 
 def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: StageLayers, params: StageParams,
             layers: Layers, sends: PipelineSends, microbatches: Array, e: Array, reserve: float,
-            mtp: Array = 0.0) -> StageMemory:
+            stored: tuple[tuple[Array, Array], ...], mtp: Array = 0.0) -> StageMemory:
     """Memory per tier of every stage kind; the fullest device's is reported. `reserve`: the device's runtime
-    reserve (`Device.memory_reserve`), unless the strategy overrides it. `mtp`: what the MTP modules keep
-    beyond their layers, on the last stage."""
+    reserve (`Device.memory_reserve`), unless the strategy overrides it. `stored`: `_stored` of the first,
+    middle and last stage. `mtp`: what the MTP modules keep beyond their layers, on the last stage."""
     t, single = st.tp, stages.single
     moe_working = layers.moe.activations.working if layers.moe is not None else layers.dense.activations.working
     working = maximum(layers.dense.activations.working, moe_working)
@@ -481,12 +482,11 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
 
     lora, edp, reserved = _lora(w), layers.edp, mem.runtime_reserve(st, reserve)
 
-    def stage_memory(counts: tuple[Array, Array], stage_params: tuple[Array, Array], index: Array,
-                     extra: Array, extra_weights: Array = 0.0) -> StageMemory:
+    def stage_memory(counts: tuple[Array, Array], stage_params: tuple[Array, Array], stage_stored: tuple[Array, Array],
+                     index: Array, extra: Array, extra_weights: Array = 0.0) -> StageMemory:
         n_layers = counts[0] + counts[1]
         states = _sharded_states(stage_params, st, edp, w, _stage_adapters(m, w, st, stages, counts) if lora else 0.0)
-        activations, checkpoints = mem.stage_activations(*_stored(layers, counts), working, st, microbatches,
-                                                         index)
+        activations, checkpoints = mem.stage_activations(*stage_stored, working, st, microbatches, index)
         activations = activations + extra
         stage_weight_bytes = _weight_bytes(stage_params[0] + stage_params[1], st, w)
         # offloaded experts / gradients leave two layers' worth in HBM (the one in use, the next one)
@@ -509,10 +509,10 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
             activations=activations * oa, checkpoints=checkpoints * oa, comm_buffers=0.0 * oa)
         return hbm, tier2
 
-    return fullest_stage(stage_memory(stages.first, params.first, 0.0, single * (logits + head_copies),
+    return fullest_stage(stage_memory(stages.first, params.first, stored[0], 0.0, single * (logits + head_copies),
                                       embedding16),
-                         stage_memory(stages.middle, params.middle, 1.0, 0.0),
-                         stage_memory(stages.last, params.last, st.pp - 1, logits + head_copies,
+                         stage_memory(stages.middle, params.middle, stored[1], 1.0, 0.0),
+                         stage_memory(stages.last, params.last, stored[2], st.pp - 1, logits + head_copies,
                                       single * embedding16), stages.has_mid)
 
 
