@@ -1,6 +1,7 @@
 """The array path of comm/compose.py (issue 47: search throughput) gives, bit for bit, what each point of a
-sweep gets composed alone: a sweep is composed over its distinct points on one axis (`_Flattened`), the
-pipelined phases' options are stacked (`_Stack`) and the joint choice tries many caps at once (`_joint`)."""
+sweep gets composed alone: a sweep is composed over its distinct points on one axis
+(comm/distinct_points.Flattened), the pipelined phases' options are stacked (comm/joint_choice.Stack) and the
+joint choice tries many caps at once (joint_choice.joint)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import numpy as np
 import pytest
 
 from armillary.comm import compose as composing
+from armillary.comm import compose_memo, joint_choice
 from armillary.comm.algorithms import DimensionCost
 from armillary.comm.collectives import collective
-from armillary.comm.compose import _distinct, _fastest_together, _frontier, _Stack
+from armillary.comm.distinct_points import distinct_columns
+from armillary.comm.joint_choice import Stack, fastest_together, frontier
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective, Composition
 from armillary.specs.loading import load_system
@@ -77,13 +80,13 @@ def test_the_joint_choice_over_caps_in_batches_is_the_same(monkeypatch):
                 enumerate(rng.choice([0.5, 1.0, 2.0, 3.0, np.inf], (int(rng.integers(2, 6)), 2, points)))]
                for _ in range(3)]
     k = rng.choice([1.0, 4.0, 64.0], points)
-    at_once = _fastest_together(choices, k)
-    monkeypatch.setattr(composing, "_JOINT_ELEMENTS", 1)  # one cap per batch
-    one_by_one = _fastest_together(choices, k)
+    at_once = fastest_together(choices, k)
+    monkeypatch.setattr(joint_choice, "_JOINT_ELEMENTS", 1)  # one cap per batch
+    one_by_one = fastest_together(choices, k)
     for a, b in zip(at_once, one_by_one, strict=True):
         np.testing.assert_array_equal(a[0].algorithm, b[0].algorithm)
     for p in range(points):  # and each point is the scalar joint choice
-        alone = _fastest_together([[tuple(DimensionCost(*(np.asarray(x).flat[p] if np.ndim(x) else x
+        alone = fastest_together([[tuple(DimensionCost(*(np.asarray(x).flat[p] if np.ndim(x) else x
                                                          for x in (c.time, c.sent_bytes, c.algorithm, c.protocol,
                                                                    c.fixed))) for c in o) for o in options]
                                    for options in choices], float(k[p]))
@@ -95,18 +98,18 @@ def test_the_stacked_frontier_keeps_what_the_frontier_keeps(seed):
     rng = np.random.default_rng(seed)
     options = [(DimensionCost(f + b, 0.0, j, 0, f),) for j, (f, b) in
                enumerate(rng.choice([0.0, 1.0, 2.0, np.inf], (12, 2, 3)))]
-    kept = [int(o[0].algorithm) for o in _frontier(options)]
-    stack = _Stack.of(options, (3,)).frontier()
+    kept = [int(o[0].algorithm) for o in frontier(options)]
+    stack = Stack.of(options, (3,)).frontier()
     assert stack.fields[2, 0, :, 0].astype(int).tolist() == kept
 
 
 def test_distinct_points_are_equal_bit_for_bit():
     columns = np.array([[0.0, -0.0, 0.0, np.nan, np.nan, 1.0], [2.0, 2.0, 2.0, 3.0, 3.0, 2.0]])
-    distinct, inverse = _distinct(columns)
+    distinct, inverse = distinct_columns(columns)
     assert distinct.shape[1] == 4 and inverse is not None  # -0.0 is not 0.0; one NaN is the other
     back = distinct[:, inverse]
     assert np.array_equal(back.view(np.int64), columns.view(np.int64))
-    assert _distinct(columns[:, :2])[1] is None  # all distinct: nothing to index back
+    assert distinct_columns(columns[:, :2])[1] is None  # all distinct: nothing to index back
 
 
 def _fields(r: object) -> list[np.ndarray]:
@@ -151,22 +154,22 @@ def test_a_search_s_blocks_share_their_collectives_exactly(monkeypatch):
         return [problem.evaluate(a, b).value for a, b in axes.blocks(64)]
 
     alone = values(None)
-    assert composing._MEMO == {}
+    assert compose_memo.MEMO == {}
     shared = values("one search")
-    assert len(composing._MEMO) > 0
+    assert len(compose_memo.MEMO) > 0
     for a, b in zip(alone, shared, strict=True):
         np.testing.assert_array_equal(a, b)
-    monkeypatch.setattr(composing, "MEMO_POINTS", 40)
+    monkeypatch.setattr(compose_memo, "MEMO_POINTS", 40)
     for a, b in zip(alone, values("another search"), strict=True):
         np.testing.assert_array_equal(a, b)
-    assert composing._MEMO_POINTS[0] <= 40
+    assert compose_memo._MEMO_POINTS[0] <= 40
     for group in (Placement((np.array([2.0, 8.0]), np.array([4.0, 4.0]))),  # across nodes, and inside one
                   Placement((np.array([2.0, 8.0]), np.array([1.0, 1.0])))):
-        with composing.memoized("copies"):
+        with compose_memo.memoized("copies"):
             for _ in range(2):  # the result that filled the memo, then one read from it: both copies
                 first = collective(Collective.ALL_REDUCE, np.array([1e6, 1e6]), group, system)
                 np.asarray(first.cost.time)[...] = -1.0
             again = collective(Collective.ALL_REDUCE, np.array([1e6, 1e6]), group, system)
         assert (np.asarray(again.cost.time) > 0).all()
-    composing.forget()
-    assert composing._MEMO == {} and composing._MEMO_POINTS[0] == 0
+    compose_memo.forget()
+    assert compose_memo.MEMO == {} and compose_memo._MEMO_POINTS[0] == 0

@@ -1,6 +1,6 @@
 """A faster resource never slows a collective (issue 46): the pipelined hierarchical composition chooses
-every phase's (algorithm, protocol) together for the least time of the whole (comm/compose.py
-`_fastest_together`), as a library's tuner picks the configuration of least modelled time. Each phase
+every phase's (algorithm, protocol) together for the least time of the whole (comm/joint_choice.py
+`fastest_together`), as a library's tuner picks the configuration of least modelled time. Each phase
 choosing by its own time made 268 (system, group, collective, resource) cases of the shipped presets slower
 with half a dimension's latency (e.g. an all-reduce of 5.6 MB over 2 HGX H200 nodes +10.9%: InfiniBand's
 tree phase switched LL -> Simple, its own time shorter, the pipelined whole longer)."""
@@ -12,7 +12,7 @@ import pytest
 
 import armillary
 from armillary.comm.algorithms import DimensionCost
-from armillary.comm.compose import _fastest_together
+from armillary.comm.joint_choice import fastest_together
 from armillary.specs.loading import load_system
 from armillary.specs.system import System
 
@@ -79,11 +79,11 @@ def test_the_joint_choice_is_the_least_of_every_combination(seed):
         options = [[(float(f), float(b)) for f, b in rng.uniform(0, 10, (int(rng.integers(1, 5)), 2))]
                    for _ in range(dims)]
         choices = [[(DimensionCost(f + b, 0.0, j, 0, f),) for j, (f, b) in enumerate(o)] for o in options]
-        picked = _fastest_together(choices, k)
+        picked = fastest_together(choices, k)
         b = [float(p[0].time - p[0].fixed) for p in picked]
         time = sum(float(p[0].fixed) for p in picked) + max(b) + (sum(b) - max(b)) / k
         assert time == pytest.approx(_brute(options, k))
         swept = [[(DimensionCost(np.array([f + b, f + b]), 0.0, j, 0, np.array([f, f])),) for j, (f, b) in
                   enumerate(o)] for o in options]
-        assert [int(np.broadcast_to(p[0].algorithm, (2,))[1]) for p in _fastest_together(swept, np.array([k, k]))] == \
+        assert [int(np.broadcast_to(p[0].algorithm, (2,))[1]) for p in fastest_together(swept, np.array([k, k]))] == \
             [int(p[0].algorithm) for p in picked]

@@ -8,6 +8,7 @@ broadcast over arrays; the results are the same either way.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 
@@ -67,6 +68,23 @@ def minimum(a: Array, b: Array) -> Array:
     if (type(a) in _NUMBERS or isinstance(a, _NUMBER)) and (type(b) in _NUMBERS or isinstance(b, _NUMBER)):
         return a if a <= b else b
     return np.minimum(a, b)
+
+
+def nan_maximum(a: Array, b: Array) -> Array:
+    """np.maximum, in plain Python for one configuration (a NaN wins, as there)."""
+    if type(a) in _NUMBERS and type(b) in _NUMBERS:
+        return a if a >= b else b if b >= a else math.nan  # type: ignore[operator]
+    return np.maximum(a, b)
+
+
+def all_true(mask: Array) -> bool:
+    """np.all that stays in plain Python for one configuration."""
+    return bool(np.all(mask)) if is_array(mask) else bool(mask)
+
+
+def logical_not(mask: Array) -> Array:
+    """np.logical_not that stays in plain Python for one configuration."""
+    return ~np.asarray(mask, dtype=bool) if is_array(mask) else not mask
 
 
 def divides(a: Array, b: Array) -> Array:

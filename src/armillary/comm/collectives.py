@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from armillary.comm.algorithms import DimensionCost, dimension_cost
-from armillary.comm.compose import COMPOSITIONS, compose
+from armillary.comm.compose import compose
+from armillary.comm.composed import COMPOSITIONS
 from armillary.comm.fabrics import all_to_all_slowdown
 from armillary.comm.libraries import choose, fastest, library_names
 from armillary.memo import quick_init

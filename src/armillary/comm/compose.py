@@ -20,14 +20,14 @@ the dimensions together:
 
 NCCL offers the flat ring and the pipelined phases whose top phase is a tree, NVLS or CollNet (NCCL has no
 ring that reduces per dimension); the hierarchical library offers the pipelined phases with any algorithm.
+
+Beside this entry: the result and phase helpers (composed.py), a sweep's distinct points (distinct_points.py),
+the pipelined phases' joint choice (joint_choice.py) and a search's memo of collectives (compose_memo.py).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -43,9 +43,15 @@ from armillary.comm.algorithms import (
     dimension_options,
     ring_protocols,
 )
+from armillary.comm.compose_memo import MEMO, MEMO_TOKEN, copied, inputs_key, remember
+from armillary.comm.compose_memo import forget as forget  # public here too (search/run.py)
+from armillary.comm.compose_memo import memoized as memoized
+from armillary.comm.composed import COMPOSITIONS, Composed, scaled, select, shared_base, summed_phases, when
+from armillary.comm.distinct_points import Flattened
 from armillary.comm.fabrics import all_to_all_slowdown
+from armillary.comm.joint_choice import Stack, fastest_together, frontier, joint, on_mask
 from armillary.memo import IdentityCache, quick_init
-from armillary.numerics import Array, any_true, is_array, where
+from armillary.numerics import Array, all_true, any_true, is_array, logical_not, nan_maximum, where
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.network import CollectiveLibrary, NetworkDimension
@@ -67,27 +73,16 @@ _NCCL = CollectiveLibrary.NCCL
 _ANY_COMPOSITION = Composition.AUTO
 _FLAT_RING = Composition.FLAT_RING
 _PIPELINED = Composition.PIPELINED
-_SEQUENTIAL = Composition.SEQUENTIAL
 
-COMPOSITIONS = (_FLAT_RING, _PIPELINED, _SEQUENTIAL)
 _FLAT_RING_INDEX, _PIPELINED_INDEX = COMPOSITIONS.index(_FLAT_RING), COMPOSITIONS.index(_PIPELINED)
 _RING_INDEX = ALGORITHMS.index(_RING)
 # bytes per pipelined chunk: the order of NCCL's per-step slice over its channels (NCCL_BUFFSIZE 4 MiB
 # split in NCCL_STEPS = 8 slots per channel)
 PIPELINE_CHUNK_BYTES = MIB
 _RINGS = (_ALL_REDUCE, _REDUCE_SCATTER, _ALL_GATHER, _BROADCAST, _REDUCE)
-_SMALLEST_BASE = min(proto.base_latency_s for proto in PROTOCOLS)
 # NCCL tuning.cc (llMaxBws, x86 Intel hosts, as in the shipped GPU presets): the LL ring's bus bandwidth across
 # 2 nodes and across 3 or more (the network proxy moves LL's flagged 8-byte lines); bytes/s
 LL_NET_BUSBW = (39.0e9, 20.4e9)
-
-
-@quick_init  # one or more a collective (memo.quick_init)
-@dataclass(frozen=True)
-class Composed:
-    time: Array
-    dimensions: tuple[DimensionCost, ...]  # per dimension: its phases' time, bytes and choice
-    composition: Array  # index into COMPOSITIONS
 
 
 def offered(system: System, algorithm: Algorithm) -> tuple[Composition, ...]:
@@ -113,82 +108,29 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
                              f"{sorted({a.value for d in spanned for a in d.algorithms})}")
     if composition is _ANY_COMPOSITION and algorithm is _AUTO and _one_dimension_each(group):
         # cheap as it comes (not flattened); within `memoized`, once per collective, system and inputs
-        key = None if _MEMO_TOKEN.get() is None else _inputs_key(op, system, n_bytes, group, bandwidths)
-        held = None if key is None else _MEMO.get(key)
+        key = None if MEMO_TOKEN.get() is None else inputs_key(op, system, n_bytes, group, bandwidths)
+        held = None if key is None else MEMO.get(key)
         if held is not None and held[0] is system:
-            return _copied(held[1])
+            return copied(held[1])
         composed = _on_one_dimension(op, n_bytes, _Net(system, group, algorithm, bandwidths))
         if key is None:
             return composed
-        _remember(key, system, composed, math.prod(np.shape(composed.time)))
-        return _copied(composed)
-    flat = _Flattened.of(n_bytes, group, bandwidths)
+        remember(key, system, composed, math.prod(np.shape(composed.time)))
+        return copied(composed)
+    flat = Flattened.of(n_bytes, group, bandwidths)
     if flat is None:
         return _compose(op, n_bytes, group, system, algorithm, bandwidths, composition)
     # a sweep: composed over its distinct points, one axis, then put back in its shape; within `memoized`, once
-    key = None if _MEMO_TOKEN.get() is None else (op, algorithm, composition, id(system), flat.key)
-    held = None if key is None else _MEMO.get(key)
+    key = None if MEMO_TOKEN.get() is None else (op, algorithm, composition, id(system), flat.key)
+    held = None if key is None else MEMO.get(key)
     if held is not None and held[0] is system:
         return flat.back(held[1], copy=True)
     composed = _compose(op, flat.n_bytes, flat.group, system, algorithm, flat.bandwidths, composition)
     if key is not None:
-        _remember(key, system, composed, flat.n_bytes.size)
+        remember(key, system, composed, flat.n_bytes.size)
         return flat.back(composed, copy=True)
     return flat.back(composed)
 
-
-def _inputs_key(op: Collective, system: System, n: Array, group: Placement, bandwidths: tuple[Array | None, ...]
-                ) -> tuple[object, ...]:
-    """`memoized`'s key of a collective of one dimension per group: the inputs as they are, bit for bit."""
-    return (op, "one dimension", id(system), *((None,) if v is None else (np.shape(v), np.asarray(v, float).tobytes())
-                                               for v in (n, *group.spans, *bandwidths)))
-
-
-def _remember(key: tuple[object, ...], system: System, composed: Composed, points: int) -> None:
-    _MEMO[key] = (system, composed, points)
-    _MEMO_POINTS[0] += points
-    while _MEMO_POINTS[0] > MEMO_POINTS:  # the oldest go
-        _MEMO_POINTS[0] -= _MEMO.pop(next(iter(_MEMO)))[2]
-
-
-def _copied(c: Composed) -> Composed:
-    """A composition whose arrays are copies (what `memoized` holds is never handed out)."""
-    def copy(x: Array) -> Array:
-        return x.copy() if isinstance(x, np.ndarray) else x
-    return Composed(copy(c.time), tuple(DimensionCost(*(copy(f) for f in _fields(d))) for d in c.dimensions),
-                    copy(c.composition))
-
-
-# Sweeps composed within `memoized`: (collective, algorithm, composition, system, distinct points) -> (the
-# system, its composition on those points); the system is kept so that its id is not reused meanwhile. At
-# most MEMO_POINTS distinct points in all (about 100 bytes each on two tiers: ~27 MB)
-MEMO_POINTS = 2**18
-_MEMO: dict[tuple[object, ...], tuple[System, Composed, int]] = {}
-_MEMO_POINTS = [0]
-_MEMO_TOKEN: ContextVar[Hashable | None] = ContextVar("compose_memo", default=None)
-_MEMO_OWNER: list[Hashable | None] = [None]
-
-
-@contextmanager
-def memoized(token: Hashable) -> Iterator[None]:
-    """Within: a sweep of the same collective, choices, system (the same object) and distinct points is
-    composed once and reused (exact: the same inputs bit for bit give the same result). For the blocks of one
-    search (`token`, equal in every block and worker of it): what another token's search held is dropped."""
-    if _MEMO_OWNER[0] != token:
-        forget()
-        _MEMO_OWNER[0] = token
-    reset = _MEMO_TOKEN.set(token)
-    try:
-        yield
-    finally:
-        _MEMO_TOKEN.reset(reset)
-
-
-def forget() -> None:
-    """Drop what `memoized` holds (a search calls it when it ends)."""
-    _MEMO.clear()
-    _MEMO_POINTS[0] = 0
-    _MEMO_OWNER[0] = None
 
 
 def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
@@ -253,67 +195,6 @@ def _split(op: Collective, n: Array, group: Placement, system: System, bandwidth
     return Composed(merged(a.time, b.time), dims, merged(a.composition, b.composition, int))
 
 
-@dataclass(frozen=True)
-class _Flattened:
-    """A sweep's inputs (message, spans, swept bandwidths) at its distinct points, on one axis: every formula
-    is elementwise, so composing the distinct points and indexing the results back gives each point what it
-    gets composed in place, bit for bit; numpy's per-call cost grows with an array's dimensions (a search
-    block has one per varying axis) and the joint choice's work with its points, not with the block's."""
-
-    n_bytes: np.ndarray
-    group: Placement
-    bandwidths: tuple[Array | None, ...]
-    shape: tuple[int, ...]
-    inverse: np.ndarray | None  # per point of the sweep (C order), its distinct point; None: all distinct
-    key: tuple[object, ...]  # the distinct points' bytes and which bandwidths are swept
-
-    @staticmethod
-    def of(n_bytes: Array, group: Placement, bandwidths: tuple[Array | None, ...]) -> _Flattened | None:
-        """None for one configuration."""
-        swept = [b for b in bandwidths if b is not None]
-        values = (n_bytes, *group.spans, *swept)
-        if not is_array(*values):
-            return None
-        shape = np.broadcast_shapes(*(np.shape(v) for v in values))
-        columns = np.empty((len(values), math.prod(shape)))
-        for row, v in zip(columns, values, strict=True):
-            row.reshape(shape)[...] = v
-        distinct, inverse = _distinct(columns)
-        rows = iter(distinct)
-        n, spans = next(rows), tuple(next(rows) for _ in group.spans)
-        return _Flattened(n, Placement(spans), tuple(None if b is None else next(rows) for b in bandwidths), shape,
-                          None if inverse is None else inverse.reshape(-1),
-                          (distinct.shape, tuple(b is None for b in bandwidths), distinct.tobytes()))
-
-    def put(self, x: Array, copy: bool = False) -> Array:
-        """A result on the distinct points, back at the sweep's points in its shape (numbers stay numbers; with
-        `copy`, never a view of `x`)."""
-        if not isinstance(x, np.ndarray) or x.ndim == 0:
-            return x
-        if self.inverse is None:
-            return x.reshape(self.shape).copy() if copy else x.reshape(self.shape)
-        return x[self.inverse].reshape(self.shape)
-
-    def back(self, c: Composed, copy: bool = False) -> Composed:
-        dims = tuple(DimensionCost(*(self.put(f, copy) for f in _fields(d))) for d in c.dimensions)
-        return Composed(self.put(c.time, copy), dims, self.put(c.composition, copy))
-
-
-def _distinct(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """The distinct columns (points) of `columns`, equal when bit for bit equal (so -0.0 is not 0.0), and per
-    column its distinct one (None where all are distinct)."""
-    keys = columns.view(np.int64)
-    order = np.lexsort(keys)
-    ordered = keys[:, order]
-    first = np.empty(len(order), dtype=bool)
-    first[0] = True
-    np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=first[1:])
-    if first.all():
-        return columns, None
-    inverse = np.empty(len(order), dtype=np.intp)
-    inverse[order] = np.cumsum(first) - 1
-    return columns[:, order[first]], inverse
-
 
 @quick_init  # one a collective (memo.quick_init)
 @dataclass(frozen=True)
@@ -351,7 +232,7 @@ class _Net:
             return _blocked(span)
         if p is None:
             return cost
-        return _scaled(cost, where(span > 1, 1.0, 0.0))  # a ring over all ranks only where the group spans i
+        return scaled(cost, where(span > 1, 1.0, 0.0))  # a ring over all ranks only where the group spans i
 
     def options(self, i: int, op: Collective, n: Array, exclude: tuple[Algorithm, ...] = ()
                 ) -> tuple[DimensionCost, ...]:
@@ -384,7 +265,7 @@ class _Net:
             costs = ()
         if len(costs) != len(PROTOCOLS):
             return (DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0),) * len(PROTOCOLS)
-        return tuple(_scaled(c, where(span > 1, 1.0, 0.0)) for c in costs)
+        return tuple(scaled(c, where(span > 1, 1.0, 0.0)) for c in costs)
 
 def _never_faster_pipelined(op: Collective, n: Array, net: _Net, first: Composed) -> bool:
     """Whether the pipelined phases are at no point faster than `first` (NCCL's flat ring), so `_faster`
@@ -495,18 +376,18 @@ def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | No
         dims = tuple(d[k] for d in per_dimension)
         active = sum(np.where(np.asarray(d.time) > 0, 1.0, 0.0) if is_array(d.time) else (1.0 if d.time > 0 else 0.0)
                      for d in dims)
-        latency = sum(d.fixed for d in dims) - _maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
+        latency = sum(d.fixed for d in dims) - nan_maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
         transfer = dims[0].transfer
         for d in dims[1:]:
-            transfer = _maximum(transfer, d.transfer)
+            transfer = nan_maximum(transfer, d.transfer)
         if proto.name == "LL":
-            transfer = where(across > 1, _maximum(transfer, ring_bytes / ll_cap), transfer)
+            transfer = where(across > 1, nan_maximum(transfer, ring_bytes / ll_cap), transfer)
         for i, dim in enumerate(net.system.network):  # each channel moves its share of the ring (comm/channels.py)
             if dim.channels is not None and dim.channel_bandwidth is not None:
                 cap = proto.bandwidth_factor * dim.channels * dim.channel_bandwidth
-                transfer = where(group.spans[i] > 1, _maximum(transfer, ring_bytes / cap), transfer)
+                transfer = where(group.spans[i] > 1, nan_maximum(transfer, ring_bytes / cap), transfer)
             if proto.name in dim.ring_busbw:  # the protocol's own ceiling there (tuning.cc llMaxBws, LL128 caps)
-                transfer = where(group.spans[i] > 1, _maximum(transfer, ring_bytes / dim.ring_busbw[proto.name]),
+                transfer = where(group.spans[i] > 1, nan_maximum(transfer, ring_bytes / dim.ring_busbw[proto.name]),
                                  transfer)
         time = latency + transfer
         built = Composed(time if is_array(time) else float(time), dims, index)
@@ -520,7 +401,7 @@ def _step_shares(group: Placement, count: int) -> list[Array]:
     general c_i = (p / inner_i - 1) / (p - 1) of the steps leave a block of the dimensions below i, and
     dimension i takes c_i - c_(i+1)."""
     p = group.size
-    left = [where(p > 1, (p / group.inner(i) - 1) / _maximum(p - 1, 1.0), 0.0) for i in range(count)] + [0.0]
+    left = [where(p > 1, (p / group.inner(i) - 1) / nan_maximum(p - 1, 1.0), 0.0) for i in range(count)] + [0.0]
     return [left[i] - left[i + 1] for i in range(count)]
 
 
@@ -535,27 +416,25 @@ def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) ->
         if op is _ALL_TO_ALL:  # all dimensions at once, the scale-out tier under incast
             stages.append([_incast(net, i).phase(i, op, message)])
             continue
-        at_top = _when(top, partial(net.phase, i, op, message))
+        at_top = when(top, partial(net.phase, i, op, message))
         if op is _ALL_REDUCE:
             # below the top: reduce-scatter up, all-gather down (ASTRA-sim, Sys.cc generate_all_reduce), not
             # the dimension's all-reduce: a one-shot direct all-reduce would send (p - 1) n, not 2 (p - 1)/p n
-            below = [_when(_not(top), partial(net.phase, i, o, message))
+            below = [when(logical_not(top), partial(net.phase, i, o, message))
                      for o in (_REDUCE_SCATTER, _ALL_GATHER)]
-            stages.append([_select(top, at_top, NOTHING)] + [_select(top, NOTHING, b) for b in below])
+            stages.append([select(top, at_top, NOTHING)] + [select(top, NOTHING, b) for b in below])
         else:
-            stages.append([_select(top, at_top, _when(_not(top), partial(net.phase, i, op, message)))])
+            stages.append([select(top, at_top, when(logical_not(top), partial(net.phase, i, op, message)))])
     flat = [s for dim in stages for s in dim]
-    dims = tuple(_sum(dim) for dim in stages)
+    dims = tuple(summed_phases(dim) for dim in stages)
     if op is _ALL_TO_ALL:
         time = flat[0].time
         for s in flat[1:]:
             time = np.maximum(time, s.time)
         return Composed(time if is_array(time) else float(time), dims, index)
-    return Composed(sum(s.time for s in flat) - _shared_base(flat), dims, index)
+    return Composed(sum(s.time for s in flat) - shared_base(flat), dims, index)
 
 
-_BLOCKED = DimensionCost(np.inf, 0.0, 0, 0, 0.0)  # an option that does not apply at a point of a sweep
-_JOINT_ELEMENTS = 1 << 20  # the joint choice's (caps, options, points) arrays: at most this many elements
 
 
 def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
@@ -565,7 +444,7 @@ def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
     algorithm and protocol of the collective). Each phase choosing by its own time is not the same: a phase
     off the slowest dimension pays only 1/k of its bandwidth time, so its own fastest (more latency, less
     transfer) can be the whole's slowest, and a lower latency that flipped its choice made the collective
-    slower. The joint choice is exact (`_fastest_together`), so a faster resource never slows it.
+    slower. The joint choice is exact (`fastest_together`), so a faster resource never slows it.
     NCCL's tree family keeps ring off the top and the dimension's all-reduce below it (its intra-node reduce
     and broadcast, NVLS or chain); the hierarchical library reduce-scatters up and all-gathers down below the
     top (ASTRA-sim, Sys.cc generate_all_reduce: a one-shot direct all-reduce would send (p - 1) n, not
@@ -573,38 +452,38 @@ def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
     count, group = len(net.system.network), net.group
     nccl = net.system.collectives is _NCCL
     sweep = is_array(n, *group.spans)
-    choices: list[list[tuple[DimensionCost, ...]] | _Stack] = []
+    choices: list[list[tuple[DimensionCost, ...]] | Stack] = []
     for i in range(count):
         top, message = net.top(i), phase_message(op, n, group, i)
         at_top: list[tuple[DimensionCost, ...]] = (
             [(o,) for o in net.options(i, op, message, (_RING,) if nccl else ())] if any_true(top) else [])
         below: list[tuple[DimensionCost, ...]] = []
-        if not _all_true(top):
+        if not all_true(top):
             if op is _ALL_REDUCE and not nccl:
-                scatter = _frontier([(o,) for o in net.options(i, _REDUCE_SCATTER, message)])
-                gather = _frontier([(o,) for o in net.options(i, _ALL_GATHER, message)])
+                scatter = frontier([(o,) for o in net.options(i, _REDUCE_SCATTER, message)])
+                gather = frontier([(o,) for o in net.options(i, _ALL_GATHER, message)])
                 below = [r + g for r in scatter for g in gather]
             else:
                 below = [(o,) for o in net.options(i, op, message)]
-        if sweep:  # the same steps on stacked options (`_Stack`): a few numpy calls per dimension, not per option
-            choices.append(_Stack.on_mask(top, at_top, below, np.shape(n)).frontier())
+        if sweep:  # the same steps on stacked options (`Stack`): a few numpy calls per dimension, not per option
+            choices.append(Stack.on_mask(top, at_top, below, np.shape(n)).frontier())
         else:
-            choices.append(_frontier(_on_mask(top, at_top, below)))
+            choices.append(frontier(on_mask(top, at_top, below)))
     chunks = np.maximum(np.asarray(n, dtype=float) / PIPELINE_CHUNK_BYTES, 1.0) if sweep else \
-        _maximum(float(n) / PIPELINE_CHUNK_BYTES, 1.0)
+        nan_maximum(float(n) / PIPELINE_CHUNK_BYTES, 1.0)
     if sweep:
-        stacks = [c for c in choices if isinstance(c, _Stack)]
-        picked = [st.gather(j) for st, j in zip(stacks, _joint(stacks, np.broadcast_to(chunks, stacks[0].shape)),
+        stacks = [c for c in choices if isinstance(c, Stack)]
+        picked = [st.gather(j) for st, j in zip(stacks, joint(stacks, np.broadcast_to(chunks, stacks[0].shape)),
                                                                strict=True)]
     else:
-        picked = _fastest_together([c for c in choices if isinstance(c, list)], float(chunks))
+        picked = fastest_together([c for c in choices if isinstance(c, list)], float(chunks))
     flat = [s for dim in picked for s in dim]
-    dims = tuple(_sum(list(dim)) for dim in picked)
-    fixed = sum(s.fixed for s in flat) - _shared_base(flat)
+    dims = tuple(summed_phases(list(dim)) for dim in picked)
+    fixed = sum(s.fixed for s in flat) - shared_base(flat)
     transfers = [d.transfer for d in dims]
     slowest = transfers[0]
     for t in transfers[1:]:
-        slowest = _maximum(slowest, t)
+        slowest = nan_maximum(slowest, t)
     total = sum(transfers)
     fill: Array
     if is_array(total, slowest, chunks):
@@ -615,181 +494,6 @@ def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
     time = fixed + slowest + fill
     return Composed(time if is_array(time) else float(time), dims, index)
 
-
-def _on_mask(top: Array, at_top: list[tuple[DimensionCost, ...]], below: list[tuple[DimensionCost, ...]]
-             ) -> list[tuple[DimensionCost, ...]]:
-    """A dimension's options: the top phase's where it is the group's top, the phases below elsewhere; over
-    a sweep that mixes both, each option blocked (infinite) where it does not apply."""
-    if not is_array(top):
-        return at_top if top else below
-    if not below or not at_top:  # the sweep's points all take one side
-        return at_top or below
-    width = max(len(o) for o in (*at_top, *below))
-
-    def padded(option: tuple[DimensionCost, ...], applies: Array) -> tuple[DimensionCost, ...]:
-        first = _select(applies, option[0], _BLOCKED)
-        return (first, *option[1:], *(NOTHING,) * (width - len(option)))
-
-    return [padded(o, top) for o in at_top] + [padded(o, _not(top)) for o in below]
-
-
-def _totals(option: tuple[DimensionCost, ...]) -> tuple[Array, Array]:
-    """An option's fixed cost F and transfer time B (its phases together; infinite where it cannot run)."""
-    fixed, time = option[0].fixed, option[0].time
-    for c in option[1:]:
-        fixed, time = fixed + c.fixed, time + c.time
-    if not (is_array(fixed) or is_array(time)):
-        return float(fixed), (np.inf if time == np.inf else float(time) - float(fixed))
-    with np.errstate(invalid="ignore"):
-        transfer = np.asarray(time, float) - np.asarray(fixed, float)
-    return np.asarray(fixed, float), np.where(np.isnan(transfer), np.inf, transfer)
-
-
-def _frontier(options: list[tuple[DimensionCost, ...]]) -> list[tuple[DimensionCost, ...]]:
-    """The options less those an earlier one matches or beats on both F and B (at every point of a sweep):
-    the joint choice takes the first of equals, so it never takes them."""
-    kept: list[tuple[tuple[DimensionCost, ...], tuple[Array, Array]]] = []
-    for option in options:
-        f, b = _totals(option)
-        if not any(_covers(f2, b2, f, b) for _, (f2, b2) in kept):
-            kept.append((option, (f, b)))
-    return [o for o, _ in kept]
-
-
-_BLOCKED_FIELDS = np.array([np.inf, 0.0, 0.0, 0.0, 0.0])[:, None, None]  # _BLOCKED's fields, stacked
-
-
-@dataclass(frozen=True)
-class _Stack:
-    """A dimension's options over a sweep, stacked: `fields[f, w, o]` is field f (time, bytes sent, algorithm,
-    protocol, fixed) of phase w of option o at each point (flat), and F and B their totals (`_totals`)."""
-
-    fields: np.ndarray  # (5, phases, options, points)
-    fixed: np.ndarray  # (options, points)
-    transfer: np.ndarray
-    shape: tuple[int, ...]  # the sweep's shape
-
-    @staticmethod
-    def of(options: list[tuple[DimensionCost, ...]], shape: tuple[int, ...]) -> _Stack:
-        width = max(len(o) for o in options)
-        fields = np.zeros((5, width, len(options), math.prod(shape)))  # NOTHING pads the narrower options
-        for o, option in enumerate(options):
-            for w, c in enumerate(option):
-                for f, x in enumerate(_fields(c)):
-                    fields[f, w, o].reshape(shape)[...] = x
-        return _Stack.totalled(fields, shape)
-
-    @staticmethod
-    def totalled(fields: np.ndarray, shape: tuple[int, ...]) -> _Stack:
-        """The stack with its totals, summed phase by phase as `_totals` sums them."""
-        fixed, time = fields[4, 0], fields[0, 0]
-        for w in range(1, fields.shape[1]):
-            fixed, time = fixed + fields[4, w], time + fields[0, w]
-        with np.errstate(invalid="ignore"):
-            transfer = time - fixed
-        transfer[np.isnan(transfer)] = np.inf
-        return _Stack(fields, fixed, transfer, shape)
-
-    @staticmethod
-    def on_mask(top: Array, at_top: list[tuple[DimensionCost, ...]], below: list[tuple[DimensionCost, ...]],
-                shape: tuple[int, ...]) -> _Stack:
-        """`_on_mask`, stacked: the first phase of each option blocked where its side does not apply."""
-        if not is_array(top) or not below or not at_top:
-            return _Stack.of(_on_mask(top, at_top, below), shape)
-        shape = np.broadcast_shapes(shape, np.shape(top))
-        fields = _Stack.of(at_top + below, shape).fields
-        applies = np.concatenate((np.broadcast_to(top, shape).reshape(1, -1),
-                                  np.broadcast_to(_not(top), shape).reshape(1, -1)))
-        side = np.repeat(applies, [len(at_top), len(below)], axis=0)  # (options, points)
-        fields[:, 0] = np.where(side, fields[:, 0], _BLOCKED_FIELDS)
-        return _Stack.totalled(fields, shape)
-
-    def frontier(self) -> _Stack:
-        """`_frontier`, stacked: an option is dropped where an earlier one is at most its F and B at every
-        point (being at most is transitive, so an earlier dropped one is itself beaten by an earlier kept)."""
-        if self.fixed.shape[0] == 1:
-            return self
-        f, b = self.fixed, self.transfer
-        covers = ((f[:, None] <= f[None]) & (b[:, None] <= b[None])).all(axis=2)  # [earlier, later]
-        kept = ~np.triu(covers, 1).any(axis=0)
-        if kept.all():
-            return self
-        return _Stack(self.fields[:, :, kept], f[kept], b[kept], self.shape)
-
-    def gather(self, j: np.ndarray) -> tuple[DimensionCost, ...]:
-        """Point by point, option j's phases."""
-        points = np.arange(j.size)
-        chosen = self.fields[:, :, j.reshape(-1), points].reshape((*self.fields.shape[:2], *self.shape))
-        return tuple(DimensionCost(chosen[0, w], chosen[1, w], chosen[2, w].astype(int), chosen[3, w].astype(int),
-                                   chosen[4, w]) for w in range(chosen.shape[1]))
-
-
-def _fastest_together(choices: list[list[tuple[DimensionCost, ...]]], chunks: Array
-                      ) -> list[tuple[DimensionCost, ...]]:
-    """Per dimension, the option (its phases) of least pipelined time sum_i (F_i + B_i / k) + (1 - 1/k)
-    max_i B_i, exactly [derived]: for a cap C on the slowest dimension's transfer each dimension takes its
-    least F + B / k among the options with B <= C, and the least of sum + (1 - 1/k) C over the caps C = each
-    option's B is the optimum (at the optimum's own max the bound is its time; every bound is at least the
-    time of the options it took). A faster resource lowers every option's F and B, so it never raises the
-    optimum."""
-    totals = [[_totals(o) for o in options] for options in choices]
-    if not (is_array(chunks) or any(is_array(f) or is_array(b) for row in totals for f, b in row)):
-        return _fastest_together_scalar(choices, totals, float(chunks))
-    shape = np.broadcast_shapes(np.shape(chunks), *(np.shape(x) for row in totals for fb in row for x in fb))
-    stacks = [_Stack.of(options, shape) for options in choices]
-    return [st.gather(j) for st, j in zip(stacks, _joint(stacks, np.broadcast_to(chunks, shape)), strict=True)]
-
-
-def _joint(stacks: list[_Stack], chunks: np.ndarray) -> list[np.ndarray]:
-    """`_fastest_together` over a sweep: per dimension, the index of its option at each point. The caps are
-    tried many at once (one (caps, options, points) array per dimension), in the order of the loop over
-    them: a cap replaces the best only where strictly better, so the first of equal totals wins."""
-    k = np.asarray(chunks, dtype=float).reshape(-1)
-    size = k.size
-    caps = np.concatenate([st.transfer for st in stacks])  # every option's B, in the order the caps are tried
-    weighed = [st.fixed + st.transfer / k for st in stacks]
-    widest = max(st.fixed.shape[0] for st in stacks)
-    step = max(1, _JOINT_ELEMENTS // (widest * size))  # caps at once: bounded memory for long sweeps
-    best, pick = np.full(size, np.inf), [np.zeros(size, dtype=np.intp) for _ in stacks]
-    points = np.arange(size)
-    with np.errstate(invalid="ignore"):
-        for first in range(0, len(caps), step):
-            cap = caps[first:first + step]  # (caps, points)
-            total = np.where(np.isfinite(cap), cap - cap / k, np.inf)
-            taken = []
-            for g, st in zip(weighed, stacks, strict=True):
-                allowed = np.where(st.transfer[None] <= cap[:, None], g[None], np.inf)  # (caps, options, points)
-                j = np.argmin(allowed, axis=1)
-                total = total + np.take_along_axis(allowed, j[:, None], 1)[:, 0]
-                taken.append(j)
-            total[np.isnan(total)] = np.inf  # never better, as in a comparison
-            c = np.argmin(total, axis=0)  # the first cap of the least total
-            least = total[c, points]
-            better = least < best
-            best = np.where(better, least, best)
-            pick = [np.where(better, j[c, points], p) for j, p in zip(taken, pick, strict=True)]
-    return [p.reshape(chunks.shape) for p in pick]
-
-
-def _fastest_together_scalar(choices: list[list[tuple[DimensionCost, ...]]],
-                             totals: list[list[tuple[Array, Array]]], k: float) -> list[tuple[DimensionCost, ...]]:
-    """`_fastest_together` for one configuration, in the same order (the same choice in a tie)."""
-    rows = [[(float(f) + float(b) / k, float(b), j) for j, (f, b) in enumerate(row)] for row in totals]
-    best, pick = np.inf, [0] * len(choices)
-    for cap in dict.fromkeys(float(b) for row in totals for _, b in row):
-        if cap == np.inf:
-            continue
-        total, taken = cap - cap / k, []
-        for row in rows:
-            least = min(((g, j) for g, b, j in row if b <= cap), default=None)
-            if least is None:
-                break
-            total += least[0]
-            taken.append(least[1])
-        else:
-            if total < best:
-                best, pick = total, taken
-    return [options[j] for options, j in zip(choices, pick, strict=True)]
 
 
 def _incast(net: _Net, i: int) -> _Net:
@@ -822,78 +526,9 @@ def _faster(a: Composed, b: Composed) -> Composed:
         return a if a.time <= b.time else b
     take_a = np.asarray(a.time) <= np.asarray(b.time)
     return Composed(np.where(take_a, a.time, b.time),
-                    tuple(_select(take_a, x, y) for x, y in zip(a.dimensions, b.dimensions, strict=True)),
+                    tuple(select(take_a, x, y) for x, y in zip(a.dimensions, b.dimensions, strict=True)),
                     np.where(take_a, a.composition, b.composition))
 
-
-_NUMBERS = (float, int, np.float64)  # one configuration's numbers (exact types: the fast test first)
-
-
-def _maximum(a: Array, b: Array) -> Array:
-    """np.maximum, in plain Python for one configuration (a NaN wins, as there)."""
-    if type(a) in _NUMBERS and type(b) in _NUMBERS:
-        return a if a >= b else b if b >= a else math.nan  # type: ignore[operator]
-    return np.maximum(a, b)
-
-
-def _all_true(mask: Array) -> bool:
-    """np.all that stays in plain Python for one configuration."""
-    return bool(np.all(mask)) if is_array(mask) else bool(mask)
-
-
-def _covers(f2: Array, b2: Array, f: Array, b: Array) -> bool:
-    """Whether (f2, b2) is at most (f, b) at every point."""
-    if is_array(f2, b2, f, b):
-        return bool(np.all((f2 <= f) & (b2 <= b)))
-    return bool(f2 <= f) and bool(b2 <= b)
-
-
-def _not(mask: Array) -> Array:
-    return ~np.asarray(mask, dtype=bool) if is_array(mask) else not mask
-
-
-def _when(mask: Array, cost: Callable[[], DimensionCost]) -> DimensionCost:
-    """A phase only where it is needed: not computed at all for a single configuration that skips it."""
-    if not any_true(mask):
-        return NOTHING
-    return cost()
-
-
-def _select(mask: Array, a: DimensionCost, b: DimensionCost) -> DimensionCost:
-    if not is_array(mask):
-        return a if mask else b
-    return DimensionCost(*(np.where(mask, x, y) for x, y in zip(_fields(a), _fields(b), strict=True)))
-
-
-def _fields(c: DimensionCost) -> tuple[Array, ...]:
-    return c.time, c.sent_bytes, c.algorithm, c.protocol, c.fixed
-
-
-def _scaled(c: DimensionCost, k: Array) -> DimensionCost:
-    if not is_array(k):
-        return c if k else NOTHING
-    return DimensionCost(c.time * k, c.sent_bytes * k, c.algorithm, c.protocol, c.fixed * k)
-
-
-def _sum(stages: list[DimensionCost]) -> DimensionCost:
-    """The phases of one dimension together, named by the last that runs (the top phase is first, and idle
-    below the top)."""
-    named = stages[0]
-    for s in stages[1:]:
-        named = _select(np.asarray(s.time) > 0 if is_array(s.time) else s.time > 0, s, named)
-    return DimensionCost(sum(s.time for s in stages), sum(s.sent_bytes for s in stages), named.algorithm,
-                         named.protocol, sum(s.fixed for s in stages))
-
-
-def _shared_base(stages: list[DimensionCost]) -> Array:
-    """What composing phases into one collective saves: each phase's cost includes a protocol's fixed cost
-    per collective call, which the whole collective pays once (docs/formulas.md §1.3). The saving is the
-    smallest fixed cost per extra phase, independent of the protocols chosen, so that time stays
-    non-decreasing in size."""
-    if not any(is_array(st.time) for st in stages):  # one configuration
-        return max(sum(1 for st in stages if st.time > 0) - 1, 0) * _SMALLEST_BASE
-    active = sum(np.where(np.asarray(st.time) > 0, 1.0, 0.0) for st in stages)
-    return np.maximum(active - 1, 0.0) * _SMALLEST_BASE
 
 
 def _pinnable(algorithm: Algorithm, op: Collective, dim: object, exclude: tuple[Algorithm, ...] = ()) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 
 from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS, DimensionCost, bus_factor
 from armillary.comm.collectives import collective
-from armillary.comm.compose import COMPOSITIONS
+from armillary.comm.composed import COMPOSITIONS
 from armillary.display import Displayed, Headline, number, seconds
 from armillary.errors import SpecError
 from armillary.numerics import Array
