@@ -11,6 +11,13 @@ def exposed(comm: Array, hidden_behind: Array, overlap: Array) -> Array:
     return maximum(0.0, comm - overlap * hidden_behind)
 
 
+def exposed_fully(comm: Array, hidden_behind: Array) -> Array:
+    """`exposed` at overlap 1, without its multiply by 1.0: max(0, T_comm - T_overlappable) (docs/formulas.md
+    §2.3), bit for bit exposed(comm, hidden_behind, 1.0) for float64 times (IEEE 754 multiplication by one is
+    exact: -0.0, inf and NaN kept)."""
+    return maximum(0.0, comm - hidden_behind)
+
+
 # Tensor-parallel communication overlapped tile by tile with the GEMM it feeds or drains (Wang et al., ASPLOS'23
 # "Overlap communication with dependent computation via decomposition"; Transformer Engine's userbuffers). One
 # GEMM of `gemm` seconds and its collective of `comm` seconds alone; returns the seconds the pair adds beyond

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from armillary.comm.collectives import CommCost, all_gather, all_reduce, needed, reduce_scatter
-from armillary.comm.overlap import exposed
+from armillary.comm.overlap import exposed_fully
 from armillary.estimate import memory as mem
 from armillary.estimate.result import CommCall, ParallelDimension
 from armillary.memo import quick_init
@@ -20,6 +20,12 @@ from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
 from armillary.specs.system import System
+
+# enum members read once here: on CPython 3.11 each `Enum.MEMBER` read in a call goes through
+# EnumType.__getattr__ (~0.15 us)
+_ALL_GATHER = Collective.ALL_GATHER
+_ALL_REDUCE = Collective.ALL_REDUCE
+_REDUCE_SCATTER = Collective.REDUCE_SCATTER
 
 
 @quick_init
@@ -48,9 +54,10 @@ def exposed_together(costs: tuple[DataParallelCost, ...], forward_s: Array, back
     saves, never more."""
     total = {f: sum((getattr(c, f) for c in costs), 0.0)
              for f in ("in_line_s", "behind_forward_s", "behind_backward_s", "once_forward_s", "once_backward_s")}
-    per_mb = exposed(total["behind_forward_s"], forward_s, 1.0) + exposed(total["behind_backward_s"], backward_s, 1.0)
-    return (total["in_line_s"] + microbatches * per_mb + exposed(total["once_forward_s"], forward_s, 1.0)
-            + exposed(total["once_backward_s"], backward_s, 1.0))
+    per_mb = (exposed_fully(total["behind_forward_s"], forward_s)
+              + exposed_fully(total["behind_backward_s"], backward_s))
+    return (total["in_line_s"] + microbatches * per_mb + exposed_fully(total["once_forward_s"], forward_s)
+            + exposed_fully(total["once_backward_s"], backward_s))
 
 
 def parameter_tensors(m: ModelArrays) -> Array:
@@ -135,11 +142,11 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
     on = [where(active & (st.zero == z), 1.0, 0.0) for z in range(4)]
     m, units = microbatches, layers_local
     calls = (
-        CommCall.of(dimension, Collective.ALL_REDUCE, on[0], grad_bytes, reduce_grads),
-        CommCall.of(dimension, Collective.REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
-        CommCall.of(dimension, Collective.ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
-        CommCall.of(dimension, Collective.ALL_GATHER, on[3] * 2 * units * m, unit_bytes / units, unit_gather),
-        CommCall.of(dimension, Collective.REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
+        CommCall.of(dimension, _ALL_REDUCE, on[0], grad_bytes, reduce_grads),
+        CommCall.of(dimension, _REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
+        CommCall.of(dimension, _ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
+        CommCall.of(dimension, _ALL_GATHER, on[3] * 2 * units * m, unit_bytes / units, unit_gather),
+        CommCall.of(dimension, _REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
     )
     return DataParallelCost(in_line_s=on_any * (in_line + microbatches * in_line_per_mb),
                             behind_forward_s=on_any * behind_forward, behind_backward_s=on_any * behind_backward,

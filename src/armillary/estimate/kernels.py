@@ -21,6 +21,8 @@ from armillary.workload.experts import ExpertsForward
 from armillary.workload.quantize import bf16_share, quantize_ops
 from armillary.workload.transformer import Ends, LayerForward
 
+_FP8 = PRECISION.code(TrainingPrecision.FP8)  # read once (as estimate/memory.py)
+
 
 @quick_init
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def layer_kernels(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, 
     if fw.sixteen_bit_attention:  # a checkpoint that keeps its attention projections in bf16
         qkv, out_proj = kernel_times((fw.qkv, fw.out_proj), device, precision, sixteen_bit=True)
     elif any_true(projections > 0):  # a recipe that keeps them in fp8 (1) or bf16 (2)
-        kept_fp8 = kernel_times((fw.qkv, fw.out_proj), device, PRECISION.code(TrainingPrecision.FP8))
+        kept_fp8 = kernel_times((fw.qkv, fw.out_proj), device, _FP8)
         kept_bf16 = kernel_times((fw.qkv, fw.out_proj), device, precision, sixteen_bit=True)
         qkv, out_proj = (where(projections == 1, f8, where(projections == 2, b16, fmt))
                          for f8, b16, fmt in zip(kept_fp8, kept_bf16, (qkv, out_proj), strict=True))

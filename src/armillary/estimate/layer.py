@@ -22,7 +22,7 @@ from armillary.comm.collectives import (
     reduce_scatter,
     send_recv,
 )
-from armillary.comm.overlap import exposed, pipelined_exposed, ring_exchange_exposed
+from armillary.comm.overlap import exposed, exposed_fully, pipelined_exposed, ring_exchange_exposed
 from armillary.cost.compute import addition_time
 from armillary.estimate.kernels import LayerKernels, layer_kernels
 from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
@@ -48,6 +48,19 @@ BACKWARD_STREAM_FACTOR = 1.5
 TP_OVERLAP_SMS, TP_OVERLAP_SPLITS = 16, 4
 # FlashAttention's backward recomputes the scores: 2.5x the forward FLOPs (FA2 §4.1; docs/formulas.md §3.5).
 FLASH_BACKWARD_FACTOR = 2.5
+
+# enum members read once here: on CPython 3.11 each `Enum.MEMBER` read in a call goes through
+# EnumType.__getattr__ (~0.15 us)
+_ALL_GATHER = Collective.ALL_GATHER
+_ALL_REDUCE = Collective.ALL_REDUCE
+_ALL_TO_ALL = Collective.ALL_TO_ALL
+_DIM_CP = ParallelDimension.CP
+_DIM_EP = ParallelDimension.EP
+_DIM_ETP = ParallelDimension.ETP
+_DIM_SP = ParallelDimension.SP
+_DIM_TP = ParallelDimension.TP
+_REDUCE_SCATTER = Collective.REDUCE_SCATTER
+_SEND_RECV = Collective.SEND_RECV
 
 
 def recompute_modes(st: StrategyArrays) -> tuple[Array, Array]:
@@ -321,8 +334,8 @@ def _recompute(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | Non
 # (SC'21 §3.2); with SP each becomes an all-gather before and a reduce-scatter after the block
 # (Korthikanti §4.2.2), and the backward gathers each block's input once more for the weight gradient
 # (Megatron keeps only the 1/t shard)
-TP_OPERATIONS = ((ParallelDimension.TP, Collective.ALL_REDUCE), (ParallelDimension.SP, Collective.ALL_GATHER),
-                 (ParallelDimension.SP, Collective.REDUCE_SCATTER))
+TP_OPERATIONS = ((_DIM_TP, _ALL_REDUCE), (_DIM_SP, _ALL_GATHER),
+                 (_DIM_SP, _REDUCE_SCATTER))
 
 
 def tp_calls_per_pass(sp: Array) -> tuple[tuple[Array, Array, Array], tuple[Array, Array, Array]]:
@@ -366,7 +379,7 @@ def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange
                      pipelined_exposed(rs.time, gemm, TP_OVERLAP_SPLITS, held))
 
     def beside(comm: Array, gemm: Array) -> Array:  # a collective beside an independent GEMM
-        return where(ring, ring_exchange_exposed(comm, gemm, st.tp), exposed(comm, gemm, 1.0))
+        return where(ring, ring_exchange_exposed(comm, gemm, st.tp), exposed_fully(comm, gemm))
 
     tiled_f = (ring_exchange_exposed(ag.time, kt.qkv, st.tp) + ring_exchange_exposed(ag.time, kt.mlp_in, st.tp)
                + drained(kt.out_proj) + drained(kt.mlp_out))
@@ -374,12 +387,12 @@ def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange
     rs_qkv, rs_mlp_in = beside(rs.time, kt.qkv), beside(rs.time, kt.mlp_in)
     tiled_b = (ring_exchange_exposed(ag.time, kt.out_proj, st.tp) + ring_exchange_exposed(ag.time, kt.mlp_out, st.tp)
                + beside(ag.time, kt.qkv) + beside(ag.time, kt.mlp_in) + rs_qkv + rs_mlp_in)
-    tp_f = where(on, where(sp > 0, tiled_f, exposed(comm_f, gemm_t, 1.0)), comm_f)
-    tp_b = where(on, where(sp > 0, tiled_b, exposed(comm_b, 2 * gemm_t, 1.0)), comm_b)
+    tp_f = where(on, where(sp > 0, tiled_f, exposed_fully(comm_f, gemm_t)), comm_f)
+    tp_b = where(on, where(sp > 0, tiled_b, exposed_fully(comm_b, 2 * gemm_t)), comm_b)
     # the weight pass deferred: the input gradients' reduce-scatters ran beside the weight-gradient GEMMs (TE's
     # bulk dgrad reduce-scatter / wgrad overlap), the all-reduces hide behind the input-gradient GEMMs alone
     tiled_b_alone = tiled_b - rs_qkv - rs_mlp_in + 2 * rs.time
-    tp_b_alone = where(on, where(sp > 0, tiled_b_alone, exposed(comm_b, gemm_t, 1.0)), comm_b)
+    tp_b_alone = where(on, where(sp > 0, tiled_b_alone, exposed_fully(comm_b, gemm_t)), comm_b)
     return costs, tp_f, tp_b, tp_b_alone
 
 
@@ -404,16 +417,16 @@ def _context_parallel(st: StrategyArrays, system: System, exchange: LayerExchang
         if group is None:
             raise ValueError("context parallelism needs the cp group's placement")
         hop = needed(lambda: send_recv(exchange.kv_block, group, system), on_ring)
-        a2a_in = needed(lambda: collective(Collective.ALL_TO_ALL, bytes_in, group, system).cost, on_a2a)
-        a2a_out = needed(lambda: collective(Collective.ALL_TO_ALL, bytes_out, group, system).cost, on_a2a)
+        a2a_in = needed(lambda: collective(_ALL_TO_ALL, bytes_in, group, system).cost, on_a2a)
+        a2a_out = needed(lambda: collective(_ALL_TO_ALL, bytes_out, group, system).cost, on_a2a)
         ring_steps = where(on_ring, cp - 1, 0.0)
-        cp_f = exposed(ring_steps * hop.time, core_f.time_s, 1.0) + a2a_in.time + a2a_out.time
-        cp_b = exposed(2 * ring_steps * hop.time, core_b.time_s, 1.0) + a2a_in.time + a2a_out.time
+        cp_f = exposed_fully(ring_steps * hop.time, core_f.time_s) + a2a_in.time + a2a_out.time
+        cp_b = exposed_fully(2 * ring_steps * hop.time, core_b.time_s) + a2a_in.time + a2a_out.time
     passes = 2 + full  # forward, backward (+ the recomputed forward)
     calls = (
-        CommCall.of(ParallelDimension.CP, Collective.SEND_RECV, ring_steps * (3 + full), exchange.kv_block, hop),
-        CommCall.of(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, exchange.a2a_bytes[0], a2a_in),
-        CommCall.of(ParallelDimension.CP, Collective.ALL_TO_ALL, on_a2a * passes, exchange.a2a_bytes[1], a2a_out),
+        CommCall.of(_DIM_CP, _SEND_RECV, ring_steps * (3 + full), exchange.kv_block, hop),
+        CommCall.of(_DIM_CP, _ALL_TO_ALL, on_a2a * passes, exchange.a2a_bytes[0], a2a_in),
+        CommCall.of(_DIM_CP, _ALL_TO_ALL, on_a2a * passes, exchange.a2a_bytes[1], a2a_out),
     )
     return cp_f, cp_b, calls
 
@@ -445,12 +458,12 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
     per_pass = dispatch.time + combine.time + gather.time + scatter.time
     passes = 2 + full + moe_block_recompute(st)  # the forward, backward, re-runs
     calls = (
-        CommCall.of(ParallelDimension.EP, Collective.ALL_TO_ALL, passes * (st.ep > 1), experts.dispatch_bytes,
+        CommCall.of(_DIM_EP, _ALL_TO_ALL, passes * (st.ep > 1), experts.dispatch_bytes,
                     dispatch),
-        CommCall.of(ParallelDimension.EP, Collective.ALL_TO_ALL, passes * (st.ep > 1), experts.combine_bytes,
+        CommCall.of(_DIM_EP, _ALL_TO_ALL, passes * (st.ep > 1), experts.combine_bytes,
                     combine),
-        CommCall.of(ParallelDimension.ETP, Collective.ALL_GATHER, passes * (st.etp > 1), gathered, gather),
-        CommCall.of(ParallelDimension.ETP, Collective.REDUCE_SCATTER, passes * (st.etp > 1), gathered, scatter),
+        CommCall.of(_DIM_ETP, _ALL_GATHER, passes * (st.etp > 1), gathered, gather),
+        CommCall.of(_DIM_ETP, _REDUCE_SCATTER, passes * (st.etp > 1), gathered, scatter),
     )
     return (exposed(per_pass, forward_s, st.overlap_ep), exposed(per_pass, backward_s, st.overlap_ep), calls,
             exposed(per_pass, input_backward_s, st.overlap_ep))

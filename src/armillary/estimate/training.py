@@ -57,6 +57,15 @@ from armillary.workload.experts import ExpertsForward, experts_forward, rank_loa
 from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import LayerForward, ends_forward, layer_forward, sequence_shards, tp_message_bytes
 
+# enum members read once here: on CPython 3.11 each `Enum.MEMBER` read in a call goes through
+# EnumType.__getattr__ (~0.15 us)
+_ALL_GATHER = Collective.ALL_GATHER
+_ALL_REDUCE = Collective.ALL_REDUCE
+_DIM_EDP = ParallelDimension.EDP
+_DIM_PP = ParallelDimension.PP
+_DIM_TP = ParallelDimension.TP
+_SEND_RECV = Collective.SEND_RECV
+
 
 @quick_init
 @dataclass(frozen=True)
@@ -347,7 +356,7 @@ def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, mic
     if layers.moe is None or layers.edp_group is None:
         return (dense,)
     experts = data_parallel_cost(params.experts_local, maximum(stages.busiest(1), 1), microbatches, st,
-                                 layers.edp_group, system, ParallelDimension.EDP,
+                                 layers.edp_group, system, _DIM_EDP,
                                  lora=(0.0 * params.experts_local, params.experts_local * w.base_bytes)
                                  if _lora(w) else None)
     return dense, experts
@@ -557,10 +566,10 @@ def _calls(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[
           if not _never(call.per_step)),
         *(_times(call, call.per_step * moe_layers * microbatches) for call in moe_calls
           if not _never(call.per_step)),
-        CommCall.of(ParallelDimension.TP, Collective.ALL_REDUCE,
+        CommCall.of(_DIM_TP, _ALL_REDUCE,
                     (1 + stages.single) * microbatches * where(st.tp > 1, 1.0, 0.0), layers.tp_bytes, layers.ends.tp),
-        CommCall.of(ParallelDimension.PP, Collective.SEND_RECV, pp_calls, sends.sent_bytes, sends.send),
-        CommCall.of(ParallelDimension.PP, Collective.ALL_GATHER, pp_calls * (sends.scatter > 1),
+        CommCall.of(_DIM_PP, _SEND_RECV, pp_calls, sends.sent_bytes, sends.send),
+        CommCall.of(_DIM_PP, _ALL_GATHER, pp_calls * (sends.scatter > 1),
                     sends.activation_bytes, sends.regather),
         *(call for cost in dp for call in cost.calls),
     )
