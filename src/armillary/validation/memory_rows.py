@@ -106,7 +106,7 @@ def stated_positions(row: dict[str, str], candidates: list[RowSpecs]) -> list[Ro
 def stated_head(row: dict[str, str], candidates: list[RowSpecs]) -> list[RowSpecs]:
     """The row's configurations with an LM head of its own where its words say it is not tied to the embedding
     (LitGPT's GPT: `lm_head` an nn.Linear beside `transformer.wte`). The rows name no preset for phi-1.5 or
-    StableLM Alpha, so the harness would give them GPT's tied embedding (`rows._family`); the training rows'
+    StableLM Alpha, so the harness would give them GPT's tied embedding (`row_model._family`); the training rows'
     step times hardly depend on it, their memory does (a second vocabulary x hidden matrix)."""
     text = "; ".join(row.get(column, "") for column in ("framework", "notes"))
     if search_run(r"\bnot tied to the embedding\b", text) is None:
