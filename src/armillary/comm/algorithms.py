@@ -34,12 +34,20 @@ import numpy as np
 
 from armillary.memo import IdentityCache, quick_init
 from armillary.numerics import Array, any_true, minimum
-from armillary.specs.communication import Algorithm, Collective
+from armillary.specs.communication import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    BROADCAST,
+    REDUCE,
+    REDUCE_SCATTER,
+    Algorithm,
+    Collective,
+)
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.network import SWITCHED, DirectAllReduce, NetworkDimension, NetworkKind
 
-# enum members read once: `Collective.X` goes through EnumType's __getattr__ hook (~0.15 us a read on CPython
-# 3.11, against ~0.02 us for a module global), and one configuration's collective reads dozens of them
+# the other enum members read once, as Collective's are (specs/communication.py says why)
 _AUTO = Algorithm.AUTO
 _DIRECT = Algorithm.DIRECT
 _HALVING_DOUBLING = Algorithm.HALVING_DOUBLING
@@ -47,12 +55,6 @@ _IN_NETWORK = Algorithm.IN_NETWORK
 _RING = Algorithm.RING
 _SYNTHESIZED = Algorithm.SYNTHESIZED
 _TREE = Algorithm.TREE
-_ALL_GATHER = Collective.ALL_GATHER
-_ALL_REDUCE = Collective.ALL_REDUCE
-_ALL_TO_ALL = Collective.ALL_TO_ALL
-_BROADCAST = Collective.BROADCAST
-_REDUCE = Collective.REDUCE
-_REDUCE_SCATTER = Collective.REDUCE_SCATTER
 _TWO_SHOT = DirectAllReduce.TWO_SHOT
 _FAT_TREE = NetworkKind.FAT_TREE
 _FULLY_CONNECTED = NetworkKind.FULLY_CONNECTED
@@ -112,9 +114,9 @@ ALGORITHMS = (_RING, _TREE, _HALVING_DOUBLING, _DIRECT, _IN_NETWORK, _SYNTHESIZE
 def bus_factor(op: Collective, ranks: Array) -> Array:
     """nccl-tests' busbw / algbw factor (doc/PERFORMANCE.md; docs/formulas.md §1.4): the bytes each rank
     sends in a ring over `ranks`, per byte of the message."""
-    if op is _ALL_REDUCE:
+    if op is ALL_REDUCE:
         return 2 * (ranks - 1) / ranks
-    if op in (_REDUCE_SCATTER, _ALL_GATHER, _ALL_TO_ALL):
+    if op in (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL):
         return (ranks - 1) / ranks
     return 1.0 + 0 * ranks
 
@@ -127,7 +129,7 @@ def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
     frac = (p - 1) / p
     if alg is _SYNTHESIZED:  # costed by comm/synthesized_cost.py when pinned
         return None
-    if op is _ALL_REDUCE:
+    if op is ALL_REDUCE:
         if alg is _RING:
             return 2 * (p - 1), 2 * frac * n
         if alg is _TREE:  # double binary tree: each rank is inner in one tree, a leaf in the other
@@ -137,7 +139,7 @@ def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
         if alg is _DIRECT:  # one-shot, or two one-step phases (ASTRA-sim AllToAll.cc)
             return (2.0 + 0 * p, 2 * frac * n) if two_shot else (1.0 + 0 * p, (p - 1) * n)
         return 2.0 + 0 * p, n + 0 * p  # in-network: send n up, receive n reduced
-    if op in (_REDUCE_SCATTER, _ALL_GATHER):
+    if op in (REDUCE_SCATTER, ALL_GATHER):
         if alg is _RING:
             return p - 1, frac * n
         if alg is _HALVING_DOUBLING:
@@ -145,13 +147,13 @@ def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
         if alg is _DIRECT:
             return 1.0 + 0 * p, frac * n
         if alg is _IN_NETWORK:
-            return 2.0 + 0 * p, (n + 0 * p if op is _REDUCE_SCATTER else frac * n)
+            return 2.0 + 0 * p, (n + 0 * p if op is REDUCE_SCATTER else frac * n)
         return None
-    if op is _ALL_TO_ALL:  # pairwise exchange (ring order) or all at once (direct)
+    if op is ALL_TO_ALL:  # pairwise exchange (ring order) or all at once (direct)
         if alg is _RING:
             return p - 1, frac * n
         return (1.0 + 0 * p, frac * n) if alg is _DIRECT else None
-    if op in (_BROADCAST, _REDUCE):  # pipelined chain, binomial tree, scatter + gather
+    if op in (BROADCAST, REDUCE):  # pipelined chain, binomial tree, scatter + gather
         if alg is _RING:
             return p - 1, n + 0 * p
         if alg is _TREE:
@@ -167,7 +169,7 @@ def _synthesizable(op: Collective, p: Array, net: NetworkDimension, algorithm: A
     synthesizes, one group size (a synthesis per size), not excluded."""
     return (algorithm is _AUTO and _SYNTHESIZED in net.algorithms
             and _SYNTHESIZED not in exclude and np.ndim(p) == 0 and float(p) > 1
-            and op in (_ALL_GATHER, _REDUCE_SCATTER, _ALL_REDUCE))
+            and op in (ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE))
 
 
 def _synthesized(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension,
@@ -383,7 +385,7 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     times, fixeds, sents, labels = [], [], [], []
     reduces = op in _REDUCING
     ring_hops = _ring_hops(net, p)
-    a2a_hops = _a2a_hops(net, p) if op is _ALL_TO_ALL else 1.0
+    a2a_hops = _a2a_hops(net, p) if op is ALL_TO_ALL else 1.0
     if scalar:
         a2a_hops = float(a2a_hops)
     everywhere = curve is True  # (the common call: the curve read at every point)
@@ -399,13 +401,13 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         if steps_bytes is None:
             continue
         steps, sent = steps_bytes
-        if op is _ALL_TO_ALL:
+        if op is ALL_TO_ALL:
             sent = sent * a2a_hops
         if alg is _RING and ring_hops is not None:
             steps = steps * ring_hops / (p - 1)
         reduce_time: Array = 0.0
         if reduces and alg is _DIRECT:  # one-shot reduces the p received buffers afterwards
-            one_shot = op is _ALL_REDUCE and not two_shot  # two-shot: the reduce-scatter's share
+            one_shot = op is ALL_REDUCE and not two_shot  # two-shot: the reduce-scatter's share
             reduced = (p - 1) * n_bytes if one_shot else (p - 1) / p * n_bytes
             reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
         ramped = tree_ramp if alg is _TREE else ramp

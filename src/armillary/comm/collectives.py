@@ -21,17 +21,20 @@ from armillary.comm.libraries import choose, fastest, library_names
 from armillary.memo import quick_init
 from armillary.numerics import Array
 from armillary.plan.placement import Placement
-from armillary.specs.communication import Algorithm, Collective, Composition
+from armillary.specs.communication import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    REDUCE_SCATTER,
+    SEND_RECV,
+    Algorithm,
+    Collective,
+    Composition,
+)
 from armillary.specs.system import System
 
-# enum members read once: `Collective.X` goes through EnumType's __getattr__ hook (~0.15 us a read on CPython
-# 3.11, against ~0.02 us for a module global), and one configuration's collective reads dozens of them
+# the other enum members read once, as Collective's are (specs/communication.py says why)
 _AUTO = Algorithm.AUTO
-_ALL_GATHER = Collective.ALL_GATHER
-_ALL_REDUCE = Collective.ALL_REDUCE
-_ALL_TO_ALL = Collective.ALL_TO_ALL
-_REDUCE_SCATTER = Collective.REDUCE_SCATTER
-_SEND_RECV = Collective.SEND_RECV
 _ANY_COMPOSITION = Composition.AUTO
 
 
@@ -90,7 +93,7 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
     composition the system's library offers (or the pinned one), each dimension's phase with its fastest
     algorithm (or the pinned one, where it can run). The per-device bandwidths of the dimensions may be given
     as arrays to sweep them (None keeps a dimension's own)."""
-    if op is _SEND_RECV:
+    if op is SEND_RECV:
         raise ValueError(f"{op.value} is point-to-point: use send_recv")
     if library_names(system):  # several libraries: the fastest per call (comm/libraries.py)
         best, index = fastest(lambda view: collective(op, n_bytes, group, view, algorithm, bandwidths, composition),
@@ -119,17 +122,17 @@ def _pick_result(results: Sequence[CollectiveResult], k: Array) -> CollectiveRes
 
 def all_gather(n_bytes: Array, group: Placement, system: System) -> CommCost:
     """All-gather of an n-byte result (each rank holds n/p)."""
-    return collective(_ALL_GATHER, n_bytes, group, system).cost
+    return collective(ALL_GATHER, n_bytes, group, system).cost
 
 
 def reduce_scatter(n_bytes: Array, group: Placement, system: System) -> CommCost:
     """Reduce-scatter of an n-byte input."""
-    return collective(_REDUCE_SCATTER, n_bytes, group, system).cost
+    return collective(REDUCE_SCATTER, n_bytes, group, system).cost
 
 
 def all_reduce(n_bytes: Array, group: Placement, system: System) -> CommCost:
     """All-reduce of an n-byte buffer."""
-    return collective(_ALL_REDUCE, n_bytes, group, system).cost
+    return collective(ALL_REDUCE, n_bytes, group, system).cost
 
 
 def send_recv(n_bytes: Array, group: Placement, system: System) -> CommCost:
@@ -138,13 +141,13 @@ def send_recv(n_bytes: Array, group: Placement, system: System) -> CommCost:
     best protocol (and, where the network lists libraries, the fastest library)."""
     if library_names(system):
         return fastest(lambda view: send_recv(n_bytes, group, view), lambda c: c.time, system, _pick_cost,
-                       _SEND_RECV)[0]
+                       SEND_RECV)[0]
     rate = system.device.hbm.rate
     outermost = group.outermost
     if not isinstance(outermost, np.ndarray):
-        time = dimension_cost(_SEND_RECV, n_bytes, 2.0, system.network[int(outermost)], rate).time
+        time = dimension_cost(SEND_RECV, n_bytes, 2.0, system.network[int(outermost)], rate).time
     else:
-        time = sum(np.where(outermost == i, dimension_cost(_SEND_RECV, n_bytes, 2.0, dim, rate).time, 0.0)
+        time = sum(np.where(outermost == i, dimension_cost(SEND_RECV, n_bytes, 2.0, dim, rate).time, 0.0)
                    for i, dim in enumerate(system.network))
     inside = np.where(outermost == 0, 1.0, 0.0) if isinstance(outermost, np.ndarray) else float(outermost == 0)
     return CommCost(time, inside * n_bytes, (1 - inside) * n_bytes)
@@ -158,7 +161,7 @@ def all_to_all_matrix(matrix: np.ndarray, group: Placement, system: System) -> C
     sets the time (docs/formulas.md pitfall 12). Where the network lists libraries, the fastest one."""
     if library_names(system):
         return fastest(lambda view: all_to_all_matrix(matrix, group, view), lambda c: c.time, system,
-                       _pick_cost, _ALL_TO_ALL)[0]
+                       _pick_cost, ALL_TO_ALL)[0]
     m = np.asarray(matrix, dtype=float)
     p = m.shape[0]
     spans = [round(float(s)) for s in group.spans]
@@ -182,7 +185,7 @@ def all_to_all_matrix(matrix: np.ndarray, group: Placement, system: System) -> C
         # a uniform all-to-all of n bytes over the group sends (p - inner_{i+1})/p n on dimension i, of which
         # the dimension's phase carries (s - 1)/s: find the phase message with this busiest load
         slowdown = all_to_all_slowdown(system, tuple(float(x) for x in spans), i)  # incast (comm/fabrics.py)
-        cost = dimension_cost(_ALL_TO_ALL, busiest * s / (s - 1), float(s), dim, rate,
+        cost = dimension_cost(ALL_TO_ALL, busiest * s / (s - 1), float(s), dim, rate,
                               bandwidth=dim.bandwidth / slowdown)
         times = np.maximum(times, cost.time)
         sent[i] = busiest

@@ -53,21 +53,24 @@ from armillary.comm.joint_choice import Stack, fastest_together, frontier, joint
 from armillary.memo import IdentityCache, quick_init
 from armillary.numerics import Array, all_true, any_true, is_array, logical_not, nan_maximum, where
 from armillary.plan.placement import Placement
-from armillary.specs.communication import Algorithm, Collective, Composition
+from armillary.specs.communication import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    BROADCAST,
+    REDUCE,
+    REDUCE_SCATTER,
+    Algorithm,
+    Collective,
+    Composition,
+)
 from armillary.specs.network import CollectiveLibrary, NetworkDimension
 from armillary.specs.system import System
 from armillary.units import MIB
 
-# enum members read once: `Collective.X` goes through EnumType's __getattr__ hook (~0.15 us a read on CPython
-# 3.11, against ~0.02 us for a module global), and one configuration's collective reads dozens of them
+# the other enum members read once, as Collective's are (specs/communication.py says why)
 _AUTO = Algorithm.AUTO
 _RING = Algorithm.RING
-_ALL_GATHER = Collective.ALL_GATHER
-_ALL_REDUCE = Collective.ALL_REDUCE
-_ALL_TO_ALL = Collective.ALL_TO_ALL
-_BROADCAST = Collective.BROADCAST
-_REDUCE = Collective.REDUCE
-_REDUCE_SCATTER = Collective.REDUCE_SCATTER
 _HIERARCHICAL = CollectiveLibrary.HIERARCHICAL
 _NCCL = CollectiveLibrary.NCCL
 _ANY_COMPOSITION = Composition.AUTO
@@ -79,7 +82,7 @@ _RING_INDEX = ALGORITHMS.index(_RING)
 # bytes per pipelined chunk: the order of NCCL's per-step slice over its channels (NCCL_BUFFSIZE 4 MiB
 # split in NCCL_STEPS = 8 slots per channel)
 PIPELINE_CHUNK_BYTES = MIB
-_RINGS = (_ALL_REDUCE, _REDUCE_SCATTER, _ALL_GATHER, _BROADCAST, _REDUCE)
+_RINGS = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE)
 # NCCL tuning.cc (llMaxBws, x86 Intel hosts, as in the shipped GPU presets): the LL ring's bus bandwidth across
 # 2 nodes and across 3 or more (the network proxy moves LL's flagged 8-byte lines); bytes/s
 LL_NET_BUSBW = (39.0e9, 20.4e9)
@@ -274,7 +277,7 @@ def _never_faster_pipelined(op: Collective, n: Array, net: _Net, first: Composed
     phase is blocked and the pipelined time infinite wherever the group has two ranks or more (at finite
     inputs: finite fixed costs); a group of one runs no phase (pipelined time 0), so `first` is kept there
     where it takes no time."""
-    if op is _ALL_TO_ALL or net.algorithm is not _AUTO or _SKIP_CHECK_OFF:
+    if op is ALL_TO_ALL or net.algorithm is not _AUTO or _SKIP_CHECK_OFF:
         return False
     blocked = [_top_blocked(op, dim, net.system.collectives is _NCCL) for dim in net.system.network]
     if not any(blocked):
@@ -407,27 +410,27 @@ def _step_shares(group: Placement, count: int) -> list[Array]:
 
 def _phases(op: Collective, n: Array, net: _Net, pipelined: bool, index: int) -> Composed:
     """A phase per dimension, pipelined or one after another."""
-    if pipelined and op is not _ALL_TO_ALL:
+    if pipelined and op is not ALL_TO_ALL:
         return _pipelined(op, n, net, index)
     count, group = len(net.system.network), net.group
     stages: list[list[DimensionCost]] = []
     for i in range(count):
         top, message = net.top(i), phase_message(op, n, group, i)
-        if op is _ALL_TO_ALL:  # all dimensions at once, the scale-out tier under incast
+        if op is ALL_TO_ALL:  # all dimensions at once, the scale-out tier under incast
             stages.append([_incast(net, i).phase(i, op, message)])
             continue
         at_top = when(top, partial(net.phase, i, op, message))
-        if op is _ALL_REDUCE:
+        if op is ALL_REDUCE:
             # below the top: reduce-scatter up, all-gather down (ASTRA-sim, Sys.cc generate_all_reduce), not
             # the dimension's all-reduce: a one-shot direct all-reduce would send (p - 1) n, not 2 (p - 1)/p n
             below = [when(logical_not(top), partial(net.phase, i, o, message))
-                     for o in (_REDUCE_SCATTER, _ALL_GATHER)]
+                     for o in (REDUCE_SCATTER, ALL_GATHER)]
             stages.append([select(top, at_top, NOTHING)] + [select(top, NOTHING, b) for b in below])
         else:
             stages.append([select(top, at_top, when(logical_not(top), partial(net.phase, i, op, message)))])
     flat = [s for dim in stages for s in dim]
     dims = tuple(summed_phases(dim) for dim in stages)
-    if op is _ALL_TO_ALL:
+    if op is ALL_TO_ALL:
         time = flat[0].time
         for s in flat[1:]:
             time = np.maximum(time, s.time)
@@ -459,9 +462,9 @@ def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
             [(o,) for o in net.options(i, op, message, (_RING,) if nccl else ())] if any_true(top) else [])
         below: list[tuple[DimensionCost, ...]] = []
         if not all_true(top):
-            if op is _ALL_REDUCE and not nccl:
-                scatter = frontier([(o,) for o in net.options(i, _REDUCE_SCATTER, message)])
-                gather = frontier([(o,) for o in net.options(i, _ALL_GATHER, message)])
+            if op is ALL_REDUCE and not nccl:
+                scatter = frontier([(o,) for o in net.options(i, REDUCE_SCATTER, message)])
+                gather = frontier([(o,) for o in net.options(i, ALL_GATHER, message)])
                 below = [r + g for r in scatter for g in gather]
             else:
                 below = [(o,) for o in net.options(i, op, message)]
@@ -513,9 +516,9 @@ def phase_message(op: Collective, n: Array, group: Placement, i: int) -> Array:
     block below has reduced or will gather its share), n for broadcast and reduce, and for all-to-all the
     bytes to the ranks that differ on dimension i or above, n inner_(i+1) / p, of which the phase sends
     (s_i - 1) / s_i."""
-    if op in (_BROADCAST, _REDUCE):
+    if op in (BROADCAST, REDUCE):
         return n
-    if op is _ALL_TO_ALL:
+    if op is ALL_TO_ALL:
         return n * group.inner(i + 1) / group.size
     return n / group.inner(i)
 

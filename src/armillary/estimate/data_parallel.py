@@ -18,14 +18,8 @@ from armillary.memo import quick_init
 from armillary.numerics import Array, maximum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.placement import Placement
-from armillary.specs.communication import Collective
+from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from armillary.specs.system import System
-
-# enum members read once here: on CPython 3.11 each `Enum.MEMBER` read in a call goes through
-# EnumType.__getattr__ (~0.15 us)
-_ALL_GATHER = Collective.ALL_GATHER
-_ALL_REDUCE = Collective.ALL_REDUCE
-_REDUCE_SCATTER = Collective.REDUCE_SCATTER
 
 
 @quick_init
@@ -142,11 +136,11 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
     on = [where(active & (st.zero == z), 1.0, 0.0) for z in range(4)]
     m, units = microbatches, layers_local
     calls = (
-        CommCall.of(dimension, _ALL_REDUCE, on[0], grad_bytes, reduce_grads),
-        CommCall.of(dimension, _REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
-        CommCall.of(dimension, _ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
-        CommCall.of(dimension, _ALL_GATHER, on[3] * 2 * units * m, unit_bytes / units, unit_gather),
-        CommCall.of(dimension, _REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
+        CommCall.of(dimension, ALL_REDUCE, on[0], grad_bytes, reduce_grads),
+        CommCall.of(dimension, REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
+        CommCall.of(dimension, ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
+        CommCall.of(dimension, ALL_GATHER, on[3] * 2 * units * m, unit_bytes / units, unit_gather),
+        CommCall.of(dimension, REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
     )
     return DataParallelCost(in_line_s=on_any * (in_line + microbatches * in_line_per_mb),
                             behind_forward_s=on_any * behind_forward, behind_backward_s=on_any * behind_backward,

@@ -25,7 +25,17 @@ from armillary.comm.collectives import (
 from armillary.comm.overlap import exposed, exposed_fully, pipelined_exposed, ring_exchange_exposed
 from armillary.cost.compute import addition_time
 from armillary.estimate.kernels import LayerKernels, layer_kernels
-from armillary.estimate.result import CommCall, EndsCost, LayerCost, ParallelDimension, PassCost
+from armillary.estimate.result import (
+    DIM_CP,
+    DIM_EP,
+    DIM_ETP,
+    DIM_SP,
+    DIM_TP,
+    CommCall,
+    EndsCost,
+    LayerCost,
+    PassCost,
+)
 from armillary.estimate.token_exchange import Fanout, token_exchange
 from armillary.estimate.tp_layouts import summa_layer, two_d, two_d_kernels
 from armillary.memo import quick_init
@@ -33,7 +43,7 @@ from armillary.numerics import Array, any_true, maximum, where
 from armillary.plan.arrays import StrategyArrays
 from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 from armillary.plan.placement import Placement
-from armillary.specs.communication import Collective
+from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, SEND_RECV
 from armillary.specs.system import Device, System
 from armillary.workload.experts import ExpertsForward
 from armillary.workload.ops import Op
@@ -49,18 +59,6 @@ TP_OVERLAP_SMS, TP_OVERLAP_SPLITS = 16, 4
 # FlashAttention's backward recomputes the scores: 2.5x the forward FLOPs (FA2 §4.1; docs/formulas.md §3.5).
 FLASH_BACKWARD_FACTOR = 2.5
 
-# enum members read once here: on CPython 3.11 each `Enum.MEMBER` read in a call goes through
-# EnumType.__getattr__ (~0.15 us)
-_ALL_GATHER = Collective.ALL_GATHER
-_ALL_REDUCE = Collective.ALL_REDUCE
-_ALL_TO_ALL = Collective.ALL_TO_ALL
-_DIM_CP = ParallelDimension.CP
-_DIM_EP = ParallelDimension.EP
-_DIM_ETP = ParallelDimension.ETP
-_DIM_SP = ParallelDimension.SP
-_DIM_TP = ParallelDimension.TP
-_REDUCE_SCATTER = Collective.REDUCE_SCATTER
-_SEND_RECV = Collective.SEND_RECV
 
 
 def recompute_modes(st: StrategyArrays) -> tuple[Array, Array]:
@@ -334,8 +332,8 @@ def _recompute(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | Non
 # (SC'21 §3.2); with SP each becomes an all-gather before and a reduce-scatter after the block
 # (Korthikanti §4.2.2), and the backward gathers each block's input once more for the weight gradient
 # (Megatron keeps only the 1/t shard)
-TP_OPERATIONS = ((_DIM_TP, _ALL_REDUCE), (_DIM_SP, _ALL_GATHER),
-                 (_DIM_SP, _REDUCE_SCATTER))
+TP_OPERATIONS = ((DIM_TP, ALL_REDUCE), (DIM_SP, ALL_GATHER),
+                 (DIM_SP, REDUCE_SCATTER))
 
 
 def tp_calls_per_pass(sp: Array) -> tuple[tuple[Array, Array, Array], tuple[Array, Array, Array]]:
@@ -417,16 +415,16 @@ def _context_parallel(st: StrategyArrays, system: System, exchange: LayerExchang
         if group is None:
             raise ValueError("context parallelism needs the cp group's placement")
         hop = needed(lambda: send_recv(exchange.kv_block, group, system), on_ring)
-        a2a_in = needed(lambda: collective(_ALL_TO_ALL, bytes_in, group, system).cost, on_a2a)
-        a2a_out = needed(lambda: collective(_ALL_TO_ALL, bytes_out, group, system).cost, on_a2a)
+        a2a_in = needed(lambda: collective(ALL_TO_ALL, bytes_in, group, system).cost, on_a2a)
+        a2a_out = needed(lambda: collective(ALL_TO_ALL, bytes_out, group, system).cost, on_a2a)
         ring_steps = where(on_ring, cp - 1, 0.0)
         cp_f = exposed_fully(ring_steps * hop.time, core_f.time_s) + a2a_in.time + a2a_out.time
         cp_b = exposed_fully(2 * ring_steps * hop.time, core_b.time_s) + a2a_in.time + a2a_out.time
     passes = 2 + full  # forward, backward (+ the recomputed forward)
     calls = (
-        CommCall.of(_DIM_CP, _SEND_RECV, ring_steps * (3 + full), exchange.kv_block, hop),
-        CommCall.of(_DIM_CP, _ALL_TO_ALL, on_a2a * passes, exchange.a2a_bytes[0], a2a_in),
-        CommCall.of(_DIM_CP, _ALL_TO_ALL, on_a2a * passes, exchange.a2a_bytes[1], a2a_out),
+        CommCall.of(DIM_CP, SEND_RECV, ring_steps * (3 + full), exchange.kv_block, hop),
+        CommCall.of(DIM_CP, ALL_TO_ALL, on_a2a * passes, exchange.a2a_bytes[0], a2a_in),
+        CommCall.of(DIM_CP, ALL_TO_ALL, on_a2a * passes, exchange.a2a_bytes[1], a2a_out),
     )
     return cp_f, cp_b, calls
 
@@ -458,12 +456,12 @@ def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None
     per_pass = dispatch.time + combine.time + gather.time + scatter.time
     passes = 2 + full + moe_block_recompute(st)  # the forward, backward, re-runs
     calls = (
-        CommCall.of(_DIM_EP, _ALL_TO_ALL, passes * (st.ep > 1), experts.dispatch_bytes,
+        CommCall.of(DIM_EP, ALL_TO_ALL, passes * (st.ep > 1), experts.dispatch_bytes,
                     dispatch),
-        CommCall.of(_DIM_EP, _ALL_TO_ALL, passes * (st.ep > 1), experts.combine_bytes,
+        CommCall.of(DIM_EP, ALL_TO_ALL, passes * (st.ep > 1), experts.combine_bytes,
                     combine),
-        CommCall.of(_DIM_ETP, _ALL_GATHER, passes * (st.etp > 1), gathered, gather),
-        CommCall.of(_DIM_ETP, _REDUCE_SCATTER, passes * (st.etp > 1), gathered, scatter),
+        CommCall.of(DIM_ETP, ALL_GATHER, passes * (st.etp > 1), gathered, gather),
+        CommCall.of(DIM_ETP, REDUCE_SCATTER, passes * (st.etp > 1), gathered, scatter),
     )
     return (exposed(per_pass, forward_s, st.overlap_ep), exposed(per_pass, backward_s, st.overlap_ep), calls,
             exposed(per_pass, input_backward_s, st.overlap_ep))

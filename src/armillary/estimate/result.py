@@ -177,6 +177,11 @@ class ParallelDimension(StrEnum):
     EDP = "EDP"  # expert data parallelism: gradient reduction of the expert weights
 
 
+# its members as module names, for hot paths to import (as specs/communication.py's ALL_REDUCE ...)
+DIM_TP, DIM_SP, DIM_CP, DIM_PP = ParallelDimension.TP, ParallelDimension.SP, ParallelDimension.CP, ParallelDimension.PP
+DIM_EP, DIM_ETP, DIM_EDP = ParallelDimension.EP, ParallelDimension.ETP, ParallelDimension.EDP
+
+
 @quick_init
 @dataclass(frozen=True)
 class CommCall:

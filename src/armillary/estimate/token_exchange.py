@@ -22,13 +22,9 @@ from armillary.comm.collectives import CommCost, collective, needed
 from armillary.numerics import Array, maximum
 from armillary.plan.arrays import ModelArrays
 from armillary.plan.placement import Placement
-from armillary.specs.communication import Collective
+from armillary.specs.communication import ALL_TO_ALL
 from armillary.specs.system import System
 from armillary.workload.experts import holders_hit
-
-# enum members read once here: on CPython 3.11 each `Enum.MEMBER` read in a call goes through
-# EnumType.__getattr__ (~0.15 us)
-_ALL_TO_ALL = Collective.ALL_TO_ALL
 
 
 @dataclass(frozen=True)
@@ -49,7 +45,7 @@ def token_exchange(copies_bytes: Array, fanout: Fanout, group: Placement, system
     """One dispatch (or combine) over the EP `group` of a rank's buffer of `copies_bytes`: one copy per
     routed expert of each of its tokens (`ExpertsForward.dispatch_bytes` / `combine_bytes`). `dedup` 0/1:
     all-to-all of the copies, or the deduplicated exchange (module docstring)."""
-    plain = needed(lambda: collective(_ALL_TO_ALL, copies_bytes, group, system).cost, dedup == 0)
+    plain = needed(lambda: collective(ALL_TO_ALL, copies_bytes, group, system).cost, dedup == 0)
     return plain + needed(lambda: deduplicated(copies_bytes, fanout, group, system), dedup > 0)
 
 
@@ -60,10 +56,10 @@ def deduplicated(copies_bytes: Array, fanout: Fanout, group: Placement, system: 
     inside each node); the slower phase sets the time, the bytes of both are sent."""
     per_copy = copies_bytes / fanout.top_k  # bytes of one token (with the busiest rank's load factor)
     outer = Placement((1.0, *group.spans[1:]))
-    nodes = needed(lambda: collective(_ALL_TO_ALL, per_copy * fanout.nodes, outer, system).cost,
+    nodes = needed(lambda: collective(ALL_TO_ALL, per_copy * fanout.nodes, outer, system).cost,
                    group.nodes > 1)
     inner = Placement((group.per_node, *(1.0 for _ in group.spans[1:])))
-    ranks = needed(lambda: collective(_ALL_TO_ALL, per_copy * fanout.devices, inner, system).cost,
+    ranks = needed(lambda: collective(ALL_TO_ALL, per_copy * fanout.devices, inner, system).cost,
                    group.per_node > 1)
     return CommCost(maximum(nodes.time, ranks.time), nodes.scale_up_bytes + ranks.scale_up_bytes,
                     nodes.scale_out_bytes + ranks.scale_out_bytes)

@@ -25,12 +25,12 @@ import numpy as np
 from armillary.comm.collectives import CommCost, all_reduce, collective, needed
 from armillary.cost.compute import kernel_times
 from armillary.estimate.kernels import LayerKernels
-from armillary.estimate.result import CommCall, ParallelDimension
+from armillary.estimate.result import DIM_SP, DIM_TP, CommCall
 from armillary.numerics import Array, any_true, maximum, where
 from armillary.plan.arrays import StrategyArrays
 from armillary.plan.placement import Placement, place
 from armillary.plan.rules import grid_side
-from armillary.specs.communication import Collective
+from armillary.specs.communication import ALL_REDUCE, BROADCAST, REDUCE, Collective
 from armillary.specs.system import Device, System
 from armillary.workload.ops import Op
 from armillary.workload.transformer import LayerForward
@@ -43,13 +43,6 @@ NORM_ALL_REDUCES = 2
 # 16-bit panels: Colossal-AI's Matmul_AB_2D multiplies fp16 blocks (custom_fwd(cast_inputs=torch.float16))
 PANEL_BYTES = 2.0
 
-# enum members read once here: on CPython 3.11 each `Enum.MEMBER` read in a call goes through
-# EnumType.__getattr__ (~0.15 us)
-_ALL_REDUCE = Collective.ALL_REDUCE
-_BROADCAST = Collective.BROADCAST
-_DIM_SP = ParallelDimension.SP
-_DIM_TP = ParallelDimension.TP
-_REDUCE = Collective.REDUCE
 
 
 def two_d(st: StrategyArrays) -> Array:
@@ -164,17 +157,17 @@ def summa_layer(fw: LayerForward, kt: LayerKernels, st: StrategyArrays, system: 
     for shape, gemm in zip(layer_gemm_shapes(fw, st.tp), gemm_times, strict=True):
         row_bytes = element_bytes * shape.m * shape.k / (q * steps)  # an A (or dA) panel
         column_bytes = element_bytes * shape.k * shape.n / (q * steps)  # a B (or dB) panel
-        a_cast, b_cast = moved(_BROADCAST, row_bytes, row_group), moved(_BROADCAST, column_bytes,
+        a_cast, b_cast = moved(BROADCAST, row_bytes, row_group), moved(BROADCAST, column_bytes,
                                                                                 column_group)
-        a_reduce, b_reduce = moved(_REDUCE, row_bytes, row_group), moved(_REDUCE, column_bytes,
+        a_reduce, b_reduce = moved(REDUCE, row_bytes, row_group), moved(REDUCE, column_bytes,
                                                                                  column_group)
         products = ((a_cast, b_cast, True), (a_reduce, b_cast, False), (a_cast, b_reduce, False))  # AB, ABT, ATB
         for row, column, forward in products:
             step = _together(row, column, row_group, column_group)
             exposed, link = summa_exposed(step, gemm, steps, overlap), steps * step
-            calls = (CommCall.of(_DIM_TP, _BROADCAST if row is a_cast else _REDUCE,
+            calls = (CommCall.of(DIM_TP, BROADCAST if row is a_cast else REDUCE,
                                  steps * used, row_bytes, row),
-                     CommCall.of(_DIM_TP, _BROADCAST if column is b_cast else _REDUCE,
+                     CommCall.of(DIM_TP, BROADCAST if column is b_cast else REDUCE,
                                  steps * used, column_bytes, column))
             if forward:
                 forward_s, link_f = forward_s + exposed, link_f + link
@@ -186,7 +179,7 @@ def summa_layer(fw: LayerForward, kt: LayerKernels, st: StrategyArrays, system: 
     stat_bytes = NORM_STAT_BYTES * shape.m / q
     stats = needed(lambda: all_reduce(stat_bytes, row_group, system), used)
     norms = 2 * NORM_ALL_REDUCES * stats.time  # two norms per layer
-    norm_call = CommCall.of(_DIM_TP, _ALL_REDUCE, 2 * NORM_ALL_REDUCES * used, stat_bytes,
+    norm_call = CommCall.of(DIM_TP, ALL_REDUCE, 2 * NORM_ALL_REDUCES * used, stat_bytes,
                             stats)
     return SummaLayer(forward_s + norms, backward_s + norms, link_f + norms, link_b + norms,
                       (*f_calls, norm_call), (*b_calls, norm_call))
@@ -234,6 +227,6 @@ def tp_hidden_share(tp_exposed: Array, calls: tuple[CommCall, ...]) -> Array:
     that compute hides: 1 - exposed / link, with `tp_exposed` the step's `TimeBreakdown.tp_exposed`. The
     exposed time is the critical stage's and the calls the busiest stage's: with even stages both are a
     middle stage's plus the embedding's or LM head's all-reduces."""
-    link = sum((c.time_s for c in calls if c.dimension in (_DIM_TP, _DIM_SP)),
+    link = sum((c.time_s for c in calls if c.dimension in (DIM_TP, DIM_SP)),
                start=np.float64(0.0))
     return 1.0 - tp_exposed / maximum(link, 1e-30)

@@ -30,11 +30,13 @@ from armillary.estimate.layer import Adapters, ExpertGroups, LayerExchange, laye
 from armillary.estimate.mtp import MtpCost, mtp_cost, mtp_depth, mtp_flop, mtp_layers_model, trains_mtp, with_mtp
 from armillary.estimate.pipeline import pipeline_time
 from armillary.estimate.result import (
+    DIM_EDP,
+    DIM_PP,
+    DIM_TP,
     CommCall,
     EndsCost,
     LayerCost,
     MemoryBreakdown,
-    ParallelDimension,
     PassCost,
     StepEstimate,
     TimeBreakdown,
@@ -49,22 +51,13 @@ from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
 from armillary.plan.placement import Groups, Placement, place_expert_groups, place_groups
 from armillary.plan.rules import chunk_layers, chunk_share
-from armillary.specs.communication import Collective
+from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, SEND_RECV
 from armillary.specs.system import System
 from armillary.workload.adapters import adapter_forward, adapter_parameters, dequantize
 from armillary.workload.attention import ring_kv_block
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load, replica_weights
 from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import LayerForward, ends_forward, layer_forward, sequence_shards, tp_message_bytes
-
-# enum members read once here: on CPython 3.11 each `Enum.MEMBER` read in a call goes through
-# EnumType.__getattr__ (~0.15 us)
-_ALL_GATHER = Collective.ALL_GATHER
-_ALL_REDUCE = Collective.ALL_REDUCE
-_DIM_EDP = ParallelDimension.EDP
-_DIM_PP = ParallelDimension.PP
-_DIM_TP = ParallelDimension.TP
-_SEND_RECV = Collective.SEND_RECV
 
 
 @quick_init
@@ -356,7 +349,7 @@ def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, mic
     if layers.moe is None or layers.edp_group is None:
         return (dense,)
     experts = data_parallel_cost(params.experts_local, maximum(stages.busiest(1), 1), microbatches, st,
-                                 layers.edp_group, system, _DIM_EDP,
+                                 layers.edp_group, system, DIM_EDP,
                                  lora=(0.0 * params.experts_local, params.experts_local * w.base_bytes)
                                  if _lora(w) else None)
     return dense, experts
@@ -566,10 +559,10 @@ def _calls(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[
           if not _never(call.per_step)),
         *(_times(call, call.per_step * moe_layers * microbatches) for call in moe_calls
           if not _never(call.per_step)),
-        CommCall.of(_DIM_TP, _ALL_REDUCE,
+        CommCall.of(DIM_TP, ALL_REDUCE,
                     (1 + stages.single) * microbatches * where(st.tp > 1, 1.0, 0.0), layers.tp_bytes, layers.ends.tp),
-        CommCall.of(_DIM_PP, _SEND_RECV, pp_calls, sends.sent_bytes, sends.send),
-        CommCall.of(_DIM_PP, _ALL_GATHER, pp_calls * (sends.scatter > 1),
+        CommCall.of(DIM_PP, SEND_RECV, pp_calls, sends.sent_bytes, sends.send),
+        CommCall.of(DIM_PP, ALL_GATHER, pp_calls * (sends.scatter > 1),
                     sends.activation_bytes, sends.regather),
         *(call for cost in dp for call in cost.calls),
     )
