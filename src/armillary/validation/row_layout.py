@@ -4,7 +4,7 @@ pipeline layout (stated, or the one its stack's recipe sets)."""
 from __future__ import annotations
 
 from armillary.specs.pipeline_layout import layout_stage_layers
-from armillary.specs.stack import SoftwareStack
+from armillary.specs.stack import RecipeMoe, SoftwareStack
 from armillary.validation.row_columns import Unsupported, int_column
 from armillary.validation.vocabulary import model_preset_for, pipeline_layout_of
 
@@ -52,7 +52,7 @@ def read_devices(row: dict[str, str], n_gpus: int, gbs: int, notes: list[str]) -
 
 
 def read_pipeline_layout(row: dict[str, str], stack: SoftwareStack, pp: int, vpp: int, mtp_depth: int,
-                     notes: list[str]) -> str | None:
+                         notes: list[str], recipe: RecipeMoe | None = None) -> str | None:
     """The row's pipeline layout (`Strategy.pipeline_layout`): the one its words state, else the one its stack's
     recipe sets for its model preset on pp x vpp chunks with the row's multi-token-prediction modules
     (`SoftwareStack.pipeline_layouts`); None when neither (the generic uneven split,
@@ -65,6 +65,17 @@ def read_pipeline_layout(row: dict[str, str], stack: SoftwareStack, pp: int, vpp
             raise Unsupported(str(err)) from None
         notes.append(f"pipeline_layout {stated!r} (the row states it)")
         return stated
+    passed = recipe.with_mtp(mtp_depth) if recipe is not None else None
+    if passed is not None:  # the layout the recipe passes for the row's GPU (`RecipeMoe.layout`)
+        try:
+            first, last = layout_stage_layers(passed, pp, vpp)
+        except ValueError as err:
+            notes.append(f"the recipe's layout {passed!r} does not fit pp {pp} x vpp {vpp} ({err}): not used")
+        else:
+            notes.append(f"pipeline_layout {passed!r}: the layout {stack.name}'s recipe passes for this model, GPU "
+                         f"and release ({recipe.source if recipe is not None else ''}), first / last stage "
+                         f"{first} / {last} layers")
+            return passed
     preset = model_preset_for(row.get("model"))
     entry = stack.recipe_layout(preset, pp, vpp) if preset is not None else None
     if entry is None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from armillary.specs.loading import load_stack, stack_for
 from armillary.specs.model import Model
-from armillary.specs.stack import SoftwareStack, hopper_or_later
+from armillary.specs.stack import RecipeMoe, SoftwareStack, hopper_or_later
 from armillary.specs.strategy import BlockFormat, Recompute, TrainingPrecision, ZeroStage
 from armillary.validation.reading import about_the_run, fp8_params_stated
 from armillary.validation.row_columns import Unsupported, int_column
@@ -18,6 +18,7 @@ from armillary.validation.vocabulary import (
     clean,
     deduplicated_dispatch,
     flag,
+    model_preset_for,
     precision_of,
     recompute_modules_of,
     recompute_of,
@@ -46,6 +47,54 @@ def read_stack(row: dict[str, str], notes: list[str]) -> SoftwareStack:
     else:
         notes.append(f"defaults of {stack.name}")
     return stack
+
+
+_GPU_TYPE = re.compile(r"\b(gb300|gb200|b300|b200|h200|h100)\b", re.I)
+_RELEASE = re.compile(r"\bNeMo (\d\d\.\d\d(?:\.\d\d)?)\b", re.I)
+
+
+def moe_recipe_of(row: dict[str, str], stack: SoftwareStack) -> RecipeMoe | None:
+    """The MoE settings the row's stack's recipe sets for its model preset, GPU type and release (its framework
+    text's 'NeMo 25.11'; `SoftwareStack.moe_recipes`); None when the stack has none for them."""
+    if not stack.moe_recipes or not int_column(row, "experts"):
+        return None
+    preset = model_preset_for(row.get("model"))
+    gpu = _GPU_TYPE.search(row.get("gpu", ""))
+    release = _RELEASE.search(row.get("framework", ""))
+    if preset is None or gpu is None or release is None:
+        return None
+    return stack.moe_recipe(preset, gpu.group(1).lower(), release.group(1))
+
+
+def _apply_moe_recipe(recipe: RecipeMoe, stack: SoftwareStack, out: dict[str, Any], moe: dict[str, Any],
+                      notes: list[str]) -> None:
+    """What the recipe sets for the MoE layers (`RecipeMoe`), into the row's strategy fields."""
+    said = [f"dispatcher {recipe.dispatcher}"]
+    routing: dict[str, Any] = dict(moe.get("routing", {}))
+    if recipe.capacity_factor is not None:
+        routing.update(capacity_factor=recipe.capacity_factor, pad_to_capacity=recipe.pad_to_capacity)
+        said.append(f"token drop at capacity {recipe.capacity_factor:g}"
+                    + (", padded to capacity" if recipe.pad_to_capacity else ""))
+    if routing:
+        moe["routing"] = routing
+    host = dict(out.get("moe_host") or {})
+    if host:
+        if recipe.pad_to_capacity:  # drop_and_pad: counts known on the host, no device-to-host sync
+            host["dispatch_sync"] = False
+        scope = "+".join(sorted(recipe.cuda_graph_scope))
+        if scope in stack.graph_host_ops:
+            host["ops"] = stack.graph_host_ops[scope]
+        out["moe_host"] = host
+    said.append(f"CUDA graphs {'+'.join(recipe.cuda_graph_scope) or 'none'}")
+    if recipe.a2a_overlap:
+        # recorded, not applied: `Overlap.ep_comm` would hide the all-to-all in full, and Megatron-Core says its
+        # batch-level overlap "brings extra cpu overhead and may cause GPU bubble" without CUDA graphs
+        # (NVIDIA/Megatron-LM PR #2184, 2025-11, partial CUDA graphs for EP overlap), which these recipes
+        # leave off; how much it hides is not stated (docs/validation.md, Megatron-Bridge MoE rows)
+        said.append("batch-level all-to-all overlap set by the recipe, not applied (its hiding without CUDA "
+                    "graphs is not stated)")
+    notes.append(f"{stack.name} recipe for this model, GPU and release: " + ", ".join(said) + f" ({recipe.source})"
+                 + (f"; the recipe differs from the row: {recipe.differs} (the row kept)" if recipe.differs else ""))
 
 
 def read_strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: list[str]) -> dict[str, Any]:
@@ -113,6 +162,9 @@ def read_strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes:
         if deduplicated_dispatch(f"{framework} {clean(row.get('notes'))}"):
             moe["routing"] = {"dispatch_dedup": True}
             notes.append("dispatch_dedup (the row names DeepEP / HybridEP: one copy per node and device)")
+        recipe = moe_recipe_of(row, stack)
+        if recipe is not None:
+            _apply_moe_recipe(recipe, stack, out, moe, notes)
     vpp = int_column(row, "vpp")
     if vpp is None and re.search(r"interleav", clean(row.get("vpp"))):
         notes.append(f"vpp=1: the row says {row.get('vpp')!r} without the chunks per stage (the bubble of an "
@@ -131,6 +183,17 @@ def recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack, c
     none, selective, the MoE recipes' modules, full recomputation of the first 1, 2, ... layers of each model
     chunk of `chunk` layers (Megatron's block method, which NVIDIA's recipes use: recompute_num_layers), all."""
     stated_choice = recompute_of(row.get("recompute")) or stack.recompute
+    recipe = moe_recipe_of(row, stack) if stated_choice is None else None
+    if recipe is not None:  # the recipe states it: its modules, else none (recompute_granularity None)
+        if recipe.recompute_modules is None:
+            notes.append(f"recompute=none ({stack.name}'s recipe for this model, GPU and release sets none; "
+                         "where that does not fit memory: the least recomputation that does)")
+            return _ladder(model, stack, chunk)
+        notes.append(f"selective recomputation of the modules {stack.name}'s recipe sets: "
+                     + ", ".join(m.value for m in recipe.recompute_modules)
+                     + " (where they do not fit memory: the least recomputation that does)")
+        first: dict[str, Any] = {"recompute": "selective", "recompute_modules": recipe.recompute_modules}
+        return [first, *(c for c in _ladder(model, stack, chunk) if c != first)]
     if stated_choice is not None:
         named = recompute_modules_of(row.get("recompute"))
         if stated_choice is Recompute.SELECTIVE and named is not None:
@@ -145,6 +208,12 @@ def recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack, c
     notes.append("recompute not stated: the least recomputation that fits memory"
                  + ("" if stack.recompute_modes is None else
                     f" of those {stack.name} offered ({', '.join(m.value for m in offered)})"))
+    return _ladder(model, stack, chunk)
+
+
+def _ladder(model: Model, stack: SoftwareStack, chunk: int) -> list[dict[str, Any]]:
+    """Every recomputation choice the stack offers, from the least to the most."""
+    offered = stack.recompute_modes or tuple(Recompute)
     choices: list[dict[str, Any]] = [{"recompute": "none"}, {"recompute": "selective"}]
     if model.moe is not None:
         modules = _MOE_MODULES + (("mla_up_proj",) if model.mla is not None else ())

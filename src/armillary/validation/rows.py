@@ -25,7 +25,14 @@ from armillary.validation.row_columns import SHAPE, Unsupported, int_column, qua
 from armillary.validation.row_finetune import read_finetune
 from armillary.validation.row_layout import global_batch, read_devices, read_pipeline_layout
 from armillary.validation.row_model import read_model, read_mtp
-from armillary.validation.row_strategy import DEFAULT_STACK, read_stack, read_strategy, recompute_choices, year_of
+from armillary.validation.row_strategy import (
+    DEFAULT_STACK,
+    moe_recipe_of,
+    read_stack,
+    read_strategy,
+    recompute_choices,
+    year_of,
+)
 from armillary.validation.vocabulary import memory_gb_of, system_preset_for
 
 # what callers import from here (`load_system` is patched here by tools/calibrate.py)
@@ -115,8 +122,10 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
     model = read_model(row, notes)
     system = _system(row, n_gpus, notes)
     strategy = read_strategy(row, n_gpus, stack, notes)
-    mtp = read_mtp(row, model, notes)
-    layout = read_pipeline_layout(row, stack, strategy["pp"], strategy["vpp"], model.mtp_layers if mtp else 0, notes)
+    recipe = moe_recipe_of(row, stack)
+    mtp = read_mtp(row, model, notes, recipe)
+    layout = read_pipeline_layout(row, stack, strategy["pp"], strategy["vpp"], model.mtp_layers if mtp else 0, notes,
+                                  recipe)
     uneven = None if layout is not None else embedding_and_loss_split(model.layers, strategy["pp"], strategy["vpp"])
     if layout is not None:
         strategy["pipeline_layout"] = layout
