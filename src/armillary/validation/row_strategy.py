@@ -71,6 +71,8 @@ def _apply_moe_recipe(recipe: RecipeMoe, stack: SoftwareStack, out: dict[str, An
     """What the recipe sets for the MoE layers (`RecipeMoe`), into the row's strategy fields."""
     said = [f"dispatcher {recipe.dispatcher}"]
     routing: dict[str, Any] = dict(moe.get("routing", {}))
+    if recipe.dispatcher != "alltoall":  # the flex dispatcher's DeepEP / HybridEP: one copy per node
+        routing["dispatch_dedup"] = True
     if recipe.capacity_factor is not None:
         routing.update(capacity_factor=recipe.capacity_factor, pad_to_capacity=recipe.pad_to_capacity)
         said.append(f"token drop at capacity {recipe.capacity_factor:g}"
