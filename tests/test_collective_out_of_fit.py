@@ -8,14 +8,16 @@ from pathlib import Path
 import pytest
 
 from armillary.validation.collective_bands import (
+    band_to_error_ratio,
+    leave_one_source_out_coverage,
+)
+from armillary.validation.collective_residuals import (
     CALIBRATIONS,
     UNCALIBRATED_TIER,
     Calibration,
     CollectiveResidual,
     band_residuals,
-    band_to_error_ratio,
     first_run_residuals,
-    leave_one_source_out_coverage,
     out_of_fit_residuals,
     read_refits,
     shipped_collective_residuals,
