@@ -37,13 +37,13 @@ from armillary.validation.collective_bands import (
 from armillary.validation.collective_residuals import (
     CALIBRATIONS,
     COLLECTIVE_REFITS,
-    UNCALIBRATED_TIER,
     Calibration,
     CollectiveResidual,
     first_run_residuals,
     out_of_fit_residuals,
     read_refits,
     shipped_collective_residuals,
+    uncalibrated_fields,
 )
 from armillary.validation.coverage import row_regime
 from armillary.validation.out_of_sample import honest_errors
@@ -224,7 +224,7 @@ def refit_residuals() -> dict[str, dict[str, object]]:
                     kept = [r for s in c.sweeps if s != left for r in calibrate_fabric.monotone(by_sweep.get(s, []))]
                     fields.update(_refit_fields(c, kept))
                 elif c.refit in ("fabric", "tier"):
-                    fields.update({f: UNCALIBRATED_TIER[f] for f in c.fields})
+                    fields.update(uncalibrated_fields(c))
             for row in by_sweep.get(left, []):
                 if run_row(row).error is None:
                     continue

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 
+from armillary.comm.fabrics import fabric, nccl_network_hops
 from armillary.specs.communication import Collective
 from armillary.writing import replaced
 
@@ -100,7 +101,7 @@ class Calibration:
     (`fields`) it set, and how a model without one of its sweeps is had (tools/error_bands.py --refit):
     "fabric" (tools/calibrate_fabric.py --fabric: efficiency and latency by least absolute log error, each sweep
     weighing the same), "incast" (--incast) and "channel" (--channel-rate) are redone on the other sweeps, or
-    reset to the uncalibrated values (`UNCALIBRATED_TIER`, no incast) where it was fitted on one sweep; "tier"
+    reset to the uncalibrated values (`uncalibrated_fields`, no incast) where it was fitted on one sweep; "tier"
     (fit_tier and the fits chained on it: one sweep each) is reset; "domain" (--nvlink-domain, one sweep) is
     reset to NCCL's tuning.cc NVLink hop latencies; None: a fit inside a node, which a row's trial fields do not
     reach (its sweep is left out of the bands where no first run is recorded)."""
@@ -119,10 +120,23 @@ class Calibration:
 
 # A scale-out tier no sweep calibrated: NCCL tuning.cc's network latency of the Simple ring, 14 us
 # (docs/formulas.md section 1.3), and efficiency 0.9, no fitted tree efficiency, size curve or channel rate: what
-# the presets give every fabric no sweep fitted (presets/systems/dgx-a100.yaml, fabrics.yaml efa-v2, omni-path)
+# the presets give every fabric no sweep fitted (presets/systems/dgx-a100.yaml, fabrics.yaml omni-path). A fabric
+# whose net plugin reports a latency to NCCL (EFA) takes NCCL's hops with it instead (`uncalibrated_fields`)
 UNCALIBRATED_TIER: dict[str, object] = {"latency": 14e-6, "efficiency": 0.9, "tree_efficiency": None,
                                         "size_efficiency": None, "tree_size_efficiency": None,
                                         "channel_bandwidth": None}
+
+
+def uncalibrated_fields(c: Calibration) -> dict[str, object]:
+    """The fields fit `c` set, as its fabric is without it: `UNCALIBRATED_TIER`'s values, and where the fabric's
+    net plugin reports a latency to NCCL (fabrics.yaml net_plugin_latency: aws-ofi-nccl on EFA) the per-step
+    latencies NCCL's own tuner gives it (`comm.fabrics.nccl_network_hops`: LL / LL128 / Simple) instead of the
+    14 us of a fabric whose transport reports none."""
+    out = {f: UNCALIBRATED_TIER[f] for f in c.fields}
+    plugin = fabric(c.fabric).net_plugin_latency if c.fabric is not None else None
+    if plugin is not None and "latency" in c.fields:
+        out.update(nccl_network_hops(plugin))
+    return out
 
 # What the shipped presets were fitted on, as their sources say (presets/network/fabrics.yaml `sources`,
 # presets/systems/*.yaml `calibration` notes; tests/test_collective_out_of_fit.py checks every sweep named
