@@ -10,24 +10,26 @@ from armillary.specs.communication import Collective
 from armillary.specs.loading import load_system
 from armillary.validation.bands import band_quantile
 from armillary.validation.collective_bands import (
-    ALL_TO_ALL,
     BAND_QUANTILE,
+    UNCALIBRATED,
+    band_of,
+    band_to_error_ratio,
+    collective_band,
+    leave_one_source_out_coverage,
+    regime_band,
+    row_band,
+    sweep_bands,
+)
+from armillary.validation.collective_residuals import (
+    ALL_TO_ALL,
     BANDWIDTH_BOUND,
     CROSSOVER,
     LATENCY_BOUND,
-    UNCALIBRATED,
     CollectiveResidual,
-    band_of,
     band_residuals,
-    band_to_error_ratio,
-    collective_band,
     latency_regime,
-    leave_one_source_out_coverage,
-    regime_band,
     regime_of,
-    row_band,
     shipped_collective_residuals,
-    sweep_bands,
 )
 from armillary.validation.collective_rows import ONE_DOMAIN, latency_share
 

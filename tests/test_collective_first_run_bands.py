@@ -10,15 +10,17 @@ from armillary.validation.bands import band_quantile
 from armillary.validation.collective_bands import (
     BAND_QUANTILE,
     UNCALIBRATED_FIRST_RUN,
-    CollectiveResidual,
     band_of,
-    band_residuals,
     collective_band,
-    first_run_residuals,
     out_of_sample_coverage,
     regime_band,
-    shipped_collective_residuals,
     uncalibrated_band,
+)
+from armillary.validation.collective_residuals import (
+    CollectiveResidual,
+    band_residuals,
+    first_run_residuals,
+    shipped_collective_residuals,
 )
 from armillary.validation.collective_rows import ONE_DOMAIN
 from armillary.validation.out_of_sample import read_out_of_sample

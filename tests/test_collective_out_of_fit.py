@@ -8,14 +8,16 @@ from pathlib import Path
 import pytest
 
 from armillary.validation.collective_bands import (
+    band_to_error_ratio,
+    leave_one_source_out_coverage,
+)
+from armillary.validation.collective_residuals import (
     CALIBRATIONS,
     UNCALIBRATED_TIER,
     Calibration,
     CollectiveResidual,
     band_residuals,
-    band_to_error_ratio,
     first_run_residuals,
-    leave_one_source_out_coverage,
     out_of_fit_residuals,
     read_refits,
     shipped_collective_residuals,
@@ -124,15 +126,14 @@ def test_the_refit_reproduces_the_fit_it_redoes():
 
 def test_out_of_fit_coverage_and_sharpness():
     """Issue 43's acceptance on the bands' own pool, each sweep left out: at least 80% of the rows, and of
-    every fabric class but EFA (its p6-b200 sweep, the one efa-v4 was fitted on alone, is 0.4-4x off with
-    NCCL's uncalibrated 14 us latency: SRD's floor; the other EFA sweep, 3 A100 rows, lands nowhere near);
-    the median band under 3x the median |error|."""
+    every fabric class (EFA's p6-b200 sweep, the one efa-v4 was fitted on alone, out of fit with NCCL's own cost of
+    the fabric: 84 us a Simple step with aws-ofi-nccl's reported 35 us; with InfiniBand's 14 us it was 0.4-4x off
+    and EFA 11 of 19); the median band under 3x the median |error|."""
     pool = band_residuals()
     coverage = leave_one_source_out_coverage(pool)
     assert sum(h for h, _ in coverage.values()) / sum(n for _, n in coverage.values()) >= 0.8
     for name, (hit, total) in coverage.items():
-        if name != "EFA":
-            assert hit / total >= 0.8, (name, hit, total)
+        assert hit / total >= 0.8, (name, hit, total)
     assert band_to_error_ratio(pool)["all"] < 3
 
 

@@ -13,16 +13,18 @@ from armillary.validation.bands import band_quantile
 from armillary.validation.collective_bands import (
     BAND_MIN_ROWS,
     BAND_QUANTILE,
-    BANDWIDTH_BOUND,
     UNCALIBRATED,
-    CollectiveResidual,
     band_of,
-    band_residuals,
     collective_band,
     leave_one_source_out_coverage,
     regime_band,
-    shipped_collective_residuals,
     system_fabric_class,
+)
+from armillary.validation.collective_residuals import (
+    BANDWIDTH_BOUND,
+    CollectiveResidual,
+    band_residuals,
+    shipped_collective_residuals,
 )
 from armillary.validation.collective_rows import ONE_DOMAIN
 

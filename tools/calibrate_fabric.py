@@ -78,11 +78,13 @@ from armillary.specs.loading import load_system
 from armillary.specs.system import System
 from armillary.units import MIB
 from armillary.validation.collective_bands import (
-    REGIMES,
-    CollectiveResidual,
     band_to_error_ratio,
     leave_one_source_out_coverage,
     regime_band,
+)
+from armillary.validation.collective_residuals import (
+    REGIMES,
+    CollectiveResidual,
     write_collective_residuals,
 )
 from armillary.validation.collective_rows import (

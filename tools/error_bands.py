@@ -29,19 +29,21 @@ from armillary.validation.bands import (
 )
 from armillary.validation.collective_bands import (
     BAND_QUANTILE,
-    CALIBRATIONS,
-    COLLECTIVE_REFITS,
-    UNCALIBRATED_TIER,
-    Calibration,
-    CollectiveResidual,
     band_of,
     band_to_error_ratio,
-    first_run_residuals,
     leave_one_source_out_coverage,
-    out_of_fit_residuals,
     out_of_sample_coverage,
+)
+from armillary.validation.collective_residuals import (
+    CALIBRATIONS,
+    COLLECTIVE_REFITS,
+    Calibration,
+    CollectiveResidual,
+    first_run_residuals,
+    out_of_fit_residuals,
     read_refits,
     shipped_collective_residuals,
+    uncalibrated_fields,
 )
 from armillary.validation.coverage import row_regime
 from armillary.validation.out_of_sample import honest_errors
@@ -95,7 +97,7 @@ def split_floor(residuals: list[CollectiveResidual], quantile: float = 0.8) -> f
 def collective_figures() -> list[str]:
     """Issue 43's collective figures: in sample (each sweep left out) coverage and median band / median
     |error| per fabric class and latency regime; the split's floor; the same of the out-of-fit residuals the
-    bands are drawn from (`collective_bands.out_of_fit_residuals`: how each row's residual was had, the sweeps
+    bands are drawn from (`collective_residuals.out_of_fit_residuals`: how each row's residual was had, the sweeps
     left out for want of one); the first-run (out-of-sample) rows' coverage by the band of a fabric no sweep
     calibrated, each sweep left out of both pools, and its ratio."""
     shipped, first = list(shipped_collective_residuals()), list(first_run_residuals())
@@ -222,7 +224,7 @@ def refit_residuals() -> dict[str, dict[str, object]]:
                     kept = [r for s in c.sweeps if s != left for r in calibrate_fabric.monotone(by_sweep.get(s, []))]
                     fields.update(_refit_fields(c, kept))
                 elif c.refit in ("fabric", "tier"):
-                    fields.update({f: UNCALIBRATED_TIER[f] for f in c.fields})
+                    fields.update(uncalibrated_fields(c))
             for row in by_sweep.get(left, []):
                 if run_row(row).error is None:
                     continue

@@ -43,6 +43,10 @@ class Fabric(Spec):
     dimension: dict[str, Any] = Field(default_factory=dict, description="NetworkDimension fields (per NIC rate "
                                       "comes from nic_bandwidth x nics_per_gpu)")
     calibrated: bool = Field(False, description="whether latency / efficiency were fitted on measurements")
+    net_plugin_latency: Seconds | None = Field(
+        None, description="the latency the fabric's NCCL net plugin reports to NCCL (ncclNetProperties_t.latency), "
+        "which NCCL's tuner adds to every network step, twice for Simple (`nccl_network_hops`); None: none reported "
+        "(NCCL's own IB transport reports 0)")
     all_to_all_incast: float = Field(0.0, ge=0.0, description="all-to-all incast: the transfer time of the "
                                      "all-to-all's phase on this fabric grows by this fraction per remote host past "
                                      "the first that sends to a NIC at once (comm/fabrics.all_to_all_slowdown)")
@@ -53,7 +57,8 @@ class Fabric(Spec):
         if self.family not in FAMILIES:
             raise ValueError(f"family {self.family!r}: one of {', '.join(FAMILIES)}")
         incast = ("all_to_all_incast",) if self.all_to_all_incast else ()
-        for name in ("nic_bandwidth", "nics_per_gpu", *self.dimension, *incast):
+        plugin = ("net_plugin_latency",) if self.net_plugin_latency is not None else ()
+        for name in ("nic_bandwidth", "nics_per_gpu", *self.dimension, *incast, *plugin):
             if name not in self.sources and not (name == "nics_per_gpu" and self.nics_per_gpu == 1.0):
                 raise ValueError(f"{name} needs a source (sources.{name})")
         if self.dimension_of is None and not {"latency", "efficiency"} <= set(self.dimension):
@@ -114,6 +119,21 @@ def nvlink_domain(name: str = "nvl72") -> NvlinkDomain:
     if name not in domains:
         raise ValueError(f"unknown NVLink domain {name!r}; known: {', '.join(sorted(domains))}")
     return domains[name]
+
+
+# NCCL's network hop latency per protocol of a ring step (src/graph/tuning.cc ncclTunerConstantsDefaults
+# hwLatencies[NCCL_HW_NET][ring]: LL 2.7, LL128 4.0, Simple 14 us; docs/formulas.md section 1.3)
+_NCCL_NET_HOP = {"LL": 2.7e-6, "LL128": 4.0e-6, "Simple": 14e-6}
+
+
+def nccl_network_hops(plugin_latency: float) -> dict[str, Any]:
+    """The per-step latencies NCCL's own tuner gives a network step whose net plugin reports `plugin_latency`
+    seconds, as NetworkDimension fields (`latency`: Simple's; `protocol_latency`: LL's and LL128's): NCCL's
+    network hop latency of the protocol plus the plugin's latency (src/graph/search.cc: graph->latencyInter =
+    the NIC's reported latency; tuning.cc: interLat = hwLat[NET] + latencyInter, and + latencyInter again for
+    Simple, "the flush extra latency")."""
+    return {"latency": _NCCL_NET_HOP["Simple"] + 2 * plugin_latency,
+            "protocol_latency": {p: _NCCL_NET_HOP[p] + plugin_latency for p in ("LL", "LL128")}}
 
 
 def fabric(name: str) -> Fabric:
