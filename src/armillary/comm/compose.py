@@ -140,8 +140,8 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
 def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
              bandwidths: tuple[Array | None, ...], composition: Composition) -> Composed:
     if composition is _ANY_COMPOSITION and algorithm is _AUTO and is_array(*group.spans):
-        inside = sum(np.asarray(s) > 1 for s in group.spans) <= 1
-        if np.any(inside):  # a flattened sweep that mixes groups inside one dimension with the rest: each costed
+        inside = np.asarray(sum(np.asarray(s) > 1 for s in group.spans) <= 1)
+        if inside.any():  # a flattened sweep that mixes groups inside one dimension with the rest: each costed
             # as alone (`_on_one_dimension`), not as a composition with one active dimension
             return _split(op, n_bytes, group, system, bandwidths, np.asarray(inside, dtype=bool))
     return _composed(op, n_bytes, group, system, algorithm, bandwidths, composition)
@@ -280,6 +280,8 @@ class _Net:
             costs = ()
         if len(costs) != len(PROTOCOLS):
             return (DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0),) * len(PROTOCOLS)
+        if type(span) is np.ndarray and (span > 1).all():  # spanned at every point: x * 1.0 is x (IEEE 754),
+            return costs  # so the costs as they are (ring_protocols made them for this call alone)
         spanned = where(span > 1, 1.0, 0.0)  # (one mask for every protocol)
         return tuple(scaled(c, spanned) for c in costs)
 
