@@ -280,8 +280,9 @@ class _Net:
             costs = ()
         if len(costs) != len(PROTOCOLS):
             return (DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0),) * len(PROTOCOLS)
-        if type(span) is np.ndarray and (span > 1).all():  # spanned at every point: x * 1.0 is x (IEEE 754),
-            return costs  # so the costs as they are (ring_protocols made them for this call alone)
+        if type(span) is np.ndarray and all(type(x) is np.ndarray and x.shape == span.shape for c in costs
+                                            for x in (c.time, c.sent_bytes, c.fixed)) and (span > 1).all():
+            return costs  # spanned at every point, costs of its shape: x * 1.0 is x (IEEE 754), so as they are
         spanned = where(span > 1, 1.0, 0.0)  # (one mask for every protocol)
         return tuple(scaled(c, spanned) for c in costs)
 
