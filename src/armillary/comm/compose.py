@@ -280,11 +280,19 @@ class _Net:
             costs = ()
         if len(costs) != len(PROTOCOLS):
             return (DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0),) * len(PROTOCOLS)
-        if type(span) is np.ndarray and all(type(x) is np.ndarray and x.shape == span.shape for c in costs
-                                            for x in (c.time, c.sent_bytes, c.fixed)) and (span > 1).all():
+        if type(span) is np.ndarray and _of_shape(costs, span.shape) and (span > 1).all():
             return costs  # spanned at every point, costs of its shape: x * 1.0 is x (IEEE 754), so as they are
         spanned = where(span > 1, 1.0, 0.0)  # (one mask for every protocol)
         return tuple(scaled(c, spanned) for c in costs)
+
+def _of_shape(costs: tuple[DimensionCost, ...], shape: tuple[int, ...]) -> bool:
+    """Whether every cost's time, bytes and fixed cost is an array of `shape` (a loop: no generator)."""
+    for c in costs:
+        for x in (c.time, c.sent_bytes, c.fixed):
+            if type(x) is not np.ndarray or x.shape != shape:
+                return False
+    return True
+
 
 def _never_faster_pipelined(op: Collective, n: Array, net: _Net, first: Composed) -> bool:
     """Whether the pipelined phases are at no point faster than `first` (NCCL's flat ring), so `_faster`
@@ -400,9 +408,15 @@ def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | No
     best: Composed | None = None
     for k, proto in enumerate(PROTOCOLS):
         dims = tuple(d[k] for d in per_dimension)
-        active = sum(np.where(np.asarray(d.time) > 0, 1.0, 0.0) if is_array(d.time) else (1.0 if d.time > 0 else 0.0)
-                     for d in dims)
-        latency = sum(d.fixed for d in dims) - nan_maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
+        # the active dimensions and the fixed costs added in a loop as sum() adds them, from 0 (no generators)
+        active: Array = 0
+        fixed: Array = 0
+        for d in dims:
+            active = active + (np.where(d.time > 0, 1.0, 0.0) if type(d.time) is np.ndarray else
+                               np.where(np.asarray(d.time) > 0, 1.0, 0.0) if is_array(d.time) else
+                               (1.0 if d.time > 0 else 0.0))
+            fixed = fixed + d.fixed
+        latency = fixed - nan_maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
         transfer = dims[0].transfer
         for d in dims[1:]:
             transfer = nan_maximum(transfer, d.transfer)
