@@ -27,6 +27,7 @@ the pipelined phases' joint choice (joint_choice.py) and a search's memo of coll
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from functools import partial
@@ -139,10 +140,16 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
 def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
              bandwidths: tuple[Array | None, ...], composition: Composition) -> Composed:
     if composition is _ANY_COMPOSITION and algorithm is _AUTO and is_array(*group.spans):
-        inside = sum(np.asarray(s) > 1 for s in group.spans) <= 1
-        if np.any(inside):  # a flattened sweep that mixes groups inside one dimension with the rest: each costed
+        inside = np.asarray(sum(np.asarray(s) > 1 for s in group.spans) <= 1)
+        if inside.any():  # a flattened sweep that mixes groups inside one dimension with the rest: each costed
             # as alone (`_on_one_dimension`), not as a composition with one active dimension
             return _split(op, n_bytes, group, system, bandwidths, np.asarray(inside, dtype=bool))
+    return _composed(op, n_bytes, group, system, algorithm, bandwidths, composition)
+
+
+def _composed(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
+              bandwidths: tuple[Array | None, ...], composition: Composition) -> Composed:
+    """`_compose` past its split of a sweep (every point spans two dimensions or more, or a pinned choice)."""
     net = _Net(system, group, algorithm, bandwidths)
     choices = offered(system, algorithm) if composition is _ANY_COMPOSITION else (composition,)
     built: list[Composed] = []
@@ -174,8 +181,8 @@ def _split(op: Collective, n: Array, group: Placement, system: System, bandwidth
     size = inside.size
 
     def part(points: np.ndarray) -> tuple[Array, Placement, tuple[Array | None, ...]]:
-        def pick(x: Array) -> Array:
-            return np.broadcast_to(x, (size,))[points]
+        def pick(x: Array) -> Array:  # (a flattened input has one value per point already)
+            return x[points] if type(x) is np.ndarray and x.shape == (size,) else np.broadcast_to(x, (size,))[points]
         return (pick(n), Placement(tuple(pick(s) for s in group.spans)),
                 tuple(None if b is None else pick(b) for b in bandwidths))
 
@@ -185,7 +192,7 @@ def _split(op: Collective, n: Array, group: Placement, system: System, bandwidth
     if not len(rest):
         return a
     n2, g2, b2 = part(rest)
-    b = _compose(op, n2, g2, system, _AUTO, b2, _ANY_COMPOSITION)
+    b = _composed(op, n2, g2, system, _AUTO, b2, _ANY_COMPOSITION)  # (none of these inside one dimension)
 
     def merged(x: Array, y: Array, kind: type = float) -> np.ndarray:
         out: np.ndarray = np.empty(size, dtype=kind)
@@ -209,9 +216,14 @@ class _Net:
     algorithm: Algorithm
     bandwidths: tuple[Array | None, ...]
 
+    @functools.cached_property
+    def outermost(self) -> Array:
+        """The group's outermost spanned dimension (`Placement.outermost`), once per composition."""
+        return self.group.outermost
+
     def top(self, i: int) -> Array:
         """Whether dimension i is the outermost the group spans."""
-        return self.group.outermost == i
+        return self.outermost == i
 
     def phase(self, i: int, op: Collective, n: Array, p: Array | None = None,
               exclude: tuple[Algorithm, ...] = (), algorithm: Algorithm | None = None,
@@ -268,7 +280,19 @@ class _Net:
             costs = ()
         if len(costs) != len(PROTOCOLS):
             return (DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0),) * len(PROTOCOLS)
-        return tuple(scaled(c, where(span > 1, 1.0, 0.0)) for c in costs)
+        if type(span) is np.ndarray and _of_shape(costs, span.shape) and (span > 1).all():
+            return costs  # spanned at every point, costs of its shape: x * 1.0 is x (IEEE 754), so as they are
+        spanned = where(span > 1, 1.0, 0.0)  # (one mask for every protocol)
+        return tuple(scaled(c, spanned) for c in costs)
+
+def _of_shape(costs: tuple[DimensionCost, ...], shape: tuple[int, ...]) -> bool:
+    """Whether every cost's time, bytes and fixed cost is an array of `shape` (a loop: no generator)."""
+    for c in costs:
+        for x in (c.time, c.sent_bytes, c.fixed):
+            if type(x) is not np.ndarray or x.shape != shape:
+                return False
+    return True
+
 
 def _never_faster_pipelined(op: Collective, n: Array, net: _Net, first: Composed) -> bool:
     """Whether the pipelined phases are at no point faster than `first` (NCCL's flat ring), so `_faster`
@@ -343,10 +367,17 @@ def _on_one_dimension(op: Collective, n: Array, net: _Net) -> Composed:
         time = time + d.time
         if nccl:
             flat = flat + (d.algorithm == _RING_INDEX)
-    flat_ring, pipelined = _FLAT_RING_INDEX, _PIPELINED_INDEX
-    if type(flat) is int:  # a count for one configuration: what np.where gives, a 0-d int array, made directly
-        return Composed(time, tuple(dims), np.array(flat_ring if flat else pipelined))
-    return Composed(time, tuple(dims), where(flat, flat_ring, pipelined))
+    if type(flat) is int:  # a count for one configuration: what np.where gives, a 0-d int array (read-only, shared)
+        return Composed(time, tuple(dims), _FLAT_RING_0D if flat else _PIPELINED_0D)
+    return Composed(time, tuple(dims), where(flat, _FLAT_RING_INDEX, _PIPELINED_INDEX))
+
+
+def _read_only(x: np.ndarray) -> np.ndarray:
+    x.flags.writeable = False
+    return x
+
+
+_FLAT_RING_0D, _PIPELINED_0D = _read_only(np.array(_FLAT_RING_INDEX)), _read_only(np.array(_PIPELINED_INDEX))
 
 
 def _build(kind: Composition, op: Collective, n: Array, net: _Net) -> Composed | None:
@@ -377,9 +408,15 @@ def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | No
     best: Composed | None = None
     for k, proto in enumerate(PROTOCOLS):
         dims = tuple(d[k] for d in per_dimension)
-        active = sum(np.where(np.asarray(d.time) > 0, 1.0, 0.0) if is_array(d.time) else (1.0 if d.time > 0 else 0.0)
-                     for d in dims)
-        latency = sum(d.fixed for d in dims) - nan_maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
+        # the active dimensions and the fixed costs added in a loop as sum() adds them, from 0 (no generators)
+        active: Array = 0
+        fixed: Array = 0
+        for d in dims:
+            active = active + (np.where(d.time > 0, 1.0, 0.0) if type(d.time) is np.ndarray else
+                               np.where(np.asarray(d.time) > 0, 1.0, 0.0) if is_array(d.time) else
+                               (1.0 if d.time > 0 else 0.0))
+            fixed = fixed + d.fixed
+        latency = fixed - nan_maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
         transfer = dims[0].transfer
         for d in dims[1:]:
             transfer = nan_maximum(transfer, d.transfer)

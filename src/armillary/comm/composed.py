@@ -38,7 +38,9 @@ def select(mask: Array, a: DimensionCost, b: DimensionCost) -> DimensionCost:
     """Point by point, `a` where `mask` holds, else `b`."""
     if not is_array(mask):
         return a if mask else b
-    return DimensionCost(*(np.where(mask, x, y) for x, y in zip(cost_fields(a), cost_fields(b), strict=True)))
+    return DimensionCost(np.where(mask, a.time, b.time), np.where(mask, a.sent_bytes, b.sent_bytes),
+                         np.where(mask, a.algorithm, b.algorithm), np.where(mask, a.protocol, b.protocol),
+                         np.where(mask, a.fixed, b.fixed))  # (field by field, as cost_fields orders them)
 
 
 def cost_fields(c: DimensionCost) -> tuple[Array, ...]:

@@ -35,10 +35,11 @@ class Flattened:
         values = (n_bytes, *group.spans, *swept)
         if not is_array(*values):
             return None
-        shape = np.broadcast_shapes(*(np.shape(v) for v in values))
+        shape = np.broadcast(*values).shape  # (np.broadcast_shapes' result, without its Python-level work)
         columns = np.empty((len(values), math.prod(shape)))
-        for row, v in zip(columns, values, strict=True):
-            row.reshape(shape)[...] = v
+        shaped = columns.reshape((len(values), *shape))  # a view: each input written in one assignment
+        for i, v in enumerate(values):
+            shaped[i] = v
         distinct, inverse = distinct_columns(columns)
         rows = iter(distinct)
         n, spans = next(rows), tuple(next(rows) for _ in group.spans)

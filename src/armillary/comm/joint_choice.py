@@ -4,6 +4,7 @@ collective (src/graph/tuning.cc); comm/compose.py `_pipelined` uses it, docs/for
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -64,6 +65,18 @@ def frontier(options: list[tuple[DimensionCost, ...]]) -> list[tuple[DimensionCo
     return [o for o, _ in kept]
 
 
+def _stacked_fields(options: list[tuple[DimensionCost, ...]], shape: tuple[int, ...]) -> np.ndarray:
+    """`Stack.fields` of the options: (5, phases, options, points), NOTHING padding the narrower options."""
+    width = max(len(o) for o in options)
+    fields = np.zeros((5, width, len(options), math.prod(shape)))
+    shaped = fields.reshape((5, width, len(options), *shape))  # a view: each field written in one assignment
+    for o, option in enumerate(options):
+        for w, c in enumerate(option):
+            for f, x in enumerate(cost_fields(c)):
+                shaped[f, w, o] = x
+    return fields
+
+
 _BLOCKED_FIELDS = np.array([np.inf, 0.0, 0.0, 0.0, 0.0])[:, None, None]  # _BLOCKED's fields, stacked
 
 
@@ -79,13 +92,7 @@ class Stack:
 
     @staticmethod
     def of(options: list[tuple[DimensionCost, ...]], shape: tuple[int, ...]) -> Stack:
-        width = max(len(o) for o in options)
-        fields = np.zeros((5, width, len(options), math.prod(shape)))  # NOTHING pads the narrower options
-        for o, option in enumerate(options):
-            for w, c in enumerate(option):
-                for f, x in enumerate(cost_fields(c)):
-                    fields[f, w, o].reshape(shape)[...] = x
-        return Stack.totalled(fields, shape)
+        return Stack.totalled(_stacked_fields(options, shape), shape)
 
     @staticmethod
     def totalled(fields: np.ndarray, shape: tuple[int, ...]) -> Stack:
@@ -105,7 +112,7 @@ class Stack:
         if not is_array(top) or not below or not at_top:
             return Stack.of(on_mask(top, at_top, below), shape)
         shape = np.broadcast_shapes(shape, np.shape(top))
-        fields = Stack.of(at_top + below, shape).fields
+        fields = _stacked_fields(at_top + below, shape)  # (totalled once, after the blocking below)
         applies = np.concatenate((np.broadcast_to(top, shape).reshape(1, -1),
                                   np.broadcast_to(logical_not(top), shape).reshape(1, -1)))
         side = np.repeat(applies, [len(at_top), len(below)], axis=0)  # (options, points)
@@ -119,7 +126,7 @@ class Stack:
             return self
         f, b = self.fixed, self.transfer
         covers = ((f[:, None] <= f[None]) & (b[:, None] <= b[None])).all(axis=2)  # [earlier, later]
-        kept = ~np.triu(covers, 1).any(axis=0)
+        kept = ~(covers & _earlier(len(f))).any(axis=0)
         if kept.all():
             return self
         return Stack(self.fields[:, :, kept], f[kept], b[kept], self.shape)
@@ -130,6 +137,14 @@ class Stack:
         chosen = self.fields[:, :, j.reshape(-1), points].reshape((*self.fields.shape[:2], *self.shape))
         return tuple(DimensionCost(chosen[0, w], chosen[1, w], chosen[2, w].astype(int), chosen[3, w].astype(int),
                                    chosen[4, w]) for w in range(chosen.shape[1]))
+
+
+@functools.lru_cache(maxsize=64)
+def _earlier(count: int) -> np.ndarray:
+    """[i, j]: whether option i comes before option j (np.triu of ones above the diagonal), read-only."""
+    mask = np.triu(np.ones((count, count), dtype=bool), 1)
+    mask.flags.writeable = False
+    return mask
 
 
 def fastest_together(choices: list[list[tuple[DimensionCost, ...]]], chunks: Array
@@ -168,7 +183,8 @@ def joint(stacks: list[Stack], chunks: np.ndarray) -> list[np.ndarray]:
             for g, st in zip(weighed, stacks, strict=True):
                 allowed = np.where(st.transfer[None] <= cap[:, None], g[None], np.inf)  # (caps, options, points)
                 j = np.argmin(allowed, axis=1)
-                total = total + np.take_along_axis(allowed, j[:, None], 1)[:, 0]
+                # the least is the value at its argmin (a NaN where the argmin is the first NaN: NaN both ways)
+                total = total + np.min(allowed, axis=1)
                 taken.append(j)
             total[np.isnan(total)] = np.inf  # never better, as in a comparison
             c = np.argmin(total, axis=0)  # the first cap of the least total
