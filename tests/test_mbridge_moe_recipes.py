@@ -1,4 +1,4 @@
-"""The MoE settings of Megatron-Bridge's performance recipes (`SoftwareStack.moe_recipes`) and how the validation
+"""The MoE settings of Megatron-Bridge's performance recipes (`SoftwareStack.recipes`) and how the validation
 harness reads them into a row's strategy. The expected settings are transcribed by hand from
 scripts/performance/configs/{qwen3,gpt_oss,deepseek}/workload_base_configs.py at v0.2.0 (NeMo 25.11) and
 scripts/performance/run_script.py at r0.1.0 (NeMo 25.09), so a change in the data or the reading fails here."""
@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from armillary.specs.loading import load_model, load_stack, preset_names
-from armillary.specs.stack import RecipeMoe
+from armillary.specs.stack import RecipeSettings
 from armillary.specs.strategy import Recompute, RecomputeModule
 from armillary.validation.rows import row_specs
 from armillary.validation.run import read_rows
@@ -19,12 +19,17 @@ MB = load_stack("megatron-bridge")
 
 
 @pytest.mark.parametrize("name", preset_names("stacks"))
-def test_every_moe_recipe_names_a_moe_preset_and_a_source(name: str) -> None:
+def test_every_recipe_names_a_preset_and_a_source_and_moe_settings_only_for_moe(name: str) -> None:
     stack = load_stack(name)
-    for e in stack.moe_recipes:
-        assert load_model(e.model).moe is not None and e.source, (name, e.model, e.gpu, e.release)
+    for e in stack.recipes:
+        model = load_model(e.model)
+        assert e.source, (name, e.model, e.gpu, e.release)
+        if model.moe is None:  # a dense model's entry sets no MoE field
+            assert e.dispatcher is None and e.capacity_factor is None and not e.a2a_overlap, (e.model, e.gpu)
+            continue
+        assert e.dispatcher is not None, (e.model, e.gpu, e.release)
         assert "+".join(sorted(e.cuda_graph_scope)) in stack.graph_host_ops, (e.model, e.gpu, e.cuda_graph_scope)
-    keys = [(e.model, e.gpu, e.release) for e in stack.moe_recipes]
+    keys = [(e.model, e.gpu, e.release) for e in stack.recipes]
     assert len(keys) == len(set(keys)), "one entry per model, GPU and release"
 
 
@@ -44,7 +49,7 @@ BY_HAND = {
 
 @pytest.mark.parametrize("key", sorted(BY_HAND))
 def test_the_recipe_settings_as_the_configs_state_them(key: tuple[str, str, str]) -> None:
-    e = MB.moe_recipe(*key)
+    e = MB.recipe(*key)
     assert e is not None
     dispatcher, scope, modules, a2a = BY_HAND[key]
     assert (e.dispatcher, e.cuda_graph_scope, e.a2a_overlap) == (dispatcher, scope, a2a)
@@ -103,7 +108,7 @@ def test_a_row_of_another_release_or_framework_takes_no_recipe() -> None:
 def test_a_bad_recipe_entry_names_its_field(field: str, value: object, words: str) -> None:
     good = dict(model="qwen3-30b-a3b", gpu="b200", release="25.11", source="x")
     with pytest.raises(ValidationError, match=words):
-        RecipeMoe.model_validate({**good, field: value})
+        RecipeSettings.model_validate({**good, field: value})
 
 
 def test_the_25_09_deepseek_h100_run_trains_mtp_on_the_layout_its_run_script_passes() -> None:
@@ -114,6 +119,6 @@ def test_the_25_09_deepseek_h100_run_trains_mtp_on_the_layout_its_run_script_pas
 
 
 def test_a_release_with_a_patch_number_is_read() -> None:
-    e = MB.moe_recipe("qwen3-30b-a3b", "h100", "26.04.01")  # v0.4.2: hybridep on H100, no graphs
+    e = MB.recipe("qwen3-30b-a3b", "h100", "26.04.01")  # v0.4.2: hybridep on H100, no graphs
     assert e is not None and e.dispatcher == "hybridep"
     assert row_specs(ROWS["TR-MBRIDGE-26.04.01-10"])[0].strategy.routing.dispatch_dedup

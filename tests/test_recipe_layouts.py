@@ -88,7 +88,7 @@ def test_a_row_that_states_its_layout_keeps_it() -> None:
 
 def test_shapes_and_stacks_outside_the_table_keep_the_generic_split() -> None:
     """pp 8 x vpp 4 is not in the recipe's table (GB200-13: the 25.11 GB200 config sets no layout; the 25.09
-    H100 run passes its own, `RecipeMoe.layout`, tests/test_mbridge_moe_recipes.py), so the generic rule reads
+    H100 run passes its own, `RecipeSettings.layout`, tests/test_mbridge_moe_recipes.py), so the generic rule reads
     it, 7 / 6; a row of another stack is not read with Megatron-Bridge's table."""
     st = row_specs(ROWS["TR-MBRIDGE-25.11-GB200-13"])[0].strategy
     assert st.pipeline_layout is None and (st.first_stage_layers, st.last_stage_layers) == (7, 6)

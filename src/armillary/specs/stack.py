@@ -73,29 +73,44 @@ class RecipeLayout(Spec):
         return self.layout[:at] + "m" * depth + self.layout[at:]
 
 
-class RecipeMoe(Spec):
-    """What a stack's performance recipe sets for the MoE layers of one model on one GPU type in one release
-    (Megatron-Bridge's scripts/performance workload_base_configs: the token dispatcher, token dropping, CUDA
-    graph scopes, recomputed modules, batch-level all-to-all overlap), each entry with its source. A run of
-    that model, GPU and release takes them; what the recipe sets that the run's own table states otherwise
-    (`differs`) is recorded, the table kept."""
+class RecipeSettings(Spec):
+    """What a stack's performance recipe sets for one model on one GPU type in one release (Megatron-Bridge's
+    scripts/performance workload_base_configs): the memory settings any model's recipe has (recomputation, CPU
+    activation offloading, Megatron FSDP, CUDA graphs) and, for an MoE model, its MoE layers' (the token
+    dispatcher, token dropping, CUDA graph scopes, batch-level all-to-all overlap), each entry with its source.
+    A run of that model, GPU and release takes them; what the recipe sets that the run's own table states
+    otherwise (`differs`) is recorded, the table kept."""
 
     model: str = Field(min_length=1, description="the model preset the recipe is for (presets/models name)")
     gpu: str = Field(pattern=r"^[a-z0-9]+$", description="the GPU type, lower case as the recipe names it "
                      "(h100, b200, gb200, gb300)")
     release: str = Field(pattern=r"^\d\d\.\d\d(\.\d\d)?$", description="the container release, e.g. '25.11', "
                          "'26.04.01'")
-    dispatcher: str = Field("alltoall", pattern=r"^(alltoall|hybridep|deepep)$", description="the token "
-                            "dispatcher: Megatron-Core's alltoall, or its flex dispatcher with the HybridEP or "
-                            "DeepEP backend (one copy per node: `Routing.dispatch_dedup`)")
+    dispatcher: str | None = Field(None, pattern=r"^(alltoall|hybridep|deepep)$", description="MoE: the token "
+                                   "dispatcher: Megatron-Core's alltoall, or its flex dispatcher with the HybridEP "
+                                   "or DeepEP backend (one copy per node: `Routing.dispatch_dedup`); None: a dense "
+                                   "model's entry, or not stated")
     capacity_factor: float | None = Field(None, gt=0, description="token dropping at this expert capacity "
                                           "(`Routing.capacity_factor`); None: dropless")
     pad_to_capacity: bool = Field(False, description="every expert padded to its capacity "
                                   "(`Routing.pad_to_capacity`): token counts known without a host sync")
-    cuda_graph_scope: tuple[str, ...] = Field((), description="what Transformer Engine's CUDA graphs capture "
-                                              "(attn, moe_router, moe_preprocess); (): none")
+    cuda_graph_scope: tuple[str, ...] = Field((), description="what the CUDA graphs capture: Transformer "
+                                              "Engine's per-layer scopes (attn, moe_router, moe_preprocess) or "
+                                              "Megatron-Core's whole step (full_iteration, cuda_graph_impl local); "
+                                              "(): none")
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
-        None, description="the modules the recipe recomputes (selective); None: no recomputation")
+        None, description="the modules the recipe recomputes (selective); None: none by module")
+    recompute_layers: PositiveInt | None = Field(
+        None, description="full recomputation of the first this many layers of each model chunk (the recipe's "
+        "recompute_num_layers: recompute_granularity full, recompute_method block, `Strategy.recompute_layers`); "
+        "None: none by layer")
+    offload_activation_layers: PositiveInt | None = Field(
+        None, description="the activations of the first this many layers of each model chunk offloaded to the "
+        "host (the recipe's cpu_offloading_num_layers: Megatron-Core cpu_offloading, weights kept; "
+        "`Offload.activation_layers`); None: none")
+    fsdp: bool = Field(False, description="the recipe shards with Megatron FSDP (use_megatron_fsdp); its memory "
+                       "settings are for that sharding, so a run whose table states other sharding does not take "
+                       "them")
     a2a_overlap: bool = Field(False, description="batch-level overlap of the expert all-to-all with another "
                               "micro-batch's computation (Megatron-Core --overlap-moe-expert-parallel-comm "
                               "--delay-wgrad-compute: `Overlap.ep_comm`)")
@@ -108,16 +123,22 @@ class RecipeMoe(Spec):
     source: str = Field(min_length=1, description="where the recipe sets it (file and name @ tag)")
 
     @model_validator(mode="after")
-    def _check(self) -> RecipeMoe:
-        known = {"attn", "moe_router", "moe_preprocess"}
+    def _check(self) -> RecipeSettings:
+        known = {"attn", "moe_router", "moe_preprocess", "full_iteration"}
         if not set(self.cuda_graph_scope) <= known:
-            raise ValueError(f"moe_recipes ({self.model}, {self.gpu}, {self.release}): cuda_graph_scope "
+            raise ValueError(f"recipes ({self.model}, {self.gpu}, {self.release}): cuda_graph_scope "
                              f"{sorted(set(self.cuda_graph_scope) - known)} unknown (expected {sorted(known)})")
+        if "full_iteration" in self.cuda_graph_scope and len(self.cuda_graph_scope) > 1:
+            raise ValueError(f"recipes ({self.model}, {self.gpu}, {self.release}): cuda_graph_scope full_iteration "
+                             "captures the whole step; it takes no other scope")
+        if self.recompute_layers is not None and self.recompute_modules is not None:
+            raise ValueError(f"recipes ({self.model}, {self.gpu}, {self.release}): recompute_layers (full) and "
+                             "recompute_modules (selective) exclude each other")
         if self.pad_to_capacity and self.capacity_factor is None:
-            raise ValueError(f"moe_recipes ({self.model}, {self.gpu}, {self.release}): pad_to_capacity needs a "
+            raise ValueError(f"recipes ({self.model}, {self.gpu}, {self.release}): pad_to_capacity needs a "
                              "capacity_factor")
         if self.layout is not None and "m" in "".join(pipeline_chunks(self.layout)):
-            raise ValueError(f"moe_recipes ({self.model}, {self.gpu}, {self.release}): layout {self.layout!r} names "
+            raise ValueError(f"recipes ({self.model}, {self.gpu}, {self.release}): layout {self.layout!r} names "
                              "multi-token-prediction modules 'm'; an entry leaves them out (`mtp` places them)")
         return self
 
@@ -178,9 +199,10 @@ class SoftwareStack(NamedByPatterns):
     pipeline_layouts: tuple[RecipeLayout, ...] = Field(
         (), description="pipeline layouts the stack's recipes set by model and (pp, vpp), each with its source; "
         "a run of that model and shape that states no layout of its own takes it")
-    moe_recipes: tuple[RecipeMoe, ...] = Field(
-        (), description="MoE settings the stack's performance recipes set by model, GPU type and release, each "
-        "with its source; a run of that model, GPU and release takes them")
+    recipes: tuple[RecipeSettings, ...] = Field(
+        (), description="what the stack's performance recipes set by model, GPU type and release (memory "
+        "settings, and MoE settings for an MoE model), each with its source; a run of that model, GPU and release "
+        "takes them")
     graph_host_ops: dict[str, int] = Field(
         default_factory=dict, description="kernels an MoE layer's forward issues one by one (`MoeHost.ops`) by "
         "the CUDA graph scopes of a recipe, keyed by the scopes sorted and joined with '+' ('' for none)")
@@ -194,9 +216,9 @@ class SoftwareStack(NamedByPatterns):
         """The layout the stack's recipe sets for `model` (a preset name) on pp x vpp chunks; None: none."""
         return next((e for e in self.pipeline_layouts if (e.model, e.pp, e.vpp) == (model, pp, vpp)), None)
 
-    def moe_recipe(self, model: str, gpu: str, release: str) -> RecipeMoe | None:
-        """The MoE settings the stack's recipe sets for `model` (a preset name) on `gpu` in `release`."""
-        return next((e for e in self.moe_recipes if (e.model, e.gpu, e.release) == (model, gpu, release)), None)
+    def recipe(self, model: str, gpu: str, release: str) -> RecipeSettings | None:
+        """What the stack's recipe sets for `model` (a preset name) on `gpu` in `release`; None: no entry."""
+        return next((e for e in self.recipes if (e.model, e.gpu, e.release) == (model, gpu, release)), None)
 
     def strategy_defaults(self, tp: int, hopper: bool) -> dict[str, Any]:
         """Strategy fields this stack fixes for a run with tensor-parallel degree `tp` (on a Hopper-or-later

@@ -4,7 +4,7 @@ pipeline layout (stated, or the one its stack's recipe sets)."""
 from __future__ import annotations
 
 from armillary.specs.pipeline_layout import layout_stage_layers
-from armillary.specs.stack import RecipeMoe, SoftwareStack
+from armillary.specs.stack import RecipeSettings, SoftwareStack
 from armillary.validation.row_columns import Unsupported, int_column
 from armillary.validation.vocabulary import model_preset_for, pipeline_layout_of
 
@@ -52,7 +52,7 @@ def read_devices(row: dict[str, str], n_gpus: int, gbs: int, notes: list[str]) -
 
 
 def read_pipeline_layout(row: dict[str, str], stack: SoftwareStack, pp: int, vpp: int, mtp_depth: int,
-                         notes: list[str], recipe: RecipeMoe | None = None) -> str | None:
+                         notes: list[str], recipe: RecipeSettings | None = None) -> str | None:
     """The row's pipeline layout (`Strategy.pipeline_layout`): the one its words state, else the one its stack's
     recipe sets for its model preset on pp x vpp chunks with the row's multi-token-prediction modules
     (`SoftwareStack.pipeline_layouts`); None when neither (the generic uneven split,
@@ -66,7 +66,7 @@ def read_pipeline_layout(row: dict[str, str], stack: SoftwareStack, pp: int, vpp
         notes.append(f"pipeline_layout {stated!r} (the row states it)")
         return stated
     passed = recipe.with_mtp(mtp_depth) if recipe is not None else None
-    if passed is not None:  # the layout the recipe passes for the row's GPU (`RecipeMoe.layout`)
+    if passed is not None:  # the layout the recipe passes for the row's GPU (`RecipeSettings.layout`)
         try:
             first, last = layout_stage_layers(passed, pp, vpp)
         except ValueError as err:

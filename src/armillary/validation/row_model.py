@@ -8,7 +8,7 @@ from typing import Any
 
 from armillary.specs.loading import load_model
 from armillary.specs.model import Model
-from armillary.specs.stack import RecipeMoe
+from armillary.specs.stack import RecipeSettings
 from armillary.validation.row_columns import SHAPE, Unsupported, int_column
 from armillary.validation.vocabulary import clean, model_preset_for, mtp_of
 
@@ -131,10 +131,10 @@ def _moe_from_columns(row: dict[str, str], notes: list[str]) -> Model:
                  f"{base['moe']['shared_experts']} shared experts, no leading dense layers (as stated)")
     return Model.model_validate(base)
 
-def read_mtp(row: dict[str, str], model: Model, notes: list[str], recipe: RecipeMoe | None = None) -> bool:
+def read_mtp(row: dict[str, str], model: Model, notes: list[str], recipe: RecipeSettings | None = None) -> bool:
     """Whether the row trains the model's multi-token-prediction modules: as its model text says ("w/ MTP",
     "w/o MTP": `vocabulary.mtp_of`), else as its stack's recipe for its model, GPU and release sets
-    (`RecipeMoe.mtp`); a row that says nothing trains none (as before MTP was modelled)."""
+    (`RecipeSettings.mtp`); a row that says nothing trains none (as before MTP was modelled)."""
     said = mtp_of(row.get("model"))
     if said is None and recipe is not None and recipe.mtp is not None and model.mtp_layers:
         notes.append(f"MTP depth {model.mtp_layers} {'' if recipe.mtp else 'not '}trained (the recipe for this "

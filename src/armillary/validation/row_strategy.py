@@ -8,7 +8,7 @@ from typing import Any
 
 from armillary.specs.loading import load_stack, stack_for
 from armillary.specs.model import Model
-from armillary.specs.stack import RecipeMoe, SoftwareStack, hopper_or_later
+from armillary.specs.stack import RecipeSettings, SoftwareStack, hopper_or_later
 from armillary.specs.strategy import BlockFormat, Recompute, TrainingPrecision, ZeroStage
 from armillary.validation.reading import about_the_run, fp8_params_stated
 from armillary.validation.row_columns import Unsupported, int_column
@@ -53,25 +53,49 @@ _GPU_TYPE = re.compile(r"\b(gb300|gb200|b300|b200|h200|h100)\b", re.I)
 _RELEASE = re.compile(r"\bNeMo (\d\d\.\d\d(?:\.\d\d)?)\b", re.I)
 
 
-def moe_recipe_of(row: dict[str, str], stack: SoftwareStack) -> RecipeMoe | None:
-    """The MoE settings the row's stack's recipe sets for its model preset, GPU type and release (its framework
-    text's 'NeMo 25.11'; `SoftwareStack.moe_recipes`); None when the stack has none for them."""
-    if not stack.moe_recipes or not int_column(row, "experts"):
+def recipe_of(row: dict[str, str], stack: SoftwareStack) -> RecipeSettings | None:
+    """What the row's stack's recipe sets for its model preset, GPU type and release (its framework text's
+    'NeMo 25.11'; `SoftwareStack.recipes`), dense or MoE; None when the stack has none for them."""
+    if not stack.recipes:
         return None
     preset = model_preset_for(row.get("model"))
     gpu = _GPU_TYPE.search(row.get("gpu", ""))
     release = _RELEASE.search(row.get("framework", ""))
     if preset is None or gpu is None or release is None:
         return None
-    return stack.moe_recipe(preset, gpu.group(1).lower(), release.group(1))
+    return stack.recipe(preset, gpu.group(1).lower(), release.group(1))
 
 
-def _apply_moe_recipe(recipe: RecipeMoe, stack: SoftwareStack, out: dict[str, Any], moe: dict[str, Any],
+_FSDP = re.compile(r"\bfsdp=(\d+)", re.I)
+
+
+def stated_fsdp(row: dict[str, str]) -> bool | None:
+    """Whether the row's table states Megatron FSDP ('FSDP=64' on; 'FSDP=0' off); None: not stated."""
+    found = _FSDP.search(row.get("other_reported", ""))
+    return None if found is None else int(found.group(1)) > 0
+
+
+def _recipe_note(recipe: RecipeSettings, stack: SoftwareStack, said: list[str]) -> str:
+    """The note naming what the row took from its stack's recipe, its source and where the table differs."""
+    return (f"{stack.name} recipe for this model, GPU and release: " + ", ".join(said) + f" ({recipe.source})"
+            + (f"; the recipe differs from the row: {recipe.differs} (the row kept)" if recipe.differs else ""))
+
+
+def _apply_dense_recipe(recipe: RecipeSettings, stack: SoftwareStack, notes: list[str]) -> None:
+    """What a dense model's recipe sets beside its memory settings (`recompute_choices` reads those)."""
+    graphs = "+".join(recipe.cuda_graph_scope) or "none"
+    said = [f"CUDA graphs {graphs}" + ("" if graphs == "none" else " (recorded; a dense layer's host time is not "
+                                        "modelled, so not applied)")]
+    said.append(f"Megatron FSDP {'on' if recipe.fsdp else 'off'}")
+    notes.append(_recipe_note(recipe, stack, said))
+
+
+def _apply_moe_recipe(recipe: RecipeSettings, stack: SoftwareStack, out: dict[str, Any], moe: dict[str, Any],
                       notes: list[str]) -> None:
-    """What the recipe sets for the MoE layers (`RecipeMoe`), into the row's strategy fields."""
-    said = [f"dispatcher {recipe.dispatcher}"]
+    """What the recipe sets for the MoE layers (`RecipeSettings`), into the row's strategy fields."""
+    said = [f"dispatcher {recipe.dispatcher or 'not stated'}"]
     routing: dict[str, Any] = dict(moe.get("routing", {}))
-    if recipe.dispatcher != "alltoall":  # the flex dispatcher's DeepEP / HybridEP: one copy per node
+    if recipe.dispatcher in ("hybridep", "deepep"):  # the flex dispatcher's DeepEP / HybridEP: one copy per node
         routing["dispatch_dedup"] = True
     if recipe.capacity_factor is not None:
         routing.update(capacity_factor=recipe.capacity_factor, pad_to_capacity=recipe.pad_to_capacity)
@@ -95,8 +119,7 @@ def _apply_moe_recipe(recipe: RecipeMoe, stack: SoftwareStack, out: dict[str, An
         # leave off; how much it hides is not stated (docs/validation.md, Megatron-Bridge MoE rows)
         said.append("batch-level all-to-all overlap set by the recipe, not applied (its hiding without CUDA "
                     "graphs is not stated)")
-    notes.append(f"{stack.name} recipe for this model, GPU and release: " + ", ".join(said) + f" ({recipe.source})"
-                 + (f"; the recipe differs from the row: {recipe.differs} (the row kept)" if recipe.differs else ""))
+    notes.append(_recipe_note(recipe, stack, said))
 
 
 def read_strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: list[str]) -> dict[str, Any]:
@@ -164,9 +187,11 @@ def read_strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes:
         if deduplicated_dispatch(f"{framework} {clean(row.get('notes'))}"):
             moe["routing"] = {"dispatch_dedup": True}
             notes.append("dispatch_dedup (the row names DeepEP / HybridEP: one copy per node and device)")
-        recipe = moe_recipe_of(row, stack)
+        recipe = recipe_of(row, stack)
         if recipe is not None:
             _apply_moe_recipe(recipe, stack, out, moe, notes)
+    elif (recipe := recipe_of(row, stack)) is not None:
+        _apply_dense_recipe(recipe, stack, notes)
     vpp = int_column(row, "vpp")
     if vpp is None and re.search(r"interleav", clean(row.get("vpp"))):
         notes.append(f"vpp=1: the row says {row.get('vpp')!r} without the chunks per stage (the bubble of an "
@@ -185,16 +210,19 @@ def recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack, c
     none, selective, the MoE recipes' modules, full recomputation of the first 1, 2, ... layers of each model
     chunk of `chunk` layers (Megatron's block method, which NVIDIA's recipes use: recompute_num_layers), all."""
     stated_choice = recompute_of(row.get("recompute")) or stack.recompute
-    recipe = moe_recipe_of(row, stack) if stated_choice is None else None
-    if recipe is not None:  # the recipe states it: its modules, else none (recompute_granularity None)
-        if recipe.recompute_modules is None:
-            notes.append(f"recompute=none ({stack.name}'s recipe for this model, GPU and release sets none; "
-                         "where that does not fit memory: the least recomputation that does)")
-            return _ladder(model, stack, chunk)
-        notes.append(f"selective recomputation of the modules {stack.name}'s recipe sets: "
-                     + ", ".join(m.value for m in recipe.recompute_modules)
-                     + " (where they do not fit memory: the least recomputation that does)")
-        first: dict[str, Any] = {"recompute": "selective", "recompute_modules": recipe.recompute_modules}
+    recipe = recipe_of(row, stack) if stated_choice is None else None
+    fsdp = stated_fsdp(row)
+    if recipe is not None and fsdp is not None and fsdp != recipe.fsdp:
+        # the recipe's recomputation and offloading fit its own sharding; the table states another
+        notes.append(f"{stack.name}'s recipe for this model, GPU and release shards "
+                     f"{'with' if recipe.fsdp else 'without'} Megatron FSDP, the row "
+                     f"{'with' if fsdp else 'without'}: its recomputation and offloading, set for its own "
+                     "sharding, not taken; the least recomputation that fits memory")
+        recipe = None
+    elif recipe is not None:  # the recipe states it; what it leaves unset is off (recompute_granularity None)
+        first = _recipe_memory(recipe)
+        notes.append(f"{stack.name}'s recipe for this model, GPU and release: {_said_memory(recipe)} (where that "
+                     "does not fit memory: the least recomputation that does)")
         return [first, *(c for c in _ladder(model, stack, chunk) if c != first)]
     if stated_choice is not None:
         named = recompute_modules_of(row.get("recompute"))
@@ -211,6 +239,34 @@ def recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack, c
                  + ("" if stack.recompute_modes is None else
                     f" of those {stack.name} offered ({', '.join(m.value for m in offered)})"))
     return _ladder(model, stack, chunk)
+
+
+def _recipe_memory(recipe: RecipeSettings) -> dict[str, Any]:
+    """The strategy fields of the recipe's recomputation and CPU activation offloading (Megatron-Bridge
+    scripts/performance/utils/helpers.py set_recompute_overrides: recompute_num_layers -> full, block method;
+    cpu_offloading_num_layers -> activations only, cpu_offloading_weights False)."""
+    out: dict[str, Any] = {"recompute": "none"}
+    if recipe.recompute_modules is not None:
+        out = {"recompute": "selective", "recompute_modules": recipe.recompute_modules}
+    elif recipe.recompute_layers is not None:
+        out = {"recompute": "full", "recompute_layers": recipe.recompute_layers}
+    if recipe.offload_activation_layers is not None:
+        out["offload"] = {"activations": True, "activation_layers": recipe.offload_activation_layers}
+    return out
+
+
+def _said_memory(recipe: RecipeSettings) -> str:
+    """The recipe's recomputation and offloading in words, for a row's notes."""
+    if recipe.recompute_modules is not None:
+        said = "selective recomputation of " + ", ".join(m.value for m in recipe.recompute_modules)
+    elif recipe.recompute_layers is not None:
+        said = f"full recomputation of the first {recipe.recompute_layers} layers of each chunk"
+    else:
+        said = "recompute=none"
+    if recipe.offload_activation_layers is not None:
+        said += f", the activations of the first {recipe.offload_activation_layers} layers of each chunk " \
+                "offloaded to the host"
+    return said
 
 
 def _ladder(model: Model, stack: SoftwareStack, chunk: int) -> list[dict[str, Any]]:

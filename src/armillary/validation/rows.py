@@ -13,6 +13,7 @@ sharding, recomputation) and `row_finetune` (LoRA / QLoRA), re-exported here whe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from armillary.plan.layout import chunk_size, embedding_and_loss_split
 from armillary.specs.loading import load_system
@@ -27,9 +28,9 @@ from armillary.validation.row_layout import global_batch, read_devices, read_pip
 from armillary.validation.row_model import read_model, read_mtp
 from armillary.validation.row_strategy import (
     DEFAULT_STACK,
-    moe_recipe_of,
     read_stack,
     read_strategy,
+    recipe_of,
     recompute_choices,
     year_of,
 )
@@ -104,6 +105,17 @@ def _on_stated_fabric(system: System, preset: str, inter: str, gbps: float | Non
     return with_fabric(system, name, rate if rate is not None else system.network[-1].bandwidth)
 
 
+def _described(choice: dict[str, Any]) -> str:
+    """A recomputation choice in words: 'recompute=full, recompute_layers=5, offload.activation_layers=40'."""
+    said: list[str] = []
+    for key, value in choice.items():
+        if isinstance(value, dict):
+            said.extend(f"{key}.{k}={v}" for k, v in value.items())
+        else:
+            said.append(f"{key}={'+'.join(value) if isinstance(value, tuple) else value}")
+    return ", ".join(said)
+
+
 def row_specs(row: dict[str, str]) -> list[RowSpecs]:
     """Candidate specifications for a row (several when recomputation is not stated, least first)."""
     n_gpus = int_column(row, "n_gpus")
@@ -122,7 +134,7 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
     model = read_model(row, notes)
     system = _system(row, n_gpus, notes)
     strategy = read_strategy(row, n_gpus, stack, notes)
-    recipe = moe_recipe_of(row, stack)
+    recipe = recipe_of(row, stack)
     mtp = read_mtp(row, model, notes, recipe)
     layout = read_pipeline_layout(row, stack, strategy["pp"], strategy["vpp"], model.mtp_layers if mtp else 0, notes,
                                   recipe)
@@ -141,6 +153,5 @@ def row_specs(row: dict[str, str]) -> list[RowSpecs]:
     out = []
     for recompute in recompute_choices(row, model, stack, chunk, notes):
         st = Strategy.model_validate({**strategy, **recompute})
-        described = ", ".join(f"{k}={'+'.join(v) if isinstance(v, tuple) else v}" for k, v in recompute.items())
-        out.append(RowSpecs(model, system, st, workload, (*notes, described)))
+        out.append(RowSpecs(model, system, st, workload, (*notes, _described(recompute))))
     return out
