@@ -46,12 +46,19 @@ def exposed_together(costs: tuple[DataParallelCost, ...], forward_s: Array, back
     Megatron-Core issues the dense and expert buckets over the same links), so the passes hide their sum
     once, max(0, T_comm - T_overlappable) (docs/formulas.md §2.3): a faster pass exposes at most what it
     saves, never more."""
-    total = {f: sum((getattr(c, f) for c in costs), 0.0)
-             for f in ("in_line_s", "behind_forward_s", "behind_backward_s", "once_forward_s", "once_backward_s")}
-    per_mb = (exposed_fully(total["behind_forward_s"], forward_s)
-              + exposed_fully(total["behind_backward_s"], backward_s))
-    return (total["in_line_s"] + microbatches * per_mb + exposed_fully(total["once_forward_s"], forward_s)
-            + exposed_fully(total["once_backward_s"], backward_s))
+    # each summed from 0.0 in the order of `costs` (one loop for the five)
+    in_line: Array = 0.0
+    behind_forward: Array = 0.0
+    behind_backward: Array = 0.0
+    once_forward: Array = 0.0
+    once_backward: Array = 0.0
+    for c in costs:
+        in_line, behind_forward = in_line + c.in_line_s, behind_forward + c.behind_forward_s
+        behind_backward, once_forward = behind_backward + c.behind_backward_s, once_forward + c.once_forward_s
+        once_backward = once_backward + c.once_backward_s
+    per_mb = exposed_fully(behind_forward, forward_s) + exposed_fully(behind_backward, backward_s)
+    return (in_line + microbatches * per_mb + exposed_fully(once_forward, forward_s)
+            + exposed_fully(once_backward, backward_s))
 
 
 def parameter_tensors(m: ModelArrays) -> Array:

@@ -26,7 +26,14 @@ from armillary.estimate.data_parallel import (
 )
 from armillary.estimate.feasibility import check, system_shape
 from armillary.estimate.flops import model_flop_per_iteration
-from armillary.estimate.layer import Adapters, ExpertGroups, LayerExchange, layer_cost, recompute_modes
+from armillary.estimate.layer import (
+    Adapters,
+    ExpertGroups,
+    LayerExchange,
+    layer_cost,
+    recompute_modes,
+    tp_collectives,
+)
 from armillary.estimate.mtp import MtpCost, mtp_cost, mtp_depth, mtp_flop, mtp_layers_model, trains_mtp, with_mtp
 from armillary.estimate.pipeline import pipeline_time
 from armillary.estimate.result import (
@@ -136,8 +143,12 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     stored = (_stored(layers, stages.first), _stored(layers, stages.middle), _stored(layers, stages.last))
     optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system, stored)
     calls = _calls(layers, stages, sends, dp, microbatches, st)
-    traffic = Traffic(scale_up_bytes=sum(c.per_step * c.scale_up_bytes_each for c in calls),
-                      scale_out_bytes=sum(c.per_step * c.scale_out_bytes_each for c in calls))
+    scale_up: Array = 0  # each summed from 0 over the calls, as sum() sums them (one loop for both)
+    scale_out: Array = 0
+    for c in calls:
+        per_step = c.per_step
+        scale_up, scale_out = scale_up + per_step * c.scale_up_bytes_each, scale_out + per_step * c.scale_out_bytes_each
+    traffic = Traffic(scale_up_bytes=scale_up, scale_out_bytes=scale_out)
     offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
     hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e, device.memory_reserve,
                              stored, mtp.activations if mtp is not None else 0.0)
@@ -183,11 +194,12 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     kv_block = ring_kv_block(m, b * q, t, e)  # one rank's K and V (ring attention)
     a2a_bytes = (b * q * m.qkv_width / t * e, b * q * m.heads * m.value_dim / t * e)
     ends_fw = ends_forward(m, b, q, t, e)
+    tp_costs = tp_collectives(st, system, n_tp, groups.tp)  # the same for every layer kind
 
     def kind(mlp_width: Array | None, experts: ExpertsForward | None = None,
              expert_groups: ExpertGroups | None = None) -> tuple[LayerKind, EndsCost]:
         fw = layer_forward(m, b, s, t, sp, e, c, mlp_width)
-        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups)
+        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups, tp_costs)
         lora = _adapters(m, w, system, st, b * q, e, mlp_width) if _lora(w) else None
         cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, lora)
         g = mem.saved_input_bytes(st)
@@ -553,20 +565,24 @@ def _calls(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[
     """Every call of the step, as a device of the busiest stage makes them; traffic is their sum."""
     moe_calls = layers.moe.calls if layers.moe is not None else ()
     pp_calls = sends.per_step_each_mb * microbatches
-    dense_layers, moe_layers = stages.busiest(0), stages.busiest(1)
-    calls = (
-        *(_times(call, call.per_step * dense_layers * microbatches) for call in layers.dense.calls
-          if not _never(call.per_step)),
-        *(_times(call, call.per_step * moe_layers * microbatches) for call in moe_calls
-          if not _never(call.per_step)),
+    kept: list[CommCall] = []  # in this order: the layers' calls, the ends', the pipeline's, data-parallel
+    for layer_calls, count in ((layers.dense.calls, stages.busiest(0)), (moe_calls, stages.busiest(1))):
+        for call in layer_calls:
+            if not _never(call.per_step):
+                per_step = call.per_step * count * microbatches
+                if not _never(per_step):
+                    kept.append(_times(call, per_step))
+    for call in (
         CommCall.of(DIM_TP, ALL_REDUCE,
                     (1 + stages.single) * microbatches * where(st.tp > 1, 1.0, 0.0), layers.tp_bytes, layers.ends.tp),
         CommCall.of(DIM_PP, SEND_RECV, pp_calls, sends.sent_bytes, sends.send),
         CommCall.of(DIM_PP, ALL_GATHER, pp_calls * (sends.scatter > 1),
                     sends.activation_bytes, sends.regather),
         *(call for cost in dp for call in cost.calls),
-    )
-    return tuple(c for c in calls if not _never(c.per_step))
+    ):
+        if not _never(call.per_step):
+            kept.append(call)
+    return tuple(kept)
 
 
 def _times(call: CommCall, per_step: Array) -> CommCall:
