@@ -50,7 +50,15 @@ from armillary.estimate.result import (
     Traffic,
     pipeline_total,
 )
-from armillary.estimate.stages import StageLayers, StageMemory, StageTime, critical_stage, fullest_stage, split_stages
+from armillary.estimate.stages import (
+    StageLayers,
+    StageMemory,
+    StageTime,
+    critical_stage,
+    fullest_stage,
+    split_stages,
+    weighted_sum,
+)
 from armillary.estimate.token_exchange import Fanout
 from armillary.memo import derived, quick_init
 from armillary.numerics import Array, maximum, minimum, where
@@ -287,18 +295,21 @@ def _stage_times(layers: Layers, stages: StageLayers,
     """One micro-batch on the first, middle and last stage kinds: their layers, the embedding on the first
     and the LM head on the last (both on a single stage), and the MTP modules' other work on the last."""
     dense, moe = layers.dense.time, layers.moe.time if layers.moe is not None else None
-
-    def layers_of(counts: tuple[Array, Array]) -> StageTime:
-        return dense * counts[0] + moe * counts[1] if moe is not None else dense * counts[0]
-
     ends = layers.ends
     embedding = StageTime(compute=ends.embedding_s, recompute=0.0, tp=ends.tp.time)
     head = StageTime(compute=ends.head_s, recompute=0.0, tp=ends.tp.time)
     single = stages.single
     if mtp is not None:
         head = head + mtp.time
-    return (layers_of(stages.first) + embedding + head * single, layers_of(stages.middle),
-            layers_of(stages.last) + head + embedding * single)
+
+    def of(counts: tuple[Array, Array], *ends: tuple[StageTime, Array | None]) -> StageTime:
+        """dense x its layers (+ MoE x its layers) + the ends, summed as StageTime's * and + sum them."""
+        if moe is not None:
+            return weighted_sum(dense, counts[0], (moe, counts[1]), *ends)
+        return weighted_sum(dense, counts[0], *ends)
+
+    return (of(stages.first, (embedding, None), (head, single)), of(stages.middle),
+            of(stages.last, (head, None), (embedding, single)))
 
 
 @quick_init
@@ -451,9 +462,9 @@ def _pool_link_s(system: System, traffic: Traffic, offload_s: Array) -> Array:
     return where(offload_s > 0, sent / (dim.efficiency * dim.bandwidth / dim.shared_by), 0.0)
 
 
-def _weight_bytes(params: Array, st: StrategyArrays, w: TrainingArrays) -> Array:
-    """Bytes of `params` working weights: the recipe's, or a LoRA base's stored bytes."""
-    return params * w.base_bytes if _lora(w) else mem.weight_bytes(params, st)
+def _bytes_per_weight(st: StrategyArrays, w: TrainingArrays) -> Array:
+    """Bytes of one working weight: the recipe's (`memory.weight_bytes_each`), or a LoRA base's stored bytes."""
+    return w.base_bytes if _lora(w) else mem.weight_bytes_each(st)
 
 
 def _gathered_bytes(m: ModelArrays, st: StrategyArrays, layer_bytes: Array) -> Array:
@@ -475,7 +486,8 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
     t, single = st.tp, stages.single
     moe_working = layers.moe.activations.working if layers.moe is not None else layers.dense.activations.working
     working = maximum(layers.dense.activations.working, moe_working)
-    weight_bytes = _weight_bytes(params.dense_local + params.experts_local, st, w)
+    per_weight = _bytes_per_weight(st, w)  # taken once for every stage
+    weight_bytes = (params.dense_local + params.experts_local) * per_weight
     unsharded_units = where(st.zero >= 3, _gathered_bytes(m, st, weight_bytes / stages.most_layers), 0.0)
     buffers = 4 * sends.sent_bytes * (1 - single) + 2 * layers.tp_bytes * where(t > 1, 1.0, 0.0) + unsharded_units
     # the loss's logits on the last stage (`memory.logit_bytes`), with what the MTP modules keep there
@@ -502,10 +514,10 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
         states = _sharded_states(stage_params, st, edp, w, _stage_adapters(m, w, st, stages, counts) if lora else 0.0)
         activations, checkpoints = mem.stage_activations(*stage_stored, working, st, microbatches, index)
         activations = activations + extra
-        stage_weight_bytes = _weight_bytes(stage_params[0] + stage_params[1], st, w)
+        stage_weight_bytes = (stage_params[0] + stage_params[1]) * per_weight
         # offloaded experts / gradients leave two layers' worth in HBM (the one in use, the next one)
         experts = _expert_weights(stage_params, st, edp, w)
-        staged_experts = 2 * _weight_bytes(stage_params[1], st, w) / maximum(counts[1], 1)
+        staged_experts = 2 * (stage_params[1] * per_weight) / maximum(counts[1], 1)
         weights = (states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1)
                    + oe * (staged_experts - experts) + extra_weights)
         gradients = states.gradients * (1 - og) + og * 2 * states.gradients / maximum(n_layers, 1)
