@@ -173,7 +173,9 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     step = pipeline + stall
     devices = st.tp * st.cp * st.pp * st.dp
     model_flop, recompute_flop = _flops(m, st, w, layers, microbatches, depth if mtp is not None else None)
-    feasible, reasons = check(m, st, w, system, hbm.total, tier2_mem.total)
+    # the shape rules of the point as given (`base`: the chunked copy differs only in the recompute and offload
+    # shares, which no rule reads), so a search's mask and this check take them once (`feasibility.shape_rules`)
+    feasible, reasons = check(m, base, w, system, hbm.total, tier2_mem.total)
     tier2 = system_shape(system)[2]  # the device's second tier, or its share of the memory pool
     peak = matrix_peak(device, st.precision)
     # the same products once each (a sweep's step is a whole block: each product a pass over every point)
