@@ -490,7 +490,9 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
     working = maximum(layers.dense.activations.working, moe_working)
     per_weight = _bytes_per_weight(st, w)  # taken once for every stage
     weight_bytes = (params.dense_local + params.experts_local) * per_weight
-    unsharded_units = where(st.zero >= 3, _gathered_bytes(m, st, weight_bytes / stages.most_layers), 0.0)
+    sharded = st.zero >= 3  # (one configuration without ZeRO-3: where's 0.0, the gathered units not priced)
+    unsharded_units = (where(sharded, _gathered_bytes(m, st, weight_bytes / stages.most_layers), 0.0)
+                       if isinstance(sharded, np.ndarray) or sharded else 0.0)
     buffers = 4 * sends.sent_bytes * (1 - single) + 2 * layers.tp_bytes * where(t > 1, 1.0, 0.0) + unsharded_units
     # the loss's logits on the last stage (`memory.logit_bytes`), with what the MTP modules keep there
     logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * mem.logit_bytes(st, e) + mtp
