@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from armillary.comm.collectives import CommCost, all_gather, all_reduce, needed, reduce_scatter
 from armillary.comm.overlap import exposed_fully
 from armillary.estimate import memory as mem
@@ -35,7 +37,7 @@ class DataParallelCost:
     behind_backward_s: Array
     once_forward_s: Array
     once_backward_s: Array
-    calls: tuple[CommCall, ...]  # every DP / ZeRO / FSDP collective of the step
+    calls: tuple[CommCall, ...]  # every DP / ZeRO / FSDP collective of the step (one configuration: that it makes)
 
 
 def exposed_together(costs: tuple[DataParallelCost, ...], forward_s: Array, backward_s: Array,
@@ -142,13 +144,14 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
 
     on = [where(active & (st.zero == z), 1.0, 0.0) for z in range(4)]
     m, units = microbatches, layers_local
-    calls = (
-        CommCall.of(dimension, ALL_REDUCE, on[0], grad_bytes, reduce_grads),
-        CommCall.of(dimension, REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
-        CommCall.of(dimension, ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
-        CommCall.of(dimension, ALL_GATHER, on[3] * 2 * units * m, unit_bytes / units, unit_gather),
-        CommCall.of(dimension, REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
-    )
+    # (one configuration: only the calls it makes, the step's calls leave a count of 0 out; a sweep keeps all)
+    calls = tuple(CommCall.of(dimension, op, count, size, cost) for op, count, size, cost in (
+        (ALL_REDUCE, on[0], grad_bytes, reduce_grads),
+        (REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
+        (ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
+        (ALL_GATHER, on[3] * 2 * units * m, unit_bytes / units, unit_gather),
+        (REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
+    ) if isinstance(count, np.ndarray) or count != 0)
     return DataParallelCost(in_line_s=on_any * (in_line + microbatches * in_line_per_mb),
                             behind_forward_s=on_any * behind_forward, behind_backward_s=on_any * behind_backward,
                             once_forward_s=on_any * overlap_gather * gather_once,

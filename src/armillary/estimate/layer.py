@@ -435,6 +435,8 @@ def _context_parallel(st: StrategyArrays, system: System, exchange: LayerExchang
     cp_f: Array
     cp_b: Array
     if not isinstance(cp, np.ndarray) and cp == 1:  # one configuration without context parallelism
+        if not isinstance(full, np.ndarray):  # no time and no call: each would be made 0 times, and the step's
+            return 0.0, 0.0, ()  # calls leave a count of 0 out (a sweep keeps its arrays of 0: below)
         on_a2a, ring_steps, hop, a2a_in, a2a_out = 0.0, 0.0, NO_COMM, NO_COMM, NO_COMM
         cp_f = cp_b = 0.0
     else:

@@ -342,11 +342,12 @@ def _stage_params(m: ModelArrays, st: StrategyArrays, stages: StageLayers, mtp: 
     first = of(stages.first, params.embedding + single * (params.head + mtp))
     middle = of(stages.middle, 0.0)
     last = of(stages.last, params.head + single * params.embedding + mtp)
-    totals = [sum(x) for x in (first, middle, last)]
-    take_last = totals[2] > totals[0]
-    local = tuple(where(take_last, lst, fst) for fst, lst in zip(first, last, strict=True))
-    take_mid = (stages.has_mid > 0) & (totals[1] > maximum(totals[0], totals[2]))
-    dense_local, experts_local = (where(take_mid, mid, loc) for mid, loc in zip(middle, local, strict=True))
+    # each stage's total summed from 0 as sum() sums it; the busiest stage's (dense, experts) chosen per point
+    total_first, total_mid, total_last = 0 + first[0] + first[1], 0 + middle[0] + middle[1], 0 + last[0] + last[1]
+    take_last = total_last > total_first
+    local = where(take_last, last[0], first[0]), where(take_last, last[1], first[1])
+    take_mid = (stages.has_mid > 0) & (total_mid > maximum(total_first, total_last))
+    dense_local, experts_local = where(take_mid, middle[0], local[0]), where(take_mid, middle[1], local[1])
     return StageParams(first, middle, last, dense_local, experts_local)
 
 
