@@ -130,12 +130,12 @@ def profile(number: int = 300) -> None:
     import pstats
     import timeit
     from collections import Counter
-    from dataclasses import replace
 
     import armillary
     from armillary.estimate.invariants import check_estimate
     from armillary.estimate.result import RunConfig
     from armillary.estimate.training import estimate_training
+    from armillary.memo import quick_replace
     from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
     from armillary.plan.layout import data_parallel
     from armillary.specs.loading import load_model
@@ -159,9 +159,9 @@ def profile(number: int = 300) -> None:
         "  estimate_training": lambda: estimate_training(*arrays, system),  # type: ignore[arg-type]
         "  check_estimate (invariants)": lambda: check_estimate(result),
         "  error_band": lambda: error_band(model, system, strategy),
-        "  the result's copy with band and inputs": lambda: replace(result, error_band=band,
-                                                                     config=RunConfig(model, system, strategy,
-                                                                                      workload)),
+        "  the result's copy with band and inputs": lambda: quick_replace(result, error_band=band,
+                                                                           config=RunConfig(model, system, strategy,
+                                                                                            workload)),
     }
     for label, fn in steps.items():
         print(f"{label:42s} {cpu_us(fn):8.1f} us")

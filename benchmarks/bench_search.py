@@ -114,7 +114,7 @@ def profile(repeats: int = 7) -> None:
     parts = [("armillary.estimate.training", name) for name in (
         "_layers", "_pipeline_sends", "_stage_times", "_data_parallel", "_optimizer_and_offload", "_memory",
         "_flops", "_calls", "check", "exposed_together", "critical_stage")]
-    parts += [("armillary.comm.collectives", "compose"), ("armillary.search.run", "training_checks")]
+    parts += [("armillary.comm.collectives", "compose"), ("armillary.search.run", "shape_rules")]
 
     def timed_part(module: object, name: str) -> None:
         f = getattr(module, name)

@@ -7,6 +7,7 @@ call the layer below (`estimate.run`, `search.run`, `simulate.run`...).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 
 from armillary import defaults
 from armillary.errors import SpecError
+from armillary.memo import quick_replace
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_model, load_spec, load_strategy, load_system, load_workload
 from armillary.specs.model import Model
@@ -70,21 +72,30 @@ def run_estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, w
     defaults to devices / (tp cp pp). The result carries its inputs (`config`) and an error band.
 
     Example: `run_estimate("llama3-8b", "dgx-h100", {"tp": 2}, {"seq_len": 2048, "global_batch": 32}, gpus=8)`."""
-    from armillary.estimate.result import RunConfig, StepEstimate
-    from armillary.estimate.run import estimate_run
-    from armillary.validation.bands import error_band, inference_error_band
-
+    RunConfig, StepEstimate, estimate_run, error_band, inference_error_band = _estimate_parts()
     m, sysm, st, w = load_model(model), load_system(system, gpus), load_strategy(strategy), load_workload(workload)
     result = estimate_run(m, sysm, st, w)
     # how far to trust it: the validation residuals of its regime
     band = inference_error_band(m, sysm, st, w) if isinstance(w, Inference) else error_band(m, sysm, st)
-    if isinstance(result, StepEstimate) and isinstance(w, Training) and not np.ndim(result.feasible):
+    feasible = result.feasible
+    if (feasible is not True and isinstance(result, StepEstimate) and isinstance(w, Training)
+            and not np.ndim(feasible)):  # (a feasible one gets no advice: `memory_advice` gives ())
         from armillary.estimate.fit import memory_advice  # an out-of-memory run: what would make it fit
 
-        # one copy of the result (a StepEstimate has 23 fields: each replace costs about 5 us)
-        return replace(result, advice=memory_advice(m, sysm, st, w, result), error_band=band,
-                       config=RunConfig(m, sysm, st, w))
-    return replace(result, error_band=band, config=RunConfig(m, sysm, st, w))
+        # one copy of the result (`memo.quick_replace`: a StepEstimate has 23 fields, dataclasses.replace costs 5 us)
+        return quick_replace(result, advice=memory_advice(m, sysm, st, w, result), error_band=band,
+                             config=RunConfig(m, sysm, st, w))
+    return quick_replace(result, error_band=band, config=RunConfig(m, sysm, st, w))
+
+
+@functools.cache
+def _estimate_parts() -> tuple[Any, ...]:
+    """What `run_estimate` calls, imported on its first call (not at `import armillary`), then kept."""
+    from armillary.estimate.result import RunConfig, StepEstimate
+    from armillary.estimate.run import estimate_run
+    from armillary.validation.bands import error_band, inference_error_band
+
+    return RunConfig, StepEstimate, estimate_run, error_band, inference_error_band
 
 
 estimate = run_estimate  # the name before `armillary.estimate` became the package again (kept for callers)

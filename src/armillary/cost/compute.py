@@ -98,6 +98,10 @@ def _efficiency(device: Device, code: Array, sixteen_bit: bool, flop: np.ndarray
         return np.asarray(_curve(device, precisions[int(code)])(flop))
     index = np.asarray(code, dtype=int)
     used = set(np.unique(index).tolist())
+    if len(used) == 1:  # one precision at every point (a search's sweep): its curve, as the choice below gives
+        curve = np.asarray(_curve(device, precisions[used.pop()])(flop))
+        shape = np.broadcast_shapes(index.shape, curve.shape)
+        return curve if curve.shape == shape else np.broadcast_to(curve, shape)
     curves = np.stack([_curve(device, p)(flop) if i in used else np.zeros(np.shape(flop))
                        for i, p in enumerate(precisions)])
     return np.take_along_axis(curves, np.broadcast_to(index, np.broadcast_shapes(index.shape, flop.shape))[None],
@@ -174,20 +178,19 @@ def _point_times(ops: tuple[Op, ...], device: Device, precision_code: float, six
     """`kernel_seconds` of one configuration: the array path's arithmetic, op by op in plain floats (the
     efficiency curve's `interpolate`; the logs in one numpy call, as the array path takes them), so both
     agree to the bit. None where an op holds an array (a sweep)."""
-    flops, sizes, moved = [], [], []
+    sizes = []
     one = _ONE
     for op in ops:
         flop, group, moved_bytes = op.flop, op.group, op.bytes
         if type(flop) not in one or type(group) not in one or type(moved_bytes) not in one:
             return None
-        flops.append(float(flop))
         size = float(flop / group)  # one problem's FLOPs, as the array path divides them
-        sizes.append(max(size, 1.0))  # np.maximum(size, 1.0), NaN kept
-        moved.append(float(moved_bytes))
+        sizes.append(1.0 if size < 1.0 else size)  # np.maximum(size, 1.0) (max(size, 1.0)), NaN kept
     peak, curve, hbm_rate, overhead = _point_constants(device, _precisions(sixteen_bit)[int(precision_code)])
     stream_rate = hbm_rate if stream_efficiency is None else stream_efficiency * device.hbm.bandwidth
     times = []
-    for flop, log_size, moved_bytes in zip(flops, np.log(sizes).tolist(), moved, strict=True):
+    for op, log_size in zip(ops, np.log(sizes).tolist(), strict=True):
+        flop, moved_bytes = float(op.flop), float(op.bytes)
         if not (flop > 0 or moved_bytes > 0):  # no work: no kernel
             times.append(0.0)
             continue
@@ -211,8 +214,11 @@ def _stacked(values: list[Array], sweep_shape: tuple[int, ...]) -> np.ndarray:
     """The ops' values stacked on a new first axis; the other axes broadcast with the sweep."""
     try:  # all scalars, or arrays of one shape: one fast conversion
         stacked = np.array(values, dtype=float)
-    except ValueError:  # a sweep mixing scalars and arrays
-        stacked = np.stack(np.broadcast_arrays(*values))
+    except ValueError:  # a sweep mixing scalars and arrays: each copied into its row, as np.stack would
+        stacked = np.empty((len(values), *np.broadcast_shapes(*(np.shape(v) for v in values))),
+                           np.result_type(*values))
+        for row, value in zip(stacked, values, strict=True):
+            row[...] = value
     if sweep_shape and stacked.ndim - 1 < len(sweep_shape):  # align the op axes with the sweep's
         stacked = stacked.reshape(stacked.shape[0], *([1] * (len(sweep_shape) - stacked.ndim + 1)),
                                   *stacked.shape[1:])

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from armillary.comm.collectives import CommCost, all_gather, all_reduce, needed, reduce_scatter
 from armillary.comm.overlap import exposed_fully
 from armillary.estimate import memory as mem
@@ -35,7 +37,7 @@ class DataParallelCost:
     behind_backward_s: Array
     once_forward_s: Array
     once_backward_s: Array
-    calls: tuple[CommCall, ...]  # every DP / ZeRO / FSDP collective of the step
+    calls: tuple[CommCall, ...]  # every DP / ZeRO / FSDP collective of the step (one configuration: that it makes)
 
 
 def exposed_together(costs: tuple[DataParallelCost, ...], forward_s: Array, backward_s: Array,
@@ -46,12 +48,19 @@ def exposed_together(costs: tuple[DataParallelCost, ...], forward_s: Array, back
     Megatron-Core issues the dense and expert buckets over the same links), so the passes hide their sum
     once, max(0, T_comm - T_overlappable) (docs/formulas.md §2.3): a faster pass exposes at most what it
     saves, never more."""
-    total = {f: sum((getattr(c, f) for c in costs), 0.0)
-             for f in ("in_line_s", "behind_forward_s", "behind_backward_s", "once_forward_s", "once_backward_s")}
-    per_mb = (exposed_fully(total["behind_forward_s"], forward_s)
-              + exposed_fully(total["behind_backward_s"], backward_s))
-    return (total["in_line_s"] + microbatches * per_mb + exposed_fully(total["once_forward_s"], forward_s)
-            + exposed_fully(total["once_backward_s"], backward_s))
+    # each summed from 0.0 in the order of `costs` (one loop for the five)
+    in_line: Array = 0.0
+    behind_forward: Array = 0.0
+    behind_backward: Array = 0.0
+    once_forward: Array = 0.0
+    once_backward: Array = 0.0
+    for c in costs:
+        in_line, behind_forward = in_line + c.in_line_s, behind_forward + c.behind_forward_s
+        behind_backward, once_forward = behind_backward + c.behind_backward_s, once_forward + c.once_forward_s
+        once_backward = once_backward + c.once_backward_s
+    per_mb = exposed_fully(behind_forward, forward_s) + exposed_fully(behind_backward, backward_s)
+    return (in_line + microbatches * per_mb + exposed_fully(once_forward, forward_s)
+            + exposed_fully(once_backward, backward_s))
 
 
 def parameter_tensors(m: ModelArrays) -> Array:
@@ -135,13 +144,14 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
 
     on = [where(active & (st.zero == z), 1.0, 0.0) for z in range(4)]
     m, units = microbatches, layers_local
-    calls = (
-        CommCall.of(dimension, ALL_REDUCE, on[0], grad_bytes, reduce_grads),
-        CommCall.of(dimension, REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
-        CommCall.of(dimension, ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
-        CommCall.of(dimension, ALL_GATHER, on[3] * 2 * units * m, unit_bytes / units, unit_gather),
-        CommCall.of(dimension, REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
-    )
+    # (one configuration: only the calls it makes, the step's calls leave a count of 0 out; a sweep keeps all)
+    calls = tuple(CommCall.of(dimension, op, count, size, cost) for op, count, size, cost in (
+        (ALL_REDUCE, on[0], grad_bytes, reduce_grads),
+        (REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
+        (ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
+        (ALL_GATHER, on[3] * 2 * units * m, unit_bytes / units, unit_gather),
+        (REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
+    ) if isinstance(count, np.ndarray) or count != 0)
     return DataParallelCost(in_line_s=on_any * (in_line + microbatches * in_line_per_mb),
                             behind_forward_s=on_any * behind_forward, behind_backward_s=on_any * behind_backward,
                             once_forward_s=on_any * overlap_gather * gather_once,

@@ -85,7 +85,7 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
                         if path is None else "out of memory: the second tier needs more than its capacity"
                         if pool is None else f"out of memory: the memory pool ({pool.kind.value}) needs more "
                         f"than this device's share of it"))
-    shapes_ok, shapes_failed = _shape_rules(m, st, w, devices)
+    shapes_ok, shapes_failed = shape_rules(m, st, w, devices)
     feasible = all_of(shapes_ok, *(c.ok for c in fits))
     reasons: tuple[str, ...] = ()
     if not isinstance(feasible, np.ndarray):
@@ -99,10 +99,10 @@ def check(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System,
     return feasible, reasons
 
 
-def _shape_rules(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, devices: int) -> tuple[Array, tuple[str, ...]]:
+def shape_rules(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, devices: int) -> tuple[Array, tuple[str, ...]]:
     """Whether `training_checks` all pass, and (one configuration) the messages of those that fail: taken once
     per strategy point, model, workload and device count (kept on the frozen point, `memo.derived`, with the
-    model whose identity keys it)."""
+    model whose identity keys it): the search's mask and the estimator's feasibility take it once."""
     def verdict() -> tuple[ModelArrays, Array, tuple[str, ...]]:
         checks = training_checks(m, st, w, devices)
         ok = all_of(*(c.ok for c in checks))

@@ -60,8 +60,10 @@ def model_flop_per_iteration(m: ModelArrays, w: TrainingArrays,
     # token, `workload.adapters`); the frozen LM head forward and input gradient. The attention core has
     # no weights: its backward stays (2 x its forward).
     frozen = where(w.frozen, 1.0, 0.0)
-    adapters = B * s * 2 * (m.dense_layers * adapter_parameters(m, w) + m.moe_layers
-                            * adapter_parameters(m, w, m.shared_ffn))
+    adapters: Array = 0.0  # without LoRA (one workload of rank 0): r x (d_in + d_out) = 0 x finite widths
+    if isinstance(w.lora_rank, np.ndarray) or w.lora_rank != 0:
+        adapters = B * s * 2 * (m.dense_layers * adapter_parameters(m, w) + m.moe_layers
+                                * adapter_parameters(m, w, m.shared_ffn))
     base = m.dense_layers * dense + m.moe_layers * moe
     cores = m.layers * core
     layers = (3 - frozen) * base + frozen * cores + 3 * adapters

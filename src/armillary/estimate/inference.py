@@ -29,7 +29,7 @@ from armillary.errors import SpecError
 from armillary.estimate import memory as mem
 from armillary.estimate.dp_attention import dp_attention_tokens_time
 from armillary.estimate.inference_result import PassTime
-from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost
+from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost, tp_collectives
 from armillary.estimate.result import EndsCost, ParallelDimension
 from armillary.estimate.token_exchange import Fanout
 from armillary.numerics import Array
@@ -114,13 +114,14 @@ class ReplicaModel:
         t = st.tp
         ends = ends_forward(m, 1.0, tokens, t, e)
         n_tp = tokens * m.hidden * e
+        tp_costs = tp_collectives(st, system, n_tp, self.tp_group)  # the same for both layer kinds
 
         def kind(mlp_width: Array | None, moe: bool) -> tuple[Array, Array, Array, EndsCost]:
             fw = layer_forward(m, 1.0, tokens, t, 0.0, e, 1.0, mlp_width, self.weight_bytes,
                                self.attention_weight_bytes)
             experts = replicated_experts(m, st, tokens, e, self.weight_bytes) if moe else None
             # no expert exchange: the MoE output's partial sums join the layer's MLP all-reduce
-            exchange = LayerExchange(n_tp, self.tp_group, expert_groups=None)
+            exchange = LayerExchange(n_tp, self.tp_group, expert_groups=None, tp_costs=tp_costs)
             cost, ends_cost, calls = layer_cost(fw, ends, st, system, exchange, experts)
             ep = sum((c.time_each_s for c in calls if c.dimension in (ParallelDimension.EP, ParallelDimension.ETP)),
                      0.0)

@@ -48,8 +48,12 @@ def check_estimate(result: StepEstimate | InferenceEstimate) -> StepEstimate | I
     if isinstance(result, StepEstimate):
         _finite("step_time_s", result.step_time_s, True)
         _finite("tokens_per_s", result.tokens_per_s, True, math.inf)
+        breakdown = result.breakdown
         for name in _BREAKDOWN:
-            _finite(name, getattr(result.breakdown, name[10:]), False)
+            v = getattr(breakdown, name[10:])
+            if type(v) is float and 0.0 <= v < MAX_TIME_S:  # `_finite`'s test on a float, without the call
+                continue
+            _finite(name, v, False)
         for name in ("mfu", "hfu"):
             v = _value(getattr(result, name))
             if not 0 < v < math.inf:

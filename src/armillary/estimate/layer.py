@@ -74,8 +74,13 @@ def _module_recompute(st: StrategyArrays, parts: tuple[tuple[Array, Array, Array
     """What selective recomputation of the other modules re-runs: each part is (module flag, FLOPs, bytes,
     time) of a module's forward (Megatron-Core --recompute-modules)."""
     selective = st.recompute == RECOMPUTE_SELECTIVE
-    on = [where(selective, part[0], 0.0) for part in parts]
-    return PassCost(*(sum(o * part[i] for o, part in zip(on, parts, strict=True)) for i in (1, 2, 3)))
+    flop: Array = 0  # summed from 0, part by part, as sum() sums them (written out: no generators)
+    moved: Array = 0
+    time: Array = 0
+    for on, part_flop, part_bytes, part_time in parts:
+        on = where(selective, on, 0.0)
+        flop, moved, time = flop + on * part_flop, moved + on * part_bytes, time + on * part_time
+    return PassCost(flop, moved, time)
 
 
 @quick_init
@@ -86,6 +91,10 @@ class ExpertGroups:
     ep: Placement
     etp: Placement
     fanout: Fanout  # the nodes and devices of the EP group a token reaches
+
+
+# the cost per call of each of TP_OPERATIONS, and of the model's ends' all-reduce (`tp_collectives`)
+TpCosts = tuple[tuple[CommCost, CommCost, CommCost], CommCost]
 
 
 @quick_init
@@ -101,6 +110,8 @@ class LayerExchange:
     kv_block: Array = 0.0
     a2a_bytes: tuple[Array, Array] = (0.0, 0.0)
     expert_groups: ExpertGroups | None = None
+    # `tp_collectives(st, system, tp_bytes, tp_group)`, where the caller took it once for every layer kind
+    tp_costs: TpCosts | None = None
 
 
 @quick_init
@@ -152,7 +163,8 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     forward, backward_input, backward_weight, core_f, core_b = passes
     full = recompute_modes(st)[0]
     recompute, modules = _recompute(fw, kt, experts, st, forward, core_f)
-    tp_costs, tp_f, tp_b, tp_b_alone = _tensor_parallel(st, system, exchange, kt, base_weight_t)
+    tp_costs, ends_ar = exchange.tp_costs or tp_collectives(st, system, exchange.tp_bytes, exchange.tp_group)
+    tp_f, tp_b, tp_b_alone = _tensor_parallel(st, system, tp_costs, kt, base_weight_t)
     summa = summa_layer(fw, kt, st, system, exchange.tp_bytes) if any_true(grid) else None
     if summa is not None:  # SUMMA's broadcasts and reduces instead of the 1-D collectives (none hidden by W)
         tp_f, tp_b = where(grid, summa.forward_s, tp_f), where(grid, summa.backward_s, tp_b)
@@ -179,16 +191,14 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
                       expert_calls_s=kt.expert_calls * (3 + rerun),  # forward, input and weight gradients, re-runs
                       weight_gemms_s=base_weight_t if adapters is not None else None,
                       weight_deferrable_s=deferrable)
-    # the vocabulary-parallel embedding all-reduces its output; the LM head its input gradient
-    sp, ar = st.sequence_parallel, tp_costs[0]
-    ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(exchange.tp_bytes, exchange.tp_group,
-                                                                              system)
+    sp = st.sequence_parallel
     k = BACKWARD_STREAM_FACTOR
     # a frozen embedding has no backward, a frozen LM head only its input gradient (LoRA)
     frozen = adapters.frozen if adapters is not None else 0.0
     ends_cost = EndsCost(embedding_s=(1 + k * (1 - frozen)) * kt.embedding,
                          head_s=(3 - frozen) * kt.head_gemm + (1 + k) * kt.loss,
-                         tp=ends_ar, embedding_forward_s=kt.embedding, head_forward_s=kt.head_gemm + kt.loss)
+                         tp=ends_ar,  # the ends' all-reduce (`tp_collectives`)
+                         embedding_forward_s=kt.embedding, head_forward_s=kt.head_gemm + kt.loss)
     one_d = 1 - where(grid, 1.0, 0.0)
     per_layer = [one_d * (f * (1 + full) + b) for f, b in zip(*tp_calls_per_pass(sp), strict=True)]
     summa_calls = () if summa is None else (
@@ -272,7 +282,12 @@ def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, 
 
 
 def _total(ops: tuple[Op, ...]) -> tuple[Array, Array]:
-    return sum(op.flop for op in ops), sum(op.bytes for op in ops)
+    """The ops' FLOPs and bytes, each summed from 0 in order as sum() sums them (one loop for both)."""
+    flop: Array = 0
+    moved: Array = 0
+    for op in ops:
+        flop, moved = flop + op.flop, moved + op.bytes
+    return flop, moved
 
 
 def moe_block_recompute(st: StrategyArrays) -> Array:
@@ -300,26 +315,29 @@ def _recompute(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | Non
     moe = experts is not None
     block = moe_block_recompute(st) if moe else 0.0  # the whole MoE layer: router, experts, shared experts
     mlp = maximum(st.recompute_shared_experts, block) if moe else st.recompute_mlp
-    mlp_ops = (fw.mlp_in, fw.mlp_out, fw.activation)
+    mlp_in, mlp_out, activation = fw.mlp_in, fw.mlp_out, fw.activation
     up_share = fw.latent_up.flop / maximum(fw.qkv.flop, 1e-30)
     # torchtitan counts a block's matmuls q, k, v, o, gate, up, down (or fc1, fc2) and recomputes the 2nd, 4th, 6th
     mlp_in_share, mlp_out_share = (0.0, 0.0) if moe else (fw.gated / 2, 1 - fw.gated)
-    alternate = ((fw.key_share, fw.qkv, kt.qkv), (1.0, fw.out_proj, kt.out_proj),
-                 (mlp_in_share * (1 - mlp), fw.mlp_in, kt.mlp_in), (mlp_out_share * (1 - mlp), fw.mlp_out, kt.mlp_out))
+    qkv, out_proj = fw.qkv, fw.out_proj
+    # (share, op, time) of each: summed from 0 in this order, as sum() sums them (written out)
+    key, in_share, out_share = fw.key_share, mlp_in_share * (1 - mlp), mlp_out_share * (1 - mlp)
     # each kernel counted once whichever of the overlapping modules (norms, MLP, element-wise) re-run it
     modules = _module_recompute(st, (
         (maximum(st.recompute_layernorm, st.recompute_elementwise), 0.0, fw.norms.bytes, kt.norms),
-        (mlp, sum(op.flop for op in mlp_ops), sum(op.bytes for op in mlp_ops),
+        (mlp, 0 + mlp_in.flop + mlp_out.flop + activation.flop, 0 + mlp_in.bytes + mlp_out.bytes + activation.bytes,
          kt.mlp_in + kt.mlp_out + kt.activation),
         (st.recompute_moe_act * moe * (1 - block), 0.0, experts.activation.bytes if experts else 0.0,
          kt.expert_activation if moe else 0.0),
-        (block, sum(op.flop for op in _routed(experts)), sum(op.bytes for op in _routed(experts)),
+        (block, *_total(_routed(experts)),
          kt.router + kt.expert_gemms + kt.expert_streams),
         (st.recompute_mla_up_proj, fw.latent_up.flop, fw.latent_up.bytes, up_share * kt.qkv),
         (st.recompute_elementwise, 0.0, fw.residuals.bytes + fw.rotary.bytes + (1 - mlp) * fw.activation.bytes,
          kt.residuals + kt.rotary + (1 - mlp) * kt.activation),
-        (st.recompute_alternate_matmuls, sum(share * op.flop for share, op, _ in alternate),
-         sum(share * op.bytes for share, op, _ in alternate), sum(share * t for share, _, t in alternate)),
+        (st.recompute_alternate_matmuls,
+         0 + key * qkv.flop + 1.0 * out_proj.flop + in_share * mlp_in.flop + out_share * mlp_out.flop,
+         0 + key * qkv.bytes + 1.0 * out_proj.bytes + in_share * mlp_in.bytes + out_share * mlp_out.bytes,
+         0 + key * kt.qkv + 1.0 * kt.out_proj + in_share * kt.mlp_in + out_share * kt.mlp_out),
     ))
     # modules re-run only under selective recomputation: 0 where full
     recompute = PassCost(*(full * f + where(selective, c, 0.0) + mod for f, c, mod in (
@@ -341,10 +359,24 @@ def tp_calls_per_pass(sp: Array) -> tuple[tuple[Array, Array, Array], tuple[Arra
     return (2 * (1 - sp), 2 * sp, 2 * sp), (2 * (1 - sp), 4 * sp, 2 * sp)
 
 
-def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange, kt: LayerKernels,
-                     gemm_t: Array) -> tuple[tuple[CommCost, CommCost, CommCost], Array, Array, Array]:
-    """(cost per call of each TP operation, exposed forward, exposed backward, exposed backward without its
-    weight-gradient GEMMs: what ZB-H1's deferral leaves) per layer and micro-batch.
+def tp_collectives(st: StrategyArrays, system: System, tp_bytes: Array, tp_group: Placement) -> TpCosts:
+    """Cost per call of each of TP_OPERATIONS on `tp_bytes` over the TP group (only those the strategy makes:
+    all-reduces without sequence parallelism, all-gathers and reduce-scatters with it), and of the all-reduce
+    of the model's ends (the vocabulary-parallel embedding all-reduces its output; the LM head its input
+    gradient). Every layer kind of a micro-batch sends the same message over the same group: taken once for
+    all of them."""
+    sp = st.sequence_parallel
+    ar = needed(lambda: all_reduce(tp_bytes, tp_group, system), sp < 1)
+    ag = needed(lambda: all_gather(tp_bytes, tp_group, system), sp > 0)
+    rs = needed(lambda: reduce_scatter(tp_bytes, tp_group, system), sp > 0)
+    ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(tp_bytes, tp_group, system)
+    return (ar, ag, rs), ends_ar
+
+
+def _tensor_parallel(st: StrategyArrays, system: System, costs: tuple[CommCost, CommCost, CommCost],
+                     kt: LayerKernels, gemm_t: Array) -> tuple[Array, Array, Array]:
+    """(exposed forward, exposed backward, exposed backward without its weight-gradient GEMMs: what ZB-H1's
+    deferral leaves) per layer and micro-batch, of the TP operations at `costs` per call (`tp_collectives`).
 
     With TP overlap and sequence parallelism every all-gather and reduce-scatter runs tile by tile with the
     GEMM it feeds or drains (`strategy.overlap.tp_comm_method`; comm/overlap.py). userbuffers, Transformer
@@ -357,17 +389,14 @@ def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange
     tp_overlap_configs/userbuffers.py, set_sm_margin False; TE's own default holds 16, not modeled). ring:
     all of them by ring exchange. Without sequence parallelism the all-reduces hide behind the forward's
     GEMMs (`gemm_t`) and the backward's (twice as many): max(0, comm - GEMMs)."""
-    sp, n, group = st.sequence_parallel, exchange.tp_bytes, exchange.tp_group
-    ar = needed(lambda: all_reduce(n, group, system), sp < 1)
-    ag = needed(lambda: all_gather(n, group, system), sp > 0)
-    rs = needed(lambda: reduce_scatter(n, group, system), sp > 0)
-    costs = (ar, ag, rs)
+    sp = st.sequence_parallel
+    ag, rs = costs[1], costs[2]
     forward_calls, backward_calls = tp_calls_per_pass(sp)
     comm_f = sum(k * c.time for c, k in zip(costs, forward_calls, strict=True))
     comm_b = sum(k * c.time for c, k in zip(costs, backward_calls, strict=True))
     on = st.overlap_tp > 0
     if not any_true(on):  # nothing overlapped anywhere (one estimate, or a sweep without TP overlap)
-        return costs, comm_f, comm_b, comm_b
+        return comm_f, comm_b, comm_b
     ring = st.tp_overlap_method > 0
     sms = system.device.multiprocessors
     held = TP_OVERLAP_SMS / sms if sms else 0.0  # share of the SMs the pipelined reduce-scatter holds
@@ -391,7 +420,7 @@ def _tensor_parallel(st: StrategyArrays, system: System, exchange: LayerExchange
     # bulk dgrad reduce-scatter / wgrad overlap), the all-reduces hide behind the input-gradient GEMMs alone
     tiled_b_alone = tiled_b - rs_qkv - rs_mlp_in + 2 * rs.time
     tp_b_alone = where(on, where(sp > 0, tiled_b_alone, exposed_fully(comm_b, gemm_t)), comm_b)
-    return costs, tp_f, tp_b, tp_b_alone
+    return tp_f, tp_b, tp_b_alone
 
 
 def _context_parallel(st: StrategyArrays, system: System, exchange: LayerExchange, core_f: PassCost,
@@ -406,6 +435,8 @@ def _context_parallel(st: StrategyArrays, system: System, exchange: LayerExchang
     cp_f: Array
     cp_b: Array
     if not isinstance(cp, np.ndarray) and cp == 1:  # one configuration without context parallelism
+        if not isinstance(full, np.ndarray):  # no time and no call: each would be made 0 times, and the step's
+            return 0.0, 0.0, ()  # calls leave a count of 0 out (a sweep keeps its arrays of 0: below)
         on_a2a, ring_steps, hop, a2a_in, a2a_out = 0.0, 0.0, NO_COMM, NO_COMM, NO_COMM
         cp_f = cp_b = 0.0
     else:

@@ -290,7 +290,12 @@ def weight_bytes(params: Array, st: StrategyArrays) -> Array:
     """Bytes of the working weights of `params` parameters, unsharded, in the precision recipe: the fp8 family
     keeps 16-bit weights and their quantized copies (`QUANTIZED_WEIGHT_BYTES`), with `fp8_params` the
     quantized copies alone (Transformer Engine fp8_model_init: the parameters are fp8 tensors)."""
-    return params * derived(st, "weight bytes", lambda: _weight_bytes_each(st))
+    return params * weight_bytes_each(st)
+
+
+def weight_bytes_each(st: StrategyArrays) -> Array:
+    """`weight_bytes` of one parameter, once per strategy point (`memo.derived`)."""
+    return derived(st, "weight bytes", lambda: _weight_bytes_each(st))
 
 
 def _weight_bytes_each(st: StrategyArrays) -> Array:

@@ -41,6 +41,23 @@ class StageTime:
         return self.compute + self.recompute + self.tp + self.cp + self.ep
 
 
+def weighted_sum(first: StageTime, k: Array, *terms: tuple[StageTime, Array | None]) -> StageTime:
+    """`first * k + a * ka + b + ...` for terms (a, ka), (b, None) (None: added as it is), field by field in
+    that order: what StageTime's * and + make, without a StageTime for each step."""
+    compute, recompute, tp, cp = first.compute * k, first.recompute * k, first.tp * k, first.cp * k
+    ep, exchange, deferrable = first.ep * k, first.recomputed_exchange * k, first.deferrable * k
+    for t, kt in terms:
+        if kt is None:
+            compute, recompute, tp, cp = compute + t.compute, recompute + t.recompute, tp + t.tp, cp + t.cp
+            ep, exchange, deferrable = ep + t.ep, exchange + t.recomputed_exchange, deferrable + t.deferrable
+        else:
+            compute, recompute, tp, cp = (compute + t.compute * kt, recompute + t.recompute * kt, tp + t.tp * kt,
+                                          cp + t.cp * kt)
+            ep, exchange = ep + t.ep * kt, exchange + t.recomputed_exchange * kt
+            deferrable = deferrable + t.deferrable * kt
+    return StageTime(compute, recompute, tp, cp, ep, exchange, deferrable)
+
+
 @quick_init
 @dataclass(frozen=True)
 class StageLayers:

@@ -26,7 +26,14 @@ from armillary.estimate.data_parallel import (
 )
 from armillary.estimate.feasibility import check, system_shape
 from armillary.estimate.flops import model_flop_per_iteration
-from armillary.estimate.layer import Adapters, ExpertGroups, LayerExchange, layer_cost, recompute_modes
+from armillary.estimate.layer import (
+    Adapters,
+    ExpertGroups,
+    LayerExchange,
+    layer_cost,
+    recompute_modes,
+    tp_collectives,
+)
 from armillary.estimate.mtp import MtpCost, mtp_cost, mtp_depth, mtp_flop, mtp_layers_model, trains_mtp, with_mtp
 from armillary.estimate.pipeline import pipeline_time
 from armillary.estimate.result import (
@@ -43,7 +50,15 @@ from armillary.estimate.result import (
     Traffic,
     pipeline_total,
 )
-from armillary.estimate.stages import StageLayers, StageMemory, StageTime, critical_stage, fullest_stage, split_stages
+from armillary.estimate.stages import (
+    StageLayers,
+    StageMemory,
+    StageTime,
+    critical_stage,
+    fullest_stage,
+    split_stages,
+    weighted_sum,
+)
 from armillary.estimate.token_exchange import Fanout
 from armillary.memo import derived, quick_init
 from armillary.numerics import Array, maximum, minimum, where
@@ -136,8 +151,12 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     stored = (_stored(layers, stages.first), _stored(layers, stages.middle), _stored(layers, stages.last))
     optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system, stored)
     calls = _calls(layers, stages, sends, dp, microbatches, st)
-    traffic = Traffic(scale_up_bytes=sum(c.per_step * c.scale_up_bytes_each for c in calls),
-                      scale_out_bytes=sum(c.per_step * c.scale_out_bytes_each for c in calls))
+    scale_up: Array = 0  # each summed from 0 over the calls, as sum() sums them (one loop for both)
+    scale_out: Array = 0
+    for c in calls:
+        per_step = c.per_step
+        scale_up, scale_out = scale_up + per_step * c.scale_up_bytes_each, scale_out + per_step * c.scale_out_bytes_each
+    traffic = Traffic(scale_up_bytes=scale_up, scale_out_bytes=scale_out)
     offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
     hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e, device.memory_reserve,
                              stored, mtp.activations if mtp is not None else 0.0)
@@ -154,7 +173,9 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     step = pipeline + stall
     devices = st.tp * st.cp * st.pp * st.dp
     model_flop, recompute_flop = _flops(m, st, w, layers, microbatches, depth if mtp is not None else None)
-    feasible, reasons = check(m, st, w, system, hbm.total, tier2_mem.total)
+    # the shape rules of the point as given (`base`: the chunked copy differs only in the recompute and offload
+    # shares, which no rule reads), so a search's mask and this check take them once (`feasibility.shape_rules`)
+    feasible, reasons = check(m, base, w, system, hbm.total, tier2_mem.total)
     tier2 = system_shape(system)[2]  # the device's second tier, or its share of the memory pool
     peak = matrix_peak(device, st.precision)
     # the same products once each (a sweep's step is a whole block: each product a pass over every point)
@@ -183,11 +204,12 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     kv_block = ring_kv_block(m, b * q, t, e)  # one rank's K and V (ring attention)
     a2a_bytes = (b * q * m.qkv_width / t * e, b * q * m.heads * m.value_dim / t * e)
     ends_fw = ends_forward(m, b, q, t, e)
+    tp_costs = tp_collectives(st, system, n_tp, groups.tp)  # the same for every layer kind
 
     def kind(mlp_width: Array | None, experts: ExpertsForward | None = None,
              expert_groups: ExpertGroups | None = None) -> tuple[LayerKind, EndsCost]:
         fw = layer_forward(m, b, s, t, sp, e, c, mlp_width)
-        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups)
+        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups, tp_costs)
         lora = _adapters(m, w, system, st, b * q, e, mlp_width) if _lora(w) else None
         cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, lora)
         g = mem.saved_input_bytes(st)
@@ -275,18 +297,21 @@ def _stage_times(layers: Layers, stages: StageLayers,
     """One micro-batch on the first, middle and last stage kinds: their layers, the embedding on the first
     and the LM head on the last (both on a single stage), and the MTP modules' other work on the last."""
     dense, moe = layers.dense.time, layers.moe.time if layers.moe is not None else None
-
-    def layers_of(counts: tuple[Array, Array]) -> StageTime:
-        return dense * counts[0] + moe * counts[1] if moe is not None else dense * counts[0]
-
     ends = layers.ends
     embedding = StageTime(compute=ends.embedding_s, recompute=0.0, tp=ends.tp.time)
     head = StageTime(compute=ends.head_s, recompute=0.0, tp=ends.tp.time)
     single = stages.single
     if mtp is not None:
         head = head + mtp.time
-    return (layers_of(stages.first) + embedding + head * single, layers_of(stages.middle),
-            layers_of(stages.last) + head + embedding * single)
+
+    def of(counts: tuple[Array, Array], *ends: tuple[StageTime, Array | None]) -> StageTime:
+        """dense x its layers (+ MoE x its layers) + the ends, summed as StageTime's * and + sum them."""
+        if moe is not None:
+            return weighted_sum(dense, counts[0], (moe, counts[1]), *ends)
+        return weighted_sum(dense, counts[0], *ends)
+
+    return (of(stages.first, (embedding, None), (head, single)), of(stages.middle),
+            of(stages.last, (head, None), (embedding, single)))
 
 
 @quick_init
@@ -317,11 +342,12 @@ def _stage_params(m: ModelArrays, st: StrategyArrays, stages: StageLayers, mtp: 
     first = of(stages.first, params.embedding + single * (params.head + mtp))
     middle = of(stages.middle, 0.0)
     last = of(stages.last, params.head + single * params.embedding + mtp)
-    totals = [sum(x) for x in (first, middle, last)]
-    take_last = totals[2] > totals[0]
-    local = tuple(where(take_last, lst, fst) for fst, lst in zip(first, last, strict=True))
-    take_mid = (stages.has_mid > 0) & (totals[1] > maximum(totals[0], totals[2]))
-    dense_local, experts_local = (where(take_mid, mid, loc) for mid, loc in zip(middle, local, strict=True))
+    # each stage's total summed from 0 as sum() sums it; the busiest stage's (dense, experts) chosen per point
+    total_first, total_mid, total_last = 0 + first[0] + first[1], 0 + middle[0] + middle[1], 0 + last[0] + last[1]
+    take_last = total_last > total_first
+    local = where(take_last, last[0], first[0]), where(take_last, last[1], first[1])
+    take_mid = (stages.has_mid > 0) & (total_mid > maximum(total_first, total_last))
+    dense_local, experts_local = where(take_mid, middle[0], local[0]), where(take_mid, middle[1], local[1])
     return StageParams(first, middle, last, dense_local, experts_local)
 
 
@@ -439,9 +465,9 @@ def _pool_link_s(system: System, traffic: Traffic, offload_s: Array) -> Array:
     return where(offload_s > 0, sent / (dim.efficiency * dim.bandwidth / dim.shared_by), 0.0)
 
 
-def _weight_bytes(params: Array, st: StrategyArrays, w: TrainingArrays) -> Array:
-    """Bytes of `params` working weights: the recipe's, or a LoRA base's stored bytes."""
-    return params * w.base_bytes if _lora(w) else mem.weight_bytes(params, st)
+def _bytes_per_weight(st: StrategyArrays, w: TrainingArrays) -> Array:
+    """Bytes of one working weight: the recipe's (`memory.weight_bytes_each`), or a LoRA base's stored bytes."""
+    return w.base_bytes if _lora(w) else mem.weight_bytes_each(st)
 
 
 def _gathered_bytes(m: ModelArrays, st: StrategyArrays, layer_bytes: Array) -> Array:
@@ -463,8 +489,11 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
     t, single = st.tp, stages.single
     moe_working = layers.moe.activations.working if layers.moe is not None else layers.dense.activations.working
     working = maximum(layers.dense.activations.working, moe_working)
-    weight_bytes = _weight_bytes(params.dense_local + params.experts_local, st, w)
-    unsharded_units = where(st.zero >= 3, _gathered_bytes(m, st, weight_bytes / stages.most_layers), 0.0)
+    per_weight = _bytes_per_weight(st, w)  # taken once for every stage
+    weight_bytes = (params.dense_local + params.experts_local) * per_weight
+    sharded = st.zero >= 3  # (one configuration without ZeRO-3: where's 0.0, the gathered units not priced)
+    unsharded_units = (where(sharded, _gathered_bytes(m, st, weight_bytes / stages.most_layers), 0.0)
+                       if isinstance(sharded, np.ndarray) or sharded else 0.0)
     buffers = 4 * sends.sent_bytes * (1 - single) + 2 * layers.tp_bytes * where(t > 1, 1.0, 0.0) + unsharded_units
     # the loss's logits on the last stage (`memory.logit_bytes`), with what the MTP modules keep there
     logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * mem.logit_bytes(st, e) + mtp
@@ -490,10 +519,10 @@ def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: Stage
         states = _sharded_states(stage_params, st, edp, w, _stage_adapters(m, w, st, stages, counts) if lora else 0.0)
         activations, checkpoints = mem.stage_activations(*stage_stored, working, st, microbatches, index)
         activations = activations + extra
-        stage_weight_bytes = _weight_bytes(stage_params[0] + stage_params[1], st, w)
+        stage_weight_bytes = (stage_params[0] + stage_params[1]) * per_weight
         # offloaded experts / gradients leave two layers' worth in HBM (the one in use, the next one)
         experts = _expert_weights(stage_params, st, edp, w)
-        staged_experts = 2 * _weight_bytes(stage_params[1], st, w) / maximum(counts[1], 1)
+        staged_experts = 2 * (stage_params[1] * per_weight) / maximum(counts[1], 1)
         weights = (states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1)
                    + oe * (staged_experts - experts) + extra_weights)
         gradients = states.gradients * (1 - og) + og * 2 * states.gradients / maximum(n_layers, 1)
@@ -553,20 +582,24 @@ def _calls(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[
     """Every call of the step, as a device of the busiest stage makes them; traffic is their sum."""
     moe_calls = layers.moe.calls if layers.moe is not None else ()
     pp_calls = sends.per_step_each_mb * microbatches
-    dense_layers, moe_layers = stages.busiest(0), stages.busiest(1)
-    calls = (
-        *(_times(call, call.per_step * dense_layers * microbatches) for call in layers.dense.calls
-          if not _never(call.per_step)),
-        *(_times(call, call.per_step * moe_layers * microbatches) for call in moe_calls
-          if not _never(call.per_step)),
+    kept: list[CommCall] = []  # in this order: the layers' calls, the ends', the pipeline's, data-parallel
+    for layer_calls, count in ((layers.dense.calls, stages.busiest(0)), (moe_calls, stages.busiest(1))):
+        for call in layer_calls:
+            if not _never(call.per_step):
+                per_step = call.per_step * count * microbatches
+                if not _never(per_step):
+                    kept.append(_times(call, per_step))
+    for call in (
         CommCall.of(DIM_TP, ALL_REDUCE,
                     (1 + stages.single) * microbatches * where(st.tp > 1, 1.0, 0.0), layers.tp_bytes, layers.ends.tp),
         CommCall.of(DIM_PP, SEND_RECV, pp_calls, sends.sent_bytes, sends.send),
         CommCall.of(DIM_PP, ALL_GATHER, pp_calls * (sends.scatter > 1),
                     sends.activation_bytes, sends.regather),
         *(call for cost in dp for call in cost.calls),
-    )
-    return tuple(c for c in calls if not _never(c.per_step))
+    ):
+        if not _never(call.per_step):
+            kept.append(call)
+    return tuple(kept)
 
 
 def _times(call: CommCall, per_step: Array) -> CommCall:

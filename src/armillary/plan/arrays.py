@@ -189,10 +189,22 @@ class StrategyArrays:
 
     @classmethod
     def of(cls, s: Strategy, dp: int) -> StrategyArrays:
-        try:
-            return _strategy_arrays(s, dp)  # a frozen spec: coded once
-        except TypeError:  # a strategy holding an unhashable value
-            return _coded(s, dp)
+        # per strategy object first (hashing a pydantic Strategy costs about 1.7 us), then by value
+        per_dp = _BY_OBJECT.get(s, lambda _: {})
+        key = (type(dp), dp)  # typed, as the lru_cache below (dp 8 and 8.0 code differently)
+        found = per_dp.get(key)
+        if found is None:
+            try:
+                found = _strategy_arrays(s, dp)  # a frozen spec: coded once
+            except TypeError:  # a strategy holding an unhashable value
+                return _coded(s, dp)
+            if len(per_dp) < 16:  # (one strategy object estimated on a few device counts)
+                per_dp[key] = found
+        return found
+
+
+# StrategyArrays.of per strategy object and dp: the same coded point `_strategy_arrays` gives by value
+_BY_OBJECT: IdentityCache[Strategy, dict[tuple[type, int], StrategyArrays]] = IdentityCache(256)
 
 
 @functools.lru_cache(maxsize=256, typed=True)

@@ -23,11 +23,11 @@ from armillary.arguments import whole
 from armillary.comm.compose import forget, memoized
 from armillary.display import Displayed, Headline, gib, number, percent, seconds
 from armillary.errors import MissingExtra, SpecError
-from armillary.estimate.feasibility import memory_fits, training_checks
+from armillary.estimate.feasibility import memory_fits, shape_rules
 from armillary.estimate.result import ErrorBand
 from armillary.estimate.run import estimate_training_run
 from armillary.estimate.training import estimate_training
-from armillary.numerics import all_of, keep_sweep_memory
+from armillary.numerics import keep_sweep_memory
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.codes import encode
 from armillary.plan.layout import data_parallel
@@ -89,8 +89,8 @@ class Problem:
         st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None,
                             encode("precision", self.base.precision))
         w = TrainingArrays.of(self.workload)
-        checks = training_checks(m, st, w, gpus)
-        valid = np.broadcast_to(all_of(*(c.ok for c in checks)), inner)
+        # every rule of `training_checks`, kept on the point for the estimator's own check (`shape_rules`)
+        valid = np.broadcast_to(shape_rules(m, st, w, gpus)[0], inner)
         keys = None if self.cache is None else _layout_keys(self.axes, start, stop)
 
         def flat(x: Any) -> np.ndarray:  # one value per point, in index order
