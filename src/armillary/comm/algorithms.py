@@ -55,6 +55,7 @@ _IN_NETWORK = Algorithm.IN_NETWORK
 _RING = Algorithm.RING
 _SYNTHESIZED = Algorithm.SYNTHESIZED
 _TREE = Algorithm.TREE
+_SIMPLE = "Simple"  # the protocol NVLS, CollNet and synthesized schedules run
 _TWO_SHOT = DirectAllReduce.TWO_SHOT
 _FAT_TREE = NetworkKind.FAT_TREE
 _FULLY_CONNECTED = NetworkKind.FULLY_CONNECTED
@@ -167,7 +168,7 @@ def _synthesizable(op: Collective, p: Array, net: NetworkDimension, algorithm: A
                    exclude: tuple[Algorithm, ...]) -> bool:
     """Whether auto should weigh a synthesized schedule: offered on the dimension, one collective it
     synthesizes, one group size (a synthesis per size), not excluded."""
-    return (algorithm is _AUTO and _SYNTHESIZED in net.algorithms
+    return (algorithm is _AUTO and _SYNTHESIZED in net.algorithms and _SIMPLE in net.protocols
             and _SYNTHESIZED not in exclude and np.ndim(p) == 0 and float(p) > 1
             and op in (ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE))
 
@@ -177,6 +178,10 @@ def _synthesized(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension
     """A synthesized schedule (comm/synthesized_cost.py; imported here only when asked for), run by a
     Simple-protocol kernel: its base cost is added."""
     from armillary.comm.synthesized_cost import synthesized_time
+
+    if _SIMPLE not in net.protocols:
+        raise ValueError(f"algorithm 'synthesized' runs the Simple protocol, which the network {net.name!r} does not "
+                         f"offer (protocols: {list(net.protocols)})")
 
     time, fixed = synthesized_time(op, n_bytes, p, net, bandwidth)
     time, fixed = time + PROTOCOLS[-1].base_latency_s, fixed + PROTOCOLS[-1].base_latency_s
@@ -275,11 +280,12 @@ def _derive(net: NetworkDimension) -> _Derived:
     candidates = _candidate_table(net.kind, net.algorithms, net.in_network_reduction, net.in_network_efficiency,
                                   net.efficiency, net.bandwidth, net.shared_by, net.tree_efficiency)
     hops = _hop_latencies(net)
+    offered = net.protocols  # the others are off for every algorithm (NCCL_PROTO: tuning.cc sets their bandwidth 0)
     plan = tuple((a_index, alg, tuple(((a_index, p_index), proto.base_latency_s, hops[p_index],
                                        proto.bandwidth_factor * link)
                                       for p_index, proto in enumerate(PROTOCOLS)
                                       # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
-                                      if alg is not _IN_NETWORK or proto.name == "Simple"))
+                                      if (alg is not _IN_NETWORK or proto.name == "Simple") and proto.name in offered))
                  for a_index, alg, link in candidates)
     return candidates, hops, plan
 
@@ -357,17 +363,35 @@ def ring_protocols(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
                    curve: Array = True) -> tuple[DimensionCost, ...]:
     """The ring's cost on this dimension under each protocol (in PROTOCOLS order): a ring that spans
     several dimensions runs one protocol on all of them (comm/compose.py). `curve`: where the dimension's
-    size curve is read (elsewhere the ring runs at its full rate). Raises where no ring runs."""
+    size curve is read (elsewhere the ring runs at its full rate). A protocol the dimension does not offer
+    (`NetworkDimension.protocols`) is infinite wherever the ring takes steps across it (`latency_scale` > 0),
+    so no ring through it runs that protocol. Raises where no ring runs."""
     scalar = (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
               and _is_scalar(latency_scale) and _is_scalar(curve))
     times, sents, fixeds, labels, p, _ = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, _RING,
                                                           bandwidth, (), latency_scale, scalar, curve)
     if scalar:
-        return tuple(_fastest([t], [s], [f], [label], p, scalar)
-                     for t, s, f, label in zip(times, sents, fixeds, labels, strict=True))
-    active = np.asarray(p) > 1  # a group of one does nothing
-    return tuple(DimensionCost(np.where(active, t, 0.0), np.where(active, s, 0.0), a, k, np.where(active, f, 0.0))
-                 for t, s, f, (a, k) in zip(times, sents, fixeds, labels, strict=True))
+        costs = tuple(_fastest([t], [s], [f], [label], p, scalar)
+                      for t, s, f, label in zip(times, sents, fixeds, labels, strict=True))
+    else:
+        active = np.asarray(p) > 1  # a group of one does nothing
+        costs = tuple(DimensionCost(np.where(active, t, 0.0), np.where(active, s, 0.0), a, k,
+                                    np.where(active, f, 0.0))
+                      for t, s, f, (a, k) in zip(times, sents, fixeds, labels, strict=True))
+    if len(costs) == len(PROTOCOLS):
+        return costs
+    return _with_unoffered(costs, p, latency_scale, scalar)
+
+
+def _with_unoffered(costs: tuple[DimensionCost, ...], p: Array, latency_scale: Array,
+                    scalar: bool) -> tuple[DimensionCost, ...]:
+    """`costs` of the offered protocols, in PROTOCOLS order with each protocol not offered put in its place:
+    infinite where the ring crosses the dimension (a group of two or more, steps across it), nothing elsewhere."""
+    crossing = (p > 1 and latency_scale > 0) if scalar else (np.asarray(p) > 1) & (np.asarray(latency_scale) > 0)
+    blocked: Array = (math.inf if crossing else 0.0) if scalar else np.where(crossing, np.inf, 0.0)
+    by_protocol = {int(c.protocol): c for c in costs}
+    ring = ALGORITHMS.index(_RING)
+    return tuple(by_protocol.get(k, DimensionCost(blocked, 0.0, ring, k, 0.0)) for k in range(len(PROTOCOLS)))
 
 
 def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,

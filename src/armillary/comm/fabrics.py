@@ -22,7 +22,7 @@ from armillary.presets.registry import preset_dir, read_data_file
 from armillary.specs.base import Spec
 from armillary.specs.communication import Algorithm
 from armillary.specs.loading import load_system
-from armillary.specs.network import NetworkDimension
+from armillary.specs.network import PROTOCOL_NAMES, NetworkDimension
 from armillary.specs.quantity import BytesPerSecond, Seconds
 from armillary.specs.system import System
 from armillary.units import parse_quantity
@@ -38,7 +38,11 @@ class Fabric(Spec):
     nic_bandwidth: str = Field(description="one NIC's line rate, one direction, e.g. '400 Gb/s'")
     nics_per_gpu: float = Field(1.0, gt=0, description="compute NICs per GPU (0.5: one NIC per two GPUs)")
     library: str = Field("nccl", description="the collective library measured on it (nccl, rccl)")
-    protocols: tuple[str, ...] = Field(("LL", "LL128", "Simple"), description="protocols offered across nodes")
+    protocols: tuple[str, ...] | None = Field(
+        None, min_length=1, description="the protocols the library is set to offer on this fabric (NCCL_PROTO of the "
+        "fabric's published NCCL profile; NCCL's names LL, LL128, Simple), which `with_fabric` applies to every "
+        "dimension of the job (NCCL reads NCCL_PROTO per communicator, for every collective and algorithm: "
+        "tuning.cc); None: what the fabric's dimension states (dimension_of; default all three)")
     dimension_of: str | None = Field(None, description="system preset whose outermost dimension is this fabric")
     dimension: dict[str, Any] = Field(default_factory=dict, description="NetworkDimension fields (per NIC rate "
                                       "comes from nic_bandwidth x nics_per_gpu)")
@@ -58,7 +62,13 @@ class Fabric(Spec):
             raise ValueError(f"family {self.family!r}: one of {', '.join(FAMILIES)}")
         incast = ("all_to_all_incast",) if self.all_to_all_incast else ()
         plugin = ("net_plugin_latency",) if self.net_plugin_latency is not None else ()
-        for name in ("nic_bandwidth", "nics_per_gpu", *self.dimension, *incast, *plugin):
+        protocols = ("protocols",) if self.protocols is not None else ()
+        unknown = [p for p in self.protocols or () if p not in PROTOCOL_NAMES]
+        if unknown:
+            raise ValueError(f"protocols: {unknown} not NCCL's; one of {', '.join(PROTOCOL_NAMES)}")
+        if "protocols" in self.dimension:
+            raise ValueError("protocols are the fabric's `protocols`, not dimension.protocols")
+        for name in ("nic_bandwidth", "nics_per_gpu", *self.dimension, *incast, *plugin, *protocols):
             if name not in self.sources and not (name == "nics_per_gpu" and self.nics_per_gpu == 1.0):
                 raise ValueError(f"{name} needs a source (sources.{name})")
         if self.dimension_of is None and not {"latency", "efficiency"} <= set(self.dimension):
@@ -154,6 +164,8 @@ def fabric_dimension(name: str, gpu_bandwidth: float | None = None) -> NetworkDi
     else:
         base = {"name": spec.description, "kind": "rail_optimized"}
     data = {**base, **spec.dimension, "size": 1}
+    if spec.protocols is not None:
+        data["protocols"] = spec.protocols
     data["sources"] = {**base.get("sources", {}), **{k: v for k, v in spec.sources.items()}}
     own = float(parse_quantity(data["bandwidth"], "bytes_per_s")) if "bandwidth" in base else None
     rate = gpu_bandwidth or spec.gpu_bandwidth
@@ -174,10 +186,13 @@ def with_fabric(system: System, name: str, gpu_bandwidth: float | None = None,
                 nvlink_reduction: bool = True, across_racks: bool = False) -> System:
     """`system` with its outermost dimension on fabric `name` (its size kept); `nvlink_reduction` False turns
     the in-switch reduction of the inner (NVLink) dimensions off (NCCL_NVLS_ENABLE=0); `across_racks`: the
-    outermost tier joins rack-scale NVLink domains, where the library runs `nvlink_domain().across_domains`."""
+    outermost tier joins rack-scale NVLink domains, where the library runs `nvlink_domain().across_domains`.
+    The protocols the fabric's dimension offers are the job's (NCCL_PROTO holds for every communicator, inside a
+    node too: tuning.cc), so every dimension keeps only those."""
     network = list(system.network)
     if len(network) > 1:
         network[-1] = fabric_dimension(name, gpu_bandwidth).sized(network[-1].size)
+        network[:-1] = [_offering(d, network[-1].protocols) for d in network[:-1]]
         source = fabric(name).dimension_of
         if source is not None and load_system(source).device.name != system.device.name:
             # a per-channel limit fitted on another GPU's node does not carry over (its channel count is the
@@ -193,6 +208,17 @@ def with_fabric(system: System, name: str, gpu_bandwidth: float | None = None,
         network = [d if i == len(network) - 1 and len(network) > 1 else _without_nvls(d)
                    for i, d in enumerate(network)]
     return system.model_copy(update={"network": tuple(network)})
+
+
+def _offering(dim: NetworkDimension, offered: tuple[str, ...]) -> NetworkDimension:
+    """`dim` with only the protocols of `offered` (the job's NCCL_PROTO); unchanged where it offers no other."""
+    if set(dim.protocols) <= set(offered):
+        return dim
+    kept = tuple(p for p in dim.protocols if p in offered)
+    if not kept:
+        raise ValueError(f"protocols: the fabric offers {list(offered)}, dimension {dim.name!r} none of them "
+                         f"({list(dim.protocols)})")
+    return dim.model_copy(update={"protocols": kept})
 
 
 def _without_nvls(dim: NetworkDimension) -> NetworkDimension:

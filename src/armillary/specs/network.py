@@ -150,6 +150,12 @@ class NetworkDimension(Spec):
     algorithms: tuple[Algorithm, ...] = Field(
         NCCL_ALGORITHMS, min_length=1,
         description="algorithms the communication library offers on this dimension (auto picks)")
+    protocols: tuple[str, ...] = Field(
+        PROTOCOL_NAMES, min_length=1,
+        description="protocols the communication library offers on this dimension (LL, LL128, Simple: NCCL's "
+        "names), where a job's settings restrict them (NCCL_PROTO, read per communicator: NCCL src/graph/tuning.cc "
+        "disables the others for every algorithm); a collective crossing the dimension, or a ring through it, "
+        "runs one of these (default: all three)")
     libraries: tuple[LibraryProfile, ...] = Field(
         (), description="communication libraries with their own latency and efficiency: each call uses the "
         "fastest (none: the dimension's own figures)")
@@ -184,6 +190,11 @@ class NetworkDimension(Spec):
                 raise ValueError(f"shape {list(self.shape)} holds {math.prod(self.shape)} devices, size is {self.size}")
         if (self.channels is None) != (self.channel_bandwidth is None):
             raise ValueError("channels and channel_bandwidth go together: the per-channel limit needs both")
+        unknown = [name for name in self.protocols if name not in PROTOCOL_NAMES]
+        if unknown or len(set(self.protocols)) != len(self.protocols):
+            raise ValueError(f"protocols {list(self.protocols)} of dimension {self.name!r}: each once, one of "
+                             f"{', '.join(PROTOCOL_NAMES)} (NCCL's names)"
+                             + (f"; unknown: {unknown}" if unknown else ""))
         for name in (*self.protocol_latency, *self.ring_busbw):
             if name not in PROTOCOL_NAMES:
                 raise ValueError(f"protocol {name!r} in protocol_latency / ring_busbw: one of "
