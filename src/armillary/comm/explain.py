@@ -13,6 +13,7 @@ from armillary.comm.fabrics import all_to_all_slowdown
 from armillary.comm.sweep import collective_sweep
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
+from armillary.specs.network import PROTOCOL_NAMES
 from armillary.specs.system import System
 
 
@@ -34,6 +35,10 @@ def explain_sweep(op: Collective, sizes: np.ndarray, group: Placement, system: S
     spanned = [i for i, s in enumerate(group.spans) if float(np.max(s)) > 1]
     top = spanned[-1] if spanned else 0
     channels = system.network[top].channels
+    # the protocols every dimension the group spans offers (NetworkDimension.protocols: the job's NCCL_PROTO)
+    offered_protocols = [name for name in PROTOCOL_NAMES
+                         if all(name in system.network[i].protocols for i in spanned)]
+    not_offered = [name for name in PROTOCOL_NAMES if name not in offered_protocols]
     # all-to-all: every peer at once, the NIC under the incast of all remote hosts (comm/fabrics.py)
     incast = float(np.max(all_to_all_slowdown(system, group.spans, top))) if op is Collective.ALL_TO_ALL else 1.0
     out = []
@@ -48,9 +53,13 @@ def explain_sweep(op: Collective, sizes: np.ndarray, group: Placement, system: S
         why += (f"; on {system.network[top].name}: {top_algorithm} with the {protocol} protocol, the fastest "
                 f"(algorithm, protocol) it offers ({', '.join(a.value for a in system.network[top].algorithms)}) "
                 f"at this size" if algorithm is Algorithm.AUTO else f"; algorithm {algorithm.value} pinned")
+        if not_offered:
+            why += (f"; {', '.join(not_offered)} not offered here (the library is set to "
+                    f"{', '.join(offered_protocols)}: NetworkDimension.protocols)")
         if incast > 1.0:
             why += (f"; every peer at once (grouped send / receive), so each NIC takes all remote hosts together: "
                     f"the fabric's all-to-all incast slows the transfer there {incast:.3g}x")
-        out.append({"algorithm": top_algorithm, "protocol": protocol, "channels": channels,
+        out.append({"algorithm": top_algorithm, "protocol": protocol, "protocols": offered_protocols,
+                    "channels": channels,
                     "composition_times_s": times, "incast": incast, "why": why})
     return out
