@@ -486,15 +486,19 @@ def _fastest(times: list[Array], sents: list[Array], fixeds: list[Array], labels
         if not p > 1:
             return DimensionCost(0.0, 0.0, labels[k][0], labels[k][1])
         return DimensionCost(times[k], sents[k], labels[k][0], labels[k][1], fixeds[k])
-    count = len(times)
-    both = np.broadcast_arrays(*times, *sents, *fixeds)  # one common shape for times, bytes and latencies
-    stacked = np.stack(both[:count])
-    k = np.argmin(stacked, axis=0)
-    active = np.broadcast_to(np.asarray(p) > 1, k.shape)
+    stacked = np.stack(np.broadcast_arrays(*times))  # only the times: np.choose broadcasts the bytes and latencies
+    k = np.argmin(stacked, axis=0)  # (the times hold every input's shape, so k has the common shape)
+    active = np.asarray(p) > 1
+    table = _label_table(tuple(labels))
+    sent = np.choose(k, sents)  # type: ignore[arg-type]  # (numbers or arrays: np.choose takes either)
+    fixed = np.choose(k, fixeds)  # type: ignore[arg-type]
+    return DimensionCost(np.where(active, np.choose(k, stacked), 0.0), np.where(active, sent, 0.0),
+                         table[k, 0], table[k, 1], np.where(active, fixed, 0.0))
 
-    def chosen(values: tuple[np.ndarray, ...]) -> np.ndarray:  # np.choose: no stacked copy of the candidates
-        return np.where(active, np.choose(k, values), 0.0)
 
+@functools.lru_cache(maxsize=256)
+def _label_table(labels: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """The (algorithm, protocol) labels of `_fastest`'s candidates as an array (read-only: shared)."""
     table = np.array(labels)
-    return DimensionCost(chosen(both[:count]), chosen(both[count:2 * count]), table[k, 0], table[k, 1],
-                         chosen(both[2 * count:]))
+    table.flags.writeable = False
+    return table
