@@ -42,6 +42,13 @@ def merged(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def layout_with_mtp(layout: str, depth: int) -> str:
+    """A pipeline layout with 'm' x `depth` multi-token-prediction modules just before the loss 'L'
+    (Megatron-Bridge's recipe: `last_layer = ["mtp"] * mtp_num_layers + ["loss"]`)."""
+    at = layout.rindex("L")
+    return layout[:at] + "m" * depth + layout[at:]
+
+
 class RecipeLayout(Spec):
     """The pipeline layout a stack's recipe sets for one model on pp x vpp model chunks (Megatron-Bridge's
     DeepSeek-V3 recipe picks it from a table by (pp, vpp)), in Megatron-Core's layout syntax
@@ -67,10 +74,8 @@ class RecipeLayout(Spec):
         return self
 
     def with_mtp(self, depth: int) -> str:
-        """The layout of a run training `depth` multi-token-prediction modules: 'm' x depth just before the
-        loss 'L' (Megatron-Bridge's recipe: `last_layer = ["mtp"] * mtp_num_layers + ["loss"]`)."""
-        at = self.layout.rindex("L")
-        return self.layout[:at] + "m" * depth + self.layout[at:]
+        """The layout of a run training `depth` multi-token-prediction modules (`layout_with_mtp`)."""
+        return layout_with_mtp(self.layout, depth)
 
 
 class RecipeSettings(Spec):
@@ -144,10 +149,7 @@ class RecipeSettings(Spec):
 
     def with_mtp(self, depth: int) -> str | None:
         """The recipe's layout with 'm' x depth just before the loss (`RecipeLayout.with_mtp`); None: none."""
-        if self.layout is None:
-            return None
-        at = self.layout.rindex("L")
-        return self.layout[:at] + "m" * depth + self.layout[at:]
+        return None if self.layout is None else layout_with_mtp(self.layout, depth)
 
 
 class SoftwareStack(NamedByPatterns):
