@@ -68,7 +68,9 @@ def test_dense_peak_matches_datasheet(name, precision, peak):
 # (device, HBM bytes, HBM bytes/s)
 HBM = [
     ("b300", 2.3e12 / 8, 64 * TB / 8),  # HGX B300: 2.3 TB, 64 TB/s per 8 GPUs
-    ("gb200", 13.4e12 / 72, 576 * TB / 72),  # GB200 NVL72: 13.4 TB HBM3e at 576 TB/s per 72 GPUs
+    # GB200 NVL72: 13.4 TB HBM3e at 576 TB/s per 72 GPUs, "186 GB" a GPU as NVIDIA writes GiB (MIG 7g.186gb);
+    # nvidia-smi shows 189,471 MiB = 185.0 GiB (the preset's source)
+    ("gb200", 185 * GiB, 576 * TB / 72),
     ("h20", 96e9, 4.0 * TB),
     ("mi325x", 2e12 / 8 * 1.024, 6 * TB),  # the MI325X platform's "2 TB" is 8 x 256 GB
     ("mi355x", 288e9, 8 * TB),

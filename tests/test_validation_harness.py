@@ -342,10 +342,11 @@ def _renamed(row_id: str, name: str):
 
 def test_a_model_no_preset_names_is_built_from_its_columns():
     """An unknown name with its shape columns runs: the family its name places, else the MLP width decides
-    the conventions (4h: GPT's; other: gated, Llama's), and the assumptions say so. A Llama 3 70B row renamed
-    keeps its columns' shape; MPT-13B renamed keeps its 4h GeLU MLP (learned positions as MPT's)."""
-    named, renamed = _renamed("TR-MBRIDGE-25.11-GB200-10", "LLAMA3_70B"), _renamed("TR-MBRIDGE-25.11-GB200-10",
-                                                                                    "Zeta-70B")
+    the conventions (4h: GPT's; other: gated, Llama's), and the assumptions say so. A Llama 3.1 405B row renamed
+    keeps its columns' shape (a row whose stack recipe names the model's preset, as GB200-10's offload does,
+    would lose the recipe with the name); MPT-13B renamed keeps its 4h GeLU MLP (learned positions as MPT's)."""
+    named, renamed = _renamed("TR-MBRIDGE-25.11-B200-18", "LLAMA3.1_405B"), _renamed("TR-MBRIDGE-25.11-B200-18",
+                                                                                      "Zeta-405B")
     assert renamed.predicted is not None and any("gated MLP" in a for a in renamed.assumptions)
     assert renamed.predicted == pytest.approx(named.predicted, rel=0.05)  # only the vocabulary (32000) differs
     gpt = _renamed("TR-FOUNDRY-008", "Foo 13B")
