@@ -8,12 +8,25 @@ import pytest
 from hypothesis import settings
 
 from armillary.specs.model import Model
+from armillary.validation.run import RowResult
 
 # Property tests draw the same examples on every run, so a commit that passes here passes in CI; set
 # HYPOTHESIS_PROFILE=explore to draw new ones while hunting bugs.
 settings.register_profile("reproducible", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
+
+_SHIPPED_RESULTS: dict[str, RowResult] = {}
+
+
+def shipped_results() -> dict[str, RowResult]:
+    """Every shipped validation row of `validate()`'s kinds, run once per test session and keyed by id (the
+    set takes about 80 s of CPU; the tests that need all of it share one run)."""
+    if not _SHIPPED_RESULTS:
+        from armillary.validation.run import validate
+
+        _SHIPPED_RESULTS.update((r.id, r) for r in validate())
+    return _SHIPPED_RESULTS
 
 
 def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, **kw: object) -> Model:
