@@ -35,6 +35,13 @@ import numpy as np
 from armillary.memo import IdentityCache, quick_init
 from armillary.numerics import Array, any_true, minimum
 from armillary.specs.communication import (
+    ALG_AUTO,
+    ALG_DIRECT,
+    ALG_HALVING_DOUBLING,
+    ALG_IN_NETWORK,
+    ALG_RING,
+    ALG_SYNTHESIZED,
+    ALG_TREE,
     ALL_GATHER,
     ALL_REDUCE,
     ALL_TO_ALL,
@@ -47,15 +54,8 @@ from armillary.specs.communication import (
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.network import SWITCHED, DirectAllReduce, NetworkDimension, NetworkKind
 
-# the other enum members read once, as Collective's are (specs/communication.py says why)
-_AUTO = Algorithm.AUTO
-_DIRECT = Algorithm.DIRECT
-_HALVING_DOUBLING = Algorithm.HALVING_DOUBLING
-_IN_NETWORK = Algorithm.IN_NETWORK
-_RING = Algorithm.RING
-_SYNTHESIZED = Algorithm.SYNTHESIZED
-_TREE = Algorithm.TREE
 _SIMPLE = "Simple"  # the protocol NVLS, CollNet and synthesized schedules run
+# the network enums' members read once, as Collective's are (specs/communication.py says why)
 _TWO_SHOT = DirectAllReduce.TWO_SHOT
 _FAT_TREE = NetworkKind.FAT_TREE
 _FULLY_CONNECTED = NetworkKind.FULLY_CONNECTED
@@ -109,7 +109,7 @@ class DimensionCost:
 
 
 NOTHING = DimensionCost(0.0, 0.0, 0, 0)
-ALGORITHMS = (_RING, _TREE, _HALVING_DOUBLING, _DIRECT, _IN_NETWORK, _SYNTHESIZED)
+ALGORITHMS = (ALG_RING, ALG_TREE, ALG_HALVING_DOUBLING, ALG_DIRECT, ALG_IN_NETWORK, ALG_SYNTHESIZED)
 
 
 def bus_factor(op: Collective, ranks: Array) -> Array:
@@ -128,48 +128,48 @@ def _steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
     a direct all-reduce is a reduce-scatter then an all-gather (ASTRA-sim's direct), not one-shot.
     Works on floats and on arrays alike."""
     frac = (p - 1) / p
-    if alg is _SYNTHESIZED:  # costed by comm/synthesized_cost.py when pinned
+    if alg is ALG_SYNTHESIZED:  # costed by comm/synthesized_cost.py when pinned
         return None
     if op is ALL_REDUCE:
-        if alg is _RING:
+        if alg is ALG_RING:
             return 2 * (p - 1), 2 * frac * n
-        if alg is _TREE:  # double binary tree: each rank is inner in one tree, a leaf in the other
+        if alg is ALG_TREE:  # double binary tree: each rank is inner in one tree, a leaf in the other
             return 2 * log_p, minimum(p, 4.0) / 2 * n
-        if alg is _HALVING_DOUBLING:
+        if alg is ALG_HALVING_DOUBLING:
             return 2 * log_p, 2 * frac * n
-        if alg is _DIRECT:  # one-shot, or two one-step phases (ASTRA-sim AllToAll.cc)
+        if alg is ALG_DIRECT:  # one-shot, or two one-step phases (ASTRA-sim AllToAll.cc)
             return (2.0 + 0 * p, 2 * frac * n) if two_shot else (1.0 + 0 * p, (p - 1) * n)
         return 2.0 + 0 * p, n + 0 * p  # in-network: send n up, receive n reduced
     if op in (REDUCE_SCATTER, ALL_GATHER):
-        if alg is _RING:
+        if alg is ALG_RING:
             return p - 1, frac * n
-        if alg is _HALVING_DOUBLING:
+        if alg is ALG_HALVING_DOUBLING:
             return log_p, frac * n
-        if alg is _DIRECT:
+        if alg is ALG_DIRECT:
             return 1.0 + 0 * p, frac * n
-        if alg is _IN_NETWORK:
+        if alg is ALG_IN_NETWORK:
             return 2.0 + 0 * p, (n + 0 * p if op is REDUCE_SCATTER else frac * n)
         return None
     if op is ALL_TO_ALL:  # pairwise exchange (ring order) or all at once (direct)
-        if alg is _RING:
+        if alg is ALG_RING:
             return p - 1, frac * n
-        return (1.0 + 0 * p, frac * n) if alg is _DIRECT else None
+        return (1.0 + 0 * p, frac * n) if alg is ALG_DIRECT else None
     if op in (BROADCAST, REDUCE):  # pipelined chain, binomial tree, scatter + gather
-        if alg is _RING:
+        if alg is ALG_RING:
             return p - 1, n + 0 * p
-        if alg is _TREE:
+        if alg is ALG_TREE:
             return log_p, log_p * n
-        return (log_p + p - 1, 2 * frac * n) if alg is _HALVING_DOUBLING else None
+        return (log_p + p - 1, 2 * frac * n) if alg is ALG_HALVING_DOUBLING else None
     # send / receive
-    return (1.0 + 0 * p, n + 0 * p) if alg in (_DIRECT, _RING) else None
+    return (1.0 + 0 * p, n + 0 * p) if alg in (ALG_DIRECT, ALG_RING) else None
 
 
 def _synthesizable(op: Collective, p: Array, net: NetworkDimension, algorithm: Algorithm,
                    exclude: tuple[Algorithm, ...]) -> bool:
     """Whether auto should weigh a synthesized schedule: offered on the dimension, one collective it
     synthesizes, one group size (a synthesis per size), not excluded."""
-    return (algorithm is _AUTO and _SYNTHESIZED in net.algorithms and _SIMPLE in net.protocols
-            and _SYNTHESIZED not in exclude and np.ndim(p) == 0 and float(p) > 1
+    return (algorithm is ALG_AUTO and ALG_SYNTHESIZED in net.algorithms and _SIMPLE in net.protocols
+            and ALG_SYNTHESIZED not in exclude and np.ndim(p) == 0 and float(p) > 1
             and op in (ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE))
 
 
@@ -185,9 +185,9 @@ def _synthesized(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension
 
     time, fixed = synthesized_time(op, n_bytes, p, net, bandwidth)
     time, fixed = time + PROTOCOLS[-1].base_latency_s, fixed + PROTOCOLS[-1].base_latency_s
-    ring = _steps_and_bytes(op, _RING, n_bytes, p, 0.0)
+    ring = _steps_and_bytes(op, ALG_RING, n_bytes, p, 0.0)
     sent = 0.0 if ring is None else ring[1]
-    return DimensionCost(time, sent, ALGORITHMS.index(_SYNTHESIZED), len(PROTOCOLS) - 1, fixed)
+    return DimensionCost(time, sent, ALGORITHMS.index(ALG_SYNTHESIZED), len(PROTOCOLS) - 1, fixed)
 
 
 def _allowed(algorithm: Algorithm, net: NetworkDimension) -> bool:
@@ -196,19 +196,19 @@ def _allowed(algorithm: Algorithm, net: NetworkDimension) -> bool:
     if algorithm not in net.algorithms:
         return False
     switched = net.kind in SWITCHED
-    if algorithm in (_DIRECT, _HALVING_DOUBLING, _TREE):
+    if algorithm in (ALG_DIRECT, ALG_HALVING_DOUBLING, ALG_TREE):
         return switched
-    if algorithm is _IN_NETWORK:
+    if algorithm is ALG_IN_NETWORK:
         return net.in_network_reduction
     return True
 
 
 def _link_bandwidth(net: NetworkDimension, algorithm: Algorithm) -> float:
     """Achievable bytes/s per rank for an algorithm on this dimension."""
-    if algorithm is _IN_NETWORK:
+    if algorithm is ALG_IN_NETWORK:
         return net.in_network_efficiency * net.bandwidth / net.shared_by
     efficiency = net.efficiency
-    if algorithm is _TREE and net.tree_efficiency is not None:  # NCCL's tree: its own share
+    if algorithm is ALG_TREE and net.tree_efficiency is not None:  # NCCL's tree: its own share
         efficiency = net.tree_efficiency
     bandwidth = efficiency * net.bandwidth / net.shared_by
     if net.kind is _MESH:  # a corner device has one link per axis, not two: it bounds the rest
@@ -281,11 +281,12 @@ def _derive(net: NetworkDimension) -> _Derived:
                                   net.efficiency, net.bandwidth, net.shared_by, net.tree_efficiency)
     hops = _hop_latencies(net)
     offered = net.protocols  # the others are off for every algorithm (NCCL_PROTO: tuning.cc sets their bandwidth 0)
+    # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
     plan = tuple((a_index, alg, tuple(((a_index, p_index), proto.base_latency_s, hops[p_index],
                                        proto.bandwidth_factor * link)
                                       for p_index, proto in enumerate(PROTOCOLS)
-                                      # NVLS / CollNet run the Simple protocol only (NCCL tuning.cc)
-                                      if (alg is not _IN_NETWORK or proto.name == "Simple") and proto.name in offered))
+                                      if proto.name in offered
+                                      and (alg is not ALG_IN_NETWORK or proto.name == _SIMPLE)))
                  for a_index, alg, link in candidates)
     return candidates, hops, plan
 
@@ -307,7 +308,7 @@ def _is_scalar(x: Array) -> bool:
 
 
 def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
-                   algorithm: Algorithm = _AUTO, bandwidth: Array | None = None,
+                   algorithm: Algorithm = ALG_AUTO, bandwidth: Array | None = None,
                    exclude: tuple[Algorithm, ...] = (), latency_scale: Array = 1.0) -> DimensionCost:
     """Fastest (algorithm, protocol) for `op` of `n_bytes` over `p` ranks of one dimension, or the pinned
     algorithm (still with its fastest protocol), leaving out `exclude`. Broadcasts over n_bytes, p and
@@ -316,36 +317,36 @@ def dimension_cost(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
     scalar = ((type(n_bytes) is float and type(p) is float and bandwidth is None and type(latency_scale) is float)
               or (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
                   and _is_scalar(latency_scale)))  # the common one configuration tested first
-    if scalar and p <= 1 and algorithm is _AUTO:
+    if scalar and p <= 1 and algorithm is ALG_AUTO:
         return NOTHING  # a group of one does nothing
-    if algorithm is _SYNTHESIZED:
-        if _SYNTHESIZED not in net.algorithms:
+    if algorithm is ALG_SYNTHESIZED:
+        if ALG_SYNTHESIZED not in net.algorithms:
             raise ValueError(f"algorithm 'synthesized' is not offered on the network {net.name!r}; list it in the "
                              f"dimension's algorithms (offered: {[a.value for a in net.algorithms]})")
         return _synthesized(op, n_bytes, p, net, bandwidth)
     if _synthesizable(op, p, net, algorithm, exclude):  # offered here: auto weighs it against the rest
         other = dimension_cost(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth,
-                               (*exclude, _SYNTHESIZED), latency_scale)
+                               (*exclude, ALG_SYNTHESIZED), latency_scale)
         return _faster(_synthesized(op, n_bytes, p, net, bandwidth), other)
     return _fastest(*_candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth, exclude,
                                       latency_scale, scalar))
 
 
 def dimension_options(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
-                      algorithm: Algorithm = _AUTO, bandwidth: Array | None = None,
+                      algorithm: Algorithm = ALG_AUTO, bandwidth: Array | None = None,
                       exclude: tuple[Algorithm, ...] = ()) -> tuple[DimensionCost, ...]:
     """Every (algorithm, protocol) that `dimension_cost` weighs, each costed as it costs the fastest: what a
     tuner compares when the part's own fastest is not the whole collective's (comm/compose.py: the pipelined
     phases). A group of one does nothing under each. Raises where none can run."""
     scalar = _is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
-    if scalar and p <= 1 and algorithm is _AUTO:
+    if scalar and p <= 1 and algorithm is ALG_AUTO:
         return (NOTHING,)
-    if algorithm is _SYNTHESIZED:
+    if algorithm is ALG_SYNTHESIZED:
         return (dimension_cost(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth, exclude),)
     found = []
     if _synthesizable(op, p, net, algorithm, exclude):
         found.append(_synthesized(op, n_bytes, p, net, bandwidth))
-        exclude = (*exclude, _SYNTHESIZED)
+        exclude = (*exclude, ALG_SYNTHESIZED)
     times, sents, fixeds, labels, p, scalar = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm,
                                                                bandwidth, exclude, 1.0, scalar)
     if scalar:
@@ -368,7 +369,7 @@ def ring_protocols(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
     so no ring through it runs that protocol. Raises where no ring runs."""
     scalar = (_is_scalar(n_bytes) and _is_scalar(p) and (bandwidth is None or _is_scalar(bandwidth))
               and _is_scalar(latency_scale) and _is_scalar(curve))
-    times, sents, fixeds, labels, p, _ = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, _RING,
+    times, sents, fixeds, labels, p, _ = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, ALG_RING,
                                                           bandwidth, (), latency_scale, scalar, curve)
     if scalar:
         costs = tuple(_fastest([t], [s], [f], [label], p, scalar)
@@ -390,7 +391,7 @@ def _with_unoffered(costs: tuple[DimensionCost, ...], p: Array, latency_scale: A
     crossing = (p > 1 and latency_scale > 0) if scalar else (np.asarray(p) > 1) & (np.asarray(latency_scale) > 0)
     blocked: Array = (math.inf if crossing else 0.0) if scalar else np.where(crossing, np.inf, 0.0)
     by_protocol = {int(c.protocol): c for c in costs}
-    ring = ALGORITHMS.index(_RING)
+    ring = ALGORITHMS.index(ALG_RING)
     return tuple(by_protocol.get(k, DimensionCost(blocked, 0.0, ring, k, 0.0)) for k in range(len(PROTOCOLS)))
 
 
@@ -419,7 +420,7 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     two_shot = net.direct == _TWO_SHOT
     for _, alg, protocols in _derived(net)[2]:
-        if (algorithm is not _AUTO and alg is not algorithm) or alg in exclude:
+        if (algorithm is not ALG_AUTO and alg is not algorithm) or alg in exclude:
             continue
         steps_bytes = _steps_and_bytes(op, alg, n_bytes, p, log_p, two_shot)
         if steps_bytes is None:
@@ -427,14 +428,14 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         steps, sent = steps_bytes
         if op is ALL_TO_ALL:
             sent = sent * a2a_hops
-        if alg is _RING and ring_hops is not None:
+        if alg is ALG_RING and ring_hops is not None:
             steps = steps * ring_hops / (p - 1)
         reduce_time: Array = 0.0
-        if reduces and alg is _DIRECT:  # one-shot reduces the p received buffers afterwards
+        if reduces and alg is ALG_DIRECT:  # one-shot reduces the p received buffers afterwards
             one_shot = op is ALL_REDUCE and not two_shot  # two-shot: the reduce-scatter's share
             reduced = (p - 1) * n_bytes if one_shot else (p - 1) / p * n_bytes
             reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
-        ramped = tree_ramp if alg is _TREE else ramp
+        ramped = tree_ramp if alg is ALG_TREE else ramp
         for label, base_latency, hop, rate in protocols:  # rate: the protocol's share of the link's bytes/s
             fixed = base_latency + steps * hop * latency_scale
             times.append(fixed + sent / (rate * scale * ramped) + reduce_time)

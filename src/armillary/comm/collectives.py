@@ -22,9 +22,11 @@ from armillary.memo import quick_init
 from armillary.numerics import Array
 from armillary.plan.placement import Placement
 from armillary.specs.communication import (
+    ALG_AUTO,
     ALL_GATHER,
     ALL_REDUCE,
     ALL_TO_ALL,
+    ANY_COMPOSITION,
     REDUCE_SCATTER,
     SEND_RECV,
     Algorithm,
@@ -32,10 +34,6 @@ from armillary.specs.communication import (
     Composition,
 )
 from armillary.specs.system import System
-
-# the other enum members read once, as Collective's are (specs/communication.py says why)
-_AUTO = Algorithm.AUTO
-_ANY_COMPOSITION = Composition.AUTO
 
 
 @quick_init  # a few a collective, and the estimators add and scale them (memo.quick_init)
@@ -87,8 +85,8 @@ class CollectiveResult:
 
 
 def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
-               algorithm: Algorithm = _AUTO, bandwidths: tuple[Array | None, ...] | None = None,
-               composition: Composition = _ANY_COMPOSITION) -> CollectiveResult:
+               algorithm: Algorithm = ALG_AUTO, bandwidths: tuple[Array | None, ...] | None = None,
+               composition: Composition = ANY_COMPOSITION) -> CollectiveResult:
     """Cost of `op` over `group` (its ranks spread over the dimensions, `group.spans`): the fastest
     composition the system's library offers (or the pinned one), each dimension's phase with its fastest
     algorithm (or the pinned one, where it can run). The per-device bandwidths of the dimensions may be given

@@ -55,10 +55,15 @@ from armillary.memo import IdentityCache, quick_init
 from armillary.numerics import Array, all_true, any_true, is_array, logical_not, nan_maximum, where
 from armillary.plan.placement import Placement
 from armillary.specs.communication import (
+    ALG_AUTO,
+    ALG_RING,
     ALL_GATHER,
     ALL_REDUCE,
     ALL_TO_ALL,
+    ANY_COMPOSITION,
     BROADCAST,
+    FLAT_RING,
+    PIPELINED,
     REDUCE,
     REDUCE_SCATTER,
     Algorithm,
@@ -69,17 +74,12 @@ from armillary.specs.network import CollectiveLibrary, NetworkDimension
 from armillary.specs.system import System
 from armillary.units import MIB
 
-# the other enum members read once, as Collective's are (specs/communication.py says why)
-_AUTO = Algorithm.AUTO
-_RING = Algorithm.RING
+# CollectiveLibrary's members read once, as Collective's are (specs/communication.py says why)
 _HIERARCHICAL = CollectiveLibrary.HIERARCHICAL
 _NCCL = CollectiveLibrary.NCCL
-_ANY_COMPOSITION = Composition.AUTO
-_FLAT_RING = Composition.FLAT_RING
-_PIPELINED = Composition.PIPELINED
 
-_FLAT_RING_INDEX, _PIPELINED_INDEX = COMPOSITIONS.index(_FLAT_RING), COMPOSITIONS.index(_PIPELINED)
-_RING_INDEX = ALGORITHMS.index(_RING)
+_FLAT_RING_INDEX, _PIPELINED_INDEX = COMPOSITIONS.index(FLAT_RING), COMPOSITIONS.index(PIPELINED)
+_RING_INDEX = ALGORITHMS.index(ALG_RING)
 # bytes per pipelined chunk: the order of NCCL's per-step slice over its channels (NCCL_BUFFSIZE 4 MiB
 # split in NCCL_STEPS = 8 slots per channel)
 PIPELINE_CHUNK_BYTES = MIB
@@ -92,10 +92,10 @@ LL_NET_BUSBW = (39.0e9, 20.4e9)
 def offered(system: System, algorithm: Algorithm) -> tuple[Composition, ...]:
     """The compositions the system's library runs; a pinned ring is NCCL's flat ring."""
     if system.collectives is _HIERARCHICAL:
-        return (_PIPELINED,)
-    if algorithm is _RING:
-        return (_FLAT_RING,)
-    return (_FLAT_RING, _PIPELINED) if algorithm is _AUTO else (_PIPELINED,)
+        return (PIPELINED,)
+    if algorithm is ALG_RING:
+        return (FLAT_RING,)
+    return (FLAT_RING, PIPELINED) if algorithm is ALG_AUTO else (PIPELINED,)
 
 
 def compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
@@ -104,13 +104,13 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
     if len(group.spans) != len(system.network):
         raise ValueError(f"group spans {len(group.spans)} dimensions, the system has {len(system.network)}")
     bandwidths = bandwidths or (None,) * len(system.network)
-    if algorithm is not _AUTO and not is_array(group.size):  # checked before a sweep of sizes is flattened
+    if algorithm is not ALG_AUTO and not is_array(group.size):  # checked before a sweep of sizes is flattened
         spanned = [d for d, s in zip(system.network, group.spans, strict=True) if float(s) > 1]
         if spanned and not any(_pinnable(algorithm, op, d) for d in spanned):
             raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on "
                              f"{' or '.join(d.name for d in spanned)}; they offer "
                              f"{sorted({a.value for d in spanned for a in d.algorithms})}")
-    if composition is _ANY_COMPOSITION and algorithm is _AUTO and _one_dimension_each(group):
+    if composition is ANY_COMPOSITION and algorithm is ALG_AUTO and _one_dimension_each(group):
         # cheap as it comes (not flattened); within `memoized`, once per collective, system and inputs
         key = None if MEMO_TOKEN.get() is None else inputs_key(op, system, n_bytes, group, bandwidths)
         held = None if key is None else MEMO.get(key)
@@ -139,7 +139,7 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
 
 def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
              bandwidths: tuple[Array | None, ...], composition: Composition) -> Composed:
-    if composition is _ANY_COMPOSITION and algorithm is _AUTO and is_array(*group.spans):
+    if composition is ANY_COMPOSITION and algorithm is ALG_AUTO and is_array(*group.spans):
         inside = np.asarray(sum(np.asarray(s) > 1 for s in group.spans) <= 1)
         if inside.any():  # a flattened sweep that mixes groups inside one dimension with the rest: each costed
             # as alone (`_on_one_dimension`), not as a composition with one active dimension
@@ -151,10 +151,10 @@ def _composed(op: Collective, n_bytes: Array, group: Placement, system: System, 
               bandwidths: tuple[Array | None, ...], composition: Composition) -> Composed:
     """`_compose` past its split of a sweep (every point spans two dimensions or more, or a pinned choice)."""
     net = _Net(system, group, algorithm, bandwidths)
-    choices = offered(system, algorithm) if composition is _ANY_COMPOSITION else (composition,)
+    choices = offered(system, algorithm) if composition is ANY_COMPOSITION else (composition,)
     built: list[Composed] = []
     for kind in choices:
-        if built and kind is _PIPELINED and _never_faster_pipelined(op, n_bytes, net, built[0]):
+        if built and kind is PIPELINED and _never_faster_pipelined(op, n_bytes, net, built[0]):
             continue  # exact: `_faster` would keep the earlier composition at every point
         c = _build(kind, op, n_bytes, net)
         if c is not None:
@@ -165,7 +165,7 @@ def _composed(op: Collective, n_bytes: Array, group: Placement, system: System, 
     best = built[0]
     for other in built[1:]:
         best = _faster(best, other)
-    pinned = algorithm is not _AUTO or composition is not _ANY_COMPOSITION
+    pinned = algorithm is not ALG_AUTO or composition is not ANY_COMPOSITION
     if not (is_array(best.time) and not pinned) and not (
             np.isfinite(best.time).any() if is_array(best.time) else math.isfinite(best.time)):  # a pinned choice that
         # cannot run at any size of a sweep is refused as one configuration is (a search's points stay inf)
@@ -188,11 +188,11 @@ def _split(op: Collective, n: Array, group: Placement, system: System, bandwidth
 
     one, rest = np.flatnonzero(inside), np.flatnonzero(~inside)
     n1, g1, b1 = part(one)
-    a = _on_one_dimension(op, n1, _Net(system, g1, _AUTO, b1))
+    a = _on_one_dimension(op, n1, _Net(system, g1, ALG_AUTO, b1))
     if not len(rest):
         return a
     n2, g2, b2 = part(rest)
-    b = _composed(op, n2, g2, system, _AUTO, b2, _ANY_COMPOSITION)  # (none of these inside one dimension)
+    b = _composed(op, n2, g2, system, ALG_AUTO, b2, ANY_COMPOSITION)  # (none of these inside one dimension)
 
     def merged(x: Array, y: Array, kind: type = float) -> np.ndarray:
         out: np.ndarray = np.empty(size, dtype=kind)
@@ -238,8 +238,8 @@ class _Net:
         if algorithm is not None and not _pinnable(algorithm, op, dim):
             return _blocked(span)  # a phase that must run this algorithm cannot run here
         pinned = algorithm or self.algorithm
-        if pinned is not _AUTO and not _pinnable(pinned, op, dim, exclude):  # (auto is never pinnable)
-            pinned = _AUTO
+        if pinned is not ALG_AUTO and not _pinnable(pinned, op, dim, exclude):  # (auto is never pinnable)
+            pinned = ALG_AUTO
         try:
             cost = dimension_cost(op, n, ranks, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i], exclude,
                                   latency_scale)
@@ -257,7 +257,7 @@ class _Net:
         dim, span = self.system.network[i], self.group.spans[i]
         if not any_true(span > 1):
             return (NOTHING,)
-        pinned = self.algorithm if _pinnable(self.algorithm, op, dim, exclude) else _AUTO
+        pinned = self.algorithm if _pinnable(self.algorithm, op, dim, exclude) else ALG_AUTO
         try:
             return dimension_options(op, n, span, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i],
                                      exclude)
@@ -301,7 +301,7 @@ def _never_faster_pipelined(op: Collective, n: Array, net: _Net, first: Composed
     phase is blocked and the pipelined time infinite wherever the group has two ranks or more (at finite
     inputs: finite fixed costs); a group of one runs no phase (pipelined time 0), so `first` is kept there
     where it takes no time."""
-    if op is ALL_TO_ALL or net.algorithm is not _AUTO or _SKIP_CHECK_OFF:
+    if op is ALL_TO_ALL or net.algorithm is not ALG_AUTO or _SKIP_CHECK_OFF:
         return False
     blocked = [_top_blocked(op, dim, net.system.collectives is _NCCL) for dim in net.system.network]
     if not any(blocked):
@@ -326,7 +326,7 @@ def _top_blocked(op: Collective, dim: NetworkDimension, nccl: bool) -> bool:
     known = _TOP_BLOCKED.get(dim, lambda _: {})
     if (op, nccl) not in known:
         try:
-            dimension_options(op, 1e6, 2.0, dim, 1.0, _AUTO, None, (_RING,) if nccl else ())
+            dimension_options(op, 1e6, 2.0, dim, 1.0, ALG_AUTO, None, (ALG_RING,) if nccl else ())
             known[op, nccl] = False
         except ValueError:
             known[op, nccl] = True
@@ -382,9 +382,9 @@ _FLAT_RING_0D, _PIPELINED_0D = _read_only(np.array(_FLAT_RING_INDEX)), _read_onl
 
 def _build(kind: Composition, op: Collective, n: Array, net: _Net) -> Composed | None:
     index = COMPOSITIONS.index(kind)
-    if kind is _FLAT_RING:
+    if kind is FLAT_RING:
         return _flat_ring(op, n, net, index)
-    return _phases(op, n, net, kind is _PIPELINED, index)
+    return _phases(op, n, net, kind is PIPELINED, index)
 
 
 def _flat_ring(op: Collective, n: Array, net: _Net, index: int) -> Composed | None:
@@ -496,7 +496,7 @@ def _pipelined(op: Collective, n: Array, net: _Net, index: int) -> Composed:
     for i in range(count):
         top, message = net.top(i), phase_message(op, n, group, i)
         at_top: list[tuple[DimensionCost, ...]] = (
-            [(o,) for o in net.options(i, op, message, (_RING,) if nccl else ())] if any_true(top) else [])
+            [(o,) for o in net.options(i, op, message, (ALG_RING,) if nccl else ())] if any_true(top) else [])
         below: list[tuple[DimensionCost, ...]] = []
         if not all_true(top):
             if op is ALL_REDUCE and not nccl:
@@ -573,7 +573,7 @@ def _faster(a: Composed, b: Composed) -> Composed:
 
 def _pinnable(algorithm: Algorithm, op: Collective, dim: object, exclude: tuple[Algorithm, ...] = ()) -> bool:
     """A pinned algorithm applies where it can run; elsewhere the dimension chooses for itself."""
-    if algorithm is _AUTO or algorithm in exclude:
+    if algorithm is ALG_AUTO or algorithm in exclude:
         return False
     try:
         dimension_cost(op, 1.0, 2.0, dim, 1.0, algorithm)  # type: ignore[arg-type]

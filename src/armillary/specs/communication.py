@@ -39,6 +39,15 @@ class Algorithm(StrEnum):
     SYNTHESIZED = "synthesized"  # a schedule synthesized for the dimension's topology (comm/synthesis.py)
 
 
+# Algorithm's members as module names, read once for the hot paths (as Collective's, above)
+ALG_AUTO = Algorithm.AUTO
+ALG_RING = Algorithm.RING
+ALG_TREE = Algorithm.TREE
+ALG_HALVING_DOUBLING = Algorithm.HALVING_DOUBLING
+ALG_DIRECT = Algorithm.DIRECT
+ALG_IN_NETWORK = Algorithm.IN_NETWORK
+ALG_SYNTHESIZED = Algorithm.SYNTHESIZED
+
 # what NCCL offers on a tier: ring, tree and, where the switch reduces, NVLS / CollNet
 NCCL_ALGORITHMS = (Algorithm.RING, Algorithm.TREE, Algorithm.IN_NETWORK)
 
@@ -51,3 +60,9 @@ class Composition(StrEnum):
     FLAT_RING = "flat_ring"  # one ring through every rank, its channels over the rails (NCCL Ring)
     PIPELINED = "pipelined"  # a phase per dimension, chunks pipelined across them (ASTRA-sim; NCCL Tree family)
     SEQUENTIAL = "sequential"  # a phase per dimension, one after another
+
+
+# Composition's members as module names (as Collective's, above)
+ANY_COMPOSITION = Composition.AUTO
+FLAT_RING = Composition.FLAT_RING
+PIPELINED = Composition.PIPELINED
