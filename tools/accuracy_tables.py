@@ -7,6 +7,11 @@ holds the domains' largest groups (the rest summed up as "other sources"), docs/
 The tables sit between markers (`<!-- accuracy:DOMAIN:start -->` ... `<!-- accuracy:DOMAIN:end -->`) and are
 replaced in place; everything else in the files is left alone.
 
+Rows whose published run the stack's own maintainers call a regression (`validation/data/stack_regressions.csv`,
+kind `acknowledged_regression`) stay in every table above. A page that holds `<!-- accuracy:regressions:start
+-->` ... `<!-- accuracy:regressions:end -->` gets one more table: each source group with such rows, its figure
+over all rows (the headline) beside its figure without them, and the same over each domain.
+
 Regenerate after a model change (validate takes a minute or two):
 
     armillary validate --csv /tmp/validate.csv && python tools/accuracy_tables.py /tmp/validate.csv
@@ -58,17 +63,22 @@ def domain_of(row_id: str, measurement: dict[str, str] | None) -> str:
     return "inference"
 
 
-def read_results(path: Path) -> dict[str, dict[str, list[float | None]]]:
-    """domain -> source group -> the |error| of each row (None: not run)."""
+def read_rows(path: Path) -> dict[str, dict[str, list[tuple[str, float | None]]]]:
+    """domain -> source group -> (id, |error|) of each row (None: not run)."""
     with MEASUREMENTS.open(newline="", encoding="utf-8") as f:
         measurements = {r["id"]: r for r in csv.DictReader(f)}
-    out: dict[str, dict[str, list[float | None]]] = {d: {} for d in DOMAINS}
+    out: dict[str, dict[str, list[tuple[str, float | None]]]] = {d: {} for d in DOMAINS}
     with path.open(newline="", encoding="utf-8") as f:
         for r in csv.DictReader(f):
             error = abs(float(r["error"])) if r.get("error") not in (None, "", "None") else None
             domain = domain_of(r["id"], measurements.get(r["id"]))
-            out[domain].setdefault(r["group"], []).append(error)
+            out[domain].setdefault(r["group"], []).append((r["id"], error))
     return out
+
+
+def read_results(path: Path) -> dict[str, dict[str, list[float | None]]]:
+    """domain -> source group -> the |error| of each row (None: not run)."""
+    return {d: {g: [e for _, e in rows] for g, rows in groups.items()} for d, groups in read_rows(path).items()}
 
 
 def _line(name: str, errors: list[float | None]) -> str:
@@ -92,6 +102,38 @@ def table(groups: dict[str, list[float | None]], largest: int | None = None) -> 
     if rest:
         lines.append(_line(f"other sources ({_groups(len(order) - len(shown))})", rest))
     lines.append(_line(f"**all** ({_groups(len(order))})", [e for g in order for e in groups[g]]))
+    return "\n".join(lines)
+
+
+REGRESSIONS_HEADER = ("| source group | rows run | mean abs. error, all rows | acknowledged stack regressions "
+                      "| rows run without them | mean abs. error without them | median | max |\n"
+                      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+
+
+def _regressions_line(name: str, rows: list[tuple[str, float | None]], set_aside: frozenset[str]) -> str:
+    run = [e for _, e in rows if e is not None]
+    kept = [e for i, e in rows if e is not None and i not in set_aside]
+    aside = sum(i in set_aside for i, _ in rows)
+    everything = f"{100 * statistics.fmean(run):.1f}%" if run else ""
+    without = (f"{100 * statistics.fmean(kept):.1f}% | {100 * statistics.median(kept):.1f}% | "
+               f"{100 * max(kept):.1f}%") if kept else "| |"
+    return (f"| {name} | {len(run)} / {len(rows)} | {everything} | {aside} | {len(kept)} / {len(rows) - aside} | "
+            f"{without} |")
+
+
+def regressions_table(rows: dict[str, dict[str, list[tuple[str, float | None]]]], set_aside: frozenset[str]) -> str:
+    """Each source group holding a row of an acknowledged stack regression, and each domain holding one: the
+    mean |error| over all rows (the headline) beside the figures without those rows (which stay in the tables
+    above)."""
+    lines = [REGRESSIONS_HEADER]
+    for domain in DOMAINS:
+        groups = rows.get(domain, {})
+        hit = sorted(g for g, rs in groups.items() if any(i in set_aside for i, _ in rs))
+        if not hit:
+            continue
+        lines += [_regressions_line(g, groups[g], set_aside) for g in hit]
+        lines.append(_regressions_line(f"**all {domain}** ({_groups(len(groups))})",
+                                       [r for g in sorted(groups) for r in groups[g]], set_aside))
     return "\n".join(lines)
 
 
@@ -120,13 +162,19 @@ def main(argv: Iterable[str] | None = None) -> int:
         path = Path(tempfile.mkdtemp()) / "validate.csv"
         subprocess.run([sys.executable, "-m", "armillary.cli", "validate", "--csv", str(path)], check=True,
                        stdout=subprocess.DEVNULL)
+    rows = read_rows(path)
     results = read_results(path)
+    from armillary.validation.regressions import acknowledged_regressions
+
+    set_aside = acknowledged_regressions()
     stale = []
     for name, largest, domains in (("README.md", README_GROUPS, README_DOMAINS),
                                    ("docs/validation.md", None, DOMAINS)):
         file = ROOT / name
         old = file.read_text()
         new = render(results, old, largest, domains)
+        if "<!-- accuracy:regressions:start -->" in new:
+            new = replace_between(new, "regressions", regressions_table(rows, set_aside))
         if new != old:
             stale.append(name)
             if not args.check:

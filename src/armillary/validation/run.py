@@ -10,7 +10,7 @@ import csv
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from armillary.estimate.run import estimate_training_run
 from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, best_of_runs, predict_collective
 from armillary.validation.inference_rows import predict_inference
 from armillary.validation.metrics import read_metric
+from armillary.validation.regressions import caveat_of
 from armillary.validation.rows import RowSpecs, Unsupported, int_column, row_specs
 from armillary.validation.vocabulary import OFFLINE_LOAD
 from armillary.writing import replaced
@@ -42,6 +43,7 @@ class RowResult(Displayed):
     assumptions: tuple[str, ...]
     skipped: str | None = None  # why the row was not run
     feasible: bool = True
+    caveat: str | None = None  # what the stack's issue tracker says about the published run (`regressions`)
 
     def headline(self) -> Headline:
         outcome = (f"skipped: {self.skipped}" if self.skipped else
@@ -127,6 +129,13 @@ def _run_memory_row(row: dict[str, str]) -> RowResult:
 
 
 def run_row(row: dict[str, str]) -> RowResult:
+    """A row run or skipped, with what its stack's tracker says about the published run (`caveat`)."""
+    result = _run_row(row)
+    caveat = caveat_of(result.id)
+    return result if caveat is None else replace(result, caveat=caveat)
+
+
+def _run_row(row: dict[str, str]) -> RowResult:
     try:
         value = float(row.get("value") or "nan")
     except ValueError:
