@@ -85,16 +85,23 @@ def against(rev: str, src: Path, rounds: int, base: Path | None = None) -> None:
                 tar.extractall(tmp, filter="data")
         trees = {"this": src, rev: Path(tmp) / "src" if base is None else base}
         found: dict[str, list[float]] = {name: [] for name in trees}
+        counts: dict[str, tuple[int, int]] = {}
         tops = {}
         for _ in range(rounds):
             for name, tree in trees.items():
                 out = subprocess.run([sys.executable, "-c", ALTERNATE], check=True, capture_output=True, text=True,
                                      env=dict(os.environ, PYTHONPATH=str(tree))).stdout.split(maxsplit=3)
-                seconds, evaluated, tops[name] = float(out[0]), int(out[1]), out[3].strip()
+                seconds, evaluated, points, tops[name] = float(out[0]), int(out[1]), int(out[2]), out[3].strip()
                 found[name].append(evaluated / seconds)
+                counts[name] = evaluated, points
+        # evaluated: the points that pass the shape rules, run through the estimator (the block computes every
+        # point of its outer product, the invalid ones masked); points: the whole space, pruned layouts included
         for name, rates in found.items():
-            print(f"{name}: {evaluated:,} evaluated per search, median {statistics.median(rates):,.0f} evaluated "
-                  f"configurations per CPU-second (rounds: {', '.join(f'{r:,.0f}' for r in rates)})")
+            evaluated, points = counts[name]
+            median = statistics.median(rates)
+            print(f"{name}: {evaluated:,} evaluated of {points:,} points per search, median {median:,.0f} evaluated "
+                  f"configurations per CPU-second ({median * points / evaluated:,.0f} points per CPU-second; rounds: "
+                  f"{', '.join(f'{r:,.0f}' for r in rates)})")
         print("top 10 identical" if len(set(tops.values())) == 1 else f"top 10 DIFFER: {tops}")
 
 
