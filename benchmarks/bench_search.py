@@ -6,8 +6,10 @@ Run: python benchmarks/bench_search.py [--against REV [--src PATH] [--against-sr
 strategy space, a 1e9-point co-design space in under 2 minutes; Calculon: 134 per CPU-second, 1.3k with
 logging silenced)
 
-With --profile, only the default space's one block is evaluated, and the milliseconds it spends in each part
-of the training estimator and in the collective composer are printed (where the time goes).
+With --profile, the whole default search is split first (CPU ms in the axes, the layouts' bounds, the block
+with the training estimator and the collective composer within it, the winner's full re-estimate, the rest),
+then only the default space's one block is evaluated, and the milliseconds it spends in each part of the
+training estimator and in the collective composer are printed (where the time goes).
 
 With --against, only the default GPT-3 175B / 64 A100 search is timed, in CPU seconds, in subprocesses that
 alternate between this tree's src/ (or --src) and git revision REV's, round after round (the machine's load
@@ -83,16 +85,23 @@ def against(rev: str, src: Path, rounds: int, base: Path | None = None) -> None:
                 tar.extractall(tmp, filter="data")
         trees = {"this": src, rev: Path(tmp) / "src" if base is None else base}
         found: dict[str, list[float]] = {name: [] for name in trees}
+        counts: dict[str, tuple[int, int]] = {}
         tops = {}
         for _ in range(rounds):
             for name, tree in trees.items():
                 out = subprocess.run([sys.executable, "-c", ALTERNATE], check=True, capture_output=True, text=True,
                                      env=dict(os.environ, PYTHONPATH=str(tree))).stdout.split(maxsplit=3)
-                seconds, evaluated, tops[name] = float(out[0]), int(out[1]), out[3].strip()
+                seconds, evaluated, points, tops[name] = float(out[0]), int(out[1]), int(out[2]), out[3].strip()
                 found[name].append(evaluated / seconds)
+                counts[name] = evaluated, points
+        # evaluated: the points that pass the shape rules, run through the estimator (the block computes every
+        # point of its outer product, the invalid ones masked); points: the whole space, pruned layouts included
         for name, rates in found.items():
-            print(f"{name}: {evaluated:,} evaluated per search, median {statistics.median(rates):,.0f} evaluated "
-                  f"configurations per CPU-second (rounds: {', '.join(f'{r:,.0f}' for r in rates)})")
+            evaluated, points = counts[name]
+            median = statistics.median(rates)
+            print(f"{name}: {evaluated:,} evaluated of {points:,} points per search, median {median:,.0f} evaluated "
+                  f"configurations per CPU-second ({median * points / evaluated:,.0f} points per CPU-second; rounds: "
+                  f"{', '.join(f'{r:,.0f}' for r in rates)})")
         print("top 10 identical" if len(set(tops.values())) == 1 else f"top 10 DIFFER: {tops}")
 
 
@@ -110,6 +119,7 @@ def profile(repeats: int = 7) -> None:
     axes = resolve_axes(space, m, system.devices, system.devices_per_node, base, system.device.hbm.capacity,
                         False, workload)
     problem = Problem(m, system, base, workload, space, axes, Objective.TIME, 10)
+    whole_search(m, system, workload, base)  # first: the parts below stay wrapped
     spent: Counter[str] = Counter()
     parts = [("armillary.estimate.training", name) for name in (
         "_layers", "_pipeline_sends", "_stage_times", "_data_parallel", "_optimizer_and_offload", "_memory",
@@ -139,6 +149,48 @@ def profile(repeats: int = 7) -> None:
     for name, seconds in spent.most_common():
         within = " (collectives, within the parts above)" if name == "compose" else ""
         print(f"  {name:24} {seconds / repeats * 1e3:6.1f} ms{within}")
+
+
+def whole_search(m: Any, system: Any, workload: Any, base: Any, repeats: int = 21) -> None:
+    """CPU milliseconds of the whole default search (top_k=1, as --against times it) in each of its parts: the
+    axes, the layouts' bounds, the block (the training estimator and, within it, the collective composer; the
+    rest of the block is the search's own masking and top-k), the winner re-estimated in full, the rest."""
+    import armillary.comm.collectives as collectives
+    import armillary.search.run as run
+
+    spent: dict[str, float] = {}
+
+    def timed_part(module: Any, name: str, label: str) -> Any:
+        f = getattr(module, name)
+
+        def part(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.process_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.process_time() - t0
+        setattr(module, name, part)
+        return f
+
+    parts = ((run, "resolve_axes", "axes (resolve_axes)"), (run, "layout_bounds", "layout bounds"),
+             (run.Problem, "evaluate", "block (Problem.evaluate)"), (run, "estimate_training", "  training estimator"),
+             (collectives, "compose", "    collective composer"), (run, "_candidate", "winner re-estimated"))
+    originals = [(module, name, timed_part(module, name, label)) for module, name, label in parts]
+    try:
+        search(m, system, workload, base, top_k=1)
+        spent.clear()
+        t0 = time.process_time()
+        for _ in range(repeats):
+            search(m, system, workload, base, top_k=1)
+        total = (time.process_time() - t0) / repeats
+    finally:
+        for module, name, f in originals:
+            setattr(module, name, f)
+    print(f"whole default search (top_k=1), mean of {repeats}: {total * 1e3:.2f} ms CPU")
+    for _, _, label in parts:
+        print(f"  {label:28} {spent.get(label, 0.0) / repeats * 1e3:6.2f} ms")
+    outer = sum(seconds for label, seconds in spent.items() if not label.startswith(" ")) / repeats
+    print(f"  {'rest (search loop, merge)':28} {(total - outer) * 1e3:6.2f} ms")
 
 
 def _timed_codesign(extra: dict[str, list[str]]) -> tuple[Any, int, float, float]:

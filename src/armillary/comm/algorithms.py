@@ -419,6 +419,7 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         ramp = np.where(curve, ramp, 1.0)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     two_shot = net.direct == _TWO_SHOT
+    unit_scale = type(latency_scale) is float and latency_scale == 1.0
     for _, alg, protocols in _derived(net)[2]:
         if (algorithm is not ALG_AUTO and alg is not algorithm) or alg in exclude:
             continue
@@ -436,9 +437,13 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
             reduced = (p - 1) * n_bytes if one_shot else (p - 1) / p * n_bytes
             reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
         ramped = tree_ramp if alg is ALG_TREE else ramp
+        reduce_free = type(reduce_time) is float and reduce_time == 0.0
         for label, base_latency, hop, rate in protocols:  # rate: the protocol's share of the link's bytes/s
-            fixed = base_latency + steps * hop * latency_scale
-            times.append(fixed + sent / (rate * scale * ramped) + reduce_time)
+            # (x * 1.0 is x and x + 0.0 is x for x > 0 or NaN, IEEE 754: the common call skips those array ops,
+            # the same bits; fixed >= the protocol's base latency > 0)
+            fixed = base_latency + (steps * hop if unit_scale else steps * hop * latency_scale)
+            transfer = sent / (rate * scale * ramped)
+            times.append(fixed + transfer if reduce_free else fixed + transfer + reduce_time)
             fixeds.append(fixed)
             sents.append(sent)
             labels.append(label)
@@ -487,7 +492,7 @@ def _fastest(times: list[Array], sents: list[Array], fixeds: list[Array], labels
         if not p > 1:
             return DimensionCost(0.0, 0.0, labels[k][0], labels[k][1])
         return DimensionCost(times[k], sents[k], labels[k][0], labels[k][1], fixeds[k])
-    stacked = np.stack(np.broadcast_arrays(*times))  # only the times: np.choose broadcasts the bytes and latencies
+    stacked = _stacked(times)  # only the times: np.choose broadcasts the bytes and latencies
     k = np.argmin(stacked, axis=0)  # (the times hold every input's shape, so k has the common shape)
     active = np.asarray(p) > 1
     table = _label_table(tuple(labels))
@@ -495,6 +500,20 @@ def _fastest(times: list[Array], sents: list[Array], fixeds: list[Array], labels
     fixed = np.choose(k, fixeds)  # type: ignore[arg-type]
     return DimensionCost(np.where(active, np.choose(k, stacked), 0.0), np.where(active, sent, 0.0),
                          table[k, 0], table[k, 1], np.where(active, fixed, 0.0))
+
+
+def _stacked(times: list[Array]) -> np.ndarray:
+    """The candidates' times on a new first axis, broadcast to their common shape: np.array where they are arrays
+    of one shape already (the same copy as np.stack of np.broadcast_arrays, at a fifth of its call cost)."""
+    first = times[0]
+    if type(first) is np.ndarray:
+        shape = first.shape
+        for t in times:
+            if type(t) is not np.ndarray or t.shape != shape or t.dtype != first.dtype:
+                break
+        else:
+            return np.array(times)
+    return np.stack(np.broadcast_arrays(*times))
 
 
 @functools.lru_cache(maxsize=256)

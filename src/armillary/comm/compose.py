@@ -140,7 +140,9 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
 def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
              bandwidths: tuple[Array | None, ...], composition: Composition) -> Composed:
     if composition is ANY_COMPOSITION and algorithm is ALG_AUTO and is_array(*group.spans):
-        inside = np.asarray(sum(np.asarray(s) > 1 for s in group.spans) <= 1)
+        spans = group.spans
+        inside = (~((spans[0] > 1) & (spans[1] > 1)) if len(spans) == 2 and type(spans[0]) is np.ndarray
+                  and type(spans[1]) is np.ndarray else np.asarray(sum(np.asarray(s) > 1 for s in spans) <= 1))
         if inside.any():  # a flattened sweep that mixes groups inside one dimension with the rest: each costed
             # as alone (`_on_one_dimension`), not as a composition with one active dimension
             return _split(op, n_bytes, group, system, bandwidths, np.asarray(inside, dtype=bool))
@@ -344,6 +346,9 @@ def _blocked(span: Array) -> DimensionCost:
 
 def _one_dimension_each(group: Placement) -> bool:
     """Whether the group spans at most one dimension (at every point of a sweep)."""
+    spans = group.spans
+    if len(spans) == 2 and type(spans[0]) is np.ndarray and type(spans[1]) is np.ndarray:  # a two-tier sweep: no
+        return not ((spans[0] > 1) & (spans[1] > 1)).any()  # point spans both (the count below, in fewer passes)
     spanned: Array = 0
     for s in group.spans:  # (the sum in a loop: one configuration's path makes no generator; the same adds)
         spanned = spanned + (s > 1)

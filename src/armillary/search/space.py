@@ -284,9 +284,12 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
         getattr(space, a))) for a in _AXES]  # each value once
     labels = (tuple(layouts), *others)
     names = (_LAYOUT, *((a, _COMPOUND[a][0]) if a in _COMPOUND else (a,) for a in _AXES))
-    values = tuple(np.array([[encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
-                            dtype=float).reshape(len(rows), len(axis_names))
-                   for axis_names, rows in zip(names, labels, strict=True))
+    # the layout's degrees are their own codes (plan.codes.STRATEGY_FIELDS: tp, pp, cp, vpp code as the number),
+    # so its rows are converted at once, not field by field (a space has a few dozen to hundreds of layouts)
+    values = (np.array(layouts, dtype=float).reshape(len(layouts), len(_LAYOUT)),
+              *(np.array([[encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
+                         dtype=float).reshape(len(rows), len(axis_names))
+                for axis_names, rows in zip(names[1:], labels[1:], strict=True)))
     rest = int(np.prod([len(o) for o in others], dtype=np.int64))
     return Axes(names, values, labels, pruned=(len(every) - len(layouts)) * rest)
 
