@@ -15,9 +15,10 @@ import numpy as np
 
 from armillary.estimate.dp_attention import dp_attention_parts
 from armillary.estimate.inference import ReplicaModel
+from armillary.serving.batch import Schedule
 from armillary.serving.engine import Overheads
 from armillary.serving.kernels import iteration_time
-from armillary.serving.scheduler import ReplicaState, Schedule
+from armillary.serving.scheduler import ReplicaState
 from armillary.serving.simulate import IterationCost, ReplicaRun, RequestTimes, SchedulerLimits
 from armillary.serving.trace import Trace
 
