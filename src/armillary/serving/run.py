@@ -46,8 +46,8 @@ class Percentiles:
         return cls(float(v.mean()), float(p50), float(p90), float(p99))
 
 
-@dataclass(frozen=True)
-class ServingResult:
+@dataclass(frozen=True, repr=False)
+class ServingResult(display.Displayed):
     """A trace served by `replicas` replicas (of which `prefill_replicas` only prefill)."""
 
     requests: int
@@ -83,12 +83,6 @@ class ServingResult:
                 ("output_tokens_per_s_per_device", display.number(self.output_tokens_per_s_per_device)),
                 ("ttft_p90", display.seconds(self.ttft_s.p90)), ("tpot_p99", display.seconds(self.tpot_s.p99)),
                 ("slo_attainment", display.percent(self.slo_attainment))]
-
-    def __repr__(self) -> str:
-        return display.short_repr(type(self).__name__, self.headline())
-
-    def _repr_html_(self) -> str:
-        return display.html_table(type(self).__name__, self.headline())
 
     @property
     def requests_per_s(self) -> float:
