@@ -56,9 +56,9 @@ def replay_torch_trace(path: Path | None, system: str | None, gpus: int | None, 
 
 def _outputs(graph: TaskGraph, timeline: Timeline, trace: Path | None, chakra: Path | None) -> None:
     if trace is not None:
-        from armillary.simulate.perfetto import write_protobuf_trace, write_trace
+        from armillary.simulate.perfetto import write_timeline
 
-        (write_protobuf_trace if trace.suffix == ".pftrace" else write_trace)(graph, timeline, trace)
+        write_timeline(graph, timeline, trace)
     if chakra is not None:
         from armillary.simulate.chakra import write_chakra
 

@@ -286,7 +286,7 @@ def inference_simulation_table(sim: InferenceSimulation) -> Table:
 
 def traces_line(graph: TaskGraph, timeline: Timeline) -> str:
     """Simulated Chakra traces in one line."""
-    return f"{graph.ranks} ranks, {len(graph.tasks):,} tasks: {timeline.makespan_ns / 1e9:.6g} s"
+    return f"{graph.ranks} ranks, {len(graph.tasks):,} tasks: {timeline.makespan_s:.6g} s"
 
 
 def calibration_line(fitted: System, gpus: int, path: Path) -> str:
