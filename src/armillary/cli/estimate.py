@@ -52,7 +52,7 @@ def estimate_cmd(
     model, system, strategy, workload = load_run_file(run_file, set_, {
         "gpus": gpus, "strategy.tp": tp, "strategy.pp": pp, "strategy.micro_batch": micro_batch})
     target = _target(emit)
-    costs = load_costs_file(run_file, set_, {"costs.pue": pue, "costs.usd_per_gpu_hour": usd_per_gpu_hour})
+    costs = load_costs_file(run_file, set_, pue, usd_per_gpu_hour)
     if isinstance(workload, Inference) and workload.serving.trace is not None:  # a trace: serve it
         served = api.simulate_serving(model, system, strategy, workload)
         money = serving_economics(served.output_tokens_per_s, served.devices, system, costs)

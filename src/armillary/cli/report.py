@@ -45,7 +45,7 @@ def report_cmd(
     from armillary.report.html import Page, render
 
     model, system, strategy, workload = load_run_file(run_file, set_)
-    costs = load_costs_file(run_file, set_, {"costs.pue": pue, "costs.usd_per_gpu_hour": usd_per_gpu_hour})
+    costs = load_costs_file(run_file, set_, pue, usd_per_gpu_hour)
     est = api.estimate(model, system, strategy, workload)
     training = not isinstance(est, InferenceEstimate)
     econ = training_economics(est, system, costs) if not isinstance(est, InferenceEstimate) else (
