@@ -113,7 +113,8 @@ def load_run_file(path: Path, sets: list[str] | None = None, named: Mapping[str,
     return load_run(path, _overrides(sets, named or {}))
 
 
-def load_costs_file(path: Path, sets: list[str] | None, pue: float | None, usd_per_gpu_hour: float | None) -> Costs:
+def load_costs_file(path: Path, sets: list[str] | None = None, pue: float | None = None,
+                    usd_per_gpu_hour: float | None = None) -> Costs:
     """The run file's `costs:` block with the `--set costs.*` overrides, then `--pue` and `--usd-per-gpu-hour`
     where given."""
     from armillary.specs.run import load_costs

@@ -24,8 +24,7 @@ from armillary.cli.common import (
     writable,
 )
 from armillary.errors import SpecError
-from armillary.estimate.economics import inference_economics, serving_economics, training_economics
-from armillary.estimate.inference_result import InferenceEstimate
+from armillary.estimate.economics import economics_of, serving_economics
 from armillary.estimate.result import CommCall
 from armillary.report import records, tables
 from armillary.report.deploy import Target
@@ -64,8 +63,7 @@ def estimate_cmd(
         return
     result = api.estimate(model, system, strategy, workload)
     feasible = bool(result.feasible)
-    econ = (inference_economics(result, system, costs) if isinstance(result, InferenceEstimate) else
-            training_economics(result, system, costs))
+    econ = economics_of(result, system, costs)
     if target is not None and feasible:
         from armillary.report.deploy import deployment
 
