@@ -22,13 +22,10 @@ class Cdf:
 
 
 def latency_cdfs(r: ServingResult) -> tuple[Cdf, ...]:
-    """Per request TTFT, TPOT ((last - first token) / (output tokens - 1), as `serving.run`) and end-to-end
-    latency, sorted; the percentiles of each are those of the result."""
+    """Per request TTFT, TPOT and end-to-end latency (`RequestTimes.ttft_s`, `tpot_s`, `e2e_s`), sorted;
+    the percentiles of each are those of the result."""
     t = r.times
-    ttft = t.first_token_s - t.arrival_s
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(t.output_len > 1, (t.finish_s - t.first_token_s) / (t.output_len - 1), np.nan)
-    e2e = t.finish_s - t.arrival_s
+    ttft, tpot, e2e = t.ttft_s, t.tpot_s, t.e2e_s
 
     def finite(v: np.ndarray) -> tuple[float, ...]:
         return tuple(float(x) for x in np.sort(v[np.isfinite(v)]))

@@ -59,9 +59,7 @@ def steady_latency(result: ServingResult, warmup: float = WARMUP) -> SteadyLaten
     start, end = float(t.arrival_s.min()), float(t.arrival_s.max())
     kept = t.arrival_s >= start + warmup * (end - start)
     tail = t.arrival_s >= end - TAIL * (end - start)
-    ttft = t.first_token_s - t.arrival_s
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(t.output_len > 1, (t.finish_s - t.first_token_s) / (t.output_len - 1), np.nan)
+    ttft, tpot = t.ttft_s, t.tpot_s
 
     def p(values: np.ndarray, q: float) -> float:
         v = values[np.isfinite(values)]

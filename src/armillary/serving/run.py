@@ -301,10 +301,7 @@ def _metrics(times: RequestTimes, w: Inference, devices: int, replicas: int, blo
     sv = w.serving
     n = len(times.arrival_s)
     done = np.isfinite(times.finish_s)
-    ttft = times.first_token_s - times.arrival_s
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(times.output_len > 1, (times.finish_s - times.first_token_s) / (times.output_len - 1), np.nan)
-    e2e = times.finish_s - times.arrival_s
+    ttft, tpot, e2e = times.ttft_s, times.tpot_s, times.e2e_s
     start = float(times.arrival_s.min()) if n else 0.0
     makespan = float(np.nanmax(times.finish_s)) - start if done.any() else 0.0
     tokens = float(times.output_len[done].sum())

@@ -53,6 +53,24 @@ class RequestTimes:
     output_len: np.ndarray
     preemptions: np.ndarray
 
+    @property
+    def ttft_s(self) -> np.ndarray:
+        """Time to first token of each request, from when it was sent."""
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """Time per output token after the first, (last - first token) / (output tokens - 1), as vLLM's
+        benchmark client computes it (benchmarks/serve.py); NaN for a request of one output token."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.output_len > 1, (self.finish_s - self.first_token_s) / (self.output_len - 1),
+                            np.nan)
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        """End-to-end latency of each request: sent to last token."""
+        return self.finish_s - self.arrival_s
+
 
 @dataclass(frozen=True)
 class ReplicaRun:
