@@ -195,6 +195,19 @@ class ReplicaState:
         return 1 if left <= 0 else min(left, budget)
 
     # ---- one iteration --------------------------------------------------------------------------------
+    def plan(self, admitting: bool = True) -> tuple[Schedule, bool]:
+        """The next iteration's schedule, and whether it prefills whole prompts (`prefill_phase`): the running
+        sequences as far as the token budget goes (none in a prefill phase), then, `admitting`, waiting
+        requests (a multi-step run admits nobody until it ends)."""
+        schedule = self.schedule()
+        prefill_phase = admitting and self.prefill_phase()
+        budget = self.limits.max_batched_tokens
+        if not prefill_phase:
+            budget = self.schedule_running(schedule, budget)
+        if admitting:
+            self.admit(schedule, budget, prefill_phase)
+        return schedule, prefill_phase
+
     def schedule_running(self, schedule: Schedule, budget: int) -> int:
         """Running sequences in admission order as far as the token budget goes; when pages run out the
         newest sequence is preempted. Returns the budget left."""

@@ -245,13 +245,7 @@ def run_until(s: ReplicaState, cost: Cost, horizon: float = np.inf) -> None:
         in_run = s.run_left > 0  # multi-step: the scheduler admits nobody until the run ends
         if (in_run or not s.waiting) and _decode_stretch(s, cost):
             continue
-        schedule = s.schedule()
-        prefill_phase = not in_run and s.prefill_phase()
-        budget = s.limits.max_batched_tokens
-        if not prefill_phase:
-            budget = s.schedule_running(schedule, budget)
-        if not in_run:
-            s.admit(schedule, budget, prefill_phase)
+        schedule, prefill_phase = s.plan(admitting=not in_run)
         if not schedule:  # nothing fits until something finishes or arrives
             upcoming = s.next_event()
             if np.isfinite(upcoming):
