@@ -1,10 +1,9 @@
 """Serving a request stream on a deployment: replicas (colocated, or prefill and decode pools), the KV
 capacity of each, the trace split among them, and the metrics: TTFT / TPOT / latency percentiles,
-throughput, goodput under SLOs, and the largest request rate that meets P90 TTFT and P99 TPOT targets."""
+throughput, goodput under SLOs (the largest request rate that meets them: `serving.rate`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -318,31 +317,3 @@ def _metrics(times: RequestTimes, w: Inference, devices: int, replicas: int, blo
         preemptions=int(times.preemptions.sum()), iterations=iterations, eager_steps=done_by.eager_steps,
         mean_batch=batched / iterations if iterations else 0.0, kv_blocks_per_device=blocks, replicas=replicas,
         prefill_replicas=sv.prefill_replicas, devices=devices, times=times)
-
-
-def max_rate(serve: Callable[[float], ServingResult], low: float = 0.05, high: float = 1e4,
-             steps: int = 12, meets: Callable[[ServingResult], bool] = ServingResult.meets,
-             ) -> tuple[float, ServingResult | None]:
-    """Largest request rate whose result `meets` its SLOs: doubling from `low` to bracket it, then
-    bisection (in log space) for `steps` steps. (0, None) when even `low` misses."""
-    best: tuple[float, ServingResult | None] = (0.0, None)
-    rate = low
-    while rate <= high:
-        result = serve(rate)
-        if not meets(result):
-            break
-        best = (rate, result)
-        rate *= 2
-    else:
-        return best
-    lo, hi = best[0], rate
-    if lo == 0.0:
-        lo = low / 2**steps
-    for _ in range(steps):
-        mid = float(np.sqrt(lo * hi))
-        result = serve(mid)
-        if meets(result):
-            lo, best = mid, (mid, result)
-        else:
-            hi = mid
-    return best
