@@ -56,14 +56,20 @@ def test_presets_and_schema():
         assert schema["type"] == "object"
 
 
-def test_validate_json_on_a_given_csv(tmp_path):
+def _shipped_rows(path, *prefixes):
+    """The shipped validation rows whose ids start with one of `prefixes`, written to `path` as a CSV."""
     with DEFAULT_CSV.open() as f:
-        rows = [r for r in csv.DictReader(f) if r["id"].startswith(("TR-KOR-T5-22B", "TR-SC21-FUSE-11"))]
-    path = tmp_path / "few.csv"
+        rows = [r for r in csv.DictReader(f) if r["id"].startswith(prefixes)]
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    return rows
+
+
+def test_validate_json_on_a_given_csv(tmp_path):
+    path = tmp_path / "few.csv"
+    rows = _shipped_rows(path, "TR-KOR-T5-22B", "TR-SC21-FUSE-11")
     data = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).output)
     assert {d["id"] for d in data} == {r["id"] for r in rows}
     run = [d for d in data if d["predicted"] is not None]
@@ -219,13 +225,8 @@ def test_collective_command():
 
 
 def test_validate_command_on_a_small_csv(tmp_path):
-    with DEFAULT_CSV.open() as f:
-        rows = [r for r in csv.DictReader(f) if r["id"].startswith("TR-SC21-FUSE-11")]
     path = tmp_path / "one.csv"
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    _shipped_rows(path, "TR-SC21-FUSE-11")
     assert "Error per source" in _ok(["validate", str(path)])
     missing = runner.invoke(app, ["validate", str(tmp_path / "none.csv")])
     assert missing.exit_code == 2 and "does not exist" in missing.output

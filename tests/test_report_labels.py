@@ -110,10 +110,10 @@ def test_timeline_bars_cover_the_whole_step():
 def test_log_tick_labels_pick_the_ticks_they_name():
     """Minor ticks of a log axis are labelled by their multiple of a power of ten: 0.2, 20 and 5 are 2 and 5;
     1.6 (which rounds to 2) and 25 are no such tick, so no label lands on them."""
-    from armillary.report.plots import _leading
+    from armillary.report.figures import leading
 
-    assert [_leading(y) for y in (0.2, 20.0, 0.05, 30.0)] == [2, 2, 5, 3]
-    assert [_leading(y) for y in (1.6, 1.8, 25.0, 0.0)] == [0, 0, 0, 0]
+    assert [leading(y) for y in (0.2, 20.0, 0.05, 30.0)] == [2, 2, 5, 3]
+    assert [leading(y) for y in (1.6, 1.8, 25.0, 0.0)] == [0, 0, 0, 0]
 
 
 def test_a_chart_specification_cannot_end_its_script_or_hold_nan():

@@ -107,29 +107,32 @@ def writable(path: Path | None, table: bool = False) -> None:
 
 def load_run_file(path: Path, sets: list[str] | None = None, named: Mapping[str, Any] | None = None) -> tuple[
         Model, System, Strategy, Workload]:
-    """The run file with the `--set FIELD=VALUE` overrides, then the `named` ones (dotted field: the value of
-    an option such as --tp; None: not given)."""
-    from armillary.specs.run import load_run, parse_override
+    """The run file with the `--set FIELD=VALUE` overrides, then the `named` ones (`_overrides`)."""
+    from armillary.specs.run import load_run
 
-    overrides = [parse_override(s) for s in sets or []]
-    overrides += [(key, value) for key, value in (named or {}).items() if value is not None]
-    return load_run(path, overrides)
+    return load_run(path, _overrides(sets, named or {}))
 
 
-def load_costs_file(path: Path, sets: list[str] | None = None, named: Mapping[str, Any] | None = None) -> Costs:
-    """The run file's `costs:` block with the `--set costs.*` overrides and then the `named` ones."""
-    from armillary.specs.run import load_costs, parse_override
+def load_costs_file(path: Path, sets: list[str] | None = None, pue: float | None = None,
+                    usd_per_gpu_hour: float | None = None) -> Costs:
+    """The run file's `costs:` block with the `--set costs.*` overrides, then `--pue` and `--usd-per-gpu-hour`
+    where given."""
+    from armillary.specs.run import load_costs
 
-    overrides = [parse_override(s) for s in sets or []]
-    overrides += [(key, value) for key, value in (named or {}).items() if value is not None]
-    return load_costs(path, overrides)
+    return load_costs(path, _overrides(sets, {"costs.pue": pue, "costs.usd_per_gpu_hour": usd_per_gpu_hour}))
+
+
+def _overrides(sets: list[str] | None, named: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The `--set FIELD=VALUE` overrides, then the `named` ones (dotted field: the value of an option such as
+    --tp; None: not given)."""
+    from armillary.specs.run import parse_override
+
+    return [parse_override(s) for s in sets or []] + [(key, value) for key, value in named.items() if value is not None]
 
 
 def print_json(data: Any, indent: int | None = 2, default: Callable[[Any], Any] | None = None) -> None:
     """Valid JSON: a number that is not finite (a percentile of no requests, an unbounded capacity) is null."""
     sys.stdout.write(json.dumps(finite_for_json(data), indent=indent, default=default, allow_nan=False) + "\n")
-
-
 
 
 def show(renderables: Iterable[RenderableType]) -> None:

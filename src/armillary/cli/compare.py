@@ -8,12 +8,20 @@ from typing import Annotated
 import typer
 
 from armillary import api
-from armillary.cli.common import GpusOption, JsonFlag, SetOption, load_run_file, print_json, show, writable
+from armillary.cli.common import (
+    GpusOption,
+    JsonFlag,
+    SetOption,
+    load_costs_file,
+    load_run_file,
+    print_json,
+    show,
+    writable,
+)
 from armillary.errors import SpecError
 from armillary.estimate.compare import compare
 from armillary.estimate.economics import economics_of
 from armillary.report.compare import comparison_record, comparison_tables
-from armillary.specs.run import load_costs, parse_override
 
 PlotOption = Annotated[Path | None, typer.Option(help="also save a grouped bar chart (PNG, SVG, PDF)")]
 
@@ -50,7 +58,7 @@ def compare_cmd(
             model, system, strategy, workload = load_run_file(path, set_, {"gpus": gpus})
             result = api.estimate(model, system, strategy, workload)
             named.append((name, result))
-            money.append(economics_of(result, system, load_costs(path, [parse_override(o) for o in set_ or []])))
+            money.append(economics_of(result, system, load_costs_file(path, set_)))
         comparison = compare(named, money)
     if json_out:  # printed first: a failed save does not lose the comparison
         print_json(comparison_record(comparison))

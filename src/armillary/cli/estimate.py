@@ -24,8 +24,7 @@ from armillary.cli.common import (
     writable,
 )
 from armillary.errors import SpecError
-from armillary.estimate.economics import inference_economics, serving_economics, training_economics
-from armillary.estimate.inference_result import InferenceEstimate
+from armillary.estimate.economics import economics_of, serving_economics
 from armillary.estimate.result import CommCall
 from armillary.report import records, tables
 from armillary.report.deploy import Target
@@ -52,7 +51,7 @@ def estimate_cmd(
     model, system, strategy, workload = load_run_file(run_file, set_, {
         "gpus": gpus, "strategy.tp": tp, "strategy.pp": pp, "strategy.micro_batch": micro_batch})
     target = _target(emit)
-    costs = load_costs_file(run_file, set_, {"costs.pue": pue, "costs.usd_per_gpu_hour": usd_per_gpu_hour})
+    costs = load_costs_file(run_file, set_, pue, usd_per_gpu_hour)
     if isinstance(workload, Inference) and workload.serving.trace is not None:  # a trace: serve it
         served = api.simulate_serving(model, system, strategy, workload)
         money = serving_economics(served.output_tokens_per_s, served.devices, system, costs)
@@ -64,8 +63,7 @@ def estimate_cmd(
         return
     result = api.estimate(model, system, strategy, workload)
     feasible = bool(result.feasible)
-    econ = (inference_economics(result, system, costs) if isinstance(result, InferenceEstimate) else
-            training_economics(result, system, costs))
+    econ = economics_of(result, system, costs)
     if target is not None and feasible:
         from armillary.report.deploy import deployment
 

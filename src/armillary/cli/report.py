@@ -18,7 +18,7 @@ from armillary.cli.common import (
     working,
     writable,
 )
-from armillary.estimate.economics import inference_economics, serving_economics, training_economics
+from armillary.estimate.economics import economics_of, serving_economics
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.specs.workload import Inference
 from armillary.writing import replaced
@@ -45,11 +45,10 @@ def report_cmd(
     from armillary.report.html import Page, render
 
     model, system, strategy, workload = load_run_file(run_file, set_)
-    costs = load_costs_file(run_file, set_, {"costs.pue": pue, "costs.usd_per_gpu_hour": usd_per_gpu_hour})
+    costs = load_costs_file(run_file, set_, pue, usd_per_gpu_hour)
     est = api.estimate(model, system, strategy, workload)
     training = not isinstance(est, InferenceEstimate)
-    econ = training_economics(est, system, costs) if not isinstance(est, InferenceEstimate) else (
-        inference_economics(est, system, costs))
+    econ = economics_of(est, system, costs)
     sim = None
     if simulate and training and est.feasible:
         from armillary.simulate.run import SimulationResult

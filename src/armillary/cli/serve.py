@@ -64,7 +64,7 @@ def serve_cmd(
     writable(csv_out, table=True)
     writable(plot)
     model, system, strategy, workload = load_run_file(run_file, set_)
-    costs = load_costs_file(run_file, set_, {"costs.pue": pue, "costs.usd_per_gpu_hour": usd_per_gpu_hour})
+    costs = load_costs_file(run_file, set_, pue, usd_per_gpu_hour)
     if not isinstance(workload, Inference):
         raise SpecError("serve needs an inference workload (workload.kind: inference)")
     if mode is not None and find_max_rate:

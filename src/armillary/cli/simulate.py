@@ -26,10 +26,8 @@ from armillary.specs.workload import Training
 from armillary.writing import check_folder_writable
 
 if TYPE_CHECKING:
-    from armillary.simulate.graph import TaskGraph
     from armillary.simulate.inference import InferenceSimulation
     from armillary.simulate.run import SimulationResult
-    from armillary.simulate.timeline import Timeline
     from armillary.specs.model import Model
     from armillary.specs.strategy import Strategy
     from armillary.specs.system import System
@@ -122,7 +120,9 @@ def _show_and_save(result: SimulationResult | InferenceSimulation, run: tuple[Mo
 
         show(tables.simulation_report(result, model, compiled_here()))
     if trace is not None:
-        _write_timeline(result.graph, result.timeline, trace)
+        from armillary.simulate.perfetto import write_timeline
+
+        write_timeline(result.graph, result.timeline, trace)
     if chakra is not None and not isinstance(result, InferenceSimulation):
         from armillary.simulate.chakra import write_chakra
         from armillary.simulate.run import every_rank_graph
@@ -149,14 +149,9 @@ def _simulate_traces(folder: Path, system: str | None, gpus: int | None, straggl
     else:
         show([tables.traces_line(graph, timeline)])
     if trace is not None:
-        _write_timeline(graph, timeline, trace)
+        from armillary.simulate.perfetto import write_timeline
 
-
-def _write_timeline(graph: TaskGraph, timeline: Timeline, path: Path) -> None:
-    """Perfetto's protobuf format if the name ends in .pftrace, else Chrome trace JSON."""
-    from armillary.simulate.perfetto import write_protobuf_trace, write_trace
-
-    (write_protobuf_trace if path.suffix == ".pftrace" else write_trace)(graph, timeline, path)
+        write_timeline(graph, timeline, trace)
 
 
 def _straggler(text: str) -> tuple[int, float]:

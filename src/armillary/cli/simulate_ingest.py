@@ -4,12 +4,14 @@ torch.profiler trace (armillary.ingest) on the event engine. Thin: parse options
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from armillary.cli.common import print_json, reported, show
 from armillary.errors import SpecError
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from armillary.simulate.engine import Timeline
     from armillary.simulate.graph import TaskGraph
 
@@ -27,11 +29,8 @@ def simulate_hlo_file(path: Path, system: str | None, gpus: int | None, replicas
         module = read_hlo(path)
         devices = module.num_partitions * module.replica_count
         result = simulate_hlo(module, load_system(system, gpus or devices), replicas)
-    if json_out:  # printed before the outputs are written: a failed save does not lose the simulation
-        print_json(hlo_record(result), indent=2)
-    else:
-        show([hlo_table(result)])
-    _outputs(result.graph, result.timeline, trace, chakra)
+    _show_and_save(hlo_record(result) if json_out else hlo_table(result), result.graph, result.timeline, trace,
+                   chakra)
 
 
 def replay_torch_trace(path: Path | None, system: str | None, gpus: int | None, source: str | None,
@@ -47,18 +46,22 @@ def replay_torch_trace(path: Path | None, system: str | None, gpus: int | None, 
         traces = read_torch_traces(path)
         world = gpus or len(traces.ranks)
         result = replay(traces, load_system(system, world), load_system(source, world) if source else None)
-    if json_out:  # printed before the outputs are written: a failed save does not lose the replay
-        print_json(torch_record(result), indent=2)
+    _show_and_save(torch_record(result) if json_out else torch_table(result), result.graph, result.timeline, trace,
+                   chakra)
+
+
+def _show_and_save(shown: dict[str, Any] | Table, graph: TaskGraph, timeline: Timeline, trace: Path | None,
+                   chakra: Path | None) -> None:
+    """The result printed (a record as JSON, or its table) before its timeline and Chakra traces are written: a
+    failed save does not lose it."""
+    if isinstance(shown, dict):
+        print_json(shown, indent=2)
     else:
-        show([torch_table(result)])
-    _outputs(result.graph, result.timeline, trace, chakra)
-
-
-def _outputs(graph: TaskGraph, timeline: Timeline, trace: Path | None, chakra: Path | None) -> None:
+        show([shown])
     if trace is not None:
-        from armillary.simulate.perfetto import write_protobuf_trace, write_trace
+        from armillary.simulate.perfetto import write_timeline
 
-        (write_protobuf_trace if trace.suffix == ".pftrace" else write_trace)(graph, timeline, trace)
+        write_timeline(graph, timeline, trace)
     if chakra is not None:
         from armillary.simulate.chakra import write_chakra
 

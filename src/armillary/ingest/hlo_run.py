@@ -36,7 +36,7 @@ class HloSimulation:
 
     @property
     def step_time_s(self) -> float:
-        return self.timeline.makespan_ns / 1e9
+        return self.timeline.makespan_s
 
     @property
     def compute_s(self) -> float:

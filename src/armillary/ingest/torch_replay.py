@@ -42,7 +42,7 @@ class Replay:
 
     @property
     def step_time_s(self) -> float:
-        return self.timeline.makespan_ns / 1e9
+        return self.timeline.makespan_s
 
     @property
     def measured_step_s(self) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from armillary.estimate.result import CommCall
+from armillary.report.formatting import binary_size
 from armillary.runtime.table import TuningTable
 
 
@@ -35,7 +36,7 @@ def library_choice(calls: tuple[CommCall, ...], singles: dict[str, tuple[CommCal
     for i, call in enumerate(calls):
         times = [float(singles[n][i].time_each_s) for n in names]
         best = names[min(range(len(names)), key=times.__getitem__)]
-        out.add_row(call.dimension.value, call.operation.value, _size(float(call.message_bytes)), best,
+        out.add_row(call.dimension.value, call.operation.value, binary_size(float(call.message_bytes)), best,
                     *(f"{t * 1e6:,.1f}" for t in times))
     mixed = sum(float(c.time_s) for c in calls)
     totals = {n: sum(float(c.time_s) for c in singles[n]) for n in names}
@@ -44,10 +45,3 @@ def library_choice(calls: tuple[CommCall, ...], singles: dict[str, tuple[CommCal
     return [out, f"communication per step (before overlap): mixed {mixed * 1e3:,.3f} ms; "
             + ", ".join(f"{n} alone {t * 1e3:,.3f} ms" for n, t in totals.items())
             + f"; mixing gains {gain:.1%} over the best single library ({single})"]
-
-
-def _size(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from armillary.report.figures import save_figure
 from armillary.search.network_bandwidth import BandwidthConstraints, BandwidthWorkload, time_cost_curve
-from armillary.writing import replaced
 
 
 def time_vs_cost_plot(work: BandwidthWorkload, cons: BandwidthConstraints, path: Path, points: int = 24) -> None:
@@ -30,7 +30,4 @@ def time_vs_cost_plot(work: BandwidthWorkload, cons: BandwidthConstraints, path:
     ax.set_yscale("log")  # the cheapest points are orders of magnitude slower
     ax.set_title("time-optimal per-dimension bandwidths")
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    with replaced(path) as temporary:
-        fig.savefig(temporary, format=path.suffix.lstrip(".").lower() or "png")
-    plt.close(fig)
+    save_figure(fig, path)

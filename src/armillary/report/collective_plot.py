@@ -11,7 +11,7 @@ import numpy as np
 
 from armillary.comm.sweep import SweepRow, collective_sweep, group_of
 from armillary.errors import SpecError
-from armillary.report.plots import _save
+from armillary.report.figures import save_figure
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.system import System
 from armillary.units import GIGA
@@ -97,7 +97,7 @@ def collective_plot(data: CollectivePlot, path: Path) -> Path:
     ax.set_title(data.title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path, 120)
+    return save_figure(fig, path, 120)
 
 
 def _size(n: float) -> str:

@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.table import Table
 
 from armillary.calibrate.compute_records import GroupError, RoundTrip
+from armillary.report.figures import save_figure
 from armillary.specs.system import Device
-from armillary.writing import replaced
 
 
 def device_table(device: Device) -> Table:
@@ -82,8 +82,4 @@ def compare_plot(rows: Sequence[RoundTrip], device: Device, path: Path) -> Path:
     right.plot([lo, hi], [lo, hi], "k--", lw=0.8)
     right.set(xscale="log", yscale="log", xlabel="measured (s)", ylabel="predicted (s)", title="every kernel")
     right.legend(fontsize=8)
-    fig.tight_layout()
-    with replaced(path) as temporary:
-        fig.savefig(temporary, format=path.suffix.lstrip(".").lower() or "png")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

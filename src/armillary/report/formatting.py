@@ -28,6 +28,14 @@ def gib(value_bytes: float) -> str:
     return f"{value_bytes / 2**30:,.1f} GiB"
 
 
+def binary_size(value_bytes: float) -> str:
+    """Bytes in the largest binary unit they reach, 3 significant digits (1.5 MiB, 64 KiB, 100 B)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value_bytes >= scale:
+            return f"{value_bytes / scale:.3g} {unit}"
+    return f"{value_bytes:.0f} B"
+
+
 def seconds(value_s: float) -> str:
     """A duration in the unit that reads best: us, ms or s (4 significant digits)."""
     if not math.isfinite(value_s):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from armillary.estimate.result import CommCall
+from armillary.report.figures import leading, save_figure
 from armillary.report.records import design_label, design_name, varied_axes
 from armillary.validation.run import RowResult, source_group
-from armillary.writing import replaced
 
 if TYPE_CHECKING:
     from armillary.search.systems import CoDesignResult
@@ -44,7 +43,7 @@ def validation_plot(results: list[RowResult], path: Path) -> Path:
     ax.set_ylabel("predicted / measured (label: mean |error|)")
     ax.set_title("armillary against published measurements")
     ax.legend(fontsize=7, loc="upper left")
-    return _save(fig, path, 120)
+    return save_figure(fig, path, 120)
 
 
 def message_size_histogram(calls: tuple[CommCall, ...], path: Path) -> Path:
@@ -68,7 +67,7 @@ def message_size_histogram(calls: tuple[CommCall, ...], path: Path) -> Path:
     ax.set_ylabel("calls per step")
     ax.set_title("communication of one step by message size")
     ax.legend()
-    return _save(fig, path, 120)
+    return save_figure(fig, path, 120)
 
 
 def pareto_plot(points: list[tuple[float, float, bool, str]], path: Path, title: str = "") -> Path:
@@ -93,11 +92,11 @@ def pareto_plot(points: list[tuple[float, float, bool, str]], path: Path, title:
     times = [t for t, _, _, _ in points if t > 0 and t != float("inf")]
     narrow = bool(times) and max(times) / min(times) < 10  # within a decade: every minor tick labelled
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if narrow or _leading(y) in (2, 5) else ""))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if narrow or leading(y) in (2, 5) else ""))
     if title:
         ax.set_title(title, fontsize=9)
     ax.legend()
-    return _save(fig, path, 150)
+    return save_figure(fig, path, 150)
 
 
 def codesign_pareto_plot(designs: CoDesignResult, path: Path) -> Path:
@@ -108,22 +107,3 @@ def codesign_pareto_plot(designs: CoDesignResult, path: Path) -> Path:
                         for i, p in enumerate(designs.points) if p.best is not None], path,
                        "varied: " + (", ".join(design_name(k) for k in axes) if axes else "nothing (one system)"))
 
-
-def _leading(y: float) -> int:
-    """k where a log axis's tick y is k x 10^n (2 for 0.2, 20, 2.0); 0 for any other number (1.6, 25)."""
-    if y <= 0:
-        return 0
-    m = y / 10 ** math.floor(math.log10(y))
-    return round(m) if abs(m - round(m)) < 1e-6 else 0
-
-
-def _save(fig: Any, path: Path, dpi: int) -> Path:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    try:
-        with replaced(path) as temporary:
-            fig.savefig(temporary, dpi=dpi, format=path.suffix.lstrip(".").lower() or "png")
-    finally:
-        plt.close(fig)
-    return path

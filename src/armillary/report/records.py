@@ -257,7 +257,7 @@ def inference_simulation_record(sim: InferenceSimulation) -> dict[str, Any]:
 
 def traces_record(graph: TaskGraph, timeline: Timeline) -> dict[str, Any]:
     """Simulated Chakra traces: ranks, tasks, step time."""
-    return {"ranks": graph.ranks, "tasks": len(graph.tasks), "step_time_s": timeline.makespan_ns / 1e9}
+    return {"ranks": graph.ranks, "tasks": len(graph.tasks), "step_time_s": timeline.makespan_s}
 
 
 def comm_records(calls: tuple[CommCall, ...]) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from armillary.report.plots import _save
+from armillary.report.figures import save_figure
 from armillary.serving.rate import MaxRate
 from armillary.serving.run import ServingResult
 
@@ -22,13 +22,10 @@ class Cdf:
 
 
 def latency_cdfs(r: ServingResult) -> tuple[Cdf, ...]:
-    """Per request TTFT, TPOT ((last - first token) / (output tokens - 1), as `serving.run`) and end-to-end
-    latency, sorted; the percentiles of each are those of the result."""
+    """Per request TTFT, TPOT and end-to-end latency (`RequestTimes.ttft_s`, `tpot_s`, `e2e_s`), sorted;
+    the percentiles of each are those of the result."""
     t = r.times
-    ttft = t.first_token_s - t.arrival_s
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(t.output_len > 1, (t.finish_s - t.first_token_s) / (t.output_len - 1), np.nan)
-    e2e = t.finish_s - t.arrival_s
+    ttft, tpot, e2e = t.ttft_s, t.tpot_s, t.e2e_s
 
     def finite(v: np.ndarray) -> tuple[float, ...]:
         return tuple(float(x) for x in np.sort(v[np.isfinite(v)]))
@@ -64,7 +61,7 @@ def serving_plot(r: ServingResult, path: Path, title: str) -> Path:
     axes[0].set_ylabel(f"share of requests (of {r.requests})")
     fig.suptitle(f"{title}: {r.offered_rate:.3g} requests/s offered (arrivals drawn), {r.completed} of {r.requests} "
                  f"served, SLO attainment {r.slo_attainment:.0%}", fontsize=10)
-    return _save(fig, path, 120)
+    return save_figure(fig, path, 120)
 
 
 def rate_points(found: MaxRate) -> list[dict[str, float | int | bool]]:
@@ -103,7 +100,7 @@ def rate_plot(found: MaxRate, ttft_slo_s: float, tpot_slo_s: float, path: Path, 
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"{title}: rates the max-rate search tried (filled: met the SLOs)", fontsize=10)
-    return _save(fig, path, 120)
+    return save_figure(fig, path, 120)
 
 
 def _ms(seconds: float) -> str:

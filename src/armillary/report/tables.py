@@ -15,7 +15,7 @@ from rich.table import Table
 from armillary.comm.calibration import fitted_dimension
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.presets.registry import preset_names
-from armillary.report.formatting import fixed, percent
+from armillary.report.formatting import binary_size, fixed, percent
 from armillary.report.records import inference_simulation_rows, on_devices
 from armillary.units import GIB
 
@@ -235,17 +235,10 @@ def comm_profile_table(calls: tuple[CommCall, ...], model: Model, system: System
         table.add_column(name, justify="left" if name in ("dim", "operation") else "right")
     for c in calls:
         table.add_row(c.dimension.value, c.operation.value, f"{float(c.per_step):,.0f}",
-                      _size(float(c.message_bytes)), f"{float(c.time_each_s) * 1e6:,.1f}",
+                      binary_size(float(c.message_bytes)), f"{float(c.time_each_s) * 1e6:,.1f}",
                       f"{float(c.time_s) * 1e3:,.2f}", f"{float(c.per_step * c.scale_up_bytes_each) / 1e9:,.3g}",
                       f"{float(c.per_step * c.scale_out_bytes_each) / 1e9:,.3g}")
     return table
-
-
-def _size(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 def simulation_report(result: SimulationResult, model: Model, compiled: bool = False) -> list[Table | str]:
@@ -293,7 +286,7 @@ def inference_simulation_table(sim: InferenceSimulation) -> Table:
 
 def traces_line(graph: TaskGraph, timeline: Timeline) -> str:
     """Simulated Chakra traces in one line."""
-    return f"{graph.ranks} ranks, {len(graph.tasks):,} tasks: {timeline.makespan_ns / 1e9:.6g} s"
+    return f"{graph.ranks} ranks, {len(graph.tasks):,} tasks: {timeline.makespan_s:.6g} s"
 
 
 def calibration_line(fitted: System, gpus: int, path: Path) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from armillary.estimate.compare import Comparison, Section
 from armillary.estimate.inference_result import InferenceEstimate
-from armillary.report.plots import _leading, _save
+from armillary.report.figures import leading, save_figure
 from armillary.units import GIB, parse_quantity
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def comparison_plot(c: Comparison, path: Path) -> Path:
         ax.legend(fontsize=8)
     fig.suptitle(" vs ".join(c.names) + ("" if all(c.feasible) else "  (infeasible: " + ", ".join(
         n for n, ok in zip(c.names, c.feasible, strict=True) if not ok) + ")"))
-    return _save(fig, path, 120)
+    return save_figure(fig, path, 120)
 
 
 def _numeric(axis_values: tuple[Any, ...]) -> list[float] | None:
@@ -98,11 +98,11 @@ def sweep_plot(s: Sweep, path: Path, title: str) -> Path:
         if ylabel.startswith("step time"):
             ax.set_yscale("log")  # strong scaling: time halves per doubling at best
             ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-            ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if _leading(y) in (2, 3, 5) else ""))
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if leading(y) in (2, 3, 5) else ""))
         if numbers is None or len(xs) <= 16:  # the values as given (with their units)
             ax.set_xticks(xs, [str(first.shown(v)) for v in first.values], fontsize=8)
             ax.xaxis.set_minor_locator(NullLocator())
         if len(s.axes) > 1:
             ax.legend(fontsize=7)
     fig.suptitle(f"{title}: sweep over {first.field} (x: infeasible)")
-    return _save(fig, path, 120)
+    return save_figure(fig, path, 120)

@@ -33,18 +33,6 @@ CPU_ONLY = frozenset({shm_backend.BACKEND_NAME})
 SUM = dist.ReduceOp.SUM
 
 
-def available_backends() -> tuple[str, ...]:
-    """Backends this torch build has, plus the project's shm."""
-    names = ["gloo"] if dist.is_gloo_available() else []
-    if dist.is_nccl_available() and torch.cuda.is_available():
-        names.append("nccl")
-    if dist.is_mpi_available():
-        names.append("mpi")
-    if getattr(dist, "is_ucc_available", lambda: False)():
-        names.append("ucc")
-    return (*names, shm_backend.BACKEND_NAME)
-
-
 @dataclass
 class Ordering:
     """Which backend issued last and its outstanding work: waited before another backend issues."""
@@ -76,6 +64,11 @@ class _Handle:
     @property
     def shm(self) -> shm_backend.ShmProcessGroup | None:
         return self.group if isinstance(self.group, shm_backend.ShmProcessGroup) else None
+
+
+def _bytes(tensor: torch.Tensor) -> int:
+    """The size of a call's message: what the table's rows are keyed by."""
+    return tensor.numel() * tensor.element_size()
 
 
 def _gather_single() -> Callable[..., dist.Work | None]:
@@ -145,14 +138,20 @@ class Communicator:
             self._chosen[key] = chosen
         return chosen
 
-    def _call(self, op: RuntimeOp, sample: torch.Tensor, n_bytes: float, async_op: bool, backend: str | None,
-              torch_call: Callable[[dist.ProcessGroup, bool], dist.Work | None],
-              shm_call: Callable[[shm_backend.ShmProcessGroup], Callable[[], object]],
-              result: object = None) -> dist.Work | None:
+    def _issue(self, op: RuntimeOp, sample: torch.Tensor, n_bytes: float, backend: str | None) -> _Handle:
+        """The handle of one call's backend (`backend`, else `choose`'s), once the other backends' outstanding
+        work is waited for; the call counted."""
         name = backend or self.choose(op, sample.dtype, n_bytes, sample.device)
         handle = self.handles[name]
         self.ordering.before(name)
         self.calls[name] += 1
+        return handle
+
+    def _call(self, op: RuntimeOp, sample: torch.Tensor, n_bytes: float, async_op: bool, backend: str | None,
+              torch_call: Callable[[dist.ProcessGroup, bool], dist.Work | None],
+              shm_call: Callable[[shm_backend.ShmProcessGroup], Callable[[], object]],
+              result: object = None) -> dist.Work | None:
+        handle = self._issue(op, sample, n_bytes, backend)
         pg = handle.shm
         if pg is not None:
             engine_call = shm_call(pg)
@@ -171,21 +170,21 @@ class Communicator:
     def all_reduce(self, tensor: torch.Tensor, op: Any = SUM, async_op: bool = False,
                    backend: str | None = None) -> dist.Work | None:
         return self._call(
-            RuntimeOp.ALL_REDUCE, tensor, tensor.numel() * tensor.element_size(), async_op, backend,
+            RuntimeOp.ALL_REDUCE, tensor, _bytes(tensor), async_op, backend,
             lambda g, a: dist.all_reduce(tensor, op, group=g, async_op=a),
             lambda pg: lambda: pg.engine.all_reduce(tensor, shm_backend.reduce_kind(op)), [tensor])
 
     def all_gather_into_tensor(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False,
                                backend: str | None = None) -> dist.Work | None:
         return self._call(
-            RuntimeOp.ALL_GATHER, tensor, output.numel() * output.element_size(), async_op, backend,
+            RuntimeOp.ALL_GATHER, tensor, _bytes(output), async_op, backend,
             lambda g, a: _gather_single()(output, tensor, group=g, async_op=a),
             lambda pg: lambda: pg.engine.all_gather(output, tensor), [output])
 
     def reduce_scatter_tensor(self, output: torch.Tensor, tensor: torch.Tensor, op: Any = SUM,
                               async_op: bool = False, backend: str | None = None) -> dist.Work | None:
         return self._call(
-            RuntimeOp.REDUCE_SCATTER, tensor, tensor.numel() * tensor.element_size(), async_op, backend,
+            RuntimeOp.REDUCE_SCATTER, tensor, _bytes(tensor), async_op, backend,
             lambda g, a: _scatter_single()(output, tensor, op, group=g, async_op=a),
             lambda pg: lambda: pg.engine.reduce_scatter(output, tensor, shm_backend.reduce_kind(op)), [output])
 
@@ -196,7 +195,7 @@ class Communicator:
         row = tensor[0].numel() if tensor.dim() > 1 else 1
         outs = [s * row for s in output_split_sizes] if output_split_sizes is not None else None
         ins = [s * row for s in input_split_sizes] if input_split_sizes is not None else None
-        n_bytes = tensor.numel() * tensor.element_size()
+        n_bytes = _bytes(tensor)
         if backend is None and (input_split_sizes is not None or output_split_sizes is not None):
             # uneven: the ranks' buffers differ, and so might their table rows; agree on the largest first
             # (one 8-byte all-reduce), so that every rank picks the same backend
@@ -212,7 +211,7 @@ class Communicator:
     def broadcast(self, tensor: torch.Tensor, src: int, async_op: bool = False,
                   backend: str | None = None) -> dist.Work | None:
         return self._call(
-            RuntimeOp.BROADCAST, tensor, tensor.numel() * tensor.element_size(), async_op, backend,
+            RuntimeOp.BROADCAST, tensor, _bytes(tensor), async_op, backend,
             lambda g, a: dist.broadcast(tensor, src, group=g, async_op=a),
             lambda pg: lambda: pg.engine.broadcast(tensor, self._local(pg, src)), [tensor])
 
@@ -238,11 +237,7 @@ class Communicator:
     def _p2p(self, tensor: torch.Tensor, peer: int, sending: bool, backend: str | None,
              track: bool = True) -> dist.Work:
         """Sender and receiver must agree on the backend: the table's choice depends only on the message."""
-        name = backend or self.choose(RuntimeOp.SEND_RECV, tensor.dtype, tensor.numel() * tensor.element_size(),
-                                      tensor.device)
-        handle = self.handles[name]
-        self.ordering.before(name)
-        self.calls[name] += 1
+        handle = self._issue(RuntimeOp.SEND_RECV, tensor, _bytes(tensor), backend)
         pg = handle.shm
         if pg is not None:
             local = self._local(pg, peer)

@@ -15,9 +15,10 @@ import numpy as np
 
 from armillary.estimate.dp_attention import dp_attention_parts
 from armillary.estimate.inference import ReplicaModel
+from armillary.serving.batch import Schedule
 from armillary.serving.engine import Overheads
 from armillary.serving.kernels import iteration_time
-from armillary.serving.scheduler import ReplicaState, Schedule
+from armillary.serving.scheduler import ReplicaState
 from armillary.serving.simulate import IterationCost, ReplicaRun, RequestTimes, SchedulerLimits
 from armillary.serving.trace import Trace
 
@@ -65,15 +66,9 @@ class GroupStepCost:
 
 def _plan(s: ReplicaState) -> Schedule:
     """The group's next iteration, as `simulate.simulate_replica` schedules it."""
-    schedule = s.schedule()
     if not s.running and not s.waiting:
-        return schedule
-    prefill_phase = s.prefill_phase()
-    budget = s.limits.max_batched_tokens
-    if not prefill_phase:
-        budget = s.schedule_running(schedule, budget)
-    s.admit(schedule, budget, prefill_phase)
-    return schedule
+        return s.schedule()
+    return s.plan()[0]
 
 
 def simulate_groups(traces: list[Trace], cost: GroupStepCost, limits: list[SchedulerLimits]) -> list[ReplicaRun]:

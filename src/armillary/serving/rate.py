@@ -59,9 +59,7 @@ def steady_latency(result: ServingResult, warmup: float = WARMUP) -> SteadyLaten
     start, end = float(t.arrival_s.min()), float(t.arrival_s.max())
     kept = t.arrival_s >= start + warmup * (end - start)
     tail = t.arrival_s >= end - TAIL * (end - start)
-    ttft = t.first_token_s - t.arrival_s
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(t.output_len > 1, (t.finish_s - t.first_token_s) / (t.output_len - 1), np.nan)
+    ttft, tpot = t.ttft_s, t.tpot_s
 
     def p(values: np.ndarray, q: float) -> float:
         v = values[np.isfinite(values)]
@@ -87,8 +85,8 @@ class RatePoint:
     meets: bool
 
 
-@dataclass(frozen=True)
-class MaxRate:
+@dataclass(frozen=True, repr=False)
+class MaxRate(display.Displayed):
     """The largest request rate meeting the SLOs (`steady_meets`): `rate`, the mean over the seeds, with
     their range and every rate tried."""
 
@@ -104,12 +102,6 @@ class MaxRate:
         spread = f" (range {display.number(self.low)}..{display.number(self.high)} over {seeds} seeds)" \
             if seeds > 1 else ""
         return [("rate", f"{display.number(self.rate)} requests/s{spread}"), ("runs", str(len(self.tried)))]
-
-    def __repr__(self) -> str:
-        return display.short_repr(type(self).__name__, self.headline())
-
-    def _repr_html_(self) -> str:
-        return display.html_table(type(self).__name__, self.headline())
 
 
 def steady_max_rate(serve: Callable[[float, int], ServingResult], seeds: int = 3, warmup: float = WARMUP,

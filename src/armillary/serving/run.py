@@ -1,10 +1,9 @@
 """Serving a request stream on a deployment: replicas (colocated, or prefill and decode pools), the KV
 capacity of each, the trace split among them, and the metrics: TTFT / TPOT / latency percentiles,
-throughput, goodput under SLOs, and the largest request rate that meets P90 TTFT and P99 TPOT targets."""
+throughput, goodput under SLOs (the largest request rate that meets them: `serving.rate`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -46,8 +45,8 @@ class Percentiles:
         return cls(float(v.mean()), float(p50), float(p90), float(p99))
 
 
-@dataclass(frozen=True)
-class ServingResult:
+@dataclass(frozen=True, repr=False)
+class ServingResult(display.Displayed):
     """A trace served by `replicas` replicas (of which `prefill_replicas` only prefill)."""
 
     requests: int
@@ -83,12 +82,6 @@ class ServingResult:
                 ("output_tokens_per_s_per_device", display.number(self.output_tokens_per_s_per_device)),
                 ("ttft_p90", display.seconds(self.ttft_s.p90)), ("tpot_p99", display.seconds(self.tpot_s.p99)),
                 ("slo_attainment", display.percent(self.slo_attainment))]
-
-    def __repr__(self) -> str:
-        return display.short_repr(type(self).__name__, self.headline())
-
-    def _repr_html_(self) -> str:
-        return display.html_table(type(self).__name__, self.headline())
 
     @property
     def requests_per_s(self) -> float:
@@ -307,10 +300,7 @@ def _metrics(times: RequestTimes, w: Inference, devices: int, replicas: int, blo
     sv = w.serving
     n = len(times.arrival_s)
     done = np.isfinite(times.finish_s)
-    ttft = times.first_token_s - times.arrival_s
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(times.output_len > 1, (times.finish_s - times.first_token_s) / (times.output_len - 1), np.nan)
-    e2e = times.finish_s - times.arrival_s
+    ttft, tpot, e2e = times.ttft_s, times.tpot_s, times.e2e_s
     start = float(times.arrival_s.min()) if n else 0.0
     makespan = float(np.nanmax(times.finish_s)) - start if done.any() else 0.0
     tokens = float(times.output_len[done].sum())
@@ -327,31 +317,3 @@ def _metrics(times: RequestTimes, w: Inference, devices: int, replicas: int, blo
         preemptions=int(times.preemptions.sum()), iterations=iterations, eager_steps=done_by.eager_steps,
         mean_batch=batched / iterations if iterations else 0.0, kv_blocks_per_device=blocks, replicas=replicas,
         prefill_replicas=sv.prefill_replicas, devices=devices, times=times)
-
-
-def max_rate(serve: Callable[[float], ServingResult], low: float = 0.05, high: float = 1e4,
-             steps: int = 12, meets: Callable[[ServingResult], bool] = ServingResult.meets,
-             ) -> tuple[float, ServingResult | None]:
-    """Largest request rate whose result `meets` its SLOs: doubling from `low` to bracket it, then
-    bisection (in log space) for `steps` steps. (0, None) when even `low` misses."""
-    best: tuple[float, ServingResult | None] = (0.0, None)
-    rate = low
-    while rate <= high:
-        result = serve(rate)
-        if not meets(result):
-            break
-        best = (rate, result)
-        rate *= 2
-    else:
-        return best
-    lo, hi = best[0], rate
-    if lo == 0.0:
-        lo = low / 2**steps
-    for _ in range(steps):
-        mid = float(np.sqrt(lo * hi))
-        result = serve(mid)
-        if meets(result):
-            lo, best = mid, (mid, result)
-        else:
-            hi = mid
-    return best

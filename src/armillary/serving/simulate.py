@@ -53,6 +53,24 @@ class RequestTimes:
     output_len: np.ndarray
     preemptions: np.ndarray
 
+    @property
+    def ttft_s(self) -> np.ndarray:
+        """Time to first token of each request, from when it was sent."""
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """Time per output token after the first, (last - first token) / (output tokens - 1), as vLLM's
+        benchmark client computes it (benchmarks/serve.py); NaN for a request of one output token."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.output_len > 1, (self.finish_s - self.first_token_s) / (self.output_len - 1),
+                            np.nan)
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        """End-to-end latency of each request: sent to last token."""
+        return self.finish_s - self.arrival_s
+
 
 @dataclass(frozen=True)
 class ReplicaRun:
@@ -227,13 +245,7 @@ def run_until(s: ReplicaState, cost: Cost, horizon: float = np.inf) -> None:
         in_run = s.run_left > 0  # multi-step: the scheduler admits nobody until the run ends
         if (in_run or not s.waiting) and _decode_stretch(s, cost):
             continue
-        schedule = s.schedule()
-        prefill_phase = not in_run and s.prefill_phase()
-        budget = s.limits.max_batched_tokens
-        if not prefill_phase:
-            budget = s.schedule_running(schedule, budget)
-        if not in_run:
-            s.admit(schedule, budget, prefill_phase)
+        schedule, prefill_phase = s.plan(admitting=not in_run)
         if not schedule:  # nothing fits until something finishes or arrives
             upcoming = s.next_event()
             if np.isfinite(upcoming):

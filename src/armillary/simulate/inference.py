@@ -45,7 +45,7 @@ class InferenceSimulation(Displayed):
 
     @property
     def e2e_s(self) -> float:
-        return self.timeline.makespan_ns / 1e9
+        return self.timeline.makespan_s
 
     def headline(self) -> Headline:
         return [("ttft", seconds(self.ttft_s)), ("tpot", seconds(self.tpot_s)), ("e2e", seconds(self.e2e_s)),
@@ -99,5 +99,5 @@ def simulate_inference(model: Model, system: System, strategy: Strategy, workloa
         graph = g.graph(pp, tuple(f"stage {s}" for s in range(pp)), (strategy.tp * strategy.cp,) * pp)
     timeline = run(graph, stragglers, jitter, seed)
     ttft = timeline.end_ns[prefill_end] / 1e9
-    tpot = (timeline.makespan_ns / 1e9 - ttft) / steps if steps > 0 else 0.0
+    tpot = (timeline.makespan_s - ttft) / steps if steps > 0 else 0.0
     return InferenceSimulation(graph, timeline, est, ttft, tpot, time.perf_counter() - started)

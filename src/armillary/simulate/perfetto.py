@@ -100,3 +100,8 @@ def write_protobuf_trace(graph: TaskGraph, timeline: Timeline, path: Path) -> No
                         p.track_event.name = t.name
                         p.track_event.categories.append(t.category.value)
                     out.write_packet(p)
+
+
+def write_timeline(graph: TaskGraph, timeline: Timeline, path: Path) -> None:
+    """Perfetto's protobuf format if the name ends in .pftrace, else Chrome trace JSON."""
+    (write_protobuf_trace if path.suffix == ".pftrace" else write_trace)(graph, timeline, path)

@@ -59,7 +59,7 @@ class SimulationResult(Displayed):
 
     @property
     def step_time_s(self) -> float:
-        return self.timeline.makespan_ns / 1e9
+        return self.timeline.makespan_s
 
     @property
     def difference(self) -> float:

@@ -21,6 +21,11 @@ class Timeline:
     def makespan_ns(self) -> int:
         return int(self.end_ns.max()) if len(self.end_ns) else 0
 
+    @property
+    def makespan_s(self) -> float:
+        """The simulated time, first start to last end, in seconds."""
+        return self.makespan_ns / 1e9
+
     def critical_path(self) -> tuple[int, ...]:
         """The chain of tasks, first to last, that ends with the last task to finish."""
         if not len(self.end_ns):
