@@ -57,3 +57,21 @@ def with_bandwidth_scaled(system, scale):
     """`system` with every network dimension's bandwidth times `scale`."""
     return system.model_copy(update={"network": tuple(d.model_copy(update={"bandwidth": d.bandwidth * scale})
                                                       for d in system.network)})
+
+
+def one_second_per_iteration(new, past, emitting):
+    """A serving iteration cost of one second each, for traces checked by hand (`new`: one iteration's new
+    tokens per sequence, or iterations as columns)."""
+    import numpy as np
+
+    return np.ones(np.atleast_2d(np.asarray(new).T).T.shape[1])
+
+
+def hand_trace(*requests):
+    """A serving trace of (arrival s, input tokens, output tokens) requests."""
+    import numpy as np
+
+    from armillary.serving.trace import Trace
+
+    arrival, input_len, output_len = (np.array(x) for x in zip(*requests, strict=True))
+    return Trace(arrival.astype(float), input_len, output_len)

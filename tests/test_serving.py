@@ -5,26 +5,18 @@ import json
 
 import numpy as np
 import pytest
+from conftest import hand_trace, one_second_per_iteration
 from typer.testing import CliRunner
 
 from armillary.api import estimate, simulate_serving
 from armillary.cli import app
 from armillary.errors import SpecError
 from armillary.serving.simulate import SchedulerLimits, simulate_replica
-from armillary.serving.trace import Trace, load_trace, poisson_trace
+from armillary.serving.trace import load_trace, poisson_trace
 from armillary.specs.workload import LengthDistribution
 
 FLASH = {"precision": "bf16", "attention": "flash"}
 WORKLOAD = {"kind": "inference", "input_len": 512, "output_len": 64}
-
-
-def one_second_per_iteration(new, past, emitting):
-    return np.ones(np.atleast_2d(np.asarray(new).T).T.shape[1])
-
-
-def _trace(*requests):
-    a, i, o = (np.array(x) for x in zip(*requests, strict=True))
-    return Trace(a.astype(float), i, o)
 
 
 def test_continuous_batching_by_hand():
@@ -32,7 +24,7 @@ def test_continuous_batching_by_hand():
     # [0,1] A's prompt -> A's first token; [1,2] A decodes while B's prompt joins -> B's first token;
     # [2,3] both decode: A's third and B's second token, both finish
     limits = SchedulerLimits(max_batch=8, max_batched_tokens=8, chunked_prefill=True, kv_blocks=100, block_tokens=4)
-    run = simulate_replica(_trace((0.0, 4, 3), (0.5, 4, 2)), one_second_per_iteration, limits)
+    run = simulate_replica(hand_trace((0.0, 4, 3), (0.5, 4, 2)), one_second_per_iteration, limits)
     assert run.times.first_token_s.tolist() == [1.0, 2.0]
     assert run.times.finish_s.tolist() == [3.0, 3.0]
     assert run.iterations == 3 and run.batched_sequences == 5
@@ -40,14 +32,14 @@ def test_continuous_batching_by_hand():
 
 def test_chunked_prefill_splits_a_prompt_over_iterations():
     limits = SchedulerLimits(max_batch=8, max_batched_tokens=3, chunked_prefill=True, kv_blocks=100, block_tokens=4)
-    run = simulate_replica(_trace((0.0, 7, 2)), one_second_per_iteration, limits)
+    run = simulate_replica(hand_trace((0.0, 7, 2)), one_second_per_iteration, limits)
     assert run.times.first_token_s[0] == 3.0  # chunks of 3, 3, 1 tokens
     assert run.times.finish_s[0] == 4.0
 
 
 def test_without_chunking_prompts_run_in_iterations_of_their_own():
     limits = SchedulerLimits(max_batch=8, max_batched_tokens=8, chunked_prefill=False, kv_blocks=100, block_tokens=4)
-    run = simulate_replica(_trace((0.0, 4, 3), (0.5, 4, 2)), one_second_per_iteration, limits)
+    run = simulate_replica(hand_trace((0.0, 4, 3), (0.5, 4, 2)), one_second_per_iteration, limits)
     # [1,2] B's prompt alone (A waits), then both decode
     assert run.times.first_token_s.tolist() == [1.0, 2.0]
     assert run.times.finish_s.tolist() == [4.0, 3.0]
@@ -56,7 +48,7 @@ def test_without_chunking_prompts_run_in_iterations_of_their_own():
 def test_full_cache_preempts_the_newest_sequence_and_recomputes_it():
     # 3 pages of 4 tokens: both prompts fit (a page each), the next token of each needs a page more
     limits = SchedulerLimits(max_batch=8, max_batched_tokens=16, chunked_prefill=True, kv_blocks=3, block_tokens=4)
-    run = simulate_replica(_trace((0.0, 4, 4), (0.0, 4, 4)), one_second_per_iteration, limits)
+    run = simulate_replica(hand_trace((0.0, 4, 4), (0.0, 4, 4)), one_second_per_iteration, limits)
     assert run.times.preemptions.tolist() == [0, 1]
     assert np.isfinite(run.times.finish_s).all() and run.times.finish_s[1] > run.times.finish_s[0]
 
@@ -65,7 +57,7 @@ def test_a_watermark_keeps_a_prompt_waiting_instead_of_evicting_it_later():
     # 3 pages of 4 tokens, one second per iteration. Without a watermark both prompts run at once and B is
     # evicted when A needs its second page; with 2 pages kept free (vLLM V0's block-manager watermark) B
     # waits for A to finish: A [0,1] prompt, [1,3] decodes; B [3,4] prompt, [4,5] its last token
-    trace = _trace((0.0, 4, 3), (0.0, 4, 2))
+    trace = hand_trace((0.0, 4, 3), (0.0, 4, 2))
     eager = SchedulerLimits(max_batch=8, max_batched_tokens=8, chunked_prefill=False, kv_blocks=3, block_tokens=4)
     run = simulate_replica(trace, one_second_per_iteration, eager)
     assert run.times.preemptions.tolist() == [0, 1] and run.times.first_token_s.tolist() == [1.0, 1.0]
@@ -75,7 +67,7 @@ def test_a_watermark_keeps_a_prompt_waiting_instead_of_evicting_it_later():
     assert run.times.preemptions.tolist() == [0, 0]
     assert run.times.first_token_s.tolist() == [1.0, 4.0] and run.times.finish_s.tolist() == [3.0, 5.0]
     # a request that needs the watermark's pages runs once the cache is empty, rather than wait forever
-    run = simulate_replica(_trace((0.0, 8, 1), (0.0, 8, 1)), one_second_per_iteration, held)
+    run = simulate_replica(hand_trace((0.0, 8, 1), (0.0, 8, 1)), one_second_per_iteration, held)
     assert run.times.finish_s.tolist() == [1.0, 2.0]
 
 
@@ -98,13 +90,13 @@ def test_vllm_v0_keeps_one_percent_of_its_pages_free_when_admitting():
 
 def test_a_request_larger_than_the_cache_is_rejected():
     limits = SchedulerLimits(max_batch=8, max_batched_tokens=16, chunked_prefill=True, kv_blocks=2, block_tokens=4)
-    run = simulate_replica(_trace((0.0, 8, 4), (1.0, 2, 2)), one_second_per_iteration, limits)
+    run = simulate_replica(hand_trace((0.0, 8, 4), (1.0, 2, 2)), one_second_per_iteration, limits)
     assert np.isnan(run.times.first_token_s[0]) and np.isfinite(run.times.finish_s[1])
 
 
 def test_low_load_ttft_is_the_analytical_prefill_and_tpot_the_decode_step():
     static = estimate("llama2-7b", "dgx-h100", FLASH, WORKLOAD, gpus=1)
-    trace = _trace((0.0, 512, 64), (100.0, 512, 64), (200.0, 512, 64))
+    trace = hand_trace((0.0, 512, 64), (100.0, 512, 64), (200.0, 512, 64))
     served = simulate_serving("llama2-7b", "dgx-h100", FLASH, WORKLOAD, gpus=1, trace=trace)
     ttft = served.times.first_token_s - served.times.arrival_s
     np.testing.assert_allclose(ttft, static.ttft_s, rtol=1e-9)
@@ -131,7 +123,7 @@ def test_replicas_share_the_load():
 def test_disaggregated_prefill_hands_the_cache_to_a_decode_replica():
     workload = {**WORKLOAD, "serving": {"prefill_replicas": 1}}
     static = estimate("llama2-7b", "dgx-h100", FLASH, WORKLOAD, gpus=1)
-    trace = _trace((0.0, 512, 64), (100.0, 512, 64))
+    trace = hand_trace((0.0, 512, 64), (100.0, 512, 64))
     split = simulate_serving("llama2-7b", "dgx-h100", FLASH, workload, gpus=2, trace=trace)
     np.testing.assert_allclose(split.times.first_token_s - trace.arrival_s, static.ttft_s, rtol=1e-9)
     # the decode replica starts after the handover: end to end exceeds the colocated one

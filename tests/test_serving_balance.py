@@ -1,24 +1,13 @@
 """Balancing requests over replicas by the tokens they still have to compute, on hand-checked traces."""
 
-import numpy as np
 import pytest
+from conftest import hand_trace, one_second_per_iteration
 
 from armillary.api import simulate_serving
 from armillary.errors import SpecError
 from armillary.serving.balance import serve_least_outstanding
 from armillary.serving.scheduler import ReplicaState
 from armillary.serving.simulate import SchedulerLimits, run_until, simulate_replica
-from armillary.serving.trace import Trace
-
-
-def one_second_per_iteration(new, past, emitting):
-    return np.ones(np.atleast_2d(np.asarray(new).T).T.shape[1])
-
-
-def _trace(*requests):
-    a, i, o = (np.array(x) for x in zip(*requests, strict=True))
-    return Trace(a.astype(float), i, o)
-
 
 LIMITS = SchedulerLimits(max_batch=8, max_batched_tokens=16, chunked_prefill=True, kv_blocks=1000, block_tokens=4)
 
@@ -44,7 +33,7 @@ def test_a_short_request_goes_past_a_long_one_to_the_less_loaded_replica():
     # short one (8 + 2) takes the idle replica 1; at 1.5 another short one finds replica 0 with 164 tokens
     # to go and replica 1 with 1 (its prompt done at 1, one output token at 2 still to come): replica 1.
     # Round robin would queue it on replica 0 behind the long prompt's chunks.
-    trace = _trace((0.0, 160, 20), (0.5, 8, 2), (1.5, 8, 2))
+    trace = hand_trace((0.0, 160, 20), (0.5, 8, 2), (1.5, 8, 2))
     parts = serve_least_outstanding(trace, one_second_per_iteration, LIMITS, 2)
     assert [mine.tolist() for mine, _ in parts] == [[0], [1, 2]]
     (_, long_run), (_, short_run) = parts
@@ -57,7 +46,7 @@ def test_a_short_request_goes_past_a_long_one_to_the_less_loaded_replica():
 
 
 def test_requests_far_apart_are_served_as_alone_whichever_replica_takes_them():
-    trace = _trace(*((100.0 * k, 30 + 7 * k, 5 + k) for k in range(6)))
+    trace = hand_trace(*((100.0 * k, 30 + 7 * k, 5 + k) for k in range(6)))
     parts = serve_least_outstanding(trace, one_second_per_iteration, LIMITS, 3)
     assert [mine.tolist() for mine, _ in parts] == [[0, 1, 2, 3, 4, 5], [], []]  # always the first of equals
     alone = simulate_replica(trace, one_second_per_iteration, LIMITS)

@@ -4,6 +4,7 @@ its steps. Hand-checked traces at one second per iteration."""
 
 import numpy as np
 import pytest
+from conftest import one_second_per_iteration
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,10 +21,6 @@ from armillary.validation.serving_rows import _engine
 def _columns(new) -> np.ndarray:
     """Iterations as columns (sequences x iterations), one iteration given as a vector."""
     return np.atleast_2d(np.asarray(new).T).T
-
-
-def one_second_per_iteration(new, past, emitting):
-    return np.ones(_columns(new).shape[1])
 
 
 def _limits(steps: int, chunked: bool = False) -> SchedulerLimits:

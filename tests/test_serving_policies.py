@@ -3,6 +3,7 @@ properties of the scheduler (hypothesis)."""
 
 import numpy as np
 import pytest
+from conftest import hand_trace, one_second_per_iteration
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -10,17 +11,8 @@ from armillary.errors import SpecError
 from armillary.presets.registry import preset_names
 from armillary.serving.engine import Engine, load_engine, with_engine
 from armillary.serving.simulate import SchedulerLimits, simulate_replica
-from armillary.serving.trace import Trace, arrival_times, benchmark_trace, scaled
+from armillary.serving.trace import arrival_times, benchmark_trace, scaled
 from armillary.specs.workload import Arrivals, Inference, Policy
-
-
-def one_second_per_iteration(new, past, emitting):
-    return np.ones(np.atleast_2d(np.asarray(new).T).T.shape[1])
-
-
-def _trace(*requests):
-    a, i, o = (np.array(x) for x in zip(*requests, strict=True))
-    return Trace(a.astype(float), i, o)
 
 
 def _limits(policy, blocks, block_tokens=4, **kw):
@@ -35,7 +27,7 @@ def test_no_evict_reserves_the_whole_request_and_the_second_waits():
     # 3 pages: A reserves 2 (prompt + output) at t=0; B needs 2, 1 is free: it waits for A.
     # [0,1] A's prompt (token 1), [1,2] [2,3] [3,4] A's tokens 2-4: A done at 4, its pages free;
     # [4,5] B's prompt, then B's tokens 2-4 at 6, 7, 8
-    run = simulate_replica(_trace(*TWO), one_second_per_iteration, _limits(Policy.GUARANTEED_NO_EVICT, 3))
+    run = simulate_replica(hand_trace(*TWO), one_second_per_iteration, _limits(Policy.GUARANTEED_NO_EVICT, 3))
     assert run.times.first_token_s.tolist() == [1.0, 5.0]
     assert run.times.finish_s.tolist() == [4.0, 8.0]
     assert run.times.preemptions.tolist() == [0, 0]
@@ -47,7 +39,7 @@ def test_recompute_admits_both_and_evicts_the_newest(policy):
     # both prompts fit (a page each): [0,1] both prefill, first tokens at 1. At 1 each needs a second page,
     # 1 is free: A takes it, B (newest) is evicted. A's tokens 2-4 at 2, 3, 4; its 2 pages free at 4.
     # B recomputes prompt + its 1 token (5 tokens, 2 pages) in [4,5] -> token 2; tokens 3, 4 at 6, 7
-    run = simulate_replica(_trace(*TWO), one_second_per_iteration, _limits(policy, 3))
+    run = simulate_replica(hand_trace(*TWO), one_second_per_iteration, _limits(policy, 3))
     assert run.times.first_token_s.tolist() == [1.0, 1.0]
     assert run.times.finish_s.tolist() == [4.0, 7.0]
     assert run.times.preemptions.tolist() == [0, 1]
@@ -58,7 +50,7 @@ def test_swap_moves_the_evicted_cache_out_and_back():
     # iteration [1,3]; A's tokens 3, 4 at 4, 5; B's cache comes back (1 s) with its token 2 in [5,7],
     # tokens 3, 4 at 8, 9
     limits = _limits(Policy.SWAP, 3, swap_s_per_token=0.25)
-    run = simulate_replica(_trace(*TWO), one_second_per_iteration, limits)
+    run = simulate_replica(hand_trace(*TWO), one_second_per_iteration, limits)
     assert run.times.first_token_s.tolist() == [1.0, 1.0]
     assert run.times.finish_s.tolist() == [5.0, 9.0]
     assert run.times.preemptions.tolist() == [0, 1]
@@ -67,7 +59,7 @@ def test_swap_moves_the_evicted_cache_out_and_back():
 def test_long_prompts_no_evict_runs_a_smaller_batch_without_preemptions():
     # 20K-token prompts, 2K outputs, pages of 16: a request needs 1375 pages to finish; 4000 pages hold
     # three prompts (3750) but only two whole requests (2750)
-    trace = _trace(*[(0.0, 20_000, 2_000)] * 6)
+    trace = hand_trace(*[(0.0, 20_000, 2_000)] * 6)
     base = dict(max_batch=64, max_batched_tokens=8192, chunked_prefill=True, kv_blocks=4000, block_tokens=16)
     safe = simulate_replica(trace, one_second_per_iteration, SchedulerLimits(**base,
                                                                               policy=Policy.GUARANTEED_NO_EVICT))
@@ -85,7 +77,7 @@ def test_long_prompts_no_evict_runs_a_smaller_batch_without_preemptions():
 @given(st.lists(st.tuples(st.floats(0, 20), st.integers(1, 40), st.integers(1, 30)), min_size=1, max_size=25),
        st.integers(12, 60), st.booleans())
 def test_no_evict_never_preempts(requests, blocks, chunked):
-    trace = _trace(*sorted(requests))
+    trace = hand_trace(*sorted(requests))
     limits = SchedulerLimits(8, 16, chunked, blocks, 4, policy=Policy.GUARANTEED_NO_EVICT)
     run = simulate_replica(trace, one_second_per_iteration, limits)
     assert run.times.preemptions.sum() == 0
@@ -94,7 +86,7 @@ def test_no_evict_never_preempts(requests, blocks, chunked):
 
 
 def _makespan(n_in, n_out, count, blocks, policy):
-    trace = _trace(*[(0.0, n_in, n_out)] * count)
+    trace = hand_trace(*[(0.0, n_in, n_out)] * count)
     run = simulate_replica(trace, one_second_per_iteration, SchedulerLimits(8, 16, True, blocks, 4, policy=policy))
     return np.nanmax(run.times.finish_s)
 
@@ -116,7 +108,7 @@ def test_recompute_can_lose_throughput_with_more_kv():
 
 
 def test_closed_loop_keeps_at_most_the_concurrency_outstanding():
-    trace = _trace(*[(0.0, 8, 5)] * 10)
+    trace = hand_trace(*[(0.0, 8, 5)] * 10)
     limits = SchedulerLimits(8, 64, True, 1000, 4, concurrency=3)
     run = simulate_replica(trace, one_second_per_iteration, limits)
     sent, finish = run.times.arrival_s, run.times.finish_s
@@ -128,7 +120,7 @@ def test_closed_loop_keeps_at_most_the_concurrency_outstanding():
 
 def test_prefix_hits_skip_their_tokens_and_request_overhead_delays_the_queue():
     limits = SchedulerLimits(8, 4, True, 1000, 4, prefix_hit_rate=0.5, request_overhead_s=0.5)
-    run = simulate_replica(_trace((0.0, 16, 2)), one_second_per_iteration, limits)
+    run = simulate_replica(hand_trace((0.0, 16, 2)), one_second_per_iteration, limits)
     # 8 of 16 prompt tokens cached: 2 chunks of 4 from t=0.5, first token at 2.5, second at 3.5
     assert run.times.first_token_s[0] == 2.5 and run.times.finish_s[0] == 3.5
 
@@ -137,7 +129,7 @@ def test_prefix_hits_share_their_pages():
     # 2 requests of 8 prompt + 4 output tokens, half of each prompt a cached prefix (1 page of 4 tokens),
     # 5 pages: without sharing each holds 3 pages (12 tokens) and the second is evicted; with the prefix
     # page the cache's, each owns 2 and both run to the end together
-    trace = _trace((0.0, 8, 4), (0.0, 8, 4))
+    trace = hand_trace((0.0, 8, 4), (0.0, 8, 4))
     shared = simulate_replica(trace, one_second_per_iteration, _limits(Policy.RECOMPUTE, 5, prefix_hit_rate=0.5))
     alone = simulate_replica(trace, one_second_per_iteration, _limits(Policy.RECOMPUTE, 5))
     assert shared.times.preemptions.tolist() == [0, 0] and shared.times.finish_s.tolist() == [4.0, 4.0]
