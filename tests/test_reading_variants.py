@@ -323,3 +323,36 @@ def test_unread_inference_metrics_are_refused(metric: str) -> None:
 def test_model_names(words: str, preset: str | None) -> None:
     # a size after the name names the preset only when it is the preset's published total (DeepSeek-V3: 671B)
     assert model_preset_for(words) == preset
+
+
+# --- lengths, batches and memory sizes ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("words", ["8K", "8k tokens", "8192 tokens"])
+def test_a_sequence_length_in_k_is_a_power_of_two(words: str) -> None:
+    # TR-NEMO2407-11 trains at seq 8192; "8K" was read as 8 tokens
+    assert training_reading(_row("TR-NEMO2407-11", seq=words)) == training_reading(_row("TR-NEMO2407-11"))
+
+
+@pytest.mark.parametrize(("column", "words"), [("gbs", "4M tokens"), ("gbs", "1048576 tokens"), ("n_gpus", "16K"),
+                                               ("gbs", "2k")])
+def test_batches_in_tokens_and_counts_in_thousands_are_refused(column: str, words: str) -> None:
+    assert refusal(training_reading, _row("TR-NEMO2407-11", **{column: words})).startswith(f"{column}:")
+
+
+@pytest.mark.parametrize("words", ["2048 sequences", "2048 (4M tokens)", "2048 samples"])
+def test_a_batch_with_words_reads_its_sequences(words: str) -> None:
+    row = _row("TR-NEMO2407-11", gbs="2048")
+    assert training_reading({**row, "gbs": words}) == training_reading(row)
+
+
+@pytest.mark.parametrize("words", ["8x H100 80GB (640GB total)", "H100 80GB, 2 TB DDR5 host",
+                                   "NVIDIA H100 80GB HBM3 (8 per node)", "H100 80GB (2048 GB system memory)"])
+def test_a_node_or_host_memory_size_is_not_the_gpus(words: str) -> None:
+    assert training_reading(_row("TR-NEMO2407-01", gpu=words)) == training_reading(_row("TR-NEMO2407-01"))
+
+
+def test_an_input_length_in_k_reads_1024_tokens_and_says_so() -> None:
+    # INF-TRT061-03: input 2048 tokens
+    specs = inference_row_specs(_row("INF-TRT061-03", isl="2K"))
+    assert specs.workload == inference_row_specs(_row("INF-TRT061-03")).workload
+    assert "isl=2048 read from '2K'" in specs.notes

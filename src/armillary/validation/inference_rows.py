@@ -20,7 +20,7 @@ from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference
 from armillary.validation.metrics import PER_GPU, time_unit, unit_in_metric
-from armillary.validation.rows import Unsupported, int_column
+from armillary.validation.rows import Unsupported, int_column, qualified_readings
 from armillary.validation.vocabulary import (
     fp8_of,
     fp16_of,
@@ -93,6 +93,7 @@ def inference_row_specs(row: dict[str, str]) -> InferenceRowSpecs:
         notes.append(f"{system.name} preset; FlashAttention-2 kernels; KV pages of 64 tokens")
     strategy = Strategy.model_validate({"tp": tp, "pp": int_column(row, "pp") or 1, "precision": precision,
                                         "attention": "flash"})
+    notes.extend(qualified_readings(row, ("n_gpus", "tp", "pp", "isl", "osl", "batch_or_concurrency")))
     return InferenceRowSpecs(load_model(preset), system, strategy, Inference(**workload), tuple(notes))
 
 

@@ -54,6 +54,10 @@ class Reading:
     how: str  # "stated" (a bare number), "qualified" (a number with words around it), "not stated"
 
 
+# the columns that hold a length in tokens, where "8K" is read as 8 x 1024
+TOKEN_LENGTHS = ("seq", "isl", "osl")
+
+
 class BadValueError(ValueError):
     """A column the harness cannot take: several values ("3072 -> 15360"), or a count that is not a whole
     number of 1 or more ("0", "inf", "-5"); the caller refuses the row naming the column."""
@@ -79,7 +83,16 @@ def read_int(row: dict[str, str], column: str) -> Reading:
         return Reading(column, None, text, "not stated")
     if float(found.group(1)) < 1:
         raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text[:40]!r}")
+    multiple = re.match(r"\s*(k|m|b|thousand|million|billion)\b", found.group(2), re.I)
+    if multiple and column in TOKEN_LENGTHS and multiple.group(1).lower() == "k":
+        # a token length in K is a power of two: Llama 3's "8K" context is 8192 positions, "128K" 131072
+        # (Hugging Face config.json max_position_embeddings)
+        return Reading(column, round(float(found.group(1)) * 1024), text, "qualified")
+    if multiple:
+        raise BadValueError(f"{column}: {text[:40]!r} is written in thousands or millions; the number is needed")
     rest = re.sub(r"\([^()]*\)", " ", found.group(2))  # a parenthesised qualifier is not a second value
+    if column in ("gbs", "mbs") and re.search(r"\btok(en)?s?\b", rest, re.I):
+        raise BadValueError(f"{column}: {text[:40]!r} counts tokens; the batch is read in sequences")
     if re.search(r"->|→|\bto\s*\d|\bx\s*\d|[*×/+]\s*\d|,\s*\d|\bor\s*\d", rest):
         raise BadValueError(f"{column}: {text!r} holds more than one value")
     return Reading(column, int(float(found.group(1))), text, "qualified")

@@ -32,7 +32,7 @@ from armillary.specs.strategy import Strategy
 from armillary.specs.workload import Inference, LengthDistribution
 from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.reading import about_the_run
-from armillary.validation.rows import Unsupported, int_column
+from armillary.validation.rows import Unsupported, int_column, qualified_readings
 from armillary.validation.serving_metrics import ServingMetric, read_serving_metric
 from armillary.validation.vocabulary import (
     OFFLINE_LOAD,
@@ -252,6 +252,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     client = _client(row)
     engine = _engine(row, model.mla is not None, notes, model.max_seq_len)
     input_len, output_len, varied = _lengths(row, client.requests, notes)
+    notes.extend(qualified_readings(row, ("isl", "osl")))  # "1K" read as 1024 tokens, said so
     precision = row.get("precision", "").lower()
     if (other := unread_weight_format(precision)) is not None:
         raise Unsupported(f"precision: {row.get('precision')!r} names {other!r} weights, which serving rows do not "

@@ -324,9 +324,13 @@ def system_preset_for(gpu: str | None) -> str | None:
 
 def memory_gb_of(gpu: str | None) -> float | None:
     """The HBM capacity a GPU text states ("H100 SXM 96GB HBM2e" -> 96): the size written next to HBM, else
-    the largest size named (a second, smaller size is usually the other variant or host memory)."""
+    the largest size named (a second, smaller size is usually the other variant or host memory); never a size
+    said to be the node's total or host memory ("8x H100 80GB (640GB total)" -> 80)."""
     text = clean("; ".join(about_the_run(gpu or "")))
-    sizes = [(float(m.group(1)), m.end()) for m in re.finditer(r"(\d+(?:\.\d+)?)\s*gi?b\b", text)]
+    # a size of the node or the host is not one GPU's: "640GB total", "2 TB system memory", "480GB LPDDR5X"
+    sizes = [(float(m.group(1)), m.end()) for m in re.finditer(r"(\d+(?:\.\d+)?)\s*gi?b\b(?!\s*(total|aggregate|"
+                                                                r"per (node|server|host|system)|system|host|cpu|"
+                                                                r"l?pddr\w*|ddr\w*|nvme|ssd))", text)]
     if not sizes:
         return None
     beside_hbm = [s for s, end in sizes if re.match(r"\s*(of\s*)?hbm", text[end:])]
