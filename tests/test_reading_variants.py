@@ -356,3 +356,14 @@ def test_an_input_length_in_k_reads_1024_tokens_and_says_so() -> None:
     specs = inference_row_specs(_row("INF-TRT061-03", isl="2K"))
     assert specs.workload == inference_row_specs(_row("INF-TRT061-03")).workload
     assert "isl=2048 read from '2K'" in specs.notes
+
+
+@pytest.mark.parametrize(("metric", "unit", "scale"), [
+    ("time-to-train", "minutes", 1), ("TTT", "min", 1), ("time to convergence", "min", 1), ("TTT (minutes)", "", 1),
+    ("time to train (h)", "", 1 / 60), ("time to train", "hours", 1 / 60)])
+def test_time_to_train_wordings(metric: str, unit: str, scale: float) -> None:
+    # the unit in the metric's words where the unit column is empty: "(h)" was read as minutes
+    row_id = "TR-MLPERF-v3.0-dgxh100-n64-nemo-TTT"
+    _, value, specs = training_reading(_row(row_id))
+    _, new_value, new_specs = training_reading(_row(row_id, metric=metric, unit=unit))
+    assert new_specs == specs and new_value == pytest.approx(value * scale, rel=1e-12)

@@ -39,7 +39,8 @@ class Metric:
 
 def unit_in_metric(text: str) -> str:
     """A time unit written in the metric rather than the unit column: "TTFT p50 (ms)", "TPOT in seconds"."""
-    found = re.search(r"\((ms|s|sec|secs|seconds?|milliseconds?|us|µs)\)|\bin (ms|s|seconds|milliseconds)\b", text)
+    found = re.search(r"\((ms|s|sec|secs|seconds?|milliseconds?|us|µs|min|mins|minutes?|h|hrs?|hours?|days?)\)|"
+                      r"\bin (ms|s|seconds|milliseconds|minutes|hours|days)\b", text)
     return next((g for g in found.groups() if g), "") if found else ""
 
 
@@ -93,7 +94,8 @@ def read_metric(row: dict[str, str]) -> Metric:
     if re.search(r"(forward|fwd).*(backward|bwd).*(one|single|per) (transformer )?layer", text):
         k = time_unit(unit, "ms")
         return Metric("layer fwd+bwd [row unit]", lambda r, rs: float(r.layer.total_s) / k)
-    if re.search(r"time to train|training time|wall[- ]?clock|gpu[- ]?hours", text):
+    # MLPerf's "time to train" (also "time-to-train", "TTT", "time to convergence")
+    if re.search(r"time[- ]to[- ](train|converge(nce)?)|\bttt\b|training time|wall[- ]?clock|gpu[- ]?hours", text):
         return _time_to_train(row, gpu_hours=bool(re.search(r"gpu[- ]?hours", text)))
     # "step time", "time per iteration", "seconds/iteration", "s/it", "sec/step", NeMo's logged train_step_timing
     if re.search(r"(iteration|step|batch)[- _]?tim(e|ing)|time (per|of one|of an?) (iteration|step)|"
@@ -209,6 +211,7 @@ def _time_to_train(row: dict[str, str], gpu_hours: bool) -> Metric:
     if gpu_hours:
         return Metric(f"GPU-hours ({value:g} {what})",
                       lambda r, rs: (steps(rs) * float(r.step_time_s) + extra) * rs.system.devices / 3600.0)
-    k = time_unit(clean(row.get("unit")) or "min", "min")
-    return Metric(f"time to train [{clean(row.get('unit')) or 'min'}] ({value:g} {what})",
+    unit = clean(row.get("unit")) or unit_in_metric(clean(row.get("metric"))) or "min"
+    k = time_unit(unit, "min")
+    return Metric(f"time to train [{unit}] ({value:g} {what})",
                   lambda r, rs: (steps(rs) * float(r.step_time_s) + extra) / k)
