@@ -367,3 +367,10 @@ def test_time_to_train_wordings(metric: str, unit: str, scale: float) -> None:
     _, value, specs = training_reading(_row(row_id))
     _, new_value, new_specs = training_reading(_row(row_id, metric=metric, unit=unit))
     assert new_specs == specs and new_value == pytest.approx(value * scale, rel=1e-12)
+
+
+def test_an_instance_name_is_not_a_percentile() -> None:
+    # "p5" is AWS's instance, not a 5th percentile; "p95" is one
+    row = _row("SRV-VLLM-DSR1-MI300X-C128-O800", metric="mean TTFT on p5", unit="ms")
+    assert read_serving_metric(row).label.startswith("mean TTFT")
+    assert refusal(read_serving_metric, {**row, "metric": "TTFT p95"}).startswith("metric")

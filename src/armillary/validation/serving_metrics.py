@@ -32,7 +32,7 @@ _LATENCIES = (  # (words, ServingResult field)
 )
 _STATISTICS = ((r"median|p50\b", "p50"), (r"p90\b", "p90"), (r"p99\b", "p99"), (r"mean|average|avg", "mean"))
 # a percentile written out ("50th percentile", "percentile 90", "P95", "p99.9"), read as its number
-_PERCENTILE = re.compile(r"\bp(\d+(?:\.\d+)?)\b|\b(\d+(?:\.\d+)?)(?:st|nd|rd|th)?[- ]percentile\b|"
+_PERCENTILE = re.compile(r"\bp(\d{2}(?:\.\d+)?)\b|\b(\d+(?:\.\d+)?)(?:st|nd|rd|th)?[- ]percentile\b|"
                          r"\bpercentile\s*(\d+(?:\.\d+)?)\b")
 # statistics the simulated benchmark does not keep
 _OTHER_STATISTICS = re.compile(r"\b(max(imum)?|min(imum)?|std|stdev|standard deviation|worst)\b")
