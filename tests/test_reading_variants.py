@@ -374,3 +374,24 @@ def test_an_instance_name_is_not_a_percentile() -> None:
     row = _row("SRV-VLLM-DSR1-MI300X-C128-O800", metric="mean TTFT on p5", unit="ms")
     assert read_serving_metric(row).label.startswith("mean TTFT")
     assert refusal(read_serving_metric, {**row, "metric": "TTFT p95"}).startswith("metric")
+
+
+@pytest.mark.parametrize(("column", "words"), [("tp", "TP{}"), ("tp", "TP={}"), ("tp", "tensor-parallel-size {}"),
+                                               ("pp", "PP {}"), ("mbs", "micro batch {}"), ("gbs", "GBS={}"),
+                                               ("seq", "seq len {}")])
+def test_a_value_after_its_columns_name_is_read(column: str, words: str) -> None:
+    # TR-SC21-T1-05: tp 8, pp 2, mbs 4; before, "TP8" read as not stated (the row refused) and "micro batch 4"
+    # as the assumed micro-batch 1
+    row = _rows()["TR-SC21-T1-05"]
+    assert training_reading({**row, column: words.format(row[column])}) == training_reading(row)
+
+
+def test_an_expert_degree_after_its_name_is_not_assumed_one() -> None:
+    row = _rows()["TR-MBRIDGE-25.11-B200-19"]
+    new = row_specs({**row, "ep": f"EP={row['ep']}"})
+    assert int(row["ep"]) > 1 and new[0].strategy.ep == int(row["ep"]) == row_specs(row)[0].strategy.ep
+
+
+@pytest.mark.parametrize("words", ["yes (DeepSpeed-Ulysses)", "Ulysses", "ring attention", "yes, context parallel"])
+def test_ulysses_or_ring_attention_is_not_megatrons_sequence_parallelism(words: str) -> None:
+    assert refusal(training_reading, _row("TR-KOR-T5-22B-SEL", seq_parallel=words)).startswith("seq_parallel:")

@@ -219,6 +219,14 @@ def variants(row: dict[str, str]):
         if sp is not None and tp.isdigit() and int(tp) > 1:
             for w in SP_SAME[sp]:
                 out.append(("seq_parallel", w, {"seq_parallel": w}, SAME))
+            for w in ("yes (DeepSpeed-Ulysses)", "ring attention"):
+                out.append(("seq_parallel-other", w, {"seq_parallel": w}, REFUSE))
+        for col, labels in (("tp", ("TP{}", "TP={}", "tensor-parallel-size {}")), ("pp", ("PP{}", "PP={}")),
+                            ("ep", ("EP={}",)), ("mbs", ("micro batch {}", "MBS={}")), ("gbs", ("GBS={}",))):
+            v = row.get(col, "").strip()
+            if v.isdigit():
+                for w in labels:
+                    out.append(("labelled-number", w, {col: w.format(v)}, SAME))
         n = row.get("n_gpus", "").strip()
         if n.isdigit() and int(n) % 8 == 0 and int(n) > 8:
             for tmpl, exp in N_GPUS:

@@ -54,6 +54,17 @@ class Reading:
     how: str  # "stated" (a bare number), "qualified" (a number with words around it), "not stated"
 
 
+# the names a column's value may be written after ("EP=8", "TP8", "micro batch 2"), in Megatron's and the
+# frameworks' spellings
+_LABELS = {
+    "tp": r"tp|tensor[-_ ]?(?:model[-_ ]?)?parallel(?:[-_ ]size)?",
+    "pp": r"pp|pipeline[-_ ]?(?:model[-_ ]?)?parallel(?:[-_ ]size)?",
+    "dp": r"dp|data[-_ ]?parallel(?:[-_ ]size)?", "cp": r"cp|context[-_ ]?parallel(?:[-_ ]size)?",
+    "ep": r"ep|expert[-_ ]?(?:model[-_ ]?)?parallel(?:[-_ ]size)?",
+    "vpp": r"vpp|vp|virtual[-_ ]?pipeline(?:[-_ ]model[-_ ]parallel[-_ ]size)?",
+    "mbs": r"mbs|micro[-_ ]?batch(?:[-_ ]size)?", "gbs": r"gbs|global[-_ ]?batch(?:[-_ ]size)?",
+    "seq": r"seq(?:uence)?[-_ ]?(?:len(?:gth)?)?",
+}
 # the columns that hold a length in tokens, where "8K" is read as 8 x 1024
 TOKEN_LENGTHS = ("seq", "isl", "osl")
 
@@ -78,7 +89,10 @@ def read_int(row: dict[str, str], column: str) -> Reading:
         return Reading(column, int(number), text, "stated")
     if re.match(r"-\s*\d", text):
         raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text[:40]!r}")
-    found = re.match(r"(\d+(?:\.\d+)?)(?![\d.])(.*)", text)
+    # "EP=8", "TP 8", "mbs: 2": the column's own name before its number
+    label = _LABELS.get(column, r"(?!)")
+    text_read = re.sub(rf"^(?:{label})\s*[=:]?\s*(?=\d)", "", text, flags=re.I)
+    found = re.match(r"(\d+(?:\.\d+)?)(?![\d.])(.*)", text_read)
     if found is None:
         return Reading(column, None, text, "not stated")
     if float(found.group(1)) < 1:

@@ -138,6 +138,11 @@ def read_strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes:
     mbs = read_micro_batch(row, stack, dp, pp, notes)
     out = stack.strategy_defaults(tp, hopper_or_later(row.get("gpu", "")))
     framework, other = clean(row.get("framework")), clean(row.get("other_reported"))
+    if re.search(r"ulysses|ring[- ]?attention|context[- ]parallel", clean(row.get("seq_parallel"))):
+        # DeepSpeed-Ulysses and ring attention split the sequence across ranks for attention: context
+        # parallelism (Strategy.cp), not Megatron's sequence parallelism of the TP region's norms and dropout
+        raise Unsupported(f"seq_parallel: {row.get('seq_parallel')!r} names context parallelism (Ulysses / ring "
+                          "attention), not Megatron's sequence parallelism; the row needs it as cp")
     sp = flag(row.get("seq_parallel"))
     if sp is None:
         notes.append(f"sequence_parallel={out['sequence_parallel']} (not stated)")
