@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from armillary.validation.inference_rows import inference_row_specs, read_inference_metric
+from armillary.validation.memory_rows import unit_bytes
 from armillary.validation.metrics import read_metric
 from armillary.validation.rows import Unsupported, row_specs
 from armillary.validation.run import DEFAULT_CSV, read_rows
@@ -24,6 +25,7 @@ from armillary.validation.serving_metrics import read_serving_metric
 from armillary.validation.serving_rows import serving_row_specs
 from armillary.validation.vocabulary import (
     flag,
+    kind_of,
     kv_fp8_of,
     model_preset_for,
     precision_of,
@@ -395,3 +397,21 @@ def test_an_expert_degree_after_its_name_is_not_assumed_one() -> None:
 @pytest.mark.parametrize("words", ["yes (DeepSpeed-Ulysses)", "Ulysses", "ring attention", "yes, context parallel"])
 def test_ulysses_or_ring_attention_is_not_megatrons_sequence_parallelism(words: str) -> None:
     assert refusal(training_reading, _row("TR-KOR-T5-22B-SEL", seq_parallel=words)).startswith("seq_parallel:")
+
+
+@pytest.mark.parametrize(("words", "kind"), [("Training", "training"), ("pre-training", "training"),
+                                             ("fine-tuning", "training"), ("Inference (offline)", "inference"),
+                                             ("serving", "inference"), ("nccl-tests", "collective"),
+                                             ("memory", "memory"), ("benchmark", None)])
+def test_a_rows_kind_as_sources_word_it(words: str, kind: str | None) -> None:
+    assert kind_of(words) == kind
+
+
+@pytest.mark.parametrize(("unit", "size"), [("GiB", 2**30), ("GiB per GPU", 2**30), ("GB/GPU", 1e9), ("MiB", 2**20)])
+def test_memory_units_per_gpu(unit: str, size: float) -> None:
+    assert unit_bytes({"unit": unit}) == size
+
+
+@pytest.mark.parametrize("unit", ["GiB (total)", "GB per node", "TB"])
+def test_other_memory_units_are_refused(unit: str) -> None:
+    assert refusal(unit_bytes, {"unit": unit}).startswith("unit:")

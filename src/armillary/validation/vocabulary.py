@@ -376,3 +376,16 @@ _PIN = re.compile(r"\b([a-z][a-z0-9_.-]*)\s*(?:==|~=|>=)\s*v?(\d)", re.I)
 def framework_words(text: str | None) -> str:
     """A framework text with pip's version pins read as words ("vllm==0.7.3" -> "vllm 0.7.3")."""
     return _PIN.sub(r"\1 \2", text or "")
+
+
+# a row's kind as sources word it: "Training", "pre-training", "fine-tuning", "Inference (offline)", "serving",
+# "nccl-tests": the harness's kinds (training, inference, collective, memory); None for a kind it has none for
+_KINDS = (("memory", r"^memory\b"), ("collective", r"^(collective|nccl|rccl|communication)"),
+          ("inference", r"^(inference|serving|decode|generation)\b"),
+          ("training", r"^((pre|post)?[- ]?training|fine[- ]?tun(e|ing)|finetun(e|ing))\b"))
+
+
+def kind_of(text: str | None) -> str | None:
+    """The harness's kind for a row's `kind` text; None when it names none of them."""
+    value = clean(text)
+    return next((kind for kind, words in _KINDS if re.match(words, value)), None)
