@@ -7,6 +7,8 @@ milliseconds. What the row does not state is assumed and written down.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +19,17 @@ from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference
-from armillary.validation.rows import Unsupported, int_column
-from armillary.validation.vocabulary import model_preset_for, system_preset_for
+from armillary.validation.metrics import PER_GPU, time_unit, unit_in_metric
+from armillary.validation.rows import Unsupported, int_column, qualified_readings
+from armillary.validation.vocabulary import (
+    fp8_of,
+    fp16_of,
+    framework_words,
+    kv_fp8_of,
+    model_preset_for,
+    system_preset_for,
+    unread_weight_format,
+)
 
 
 def _int(row: dict[str, str], key: str) -> int:
@@ -28,6 +39,8 @@ def _int(row: dict[str, str], key: str) -> int:
     return value
 
 
+# TensorRT-LLM up to v0.6 ("TensorRT-LLM v0.5", "TRT-LLM 0.6.1"): masked MHA decode reads the cache once per query head
+_TRT_MHA = re.compile(r"(tensorrt|trt)[- _]?llm\s*v?0\.[0-6](?!\d)", re.I)
 # TensorRT-LLM v0.6.1's performance document builds its GPT-J and Llama 2 engines without --paged_kv_cache
 # (docs/source/performance.md @138f96d4, "Benchmarking per Model"): gptSessionBenchmark then allocates one
 # contiguous cache of batch x (input + output) tokens in the memory the weights leave. Only Falcon-180B's
@@ -54,19 +67,22 @@ def inference_row_specs(row: dict[str, str]) -> InferenceRowSpecs:
     if system_preset is None:
         raise Unsupported(f"gpu: no system preset for {row.get('gpu')!r}")
     precision_text = row.get("precision", "").lower()
-    fp8 = "fp8" in precision_text
+    if (other := unread_weight_format(precision_text)) is not None:
+        raise Unsupported(f"precision: {row.get('precision')!r} names {other!r} weights, which inference rows do not "
+                          "read yet (fp8 and 16-bit weights are read)")
+    fp8 = fp8_of(precision_text)
     workload: dict[str, Any] = {"kind": "inference", "batch": _int(row, "batch_or_concurrency"),
                                 "input_len": _int(row, "isl"), "output_len": _int(row, "osl")}
-    if "tensorrt-llm v0.5" in row.get("framework", "").lower() or "v0.6" in row.get("framework", "").lower():
+    if _TRT_MHA.search(framework_words(row.get("framework"))):
         workload["decode_attention"] = "per_query_head"
         notes.append("decode attention reads the cache once per query head (TensorRT-LLM <= 0.6 masked MHA; "
                      "GQA-aware kernels came after v0.6.1, PR #524)")
     if fp8:
         workload["weights"] = "fp8"
         notes.append("fp8 GEMMs and weights; attention and the LM head in 16 bits")
-        if "kv" in precision_text:
+        if kv_fp8_of(precision_text):
             workload["kv_cache"] = {"precision": "fp8"}
-    precision = "fp8" if fp8 else "fp16" if "fp16" in precision_text else "bf16"
+    precision = "fp8" if fp8 else "fp16" if fp16_of(precision_text) else "bf16"
     tp, gpus = _int(row, "tp"), _int(row, "n_gpus")
     system = load_system(system_preset, max(gpus, 1))
     if "gptsessionbenchmark" in row.get("framework", "").lower() and preset not in _PAGED_SESSION_ENGINES:
@@ -77,7 +93,38 @@ def inference_row_specs(row: dict[str, str]) -> InferenceRowSpecs:
         notes.append(f"{system.name} preset; FlashAttention-2 kernels; KV pages of 64 tokens")
     strategy = Strategy.model_validate({"tp": tp, "pp": int_column(row, "pp") or 1, "precision": precision,
                                         "attention": "flash"})
+    notes.extend(qualified_readings(row, ("n_gpus", "tp", "pp", "isl", "osl", "batch_or_concurrency")))
     return InferenceRowSpecs(load_model(preset), system, strategy, Inference(**workload), tuple(notes))
+
+
+InferenceReading = Callable[[InferenceEstimate, InferenceRowSpecs], float]
+
+
+def read_inference_metric(row: dict[str, str], notes: list[str] | None = None) -> tuple[str, InferenceReading]:
+    """(label, the predicted value in the row's unit) of a static-batch inference row's metric: output
+    throughput per GPU, or of all the row's GPUs where its words say so ("total", "whole", "server", "8 GPUs");
+    first-token latency in the row's time unit (ms when it names none). A rate per user, an input (prefill)
+    rate or a rate per node is refused naming the metric."""
+    metric, unit = row.get("metric", "").lower(), row.get("unit", "").lower()
+    both = f"{metric} {unit}"
+    if re.search(r"(per|/)[\s-]*(user|request|stream|node|host|instance)s?\b|interactivity", both) or (
+            re.search(r"\b(input|prompt|prefill)\b", both) and not re.search(r"total|(input|prompt) and output", both)):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: only output throughput per "
+                          "GPU or of all the GPUs, and first-token latency, are read")
+    if "throughput" in metric or (re.search(r"tokens?/s|tok/s", both) and not re.search(r"latency|ttft", both)):
+        if "per-gpu vs total not stated" in unit:
+            if notes is not None:
+                notes.append("throughput read as per GPU, like the same document's H100 table")
+            return "output tok/s per GPU", lambda r, s: float(r.output_tokens_per_s_per_device)
+        if not PER_GPU.search(both) and re.search(r"total|whole|server|aggregate|all gpus|\d+ gpus", both):
+            return ("output tok/s (all GPUs)",
+                    lambda r, s: float(r.output_tokens_per_s_per_device) * s.system.devices)
+        return "output tok/s per GPU", lambda r, s: float(r.output_tokens_per_s_per_device)
+    if re.search(r"1st token|first[- ]token|\bttft\b", metric):
+        per_second = 1.0 / time_unit(unit or unit_in_metric(metric), "ms")  # 1e3 for ms
+        label = f"first-token latency [{unit or 'ms'}]"
+        return label, lambda r, s: float(r.ttft_s) * per_second
+    raise Unsupported(f"metric {row.get('metric')!r} is not predicted")
 
 
 def predict_inference(row: dict[str, str]) -> tuple[str, float, tuple[str, ...], InferenceEstimate]:
@@ -85,11 +132,5 @@ def predict_inference(row: dict[str, str]) -> tuple[str, float, tuple[str, ...],
     specs = inference_row_specs(row)
     notes = list(specs.notes)
     result = estimate_inference_run(specs.model, specs.system, specs.strategy, specs.workload)
-    metric = row.get("metric", "").lower()
-    if "throughput" in metric:
-        if "per-gpu vs total not stated" in row.get("unit", "").lower():
-            notes.append("throughput read as per GPU, like the same document's H100 table")
-        return "output tok/s per GPU", float(result.output_tokens_per_s_per_device), tuple(notes), result
-    if "1st token" in metric or "first token" in metric:
-        return "first-token latency [ms]", float(result.ttft_s) * 1e3, tuple(notes), result
-    raise Unsupported(f"metric {row.get('metric')!r} is not predicted")
+    label, read = read_inference_metric(row, notes)
+    return label, read(result, specs), tuple(notes), result

@@ -13,6 +13,7 @@ The allowance stays explicit: what each figure includes is the breakdown's, name
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -47,7 +48,8 @@ def measure_of(row: dict[str, str]) -> str:
 
 def unit_bytes(row: dict[str, str]) -> float:
     """Bytes per unit of the row's value: GiB, GB, MiB or MB exactly as published."""
-    unit = row.get("unit", "").strip().lower()
+    # "GiB per GPU", "GB/GPU": the figure is per GPU already (a memory row's); any other qualifier is refused
+    unit = re.sub(r"\s*(per|/)\s*(gpu|device|rank)\b", "", row.get("unit", "").strip().lower()).strip()
     if unit not in _UNITS:
         raise Unsupported(f"unit: expected one of GiB, GB, MiB, MB for a memory row, got {row.get('unit')!r}")
     return _UNITS[unit]

@@ -19,11 +19,16 @@ from armillary.validation.vocabulary import clean
 
 Reading = Callable[[StepEstimate, RowSpecs], float]
 
-_SECONDS = {"ms": 1e-3, "millisecond": 1e-3, "s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0,
-            "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "day": 86400.0, "d": 86400.0}
+_SECONDS = {"us": 1e-6, "µs": 1e-6, "microsecond": 1e-6, "ms": 1e-3, "msec": 1e-3, "millisecond": 1e-3, "s": 1.0,
+            "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0, "h": 3600.0, "hr": 3600.0, "hour": 3600.0,
+            "day": 86400.0, "d": 86400.0}
+# a unit that is a rate, not a time: "it/s" (tqdm's iterations per second), "steps/s", "samples per second"
+_RATE_UNIT = re.compile(r"\b(it|iters?|iterations?|steps?|samples?|tokens?|tok|requests?|req)\s*(/|per)\s*"
+                        r"(s|sec|second)\b")
 
-
-PER_GPU = re.compile(r"(per|/)[\s-]*(gpu|device|accelerator|chip)\b")  # a rate of one device
+# a rate of one device: "per GPU", "/GPU", "per H100" (a GPU's name, not a node of them: "per H100 node")
+PER_GPU = re.compile(r"(per|/)[\s-]*(gpu|device|accelerator|chip|card|[abh]\d{2,3}|gb[23]00|mi3\d\dx)\b"
+                     r"(?![\s-]*(node|server|host|system|instance|rack|tray|pod)s?\b)")
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,19 @@ class Metric:
     read: Reading  # the predicted value in the row's unit
 
 
+def unit_in_metric(text: str) -> str:
+    """A time unit written in the metric rather than the unit column: "TTFT p50 (ms)", "TPOT in seconds"."""
+    found = re.search(r"\((ms|s|sec|secs|seconds?|milliseconds?|us|µs|min|mins|minutes?|h|hrs?|hours?|days?)\)|"
+                      r"\bin (ms|s|seconds|milliseconds|minutes|hours|days)\b", text)
+    return next((g for g in found.groups() if g), "") if found else ""
+
+
 def time_unit(unit: str, default: str) -> float:
-    words = re.findall(r"[a-z]+", unit) or [default]
+    """Seconds per unit of a time ("ms", "seconds", "s/it", "min"); `default` when the text names no unit at all.
+    A rate ("it/s", "steps per second") is refused: it is the inverse of a time."""
+    if _RATE_UNIT.search(unit):
+        raise Unsupported(f"unit {unit!r}: a rate, not a time (ms, s, min, h, days)")
+    words = re.findall(r"[a-zµ]+", unit) or [default]
     for w in words:
         key = w[:-1] if w.endswith("s") and w[:-1] in _SECONDS else w
         if key in _SECONDS:
@@ -78,18 +94,20 @@ def read_metric(row: dict[str, str]) -> Metric:
     if re.search(r"(forward|fwd).*(backward|bwd).*(one|single|per) (transformer )?layer", text):
         k = time_unit(unit, "ms")
         return Metric("layer fwd+bwd [row unit]", lambda r, rs: float(r.layer.total_s) / k)
-    if re.search(r"time to train|training time|wall[- ]?clock|gpu[- ]?hours", text):
+    # MLPerf's "time to train" (also "time-to-train", "TTT", "time to convergence")
+    if re.search(r"time[- ]to[- ](train|converge(nce)?)|\bttt\b|training time|wall[- ]?clock|gpu[- ]?hours", text):
         return _time_to_train(row, gpu_hours=bool(re.search(r"gpu[- ]?hours", text)))
-    if re.search(r"(iteration|step|batch)[- ]?time|time (per|of one|of an?) (iteration|step)|"
-                 r"(seconds|sec|s|ms) per (iteration|step)", text):
+    # "step time", "time per iteration", "seconds/iteration", "s/it", "sec/step", NeMo's logged train_step_timing
+    if re.search(r"(iteration|step|batch)[- _]?tim(e|ing)|time (per|of one|of an?) (iteration|step)|"
+                 r"\b(seconds|sec|s|ms|msec)\s*(per|/)\s*(iteration|iter|it|step)\b", text):
         k = time_unit(unit or text, "s")
         return Metric("step time [row unit]", lambda r, rs: float(r.step_time_s) / k)
     # a utilisation is a percentage when the unit says so, or (no unit) when the value is above 1.5
     percent = "%" in unit or "percent" in unit or (not unit and float(row.get("value") or 0) > 1.5)
     scale = 100.0 if percent else 1.0
-    if re.search(r"\bhfu\b|hardware flops utili[sz]ation", text):
+    if re.search(r"\bhfu\b|hardware flops? utili[sz]ation", text):
         return Metric("HFU", lambda r, rs: scale * float(r.hfu))
-    if re.search(r"\bmfu\b|model flops utili[sz]ation", text):
+    if re.search(r"\bmfu\b|model flops? utili[sz]ation", text):
         return Metric("MFU", lambda r, rs: scale * float(r.mfu))
     if re.search(r"[tp]flop", text + " " + unit):
         if "fusion" in text:
@@ -100,13 +118,37 @@ def read_metric(row: dict[str, str]) -> Metric:
         return Metric(f"{convention} TFLOP/s {per}".replace("TFLOP", "PFLOP" if scale == 1e15 else "TFLOP"),
                       lambda r, rs: flop(r, rs) / float(r.step_time_s) / share(rs) / scale)
     both = text + " " + unit
+    # "tokens per GPU per second", "TGS" (tokens per GPU per second, InternEvo's and others' name)
+    both = re.sub(r"\b(tokens?|tok|samples?)\s*(/|per)\s*(gpu|device)\s*(/|per)\s*(s|sec|second)\b", r"\1/s/gpu",
+                  both)
+    both = re.sub(r"\btgs\b", "tokens/s/gpu", both)
+    if re.search(r"\b(it|iters?|iterations?|steps?)\s*(/|per)\s*(s|sec|second)\b", both):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: iterations per second are "
+                          "not read (a rate of steps, not of tokens or samples)")
+    thousands = _multiple(both, row)
     if re.search(r"(samples?|sequences?|seqs?)\s*(/|per)\s*(s|sec|second)\b", both):
-        per, share = _per(text, unit, row)
-        return Metric(f"samples/s {per}", lambda r, rs: float(r.tokens_per_s) / rs.workload.seq_len / share(rs))
+        per, share = _per(text, both, row)
+        return Metric(f"samples/s {per}" + _times(thousands),
+                      lambda r, rs: float(r.tokens_per_s) / rs.workload.seq_len / share(rs) / thousands)
     if re.search(r"(tokens?|tok)\s*(/|per)\s*(s|sec|second)\b|\btps\b|throughput", both):
-        per, share = _per(text, unit, row)
-        return Metric(f"tokens/s {per}", lambda r, rs: float(r.tokens_per_s) / share(rs))
+        per, share = _per(text, both, row)
+        return Metric(f"tokens/s {per}" + _times(thousands),
+                      lambda r, rs: float(r.tokens_per_s) / share(rs) / thousands)
     raise Unsupported(f"metric {row.get('metric')!r} ({row.get('unit')!r}) is not predicted")
+
+
+def _multiple(text: str, row: dict[str, str]) -> float:
+    """The multiple a rate is written in: 1e3 for "k tokens/s", "ktok/s", "thousand samples/s", 1e6 for "M
+    tokens/s"; 1 otherwise."""
+    if re.search(r"\b(k|thousands?( of)?)\s*(tokens?|tok|samples?|seqs?|sequences?)\b", text):
+        return 1e3
+    if re.search(r"\b(m|millions?( of)?)\s*(tokens?|tok|samples?|seqs?|sequences?)\b", text):
+        return 1e6
+    return 1.0
+
+
+def _times(multiple: float) -> str:
+    return "" if multiple == 1.0 else f" (in {multiple:g}s)"
 
 
 # Time to train and GPU-hours from a row that states how much it trained, as its source words it ("1,000
@@ -169,6 +211,7 @@ def _time_to_train(row: dict[str, str], gpu_hours: bool) -> Metric:
     if gpu_hours:
         return Metric(f"GPU-hours ({value:g} {what})",
                       lambda r, rs: (steps(rs) * float(r.step_time_s) + extra) * rs.system.devices / 3600.0)
-    k = time_unit(clean(row.get("unit")) or "min", "min")
-    return Metric(f"time to train [{clean(row.get('unit')) or 'min'}] ({value:g} {what})",
+    unit = clean(row.get("unit")) or unit_in_metric(clean(row.get("metric"))) or "min"
+    k = time_unit(unit, "min")
+    return Metric(f"time to train [{unit}] ({value:g} {what})",
                   lambda r, rs: (steps(rs) * float(r.step_time_s) + extra) / k)

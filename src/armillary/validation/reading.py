@@ -54,6 +54,21 @@ class Reading:
     how: str  # "stated" (a bare number), "qualified" (a number with words around it), "not stated"
 
 
+# the names a column's value may be written after ("EP=8", "TP8", "micro batch 2"), in Megatron's and the
+# frameworks' spellings
+_LABELS = {
+    "tp": r"tp|tensor[-_ ]?(?:model[-_ ]?)?parallel(?:[-_ ]size)?",
+    "pp": r"pp|pipeline[-_ ]?(?:model[-_ ]?)?parallel(?:[-_ ]size)?",
+    "dp": r"dp|data[-_ ]?parallel(?:[-_ ]size)?", "cp": r"cp|context[-_ ]?parallel(?:[-_ ]size)?",
+    "ep": r"ep|expert[-_ ]?(?:model[-_ ]?)?parallel(?:[-_ ]size)?",
+    "vpp": r"vpp|vp|virtual[-_ ]?pipeline(?:[-_ ]model[-_ ]parallel[-_ ]size)?",
+    "mbs": r"mbs|micro[-_ ]?batch(?:[-_ ]size)?", "gbs": r"gbs|global[-_ ]?batch(?:[-_ ]size)?",
+    "seq": r"seq(?:uence)?[-_ ]?(?:len(?:gth)?)?",
+}
+# the columns that hold a length in tokens, where "8K" is read as 8 x 1024
+TOKEN_LENGTHS = ("seq", "isl", "osl")
+
+
 class BadValueError(ValueError):
     """A column the harness cannot take: several values ("3072 -> 15360"), or a count that is not a whole
     number of 1 or more ("0", "inf", "-5"); the caller refuses the row naming the column."""
@@ -74,12 +89,24 @@ def read_int(row: dict[str, str], column: str) -> Reading:
         return Reading(column, int(number), text, "stated")
     if re.match(r"-\s*\d", text):
         raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text[:40]!r}")
-    found = re.match(r"(\d+(?:\.\d+)?)(?![\d.])(.*)", text)
+    # "EP=8", "TP 8", "mbs: 2": the column's own name before its number
+    label = _LABELS.get(column, r"(?!)")
+    text_read = re.sub(rf"^(?:{label})\s*[=:]?\s*(?=\d)", "", text, flags=re.I)
+    found = re.match(r"(\d+(?:\.\d+)?)(?![\d.])(.*)", text_read)
     if found is None:
         return Reading(column, None, text, "not stated")
     if float(found.group(1)) < 1:
         raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text[:40]!r}")
+    multiple = re.match(r"\s*(k|m|b|thousand|million|billion)\b", found.group(2), re.I)
+    if multiple and column in TOKEN_LENGTHS and multiple.group(1).lower() == "k":
+        # a token length in K is a power of two: Llama 3's "8K" context is 8192 positions, "128K" 131072
+        # (Hugging Face config.json max_position_embeddings)
+        return Reading(column, round(float(found.group(1)) * 1024), text, "qualified")
+    if multiple:
+        raise BadValueError(f"{column}: {text[:40]!r} is written in thousands or millions; the number is needed")
     rest = re.sub(r"\([^()]*\)", " ", found.group(2))  # a parenthesised qualifier is not a second value
+    if column in ("gbs", "mbs") and re.search(r"\btok(en)?s?\b", rest, re.I):
+        raise BadValueError(f"{column}: {text[:40]!r} counts tokens; the batch is read in sequences")
     if re.search(r"->|→|\bto\s*\d|\bx\s*\d|[*×/+]\s*\d|,\s*\d|\bor\s*\d", rest):
         raise BadValueError(f"{column}: {text!r} holds more than one value")
     return Reading(column, int(float(found.group(1))), text, "qualified")

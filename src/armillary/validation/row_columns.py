@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from armillary.validation.reading import BadValueError, read_int
 
 
@@ -12,13 +14,24 @@ class Unsupported(Exception):  # noqa: N818 - a reason, not a failure
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")  # a model's shape columns
 
 
+# words after a GPU count that say it counts something else: "16 nodes", "4 hosts", "8 x DGX H100", "2 racks"
+_NOT_GPUS = re.compile(r"\s*(?:x\s*)?(?:nodes?|hosts?|servers?|machines?|systems?|racks?|trays?|instances?|pods?|"
+                       r"boxes|dgx|hgx)\b", re.I)
+
+
 def int_column(row: dict[str, str], key: str) -> int | None:
     """An integer column of a row (`reading.read_int`): a number, or a number with its qualifier; None when
-    empty or not led by a number. A column holding several values is refused naming the column."""
+    empty or not led by a number. A column holding several values, or an n_gpus that counts nodes or systems
+    ("16 nodes", "8 x DGX H100"), is refused naming the column."""
     try:
-        return read_int(row, key).value
+        reading = read_int(row, key)
     except BadValueError as err:
         raise Unsupported(str(err)) from None
+    if key == "n_gpus" and reading.how == "qualified":
+        rest = re.match(r"\s*\d+(?:\.\d+)?(.*)", reading.words)
+        if rest and _NOT_GPUS.match(rest.group(1)):
+            raise Unsupported(f"n_gpus: {reading.words!r} counts nodes or systems, not GPUs")
+    return reading.value
 
 
 def qualified_readings(row: dict[str, str], keys: tuple[str, ...]) -> list[str]:

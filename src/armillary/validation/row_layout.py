@@ -44,6 +44,8 @@ def read_devices(row: dict[str, str], n_gpus: int, gbs: int, notes: list[str]) -
         return n_gpus
     model_parallel, mbs = tp * (cp or 1) * pp, int_column(row, "mbs") or 1
     derived = n_gpus // model_parallel
+    if derived == 0:
+        raise Unsupported(f"n_gpus: {n_gpus} GPUs cannot hold one replica of tp x cp x pp = {model_parallel}")
     if derived == dp or gbs % (mbs * derived) == 0 or gbs % (mbs * dp) != 0:
         return n_gpus
     notes.append(f"{model_parallel * dp} GPUs: the row's tp cp pp dp, not its {n_gpus} (with dp {derived} "

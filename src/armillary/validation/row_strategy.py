@@ -20,6 +20,7 @@ from armillary.validation.vocabulary import (
     flag,
     model_preset_for,
     precision_of,
+    recompute_layers_of,
     recompute_modules_of,
     recompute_of,
     sharding_of,
@@ -129,12 +130,19 @@ def read_strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes:
         raise Unsupported("tp, pp: parallel configuration not stated")
     cp = int_column(row, "cp") or 1
     dp = n_gpus // (tp * cp * pp)
+    if dp == 0:
+        raise Unsupported(f"n_gpus: {n_gpus} GPUs cannot hold one replica of tp x cp x pp = {tp * cp * pp}")
     if int_column(row, "dp") not in (None, dp):
         notes.append(f"dp={dp} from n_gpus / (tp cp pp); the row's dp {int_column(row, 'dp')} does not multiply "
                      f"to its {n_gpus} GPUs")
     mbs = read_micro_batch(row, stack, dp, pp, notes)
     out = stack.strategy_defaults(tp, hopper_or_later(row.get("gpu", "")))
     framework, other = clean(row.get("framework")), clean(row.get("other_reported"))
+    if re.search(r"ulysses|ring[- ]?attention|context[- ]parallel", clean(row.get("seq_parallel"))):
+        # DeepSpeed-Ulysses and ring attention split the sequence across ranks for attention: context
+        # parallelism (Strategy.cp), not Megatron's sequence parallelism of the TP region's norms and dropout
+        raise Unsupported(f"seq_parallel: {row.get('seq_parallel')!r} names context parallelism (Ulysses / ring "
+                          "attention), not Megatron's sequence parallelism; the row needs it as cp")
     sp = flag(row.get("seq_parallel"))
     if sp is None:
         notes.append(f"sequence_parallel={out['sequence_parallel']} (not stated)")
@@ -229,6 +237,9 @@ def recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack, c
         if stated_choice is Recompute.SELECTIVE and named is not None:
             notes.append("selective recomputation of the modules the row names: " + ", ".join(m.value for m in named))
             return [{"recompute": "selective", "recompute_modules": named}]
+        layers = recompute_layers_of(row.get("recompute"))
+        if stated_choice is Recompute.FULL and layers is not None:
+            return [_stated_layers(layers, chunk, notes)]
         if stated_choice is Recompute.SELECTIVE and stack.selective_modules is not None:
             notes.append(f"selective recomputation as {stack.name} does it: "
                          + ", ".join(m.value for m in stack.selective_modules))
@@ -239,6 +250,21 @@ def recompute_choices(row: dict[str, str], model: Model, stack: SoftwareStack, c
                  + ("" if stack.recompute_modes is None else
                     f" of those {stack.name} offered ({', '.join(m.value for m in offered)})"))
     return _ladder(model, stack, chunk)
+
+
+def _stated_layers(layers: tuple[int, str | None], chunk: int, notes: list[str]) -> dict[str, Any]:
+    """Full recomputation of the layers a row names: Megatron-Core's uniform method recomputes every layer
+    (groups of n layers, each group's input kept), the block method the first n layers of each model chunk
+    (megatron/core/transformer/transformer_block.py _checkpointed_forward); a count without its method is read
+    as the block method, which NVIDIA's recipes pass with recompute_num_layers (`_recipe_memory`)."""
+    n, method = layers
+    if method == "uniform" or n >= chunk:
+        notes.append(f"full recomputation of every layer (the row states {n} layers"
+                     + (", uniform method" if method == "uniform" else f", a model chunk has {chunk}") + ")")
+        return {"recompute": "full"}
+    notes.append(f"full recomputation of the first {n} of each chunk's {chunk} layers (the row states {n} layers; "
+                 + ("block method)" if method else "no method named: Megatron-Core's block method assumed)"))
+    return {"recompute": "full", "recompute_layers": n}
 
 
 def _recipe_memory(recipe: RecipeSettings) -> dict[str, Any]:

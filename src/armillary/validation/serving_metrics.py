@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from armillary.serving.run import ServingResult
 from armillary.serving.window import steady_throughput
-from armillary.validation.metrics import PER_GPU, time_unit
+from armillary.validation.metrics import PER_GPU, time_unit, unit_in_metric
 from armillary.validation.rows import Unsupported
 from armillary.validation.vocabulary import clean
 
@@ -31,14 +31,30 @@ _LATENCIES = (  # (words, ServingResult field)
     (r"e2e|end[- ]to[- ]end|request latency", "e2e_s"),
 )
 _STATISTICS = ((r"median|p50\b", "p50"), (r"p90\b", "p90"), (r"p99\b", "p99"), (r"mean|average|avg", "mean"))
+# a percentile written out ("50th percentile", "percentile 90", "P95", "p99.9"), read as its number
+_PERCENTILE = re.compile(r"\bp(\d{2}(?:\.\d+)?)\b|\b(\d+(?:\.\d+)?)(?:st|nd|rd|th)?[- ]percentile\b|"
+                         r"\bpercentile\s*(\d+(?:\.\d+)?)\b")
+# statistics the simulated benchmark does not keep
+_OTHER_STATISTICS = re.compile(r"\b(max(imum)?|min(imum)?|std|stdev|standard deviation|worst)\b")
 
 
-def _statistic(text: str) -> str:
+def _statistic(row: dict[str, str], text: str) -> str:
+    """The statistic a latency metric names (median, p90, p99, mean; the mean when none is named); another
+    percentile or a maximum is refused naming the metric."""
+    for found in _PERCENTILE.finditer(text):
+        number = next(g for g in found.groups() if g is not None)
+        if number not in ("50", "90", "99"):
+            raise Unsupported(f"metric {row.get('metric')!r}: percentile {number} is not kept (median, p90, p99 "
+                              "and the mean are)")
+        text = text.replace(found.group(0), f" p{number} ")
+    if _OTHER_STATISTICS.search(text):
+        raise Unsupported(f"metric {row.get('metric')!r}: only the median, p90, p99 and the mean are kept")
     return next((stat for words, stat in _STATISTICS if re.search(words, text)), "mean")
 
 
 def _latency(row: dict[str, str], field: str, text: str, unit: str) -> ServingMetric:
-    stat, k = _statistic(text), time_unit(unit, "ms")
+    unit = unit or unit_in_metric(text)
+    stat, k = _statistic(row, text), time_unit(unit, "ms")
     if field == "itl":
         if stat != "mean":
             raise Unsupported(f"metric {row.get('metric')!r}: only the mean inter-token latency is simulated")
@@ -64,6 +80,15 @@ def read_serving_metric(row: dict[str, str], steady: bool = False) -> ServingMet
         if re.search(rf"\b({words})\b", text):
             return _latency(row, field, text, unit)
     both = f"{text} {unit}"
+    if re.search(r"(per|/)[\s-]*(user|request|req|stream|query|sequence|session)s?\b|interactivity|tok/s/u\b", both):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per user or request "
+                          "(the output speed one client sees) is not read; the server's throughput is")
+    if re.search(r"\b(input|prompt|prefill)\b", both) and not re.search(r"total|(input|prompt) and output", both):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: an input-token (prefill) "
+                          "rate is not read; output, total and request throughput are")
+    if re.search(r"(per|/)[\s-]*(node|host|server|instance|replica)s?\b", both):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per node or instance "
+                          "is not read; the whole server's or one GPU's is")
     per_gpu = bool(PER_GPU.search(both))
     whose = " per GPU" if per_gpu else " (server)"
     for words, label, rate in (

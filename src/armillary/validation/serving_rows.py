@@ -32,9 +32,17 @@ from armillary.specs.strategy import Strategy
 from armillary.specs.workload import Inference, LengthDistribution
 from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.reading import about_the_run
-from armillary.validation.rows import Unsupported, int_column
+from armillary.validation.rows import Unsupported, int_column, qualified_readings
 from armillary.validation.serving_metrics import ServingMetric, read_serving_metric
-from armillary.validation.vocabulary import OFFLINE_LOAD, model_preset_for, system_preset_for
+from armillary.validation.vocabulary import (
+    OFFLINE_LOAD,
+    fp8_of,
+    framework_words,
+    kv_fp8_of,
+    model_preset_for,
+    system_preset_for,
+    unread_weight_format,
+)
 
 
 def _number(pattern: str, text: str) -> float | None:
@@ -44,7 +52,7 @@ def _number(pattern: str, text: str) -> float | None:
 
 def _flags(row: dict[str, str]) -> str:
     """The server flags a row states: its launch command, what the run printed, its notes."""
-    return f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}"
+    return framework_words(f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}")
 
 
 def _flag(name: str, text: str, value: str = r"(\d+)") -> float | None:
@@ -72,7 +80,7 @@ _ENGINE_FLAGS: tuple[tuple[str, str, str], ...] = (
 
 def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len: int = 0) -> Engine:
     text = _flags(row)
-    engine = engine_for(row.get("framework", ""))
+    engine = engine_for(framework_words(row.get("framework")))
     if engine is None:
         raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
     update: dict[str, Any] = {}
@@ -192,7 +200,8 @@ def _client(row: dict[str, str]) -> Benchmark:
         client += "; offline"
     requests = _number(r"(\d+)\s*(?:prompts|requests|queries|samples)\b", client) or _flag("num-prompts", client)
     count = int(requests) if requests else None
-    concurrency = _number(r"(?<![a-z0-9_])(?:max[-_ ])?concurrency\s*[ =:]?\s*(\d+)", client)
+    concurrency = _number(r"(?<![a-z0-9_])(?:max[-_ ])?concurrency\s*[ =:]?\s*(\d+)", client) or _number(
+        r"(\d+)\s*concurrent\b", client)  # "64 concurrent requests", "64 concurrent users"
     if concurrency is not None:
         return Benchmark(Mode.CONCURRENCY, count, concurrency=int(concurrency))
     if re.search(OFFLINE_LOAD, client, re.I):
@@ -243,12 +252,16 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     client = _client(row)
     engine = _engine(row, model.mla is not None, notes, model.max_seq_len)
     input_len, output_len, varied = _lengths(row, client.requests, notes)
+    notes.extend(qualified_readings(row, ("isl", "osl")))  # "1K" read as 1024 tokens, said so
     precision = row.get("precision", "").lower()
-    fp8 = "fp8" in precision or (model.mla is not None and "not stated" in precision)
+    if (other := unread_weight_format(precision)) is not None:
+        raise Unsupported(f"precision: {row.get('precision')!r} names {other!r} weights, which serving rows do not "
+                          "read yet (fp8 and 16-bit weights are read)")
+    fp8 = fp8_of(precision) or (model.mla is not None and "not stated" in precision)
     workload: dict[str, Any] = {
         "kind": "inference", "input_len": input_len, "output_len": output_len, "weights": "fp8" if fp8 else None,
         **_checkpoint_scales(row, model.mla is not None, notes),
-        "kv_cache": {"precision": "fp8"} if "fp8 kv" in precision or re.search(
+        "kv_cache": {"precision": "fp8"} if kv_fp8_of(precision) or re.search(
             r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*fp8", _flags(row), re.I) else {},
         "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, engine, notes),
                     "concurrency": client.concurrency}}
