@@ -7,8 +7,10 @@ workload with the metric's value on a fixed stand-in estimate, never the error a
 
 from __future__ import annotations
 
+import csv
 import functools
 import re
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,7 +22,7 @@ from armillary.validation.inference_rows import inference_row_specs, read_infere
 from armillary.validation.memory_rows import unit_bytes
 from armillary.validation.metrics import read_metric
 from armillary.validation.rows import Unsupported, row_specs
-from armillary.validation.run import DEFAULT_CSV, read_rows
+from armillary.validation.run import DEFAULT_CSV, read_rows, validate
 from armillary.validation.serving_metrics import read_serving_metric
 from armillary.validation.serving_rows import serving_row_specs
 from armillary.validation.vocabulary import (
@@ -415,3 +417,16 @@ def test_memory_units_per_gpu(unit: str, size: float) -> None:
 @pytest.mark.parametrize("unit", ["GiB (total)", "GB per node", "TB"])
 def test_other_memory_units_are_refused(unit: str) -> None:
     assert refusal(unit_bytes, {"unit": unit}).startswith("unit:")
+
+
+def test_a_kind_spelled_in_other_words_is_run_not_dropped(tmp_path: Path) -> None:
+    """`validate` keeps a row whose kind says "Training" (its publisher's word) and runs it as training."""
+    row = next(r for r in read_rows() if r["kind"] == "training")
+    path = tmp_path / "rows.csv"
+    with path.open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow({**row, "kind": "Training"})
+    (result,) = validate(path, kinds=("training",))
+    assert result.id == row["id"]
+    assert result.error is not None

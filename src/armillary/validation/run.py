@@ -26,7 +26,7 @@ from armillary.validation.inference_rows import predict_inference
 from armillary.validation.metrics import read_metric
 from armillary.validation.regressions import caveat_of
 from armillary.validation.rows import RowSpecs, Unsupported, int_column, row_specs
-from armillary.validation.vocabulary import OFFLINE_LOAD
+from armillary.validation.vocabulary import OFFLINE_LOAD, kind_of
 from armillary.writing import replaced
 
 DEFAULT_CSV = Path(str(resources.files("armillary.validation") / "data" / "measurements.csv"))
@@ -136,6 +136,8 @@ def run_row(row: dict[str, str]) -> RowResult:
 
 
 def _run_row(row: dict[str, str]) -> RowResult:
+    # "Training", "pre-training", "serving", "nccl-tests": the harness's kind (`vocabulary.kind_of`)
+    row = {**row, "kind": kind_of(row.get("kind")) or row.get("kind", "")}
     try:
         value = float(row.get("value") or "nan")
     except ValueError:
@@ -216,7 +218,7 @@ def validate(path: Path | str = DEFAULT_CSV,
     if isinstance(kinds, str | bytes) or not isinstance(kinds, Iterable) or not set(kinds) <= set(known):
         raise SpecError(f"kinds: expected some of {', '.join(known)}, got {kinds!r}")
     wanted = set(kinds)
-    rows = [r for r in read_rows(path) if r.get("kind", "") in wanted]
+    rows = [r for r in read_rows(path) if (kind_of(r.get("kind")) or r.get("kind", "")) in wanted]
     return [run_row(r) for r in progress(rows)]
 
 
