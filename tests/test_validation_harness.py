@@ -90,6 +90,7 @@ def test_gpu_texts(text, gb, system):
     ("Megatron-LM (2021, commit 6985e589)", "megatron-lm-2021"), ("Megatron-LM + DeepSpeed ZeRO-3",
                                                                   "megatron-deepspeed-2021"),
     ("Megatron-Core r0.8.0", "megatron-core"), ("Megatron-Core r0.3.0", "megatron-core-2023"),
+    ("Megatron-LM core_r0.3.0", "megatron-core-2023"), ("Megatron-LM core_r0.9.0", "megatron-core"),
     ("NeMo 24.07", "nemo-2"), ("Megatron-Bridge / NeMo 25.11 container", "megatron-bridge"),
     ("MosaicML Composer/llm-foundry, FSDP FULL_SHARD", "llm-foundry"), ("torchtitan @9dec370; FSDP", "torchtitan"),
     ("MaxText on TPU v5p", "maxtext"), ("PyTorch FSDP", "pytorch-fsdp1"),
