@@ -146,12 +146,15 @@ def _with_adapters(passes: tuple[PassCost, PassCost, PassCost, PassCost, PassCos
 
 def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System, exchange: LayerExchange,
                experts: ExpertsForward | None = None,
-               adapters: Adapters | None = None) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
+               adapters: Adapters | None = None,
+               kernels: LayerKernels | None = None) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
     """Per-pass cost of one layer and of the model's ends, and the layer's TP / SP / CP / EP calls per
     micro-batch. `experts`: the routed experts of an MoE layer, exchanged over `exchange.expert_groups`;
-    `adapters`: LoRA fine-tuning of a frozen base (its embedding and LM head frozen too)."""
-    kt = layer_kernels(fw, ends, experts, system.device, st.precision, st.attention, st.expert_gemm_call,
-                       st.block_format, st.attention_projections, st.bf16_layers)
+    `adapters`: LoRA fine-tuning of a frozen base (its embedding and LM head frozen too); `kernels`: the
+    `layer_kernels` of these inputs, where the caller has them already."""
+    kt = kernels if kernels is not None else layer_kernels(
+        fw, ends, experts, system.device, st.precision, st.attention, st.expert_gemm_call, st.block_format,
+        st.attention_projections, st.bf16_layers)
     grid = two_d(st)  # the 2-D layout (`Strategy.tp_layout`; estimate/tp_layouts.py)
     if any_true(grid):
         _two_d_defined(fw, experts)

@@ -12,6 +12,7 @@ configuration or a whole sweep.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from armillary.estimate.data_parallel import (
 )
 from armillary.estimate.feasibility import check, system_shape
 from armillary.estimate.flops import model_flop_per_iteration
+from armillary.estimate.kernels import layer_kernels
 from armillary.estimate.layer import (
     Adapters,
     ExpertGroups,
@@ -60,7 +62,7 @@ from armillary.estimate.stages import (
     weighted_sum,
 )
 from armillary.estimate.token_exchange import Fanout
-from armillary.memo import derived, quick_init
+from armillary.memo import KeyedCache, derived, quick_init, typed
 from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
@@ -194,6 +196,11 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     )
 
 
+# one configuration's layer parts per model (`_layers`), by their inputs: a forward, its kernel times, its stored
+# activations, the ends' forward, the routed experts' forward; at most 1,024 a model (a few per strategy point)
+_PARTS: KeyedCache[ModelArrays, Any] = KeyedCache(64, 1024)
+
+
 def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
             e: Array) -> Layers:
     """One dense layer, one MoE layer (MoE models) and the ends, for one micro-batch. With context
@@ -203,18 +210,37 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     n_tp = tp_message_bytes(m, b, q, e)
     kv_block = ring_kv_block(m, b * q, t, e)  # one rank's K and V (ring attention)
     a2a_bytes = (b * q * m.qkv_width / t * e, b * q * m.heads * m.value_dim / t * e)
-    ends_fw = ends_forward(m, b, q, t, e)
+    ends_key = ("ends", *typed(b, q, t, e))
+    ends_fw = _PARTS.get(m, ends_key, lambda: ends_forward(m, b, q, t, e))
     tp_costs = tp_collectives(st, system, n_tp, groups.tp)  # the same for every layer kind
+    device, lora = system.device, _lora(w)
+    g = mem.saved_input_bytes(st)
+    # the kernels' strategy inputs (`layer_kernels`), and the activations' (`memory.layer_activations`)
+    kernel_inputs = typed(st.precision, st.attention, st.expert_gemm_call, st.block_format,
+                          st.attention_projections, st.bf16_layers)
+    saved = typed(st.attention, g)
 
     def kind(mlp_width: Array | None, experts: ExpertsForward | None = None,
-             expert_groups: ExpertGroups | None = None) -> tuple[LayerKind, EndsCost]:
-        fw = layer_forward(m, b, s, t, sp, e, c, mlp_width)
+             expert_groups: ExpertGroups | None = None, experts_key: tuple[object, ...] | None = None
+             ) -> tuple[LayerKind, EndsCost]:
+        # the layer's forward, kernel times and stored activations: pure functions of the model and the
+        # inputs in their keys, kept per model (`_PARTS`), so the points of a sweep that share them take them once
+        forward_key = ("forward", *typed(b, s, t, sp, e, c, mlp_width))
+        fw = _PARTS.get(m, forward_key, lambda: layer_forward(m, b, s, t, sp, e, c, mlp_width))
+        kernels_key = ("kernels", forward_key, ends_key, experts_key, id(device), kernel_inputs)
+        # (the key holds the device by identity: the value keeps it alive, so that its id stays its own)
+        kt = _PARTS.get(m, kernels_key, lambda: (device, layer_kernels(
+            fw, ends_fw, experts, device, st.precision, st.attention, st.expert_gemm_call, st.block_format,
+            st.attention_projections, st.bf16_layers)))[1]
         exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups, tp_costs)
-        lora = _adapters(m, w, system, st, b * q, e, mlp_width) if _lora(w) else None
-        cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, lora)
-        g = mem.saved_input_bytes(st)
-        acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
-                                     mem.lora_saved_inputs(w, e, g) if _lora(w) else None)
+        adapters = _adapters(m, w, system, st, b * q, e, mlp_width) if lora else None
+        cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, adapters, kt)
+        if lora:
+            acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
+                                         mem.lora_saved_inputs(w, e, g))
+        else:
+            acts = _PARTS.get(m, ("activations", forward_key, experts_key, saved),
+                              lambda: mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g))
         return LayerKind(cost, calls, acts, fw, acts.stored(st), acts.checkpointed(st)), ends
 
     dense, ends = kind(None)
@@ -229,9 +255,11 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     # the expert biases (GPT-OSS) added expert by expert after the grouped GEMM, as Megatron-Core's
     # TEGroupedMLP does (`experts_forward`); taken for every training stack: the validated MoE training rows
     # with expert biases are all Megatron-Core's (a stack without that pass needs a strategy field)
-    experts = experts_forward(m, b * q / sequence_shards(t, sp), st.ep, st.etp, load, e,
-                              where(st.dispatch_fp8 > 0, 1.0, e), redundant=redundant, bias_pass=1.0)
-    moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)))
+    tokens, dispatch_e = b * q / sequence_shards(t, sp), where(st.dispatch_fp8 > 0, 1.0, e)
+    experts_key = ("experts", *typed(tokens, st.ep, st.etp, load, e, dispatch_e, redundant))
+    experts = _PARTS.get(m, experts_key, lambda: experts_forward(m, tokens, st.ep, st.etp, load, e, dispatch_e,
+                                                                 redundant=redundant, bias_pass=1.0))
+    moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)), experts_key)
     return Layers(dense, moe, ends, n_tp, edp, edp_group)
 
 
