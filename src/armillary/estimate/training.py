@@ -27,12 +27,16 @@ from armillary.estimate.data_parallel import (
 )
 from armillary.estimate.feasibility import check, system_shape
 from armillary.estimate.flops import model_flop_per_iteration
-from armillary.estimate.kernels import layer_kernels
 from armillary.estimate.layer import (
     Adapters,
     ExpertGroups,
+    KernelPasses,
     LayerExchange,
+    TpCosts,
+    kernel_fields,
+    kernel_passes,
     layer_cost,
+    layer_fields,
     recompute_modes,
     tp_collectives,
 )
@@ -212,13 +216,24 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     a2a_bytes = (b * q * m.qkv_width / t * e, b * q * m.heads * m.value_dim / t * e)
     ends_key = ("ends", *typed(b, q, t, e))
     ends_fw = _PARTS.get(m, ends_key, lambda: ends_forward(m, b, q, t, e))
-    tp_costs = tp_collectives(st, system, n_tp, groups.tp)  # the same for every layer kind
+    tp_costs: list[TpCosts] = []  # the same for every layer kind: taken once, where a layer's cost is made
     device, lora = system.device, _lora(w)
     g = mem.saved_input_bytes(st)
     # the kernels' strategy inputs (`layer_kernels`), and the activations' (`memory.layer_activations`)
-    kernel_inputs = typed(st.precision, st.attention, st.expert_gemm_call, st.block_format,
-                          st.attention_projections, st.bf16_layers)
+    kernel_inputs = typed(*kernel_fields(st))
     saved = typed(st.attention, g)
+    # a layer's cost (`layer_cost`) beyond its kernels: the strategy's fields it reads, the system, the
+    # messages and the groups' spans (the TP collectives follow from them)
+    cost_inputs = (typed(*layer_fields(st)), id(system), typed(n_tp, kv_block, *a2a_bytes),
+                   _spans(groups.tp), _spans(groups.cp))
+
+    def priced(fw: LayerForward, experts: ExpertsForward | None, expert_groups: ExpertGroups | None,
+               kernels: KernelPasses, adapters: Adapters | None) -> tuple[System, LayerCost, EndsCost,
+                                                                          tuple[CommCall, ...]]:
+        if not tp_costs:
+            tp_costs.append(tp_collectives(st, system, n_tp, groups.tp))
+        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups, tp_costs[0])
+        return (system, *layer_cost(fw, ends_fw, st, system, exchange, experts, adapters, kernels))
 
     def kind(mlp_width: Array | None, experts: ExpertsForward | None = None,
              expert_groups: ExpertGroups | None = None, experts_key: tuple[object, ...] | None = None
@@ -229,12 +244,14 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
         fw = _PARTS.get(m, forward_key, lambda: layer_forward(m, b, s, t, sp, e, c, mlp_width))
         kernels_key = ("kernels", forward_key, ends_key, experts_key, id(device), kernel_inputs)
         # (the key holds the device by identity: the value keeps it alive, so that its id stays its own)
-        kt = _PARTS.get(m, kernels_key, lambda: (device, layer_kernels(
-            fw, ends_fw, experts, device, st.precision, st.attention, st.expert_gemm_call, st.block_format,
-            st.attention_projections, st.bf16_layers)))[1]
-        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups, tp_costs)
-        adapters = _adapters(m, w, system, st, b * q, e, mlp_width) if lora else None
-        cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, adapters, kt)
+        kernels = _PARTS.get(m, kernels_key, lambda: (device, kernel_passes(fw, ends_fw, experts, st, device)))[1]
+        if lora:
+            _, cost, ends, calls = priced(fw, experts, expert_groups, kernels,
+                                          _adapters(m, w, system, st, b * q, e, mlp_width))
+        else:  # (the key holds the system by identity, as the kernels' the device)
+            groups_key = None if expert_groups is None else (_spans(expert_groups.ep), _spans(expert_groups.etp))
+            _, cost, ends, calls = _PARTS.get(m, ("cost", kernels_key, cost_inputs, groups_key),
+                                              lambda: priced(fw, experts, expert_groups, kernels, None))
         if lora:
             acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
                                          mem.lora_saved_inputs(w, e, g))
@@ -261,6 +278,11 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
                                                                  redundant=redundant, bias_pass=1.0))
     moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)), experts_key)
     return Layers(dense, moe, ends, n_tp, edp, edp_group)
+
+
+def _spans(group: Placement) -> tuple[object, ...]:
+    """A group's spans and their types (a key of `_PARTS`; Placement's own hash is a Python call)."""
+    return typed(*group.spans)
 
 
 def _lora(w: TrainingArrays) -> bool:

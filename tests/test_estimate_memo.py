@@ -1,0 +1,165 @@
+"""The estimator's kept sub-results (issue 47): one configuration's collectives per system, and a layer's forward,
+kernel times, passes, activations and cost per model, each kept under its inputs. A kept value must be what
+computing it afresh gives, to the bit, and its key must hold every input: the strategy fields a layer's cost reads
+are checked against the code (statically and by recording the reads), and estimates that share kept parts equal
+estimates made from nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import armillary
+from armillary.comm import collectives
+from armillary.comm.collectives import _collective, _send_recv, collective, send_recv
+from armillary.estimate import layer, training
+from armillary.memo import KeyedCache, typed
+from armillary.plan.arrays import StrategyArrays
+from armillary.plan.placement import Placement
+from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from armillary.specs.loading import load_system
+from armillary.specs.run import load_run
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+TRAINING = ("gpt3-175b-a100", "llama3-70b-h100", "mixtral-8x7b-h100", "llama2-70b-lora-h100", "custom-model-fsdp",
+            "libra-3d-gpt3")
+FIELDS = {f.name for f in dataclasses.fields(StrategyArrays)}
+
+
+def _estimate(name: str, fresh: bool = True, **strategy: Any) -> Any:
+    """The example's estimate; `fresh`: on copies of its model and system (other objects: nothing kept applies)."""
+    model, system, base, workload = load_run(EXAMPLES / f"{name}.yaml")
+    st = base.model_copy(update=strategy) if strategy else base
+    if fresh:
+        model, system = model.model_copy(), system.model_copy(update={"device": system.device.model_copy()})
+    return armillary.estimate(model, system, st, workload)
+
+
+@pytest.mark.parametrize("name", TRAINING)
+def test_an_estimate_from_kept_parts_equals_one_made_afresh(name: str) -> None:
+    """The same run twice (the second from what the first kept) and on fresh objects: the same result, every
+    number to the bit (repr writes floats exactly)."""
+    first, again, fresh = _estimate(name, fresh=False), _estimate(name, fresh=False), _estimate(name)
+    assert repr(first) == repr(again) == repr(fresh)
+
+
+def test_strategies_sharing_kept_parts_equal_each_made_afresh() -> None:
+    """A sweep over pipeline depth, ZeRO stage, recomputation and micro-batch shares layers, kernels and collectives
+    between its points; each point equals its estimate made on objects of its own."""
+    model, system, base, workload = load_run(EXAMPLES / "gpt3-175b-a100.yaml")
+    model, system = model.model_copy(), system.model_copy()  # a cache of its own for this sweep
+    for pp, vpp, zero, recompute, mb in ((16, 3, 1, "selective", 1), (8, 1, 1, "selective", 1),
+                                         (16, 3, 0, "full", 1), (16, 1, 1, "selective", 2),
+                                         (8, 3, 1, "full", 2), (16, 3, 1, "selective", 1)):
+        st = base.model_copy(update={"pp": pp, "vpp": vpp, "zero": zero, "recompute": recompute, "micro_batch": mb})
+        shared = armillary.estimate(model, system, st, workload)
+        alone = armillary.estimate(model.model_copy(), system.model_copy(
+            update={"device": system.device.model_copy()}), st, workload)
+        assert repr(shared) == repr(alone)
+
+
+def _read_fields(path: Path) -> set[str]:
+    """StrategyArrays fields the module's source reads as `st.<field>`."""
+    return set(re.findall(r"\bst\.([a-z_0-9]+)", path.read_text())) & FIELDS
+
+
+def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
+    """Every field layer.py and tp_layouts.py (what `layer_cost` runs) read of the strategy is in LAYER_FIELDS,
+    and every field kernel_passes' modules read is in KERNEL_FIELDS: a field read and not listed would let two
+    strategies that differ in it share a layer's cost."""
+    estimate = ROOT / "src" / "armillary" / "estimate"
+    read = _read_fields(estimate / "layer.py") | _read_fields(estimate / "tp_layouts.py")
+    assert read <= set(layer.LAYER_FIELDS), read - set(layer.LAYER_FIELDS)
+    assert set(layer.KERNEL_FIELDS) <= set(layer.LAYER_FIELDS)
+    assert "tp_layout" in read and "recompute_share" in read  # the pattern finds what it should
+
+
+class _Recording:
+    """A strategy point that notes each field read (delegating to the point)."""
+
+    def __init__(self, point: StrategyArrays) -> None:
+        self.__dict__["_point"], self.__dict__["read"] = point, set()
+
+    def __getattr__(self, name: str) -> Any:
+        self.__dict__["read"].add(name)
+        return getattr(self.__dict__["_point"], name)
+
+
+@pytest.mark.parametrize("name", TRAINING)
+def test_a_layer_reads_only_its_listed_fields(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`layer_cost` and `kernel_passes` of each example's layers, run on a recording point: the fields they read
+    are listed (LAYER_FIELDS, KERNEL_FIELDS)."""
+    seen: list[tuple[Any, ...]] = []
+    cost, passes = training.layer_cost, training.kernel_passes
+
+    def layer_cost(*args: Any) -> Any:
+        seen.append(("cost", *args))
+        return cost(*args)
+
+    def kernel_passes(*args: Any) -> Any:
+        seen.append(("kernels", *args))
+        return passes(*args)
+    monkeypatch.setattr(training, "layer_cost", layer_cost)
+    monkeypatch.setattr(training, "kernel_passes", kernel_passes)
+    _estimate(name)
+    assert {s[0] for s in seen} == {"cost", "kernels"}
+    for what, *args in seen:
+        point = _Recording(args[3] if what == "kernels" else args[2])
+        if what == "kernels":
+            fresh = passes(args[0], args[1], args[2], point, args[4])  # type: ignore[arg-type]
+            assert point.read <= set(layer.KERNEL_FIELDS), point.read - set(layer.KERNEL_FIELDS)
+        else:
+            fresh = cost(*args[:2], point, *args[3:])  # type: ignore[arg-type]
+            assert point.read <= set(layer.LAYER_FIELDS), point.read - set(layer.LAYER_FIELDS)
+        assert repr(fresh) == repr(passes(*args) if what == "kernels" else cost(*args))
+
+
+def test_a_kept_collective_is_the_computed_one_and_keeps_its_types() -> None:
+    """A kept collective equals the computed one; 8 and 8.0 bytes are kept apart (their results differ in type),
+    a sweep's arrays are not kept, and a zero-byte message is not kept (-0.0 equals 0.0 as a key only)."""
+    system = load_system("dgx-a100", 64).model_copy()
+    group = Placement((8.0, 2.0))
+    for op in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER):
+        for n in (2.0**20, 3 * 2**27, 1 << 20):
+            kept = collective(op, n, group, system)
+            assert collective(op, n, group, system) is kept  # the second from what the first kept
+            assert repr(kept) == repr(_collective(op, n, group, system, collectives.ALG_AUTO, None,
+                                                   collectives.ANY_COMPOSITION))
+        assert collective(op, 1 << 20, group, system) is not collective(op, float(1 << 20), group, system)
+        swept = collective(op, np.array([1.0e6, 2.0e6]), group, system)
+        assert swept is not collective(op, np.array([1.0e6, 2.0e6]), group, system)
+        assert collective(op, 0.0, group, system) is not collective(op, 0.0, group, system)
+    hop = send_recv(2.0**24, Placement((1.0, 2.0)), system)
+    assert send_recv(2.0**24, Placement((1.0, 2.0)), system) is hop
+    assert repr(hop) == repr(_send_recv(2.0**24, Placement((1.0, 2.0)), system))
+    other = system.model_copy()  # another system: its own results
+    assert collective(ALL_REDUCE, 2.0**20, group, other) is not collective(ALL_REDUCE, 2.0**20, group, system)
+
+
+def test_keyed_cache_is_bounded_and_skips_what_does_not_hash() -> None:
+    made: list[object] = []
+
+    def make(value: object) -> object:
+        made.append(value)
+        return value
+
+    class Owner:
+        pass
+
+    cache: KeyedCache[Owner, object] = KeyedCache(2, 3)
+    a, b = Owner(), Owner()
+    assert cache.get(a, typed(1), lambda: make("a1")) == "a1" and cache.get(a, typed(1), lambda: make("x")) == "a1"
+    assert cache.get(a, typed(1.0), lambda: make("a1.0")) == "a1.0"  # 1 and 1.0 apart
+    assert cache.get(b, typed(1), lambda: make("b1")) == "b1"  # per owner
+    assert cache.get(a, np.zeros(2), lambda: make("arr")) == "arr"  # type: ignore[arg-type]
+    assert cache.get(a, np.zeros(2), lambda: make("arr2")) == "arr2"  # type: ignore[arg-type]  # made each time
+    for i in range(4):  # at most 3 a owner: typed(1) goes first
+        cache.get(a, ("n", i), lambda: 0)
+    assert cache.get(a, typed(1), lambda: make("again")) == "again"
+    assert made == ["a1", "a1.0", "b1", "arr", "arr2", "again"]
