@@ -7,6 +7,7 @@ estimates made from nothing."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 import armillary
 from armillary.comm import collectives
 from armillary.comm.collectives import _collective, _send_recv, collective, send_recv
-from armillary.estimate import layer, training
+from armillary.estimate import data_parallel, layer, memory, training
 from armillary.memo import KeyedCache, typed
 from armillary.plan.arrays import StrategyArrays
 from armillary.plan.placement import Placement
@@ -78,6 +79,36 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
     assert read <= set(layer.LAYER_FIELDS), read - set(layer.LAYER_FIELDS)
     assert set(layer.KERNEL_FIELDS) <= set(layer.LAYER_FIELDS)
     assert "tp_layout" in read and "recompute_share" in read  # the pattern finds what it should
+    stored = set()
+    for part in (memory.LayerActivations.stored, memory.LayerActivations.checkpointed, memory.grid_split):
+        stored |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
+    assert stored == set(memory.STORED_FIELDS)
+    dp = _read_fields(estimate / "data_parallel.py")
+    for part in (memory.gathered_weight_bytes, memory._fp8_family):
+        dp |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
+    assert dp == set(data_parallel.DATA_PARALLEL_FIELDS)
+
+
+@pytest.mark.parametrize("name", TRAINING)
+def test_data_parallel_costs_read_only_their_listed_fields(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`data_parallel_cost` of each example (and under each ZeRO stage), on a recording point, reads only
+    DATA_PARALLEL_FIELDS and gives what the point gives."""
+    seen: list[tuple[Any, ...]] = []
+    original = training.data_parallel_cost
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs:  # (LoRA's costs are made each time, its keywords given)
+            seen.append(args)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(training, "data_parallel_cost", recorded)
+    for zero in (0, 2, 3):
+        _estimate(name, zero=zero)
+    assert seen or name == "llama2-70b-lora-h100"
+    for args in seen:
+        point = _Recording(args[3])
+        assert repr(original(*args[:3], point, *args[4:])) == repr(original(*args))
+        listed = set(data_parallel.DATA_PARALLEL_FIELDS)
+        assert point.read <= listed, point.read - listed
 
 
 class _Recording:
@@ -163,3 +194,25 @@ def test_keyed_cache_is_bounded_and_skips_what_does_not_hash() -> None:
         cache.get(a, ("n", i), lambda: 0)
     assert cache.get(a, typed(1), lambda: make("again")) == "again"
     assert made == ["a1", "a1.0", "b1", "arr", "arr2", "again"]
+
+
+@pytest.mark.parametrize("name", TRAINING)
+def test_stored_activations_read_only_their_listed_fields(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`LayerActivations.stored` and `.checkpointed` of each example's layers, on a recording point, read only
+    STORED_FIELDS."""
+    seen: list[Any] = []
+    original = training.LayerKind
+
+    def kind(cost: Any, calls: Any, acts: Any, *rest: Any) -> Any:
+        seen.append(acts)
+        return original(cost, calls, acts, *rest)
+    monkeypatch.setattr(training, "LayerKind", kind)
+    _estimate(name)
+    assert seen
+    _, system, strategy, _ = load_run(EXAMPLES / f"{name}.yaml")
+    for recompute in ("selective", "full"):
+        st = StrategyArrays.of(strategy.model_copy(update={"recompute": recompute}), system.devices // 8)
+        for acts in seen:
+            recorder = _Recording(st)
+            assert (acts.stored(recorder), acts.checkpointed(recorder)) == (acts.stored(st), acts.checkpointed(st))
+            assert recorder.read <= set(memory.STORED_FIELDS), recorder.read - set(memory.STORED_FIELDS)

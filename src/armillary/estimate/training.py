@@ -22,6 +22,7 @@ from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import (
     DataParallelCost,
     data_parallel_cost,
+    data_parallel_fields,
     exposed_together,
     parameter_tensors,
 )
@@ -30,7 +31,6 @@ from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.layer import (
     Adapters,
     ExpertGroups,
-    KernelPasses,
     LayerExchange,
     TpCosts,
     kernel_fields,
@@ -50,6 +50,7 @@ from armillary.estimate.result import (
     EndsCost,
     LayerCost,
     MemoryBreakdown,
+    ParallelDimension,
     PassCost,
     StepEstimate,
     TimeBreakdown,
@@ -223,42 +224,43 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     kernel_inputs = typed(*kernel_fields(st))
     saved = typed(st.attention, g)
     # a layer's cost (`layer_cost`) beyond its kernels: the strategy's fields it reads, the system, the
-    # messages and the groups' spans (the TP collectives follow from them)
+    # messages and the groups' spans (the TP collectives follow from them); its stored activations' fields
     cost_inputs = (typed(*layer_fields(st)), id(system), typed(n_tp, kv_block, *a2a_bytes),
                    _spans(groups.tp), _spans(groups.cp))
-
-    def priced(fw: LayerForward, experts: ExpertsForward | None, expert_groups: ExpertGroups | None,
-               kernels: KernelPasses, adapters: Adapters | None) -> tuple[System, LayerCost, EndsCost,
-                                                                          tuple[CommCall, ...]]:
-        if not tp_costs:
-            tp_costs.append(tp_collectives(st, system, n_tp, groups.tp))
-        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups, tp_costs[0])
-        return (system, *layer_cost(fw, ends_fw, st, system, exchange, experts, adapters, kernels))
+    stored_inputs = typed(*mem.stored_fields(st))
 
     def kind(mlp_width: Array | None, experts: ExpertsForward | None = None,
              expert_groups: ExpertGroups | None = None, experts_key: tuple[object, ...] | None = None
              ) -> tuple[LayerKind, EndsCost]:
-        # the layer's forward, kernel times and stored activations: pure functions of the model and the
+        # the layer's forward, kernel times, cost and stored activations: pure functions of the model and the
         # inputs in their keys, kept per model (`_PARTS`), so the points of a sweep that share them take them once
         forward_key = ("forward", *typed(b, s, t, sp, e, c, mlp_width))
-        fw = _PARTS.get(m, forward_key, lambda: layer_forward(m, b, s, t, sp, e, c, mlp_width))
         kernels_key = ("kernels", forward_key, ends_key, experts_key, id(device), kernel_inputs)
-        # (the key holds the device by identity: the value keeps it alive, so that its id stays its own)
-        kernels = _PARTS.get(m, kernels_key, lambda: (device, kernel_passes(fw, ends_fw, experts, st, device)))[1]
         if lora:
-            _, cost, ends, calls = priced(fw, experts, expert_groups, kernels,
-                                          _adapters(m, w, system, st, b * q, e, mlp_width))
-        else:  # (the key holds the system by identity, as the kernels' the device)
-            groups_key = None if expert_groups is None else (_spans(expert_groups.ep), _spans(expert_groups.etp))
-            _, cost, ends, calls = _PARTS.get(m, ("cost", kernels_key, cost_inputs, groups_key),
-                                              lambda: priced(fw, experts, expert_groups, kernels, None))
+            return made(mlp_width, experts, expert_groups, experts_key, forward_key, kernels_key)[1:]
+        # (the keys hold the device and the system by identity: the values keep them alive, so that their ids
+        # stay their own)
+        groups_key = None if expert_groups is None else (_spans(expert_groups.ep), _spans(expert_groups.etp))
+        return _PARTS.get(m, ("kind", kernels_key, cost_inputs, groups_key, saved, stored_inputs),
+                          lambda: made(mlp_width, experts, expert_groups, experts_key, forward_key, kernels_key))[1:]
+
+    def made(mlp_width: Array | None, experts: ExpertsForward | None, expert_groups: ExpertGroups | None,
+             experts_key: tuple[object, ...] | None, forward_key: tuple[object, ...],
+             kernels_key: tuple[object, ...]) -> tuple[System, LayerKind, EndsCost]:
+        fw = _PARTS.get(m, forward_key, lambda: layer_forward(m, b, s, t, sp, e, c, mlp_width))
+        kernels = _PARTS.get(m, kernels_key, lambda: (device, kernel_passes(fw, ends_fw, experts, st, device)))[1]
+        if not tp_costs:  # the TP collectives, once for every layer kind
+            tp_costs.append(tp_collectives(st, system, n_tp, groups.tp))
+        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups, tp_costs[0])
+        adapters = _adapters(m, w, system, st, b * q, e, mlp_width) if lora else None
+        cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, adapters, kernels)
         if lora:
             acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
                                          mem.lora_saved_inputs(w, e, g))
         else:
             acts = _PARTS.get(m, ("activations", forward_key, experts_key, saved),
                               lambda: mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g))
-        return LayerKind(cost, calls, acts, fw, acts.stored(st), acts.checkpointed(st)), ends
+        return system, LayerKind(cost, calls, acts, fw, acts.stored(st), acts.checkpointed(st)), ends
 
     dense, ends = kind(None)
     edp = t * c * st.dp / (st.etp * st.ep)  # expert layers regroup the tp x cp x dp ranks as etp x ep x edp
@@ -419,16 +421,39 @@ def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, mic
     of the critical stage (`_overlappable`, `data_parallel.exposed_together`)."""
     # LoRA: only the adapters' gradients are reduced (Hu et al. 2021 §4.1); the frozen base is gathered by
     # ZeRO-3 / FSDP only
-    lora = (_stage_adapters(m, w, st, stages), params.dense_local * w.base_bytes) if _lora(w) else None
-    dense = data_parallel_cost(params.dense_local, stages.most_layers, microbatches, st, group, system,
-                               tensors_per_layer=parameter_tensors(m), lora=lora)
+    if _lora(w):
+        dense = data_parallel_cost(params.dense_local, stages.most_layers, microbatches, st, group, system,
+                                   tensors_per_layer=parameter_tensors(m),
+                                   lora=(_stage_adapters(m, w, st, stages), params.dense_local * w.base_bytes))
+    else:
+        dense = _kept_data_parallel(params.dense_local, stages.most_layers, microbatches, st, group, system,
+                                    ParallelDimension.DP, parameter_tensors(m))
     if layers.moe is None or layers.edp_group is None:
         return (dense,)
-    experts = data_parallel_cost(params.experts_local, maximum(stages.busiest(1), 1), microbatches, st,
-                                 layers.edp_group, system, DIM_EDP,
-                                 lora=(0.0 * params.experts_local, params.experts_local * w.base_bytes)
-                                 if _lora(w) else None)
+    if _lora(w):
+        experts = data_parallel_cost(params.experts_local, maximum(stages.busiest(1), 1), microbatches, st,
+                                     layers.edp_group, system, DIM_EDP,
+                                     lora=(0.0 * params.experts_local, params.experts_local * w.base_bytes))
+    else:
+        experts = _kept_data_parallel(params.experts_local, maximum(stages.busiest(1), 1), microbatches, st,
+                                      layers.edp_group, system, DIM_EDP, 0.0)
     return dense, experts
+
+
+# one configuration's data-parallel costs per system, by their inputs (`_kept_data_parallel`)
+_DATA_PARALLEL: KeyedCache[System, DataParallelCost] = KeyedCache(64, 1024)
+
+
+def _kept_data_parallel(params_local: Array, layers_local: Array, microbatches: Array, st: StrategyArrays,
+                        group: Placement, system: System, dimension: ParallelDimension,
+                        tensors_per_layer: Array) -> DataParallelCost:
+    """`data_parallel_cost` (without LoRA), kept per system under its inputs: the numbers, the group's spans, the
+    strategy's fields it reads (`data_parallel.DATA_PARALLEL_FIELDS`), so that a sweep's points with the same
+    parameters, micro-batches and group (e.g. over recomputation or offload) take it once."""
+    key = (typed(params_local, layers_local, microbatches, tensors_per_layer), _spans(group), id(dimension),
+           typed(*data_parallel_fields(st)))
+    return _DATA_PARALLEL.get(system, key, lambda: data_parallel_cost(
+        params_local, layers_local, microbatches, st, group, system, dimension, tensors_per_layer))
 
 
 def _sharded_states(params: tuple[Array, Array], st: StrategyArrays, edp: Array, w: TrainingArrays,
