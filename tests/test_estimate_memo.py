@@ -87,6 +87,10 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
     for part in (memory.gathered_weight_bytes, memory._fp8_family):
         dp |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert dp == set(data_parallel.DATA_PARALLEL_FIELDS)
+    sends = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(training._pipeline_sends))) & FIELDS
+    assert sends == set(training.SENDS_FIELDS)
+    params = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(training._stage_params))) & FIELDS
+    assert params == {"tp", "ep", "etp", "redundant_experts"}  # the stage parameters' key (estimate_training)
 
 
 @pytest.mark.parametrize("name", TRAINING)

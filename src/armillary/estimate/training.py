@@ -11,6 +11,8 @@ configuration or a whole sweep.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -124,7 +126,10 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # where each group's ranks sit: once per strategy point and network shape (kept on the frozen point)
     sizes = system_shape(system)[0]
     groups = derived(st, ("groups", sizes), lambda: place_groups(st.tp, st.dp, st.pp, sizes, st.cp, st.rank_order))
-    stages = split_stages(m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers)
+    # the model's stages, for every point of the same pipeline (kept per model, `_PARTS`)
+    stages_key = ("stages", *typed(st.pp, st.first_stage_layers, st.last_stage_layers))
+    stages: StageLayers = _PARTS.get(m, stages_key, lambda: split_stages(
+        m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers))
     # every layer is priced at the chunk's average recomputation and offload: what a block-method recompute
     # re-runs, what offloading the first N layers of each chunk moves
     chunk = chunk_layers(*stages.totals, st.pp, st.vpp)
@@ -141,7 +146,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         stages = with_mtp(stages, depth, m)
         mtp = mtp_cost(m, st, w, system, layers.ends, depth, where(w.frozen, 1.0, 0.0), e, stages.single)
         layers = replace(layers, ends=replace(layers.ends, mtp_s=mtp.time.compute, mtp_forward_s=mtp.forward_s))
-    sends = _pipeline_sends(m, st, w, system, groups, e)
+    sends = _SENDS.get(system, (typed(*sends_fields(st), w.seq_len, m.hidden, e), _spans(groups.pp),
+                                _spans(groups.tp)), lambda: _pipeline_sends(m, st, w, system, groups, e))
     times = _stage_times(layers, stages, mtp)
     first_s, middle_s, last_s = times[0].total, times[1].total, times[2].total  # once each
     mid_s = stages.has_mid * middle_s
@@ -152,7 +158,11 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # what deferring the weight passes takes off the critical stage, of its time (ZB-H1; estimate/pipeline.py)
     weight_share = crit.deferrable / stage_max
     pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share, st.pp)
-    params = _stage_params(m, st, stages, mtp.params if mtp is not None else 0.0)
+    if mtp is None:  # the parameters of each stage, for every point of the same model split (kept per model)
+        params = _PARTS.get(m, ("stage params", stages_key, *typed(st.tp, st.ep, st.etp, st.redundant_experts)),
+                            lambda: _stage_params(m, st, stages))
+    else:
+        params = _stage_params(m, st, stages, mtp.params)
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
     # what one micro-batch leaves stored on the first, middle and last stage, for the offload path and memory
     stored = (_stored(layers, stages.first), _stored(layers, stages.middle), _stored(layers, stages.last))
@@ -323,6 +333,14 @@ class PipelineSends:
     scatter: Array  # t when the activation is scattered over the tp ranks, else 1
     per_step_each_mb: Array  # sends per micro-batch: forward and backward, once per model chunk
     per_mb: Array  # their time on the critical stage
+
+
+# the strategy's fields `_pipeline_sends` reads: with the sequence, the hidden size, the activation bytes and the
+# groups' spans, the key of one configuration's sends kept per system (`_SENDS`; tests/test_estimate_memo.py checks
+# the list)
+SENDS_FIELDS = ("tp", "pp", "sequence_parallel", "tp_layout", "micro_batch", "cp", "pp_scatter_gather", "vpp")
+sends_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*SENDS_FIELDS)
+_SENDS: KeyedCache[System, PipelineSends] = KeyedCache(64, 1024)
 
 
 def _pipeline_sends(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
@@ -639,9 +657,16 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
     split_evenly = not isinstance(m.kv_lora, np.ndarray) and m.kv_lora == 0
     fw = layers.dense.forward
     processed = where(st.capacity_factor > 0, minimum(st.capacity_factor, 1.0), 1.0)  # routed tokens computed
-    flops = model_flop_per_iteration(m, w, (sum(op.flop for op in fw.gemms) * rank_to_batch,
-                                            sum(op.flop for op in fw.core_gemms) * rank_to_batch)
-                                     if split_evenly else None, processed)
+    gemms = None
+    if split_evenly:  # (the forward's sums once per forward object, `derived`)
+        gemm, core = derived(fw, "gemm flops", lambda: (sum(op.flop for op in fw.gemms),
+                                                        sum(op.flop for op in fw.core_gemms)))
+        gemms = (gemm * rank_to_batch, core * rank_to_batch)
+    if mtp_depth is None:  # kept per model and workload (held by the value, so that its id stays its own)
+        flops = _PARTS.get(m, ("model flops", id(w), typed(*(gemms or (None,)), processed)),
+                           lambda: (w, model_flop_per_iteration(m, w, gemms, processed)))[1]
+    else:
+        flops = model_flop_per_iteration(m, w, gemms, processed)
     full, selective = recompute_modes(st)
     moe_modules = m.moe_layers * layers.moe.cost.recompute_modules.flop if layers.moe is not None else 0.0
     modules_flop = microbatches * t * c * st.dp * (m.dense_layers * layers.dense.cost.recompute_modules.flop
