@@ -89,6 +89,10 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
     assert dp == set(data_parallel.DATA_PARALLEL_FIELDS)
     sends = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(training._pipeline_sends))) & FIELDS
     assert sends == set(training.SENDS_FIELDS)
+    layers = set()
+    for part in (training._made_layers, memory.saved_input_bytes, memory._fp8_family):
+        layers |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
+    assert layers | read | stored <= set(training.LAYERS_FIELDS), (layers | read | stored) - set(training.LAYERS_FIELDS)
     params = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(training._stage_params))) & FIELDS
     assert params == {"tp", "ep", "etp", "redundant_experts"}  # the stage parameters' key (estimate_training)
 
@@ -220,3 +224,22 @@ def test_stored_activations_read_only_their_listed_fields(name: str, monkeypatch
             recorder = _Recording(st)
             assert (acts.stored(recorder), acts.checkpointed(recorder)) == (acts.stored(st), acts.checkpointed(st))
             assert recorder.read <= set(memory.STORED_FIELDS), recorder.read - set(memory.STORED_FIELDS)
+
+
+@pytest.mark.parametrize("name", TRAINING)
+def test_the_layers_read_only_their_listed_fields(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_made_layers` of each example, on a recording point, reads only LAYERS_FIELDS and gives what the point
+    gives."""
+    seen: list[tuple[Any, ...]] = []
+    original = training._made_layers
+
+    def recorded(*args: Any) -> Any:
+        seen.append(args)
+        return original(*args)
+    monkeypatch.setattr(training, "_made_layers", recorded)
+    _estimate(name)
+    assert seen
+    for m, st, *rest in seen:
+        point = _Recording(st)
+        assert repr(original(m, point, *rest)) == repr(original(m, st, *rest))
+        assert point.read <= set(training.LAYERS_FIELDS), point.read - set(training.LAYERS_FIELDS)

@@ -31,6 +31,8 @@ from armillary.estimate.data_parallel import (
 from armillary.estimate.feasibility import check, system_shape
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.layer import (
+    KERNEL_FIELDS,
+    LAYER_FIELDS,
     Adapters,
     ExpertGroups,
     LayerExchange,
@@ -148,16 +150,14 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         layers = replace(layers, ends=replace(layers.ends, mtp_s=mtp.time.compute, mtp_forward_s=mtp.forward_s))
     sends = _SENDS.get(system, (typed(*sends_fields(st), w.seq_len, m.hidden, e), _spans(groups.pp),
                                 _spans(groups.tp)), lambda: _pipeline_sends(m, st, w, system, groups, e))
-    times = _stage_times(layers, stages, mtp)
-    first_s, middle_s, last_s = times[0].total, times[1].total, times[2].total  # once each
-    mid_s = stages.has_mid * middle_s
-    stage_max = maximum(maximum(first_s, last_s), mid_s) + sends.per_mb
-    stage_sum = first_s + (1 - stages.single) * last_s + maximum(st.pp - 2, 0) * middle_s + st.pp * sends.per_mb
-    # the critical (slowest) stage fixes the steady state; attribute it by component
-    crit = critical_stage((first_s, times[0]), (last_s, times[2]), (mid_s, times[1]))
-    # what deferring the weight passes takes off the critical stage, of its time (ZB-H1; estimate/pipeline.py)
-    weight_share = crit.deferrable / stage_max
-    pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share, st.pp)
+    if mtp is None:  # for every point with the same layer kinds, stages, sends and schedule (kept per model; the
+        # kinds and the stages are kept objects, held by the value so that their ids stay their own)
+        held = (layers.dense, layers.moe, stages)
+        crit, pipe = _PARTS.get(m, ("pipeline", *map(id, held), typed(sends.per_mb, microbatches, st.pp, st.vpp,
+                                                                       st.schedule)),
+                                lambda: (held, _pipeline(layers, stages, None, sends.per_mb, microbatches, st)))[1]
+    else:
+        crit, pipe = _pipeline(layers, stages, mtp, sends.per_mb, microbatches, st)
     if mtp is None:  # the parameters of each stage, for every point of the same model split (kept per model)
         params = _PARTS.get(m, ("stage params", stages_key, *typed(st.tp, st.ep, st.etp, st.redundant_experts)),
                             lambda: _stage_params(m, st, stages))
@@ -167,13 +167,13 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # what one micro-batch leaves stored on the first, middle and last stage, for the offload path and memory
     stored = (_stored(layers, stages.first), _stored(layers, stages.middle), _stored(layers, stages.last))
     optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system, stored)
-    calls = _calls(layers, stages, sends, dp, microbatches, st)
-    scale_up: Array = 0  # each summed from 0 over the calls, as sum() sums them (one loop for both)
-    scale_out: Array = 0
-    for c in calls:
-        per_step = c.per_step
-        scale_up, scale_out = scale_up + per_step * c.scale_up_bytes_each, scale_out + per_step * c.scale_out_bytes_each
-    traffic = Traffic(scale_up_bytes=scale_up, scale_out_bytes=scale_out)
+    if mtp is None and not _lora(w):  # for every point with the same kinds, stages, sends, data-parallel costs,
+        # micro-batches and tp (kept per model; those kept objects held by the value, so that their ids stay theirs)
+        held_calls = (layers.dense, layers.moe, stages, sends, *dp)
+        calls, traffic = _PARTS.get(m, ("calls", *map(id, held_calls), typed(microbatches, st.tp)), lambda: (
+            held_calls, *_calls_and_traffic(layers, stages, sends, dp, microbatches, st)))[1:]
+    else:
+        calls, traffic = _calls_and_traffic(layers, stages, sends, dp, microbatches, st)
     offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
     hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e, device.memory_reserve,
                              stored, mtp.activations if mtp is not None else 0.0)
@@ -216,8 +216,29 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
 _PARTS: KeyedCache[ModelArrays, Any] = KeyedCache(64, 1024)
 
 
+# the strategy's fields `_layers` reads, with those of what it calls (`layer.LAYER_FIELDS`, `KERNEL_FIELDS`,
+# `memory.STORED_FIELDS`, `memory.saved_input_bytes`): with the activation bytes, the sequence, the system and the
+# groups' spans, the key under which the layers are kept per model (tests/test_estimate_memo.py checks the list)
+LAYERS_FIELDS = tuple(sorted({*LAYER_FIELDS, *KERNEL_FIELDS, *mem.STORED_FIELDS, "micro_batch", "dp",
+                              "redundant_experts", "imbalance", "capacity_factor", "pad_to_capacity", "dispatch_fp8",
+                              "precision", "block_format"}))
+layers_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*LAYERS_FIELDS)
+
+
 def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
             e: Array) -> Layers:
+    """One dense layer, one MoE layer (MoE models) and the ends, for one micro-batch (`_made_layers`): kept per
+    model under their inputs for every point that shares them (not LoRA's: made each time). (The key holds the
+    system by identity: the value keeps it alive, so that its id stays its own.)"""
+    if _lora(w):
+        return _made_layers(m, st, w, system, groups, e)
+    key = ("layers", typed(*layers_fields(st)), typed(e, w.seq_len), id(system), _spans(groups.tp),
+           _spans(groups.cp))
+    return _PARTS.get(m, key, lambda: (system, _made_layers(m, st, w, system, groups, e)))[1]  # type: ignore[no-any-return]
+
+
+def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
+                 e: Array) -> Layers:
     """One dense layer, one MoE layer (MoE models) and the ends, for one micro-batch. With context
     parallelism every rank works on s/cp tokens of each sequence."""
     b, s, t, sp, c = st.micro_batch, w.seq_len, st.tp, st.sequence_parallel, st.cp
@@ -360,6 +381,22 @@ def _pipeline_sends(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, syste
     sends_per_mb = (1 - where(p == 1, 1.0, 0.0)) * 2 * st.vpp
     return PipelineSends(n_pp, n_send, send, regather, scatter, sends_per_mb,
                          sends_per_mb * (send.time + (scatter > 1) * regather.time))
+
+
+def _pipeline(layers: Layers, stages: StageLayers, mtp: MtpCost | None, sends_s: Array, microbatches: Array,
+              st: StrategyArrays) -> tuple[StageTime, Array]:
+    """The critical stage's time by component and the pipeline's time (`pipeline.pipeline_time`) of the stages'
+    times (`_stage_times`) with `sends_s` of sends per micro-batch; of the strategy, pp, vpp and schedule."""
+    times = _stage_times(layers, stages, mtp)
+    first_s, middle_s, last_s = times[0].total, times[1].total, times[2].total  # once each
+    mid_s = stages.has_mid * middle_s
+    stage_max = maximum(maximum(first_s, last_s), mid_s) + sends_s
+    stage_sum = first_s + (1 - stages.single) * last_s + maximum(st.pp - 2, 0) * middle_s + st.pp * sends_s
+    # the critical (slowest) stage fixes the steady state; attribute it by component
+    crit = critical_stage((first_s, times[0]), (last_s, times[2]), (mid_s, times[1]))
+    # what deferring the weight passes takes off the critical stage, of its time (ZB-H1; estimate/pipeline.py)
+    weight_share = crit.deferrable / stage_max
+    return crit, pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share, st.pp)
 
 
 def _stage_times(layers: Layers, stages: StageLayers,
@@ -675,6 +712,18 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
     if mtp_depth is not None:
         return flops.total + mtp_flop(head_model, w, mtp_depth, flops.head), recompute_flop
     return flops.total, recompute_flop
+
+
+def _calls_and_traffic(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[DataParallelCost, ...],
+                       microbatches: Array, st: StrategyArrays) -> tuple[tuple[CommCall, ...], Traffic]:
+    """`_calls`, and the bytes they send inside and beyond the scale-up domain."""
+    calls = _calls(layers, stages, sends, dp, microbatches, st)
+    scale_up: Array = 0  # each summed from 0 over the calls, as sum() sums them (one loop for both)
+    scale_out: Array = 0
+    for c in calls:
+        per_step = c.per_step
+        scale_up, scale_out = scale_up + per_step * c.scale_up_bytes_each, scale_out + per_step * c.scale_out_bytes_each
+    return calls, Traffic(scale_up_bytes=scale_up, scale_out_bytes=scale_out)
 
 
 def _calls(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[DataParallelCost, ...],
