@@ -36,7 +36,7 @@ FIELDS = {f.name for f in dataclasses.fields(StrategyArrays)}
 def _estimate(name: str, fresh: bool = True, **strategy: Any) -> Any:
     """The example's estimate; `fresh`: on copies of its model and system (other objects: nothing kept applies)."""
     model, system, base, workload = load_run(EXAMPLES / f"{name}.yaml")
-    st = base.model_copy(update=strategy) if strategy else base
+    st = type(base).model_validate(base.model_dump() | strategy) if strategy else base
     if fresh:
         model, system = model.model_copy(), system.model_copy(update={"device": system.device.model_copy()})
     return armillary.estimate(model, system, st, workload)
@@ -55,10 +55,13 @@ def test_strategies_sharing_kept_parts_equal_each_made_afresh() -> None:
     between its points; each point equals its estimate made on objects of its own."""
     model, system, base, workload = load_run(EXAMPLES / "gpt3-175b-a100.yaml")
     model, system = model.model_copy(), system.model_copy()  # a cache of its own for this sweep
-    for pp, vpp, zero, recompute, mb in ((16, 3, 1, "selective", 1), (8, 1, 1, "selective", 1),
-                                         (16, 3, 0, "full", 1), (16, 1, 1, "selective", 2),
-                                         (8, 3, 1, "full", 2), (16, 3, 1, "selective", 1)):
-        st = base.model_copy(update={"pp": pp, "vpp": vpp, "zero": zero, "recompute": recompute, "micro_batch": mb})
+    for pp, vpp, zero, recompute, mb, overlap in ((16, 3, 1, "selective", 1, True), (8, 1, 1, "selective", 1, True),
+                                                  (16, 3, 0, "full", 1, True), (16, 1, 1, "selective", 2, True),
+                                                  (8, 3, 1, "full", 2, True), (16, 3, 1, "selective", 1, False),
+                                                  (16, 3, 3, "selective", 1, False), (16, 3, 1, "selective", 1, True)):
+        st = type(base).model_validate(base.model_dump() | {
+            "pp": pp, "vpp": vpp, "zero": zero, "recompute": recompute, "micro_batch": mb,
+            "overlap": {**base.overlap.model_dump(), "dp_grad_reduce": overlap}})
         shared = armillary.estimate(model, system, st, workload)
         alone = armillary.estimate(model.model_copy(), system.model_copy(
             update={"device": system.device.model_copy()}), st, workload)
@@ -93,6 +96,17 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
     for part in (training._made_layers, memory.saved_input_bytes, memory._fp8_family):
         layers |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert layers | read | stored <= set(training.LAYERS_FIELDS), (layers | read | stored) - set(training.LAYERS_FIELDS)
+    kept = set()
+    for part in (training._memory, training._optimizer_and_offload, training._bytes_per_weight,
+                 training._gathered_bytes, training._sharded_states, training._expert_weights, training._stored,
+                 training._memory_and_optimizer, memory.weight_bytes_each, memory._weight_bytes_each,
+                 memory._fp8_family, memory.weight_bytes, memory.logit_bytes, memory.runtime_reserve,
+                 memory.replicated_and_expert_states, memory.replicated_and_expert_weights, memory._both_factors,
+                 memory._state_factors, memory._factors, memory.grad_bytes, memory.optimizer_bytes,
+                 memory.optimizer_step_bytes, memory.zero_shards, memory.stage_activations,
+                 memory.microbatches_in_flight):
+        kept |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
+    assert kept == set(training.MEMORY_FIELDS), kept ^ set(training.MEMORY_FIELDS)
     params = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(training._stage_params))) & FIELDS
     assert params == {"tp", "ep", "etp", "redundant_experts"}  # the stage parameters' key (estimate_training)
 
@@ -243,3 +257,24 @@ def test_the_layers_read_only_their_listed_fields(name: str, monkeypatch: pytest
         point = _Recording(st)
         assert repr(original(m, point, *rest)) == repr(original(m, st, *rest))
         assert point.read <= set(training.LAYERS_FIELDS), point.read - set(training.LAYERS_FIELDS)
+
+
+@pytest.mark.parametrize("name", TRAINING)
+def test_memory_and_optimizer_read_only_their_listed_fields(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_memory_and_optimizer` of each example (and offloading, under ZeRO 3), on a recording point, reads only
+    MEMORY_FIELDS and gives what the point gives."""
+    seen: list[tuple[Any, ...]] = []
+    original = training._memory_and_optimizer
+
+    def recorded(*args: Any) -> Any:
+        seen.append(args)
+        return original(*args)
+    monkeypatch.setattr(training, "_memory_and_optimizer", recorded)
+    _estimate(name)
+    _estimate(name, zero=3)
+    _estimate(name, offload={"optimizer": True, "activations": True})
+    assert seen or name == "llama2-70b-lora-h100"
+    for m, st, *rest in seen:
+        point = _Recording(st)
+        assert repr(original(m, point, *rest)) == repr(original(m, st, *rest))
+        assert point.read <= set(training.MEMORY_FIELDS), point.read - set(training.MEMORY_FIELDS)

@@ -89,8 +89,8 @@ class CollectiveResult:
 # give results of different types). A pure function of frozen inputs, so a repeated call (the estimator's layer
 # kinds, a sweep over strategies that sends the same message over the same group) is a look-up; bounded, the
 # oldest dropped. A sweep's arrays do not hash and are computed each time (the search has compose_memo).
-SCALAR_PER_SYSTEM = 4096
-_SCALAR: IdentityCache[System, dict[tuple[object, ...], object]] = IdentityCache(256)
+SCALAR_PER_SYSTEM = 1024
+_SCALAR: IdentityCache[System, dict[tuple[object, ...], object]] = IdentityCache(32)
 
 
 def _table() -> dict[tuple[object, ...], object]:

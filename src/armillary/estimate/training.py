@@ -165,8 +165,17 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         params = _stage_params(m, st, stages, mtp.params)
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
     # what one micro-batch leaves stored on the first, middle and last stage, for the offload path and memory
-    stored = (_stored(layers, stages.first), _stored(layers, stages.middle), _stored(layers, stages.last))
-    optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system, stored)
+    if mtp is None and not _lora(w):  # the optimizer, offload and memory for every point with the same layers,
+        # stages, parameters, sends, micro-batches and memory fields (kept per model; those kept objects and the
+        # system held by the value, so that their ids stay their own)
+        held_memory = (layers, stages, params, sends, system)
+        optimizer, offload_s, hbm, tier2_mem = _PARTS.get(
+            m, ("memory", *map(id, held_memory), typed(microbatches, e, w.seq_len), typed(*memory_fields(st))),
+            lambda: (held_memory, *_memory_and_optimizer(m, st, w, stages, params, layers, sends, microbatches, e,
+                                                         system)))[1:]
+    else:
+        optimizer, offload_s, hbm, tier2_mem = _memory_and_optimizer(m, st, w, stages, params, layers, sends,
+                                                                     microbatches, e, system, mtp)
     if mtp is None and not _lora(w):  # for every point with the same kinds, stages, sends, data-parallel costs,
         # micro-batches and tp (kept per model; those kept objects held by the value, so that their ids stay theirs)
         held_calls = (layers.dense, layers.moe, stages, sends, *dp)
@@ -175,8 +184,6 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     else:
         calls, traffic = _calls_and_traffic(layers, stages, sends, dp, microbatches, st)
     offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
-    hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e, device.memory_reserve,
-                             stored, mtp.activations if mtp is not None else 0.0)
     parts = (microbatches * crit.compute, microbatches * crit.recompute, microbatches * crit.tp,
              microbatches * crit.cp, microbatches * crit.ep, microbatches * sends.per_mb,
              maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # the bubble, >= 0 after rounding
@@ -211,9 +218,11 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     )
 
 
-# one configuration's layer parts per model (`_layers`), by their inputs: a forward, its kernel times, its stored
-# activations, the ends' forward, the routed experts' forward; at most 1,024 a model (a few per strategy point)
-_PARTS: KeyedCache[ModelArrays, Any] = KeyedCache(64, 1024)
+# one configuration's parts per model, each under its inputs (memo.KeyedCache): the layers and what they are made
+# of (forward, kernel times, activations, layer kinds, the ends' and routed experts' forward), the stages and their
+# parameters, the pipeline, the calls, the memory and the model FLOPs. About 3 entries a strategy point of a sweep
+# (parts are shared), a few KB each (144 points of one run: 2.3 MB); at most 1,024 a model and 16 models
+_PARTS: KeyedCache[ModelArrays, Any] = KeyedCache(16, 1024)
 
 
 # the strategy's fields `_layers` reads, with those of what it calls (`layer.LAYER_FIELDS`, `KERNEL_FIELDS`,
@@ -361,7 +370,7 @@ class PipelineSends:
 # the list)
 SENDS_FIELDS = ("tp", "pp", "sequence_parallel", "tp_layout", "micro_batch", "cp", "pp_scatter_gather", "vpp")
 sends_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*SENDS_FIELDS)
-_SENDS: KeyedCache[System, PipelineSends] = KeyedCache(64, 1024)
+_SENDS: KeyedCache[System, PipelineSends] = KeyedCache(32, 512)
 
 
 def _pipeline_sends(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
@@ -496,7 +505,7 @@ def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, mic
 
 
 # one configuration's data-parallel costs per system, by their inputs (`_kept_data_parallel`)
-_DATA_PARALLEL: KeyedCache[System, DataParallelCost] = KeyedCache(64, 1024)
+_DATA_PARALLEL: KeyedCache[System, DataParallelCost] = KeyedCache(32, 512)
 
 
 def _kept_data_parallel(params_local: Array, layers_local: Array, microbatches: Array, st: StrategyArrays,
@@ -547,6 +556,30 @@ def _stored(layers: Layers, counts: tuple[Array, Array]) -> tuple[Array, Array]:
     if moe is None:
         return stored, checkpointed
     return stored + counts[1] * moe.stored, checkpointed + counts[1] * moe.checkpointed
+
+
+# the strategy's fields the optimizer step, the offload path and the memory read (`_memory_and_optimizer` and its
+# callees): with the layers, stages, parameters, sends, micro-batches, activation bytes, sequence and system, the
+# key under which they are kept (tests/test_estimate_memo.py checks the list)
+MEMORY_FIELDS = ("block_format", "cp", "cross_entropy", "dp", "fp8_params", "fragmentation", "grad_reduce_bf16",
+                 "main_param_bytes", "memory_reserve", "micro_batch", "moment_bytes", "offload_activations",
+                 "offload_experts", "offload_gradients", "offload_optimizer", "offload_weights", "pp", "precision",
+                 "recompute", "schedule", "tp", "vpp", "zero", "zero3_live_params")
+memory_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*MEMORY_FIELDS)
+
+
+def _memory_and_optimizer(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: StageLayers,
+                          params: StageParams, layers: Layers, sends: PipelineSends, microbatches: Array, e: Array,
+                          system: System, mtp: MtpCost | None = None) -> tuple[Array, Array, MemoryBreakdown,
+                                                                                 MemoryBreakdown]:
+    """(`_optimizer_and_offload`, `_memory`) of the step: the optimizer step, the offload path's busy time, the
+    fullest device's memory per tier."""
+    # what one micro-batch leaves stored on the first, middle and last stage, for the offload path and memory
+    stored = (_stored(layers, stages.first), _stored(layers, stages.middle), _stored(layers, stages.last))
+    optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system, stored)
+    hbm, tier2 = _memory(m, st, w, stages, params, layers, sends, microbatches, e, system.device.memory_reserve,
+                         stored, mtp.activations if mtp is not None else 0.0)
+    return optimizer, offload_s, hbm, tier2
 
 
 def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParams, stages: StageLayers,
