@@ -18,9 +18,9 @@ import pytest
 import armillary
 from armillary.comm import collectives
 from armillary.comm.collectives import _collective, _send_recv, collective, send_recv
-from armillary.estimate import data_parallel, layer, memory, training
+from armillary.estimate import data_parallel, feasibility, layer, memory, training
 from armillary.memo import KeyedCache, typed
-from armillary.plan.arrays import StrategyArrays
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.placement import Placement
 from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from armillary.specs.loading import load_system
@@ -107,6 +107,8 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
                  memory.microbatches_in_flight):
         kept |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert kept == set(training.MEMORY_FIELDS), kept ^ set(training.MEMORY_FIELDS)
+    checks = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(feasibility.training_checks))) & FIELDS
+    assert checks == set(feasibility.CHECK_FIELDS)
     params = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(training._stage_params))) & FIELDS
     assert params == {"tp", "ep", "etp", "redundant_experts"}  # the stage parameters' key (estimate_training)
 
@@ -278,3 +280,20 @@ def test_memory_and_optimizer_read_only_their_listed_fields(name: str, monkeypat
         point = _Recording(st)
         assert repr(original(m, point, *rest)) == repr(original(m, st, *rest))
         assert point.read <= set(training.MEMORY_FIELDS), point.read - set(training.MEMORY_FIELDS)
+
+
+@pytest.mark.parametrize("name", TRAINING)
+def test_shape_rules_read_only_their_listed_fields(name: str) -> None:
+    """`training_checks` of each example, on a recording point, reads only CHECK_FIELDS, and a shape that fails
+    keeps its reasons when another point of the same shape takes the kept verdict."""
+    model, system, strategy, workload = load_run(EXAMPLES / f"{name}.yaml")
+    m, w = ModelArrays.of(model), TrainingArrays.of(workload)
+    st = StrategyArrays.of(strategy, system.devices // (strategy.tp * strategy.pp * strategy.cp))
+    point = _Recording(st)
+    assert [c.ok for c in feasibility.training_checks(m, point, w, system.devices)] == [
+        c.ok for c in feasibility.training_checks(m, st, w, system.devices)]
+    assert point.read <= set(feasibility.CHECK_FIELDS), point.read - set(feasibility.CHECK_FIELDS)
+    odd = dataclasses.replace(st, micro_batch=7.0)  # a batch it does not divide, twice (the second kept)
+    first = feasibility.shape_rules(m, odd, w, system.devices)
+    again = feasibility.shape_rules(m, dataclasses.replace(odd, recompute=2.0), w, system.devices)
+    assert first == again and not first[0] and first[1]
