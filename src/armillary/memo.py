@@ -54,7 +54,7 @@ class KeyedCache(Generic[K, V]):
             return found  # type: ignore[return-value]
         value = make()
         if len(table) >= self._size:
-            table.pop(next(iter(table)))  # the oldest
+            table.pop(next(iter(table)), None)  # the oldest (None: another thread took it)
         table[key] = value
         return value
 

@@ -110,7 +110,7 @@ def _keep(table: dict[tuple[object, ...], object], key: tuple[object, ...], n_by
     if n_bytes == 0:  # -0.0 equals 0.0 as a key, not as a result: zero messages are not kept
         return
     if len(table) >= SCALAR_PER_SYSTEM:
-        table.pop(next(iter(table)))  # the oldest
+        table.pop(next(iter(table)), None)  # the oldest (None: another thread took it)
     table[key] = value
 
 
