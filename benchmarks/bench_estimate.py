@@ -265,7 +265,8 @@ def replayed(model: object, system: object, strategy: object, workload: object,
     finally:
         for m, attr, fn in rebound:
             setattr(m, attr, fn)
-    print("the estimate's shared formulas, each call replayed:")
+    print("the estimate's shared formulas, each call replayed:" if calls else
+          "the estimate's shared formulas: none called (every collective, send and kernel time kept)")
     for name, fn, args, kwargs in calls:
         what = getattr(args[0], "value", f"{len(args[0])} ops" if isinstance(args[0], tuple) else "")
         us = cpu_us(lambda fn=fn, args=args, kwargs=kwargs: fn(*args, **kwargs))  # type: ignore[misc]

@@ -6,8 +6,10 @@ estimates made from nothing."""
 
 from __future__ import annotations
 
+import cProfile
 import dataclasses
 import inspect
+import pstats
 import re
 from pathlib import Path
 from typing import Any
@@ -297,3 +299,40 @@ def test_shape_rules_read_only_their_listed_fields(name: str) -> None:
     first = feasibility.shape_rules(m, odd, w, system.devices)
     again = feasibility.shape_rules(m, dataclasses.replace(odd, recompute=2.0), w, system.devices)
     assert first == again and not first[0] and first[1]
+
+
+def test_a_point_differing_in_what_layers_do_not_read_takes_the_kept_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted: a second point that differs in ZeRO stage and data-parallel overlap only (neither read by a layer)
+    makes no layer, kernel or collective; a third with another micro-batch makes its layers again."""
+    model, system, base, workload = load_run(EXAMPLES / "gpt3-175b-a100.yaml")
+    model, system = model.model_copy(), system.model_copy()
+    made: list[str] = []
+    for module, name in ((training, "_made_layers"), (training, "kernel_passes"), (collectives, "_collective")):
+        original = getattr(module, name)
+
+        def counted(*args: Any, _name: str = name, _f: Any = original) -> Any:
+            made.append(_name)
+            return _f(*args)
+        monkeypatch.setattr(module, name, counted)
+
+    def point(**changes: Any) -> Any:
+        return armillary.estimate(model, system, type(base).model_validate(base.model_dump() | changes), workload)
+    point()
+    assert made.count("_made_layers") == 1 and "_collective" in made
+    made.clear()
+    point(zero=0, overlap={**base.overlap.model_dump(), "dp_grad_reduce": False})
+    assert "_made_layers" not in made and "kernel_passes" not in made
+    made.clear()
+    point(micro_batch=2)
+    assert made.count("_made_layers") == 1 and "kernel_passes" in made
+
+
+def test_one_kept_estimate_stays_within_its_python_calls() -> None:
+    """The quick-start example's estimate() from kept parts: about 280 Python calls (1,114 before issue 47's kept
+    parts); a deterministic guard that the look-ups stay look-ups."""
+    model, system, strategy, workload = load_run(EXAMPLES / "gpt3-175b-a100.yaml")
+    armillary.estimate(model, system, strategy, workload)
+    counter = cProfile.Profile()
+    counter.runcall(lambda: [armillary.estimate(model, system, strategy, workload) for _ in range(5)])
+    calls = pstats.Stats(counter).total_calls / 5  # type: ignore[attr-defined]
+    assert calls < 400, f"{calls:.0f} Python calls per estimate"
