@@ -121,13 +121,19 @@ class Layers:
     edp_group: Placement | None
 
 
+# one configuration's group placements per system (its sizes), by the degrees and rank order (`estimate_training`)
+_GROUPS: KeyedCache[System, Groups] = KeyedCache(32, 512)
+
+
 def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System) -> StepEstimate:
     device = system.device
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     microbatches = microbatch_count(w.global_batch, st.micro_batch, st.dp)
     # where each group's ranks sit: once per strategy point and network shape (kept on the frozen point)
     sizes = system_shape(system)[0]
-    groups = derived(st, ("groups", sizes), lambda: place_groups(st.tp, st.dp, st.pp, sizes, st.cp, st.rank_order))
+    groups = derived(st, ("groups", sizes), lambda: _GROUPS.get(  # (and by value, for the points of a sweep)
+        system, typed(st.tp, st.dp, st.pp, st.cp, st.rank_order),
+        lambda: place_groups(st.tp, st.dp, st.pp, sizes, st.cp, st.rank_order)))
     # the model's stages, for every point of the same pipeline (kept per model, `_PARTS`)
     stages_key = ("stages", *typed(st.pp, st.first_stage_layers, st.last_stage_layers))
     stages: StageLayers = _PARTS.get(m, stages_key, lambda: split_stages(
