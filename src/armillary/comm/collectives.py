@@ -121,9 +121,10 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
     composition the system's library offers (or the pinned one), each dimension's phase with its fastest
     algorithm (or the pinned one, where it can run). The per-device bandwidths of the dimensions may be given
     as arrays to sweep them (None keeps a dimension's own). One configuration's result is kept (`_SCALAR`)."""
-    if bandwidths is not None:  # swept or given bandwidths: not kept
+    if bandwidths is not None or type(op) is not Collective or type(algorithm) is not Algorithm or (
+            type(composition) is not Composition):  # swept or given bandwidths, or names not the members: not kept
         return _collective(op, n_bytes, group, system, algorithm, bandwidths, composition)
-    spans = group.spans  # (the enum members by identity: Enum's __hash__ is a Python call)
+    spans = group.spans  # (the members, which live as long as the program, by identity: Enum's __hash__ is slower)
     key = (id(op), id(algorithm), id(composition), n_bytes, type(n_bytes), spans, *map(type, spans))
     table, held = _kept(system, key)
     if held is not None:
@@ -184,7 +185,7 @@ def send_recv(n_bytes: Array, group: Placement, system: System) -> CommCost:
     outermost dimension the group spans, whose link paces the exchange (docs/formulas.md §1.1), with its
     best protocol (and, where the network lists libraries, the fastest library)."""
     spans = group.spans
-    key = (id(SEND_RECV), n_bytes, type(n_bytes), spans, *map(type, spans))
+    key = (id(SEND_RECV), n_bytes, type(n_bytes), spans, *map(type, spans))  # (SEND_RECV: a member, as above)
     table, held = _kept(system, key)
     if held is not None:
         return held  # type: ignore[return-value]
