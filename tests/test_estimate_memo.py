@@ -89,17 +89,18 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
         stored |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert stored == set(memory.STORED_FIELDS)
     dp = _read_fields(estimate / "data_parallel.py")
-    for part in (memory.gathered_weight_bytes, memory._fp8_family):
+    for part in (memory.gathered_weight_bytes, memory._fp8_family, memory.adapter_precision):
         dp |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert dp == set(data_parallel.DATA_PARALLEL_FIELDS)
     sends = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(training._pipeline_sends))) & FIELDS
     assert sends == set(training.SENDS_FIELDS)
     layers = set()
-    for part in (training._made_layers, memory.saved_input_bytes, memory._fp8_family):
+    for part in (training._made_layers, training._adapters, memory.saved_input_bytes, memory._fp8_family):
         layers |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert layers | read | stored <= set(training.LAYERS_FIELDS), (layers | read | stored) - set(training.LAYERS_FIELDS)
     kept = set()
     for part in (training._memory, training._optimizer_and_offload, training._bytes_per_weight,
+                 training._stage_adapters, memory.lora_states, memory.adapter_precision,
                  training._gathered_bytes, training._sharded_states, training._expert_weights, training._stored,
                  training._memory_and_optimizer, memory.weight_bytes_each, memory._weight_bytes_each,
                  memory._fp8_family, memory.weight_bytes, memory.logit_bytes, memory.runtime_reserve,
@@ -123,13 +124,12 @@ def test_data_parallel_costs_read_only_their_listed_fields(name: str, monkeypatc
     original = training.data_parallel_cost
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs:  # (LoRA's costs are made each time, its keywords given)
-            seen.append(args)
+        seen.append(args)
         return original(*args, **kwargs)
     monkeypatch.setattr(training, "data_parallel_cost", recorded)
     for zero in (0, 2, 3):
         _estimate(name, zero=zero)
-    assert seen or name == "llama2-70b-lora-h100"
+    assert seen
     for args in seen:
         point = _Recording(args[3])
         assert repr(original(*args[:3], point, *args[4:])) == repr(original(*args))
@@ -336,3 +336,22 @@ def test_one_kept_estimate_stays_within_its_python_calls() -> None:
     counter.runcall(lambda: [armillary.estimate(model, system, strategy, workload) for _ in range(5)])
     calls = pstats.Stats(counter).total_calls / 5  # type: ignore[attr-defined]
     assert calls < 400, f"{calls:.0f} Python calls per estimate"
+
+
+def test_lora_workloads_keep_their_own_parts() -> None:
+    """Two LoRA workloads (adapter ranks 8 and 64) on the same model, system and strategy objects: each equals its
+    estimate made afresh (the kept layers, data-parallel costs and memory are the workload's own)."""
+    model, system, strategy, workload = load_run(EXAMPLES / "llama2-70b-lora-h100.yaml")
+    model, system = model.model_copy(), system.model_copy()
+    assert workload.finetune is not None
+    results = []
+    for rank in (8, 64, 8):
+        lora = type(workload).model_validate(workload.model_dump() | {
+            "finetune": workload.finetune.model_dump() | {"rank": rank}})
+        shared = armillary.estimate(model, system, strategy, lora)
+        alone = armillary.estimate(model.model_copy(), system.model_copy(
+            update={"device": system.device.model_copy()}), strategy, lora)
+        assert repr(shared) == repr(alone)
+        results.append(shared)
+    assert results[0].memory_hbm.total != results[1].memory_hbm.total
+    assert repr(results[0]) == repr(results[2])

@@ -172,10 +172,10 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         params = _stage_params(m, st, stages, mtp.params)
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
     # what one micro-batch leaves stored on the first, middle and last stage, for the offload path and memory
-    if mtp is None and not _lora(w):  # the optimizer, offload and memory for every point with the same layers,
-        # stages, parameters, sends, micro-batches and memory fields (kept per model; those kept objects and the
-        # system held by the value, so that their ids stay their own)
-        held_memory = (layers, stages, params, sends, system)
+    if mtp is None:  # the optimizer, offload and memory for every point with the same layers, stages, parameters,
+        # sends, micro-batches and memory fields (kept per model; those kept objects, the system and under LoRA the
+        # workload held by the value, so that their ids stay their own)
+        held_memory = (layers, stages, params, sends, system, w if _lora(w) else None)
         optimizer, offload_s, hbm, tier2_mem = _PARTS.get(
             m, ("memory", *map(id, held_memory), typed(microbatches, e, w.seq_len), typed(*memory_fields(st))),
             lambda: (held_memory, *_memory_and_optimizer(m, st, w, stages, params, layers, sends, microbatches, e,
@@ -183,7 +183,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     else:
         optimizer, offload_s, hbm, tier2_mem = _memory_and_optimizer(m, st, w, stages, params, layers, sends,
                                                                      microbatches, e, system, mtp)
-    if mtp is None and not _lora(w):  # for every point with the same kinds, stages, sends, data-parallel costs,
+    if mtp is None:  # for every point with the same kinds, stages, sends, data-parallel costs,
         # micro-batches and tp (kept per model; those kept objects held by the value, so that their ids stay theirs)
         held_calls = (layers.dense, layers.moe, stages, sends, *dp)
         calls, traffic = _PARTS.get(m, ("calls", *map(id, held_calls), typed(microbatches, st.tp)), lambda: (
@@ -244,13 +244,13 @@ layers_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgett
 def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
             e: Array) -> Layers:
     """One dense layer, one MoE layer (MoE models) and the ends, for one micro-batch (`_made_layers`): kept per
-    model under their inputs for every point that shares them (not LoRA's: made each time). (The key holds the
-    system by identity: the value keeps it alive, so that its id stays its own.)"""
-    if _lora(w):
-        return _made_layers(m, st, w, system, groups, e)
+    model under their inputs for every point that shares them. (The key holds the system, and under LoRA the
+    workload, whose adapters the layers read, by identity: the value keeps them alive, so that their ids stay
+    their own.)"""
+    lora = w if _lora(w) else None
     key = ("layers", typed(*layers_fields(st)), typed(e, w.seq_len), id(system), _spans(groups.tp),
-           _spans(groups.cp))
-    return _PARTS.get(m, key, lambda: (system, _made_layers(m, st, w, system, groups, e)))[1]  # type: ignore[no-any-return]
+           _spans(groups.cp), id(lora))
+    return _PARTS.get(m, key, lambda: (system, lora, _made_layers(m, st, w, system, groups, e)))[2]  # type: ignore[no-any-return]
 
 
 def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
@@ -492,22 +492,15 @@ def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, mic
     of the critical stage (`_overlappable`, `data_parallel.exposed_together`)."""
     # LoRA: only the adapters' gradients are reduced (Hu et al. 2021 §4.1); the frozen base is gathered by
     # ZeRO-3 / FSDP only
-    if _lora(w):
-        dense = data_parallel_cost(params.dense_local, stages.most_layers, microbatches, st, group, system,
-                                   tensors_per_layer=parameter_tensors(m),
-                                   lora=(_stage_adapters(m, w, st, stages), params.dense_local * w.base_bytes))
-    else:
-        dense = _kept_data_parallel(params.dense_local, stages.most_layers, microbatches, st, group, system,
-                                    ParallelDimension.DP, parameter_tensors(m))
+    lora = _lora(w)
+    adapters = (_stage_adapters(m, w, st, stages), params.dense_local * w.base_bytes) if lora else None
+    dense = _kept_data_parallel(params.dense_local, stages.most_layers, microbatches, st, group, system,
+                                ParallelDimension.DP, parameter_tensors(m), adapters)
     if layers.moe is None or layers.edp_group is None:
         return (dense,)
-    if _lora(w):
-        experts = data_parallel_cost(params.experts_local, maximum(stages.busiest(1), 1), microbatches, st,
-                                     layers.edp_group, system, DIM_EDP,
-                                     lora=(0.0 * params.experts_local, params.experts_local * w.base_bytes))
-    else:
-        experts = _kept_data_parallel(params.experts_local, maximum(stages.busiest(1), 1), microbatches, st,
-                                      layers.edp_group, system, DIM_EDP, 0.0)
+    experts = _kept_data_parallel(params.experts_local, maximum(stages.busiest(1), 1), microbatches, st,
+                                  layers.edp_group, system, DIM_EDP, 0.0,
+                                  (0.0 * params.experts_local, params.experts_local * w.base_bytes) if lora else None)
     return dense, experts
 
 
@@ -517,14 +510,15 @@ _DATA_PARALLEL: KeyedCache[System, DataParallelCost] = KeyedCache(32, 512)
 
 def _kept_data_parallel(params_local: Array, layers_local: Array, microbatches: Array, st: StrategyArrays,
                         group: Placement, system: System, dimension: ParallelDimension,
-                        tensors_per_layer: Array) -> DataParallelCost:
-    """`data_parallel_cost` (without LoRA), kept per system under its inputs: the numbers, the group's spans, the
-    strategy's fields it reads (`data_parallel.DATA_PARALLEL_FIELDS`), so that a sweep's points with the same
-    parameters, micro-batches and group (e.g. over recomputation or offload) take it once."""
+                        tensors_per_layer: Array, lora: tuple[Array, Array] | None) -> DataParallelCost:
+    """`data_parallel_cost`, kept per system under its inputs: the numbers (LoRA's adapters and base bytes among
+    them), the group's spans, the strategy's fields it reads (`data_parallel.DATA_PARALLEL_FIELDS`), so that a
+    sweep's points with the same parameters, micro-batches and group (e.g. over recomputation or offload) take it
+    once."""
     key = (typed(params_local, layers_local, microbatches, tensors_per_layer), _spans(group), id(dimension),
-           typed(*data_parallel_fields(st)))
+           typed(*data_parallel_fields(st)), None if lora is None else typed(*lora))
     return _DATA_PARALLEL.get(system, key, lambda: data_parallel_cost(
-        params_local, layers_local, microbatches, st, group, system, dimension, tensors_per_layer))
+        params_local, layers_local, microbatches, st, group, system, dimension, tensors_per_layer, lora))
 
 
 def _sharded_states(params: tuple[Array, Array], st: StrategyArrays, edp: Array, w: TrainingArrays,
