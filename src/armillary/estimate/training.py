@@ -7,6 +7,13 @@ parameters each stage holds and their data-parallel communication (`data_paralle
 and the second memory tier; memory per device of the fullest stage (`memory.py`); model FLOPs
 (`flops.py`); every call of the step. Every function takes arrays, so one call evaluates one
 configuration or a whole sweep.
+
+One configuration's parts are kept under their inputs (`_PARTS` per model, `_SENDS`, `_DATA_PARALLEL` and
+`_GROUPS` per system; `memo.KeyedCache`): each key holds the strategy fields the part reads (`*_FIELDS`, checked
+against the code by tests/test_estimate_memo.py), the numbers it takes and, by identity, the spec objects and the
+kept parts it follows from, which the value holds so that their ids stay their own. The same estimate again is
+look-ups; a sweep's point takes what it shares with earlier points (its layers across pp, dp, ZeRO, offload; its
+memory across overlap and collective choices). A sweep's arrays do not hash: computed as before.
 """
 
 from __future__ import annotations
@@ -171,7 +178,6 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     else:
         params = _stage_params(m, st, stages, mtp.params)
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
-    # what one micro-batch leaves stored on the first, middle and last stage, for the offload path and memory
     if mtp is None:  # the optimizer, offload and memory for every point with the same layers, stages, parameters,
         # sends, micro-batches and memory fields (kept per model; those kept objects, the system and under LoRA the
         # workload held by the value, so that their ids stay their own)
