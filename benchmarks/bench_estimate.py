@@ -6,6 +6,9 @@ Run: python benchmarks/bench_estimate.py [--against REV] [--max-rate] [--profile
 With --profile, only where one estimate() of the quick-start example spends its time: the facade's own
 steps and the training estimator's parts, in CPU microseconds per call, and its Python calls.
 
+In-process also over 48 strategies of the quick-start run (tp, pp, vpp, micro-batch, recomputation): new points
+(nothing kept from an earlier pass applies) and the same points again.
+
 With --against, the source tree of git revision REV is timed alternately with this one in the same run (the
 machine's load moves both alike). Subprocess times are medians of --runs, wall and CPU (CPU moves less with
 other load on a shared machine), with the bytecode cache as the environment has it ("as is": this project's
@@ -48,6 +51,36 @@ def per_call(fn, number):
     return min(timeit.Timer(fn, timer=time.process_time).repeat(number=number, repeat=7)) / number * 1e6
 print(per_call(lambda: armillary.estimate(model, system, strategy, workload), 300),
       per_call(lambda: armillary.estimate("gpt3-175b", "dgx-a100", strategy, workload, gpus=1024), 100))
+"""
+
+# estimate() over 48 strategies of the quick-start run (tp, pp, vpp, micro-batch and recomputation varied), in CPU
+# microseconds per estimate: "new", each repeat on fresh copies of the specs with the strategies' coded points
+# dropped (nothing kept from an earlier repeat applies: what the points of one sweep share is all that is kept, as
+# for a sweep's first pass); "again", the same points re-estimated (everything kept applies)
+VARIED = f"""
+import itertools, time
+import armillary
+from armillary.plan import arrays
+from armillary.specs.run import load_run
+model, system, strategy, workload = load_run({str(EXAMPLE)!r})
+grid = list(itertools.product((4, 8), (8, 16, 32), (1, 3), (1, 2), ("selective", "full")))
+def sweep(fresh):
+    if fresh:
+        m, s = model.model_copy(), system.model_copy(update={{"device": system.device.model_copy()}})
+        points = [type(strategy).model_validate(strategy.model_dump() | dict(tp=tp, pp=pp, vpp=vpp, micro_batch=mb,
+                                                                            recompute=rc))
+                  for tp, pp, vpp, mb, rc in grid]
+        getattr(arrays, "_strategy_arrays").cache_clear()
+        kept[:] = [m, s, points]
+    m, s, points = kept
+    t0 = time.process_time()
+    for point in points:
+        armillary.estimate(m, s, point, workload)
+    return (time.process_time() - t0) / len(points) * 1e6
+kept = []
+new = min(sweep(True) for _ in range(7))
+again = min(sweep(False) for _ in range(7))
+print(new, again, len(grid))
 """
 
 
@@ -112,6 +145,11 @@ def in_process(trees: dict[str, Path], scratch: Path) -> None:
         specs, names = (min(float(out.split()[i]) for _, _, out in t) for i in (0, 1))
         print(f"estimate() in-process, {name}: {specs:.0f} us CPU per call (spec objects), {names:.0f} us "
               "(preset names)")
+    varied = alternated(["-c", VARIED], envs, 3)
+    for name, t in varied.items():
+        new, again = (min(float(out.split()[i]) for _, _, out in t) for i in (0, 1))
+        print(f"estimate() over {t[0][2].split()[2]} strategies, {name}: {new:.0f} us CPU per estimate (new points), "
+              f"{again:.0f} us (the same points again)")
 
 
 def max_rate(trees: dict[str, Path], runs: int, scratch: Path) -> None:
@@ -167,7 +205,10 @@ def profile(number: int = 300) -> None:
         print(f"{label:42s} {cpu_us(fn):8.1f} us")
     training = importlib.import_module("armillary.estimate.training")
     spent: Counter[str] = Counter()
-    names = ("_layers", "_memory", "_data_parallel", "_optimizer_and_offload", "check", "_stage_times", "_calls",
+    # (the parts kept under their inputs, `_layers`, `_memory_and_optimizer`, `_pipeline`, `_calls_and_traffic` ...,
+    # show the time of a look-up; what they make on a miss is timed under the names of the makers)
+    names = ("_layers", "_made_layers", "_memory_and_optimizer", "_memory", "_data_parallel", "_kept_data_parallel",
+             "_optimizer_and_offload", "check", "_pipeline", "_stage_times", "_calls_and_traffic", "_calls",
              "_stage_params", "_pipeline_sends", "place_groups", "_flops", "split_stages", "critical_stage",
              "exposed_together", "pipeline_time", "replace")
     originals = {name: getattr(training, name) for name in names}
@@ -224,7 +265,8 @@ def replayed(model: object, system: object, strategy: object, workload: object,
     finally:
         for m, attr, fn in rebound:
             setattr(m, attr, fn)
-    print("the estimate's shared formulas, each call replayed:")
+    print("the estimate's shared formulas, each call replayed:" if calls else
+          "the estimate's shared formulas: none called (every collective, send and kernel time kept)")
     for name, fn, args, kwargs in calls:
         what = getattr(args[0], "value", f"{len(args[0])} ops" if isinstance(args[0], tuple) else "")
         us = cpu_us(lambda fn=fn, args=args, kwargs=kwargs: fn(*args, **kwargs))  # type: ignore[misc]

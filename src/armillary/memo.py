@@ -32,6 +32,45 @@ class IdentityCache(Generic[K, V]):
         return value
 
 
+class KeyedCache(Generic[K, V]):
+    """Values of a pure function per owner object and key: the owner by identity (as `IdentityCache`, kept alive
+    while its entries live, at most `owners` of them), the key by value (at most `per_owner` a owner, the oldest
+    dropped). For one configuration's sub-results that recur across configurations (a sweep over strategies
+    prices the same layer for every pipeline depth): the key must hold every other input, typed where an int
+    and a float of one value would give results of different types (`typed`). A key holding an array (a
+    sweep) does not hash: made each time."""
+
+    def __init__(self, owners: int, per_owner: int) -> None:
+        self._owners: IdentityCache[object, dict[Hashable, V]] = IdentityCache(owners)
+        self._size = per_owner
+
+    def get(self, owner: object, key: Hashable, make: Callable[[], V]) -> V:
+        table: dict[Hashable, V] = self._owners.get(owner, _new_table)  # type: ignore[arg-type]
+        try:
+            found = table.get(key, _MISSING)
+        except TypeError:  # an array among the inputs
+            return make()
+        if found is not _MISSING:
+            return found  # type: ignore[return-value]
+        value = make()
+        if len(table) >= self._size:
+            table.pop(next(iter(table)), None)  # the oldest (None: another thread took it)
+        table[key] = value
+        return value
+
+
+_MISSING = object()
+
+
+def _new_table(_: object) -> dict[Hashable, object]:
+    return {}
+
+
+def typed(*values: object) -> tuple[object, ...]:
+    """`values` and their types, a key under which 1 and 1.0 (whose results differ in type) stay apart."""
+    return (*values, *map(type, values))
+
+
 DERIVED_PER_OBJECT = 32  # values `derived` keeps on one object at most
 # per live object (by id, with a weak reference to it): the values `derived` keeps for it
 _DERIVED: dict[int, tuple[weakref.ref[object], dict[Hashable, object]]] = {}

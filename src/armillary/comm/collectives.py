@@ -18,7 +18,7 @@ from armillary.comm.compose import compose
 from armillary.comm.composed import COMPOSITIONS
 from armillary.comm.fabrics import all_to_all_slowdown
 from armillary.comm.libraries import choose, fastest, library_names
-from armillary.memo import quick_init
+from armillary.memo import IdentityCache, quick_init
 from armillary.numerics import Array
 from armillary.plan.placement import Placement
 from armillary.specs.communication import (
@@ -84,17 +84,64 @@ class CollectiveResult:
         return COMPOSITIONS[int(np.asarray(self.composition).flat[0])].value
 
 
+# One configuration's collectives, per system (by identity, as comm/algorithms.py and cost/compute.py keep their
+# look-ups): the result of each call's inputs as given, values and types (an int and a float of the same value
+# give results of different types). A pure function of frozen inputs, so a repeated call (the estimator's layer
+# kinds, a sweep over strategies that sends the same message over the same group) is a look-up; bounded, the
+# oldest dropped. A sweep's arrays do not hash and are computed each time (the search has compose_memo).
+SCALAR_PER_SYSTEM = 1024
+_SCALAR: IdentityCache[System, dict[tuple[object, ...], object]] = IdentityCache(32)
+
+
+def _table() -> dict[tuple[object, ...], object]:
+    return {}
+
+
+def _kept(system: System, key: tuple[object, ...]) -> tuple[dict[tuple[object, ...], object] | None, object]:
+    """The system's table and what it holds under `key` (None); no table where the key does not hash."""
+    table = _SCALAR.get(system, lambda _: _table())
+    try:
+        return table, table.get(key)
+    except TypeError:  # an array among the inputs: a sweep
+        return None, None
+
+
+def _keep(table: dict[tuple[object, ...], object], key: tuple[object, ...], n_bytes: Array, value: object) -> None:
+    if n_bytes == 0:  # -0.0 equals 0.0 as a key, not as a result: zero messages are not kept
+        return
+    if len(table) >= SCALAR_PER_SYSTEM:
+        table.pop(next(iter(table)), None)  # the oldest (None: another thread took it)
+    table[key] = value
+
+
 def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
                algorithm: Algorithm = ALG_AUTO, bandwidths: tuple[Array | None, ...] | None = None,
                composition: Composition = ANY_COMPOSITION) -> CollectiveResult:
     """Cost of `op` over `group` (its ranks spread over the dimensions, `group.spans`): the fastest
     composition the system's library offers (or the pinned one), each dimension's phase with its fastest
     algorithm (or the pinned one, where it can run). The per-device bandwidths of the dimensions may be given
-    as arrays to sweep them (None keeps a dimension's own)."""
+    as arrays to sweep them (None keeps a dimension's own). One configuration's result is kept (`_SCALAR`)."""
+    if bandwidths is not None or type(op) is not Collective or type(algorithm) is not Algorithm or (
+            type(composition) is not Composition):  # swept or given bandwidths, or names not the members: not kept
+        return _collective(op, n_bytes, group, system, algorithm, bandwidths, composition)
+    spans = group.spans  # (the members, which live as long as the program, by identity: Enum's __hash__ is slower)
+    key = (id(op), id(algorithm), id(composition), n_bytes, type(n_bytes), spans, *map(type, spans))
+    table, held = _kept(system, key)
+    if held is not None:
+        return held  # type: ignore[return-value]
+    result = _collective(op, n_bytes, group, system, algorithm, bandwidths, composition)
+    if table is not None:
+        _keep(table, key, n_bytes, result)
+    return result
+
+
+def _collective(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
+                bandwidths: tuple[Array | None, ...] | None, composition: Composition) -> CollectiveResult:
+    """`collective`, computed."""
     if op is SEND_RECV:
         raise ValueError(f"{op.value} is point-to-point: use send_recv")
     if library_names(system):  # several libraries: the fastest per call (comm/libraries.py)
-        best, index = fastest(lambda view: collective(op, n_bytes, group, view, algorithm, bandwidths, composition),
+        best, index = fastest(lambda view: _collective(op, n_bytes, group, view, algorithm, bandwidths, composition),
                               lambda r: r.cost.time, system, _pick_result, op)
         return replace(best, library=index)
     composed = compose(op, n_bytes, group, system, algorithm, bandwidths, composition)
@@ -137,8 +184,21 @@ def send_recv(n_bytes: Array, group: Placement, system: System) -> CommCost:
     """Point-to-point transfer between neighbours of `group` (pipeline stages, context-parallel ring) on the
     outermost dimension the group spans, whose link paces the exchange (docs/formulas.md §1.1), with its
     best protocol (and, where the network lists libraries, the fastest library)."""
+    spans = group.spans
+    key = (id(SEND_RECV), n_bytes, type(n_bytes), spans, *map(type, spans))  # (SEND_RECV: a member, as above)
+    table, held = _kept(system, key)
+    if held is not None:
+        return held  # type: ignore[return-value]
+    cost = _send_recv(n_bytes, group, system)
+    if table is not None:
+        _keep(table, key, n_bytes, cost)
+    return cost
+
+
+def _send_recv(n_bytes: Array, group: Placement, system: System) -> CommCost:
+    """`send_recv`, computed."""
     if library_names(system):
-        return fastest(lambda view: send_recv(n_bytes, group, view), lambda c: c.time, system, _pick_cost,
+        return fastest(lambda view: _send_recv(n_bytes, group, view), lambda c: c.time, system, _pick_cost,
                        SEND_RECV)[0]
     rate = system.device.hbm.rate
     outermost = group.outermost

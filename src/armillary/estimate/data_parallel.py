@@ -8,6 +8,8 @@ the backward of every micro-batch (docs/formulas.md pitfall 8).
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +63,13 @@ def exposed_together(costs: tuple[DataParallelCost, ...], forward_s: Array, back
     per_mb = exposed_fully(behind_forward, forward_s) + exposed_fully(behind_backward, backward_s)
     return (in_line + microbatches * per_mb + exposed_fully(once_forward, forward_s)
             + exposed_fully(once_backward, backward_s))
+
+
+# the strategy's fields `data_parallel_cost` reads (with memory.gathered_weight_bytes): the key under which the
+# estimator keeps one configuration's cost (training._kept_data_parallel; tests/test_estimate_memo.py checks it)
+DATA_PARALLEL_FIELDS = ("block_format", "fp8_params", "grad_reduce_bf16", "overlap_dp", "overlap_param_gather",
+                        "precision", "zero", "zero3_gather_rate", "zero3_rank_copy")
+data_parallel_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*DATA_PARALLEL_FIELDS)
 
 
 def parameter_tensors(m: ModelArrays) -> Array:

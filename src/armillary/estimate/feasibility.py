@@ -5,9 +5,12 @@ Returns a boolean (array) and, for a single configuration, the reasons in words.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
+
 import numpy as np
 
-from armillary.memo import IdentityCache, derived
+from armillary.memo import IdentityCache, KeyedCache, derived, typed
 from armillary.numerics import Array, all_of
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
@@ -15,6 +18,14 @@ from armillary.plan.codes import SCHEDULE_INTERLEAVED
 from armillary.plan.layout import microbatch_count, stage_layers
 from armillary.specs.system import OffloadPath, System
 from armillary.units import GIB
+
+# the strategy's fields `training_checks` reads: with the workload and the devices, the key of one configuration's
+# verdict kept per model (`shape_rules`; tests/test_estimate_memo.py checks the list)
+CHECK_FIELDS = ("tp", "pp", "dp", "vpp", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers", "micro_batch",
+                "schedule", "sequence_parallel", "rank_order", "offload_gradients", "offload_optimizer")
+check_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*CHECK_FIELDS)
+_CHECKS: KeyedCache[ModelArrays, tuple[TrainingArrays, tuple[ModelArrays, Array, tuple[str, ...]]]] = KeyedCache(
+    16, 1024)
 
 
 def training_checks(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, devices: int) -> tuple[rules.Check, ...]:
@@ -108,7 +119,13 @@ def shape_rules(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, devices: 
         ok = all_of(*(c.ok for c in checks))
         return m, ok, () if isinstance(ok, np.ndarray) else tuple(rules.failed(checks))
 
-    found = derived(st, ("training checks", id(m), w, devices), verdict)
+    def shared() -> tuple[ModelArrays, Array, tuple[str, ...]]:
+        # one configuration's verdict, kept per model under the fields the rules read, the workload and the
+        # devices: the points of a sweep with the same shape (e.g. over recomputation) take it once (the
+        # workload held by the value, so that its id stays its own; arrays do not hash: made each time)
+        return _CHECKS.get(m, (typed(*check_fields(st)), id(w), devices), lambda: (w, verdict()))[1]
+
+    found = derived(st, ("training checks", id(m), w, devices), shared)
     if found[0] is not m:  # another model at a reused id: not this one's
         found = verdict()
     return found[1], found[2]

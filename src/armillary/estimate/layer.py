@@ -8,6 +8,8 @@ Recomputation re-runs the forward (full) or the attention core (selective; Korth
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -59,6 +61,24 @@ TP_OVERLAP_SMS, TP_OVERLAP_SPLITS = 16, 4
 # FlashAttention's backward recomputes the scores: 2.5x the forward FLOPs (FA2 §4.1; docs/formulas.md §3.5).
 FLASH_BACKWARD_FACTOR = 2.5
 
+
+
+# The strategy's fields a layer's cost reads (`layer_cost` and what it calls, here and in tp_layouts.py): with the
+# kernels, the messages, the groups and the system, the key under which the estimator keeps a layer's cost for
+# every strategy point that shares them (estimate/training.py `_PARTS`; tests/test_estimate_memo.py checks the
+# list against the code, so a field read and not listed fails there)
+LAYER_FIELDS = ("attention", "attention_projections", "bf16_layers", "block_format", "cp", "cp_comm",
+                "dispatch_dedup", "ep", "etp", "expert_gemm_call", "moe_dispatch_sync", "moe_host_op",
+                "moe_host_ops", "overlap_ep", "overlap_tp", "precision", "recompute", "recompute_alternate_matmuls",
+                "recompute_core_attn", "recompute_elementwise", "recompute_layernorm", "recompute_mla_up_proj",
+                "recompute_mlp", "recompute_moe", "recompute_moe_act", "recompute_share",
+                "recompute_shared_experts", "sequence_parallel", "summa_steps", "tp", "tp_layout",
+                "tp_overlap_method")
+layer_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*LAYER_FIELDS)
+# of them, those `kernel_passes` reads (checked as LAYER_FIELDS)
+KERNEL_FIELDS = ("precision", "attention", "expert_gemm_call", "block_format", "attention_projections", "bf16_layers",
+                 "tp_layout", "summa_steps", "tp")
+kernel_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*KERNEL_FIELDS)
 
 
 def recompute_modes(st: StrategyArrays) -> tuple[Array, Array]:
@@ -146,17 +166,14 @@ def _with_adapters(passes: tuple[PassCost, PassCost, PassCost, PassCost, PassCos
 
 def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System, exchange: LayerExchange,
                experts: ExpertsForward | None = None,
-               adapters: Adapters | None = None) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
+               adapters: Adapters | None = None,
+               kernels: KernelPasses | None = None) -> tuple[LayerCost, EndsCost, tuple[CommCall, ...]]:
     """Per-pass cost of one layer and of the model's ends, and the layer's TP / SP / CP / EP calls per
     micro-batch. `experts`: the routed experts of an MoE layer, exchanged over `exchange.expert_groups`;
-    `adapters`: LoRA fine-tuning of a frozen base (its embedding and LM head frozen too)."""
-    kt = layer_kernels(fw, ends, experts, system.device, st.precision, st.attention, st.expert_gemm_call,
-                       st.block_format, st.attention_projections, st.bf16_layers)
+    `adapters`: LoRA fine-tuning of a frozen base (its embedding and LM head frozen too); `kernels`: the
+    `kernel_passes` of these inputs, where the caller has them already."""
+    kt, passes = kernels if kernels is not None else kernel_passes(fw, ends, experts, st, system.device)
     grid = two_d(st)  # the 2-D layout (`Strategy.tp_layout`; estimate/tp_layouts.py)
-    if any_true(grid):
-        _two_d_defined(fw, experts)
-        kt = two_d_kernels(kt, fw, st, system.device)
-    passes = _passes(fw, kt, experts, st, system.device)
     base_weight_t = passes[2].time_s  # the base GEMMs' time, what TP all-reduces hide behind
     if adapters is not None:
         passes = _with_adapters(passes, adapters)
@@ -208,6 +225,24 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     return layer, ends_cost, calls
 
 
+Passes = tuple[PassCost, PassCost, PassCost, PassCost, PassCost]
+KernelPasses = tuple[LayerKernels, Passes]
+
+
+def kernel_passes(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, st: StrategyArrays,
+                  device: Device) -> KernelPasses:
+    """The kernel times of a layer and its ends (`layer_kernels`, under the 2-D layout `two_d_kernels`) and
+    the layer's passes without communication (`_passes`): what a layer's cost takes from its kernels alone, of
+    the strategy's precision, attention, expert_gemm_call, block_format, attention_projections, bf16_layers,
+    tp_layout, tp and summa_steps only."""
+    kt = layer_kernels(fw, ends, experts, device, st.precision, st.attention, st.expert_gemm_call, st.block_format,
+                       st.attention_projections, st.bf16_layers)
+    if any_true(two_d(st)):  # the 2-D layout (`Strategy.tp_layout`; estimate/tp_layouts.py)
+        _two_d_defined(fw, experts)
+        kt = two_d_kernels(kt, fw, st, device)
+    return kt, _passes(fw, kt, experts, st, device)
+
+
 def _two_d_defined(fw: LayerForward, experts: ExpertsForward | None) -> None:
     """The layers the 2-D layout is defined for (Optimus §3, Colossal-AI 2-D): dense layers whose projections
     are plain GEMMs; MoE layers and MLA's latent projections have no 2-D split in the sources."""
@@ -234,7 +269,7 @@ def moe_host_wait(device_forward_s: Array, experts: ExpertsForward, st: Strategy
 
 
 def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, st: StrategyArrays,
-            device: Device) -> tuple[PassCost, PassCost, PassCost, PassCost, PassCost]:
+            device: Device) -> Passes:
     """(forward, input gradient, weight gradient, attention core forward, attention core backward) of the
     layer's kernels, without communication."""
     flash = st.attention

@@ -7,6 +7,8 @@ GQA, head_dim and gated MLPs.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +74,14 @@ def per_precision(table: tuple[float, ...], code: Array) -> Array:
     if not isinstance(code, np.ndarray):
         return table[int(code)]
     return np.asarray(table)[code.astype(int)]
+
+
+# the strategy's fields `LayerActivations.stored` and `.checkpointed` read (with `grid_split`): with the
+# activations, the key under which the estimator keeps them (tests/test_estimate_memo.py checks the list)
+STORED_FIELDS = ("tp_layout", "tp", "eager_kernels", "recompute", "recompute_share", "recompute_moe",
+                 "recompute_shared_experts", "recompute_mlp", "recompute_elementwise", "recompute_alternate_matmuls",
+                 "recompute_core_attn", "recompute_layernorm", "recompute_mla_up_proj", "recompute_moe_act")
+stored_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*STORED_FIELDS)
 
 
 @quick_init

@@ -7,11 +7,21 @@ parameters each stage holds and their data-parallel communication (`data_paralle
 and the second memory tier; memory per device of the fullest stage (`memory.py`); model FLOPs
 (`flops.py`); every call of the step. Every function takes arrays, so one call evaluates one
 configuration or a whole sweep.
+
+One configuration's parts are kept under their inputs (`_PARTS` per model, `_SENDS`, `_DATA_PARALLEL` and
+`_GROUPS` per system; `memo.KeyedCache`): each key holds the strategy fields the part reads (`*_FIELDS`, checked
+against the code by tests/test_estimate_memo.py), the numbers it takes and, by identity, the spec objects and the
+kept parts it follows from, which the value holds so that their ids stay their own. The same estimate again is
+look-ups; a sweep's point takes what it shares with earlier points (its layers across pp, dp, ZeRO, offload; its
+memory across overlap and collective choices). A sweep's arrays do not hash: computed as before.
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -21,16 +31,23 @@ from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import (
     DataParallelCost,
     data_parallel_cost,
+    data_parallel_fields,
     exposed_together,
     parameter_tensors,
 )
 from armillary.estimate.feasibility import check, system_shape
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.layer import (
+    KERNEL_FIELDS,
+    LAYER_FIELDS,
     Adapters,
     ExpertGroups,
     LayerExchange,
+    TpCosts,
+    kernel_fields,
+    kernel_passes,
     layer_cost,
+    layer_fields,
     recompute_modes,
     tp_collectives,
 )
@@ -44,6 +61,7 @@ from armillary.estimate.result import (
     EndsCost,
     LayerCost,
     MemoryBreakdown,
+    ParallelDimension,
     PassCost,
     StepEstimate,
     TimeBreakdown,
@@ -60,7 +78,7 @@ from armillary.estimate.stages import (
     weighted_sum,
 )
 from armillary.estimate.token_exchange import Fanout
-from armillary.memo import derived, quick_init
+from armillary.memo import KeyedCache, derived, quick_init, quick_replace, typed
 from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
@@ -110,23 +128,33 @@ class Layers:
     edp_group: Placement | None
 
 
+# one configuration's group placements per system (its sizes), by the degrees and rank order (`estimate_training`)
+_GROUPS: KeyedCache[System, Groups] = KeyedCache(32, 512)
+
+
 def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System) -> StepEstimate:
     device = system.device
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     microbatches = microbatch_count(w.global_batch, st.micro_batch, st.dp)
     # where each group's ranks sit: once per strategy point and network shape (kept on the frozen point)
     sizes = system_shape(system)[0]
-    groups = derived(st, ("groups", sizes), lambda: place_groups(st.tp, st.dp, st.pp, sizes, st.cp, st.rank_order))
-    stages = split_stages(m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers)
+    groups = derived(st, ("groups", sizes), lambda: _GROUPS.get(  # (and by value, for the points of a sweep)
+        system, typed(st.tp, st.dp, st.pp, st.cp, st.rank_order),
+        lambda: place_groups(st.tp, st.dp, st.pp, sizes, st.cp, st.rank_order)))
+    # the model's stages, for every point of the same pipeline (kept per model, `_PARTS`)
+    stages_key = ("stages", *typed(st.pp, st.first_stage_layers, st.last_stage_layers))
+    stages: StageLayers = _PARTS.get(m, stages_key, lambda: split_stages(
+        m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers))
     # every layer is priced at the chunk's average recomputation and offload: what a block-method recompute
     # re-runs, what offloading the first N layers of each chunk moves
     chunk = chunk_layers(*stages.totals, st.pp, st.vpp)
     share = chunk_share(st.recompute_layers, chunk)
     offloaded = st.offload_activations * chunk_share(st.offload_activation_layers, chunk)
-    # the copy made once per strategy point and shares (a copy of its 70 fields costs about 17 us)
+    # the copy made once per strategy point and shares (`memo.quick_replace`: dataclasses.replace of its 70 fields
+    # costs about 17 us)
     base = st
     st = derived(base, ("chunked", share, offloaded),
-                 lambda: replace(base, recompute_share=share, offload_activations=offloaded))
+                 lambda: quick_replace(base, recompute_share=share, offload_activations=offloaded))
     layers = _layers(m, st, w, system, groups, e)
     # multi-token prediction: its modules on the last stage (estimate/mtp.py)
     depth, mtp = mtp_depth(m, w), None
@@ -134,32 +162,41 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         stages = with_mtp(stages, depth, m)
         mtp = mtp_cost(m, st, w, system, layers.ends, depth, where(w.frozen, 1.0, 0.0), e, stages.single)
         layers = replace(layers, ends=replace(layers.ends, mtp_s=mtp.time.compute, mtp_forward_s=mtp.forward_s))
-    sends = _pipeline_sends(m, st, w, system, groups, e)
-    times = _stage_times(layers, stages, mtp)
-    first_s, middle_s, last_s = times[0].total, times[1].total, times[2].total  # once each
-    mid_s = stages.has_mid * middle_s
-    stage_max = maximum(maximum(first_s, last_s), mid_s) + sends.per_mb
-    stage_sum = first_s + (1 - stages.single) * last_s + maximum(st.pp - 2, 0) * middle_s + st.pp * sends.per_mb
-    # the critical (slowest) stage fixes the steady state; attribute it by component
-    crit = critical_stage((first_s, times[0]), (last_s, times[2]), (mid_s, times[1]))
-    # what deferring the weight passes takes off the critical stage, of its time (ZB-H1; estimate/pipeline.py)
-    weight_share = crit.deferrable / stage_max
-    pipe = pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share, st.pp)
-    params = _stage_params(m, st, stages, mtp.params if mtp is not None else 0.0)
+    sends = _SENDS.get(system, (typed(*sends_fields(st), w.seq_len, m.hidden, e), _spans(groups.pp),
+                                _spans(groups.tp)), lambda: _pipeline_sends(m, st, w, system, groups, e))
+    if mtp is None:  # for every point with the same layer kinds, stages, sends and schedule (kept per model; the
+        # kinds and the stages are kept objects, held by the value so that their ids stay their own)
+        held = (layers.dense, layers.moe, stages)
+        crit, pipe = _PARTS.get(m, ("pipeline", *map(id, held), typed(sends.per_mb, microbatches, st.pp, st.vpp,
+                                                                       st.schedule)),
+                                lambda: (held, _pipeline(layers, stages, None, sends.per_mb, microbatches, st)))[1]
+    else:
+        crit, pipe = _pipeline(layers, stages, mtp, sends.per_mb, microbatches, st)
+    if mtp is None:  # the parameters of each stage, for every point of the same model split (kept per model)
+        params = _PARTS.get(m, ("stage params", stages_key, *typed(st.tp, st.ep, st.etp, st.redundant_experts)),
+                            lambda: _stage_params(m, st, stages))
+    else:
+        params = _stage_params(m, st, stages, mtp.params)
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
-    # what one micro-batch leaves stored on the first, middle and last stage, for the offload path and memory
-    stored = (_stored(layers, stages.first), _stored(layers, stages.middle), _stored(layers, stages.last))
-    optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system, stored)
-    calls = _calls(layers, stages, sends, dp, microbatches, st)
-    scale_up: Array = 0  # each summed from 0 over the calls, as sum() sums them (one loop for both)
-    scale_out: Array = 0
-    for c in calls:
-        per_step = c.per_step
-        scale_up, scale_out = scale_up + per_step * c.scale_up_bytes_each, scale_out + per_step * c.scale_out_bytes_each
-    traffic = Traffic(scale_up_bytes=scale_up, scale_out_bytes=scale_out)
+    if mtp is None:  # the optimizer, offload and memory for every point with the same layers, stages, parameters,
+        # sends, micro-batches and memory fields (kept per model; those kept objects, the system and under LoRA the
+        # workload held by the value, so that their ids stay their own)
+        held_memory = (layers, stages, params, sends, system, w if _lora(w) else None)
+        optimizer, offload_s, hbm, tier2_mem = _PARTS.get(
+            m, ("memory", *map(id, held_memory), typed(microbatches, e, w.seq_len), typed(*memory_fields(st))),
+            lambda: (held_memory, *_memory_and_optimizer(m, st, w, stages, params, layers, sends, microbatches, e,
+                                                         system)))[1:]
+    else:
+        optimizer, offload_s, hbm, tier2_mem = _memory_and_optimizer(m, st, w, stages, params, layers, sends,
+                                                                     microbatches, e, system, mtp)
+    if mtp is None:  # for every point with the same kinds, stages, sends, data-parallel costs,
+        # micro-batches and tp (kept per model; those kept objects held by the value, so that their ids stay theirs)
+        held_calls = (layers.dense, layers.moe, stages, sends, *dp)
+        calls, traffic = _PARTS.get(m, ("calls", *map(id, held_calls), typed(microbatches, st.tp)), lambda: (
+            held_calls, *_calls_and_traffic(layers, stages, sends, dp, microbatches, st)))[1:]
+    else:
+        calls, traffic = _calls_and_traffic(layers, stages, sends, dp, microbatches, st)
     offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
-    hbm, tier2_mem = _memory(m, st, w, stages, params, layers, sends, microbatches, e, device.memory_reserve,
-                             stored, mtp.activations if mtp is not None else 0.0)
     parts = (microbatches * crit.compute, microbatches * crit.recompute, microbatches * crit.tp,
              microbatches * crit.cp, microbatches * crit.ep, microbatches * sends.per_mb,
              maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # the bubble, >= 0 after rounding
@@ -194,8 +231,36 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     )
 
 
+# one configuration's parts per model, each under its inputs (memo.KeyedCache): the layers and what they are made
+# of (forward, kernel times, activations, layer kinds, the ends' and routed experts' forward), the stages and their
+# parameters, the pipeline, the calls, the memory and the model FLOPs. About 3 entries a strategy point of a sweep
+# (parts are shared), a few KB each (144 points of one run: 2.3 MB); at most 1,024 a model and 16 models
+_PARTS: KeyedCache[ModelArrays, Any] = KeyedCache(16, 1024)
+
+
+# the strategy's fields `_layers` reads, with those of what it calls (`layer.LAYER_FIELDS`, `KERNEL_FIELDS`,
+# `memory.STORED_FIELDS`, `memory.saved_input_bytes`): with the activation bytes, the sequence, the system and the
+# groups' spans, the key under which the layers are kept per model (tests/test_estimate_memo.py checks the list)
+LAYERS_FIELDS = tuple(sorted({*LAYER_FIELDS, *KERNEL_FIELDS, *mem.STORED_FIELDS, "micro_batch", "dp",
+                              "redundant_experts", "imbalance", "capacity_factor", "pad_to_capacity", "dispatch_fp8",
+                              "precision", "block_format"}))
+layers_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*LAYERS_FIELDS)
+
+
 def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
             e: Array) -> Layers:
+    """One dense layer, one MoE layer (MoE models) and the ends, for one micro-batch (`_made_layers`): kept per
+    model under their inputs for every point that shares them. (The key holds the system, and under LoRA the
+    workload, whose adapters the layers read, by identity: the value keeps them alive, so that their ids stay
+    their own.)"""
+    lora = w if _lora(w) else None
+    key = ("layers", typed(*layers_fields(st)), typed(e, w.seq_len), id(system), _spans(groups.tp),
+           _spans(groups.cp), id(lora))
+    return _PARTS.get(m, key, lambda: (system, lora, _made_layers(m, st, w, system, groups, e)))[2]  # type: ignore[no-any-return]
+
+
+def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
+                 e: Array) -> Layers:
     """One dense layer, one MoE layer (MoE models) and the ends, for one micro-batch. With context
     parallelism every rank works on s/cp tokens of each sequence."""
     b, s, t, sp, c = st.micro_batch, w.seq_len, st.tp, st.sequence_parallel, st.cp
@@ -203,19 +268,52 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     n_tp = tp_message_bytes(m, b, q, e)
     kv_block = ring_kv_block(m, b * q, t, e)  # one rank's K and V (ring attention)
     a2a_bytes = (b * q * m.qkv_width / t * e, b * q * m.heads * m.value_dim / t * e)
-    ends_fw = ends_forward(m, b, q, t, e)
-    tp_costs = tp_collectives(st, system, n_tp, groups.tp)  # the same for every layer kind
+    ends_key = ("ends", *typed(b, q, t, e))
+    ends_fw = _PARTS.get(m, ends_key, lambda: ends_forward(m, b, q, t, e))
+    tp_costs: list[TpCosts] = []  # the same for every layer kind: taken once, where a layer's cost is made
+    device, lora = system.device, _lora(w)
+    g = mem.saved_input_bytes(st)
+    # the kernels' strategy inputs (`layer_kernels`), and the activations' (`memory.layer_activations`)
+    kernel_inputs = typed(*kernel_fields(st))
+    saved = typed(st.attention, g)
+    # a layer's cost (`layer_cost`) beyond its kernels: the strategy's fields it reads, the system, the
+    # messages and the groups' spans (the TP collectives follow from them); its stored activations' fields
+    cost_inputs = (typed(*layer_fields(st)), id(system), typed(n_tp, kv_block, *a2a_bytes),
+                   _spans(groups.tp), _spans(groups.cp))
+    stored_inputs = typed(*mem.stored_fields(st))
 
     def kind(mlp_width: Array | None, experts: ExpertsForward | None = None,
-             expert_groups: ExpertGroups | None = None) -> tuple[LayerKind, EndsCost]:
-        fw = layer_forward(m, b, s, t, sp, e, c, mlp_width)
-        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups, tp_costs)
-        lora = _adapters(m, w, system, st, b * q, e, mlp_width) if _lora(w) else None
-        cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, lora)
-        g = mem.saved_input_bytes(st)
-        acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
-                                     mem.lora_saved_inputs(w, e, g) if _lora(w) else None)
-        return LayerKind(cost, calls, acts, fw, acts.stored(st), acts.checkpointed(st)), ends
+             expert_groups: ExpertGroups | None = None, experts_key: tuple[object, ...] | None = None
+             ) -> tuple[LayerKind, EndsCost]:
+        # the layer's forward, kernel times, cost and stored activations: pure functions of the model and the
+        # inputs in their keys, kept per model (`_PARTS`), so the points of a sweep that share them take them once
+        forward_key = ("forward", *typed(b, s, t, sp, e, c, mlp_width))
+        kernels_key = ("kernels", forward_key, ends_key, experts_key, id(device), kernel_inputs)
+        if lora:
+            return made(mlp_width, experts, expert_groups, experts_key, forward_key, kernels_key)[1:]
+        # (the keys hold the device and the system by identity: the values keep them alive, so that their ids
+        # stay their own)
+        groups_key = None if expert_groups is None else (_spans(expert_groups.ep), _spans(expert_groups.etp))
+        return _PARTS.get(m, ("kind", kernels_key, cost_inputs, groups_key, saved, stored_inputs),
+                          lambda: made(mlp_width, experts, expert_groups, experts_key, forward_key, kernels_key))[1:]
+
+    def made(mlp_width: Array | None, experts: ExpertsForward | None, expert_groups: ExpertGroups | None,
+             experts_key: tuple[object, ...] | None, forward_key: tuple[object, ...],
+             kernels_key: tuple[object, ...]) -> tuple[System, LayerKind, EndsCost]:
+        fw = _PARTS.get(m, forward_key, lambda: layer_forward(m, b, s, t, sp, e, c, mlp_width))
+        kernels = _PARTS.get(m, kernels_key, lambda: (device, kernel_passes(fw, ends_fw, experts, st, device)))[1]
+        if not tp_costs:  # the TP collectives, once for every layer kind
+            tp_costs.append(tp_collectives(st, system, n_tp, groups.tp))
+        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups, tp_costs[0])
+        adapters = _adapters(m, w, system, st, b * q, e, mlp_width) if lora else None
+        cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, adapters, kernels)
+        if lora:
+            acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
+                                         mem.lora_saved_inputs(w, e, g))
+        else:
+            acts = _PARTS.get(m, ("activations", forward_key, experts_key, saved),
+                              lambda: mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g))
+        return system, LayerKind(cost, calls, acts, fw, acts.stored(st), acts.checkpointed(st)), ends
 
     dense, ends = kind(None)
     edp = t * c * st.dp / (st.etp * st.ep)  # expert layers regroup the tp x cp x dp ranks as etp x ep x edp
@@ -229,10 +327,17 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     # the expert biases (GPT-OSS) added expert by expert after the grouped GEMM, as Megatron-Core's
     # TEGroupedMLP does (`experts_forward`); taken for every training stack: the validated MoE training rows
     # with expert biases are all Megatron-Core's (a stack without that pass needs a strategy field)
-    experts = experts_forward(m, b * q / sequence_shards(t, sp), st.ep, st.etp, load, e,
-                              where(st.dispatch_fp8 > 0, 1.0, e), redundant=redundant, bias_pass=1.0)
-    moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)))
+    tokens, dispatch_e = b * q / sequence_shards(t, sp), where(st.dispatch_fp8 > 0, 1.0, e)
+    experts_key = ("experts", *typed(tokens, st.ep, st.etp, load, e, dispatch_e, redundant))
+    experts = _PARTS.get(m, experts_key, lambda: experts_forward(m, tokens, st.ep, st.etp, load, e, dispatch_e,
+                                                                 redundant=redundant, bias_pass=1.0))
+    moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)), experts_key)
     return Layers(dense, moe, ends, n_tp, edp, edp_group)
+
+
+def _spans(group: Placement) -> tuple[object, ...]:
+    """A group's spans and their types (a key of `_PARTS`; Placement's own hash is a Python call)."""
+    return typed(*group.spans)
 
 
 def _lora(w: TrainingArrays) -> bool:
@@ -273,6 +378,14 @@ class PipelineSends:
     per_mb: Array  # their time on the critical stage
 
 
+# the strategy's fields `_pipeline_sends` reads: with the sequence, the hidden size, the activation bytes and the
+# groups' spans, the key of one configuration's sends kept per system (`_SENDS`; tests/test_estimate_memo.py checks
+# the list)
+SENDS_FIELDS = ("tp", "pp", "sequence_parallel", "tp_layout", "micro_batch", "cp", "pp_scatter_gather", "vpp")
+sends_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*SENDS_FIELDS)
+_SENDS: KeyedCache[System, PipelineSends] = KeyedCache(32, 512)
+
+
 def _pipeline_sends(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
                     e: Array) -> PipelineSends:
     """Pipeline activation per micro-batch; with scatter/gather only 1/t crosses nodes and is all-gathered
@@ -290,6 +403,22 @@ def _pipeline_sends(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, syste
     sends_per_mb = (1 - where(p == 1, 1.0, 0.0)) * 2 * st.vpp
     return PipelineSends(n_pp, n_send, send, regather, scatter, sends_per_mb,
                          sends_per_mb * (send.time + (scatter > 1) * regather.time))
+
+
+def _pipeline(layers: Layers, stages: StageLayers, mtp: MtpCost | None, sends_s: Array, microbatches: Array,
+              st: StrategyArrays) -> tuple[StageTime, Array]:
+    """The critical stage's time by component and the pipeline's time (`pipeline.pipeline_time`) of the stages'
+    times (`_stage_times`) with `sends_s` of sends per micro-batch; of the strategy, pp, vpp and schedule."""
+    times = _stage_times(layers, stages, mtp)
+    first_s, middle_s, last_s = times[0].total, times[1].total, times[2].total  # once each
+    mid_s = stages.has_mid * middle_s
+    stage_max = maximum(maximum(first_s, last_s), mid_s) + sends_s
+    stage_sum = first_s + (1 - stages.single) * last_s + maximum(st.pp - 2, 0) * middle_s + st.pp * sends_s
+    # the critical (slowest) stage fixes the steady state; attribute it by component
+    crit = critical_stage((first_s, times[0]), (last_s, times[2]), (mid_s, times[1]))
+    # what deferring the weight passes takes off the critical stage, of its time (ZB-H1; estimate/pipeline.py)
+    weight_share = crit.deferrable / stage_max
+    return crit, pipeline_time(stage_max, stage_sum, microbatches, st.vpp, st.schedule, weight_share, st.pp)
 
 
 def _stage_times(layers: Layers, stages: StageLayers,
@@ -369,16 +498,33 @@ def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, mic
     of the critical stage (`_overlappable`, `data_parallel.exposed_together`)."""
     # LoRA: only the adapters' gradients are reduced (Hu et al. 2021 §4.1); the frozen base is gathered by
     # ZeRO-3 / FSDP only
-    lora = (_stage_adapters(m, w, st, stages), params.dense_local * w.base_bytes) if _lora(w) else None
-    dense = data_parallel_cost(params.dense_local, stages.most_layers, microbatches, st, group, system,
-                               tensors_per_layer=parameter_tensors(m), lora=lora)
+    lora = _lora(w)
+    adapters = (_stage_adapters(m, w, st, stages), params.dense_local * w.base_bytes) if lora else None
+    dense = _kept_data_parallel(params.dense_local, stages.most_layers, microbatches, st, group, system,
+                                ParallelDimension.DP, parameter_tensors(m), adapters)
     if layers.moe is None or layers.edp_group is None:
         return (dense,)
-    experts = data_parallel_cost(params.experts_local, maximum(stages.busiest(1), 1), microbatches, st,
-                                 layers.edp_group, system, DIM_EDP,
-                                 lora=(0.0 * params.experts_local, params.experts_local * w.base_bytes)
-                                 if _lora(w) else None)
+    experts = _kept_data_parallel(params.experts_local, maximum(stages.busiest(1), 1), microbatches, st,
+                                  layers.edp_group, system, DIM_EDP, 0.0,
+                                  (0.0 * params.experts_local, params.experts_local * w.base_bytes) if lora else None)
     return dense, experts
+
+
+# one configuration's data-parallel costs per system, by their inputs (`_kept_data_parallel`)
+_DATA_PARALLEL: KeyedCache[System, DataParallelCost] = KeyedCache(32, 512)
+
+
+def _kept_data_parallel(params_local: Array, layers_local: Array, microbatches: Array, st: StrategyArrays,
+                        group: Placement, system: System, dimension: ParallelDimension,
+                        tensors_per_layer: Array, lora: tuple[Array, Array] | None) -> DataParallelCost:
+    """`data_parallel_cost`, kept per system under its inputs: the numbers (LoRA's adapters and base bytes among
+    them), the group's spans, the strategy's fields it reads (`data_parallel.DATA_PARALLEL_FIELDS`), so that a
+    sweep's points with the same parameters, micro-batches and group (e.g. over recomputation or offload) take it
+    once."""
+    key = (typed(params_local, layers_local, microbatches, tensors_per_layer), _spans(group), id(dimension),
+           typed(*data_parallel_fields(st)), None if lora is None else typed(*lora))
+    return _DATA_PARALLEL.get(system, key, lambda: data_parallel_cost(
+        params_local, layers_local, microbatches, st, group, system, dimension, tensors_per_layer, lora))
 
 
 def _sharded_states(params: tuple[Array, Array], st: StrategyArrays, edp: Array, w: TrainingArrays,
@@ -417,6 +563,30 @@ def _stored(layers: Layers, counts: tuple[Array, Array]) -> tuple[Array, Array]:
     if moe is None:
         return stored, checkpointed
     return stored + counts[1] * moe.stored, checkpointed + counts[1] * moe.checkpointed
+
+
+# the strategy's fields the optimizer step, the offload path and the memory read (`_memory_and_optimizer` and its
+# callees): with the layers, stages, parameters, sends, micro-batches, activation bytes, sequence and system, the
+# key under which they are kept (tests/test_estimate_memo.py checks the list)
+MEMORY_FIELDS = ("block_format", "cp", "cross_entropy", "dp", "fp8_params", "fragmentation", "grad_reduce_bf16",
+                 "main_param_bytes", "memory_reserve", "micro_batch", "moment_bytes", "offload_activations",
+                 "offload_experts", "offload_gradients", "offload_optimizer", "offload_weights", "pp", "precision",
+                 "recompute", "schedule", "tp", "vpp", "zero", "zero3_live_params")
+memory_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*MEMORY_FIELDS)
+
+
+def _memory_and_optimizer(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: StageLayers,
+                          params: StageParams, layers: Layers, sends: PipelineSends, microbatches: Array, e: Array,
+                          system: System, mtp: MtpCost | None = None) -> tuple[Array, Array, MemoryBreakdown,
+                                                                                 MemoryBreakdown]:
+    """(`_optimizer_and_offload`, `_memory`) of the step: the optimizer step, the offload path's busy time, the
+    fullest device's memory per tier."""
+    # what one micro-batch leaves stored on the first, middle and last stage, for the offload path and memory
+    stored = (_stored(layers, stages.first), _stored(layers, stages.middle), _stored(layers, stages.last))
+    optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system, stored)
+    hbm, tier2 = _memory(m, st, w, stages, params, layers, sends, microbatches, e, system.device.memory_reserve,
+                         stored, mtp.activations if mtp is not None else 0.0)
+    return optimizer, offload_s, hbm, tier2
 
 
 def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParams, stages: StageLayers,
@@ -564,9 +734,16 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
     split_evenly = not isinstance(m.kv_lora, np.ndarray) and m.kv_lora == 0
     fw = layers.dense.forward
     processed = where(st.capacity_factor > 0, minimum(st.capacity_factor, 1.0), 1.0)  # routed tokens computed
-    flops = model_flop_per_iteration(m, w, (sum(op.flop for op in fw.gemms) * rank_to_batch,
-                                            sum(op.flop for op in fw.core_gemms) * rank_to_batch)
-                                     if split_evenly else None, processed)
+    gemms = None
+    if split_evenly:  # (the forward's sums once per forward object, `derived`)
+        gemm, core = derived(fw, "gemm flops", lambda: (sum(op.flop for op in fw.gemms),
+                                                        sum(op.flop for op in fw.core_gemms)))
+        gemms = (gemm * rank_to_batch, core * rank_to_batch)
+    if mtp_depth is None:  # kept per model and workload (held by the value, so that its id stays its own)
+        flops = _PARTS.get(m, ("model flops", id(w), typed(*(gemms or (None,)), processed)),
+                           lambda: (w, model_flop_per_iteration(m, w, gemms, processed)))[1]
+    else:
+        flops = model_flop_per_iteration(m, w, gemms, processed)
     full, selective = recompute_modes(st)
     moe_modules = m.moe_layers * layers.moe.cost.recompute_modules.flop if layers.moe is not None else 0.0
     modules_flop = microbatches * t * c * st.dp * (m.dense_layers * layers.dense.cost.recompute_modules.flop
@@ -575,6 +752,18 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
     if mtp_depth is not None:
         return flops.total + mtp_flop(head_model, w, mtp_depth, flops.head), recompute_flop
     return flops.total, recompute_flop
+
+
+def _calls_and_traffic(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[DataParallelCost, ...],
+                       microbatches: Array, st: StrategyArrays) -> tuple[tuple[CommCall, ...], Traffic]:
+    """`_calls`, and the bytes they send inside and beyond the scale-up domain."""
+    calls = _calls(layers, stages, sends, dp, microbatches, st)
+    scale_up: Array = 0  # each summed from 0 over the calls, as sum() sums them (one loop for both)
+    scale_out: Array = 0
+    for c in calls:
+        per_step = c.per_step
+        scale_up, scale_out = scale_up + per_step * c.scale_up_bytes_each, scale_out + per_step * c.scale_out_bytes_each
+    return calls, Traffic(scale_up_bytes=scale_up, scale_out_bytes=scale_out)
 
 
 def _calls(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[DataParallelCost, ...],
