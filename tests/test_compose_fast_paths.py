@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from armillary.comm import algorithms
-from armillary.comm import compose as composing
+from armillary.comm.one_dimension import one_dimension_each
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
 from armillary.specs.loading import load_system
@@ -34,10 +34,10 @@ def test_two_tier_inside_one_dimension_is_the_count():
     rng = np.random.default_rng(2)
     spans = (rng.choice([1.0, 2.0, 8.0, np.nan], size=50), rng.choice([1.0, 4.0, np.nan], size=50))
     counted = sum(np.asarray(s) > 1 for s in spans)
-    assert composing._one_dimension_each(Placement(spans)) == (not np.any(counted > 1))
+    assert one_dimension_each(Placement(spans)) == (not np.any(counted > 1))
     one = (spans[0], np.ones(50))
-    assert composing._one_dimension_each(Placement(one))
-    assert not composing._one_dimension_each(Placement((np.array([2.0]), np.array([2.0]))))
+    assert one_dimension_each(Placement(one))
+    assert not one_dimension_each(Placement((np.array([2.0]), np.array([2.0]))))
 
 
 @pytest.mark.parametrize("op", [Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER,

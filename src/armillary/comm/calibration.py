@@ -18,7 +18,7 @@ import numpy as np
 
 from armillary.comm.algorithms import ALGORITHMS
 from armillary.comm.collectives import collective
-from armillary.comm.compose import phase_message
+from armillary.comm.phase_net import phase_message
 from armillary.comm.sweep import group_of
 from armillary.fitting import bisect, golden_section, non_decreasing_ramp
 from armillary.specs.communication import Algorithm, Collective
