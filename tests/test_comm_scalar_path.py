@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from conftest import gpt
 
-from armillary.comm.algorithms import NOTHING, _fastest, dimension_cost
+from armillary.comm.algorithms import NOTHING, dimension_cost
 from armillary.comm.collectives import collective, send_recv
+from armillary.comm.fastest_candidate import fastest
 from armillary.comm.one_dimension import on_one_dimension
 from armillary.comm.phase_net import PhaseNet, phase_message
 from armillary.plan.arrays import ModelArrays
@@ -26,13 +27,13 @@ SIZES = (1.0, 3e3, 2.5e5, 6e6, 1.3e8, 4e9)
 
 
 def test_the_fastest_candidate_is_the_first_of_the_least_time():
-    """`_fastest` picks the first of equal least times, and never a NaN over a number after it (what min over
+    """`fastest` picks the first of equal least times, and never a NaN over a number after it (what min over
     the indices keyed by time picks)."""
     labels = [(0, 0), (0, 1), (0, 2), (1, 2)]
     for times, first in (([3.0, 1.0, 1.0, 2.0], 1), ([math.nan, 2.0, 1.0, 1.0], 0), ([2.0, math.nan, 1.0, 5.0], 2),
                          ([0.0, -0.0, 1.0, 1.0], 0), ([math.inf, math.inf, math.inf, math.inf], 0)):
         sents, fixeds = [10.0 + i for i in range(4)], [20.0 + i for i in range(4)]
-        chosen = _fastest(times, sents, fixeds, labels, 2.0, True)
+        chosen = fastest(times, sents, fixeds, labels, 2.0, True)
         expected = min(range(len(times)), key=times.__getitem__)
         assert expected == first
         assert (chosen.sent_bytes, chosen.fixed, (chosen.algorithm, chosen.protocol)) == (

@@ -1,6 +1,6 @@
 """The shortcuts the collective composer's array path takes for speed (issue 47: search throughput) give what
 the plain computations they replace give, bit for bit: the candidates' times stacked with np.array
-(`algorithms._stacked`) as np.stack of np.broadcast_arrays stacks them; the two-tier test of a group inside one
+(`fastest_candidate._stacked`) as np.stack of np.broadcast_arrays stacks them; the two-tier test of a group inside one
 dimension as the count over every dimension; and the skipped `* 1.0` of a candidate's latency
 (`algorithms._candidate_costs`) as the full expression."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from armillary.comm import algorithms
+from armillary.comm import algorithms, fastest_candidate
 from armillary.comm.one_dimension import one_dimension_each
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
@@ -27,7 +27,7 @@ def test_stacked_is_stack_of_broadcast_arrays():
     mixed = [rng.random(7), rng.random((2, 1)), 3.0]
     ints = [np.arange(7), rng.random(7)]  # one dtype differs: broadcast and stacked as before
     for times in (same, mixed, ints):
-        assert _bits(algorithms._stacked(times)) == _bits(np.stack(np.broadcast_arrays(*times)))
+        assert _bits(fastest_candidate._stacked(times)) == _bits(np.stack(np.broadcast_arrays(*times)))
 
 
 def test_two_tier_inside_one_dimension_is_the_count():

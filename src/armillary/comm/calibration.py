@@ -16,8 +16,8 @@ from functools import partial
 
 import numpy as np
 
-from armillary.comm.algorithms import ALGORITHMS
 from armillary.comm.collectives import collective
+from armillary.comm.cost_types import ALGORITHMS
 from armillary.comm.phase_net import phase_message
 from armillary.comm.sweep import group_of
 from armillary.fitting import bisect, golden_section, non_decreasing_ramp

@@ -34,11 +34,11 @@ import math
 
 import numpy as np
 
-from armillary.comm.algorithms import DimensionCost
 from armillary.comm.compose_memo import MEMO, MEMO_TOKEN, copied, inputs_key, remember
 from armillary.comm.compose_memo import forget as forget  # public here too (search/run.py)
 from armillary.comm.compose_memo import memoized as memoized
 from armillary.comm.composed import COMPOSITIONS, Composed
+from armillary.comm.cost_types import DimensionCost
 from armillary.comm.distinct_points import Flattened
 from armillary.comm.flat_ring import flat_ring
 from armillary.comm.one_dimension import on_one_dimension, one_dimension_each

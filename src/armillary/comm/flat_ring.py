@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from armillary.comm.algorithms import PROTOCOLS, bus_factor
+from armillary.comm.algorithm_steps import bus_factor
 from armillary.comm.composed import Composed
+from armillary.comm.cost_types import PROTOCOLS
 from armillary.comm.phase_net import PhaseNet, faster
 from armillary.numerics import Array, is_array, nan_maximum, where
 from armillary.plan.placement import Placement

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.algorithms import NOTHING, DimensionCost
 from armillary.comm.composed import cost_fields, select
+from armillary.comm.cost_types import NOTHING, DimensionCost
 from armillary.numerics import Array, is_array, logical_not
 
 _BLOCKED = DimensionCost(np.inf, 0.0, 0, 0, 0.0)  # an option that does not apply at a point of a sweep

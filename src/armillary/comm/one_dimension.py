@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from armillary.comm.algorithms import ALGORITHMS, NOTHING, DimensionCost
 from armillary.comm.composed import COMPOSITIONS, Composed
+from armillary.comm.cost_types import ALGORITHMS, NOTHING, DimensionCost
 from armillary.comm.phase_net import PhaseNet, phase_message
 from armillary.numerics import Array, any_true, where
 from armillary.plan.placement import Placement

@@ -11,15 +11,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from armillary.comm.algorithms import (
-    NOTHING,
-    PROTOCOLS,
-    DimensionCost,
-    dimension_cost,
-    dimension_options,
-    ring_protocols,
-)
+from armillary.comm.algorithms import dimension_cost, dimension_options, ring_protocols
 from armillary.comm.composed import Composed, scaled, select
+from armillary.comm.cost_types import NOTHING, PROTOCOLS, DimensionCost
 from armillary.comm.fabrics import all_to_all_slowdown
 from armillary.memo import quick_init
 from armillary.numerics import Array, any_true, is_array, where

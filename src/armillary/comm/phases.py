@@ -13,8 +13,9 @@ from functools import partial
 
 import numpy as np
 
-from armillary.comm.algorithms import NOTHING, DimensionCost, dimension_options
+from armillary.comm.algorithms import dimension_options
 from armillary.comm.composed import Composed, select, shared_base, summed_phases, when
+from armillary.comm.cost_types import NOTHING, DimensionCost
 from armillary.comm.joint_choice import Stack, fastest_together, frontier, joint, on_mask
 from armillary.comm.phase_net import PhaseNet, incast, phase_message
 from armillary.memo import IdentityCache
