@@ -31,7 +31,8 @@ from armillary.validation.collective_residuals import (
     regime_of,
     shipped_collective_residuals,
 )
-from armillary.validation.collective_rows import ONE_DOMAIN, latency_share
+from armillary.validation.collective_rows import latency_share
+from armillary.validation.collective_system import ONE_DOMAIN
 
 
 def test_the_regime_is_the_modelled_latency_share():

@@ -22,7 +22,7 @@ from armillary.validation.collective_residuals import (
     first_run_residuals,
     shipped_collective_residuals,
 )
-from armillary.validation.collective_rows import ONE_DOMAIN
+from armillary.validation.collective_system import ONE_DOMAIN
 from armillary.validation.out_of_sample import read_out_of_sample
 
 

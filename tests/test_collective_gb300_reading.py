@@ -13,7 +13,9 @@ import pytest
 from armillary.comm.algorithms import bus_factor
 from armillary.comm.sweep import group_of
 from armillary.specs.communication import Collective
-from armillary.validation.collective_rows import channel_settings, predict_collective, read_system, system_of
+from armillary.validation.collective_reading import channel_settings
+from armillary.validation.collective_rows import predict_collective
+from armillary.validation.collective_system import read_system, system_of
 from armillary.validation.run import DEFAULT_CSV
 
 _SWEEP = "CO-GB300-OCI-32N-A2A"

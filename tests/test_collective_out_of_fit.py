@@ -102,7 +102,8 @@ def test_the_bands_pool_holds_no_in_sample_row_of_a_fitted_sweep():
 def test_a_fit_made_on_one_sweep_is_undone_to_the_uncalibrated_tier():
     """Recomputed from the model: GCP A3 Mega's tier was fitted on its one sweep (fit_tier); out of fit, its
     rows are predicted with NCCL's 14 us and no fitted tree efficiency or size curve."""
-    from armillary.validation.collective_rows import best_of_runs, predict_collective
+    from armillary.validation.collective_reading import best_of_runs
+    from armillary.validation.collective_rows import predict_collective
     from armillary.validation.run import read_rows
 
     refits = read_refits()
@@ -145,7 +146,9 @@ def test_every_stored_refit_is_the_model_now_with_the_values_it_records(monkeypa
 
     import armillary.comm.fabrics as fabrics_module
     from armillary.comm.fabrics import fabric_dimension
-    from armillary.validation.collective_rows import best_of_runs, predict_collective, read_system
+    from armillary.validation.collective_reading import best_of_runs
+    from armillary.validation.collective_rows import predict_collective
+    from armillary.validation.collective_system import read_system
     from armillary.validation.run import read_rows
 
     spec = importlib.util.spec_from_file_location("error_bands", Path(__file__).parents[1] / "tools" / "error_bands.py")

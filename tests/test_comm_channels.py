@@ -10,7 +10,7 @@ from armillary.comm.sweep import group_of
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
 from armillary.specs.network import NetworkDimension
-from armillary.validation.collective_rows import channel_settings
+from armillary.validation.collective_reading import channel_settings
 
 GiB = 2.0**30
 

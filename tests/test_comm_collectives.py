@@ -9,7 +9,8 @@ from conftest import on_nodes
 
 from armillary.comm.algorithms import PROTOCOLS, dimension_cost, ring_protocols
 from armillary.comm.collectives import all_to_all_matrix, collective, send_recv
-from armillary.comm.compose import LL_NET_BUSBW, phase_message
+from armillary.comm.flat_ring import LL_NET_BUSBW
+from armillary.comm.phase_net import phase_message
 from armillary.plan.placement import Placement, pair_across
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_system

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from conftest import gpt
 
-from armillary.comm.algorithms import NOTHING, _fastest, dimension_cost
+from armillary.comm.algorithms import NOTHING, dimension_cost
 from armillary.comm.collectives import collective, send_recv
-from armillary.comm.compose import _Net, _on_one_dimension, phase_message
+from armillary.comm.fastest_candidate import fastest
+from armillary.comm.one_dimension import on_one_dimension
+from armillary.comm.phase_net import PhaseNet, phase_message
 from armillary.plan.arrays import ModelArrays
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective
@@ -25,13 +27,13 @@ SIZES = (1.0, 3e3, 2.5e5, 6e6, 1.3e8, 4e9)
 
 
 def test_the_fastest_candidate_is_the_first_of_the_least_time():
-    """`_fastest` picks the first of equal least times, and never a NaN over a number after it (what min over
+    """`fastest` picks the first of equal least times, and never a NaN over a number after it (what min over
     the indices keyed by time picks)."""
     labels = [(0, 0), (0, 1), (0, 2), (1, 2)]
     for times, first in (([3.0, 1.0, 1.0, 2.0], 1), ([math.nan, 2.0, 1.0, 1.0], 0), ([2.0, math.nan, 1.0, 5.0], 2),
                          ([0.0, -0.0, 1.0, 1.0], 0), ([math.inf, math.inf, math.inf, math.inf], 0)):
         sents, fixeds = [10.0 + i for i in range(4)], [20.0 + i for i in range(4)]
-        chosen = _fastest(times, sents, fixeds, labels, 2.0, True)
+        chosen = fastest(times, sents, fixeds, labels, 2.0, True)
         expected = min(range(len(times)), key=times.__getitem__)
         assert expected == first
         assert (chosen.sent_bytes, chosen.fixed, (chosen.algorithm, chosen.protocol)) == (
@@ -42,7 +44,7 @@ def test_the_fastest_candidate_is_the_first_of_the_least_time():
 @pytest.mark.parametrize("op", [Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER,
                                 Collective.ALL_TO_ALL, Collective.BROADCAST])
 def test_a_group_inside_one_dimension_alone_is_its_point_of_a_sweep(name, op):
-    """Groups inside one dimension (one configuration: plain floats through `_on_one_dimension`'s loop) against
+    """Groups inside one dimension (one configuration: plain floats through `on_one_dimension`'s loop) against
     the same groups and sizes as one sweep, every field bit for bit."""
     system = load_system(name, 64)
     sizes = [d.size for d in system.network]
@@ -68,12 +70,12 @@ def test_a_group_inside_one_dimension_alone_is_its_point_of_a_sweep(name, op):
 
 
 def test_a_dimension_the_group_does_not_span_is_nothing_as_its_phase_gives_it():
-    """`_on_one_dimension` skips the phase of a dimension one configuration's group does not span; the phase
+    """`on_one_dimension` skips the phase of a dimension one configuration's group does not span; the phase
     itself gives NOTHING there, and the spanned dimension's phase is dimension_cost of its message."""
     system = load_system("dgx-a100", 64)
     group = Placement((8.0, 1.0))
-    net = _Net(system, group, Algorithm.AUTO, (None, None))
-    composed = _on_one_dimension(Collective.ALL_GATHER, 5e7, net)
+    net = PhaseNet(system, group, Algorithm.AUTO, (None, None))
+    composed = on_one_dimension(Collective.ALL_GATHER, 5e7, net)
     assert composed.dimensions[1] is NOTHING
     assert net.phase(1, Collective.ALL_GATHER, phase_message(Collective.ALL_GATHER, 5e7, group, 1)) is NOTHING
     own = dimension_cost(Collective.ALL_GATHER, 5e7, 8.0, system.network[0], system.device.hbm.rate)  # n / inner_0 = n

@@ -1,6 +1,6 @@
 """The shortcuts the collective composer's array path takes for speed (issue 47: search throughput) give what
 the plain computations they replace give, bit for bit: the candidates' times stacked with np.array
-(`algorithms._stacked`) as np.stack of np.broadcast_arrays stacks them; the two-tier test of a group inside one
+(`fastest_candidate._stacked`) as np.stack of np.broadcast_arrays stacks them; the two-tier test of a group inside one
 dimension as the count over every dimension; and the skipped `* 1.0` of a candidate's latency
 (`algorithms._candidate_costs`) as the full expression."""
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from armillary.comm import algorithms
-from armillary.comm import compose as composing
+from armillary.comm import algorithms, fastest_candidate
+from armillary.comm.one_dimension import one_dimension_each
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
 from armillary.specs.loading import load_system
@@ -27,17 +27,17 @@ def test_stacked_is_stack_of_broadcast_arrays():
     mixed = [rng.random(7), rng.random((2, 1)), 3.0]
     ints = [np.arange(7), rng.random(7)]  # one dtype differs: broadcast and stacked as before
     for times in (same, mixed, ints):
-        assert _bits(algorithms._stacked(times)) == _bits(np.stack(np.broadcast_arrays(*times)))
+        assert _bits(fastest_candidate._stacked(times)) == _bits(np.stack(np.broadcast_arrays(*times)))
 
 
 def test_two_tier_inside_one_dimension_is_the_count():
     rng = np.random.default_rng(2)
     spans = (rng.choice([1.0, 2.0, 8.0, np.nan], size=50), rng.choice([1.0, 4.0, np.nan], size=50))
     counted = sum(np.asarray(s) > 1 for s in spans)
-    assert composing._one_dimension_each(Placement(spans)) == (not np.any(counted > 1))
+    assert one_dimension_each(Placement(spans)) == (not np.any(counted > 1))
     one = (spans[0], np.ones(50))
-    assert composing._one_dimension_each(Placement(one))
-    assert not composing._one_dimension_each(Placement((np.array([2.0]), np.array([2.0]))))
+    assert one_dimension_each(Placement(one))
+    assert not one_dimension_each(Placement((np.array([2.0]), np.array([2.0]))))
 
 
 @pytest.mark.parametrize("op", [Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER,

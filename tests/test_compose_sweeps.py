@@ -10,8 +10,7 @@ import itertools
 import numpy as np
 import pytest
 
-from armillary.comm import compose as composing
-from armillary.comm import compose_memo, joint_choice
+from armillary.comm import compose_memo, joint_choice, phases
 from armillary.comm.algorithms import DimensionCost
 from armillary.comm.collectives import collective
 from armillary.comm.distinct_points import distinct_columns
@@ -44,7 +43,7 @@ def test_a_sweep_over_sizes_and_groups_is_each_point_alone(name, op, composition
 @pytest.mark.parametrize("name", ["dgx-a100", "gb200-nvl72", "trn2-16", "mi300x-8"])
 @pytest.mark.parametrize("op", [Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.BROADCAST])
 def test_a_sweep_mixing_groups_inside_one_dimension_is_each_point_alone(name, op):
-    """A group inside one dimension is costed by `_on_one_dimension` in a sweep too, not as a composition
+    """A group inside one dimension is costed by `on_one_dimension` in a sweep too, not as a composition
     with one active dimension (gb200-nvl72, all-reduce of 3 kB over 4 ranks across racks: 21.644 us in a
     mixed sweep, 21.624 us alone; up to 59% apart on other presets before)."""
     _each_point_alone(name, op, Composition.AUTO, 1)
@@ -124,13 +123,13 @@ def _fields(r: object) -> list[np.ndarray]:
                                 Collective.BROADCAST])
 def test_leaving_out_a_pipelined_composition_that_cannot_win_changes_nothing(monkeypatch, name, op):
     """NCCL's pipelined phases are not built where they are never faster than its flat ring
-    (`_never_faster_pipelined`): every field of sweeps mixing groups of one, groups inside a node and groups
+    (`phases.never_faster_pipelined`): every field of sweeps mixing groups of one, groups inside a node and groups
     across nodes, and of each point alone, is what building them gives."""
     system, spans = _groups(name, 0)
     swept = Placement(tuple(np.array([s[i] for s in spans])[None, :] for i in range(len(spans[0]))))
     cases = [(SIZES[:, None], swept)] + [(float(n), Placement(s)) for n in SIZES[::2] for s in spans]
     quick = [_fields(collective(op, n, g, system)) for n, g in cases]
-    monkeypatch.setattr(composing, "_SKIP_CHECK_OFF", True)
+    monkeypatch.setattr(phases, "_SKIP_CHECK_OFF", True)
     for (n, g), fields in zip(cases, quick, strict=True):
         for a, b in zip(fields, _fields(collective(op, n, g, system)), strict=True):
             np.testing.assert_array_equal(*np.broadcast_arrays(a, b))

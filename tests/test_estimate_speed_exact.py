@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from armillary.comm.algorithms import _candidate_table, _derived, _hop_latencies, dimension_cost
+from armillary.comm.algorithms import dimension_cost
+from armillary.comm.candidates import candidate_table, derived, hop_latencies
 from armillary.comm.collectives import collective
 from armillary.cost.compute import kernel_times
 from armillary.numerics import any_true, is_array, maximum, minimum
@@ -40,14 +41,14 @@ def test_one_collective_is_its_point_of_a_sweep(name: str, op: Collective) -> No
 @pytest.mark.parametrize("name", SYSTEMS)
 def test_the_per_network_cache_is_the_network_read_afresh(name: str) -> None:
     for net in load_system(name).network:
-        candidates, hops, _ = _derived(net)
-        assert _derived(net)[0] is candidates
-        assert candidates == _candidate_table(net.kind, net.algorithms, net.in_network_reduction,
+        candidates, hops, _ = derived(net)
+        assert derived(net)[0] is candidates
+        assert candidates == candidate_table(net.kind, net.algorithms, net.in_network_reduction,
                                               net.in_network_efficiency, net.efficiency, net.bandwidth,
                                               net.shared_by, net.tree_efficiency)
-        assert hops == _hop_latencies(net)
+        assert hops == hop_latencies(net)
         copy = net.model_copy(update={"latency": net.latency * 2})  # another spec: its own entry
-        assert _derived(copy)[1] == _hop_latencies(copy) and _derived(copy) is not _derived(net)
+        assert derived(copy)[1] == hop_latencies(copy) and derived(copy) is not derived(net)
         rate = 1e12
         assert dimension_cost(Collective.ALL_GATHER, 1e6, 4.0, copy, rate).time >= \
             dimension_cost(Collective.ALL_GATHER, 1e6, 4.0, net, rate).time

@@ -26,7 +26,7 @@ from armillary.validation.collective_residuals import (
     band_residuals,
     shipped_collective_residuals,
 )
-from armillary.validation.collective_rows import ONE_DOMAIN
+from armillary.validation.collective_system import ONE_DOMAIN
 
 
 def test_the_class_follows_the_system_and_the_fabric():
@@ -103,7 +103,7 @@ def test_only_rows_their_record_flags_are_left_out_and_they_say_why():
     the sweep beats (32-256 KiB, 6.3 ms at 32 KiB against 0.36 ms at 512 KiB) are skipped naming the caveat; the
     rest of the sweep runs. GCP A4's 2 MiB all-gather, slower than its 4 MiB but unflagged (50 warm-up
     iterations stated, the in-place run repeating it), stays in."""
-    from armillary.validation.collective_rows import FLAGGED_SWEEPS
+    from armillary.validation.flagged_sweeps import FLAGGED_SWEEPS
     from armillary.validation.run import read_rows, run_row
 
     rows = {r["id"]: r for r in read_rows() if r["id"].startswith(("CO-B200-4N-", "CO-B200-GCPA4-2N-AG-1"))}

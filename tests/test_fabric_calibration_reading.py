@@ -1,5 +1,5 @@
 """Calibration reads a measured size as the validation harness does: the faster of nccl-tests' out-of-place and
-in-place runs (validation/collective_rows.best_of_runs), both from a user's nccl-tests log (calibrate-network)
+in-place runs (validation/collective_reading.best_of_runs), both from a user's nccl-tests log (calibrate-network)
 and from the validation rows (tools/calibrate_fabric.py), so a fit and its check compare against one figure."""
 
 import importlib.util
@@ -9,7 +9,7 @@ import pytest
 
 from armillary.comm.calibration import parse_nccl_tests
 from armillary.specs.loading import load_system
-from armillary.validation.collective_rows import best_of_runs
+from armillary.validation.collective_reading import best_of_runs
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "calibrate_fabric.py"
 

@@ -6,16 +6,10 @@ from a row) and a negative: the same words in an unrelated clause are not taken.
 import pytest
 
 from armillary.specs.communication import Algorithm, Collective
-from armillary.validation.collective_rows import (
-    compute_network_text,
-    fabric_family,
-    nic_bandwidth_per_gpu,
-    nvls_enabled,
-    pinned_algorithm,
-    predict_collective,
-    read_op,
-    read_system,
-)
+from armillary.validation.collective_reading import nvls_enabled, pinned_algorithm, read_op
+from armillary.validation.collective_rows import predict_collective
+from armillary.validation.collective_system import read_system
+from armillary.validation.fabric_words import compute_network_text, fabric_family, nic_bandwidth_per_gpu
 from armillary.validation.rows import Unsupported
 
 

@@ -9,7 +9,8 @@ from conftest import shipped_results
 from armillary.specs.loading import load_stack, stack_for
 from armillary.specs.run import load_run
 from armillary.specs.strategy import Attention, Recompute, TrainingPrecision, ZeroStage
-from armillary.validation.collective_rows import best_of_runs, predict_collective
+from armillary.validation.collective_reading import best_of_runs
+from armillary.validation.collective_rows import predict_collective
 from armillary.validation.rows import row_specs
 from armillary.validation.run import read_rows, run_row
 from armillary.validation.vocabulary import (

@@ -16,9 +16,9 @@ from functools import partial
 
 import numpy as np
 
-from armillary.comm.algorithms import ALGORITHMS
 from armillary.comm.collectives import collective
-from armillary.comm.compose import phase_message
+from armillary.comm.cost_types import ALGORITHMS
+from armillary.comm.phase_net import phase_message
 from armillary.comm.sweep import group_of
 from armillary.fitting import bisect, golden_section, non_decreasing_ramp
 from armillary.specs.communication import Algorithm, Collective
@@ -38,7 +38,7 @@ _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+")
 def parse_nccl_tests(text: str) -> list[Measurement]:
     """The (size, time) pairs of an nccl-tests log (the table it prints: size, count, type, [redop, root,]
     time, algbw, busbw, #wrong, then the same for in-place): each size's faster run of the two, as the
-    validation harness reads a row (validation/collective_rows.best_of_runs: noise and warm-up only ever slow
+    validation harness reads a row (validation/collective_reading.best_of_runs: noise and warm-up only ever slow
     a run). Times carry more digits than the printed bandwidths, so the fit works on times."""
     rows = []
     for line in text.splitlines():

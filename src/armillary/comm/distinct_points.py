@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.algorithms import DimensionCost
 from armillary.comm.composed import Composed, cost_fields
+from armillary.comm.cost_types import DimensionCost
 from armillary.numerics import Array, is_array
 from armillary.plan.placement import Placement
 

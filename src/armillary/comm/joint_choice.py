@@ -1,6 +1,6 @@
 """The joint choice of a pipelined collective's phases: every phase's (algorithm, protocol) chosen together for
 the least time of the whole, as NCCL's tuner picks the configuration of least modelled time for the whole
-collective (src/graph/tuning.cc); comm/compose.py `_pipelined` uses it, docs/formulas.md §1.5."""
+collective (src/graph/tuning.cc); comm/phases.py `pipelined_phases` uses it, docs/formulas.md §1.5."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.algorithms import NOTHING, DimensionCost
 from armillary.comm.composed import cost_fields, select
+from armillary.comm.cost_types import NOTHING, DimensionCost
 from armillary.numerics import Array, is_array, logical_not
 
 _BLOCKED = DimensionCost(np.inf, 0.0, 0, 0, 0.0)  # an option that does not apply at a point of a sweep

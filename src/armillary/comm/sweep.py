@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.algorithms import ALGORITHMS, PROTOCOLS, DimensionCost, bus_factor
+from armillary.comm.algorithm_steps import bus_factor
 from armillary.comm.collectives import collective
 from armillary.comm.composed import COMPOSITIONS
+from armillary.comm.cost_types import ALGORITHMS, PROTOCOLS, DimensionCost
 from armillary.display import Displayed, Headline, number, seconds
 from armillary.errors import SpecError
 from armillary.numerics import Array

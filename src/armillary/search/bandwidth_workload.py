@@ -2,7 +2,7 @@
 the step, the bytes one device sends on each network dimension (LIBRA §IV-A's per-dimension traffic).
 
 A call over a group spanning s_i positions on dimension i is decomposed hierarchically
-(`comm.compose.phase_message`: dimension i carries a message of n / inner_i): all-reduce sends
+(`comm.phase_net.phase_message`: dimension i carries a message of n / inner_i): all-reduce sends
 2 (s_i - 1)/s_i of it on dimension i, reduce-scatter, all-gather and all-to-all (s_i - 1)/s_i, broadcast and
 reduce all of it (ring costs, docs/formulas.md §1.2); a point-to-point transfer crosses the innermost
 dimension its group spans.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from armillary.comm.compose import phase_message
+from armillary.comm.phase_net import phase_message
 from armillary.estimate.result import ParallelDimension, StepEstimate
 from armillary.plan.placement import Placement, place_expert_groups, place_groups
 from armillary.search.network_bandwidth import BandwidthWorkload

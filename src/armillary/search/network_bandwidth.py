@@ -1,7 +1,7 @@
 """Per-dimension network bandwidth optimization (the role of LIBRA, Won et al., ISPASS'24).
 
 Model (LIBRA §IV): each collective of a step sends `bytes[j, i]` per device on dimension i (its hierarchical
-decomposition, `comm.compose.phase_message`), taking bytes / (efficiency x bandwidth_i) there; a collective
+decomposition, `comm.phase_net.phase_message`), taking bytes / (efficiency x bandwidth_i) there; a collective
 takes the max over its dimensions when the dimensions are pipelined, the sum when not; the step is the
 compute time plus the collectives (LIBRA holds the strategy and the overlap fixed).
 

@@ -332,8 +332,8 @@ def op_boundedness(model: Any, device: Device | str, tokens: int, seq_len: int |
     from armillary.plan.arrays import ModelArrays
     from armillary.plan.codes import BLOCK_FORMAT, PRECISION
     from armillary.specs.loading import load_device, load_model
-    from armillary.specs.strategy import BlockFormat, TrainingPrecision
     from armillary.specs.system import Precision
+    from armillary.specs.training_precision import BlockFormat, TrainingPrecision
     from armillary.workload.transformer import layer_forward
 
     dev = load_device(device)

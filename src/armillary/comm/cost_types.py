@@ -1,0 +1,62 @@
+"""What a collective's cost on one network dimension is made of and labelled by: the transfer protocols
+(NCCL's LL, LL128, Simple), the algorithms in label order, and one dimension's cost (`DimensionCost`)
+(docs/formulas.md §1.2, §1.3). comm/algorithms.py computes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from armillary.memo import quick_init
+from armillary.numerics import Array
+from armillary.specs.communication import (
+    ALG_DIRECT,
+    ALG_HALVING_DOUBLING,
+    ALG_IN_NETWORK,
+    ALG_RING,
+    ALG_SYNTHESIZED,
+    ALG_TREE,
+)
+
+SIMPLE = "Simple"  # the protocol NVLS, CollNet and synthesized schedules run
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A transfer protocol: fixed cost per collective, latency per step and bandwidth, relative to the
+    network's Simple-protocol figures. NCCL defaults (src/graph/tuning.cc; docs/formulas.md §1.3): base
+    latency 6.6 / 14 / 8.4 us; per NVLink hop 0.6 / 1.9 / 3.4 us; bandwidth x0.5 (LL, half of each word
+    is a flag) / x0.92 (LL128, 120 of 128 bytes) / x1."""
+
+    name: str
+    base_latency_s: float
+    hop_latency_factor: float
+    bandwidth_factor: float
+
+
+PROTOCOLS = (
+    Protocol("LL", 6.6e-6, 0.6 / 3.4, 0.5),
+    Protocol("LL128", 14e-6, 1.9 / 3.4, 0.92),
+    Protocol("Simple", 8.4e-6, 1.0, 1.0),
+)
+
+
+@quick_init  # a dozen a collective (memo.quick_init: the same frozen dataclass, built faster)
+@dataclass(frozen=True)
+class DimensionCost:
+    """Cost of a collective on one dimension: time (of which `fixed` is the latency part: the protocol's
+    base cost and the per-step latencies), bytes sent per rank, and what was chosen."""
+
+    time: Array
+    sent_bytes: Array
+    algorithm: Array  # index into ALGORITHMS
+    protocol: Array  # index into PROTOCOLS
+    fixed: Array = 0.0
+
+    @property
+    def transfer(self) -> Array:
+        """The time that scales with the bytes: what pipelining across dimensions overlaps."""
+        return self.time - self.fixed
+
+
+NOTHING = DimensionCost(0.0, 0.0, 0, 0)
+ALGORITHMS = (ALG_RING, ALG_TREE, ALG_HALVING_DOUBLING, ALG_DIRECT, ALG_IN_NETWORK, ALG_SYNTHESIZED)

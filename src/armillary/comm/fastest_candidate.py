@@ -1,0 +1,61 @@
+"""The fastest of a dimension's candidate (algorithm, protocol) costs, point by point over a sweep, as NCCL's
+tuner takes the least modelled time (docs/formulas.md §1.3)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from armillary.comm.cost_types import DimensionCost
+from armillary.numerics import Array
+
+
+def faster_cost(a: DimensionCost, b: DimensionCost) -> DimensionCost:
+    """Elementwise the faster of two costs (`a` where strictly faster)."""
+    take = np.asarray(a.time) < np.asarray(b.time)
+    if take.ndim == 0:
+        return a if take else b
+    return DimensionCost(*(np.where(take, x, y) for x, y in zip(
+        (a.time, a.sent_bytes, a.algorithm, a.protocol, a.fixed),
+        (b.time, b.sent_bytes, b.algorithm, b.protocol, b.fixed), strict=True)))
+
+
+def fastest(times: list[Array], sents: list[Array], fixeds: list[Array], labels: list[tuple[int, int]],
+             p: Array, scalar: bool) -> DimensionCost:
+    """The fastest candidate (algorithm, protocol), elementwise over a sweep; a group of one does nothing."""
+    if scalar:
+        k = times.index(min(times))  # the first of the least, as min over the indices by time picks it
+        if not p > 1:
+            return DimensionCost(0.0, 0.0, labels[k][0], labels[k][1])
+        return DimensionCost(times[k], sents[k], labels[k][0], labels[k][1], fixeds[k])
+    stacked = _stacked(times)  # only the times: np.choose broadcasts the bytes and latencies
+    k = np.argmin(stacked, axis=0)  # (the times hold every input's shape, so k has the common shape)
+    active = np.asarray(p) > 1
+    table = _label_table(tuple(labels))
+    sent = np.choose(k, sents)  # type: ignore[arg-type]  # (numbers or arrays: np.choose takes either)
+    fixed = np.choose(k, fixeds)  # type: ignore[arg-type]
+    return DimensionCost(np.where(active, np.choose(k, stacked), 0.0), np.where(active, sent, 0.0),
+                         table[k, 0], table[k, 1], np.where(active, fixed, 0.0))
+
+
+def _stacked(times: list[Array]) -> np.ndarray:
+    """The candidates' times on a new first axis, broadcast to their common shape: np.array where they are arrays
+    of one shape already (the same copy as np.stack of np.broadcast_arrays, at a fifth of its call cost)."""
+    first = times[0]
+    if type(first) is np.ndarray:
+        shape = first.shape
+        for t in times:
+            if type(t) is not np.ndarray or t.shape != shape or t.dtype != first.dtype:
+                break
+        else:
+            return np.array(times)
+    return np.stack(np.broadcast_arrays(*times))
+
+
+@functools.lru_cache(maxsize=256)
+def _label_table(labels: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """The (algorithm, protocol) labels of `fastest`'s candidates as an array (read-only: shared)."""
+    table = np.array(labels)
+    table.flags.writeable = False
+    return table

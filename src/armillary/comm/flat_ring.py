@@ -1,0 +1,81 @@
+"""The flat ring (NCCL Ring) over a group that spans several network dimensions (docs/formulas.md §1.5): one
+ring through all p ranks, its channels spread over the rails; of the ring's edges a share f_i runs on
+dimension i, f_i = (s_i - 1) / (s_i inner_i) below the group's top and 1 / inner_top at the top, and the
+slowest dimension paces the ring."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from armillary.comm.algorithm_steps import bus_factor
+from armillary.comm.composed import Composed
+from armillary.comm.cost_types import PROTOCOLS
+from armillary.comm.phase_net import PhaseNet, faster
+from armillary.numerics import Array, is_array, nan_maximum, where
+from armillary.plan.placement import Placement
+from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, BROADCAST, REDUCE, REDUCE_SCATTER, Collective
+
+# the collectives a ring runs
+RINGS = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE)
+# NCCL tuning.cc (llMaxBws, x86 Intel hosts, as in the shipped GPU presets): the LL ring's bus bandwidth across
+# 2 nodes and across 3 or more (the network proxy moves LL's flagged 8-byte lines); bytes/s
+LL_NET_BUSBW = (39.0e9, 20.4e9)
+
+
+def flat_ring(op: Collective, n: Array, net: PhaseNet, index: int) -> Composed | None:
+    """One ring through all ranks, run with one protocol (the fastest); dimension i carries the share f_i
+    of its edges. NCCL's ring model (src/graph/tuning.cc, ncclTopoTuneModel): time = latency + bytes /
+    bandwidth, where the latency adds up the ring's steps, each at the latency of the link it crosses
+    (base + intra-node steps x intra latency + inter-node steps x network latency: `_step_shares`) and the
+    slowest link sets the bandwidth. Across nodes, LL's bus bandwidth is capped (`LL_NET_BUSBW`), and on a
+    dimension with a per-channel limit every protocol's bus bandwidth is at most its share of channels x
+    channel_bandwidth (each channel carries 1/channels of the message round the ring: comm/channels.py)."""
+    if op not in RINGS:
+        return None
+    group, count = net.group, len(net.system.network)
+    shares = [where(net.top(i), 1.0 / group.inner(i), (group.spans[i] - 1) / (group.inner(i) * group.spans[i]))
+              for i in range(count)]
+    steps = _step_shares(group, count)
+    across = group.size / group.spans[0]  # blocks of the innermost dimension the ring visits (NCCL's nodes)
+    ll_cap = where(across <= 2, LL_NET_BUSBW[0], LL_NET_BUSBW[1])
+    per_dimension = [net.ring(i, op, n * shares[i], steps[i]) for i in range(count)]
+    ring_bytes = n * bus_factor(op, group.size)  # what each rank sends round the ring
+    best: Composed | None = None
+    for k, proto in enumerate(PROTOCOLS):
+        dims = tuple(d[k] for d in per_dimension)
+        # the active dimensions and the fixed costs added in a loop as sum() adds them, from 0 (no generators)
+        active: Array = 0
+        fixed: Array = 0
+        for d in dims:
+            active = active + (np.where(d.time > 0, 1.0, 0.0) if type(d.time) is np.ndarray else
+                               np.where(np.asarray(d.time) > 0, 1.0, 0.0) if is_array(d.time) else
+                               (1.0 if d.time > 0 else 0.0))
+            fixed = fixed + d.fixed
+        latency = fixed - nan_maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
+        transfer = dims[0].transfer
+        for d in dims[1:]:
+            transfer = nan_maximum(transfer, d.transfer)
+        if proto.name == "LL":
+            transfer = where(across > 1, nan_maximum(transfer, ring_bytes / ll_cap), transfer)
+        for i, dim in enumerate(net.system.network):  # each channel moves its share of the ring (comm/channels.py)
+            if dim.channels is not None and dim.channel_bandwidth is not None:
+                cap = proto.bandwidth_factor * dim.channels * dim.channel_bandwidth
+                transfer = where(group.spans[i] > 1, nan_maximum(transfer, ring_bytes / cap), transfer)
+            if proto.name in dim.ring_busbw:  # the protocol's own ceiling there (tuning.cc llMaxBws, LL128 caps)
+                transfer = where(group.spans[i] > 1, nan_maximum(transfer, ring_bytes / dim.ring_busbw[proto.name]),
+                                 transfer)
+        time = latency + transfer
+        built = Composed(time if is_array(time) else float(time), dims, index)
+        best = built if best is None else faster(best, built)
+    return best
+
+
+def _step_shares(group: Placement, count: int) -> list[Array]:
+    """The share of a flat ring's steps that cross dimension i (its latency counts that often): NCCL counts
+    2(N-1) of an all-reduce's 2(p-1) steps as inter-node on N nodes (tuning.cc), the rest intra-node; in
+    general c_i = (p / inner_i - 1) / (p - 1) of the steps leave a block of the dimensions below i, and
+    dimension i takes c_i - c_(i+1)."""
+    p = group.size
+    left = [where(p > 1, (p / group.inner(i) - 1) / nan_maximum(p - 1, 1.0), 0.0) for i in range(count)] + [0.0]
+    return [left[i] - left[i + 1] for i in range(count)]
+

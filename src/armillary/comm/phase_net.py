@@ -1,0 +1,163 @@
+"""One phase of a composed collective: `op` on one network dimension of a group that spans several
+(docs/formulas.md §1.5), with what every composition builds on: each phase's message (`phase_message`),
+the per-dimension costs of a phase, of its options and of a ring through it (`PhaseNet`), a pinned
+algorithm where it runs (`pinnable`), the all-to-all incast (`incast`) and the faster of two
+compositions (`faster`). comm/compose.py puts the phases together."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from armillary.comm.algorithms import dimension_cost, dimension_options, ring_protocols
+from armillary.comm.composed import Composed, scaled, select
+from armillary.comm.cost_types import NOTHING, PROTOCOLS, DimensionCost
+from armillary.comm.fabrics import all_to_all_slowdown
+from armillary.memo import quick_init
+from armillary.numerics import Array, any_true, is_array, where
+from armillary.plan.placement import Placement
+from armillary.specs.communication import ALG_AUTO, ALL_TO_ALL, BROADCAST, REDUCE, Algorithm, Collective
+from armillary.specs.system import System
+
+
+@quick_init  # one a collective (memo.quick_init)
+@dataclass(frozen=True)
+class PhaseNet:
+    """What a phase needs: the system, the group, the pinned algorithm and swept bandwidths."""
+
+    system: System
+    group: Placement
+    algorithm: Algorithm
+    bandwidths: tuple[Array | None, ...]
+
+    @functools.cached_property
+    def outermost(self) -> Array:
+        """The group's outermost spanned dimension (`Placement.outermost`), once per composition."""
+        return self.group.outermost
+
+    def top(self, i: int) -> Array:
+        """Whether dimension i is the outermost the group spans."""
+        return self.outermost == i
+
+    def phase(self, i: int, op: Collective, n: Array, p: Array | None = None,
+              exclude: tuple[Algorithm, ...] = (), algorithm: Algorithm | None = None,
+              latency_scale: Array = 1.0) -> DimensionCost:
+        """`op` on dimension i over p ranks (default: the group's span there), with the dimension's fastest
+        algorithm (or the collective's pinned one where it runs, or `algorithm`, which must run); infinite
+        where it cannot run."""
+        dim, span = self.system.network[i], self.group.spans[i]
+        ranks = span if p is None else p
+        if not any_true(span > 1):  # no point of the sweep spans this dimension
+            return NOTHING
+        if algorithm is not None and not pinnable(algorithm, op, dim):
+            return blocked(span)  # a phase that must run this algorithm cannot run here
+        pinned = algorithm or self.algorithm
+        if pinned is not ALG_AUTO and not pinnable(pinned, op, dim, exclude):  # (auto is never pinnable)
+            pinned = ALG_AUTO
+        try:
+            cost = dimension_cost(op, n, ranks, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i], exclude,
+                                  latency_scale)
+        except ValueError:
+            return blocked(span)
+        if p is None:
+            return cost
+        return scaled(cost, where(span > 1, 1.0, 0.0))  # a ring over all ranks only where the group spans i
+
+    def options(self, i: int, op: Collective, n: Array, exclude: tuple[Algorithm, ...] = ()
+                ) -> tuple[DimensionCost, ...]:
+        """What `phase` chooses from: `op` on dimension i over the group's span there under each (algorithm,
+        protocol) that can run (the collective's pinned algorithm where it runs); one infinite cost where
+        none can."""
+        dim, span = self.system.network[i], self.group.spans[i]
+        if not any_true(span > 1):
+            return (NOTHING,)
+        pinned = self.algorithm if pinnable(self.algorithm, op, dim, exclude) else ALG_AUTO
+        try:
+            return dimension_options(op, n, span, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i],
+                                     exclude)
+        except ValueError:
+            return (blocked(span),)
+
+    def ring(self, i: int, op: Collective, n: Array, latency_scale: Array) -> tuple[DimensionCost, ...]:
+        """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol; nothing
+        where the group does not span i, infinite where no ring runs there. Below the group's top, the
+        dimension's size curve is not read: the ring's ramp is the top dimension's ring curve, fitted on a
+        ring sweep across that dimension (comm/calibration.fit_ring_after_tree), while an inner curve
+        comes from a sweep inside the inner dimension (NVLink: its >= 2 MiB messages ran NVLS)."""
+        dim, span = self.system.network[i], self.group.spans[i]
+        if not any_true(span > 1):
+            return (NOTHING,) * len(PROTOCOLS)
+        try:
+            costs = ring_protocols(op, n, self.group.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
+                                   latency_scale, curve=self.top(i))
+        except ValueError:
+            costs = ()
+        if len(costs) != len(PROTOCOLS):
+            return (blocked(span),) * len(PROTOCOLS)
+        if type(span) is np.ndarray and _of_shape(costs, span.shape) and (span > 1).all():
+            return costs  # spanned at every point, costs of its shape: x * 1.0 is x (IEEE 754), so as they are
+        spanned = where(span > 1, 1.0, 0.0)  # (one mask for every protocol)
+        return tuple(scaled(c, spanned) for c in costs)
+
+def _of_shape(costs: tuple[DimensionCost, ...], shape: tuple[int, ...]) -> bool:
+    """Whether every cost's time, bytes and fixed cost is an array of `shape` (a loop: no generator)."""
+    for c in costs:
+        for x in (c.time, c.sent_bytes, c.fixed):
+            if type(x) is not np.ndarray or x.shape != shape:
+                return False
+    return True
+
+
+
+def blocked(span: Array) -> DimensionCost:
+    """A phase that cannot run: infinite where the group spans the dimension."""
+    return DimensionCost(where(span > 1, np.inf, 0.0), 0.0, 0, 0, 0.0)
+
+
+
+def incast(net: PhaseNet, i: int) -> PhaseNet:
+    """The phases with dimension i's bandwidth divided by the all-to-all incast there
+    (comm/fabrics.all_to_all_slowdown), before each phase picks its protocol (so a larger message is never
+    faster)."""
+    slowdown = all_to_all_slowdown(net.system, net.group.spans, i)
+    if not is_array(slowdown) and slowdown == 1.0:
+        return net
+    own = net.bandwidths[i]
+    rate = (net.system.network[i].bandwidth if own is None else own) / slowdown
+    return replace(net, bandwidths=tuple(rate if k == i else b for k, b in enumerate(net.bandwidths)))
+
+
+def phase_message(op: Collective, n: Array, group: Placement, i: int) -> Array:
+    """The message of dimension i's phase: n / inner_i for all-reduce, reduce-scatter and all-gather (each
+    block below has reduced or will gather its share), n for broadcast and reduce, and for all-to-all the
+    bytes to the ranks that differ on dimension i or above, n inner_(i+1) / p, of which the phase sends
+    (s_i - 1) / s_i."""
+    if op in (BROADCAST, REDUCE):
+        return n
+    if op is ALL_TO_ALL:
+        return n * group.inner(i + 1) / group.size
+    return n / group.inner(i)
+
+
+def faster(a: Composed, b: Composed) -> Composed:
+    """Point by point, the faster of two compositions."""
+    if not (is_array(a.time) or is_array(b.time)):
+        return a if a.time <= b.time else b
+    take_a = np.asarray(a.time) <= np.asarray(b.time)
+    return Composed(np.where(take_a, a.time, b.time),
+                    tuple(select(take_a, x, y) for x, y in zip(a.dimensions, b.dimensions, strict=True)),
+                    np.where(take_a, a.composition, b.composition))
+
+
+
+def pinnable(algorithm: Algorithm, op: Collective, dim: object, exclude: tuple[Algorithm, ...] = ()) -> bool:
+    """A pinned algorithm applies where it can run; elsewhere the dimension chooses for itself."""
+    if algorithm is ALG_AUTO or algorithm in exclude:
+        return False
+    try:
+        dimension_cost(op, 1.0, 2.0, dim, 1.0, algorithm)  # type: ignore[arg-type]
+    except ValueError:
+        return False
+    return True

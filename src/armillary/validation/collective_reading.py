@@ -1,0 +1,90 @@
+"""What a collective row's op, metric and framework columns say: the collective (nccl-tests spellings), NVLink
+SHARP on or off, the algorithm pinned, the NCCL channel settings, and the faster of the out-of-place and
+in-place runs nccl-tests prints."""
+
+from __future__ import annotations
+
+import re
+
+from armillary.comm.channels import ChannelSettings
+from armillary.specs.communication import Algorithm, Collective
+from armillary.validation.rows import Unsupported
+from armillary.validation.vocabulary import clean
+
+# nccl-tests' binaries and op names (all_reduce_perf, alltoall, reducescatter, sendrecv...) and the usual
+# spellings, without separators
+_OPS = {"allreduce": Collective.ALL_REDUCE, "reducescatter": Collective.REDUCE_SCATTER,
+        "allgather": Collective.ALL_GATHER, "alltoall": Collective.ALL_TO_ALL, "broadcast": Collective.BROADCAST,
+        "bcast": Collective.BROADCAST, "reduce": Collective.REDUCE, "sendrecv": Collective.SEND_RECV}
+
+
+def read_op(text: str) -> Collective:
+    """The collective of the op column: its first word, as nccl-tests / rccl-tests or NCCL spell it
+    ("all_reduce", "allreduce", "all-reduce", "all_reduce_perf", "AllReduce", "alltoall", "send/recv")."""
+    first = re.split(r"[\s(,;]", clean(text).strip(), maxsplit=1)[0]
+    key = re.sub(r"[_\-/.]", "", first).removesuffix("perf")
+    if key not in _OPS:
+        raise Unsupported(f"op {text!r}: not a collective; one of {', '.join(c.value for c in Collective)} "
+                          f"(nccl-tests spellings such as allreduce, alltoall, sendrecv are read too)")
+    return _OPS[key]
+
+
+def nvls_enabled(text: str) -> bool | None:
+    """Whether the row turns NVLink SHARP on or off: NCCL_NVLS_ENABLE=0 / =1 (init.cc), "NVLS off",
+    "NVLS disabled", "without NVLS"; None where it says nothing (NCCL's default: on where the switch reduces).
+    "NCCL_NVLS_ENABLE=0" is off, never read as NVLS on."""
+    setting = re.search(r"nccl_nvls_enable\s*=\s*(\d)", text)
+    if setting:
+        return setting.group(1) != "0"
+    if re.search(r"nvls\W*(off|disabled|no)\b|\bno nvls|without nvls", text):
+        return False
+    return None
+
+
+def pinned_algorithm(op_text: str, metric: str) -> Algorithm:
+    """The algorithm a row pins: NCCL_ALGO=... in the op, or "ring" / "NVLS" naming the measured algorithm in
+    the metric. NVLS off (NCCL_NVLS_ENABLE=0, "NVLS off") pins nothing by itself: it turns the in-switch
+    reduction off (`nvls_enabled`); a metric that says NVLS ran "if chosen" (NCCL's default) pins nothing."""
+    pinned = re.search(r"nccl_algo\s*=\s*([a-z_]+)", op_text)
+    name = pinned.group(1) if pinned else ""
+    nvls_off = nvls_enabled(metric) is False
+    named_nvls = re.search(r"\bnvls\b(?!\s+if\b)", re.sub(r"nccl_nvls_enable\s*=\s*\d", "", metric))
+    if name in ("nvls", "nvlstree", "collnet", "collnetdirect", "collnetchain") or (named_nvls and not nvls_off):
+        return Algorithm.IN_NETWORK
+    if name == "ring" or re.search(r"\bring\b", metric):
+        return Algorithm.RING
+    if name == "tree":
+        return Algorithm.TREE
+    return Algorithm.AUTO
+
+
+_CHANNEL_SETTING = re.compile(r"nccl_(min|max)_(nchannels|nrings|ctas)\s*=\s*(\d+)")
+
+
+def channel_settings(text: str) -> ChannelSettings:
+    """The NCCL channel settings a row states (NCCL_MIN_NCHANNELS=32, NCCL_MIN_CTAS=24, ...; the older
+    NCCL_MIN_NRINGS / NCCL_MAX_NRINGS count as the channel settings, connect.cc)."""
+    found: dict[str, int] = {}
+    for bound, kind, value in _CHANNEL_SETTING.findall(text):
+        found[f"{bound}_{'ctas' if kind == 'ctas' else 'channels'}"] = int(value)
+    return ChannelSettings(**found)
+
+
+_IN_PLACE_BUSBW = re.compile(r"in-place\b[^;|]*?\bbusbw\s+([\d.]+)\s*gb/s")
+_IN_PLACE_TIME = re.compile(r"in-place\s+time\s+([\d.]+)\s*(us|µs|ms|s)\b")
+
+
+def best_of_runs(row: dict[str, str], measured: float) -> tuple[float, bool]:
+    """nccl-tests runs every size twice, out of place and in place, and prints both; where the row states
+    the in-place figure too (`other_reported`), the faster of the two (higher busbw / algbw, lower time) is
+    the measurement: noise and warm-up only ever slow a run (e.g. a 1 MiB all-reduce at 6.4 GB/s out of
+    place, 21.8 in place). Returns the value and whether the in-place run was the faster."""
+    other, metric = clean(row.get("other_reported")), clean(row.get("metric"))
+    if metric.startswith("busbw") or "bus bandwidth" in metric:
+        found = _IN_PLACE_BUSBW.search(other)
+        if found and float(found.group(1)) > measured:
+            return float(found.group(1)), True
+    elif ((metric.startswith("time") or "latency" in metric) and (found := _IN_PLACE_TIME.search(other))
+          and found.group(2) == clean(row.get("unit")) and 0 < float(found.group(1)) < measured):
+        return float(found.group(1)), True
+    return measured, False
