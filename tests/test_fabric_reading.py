@@ -142,3 +142,19 @@ def test_a_fabric_stated_in_the_gpu_column_is_read_with_a_note():
     ("B200 (p6-b200)", "8 x EFA 400 Gb/s per node", "efa-v4")])
 def test_the_efa_generation_follows_the_card(gpu, inter_net, name):
     assert read_system(_row(gpu=gpu, n_gpus="32", inter_net=inter_net)).fabric == name
+
+
+@pytest.mark.parametrize(("text", "per_gpu"), [
+    ("8x 400g ndr ib", 50e9), ("8x 200gbe roce per node", 25e9), ("8x h100 80g ; 8x 400g roce", 50e9),
+    ("8 x a100 40g", None), ("8x 400 gb/s per node", 50e9)])
+def test_port_speeds_read_as_nic_rates_and_memory_sizes_do_not(text: str, per_gpu: float | None) -> None:
+    """"400G" / "200GbE" are port speeds (IEEE 802.3, IBTA); "80G" after a GPU names its memory, not a NIC."""
+    from armillary.validation.fabric_words import nic_bandwidth_per_gpu
+
+    assert nic_bandwidth_per_gpu(text, 8)[0] == per_gpu
+
+
+def test_efa_generation_words_name_efa() -> None:
+    from armillary.validation.fabric_words import fabric_family
+
+    assert fabric_family("efav3 16x 200 gb/s per node")[0] == "efa"

@@ -82,23 +82,15 @@ from armillary.validation.collective_bands import (
     leave_one_source_out_coverage,
     regime_band,
 )
+from armillary.validation.collective_reading import best_of_runs, channel_settings, pinned_algorithm, read_op
 from armillary.validation.collective_residuals import (
     REGIMES,
     CollectiveResidual,
     write_collective_residuals,
 )
-from armillary.validation.collective_rows import (
-    best_of_runs,
-    channel_settings,
-    fabric_class,
-    monotone_rows,
-    pinned_algorithm,
-    predict_collective,
-    read_op,
-    read_system,
-    row_latency_share,
-    sweep_of,
-)
+from armillary.validation.collective_rows import predict_collective, row_latency_share
+from armillary.validation.collective_system import fabric_class, read_system
+from armillary.validation.flagged_sweeps import monotone_rows, sweep_of
 from armillary.validation.run import DEFAULT_CSV, read_rows, run_row
 
 _SHIPPED_INCAST = fabrics_module._incast_by_dimension

@@ -29,6 +29,7 @@ from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_system
 from armillary.specs.system import System
 from armillary.validation.bands import band_quantile
+from armillary.validation.collective_reading import read_op
 from armillary.validation.collective_residuals import (
     BANDWIDTH_BOUND,
     BANDWIDTH_BOUND_BELOW,
@@ -43,17 +44,8 @@ from armillary.validation.collective_residuals import (
     latency_regime,
     regime_of,
 )
-from armillary.validation.collective_rows import (
-    NVL72_RACKS,
-    ONE_DOMAIN,
-    SMALL_MESSAGE_BYTES,
-    class_of_fabric,
-    fabric_class,
-    latency_share,
-    read_op,
-    read_system,
-    row_latency_share,
-)
+from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, latency_share, row_latency_share
+from armillary.validation.collective_system import NVL72_RACKS, ONE_DOMAIN, class_of_fabric, fabric_class, read_system
 from armillary.validation.rows import Unsupported
 
 # the split-conformal rank (`bands.band_quantile`: the ceil(q (n + 1))-th smallest |error|) at the lowest level,

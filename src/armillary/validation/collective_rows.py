@@ -15,25 +15,14 @@ from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.system import System
 from armillary.units import MIB
-from armillary.validation.collective_reading import best_of_runs, channel_settings, pinned_algorithm, read_op
+from armillary.validation.collective_reading import channel_settings, pinned_algorithm, read_op
 from armillary.validation.collective_system import (
-    NVL72_RACKS,
-    ONE_DOMAIN,
-    class_of_fabric,
-    fabric_class,
     read_system,
     system_of,
 )
-from armillary.validation.fabric_words import compute_network_text, fabric_family, fabric_of, nic_bandwidth_per_gpu
-from armillary.validation.flagged_sweeps import flagged_rows, monotone_rows, sweep_of
+from armillary.validation.flagged_sweeps import flagged_rows
 from armillary.validation.rows import Unsupported, int_column
 from armillary.validation.vocabulary import clean
-
-# read from here by the harness, the error bands and tools/calibrate_fabric.py (and validation/rows.py)
-__all__ = ["NVL72_RACKS", "ONE_DOMAIN", "SMALL_MESSAGE_BYTES", "best_of_runs", "channel_settings", "class_of_fabric",
-           "compute_network_text", "fabric_class", "fabric_family", "fabric_of", "latency_share", "monotone_rows",
-           "nic_bandwidth_per_gpu", "pinned_algorithm", "predict_collective", "read_op", "read_system",
-           "row_latency_share", "sweep_of"]
 
 SMALL_MESSAGE_BYTES = MIB  # below this, collectives are latency-bound: reported as their own group
 

@@ -13,7 +13,7 @@ _OTHER_NETWORK = re.compile(r"storage|management|\bmgmt\b|bluefield|\bdpus?\b|fr
 # the fabric families a row's words name, in the order they are tried (EFA and TCPXO rows may also say RDMA or
 # Ethernet; a Pollara NIC runs RoCE over Ethernet)
 _FAMILY_WORDS = (
-    ("efa", re.compile(r"\befa\b|elastic fabric adapter")),
+    ("efa", re.compile(r"\befa(?:v\d)?\b|elastic fabric adapter")),  # "EFAv3" (AWS p5en / p6 pages)
     ("tcpxo", re.compile(r"\btcpxo?\b|gpudirect-tcpx")),
     ("pollara", re.compile(r"pollara|\bainic\b")),
     ("omni-path", re.compile(r"omni-?path|\bopa\b")),
@@ -22,7 +22,9 @@ _FAMILY_WORDS = (
     ("ethernet", re.compile(r"ethernet|\bgbe\b|\btcp\b")),
 )
 _IB_GENERATIONS = {"edr": 100e9, "hdr": 200e9, "ndr": 400e9, "xdr": 800e9}  # Gb/s per port (IBTA)
-_RATE = r"(\d+(?:\.\d+)?)\s*([tg])(?:b(?:it)?(?:/s|ps)|bps)"
+# "400 Gb/s", "400Gbps", "400GbE", and a bare "400G" only at a port speed (IEEE 802.3 / IBTA: 100, 200, 400,
+# 800): "8x H100 80G" names the GPUs' memory, not their NICs
+_RATE = r"(\d+(?:\.\d+)?)\s*([tg])(?:b(?:it)?(?:/s|ps)|bps|be\b|(?<=\b(?:100|200|400|800)g)\b)"
 _COUNT_RATE = re.compile(r"(\d+)\s*[x\u00d7]\s*(?:(\d+)\s*[x\u00d7]\s*)?(?:[a-z][\w\-./]*\s+){0,4}?" + _RATE)
 _TOTAL = re.compile(r"=\s*" + _RATE + r"\s*(?:per|/)\s*(node|host|instance|server|tray)")
 _COUNT_ONLY = re.compile(r"(\d+)\s*[x\u00d7]\s*(?:[a-z][\w\-./]*\s+){0,3}?\b([nhex]dr)\b")

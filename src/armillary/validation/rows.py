@@ -66,8 +66,8 @@ def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
         notes.append(f"HBM {stated_gb:g} GiB as the gpu column states (the {preset} preset has "
                      f"{hbm.capacity / 2**30:g} GiB); its peak rates kept")
     # the compute fabric only: a storage, management or front-end network named beside it is not read (the
-    # NIC reading the collective rows use, collective_rows.nic_bandwidth_per_gpu)
-    from armillary.validation.collective_rows import compute_network_text, nic_bandwidth_per_gpu
+    # NIC reading the collective rows use, fabric_words.nic_bandwidth_per_gpu)
+    from armillary.validation.fabric_words import compute_network_text, nic_bandwidth_per_gpu
 
     inter = row.get("inter_net", "")
     per_node = search_run(r"(\d+)\s*Gbps node-node", inter)  # llm-foundry's table heading
@@ -86,10 +86,10 @@ def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
 
 def _on_stated_fabric(system: System, preset: str, inter: str, gbps: float | None, notes: list[str]) -> System:
     """A stated scale-out fabric other than the InfiniBand of the preset (RoCE, EFA, Omni-Path, Pollara, TCPXO)
-    on the fabric preset the collective rows are read with (`collective_rows`: one reading of a network's words
+    on the fabric preset the collective rows are read with (`fabric_words`: one reading of a network's words
     for every kind of row); InfiniBand keeps the system preset's own calibrated tier."""
     from armillary.comm.fabrics import with_fabric
-    from armillary.validation.collective_rows import compute_network_text, fabric_family, fabric_of
+    from armillary.validation.fabric_words import compute_network_text, fabric_family, fabric_of
 
     family, _ = fabric_family(compute_network_text(inter))
     if family is None or family == "infiniband" or len(system.network) < 2:

@@ -21,7 +21,8 @@ from armillary.errors import SpecError
 from armillary.estimate.feasibility import memory_fits
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.run import estimate_training_run
-from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, best_of_runs, predict_collective
+from armillary.validation.collective_reading import best_of_runs
+from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, predict_collective
 from armillary.validation.inference_rows import predict_inference
 from armillary.validation.metrics import read_metric
 from armillary.validation.regressions import caveat_of
