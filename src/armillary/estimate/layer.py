@@ -401,10 +401,13 @@ def tp_collectives(st: StrategyArrays, system: System, tp_bytes: Array, tp_group
     gradient). Every layer kind of a micro-batch sends the same message over the same group: taken once for
     all of them."""
     sp = st.sequence_parallel
-    ar = needed(lambda: all_reduce(tp_bytes, tp_group, system), sp < 1)
+    # a sweep's all-reduce composed once, for the layers' (zeroed where sequence parallel) and the ends'
+    ends_ar = all_reduce(tp_bytes, tp_group, system) if isinstance(sp, np.ndarray) else None
+    ar = needed(lambda: all_reduce(tp_bytes, tp_group, system) if ends_ar is None else ends_ar, sp < 1)
     ag = needed(lambda: all_gather(tp_bytes, tp_group, system), sp > 0)
     rs = needed(lambda: reduce_scatter(tp_bytes, tp_group, system), sp > 0)
-    ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(tp_bytes, tp_group, system)
+    if ends_ar is None:  # one configuration: the layers' all-reduce, or (sequence parallel) one of its own
+        ends_ar = ar if not sp else all_reduce(tp_bytes, tp_group, system)
     return (ar, ag, rs), ends_ar
 
 
