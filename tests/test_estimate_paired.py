@@ -1,5 +1,5 @@
 """A sweep's data-parallel reduce-scatters and all-gathers composed two at a time (issue 47,
-`data_parallel._paired`): each point's time and bytes are bit for bit what its own call gives, with the bytes
+`data_parallel.paired`): each point's time and bytes are bit for bit what its own call gives, with the bytes
 one value, one per point, or on axes the group's spans do not have."""
 
 from __future__ import annotations
@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from armillary.comm.collectives import all_gather, reduce_scatter
-from armillary.estimate.data_parallel import _paired
+from armillary.estimate.data_parallel import paired
+from armillary.estimate.layer import _all_to_all
 from armillary.plan.placement import place_groups
 from armillary.specs.loading import load_system
 
 
-@pytest.mark.parametrize("collective", [reduce_scatter, all_gather])
+@pytest.mark.parametrize("collective", [reduce_scatter, all_gather, _all_to_all])
 @pytest.mark.parametrize("first, second", [
     (1e9, 2.5e8),  # one value each, the group's spans swept
     (np.array([[3e9], [7e5]]), 1e8),  # on the spans' axes, and one value
@@ -23,7 +24,7 @@ def test_paired_is_each_call(collective, first, second):
     system = load_system("dgx-a100", 64)
     sizes = tuple(d.size for d in system.network)
     group = place_groups(np.array([[1], [8]]), np.array([8, 4]), 1, sizes, 1, 0).gradient
-    pair = _paired(collective, first, second, group, system)
+    pair = paired(collective, first, second, group, system)
     for got, n_bytes in zip(pair, (first, second), strict=True):
         alone = collective(n_bytes, group, system)
         for field in ("time", "scale_up_bytes", "scale_out_bytes"):
@@ -39,5 +40,5 @@ def test_paired_is_not_a_mixup():
     system = load_system("dgx-a100", 64)
     sizes = tuple(d.size for d in system.network)
     group = place_groups(np.array([[1], [8]]), np.array([8, 4]), 1, sizes, 1, 0).gradient
-    big, small = _paired(reduce_scatter, 4e9, 1e6, group, system)
+    big, small = paired(reduce_scatter, 4e9, 1e6, group, system)
     assert np.all(np.asarray(big.time) > np.asarray(small.time))

@@ -112,10 +112,10 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
     reduce_grads = needed(lambda: all_reduce(grad_bytes, dp_group, system), active & (zero == 0))
     staged, unit_staged = active & (zero >= 1) & (zero <= 2), active & (zero == 3)
     # a sweep's reduce-scatters (whole gradients, one unit's) and all-gathers (whole weights, one unit's) on the
-    # one group, each pair composed in one call (`_paired`): the composer's cost is per call, not per point
+    # one group, each pair composed in one call (`paired`): the composer's cost is per call, not per point
     swept = isinstance(staged, np.ndarray)
-    scatter_pair = _paired(reduce_scatter, grad_bytes, grad_bytes / unit, dp_group, system) if swept else None
-    gather_pair = _paired(all_gather, weight_bytes, unit_bytes / unit, dp_group, system) if swept else None
+    scatter_pair = paired(reduce_scatter, grad_bytes, grad_bytes / unit, dp_group, system) if swept else None
+    gather_pair = paired(all_gather, weight_bytes, unit_bytes / unit, dp_group, system) if swept else None
     scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system) if scatter_pair is None
                            else scatter_pair[0], staged)
     gather_params = needed(lambda: all_gather(weight_bytes, dp_group, system) if gather_pair is None
@@ -176,7 +176,7 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
                             once_backward_s=on_any * overlap_dp * reduce_once, calls=calls)
 
 
-def _paired(collective: Callable[[Array, Placement, System], CommCost], first: Array, second: Array,
+def paired(collective: Callable[[Array, Placement, System], CommCost], first: Array, second: Array,
             group: Placement, system: System) -> tuple[CommCost, CommCost]:
     """`collective` of `first` and of `second` bytes over `group` in one call: the two messages stacked on a new
     leading axis and the result split, each point's value what its own call gives (the composer is elementwise
