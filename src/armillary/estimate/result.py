@@ -288,9 +288,9 @@ class DeferredFigures:
                 values = self._values = step_figures(*self._args)  # type: ignore[arg-type]
         return values[index]
 
-    def fields(self) -> dict[str, Deferred]:
-        """StepEstimate's fields these figures fill (its constructor's keywords)."""
-        return {name: Deferred(self, i) for i, name in enumerate(FIGURES)}
+    def deferred(self) -> tuple[Any, ...]:
+        """What StepEstimate's `FIGURES` fields hold until read, in that order."""
+        return tuple(Deferred(self, i) for i in range(len(FIGURES)))
 
 
 FIGURES = ("tokens_per_s", "mfu", "hfu", "hbm_capacity_bytes", "tier2_capacity_bytes", "offload_s")

@@ -57,7 +57,6 @@ from armillary.estimate.result import (
     DIM_EDP,
     DIM_PP,
     DIM_TP,
-    FIGURES,
     CommCall,
     DeferredFigures,
     EndsCost,
@@ -223,13 +222,15 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # configuration's now, a sweep's when first read (a search reads none of them: issue 47)
     inputs = (step, devices, peak, w.global_batch * w.seq_len, model_flop, hardware_flop, device.hbm.capacity,
               tier2.capacity if tier2 is not None else 0.0, offload_s)
-    figures = (DeferredFigures(*inputs).fields() if isinstance(step, np.ndarray)
-               else dict(zip(FIGURES, step_figures(*inputs), strict=True)))
+    tokens_s, mfu, hfu, hbm_capacity, tier2_capacity, offload_total = (
+        DeferredFigures(*inputs).deferred() if isinstance(step, np.ndarray) else step_figures(*inputs))
     return StepEstimate(
-        step_time_s=step, breakdown=breakdown, model_flop=model_flop, hardware_flop=hardware_flop,
-        memory_hbm=hbm, memory_tier2=tier2_mem, traffic=traffic, communication=calls, microbatches=microbatches,
-        layer=layers.dense.cost, moe_layer=layers.moe.cost if layers.moe is not None else None, feasible=feasible,
-        infeasible_reasons=reasons, ends=layers.ends, **figures,  # type: ignore[arg-type]
+        step_time_s=step, breakdown=breakdown, tokens_per_s=tokens_s, model_flop=model_flop,
+        hardware_flop=hardware_flop, mfu=mfu, hfu=hfu, memory_hbm=hbm, memory_tier2=tier2_mem,
+        hbm_capacity_bytes=hbm_capacity, tier2_capacity_bytes=tier2_capacity, traffic=traffic, communication=calls,
+        microbatches=microbatches, layer=layers.dense.cost,
+        moe_layer=layers.moe.cost if layers.moe is not None else None, feasible=feasible, infeasible_reasons=reasons,
+        ends=layers.ends, offload_s=offload_total,
     )
 
 
