@@ -186,6 +186,8 @@ def paired(collective: Callable[[Array, Placement, System], CommCost], first: Ar
     dims = max(both.ndim - 1, *(np.ndim(span) for span in group.spans))
     both = both.reshape(2, *(1,) * (dims - both.ndim + 1), *both.shape[1:])
     cost = collective(both, group, system)
-    parts = [np.broadcast_to(x, np.broadcast_shapes(np.shape(x), both.shape))
+    # each result split on the new axis (broadcast to it first where it does not vary there)
+    parts = [x if isinstance(x, np.ndarray) and x.ndim == both.ndim and x.shape[0] == 2 else
+             np.broadcast_to(x, np.broadcast_shapes(np.shape(x), both.shape))
              for x in (cost.time, cost.scale_up_bytes, cost.scale_out_bytes)]
     return CommCost(parts[0][0], parts[1][0], parts[2][0]), CommCost(parts[0][1], parts[1][1], parts[2][1])
