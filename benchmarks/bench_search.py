@@ -1,7 +1,7 @@
 """Speed and memory of the strategy search and of the co-design study.
 
-Run: python benchmarks/bench_search.py [--against REV [--src PATH] [--against-src PATH] [--rounds N]] [--profile]
-[--codesign-1e9]
+Run: python benchmarks/bench_search.py [--against REV [--src PATH] [--against-src PATH] [--rounds N] [--several]]
+[--profile] [--codesign-1e9]
 (targets, issue 47: >= 10,000,000 evaluated configurations per second per core on the GPT-3 175B / 64-GPU
 strategy space, a 1e9-point co-design space in under 2 minutes; Calculon: 134 per CPU-second, 1.3k with
 logging silenced)
@@ -14,7 +14,9 @@ training estimator and in the collective composer are printed (where the time go
 With --against, only the default GPT-3 175B / 64 A100 search is timed, in CPU seconds, in subprocesses that
 alternate between this tree's src/ (or --src) and git revision REV's, round after round (the machine's load
 moves both alike); each round reports the median of 11 searches per tree, and the top 10 of both trees are
-compared.
+compared. With --several as well, seven different searches (64-256 GPUs, global batch 32-512) are timed instead,
+each once per round (no search repeats within a process), their evaluated configurations per CPU-second summed
+over the seven, and every search's top 10 compared.
 """
 
 from __future__ import annotations
@@ -74,9 +76,30 @@ for _ in range(11):
 print(statistics.median(runs), r.evaluated, r.points, [(c.index, c.step_time_s) for c in top.top])
 """
 
+# with --several: different GPT-3 175B searches (GPU count / global batch), each once after a warm-up search of
+# another problem, so nothing one search keeps serves the next as the same search: their CPU seconds, evaluated
+# configurations and points summed, and every search's top 10
+SEVERAL = """
+import time
+from armillary.search.run import search
+from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+m, base = load_model("gpt3-175b"), load_strategy({"attention": "flash"})
+search(m, load_system("dgx-a100", 16), load_workload({"seq_len": 2048, "global_batch": 16}), base, top_k=1)
+seconds, evaluated, points, tops = 0.0, 0, 0, []
+for gpus, global_batch in ((64, 32), (64, 128), (64, 256), (64, 512), (128, 128), (256, 256), (64, 96)):
+    system, workload = load_system("dgx-a100", gpus), load_workload({"seq_len": 2048, "global_batch": global_batch})
+    t0 = time.process_time()
+    r = search(m, system, workload, base, top_k=10)
+    seconds += time.process_time() - t0
+    evaluated, points = evaluated + r.evaluated, points + r.points
+    tops.append([(c.index, c.step_time_s) for c in r.top])
+print(seconds, evaluated, points, tops)
+"""
 
-def against(rev: str, src: Path, rounds: int, base: Path | None = None) -> None:
-    """The default search timed alternately in this tree and in revision `rev` (or the source folder `base`)."""
+
+def against(rev: str, src: Path, rounds: int, base: Path | None = None, script: str = ALTERNATE) -> None:
+    """The default search (or `script`'s searches) timed alternately in this tree and in revision `rev` (or the
+    source folder `base`)."""
     with tempfile.TemporaryDirectory() as tmp:
         if base is None:
             archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True,
@@ -89,7 +112,7 @@ def against(rev: str, src: Path, rounds: int, base: Path | None = None) -> None:
         tops = {}
         for _ in range(rounds):
             for name, tree in trees.items():
-                out = subprocess.run([sys.executable, "-c", ALTERNATE], check=True, capture_output=True, text=True,
+                out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
                                      env=dict(os.environ, PYTHONPATH=str(tree))).stdout.split(maxsplit=3)
                 seconds, evaluated, points, tops[name] = float(out[0]), int(out[1]), int(out[2]), out[3].strip()
                 found[name].append(evaluated / seconds)
@@ -249,6 +272,8 @@ def main() -> None:
     parser.add_argument("--against-src", type=Path, help="with --against: time this source folder, named by "
                         "--against, instead of the revision (e.g. a worktree with one file changed)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--several", action="store_true", help="with --against: seven different GPT-3 175B "
+                        "searches (GPU counts 64-256, global batches 32-512), each once, instead of the default one")
     parser.add_argument("--profile", action="store_true", help="where the default block's time goes")
     parser.add_argument("--codesign-1e9", action="store_true", help="only a 1e9-point co-design space")
     args = parser.parse_args()
@@ -259,7 +284,7 @@ def main() -> None:
         codesign_1e9()
         return
     if args.against:
-        against(args.against, args.src, args.rounds, args.against_src)
+        against(args.against, args.src, args.rounds, args.against_src, SEVERAL if args.several else ALTERNATE)
         return
     timed("GPT-3 175B, 64 A100", "gpt3-175b", 64, 64)
     wide = StrategySpace(cp=(1, 2, 4), micro_batch=(1, 2, 4, 8, 16), offload_optimizer=(False, True),

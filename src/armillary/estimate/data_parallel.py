@@ -108,23 +108,32 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
     # gradients are reduced over the ranks holding a replica (none to reduce on a stage without experts)
     zero, active = st.zero, (dp_group.size > 1) & (params_local > 0)
 
-    reduce_grads = needed(lambda: all_reduce(grad_bytes, dp_group, system), active & (zero == 0))
-    scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system), active & (zero >= 1) & (zero <= 2))
-    gather_params = needed(lambda: all_gather(weight_bytes, dp_group, system), active & (zero >= 1) & (zero <= 2))
     unit = layers_local
+    reduce_grads = needed(lambda: all_reduce(grad_bytes, dp_group, system), active & (zero == 0))
+    staged, unit_staged = active & (zero >= 1) & (zero <= 2), active & (zero == 3)
+    # a sweep's reduce-scatters (whole gradients, one unit's) and all-gathers (whole weights, one unit's) on the
+    # one group, each pair composed in one call (`paired`): the composer's cost is per call, not per point
+    swept = isinstance(staged, np.ndarray)
+    scatter_pair = paired(reduce_scatter, grad_bytes, grad_bytes / unit, dp_group, system) if swept else None
+    gather_pair = paired(all_gather, weight_bytes, unit_bytes / unit, dp_group, system) if swept else None
+    scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system) if scatter_pair is None
+                           else scatter_pair[0], staged)
+    gather_params = needed(lambda: all_gather(weight_bytes, dp_group, system) if gather_pair is None
+                           else gather_pair[0], staged)
 
     def gather_unit() -> CommCost:
         # an implementation slower than its network gathers at its own rate (DeepSpeed before v0.5.5: weight
         # by weight, the device synchronised before each; ~24 GB/s on one NVLink node, DeepSpeed issue #1174),
         # and its list-based all_gather copies each tensor's result out rank by rank (PyTorch
         # ProcessGroupNCCL::allgather): host time that grows with the ranks
-        g = all_gather(unit_bytes / unit, dp_group, system)
+        g = all_gather(unit_bytes / unit, dp_group, system) if gather_pair is None else gather_pair[1]
         copies = tensors_per_layer * dp_group.size * st.zero3_rank_copy
         return CommCost(maximum(g.time, unit_bytes / unit / st.zero3_gather_rate) + copies, g.scale_up_bytes,
                         g.scale_out_bytes)
 
-    unit_gather = needed(gather_unit, active & (zero == 3))
-    unit_scatter = needed(lambda: reduce_scatter(grad_bytes / unit, dp_group, system), active & (zero == 3))
+    unit_gather = needed(gather_unit, unit_staged)
+    unit_scatter = needed(lambda: reduce_scatter(grad_bytes / unit, dp_group, system) if scatter_pair is None
+                          else scatter_pair[1], unit_staged)
 
     # once per iteration (ZeRO 0/1): the reduction of all buckets but the last overlaps the last
     # micro-batch's backward, the last bucket (one layer's) follows it; the distributed optimizer's
@@ -167,3 +176,18 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
                             once_backward_s=on_any * overlap_dp * reduce_once, calls=calls)
 
 
+def paired(collective: Callable[[Array, Placement, System], CommCost], first: Array, second: Array,
+            group: Placement, system: System) -> tuple[CommCost, CommCost]:
+    """`collective` of `first` and of `second` bytes over `group` in one call: the two messages stacked on a new
+    leading axis and the result split, each point's value what its own call gives (the composer is elementwise
+    in the points: every time and byte count of a point follows from that point's bytes and spans alone)."""
+    both = np.stack(np.broadcast_arrays(first, second))
+    # the new axis leads every axis of the points, the group's spans' included (numpy aligns trailing axes)
+    dims = max(both.ndim - 1, *(np.ndim(span) for span in group.spans))
+    both = both.reshape(2, *(1,) * (dims - both.ndim + 1), *both.shape[1:])
+    cost = collective(both, group, system)
+    # each result split on the new axis (broadcast to it first where it does not vary there)
+    parts = [x if isinstance(x, np.ndarray) and x.ndim == both.ndim and x.shape[0] == 2 else
+             np.broadcast_to(x, np.broadcast_shapes(np.shape(x), both.shape))
+             for x in (cost.time, cost.scale_up_bytes, cost.scale_out_bytes)]
+    return CommCost(parts[0][0], parts[1][0], parts[2][0]), CommCost(parts[0][1], parts[1][1], parts[2][1])

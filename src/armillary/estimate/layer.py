@@ -26,6 +26,7 @@ from armillary.comm.collectives import (
 )
 from armillary.comm.overlap import exposed, exposed_fully, pipelined_exposed, ring_exchange_exposed
 from armillary.cost.compute import addition_time
+from armillary.estimate.data_parallel import paired
 from armillary.estimate.kernels import LayerKernels, layer_kernels
 from armillary.estimate.result import (
     DIM_CP,
@@ -401,10 +402,13 @@ def tp_collectives(st: StrategyArrays, system: System, tp_bytes: Array, tp_group
     gradient). Every layer kind of a micro-batch sends the same message over the same group: taken once for
     all of them."""
     sp = st.sequence_parallel
-    ar = needed(lambda: all_reduce(tp_bytes, tp_group, system), sp < 1)
+    # a sweep's all-reduce composed once, for the layers' (zeroed where sequence parallel) and the ends'
+    ends_ar = all_reduce(tp_bytes, tp_group, system) if isinstance(sp, np.ndarray) else None
+    ar = needed(lambda: all_reduce(tp_bytes, tp_group, system) if ends_ar is None else ends_ar, sp < 1)
     ag = needed(lambda: all_gather(tp_bytes, tp_group, system), sp > 0)
     rs = needed(lambda: reduce_scatter(tp_bytes, tp_group, system), sp > 0)
-    ends_ar = ar if not isinstance(sp, np.ndarray) and not sp else all_reduce(tp_bytes, tp_group, system)
+    if ends_ar is None:  # one configuration: the layers' all-reduce, or (sequence parallel) one of its own
+        ends_ar = ar if not sp else all_reduce(tp_bytes, tp_group, system)
     return (ar, ag, rs), ends_ar
 
 
@@ -481,8 +485,10 @@ def _context_parallel(st: StrategyArrays, system: System, exchange: LayerExchang
         if group is None:
             raise ValueError("context parallelism needs the cp group's placement")
         hop = needed(lambda: send_recv(exchange.kv_block, group, system), on_ring)
-        a2a_in = needed(lambda: collective(ALL_TO_ALL, bytes_in, group, system).cost, on_a2a)
-        a2a_out = needed(lambda: collective(ALL_TO_ALL, bytes_out, group, system).cost, on_a2a)
+        # a sweep's two all-to-alls (QKV in, the output back) on the one group composed in one call (`paired`)
+        both = paired(_all_to_all, bytes_in, bytes_out, group, system) if isinstance(on_a2a, np.ndarray) else None
+        a2a_in = needed(lambda: _all_to_all(bytes_in, group, system) if both is None else both[0], on_a2a)
+        a2a_out = needed(lambda: _all_to_all(bytes_out, group, system) if both is None else both[1], on_a2a)
         ring_steps = where(on_ring, cp - 1, 0.0)
         cp_f = exposed_fully(ring_steps * hop.time, core_f.time_s) + a2a_in.time + a2a_out.time
         cp_b = exposed_fully(2 * ring_steps * hop.time, core_b.time_s) + a2a_in.time + a2a_out.time
@@ -493,6 +499,11 @@ def _context_parallel(st: StrategyArrays, system: System, exchange: LayerExchang
         CommCall.of(DIM_CP, ALL_TO_ALL, on_a2a * passes, exchange.a2a_bytes[1], a2a_out),
     )
     return cp_f, cp_b, calls
+
+
+def _all_to_all(n_bytes: Array, group: Placement, system: System) -> CommCost:
+    """An all-to-all of `n_bytes` a rank over `group` (comm.collectives.collective)."""
+    return collective(ALL_TO_ALL, n_bytes, group, system).cost
 
 
 def _expert_exchange(experts: ExpertsForward | None, groups: ExpertGroups | None, st: StrategyArrays,

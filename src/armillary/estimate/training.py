@@ -58,6 +58,7 @@ from armillary.estimate.result import (
     DIM_PP,
     DIM_TP,
     CommCall,
+    DeferredFigures,
     EndsCost,
     LayerCost,
     MemoryBreakdown,
@@ -67,6 +68,7 @@ from armillary.estimate.result import (
     TimeBreakdown,
     Traffic,
     pipeline_total,
+    step_figures,
 )
 from armillary.estimate.stages import (
     StageLayers,
@@ -215,19 +217,20 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     feasible, reasons = check(m, base, w, system, hbm.total, tier2_mem.total)
     tier2 = system_shape(system)[2]  # the device's second tier, or its share of the memory pool
     peak = matrix_peak(device, st.precision)
-    # the same products once each (a sweep's step is a whole block: each product a pass over every point)
-    device_seconds, zero = step * devices * peak, 0.0 * step
     hardware_flop = model_flop + recompute_flop
+    # throughput, utilization, the capacities and the offload time per point (`result.step_figures`): one
+    # configuration's now, a sweep's when first read (a search reads none of them: issue 47)
+    inputs = (step, devices, peak, w.global_batch * w.seq_len, model_flop, hardware_flop, device.hbm.capacity,
+              tier2.capacity if tier2 is not None else 0.0, offload_s)
+    tokens_s, mfu, hfu, hbm_capacity, tier2_capacity, offload_total = (
+        DeferredFigures(*inputs).deferred() if isinstance(step, np.ndarray) else step_figures(*inputs))
     return StepEstimate(
-        step_time_s=step, breakdown=breakdown, tokens_per_s=w.global_batch * w.seq_len / step,
-        model_flop=model_flop, hardware_flop=hardware_flop,
-        mfu=model_flop / device_seconds, hfu=hardware_flop / device_seconds,
-        memory_hbm=hbm, memory_tier2=tier2_mem,
-        hbm_capacity_bytes=device.hbm.capacity + zero,
-        tier2_capacity_bytes=(tier2.capacity if tier2 is not None else 0.0) + zero,
-        traffic=traffic, communication=calls, microbatches=microbatches, layer=layers.dense.cost,
-        moe_layer=layers.moe.cost if layers.moe is not None else None, feasible=feasible,
-        infeasible_reasons=reasons, ends=layers.ends, offload_s=offload_s + zero,
+        step_time_s=step, breakdown=breakdown, tokens_per_s=tokens_s, model_flop=model_flop,
+        hardware_flop=hardware_flop, mfu=mfu, hfu=hfu, memory_hbm=hbm, memory_tier2=tier2_mem,
+        hbm_capacity_bytes=hbm_capacity, tier2_capacity_bytes=tier2_capacity, traffic=traffic, communication=calls,
+        microbatches=microbatches, layer=layers.dense.cost,
+        moe_layer=layers.moe.cost if layers.moe is not None else None, feasible=feasible, infeasible_reasons=reasons,
+        ends=layers.ends, offload_s=offload_total,
     )
 
 

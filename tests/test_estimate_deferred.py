@@ -1,0 +1,82 @@
+"""A sweep's figures that follow from the step time (tokens/s, MFU, HFU, the capacities, the offload time) are
+computed when first read (issue 47: a search reads none of them): the values are step_figures' computed at once,
+bit for bit; one configuration's are plain values, equal to the sweep's point; the estimate copies, pickles and
+compares as before; a figure read later computes under the estimate's own floating-point error handling."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+from armillary.estimate.result import FIGURES, Deferred, DeferredFigures, StepEstimate, step_figures
+from armillary.estimate.training import estimate_training
+from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+
+MICRO, ZERO = (1.0, 2.0, 4.0), (0.0, 1.0)
+
+
+def _estimate(**fields: np.ndarray | float) -> StepEstimate:
+    """GPT-3 175B on 64 A100s (tp 8, pp 8), its strategy's `fields` replaced (arrays: a sweep)."""
+    m, system = load_model("gpt3-175b"), load_system("dgx-a100", 64)
+    w = load_workload({"seq_len": 2048, "global_batch": 64})
+    st = dataclasses.replace(StrategyArrays.of(load_strategy({"attention": "flash", "tp": 8, "pp": 8}), 1), **fields)
+    with np.errstate(all="ignore"):
+        return estimate_training(ModelArrays.of(m), st, TrainingArrays.of(w), system)
+
+
+@pytest.fixture(scope="module")
+def sweep() -> StepEstimate:
+    return _estimate(micro_batch=np.array(MICRO).reshape(3, 1), zero=np.array(ZERO).reshape(1, 2))
+
+
+def test_sweep_figures_deferred_and_exact(sweep):
+    held = [sweep.__dict__[name] for name in FIGURES]
+    assert all(type(h) is Deferred for h in held)  # nothing computed yet
+    args = held[0].figures._args
+    at_once = step_figures(*args)  # the same inputs, computed now
+    assert args[0] is sweep.step_time_s and args[4] is sweep.model_flop and args[5] is sweep.hardware_flop
+    for name, value in zip(FIGURES, at_once, strict=True):
+        got = getattr(sweep, name)
+        assert isinstance(got, np.ndarray) and got.shape == sweep.step_time_s.shape == (3, 2), name
+        assert np.array_equal(got, value), name
+        assert getattr(sweep, name) is got  # kept once read
+    assert np.array_equal(sweep.tokens_per_s, 64 * 2048 / sweep.step_time_s)
+
+
+@pytest.mark.parametrize("i, j", [(0, 0), (2, 1)])
+def test_one_configuration_is_the_sweeps_point(sweep, i, j):
+    one = _estimate(micro_batch=MICRO[i], zero=ZERO[j])
+    assert not isinstance(one.step_time_s, np.ndarray)
+    for name in FIGURES:
+        assert type(one.__dict__[name]) is not Deferred, name
+        assert float(np.asarray(getattr(sweep, name))[i, j]) == pytest.approx(getattr(one, name), rel=1e-12), name
+
+
+def test_sweep_estimate_copies_and_pickles(sweep):
+    for copied in (copy.deepcopy(sweep), pickle.loads(pickle.dumps(sweep)), dataclasses.replace(sweep)):
+        for name in FIGURES:
+            assert np.array_equal(getattr(copied, name), getattr(sweep, name)), name
+    d = sweep.to_dict()
+    assert d["mfu"] == sweep.mfu.tolist() and d["memory"]["hbm_capacity_bytes"] == sweep.hbm_capacity_bytes.tolist()
+    assert StepEstimate.offload_s == 0.0  # the class's default stays
+
+
+def test_deferred_keeps_the_estimates_error_handling():
+    """A zero step divides by zero: quiet where the estimate ignored it, raising where it raised, whatever
+    the reader's own setting."""
+    inputs = (np.array([2.0, 0.0]), 1.0, 1.0, 10.0, 5.0, 5.0, 1.0, 0.0, 0.0)
+    with np.errstate(divide="ignore"):
+        quiet = DeferredFigures(*inputs)
+    with np.errstate(divide="raise"):
+        loud = DeferredFigures(*inputs)
+    with warnings.catch_warnings(), np.errstate(divide="raise"):
+        warnings.simplefilter("error")
+        assert quiet.value(0).tolist() == [5.0, np.inf]
+    with np.errstate(divide="ignore"), pytest.raises(FloatingPointError):
+        loud.value(0)
