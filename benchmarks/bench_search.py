@@ -172,6 +172,50 @@ def profile(repeats: int = 7) -> None:
     for name, seconds in spent.most_common():
         within = " (collectives, within the parts above)" if name == "compose" else ""
         print(f"  {name:24} {seconds / repeats * 1e3:6.1f} ms{within}")
+    composer_calls(problem, axes.size, repeats)
+
+
+def composer_calls(problem: Any, size: int, repeats: int) -> None:
+    """The block's collective composer calls one by one (in call order): the operation, the estimator's function
+    that asked for it, the distinct points of its bytes and spans (`comm.distinct_points.Flattened`: what a group
+    across dimensions is composed on; a group inside one dimension at every point is composed in the sweep's
+    shape) and the microseconds per call (outside a search's memo: every call composed)."""
+    import sys as system_module
+
+    import armillary.comm.collectives as collectives
+    from armillary.comm.distinct_points import Flattened
+
+    compose = collectives.compose  # (the part timer above, which calls the composer)
+    found: dict[int, list[Any]] = {}
+    order = [0]
+
+    def call(op: Any, n: Any, group: Any, system: Any, algorithm: Any, bandwidths: Any, composition: Any) -> Any:
+        frame: Any = system_module._getframe(1)
+        caller = "?"
+        while frame is not None and caller == "?":  # the first caller outside the comm package and the helpers
+            name, module = frame.f_code.co_name, frame.f_globals.get("__name__", "")
+            if not module.startswith("armillary.comm") and name not in ("<lambda>", "needed", "paired"):
+                caller = name
+            frame = frame.f_back
+        flat = Flattened.of(n, group, bandwidths or (None,) * len(system.network))
+        t0 = time.perf_counter()
+        try:
+            return compose(op, n, group, system, algorithm, bandwidths, composition)
+        finally:
+            entry = found.setdefault(order[0], [op.value, caller, 1 if flat is None else flat.n_bytes.size, 0.0])
+            entry[3] += time.perf_counter() - t0
+            order[0] += 1
+
+    setattr(collectives, "compose", call)  # noqa: B010 (the composer's signature, untyped here)
+    try:
+        for _ in range(repeats):
+            order[0] = 0
+            problem.evaluate(0, size)
+    finally:
+        setattr(collectives, "compose", compose)  # noqa: B010
+    print(f"  the composer's {len(found)} calls in one block (operation, asked by, distinct points, us per call):")
+    for op, caller, points, seconds in found.values():
+        print(f"    {op:15} {caller:24} {points!s:>4} {seconds / repeats * 1e6:7.0f}")
 
 
 def whole_search(m: Any, system: Any, workload: Any, base: Any, repeats: int = 21) -> None:
