@@ -204,22 +204,24 @@ def profile(number: int = 300) -> None:
     for label, fn in steps.items():
         print(f"{label:42s} {cpu_us(fn):8.1f} us")
     training = importlib.import_module("armillary.estimate.training")
+    training_memory = importlib.import_module("armillary.estimate.training_memory")
     spent: Counter[str] = Counter()
-    # (the parts kept under their inputs, `_layers`, `_memory_and_optimizer`, `_pipeline`, `_calls_and_traffic` ...,
+    # (the parts kept under their inputs, `_layers`, `memory_and_optimizer`, `_pipeline`, `_calls_and_traffic` ...,
     # show the time of a look-up; what they make on a miss is timed under the names of the makers)
-    names = ("_layers", "_made_layers", "_memory_and_optimizer", "_memory", "_data_parallel", "_kept_data_parallel",
-             "_optimizer_and_offload", "check", "_pipeline", "_stage_times", "_calls_and_traffic", "_calls",
-             "_stage_params", "_pipeline_sends", "place_groups", "_flops", "split_stages", "critical_stage",
-             "exposed_together", "pipeline_time", "replace")
-    originals = {name: getattr(training, name) for name in names}
-    for name in names:
-        def part(*args: object, _f: object = originals[name], _name: str = name, **kwargs: object) -> object:
+    names = [(training, name) for name in (
+        "_layers", "_made_layers", "memory_and_optimizer", "_data_parallel", "_kept_data_parallel", "check",
+        "_pipeline", "_stage_times", "_calls_and_traffic", "_calls", "_stage_params", "_pipeline_sends",
+        "place_groups", "_flops", "split_stages", "critical_stage", "exposed_together", "pipeline_time", "replace")]
+    names += [(training_memory, name) for name in ("stage_memories", "optimizer_and_offload")]
+    originals = {(module, name): getattr(module, name) for module, name in names}
+    for module, name in names:
+        def part(*args: object, _f: object = originals[module, name], _name: str = name, **kwargs: object) -> object:
             t0 = time.process_time()
             try:
                 return _f(*args, **kwargs)  # type: ignore[operator]
             finally:
                 spent[_name] += time.process_time() - t0
-        setattr(training, name, part)
+        setattr(module, name, part)
     t0 = time.process_time()
     for _ in range(number):
         estimate_training(*arrays, system)  # type: ignore[arg-type]
@@ -227,8 +229,8 @@ def profile(number: int = 300) -> None:
     print(f"estimate_training's parts (timed each, so the sum runs slower: {total / number * 1e6:.0f} us a call):")
     for name, seconds in spent.most_common():
         print(f"  {name:40s} {seconds / number * 1e6:8.1f} us  ({seconds / total:.0%})")
-    for name, original in originals.items():
-        setattr(training, name, original)
+    for (module, name), original in originals.items():
+        setattr(module, name, original)
     replayed(model, system, strategy, workload, cpu_us)
     counter = cProfile.Profile()
     counter.runcall(lambda: [armillary.estimate(model, system, strategy, workload) for _ in range(10)])

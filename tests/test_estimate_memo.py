@@ -20,7 +20,7 @@ import pytest
 import armillary
 from armillary.comm import collectives
 from armillary.comm.collectives import _collective, _send_recv, collective, send_recv
-from armillary.estimate import data_parallel, feasibility, layer, memory, training
+from armillary.estimate import data_parallel, feasibility, layer, memory, training, training_memory
 from armillary.memo import KeyedCache, typed
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.placement import Placement
@@ -99,17 +99,18 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
         layers |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert layers | read | stored <= set(training.LAYERS_FIELDS), (layers | read | stored) - set(training.LAYERS_FIELDS)
     kept = set()
-    for part in (training._memory, training._optimizer_and_offload, training._bytes_per_weight,
-                 training._stage_adapters, memory.lora_states, memory.adapter_precision,
-                 training._gathered_bytes, training._sharded_states, training._expert_weights, training._stored,
-                 training._memory_and_optimizer, memory.weight_bytes_each, memory._weight_bytes_each,
+    tm = training_memory
+    for part in (tm.stage_memories, tm.optimizer_and_offload, tm.bytes_per_weight, tm.stage_adapters,
+                 memory.lora_states, memory.adapter_precision, tm.gathered_bytes, tm.sharded_states,
+                 tm.routed_expert_weights, tm.stored_bytes,
+                 training.memory_and_optimizer, memory.weight_bytes_each, memory._weight_bytes_each,
                  memory._fp8_family, memory.weight_bytes, memory.logit_bytes, memory.runtime_reserve,
                  memory.replicated_and_expert_states, memory.replicated_and_expert_weights, memory._both_factors,
                  memory._state_factors, memory._factors, memory.grad_bytes, memory.optimizer_bytes,
                  memory.optimizer_step_bytes, memory.zero_shards, memory.stage_activations,
                  memory.microbatches_in_flight):
         kept |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
-    assert kept == set(training.MEMORY_FIELDS), kept ^ set(training.MEMORY_FIELDS)
+    assert kept == set(training_memory.MEMORY_FIELDS), kept ^ set(training_memory.MEMORY_FIELDS)
     checks = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(feasibility.training_checks))) & FIELDS
     assert checks == set(feasibility.CHECK_FIELDS)
     params = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(training._stage_params))) & FIELDS
@@ -265,15 +266,15 @@ def test_the_layers_read_only_their_listed_fields(name: str, monkeypatch: pytest
 
 @pytest.mark.parametrize("name", TRAINING)
 def test_memory_and_optimizer_read_only_their_listed_fields(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`_memory_and_optimizer` of each example (and offloading, under ZeRO 3), on a recording point, reads only
+    """`memory_and_optimizer` of each example (and offloading, under ZeRO 3), on a recording point, reads only
     MEMORY_FIELDS and gives what the point gives."""
     seen: list[tuple[Any, ...]] = []
-    original = training._memory_and_optimizer
+    original = training.memory_and_optimizer
 
     def recorded(*args: Any) -> Any:
         seen.append(args)
         return original(*args)
-    monkeypatch.setattr(training, "_memory_and_optimizer", recorded)
+    monkeypatch.setattr(training, "memory_and_optimizer", recorded)
     _estimate(name)
     _estimate(name, zero=3)
     _estimate(name, offload={"optimizer": True, "activations": True})
@@ -281,7 +282,7 @@ def test_memory_and_optimizer_read_only_their_listed_fields(name: str, monkeypat
     for m, st, *rest in seen:
         point = _Recording(st)
         assert repr(original(m, point, *rest)) == repr(original(m, st, *rest))
-        assert point.read <= set(training.MEMORY_FIELDS), point.read - set(training.MEMORY_FIELDS)
+        assert point.read <= set(training_memory.MEMORY_FIELDS), point.read - set(training_memory.MEMORY_FIELDS)
 
 
 @pytest.mark.parametrize("name", TRAINING)

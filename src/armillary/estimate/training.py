@@ -3,8 +3,8 @@
 Recipe (docs/formulas.md §12), one named step each: one layer of each kind and the model's ends for one
 micro-batch (`layer.py`: kernels through the device's roofline, exposed TP / CP / EP collectives,
 recomputation); the pipeline sends; the stages' times and the schedule (`stages.py`, `pipeline.py`); the
-parameters each stage holds and their data-parallel communication (`data_parallel.py`); the optimizer step
-and the second memory tier; memory per device of the fullest stage (`memory.py`); model FLOPs
+parameters each stage holds and their data-parallel communication (`data_parallel.py`); the optimizer step,
+the second memory tier and memory per device of the fullest stage (`training_memory.py`, `memory.py`); model FLOPs
 (`flops.py`); every call of the step. Every function takes arrays, so one call evaluates one
 configuration or a whole sweep.
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from armillary.comm.collectives import CommCost, all_gather, needed, send_recv
-from armillary.cost.compute import kernel_times, matrix_peak, stream_time
+from armillary.comm.collectives import all_gather, needed, send_recv
+from armillary.cost.compute import kernel_times, matrix_peak
 from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import (
     DataParallelCost,
@@ -60,8 +60,6 @@ from armillary.estimate.result import (
     CommCall,
     DeferredFigures,
     EndsCost,
-    LayerCost,
-    MemoryBreakdown,
     ParallelDimension,
     PassCost,
     StepEstimate,
@@ -72,15 +70,15 @@ from armillary.estimate.result import (
 )
 from armillary.estimate.stages import (
     StageLayers,
-    StageMemory,
     StageTime,
     critical_stage,
-    fullest_stage,
     split_stages,
     weighted_sum,
 )
 from armillary.estimate.token_exchange import Fanout
-from armillary.memo import KeyedCache, derived, quick_init, quick_replace, typed
+from armillary.estimate.training_memory import memory_and_optimizer, memory_fields, stage_adapters
+from armillary.estimate.training_parts import LayerKind, Layers, PipelineSends, StageParams, uses_lora
+from armillary.memo import KeyedCache, derived, quick_replace, typed
 from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
@@ -88,47 +86,11 @@ from armillary.plan.placement import Groups, Placement, place_expert_groups, pla
 from armillary.plan.rules import chunk_layers, chunk_share
 from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, SEND_RECV
 from armillary.specs.system import System
-from armillary.workload.adapters import adapter_forward, adapter_parameters, dequantize
+from armillary.workload.adapters import adapter_forward, dequantize
 from armillary.workload.attention import ring_kv_block
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load, replica_weights
 from armillary.workload.parameters import count_parameters
-from armillary.workload.transformer import LayerForward, ends_forward, layer_forward, sequence_shards, tp_message_bytes
-
-
-@quick_init
-@dataclass(frozen=True)
-class LayerKind:
-    """One layer of a kind (dense, or MoE) for one micro-batch on one device."""
-
-    cost: LayerCost
-    calls: tuple[CommCall, ...]  # its TP / SP / CP / EP calls per micro-batch
-    activations: mem.LayerActivations
-    forward: LayerForward
-    stored: Array  # `activations.stored` and `.checkpointed` under the strategy, taken once for every stage
-    checkpointed: Array
-
-    @property
-    def time(self) -> StageTime:
-        """Per micro-batch, by component; a full recomputation's collectives count as recomputation."""
-        c = self.cost
-        return StageTime(compute=c.compute_s, recompute=c.recompute.time_s + c.tp_recompute_s,
-                         tp=c.tp_forward_s + c.tp_backward_s, cp=c.cp_s, ep=c.ep_s,
-                         recomputed_exchange=c.cp_recompute_s + c.ep_recompute_s,
-                         deferrable=c.weight_deferrable_s)
-
-
-@quick_init
-@dataclass(frozen=True)
-class Layers:
-    """The layer kinds of the model and its ends (embedding, LM head), one micro-batch."""
-
-    dense: LayerKind
-    moe: LayerKind | None  # None for a dense model
-    ends: EndsCost
-    tp_bytes: Array  # size of each TP collective
-    edp: Array  # expert-data-parallel ranks of the MoE layers
-    edp_group: Placement | None
-
+from armillary.workload.transformer import ends_forward, layer_forward, sequence_shards, tp_message_bytes
 
 # one configuration's group placements per system (its sizes), by the degrees and rank order (`estimate_training`)
 _GROUPS: KeyedCache[System, Groups] = KeyedCache(32, 512)
@@ -183,13 +145,13 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     if mtp is None:  # the optimizer, offload and memory for every point with the same layers, stages, parameters,
         # sends, micro-batches and memory fields (kept per model; those kept objects, the system and under LoRA the
         # workload held by the value, so that their ids stay their own)
-        held_memory = (layers, stages, params, sends, system, w if _lora(w) else None)
+        held_memory = (layers, stages, params, sends, system, w if uses_lora(w) else None)
         optimizer, offload_s, hbm, tier2_mem = _PARTS.get(
             m, ("memory", *map(id, held_memory), typed(microbatches, e, w.seq_len), typed(*memory_fields(st))),
-            lambda: (held_memory, *_memory_and_optimizer(m, st, w, stages, params, layers, sends, microbatches, e,
+            lambda: (held_memory, *memory_and_optimizer(m, st, w, stages, params, layers, sends, microbatches, e,
                                                          system)))[1:]
     else:
-        optimizer, offload_s, hbm, tier2_mem = _memory_and_optimizer(m, st, w, stages, params, layers, sends,
+        optimizer, offload_s, hbm, tier2_mem = memory_and_optimizer(m, st, w, stages, params, layers, sends,
                                                                      microbatches, e, system, mtp)
     if mtp is None:  # for every point with the same kinds, stages, sends, data-parallel costs,
         # micro-batches and tp (kept per model; those kept objects held by the value, so that their ids stay theirs)
@@ -256,7 +218,7 @@ def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syste
     model under their inputs for every point that shares them. (The key holds the system, and under LoRA the
     workload, whose adapters the layers read, by identity: the value keeps them alive, so that their ids stay
     their own.)"""
-    lora = w if _lora(w) else None
+    lora = w if uses_lora(w) else None
     key = ("layers", typed(*layers_fields(st)), typed(e, w.seq_len), id(system), _spans(groups.tp),
            _spans(groups.cp), id(lora))
     return _PARTS.get(m, key, lambda: (system, lora, _made_layers(m, st, w, system, groups, e)))[2]  # type: ignore[no-any-return]
@@ -274,7 +236,7 @@ def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: 
     ends_key = ("ends", *typed(b, q, t, e))
     ends_fw = _PARTS.get(m, ends_key, lambda: ends_forward(m, b, q, t, e))
     tp_costs: list[TpCosts] = []  # the same for every layer kind: taken once, where a layer's cost is made
-    device, lora = system.device, _lora(w)
+    device, lora = system.device, uses_lora(w)
     g = mem.saved_input_bytes(st)
     # the kernels' strategy inputs (`layer_kernels`), and the activations' (`memory.layer_activations`)
     kernel_inputs = typed(*kernel_fields(st))
@@ -343,19 +305,6 @@ def _spans(group: Placement) -> tuple[object, ...]:
     return typed(*group.spans)
 
 
-def _lora(w: TrainingArrays) -> bool:
-    """Whether the points fine-tune with LoRA. A sweep carries one workload: all of its points do or none
-    (the model states, gradient traffic and optimizer step are LoRA's or full training's for the whole
-    sweep; the passes, FLOPs and activations would also price a mix)."""
-    rank = w.lora_rank
-    if type(rank) is int or type(rank) is float or isinstance(rank, int | float):  # one workload: no array to
-        return rank > 0  # check (22 calls an estimate; the exact types first, isinstance for the rest)
-    frozen = np.asarray(w.lora_rank) > 0
-    if frozen.any() and not frozen.all():
-        raise ValueError("TrainingArrays.lora_rank: a sweep fine-tunes all of its points with LoRA or none")
-    return bool(frozen.all())
-
-
 def _adapters(m: ModelArrays, w: TrainingArrays, system: System, st: StrategyArrays, tokens: Array, e: Array,
               mlp_width: Array | None) -> Adapters:
     """One layer's LoRA adapters and QLoRA dequantization on one device, through the roofline: the
@@ -366,19 +315,6 @@ def _adapters(m: ModelArrays, w: TrainingArrays, system: System, st: StrategyArr
     return Adapters(PassCost(op.flop, op.bytes, adapter_t), PassCost(dq.flop, dq.bytes, dequantize_t),
                     where(w.frozen, 1.0, 0.0))
 
-
-@quick_init
-@dataclass(frozen=True)
-class PipelineSends:
-    """The activation (forward) and gradient (backward) sends between stages, per micro-batch."""
-
-    activation_bytes: Array  # one micro-batch's activation
-    sent_bytes: Array  # what crosses to the next stage
-    send: CommCost
-    regather: CommCost  # the all-gather that rebuilds a scattered activation
-    scatter: Array  # t when the activation is scattered over the tp ranks, else 1
-    per_step_each_mb: Array  # sends per micro-batch: forward and backward, once per model chunk
-    per_mb: Array  # their time on the critical stage
 
 
 # the strategy's fields `_pipeline_sends` reads: with the sequence, the hidden size, the activation bytes and the
@@ -446,18 +382,6 @@ def _stage_times(layers: Layers, stages: StageLayers,
             of(stages.last, (head, None), (embedding, single)))
 
 
-@quick_init
-@dataclass(frozen=True)
-class StageParams:
-    """Parameters of one device of each stage kind: (replicated over dp x cp, routed experts), and those
-    of the device that holds the most."""
-
-    first: tuple[Array, Array]
-    middle: tuple[Array, Array]
-    last: tuple[Array, Array]
-    dense_local: Array
-    experts_local: Array
-
 
 def _stage_params(m: ModelArrays, st: StrategyArrays, stages: StageLayers, mtp: Array = 0.0) -> StageParams:
     """Per device: dense layers and the replicated part of MoE layers split over tp; routed experts over ep
@@ -501,8 +425,8 @@ def _data_parallel(m: ModelArrays, params: StageParams, stages: StageLayers, mic
     of the critical stage (`_overlappable`, `data_parallel.exposed_together`)."""
     # LoRA: only the adapters' gradients are reduced (Hu et al. 2021 §4.1); the frozen base is gathered by
     # ZeRO-3 / FSDP only
-    lora = _lora(w)
-    adapters = (_stage_adapters(m, w, st, stages), params.dense_local * w.base_bytes) if lora else None
+    lora = uses_lora(w)
+    adapters = (stage_adapters(m, w, st, stages), params.dense_local * w.base_bytes) if lora else None
     dense = _kept_data_parallel(params.dense_local, stages.most_layers, microbatches, st, group, system,
                                 ParallelDimension.DP, parameter_tensors(m), adapters)
     if layers.moe is None or layers.edp_group is None:
@@ -530,100 +454,6 @@ def _kept_data_parallel(params_local: Array, layers_local: Array, microbatches: 
         params_local, layers_local, microbatches, st, group, system, dimension, tensors_per_layer, lora))
 
 
-def _sharded_states(params: tuple[Array, Array], st: StrategyArrays, edp: Array, w: TrainingArrays,
-                    adapters: Array) -> mem.ModelStates:
-    """Model states of a device's (replicated, routed expert) parameters under ZeRO: the replicated ones
-    sharded over dp x cp, the experts over expert-dp. LoRA: the frozen base and the device's `adapters`
-    (`memory.lora_states`; routed experts carry no adapters)."""
-    if _lora(w):
-        return mem.lora_states(params[0], adapters, st, w) + mem.lora_states(params[1], 0.0, st, w, edp)
-    return mem.replicated_and_expert_states(params[0], params[1], st, edp)
-
-
-def _expert_weights(params: tuple[Array, Array], st: StrategyArrays, edp: Array, w: TrainingArrays) -> Array:
-    """`_sharded_states((0 x the replicated, the experts), ...).weights`: the routed experts' weights on one
-    device (the same expression; without LoRA, none of the other states)."""
-    if _lora(w):
-        return _sharded_states((0.0 * params[0], params[1]), st, edp, w, 0.0).weights
-    return mem.replicated_and_expert_weights(0.0 * params[0], params[1], st, edp)
-
-
-def _stage_adapters(m: ModelArrays, w: TrainingArrays, st: StrategyArrays, stages: StageLayers,
-                    counts: tuple[Array, Array] | None = None) -> Array:
-    """LoRA adapter parameters on one device of a stage of `counts` (dense, MoE) layers (default: the
-    most any stage holds), split over the tp ranks as their layers are; MoE layers adapt their attention
-    and shared experts."""
-    dense, moe = counts if counts is not None else (stages.busiest(0), stages.busiest(1))
-    return (dense * adapter_parameters(m, w) + moe * adapter_parameters(m, w, m.shared_ffn)) / st.tp
-
-
-def _stored(layers: Layers, counts: tuple[Array, Array]) -> tuple[Array, Array]:
-    """Bytes one micro-batch leaves stored in a stage's (dense, MoE) layers, and of them the layer inputs
-    kept for full recomputation."""
-    dense, moe = layers.dense, layers.moe
-    # summed as sum() over the kinds sums them (from 0), written out
-    stored, checkpointed = 0 + counts[0] * dense.stored, 0 + counts[0] * dense.checkpointed
-    if moe is None:
-        return stored, checkpointed
-    return stored + counts[1] * moe.stored, checkpointed + counts[1] * moe.checkpointed
-
-
-# the strategy's fields the optimizer step, the offload path and the memory read (`_memory_and_optimizer` and its
-# callees): with the layers, stages, parameters, sends, micro-batches, activation bytes, sequence and system, the
-# key under which they are kept (tests/test_estimate_memo.py checks the list)
-MEMORY_FIELDS = ("block_format", "cp", "cross_entropy", "dp", "fp8_params", "fragmentation", "grad_reduce_bf16",
-                 "main_param_bytes", "memory_reserve", "micro_batch", "moment_bytes", "offload_activations",
-                 "offload_experts", "offload_gradients", "offload_optimizer", "offload_weights", "pp", "precision",
-                 "recompute", "schedule", "tp", "vpp", "zero", "zero3_live_params")
-memory_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*MEMORY_FIELDS)
-
-
-def _memory_and_optimizer(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: StageLayers,
-                          params: StageParams, layers: Layers, sends: PipelineSends, microbatches: Array, e: Array,
-                          system: System, mtp: MtpCost | None = None) -> tuple[Array, Array, MemoryBreakdown,
-                                                                                 MemoryBreakdown]:
-    """(`_optimizer_and_offload`, `_memory`) of the step: the optimizer step, the offload path's busy time, the
-    fullest device's memory per tier."""
-    # what one micro-batch leaves stored on the first, middle and last stage, for the offload path and memory
-    stored = (_stored(layers, stages.first), _stored(layers, stages.middle), _stored(layers, stages.last))
-    optimizer, offload_s = _optimizer_and_offload(m, w, params, stages, layers, microbatches, st, system, stored)
-    hbm, tier2 = _memory(m, st, w, stages, params, layers, sends, microbatches, e, system.device.memory_reserve,
-                         stored, mtp.activations if mtp is not None else 0.0)
-    return optimizer, offload_s, hbm, tier2
-
-
-def _optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParams, stages: StageLayers,
-                           layers: Layers, microbatches: Array, st: StrategyArrays, system: System,
-                           stored: tuple[tuple[Array, Array], ...]) -> tuple[Array, Array]:
-    """The optimizer step (memory-bound, or over the offload path when offloaded) and the time the offload path
-    (`System.offload_path`: the device's second tier, or its share of the memory pool) is busy in the pipeline,
-    each access taking latency + bytes / rate (ASTRA-sim's remote memory, astra-memory-analytical @641cce8),
-    one access a layer: weights (the device's shard under ZeRO-3; or only the routed experts') fetched before
-    each micro-batch's forward and backward, stored activations out and back once per micro-batch, the gradients
-    out once per micro-batch (ZeRO-Offload accumulates them off the device: Ren et al. ATC'21 §4.1). LoRA
-    updates the adapters only."""
-    device, edp = system.device, layers.edp
-    adapters = _stage_adapters(m, w, st, stages) if _lora(w) else 0.0
-    if _lora(w):
-        adam_bytes = (adapters / mem.zero_shards(st, 1)
-                      * mem.optimizer_step_bytes(st, mem.adapter_precision(st)))
-    else:
-        updated = params.dense_local / mem.zero_shards(st, 1) + params.experts_local / mem.zero_shards(st, 1, edp)
-        adam_bytes = updated * mem.optimizer_step_bytes(st)
-    path = system_shape(system)[2]
-    rate, latency = (path.rate, path.latency) if path is not None else (np.inf, 0.0)
-    n_layers, moe_layers = stages.most_layers, stages.busiest(1)
-    optimizer = where(st.offload_optimizer > 0, adam_bytes / rate + n_layers * latency, stream_time(adam_bytes, device))
-    states = _sharded_states((params.dense_local, params.experts_local), st, edp, w, adapters)
-    expert_weights = _expert_weights((params.dense_local, params.experts_local), st, edp, w)
-    offload_weights = st.offload_weights * 2 * microbatches * (states.weights / rate + n_layers * latency)
-    offload_experts = ((1 - st.offload_weights) * st.offload_experts * 2 * microbatches
-                       * (expert_weights / rate + moe_layers * latency))
-    offload_grads = st.offload_gradients * microbatches * (states.gradients / rate + n_layers * latency)
-    stored_mb = maximum(maximum(stored[0][0], stored[2][0]), stages.has_mid * stored[1][0])
-    offload_acts = st.offload_activations * 2 * microbatches * (stored_mb / rate + n_layers * latency)
-    return optimizer, offload_weights + offload_experts + offload_grads + offload_acts
-
 
 def _pool_link_s(system: System, traffic: Traffic, offload_s: Array) -> Array:
     """Where a step offloads to a memory pool reached over a network dimension: the time that dimension's links
@@ -637,87 +467,6 @@ def _pool_link_s(system: System, traffic: Traffic, offload_s: Array) -> Array:
     sent = traffic.scale_up_bytes if path.network == 0 else traffic.scale_out_bytes
     return where(offload_s > 0, sent / (dim.efficiency * dim.bandwidth / dim.shared_by), 0.0)
 
-
-def _bytes_per_weight(st: StrategyArrays, w: TrainingArrays) -> Array:
-    """Bytes of one working weight: the recipe's (`memory.weight_bytes_each`), or a LoRA base's stored bytes."""
-    return w.base_bytes if _lora(w) else mem.weight_bytes_each(st)
-
-
-def _gathered_bytes(m: ModelArrays, st: StrategyArrays, layer_bytes: Array) -> Array:
-    """ZeRO-3 / FSDP parameters gathered at once: two whole layers (the one in use, the prefetched one), or
-    DeepSpeed's bound on live parameters (stage3_max_live_parameters; it gathers module by module, so never
-    less than the largest weight matrix: QKV, output or an MLP projection, per tensor-parallel rank)."""
-    largest = m.hidden * maximum(maximum(m.qkv_width, m.heads * m.value_dim),
-                                 maximum((m.mlp_matrices - 1) * m.ffn, m.ffn)) / st.tp
-    bounded = maximum(mem.weight_bytes(st.zero3_live_params, st), mem.weight_bytes(largest, st))
-    return where(st.zero3_live_params > 0, minimum(2 * layer_bytes, bounded), 2 * layer_bytes)
-
-
-def _memory(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages: StageLayers, params: StageParams,
-            layers: Layers, sends: PipelineSends, microbatches: Array, e: Array, reserve: float,
-            stored: tuple[tuple[Array, Array], ...], mtp: Array = 0.0) -> StageMemory:
-    """Memory per tier of every stage kind; the fullest device's is reported. `reserve`: the device's runtime
-    reserve (`Device.memory_reserve`), unless the strategy overrides it. `stored`: `_stored` of the first,
-    middle and last stage. `mtp`: what the MTP modules keep beyond their layers, on the last stage."""
-    t, single = st.tp, stages.single
-    moe_working = layers.moe.activations.working if layers.moe is not None else layers.dense.activations.working
-    working = maximum(layers.dense.activations.working, moe_working)
-    per_weight = _bytes_per_weight(st, w)  # taken once for every stage
-    weight_bytes = (params.dense_local + params.experts_local) * per_weight
-    sharded = st.zero >= 3  # (one configuration without ZeRO-3: where's 0.0, the gathered units not priced)
-    unsharded_units = (where(sharded, _gathered_bytes(m, st, weight_bytes / stages.most_layers), 0.0)
-                       if isinstance(sharded, np.ndarray) or sharded else 0.0)
-    buffers = 4 * sends.sent_bytes * (1 - single) + 2 * layers.tp_bytes * where(t > 1, 1.0, 0.0) + unsharded_units
-    # the loss's logits on the last stage (`memory.logit_bytes`), with what the MTP modules keep there
-    logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * mem.logit_bytes(st, e) + mtp
-    # QLoRA's ends: bitsandbytes quantizes linear layers only, the embedding stays 16-bit (Lightning
-    # fabric/plugins/precision/bitsandbytes.py @71aed751 replaces nn.Linear, not nn.Embedding; Dettmers et al.
-    # 2023 quantize the linear layers); the LM head, a linear layer, is dequantized whole for each call
-    # (bitsandbytes 0.41.1 MatMul4Bit.forward: dequantize_4bit in fp16, then .to(bfloat16)): two 16-bit copies
-    # live at the end of the forward, the activation peak
-    embedding16: Array = 0.0
-    head_copies: Array = 0.0
-    if _lora(w):  # (the model's counts once per model, as `_stage_params` takes them)
-        ends = derived(m, "parameters", lambda: count_parameters(m))
-        embedding16 = w.base_dequantize * ends.embedding / t * (2.0 - w.base_bytes)
-        head_copies = w.base_dequantize * ends.head / t * 4.0
-    ow, oa, oo = st.offload_weights, st.offload_activations, st.offload_optimizer
-    og, oe = st.offload_gradients, st.offload_experts * (1 - ow)  # weight offload moves the experts already
-
-    lora, edp, reserved = _lora(w), layers.edp, mem.runtime_reserve(st, reserve)
-
-    def stage_memory(counts: tuple[Array, Array], stage_params: tuple[Array, Array], stage_stored: tuple[Array, Array],
-                     index: Array, extra: Array, extra_weights: Array = 0.0) -> StageMemory:
-        n_layers = counts[0] + counts[1]
-        states = _sharded_states(stage_params, st, edp, w, _stage_adapters(m, w, st, stages, counts) if lora else 0.0)
-        activations, checkpoints = mem.stage_activations(*stage_stored, working, st, microbatches, index)
-        activations = activations + extra
-        stage_weight_bytes = (stage_params[0] + stage_params[1]) * per_weight
-        # offloaded experts / gradients leave two layers' worth in HBM (the one in use, the next one)
-        experts = _expert_weights(stage_params, st, edp, w)
-        staged_experts = 2 * (stage_params[1] * per_weight) / maximum(counts[1], 1)
-        weights = (states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1)
-                   + oe * (staged_experts - experts) + extra_weights)
-        gradients = states.gradients * (1 - og) + og * 2 * states.gradients / maximum(n_layers, 1)
-        optimizer_states = states.optimizer_states * (1 - oo)
-        # the offloaded share leaves one layer's staging buffer in HBM (TE's cpu offload handler)
-        kept_activations = activations * (1 - oa) + where(oa > 0, working, 0.0)
-        kept_checkpoints = checkpoints * (1 - oa)
-        # the tensors' total as MemoryBreakdown.total sums them (its runtime 0), the runtime's share added to it
-        tensors = (weights + gradients + optimizer_states + kept_activations + kept_checkpoints + buffers) + 0.0
-        hbm = MemoryBreakdown(weights, gradients, optimizer_states, kept_activations, kept_checkpoints, buffers,
-                              runtime=reserved + st.fragmentation * tensors)
-        tier2 = MemoryBreakdown(
-            weights=states.weights * ow + oe * experts, gradients=states.gradients * og,
-            optimizer_states=states.optimizer_states * oo,
-            activations=activations * oa, checkpoints=checkpoints * oa, comm_buffers=0.0 * oa)
-        return hbm, tier2
-
-    return fullest_stage(stage_memory(stages.first, params.first, stored[0], 0.0, single * (logits + head_copies),
-                                      embedding16),
-                         stage_memory(stages.middle, params.middle, stored[1], 1.0, 0.0),
-                         stage_memory(stages.last, params.last, stored[2], st.pp - 1, logits + head_copies,
-                                      single * embedding16), stages.has_mid)
 
 
 def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers,
