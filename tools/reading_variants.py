@@ -412,5 +412,168 @@ def main(limit_per_group=None):
 
 
 
+
+
+# ---- collective rows (nccl-tests sweeps) and memory rows ------------------------------------------------------
+# (class, column changes, expectation): ("scale", k) means the prediction is the original's times k in the new unit
+# nccl-tests spellings of the op (its binaries all_reduce_perf..., its print names); {op} is the original's
+OP_SAME = {"all_reduce": ["allreduce", "all_reduce_perf", "AllReduce", "all-reduce (in-place)", "ncclAllReduce"],
+           "all_gather": ["allgather", "all_gather_perf", "AllGather", "all-gather"],
+           "alltoall": ["alltoall", "alltoall_perf", "AllToAll", "all-to-all"],
+           "reduce_scatter": ["reduce_scatter_perf", "ReduceScatter", "reducescatter"]}
+OP_OTHER = ["alltoallv", "hypercube_perf", "gather_perf", "scatter_perf", "all_reduce_sum_max"]
+BUSBW_SAME = [("busbw", "GB/s", 1), ("bus bandwidth (GB/s)", "", 1), ("busBW", "GB/s", 1), ("busbw", "GBps", 1),
+              ("busbw", "Gb/s", 8), ("busbw", "Gbps", 8), ("bus bandwidth", "Gbit/s", 8), ("busbw", "GiB/s", 1e9 / 2**30),
+              ("busbw (GB/s)", "", 1), ("busbw", "MB/s", 1e3)]
+ALGBW_SAME = [("algbw", "GB/s", 1), ("algorithm bandwidth", "GB/s", 1), ("algbw (GB/s)", "", 1), ("algBW", "Gbps", 8)]
+TIME_SAME = [("time (us)", "", 1), ("time", "us", 1), ("latency (ms)", "", 1e-3), ("time", "ms", 1e-3),
+             ("latency", "usec", 1), ("time", "microseconds", 1), ("time (µs)", "", 1)]
+BW_OTHER = [("busbw", "gb/s"), ("busbw", "GT/s"), ("busbw", "%"), ("bandwidth", "GB/s"), ("busbw", "")]
+SIZE_SAME = {2**30: ["1G", "1 GiB", "2^30", "1GiB", "1073741824 B", "1,073,741,824"],
+             2**27: ["128M", "128 MiB", "2^27"], 2**20: ["1M", "1 MiB", "1024K", "1 M"], 8: ["8 B", "8", "8B"]}
+SIZE_OTHER = ["1GB", "128MB", "1e9", "nan", "-8", "8 KB"]
+
+
+def collective_fingerprint(row):
+    from armillary.validation.collective_rows import predict_collective
+    try:
+        label, value, notes = predict_collective(row)
+        return ("ok", (label, value, notes))
+    except (Unsupported, ValueError) as e:
+        return ("refused", str(e))
+    except Exception as e:
+        return ("CRASH", f"{type(e).__name__}: {e}")
+
+
+def collective_variants(row, base):
+    out = []
+    op = re.split(r"[\s(]", row["op"].strip(), maxsplit=1)[0]
+    for w in OP_SAME.get(op, []):
+        out.append(("coll-op", w, {"op": row["op"].replace(op, w, 1)}, SAME))
+    for w in OP_OTHER:
+        out.append(("coll-op-other", w, {"op": w}, REFUSE))
+    lab = base[1][0]
+    plain = row["metric"].strip().lower() in ("busbw", "busbw (out-of-place)") or row["metric"].startswith("time (out-of-place")
+    if lab.startswith("busbw") and plain:
+        for m, u, k in BUSBW_SAME:
+            out.append(("coll-busbw", f"{m} | {u}", {"metric": m, "unit": u}, ("cscale", k)))
+        ref = collective_fingerprint({**row, "metric": "algbw", "unit": "GB/s"})  # the GB/s algbw, to scale
+        for m, u, k in ALGBW_SAME:
+            out.append(("coll-algbw", f"{m} | {u}", {"metric": m, "unit": u}, ("clabel", "algbw", ref[1][1], k)))
+        for m, u in BW_OTHER:
+            out.append(("coll-metric-other", f"{m} | {u}", {"metric": m, "unit": u}, REFUSE))
+    if lab.startswith("time") and plain:
+        for m, u, k in TIME_SAME:
+            out.append(("coll-time", f"{m} | {u}", {"metric": m, "unit": u}, ("cscale", k)))
+        for m, u in [("time", ""), ("time", "cycles"), ("time (s/iter)", "")]:
+            out.append(("coll-metric-other", f"{m} | {u}", {"metric": m, "unit": u}, REFUSE))
+    size = int(row["msg_bytes"]) if row["msg_bytes"].isdigit() else None
+    for w in SIZE_SAME.get(size, []):
+        out.append(("coll-msg_bytes", w, {"msg_bytes": w}, SAME))
+    if size in SIZE_SAME:
+        for w in SIZE_OTHER:
+            out.append(("coll-msg_bytes-other", w, {"msg_bytes": w}, REFUSE))
+    n = row["n_gpus"].strip()
+    if n.isdigit() and int(n) % 8 == 0 and int(n) > 8:
+        nodes = int(n) // 8
+        for w, exp in [(f"{n} ({nodes} nodes x 8)", SAME), (f"{nodes}x8", SAME), (f"{n} GPUs", SAME),
+                       (f"{nodes} nodes", REFUSE), (f"{nodes} x 8 GPUs", SAME), (f"{nodes}", DIFFER)]:
+            out.append(("coll-n_gpus", w, {"n_gpus": w}, exp))
+    return out
+
+
+def judge_collective(base, new, exp):
+    if new[0] in ("CRASH", "refused"):
+        return new[0]
+    if exp == REFUSE:
+        return "MISREAD"
+    if exp == SAME:
+        return "same" if new == base else "MISREAD"
+    if exp == DIFFER:
+        return "MISREAD" if new == base else "differs"
+    b, n = base[1], new[1]
+    k = exp[-1]
+    if exp[0] == "clabel" and not n[0].startswith(exp[1]):
+        return "MISREAD"
+    if exp[0] == "clabel":
+        return "same" if n[2] == b[2] and abs(n[1] - exp[2] * k) <= 1e-9 * exp[2] * k else "MISREAD"
+    ok = n[0].split(" [")[0] == b[0].split(" [")[0] and abs(n[1] - b[1] * k) <= 1e-9 * abs(b[1] * k) and n[2] == b[2]
+    return "same" if ok else "MISREAD"
+
+
+MEMORY_UNIT_SAME = {"GiB": ["GiB", "GiB per GPU", "GiB/GPU", "gibibytes"], "GB": ["GB", "GB per GPU", "gigabytes"]}
+MEMORY_UNIT_OTHER = ["Gb", "G", "GiB total", "GB (8 GPUs)", "%", "GiB/s"]
+MEMORY_METRIC_SAME = {"reserved": ["max_memory_reserved", "torch.cuda.max_memory_reserved()", "peak reserved memory",
+                                   "memory reserved (GiB)"],
+                      "allocated": ["max_memory_allocated", "torch.cuda.max_memory_allocated()", "peak allocated memory"]}
+MEMORY_METRIC_OTHER = ["peak memory", "nvidia-smi memory used", "max_memory_allocated / max_memory_reserved",
+                       "memory (GiB)", "not reserved but allocated"]
+
+
+def memory_fingerprint(row):
+    from armillary.validation.memory_rows import measure_of, unit_bytes
+    try:
+        return ("ok", (measure_of(row), unit_bytes(row)))
+    except (Unsupported, ValueError) as e:
+        return ("refused", str(e))
+    except Exception as e:
+        return ("CRASH", f"{type(e).__name__}: {e}")
+
+
+def memory_variants(row, base):
+    out = []
+    unit = row["unit"].strip()
+    for w in MEMORY_UNIT_SAME.get(unit, []):
+        out.append(("mem-unit", w, {"unit": w}, SAME))
+    for w in MEMORY_UNIT_OTHER:
+        out.append(("mem-unit-other", w, {"unit": w}, REFUSE))
+    for w in MEMORY_METRIC_SAME[base[1][0]]:
+        out.append(("mem-metric", w, {"metric": w}, SAME))
+    for w in MEMORY_METRIC_OTHER:
+        out.append(("mem-metric-other", w, {"metric": w}, REFUSE))
+    return out
+
+
+def main_collective_memory():
+    from armillary.validation.flagged_sweeps import sweep_of
+    from armillary.validation.memory_rows import MEMORY_CSV
+    stats = collections.defaultdict(collections.Counter)
+    examples = collections.defaultdict(list)
+    with open(MEMORY_CSV, newline="", encoding="utf-8") as f:
+        memory = list(csv.DictReader(f))
+    sweeps, n = set(), 0
+    work = []
+    for row in rows():
+        if row["kind"] != "collective" or (sweep_of(row["id"]), row["msg_bytes"]) in sweeps:
+            continue
+        if row["msg_bytes"].isdigit() and int(row["msg_bytes"]) not in SIZE_SAME and any(s == sweep_of(row["id"]) for s, _ in sweeps):
+            continue  # one row a sweep, plus the sizes SIZE_SAME rewrites
+        sweeps.add((sweep_of(row["id"]), row["msg_bytes"]))
+        work.append((row, collective_fingerprint, collective_variants, judge_collective))
+    work += [(row, memory_fingerprint, memory_variants, judge) for row in memory]
+    for row, fp, vs, jd in work:
+        base = fp(row)
+        if base[0] != "ok":
+            continue
+        for cls, words, change, exp in vs(row, base):
+            n += 1
+            new = fp({**row, **change})
+            j = jd(base, new, exp)
+            stats[cls][j] += 1
+            if j in ("MISREAD", "refused", "CRASH") and not any(e[1] == words for e in examples[(cls, j)]):
+                examples[(cls, j)].append((row["id"], words, new[1][:140] if new[0] != "ok" else str(new[1][:2])[:140]))
+    print("collective / memory variants tried", n)
+    for cls, c in sorted(stats.items()):
+        print(f"{cls:22s} {dict(c)}")
+    for (cls, j), ex in sorted(examples.items()):
+        print("==", cls, j)
+        for e in ex[:12]:
+            print("   ", e)
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+    if "--collective" in sys.argv:
+        main_collective_memory()
+    else:
+        main()

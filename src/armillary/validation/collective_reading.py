@@ -20,9 +20,11 @@ _OPS = {"allreduce": Collective.ALL_REDUCE, "reducescatter": Collective.REDUCE_S
 
 def read_op(text: str) -> Collective:
     """The collective of the op column: its first word, as nccl-tests / rccl-tests or NCCL spell it
-    ("all_reduce", "allreduce", "all-reduce", "all_reduce_perf", "AllReduce", "alltoall", "send/recv")."""
+    ("all_reduce", "allreduce", "all-reduce", "all_reduce_perf", "AllReduce", "ncclAllReduce", "alltoall",
+    "send/recv")."""
     first = re.split(r"[\s(,;]", clean(text).strip(), maxsplit=1)[0]
-    key = re.sub(r"[_\-/.]", "", first).removesuffix("perf")
+    # "ncclAllReduce": NCCL's API name (nccl.h); "rcclAllReduce" is not a name RCCL uses, so only nccl
+    key = re.sub(r"[_\-/.]", "", first).removesuffix("perf").removeprefix("nccl")
     if key not in _OPS:
         raise Unsupported(f"op {text!r}: not a collective; one of {', '.join(c.value for c in Collective)} "
                           f"(nccl-tests spellings such as allreduce, alltoall, sendrecv are read too)")
@@ -88,3 +90,60 @@ def best_of_runs(row: dict[str, str], measured: float) -> tuple[float, bool]:
           and found.group(2) == clean(row.get("unit")) and 0 < float(found.group(1)) < measured):
         return float(found.group(1)), True
     return measured, False
+
+
+# nccl-tests' size arguments (-b 8 -e 8G) take K, M, G as powers of 1024 (src/common.cu parsesize), as do KiB,
+# MiB, GiB (IEC); "2^30" is a power of two. "1GB" / "128 MB" are refused: decimal in SI, binary in nccl-tests'
+# own usage, and 7% apart at 1 GB.
+_SIZE = re.compile(r"(\d+)\s*(?:([kmg])(?:ib)?|(b))?")
+_BINARY = {"k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def message_bytes(row: dict[str, str]) -> int:
+    """The message size of a collective row in bytes: "1073741824", "8 B", "1G", "128M", "1 GiB", "2^30",
+    "1,073,741,824" (Unsupported naming msg_bytes otherwise)."""
+    text = clean(row.get("msg_bytes")).replace(",", "")
+    power = re.fullmatch(r"2\s*\^\s*(\d+)", text)
+    if power:
+        return int(2 ** int(power.group(1)))
+    found = _SIZE.fullmatch(text)
+    if found is None or int(found.group(1)) <= 0:
+        hint = "" if not text else ("; GB / MB: decimal or binary is not said" if re.search(r"[kmg]b\b", text)
+                                    else "; in bytes: '8', '8 B', '1G', '1 GiB' or '2^30'")
+        raise Unsupported(f"msg_bytes: the message size is not stated ({row.get('msg_bytes')!r}){hint}")
+    return int(found.group(1)) * _BINARY.get(found.group(2) or "", 1)
+
+
+# bytes/s of each bandwidth unit, case kept: "Gb/s", "Gbps", "Gbit/s" are bits (8x less than GB/s, e.g. a NIC's
+# line rate); a lower-case "gb/s" says neither and is refused
+_BANDWIDTH_UNITS = {"GB/s": 1e9, "GBps": 1e9, "GiB/s": 2**30, "MB/s": 1e6, "Gb/s": 1e9 / 8, "Gbps": 1e9 / 8,
+                    "Gbit/s": 1e9 / 8}
+_TIME_UNITS = {"us": 1e-6, "µs": 1e-6, "usec": 1e-6, "microseconds": 1e-6, "ms": 1e-3, "msec": 1e-3,
+               "milliseconds": 1e-3, "s": 1.0, "sec": 1.0, "seconds": 1.0}
+
+
+def row_unit(row: dict[str, str]) -> str:
+    """The row's unit as written (case kept: Gb/s is not GB/s), else the one its metric names in parentheses
+    ("bus bandwidth (GB/s)", "time (us)": nccl-tests' column headers)."""
+    unit = (row.get("unit") or "").strip()
+    if unit:
+        return unit
+    found = re.search(r"\(([^()]*)\)\s*$", (row.get("metric") or "").strip())
+    return found.group(1).strip() if found else ""
+
+
+def bandwidth_scale(row: dict[str, str]) -> float:
+    """Bytes/s per unit of a bandwidth row's value (Unsupported naming the unit where it is not one)."""
+    unit = row_unit(row)
+    if unit not in _BANDWIDTH_UNITS:
+        raise Unsupported(f"unit {row.get('unit')!r}: a bandwidth in GB/s (or Gb/s, Gbps, GiB/s, MB/s, written "
+                          f"with their case)")
+    return _BANDWIDTH_UNITS[unit]
+
+
+def time_scale(row: dict[str, str]) -> tuple[str, float]:
+    """(the unit, seconds per unit) of a time row's value (Unsupported naming the unit where it is not one)."""
+    unit = row_unit(row).lower()
+    if unit not in _TIME_UNITS:
+        raise Unsupported(f"unit {row.get('unit')!r}: a time in us, ms or s")
+    return unit, _TIME_UNITS[unit]

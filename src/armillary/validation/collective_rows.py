@@ -15,7 +15,15 @@ from armillary.plan.placement import Placement
 from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.system import System
 from armillary.units import MIB
-from armillary.validation.collective_reading import channel_settings, pinned_algorithm, read_op
+from armillary.validation.collective_reading import (
+    bandwidth_scale,
+    channel_settings,
+    message_bytes,
+    pinned_algorithm,
+    read_op,
+    row_unit,
+    time_scale,
+)
 from armillary.validation.collective_system import (
     read_system,
     system_of,
@@ -49,10 +57,7 @@ def _modelled(row: dict[str, str], trial: Mapping[str, object] | None = None,
     n_gpus = int_column(row, "n_gpus")
     if n_gpus is None:
         raise Unsupported(f"n_gpus: not stated ({row.get('n_gpus')!r})")
-    try:
-        size = float(row.get("msg_bytes") or "")
-    except ValueError:
-        raise Unsupported(f"msg_bytes: the message size is not stated ({row.get('msg_bytes')!r})") from None
+    size = float(message_bytes(row))
     reading = read_system(row)
     settings = channel_settings(f"{op_text} {clean(row.get('framework'))}")
     system = system_of(reading, n_gpus, settings, trial, domain)
@@ -93,7 +98,7 @@ def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None =
     """(what is compared, the predicted value in the row's unit, what was assumed) for a collective row:
     nccl-tests bus bandwidth in GB/s, or its time (us, ms, s)."""
     m = _modelled(row, trial, domain)
-    metric, unit = clean(row.get("metric")), clean(row.get("unit"))
+    metric = clean(row.get("metric"))
     size, group = m.size, m.group
     if m.op is Collective.SEND_RECV:
         time = float(send_recv(size, group, m.system).time)
@@ -101,12 +106,13 @@ def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None =
         time = float(collective(m.op, size, group, m.system, m.algorithm).cost.time)
     notes = m.notes
     if metric.startswith("busbw") or "bus bandwidth" in metric:
-        return "busbw [GB/s]", size / time * float(bus_factor(m.op, group.size)) / 1e9, notes
-    if metric.startswith("algbw"):
-        return "algbw [GB/s]", size / time / 1e9, notes
+        scale = bandwidth_scale(row)  # in the row's unit: Gb/s is 8x the GB/s figure (bits)
+        label = "busbw [GB/s]" if scale == 1e9 else f"busbw [{row_unit(row)}]"
+        return label, size / time * float(bus_factor(m.op, group.size)) / scale, notes
+    if metric.startswith("algbw") or "algorithm bandwidth" in metric:  # nccl-tests' header / spelled out
+        scale = bandwidth_scale(row)
+        return ("algbw [GB/s]" if scale == 1e9 else f"algbw [{row_unit(row)}]"), size / time / scale, notes
     if metric.startswith("time") or "latency" in metric:
-        scale = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}.get(unit)
-        if scale is None:
-            raise Unsupported(f"unit {row.get('unit')!r}: a time in us, ms or s")
-        return f"time [{unit}]", time / scale, notes
+        unit, seconds = time_scale(row)
+        return f"time [{unit}]", time / seconds, notes
     raise Unsupported(f"metric {row.get('metric')!r}: not predicted (busbw, algbw or time of one collective)")

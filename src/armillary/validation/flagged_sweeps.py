@@ -7,7 +7,7 @@ import functools
 import re
 from collections.abc import Sequence
 
-from armillary.validation.collective_reading import best_of_runs
+from armillary.validation.collective_reading import best_of_runs, message_bytes, time_scale
 
 # Sweeps whose rows the shared data's own record flags as not the fabric's behaviour, with its words. Of a flagged
 # sweep, the rows a larger message of the same sweep beats (`monotone_rows`) are left out, skipped naming the
@@ -26,11 +26,11 @@ def monotone_rows(rows: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     measured slower than a larger one carries start-up or warm-up cost (nccl-tests' first size; a benchmark
     without warm-up iterations), not the fabric's latency."""
     def seconds(row: dict[str, str]) -> float:
-        size, value = float(row["msg_bytes"]), best_of_runs(row, float(row["value"]))[0]
+        size, value = float(message_bytes(row)), best_of_runs(row, float(row["value"]))[0]
         if row["metric"].lower().startswith("time"):
-            return value * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[row["unit"].strip().lower()]
+            return value * time_scale(row)[1]
         return size / value  # busbw or algbw: time up to the sweep's constant bus factor
-    timed = sorted(((float(r["msg_bytes"]), seconds(r), r) for r in rows
+    timed = sorted(((float(message_bytes(r)), seconds(r), r) for r in rows
                     if r["metric"].lower().startswith(("time", "busbw", "algbw"))), key=lambda x: x[0])
     kept, fastest_above = [], float("inf")
     for _, t, row in reversed(timed):

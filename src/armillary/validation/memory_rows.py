@@ -29,6 +29,7 @@ from armillary.validation.rows import RowSpecs, Unsupported
 MEMORY_CSV = Path(str(resources.files("armillary.validation") / "data" / "memory.csv"))
 # bytes of each unit a memory row may state, spelled as published
 _UNITS = {"gib": 2**30, "gb": 1e9, "mib": 2**20, "mb": 1e6}
+_SPELLED = {"gibibytes": "gib", "gigabytes": "gb", "mebibytes": "mib", "megabytes": "mb"}
 ALLOCATED, RESERVED = "allocated", "reserved"
 
 
@@ -50,7 +51,9 @@ def unit_bytes(row: dict[str, str]) -> float:
     """Bytes per unit of the row's value: GiB, GB, MiB or MB exactly as published."""
     # "GiB per GPU", "GB/GPU": the figure is per GPU already (a memory row's); any other qualifier is refused
     unit = re.sub(r"\s*(per|/)\s*(gpu|device|rank)\b", "", row.get("unit", "").strip().lower()).strip()
-    if unit not in _UNITS:
+    unit = _SPELLED.get(unit, unit)
+    # "Gb" / "Mb" with a capital and a small b are bits (IEC 80000-13), never a memory's bytes
+    if unit not in _UNITS or re.search(r"[GM]b\b", row.get("unit", "")):
         raise Unsupported(f"unit: expected one of GiB, GB, MiB, MB for a memory row, got {row.get('unit')!r}")
     return _UNITS[unit]
 
