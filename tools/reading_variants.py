@@ -2,12 +2,17 @@
 reads each the same (docs/validation.md, "Words the harness reads"; tests/test_reading_variants.py).
 
     PYTHONPATH=src python tools/reading_variants.py            # counts per class of wording, then examples
+    PYTHONPATH=src python tools/reading_variants.py --collective   # the collective (nccl-tests) and memory rows
 
 For every shipped training and inference row the harness reads, each rewording of one column is read again and
 compared with the original's reading (the built model, system, strategy, workload, engine, client and the
 metric's value on a stand-in estimate; never the error): "same", "refused" (naming the column), "differs"
 (where another reading is right), "MISREAD" (a different specification read silently, or a reading where
 only a refusal is right) or "CRASH". Run it with another tree's src first on PYTHONPATH for a before / after.
+With --collective, one row of each nccl-tests sweep (and the sizes SIZE_SAME rewrites) is reworded in its op,
+msg_bytes, metric / unit and n_gpus and predicted again (`predict_collective`: the figure in the row's unit,
+so "Gb/s" must give 8x the "GB/s" figure), and each memory row in its unit and metric (`unit_bytes`,
+`measure_of`; tests/test_reading_variants_collective.py).
 """
 
 # ruff: noqa: E501
