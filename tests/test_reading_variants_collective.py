@@ -167,3 +167,17 @@ def test_memory_metrics(metric: str, measure: str) -> None:
 def test_memory_metrics_naming_neither_or_both_are_refused(metric: str) -> None:
     with pytest.raises(Unsupported, match=r"^metric"):
         measure_of({"metric": metric})
+
+
+@pytest.mark.parametrize(("size", "written"), [(1 << 30, "1G"), (128 << 20, "128M"), (8, "8 B")])
+def test_a_size_written_short_is_run_and_grouped_as_its_bytes(size: int, written: str) -> None:
+    """`validate` runs a row whose size is written "1G" / "128M" / "8 B" as the same row in bytes: the same
+    prediction and the same size group (below 1 MiB or not)."""
+    from armillary.validation.run import run_row
+
+    row = next((r for r in read_rows(DEFAULT_CSV) if r["kind"] == "collective" and r["msg_bytes"] == str(size)
+                and run_row(r).predicted is not None), None)
+    if row is None:
+        pytest.skip(f"no shipped collective row of {size} bytes")
+    original, reworded = run_row(row), run_row({**row, "msg_bytes": written})
+    assert (reworded.group, reworded.predicted) == (original.group, original.predicted)

@@ -29,7 +29,7 @@ from armillary.specs.communication import Algorithm, Collective, Composition
 from armillary.specs.loading import load_system
 from armillary.specs.system import System
 from armillary.validation.bands import band_quantile
-from armillary.validation.collective_reading import read_op
+from armillary.validation.collective_reading import message_bytes, read_op
 from armillary.validation.collective_residuals import (
     BANDWIDTH_BOUND,
     BANDWIDTH_BOUND_BELOW,
@@ -247,7 +247,7 @@ def row_band(row: dict[str, str]) -> ErrorBand | None:
     try:
         reading = read_system(row)
         share = row_latency_share(row)
-        size = float(row.get("msg_bytes") or "")
+        size = float(message_bytes(row))
     except (Unsupported, ValueError):
         return None
     gpus = int(row.get("n_gpus") or 0) if (row.get("n_gpus") or "").isdigit() else 0

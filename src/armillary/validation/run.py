@@ -21,12 +21,12 @@ from armillary.errors import SpecError
 from armillary.estimate.feasibility import memory_fits
 from armillary.estimate.result import StepEstimate
 from armillary.estimate.run import estimate_training_run
-from armillary.validation.collective_reading import best_of_runs
+from armillary.validation.collective_reading import best_of_runs, message_bytes
 from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, predict_collective
 from armillary.validation.inference_rows import predict_inference
 from armillary.validation.metrics import read_metric
 from armillary.validation.regressions import caveat_of
-from armillary.validation.rows import RowSpecs, Unsupported, int_column, row_specs
+from armillary.validation.rows import RowSpecs, Unsupported, row_specs
 from armillary.validation.vocabulary import OFFLINE_LOAD, kind_of
 from armillary.writing import replaced
 
@@ -58,11 +58,20 @@ def source_group(row_id: str) -> str:
     return "-".join(parts[:3]) if len(parts) > 3 else "-".join(parts[:-1]) or row_id
 
 
+def _size_or_none(row: dict[str, str]) -> int | None:
+    """The row's message size ("1G", "128M", "8 B", "2^30": `collective_reading.message_bytes`), None where
+    unreadable (`predict_collective` then refuses it, naming what it reads first)."""
+    try:
+        return message_bytes(row)
+    except Unsupported:
+        return None
+
+
 def _run_collective_row(row: dict[str, str]) -> RowResult:
     measured, in_place = best_of_runs(row, float(row["value"]))
     group = source_group(row["id"])
     try:
-        size = int_column(row, "msg_bytes")
+        size = _size_or_none(row)
         if size is not None and size < SMALL_MESSAGE_BYTES:
             group += " <1MiB"
         label, predicted, notes = predict_collective(row)
