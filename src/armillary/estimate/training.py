@@ -21,7 +21,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -92,6 +92,8 @@ from armillary.workload.experts import ExpertsForward, experts_forward, rank_loa
 from armillary.workload.parameters import count_parameters
 from armillary.workload.transformer import ends_forward, layer_forward, sequence_shards, tp_message_bytes
 
+T = TypeVar("T")
+
 # one configuration's group placements per system (its sizes), by the degrees and rank order (`estimate_training`)
 _GROUPS: KeyedCache[System, Groups] = KeyedCache(32, 512)
 
@@ -128,38 +130,21 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         layers = replace(layers, ends=replace(layers.ends, mtp_s=mtp.time.compute, mtp_forward_s=mtp.forward_s))
     sends = _SENDS.get(system, (typed(*sends_fields(st), w.seq_len, m.hidden, e), _spans(groups.pp),
                                 _spans(groups.tp)), lambda: _pipeline_sends(m, st, w, system, groups, e))
-    if mtp is None:  # for every point with the same layer kinds, stages, sends and schedule (kept per model; the
-        # kinds and the stages are kept objects, held by the value so that their ids stay their own)
-        held = (layers.dense, layers.moe, stages)
-        crit, pipe = _PARTS.get(m, ("pipeline", *map(id, held), typed(sends.per_mb, microbatches, st.pp, st.vpp,
-                                                                       st.schedule)),
-                                lambda: (held, _pipeline(layers, stages, None, sends.per_mb, microbatches, st)))[1]
-    else:
-        crit, pipe = _pipeline(layers, stages, mtp, sends.per_mb, microbatches, st)
-    if mtp is None:  # the parameters of each stage, for every point of the same model split (kept per model)
-        params = _PARTS.get(m, ("stage params", stages_key, *typed(st.tp, st.ep, st.etp, st.redundant_experts)),
-                            lambda: _stage_params(m, st, stages))
-    else:
-        params = _stage_params(m, st, stages, mtp.params)
+    # each part for every point with the same inputs (kept per model: the kept objects it follows from held by the
+    # value, so that their ids stay their own); with MTP made each time
+    held = (layers.dense, layers.moe, stages)
+    crit, pipe = _kept(m, mtp, "pipeline", held, typed(sends.per_mb, microbatches, st.pp, st.vpp, st.schedule),
+                       lambda: _pipeline(layers, stages, mtp, sends.per_mb, microbatches, st))
+    params = _kept(m, mtp, "stage params", (), (stages_key, *typed(st.tp, st.ep, st.etp, st.redundant_experts)),
+                   lambda: _stage_params(m, st, stages, mtp.params if mtp is not None else 0.0))
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
-    if mtp is None:  # the optimizer, offload and memory for every point with the same layers, stages, parameters,
-        # sends, micro-batches and memory fields (kept per model; those kept objects, the system and under LoRA the
-        # workload held by the value, so that their ids stay their own)
-        held_memory = (layers, stages, params, sends, system, w if uses_lora(w) else None)
-        optimizer, offload_s, hbm, tier2_mem = _PARTS.get(
-            m, ("memory", *map(id, held_memory), typed(microbatches, e, w.seq_len), typed(*memory_fields(st))),
-            lambda: (held_memory, *memory_and_optimizer(m, st, w, stages, params, layers, sends, microbatches, e,
-                                                         system)))[1:]
-    else:
-        optimizer, offload_s, hbm, tier2_mem = memory_and_optimizer(m, st, w, stages, params, layers, sends,
-                                                                     microbatches, e, system, mtp)
-    if mtp is None:  # for every point with the same kinds, stages, sends, data-parallel costs,
-        # micro-batches and tp (kept per model; those kept objects held by the value, so that their ids stay theirs)
-        held_calls = (layers.dense, layers.moe, stages, sends, *dp)
-        calls, traffic = _PARTS.get(m, ("calls", *map(id, held_calls), typed(microbatches, st.tp)), lambda: (
-            held_calls, *_calls_and_traffic(layers, stages, sends, dp, microbatches, st)))[1:]
-    else:
-        calls, traffic = _calls_and_traffic(layers, stages, sends, dp, microbatches, st)
+    optimizer, offload_s, hbm, tier2_mem = _kept(
+        m, mtp, "memory", (layers, stages, params, sends, system, w if uses_lora(w) else None),
+        (*typed(microbatches, e, w.seq_len), *typed(*memory_fields(st))),
+        lambda: memory_and_optimizer(m, st, w, stages, params, layers, sends, microbatches, e, system, mtp))
+    calls, traffic = _kept(m, mtp, "calls", (layers.dense, layers.moe, stages, sends, *dp),
+                           typed(microbatches, st.tp),
+                           lambda: _calls_and_traffic(layers, stages, sends, dp, microbatches, st))
     offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
     parts = (microbatches * crit.compute, microbatches * crit.recompute, microbatches * crit.tp,
              microbatches * crit.cp, microbatches * crit.ep, microbatches * sends.per_mb,
@@ -195,6 +180,16 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         ends=layers.ends, offload_s=offload_total,
     )
 
+
+
+def _kept(m: ModelArrays, mtp: MtpCost | None, name: str, held: tuple[object, ...], numbers: tuple[object, ...],
+          make: Callable[[], T]) -> T:
+    """`make()` kept per model (`_PARTS`) under `name`, the ids of the kept objects it follows from (`held`, which
+    the value holds so that their ids stay their own) and `numbers`; with MTP made each time (its layers are
+    rebuilt for every estimate)."""
+    if mtp is not None:
+        return make()
+    return _PARTS.get(m, (name, *map(id, held), *numbers), lambda: (held, make()))[1]
 
 # one configuration's parts per model, each under its inputs (memo.KeyedCache): the layers and what they are made
 # of (forward, kernel times, activations, layer kinds, the ends' and routed experts' forward), the stages and their
