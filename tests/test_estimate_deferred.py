@@ -13,7 +13,8 @@ import warnings
 import numpy as np
 import pytest
 
-from armillary.estimate.result import FIGURES, Deferred, DeferredFigures, StepEstimate, step_figures
+from armillary.estimate.result import StepEstimate
+from armillary.estimate.step_figures import FIGURES, Deferred, DeferredFigures, step_figures
 from armillary.estimate.training import estimate_training
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.loading import load_model, load_strategy, load_system, load_workload

@@ -11,6 +11,7 @@ import numpy as np
 
 from armillary import display
 from armillary.comm.collectives import CommCost
+from armillary.estimate.step_figures import FIGURES, Figure
 from armillary.memo import quick_init
 from armillary.numerics import Array
 from armillary.specs.communication import Collective
@@ -258,75 +259,6 @@ class RunConfig:
                 **flat(self.workload.model_dump(mode="json"), "workload.")}
 
 
-def step_figures(step: Array, devices: Array, peak: Array, tokens: Array, model_flop: Array, hardware_flop: Array,
-                 hbm_capacity: Array, tier2_capacity: Array, offload_s: Array) -> tuple[Array, ...]:
-    """A step's figures that follow from its time: (tokens / s, MFU, HFU, the HBM and second-tier capacities and
-    the offload time, the last three one value per point of the step). `tokens`: global batch x sequence;
-    `devices` x `peak`: the cluster's FLOP/s. The same products once each (a sweep's step is a whole block: each
-    product a pass over every point)."""
-    device_seconds, zero = step * devices * peak, 0.0 * step
-    return (tokens / step, model_flop / device_seconds, hardware_flop / device_seconds, hbm_capacity + zero,
-            tier2_capacity + zero, offload_s + zero)
-
-
-class DeferredFigures:
-    """`step_figures` of a sweep, computed when one of them is first read (a search reads only the step time and
-    the memory: issue 47), under the floating-point error handling (np.errstate) of the estimate that made them,
-    so the values and warnings are those of computing them at once."""
-
-    __slots__ = ("_args", "_errors", "_values")
-
-    def __init__(self, *args: Array) -> None:
-        self._args = args  # (kept: two threads reading at once compute the same values)
-        self._errors = np.geterr()
-        self._values: tuple[Array, ...] | None = None
-
-    def value(self, index: int) -> Array:
-        values = self._values
-        if values is None:
-            with np.errstate(**self._errors):  # type: ignore[arg-type]
-                values = self._values = step_figures(*self._args)  # type: ignore[arg-type]
-        return values[index]
-
-    def deferred(self) -> tuple[Any, ...]:
-        """What StepEstimate's `FIGURES` fields hold until read, in that order."""
-        return tuple(Deferred(self, i) for i in range(len(FIGURES)))
-
-
-FIGURES = ("tokens_per_s", "mfu", "hfu", "hbm_capacity_bytes", "tier2_capacity_bytes", "offload_s")
-
-
-class Deferred:
-    """One of a sweep's `DeferredFigures`, held in a StepEstimate's field until it is read."""
-
-    __slots__ = ("figures", "index")
-
-    def __init__(self, figures: DeferredFigures, index: int) -> None:
-        self.figures, self.index = figures, index
-
-
-class _Figure:
-    """A StepEstimate field that may hold a `Deferred` figure: computed and kept in the instance when first read
-    (functools.cached_property's way, over a dataclass field). A data descriptor, so it is consulted before the
-    instance's __dict__ (where `memo.quick_init` stores the fields)."""
-
-    def __init__(self, name: str, default: Any = dataclasses.MISSING) -> None:
-        self.name, self.default = name, default
-
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
-        if obj is None:  # the class: the field's default (dataclasses reads it so), or none
-            if self.default is dataclasses.MISSING:
-                raise AttributeError(self.name)
-            return self.default
-        value = obj.__dict__[self.name]
-        if type(value) is Deferred:
-            value = obj.__dict__[self.name] = value.figures.value(value.index)
-        return value
-
-    def __set__(self, obj: Any, value: Any) -> None:  # dataclasses' own __init__ (the frozen class refuses others)
-        obj.__dict__[self.name] = value
-
-
 @quick_init
 @dataclass(frozen=True)
 class StepEstimate:
@@ -388,7 +320,7 @@ class StepEstimate:
 
 
 for _name in FIGURES:  # (set on the class made: a descriptor in the class body would be the fields' default)
-    setattr(StepEstimate, _name, _Figure(_name, getattr(StepEstimate, _name, dataclasses.MISSING)))
+    setattr(StepEstimate, _name, Figure(_name, getattr(StepEstimate, _name, dataclasses.MISSING)))
 
 
 def plain(value: Any) -> Any:

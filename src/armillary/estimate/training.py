@@ -58,7 +58,6 @@ from armillary.estimate.result import (
     DIM_PP,
     DIM_TP,
     CommCall,
-    DeferredFigures,
     EndsCost,
     ParallelDimension,
     PassCost,
@@ -66,7 +65,6 @@ from armillary.estimate.result import (
     TimeBreakdown,
     Traffic,
     pipeline_total,
-    step_figures,
 )
 from armillary.estimate.stages import (
     StageLayers,
@@ -75,6 +73,7 @@ from armillary.estimate.stages import (
     split_stages,
     weighted_sum,
 )
+from armillary.estimate.step_figures import DeferredFigures, step_figures
 from armillary.estimate.token_exchange import Fanout
 from armillary.estimate.training_memory import memory_and_optimizer, memory_fields, stage_adapters
 from armillary.estimate.training_parts import LayerKind, Layers, PipelineSends, StageParams, uses_lora
@@ -165,7 +164,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     tier2 = system_shape(system)[2]  # the device's second tier, or its share of the memory pool
     peak = matrix_peak(device, st.precision)
     hardware_flop = model_flop + recompute_flop
-    # throughput, utilization, the capacities and the offload time per point (`result.step_figures`): one
+    # throughput, utilization, the capacities and the offload time per point (`step_figures.py`): one
     # configuration's now, a sweep's when first read (a search reads none of them: issue 47)
     inputs = (step, devices, peak, w.global_batch * w.seq_len, model_flop, hardware_flop, device.hbm.capacity,
               tier2.capacity if tier2 is not None else 0.0, offload_s)
