@@ -111,29 +111,25 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
     unit = layers_local
     reduce_grads = needed(lambda: all_reduce(grad_bytes, dp_group, system), active & (zero == 0))
     staged, unit_staged = active & (zero >= 1) & (zero <= 2), active & (zero == 3)
-    # a sweep's reduce-scatters (whole gradients, one unit's) and all-gathers (whole weights, one unit's) on the
-    # one group, each pair composed in one call (`paired`): the composer's cost is per call, not per point
+    # the reduce-scatters (whole gradients, one unit's) and all-gathers (whole weights, one unit's) on the group
     swept = isinstance(staged, np.ndarray)
-    scatter_pair = paired(reduce_scatter, grad_bytes, grad_bytes / unit, dp_group, system) if swept else None
-    gather_pair = paired(all_gather, weight_bytes, unit_bytes / unit, dp_group, system) if swept else None
-    scatter_grads = needed(lambda: reduce_scatter(grad_bytes, dp_group, system) if scatter_pair is None
-                           else scatter_pair[0], staged)
-    gather_params = needed(lambda: all_gather(weight_bytes, dp_group, system) if gather_pair is None
-                           else gather_pair[0], staged)
+    scatter_whole, scatter_one = _whole_and_unit(reduce_scatter, grad_bytes, grad_bytes, unit, dp_group, system, swept)
+    gather_whole, gather_one = _whole_and_unit(all_gather, weight_bytes, unit_bytes, unit, dp_group, system, swept)
+    scatter_grads = needed(scatter_whole, staged)
+    gather_params = needed(gather_whole, staged)
 
     def gather_unit() -> CommCost:
         # an implementation slower than its network gathers at its own rate (DeepSpeed before v0.5.5: weight
         # by weight, the device synchronised before each; ~24 GB/s on one NVLink node, DeepSpeed issue #1174),
         # and its list-based all_gather copies each tensor's result out rank by rank (PyTorch
         # ProcessGroupNCCL::allgather): host time that grows with the ranks
-        g = all_gather(unit_bytes / unit, dp_group, system) if gather_pair is None else gather_pair[1]
+        g = gather_one()
         copies = tensors_per_layer * dp_group.size * st.zero3_rank_copy
         return CommCost(maximum(g.time, unit_bytes / unit / st.zero3_gather_rate) + copies, g.scale_up_bytes,
                         g.scale_out_bytes)
 
     unit_gather = needed(gather_unit, unit_staged)
-    unit_scatter = needed(lambda: reduce_scatter(grad_bytes / unit, dp_group, system) if scatter_pair is None
-                          else scatter_pair[1], unit_staged)
+    unit_scatter = needed(scatter_one, unit_staged)
 
     # once per iteration (ZeRO 0/1): the reduction of all buckets but the last overlaps the last
     # micro-batch's backward, the last bucket (one layer's) follows it; the distributed optimizer's
@@ -174,6 +170,17 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
                             behind_forward_s=on_any * behind_forward, behind_backward_s=on_any * behind_backward,
                             once_forward_s=on_any * overlap_gather * gather_once,
                             once_backward_s=on_any * overlap_dp * reduce_once, calls=calls)
+
+
+def _whole_and_unit(collective: Callable[[Array, Placement, System], CommCost], whole: Array, unit_whole: Array,
+                    unit: Array, group: Placement, system: System,
+                    swept: bool) -> tuple[Callable[[], CommCost], Callable[[], CommCost]]:
+    """`collective` of `whole` bytes and of one unit's (`unit_whole` / `unit`) over `group`, each made when asked: a
+    sweep's two composed in one call (`paired`: the composer's cost is per call, not per point)."""
+    if swept:
+        pair = paired(collective, whole, unit_whole / unit, group, system)
+        return (lambda: pair[0]), (lambda: pair[1])
+    return (lambda: collective(whole, group, system)), (lambda: collective(unit_whole / unit, group, system))
 
 
 def paired(collective: Callable[[Array, Placement, System], CommCost], first: Array, second: Array,
