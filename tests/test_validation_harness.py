@@ -306,7 +306,7 @@ def test_inference_estimates_and_served_streams_carry_the_band_of_their_rows():
 
 
 def test_a_bare_framework_name_takes_the_stack_of_the_sources_year():
-    from armillary.validation.rows import year_of
+    from armillary.validation.row_stack import year_of
 
     assert year_of("Narayanan et al., SC21 (arXiv:2104.04473), Table 2") == 2021
     assert stack_for("Megatron-LM", 2021) == load_stack("megatron-lm-2021")
