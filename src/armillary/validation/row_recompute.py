@@ -9,7 +9,7 @@ from armillary.specs.model import Model
 from armillary.specs.stack import RecipeSettings, SoftwareStack
 from armillary.specs.strategy import Recompute
 from armillary.validation.row_stack import recipe_of, stated_fsdp
-from armillary.validation.vocabulary import recompute_layers_of, recompute_modules_of, recompute_of
+from armillary.validation.strategy_words import recompute_layers_of, recompute_modules_of, recompute_of
 
 # module recompute of the MoE recipes (Megatron MoE model zoo, Qwen3 and DeepSeek-V3 best practice on H100:
 # "norm, act", plus MLA's up-projections for DeepSeek)

@@ -8,7 +8,7 @@ from typing import Any
 
 from armillary.specs.loading import load_stack, stack_for
 from armillary.specs.stack import RecipeSettings, SoftwareStack
-from armillary.validation.vocabulary import model_preset_for
+from armillary.validation.model_words import model_preset_for
 
 DEFAULT_STACK = "megatron-core"  # a row that names no framework: today's most published stack
 

@@ -9,18 +9,13 @@ from typing import Any
 
 from armillary.specs.stack import SoftwareStack, hopper_or_later
 from armillary.specs.strategy import BlockFormat, TrainingPrecision, ZeroStage
+from armillary.validation.precision_words import block_format_of, precision_of
 from armillary.validation.reading import about_the_run, fp8_params_stated
 from armillary.validation.row_columns import Unsupported, int_column
 from armillary.validation.row_layout import read_micro_batch
 from armillary.validation.row_stack import apply_dense_recipe, apply_moe_recipe, recipe_of, stated_fsdp
-from armillary.validation.vocabulary import (
-    block_format_of,
-    clean,
-    deduplicated_dispatch,
-    flag,
-    precision_of,
-    sharding_of,
-)
+from armillary.validation.strategy_words import deduplicated_dispatch, sharding_of
+from armillary.validation.vocabulary import clean, flag
 
 
 def read_strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: list[str]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Training
+from armillary.validation.gpu_words import memory_gb_of, system_preset_for
 from armillary.validation.reading import search_run
 from armillary.validation.row_columns import SHAPE, Unsupported, int_column, qualified_readings
 from armillary.validation.row_finetune import read_finetune
@@ -30,7 +31,6 @@ from armillary.validation.row_model import read_model, read_mtp
 from armillary.validation.row_recompute import recompute_choices
 from armillary.validation.row_stack import read_stack, recipe_of
 from armillary.validation.row_strategy import read_strategy
-from armillary.validation.vocabulary import memory_gb_of, system_preset_for
 
 # what callers import from here (`load_system` is patched here by tools/calibrate.py)
 __all__ = ["RowSpecs", "Unsupported", "global_batch", "int_column", "load_system", "qualified_readings",
