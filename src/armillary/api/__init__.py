@@ -6,7 +6,7 @@ call the layer below (`estimate.run`, `search.run`, `simulate.run`...).
 
 One module per kind of call: `estimates` (run_estimate, compare_variants, parameters), `serving`
 (simulate_serving, max_rate, serve_benchmark), `searches` (run_search, run_codesign), `simulations`
-(run_simulation), `validation` (validate), `collectives` (collective); `inputs` names what they accept.
+(run_simulation), `validation` (validate), `collectives` (collective); `inputs`: what they accept, loaded.
 The formulas, the simulators (numba kernels), search spaces, the validation harness, collective sweeps and
 run files load on the first call that needs them: `import armillary` costs about what the specs cost.
 """

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from armillary.api.inputs import ModelLike, StrategyLike, SystemLike, WorkloadLike
+from armillary.api.inputs import ModelLike, StrategyLike, SystemLike, WorkloadLike, load_specs
 from armillary.errors import SpecError
 from armillary.memo import quick_replace
-from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+from armillary.specs.loading import load_model, load_system
 from armillary.specs.workload import Inference, Training
 
 # the formulas and the validation bands load on the first call that needs them
@@ -46,7 +46,7 @@ def run_estimate(model: ModelLike, system: SystemLike, strategy: StrategyLike, w
 
     Example: `run_estimate("llama3-8b", "dgx-h100", {"tp": 2}, {"seq_len": 2048, "global_batch": 32}, gpus=8)`."""
     RunConfig, StepEstimate, estimate_run, error_band, inference_error_band = _estimate_parts()
-    m, sysm, st, w = load_model(model), load_system(system, gpus), load_strategy(strategy), load_workload(workload)
+    m, sysm, st, w = load_specs(model, system, strategy, workload, gpus)
     result = estimate_run(m, sysm, st, w)
     # how far to trust it: the validation residuals of its regime
     band = inference_error_band(m, sysm, st, w) if isinstance(w, Inference) else error_band(m, sysm, st)

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from armillary import defaults
 from armillary.api.estimates import estimate
-from armillary.api.inputs import ModelLike, StrategyLike, SystemLike, WorkloadLike
+from armillary.api.inputs import ModelLike, StrategyLike, SystemLike, WorkloadLike, load_specs
 from armillary.errors import SpecError
-from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+from armillary.specs.model import Model
+from armillary.specs.strategy import Strategy
+from armillary.specs.system import System
 from armillary.specs.workload import Inference
 
 # the serving simulator loads on the first call that needs it
@@ -27,10 +29,7 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
     """Serve a request stream on dp replicas: `trace`, else the workload's `serving.trace` CSV, else Poisson
     arrivals at `rate` requests/s for `duration_s` seconds with the workload's lengths. Returns latency
     percentiles, throughput and goodput."""
-    m, sysm = load_model(model), load_system(system, gpus)
-    st, w = load_strategy(strategy), load_workload(workload)
-    if not isinstance(w, Inference):
-        raise SpecError("workload: serving needs an inference workload (kind: inference)")
+    m, sysm, st, w = _served_specs(model, system, strategy, workload, gpus)
     from armillary.plan.arrays import ModelArrays
     from armillary.plan.layout import data_parallel
     from armillary.serving.engine import with_engine
@@ -68,9 +67,7 @@ def max_rate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workl
     from armillary.serving.rate import analytical_rate, steady_max_rate
     from armillary.serving.trace import load_trace, scaled
 
-    m, sysm, st, w = load_model(model), load_system(system, gpus), load_strategy(strategy), load_workload(workload)
-    if not isinstance(w, Inference):
-        raise SpecError("workload: serving needs an inference workload (kind: inference)")
+    m, sysm, st, w = _served_specs(model, system, strategy, workload, gpus)
     duration_s, seeds = number("duration_s", duration_s, above=True), whole("seeds", seeds, 1, 100)
     sv = w.serving
     base = load_trace(sv.trace) if sv.trace is not None else None
@@ -120,11 +117,18 @@ def serve_benchmark(model: ModelLike, system: SystemLike, strategy: StrategyLike
         except ValueError as err:
             raise SpecError(f"benchmark: expected mode (one of {', '.join(m.value for m in Mode)}) and optionally "
                             f"requests, rate, concurrency; got {benchmark!r} ({err})") from None
-    m, sysm, st, w = load_model(model), load_system(system, gpus), load_strategy(strategy), load_workload(workload)
-    if not isinstance(w, Inference):
-        raise SpecError("workload: serving needs an inference workload (kind: inference)")
+    m, sysm, st, w = _served_specs(model, system, strategy, workload, gpus)
     w = workload_for(benchmark, w)
     held = sequences_held(ModelArrays.of(m), st, w, sysm, replicas=data_parallel(st, sysm)) \
         if benchmark.requests is None else 1
     served = simulate_serving(m, sysm, st, w, trace=trace_for(benchmark, w, requests_for(benchmark, held)))
     return judged(benchmark, served)
+
+
+def _served_specs(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
+                  gpus: int | None) -> tuple[Model, System, Strategy, Inference]:
+    """The call's specifications (`inputs.load_specs`); the workload must be an inference one."""
+    m, sysm, st, w = load_specs(model, system, strategy, workload, gpus)
+    if not isinstance(w, Inference):
+        raise SpecError("workload: serving needs an inference workload (kind: inference)")
+    return m, sysm, st, w

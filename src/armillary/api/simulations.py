@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from armillary.api.inputs import ModelLike, StrategyLike, SystemLike, WorkloadLike
+from armillary.api.inputs import ModelLike, StrategyLike, SystemLike, WorkloadLike, load_specs
 from armillary.errors import SpecError
-from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
 from armillary.specs.strategy import Schedule
 from armillary.specs.workload import Inference
 
@@ -26,8 +25,7 @@ def run_simulation(model: ModelLike, system: SystemLike, strategy: StrategyLike,
     strategy's), or a static inference batch, as `armillary simulate` does. `stragglers` maps a rank to its
     slowdown factor; `jitter` is the relative spread of task times (seeded). `symmetric=False` simulates every
     rank; with `classes` too, one rank per class of ranks with the same program and contention (exact)."""
-    m, sysm = load_model(model), load_system(system, gpus)
-    st, w = load_strategy(strategy), load_workload(workload)
+    m, sysm, st, w = load_specs(model, system, strategy, workload, gpus)
     for name, flag in (("symmetric", symmetric), ("classes", classes)):
         if not isinstance(flag, bool):
             raise SpecError(f"{name}: expected True or False, got {flag!r}")
