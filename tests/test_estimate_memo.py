@@ -20,7 +20,7 @@ import pytest
 import armillary
 from armillary.comm import collectives
 from armillary.comm.collectives import _collective, _send_recv, collective, send_recv
-from armillary.estimate import data_parallel, feasibility, layer, memory, training, training_memory
+from armillary.estimate import data_parallel, feasibility, layer, memory, model_states, training, training_memory
 from armillary.memo import KeyedCache, typed
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.placement import Placement
@@ -101,13 +101,14 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
     kept = set()
     tm = training_memory
     for part in (tm.stage_memories, tm.optimizer_and_offload, tm.bytes_per_weight, tm.stage_adapters,
-                 memory.lora_states, memory.adapter_precision, tm.gathered_bytes, tm.sharded_states,
+                 model_states.lora_states, memory.adapter_precision, tm.gathered_bytes, tm.sharded_states,
                  tm.routed_expert_weights, tm.stored_bytes,
                  training.memory_and_optimizer, memory.weight_bytes_each, memory._weight_bytes_each,
                  memory._fp8_family, memory.weight_bytes, memory.logit_bytes, memory.runtime_reserve,
-                 memory.replicated_and_expert_states, memory.replicated_and_expert_weights, memory._both_factors,
-                 memory._state_factors, memory._factors, memory.grad_bytes, memory.optimizer_bytes,
-                 memory.optimizer_step_bytes, memory.zero_shards, memory.stage_activations,
+                 model_states.replicated_and_expert_states, model_states.replicated_and_expert_weights,
+                 model_states._both_factors, model_states._state_factors, model_states._factors, memory.grad_bytes,
+                 memory.optimizer_bytes,
+                 memory.optimizer_step_bytes, model_states.zero_shards, memory.stage_activations,
                  memory.microbatches_in_flight):
         kept |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert kept == set(training_memory.MEMORY_FIELDS), kept ^ set(training_memory.MEMORY_FIELDS)

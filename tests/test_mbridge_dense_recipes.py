@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from armillary.specs.loading import load_model, load_stack
 from armillary.specs.stack import RecipeSettings
 from armillary.specs.strategy import Recompute
-from armillary.validation.row_strategy import recipe_of, stated_fsdp
+from armillary.validation.row_stack import recipe_of, stated_fsdp
 from armillary.validation.rows import row_specs
 from armillary.validation.run import read_rows
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from armillary.specs.strategy import BlockFormat, Strategy, TrainingPrecision
+from armillary.validation.precision_words import block_format_of
 from armillary.validation.rows import row_specs
 from armillary.validation.run import read_rows, run_row
-from armillary.validation.vocabulary import block_format_of
 
 ROWS = {r["id"]: r for r in read_rows()}
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from armillary import Strategy, Training, estimate
-from armillary.estimate.memory import layer_activations, model_states
+from armillary.estimate.memory import layer_activations
+from armillary.estimate.model_states import model_states
 from armillary.plan.arrays import ModelArrays, StrategyArrays
 
 s, b, h, a = 2048, 1, 12288, 96  # GPT-3 layer (Korthikanti §5 worked example)

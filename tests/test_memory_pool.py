@@ -10,7 +10,7 @@ import pytest
 from conftest import gpt
 from pydantic import ValidationError
 
-from armillary.api import load_model, load_system, parameters, run_simulation
+from armillary import load_model, load_system, parameters, run_simulation
 from armillary.estimate.run import estimate_training_run
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import MemoryPool, PoolKind, System

@@ -6,13 +6,13 @@ import pytest
 from armillary import Strategy
 from armillary.estimate.memory import (
     gathered_weight_bytes,
-    model_states,
     optimizer_bytes,
     optimizer_step_bytes,
     runtime_reserve,
     saved_input_bytes,
     weight_bytes,
 )
+from armillary.estimate.model_states import model_states
 from armillary.plan.arrays import StrategyArrays
 from armillary.specs.loading import load_system
 

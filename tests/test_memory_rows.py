@@ -5,7 +5,8 @@ import statistics
 import pytest
 
 from armillary import Strategy
-from armillary.estimate.memory import layer_activations, lora_saved_inputs, model_states
+from armillary.estimate.memory import layer_activations, lora_saved_inputs
+from armillary.estimate.model_states import model_states
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.workload import BasePrecision, Lora, LoraTarget, Training
 from armillary.validation.memory_rows import MEMORY_CSV, measure_of, unit_bytes

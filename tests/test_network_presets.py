@@ -11,7 +11,7 @@ from armillary.comm.sweep import group_of
 from armillary.specs.communication import Algorithm, Collective
 from armillary.specs.loading import load_system
 from armillary.specs.system import System
-from armillary.validation.vocabulary import system_preset_for
+from armillary.validation.gpu_words import system_preset_for
 
 GiB = 2**30
 

@@ -11,7 +11,8 @@ from armillary.specs.strategy import Recompute, RecomputeModule
 from armillary.validation.metrics import _amount, read_metric
 from armillary.validation.reading import about_the_run, search_run
 from armillary.validation.rows import Unsupported, int_column, row_specs
-from armillary.validation.vocabulary import clean, recompute_modules_of, recompute_of
+from armillary.validation.strategy_words import recompute_modules_of, recompute_of
+from armillary.validation.vocabulary import clean
 
 GPT = {"id": "TR-X-1", "kind": "training", "model": "GPT-3 175B", "layers": "96", "hidden": "12288", "heads": "96",
        "ffn": "49152", "seq": "2048", "gbs": "1536", "tp": "8", "pp": "8", "gpu": "H100 SXM 80GB", "n_gpus": "1024",
@@ -152,7 +153,7 @@ def test_mlperf_nemo_submissions_overlap_tp_communication_as_their_configs_do():
 
 
 def test_the_gpu_is_read_from_the_row_not_from_what_another_source_says():
-    from armillary.validation.vocabulary import memory_gb_of, system_preset_for
+    from armillary.validation.gpu_words import memory_gb_of, system_preset_for
 
     text = "A100-SXM 80GB (as the vendor's blog states; a later transcription says 40GB)"
     assert system_preset_for(text) == "dgx-a100" and memory_gb_of(text) == 80
@@ -175,7 +176,7 @@ def test_a_reading_says_where_it_came_from_and_how_sure_it_is():
 @pytest.mark.parametrize(("words", "expected"), [("FSDP On", 3), ("FSDP (FULL_SHARD)", 3), ("ZeRO-1 DP", 1),
                                                  ("FSDP, reshard_after_forward=False", 2), ("DDP only", 0)])
 def test_sharding_as_frameworks_name_it(words, expected):
-    from armillary.validation.vocabulary import sharding_of
+    from armillary.validation.strategy_words import sharding_of
 
     assert int(sharding_of(words)) == expected
     # negative: a framework that names no sharding says nothing

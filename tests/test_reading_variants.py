@@ -18,22 +18,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.inference_rows import inference_row_specs, read_inference_metric
 from armillary.validation.memory_rows import unit_bytes
 from armillary.validation.metrics import read_metric
+from armillary.validation.model_words import model_preset_for
+from armillary.validation.precision_words import kv_fp8_of, precision_of
 from armillary.validation.rows import Unsupported, row_specs
 from armillary.validation.run import DEFAULT_CSV, read_rows, validate
 from armillary.validation.serving_metrics import read_serving_metric
 from armillary.validation.serving_rows import serving_row_specs
-from armillary.validation.vocabulary import (
-    flag,
-    kind_of,
-    kv_fp8_of,
-    model_preset_for,
-    precision_of,
-    recompute_of,
-    system_preset_for,
-)
+from armillary.validation.strategy_words import recompute_of
+from armillary.validation.vocabulary import flag, kind_of
 
 
 @functools.cache

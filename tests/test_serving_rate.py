@@ -93,14 +93,14 @@ def test_serve_max_rate_searches_from_low_where_the_static_estimate_refuses(monk
 
     from typer.testing import CliRunner
 
-    import armillary.api
+    import armillary.api.serving
     from armillary.cli import app
     from armillary.errors import SpecError
 
     def refused(*args, **kwargs):
         raise SpecError("workload.batch: does not split")
 
-    monkeypatch.setattr(armillary.api, "estimate", refused)
+    monkeypatch.setattr(armillary.api.serving, "estimate", refused)
     serving = Path(__file__).parent.parent / "examples" / "llama2-70b-serving-h100.yaml"
     out = CliRunner().invoke(app, ["serve", str(serving), "--max-rate", "--seeds", "1", "--duration", "20", "--json"])
     assert out.exit_code == 0, out.output

@@ -22,7 +22,7 @@ from armillary.report.deploy import megatron
 from armillary.specs.huggingface import from_huggingface
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.model import MixtureOfExperts
-from armillary.validation.vocabulary import deduplicated_dispatch
+from armillary.validation.strategy_words import deduplicated_dispatch
 from armillary.workload.experts import holders_hit
 
 DSV3 = ModelArrays.of(load_model("deepseek-v3"))

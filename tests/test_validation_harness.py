@@ -11,18 +11,13 @@ from armillary.specs.run import load_run
 from armillary.specs.strategy import Attention, Recompute, TrainingPrecision, ZeroStage
 from armillary.validation.collective_reading import best_of_runs
 from armillary.validation.collective_rows import predict_collective
+from armillary.validation.gpu_words import memory_gb_of, system_preset_for
+from armillary.validation.model_words import model_preset_for
+from armillary.validation.precision_words import precision_of
 from armillary.validation.rows import row_specs
 from armillary.validation.run import read_rows, run_row
-from armillary.validation.vocabulary import (
-    flag,
-    head,
-    memory_gb_of,
-    model_preset_for,
-    precision_of,
-    recompute_of,
-    sharding_of,
-    system_preset_for,
-)
+from armillary.validation.strategy_words import recompute_of, sharding_of
+from armillary.validation.vocabulary import flag, head
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -306,7 +301,7 @@ def test_inference_estimates_and_served_streams_carry_the_band_of_their_rows():
 
 
 def test_a_bare_framework_name_takes_the_stack_of_the_sources_year():
-    from armillary.validation.rows import year_of
+    from armillary.validation.row_stack import year_of
 
     assert year_of("Narayanan et al., SC21 (arXiv:2104.04473), Table 2") == 2021
     assert stack_for("Megatron-LM", 2021) == load_stack("megatron-lm-2021")

@@ -24,9 +24,12 @@ import csv
 import re
 from types import SimpleNamespace as NS  # noqa: N814
 
+from armillary.validation.gpu_words import system_preset_for
+from armillary.validation.precision_words import block_format_of, precision_of
 from armillary.validation.reading import fp8_params_stated
 from armillary.validation.rows import Unsupported
-from armillary.validation.vocabulary import block_format_of, flag, precision_of, recompute_of, system_preset_for
+from armillary.validation.strategy_words import recompute_of
+from armillary.validation.vocabulary import flag
 
 
 def rows():
@@ -193,7 +196,7 @@ def variants(row: dict[str, str]):
     out = []
     kind = row["kind"]
     preset = system_preset_for(row.get("gpu"))
-    from armillary.validation.vocabulary import memory_gb_of
+    from armillary.validation.gpu_words import memory_gb_of
     nominal = {"dgx-h100": 80, "hgx-h200": 141, "dgx-a100": 80, "dgx-a100-40gb": 40, "mi300x-8": 192}
     if memory_gb_of(row.get("gpu")) not in (None, nominal.get(preset)):
         preset = None
@@ -293,7 +296,7 @@ CONCURRENCY_SAME = ["--max-concurrency {c}", "max concurrency: {c}", "{c} concur
 def all_variants(row, base):
     out = list(variants(row))
     kind = route(row)
-    from armillary.validation.vocabulary import model_preset_for
+    from armillary.validation.model_words import model_preset_for
     mp = model_preset_for(row.get("model"))
     if mp in MODEL_SAME and not re.search(r"fp8|mtp", row.get("model", ""), re.I):
         for w in MODEL_SAME[mp]:
@@ -322,7 +325,7 @@ def all_variants(row, base):
             if seq.isdigit():
                 out.append(("gbs-other", "NM tokens", {"gbs": f"{int(gbs)*int(seq)/1e6:g}M tokens"}, REFUSE))
                 out.append(("gbs-other", "N tokens", {"gbs": f"{int(gbs)*int(seq)} tokens"}, REFUSE))
-        from armillary.validation.vocabulary import memory_gb_of, system_preset_for
+        from armillary.validation.gpu_words import memory_gb_of, system_preset_for
         if system_preset_for(row.get("gpu")) == "dgx-h100" and memory_gb_of(row.get("gpu")) in (None, 80):
             for w in ("8x H100 80GB (640GB total)", "H100 80GB, 2 TB DDR5 host", "NVIDIA H100 80GB HBM3 (8 per node)"):
                 out.append(("gpu-memory", w, {"gpu": w}, SAME))

@@ -27,6 +27,7 @@ from armillary.specs.workload import Inference
 
 if TYPE_CHECKING:
     from armillary.serving.rate import MaxRate
+    from armillary.serving.run import ServingResult
     from armillary.specs.model import Model
     from armillary.specs.strategy import Strategy
     from armillary.specs.system import System
@@ -107,7 +108,7 @@ def serve_cmd(
 
 
 def _max_rate(model: Model, system: System, strategy: Strategy, workload: Inference, duration: float,
-              seeds: int) -> tuple[MaxRate, api.ServingResult]:
+              seeds: int) -> tuple[MaxRate, ServingResult]:
     """`api.max_rate` under a spinner, the seeds' range on stderr; with its run."""
     with working(f"searching the largest rate meeting the SLOs ({seeds} seeds)"):
         found = api.max_rate(model, system, strategy, workload, duration, seeds)
@@ -118,7 +119,7 @@ def _max_rate(model: Model, system: System, strategy: Strategy, workload: Infere
     return found, found.result
 
 
-def _plot(result: api.ServingResult, found: MaxRate | None, path: Path, title: str) -> None:
+def _plot(result: ServingResult, found: MaxRate | None, path: Path, title: str) -> None:
     from armillary.report.serving_plots import rate_plot, serving_plot
 
     if found is None:

@@ -1,5 +1,6 @@
 """A training step's optimizer step, offload path and memory per device of every stage kind (docs/formulas.md
-§12, `memory.py` for the per-tensor rules), kept per model under `MEMORY_FIELDS` by `training.py`."""
+§12, `memory.py` and `model_states.py` for the per-tensor rules), kept per model under `MEMORY_FIELDS` by
+`training.py`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ import numpy as np
 from armillary.cost.compute import stream_time
 from armillary.estimate import memory as mem
 from armillary.estimate.feasibility import system_shape
+from armillary.estimate.model_states import (
+    ModelStates,
+    lora_states,
+    replicated_and_expert_states,
+    replicated_and_expert_weights,
+    zero_shards,
+)
 from armillary.estimate.mtp import MtpCost
 from armillary.estimate.result import MemoryBreakdown
 from armillary.estimate.stages import StageLayers, StageMemory, fullest_stage
@@ -25,13 +33,13 @@ from armillary.workload.parameters import count_parameters
 
 
 def sharded_states(params: tuple[Array, Array], st: StrategyArrays, edp: Array, w: TrainingArrays,
-                    adapters: Array) -> mem.ModelStates:
+                    adapters: Array) -> ModelStates:
     """Model states of a device's (replicated, routed expert) parameters under ZeRO: the replicated ones
     sharded over dp x cp, the experts over expert-dp. LoRA: the frozen base and the device's `adapters`
-    (`memory.lora_states`; routed experts carry no adapters)."""
+    (`model_states.lora_states`; routed experts carry no adapters)."""
     if uses_lora(w):
-        return mem.lora_states(params[0], adapters, st, w) + mem.lora_states(params[1], 0.0, st, w, edp)
-    return mem.replicated_and_expert_states(params[0], params[1], st, edp)
+        return lora_states(params[0], adapters, st, w) + lora_states(params[1], 0.0, st, w, edp)
+    return replicated_and_expert_states(params[0], params[1], st, edp)
 
 
 def routed_expert_weights(params: tuple[Array, Array], st: StrategyArrays, edp: Array, w: TrainingArrays) -> Array:
@@ -39,7 +47,7 @@ def routed_expert_weights(params: tuple[Array, Array], st: StrategyArrays, edp: 
     device (the same expression; without LoRA, none of the other states)."""
     if uses_lora(w):
         return sharded_states((0.0 * params[0], params[1]), st, edp, w, 0.0).weights
-    return mem.replicated_and_expert_weights(0.0 * params[0], params[1], st, edp)
+    return replicated_and_expert_weights(0.0 * params[0], params[1], st, edp)
 
 
 def stage_adapters(m: ModelArrays, w: TrainingArrays, st: StrategyArrays, stages: StageLayers,
@@ -100,10 +108,10 @@ def optimizer_and_offload(m: ModelArrays, w: TrainingArrays, params: StageParams
     device, edp = system.device, layers.edp
     adapters = stage_adapters(m, w, st, stages) if uses_lora(w) else 0.0
     if uses_lora(w):
-        adam_bytes = (adapters / mem.zero_shards(st, 1)
+        adam_bytes = (adapters / zero_shards(st, 1)
                       * mem.optimizer_step_bytes(st, mem.adapter_precision(st)))
     else:
-        updated = params.dense_local / mem.zero_shards(st, 1) + params.experts_local / mem.zero_shards(st, 1, edp)
+        updated = params.dense_local / zero_shards(st, 1) + params.experts_local / zero_shards(st, 1, edp)
         adam_bytes = updated * mem.optimizer_step_bytes(st)
     path = system_shape(system)[2]
     rate, latency = (path.rate, path.latency) if path is not None else (np.inf, 0.0)

@@ -16,7 +16,7 @@ from pydantic import Field, PositiveInt
 
 from armillary.errors import SpecError
 from armillary.estimate.flops import model_flop_per_iteration
-from armillary.estimate.memory import lora_states, model_states
+from armillary.estimate.model_states import lora_states, model_states
 from armillary.numerics import Array, all_of, minimum
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays, recipe_family
@@ -186,10 +186,10 @@ def _divisors(n: int, limit: int) -> tuple[int, ...]:
 def memory_floor(model: Model, base: Strategy, space: StrategySpace, tp: Array, pp: Array, cp: Array,
                  gpus: int, workload: Training | None = None) -> Array:
     """A lower bound of the HBM a device of layout (tp, pp, cp) needs at any point of `space` (arrays: one
-    bound per layout): the model states (`estimate.memory.model_states`) of a middle stage's replicated
+    bound per layout): the model states (`estimate.model_states.model_states`) of a middle stage's replicated
     layer parameters, under the most ZeRO sharding and the most offload the space allows, with no
     activations and no routed experts. Every term the estimator adds is non-negative, so no point of the
-    layout needs less. A LoRA `workload` holds only its frozen base weights (`estimate.memory.lora_states`)."""
+    layout needs less. A LoRA `workload` holds only its frozen base weights (`estimate.model_states.lora_states`)."""
     m = ModelArrays.of(model)
     params = count_parameters(m)
     mlp = min(float(params.dense_mlp), float(params.moe_shared)) if float(m.experts) > 0 else params.dense_mlp

@@ -19,17 +19,12 @@ from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference
+from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.metrics import PER_GPU, time_unit, unit_in_metric
+from armillary.validation.model_words import model_preset_for
+from armillary.validation.precision_words import fp8_of, fp16_of, kv_fp8_of, unread_weight_format
 from armillary.validation.rows import Unsupported, int_column, qualified_readings
-from armillary.validation.vocabulary import (
-    fp8_of,
-    fp16_of,
-    framework_words,
-    kv_fp8_of,
-    model_preset_for,
-    system_preset_for,
-    unread_weight_format,
-)
+from armillary.validation.vocabulary import framework_words
 
 
 def _int(row: dict[str, str], key: str) -> int:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from armillary.specs.pipeline_layout import layout_stage_layers
 from armillary.specs.stack import RecipeSettings, SoftwareStack
+from armillary.validation.model_words import model_preset_for
 from armillary.validation.row_columns import Unsupported, int_column
-from armillary.validation.vocabulary import model_preset_for, pipeline_layout_of
+from armillary.validation.strategy_words import pipeline_layout_of
 
 
 def global_batch(row: dict[str, str], stack: SoftwareStack, n_gpus: int, notes: list[str]) -> int | None:

@@ -9,8 +9,9 @@ from typing import Any
 from armillary.specs.loading import load_model
 from armillary.specs.model import Model
 from armillary.specs.stack import RecipeSettings
+from armillary.validation.model_words import model_preset_for, mtp_of
 from armillary.validation.row_columns import SHAPE, Unsupported, int_column
-from armillary.validation.vocabulary import clean, model_preset_for, mtp_of
+from armillary.validation.vocabulary import clean
 
 # family defaults for a model no preset names: (name pattern, preset whose non-shape fields fill the gaps)
 _FAMILIES = (
@@ -133,7 +134,7 @@ def _moe_from_columns(row: dict[str, str], notes: list[str]) -> Model:
 
 def read_mtp(row: dict[str, str], model: Model, notes: list[str], recipe: RecipeSettings | None = None) -> bool:
     """Whether the row trains the model's multi-token-prediction modules: as its model text says ("w/ MTP",
-    "w/o MTP": `vocabulary.mtp_of`), else as its stack's recipe for its model, GPU and release sets
+    "w/o MTP": `model_words.mtp_of`), else as its stack's recipe for its model, GPU and release sets
     (`RecipeSettings.mtp`); a row that says nothing trains none (as before MTP was modelled)."""
     said = mtp_of(row.get("model"))
     if said is None and recipe is not None and recipe.mtp is not None and model.mtp_layers:

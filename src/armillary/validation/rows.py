@@ -6,8 +6,9 @@ network columns; the strategy from the parallelism columns, and what they leave 
 software stack (presets/stacks). Whatever the row does not state is assumed and written down.
 
 This module assembles a run and reads its system; the rest is read by `row_columns` (numbers, `Unsupported`),
-`row_model` (model, MTP), `row_layout` (batches, GPUs, pipeline layout), `row_strategy` (stack, precision,
-sharding, recomputation) and `row_finetune` (LoRA / QLoRA), re-exported here where callers import them.
+`row_model` (model, MTP), `row_layout` (batches, GPUs, pipeline layout), `row_stack` (software stack and its
+recipe), `row_strategy` (parallel degrees, precision, sharding, experts), `row_recompute` (recomputation) and
+`row_finetune` (LoRA / QLoRA), re-exported here where callers import them.
 """
 
 from __future__ import annotations
@@ -21,24 +22,19 @@ from armillary.specs.model import Model
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Training
+from armillary.validation.gpu_words import memory_gb_of, system_preset_for
 from armillary.validation.reading import search_run
 from armillary.validation.row_columns import SHAPE, Unsupported, int_column, qualified_readings
 from armillary.validation.row_finetune import read_finetune
 from armillary.validation.row_layout import global_batch, read_devices, read_pipeline_layout
 from armillary.validation.row_model import read_model, read_mtp
-from armillary.validation.row_strategy import (
-    DEFAULT_STACK,
-    read_stack,
-    read_strategy,
-    recipe_of,
-    recompute_choices,
-    year_of,
-)
-from armillary.validation.vocabulary import memory_gb_of, system_preset_for
+from armillary.validation.row_recompute import recompute_choices
+from armillary.validation.row_stack import read_stack, recipe_of
+from armillary.validation.row_strategy import read_strategy
 
 # what callers import from here (`load_system` is patched here by tools/calibrate.py)
-__all__ = ["DEFAULT_STACK", "RowSpecs", "Unsupported", "global_batch", "int_column", "load_system",
-           "qualified_readings", "row_specs", "year_of"]
+__all__ = ["RowSpecs", "Unsupported", "global_batch", "int_column", "load_system", "qualified_readings",
+           "row_specs"]
 
 
 

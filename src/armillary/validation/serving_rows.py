@@ -30,19 +30,14 @@ from armillary.specs.loading import load_model, load_system
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
 from armillary.specs.workload import Inference, LengthDistribution
+from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.inference_rows import InferenceRowSpecs
+from armillary.validation.model_words import model_preset_for
+from armillary.validation.precision_words import fp8_of, kv_fp8_of, unread_weight_format
 from armillary.validation.reading import about_the_run
 from armillary.validation.rows import Unsupported, int_column, qualified_readings
 from armillary.validation.serving_metrics import ServingMetric, read_serving_metric
-from armillary.validation.vocabulary import (
-    OFFLINE_LOAD,
-    fp8_of,
-    framework_words,
-    kv_fp8_of,
-    model_preset_for,
-    system_preset_for,
-    unread_weight_format,
-)
+from armillary.validation.vocabulary import OFFLINE_LOAD, framework_words
 
 
 def _number(pattern: str, text: str) -> float | None:

@@ -1,0 +1,74 @@
+"""How rows word their precision: a training recipe's GEMM precision and block-scaled format, and an inference
+row's weight and KV-cache formats (fp8, fp16, or one its reading does not take)."""
+
+from __future__ import annotations
+
+import re
+
+from armillary.specs.strategy import BlockFormat, TrainingPrecision
+from armillary.validation.vocabulary import clean, first_named, head, stated
+
+# a recipe's GEMM precision as sources name it; the first found wins ("Float8 + BF16" is fp8)
+_PRECISIONS = ((r"fp8|float8|mxfp8|e4m3|e5m2|nvfp4|fp4", TrainingPrecision.FP8),
+               (r"bf16|bfloat16", TrainingPrecision.BF16), (r"fp16|float16|half", TrainingPrecision.FP16),
+               (r"fp32|float32|tf32|single", TrainingPrecision.FP32))
+
+
+def precision_of(text: str | None) -> TrainingPrecision | None:
+    """The GEMM precision of a training recipe ("amp_bf16", "FP8-CS", "Float8 + BF16", "fp16 mixed");
+    None when not stated or only "16-bit" (which could be either)."""
+    value = _without_negated_formats(stated(text))
+    return None if value is None else first_named(value, _PRECISIONS)
+
+
+def _without_negated_formats(value: str | None) -> str | None:
+    """A precision text without the formats it says were not used ("BF16 (FP8 disabled)", "bf16, no fp8")."""
+    if value is None:
+        return None
+    fmt = r"(?:(?:mx|nv)?fp[48]\w*|float8\w*)"
+    return re.sub(rf"\b(?:no|without|not|w/o)\s+{fmt}|\b{fmt}\s+(?:disabled|off|not used|unused)\b", " ", value)
+
+
+# the block-scaled formats (specs.formats) as sources name them
+_BLOCK_FORMATS = ((r"\bnvfp4\b", BlockFormat.NVFP4), (r"\bmxfp4\b", BlockFormat.MXFP4),
+                  (r"\bmxfp8\b|\bfp8[- _]?mx\b", BlockFormat.MXFP8))
+
+
+def block_format_of(text: str | None) -> BlockFormat | None:
+    """The block-scaled GEMM format a training precision names in its value, not in its qualifiers: "FP8-MX",
+    "MXFP8" (Transformer Engine's MXFP8BlockScaling, Megatron --fp8-recipe mxfp8: Megatron-Bridge's FP8-MX,
+    `bf16_with_mxfp8_mixed` in its precision configs), "NVFP4", "MXFP4"; None when the value names none
+    ("FP8-CS (FP8-MX)" is current scaling, the MX figure being the one in parentheses)."""
+    value = _without_negated_formats(head(text))
+    return None if value is None else first_named(value, _BLOCK_FORMATS)
+
+
+# weight formats an inference row may name that its reading does not take yet: weight-only int8 / int4 (AWQ,
+# GPTQ, W4A16, W8A16, W4A8), SmoothQuant's int8 W8A8 (named by its int8), block-scaled fp4 (NVFP4, MXFP4); an fp8
+# "W8A8" is fp8
+_OTHER_WEIGHTS = re.compile(r"\bint[48]\b|\bawq\b|\bgptq\b|\bw4a\d+\b|\bw8a16\b|smoothquant|fp4\b|\b4[- ]?bit\b")
+
+
+def unread_weight_format(text: str | None) -> str | None:
+    """The words of an inference row's precision that name a weight format it does not read (int8, int4, AWQ,
+    GPTQ, NVFP4...); None when it names none."""
+    found = _OTHER_WEIGHTS.search(_without_negated_formats(clean(text)) or "")
+    return found.group(0) if found else None
+
+
+def fp8_of(text: str | None) -> bool:
+    """Whether an inference row's precision says fp8 weights and GEMMs ("FP8", "fp8 (W8A8)", "FP8 weights")."""
+    return re.search(r"fp8|float8|e4m3", _without_negated_formats(clean(text)) or "") is not None
+
+
+def fp16_of(text: str | None) -> bool:
+    """Whether a precision text says fp16 ("FP16", "float16", "half"; not bfloat16)."""
+    return re.search(r"fp16|(?<!b)float16|\bhalf\b", clean(text)) is not None
+
+
+def kv_fp8_of(text: str | None) -> bool:
+    """Whether an inference row's precision puts its KV cache in fp8 ("FP8 (weights+KV cache)", "FP8 weights +
+    FP8 KV cache", "fp8 kv"): fp8 named, and the KV cache named without a 16-bit precision of its own."""
+    value = clean(text)
+    return fp8_of(value) and re.search(r"\bkv\b", value) is not None \
+        and re.search(r"(bf16|fp16|16[- ]bit)\s*kv|\bkv\b[^;,+]*\b(bf16|fp16|16[- ]bit)", value) is None
