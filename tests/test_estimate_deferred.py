@@ -81,3 +81,50 @@ def test_deferred_keeps_the_estimates_error_handling():
         assert quiet.value(0).tolist() == [5.0, np.inf]
     with np.errstate(divide="ignore"), pytest.raises(FloatingPointError):
         loud.value(0)
+
+
+def test_sweep_calls_and_traffic_deferred_and_exact(sweep):
+    """A sweep's calls and traffic (`PARTS`) wait until read, then are what `_calls_and_traffic` makes of the same
+    parts at once; the traffic is the calls' bytes summed; a copy and a pickle hold the same."""
+    from armillary.estimate.step_figures import PARTS
+    from armillary.estimate.training import _calls_and_traffic
+
+    fresh = _estimate(micro_batch=np.array(MICRO).reshape(3, 1), zero=np.array(ZERO).reshape(1, 2))
+    held = [fresh.__dict__[name] for name in PARTS]
+    assert all(type(h) is Deferred for h in held)  # nothing made yet
+    calls, traffic = _calls_and_traffic(*held[0].figures._args)
+    copied = pickle.loads(pickle.dumps(fresh))
+    assert len(fresh.communication) == len(calls) == len(copied.communication) > 0
+    for got, want, other in zip(fresh.communication, calls, copied.communication, strict=True):
+        assert (got.dimension, got.operation) == (want.dimension, want.operation)
+        assert np.array_equal(got.per_step, want.per_step) and np.array_equal(got.time_each_s, want.time_each_s)
+        assert np.array_equal(other.per_step, want.per_step)
+    scale_out = sum(c.per_step * c.scale_out_bytes_each for c in calls)
+    assert np.array_equal(fresh.traffic.scale_out_bytes, traffic.scale_out_bytes)
+    assert np.allclose(fresh.traffic.scale_out_bytes, scale_out, rtol=1e-12) and np.all(scale_out > 0)
+    assert fresh.communication is fresh.communication  # kept once read
+
+
+def test_one_configuration_and_a_pool_link_make_calls_at_once():
+    """One configuration's calls and traffic are plain values, equal to the sweep's point; a sweep offloading to a
+    memory pool reached over the network reads its traffic for the pool's link (nothing deferred)."""
+    from armillary.estimate.step_figures import PARTS
+    from armillary.specs.system import MemoryPool
+
+    one = _estimate(micro_batch=MICRO[1], zero=ZERO[1])
+    assert all(type(one.__dict__[name]) is not Deferred for name in PARTS)
+    sweep = _estimate(micro_batch=np.array(MICRO).reshape(3, 1), zero=np.array(ZERO).reshape(1, 2))
+    assert float(np.asarray(sweep.traffic.scale_out_bytes)[1, 1]) == pytest.approx(one.traffic.scale_out_bytes,
+                                                                                   rel=1e-12)
+    m, system = load_model("gpt3-175b"), load_system("dgx-a100", 64)
+    pool = MemoryPool.model_validate({"kind": "per_device", "capacity": "1 TiB", "bandwidth": "64 GB/s",
+                                      "network": 1})
+    system = system.model_copy(update={"memory_pool": pool})
+    w = load_workload({"seq_len": 2048, "global_batch": 64})
+    st = dataclasses.replace(StrategyArrays.of(load_strategy({"attention": "flash", "tp": 8, "pp": 8,
+                                                              "offload": {"optimizer": True}}), 1),
+                             micro_batch=np.array(MICRO))
+    with np.errstate(all="ignore"):
+        pooled = estimate_training(ModelArrays.of(m), st, TrainingArrays.of(w), system)
+    assert all(type(pooled.__dict__[name]) is not Deferred for name in PARTS)
+    assert np.all(np.asarray(pooled.traffic.scale_out_bytes) > 0)

@@ -11,7 +11,7 @@ import numpy as np
 
 from armillary import display
 from armillary.comm.collectives import CommCost
-from armillary.estimate.step_figures import FIGURES, Figure
+from armillary.estimate.step_figures import FIGURES, PARTS, Figure
 from armillary.memo import quick_init
 from armillary.numerics import Array
 from armillary.specs.communication import Collective
@@ -263,7 +263,8 @@ class RunConfig:
 @dataclass(frozen=True)
 class StepEstimate:
     """One training iteration: time, its breakdown, throughput, utilization, memory and traffic. A sweep's
-    figures that follow from the step time (`FIGURES`) are computed when first read (`DeferredFigures`)."""
+    figures that follow from the step time (`FIGURES`) are computed when first read (`DeferredFigures`), and so
+    are its calls and traffic (`PARTS`, `DeferredParts`)."""
 
     step_time_s: Array
     breakdown: TimeBreakdown
@@ -319,7 +320,7 @@ class StepEstimate:
         return plain(d)
 
 
-for _name in FIGURES:  # (set on the class made: a descriptor in the class body would be the fields' default)
+for _name in (*FIGURES, *PARTS):  # (set on the class made: a descriptor in the class body would be the fields' default)
     setattr(StepEstimate, _name, Figure(_name, getattr(StepEstimate, _name, dataclasses.MISSING)))
 
 

@@ -4,6 +4,7 @@ at once for one configuration, and for a sweep when first read (a search reads n
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,12 +50,40 @@ class DeferredFigures:
 FIGURES = ("tokens_per_s", "mfu", "hfu", "hbm_capacity_bytes", "tier2_capacity_bytes", "offload_s")
 
 
+class DeferredParts:
+    """A sweep's calls of the step and their traffic (`PARTS`): `make(*args)` when one of them is first read (a
+    search reads neither: issue 47), under the floating-point error handling (np.errstate) of the estimate that
+    deferred them, so the values and warnings are those of making them at once. (`make` a module's function and
+    `args` the estimate's parts: the estimate still copies and pickles.)"""
+
+    __slots__ = ("_args", "_errors", "_make", "_values")
+
+    def __init__(self, make: Callable[..., tuple[Any, ...]], *args: Any) -> None:
+        self._make, self._args = make, args  # (kept: two threads reading at once make the same values)
+        self._errors = np.geterr()
+        self._values: tuple[Any, ...] | None = None
+
+    def value(self, index: int) -> Any:
+        values = self._values
+        if values is None:
+            with np.errstate(**self._errors):  # type: ignore[arg-type]
+                values = self._values = self._make(*self._args)
+        return values[index]
+
+    def deferred(self) -> tuple[Any, ...]:
+        """What StepEstimate's `PARTS` fields hold until read, in that order."""
+        return tuple(Deferred(self, i) for i in range(len(PARTS)))
+
+
+PARTS = ("communication", "traffic")
+
+
 class Deferred:
-    """One of a sweep's `DeferredFigures`, held in a StepEstimate's field until it is read."""
+    """One of a sweep's `DeferredFigures` (or `DeferredParts`), held in a StepEstimate's field until it is read."""
 
     __slots__ = ("figures", "index")
 
-    def __init__(self, figures: DeferredFigures, index: int) -> None:
+    def __init__(self, figures: DeferredFigures | DeferredParts, index: int) -> None:
         self.figures, self.index = figures, index
 
 

@@ -73,7 +73,7 @@ from armillary.estimate.stages import (
     split_stages,
     weighted_sum,
 )
-from armillary.estimate.step_figures import DeferredFigures, step_figures
+from armillary.estimate.step_figures import DeferredFigures, DeferredParts, step_figures
 from armillary.estimate.token_exchange import Fanout
 from armillary.estimate.training_memory import memory_and_optimizer, memory_fields, stage_adapters
 from armillary.estimate.training_parts import LayerKind, Layers, PipelineSends, StageParams, uses_lora
@@ -141,10 +141,16 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         m, mtp, "memory", (layers, stages, params, sends, system, w if uses_lora(w) else None),
         (*typed(microbatches, e, w.seq_len), *typed(*memory_fields(st))),
         lambda: memory_and_optimizer(m, st, w, stages, params, layers, sends, microbatches, e, system, mtp))
-    calls, traffic = _kept(m, mtp, "calls", (layers.dense, layers.moe, stages, sends, *dp),
-                           typed(microbatches, st.tp),
-                           lambda: _calls_and_traffic(layers, stages, sends, dp, microbatches, st))
-    offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
+    made: list[tuple[tuple[CommCall, ...], Traffic]] = []
+
+    def calls_and_traffic() -> tuple[tuple[CommCall, ...], Traffic]:
+        if not made:  # (once: for the memory pool's link and the result)
+            made.append(_kept(m, mtp, "calls", (layers.dense, layers.moe, stages, sends, *dp),
+                              typed(microbatches, st.tp),
+                              lambda: _calls_and_traffic(layers, stages, sends, dp, microbatches, st)))
+        return made[0]
+
+    offload_s = offload_s + _pool_link_s(system, calls_and_traffic, offload_s)
     parts = (microbatches * crit.compute, microbatches * crit.recompute, microbatches * crit.tp,
              microbatches * crit.cp, microbatches * crit.ep, microbatches * sends.per_mb,
              maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # the bubble, >= 0 after rounding
@@ -170,6 +176,10 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
               tier2.capacity if tier2 is not None else 0.0, offload_s)
     tokens_s, mfu, hfu, hbm_capacity, tier2_capacity, offload_total = (
         DeferredFigures(*inputs).deferred() if isinstance(step, np.ndarray) else step_figures(*inputs))
+    # every call of the step and their traffic: a sweep's when first read (a search reads neither), unless the
+    # memory pool's link took them already
+    calls, traffic = (DeferredParts(_calls_and_traffic, layers, stages, sends, dp, microbatches, st).deferred()
+                      if isinstance(step, np.ndarray) and not made else calls_and_traffic())
     return StepEstimate(
         step_time_s=step, breakdown=breakdown, tokens_per_s=tokens_s, model_flop=model_flop,
         hardware_flop=hardware_flop, mfu=mfu, hfu=hfu, memory_hbm=hbm, memory_tier2=tier2_mem,
@@ -449,7 +459,8 @@ def _kept_data_parallel(params_local: Array, layers_local: Array, microbatches: 
 
 
 
-def _pool_link_s(system: System, traffic: Traffic, offload_s: Array) -> Array:
+def _pool_link_s(system: System, calls_and_traffic: Callable[[], tuple[tuple[CommCall, ...], Traffic]],
+                 offload_s: Array) -> Array:
     """Where a step offloads to a memory pool reached over a network dimension: the time that dimension's links
     carry the step's own traffic, which the pool's transfers wait behind (one link, two users: their times add,
     docs/memory-pool.md) [derived rule; ASTRA-sim's pool loads no link]. Dimension 0 carries the scale-up bytes,
@@ -458,6 +469,7 @@ def _pool_link_s(system: System, traffic: Traffic, offload_s: Array) -> Array:
     if path is None or path.network is None:
         return 0.0 * offload_s
     dim = system.network[path.network]
+    traffic = calls_and_traffic()[1]  # (made only here: the step's traffic, which a search reads nowhere else)
     sent = traffic.scale_up_bytes if path.network == 0 else traffic.scale_out_bytes
     return where(offload_s > 0, sent / (dim.efficiency * dim.bandwidth / dim.shared_by), 0.0)
 
