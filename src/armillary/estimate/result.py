@@ -263,8 +263,8 @@ class RunConfig:
 @dataclass(frozen=True)
 class StepEstimate:
     """One training iteration: time, its breakdown, throughput, utilization, memory and traffic. A sweep's
-    figures that follow from the step time (`FIGURES`) are computed when first read (`DeferredFigures`), and so
-    are its calls and traffic (`PARTS`, `DeferredParts`)."""
+    model FLOPs and the figures that follow from the step time (`FIGURES`), and its calls and traffic (`PARTS`),
+    are made when first read (`step_figures.Deferral`)."""
 
     step_time_s: Array
     breakdown: TimeBreakdown

@@ -73,7 +73,7 @@ from armillary.estimate.stages import (
     split_stages,
     weighted_sum,
 )
-from armillary.estimate.step_figures import DeferredFigures, DeferredParts, step_figures
+from armillary.estimate.step_figures import FIGURES, PARTS, Deferral, step_figures
 from armillary.estimate.token_exchange import Fanout
 from armillary.estimate.training_memory import memory_and_optimizer, memory_fields, stage_adapters
 from armillary.estimate.training_parts import LayerKind, Layers, PipelineSends, StageParams, uses_lora
@@ -84,7 +84,7 @@ from armillary.plan.layout import microbatch_count, rank_queries
 from armillary.plan.placement import Groups, Placement, place_expert_groups, place_groups
 from armillary.plan.rules import chunk_layers, chunk_share
 from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, SEND_RECV
-from armillary.specs.system import System
+from armillary.specs.system import Device, System
 from armillary.workload.adapters import adapter_forward, dequantize
 from armillary.workload.attention import ring_kv_block
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load, replica_weights
@@ -162,24 +162,21 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     stall = maximum(0.0, offload_s - ((pipeline + 0.0) - optimizer))
     breakdown = TimeBreakdown(*parts, offload_stall=stall)
     step = pipeline + stall
-    devices = st.tp * st.cp * st.pp * st.dp
-    model_flop, recompute_flop = _flops(m, st, w, layers, microbatches, depth if mtp is not None else None)
     # the shape rules of the point as given (`base`: the chunked copy differs only in the recompute and offload
     # shares, which no rule reads), so a search's mask and this check take them once (`feasibility.shape_rules`)
     feasible, reasons = check(m, base, w, system, hbm.total, tier2_mem.total)
     tier2 = system_shape(system)[2]  # the device's second tier, or its share of the memory pool
-    peak = matrix_peak(device, st.precision)
-    hardware_flop = model_flop + recompute_flop
-    # throughput, utilization, the capacities and the offload time per point (`step_figures.py`): one
+    # the model FLOPs, throughput, utilization, the capacities and the offload time per point (`_figures`): one
     # configuration's now, a sweep's when first read (a search reads none of them: issue 47)
-    inputs = (step, devices, peak, w.global_batch * w.seq_len, model_flop, hardware_flop, device.hbm.capacity,
+    inputs = (step, st, device, m, w, layers, microbatches, depth if mtp is not None else None,
               tier2.capacity if tier2 is not None else 0.0, offload_s)
-    tokens_s, mfu, hfu, hbm_capacity, tier2_capacity, offload_total = (
-        DeferredFigures(*inputs).deferred() if isinstance(step, np.ndarray) else step_figures(*inputs))
+    swept = isinstance(step, np.ndarray)
+    (model_flop, hardware_flop, tokens_s, mfu, hfu, hbm_capacity, tier2_capacity,
+     offload_total) = Deferral(_figures, *inputs).deferred(len(FIGURES)) if swept else _figures(*inputs)
     # every call of the step and their traffic: a sweep's when first read (a search reads neither), unless the
     # memory pool's link took them already
-    calls, traffic = (DeferredParts(_calls_and_traffic, layers, stages, sends, dp, microbatches, st).deferred()
-                      if isinstance(step, np.ndarray) and not made else calls_and_traffic())
+    calls, traffic = (Deferral(_calls_and_traffic, layers, stages, sends, dp, microbatches, st).deferred(len(PARTS))
+                      if swept and not made else calls_and_traffic())
     return StepEstimate(
         step_time_s=step, breakdown=breakdown, tokens_per_s=tokens_s, model_flop=model_flop,
         hardware_flop=hardware_flop, mfu=mfu, hfu=hfu, memory_hbm=hbm, memory_tier2=tier2_mem,
@@ -473,6 +470,19 @@ def _pool_link_s(system: System, calls_and_traffic: Callable[[], tuple[tuple[Com
     sent = traffic.scale_up_bytes if path.network == 0 else traffic.scale_out_bytes
     return where(offload_s > 0, sent / (dim.efficiency * dim.bandwidth / dim.shared_by), 0.0)
 
+
+
+def _figures(step: Array, st: StrategyArrays, device: Device, m: ModelArrays, w: TrainingArrays, layers: Layers,
+             microbatches: Array, mtp_depth: Array | None, tier2_capacity: Array,
+             offload_s: Array) -> tuple[Array, ...]:
+    """The step's model and hardware FLOPs (`_flops`) and the figures that follow from its time (`step_figures`), in
+    `step_figures.FIGURES` order."""
+    devices = st.tp * st.cp * st.pp * st.dp
+    model_flop, recompute_flop = _flops(m, st, w, layers, microbatches, mtp_depth)
+    peak = matrix_peak(device, st.precision)
+    hardware_flop = model_flop + recompute_flop
+    return (model_flop, hardware_flop, *step_figures(step, devices, peak, w.global_batch * w.seq_len, model_flop,
+                                                     hardware_flop, device.hbm.capacity, tier2_capacity, offload_s))
 
 
 def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers,
