@@ -69,6 +69,6 @@ def test_the_best_found_in_the_estimates_order_are_the_blocks_best():
         index = np.arange(start, start + in_index_order.size, dtype=np.int64)
         want = _best(index, in_index_order, k)
         flat = values.reshape(-1)
-        got = _best(None, flat, k, lambda at: _inner_indices(at, start, shape, order))
+        got = _best(None, flat, k, lambda at, a=start, s=shape, o=order: _inner_indices(at, a, s, o))
         assert np.array_equal(_inner_indices(got, start, shape, order), index[want])
         assert np.array_equal(flat[got], in_index_order[want])

@@ -84,8 +84,12 @@ class Problem:
         order = [d for d in sorted(range(len(shape)), key=shape.__getitem__) if shape[d] > 1]
         inner = tuple(shape[d] for d in order)
         back = tuple(np.argsort(order).tolist())
-        coded = {name: np.transpose(v, [*order, *(d for d in range(len(shape)) if shape[d] == 1)]).reshape(
-            [np.shape(v)[d] for d in order]) if np.ndim(v) else v for name, v in coded.items()}
+        # (a value varying along one axis at most, as `Axes.block` gives each: the same elements in the same
+        # order whatever the arrangement of its dimensions, so a reshape, a view, not a transpose)
+        axes_of = [d for d in range(len(shape)) if shape[d] == 1]
+        coded = {name: (v.reshape([v.shape[d] for d in order]) if v.size == max(v.shape) else
+                        np.transpose(v, [*order, *axes_of]).reshape([v.shape[d] for d in order]))
+                 if type(v) is np.ndarray and v.ndim else v for name, v in coded.items()}
         st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None,
                             encode("precision", self.base.precision))
         w = TrainingArrays.of(self.workload)
