@@ -147,7 +147,7 @@ def test_sweep_data_parallel_calls_deferred_and_exact():
     base = StrategyArrays.of(load_strategy({"attention": "flash", "tp": 8, "pp": 8}), 1)
     group = Placement((1.0, 8.0))  # dp 8 across 8 nodes
     params = np.array([1e9, 2e9]).reshape(2, 1)
-    sweep = data_parallel_cost(params, 12.0, 4.0, dataclasses.replace(base, zero=np.array(ZERO + (2.0, 3.0))),
+    sweep = data_parallel_cost(params, 12.0, 4.0, dataclasses.replace(base, zero=np.array((*ZERO, 2.0, 3.0))),
                                group, system)
     held = sweep.__dict__["calls"]
     assert type(held) is Deferred

@@ -141,16 +141,12 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         m, mtp, "memory", (layers, stages, params, sends, system, w if uses_lora(w) else None),
         (*typed(microbatches, e, w.seq_len), *typed(*memory_fields(st))),
         lambda: memory_and_optimizer(m, st, w, stages, params, layers, sends, microbatches, e, system, mtp))
-    made: list[tuple[tuple[CommCall, ...], Traffic]] = []
-
-    def calls_and_traffic() -> tuple[tuple[CommCall, ...], Traffic]:
-        if not made:  # (once: for the memory pool's link and the result)
-            made.append(_kept(m, mtp, "calls", (layers.dense, layers.moe, stages, sends, *dp),
-                              typed(microbatches, st.tp),
-                              lambda: _calls_and_traffic(layers, stages, sends, dp, microbatches, st)))
-        return made[0]
-
-    offload_s = offload_s + _pool_link_s(system, calls_and_traffic, offload_s)
+    # every call of the step and their traffic: made here where a memory pool's link reads the traffic, else below
+    # (a sweep's when first read: a search reads neither)
+    path = system_shape(system)[2]
+    linked = path is not None and path.network is not None
+    calls_traffic = _kept_calls(m, mtp, layers, stages, sends, dp, microbatches, st) if linked else None
+    offload_s = offload_s + _pool_link_s(system, None if calls_traffic is None else calls_traffic[1], offload_s)
     parts = (microbatches * crit.compute, microbatches * crit.recompute, microbatches * crit.tp,
              microbatches * crit.cp, microbatches * crit.ep, microbatches * sends.per_mb,
              maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # the bubble, >= 0 after rounding
@@ -165,7 +161,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # the shape rules of the point as given (`base`: the chunked copy differs only in the recompute and offload
     # shares, which no rule reads), so a search's mask and this check take them once (`feasibility.shape_rules`)
     feasible, reasons = check(m, base, w, system, hbm.total, tier2_mem.total)
-    tier2 = system_shape(system)[2]  # the device's second tier, or its share of the memory pool
+    tier2 = path  # the device's second tier, or its share of the memory pool
     # the model FLOPs, throughput, utilization, the capacities and the offload time per point (`_figures`): one
     # configuration's now, a sweep's when first read (a search reads none of them: issue 47)
     inputs = (step, st, device, m, w, layers, microbatches, depth if mtp is not None else None,
@@ -173,10 +169,10 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     swept = isinstance(step, np.ndarray)
     (model_flop, hardware_flop, tokens_s, mfu, hfu, hbm_capacity, tier2_capacity,
      offload_total) = Deferral(_figures, *inputs).deferred(len(FIGURES)) if swept else _figures(*inputs)
-    # every call of the step and their traffic: a sweep's when first read (a search reads neither), unless the
-    # memory pool's link took them already
-    calls, traffic = (Deferral(_calls_and_traffic, layers, stages, sends, dp, microbatches, st).deferred(len(PARTS))
-                      if swept and not made else calls_and_traffic())
+    if calls_traffic is None:  # the calls and traffic not made above
+        calls_traffic = (Deferral(_calls_and_traffic, layers, stages, sends, dp, microbatches, st).deferred(len(PARTS))
+                         if swept else _kept_calls(m, mtp, layers, stages, sends, dp, microbatches, st))
+    calls, traffic = calls_traffic
     return StepEstimate(
         step_time_s=step, breakdown=breakdown, tokens_per_s=tokens_s, model_flop=model_flop,
         hardware_flop=hardware_flop, mfu=mfu, hfu=hfu, memory_hbm=hbm, memory_tier2=tier2_mem,
@@ -456,17 +452,16 @@ def _kept_data_parallel(params_local: Array, layers_local: Array, microbatches: 
 
 
 
-def _pool_link_s(system: System, calls_and_traffic: Callable[[], tuple[tuple[CommCall, ...], Traffic]],
-                 offload_s: Array) -> Array:
+def _pool_link_s(system: System, traffic: Traffic | None, offload_s: Array) -> Array:
     """Where a step offloads to a memory pool reached over a network dimension: the time that dimension's links
     carry the step's own traffic, which the pool's transfers wait behind (one link, two users: their times add,
     docs/memory-pool.md) [derived rule; ASTRA-sim's pool loads no link]. Dimension 0 carries the scale-up bytes,
-    an outer one every byte beyond the node (an upper bound on a network of more than two dimensions)."""
+    an outer one every byte beyond the node (an upper bound on a network of more than two dimensions). `traffic`:
+    the step's, given where the pool is reached over the network (None elsewhere: not read)."""
     path = system_shape(system)[2]
-    if path is None or path.network is None:
+    if path is None or path.network is None or traffic is None:
         return 0.0 * offload_s
     dim = system.network[path.network]
-    traffic = calls_and_traffic()[1]  # (made only here: the step's traffic, which a search reads nowhere else)
     sent = traffic.scale_up_bytes if path.network == 0 else traffic.scale_out_bytes
     return where(offload_s > 0, sent / (dim.efficiency * dim.bandwidth / dim.shared_by), 0.0)
 
@@ -520,6 +515,14 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
     if mtp_depth is not None:
         return flops.total + mtp_flop(head_model, w, mtp_depth, flops.head), recompute_flop
     return flops.total, recompute_flop
+
+
+def _kept_calls(m: ModelArrays, mtp: MtpCost | None, layers: Layers, stages: StageLayers, sends: PipelineSends,
+                dp: tuple[DataParallelCost, ...], microbatches: Array,
+                st: StrategyArrays) -> tuple[tuple[CommCall, ...], Traffic]:
+    """`_calls_and_traffic`, kept per model (`_kept`) under the parts it reads."""
+    return _kept(m, mtp, "calls", (layers.dense, layers.moe, stages, sends, *dp), typed(microbatches, st.tp),
+                 lambda: _calls_and_traffic(layers, stages, sends, dp, microbatches, st))
 
 
 def _calls_and_traffic(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[DataParallelCost, ...],
