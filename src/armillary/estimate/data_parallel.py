@@ -17,7 +17,7 @@ import numpy as np
 from armillary.comm.collectives import CommCost, all_gather, all_reduce, needed, reduce_scatter
 from armillary.comm.overlap import exposed_fully
 from armillary.estimate import memory as mem
-from armillary.estimate.result import CommCall, ParallelDimension
+from armillary.estimate.result import CommCall, ParallelDimension, over
 from armillary.estimate.step_figures import Deferral, Figure
 from armillary.memo import quick_init
 from armillary.numerics import Array, maximum, where
@@ -67,8 +67,14 @@ def exposed_together(costs: tuple[DataParallelCost, ...], forward_s: Array, back
         behind_backward, once_forward = behind_backward + c.behind_backward_s, once_forward + c.once_forward_s
         once_backward = once_backward + c.once_backward_s
     per_mb = exposed_fully(behind_forward, forward_s) + exposed_fully(behind_backward, backward_s)
-    return (in_line + microbatches * per_mb + exposed_fully(once_forward, forward_s)
-            + exposed_fully(once_backward, backward_s))
+    if type(per_mb) is not np.ndarray or not per_mb.ndim:  # one configuration (numpy's 0-d results are scalars)
+        return (in_line + microbatches * per_mb + exposed_fully(once_forward, forward_s)
+                + exposed_fully(once_backward, backward_s))
+    # a sweep: the same sum in the same order, each step written over the running total (`result.over`)
+    total = over(np.multiply, microbatches, per_mb, per_mb)
+    total = over(np.add, in_line, total, total)
+    total = over(np.add, total, exposed_fully(once_forward, forward_s), total)
+    return over(np.add, total, exposed_fully(once_backward, backward_s), total)
 
 
 # the strategy's fields `data_parallel_cost` reads (with memory.gathered_weight_bytes): the key under which the

@@ -138,6 +138,16 @@ def pipeline_total(forward_backward: Array, recompute: Array, tp: Array, cp: Arr
     return forward_backward + recompute + tp + cp + ep + pp + bubble + dp + optimizer
 
 
+def over(ufunc: np.ufunc, a: Array, b: Array, held: np.ndarray) -> np.ndarray:
+    """`ufunc(a, b)` of a sweep, written over `held` (an array its caller made for this and reads no more) where that
+    has the result's shape, else a new array: the same operands in the same order, so the same values, without
+    allocating and filling a new array for a pass over a whole block (issue 47)."""
+    try:
+        return ufunc(a, b, out=held)  # type: ignore[no-any-return]
+    except ValueError:  # `held` is not of the result's shape (numpy checks before it computes)
+        return ufunc(a, b)  # type: ignore[no-any-return]
+
+
 @quick_init
 @dataclass(frozen=True)
 class MemoryBreakdown:

@@ -64,6 +64,7 @@ from armillary.estimate.result import (
     StepEstimate,
     TimeBreakdown,
     Traffic,
+    over,
     pipeline_total,
 )
 from armillary.estimate.stages import (
@@ -155,9 +156,16 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # (the pipeline: every other part, summed in TimeBreakdown.total's order, taken once for the stall and the
     # step: the step is that sum + the stall, as TimeBreakdown.total adds them)
     pipeline = pipeline_total(*parts)
-    stall = maximum(0.0, offload_s - ((pipeline + 0.0) - optimizer))
+    if type(pipeline) is not np.ndarray or not pipeline.ndim:  # one configuration (numpy's 0-d results are scalars)
+        stall = maximum(0.0, offload_s - ((pipeline + 0.0) - optimizer))
+        step = pipeline + stall
+    else:  # a sweep: the same operations in the same order, each written over its temporary (`result.over`)
+        spare = pipeline + 0.0
+        spare = over(np.subtract, spare, optimizer, spare)
+        spare = over(np.subtract, offload_s, spare, spare)
+        stall = over(np.maximum, 0.0, spare, spare)
+        step = over(np.add, pipeline, stall, pipeline)  # (the pipeline's sum read no more)
     breakdown = TimeBreakdown(*parts, offload_stall=stall)
-    step = pipeline + stall
     # the shape rules of the point as given (`base`: the chunked copy differs only in the recompute and offload
     # shares, which no rule reads), so a search's mask and this check take them once (`feasibility.shape_rules`)
     feasible, reasons = check(m, base, w, system, hbm.total, tier2_mem.total)
