@@ -66,11 +66,14 @@ def exposed_together(costs: tuple[DataParallelCost, ...], forward_s: Array, back
         in_line, behind_forward = in_line + c.in_line_s, behind_forward + c.behind_forward_s
         behind_backward, once_forward = behind_backward + c.behind_backward_s, once_forward + c.once_forward_s
         once_backward = once_backward + c.once_backward_s
-    per_mb = exposed_fully(behind_forward, forward_s) + exposed_fully(behind_backward, backward_s)
-    if type(per_mb) is not np.ndarray or not per_mb.ndim:  # one configuration (numpy's 0-d results are scalars)
-        return (in_line + microbatches * per_mb + exposed_fully(once_forward, forward_s)
+    first, second = exposed_fully(behind_forward, forward_s), exposed_fully(behind_backward, backward_s)
+    if type(second) is not np.ndarray or not second.ndim:  # one configuration (numpy's 0-d results are scalars)
+        return (in_line + microbatches * (first + second) + exposed_fully(once_forward, forward_s)
                 + exposed_fully(once_backward, backward_s))
-    # a sweep: the same sum in the same order, each step written over the running total (`result.over`)
+    # a sweep: the same sum in the same order, each step written over the running total (`result.over`), the first
+    # over `exposed_fully`'s new array (np.maximum's; never one of the costs' own, which the check keeps so)
+    per_mb = (over(np.add, first, second, second) if second is not behind_backward and second is not backward_s
+              else first + second)
     total = over(np.multiply, microbatches, per_mb, per_mb)
     total = over(np.add, in_line, total, total)
     total = over(np.add, total, exposed_fully(once_forward, forward_s), total)
