@@ -46,3 +46,29 @@ def test_the_running_best_matches_a_full_sort_with_ties_and_infinities():
         first = np.ones(len(order), dtype=bool)
         first[1:] = values[order[1:]] != values[order[:-1]]
         assert np.array_equal(_best(index, values, k), order[first][:k])
+
+
+def test_the_best_found_in_the_estimates_order_are_the_blocks_best():
+    """A block's values are searched in the estimate's order (its varying axes reordered, `Problem.evaluate`) and
+    only the candidates' indices computed (`_inner_indices`): the same points, in the same order, as searching
+    the values put back in index order with every index."""
+    import numpy as np
+
+    from armillary.search.run import _best, _inner_indices
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        shape = tuple(int(d) for d in rng.integers(1, 5, size=int(rng.integers(1, 6))))
+        order = [d for d in rng.permutation(len(shape)).tolist() if shape[d] > 1]
+        inner = tuple(shape[d] for d in order)
+        start, k = int(rng.integers(0, 1000)), int(rng.integers(1, 12))
+        values = rng.choice(rng.random(int(rng.integers(1, 9))), inner)  # many ties
+        values[rng.random(inner) < 0.3] = np.inf
+        back = np.argsort(order)
+        in_index_order = values.transpose(back).reshape(-1) if order else values.reshape(-1)
+        index = np.arange(start, start + in_index_order.size, dtype=np.int64)
+        want = _best(index, in_index_order, k)
+        flat = values.reshape(-1)
+        got = _best(None, flat, k, lambda at, a=start, s=shape, o=order: _inner_indices(at, a, s, o))
+        assert np.array_equal(_inner_indices(got, start, shape, order), index[want])
+        assert np.array_equal(flat[got], in_index_order[want])

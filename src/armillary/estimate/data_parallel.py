@@ -17,7 +17,8 @@ import numpy as np
 from armillary.comm.collectives import CommCost, all_gather, all_reduce, needed, reduce_scatter
 from armillary.comm.overlap import exposed_fully
 from armillary.estimate import memory as mem
-from armillary.estimate.result import CommCall, ParallelDimension
+from armillary.estimate.result import CommCall, ParallelDimension, over
+from armillary.estimate.step_figures import Deferral, Figure
 from armillary.memo import quick_init
 from armillary.numerics import Array, maximum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays
@@ -42,6 +43,11 @@ class DataParallelCost:
     calls: tuple[CommCall, ...]  # every DP / ZeRO / FSDP collective of the step (one configuration: that it makes)
 
 
+# a sweep's calls are made when first read (`data_parallel_cost`; set on the class made: a descriptor in the class
+# body would be the field's default)
+DataParallelCost.calls = Figure("calls")  # type: ignore[assignment]
+
+
 def exposed_together(costs: tuple[DataParallelCost, ...], forward_s: Array, backward_s: Array,
                      microbatches: Array) -> Array:
     """Exposed data-parallel time per iteration of every parameter set together (the replicated parameters
@@ -60,9 +66,18 @@ def exposed_together(costs: tuple[DataParallelCost, ...], forward_s: Array, back
         in_line, behind_forward = in_line + c.in_line_s, behind_forward + c.behind_forward_s
         behind_backward, once_forward = behind_backward + c.behind_backward_s, once_forward + c.once_forward_s
         once_backward = once_backward + c.once_backward_s
-    per_mb = exposed_fully(behind_forward, forward_s) + exposed_fully(behind_backward, backward_s)
-    return (in_line + microbatches * per_mb + exposed_fully(once_forward, forward_s)
-            + exposed_fully(once_backward, backward_s))
+    first, second = exposed_fully(behind_forward, forward_s), exposed_fully(behind_backward, backward_s)
+    if type(second) is not np.ndarray or not second.ndim:  # one configuration (numpy's 0-d results are scalars)
+        return (in_line + microbatches * (first + second) + exposed_fully(once_forward, forward_s)
+                + exposed_fully(once_backward, backward_s))
+    # a sweep: the same sum in the same order, each step written over the running total (`result.over`), the first
+    # over `exposed_fully`'s new array (np.maximum's; never one of the costs' own, which the check keeps so)
+    per_mb = (over(np.add, first, second, second) if second is not behind_backward and second is not backward_s
+              else first + second)
+    total = over(np.multiply, microbatches, per_mb, per_mb)
+    total = over(np.add, in_line, total, total)
+    total = over(np.add, total, exposed_fully(once_forward, forward_s), total)
+    return over(np.add, total, exposed_fully(once_backward, backward_s), total)
 
 
 # the strategy's fields `data_parallel_cost` reads (with memory.gathered_weight_bytes): the key under which the
@@ -156,20 +171,31 @@ def data_parallel_cost(params_local: Array, layers_local: Array, microbatches: A
     on_any = where(active, 1.0, 0.0)
     in_line = last_bucket + (1 - overlap_dp) * reduce_once + (1 - overlap_gather) * gather_once
 
-    on = [where(active & (st.zero == z), 1.0, 0.0) for z in range(4)]
-    m, units = microbatches, layers_local
+    # the calls: a sweep's when first read (a search reads none: `step_figures.Deferral`)
+    inputs = (dimension, st.zero, active, microbatches, layers_local, grad_bytes, weight_bytes, unit_bytes,
+              reduce_grads, scatter_grads, gather_params, unit_gather, unit_scatter)
+    calls = Deferral(_calls, *inputs).deferred(1)[0] if swept else _calls(*inputs)[0]
+    return DataParallelCost(in_line_s=on_any * (in_line + microbatches * in_line_per_mb),
+                            behind_forward_s=on_any * behind_forward, behind_backward_s=on_any * behind_backward,
+                            once_forward_s=on_any * overlap_gather * gather_once,
+                            once_backward_s=on_any * overlap_dp * reduce_once, calls=calls)
+
+
+def _calls(dimension: ParallelDimension, zero: Array, active: np.ndarray | bool, m: Array, units: Array,
+           grad_bytes: Array, weight_bytes: Array, unit_bytes: Array, reduce_grads: CommCost, scatter_grads: CommCost,
+           gather_params: CommCost, unit_gather: CommCost, unit_scatter: CommCost) -> tuple[tuple[CommCall, ...]]:
+    """`data_parallel_cost`'s calls per step (alone in a 1-tuple, as `Deferral` makes values): the gradient
+    all-reduce (ZeRO 0), the reduce-scatters (ZeRO 1 once, ZeRO 2 every micro-batch) and parameter all-gathers
+    (ZeRO 1, 2), and ZeRO-3's per-unit gathers (forward and backward) and reduce-scatters, every micro-batch."""
+    on = [where(active & (zero == z), 1.0, 0.0) for z in range(4)]
     # (one configuration: only the calls it makes, the step's calls leave a count of 0 out; a sweep keeps all)
-    calls = tuple(CommCall.of(dimension, op, count, size, cost) for op, count, size, cost in (
+    return (tuple(CommCall.of(dimension, op, count, size, cost) for op, count, size, cost in (
         (ALL_REDUCE, on[0], grad_bytes, reduce_grads),
         (REDUCE_SCATTER, on[1] + on[2] * m, grad_bytes, scatter_grads),
         (ALL_GATHER, on[1] + on[2], weight_bytes, gather_params),
         (ALL_GATHER, on[3] * 2 * units * m, unit_bytes / units, unit_gather),
         (REDUCE_SCATTER, on[3] * units * m, grad_bytes / units, unit_scatter),
-    ) if isinstance(count, np.ndarray) or count != 0)
-    return DataParallelCost(in_line_s=on_any * (in_line + microbatches * in_line_per_mb),
-                            behind_forward_s=on_any * behind_forward, behind_backward_s=on_any * behind_backward,
-                            once_forward_s=on_any * overlap_gather * gather_once,
-                            once_backward_s=on_any * overlap_dp * reduce_once, calls=calls)
+    ) if isinstance(count, np.ndarray) or count != 0),)
 
 
 def _whole_and_unit(collective: Callable[[Array, Placement, System], CommCost], whole: Array, unit_whole: Array,

@@ -11,7 +11,7 @@ import numpy as np
 
 from armillary import display
 from armillary.comm.collectives import CommCost
-from armillary.estimate.step_figures import FIGURES, Figure
+from armillary.estimate.step_figures import FIGURES, PARTS, Figure
 from armillary.memo import quick_init
 from armillary.numerics import Array
 from armillary.specs.communication import Collective
@@ -136,6 +136,16 @@ def pipeline_total(forward_backward: Array, recompute: Array, tp: Array, cp: Arr
     """`TimeBreakdown.total` before its offload stall, summed in its order (so `total` is this + the stall,
     the same additions): the estimator takes it once for the stall and the step."""
     return forward_backward + recompute + tp + cp + ep + pp + bubble + dp + optimizer
+
+
+def over(ufunc: np.ufunc, a: Array, b: Array, held: np.ndarray) -> np.ndarray:
+    """`ufunc(a, b)` of a sweep, written over `held` (an array its caller made for this and reads no more) where that
+    has the result's shape, else a new array: the same operands in the same order, so the same values, without
+    allocating and filling a new array for a pass over a whole block (issue 47)."""
+    try:
+        return ufunc(a, b, out=held)  # type: ignore[no-any-return]
+    except ValueError:  # `held` is not of the result's shape (numpy checks before it computes)
+        return ufunc(a, b)  # type: ignore[no-any-return]
 
 
 @quick_init
@@ -263,7 +273,8 @@ class RunConfig:
 @dataclass(frozen=True)
 class StepEstimate:
     """One training iteration: time, its breakdown, throughput, utilization, memory and traffic. A sweep's
-    figures that follow from the step time (`FIGURES`) are computed when first read (`DeferredFigures`)."""
+    model FLOPs and the figures that follow from the step time (`FIGURES`), and its calls and traffic (`PARTS`),
+    are made when first read (`step_figures.Deferral`)."""
 
     step_time_s: Array
     breakdown: TimeBreakdown
@@ -319,7 +330,7 @@ class StepEstimate:
         return plain(d)
 
 
-for _name in FIGURES:  # (set on the class made: a descriptor in the class body would be the fields' default)
+for _name in (*FIGURES, *PARTS):  # (set on the class made: a descriptor in the class body would be the fields' default)
     setattr(StepEstimate, _name, Figure(_name, getattr(StepEstimate, _name, dataclasses.MISSING)))
 
 

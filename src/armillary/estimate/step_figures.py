@@ -1,9 +1,11 @@
-"""A training step's figures that follow from its time (throughput, utilization, capacities, offload time): computed
-at once for one configuration, and for a sweep when first read (a search reads none of them: issue 47)."""
+"""A training step's figures that follow from its time (throughput, utilization, capacities, offload time) and the
+parts of its estimate a search never reads (model FLOPs, calls, traffic): made at once for one configuration, and
+for a sweep when first read (`Deferral`; issue 47)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,39 +24,44 @@ def step_figures(step: Array, devices: Array, peak: Array, tokens: Array, model_
             tier2_capacity + zero, offload_s + zero)
 
 
-class DeferredFigures:
-    """`step_figures` of a sweep, computed when one of them is first read (a search reads only the step time and
-    the memory: issue 47), under the floating-point error handling (np.errstate) of the estimate that made them,
-    so the values and warnings are those of computing them at once."""
+class Deferral:
+    """What a sweep's estimate holds but a search never reads (issue 47): `make(*args)`, made when one of its values
+    is first read, under the floating-point error handling (np.errstate) of the estimate that deferred it, so the
+    values and warnings are those of making them at once. (`make` a module's function and `args` the estimate's
+    parts: the estimate still copies and pickles.)"""
 
-    __slots__ = ("_args", "_errors", "_values")
+    __slots__ = ("_args", "_errors", "_make", "_values")
 
-    def __init__(self, *args: Array) -> None:
-        self._args = args  # (kept: two threads reading at once compute the same values)
+    def __init__(self, make: Callable[..., tuple[Any, ...]], *args: Any) -> None:
+        self._make, self._args = make, args  # (kept: two threads reading at once make the same values)
         self._errors = np.geterr()
-        self._values: tuple[Array, ...] | None = None
+        self._values: tuple[Any, ...] | None = None
 
-    def value(self, index: int) -> Array:
+    def value(self, index: int) -> Any:
         values = self._values
         if values is None:
             with np.errstate(**self._errors):  # type: ignore[arg-type]
-                values = self._values = step_figures(*self._args)  # type: ignore[arg-type]
+                values = self._values = self._make(*self._args)
         return values[index]
 
-    def deferred(self) -> tuple[Any, ...]:
-        """What StepEstimate's `FIGURES` fields hold until read, in that order."""
-        return tuple(Deferred(self, i) for i in range(len(FIGURES)))
+    def deferred(self, count: int) -> tuple[Any, ...]:
+        """What the StepEstimate's fields hold until read: one `Deferred` for each of `make`'s `count` values."""
+        return tuple(Deferred(self, i) for i in range(count))
 
 
-FIGURES = ("tokens_per_s", "mfu", "hfu", "hbm_capacity_bytes", "tier2_capacity_bytes", "offload_s")
+# a step's figures that follow from its time, with the model FLOPs they read (`estimate.training._figures`, in this
+# order), and its calls and their traffic (`training._calls_and_traffic`): a sweep's when first read
+FIGURES = ("model_flop", "hardware_flop", "tokens_per_s", "mfu", "hfu", "hbm_capacity_bytes", "tier2_capacity_bytes",
+           "offload_s")
+PARTS = ("communication", "traffic")
 
 
 class Deferred:
-    """One of a sweep's `DeferredFigures`, held in a StepEstimate's field until it is read."""
+    """One of a sweep's `Deferral` values, held in a StepEstimate's field until it is read."""
 
     __slots__ = ("figures", "index")
 
-    def __init__(self, figures: DeferredFigures, index: int) -> None:
+    def __init__(self, figures: Deferral, index: int) -> None:
         self.figures, self.index = figures, index
 
 

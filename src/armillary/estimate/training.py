@@ -64,6 +64,7 @@ from armillary.estimate.result import (
     StepEstimate,
     TimeBreakdown,
     Traffic,
+    over,
     pipeline_total,
 )
 from armillary.estimate.stages import (
@@ -73,7 +74,7 @@ from armillary.estimate.stages import (
     split_stages,
     weighted_sum,
 )
-from armillary.estimate.step_figures import DeferredFigures, step_figures
+from armillary.estimate.step_figures import FIGURES, PARTS, Deferral, step_figures
 from armillary.estimate.token_exchange import Fanout
 from armillary.estimate.training_memory import memory_and_optimizer, memory_fields, stage_adapters
 from armillary.estimate.training_parts import LayerKind, Layers, PipelineSends, StageParams, uses_lora
@@ -84,7 +85,7 @@ from armillary.plan.layout import microbatch_count, rank_queries
 from armillary.plan.placement import Groups, Placement, place_expert_groups, place_groups
 from armillary.plan.rules import chunk_layers, chunk_share
 from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, SEND_RECV
-from armillary.specs.system import System
+from armillary.specs.system import Device, System
 from armillary.workload.adapters import adapter_forward, dequantize
 from armillary.workload.attention import ring_kv_block
 from armillary.workload.experts import ExpertsForward, experts_forward, rank_load, replica_weights
@@ -141,10 +142,12 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         m, mtp, "memory", (layers, stages, params, sends, system, w if uses_lora(w) else None),
         (*typed(microbatches, e, w.seq_len), *typed(*memory_fields(st))),
         lambda: memory_and_optimizer(m, st, w, stages, params, layers, sends, microbatches, e, system, mtp))
-    calls, traffic = _kept(m, mtp, "calls", (layers.dense, layers.moe, stages, sends, *dp),
-                           typed(microbatches, st.tp),
-                           lambda: _calls_and_traffic(layers, stages, sends, dp, microbatches, st))
-    offload_s = offload_s + _pool_link_s(system, traffic, offload_s)
+    # every call of the step and their traffic: made here where a memory pool's link reads the traffic, else below
+    # (a sweep's when first read: a search reads neither)
+    path = system_shape(system)[2]
+    linked = path is not None and path.network is not None
+    calls_traffic = _kept_calls(m, mtp, layers, stages, sends, dp, microbatches, st) if linked else None
+    offload_s = offload_s + _pool_link_s(system, None if calls_traffic is None else calls_traffic[1], offload_s)
     parts = (microbatches * crit.compute, microbatches * crit.recompute, microbatches * crit.tp,
              microbatches * crit.cp, microbatches * crit.ep, microbatches * sends.per_mb,
              maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # the bubble, >= 0 after rounding
@@ -153,23 +156,31 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     # (the pipeline: every other part, summed in TimeBreakdown.total's order, taken once for the stall and the
     # step: the step is that sum + the stall, as TimeBreakdown.total adds them)
     pipeline = pipeline_total(*parts)
-    stall = maximum(0.0, offload_s - ((pipeline + 0.0) - optimizer))
+    if type(pipeline) is not np.ndarray or not pipeline.ndim:  # one configuration (numpy's 0-d results are scalars)
+        stall = maximum(0.0, offload_s - ((pipeline + 0.0) - optimizer))
+        step = pipeline + stall
+    else:  # a sweep: the same operations in the same order, each written over its temporary (`result.over`)
+        spare = pipeline + 0.0
+        spare = over(np.subtract, spare, optimizer, spare)
+        spare = over(np.subtract, offload_s, spare, spare)
+        stall = over(np.maximum, 0.0, spare, spare)
+        step = over(np.add, pipeline, stall, pipeline)  # (the pipeline's sum read no more)
     breakdown = TimeBreakdown(*parts, offload_stall=stall)
-    step = pipeline + stall
-    devices = st.tp * st.cp * st.pp * st.dp
-    model_flop, recompute_flop = _flops(m, st, w, layers, microbatches, depth if mtp is not None else None)
     # the shape rules of the point as given (`base`: the chunked copy differs only in the recompute and offload
     # shares, which no rule reads), so a search's mask and this check take them once (`feasibility.shape_rules`)
     feasible, reasons = check(m, base, w, system, hbm.total, tier2_mem.total)
-    tier2 = system_shape(system)[2]  # the device's second tier, or its share of the memory pool
-    peak = matrix_peak(device, st.precision)
-    hardware_flop = model_flop + recompute_flop
-    # throughput, utilization, the capacities and the offload time per point (`step_figures.py`): one
+    tier2 = path  # the device's second tier, or its share of the memory pool
+    # the model FLOPs, throughput, utilization, the capacities and the offload time per point (`_figures`): one
     # configuration's now, a sweep's when first read (a search reads none of them: issue 47)
-    inputs = (step, devices, peak, w.global_batch * w.seq_len, model_flop, hardware_flop, device.hbm.capacity,
+    inputs = (step, st, device, m, w, layers, microbatches, depth if mtp is not None else None,
               tier2.capacity if tier2 is not None else 0.0, offload_s)
-    tokens_s, mfu, hfu, hbm_capacity, tier2_capacity, offload_total = (
-        DeferredFigures(*inputs).deferred() if isinstance(step, np.ndarray) else step_figures(*inputs))
+    swept = isinstance(step, np.ndarray)
+    (model_flop, hardware_flop, tokens_s, mfu, hfu, hbm_capacity, tier2_capacity,
+     offload_total) = Deferral(_figures, *inputs).deferred(len(FIGURES)) if swept else _figures(*inputs)
+    if calls_traffic is None:  # the calls and traffic not made above
+        calls_traffic = (Deferral(_calls_and_traffic, layers, stages, sends, dp, microbatches, st).deferred(len(PARTS))
+                         if swept else _kept_calls(m, mtp, layers, stages, sends, dp, microbatches, st))
+    calls, traffic = calls_traffic
     return StepEstimate(
         step_time_s=step, breakdown=breakdown, tokens_per_s=tokens_s, model_flop=model_flop,
         hardware_flop=hardware_flop, mfu=mfu, hfu=hfu, memory_hbm=hbm, memory_tier2=tier2_mem,
@@ -449,18 +460,32 @@ def _kept_data_parallel(params_local: Array, layers_local: Array, microbatches: 
 
 
 
-def _pool_link_s(system: System, traffic: Traffic, offload_s: Array) -> Array:
+def _pool_link_s(system: System, traffic: Traffic | None, offload_s: Array) -> Array:
     """Where a step offloads to a memory pool reached over a network dimension: the time that dimension's links
     carry the step's own traffic, which the pool's transfers wait behind (one link, two users: their times add,
     docs/memory-pool.md) [derived rule; ASTRA-sim's pool loads no link]. Dimension 0 carries the scale-up bytes,
-    an outer one every byte beyond the node (an upper bound on a network of more than two dimensions)."""
+    an outer one every byte beyond the node (an upper bound on a network of more than two dimensions). `traffic`:
+    the step's, given where the pool is reached over the network (None elsewhere: not read)."""
     path = system_shape(system)[2]
-    if path is None or path.network is None:
+    if path is None or path.network is None or traffic is None:
         return 0.0 * offload_s
     dim = system.network[path.network]
     sent = traffic.scale_up_bytes if path.network == 0 else traffic.scale_out_bytes
     return where(offload_s > 0, sent / (dim.efficiency * dim.bandwidth / dim.shared_by), 0.0)
 
+
+
+def _figures(step: Array, st: StrategyArrays, device: Device, m: ModelArrays, w: TrainingArrays, layers: Layers,
+             microbatches: Array, mtp_depth: Array | None, tier2_capacity: Array,
+             offload_s: Array) -> tuple[Array, ...]:
+    """The step's model and hardware FLOPs (`_flops`) and the figures that follow from its time (`step_figures`), in
+    `step_figures.FIGURES` order."""
+    devices = st.tp * st.cp * st.pp * st.dp
+    model_flop, recompute_flop = _flops(m, st, w, layers, microbatches, mtp_depth)
+    peak = matrix_peak(device, st.precision)
+    hardware_flop = model_flop + recompute_flop
+    return (model_flop, hardware_flop, *step_figures(step, devices, peak, w.global_batch * w.seq_len, model_flop,
+                                                     hardware_flop, device.hbm.capacity, tier2_capacity, offload_s))
 
 
 def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers,
@@ -498,6 +523,14 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
     if mtp_depth is not None:
         return flops.total + mtp_flop(head_model, w, mtp_depth, flops.head), recompute_flop
     return flops.total, recompute_flop
+
+
+def _kept_calls(m: ModelArrays, mtp: MtpCost | None, layers: Layers, stages: StageLayers, sends: PipelineSends,
+                dp: tuple[DataParallelCost, ...], microbatches: Array,
+                st: StrategyArrays) -> tuple[tuple[CommCall, ...], Traffic]:
+    """`_calls_and_traffic`, kept per model (`_kept`) under the parts it reads."""
+    return _kept(m, mtp, "calls", (layers.dense, layers.moe, stages, sends, *dp), typed(microbatches, st.tp),
+                 lambda: _calls_and_traffic(layers, stages, sends, dp, microbatches, st))
 
 
 def _calls_and_traffic(layers: Layers, stages: StageLayers, sends: PipelineSends, dp: tuple[DataParallelCost, ...],

@@ -84,8 +84,12 @@ class Problem:
         order = [d for d in sorted(range(len(shape)), key=shape.__getitem__) if shape[d] > 1]
         inner = tuple(shape[d] for d in order)
         back = tuple(np.argsort(order).tolist())
-        coded = {name: np.transpose(v, [*order, *(d for d in range(len(shape)) if shape[d] == 1)]).reshape(
-            [np.shape(v)[d] for d in order]) if np.ndim(v) else v for name, v in coded.items()}
+        # (a value varying along one axis at most, as `Axes.block` gives each: the same elements in the same
+        # order whatever the arrangement of its dimensions, so a reshape, a view, not a transpose)
+        axes_of = [d for d in range(len(shape)) if shape[d] == 1]
+        coded = {name: (v.reshape([v.shape[d] for d in order]) if v.size == max(v.shape) else
+                        np.transpose(v, [*order, *axes_of]).reshape([v.shape[d] for d in order]))
+                 if type(v) is np.ndarray and v.ndim else v for name, v in coded.items()}
         st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None,
                             encode("precision", self.base.precision))
         w = TrainingArrays.of(self.workload)
@@ -101,8 +105,14 @@ class Problem:
             with np.errstate(all="ignore"), memo:  # invalid points (masked below) may divide by zero
                 r = estimate_training(m, st, w, self.system)
             feasible = valid & np.asarray(r.feasible, bool)
-            value = flat(np.where(feasible, r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total,
-                                  np.inf))
+            # the values in the estimate's (transposed) order, not put back in index order: the best are found
+            # there and only their indices computed (`_inner_indices`); the same points, values and order
+            value = np.broadcast_to(np.where(
+                feasible, r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total, np.inf),
+                inner).reshape(-1)
+            keep = _best(None, value, self.top_k, lambda at: _inner_indices(at, start, shape, order))
+            return ChunkResult(start, stop, int(np.count_nonzero(valid)), int(np.count_nonzero(feasible)),
+                               _inner_indices(keep, start, shape, order), value[keep])
         else:
             def estimated() -> Parts:  # with capacities that hold anything: the feasibility apart from memory
                 with np.errstate(all="ignore"), memo:
@@ -212,25 +222,51 @@ class ChunkResult:
         return self.stop - self.start
 
 
-def _best(index: np.ndarray, value: np.ndarray, k: int) -> np.ndarray:
+def _best(index: np.ndarray | None, value: np.ndarray, k: int,
+          index_of: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Positions of the k best distinct finite values, ordered by (value, index). Points with equal values
     differ only in axes that change nothing (an overlap flag with nothing to hide, a rank order without
-    a group it moves): the first of them stands for all."""
+    a group it moves): the first of them stands for all. The points' indices are `index`, or, with `index`
+    None, `index_of(positions)`, asked only for the few candidates."""
     finite = np.flatnonzero(np.isfinite(value))
-    # only the values up to the m-th smallest are sorted, m doubled until they hold k distinct ones (ties
-    # are common: the first of them stands for all), so a block costs a partition, not a sort of its points
-    m, values = k, value[finite]  # the finite values gathered once, not twice per doubling
+    values = value[finite]  # the finite values gathered once
+    # only the values up to the m-th smallest are sorted, for the least m of k, 4k, 16k, ... whose m smallest
+    # hold k distinct values (ties are common: the first of them stands for all), so a block costs one
+    # partition (every m's at once), not a sort of its points; every m that holds k distinct values keeps
+    # the same k best, so the answer does not depend on the m tried
+    ms = []
+    m = k
     while m < len(finite):
-        threshold = np.partition(values, m - 1)[m - 1]
-        kept = values <= threshold
-        if len(np.unique(values[kept])) >= k:
-            finite, values = finite[kept], values[kept]
-            break
-        m *= 2
-    order = finite[np.lexsort((index[finite], values))]
+        ms.append(m)
+        m *= 4
+    if ms:
+        smallest = np.partition(values, [m - 1 for m in ms])
+        for m in ms:
+            if len(np.unique(smallest[:m])) >= k:  # (the distinct values <= the m-th smallest: those of the m)
+                kept = values <= smallest[m - 1]
+                finite, values = finite[kept], values[kept]
+                break
+    at = index[finite] if index is not None else index_of(finite)  # type: ignore[misc]
+    order = finite[np.lexsort((at, values))]
     first = np.ones(len(order), dtype=bool)
     first[1:] = value[order[1:]] != value[order[:-1]]
     return order[first][:k]
+
+
+def _inner_indices(at: np.ndarray, start: int, shape: tuple[int, ...], order: list[int]) -> np.ndarray:
+    """The point indices of positions `at` of a block's values in the estimate's order (`Problem.evaluate`:
+    the block's axes that vary, reordered by `order`, C order): start + the position's coordinates on those
+    axes times their strides in the block's own C order."""
+    strides = np.ones(len(shape), dtype=np.int64)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    index = np.full(len(at), start, dtype=np.int64)
+    if not order:  # a block of one point
+        return index
+    coordinates = np.unravel_index(at, tuple(shape[d] for d in order))
+    for c, d in zip(coordinates, order, strict=True):
+        index += c * strides[d]
+    return index
 
 
 @dataclass(frozen=True, repr=False)
