@@ -195,9 +195,15 @@ def layer_activations(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e
         # [derived] fp32 router logits and probabilities; the dispatched tokens (expert input), the expert
         # MLP's hidden activations (2, gated 3, tensors of expert_ffn / etp) and its output before combine
         tokens = experts.received_tokens
+        # a clamped gated activation (`Model.glu_clamp`) as Megatron-Core's TEGroupedMLP runs it (the time's
+        # `experts_forward` bias_pass): the eager clamps keep the up projection's output and the fused
+        # activation saves the concatenated copy, one more up-projection output [derived:
+        # fused_bias_geglu.py weighted_bias_quick_geglu_impl, core_v0.15.0; clamp saves its input,
+        # derivatives.yaml]; dropped with the activation when moe_act is recomputed
+        clamped = m.glu_clamp * (m.mlp_matrices - 2) * e * (m.mlp_matrices - 1) * tokens * experts.ffn_shard
         routed = (8 * T / sp_div * m.experts
-                  + tokens * ((e + g) * h + (e * (m.mlp_matrices - 1) + g) * experts.ffn_shard))
-        expert_act = g * tokens * experts.ffn_shard
+                  + tokens * ((e + g) * h + (e * (m.mlp_matrices - 1) + g) * experts.ffn_shard) + clamped)
+        expert_act = g * tokens * experts.ffn_shard + clamped
     # MLA keeps the query and KV latents (and the RoPE key) when its up-projections are recomputed
     latent_up = where(m.kv_lora > 0, e * T * (m.qkv_width / t - (m.q_lora + m.kv_lora + m.rope_dim)),
                       0.0)

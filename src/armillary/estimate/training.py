@@ -270,7 +270,9 @@ def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: 
     def made(mlp_width: Array | None, experts: ExpertsForward | None, expert_groups: ExpertGroups | None,
              experts_key: tuple[object, ...] | None, forward_key: tuple[object, ...],
              kernels_key: tuple[object, ...]) -> tuple[System, LayerKind, EndsCost]:
-        fw = _PARTS.get(m, forward_key, lambda: layer_forward(m, b, s, t, sp, e, c, mlp_width))
+        # a YaRN model's rotary embedding op by op, as Megatron-Bridge runs it (`layer_forward`), for every
+        # training stack as the expert biases below
+        fw = _PARTS.get(m, forward_key, lambda: layer_forward(m, b, s, t, sp, e, c, mlp_width, eager_yarn=1.0))
         kernels = _PARTS.get(m, kernels_key, lambda: (device, kernel_passes(fw, ends_fw, experts, st, device)))[1]
         if not tp_costs:  # the TP collectives, once for every layer kind
             tp_costs.append(tp_collectives(st, system, n_tp, groups.tp))

@@ -44,6 +44,8 @@ class ModelArrays:
     window_layers: Array  # fraction of layers that use the window
     qk_norm: Array = 0.0  # 0/1
     attention_sinks: Array = 0.0  # 0/1
+    yarn: Array = 0.0  # 0/1: rotary positions scaled by YaRN (`Model.yarn`)
+    glu_clamp: Array = 0.0  # 0/1: the gated MLP clamps its halves before the activation (`Model.glu_clamp`)
     qkv_bias: Array = 0.0  # 0/1: biases on Q, K, V only (linear_bias covers every linear layer)
     # attention variants: value head dimension; MLA latent ranks (0 = not MLA / direct query projection)
     value_dim: Array = 0.0
@@ -96,6 +98,7 @@ class ModelArrays:
             linear_bias=float(m.linear_bias), learned_positions=float(m.position is PositionKind.LEARNED),
             max_seq_len=m.max_seq_len, tied_embeddings=float(m.tied_embeddings), window=m.sliding_window or 0,
             window_layers=m.window_layers, qk_norm=float(m.qk_norm), attention_sinks=float(m.attention_sinks),
+            glu_clamp=float(m.glu_clamp is not None), yarn=float(m.yarn),
             qkv_bias=float(m.qkv_bias and not m.linear_bias),
             value_dim=m.d_value,
             kv_lora=mla.kv_lora_rank if mla else 0, q_lora=(mla.q_lora_rank or 0) if mla else 0,

@@ -43,7 +43,7 @@ _WHOLE = (*(k for keys in _ALIASES.values() for k in keys), "num_key_value_heads
           "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "shared_expert_intermediate_size",
           "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_heads",
           "n_group", "topk_group", "n_inner", "ffn_dim", "max_seq_len", "seq_length", "num_nextn_predict_layers")
-_RATIOS = ("expansion_ratio", "hidden_ratio")
+_RATIOS = ("expansion_ratio", "hidden_ratio", "swiglu_limit")
 _FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "no_bias")
 _TEXT = ("model_type", "_name_or_path", "hidden_act", "activation_function")
 _LARGEST = 2**40
@@ -64,7 +64,7 @@ def _check_values(data: dict[str, Any]) -> None:
     for key in _TEXT:
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ValueError(f"config.json {key}: expected a string, got {shown_value(data[key])}")
-    for nested in ("attn_config", "ffn_config"):
+    for nested in ("attn_config", "ffn_config", "rope_scaling", "rope_parameters"):
         if data.get(nested) is not None and not isinstance(data[nested], dict):
             raise ValueError(f"config.json {nested}: expected a mapping, got {shown_value(data[nested])}")
     types = data.get("layer_types")
@@ -84,17 +84,18 @@ def _check_whole(key: str, value: Any) -> None:
 # keys read somewhere below, and keys that change nothing a cost model sees (ids, numerics, serialization)
 _READ = frozenset((*_WHOLE, *_RATIOS, *_FLAGS, "model_type", "architectures", "hidden_act", "activation_function",
                    "_name_or_path", "use_sliding_window", "layer_types", "no_bias", "attn_config", "n_inner",
-                   "ffn_dim", "n_embd", "n_head", "n_layer", "d_model", "ffn_config"))
+                   "ffn_dim", "n_embd", "n_head", "n_layer", "d_model", "ffn_config", "rope_scaling",
+                   "rope_parameters"))
 _IRRELEVANT = frozenset((
     "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id", "pad_token_id",
     "initializer_range", "initializer_factor", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "use_cache",
-    "rope_theta", "rope_scaling", "rope_parameters", "attention_dropout", "hidden_dropout", "resid_pdrop",
+    "rope_theta", "attention_dropout", "hidden_dropout", "resid_pdrop",
     "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
     "summary_first_dropout", "task_specific_params", "id2label", "label2id", "pretraining_tp", "quantization_config",
     "auto_map", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "max_window_layers",
     "scoring_func", "norm_topk_prob", "routed_scaling_factor", "topk_method",
     "aux_loss_alpha", "seq_aux", "ep_size", "moe_layer_freq", "tokenizer_class", "decoder_start_token_id",
-    "swiglu_limit", "initial_context_length", "original_max_position_embeddings", "emb_pdrop"))
+    "initial_context_length", "original_max_position_embeddings", "emb_pdrop"))
 UNREAD = "config.json keys not modelled"  # the model's `sources` key listing what the reader left out
 
 
@@ -198,6 +199,9 @@ def from_huggingface(data: dict[str, Any], name: str | None = None) -> Model:
                  else MlpKind.GELU,
                  "norm": NormKind.RMSNORM, "position": PositionKind.ROTARY,
                  "linear_bias": bool(data.get("attention_bias", False) or data.get("mlp_bias", False))}
+        # rope_scaling (rope_parameters in newer transformers): its rope_type ("type" in older configs)
+        scaling = data.get("rope_scaling") or data.get("rope_parameters") or {}
+        spec["yarn"] = (scaling.get("rope_type") or scaling.get("type")) == "yarn"
     spec |= _experts_and_latent_attention(data, kind)
     # Qwen2 / Qwen2-MoE put biases on q, k and v (modeling_qwen2.py: bias=True) with no config key saying so
     spec["qkv_bias"] = kind in ("qwen2", "qwen2_moe") and not spec.get("linear_bias")
@@ -225,6 +229,8 @@ def _experts_and_latent_attention(data: dict[str, Any], kind: str) -> dict[str, 
             spec["moe"] |= {"expert_groups": int(data["n_group"]), "group_top_k": int(data.get("topk_group") or 1)}
         if data.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one shared expert of its own size
             spec["moe"] |= {"shared_experts": 1, "shared_ffn": int(data["shared_expert_intermediate_size"])}
+    if data.get("swiglu_limit"):  # GPT-OSS's clamped SwiGLU (Model.glu_clamp)
+        spec["glu_clamp"] = float(data["swiglu_limit"])
     if data.get("num_nextn_predict_layers"):  # DeepSeek-V3's multi-token-prediction modules (Model.mtp_layers)
         spec["mtp_layers"] = int(data["num_nextn_predict_layers"])
     if data.get("kv_lora_rank"):

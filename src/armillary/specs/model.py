@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Self
 
-from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from armillary.specs.base import Spec
 
@@ -156,6 +156,11 @@ class Model(Spec):
         None, description="attention window in tokens (Mistral-style local attention); None = full causal")
     qk_norm: bool = Field(False, description="RMSNorm on each head's queries and keys (Qwen3, OLMo 2)")
     attention_sinks: bool = Field(False, description="a learned sink logit per head (GPT-OSS)")
+    yarn: bool = Field(False, description="rotary positions scaled by YaRN (Peng et al. 2023; HF config rope_scaling "
+                       "rope_type yarn: GPT-OSS, DeepSeek-V2 / V3); position must be rotary")
+    glu_clamp: PositiveFloat | None = Field(
+        None, description="the gated MLP clamps its gate half to at most this value and its linear half to "
+        "+- this value before the activation (GPT-OSS: HF config swiglu_limit 7.0); None: no clamp")
     window_layers: float = Field(1.0, gt=0, le=1, description="fraction of layers using sliding_window "
                                  "(GPT-OSS and Gemma 2 alternate local and global layers: 0.5)")
     moe: MixtureOfExperts | None = None
@@ -172,6 +177,8 @@ class Model(Spec):
 
     @model_validator(mode="after")
     def _check_heads(self) -> Self:
+        if self.yarn and self.position is not PositionKind.ROTARY:
+            raise ValueError(f"yarn: YaRN scales rotary positions; position is {self.position.value}")
         if self.moe is not None and self.moe.dense_layers >= self.layers:
             raise ValueError(f"moe.dense_layers ({self.moe.dense_layers}) must be below layers ({self.layers})")
         if self.mla is not None:

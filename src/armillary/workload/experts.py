@@ -139,7 +139,13 @@ def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: 
     sum (3 N h), and the concatenation reads and writes the output again (2 N h): 6 N h elements [derived from
     that code], priced with the permutes (the combine side, where the probabilities are applied); the
     backward of the broadcast product reduces the output gradient times p and times b (the stream kernels'
-    backward factor). The up projection's bias is added inside its GEMM (skip_bias_add=False)."""
+    backward factor). The up projection's bias is added inside its GEMM (skip_bias_add=False).
+    The same flag prices that path's clamp of a clamped gated activation (`Model.glu_clamp`, GPT-OSS):
+    `weighted_bias_quick_geglu_impl` (megatron/core/fusions/fused_bias_geglu.py, core_v0.15.0 to core_v0.17.0)
+    clamps the two halves of the up projection's output in eager PyTorch, outside its fused (torch.compile)
+    kernel: `chunk` (views), two `clamp` (each reads and writes N f) and a `torch.cat` (reads and writes 2 N f),
+    8 N f elements at activation width before the fused kernel [derived from that code], re-run with the
+    activation where `moe_act` is recomputed; the backward of clamp and cat, with the stream kernels' factor."""
     h, k, experts, f = m.hidden, m.top_k, m.experts, m.expert_ffn
     local = experts / ep + redundant
     received = tokens * k * load * etp
@@ -155,7 +161,7 @@ def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: 
         permute=stream(2 * (tokens + received / etp) * h * e + bias_pass * m.linear_bias * 6 * received * h * e),
         # one problem per touched local expert: efficiency follows the per-expert size (grouped GEMM)
         experts_in=grouped(gemm(per_expert, (m.mlp_matrices - 1) * f / etp, h, touched, e, e, w), problems),
-        activation=stream(received * f / etp * e * (2 + gated)),
+        activation=stream(received * f / etp * e * (2 + gated + bias_pass * m.glu_clamp * gated * 8)),
         experts_out=grouped(gemm(per_expert, h, f / etp, touched, e, e, w), problems),
         received_tokens=received,
         ffn_shard=f / etp,

@@ -78,7 +78,7 @@ def sequence_shards(t: Array, sp: Array) -> Array:
 
 def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Array,
                   cp: Array = 1.0, mlp_width: Array | None = None, weight_bytes: Array | None = None,
-                  attention_weight_bytes: float | None = None) -> LayerForward:
+                  attention_weight_bytes: float | None = None, eager_yarn: Array = 0.0) -> LayerForward:
     """Kernels of one layer's forward pass on one TP rank.
 
     b micro-batch, s sequence, t tensor-parallel degree, sp sequence parallel (0/1), e activation bytes,
@@ -88,6 +88,13 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     Inference: `weight_bytes` per weight element (quantized weights; default e); attention over a KV cache
     is built by `attention.fused_attention_op` with the cached tokens. `attention_weight_bytes`: the QKV and
     output projections' weights where an fp8 checkpoint keeps them at 16 bits (their GEMMs then run at 16 bits).
+    `eager_yarn` 1: a YaRN model's rotary embedding runs op by op, as Megatron-Core's unfused
+    `_apply_rotary_pos_emb_bshd` (megatron/core/models/common/embeddings/rope_utils.py, core_v0.15.0): Megatron-Bridge
+    turns `apply_rope_fusion` off unless position_embedding_type is "rope" (or MLA's), and GPT-OSS's is "yarn"
+    (src/megatron/bridge/utils/fusions.py `validate_rope_fusion_compatibility`, v0.2.0 to v0.4.2; GPTOSSProvider).
+    Over the X elements of Q and K: t * cos (read and write X), the rotated half (-x2 and a cat: 3 X), times sin
+    (2 X), the sum (3 X) and the cat with the unrotated part (2 X): 12 X against a fused kernel's 2 X [derived
+    from that code]; MLA's rotary part is fused (not counted here).
     """
     h, a, kv, dh, dv = m.hidden, m.heads, m.kv_heads, m.head_dim, m.value_dim
     f = m.ffn if mlp_width is None else mlp_width
@@ -132,7 +139,8 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         softmax=stream(attn * (2 * e + m.dropout * (2 * e + 1))),
         # [derived] GeLU: read, write T x f/t; gated: read gate and up, write product
         activation=stream(T * ffn_width * e * (2 + gated)),
-        rotary=stream(attends * m.rotary * 2 * T * (a + kv) * dh / t * e),
+        rotary=stream(attends * m.rotary * (2 + eager_yarn * m.yarn * where(m.kv_lora > 0, 0.0, 10.0))
+                      * T * (a + kv) * dh / t * e),
         flash_attention=fused_attention_op(m, b, q, keys, t, e, chunks=cp),
         # [derived] MLGRU (Zhu et al. 2024 §3.3.1; HGRNBitAttention): the recurrence reads i, f and writes h;
         # the output gate reads h, g and writes o: 6 T h/t elements
