@@ -20,7 +20,16 @@ import pytest
 import armillary
 from armillary.comm import collectives
 from armillary.comm.collectives import _collective, _send_recv, collective, send_recv
-from armillary.estimate import data_parallel, feasibility, layer, memory, model_states, training, training_memory
+from armillary.estimate import (
+    activations,
+    data_parallel,
+    feasibility,
+    layer,
+    memory,
+    model_states,
+    training,
+    training_memory,
+)
 from armillary.memo import KeyedCache, typed
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.placement import Placement
@@ -85,9 +94,10 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
     assert set(layer.KERNEL_FIELDS) <= set(layer.LAYER_FIELDS)
     assert "tp_layout" in read and "recompute_share" in read  # the pattern finds what it should
     stored = set()
-    for part in (memory.LayerActivations.stored, memory.LayerActivations.checkpointed, memory.grid_split):
+    for part in (activations.LayerActivations.stored, activations.LayerActivations.checkpointed,
+                 activations.grid_split):
         stored |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
-    assert stored == set(memory.STORED_FIELDS)
+    assert stored == set(activations.STORED_FIELDS)
     dp = _read_fields(estimate / "data_parallel.py")
     for part in (memory.gathered_weight_bytes, memory._fp8_family, memory.adapter_precision):
         dp |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
@@ -104,12 +114,12 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
                  model_states.lora_states, memory.adapter_precision, tm.gathered_bytes, tm.sharded_states,
                  tm.routed_expert_weights, tm.stored_bytes,
                  training.memory_and_optimizer, memory.weight_bytes_each, memory._weight_bytes_each,
-                 memory._fp8_family, memory.weight_bytes, memory.logit_bytes, memory.runtime_reserve,
+                 memory._fp8_family, memory.weight_bytes, activations.logit_bytes, memory.runtime_reserve,
                  model_states.replicated_and_expert_states, model_states.replicated_and_expert_weights,
                  model_states._both_factors, model_states._state_factors, model_states._factors, memory.grad_bytes,
                  memory.optimizer_bytes,
-                 memory.optimizer_step_bytes, model_states.zero_shards, memory.stage_activations,
-                 memory.microbatches_in_flight):
+                 memory.optimizer_step_bytes, model_states.zero_shards, activations.stage_activations,
+                 activations.microbatches_in_flight):
         kept |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert kept == set(training_memory.MEMORY_FIELDS), kept ^ set(training_memory.MEMORY_FIELDS)
     checks = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(feasibility.training_checks))) & FIELDS
@@ -243,7 +253,7 @@ def test_stored_activations_read_only_their_listed_fields(name: str, monkeypatch
         for acts in seen:
             recorder = _Recording(st)
             assert (acts.stored(recorder), acts.checkpointed(recorder)) == (acts.stored(st), acts.checkpointed(st))
-            assert recorder.read <= set(memory.STORED_FIELDS), recorder.read - set(memory.STORED_FIELDS)
+            assert recorder.read <= set(activations.STORED_FIELDS), recorder.read - set(activations.STORED_FIELDS)
 
 
 @pytest.mark.parametrize("name", TRAINING)

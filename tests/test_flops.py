@@ -99,7 +99,7 @@ def test_elementwise_recompute_reruns_every_elementwise_kernel_and_no_flops():
     """Recomputing every element-wise kernel (norms, residual adds, rotary, activation) costs their forward
     traffic and time, no GEMM FLOPs, and stores neither the norm outputs nor the activation's output; every
     second matmul re-run stores neither K nor the up projection's output."""
-    from armillary.estimate.memory import layer_activations
+    from armillary.estimate.activations import layer_activations
     from armillary.plan.arrays import StrategyArrays
     from armillary.specs.loading import load_model
     from armillary.workload.transformer import layer_forward

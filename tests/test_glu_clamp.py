@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from armillary.estimate.memory import layer_activations
+from armillary.estimate.activations import layer_activations
 from armillary.plan.arrays import ModelArrays
 from armillary.specs.huggingface import from_huggingface
 from armillary.specs.loading import load_model

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from armillary import Strategy, Training, estimate
-from armillary.estimate.memory import layer_activations
+from armillary.estimate.activations import layer_activations
 from armillary.estimate.model_states import model_states
 from armillary.plan.arrays import ModelArrays, StrategyArrays
 

@@ -1,11 +1,11 @@
-"""Eager activation kernels (`Strategy.activation_kernels` eager, `memory.eager_activations`): what PyTorch
+"""Eager activation kernels (`Strategy.activation_kernels` eager, `activations.eager_activations`): what PyTorch
 autograd run op by op keeps for backward in LitGPT's model code of 2023 (lit_gpt/model.py, lora.py @8641822),
 counted by hand from which operands each op saves (PyTorch derivatives.yaml)."""
 
 import pytest
 
 from armillary import Strategy
-from armillary.estimate.memory import layer_activations, lora_saved_inputs
+from armillary.estimate.activations import layer_activations, lora_saved_inputs
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.loading import load_model
 from armillary.specs.workload import Lora, LoraTarget, Training

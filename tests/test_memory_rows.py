@@ -5,7 +5,7 @@ import statistics
 import pytest
 
 from armillary import Strategy
-from armillary.estimate.memory import layer_activations, lora_saved_inputs
+from armillary.estimate.activations import layer_activations, lora_saved_inputs
 from armillary.estimate.model_states import model_states
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.workload import BasePrecision, Lora, LoraTarget, Training
@@ -118,7 +118,7 @@ def test_an_eager_fp32_loss_keeps_12_bytes_per_logit():
     its gradient and the input gradient (4 + 4 + 4) at the start of backward, where a fused loss keeps the fp32
     logits and their bf16 source (4 + 2). Llama 3.1 8B, local batch 2 x 8192 tokens, vocabulary 128256, no TP:
     6 bytes more per logit is 11.7 GiB, on the row that states it (MEM-TORCHTITAN-2412-T1-FSDP)."""
-    from armillary.estimate.memory import logit_bytes
+    from armillary.estimate.activations import logit_bytes
     from armillary.validation.memory_rows import predict_memory
 
     assert float(logit_bytes(StrategyArrays.of(Strategy(), 1), 2.0)) == 6.0

@@ -246,7 +246,7 @@ def test_module_recompute_trades_stored_activations_for_time():
     """Selective recomputation of layernorm and moe_act (Megatron --recompute-modules) stops storing the two
     norm outputs (2 e T h) and the experts' activation output (e x received tokens x expert_ffn) per MoE
     layer, and re-runs those kernels in backward; core_attn alone with FlashAttention changes nothing."""
-    from armillary.estimate.memory import layer_activations
+    from armillary.estimate.activations import layer_activations
     from armillary.workload.experts import experts_forward
 
     m = ModelArrays.of(load_model("mixtral-8x7b"))

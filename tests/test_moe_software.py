@@ -96,7 +96,7 @@ def test_the_stacks_describe_their_host_side():
 def test_a_moe_block_recomputed_keeps_only_its_input():
     """Recompute module moe: the MoE layer's routed activations and its shared experts' hidden ones are not
     stored; moe_act alone drops only the experts' activation output."""
-    from armillary.estimate.memory import layer_activations
+    from armillary.estimate.activations import layer_activations
 
     ex = experts_forward(QWEN, 4096.0, 8.0, 1.0, 1.0, 2.0, 2.0)
     acts = layer_activations(QWEN, 1.0, 4096.0, 1.0, 0.0, 2.0, 2.0, 1.0, QWEN.shared_ffn, ex, 2.0)

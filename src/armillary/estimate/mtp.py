@@ -23,7 +23,7 @@ import numpy as np
 
 from armillary.cost.compute import kernel_times
 from armillary.errors import SpecError
-from armillary.estimate import memory as mem
+from armillary.estimate.activations import logit_bytes
 from armillary.estimate.layer import BACKWARD_STREAM_FACTOR
 from armillary.estimate.result import EndsCost
 from armillary.estimate.stages import StageLayers, StageTime
@@ -107,7 +107,7 @@ def mtp_cost(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: Syst
     params = count_parameters(m)
     own = 2 * h * h + 3 * m.norm_params * h  # eh_proj (no bias), enorm, hnorm, final_layernorm
     held = depth * own + where(depth > 0, 1.0, 0.0) * (1 - single) * params.embedding
-    logits = tokens * (m.vocab / t) * mem.logit_bytes(st, e)
+    logits = tokens * (m.vocab / t) * logit_bytes(st, e)
     # saved for backward: the two norms' inputs (h each), the projection's input (2h), the final norm's (h)
     inputs = 5 * tokens * h * e / sequence_shards(t, st.sequence_parallel)
     return MtpCost(time, depth * forward, held, depth * (logits + inputs))

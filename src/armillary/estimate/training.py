@@ -28,6 +28,7 @@ import numpy as np
 from armillary.comm.collectives import all_gather, needed, send_recv
 from armillary.cost.compute import kernel_times, matrix_peak
 from armillary.estimate import memory as mem
+from armillary.estimate.activations import STORED_FIELDS, layer_activations, lora_saved_inputs, stored_fields
 from armillary.estimate.data_parallel import (
     DataParallelCost,
     data_parallel_cost,
@@ -209,9 +210,9 @@ _PARTS: KeyedCache[ModelArrays, Any] = KeyedCache(16, 1024)
 
 
 # the strategy's fields `_layers` reads, with those of what it calls (`layer.LAYER_FIELDS`, `KERNEL_FIELDS`,
-# `memory.STORED_FIELDS`, `memory.saved_input_bytes`): with the activation bytes, the sequence, the system and the
+# `activations.STORED_FIELDS`, `memory.saved_input_bytes`): with the activation bytes, the sequence, the system and the
 # groups' spans, the key under which the layers are kept per model (tests/test_estimate_memo.py checks the list)
-LAYERS_FIELDS = tuple(sorted({*LAYER_FIELDS, *KERNEL_FIELDS, *mem.STORED_FIELDS, "micro_batch", "dp",
+LAYERS_FIELDS = tuple(sorted({*LAYER_FIELDS, *KERNEL_FIELDS, *STORED_FIELDS, "micro_batch", "dp",
                               "redundant_experts", "imbalance", "capacity_factor", "pad_to_capacity", "dispatch_fp8",
                               "precision", "block_format"}))
 layers_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*LAYERS_FIELDS)
@@ -243,14 +244,14 @@ def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: 
     tp_costs: list[TpCosts] = []  # the same for every layer kind: taken once, where a layer's cost is made
     device, lora = system.device, uses_lora(w)
     g = mem.saved_input_bytes(st)
-    # the kernels' strategy inputs (`layer_kernels`), and the activations' (`memory.layer_activations`)
+    # the kernels' strategy inputs (`layer_kernels`), and the activations' (`activations.layer_activations`)
     kernel_inputs = typed(*kernel_fields(st))
     saved = typed(st.attention, g)
     # a layer's cost (`layer_cost`) beyond its kernels: the strategy's fields it reads, the system, the
     # messages and the groups' spans (the TP collectives follow from them); its stored activations' fields
     cost_inputs = (typed(*layer_fields(st)), id(system), typed(n_tp, kv_block, *a2a_bytes),
                    _spans(groups.tp), _spans(groups.cp))
-    stored_inputs = typed(*mem.stored_fields(st))
+    stored_inputs = typed(*stored_fields(st))
 
     def kind(mlp_width: Array | None, experts: ExpertsForward | None = None,
              expert_groups: ExpertGroups | None = None, experts_key: tuple[object, ...] | None = None
@@ -280,11 +281,11 @@ def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: 
         adapters = _adapters(m, w, system, st, b * q, e, mlp_width) if lora else None
         cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, adapters, kernels)
         if lora:
-            acts = mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
-                                         mem.lora_saved_inputs(w, e, g))
+            acts = layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
+                                         lora_saved_inputs(w, e, g))
         else:
             acts = _PARTS.get(m, ("activations", forward_key, experts_key, saved),
-                              lambda: mem.layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g))
+                              lambda: layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g))
         return system, LayerKind(cost, calls, acts, fw, acts.stored(st), acts.checkpointed(st)), ends
 
     dense, ends = kind(None)

@@ -1,6 +1,6 @@
 """A training step's optimizer step, offload path and memory per device of every stage kind (docs/formulas.md
-§12, `memory.py` and `model_states.py` for the per-tensor rules), kept per model under `MEMORY_FIELDS` by
-`training.py`."""
+§12, `memory.py`, `model_states.py` and `activations.py` for the per-tensor rules), kept per model under
+`MEMORY_FIELDS` by `training.py`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 
 from armillary.cost.compute import stream_time
 from armillary.estimate import memory as mem
+from armillary.estimate.activations import logit_bytes, stage_activations
 from armillary.estimate.feasibility import system_shape
 from armillary.estimate.model_states import (
     ModelStates,
@@ -158,8 +159,8 @@ def stage_memories(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages
     unsharded_units = (where(sharded, gathered_bytes(m, st, weight_bytes / stages.most_layers), 0.0)
                        if isinstance(sharded, np.ndarray) or sharded else 0.0)
     buffers = 4 * sends.sent_bytes * (1 - single) + 2 * layers.tp_bytes * where(t > 1, 1.0, 0.0) + unsharded_units
-    # the loss's logits on the last stage (`memory.logit_bytes`), with what the MTP modules keep there
-    logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * mem.logit_bytes(st, e) + mtp
+    # the loss's logits on the last stage (`activations.logit_bytes`), with what the MTP modules keep there
+    logits = st.micro_batch * rank_queries(w.seq_len, st.cp) * (m.vocab / t) * logit_bytes(st, e) + mtp
     # QLoRA's ends: bitsandbytes quantizes linear layers only, the embedding stays 16-bit (Lightning
     # fabric/plugins/precision/bitsandbytes.py @71aed751 replaces nn.Linear, not nn.Embedding; Dettmers et al.
     # 2023 quantize the linear layers); the LM head, a linear layer, is dequantized whole for each call
@@ -180,7 +181,7 @@ def stage_memories(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages
                      index: Array, extra: Array, extra_weights: Array = 0.0) -> StageMemory:
         n_layers = counts[0] + counts[1]
         states = sharded_states(stage_params, st, edp, w, stage_adapters(m, w, st, stages, counts) if lora else 0.0)
-        activations, checkpoints = mem.stage_activations(*stage_stored, working, st, microbatches, index)
+        activations, checkpoints = stage_activations(*stage_stored, working, st, microbatches, index)
         activations = activations + extra
         stage_weight_bytes = (stage_params[0] + stage_params[1]) * per_weight
         # offloaded experts / gradients leave two layers' worth in HBM (the one in use, the next one)

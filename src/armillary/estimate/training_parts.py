@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from armillary.comm.collectives import CommCost
-from armillary.estimate import memory as mem
+from armillary.estimate.activations import LayerActivations
 from armillary.estimate.result import CommCall, EndsCost, LayerCost
 from armillary.estimate.stages import StageTime
 from armillary.memo import quick_init
@@ -25,7 +25,7 @@ class LayerKind:
 
     cost: LayerCost
     calls: tuple[CommCall, ...]  # its TP / SP / CP / EP calls per micro-batch
-    activations: mem.LayerActivations
+    activations: LayerActivations
     forward: LayerForward
     stored: Array  # `activations.stored` and `.checkpointed` under the strategy, taken once for every stage
     checkpointed: Array

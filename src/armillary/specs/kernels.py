@@ -18,14 +18,14 @@ class Attention(StrEnum):
 
 
 class CrossEntropy(StrEnum):
-    """How the loss is computed, which fixes what its logits hold in HBM (`memory.logit_bytes`)."""
+    """How the loss is computed, which fixes what its logits hold in HBM (`activations.logit_bytes`)."""
 
     FUSED = "fused"  # a fused / vocab-parallel cross-entropy (Megatron): fp32 logits and their 16-bit source
     EAGER_FP32 = "eager_fp32"  # logits cast to fp32, PyTorch's F.cross_entropy op by op (torchtitan of 2024)
 
 
 class ActivationKernels(StrEnum):
-    """What a layer's kernels keep for backward (`memory.LayerActivations`)."""
+    """What a layer's kernels keep for backward (`activations.LayerActivations`)."""
 
     FUSED = "fused"  # fused kernels (Megatron-Core / Transformer Engine): Korthikanti et al. 2022's count
-    EAGER = "eager"  # PyTorch autograd op by op, as LitGPT's 2023 model code runs it (`memory.eager_activations`)
+    EAGER = "eager"  # PyTorch autograd op by op, as LitGPT's 2023 model code runs it (`activations.eager_activations`)

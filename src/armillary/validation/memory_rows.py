@@ -68,7 +68,7 @@ def compared_bytes(hbm: MemoryBreakdown, reserve: float, measure: str) -> float:
 
 def stated_loss(row: dict[str, str], candidates: list[RowSpecs]) -> list[RowSpecs]:
     """The row's configurations with the loss kernel its words name (`reading.eager_fp32_loss_stated`): an
-    eager fp32 cross-entropy keeps 12 bytes per logit (`memory.logit_bytes`). The training rows' reading
+    eager fp32 cross-entropy keeps 12 bytes per logit (`activations.logit_bytes`). The training rows' reading
     (`rows.row_specs`) does not read it: their step times do not depend on it."""
     if not eager_fp32_loss_stated(row):
         return candidates
@@ -78,7 +78,7 @@ def stated_loss(row: dict[str, str], candidates: list[RowSpecs]) -> list[RowSpec
 
 def eager_kernels_stated(row: dict[str, str]) -> bool:
     """Whether the row says its layers ran as eager PyTorch (`Strategy.activation_kernels` eager: autograd op
-    by op, `memory.eager_activations`), in its words 'Eager PyTorch' in a clause about the run (the LitGPT
+    by op, `activations.eager_activations`), in its words 'Eager PyTorch' in a clause about the run (the LitGPT
     rows: no torch.compile, no fused kernels). torchtitan's '(eager)', without torch.compile, is not read:
     its model code differs (separate wq / wk / wv; its selective checkpointing recomputes the element-wise
     ops) and is not what `eager_activations` was read from."""
@@ -99,7 +99,7 @@ def stated_positions(row: dict[str, str], candidates: list[RowSpecs]) -> list[Ro
     """The row's configurations with rotary positions where its words say the model uses 'partial rotary
     positions' (LitGPT's phi-1.5 and StableLM Alpha: its config.py's rotary percentage; the rows name no preset,
     so the harness would give them GPT's learned positions). Rotary positions are priced whole: partial rotary
-    keeps as much (`memory.eager_activations`: the cat copies the whole head)."""
+    keeps as much (`activations.eager_activations`: the cat copies the whole head)."""
     text = "; ".join(row.get(column, "") for column in ("framework", "notes"))
     if search_run(r"\bpartial rotary positions\b", text) is None:
         return candidates
