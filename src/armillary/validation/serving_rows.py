@@ -35,7 +35,7 @@ from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.model_words import model_preset_for
 from armillary.validation.precision_words import fp8_of, kv_fp8_of, unread_weight_format
 from armillary.validation.reading import about_the_run
-from armillary.validation.rows import Unsupported, int_column, qualified_readings
+from armillary.validation.row_columns import Unsupported, int_column, qualified_readings
 from armillary.validation.serving_metrics import ServingMetric, read_serving_metric
 from armillary.validation.vocabulary import OFFLINE_LOAD, framework_words
 
