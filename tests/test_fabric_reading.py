@@ -10,7 +10,7 @@ from armillary.validation.collective_reading import nvls_enabled, pinned_algorit
 from armillary.validation.collective_rows import predict_collective
 from armillary.validation.collective_system import read_system
 from armillary.validation.fabric_words import compute_network_text, fabric_family, nic_bandwidth_per_gpu
-from armillary.validation.rows import Unsupported
+from armillary.validation.row_columns import Unsupported
 
 
 def _row(**columns: str) -> dict[str, str]:

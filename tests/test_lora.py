@@ -17,7 +17,8 @@ from armillary import Strategy, Training, estimate
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.plan.arrays import ModelArrays, TrainingArrays
 from armillary.specs.workload import BasePrecision, Lora
-from armillary.validation.rows import Unsupported, row_specs
+from armillary.validation.row_columns import Unsupported
+from armillary.validation.rows import row_specs
 from armillary.validation.run import run_row
 
 R = 16

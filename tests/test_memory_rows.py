@@ -10,7 +10,7 @@ from armillary.estimate.model_states import model_states
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.specs.workload import BasePrecision, Lora, LoraTarget, Training
 from armillary.validation.memory_rows import MEMORY_CSV, measure_of, unit_bytes
-from armillary.validation.rows import Unsupported
+from armillary.validation.row_columns import Unsupported
 from armillary.validation.run import read_rows, run_row
 
 # Mean |error| of the shipped memory rows, per source group (memory.csv): measured after the mechanisms below;

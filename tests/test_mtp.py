@@ -17,7 +17,8 @@ from armillary.estimate.stages import split_stages
 from armillary.plan.arrays import ModelArrays
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.model import Model
-from armillary.validation.rows import Unsupported, row_specs
+from armillary.validation.row_columns import Unsupported
+from armillary.validation.rows import row_specs
 from armillary.validation.run import read_rows
 
 SEQ, GBS = 4096, 256

@@ -10,7 +10,8 @@ from armillary.specs.loading import load_stack
 from armillary.specs.strategy import Recompute, RecomputeModule
 from armillary.validation.metrics import _amount, read_metric
 from armillary.validation.reading import about_the_run, search_run
-from armillary.validation.rows import Unsupported, int_column, row_specs
+from armillary.validation.row_columns import Unsupported, int_column
+from armillary.validation.rows import row_specs
 from armillary.validation.strategy_words import recompute_modules_of, recompute_of
 from armillary.validation.vocabulary import clean
 

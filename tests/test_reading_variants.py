@@ -24,7 +24,8 @@ from armillary.validation.memory_rows import unit_bytes
 from armillary.validation.metrics import read_metric
 from armillary.validation.model_words import model_preset_for
 from armillary.validation.precision_words import kv_fp8_of, precision_of
-from armillary.validation.rows import Unsupported, row_specs
+from armillary.validation.row_columns import Unsupported
+from armillary.validation.rows import row_specs
 from armillary.validation.run import DEFAULT_CSV, read_rows, validate
 from armillary.validation.serving_metrics import read_serving_metric
 from armillary.validation.serving_rows import serving_row_specs

@@ -14,7 +14,7 @@ from armillary.validation.collective_reading import message_bytes, read_op
 from armillary.validation.collective_rows import predict_collective
 from armillary.validation.flagged_sweeps import monotone_rows
 from armillary.validation.memory_rows import MEMORY_CSV, measure_of, unit_bytes
-from armillary.validation.rows import Unsupported
+from armillary.validation.row_columns import Unsupported
 from armillary.validation.run import DEFAULT_CSV, read_rows
 
 BUSBW_ROW = "CO-H200x8-NCCLTESTS-16"  # all_reduce, 1 GiB, busbw GB/s, 8 GPUs

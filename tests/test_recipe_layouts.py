@@ -12,7 +12,8 @@ from armillary.plan.layout import embedding_and_loss_split
 from armillary.specs.loading import load_model, load_stack, preset_names
 from armillary.specs.pipeline_layout import layout_layers, layout_mtp, layout_stage_layers
 from armillary.specs.stack import RecipeLayout
-from armillary.validation.rows import Unsupported, row_specs
+from armillary.validation.row_columns import Unsupported
+from armillary.validation.rows import row_specs
 from armillary.validation.run import read_rows
 
 ROWS = {r["id"]: r for r in read_rows()}

@@ -7,7 +7,7 @@ import pytest
 
 from armillary.serving.run import ServingResult
 from armillary.specs.workload import StoredPrecision
-from armillary.validation.rows import Unsupported
+from armillary.validation.row_columns import Unsupported
 from armillary.validation.run import is_serving_row, read_rows
 from armillary.validation.serving_metrics import read_serving_metric
 from armillary.validation.serving_rows import _client, _engine, serving_row_specs, simulate_serving_row

@@ -8,7 +8,7 @@ import pytest
 from armillary.serving.benchmark import Benchmark, Mode
 from armillary.serving.simulate import RequestTimes
 from armillary.serving.window import steady_throughput
-from armillary.validation.rows import Unsupported
+from armillary.validation.row_columns import Unsupported
 from armillary.validation.run import is_serving_row
 from armillary.validation.serving_rows import _client
 

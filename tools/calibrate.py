@@ -38,6 +38,7 @@ import numpy as np
 import armillary.validation.rows as rows_mod
 from armillary.specs.loading import load_device
 from armillary.specs.system import Device, EfficiencyCurve, Precision
+from armillary.validation.row_columns import Unsupported
 from armillary.validation.run import read_rows, run_row
 
 
@@ -70,7 +71,7 @@ def main() -> None:
     def selected(row: dict[str, str]) -> bool:
         try:
             rs = rows_mod.row_specs(row)[0]
-        except (rows_mod.Unsupported, ValueError):
+        except (Unsupported, ValueError):
             return False
         return rs.system.device.name in sharing and (
             target is None or rs.strategy.precision.value == target.value)

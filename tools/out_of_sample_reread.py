@@ -20,7 +20,8 @@ from pathlib import Path
 
 from armillary.validation.metrics import read_metric
 from armillary.validation.out_of_sample import Reread, read_out_of_sample, read_reread, write_reread
-from armillary.validation.rows import Unsupported, row_specs
+from armillary.validation.row_columns import Unsupported
+from armillary.validation.rows import row_specs
 from armillary.validation.run import choose_candidate, read_rows
 
 # runs inside the batch commit's tree: its specs, device presets and estimator

@@ -27,7 +27,7 @@ from types import SimpleNamespace as NS  # noqa: N814
 from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.precision_words import block_format_of, precision_of
 from armillary.validation.reading import fp8_params_stated
-from armillary.validation.rows import Unsupported
+from armillary.validation.row_columns import Unsupported
 from armillary.validation.strategy_words import recompute_of
 from armillary.validation.vocabulary import flag
 

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from armillary.comm.sweep import SweepRow
+    from armillary.estimate.result import ErrorBand
+    from armillary.search.network_bandwidth import BandwidthObjective
+    from armillary.search.network_optimize import NetworkPlan
 
 _OPS = ", ".join(c.value for c in Collective if c is not Collective.SEND_RECV)
 OpOption = Annotated[str, typer.Option(help=_OPS)]
@@ -258,10 +261,7 @@ def network_optimize_cmd(
     """Choose each network dimension's bandwidth for the run's step (LIBRA-style convex program; --refine:
     then a pattern search on the full estimator, so algorithms and overlap move with the bandwidths).
     A run that `estimate` calls infeasible is refused."""
-    from armillary.report.bandwidth_table import plan_record, plan_table
-    from armillary.report.search_tables import poorly_validated_warning
     from armillary.search.bandwidth_options import ConstraintOptions, constraints
-    from armillary.search.network_bandwidth import BandwidthObjective
     from armillary.search.network_optimize import NetworkRequest, optimize_network
     from armillary.specs.workload import Training
     from armillary.validation.bands import error_band
@@ -270,22 +270,36 @@ def network_optimize_cmd(
     model, system, strategy, workload = load_run_file(run_file)
     if not isinstance(workload, Training):
         raise SpecError("network-optimize takes a training run")
-    try:
-        goal = BandwidthObjective(objective)
-    except ValueError:
-        raise SpecError(f"--objective {objective!r}: one of {', '.join(o.value for o in BandwidthObjective)}") from None
+    goal = _bandwidth_objective(objective)
     options = ConstraintOptions(total, total_exact, budget, minimum, maximum, ordered, tuple(fix or ()),
                                 tuple(sum_ or ()), tuple(order or ()), cost, power)
     request = NetworkRequest(constraints(options, system), goal, pipelined, gpu_cost, refine)
     plan = optimize_network(model, system, strategy, workload, request)
     band = error_band(model, system, strategy)  # the step times' band: the regime does not move with bandwidths
+    _show_plan(plan, goal, system, band, json_out)
+    if plot is not None:  # saved after printing: a failed save does not lose the optimum
+        from armillary.report.bandwidth_plot import time_vs_cost_plot
+
+        time_vs_cost_plot(plan.work, plan.constraints, plot)
+
+
+def _bandwidth_objective(text: str) -> BandwidthObjective:
+    from armillary.search.network_bandwidth import BandwidthObjective
+
+    try:
+        return BandwidthObjective(text)
+    except ValueError:
+        raise SpecError(f"--objective {text!r}: one of {', '.join(o.value for o in BandwidthObjective)}") from None
+
+
+def _show_plan(plan: NetworkPlan, goal: BandwidthObjective, system: System, band: ErrorBand, json_out: bool) -> None:
+    """The bandwidths chosen, as JSON or a table, with the error band of the step times."""
+    from armillary.report.bandwidth_table import plan_record, plan_table
+    from armillary.report.search_tables import poorly_validated_warning
+
     if json_out:
         print_json({**plan_record(plan, goal), "error_band": {"relative": band.relative, "regime": band.regime,
                                                               "poorly_validated": band.poorly_validated}})
     else:
         show([plan_table(system, plan, goal), f"step times {band.describe()}",
               *poorly_validated_warning("the optimum's step time", band)])
-    if plot is not None:  # saved after printing: a failed save does not lose the optimum
-        from armillary.report.bandwidth_plot import time_vs_cost_plot
-
-        time_vs_cost_plot(plan.work, plan.constraints, plot)

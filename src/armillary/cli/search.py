@@ -82,15 +82,13 @@ def search_cmd(
     goal = _objective(objective)
     m, sysm = load_model(model), load_system(system, gpus)
     base = str(strategy) if strategy is not None else None  # None: api.search's default base strategy
+    emit_best = _emitter(emit, model, system, gpus)
     if tpot_limit is not None:
         _inference_search(m, sysm, base, strategies, {"tpot_limit_s": tpot_limit, "ttft_limit_s": ttft_limit},
                           {"kind": "inference", "input_len": input_len, "output_len": output_len}, top, json_out,
-                          _emitter(emit, model, system, gpus))
+                          emit_best)
         return
-    if global_batch is None:
-        raise SpecError("--global-batch is needed for a training search (or give --tpot-limit for inference)")
-    workload: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
-                                "finetune": _finetune(lora_rank, lora_targets, lora_base)}
+    workload = _training_workload(seq_len, global_batch, lora_rank, lora_targets, lora_base)
     axes = load_spec(StrategySpace, str(strategies), "--strategies") if strategies is not None else None
     with _progress_bar() as tick:
         executor = _executor(workers, dask)
@@ -101,7 +99,27 @@ def search_cmd(
         _show_codesign(result, m, json_out, pareto, budget)
         return
     assert isinstance(result, SearchResult)  # a training workload
-    if json_out:  # printed before saving: a failed save does not lose the search
+    _show_search(result, m, sysm, goal, json_out, save)
+    if not result.top:
+        raise typer.Exit(1)
+    from armillary.specs.workload import Training
+
+    emit_best(result.top[0].strategy, Training.model_validate(workload))
+
+
+def _training_workload(seq_len: int, global_batch: int | None, lora_rank: int | None, lora_targets: str | None,
+                       lora_base: str | None) -> dict[str, Any]:
+    """The training workload the options describe (--global-batch is needed)."""
+    if global_batch is None:
+        raise SpecError("--global-batch is needed for a training search (or give --tpot-limit for inference)")
+    return {"seq_len": seq_len, "global_batch": global_batch,
+            "finetune": _finetune(lora_rank, lora_targets, lora_base)}
+
+
+def _show_search(result: SearchResult, m: Model, sysm: System, goal: Objective, json_out: bool,
+                 save: Path | None) -> None:
+    """The strategies found as JSON or tables, printed before saving: a failed save does not lose the search."""
+    if json_out:
         print_json(records.search_record(result))
     else:
         show(search_tables.search_report(result, m, sysm, goal))
@@ -109,11 +127,6 @@ def search_cmd(
         from armillary.report.files import save_rows
 
         save_rows(records.search_rows(result), save)
-    if not result.top:
-        raise typer.Exit(1)
-    from armillary.specs.workload import Training
-
-    _emitter(emit, model, system, gpus)(result.top[0].strategy, Training.model_validate(workload))
 
 
 def _finetune(rank: int | None, targets: str | None, base: str | None) -> dict[str, Any] | None:

@@ -3,6 +3,7 @@ prefill, open- or closed-loop arrivals)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,6 +27,8 @@ from armillary.report import records, tables
 from armillary.specs.workload import Inference
 
 if TYPE_CHECKING:
+    from armillary.estimate.economics import Economics
+    from armillary.serving.benchmark import BenchmarkResult
     from armillary.serving.rate import MaxRate
     from armillary.serving.run import ServingResult
     from armillary.specs.model import Model
@@ -68,43 +71,71 @@ def serve_cmd(
     costs = load_costs_file(run_file, set_, pue, usd_per_gpu_hour)
     if not isinstance(workload, Inference):
         raise SpecError("serve needs an inference workload (workload.kind: inference)")
-    if mode is not None and find_max_rate:
-        raise SpecError("--mode runs one benchmark; --max-rate searches rates: give one of them")
-    if mode is None and workload.serving.trace is None and rate is None and not find_max_rate:
-        raise SpecError("give --rate (requests/s), --max-rate, --mode, or a trace file in workload.serving.trace")
-    best, found, bench = None, None, None
+    run = (model, system, strategy, workload)
     if mode is not None:
-        with working(f"serving the {mode} benchmark"):
-            bench = api.serve_benchmark(model, system, strategy, workload, {
-                "mode": mode, "requests": requests, "rate": rate, "concurrency": concurrency})
-        result = bench.served
+        bench = _benchmark(run, mode, requests, rate, concurrency, find_max_rate)
+        served = _Served(bench.served, bench=bench)
     elif find_max_rate:
-        found, result = _max_rate(model, system, strategy, workload, duration, seeds)
-        best = found.rate
+        found, result = _max_rate(*run, duration, seeds)
+        served = _Served(result, found=found)
     else:
-        what = f"the trace {workload.serving.trace}" if workload.serving.trace is not None else (
-            f"{rate:g} requests/s for {duration:g} s")
-        with working(f"serving {what}"):
-            result = api.simulate_serving(model, system, strategy, workload, rate, duration)
+        served = _Served(_stream(run, rate, duration))
+    money = serving_economics(served.result.output_tokens_per_s, served.result.devices, system, costs)
+    _print(served, money, model, system, workload.serving.trace, json_out)  # first: a failed save loses nothing
+    if csv_out is not None:
+        from armillary.report.files import save_rows
+
+        save_rows(records.request_rows(served.result), csv_out)
+    if plot is not None:
+        _plot(served.result, served.found, plot, run_file.stem)
+
+
+@dataclass(frozen=True)
+class _Served:
+    """The run printed: a stream or trace, the run at the largest rate found (`found`), or a benchmark's run."""
+
+    result: ServingResult
+    found: MaxRate | None = None
+    bench: BenchmarkResult | None = None
+
+
+def _benchmark(run: tuple[Model, System, Strategy, Inference], mode: str, requests: int | None, rate: float | None,
+               concurrency: int | None, find_max_rate: bool) -> BenchmarkResult:
+    """`api.serve_benchmark` under a spinner (--mode runs one benchmark: not with --max-rate)."""
+    if find_max_rate:
+        raise SpecError("--mode runs one benchmark; --max-rate searches rates: give one of them")
+    with working(f"serving the {mode} benchmark"):
+        return api.serve_benchmark(*run, {"mode": mode, "requests": requests, "rate": rate,
+                                          "concurrency": concurrency})
+
+
+def _stream(run: tuple[Model, System, Strategy, Inference], rate: float | None, duration: float) -> ServingResult:
+    """`api.simulate_serving` of the workload's trace, else of `rate` requests/s for `duration` s."""
+    trace = run[3].serving.trace
+    if trace is None and rate is None:
+        raise SpecError("give --rate (requests/s), --max-rate, --mode, or a trace file in workload.serving.trace")
+    what = f"the trace {trace}" if trace is not None else f"{rate:g} requests/s for {duration:g} s"
+    with working(f"serving {what}"):
+        return api.simulate_serving(*run, rate, duration)
+
+
+def _print(served: _Served, money: Economics, model: Model, system: System, trace: str | None,
+           json_out: bool) -> None:
+    """The run as JSON (with the rates tried, the benchmark and the economics) or as tables."""
     from armillary.serving.rate import JUDGED  # the serving kernels load on first use
 
-    money = serving_economics(result.output_tokens_per_s, result.devices, system, costs)
-    if json_out:  # printed first: a failed save does not lose the run
+    found, bench = served.found, served.bench
+    best = None if found is None else found.rate
+    if json_out:
         from armillary.report.serving_plots import rate_points
 
         tried = {} if found is None else {"rates_tried": rate_points(found), "judged": JUDGED}
         benchmark = {} if bench is None else {"benchmark": records.benchmark_record(bench)}
-        print_json({**records.rate_record(result, best), **tried, **benchmark, "economics": money.to_dict()})
+        print_json({**records.rate_record(served.result, best), **tried, **benchmark, "economics": money.to_dict()})
     else:
-        show([*tables.serving_report(result, model, system, best, workload.serving.trace),
+        show([*tables.serving_report(served.result, model, system, best, trace),
               *([] if bench is None else tables.benchmark_lines(bench)), tables.economics_line(money),
               *([] if found is None else [JUDGED])])
-    if csv_out is not None:
-        from armillary.report.files import save_rows
-
-        save_rows(records.request_rows(result), csv_out)
-    if plot is not None:
-        _plot(result, found, plot, run_file.stem)
 
 
 def _max_rate(model: Model, system: System, strategy: Strategy, workload: Inference, duration: float,

@@ -75,12 +75,7 @@ def simulate_cmd(
         check_folder_writable(chakra)
     stragglers = dict(_straggler(s) for s in straggler or [])
     if hlo is not None or torch_trace is not None:
-        from armillary.cli import simulate_ingest as ingest
-
-        if hlo is not None:
-            ingest.simulate_hlo_file(hlo, system, gpus, replicas, trace, chakra, json_out)
-        else:
-            ingest.replay_torch_trace(torch_trace, system, gpus, source_system, trace, chakra, json_out)
+        _ingest(hlo, torch_trace, system, gpus, replicas, source_system, trace, chakra, json_out)
         return
     if chakra_in is not None:
         _simulate_traces(chakra_in, system, gpus, stragglers, jitter, seed, trace, json_out, send_cost)
@@ -89,17 +84,34 @@ def simulate_cmd(
         raise SpecError("give RUN.yaml, or --chakra-in DIR with --system")
     if rank_classes and symmetric:
         raise SpecError("--rank-classes simulates every rank, one per class: add --no-symmetric")
-    model, sysm, strategy, workload = load_run_file(run_file, set_, {"gpus": gpus})
-    estimate = api.estimate(model, sysm, strategy, workload)
+    run = load_run_file(run_file, set_, {"gpus": gpus})
+    feasible = _feasible(run, show_infeasible)
+    with working("simulating (the first run after installing compiles the event engine: about 10 s)"):
+        result = api.simulate(*run, schedule=schedule, symmetric=symmetric, stragglers=stragglers, jitter=jitter,
+                              seed=seed, classes=rank_classes)
+    _show_and_save(result, run, symmetric, json_out, trace, chakra)
+    if not feasible:
+        raise typer.Exit(1)
+
+
+def _ingest(hlo: Path | None, torch_trace: Path | None, system: str | None, gpus: int | None, replicas: int,
+            source_system: str | None, trace: Path | None, chakra: Path | None, json_out: bool) -> None:
+    """An XLA HLO module (`hlo`), else a torch.profiler trace, simulated on `system`."""
+    from armillary.cli import simulate_ingest as ingest
+
+    if hlo is not None:
+        ingest.simulate_hlo_file(hlo, system, gpus, replicas, trace, chakra, json_out)
+    else:
+        ingest.replay_torch_trace(torch_trace, system, gpus, source_system, trace, chakra, json_out)
+
+
+def _feasible(run: tuple[Model, System, Strategy, Workload], show_infeasible: bool) -> bool:
+    """Whether `estimate` finds the run feasible; an infeasible one is refused (exit 1) unless `show_infeasible`."""
+    estimate = api.estimate(*run)
     if not estimate.feasible and not show_infeasible:
         show([f"infeasible: {'; '.join(estimate.infeasible_reasons)} (--show-infeasible simulates it anyway)"])
         raise typer.Exit(1)
-    with working("simulating (the first run after installing compiles the event engine: about 10 s)"):
-        result = api.simulate(model, sysm, strategy, workload, schedule=schedule, symmetric=symmetric,
-                              stragglers=stragglers, jitter=jitter, seed=seed, classes=rank_classes)
-    _show_and_save(result, (model, sysm, strategy, workload), symmetric, json_out, trace, chakra)
-    if not estimate.feasible:
-        raise typer.Exit(1)
+    return bool(estimate.feasible)
 
 
 def _show_and_save(result: SimulationResult | InferenceSimulation, run: tuple[Model, System, Strategy, Workload],

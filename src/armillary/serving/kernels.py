@@ -90,46 +90,26 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
     start of `finished`; returns (steps, the time they end, pages taken, sequences finished). 0 steps
     (nothing changed) when one of them still has prompt tokens to (re)compute, fewer than two steps are
     left or the first step's pages do not fit (the step-by-step path then runs or preempts)."""
-    n = len(ids)
-    steps = cap
-    for i in range(n):
-        if cached[ids[i]] < target[ids[i]]:
-            return 0, now, 0, 0
-        steps = min(steps, n_out[ids[i]] - generated[ids[i]])
+    steps = _steps_left(ids, cached, target, generated, n_out, cap)
     if steps < 2:
         return 0, now, 0, 0
+    n = len(ids)
     held = np.empty(n, np.int64)
     for i in range(n):
         held[i] = blocks[ids[i]]
+    longest = _longest(ids, cached, riders)
+    batch = n + len(riders)
     taken, total, k = 0, 0.0, 0
     end = now
-    longest = 0  # the longest sequence's cached tokens
-    for i in range(n):
-        longest = max(longest, cached[ids[i]])
-    for i in range(len(riders)):
-        longest = max(longest, riders[i])
-    batch = n + len(riders)
     while k < steps and (k == 0 or end < upcoming):
-        add = 0
-        for i in range(n):  # pages the batch adds to hold step k's token
-            pages = -(-(cached[ids[i]] + k + 1) // block_tokens)
-            if pages > held[i]:
-                add += pages - held[i]
-                held[i] = pages
+        add = _pages_added(ids, cached, held, k, block_tokens)
         if taken + add > free:
             break
         taken += add
         if len(times):
             step = times[k]
         else:
-            flop = moved = past = 0.0
-            for i in range(batch):
-                p = float((cached[ids[i]] if i < n else riders[i - n]) + k)
-                flop += fitted[3] * 1.0 * (2 * p + 1.0) / 2
-                moved += fitted[4] * 1.0 + fitted[5] * p
-                past += p
-            core, remote = _attention(flop, fitted[3] * batch, moved, past, roofline)
-            step = layers + core + remote + head
+            step = _coefficient_step(ids, cached, riders, k, fitted, roofline, layers, head)
             if outside_graphs(longest + k + 1, batch, graph_context, graph_batch):
                 step += eager_s
         total += step
@@ -137,8 +117,70 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
         k += 1
     if k == 0:
         return 0, now, 0, 0
+    taken, m = _advance(ids, k, cached, generated, blocks, n_out, block_tokens, finished)
+    return k, end, taken, m
+
+
+@numba.njit(cache=True, inline="always")
+def _steps_left(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, generated: np.ndarray, n_out: np.ndarray,
+                cap: int) -> int:
+    """Decode steps every sequence of `ids` still has to take (at most `cap`); 0 when one of them still has
+    prompt tokens to (re)compute."""
+    steps = cap
+    for i in range(len(ids)):
+        if cached[ids[i]] < target[ids[i]]:
+            return 0
+        steps = min(steps, n_out[ids[i]] - generated[ids[i]])
+    return steps
+
+
+@numba.njit(cache=True, inline="always")
+def _longest(ids: np.ndarray, cached: np.ndarray, riders: np.ndarray) -> int:
+    """The cached tokens of the longest sequence, the `riders` included."""
+    longest = 0
+    for i in range(len(ids)):
+        longest = max(longest, cached[ids[i]])
+    for i in range(len(riders)):
+        longest = max(longest, riders[i])
+    return longest
+
+
+@numba.njit(cache=True, inline="always")
+def _pages_added(ids: np.ndarray, cached: np.ndarray, held: np.ndarray, k: int, block_tokens: int) -> int:
+    """Pages the batch adds to hold decode step `k`'s token (`held`, each sequence's pages, updated)."""
+    add = 0
+    for i in range(len(ids)):
+        pages = -(-(cached[ids[i]] + k + 1) // block_tokens)
+        if pages > held[i]:
+            add += pages - held[i]
+            held[i] = pages
+    return add
+
+
+@numba.njit(cache=True, inline="always")
+def _coefficient_step(ids: np.ndarray, cached: np.ndarray, riders: np.ndarray, k: int, fitted: np.ndarray,
+                      roofline: np.ndarray, layers: float, head: float) -> float:
+    """Decode step `k`'s time from the coefficients: the layers' part and the head (given) plus the attention
+    over every sequence's cached tokens, the `riders`' included."""
+    n = len(ids)
+    flop = moved = past = 0.0
+    batch = n + len(riders)
+    for i in range(batch):
+        p = float((cached[ids[i]] if i < n else riders[i - n]) + k)
+        flop += fitted[3] * 1.0 * (2 * p + 1.0) / 2
+        moved += fitted[4] * 1.0 + fitted[5] * p
+        past += p
+    core, remote = _attention(flop, fitted[3] * batch, moved, past, roofline)
+    return layers + core + remote + head
+
+
+@numba.njit(cache=True, inline="always")
+def _advance(ids: np.ndarray, k: int, cached: np.ndarray, generated: np.ndarray, blocks: np.ndarray,
+             n_out: np.ndarray, block_tokens: int, finished: np.ndarray) -> tuple[int, int]:
+    """The sequences `ids` `k` tokens on (cached, generated, pages in place; those done to the start of
+    `finished`): (pages taken, sequences finished)."""
     taken, m = 0, 0
-    for i in range(n):
+    for i in range(len(ids)):
         j = ids[i]
         cached[j] += k
         generated[j] += k
@@ -148,7 +190,7 @@ def decode_stretch(ids: np.ndarray, cached: np.ndarray, target: np.ndarray, gene
         if generated[j] >= n_out[j]:
             finished[m] = j
             m += 1
-    return k, end, taken, m
+    return taken, m
 
 
 @numba.njit(cache=True)

@@ -206,9 +206,21 @@ def rank_classes(strategy: Strategy, dp: int, system: System, symmetric: TaskGra
     the kinds of transfer read from `symmetric` (its one-rank-per-stage graph). A straggler device (compute
     slowdown per device) starts in a class of its own factor, so it and what it slows are set apart."""
     full = layout(strategy, dp, False)
-    stages, lanes = strategy.pp, len(full.lanes[0])
-    pattern = _Pattern(full, stages, templates_of(symmetric), leaves(system))
-    slow = stragglers or {}
+    pattern = _Pattern(full, strategy.pp, templates_of(symmetric), leaves(system))
+    lane_class, instance_colours, uplink_colours = _lane_classes(pattern, strategy.pp, stragglers or {})
+    count = int(lane_class.max()) + 1
+    sizes = tuple(int(n) for n in np.bincount(lane_class, minlength=count))
+    class_layout = _class_layout(full, pattern, lane_class, sizes, strategy.pp)
+    loads, capacity = _class_loads(pattern, lane_class, instance_colours, uplink_colours)
+    return RankClasses(lane_class, sizes, class_layout, pattern.devices, loads, capacity)
+
+
+def _lane_classes(pattern: _Pattern, stages: int, slow: Mapping[int, float]) -> tuple[np.ndarray, list[int],
+                                                                                      list[int]]:
+    """(the class of each lane, the colours of the transfer instances, the colours of the uplinks): the
+    pattern refined from the stage and straggler factor of each rank until a lane's ranks agree across
+    stages."""
+    lanes = pattern.lanes
     seed: list[Hashable] = [(r // lanes, slow.get(int(pattern.devices[r // lanes, r % lanes]), 1.0))
                             for r in range(pattern.ranks)]
     while True:
@@ -216,10 +228,15 @@ def rank_classes(strategy: Strategy, dp: int, system: System, symmetric: TaskGra
         lane_class = np.asarray(_relabel([tuple(rc[s * lanes + i] for s in range(stages)) for i in range(lanes)]))
         again: list[Hashable] = [(seed[r], int(lane_class[r % lanes])) for r in range(pattern.ranks)]
         if len(set(again)) == len(set(rc)):  # lanes agree across stages already
-            break
+            return lane_class, ic, lc
         seed = again
-    count = int(lane_class.max()) + 1
-    sizes = tuple(int(n) for n in np.bincount(lane_class, minlength=count))
+
+
+def _class_layout(full: Layout, pattern: _Pattern, lane_class: np.ndarray, sizes: tuple[int, ...],
+                  stages: int) -> Layout:
+    """The layout of one rank per class and stage: its groups the classes of the full layout's, each labelled
+    by its first rank and the ranks alike."""
+    count = len(sizes)
     first_lane = [int(np.flatnonzero(lane_class == c)[0]) for c in range(count)]
 
     def grouped(groups: list[list[int]]) -> list[list[int]]:
@@ -234,10 +251,15 @@ def rank_classes(strategy: Strategy, dp: int, system: System, symmetric: TaskGra
     labels = tuple(f"{full.labels[int(pattern.devices[s, first_lane[c]])]}"
                    + (f" (+{sizes[c] - 1} alike)" if sizes[c] > 1 else "")
                    for s in range(stages) for c in range(count))
-    class_layout = Layout([[s * count + c for c in range(count)] for s in range(stages)],
-                          grouped(full.tp_groups), grouped(full.dp_groups), labels,
-                          tuple(sizes[c] for _ in range(stages) for c in range(count)))
-    # a representative uplink per class; each class of instance loads it with the sum of its instances' loads
+    return Layout([[s * count + c for c in range(count)] for s in range(stages)],
+                  grouped(full.tp_groups), grouped(full.dp_groups), labels,
+                  tuple(sizes[c] for _ in range(stages) for c in range(count)))
+
+
+def _class_loads(pattern: _Pattern, lane_class: np.ndarray, ic: list[int], lc: list[int]
+                 ) -> tuple[dict[Key, Mapping[int, float]], tuple[float, ...]]:
+    """(the uplink loads of each class of transfer, the capacity of each class of uplink): a representative
+    uplink per class, each class of instance loading it with the sum of its instances' loads."""
     representative = dict.fromkeys(range(max(lc, default=-1) + 1), -1)
     for k, colour in enumerate(lc):
         if representative[colour] < 0:
@@ -258,5 +280,4 @@ def rank_classes(strategy: Strategy, dp: int, system: System, symmetric: TaskGra
         summed: Mapping[int, float] = by_colour.get(ic[g], {})
         if loads.setdefault((key, classes), summed) != summed:
             raise AssertionError("rank classes are not equitable: one class of transfer loads uplinks unequally")
-    capacity = tuple(pattern.capacity[representative[c]] for c in range(len(representative)))
-    return RankClasses(lane_class, sizes, class_layout, pattern.devices, loads, capacity)
+    return loads, tuple(pattern.capacity[representative[c]] for c in range(len(representative)))

@@ -46,7 +46,7 @@ from armillary.validation.collective_residuals import (
 )
 from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, latency_share, row_latency_share
 from armillary.validation.collective_system import NVL72_RACKS, ONE_DOMAIN, class_of_fabric, fabric_class, read_system
-from armillary.validation.rows import Unsupported
+from armillary.validation.row_columns import Unsupported
 
 # the split-conformal rank (`bands.band_quantile`: the ceil(q (n + 1))-th smallest |error|) at the lowest level,
 # in steps of 5 points from the other kinds' 80%, at which every fabric class's left-out sweeps are covered in

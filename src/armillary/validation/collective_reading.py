@@ -8,7 +8,7 @@ import re
 
 from armillary.comm.channels import ChannelSettings
 from armillary.specs.communication import Algorithm, Collective
-from armillary.validation.rows import Unsupported
+from armillary.validation.row_columns import Unsupported
 from armillary.validation.vocabulary import clean
 
 # nccl-tests' binaries and op names (all_reduce_perf, alltoall, reducescatter, sendrecv...) and the usual

@@ -29,7 +29,7 @@ from armillary.validation.collective_system import (
     system_of,
 )
 from armillary.validation.flagged_sweeps import flagged_rows
-from armillary.validation.rows import Unsupported, int_column
+from armillary.validation.row_columns import Unsupported, int_column
 from armillary.validation.vocabulary import clean
 
 SMALL_MESSAGE_BYTES = MIB  # below this, collectives are latency-bound: reported as their own group

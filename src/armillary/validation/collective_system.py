@@ -14,7 +14,7 @@ from armillary.specs.system import System
 from armillary.validation.collective_reading import nvls_enabled
 from armillary.validation.fabric_words import compute_network_text, fabric_family, fabric_of, nic_bandwidth_per_gpu
 from armillary.validation.gpu_words import system_preset_for
-from armillary.validation.rows import Unsupported, int_column
+from armillary.validation.row_columns import Unsupported, int_column
 from armillary.validation.vocabulary import clean
 
 

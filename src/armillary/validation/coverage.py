@@ -12,7 +12,8 @@ from armillary.estimate.result import ErrorBand
 from armillary.validation.bands import Regime, inference_regime, regime_of, shipped_band
 from armillary.validation.collective_bands import row_band as collective_row_band
 from armillary.validation.inference_rows import inference_row_specs
-from armillary.validation.rows import Unsupported, row_specs
+from armillary.validation.row_columns import Unsupported
+from armillary.validation.rows import row_specs
 from armillary.validation.run import RowResult, choose_candidate, is_serving_row
 
 

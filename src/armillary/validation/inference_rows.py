@@ -23,7 +23,7 @@ from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.metrics import PER_GPU, time_unit, unit_in_metric
 from armillary.validation.model_words import model_preset_for
 from armillary.validation.precision_words import fp8_of, fp16_of, kv_fp8_of, unread_weight_format
-from armillary.validation.rows import Unsupported, int_column, qualified_readings
+from armillary.validation.row_columns import Unsupported, int_column, qualified_readings
 from armillary.validation.vocabulary import framework_words
 
 

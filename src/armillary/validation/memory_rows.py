@@ -24,7 +24,8 @@ from armillary.plan.arrays import StrategyArrays
 from armillary.specs.model import PositionKind
 from armillary.specs.strategy import Strategy
 from armillary.validation.reading import eager_fp32_loss_stated, search_run
-from armillary.validation.rows import RowSpecs, Unsupported
+from armillary.validation.row_columns import Unsupported
+from armillary.validation.rows import RowSpecs
 
 MEMORY_CSV = Path(str(resources.files("armillary.validation") / "data" / "memory.csv"))
 # bytes of each unit a memory row may state, spelled as published

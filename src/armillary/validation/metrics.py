@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from armillary.estimate.result import StepEstimate
 from armillary.validation.reading import search_run
-from armillary.validation.rows import RowSpecs, Unsupported
+from armillary.validation.row_columns import Unsupported
+from armillary.validation.rows import RowSpecs
 from armillary.validation.vocabulary import clean
 
 Reading = Callable[[StepEstimate, RowSpecs], float]

@@ -8,7 +8,7 @@ software stack (presets/stacks). Whatever the row does not state is assumed and 
 This module assembles a run and reads its system; the rest is read by `row_columns` (numbers, `Unsupported`),
 `row_model` (model, MTP), `row_layout` (batches, GPUs, pipeline layout), `row_stack` (software stack and its
 recipe), `row_strategy` (parallel degrees, precision, sharding, experts), `row_recompute` (recomputation) and
-`row_finetune` (LoRA / QLoRA), re-exported here where callers import them.
+`row_finetune` (LoRA / QLoRA); callers import those names from the modules that define them.
 """
 
 from __future__ import annotations
@@ -32,10 +32,8 @@ from armillary.validation.row_recompute import recompute_choices
 from armillary.validation.row_stack import read_stack, recipe_of
 from armillary.validation.row_strategy import read_strategy
 
-# what callers import from here (`load_system` is patched here by tools/calibrate.py)
-__all__ = ["RowSpecs", "Unsupported", "global_batch", "int_column", "load_system", "qualified_readings",
-           "row_specs"]
-
+# `load_system` is read from this module's globals, so tools/calibrate.py can patch it here
+__all__ = ["RowSpecs", "row_specs"]
 
 
 @dataclass(frozen=True)

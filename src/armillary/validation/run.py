@@ -26,7 +26,8 @@ from armillary.validation.collective_rows import SMALL_MESSAGE_BYTES, predict_co
 from armillary.validation.inference_rows import predict_inference
 from armillary.validation.metrics import read_metric
 from armillary.validation.regressions import caveat_of
-from armillary.validation.rows import RowSpecs, Unsupported, row_specs
+from armillary.validation.row_columns import Unsupported
+from armillary.validation.rows import RowSpecs, row_specs
 from armillary.validation.vocabulary import OFFLINE_LOAD, kind_of
 from armillary.writing import replaced
 

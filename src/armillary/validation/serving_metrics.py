@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from armillary.serving.run import ServingResult
 from armillary.serving.window import steady_throughput
 from armillary.validation.metrics import PER_GPU, time_unit, unit_in_metric
-from armillary.validation.rows import Unsupported
+from armillary.validation.row_columns import Unsupported
 from armillary.validation.vocabulary import clean
 
 

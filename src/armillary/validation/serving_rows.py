@@ -27,15 +27,17 @@ from armillary.serving.engine import Engine, engine_for
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace
 from armillary.specs.loading import load_model, load_system
+from armillary.specs.model import Model
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
+from armillary.specs.system import System
 from armillary.specs.workload import Inference, LengthDistribution
 from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.model_words import model_preset_for
 from armillary.validation.precision_words import fp8_of, kv_fp8_of, unread_weight_format
 from armillary.validation.reading import about_the_run
-from armillary.validation.rows import Unsupported, int_column, qualified_readings
+from armillary.validation.row_columns import Unsupported, int_column, qualified_readings
 from armillary.validation.serving_metrics import ServingMetric, read_serving_metric
 from armillary.validation.vocabulary import OFFLINE_LOAD, framework_words
 
@@ -248,21 +250,40 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     engine = _engine(row, model.mla is not None, notes, model.max_seq_len)
     input_len, output_len, varied = _lengths(row, client.requests, notes)
     notes.extend(qualified_readings(row, ("isl", "osl")))  # "1K" read as 1024 tokens, said so
-    precision = row.get("precision", "").lower()
-    if (other := unread_weight_format(precision)) is not None:
-        raise Unsupported(f"precision: {row.get('precision')!r} names {other!r} weights, which serving rows do not "
-                          "read yet (fp8 and 16-bit weights are read)")
-    fp8 = fp8_of(precision) or (model.mla is not None and "not stated" in precision)
+    fp8 = _fp8_weights(row, model)
     workload: dict[str, Any] = {
         "kind": "inference", "input_len": input_len, "output_len": output_len, "weights": "fp8" if fp8 else None,
         **_checkpoint_scales(row, model.mla is not None, notes),
-        "kv_cache": {"precision": "fp8"} if kv_fp8_of(precision) or re.search(
+        "kv_cache": {"precision": "fp8"} if kv_fp8_of(row.get("precision", "").lower()) or re.search(
             r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*fp8", _flags(row), re.I) else {},
         "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, engine, notes),
                     "concurrency": client.concurrency}}
     tp = _tensor_parallel(row, notes)
     system = load_system(system_preset, int_column(row, "n_gpus") or tp)
     attention = "flash3" if hopper_or_later(row.get("gpu", "")) else "flash"
+    strategy = Strategy.model_validate({"tp": tp, "precision": "fp8" if fp8 else "bf16", "attention": attention,
+                                        **_experts(row, model, tp, notes)})
+    notes.append(f"tp={tp}, {attention} attention, {system.name} preset")
+    inference = workload_for(client, Inference.model_validate(workload))
+    held = _held(client, model, strategy, inference, system, engine, notes)
+    lengths = LengthDistribution.SHAREGPT if varied else LengthDistribution.FIXED
+    inference = inference.model_copy(update={"serving": inference.serving.model_copy(update={"lengths": lengths})})
+    trace = trace_for(client, inference, requests_for(client, held))
+    return ServingRowSpecs(model, system, strategy, inference, tuple(notes), engine, trace, client)
+
+
+def _fp8_weights(row: dict[str, str], model: Model) -> bool:
+    """Whether the row serves fp8 weights (an MLA model whose precision is not stated: its fp8 checkpoint);
+    a weight format other than fp8 or 16-bit is not read."""
+    precision = row.get("precision", "").lower()
+    if (other := unread_weight_format(precision)) is not None:
+        raise Unsupported(f"precision: {row.get('precision')!r} names {other!r} weights, which serving rows do not "
+                          "read yet (fp8 and 16-bit weights are read)")
+    return fp8_of(precision) or (model.mla is not None and "not stated" in precision)
+
+
+def _experts(row: dict[str, str], model: Model, tp: int, notes: list[str]) -> dict[str, Any]:
+    """The strategy's expert layout (ep, expert_tp) and data-parallel attention, as the row's flags run them."""
     moe: dict[str, Any] = {}
     ep_size = _flag("ep-size", _flags(row))
     if model.moe is not None and ep_size is not None and ep_size > 1:
@@ -285,21 +306,21 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     if dp_attention(row):  # every rank its own attention group (dp_size = tp_size), experts sharded over tp
         moe["attention_dp"] = tp
         notes.append(f"data-parallel attention over {tp} groups of one rank; tokens gathered to the experts")
-    strategy = Strategy.model_validate({"tp": tp, "precision": "fp8" if fp8 else "bf16", "attention": attention,
-                                        **moe})
-    notes.append(f"tp={tp}, {attention} attention, {system.name} preset")
-    inference = workload_for(client, Inference.model_validate(workload))
-    held = 1
-    if client.requests is None:
-        held = sequences_held(ModelArrays.of(model), strategy, inference, system, engine)
-        notes.append(f"requests not stated: {requests_for(client, held)} ({client.mode.value}: "
-                     + ("LoadGen's minimum duration" if client.rate is not None else
-                        f"{STEADY_BATCHES} batches of the {min(held, client.concurrency or held)} the server holds "
-                        "at once") + "); rates read over the steady window (first completion to last first token)")
-    lengths = LengthDistribution.SHAREGPT if varied else LengthDistribution.FIXED
-    inference = inference.model_copy(update={"serving": inference.serving.model_copy(update={"lengths": lengths})})
-    trace = trace_for(client, inference, requests_for(client, held))
-    return ServingRowSpecs(model, system, strategy, inference, tuple(notes), engine, trace, client)
+    return moe
+
+
+def _held(client: Benchmark, model: Model, strategy: Strategy, inference: Inference, system: System,
+          engine: Engine, notes: list[str]) -> int:
+    """The sequences the server holds at once, which size a run whose request count is not stated (1 where
+    the row states it: `requests_for` then takes the row's count)."""
+    if client.requests is not None:
+        return 1
+    held = sequences_held(ModelArrays.of(model), strategy, inference, system, engine)
+    notes.append(f"requests not stated: {requests_for(client, held)} ({client.mode.value}: "
+                 + ("LoadGen's minimum duration" if client.rate is not None else
+                    f"{STEADY_BATCHES} batches of the {min(held, client.concurrency or held)} the server holds "
+                    "at once") + "); rates read over the steady window (first completion to last first token)")
+    return held
 
 
 def simulate_serving_row(row: dict[str, str]) -> tuple[ServingMetric, float, tuple[str, ...], ServingResult]:
