@@ -99,13 +99,13 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
         stored |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert stored == set(activations.STORED_FIELDS)
     dp = _read_fields(estimate / "data_parallel.py")
-    for part in (memory.gathered_weight_bytes, memory._fp8_family, memory.adapter_precision):
+    for part in (memory.gathered_weight_bytes, memory.fp8_family, memory.adapter_precision):
         dp |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert dp == set(data_parallel.DATA_PARALLEL_FIELDS)
     sends = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(training._pipeline_sends))) & FIELDS
     assert sends == set(training.SENDS_FIELDS)
     layers = set()
-    for part in (training._made_layers, training._adapters, memory.saved_input_bytes, memory._fp8_family):
+    for part in (training._made_layers, training._adapters, memory.saved_input_bytes, memory.fp8_family):
         layers |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert layers | read | stored <= set(training.LAYERS_FIELDS), (layers | read | stored) - set(training.LAYERS_FIELDS)
     kept = set()
@@ -114,7 +114,7 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
                  model_states.lora_states, memory.adapter_precision, tm.gathered_bytes, tm.sharded_states,
                  tm.routed_expert_weights, tm.stored_bytes,
                  training.memory_and_optimizer, memory.weight_bytes_each, memory._weight_bytes_each,
-                 memory._fp8_family, memory.weight_bytes, activations.logit_bytes, memory.runtime_reserve,
+                 memory.fp8_family, memory.weight_bytes, activations.logit_bytes, memory.runtime_reserve,
                  model_states.replicated_and_expert_states, model_states.replicated_and_expert_weights,
                  model_states._both_factors, model_states._state_factors, model_states._factors, memory.grad_bytes,
                  memory.optimizer_bytes,

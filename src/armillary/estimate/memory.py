@@ -58,7 +58,7 @@ def per_precision(table: tuple[float, ...], code: Array) -> Array:
     return np.asarray(table)[code.astype(int)]
 
 
-def _fp8_family(st: StrategyArrays) -> Array:
+def fp8_family(st: StrategyArrays) -> Array:
     """1 where the recipe is priced in fp8's family (precision fp8, or a block format: plan.arrays.recipe_family)."""
     return where(st.precision == _FP8, 1.0, 0.0)
 
@@ -78,7 +78,7 @@ def weight_bytes_each(st: StrategyArrays) -> Array:
 def _weight_bytes_each(st: StrategyArrays) -> Array:
     """`weight_bytes` of one parameter."""
     quantized = 2.0 * (1 - st.fp8_params) + per_precision(QUANTIZED_WEIGHT_BYTES, st.block_format)
-    return where(_fp8_family(st) > 0, quantized, per_precision(WEIGHT_BYTES, st.precision))
+    return where(fp8_family(st) > 0, quantized, per_precision(WEIGHT_BYTES, st.precision))
 
 
 def gathered_weight_bytes(params: Array, st: StrategyArrays) -> Array:
@@ -86,14 +86,14 @@ def gathered_weight_bytes(params: Array, st: StrategyArrays) -> Array:
     weights (Megatron-Core's param buffer holds the model's bf16 parameters, the fp8 copies are made after
     the gather), fp32 in fp32 training; with `fp8_params` the quantized weights, one (rowwise) copy
     (Megatron-LM --fp8-param-gather: 'perform the param all-gather in fp8')."""
-    recipe = where(_fp8_family(st) > 0, 2.0, per_precision(WEIGHT_BYTES, st.precision))
+    recipe = where(fp8_family(st) > 0, 2.0, per_precision(WEIGHT_BYTES, st.precision))
     return params * where(st.fp8_params > 0, per_precision(QUANTIZED_INPUT_BYTES, st.block_format), recipe)
 
 
 def saved_input_bytes(st: StrategyArrays) -> Array:
     """Bytes per element of a GEMM input kept for the weight gradient (`SAVED_GEMM_INPUT_BYTES`; the fp8
     family's quantized copy at its block format's bytes: `QUANTIZED_INPUT_BYTES`)."""
-    return where(_fp8_family(st) > 0, per_precision(QUANTIZED_INPUT_BYTES, st.block_format),
+    return where(fp8_family(st) > 0, per_precision(QUANTIZED_INPUT_BYTES, st.block_format),
                  per_precision(SAVED_GEMM_INPUT_BYTES, st.precision))
 
 

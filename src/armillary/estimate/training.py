@@ -301,9 +301,18 @@ def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: 
     # TEGroupedMLP does (`experts_forward`); taken for every training stack: the validated MoE training rows
     # with expert biases are all Megatron-Core's (a stack without that pass needs a strategy field)
     tokens, dispatch_e = b * q / sequence_shards(t, sp), where(st.dispatch_fp8 > 0, 1.0, e)
-    experts_key = ("experts", *typed(tokens, st.ep, st.etp, load, e, dispatch_e, redundant))
+    # an fp8 recipe's padding copies around the grouped GEMMs (`experts_forward`), likewise for every training
+    # stack, where the counts are dropless and Megatron-Core's alltoall dispatcher delivers them: the flex
+    # dispatcher with HybridEP pads inside its dispatch (token_dispatcher.py _HybridEPManager `pad_multiple`,
+    # core_v0.16.0; DeepEP without router padding would pay the copies, but `dispatch_dedup` does not tell the
+    # two apart: not charged), and padding to capacity leaves nothing to align; the router's own padding
+    # (moe_router_padding_for_fp8) is off in the validated recipes (Megatron-Bridge v0.2.0 never sets it; v0.4.2
+    # recipes/qwen/qwen3_moe.py sets it False)
+    fp8_pad = mem.fp8_family(st) * where(st.pad_to_capacity > 0, 0.0, 1.0) * where(st.dispatch_dedup > 0, 0.0, 1.0)
+    experts_key = ("experts", *typed(tokens, st.ep, st.etp, load, e, dispatch_e, redundant, fp8_pad))
     experts = _PARTS.get(m, experts_key, lambda: experts_forward(m, tokens, st.ep, st.etp, load, e, dispatch_e,
-                                                                 redundant=redundant, bias_pass=1.0))
+                                                                 redundant=redundant, bias_pass=1.0,
+                                                                 fp8_pad=fp8_pad))
     moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)), experts_key)
     return Layers(dense, moe, ends, n_tp, edp, edp_group)
 

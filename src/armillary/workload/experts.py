@@ -125,7 +125,7 @@ def _missed(overlap: tuple[int, ...], k: int, groups: int, chosen: int, pool: in
 
 def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: Array, e: Array,
                     dispatch_e: Array, weight_bytes: Array | None = None,
-                    redundant: Array = 0.0, bias_pass: Array = 0.0) -> ExpertsForward:
+                    redundant: Array = 0.0, bias_pass: Array = 0.0, fp8_pad: Array = 0.0) -> ExpertsForward:
     """`tokens` routed by this device (its micro-batch share after sequence splitting), `load` from
     `rank_load`, e activation bytes, dispatch_e the bytes per element of the dispatched tokens (1 with
     fp8 dispatch, DeepSeek-V3 §3.3.3), weight_bytes per expert weight (quantized inference weights),
@@ -145,7 +145,16 @@ def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: 
     clamps the two halves of the up projection's output in eager PyTorch, outside its fused (torch.compile)
     kernel: `chunk` (views), two `clamp` (each reads and writes N f) and a `torch.cat` (reads and writes 2 N f),
     8 N f elements at activation width before the fused kernel [derived from that code], re-run with the
-    activation where `moe_act` is recomputed; the backward of clamp and cat, with the stream kernels' factor."""
+    activation where `moe_act` is recomputed; the backward of clamp and cat, with the stream kernels' factor.
+
+    `fp8_pad` 1: under an fp8 recipe TEGroupedMLP pads each local expert's tokens to the recipe's alignment
+    before the up projection (the permuted tokens and their fp32 probabilities) and unpads the down
+    projection's output (megatron/core/transformer/moe/experts.py `fp8_padding` / `fp8_unpadding`,
+    core_v0.15.0); Transformer Engine's Fp8Padding / Fp8Unpadding (pytorch/module/fp8_padding.py, v2.9: 16
+    rows, 32 under MXFP8) copy through `fused_multi_row_padding` unless every count is already aligned, which
+    dropless routing's counts are not. Over the N received tokens: read and write N h twice and N fp32
+    probabilities once, 4 N h e + 8 N bytes [derived from that code], priced with the permutes; the backward
+    copies the gradients back (the stream kernels' factor)."""
     h, k, experts, f = m.hidden, m.top_k, m.experts, m.expert_ffn
     local = experts / ep + redundant
     received = tokens * k * load * etp
@@ -158,7 +167,8 @@ def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: 
         router=gemm(tokens, experts, h, 1, e),
         routing=stream(3 * tokens * experts * 4),  # [derived] write fp32 logits, read for scores and top-k
         # [derived] dispatch reads T h and writes T k h; combine reads T k h and writes T h
-        permute=stream(2 * (tokens + received / etp) * h * e + bias_pass * m.linear_bias * 6 * received * h * e),
+        permute=stream(2 * (tokens + received / etp) * h * e + bias_pass * m.linear_bias * 6 * received * h * e
+                       + fp8_pad * received * (4 * h * e + 8)),
         # one problem per touched local expert: efficiency follows the per-expert size (grouped GEMM)
         experts_in=grouped(gemm(per_expert, (m.mlp_matrices - 1) * f / etp, h, touched, e, e, w), problems),
         activation=stream(received * f / etp * e * (2 + gated + bias_pass * m.glu_clamp * gated * 8)),
