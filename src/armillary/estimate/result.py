@@ -120,7 +120,9 @@ class TimeBreakdown:
     ep_exposed: Array  # MoE token dispatch / combine all-to-alls (and expert-TP gathers) not hidden
     pp_exposed: Array  # pipeline send/receive on the critical path
     bubble: Array  # pipeline fill and drain idle time
-    dp_exposed: Array  # data-parallel / ZeRO / FSDP communication not hidden behind compute
+    # data-parallel / ZeRO / FSDP communication not hidden behind compute, with the word embedding's gradient
+    # all-reduce between the first and last pipeline stage (tied embeddings or MTP; estimate/embedding_sync.py)
+    dp_exposed: Array
     optimizer: Array  # optimizer step (memory-bound)
     offload_stall: Array  # waiting on the second memory tier
 
