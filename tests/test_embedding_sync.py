@@ -142,3 +142,28 @@ def test_the_simulator_runs_it_between_the_first_and_last_stage():
     every = armillary.simulate(GPT3, system, st, work, symmetric=False)
     assert sum(t.name == "embedding grad all-reduce" for t in every.graph.tasks) == 8  # one per tp rank
     assert every.step_time_s == pytest.approx(r.step_time_s, rel=1e-9)
+
+
+def test_the_kept_cost_reads_only_its_listed_fields():
+    """`embedding_sync_cost` on a recording strategy point reads only EMBEDDING_SYNC_FIELDS (the key under which one
+    configuration's cost is kept per system) and gives what the point gives."""
+    m, w = ModelArrays.of(GPT3), TrainingArrays.of(WORK)
+    for strategy in ({"tp": 8, "pp": 8}, {"tp": 4, "pp": 2, "precision": "bf16", "grad_reduce_in_bf16": True}):
+        st = StrategyArrays.of(load_strategy(strategy), 1)
+        pp_group = place_groups(st.tp, 1.0, st.pp, SYSTEM.sizes).pp
+        point = _Reading(st)
+        got = embedding_sync.embedding_sync_cost(m, point, w, 0.0, pp_group, SYSTEM)  # type: ignore[arg-type]
+        assert repr(got) == repr(embedding_sync.embedding_sync_cost(m, st, w, 0.0, pp_group, SYSTEM))
+        assert point.read <= set(embedding_sync.EMBEDDING_SYNC_FIELDS), point.read
+        assert {"pp", "tp"} <= point.read
+
+
+class _Reading:
+    """A strategy point that notes the fields read from it."""
+
+    def __init__(self, point: StrategyArrays) -> None:
+        self.__dict__["point"], self.__dict__["read"] = point, set()
+
+    def __getattr__(self, name: str) -> object:
+        self.__dict__["read"].add(name)
+        return getattr(self.__dict__["point"], name)

@@ -17,6 +17,9 @@ gradients unless --grad-reduce-in-bf16). A LoRA run freezes the embedding: nothi
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
+
 from armillary.comm.collectives import all_reduce, needed
 from armillary.estimate.data_parallel import DataParallelCost, grad_reduce_bytes
 from armillary.estimate.result import DIM_PP, CommCall
@@ -30,6 +33,7 @@ from armillary.specs.system import System
 # the strategy's fields `embedding_sync_cost` reads (with the model's vocabulary, hidden size and tie, the MTP
 # depth and the pipeline group's spans, the key of one configuration's cost per system)
 EMBEDDING_SYNC_FIELDS = ("pp", "tp", "precision", "grad_reduce_bf16")
+embedding_sync_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*EMBEDDING_SYNC_FIELDS)
 
 _KEPT: KeyedCache[System, DataParallelCost] = KeyedCache(32, 256)
 
@@ -49,11 +53,11 @@ def embedding_synced(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, mtp_
 
 
 def embedding_sync_cost(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, mtp_depth: Array,
-                        pp_group: Placement, system: System) -> DataParallelCost:
+                        pp_group: Placement, system: System, on: Array | None = None) -> DataParallelCost:
     """The all-reduce as a parameter set's data-parallel cost that nothing hides (`in_line_s`, once per iteration;
     `data_parallel.exposed_together` adds it to the exposed data-parallel time), with its call (the pipeline
     dimension's all-reduce of vocab x hidden / tp gradients over the 2-rank embedding group)."""
-    on = embedding_synced(m, st, w, mtp_depth)
+    on = embedding_synced(m, st, w, mtp_depth) if on is None else on  # (`on`: where the caller has it)
     grad_bytes = m.vocab * m.hidden / st.tp * grad_reduce_bytes(st)
     cost = needed(lambda: all_reduce(grad_bytes, embedding_pair(pp_group), system), on > 0)
     return DataParallelCost(in_line_s=on * cost.time, behind_forward_s=0.0, behind_backward_s=0.0,
@@ -65,8 +69,9 @@ def with_embedding_sync(dp: tuple[DataParallelCost, ...], m: ModelArrays, st: St
                         mtp_depth: Array, pp_group: Placement, system: System) -> tuple[DataParallelCost, ...]:
     """`dp` with the embedding all-reduce after its costs, where any point makes it (one configuration that does not:
     `dp` itself, so its estimate is what it was); one configuration's cost kept per system under its inputs."""
-    if not any_true(embedding_synced(m, st, w, mtp_depth)):
+    on = embedding_synced(m, st, w, mtp_depth)
+    if not any_true(on):
         return dp
-    key = (typed(m.vocab, m.hidden, m.tied_embeddings, mtp_depth, w.lora_rank),
-           typed(*(getattr(st, f) for f in EMBEDDING_SYNC_FIELDS)), typed(*pp_group.spans))
-    return (*dp, _KEPT.get(system, key, lambda: embedding_sync_cost(m, st, w, mtp_depth, pp_group, system)))
+    key = typed(m.vocab, m.hidden, m.tied_embeddings, mtp_depth, w.lora_rank, *embedding_sync_fields(st),
+                *pp_group.spans)
+    return (*dp, _KEPT.get(system, key, lambda: embedding_sync_cost(m, st, w, mtp_depth, pp_group, system, on)))
