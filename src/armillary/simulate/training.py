@@ -340,22 +340,25 @@ class _Passes:
         if embedding is not None and not float(embedding.per_step) > 0:
             embedding = None
         first: list[list[int]] = []
+
+        def optimizer(lanes: list[int], deps: list[list[int]]) -> None:
+            if offload > 0:
+                deps = [[*d, self.b.add("offload", TaskKind.MEMORY, Category.OFFLOAD, (r,), Stream.OFFLOAD, offload,
+                                        (), Tier.MEMORY)] for d, r in zip(deps, lanes, strict=True)]
+            self.b.on_lanes("optimizer step", Category.OPTIMIZER, Stream.COMPUTE, float(breakdown.optimizer), lanes,
+                            deps, [])
+
         for s in range(self.pp):
             lanes = self.lay.lanes[s]
             self.dp.unoverlapped(s, lanes, [[t] for t in last_pass[s]])
             deps = [[last_pass[s][i], *self.dp.pending(s, i)] for i in range(len(lanes))]
-            if offload > 0:
-                deps = [[*d, self.b.add("offload", TaskKind.MEMORY, Category.OFFLOAD, (r,), Stream.OFFLOAD, offload,
-                                        (), Tier.MEMORY)] for d, r in zip(deps, lanes, strict=True)]
             if embedding is not None and s == 0:  # the first stage's optimizer waits for the last stage's reduction
                 first = deps
                 continue
-            if embedding is not None and s == self.pp - 1:
+            if embedding is not None and s == self.pp - 1:  # (the offload's transfers run beside it, as estimated)
                 first, deps = self._embedding_sync(embedding, first, deps)
-                self.b.on_lanes("optimizer step", Category.OPTIMIZER, Stream.COMPUTE, float(breakdown.optimizer),
-                                self.lay.lanes[0], first, [])
-            self.b.on_lanes("optimizer step", Category.OPTIMIZER, Stream.COMPUTE, float(breakdown.optimizer), lanes,
-                            deps, [])
+                optimizer(self.lay.lanes[0], first)
+            optimizer(lanes, deps)
 
     def _embedding_sync(self, call: CommCall, first: list[list[int]],
                         last: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
