@@ -184,7 +184,7 @@ class ParallelDimension(StrEnum):
     TP = "TP"  # tensor parallelism: all-reduces of the layer outputs
     SP = "SP"  # sequence parallelism: TP's all-reduces become all-gathers and reduce-scatters
     CP = "CP"  # context parallelism: K/V blocks around a ring, or all-to-alls around attention
-    PP = "PP"  # pipeline point-to-point
+    PP = "PP"  # pipeline point-to-point, and the embedding gradient's all-reduce between its first and last stage
     DP = "DP"  # data-parallel gradient reduction / ZeRO / FSDP
     EP = "EP"  # expert parallelism: token dispatch and combine all-to-alls
     ETP = "ETP"  # expert tensor parallelism: gathers of the dispatched tokens
