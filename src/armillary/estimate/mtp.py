@@ -8,7 +8,7 @@ an MoE layer for DeepSeek-V3), a final RMSNorm, and the shared output layer with
 (`process_mtp_loss`: `output_layer` once per depth). Every module sits on the last pipeline stage, after the main
 decoder (`mtp_on_this_rank`), which then also holds a copy of the embedding (gpt_model.py: `if self.pre_process
 or self.mtp_process: self.embedding = ...`; finalize_model_grads.py all-reduces its gradient with the first
-stage's).
+stage's: estimate/embedding_sync.py).
 
 Here the transformer layers join the last stage's layer counts (`with_mtp`: their time, parameters, gradients,
 optimizer states, activations and collectives follow as any layer's); `mtp_cost` prices the rest. Every

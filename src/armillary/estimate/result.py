@@ -120,7 +120,9 @@ class TimeBreakdown:
     ep_exposed: Array  # MoE token dispatch / combine all-to-alls (and expert-TP gathers) not hidden
     pp_exposed: Array  # pipeline send/receive on the critical path
     bubble: Array  # pipeline fill and drain idle time
-    dp_exposed: Array  # data-parallel / ZeRO / FSDP communication not hidden behind compute
+    # data-parallel / ZeRO / FSDP communication not hidden behind compute, with the word embedding's gradient
+    # all-reduce between the first and last pipeline stage (tied embeddings or MTP; estimate/embedding_sync.py)
+    dp_exposed: Array
     optimizer: Array  # optimizer step (memory-bound)
     offload_stall: Array  # waiting on the second memory tier
 
@@ -182,7 +184,7 @@ class ParallelDimension(StrEnum):
     TP = "TP"  # tensor parallelism: all-reduces of the layer outputs
     SP = "SP"  # sequence parallelism: TP's all-reduces become all-gathers and reduce-scatters
     CP = "CP"  # context parallelism: K/V blocks around a ring, or all-to-alls around attention
-    PP = "PP"  # pipeline point-to-point
+    PP = "PP"  # pipeline point-to-point, and the embedding gradient's all-reduce between its first and last stage
     DP = "DP"  # data-parallel gradient reduction / ZeRO / FSDP
     EP = "EP"  # expert parallelism: token dispatch and combine all-to-alls
     ETP = "ETP"  # expert tensor parallelism: gathers of the dispatched tokens

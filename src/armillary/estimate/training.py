@@ -36,6 +36,7 @@ from armillary.estimate.data_parallel import (
     exposed_together,
     parameter_tensors,
 )
+from armillary.estimate.embedding_sync import with_embedding_sync
 from armillary.estimate.feasibility import check, system_shape
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.layer import (
@@ -139,6 +140,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     params = _kept(m, mtp, "stage params", (), (stages_key, *typed(st.tp, st.ep, st.etp, st.redundant_experts)),
                    lambda: _stage_params(m, st, stages, mtp.params if mtp is not None else 0.0))
     dp = _data_parallel(m, params, stages, microbatches, st, groups.gradient, system, layers, w)
+    # the word embedding's gradient all-reduce between the first and last stage, after the flush (embedding_sync.py)
+    dp = with_embedding_sync(dp, m, st, w, depth, groups.pp, system)
     optimizer, offload_s, hbm, tier2_mem = _kept(
         m, mtp, "memory", (layers, stages, params, sends, system, w if uses_lora(w) else None),
         (*typed(microbatches, e, w.seq_len), *typed(*memory_fields(st))),

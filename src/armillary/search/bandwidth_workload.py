@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from armillary.comm.phase_net import phase_message
+from armillary.estimate.embedding_sync import embedding_pair
 from armillary.estimate.result import ParallelDimension, StepEstimate
 from armillary.plan.placement import Placement, place_expert_groups, place_groups
 from armillary.search.network_bandwidth import BandwidthWorkload
@@ -62,7 +63,10 @@ def workload_from_estimate(result: StepEstimate, system: System, strategy: Strat
     efficiency = np.array([d.efficiency for d in system.network])
     rows, names = [], []
     for call in result.communication:
-        per_dim = dimension_bytes(call.operation, float(call.message_bytes), groups[call.dimension])
+        group = groups[call.dimension]
+        if call.dimension is ParallelDimension.PP and call.operation is Collective.ALL_REDUCE:
+            group = embedding_pair(group)  # the embedding gradient's: the first and last stage only
+        per_dim = dimension_bytes(call.operation, float(call.message_bytes), group)
         if per_dim.any() and float(call.per_step) > 0:
             rows.append(float(call.per_step) * per_dim / efficiency)
             names.append(f"{call.dimension.value} {call.operation.value}")

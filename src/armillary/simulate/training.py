@@ -335,12 +335,38 @@ class _Passes:
         dimension the pool is reached over): they run on their own link from the step's start, as the
         estimator's offload stall counts them."""
         breakdown, offload = self.est.breakdown, float(self.est.offload_s)
-        for s in range(self.pp):
-            lanes = self.lay.lanes[s]
-            self.dp.unoverlapped(s, lanes, [[t] for t in last_pass[s]])
-            deps = [[last_pass[s][i], *self.dp.pending(s, i)] for i in range(len(lanes))]
+        # the word embedding's gradient all-reduce between the first and the last stage (estimate/embedding_sync.py)
+        embedding = _call(self.est, (ParallelDimension.PP,), Collective.ALL_REDUCE) if self.pp > 1 else None
+        if embedding is not None and not float(embedding.per_step) > 0:
+            embedding = None
+        first: list[list[int]] = []
+
+        def optimizer(lanes: list[int], deps: list[list[int]]) -> None:
             if offload > 0:
                 deps = [[*d, self.b.add("offload", TaskKind.MEMORY, Category.OFFLOAD, (r,), Stream.OFFLOAD, offload,
                                         (), Tier.MEMORY)] for d, r in zip(deps, lanes, strict=True)]
             self.b.on_lanes("optimizer step", Category.OPTIMIZER, Stream.COMPUTE, float(breakdown.optimizer), lanes,
                             deps, [])
+
+        for s in range(self.pp):
+            lanes = self.lay.lanes[s]
+            self.dp.unoverlapped(s, lanes, [[t] for t in last_pass[s]])
+            deps = [[last_pass[s][i], *self.dp.pending(s, i)] for i in range(len(lanes))]
+            if embedding is not None and s == 0:  # the first stage's optimizer waits for the last stage's reduction
+                first = deps
+                continue
+            if embedding is not None and s == self.pp - 1:  # (the offload's transfers run beside it, as estimated)
+                first, deps = self._embedding_sync(embedding, first, deps)
+                optimizer(self.lay.lanes[0], first)
+            optimizer(lanes, deps)
+
+    def _embedding_sync(self, call: CommCall, first: list[list[int]],
+                        last: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
+        """The embedding all-reduce on the data-parallel stream (after the gradient reductions, as Megatron-Core's
+        finalize_model_grads runs it) of each pair of lanes, lane i of the first stage and of the last, after both
+        lanes' `first` / `last` dependencies; each lane's dependencies for its optimizer step."""
+        lanes, n = [*self.lay.lanes[0], *self.lay.lanes[-1]], len(self.lay.lanes[0])
+        out = self.b.on_lanes("embedding grad all-reduce", Category.DP, Stream.DP, float(call.time_each_s), lanes,
+                              [*first, *last], [[i, n + i] for i in range(n)], _tier(call), float(call.message_bytes),
+                              collective=Collective.ALL_REDUCE)
+        return out[:n], out[n:]
