@@ -442,15 +442,19 @@ SIZE_SAME = {2**30: ["1G", "1 GiB", "2^30", "1GiB", "1073741824 B", "1,073,741,8
 SIZE_OTHER = ["1GB", "128MB", "1e9", "nan", "-8", "8 KB"]
 
 
-def collective_fingerprint(row):
-    from armillary.validation.collective_rows import predict_collective
+def _outcome(read):
+    """('ok', what `read()` returns), ('refused', reason) for the harness's refusals, or ('CRASH', error)."""
     try:
-        label, value, notes = predict_collective(row)
-        return ("ok", (label, value, notes))
+        return ("ok", read())
     except (Unsupported, ValueError) as e:
         return ("refused", str(e))
     except Exception as e:
         return ("CRASH", f"{type(e).__name__}: {e}")
+
+
+def collective_fingerprint(row):
+    from armillary.validation.collective_rows import predict_collective
+    return _outcome(lambda: tuple(predict_collective(row)))
 
 
 def collective_variants(row, base):
@@ -520,12 +524,7 @@ MEMORY_METRIC_OTHER = ["peak memory", "nvidia-smi memory used", "max_memory_allo
 
 def memory_fingerprint(row):
     from armillary.validation.memory_rows import measure_of, unit_bytes
-    try:
-        return ("ok", (measure_of(row), unit_bytes(row)))
-    except (Unsupported, ValueError) as e:
-        return ("refused", str(e))
-    except Exception as e:
-        return ("CRASH", f"{type(e).__name__}: {e}")
+    return _outcome(lambda: (measure_of(row), unit_bytes(row)))
 
 
 def memory_variants(row, base):
