@@ -105,7 +105,8 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
     sends = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(training._pipeline_sends))) & FIELDS
     assert sends == set(training.SENDS_FIELDS)
     layers = set()
-    for part in (training._made_layers, training._adapters, memory.saved_input_bytes, memory.fp8_family):
+    for part in (training._made_layers, training._routed_experts, training._adapters, memory.saved_input_bytes,
+                 memory.fp8_family):
         layers |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
     assert layers | read | stored <= set(training.LAYERS_FIELDS), (layers | read | stored) - set(training.LAYERS_FIELDS)
     kept = set()

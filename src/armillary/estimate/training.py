@@ -104,25 +104,8 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     device = system.device
     e = mem.per_precision(mem.ACTIVATION_BYTES, st.precision)
     microbatches = microbatch_count(w.global_batch, st.micro_batch, st.dp)
-    # where each group's ranks sit: once per strategy point and network shape (kept on the frozen point)
-    sizes = system_shape(system)[0]
-    groups = derived(st, ("groups", sizes), lambda: _GROUPS.get(  # (and by value, for the points of a sweep)
-        system, typed(st.tp, st.dp, st.pp, st.cp, st.rank_order),
-        lambda: place_groups(st.tp, st.dp, st.pp, sizes, st.cp, st.rank_order)))
-    # the model's stages, for every point of the same pipeline (kept per model, `_PARTS`)
-    stages_key = ("stages", *typed(st.pp, st.first_stage_layers, st.last_stage_layers))
-    stages: StageLayers = _PARTS.get(m, stages_key, lambda: split_stages(
-        m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers))
-    # every layer is priced at the chunk's average recomputation and offload: what a block-method recompute
-    # re-runs, what offloading the first N layers of each chunk moves
-    chunk = chunk_layers(*stages.totals, st.pp, st.vpp)
-    share = chunk_share(st.recompute_layers, chunk)
-    offloaded = st.offload_activations * chunk_share(st.offload_activation_layers, chunk)
-    # the copy made once per strategy point and shares (`memo.quick_replace`: dataclasses.replace of its 70 fields
-    # costs about 17 us)
-    base = st
-    st = derived(base, ("chunked", share, offloaded),
-                 lambda: quick_replace(base, recompute_share=share, offload_activations=offloaded))
+    groups, stages_key, stages = _placed(m, st, system)
+    base, st = st, _chunked(st, stages)
     layers = _layers(m, st, w, system, groups, e)
     # multi-token prediction: its modules on the last stage (estimate/mtp.py)
     depth, mtp = mtp_depth(m, w), None
@@ -156,19 +139,7 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
              microbatches * crit.cp, microbatches * crit.ep, microbatches * sends.per_mb,
              maximum(0.0, pipe - microbatches * (crit.total + sends.per_mb)),  # the bubble, >= 0 after rounding
              exposed_together(dp, *_overlappable(crit), microbatches), optimizer)
-    # the second tier's link runs alongside the whole pipeline: it stalls the step only by what it takes longer
-    # (the pipeline: every other part, summed in TimeBreakdown.total's order, taken once for the stall and the
-    # step: the step is that sum + the stall, as TimeBreakdown.total adds them)
-    pipeline = pipeline_total(*parts)
-    if type(pipeline) is not np.ndarray or not pipeline.ndim:  # one configuration (numpy's 0-d results are scalars)
-        stall = maximum(0.0, offload_s - ((pipeline + 0.0) - optimizer))
-        step = pipeline + stall
-    else:  # a sweep: the same operations in the same order, each written over its temporary (`result.over`)
-        spare = pipeline + 0.0
-        spare = over(np.subtract, spare, optimizer, spare)
-        spare = over(np.subtract, offload_s, spare, spare)
-        stall = over(np.maximum, 0.0, spare, spare)
-        step = over(np.add, pipeline, stall, pipeline)  # (the pipeline's sum read no more)
+    stall, step = _stall_and_step(parts, optimizer, offload_s)
     breakdown = TimeBreakdown(*parts, offload_stall=stall)
     # the shape rules of the point as given (`base`: the chunked copy differs only in the recompute and offload
     # shares, which no rule reads), so a search's mask and this check take them once (`feasibility.shape_rules`)
@@ -194,6 +165,47 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
         ends=layers.ends, offload_s=offload_total,
     )
 
+
+
+def _placed(m: ModelArrays, st: StrategyArrays, system: System) -> tuple[Groups, tuple[object, ...], StageLayers]:
+    """Where each group's ranks sit (once per strategy point and network shape, kept on the frozen point, and by
+    value for the points of a sweep), and the model's stages with their key (for every point of the same
+    pipeline, kept per model)."""
+    sizes = system_shape(system)[0]
+    groups = derived(st, ("groups", sizes), lambda: _GROUPS.get(
+        system, typed(st.tp, st.dp, st.pp, st.cp, st.rank_order),
+        lambda: place_groups(st.tp, st.dp, st.pp, sizes, st.cp, st.rank_order)))
+    stages_key = ("stages", *typed(st.pp, st.first_stage_layers, st.last_stage_layers))
+    stages: StageLayers = _PARTS.get(m, stages_key, lambda: split_stages(
+        m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers))
+    return groups, stages_key, stages
+
+
+def _chunked(st: StrategyArrays, stages: StageLayers) -> StrategyArrays:
+    """The point with every layer priced at its chunk's average recomputation and offload: what a block-method
+    recompute re-runs, what offloading the first N layers of each chunk moves. The copy is made once per point
+    and shares (`memo.quick_replace`: dataclasses.replace of its 70 fields costs about 17 us)."""
+    chunk = chunk_layers(*stages.totals, st.pp, st.vpp)
+    share = chunk_share(st.recompute_layers, chunk)
+    offloaded = st.offload_activations * chunk_share(st.offload_activation_layers, chunk)
+    return derived(st, ("chunked", share, offloaded),
+                   lambda: quick_replace(st, recompute_share=share, offload_activations=offloaded))
+
+
+def _stall_and_step(parts: tuple[Array, ...], optimizer: Array, offload_s: Array) -> tuple[Array, Array]:
+    """The second tier's stall and the step. Its link runs alongside the whole pipeline, so it stalls the step
+    only by what it takes longer. The pipeline is every other part, summed in TimeBreakdown.total's order and
+    taken once for the stall and the step: the step is that sum + the stall, as TimeBreakdown.total adds them."""
+    pipeline = pipeline_total(*parts)
+    if type(pipeline) is not np.ndarray or not pipeline.ndim:  # one configuration (numpy's 0-d results are scalars)
+        stall = maximum(0.0, offload_s - ((pipeline + 0.0) - optimizer))
+        return stall, pipeline + stall
+    # a sweep: the same operations in the same order, each written over its temporary (`result.over`)
+    spare = pipeline + 0.0
+    spare = over(np.subtract, spare, optimizer, spare)
+    spare = over(np.subtract, offload_s, spare, spare)
+    stall = over(np.maximum, 0.0, spare, spare)
+    return stall, over(np.add, pipeline, stall, pipeline)  # (the pipeline's sum read no more)
 
 
 def _kept(m: ModelArrays, mtp: MtpCost | None, name: str, held: tuple[object, ...], numbers: tuple[object, ...],
@@ -298,26 +310,31 @@ def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: 
     sizes = system_shape(system)[0]
     etp_group, ep_group, edp_group = derived(st, ("expert groups", edp, sizes),  # once per point and network
                                              lambda: place_expert_groups(st.etp, st.ep, edp, sizes))
-    redundant = st.redundant_experts  # EPLB replicas per rank
-    load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity, redundant)
-    # the expert biases (GPT-OSS) added expert by expert after the grouped GEMM, as Megatron-Core's
-    # TEGroupedMLP does (`experts_forward`); taken for every training stack: the validated MoE training rows
-    # with expert biases are all Megatron-Core's (a stack without that pass needs a strategy field)
-    tokens, dispatch_e = b * q / sequence_shards(t, sp), where(st.dispatch_fp8 > 0, 1.0, e)
-    # an fp8 recipe's padding copies around the grouped GEMMs (`experts_forward`), likewise for every training
-    # stack, where the counts are dropless and Megatron-Core's alltoall dispatcher delivers them: the flex
-    # dispatcher with HybridEP pads inside its dispatch (token_dispatcher.py _HybridEPManager `pad_multiple`,
-    # core_v0.16.0; DeepEP without router padding would pay the copies, but `dispatch_dedup` does not tell the
-    # two apart: not charged), and padding to capacity leaves nothing to align; the router's own padding
-    # (moe_router_padding_for_fp8) is off in the validated recipes (Megatron-Bridge v0.2.0 never sets it; v0.4.2
-    # recipes/qwen/qwen3_moe.py sets it False)
-    fp8_pad = mem.fp8_family(st) * where(st.pad_to_capacity > 0, 0.0, 1.0) * where(st.dispatch_dedup > 0, 0.0, 1.0)
-    experts_key = ("experts", *typed(tokens, st.ep, st.etp, load, e, dispatch_e, redundant, fp8_pad))
-    experts = _PARTS.get(m, experts_key, lambda: experts_forward(m, tokens, st.ep, st.etp, load, e, dispatch_e,
-                                                                 redundant=redundant, bias_pass=1.0,
-                                                                 fp8_pad=fp8_pad))
+    experts, experts_key = _routed_experts(m, st, b * q / sequence_shards(t, sp), e)
     moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)), experts_key)
     return Layers(dense, moe, ends, n_tp, edp, edp_group)
+
+
+def _routed_experts(m: ModelArrays, st: StrategyArrays, tokens: Array, e: Array
+                    ) -> tuple[ExpertsForward, tuple[object, ...]]:
+    """The routed experts of one MoE layer for the `tokens` a device routes (`experts_forward`), kept per model
+    under their key, with Megatron-Core's software passes taken for every training stack:
+    - the expert biases (GPT-OSS) added expert by expert after the grouped GEMM, as its TEGroupedMLP does: the
+      validated MoE training rows with expert biases are all Megatron-Core's (a stack without that pass needs a
+      strategy field);
+    - an fp8 recipe's padding copies around the grouped GEMMs, where the counts are dropless and the alltoall
+      dispatcher delivers them: the flex dispatcher with HybridEP pads inside its dispatch (token_dispatcher.py
+      _HybridEPManager `pad_multiple`, core_v0.16.0; DeepEP without router padding would pay the copies, but
+      `dispatch_dedup` does not tell the two apart: not charged), and padding to capacity leaves nothing to
+      align; the router's own padding (moe_router_padding_for_fp8) is off in the validated recipes
+      (Megatron-Bridge v0.2.0 never sets it; v0.4.2 recipes/qwen/qwen3_moe.py sets it False)."""
+    redundant = st.redundant_experts  # EPLB replicas per rank
+    load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity, redundant)
+    dispatch_e = where(st.dispatch_fp8 > 0, 1.0, e)
+    fp8_pad = mem.fp8_family(st) * where(st.pad_to_capacity > 0, 0.0, 1.0) * where(st.dispatch_dedup > 0, 0.0, 1.0)
+    key = ("experts", *typed(tokens, st.ep, st.etp, load, e, dispatch_e, redundant, fp8_pad))
+    return _PARTS.get(m, key, lambda: experts_forward(m, tokens, st.ep, st.etp, load, e, dispatch_e,
+                                                      redundant=redundant, bias_pass=1.0, fp8_pad=fp8_pad)), key
 
 
 def _spans(group: Placement) -> tuple[object, ...]:
