@@ -28,6 +28,7 @@ from armillary.estimate import (
     memory,
     model_states,
     training,
+    training_layers,
     training_memory,
 )
 from armillary.memo import KeyedCache, typed
@@ -105,10 +106,11 @@ def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
     sends = set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(training._pipeline_sends))) & FIELDS
     assert sends == set(training.SENDS_FIELDS)
     layers = set()
-    for part in (training._made_layers, training._routed_experts, training._adapters, memory.saved_input_bytes,
-                 memory.fp8_family):
+    for part in (training_layers._made_layers, training_layers._routed_experts, training_layers._adapters,
+                 memory.saved_input_bytes, memory.fp8_family):
         layers |= set(re.findall(r"\bst\.([a-z_0-9]+)", inspect.getsource(part))) & FIELDS
-    assert layers | read | stored <= set(training.LAYERS_FIELDS), (layers | read | stored) - set(training.LAYERS_FIELDS)
+    listed = set(training_layers.LAYERS_FIELDS)
+    assert layers | read | stored <= listed, (layers | read | stored) - listed
     kept = set()
     tm = training_memory
     for part in (tm.stage_memories, tm.optimizer_and_offload, tm.bytes_per_weight, tm.stage_adapters,
@@ -166,7 +168,7 @@ def test_a_layer_reads_only_its_listed_fields(name: str, monkeypatch: pytest.Mon
     """`layer_cost` and `kernel_passes` of each example's layers, run on a recording point: the fields they read
     are listed (LAYER_FIELDS, KERNEL_FIELDS)."""
     seen: list[tuple[Any, ...]] = []
-    cost, passes = training.layer_cost, training.kernel_passes
+    cost, passes = training_layers.layer_cost, training_layers.kernel_passes
 
     def layer_cost(*args: Any) -> Any:
         seen.append(("cost", *args))
@@ -175,8 +177,8 @@ def test_a_layer_reads_only_its_listed_fields(name: str, monkeypatch: pytest.Mon
     def kernel_passes(*args: Any) -> Any:
         seen.append(("kernels", *args))
         return passes(*args)
-    monkeypatch.setattr(training, "layer_cost", layer_cost)
-    monkeypatch.setattr(training, "kernel_passes", kernel_passes)
+    monkeypatch.setattr(training_layers, "layer_cost", layer_cost)
+    monkeypatch.setattr(training_layers, "kernel_passes", kernel_passes)
     _estimate(name)
     assert {s[0] for s in seen} == {"cost", "kernels"}
     for what, *args in seen:
@@ -240,12 +242,12 @@ def test_stored_activations_read_only_their_listed_fields(name: str, monkeypatch
     """`LayerActivations.stored` and `.checkpointed` of each example's layers, on a recording point, read only
     STORED_FIELDS."""
     seen: list[Any] = []
-    original = training.LayerKind
+    original = training_layers.LayerKind
 
     def kind(cost: Any, calls: Any, acts: Any, *rest: Any) -> Any:
         seen.append(acts)
         return original(cost, calls, acts, *rest)
-    monkeypatch.setattr(training, "LayerKind", kind)
+    monkeypatch.setattr(training_layers, "LayerKind", kind)
     _estimate(name)
     assert seen
     _, system, strategy, _ = load_run(EXAMPLES / f"{name}.yaml")
@@ -262,18 +264,18 @@ def test_the_layers_read_only_their_listed_fields(name: str, monkeypatch: pytest
     """`_made_layers` of each example, on a recording point, reads only LAYERS_FIELDS and gives what the point
     gives."""
     seen: list[tuple[Any, ...]] = []
-    original = training._made_layers
+    original = training_layers._made_layers
 
     def recorded(*args: Any) -> Any:
         seen.append(args)
         return original(*args)
-    monkeypatch.setattr(training, "_made_layers", recorded)
+    monkeypatch.setattr(training_layers, "_made_layers", recorded)
     _estimate(name)
     assert seen
     for m, st, *rest in seen:
         point = _Recording(st)
         assert repr(original(m, point, *rest)) == repr(original(m, st, *rest))
-        assert point.read <= set(training.LAYERS_FIELDS), point.read - set(training.LAYERS_FIELDS)
+        assert point.read <= set(training_layers.LAYERS_FIELDS), point.read - set(training_layers.LAYERS_FIELDS)
 
 
 @pytest.mark.parametrize("name", TRAINING)
@@ -320,7 +322,8 @@ def test_a_point_differing_in_what_layers_do_not_read_takes_the_kept_layers(monk
     model, system, base, workload = load_run(EXAMPLES / "gpt3-175b-a100.yaml")
     model, system = model.model_copy(), system.model_copy()
     made: list[str] = []
-    for module, name in ((training, "_made_layers"), (training, "kernel_passes"), (collectives, "_collective")):
+    for module, name in ((training_layers, "_made_layers"), (training_layers, "kernel_passes"),
+                         (collectives, "_collective")):
         original = getattr(module, name)
 
         def counted(*args: Any, _name: str = name, _f: Any = original) -> Any:

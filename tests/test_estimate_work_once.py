@@ -34,7 +34,7 @@ def test_an_moe_model_prices_its_tp_collectives_once(monkeypatch: pytest.MonkeyP
         monkeypatch.setattr(layer, name, counted)
     model, system, strategy, workload = load_run(EXAMPLES / "mixtral-8x7b-h100.yaml")
     # a system object of its own: the estimator keeps a layer's cost per system object and inputs
-    # (estimate/training.py `_PARTS`), so an earlier estimate of the same run would price nothing here
+    # (estimate/training_layers.py `MODEL_PARTS`), so an earlier estimate of the same run would price nothing here
     result = estimate(model, system.model_copy(), strategy, workload)
     assert result.moe_layer is not None and result.moe_layer.tp_forward_s > 0
     assert calls == Counter(all_gather=1, reduce_scatter=1, all_reduce=1)

@@ -66,8 +66,8 @@ FLASH_BACKWARD_FACTOR = 2.5
 
 # The strategy's fields a layer's cost reads (`layer_cost` and what it calls, here and in tp_layouts.py): with the
 # kernels, the messages, the groups and the system, the key under which the estimator keeps a layer's cost for
-# every strategy point that shares them (estimate/training.py `_PARTS`; tests/test_estimate_memo.py checks the
-# list against the code, so a field read and not listed fails there)
+# every strategy point that shares them (estimate/training_layers.py `MODEL_PARTS`; tests/test_estimate_memo.py
+# checks the list against the code, so a field read and not listed fails there)
 LAYER_FIELDS = ("attention", "attention_projections", "bf16_layers", "block_format", "cp", "cp_comm",
                 "dispatch_dedup", "ep", "etp", "expert_gemm_call", "moe_dispatch_sync", "moe_host_op",
                 "moe_host_ops", "overlap_ep", "overlap_tp", "precision", "recompute", "recompute_alternate_matmuls",

@@ -1,14 +1,14 @@
 """One training iteration, composed from per-layer kernels, collectives and the pipeline schedule.
 
 Recipe (docs/formulas.md §12), one named step each: one layer of each kind and the model's ends for one
-micro-batch (`layer.py`: kernels through the device's roofline, exposed TP / CP / EP collectives,
-recomputation); the pipeline sends; the stages' times and the schedule (`stages.py`, `pipeline.py`); the
+micro-batch (`training_layers.py`, from `layer.py`: kernels through the device's roofline, exposed TP / CP / EP
+collectives, recomputation); the pipeline sends; the stages' times and the schedule (`stages.py`, `pipeline.py`); the
 parameters each stage holds and their data-parallel communication (`data_parallel.py`); the optimizer step,
 the second memory tier and memory per device of the fullest stage (`training_memory.py`, `memory.py`); model FLOPs
 (`flops.py`); every call of the step. Every function takes arrays, so one call evaluates one
 configuration or a whole sweep.
 
-One configuration's parts are kept under their inputs (`_PARTS` per model, `_SENDS`, `_DATA_PARALLEL` and
+One configuration's parts are kept under their inputs (`MODEL_PARTS` per model, `_SENDS`, `_DATA_PARALLEL` and
 `_GROUPS` per system; `memo.KeyedCache`): each key holds the strategy fields the part reads (`*_FIELDS`, checked
 against the code by tests/test_estimate_memo.py), the numbers it takes and, by identity, the spec objects and the
 kept parts it follows from, which the value holds so that their ids stay their own. The same estimate again is
@@ -21,14 +21,13 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from armillary.comm.collectives import all_gather, needed, send_recv
-from armillary.cost.compute import kernel_times, matrix_peak
+from armillary.cost.compute import matrix_peak
 from armillary.estimate import memory as mem
-from armillary.estimate.activations import STORED_FIELDS, layer_activations, lora_saved_inputs, stored_fields
 from armillary.estimate.data_parallel import (
     DataParallelCost,
     data_parallel_cost,
@@ -40,18 +39,7 @@ from armillary.estimate.embedding_sync import with_embedding_sync
 from armillary.estimate.feasibility import check, system_shape
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.layer import (
-    KERNEL_FIELDS,
-    LAYER_FIELDS,
-    Adapters,
-    ExpertGroups,
-    LayerExchange,
-    TpCosts,
-    kernel_fields,
-    kernel_passes,
-    layer_cost,
-    layer_fields,
     recompute_modes,
-    tp_collectives,
 )
 from armillary.estimate.mtp import MtpCost, mtp_cost, mtp_depth, mtp_flop, mtp_layers_model, trains_mtp, with_mtp
 from armillary.estimate.pipeline import pipeline_time
@@ -60,9 +48,7 @@ from armillary.estimate.result import (
     DIM_PP,
     DIM_TP,
     CommCall,
-    EndsCost,
     ParallelDimension,
-    PassCost,
     StepEstimate,
     TimeBreakdown,
     Traffic,
@@ -77,22 +63,19 @@ from armillary.estimate.stages import (
     weighted_sum,
 )
 from armillary.estimate.step_figures import FIGURES, PARTS, Deferral, step_figures
-from armillary.estimate.token_exchange import Fanout
+from armillary.estimate.training_layers import MODEL_PARTS, spans_key, training_layers
 from armillary.estimate.training_memory import memory_and_optimizer, memory_fields, stage_adapters
-from armillary.estimate.training_parts import LayerKind, Layers, PipelineSends, StageParams, uses_lora
+from armillary.estimate.training_parts import Layers, PipelineSends, StageParams, uses_lora
 from armillary.memo import KeyedCache, derived, quick_replace, typed
 from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import microbatch_count, rank_queries
-from armillary.plan.placement import Groups, Placement, place_expert_groups, place_groups
+from armillary.plan.placement import Groups, Placement, place_groups
 from armillary.plan.rules import chunk_layers, chunk_share
 from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, SEND_RECV
 from armillary.specs.system import Device, System
-from armillary.workload.adapters import adapter_forward, dequantize
-from armillary.workload.attention import ring_kv_block
-from armillary.workload.experts import ExpertsForward, experts_forward, rank_load, replica_weights
+from armillary.workload.experts import replica_weights
 from armillary.workload.parameters import count_parameters
-from armillary.workload.transformer import ends_forward, layer_forward, sequence_shards, tp_message_bytes
 
 T = TypeVar("T")
 
@@ -106,15 +89,15 @@ def estimate_training(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, sys
     microbatches = microbatch_count(w.global_batch, st.micro_batch, st.dp)
     groups, stages_key, stages = _placed(m, st, system)
     base, st = st, _chunked(st, stages)
-    layers = _layers(m, st, w, system, groups, e)
+    layers = training_layers(m, st, w, system, groups, e)
     # multi-token prediction: its modules on the last stage (estimate/mtp.py)
     depth, mtp = mtp_depth(m, w), None
     if trains_mtp(depth):
         stages = with_mtp(stages, depth, m)
         mtp = mtp_cost(m, st, w, system, layers.ends, depth, where(w.frozen, 1.0, 0.0), e, stages.single)
         layers = replace(layers, ends=replace(layers.ends, mtp_s=mtp.time.compute, mtp_forward_s=mtp.forward_s))
-    sends = _SENDS.get(system, (typed(*sends_fields(st), w.seq_len, m.hidden, e), _spans(groups.pp),
-                                _spans(groups.tp)), lambda: _pipeline_sends(m, st, w, system, groups, e))
+    sends = _SENDS.get(system, (typed(*sends_fields(st), w.seq_len, m.hidden, e), spans_key(groups.pp),
+                                spans_key(groups.tp)), lambda: _pipeline_sends(m, st, w, system, groups, e))
     # each part for every point with the same inputs (kept per model: the kept objects it follows from held by the
     # value, so that their ids stay their own); with MTP made each time
     held = (layers.dense, layers.moe, stages)
@@ -176,7 +159,7 @@ def _placed(m: ModelArrays, st: StrategyArrays, system: System) -> tuple[Groups,
         system, typed(st.tp, st.dp, st.pp, st.cp, st.rank_order),
         lambda: place_groups(st.tp, st.dp, st.pp, sizes, st.cp, st.rank_order)))
     stages_key = ("stages", *typed(st.pp, st.first_stage_layers, st.last_stage_layers))
-    stages: StageLayers = _PARTS.get(m, stages_key, lambda: split_stages(
+    stages: StageLayers = MODEL_PARTS.get(m, stages_key, lambda: split_stages(
         m.layers, m.dense_layers, st.pp, st.first_stage_layers, st.last_stage_layers))
     return groups, stages_key, stages
 
@@ -210,147 +193,12 @@ def _stall_and_step(parts: tuple[Array, ...], optimizer: Array, offload_s: Array
 
 def _kept(m: ModelArrays, mtp: MtpCost | None, name: str, held: tuple[object, ...], numbers: tuple[object, ...],
           make: Callable[[], T]) -> T:
-    """`make()` kept per model (`_PARTS`) under `name`, the ids of the kept objects it follows from (`held`, which
+    """`make()` kept per model (`MODEL_PARTS`) under `name`, the ids of the kept objects it follows from (`held`, which
     the value holds so that their ids stay their own) and `numbers`; with MTP made each time (its layers are
     rebuilt for every estimate)."""
     if mtp is not None:
         return make()
-    return _PARTS.get(m, (name, *map(id, held), *numbers), lambda: (held, make()))[1]
-
-# one configuration's parts per model, each under its inputs (memo.KeyedCache): the layers and what they are made
-# of (forward, kernel times, activations, layer kinds, the ends' and routed experts' forward), the stages and their
-# parameters, the pipeline, the calls, the memory and the model FLOPs. About 3 entries a strategy point of a sweep
-# (parts are shared), a few KB each (144 points of one run: 2.3 MB); at most 1,024 a model and 16 models
-_PARTS: KeyedCache[ModelArrays, Any] = KeyedCache(16, 1024)
-
-
-# the strategy's fields `_layers` reads, with those of what it calls (`layer.LAYER_FIELDS`, `KERNEL_FIELDS`,
-# `activations.STORED_FIELDS`, `memory.saved_input_bytes`): with the activation bytes, the sequence, the system and the
-# groups' spans, the key under which the layers are kept per model (tests/test_estimate_memo.py checks the list)
-LAYERS_FIELDS = tuple(sorted({*LAYER_FIELDS, *KERNEL_FIELDS, *STORED_FIELDS, "micro_batch", "dp",
-                              "redundant_experts", "imbalance", "capacity_factor", "pad_to_capacity", "dispatch_fp8",
-                              "precision", "block_format"}))
-layers_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*LAYERS_FIELDS)
-
-
-def _layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
-            e: Array) -> Layers:
-    """One dense layer, one MoE layer (MoE models) and the ends, for one micro-batch (`_made_layers`): kept per
-    model under their inputs for every point that shares them. (The key holds the system, and under LoRA the
-    workload, whose adapters the layers read, by identity: the value keeps them alive, so that their ids stay
-    their own.)"""
-    lora = w if uses_lora(w) else None
-    key = ("layers", typed(*layers_fields(st)), typed(e, w.seq_len), id(system), _spans(groups.tp),
-           _spans(groups.cp), id(lora))
-    return _PARTS.get(m, key, lambda: (system, lora, _made_layers(m, st, w, system, groups, e)))[2]  # type: ignore[no-any-return]
-
-
-def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: System, groups: Groups,
-                 e: Array) -> Layers:
-    """One dense layer, one MoE layer (MoE models) and the ends, for one micro-batch. With context
-    parallelism every rank works on s/cp tokens of each sequence."""
-    b, s, t, sp, c = st.micro_batch, w.seq_len, st.tp, st.sequence_parallel, st.cp
-    q = rank_queries(s, c)
-    n_tp = tp_message_bytes(m, b, q, e)
-    kv_block = ring_kv_block(m, b * q, t, e)  # one rank's K and V (ring attention)
-    a2a_bytes = (b * q * m.qkv_width / t * e, b * q * m.heads * m.value_dim / t * e)
-    ends_key = ("ends", *typed(b, q, t, e))
-    ends_fw = _PARTS.get(m, ends_key, lambda: ends_forward(m, b, q, t, e))
-    tp_costs: list[TpCosts] = []  # the same for every layer kind: taken once, where a layer's cost is made
-    device, lora = system.device, uses_lora(w)
-    g = mem.saved_input_bytes(st)
-    # the kernels' strategy inputs (`layer_kernels`), and the activations' (`activations.layer_activations`)
-    kernel_inputs = typed(*kernel_fields(st))
-    saved = typed(st.attention, g)
-    # a layer's cost (`layer_cost`) beyond its kernels: the strategy's fields it reads, the system, the
-    # messages and the groups' spans (the TP collectives follow from them); its stored activations' fields
-    cost_inputs = (typed(*layer_fields(st)), id(system), typed(n_tp, kv_block, *a2a_bytes),
-                   _spans(groups.tp), _spans(groups.cp))
-    stored_inputs = typed(*stored_fields(st))
-
-    def kind(mlp_width: Array | None, experts: ExpertsForward | None = None,
-             expert_groups: ExpertGroups | None = None, experts_key: tuple[object, ...] | None = None
-             ) -> tuple[LayerKind, EndsCost]:
-        # the layer's forward, kernel times, cost and stored activations: pure functions of the model and the
-        # inputs in their keys, kept per model (`_PARTS`), so the points of a sweep that share them take them once
-        forward_key = ("forward", *typed(b, s, t, sp, e, c, mlp_width))
-        kernels_key = ("kernels", forward_key, ends_key, experts_key, id(device), kernel_inputs)
-        if lora:
-            return made(mlp_width, experts, expert_groups, experts_key, forward_key, kernels_key)[1:]
-        # (the keys hold the device and the system by identity: the values keep them alive, so that their ids
-        # stay their own)
-        groups_key = None if expert_groups is None else (_spans(expert_groups.ep), _spans(expert_groups.etp))
-        return _PARTS.get(m, ("kind", kernels_key, cost_inputs, groups_key, saved, stored_inputs),
-                          lambda: made(mlp_width, experts, expert_groups, experts_key, forward_key, kernels_key))[1:]
-
-    def made(mlp_width: Array | None, experts: ExpertsForward | None, expert_groups: ExpertGroups | None,
-             experts_key: tuple[object, ...] | None, forward_key: tuple[object, ...],
-             kernels_key: tuple[object, ...]) -> tuple[System, LayerKind, EndsCost]:
-        # a YaRN model's rotary embedding op by op, as Megatron-Bridge runs it (`layer_forward`), for every
-        # training stack as the expert biases below
-        fw = _PARTS.get(m, forward_key, lambda: layer_forward(m, b, s, t, sp, e, c, mlp_width, eager_yarn=1.0))
-        kernels = _PARTS.get(m, kernels_key, lambda: (device, kernel_passes(fw, ends_fw, experts, st, device)))[1]
-        if not tp_costs:  # the TP collectives, once for every layer kind
-            tp_costs.append(tp_collectives(st, system, n_tp, groups.tp))
-        exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups, tp_costs[0])
-        adapters = _adapters(m, w, system, st, b * q, e, mlp_width) if lora else None
-        cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, adapters, kernels)
-        if lora:
-            acts = layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
-                                         lora_saved_inputs(w, e, g))
-        else:
-            acts = _PARTS.get(m, ("activations", forward_key, experts_key, saved),
-                              lambda: layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g))
-        return system, LayerKind(cost, calls, acts, fw, acts.stored(st), acts.checkpointed(st)), ends
-
-    dense, ends = kind(None)
-    edp = t * c * st.dp / (st.etp * st.ep)  # expert layers regroup the tp x cp x dp ranks as etp x ep x edp
-    if not (isinstance(m.experts, np.ndarray) or m.experts > 0):
-        return Layers(dense, None, ends, n_tp, edp, None)
-    sizes = system_shape(system)[0]
-    etp_group, ep_group, edp_group = derived(st, ("expert groups", edp, sizes),  # once per point and network
-                                             lambda: place_expert_groups(st.etp, st.ep, edp, sizes))
-    experts, experts_key = _routed_experts(m, st, b * q / sequence_shards(t, sp), e)
-    moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)), experts_key)
-    return Layers(dense, moe, ends, n_tp, edp, edp_group)
-
-
-def _routed_experts(m: ModelArrays, st: StrategyArrays, tokens: Array, e: Array
-                    ) -> tuple[ExpertsForward, tuple[object, ...]]:
-    """The routed experts of one MoE layer for the `tokens` a device routes (`experts_forward`), kept per model
-    under their key, with Megatron-Core's software passes taken for every training stack:
-    - the expert biases (GPT-OSS) added expert by expert after the grouped GEMM, as its TEGroupedMLP does: the
-      validated MoE training rows with expert biases are all Megatron-Core's (a stack without that pass needs a
-      strategy field);
-    - an fp8 recipe's padding copies around the grouped GEMMs, where the counts are dropless and the alltoall
-      dispatcher delivers them: the flex dispatcher with HybridEP pads inside its dispatch (token_dispatcher.py
-      _HybridEPManager `pad_multiple`, core_v0.16.0; DeepEP without router padding would pay the copies, but
-      `dispatch_dedup` does not tell the two apart: not charged), and padding to capacity leaves nothing to
-      align; the router's own padding (moe_router_padding_for_fp8) is off in the validated recipes
-      (Megatron-Bridge v0.2.0 never sets it; v0.4.2 recipes/qwen/qwen3_moe.py sets it False)."""
-    redundant = st.redundant_experts  # EPLB replicas per rank
-    load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity, redundant)
-    dispatch_e = where(st.dispatch_fp8 > 0, 1.0, e)
-    fp8_pad = mem.fp8_family(st) * where(st.pad_to_capacity > 0, 0.0, 1.0) * where(st.dispatch_dedup > 0, 0.0, 1.0)
-    key = ("experts", *typed(tokens, st.ep, st.etp, load, e, dispatch_e, redundant, fp8_pad))
-    return _PARTS.get(m, key, lambda: experts_forward(m, tokens, st.ep, st.etp, load, e, dispatch_e,
-                                                      redundant=redundant, bias_pass=1.0, fp8_pad=fp8_pad)), key
-
-
-def _spans(group: Placement) -> tuple[object, ...]:
-    """A group's spans and their types (a key of `_PARTS`; Placement's own hash is a Python call)."""
-    return typed(*group.spans)
-
-
-def _adapters(m: ModelArrays, w: TrainingArrays, system: System, st: StrategyArrays, tokens: Array, e: Array,
-              mlp_width: Array | None) -> Adapters:
-    """One layer's LoRA adapters and QLoRA dequantization on one device, through the roofline: the
-    adapters at 16 bits (they stay bf16 under fp8 recipes), the dequantization as a stream."""
-    op, dq = adapter_forward(m, w, tokens, st.tp, e, mlp_width), dequantize(m, w, st.tp, mlp_width)
-    adapter_t = kernel_times((op,), system.device, st.precision, sixteen_bit=True)[0]
-    dequantize_t = kernel_times((dq,), system.device, st.precision)[0]
-    return Adapters(PassCost(op.flop, op.bytes, adapter_t), PassCost(dq.flop, dq.bytes, dequantize_t),
-                    where(w.frozen, 1.0, 0.0))
+    return MODEL_PARTS.get(m, (name, *map(id, held), *numbers), lambda: (held, make()))[1]
 
 
 
@@ -485,7 +333,7 @@ def _kept_data_parallel(params_local: Array, layers_local: Array, microbatches: 
     them), the group's spans, the strategy's fields it reads (`data_parallel.DATA_PARALLEL_FIELDS`), so that a
     sweep's points with the same parameters, micro-batches and group (e.g. over recomputation or offload) take it
     once."""
-    key = (typed(params_local, layers_local, microbatches, tensors_per_layer), _spans(group), id(dimension),
+    key = (typed(params_local, layers_local, microbatches, tensors_per_layer), spans_key(group), id(dimension),
            typed(*data_parallel_fields(st)), None if lora is None else typed(*lora))
     return _DATA_PARALLEL.get(system, key, lambda: data_parallel_cost(
         params_local, layers_local, microbatches, st, group, system, dimension, tensors_per_layer, lora))
@@ -543,7 +391,7 @@ def _flops(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, layers: Layers
                                                         sum(op.flop for op in fw.core_gemms)))
         gemms = (gemm * rank_to_batch, core * rank_to_batch)
     if mtp_depth is None:  # kept per model and workload (held by the value, so that its id stays its own)
-        flops = _PARTS.get(m, ("model flops", id(w), typed(*(gemms or (None,)), processed)),
+        flops = MODEL_PARTS.get(m, ("model flops", id(w), typed(*(gemms or (None,)), processed)),
                            lambda: (w, model_flop_per_iteration(m, w, gemms, processed)))[1]
     else:
         flops = model_flop_per_iteration(m, w, gemms, processed)
