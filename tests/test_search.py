@@ -13,7 +13,8 @@ from armillary.errors import SpecError
 from armillary.estimate.feasibility import training_checks
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import data_parallel
-from armillary.search.run import Objective, process_pool, search
+from armillary.search.executors import process_pool
+from armillary.search.run import Objective, search
 from armillary.search.space import (
     StrategySpace,
     memory_floor,
@@ -120,7 +121,7 @@ def test_process_pool_gives_the_serial_answer():
 
 
 def test_dask_local_cluster_gives_the_serial_answer():
-    from armillary.search.run import dask_cluster
+    from armillary.search.executors import dask_cluster
 
     workload = load_workload({"seq_len": 2048, "global_batch": 64})
     space = StrategySpace(tp=(1, 2, 4, 8), micro_batch=(1, 2))

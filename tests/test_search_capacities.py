@@ -51,7 +51,7 @@ def test_a_shared_cache_gives_each_capacity_its_own_answer(objective, chunk):
 def test_codesign_answers_as_one_search_per_system():
     """codesign groups its systems by everything but the capacities; the answer is the one of a search per
     system (an executor other than `serial` runs each search on its own)."""
-    from armillary.search.run import serial
+    from armillary.search.executors import serial
 
     space = SystemSpace.model_validate({"gpus": [8, 16], "hbm_capacity": ["24 GiB", "40 GiB", "80 GiB"],
                                         "prices": {"device": 10000, "hbm_per_gib": 100}})

@@ -17,8 +17,9 @@ from armillary.specs.workload import Inference, Training
 
 # the search spaces and the searches load on the first call that needs them
 if TYPE_CHECKING:
+    from armillary.search.executors import Executor
     from armillary.search.inference import InferenceSearchResult, InferenceSpace
-    from armillary.search.run import Executor, Objective, SearchResult
+    from armillary.search.run import Objective, SearchResult
     from armillary.search.space import StrategySpace
     from armillary.search.systems import CoDesignResult, SystemSpace
 
@@ -37,8 +38,9 @@ def run_search(model: ModelLike, system: SystemLike, strategy: StrategyLike | No
     (default: serial, in this process) evaluates the chunks of a training space.
 
     Example: `run_search("llama3-8b", "dgx-h100", None, {"seq_len": 2048, "global_batch": 64}, gpus=8)`."""
+    from armillary.search.executors import serial
     from armillary.search.inference import InferenceSpace, search_inference
-    from armillary.search.run import Objective, serial
+    from armillary.search.run import Objective
     from armillary.search.run import search as search_strategies
     from armillary.search.space import StrategySpace
     from armillary.validation.bands import error_band
@@ -90,7 +92,7 @@ def codesign(model: ModelLike, system: SystemLike, workload: WorkloadLike,
              executor: Executor | None = None) -> CoDesignResult:
     """For every system of `systems` (variants of `system`), the fastest strategy of `space`; the time /
     cost / power Pareto front. The workload before the strategy: `run_codesign` takes the one order."""
-    from armillary.search.run import serial
+    from armillary.search.executors import serial
     from armillary.search.space import StrategySpace
     from armillary.search.systems import SystemSpace
     from armillary.search.systems import codesign as codesign_systems

@@ -24,7 +24,7 @@ from armillary.specs.loading import load_model, load_spec, load_system
 from armillary.writing import replaced
 
 if TYPE_CHECKING:
-    from armillary.search.run import Executor
+    from armillary.search.executors import Executor
     from armillary.specs.model import Model
     from armillary.specs.strategy import Strategy
     from armillary.specs.system import System
@@ -151,7 +151,7 @@ def _objective(text: str) -> Objective:
 
 
 def _executor(workers: int, dask: str | None) -> Executor:
-    from armillary.search.run import dask_cluster, process_pool, serial
+    from armillary.search.executors import dask_cluster, process_pool, serial
 
     if dask:
         return dask_cluster(dask, max(workers, 2))

@@ -9,8 +9,7 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from enum import StrEnum
@@ -22,7 +21,7 @@ import numpy as np
 from armillary.arguments import whole
 from armillary.comm.compose import forget, memoized
 from armillary.display import Displayed, Headline, gib, number, percent, seconds
-from armillary.errors import MissingExtra, SpecError
+from armillary.errors import SpecError
 from armillary.estimate.feasibility import memory_fits, shape_rules
 from armillary.estimate.result import ErrorBand
 from armillary.estimate.run import estimate_training_run
@@ -31,6 +30,7 @@ from armillary.numerics import keep_sweep_memory
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.codes import encode
 from armillary.plan.layout import data_parallel
+from armillary.search.executors import Executor, serial
 from armillary.search.space import (
     Axes,
     StrategySpace,
@@ -313,57 +313,7 @@ class SearchResult(Displayed):
 # Blocks run in waves of this many; the lower bound is checked between waves, so what is skipped (and the
 # answer) does not depend on the executor or the number of workers.
 WAVE = 16
-CONNECT_TIMEOUT_S = 10  # a Dask scheduler that does not answer by then is reported, not waited for
 MAX_TOP = 100_000  # the running top-k is held in memory and re-estimated one by one at the end
-
-Waves = Iterable[list[tuple[int, int]]]
-Executor = Callable[[Callable[[int, int], ChunkResult], Waves], Iterator[ChunkResult]]
-
-
-def serial(fn: Callable[[int, int], ChunkResult], waves: Waves) -> Iterator[ChunkResult]:
-    return (fn(a, b) for wave in waves for a, b in wave)
-
-
-def process_pool(workers: int | None = None) -> Executor:
-    """Blocks over local processes (results in submission order); one pool serves every wave."""
-
-    def run(fn: Callable[[int, int], ChunkResult], waves: Waves) -> Iterator[ChunkResult]:
-        with ProcessPoolExecutor(workers) as pool:
-            for wave in waves:
-                yield from pool.map(fn, *zip(*wave, strict=True))
-
-    return run
-
-
-def dask_cluster(address: str = "local", workers: int = 2) -> Executor:
-    """Blocks over a Dask cluster: a scheduler address (tcp://host:8786), or "local" for a LocalCluster of
-    `workers` processes started for the search and closed after it. Needs the optional `dask` extra."""
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError:  # pragma: no cover - depends on the installation
-        raise MissingExtra("the Dask executor", "dask", "dask[distributed]") from None
-
-    def run(fn: Callable[[int, int], ChunkResult], waves: Waves) -> Iterator[ChunkResult]:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None) if address == "local" else None
-        try:
-            client = Client(cluster if cluster is not None else address, timeout=CONNECT_TIMEOUT_S)
-        except (OSError, TimeoutError) as err:
-            raise SpecError(f"--dask {address}: no Dask scheduler answered within {CONNECT_TIMEOUT_S} s "
-                            f"({err})") from None
-        try:
-            for wave in waves:
-                futures = client.map(fn, *zip(*wave, strict=True), pure=False)
-                for future in as_completed(futures):  # any order: the top-k merge does not depend on it
-                    yield future.result()
-        finally:
-            client.close()
-            if cluster is not None:
-                cluster.close()
-
-    return run
-
-
 def layout_bounds(problem: Problem) -> np.ndarray:
     """Per layout of the space (the first axis), a lower bound of the objective at any of its points:
     `time_floor` or `memory_floor`."""

@@ -14,7 +14,8 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 
 from armillary.display import Displayed, Headline, number, seconds
 from armillary.errors import SpecError
-from armillary.search.run import Candidate, Executor, LayoutCache, Objective, search, serial
+from armillary.search.executors import Executor, serial
+from armillary.search.run import Candidate, LayoutCache, Objective, search
 from armillary.search.space import StrategySpace
 from armillary.specs.base import Spec
 from armillary.specs.model import Model

@@ -246,7 +246,8 @@ def training_chain(model: str, steps: Sequence[Step], workload: Mapping[str, Any
     """Each step's fastest training strategy (`search.run.search`, as `armillary search`, over `space`;
     default: tp up to the scale-up domain, ZeRO 0 / 1) and its speed-up over the first step's: the
     strategy is re-tuned for every system, as a published generation comparison would."""
-    from armillary.search.run import Objective, search, serial
+    from armillary.search.executors import serial
+    from armillary.search.run import Objective, search
     from armillary.search.space import StrategySpace
     from armillary.specs.loading import load_model, load_spec, load_strategy, load_system, load_workload
     from armillary.specs.workload import Training
