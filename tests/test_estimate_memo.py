@@ -86,11 +86,12 @@ def _read_fields(path: Path) -> set[str]:
 
 
 def test_the_layer_key_lists_every_strategy_field_the_code_reads() -> None:
-    """Every field layer.py and tp_layouts.py (what `layer_cost` runs) read of the strategy is in LAYER_FIELDS,
-    and every field kernel_passes' modules read is in KERNEL_FIELDS: a field read and not listed would let two
-    strategies that differ in it share a layer's cost."""
+    """Every field layer.py, layer_comm.py and tp_layouts.py (what `layer_cost` runs) read of the strategy is in
+    LAYER_FIELDS, and every field kernel_passes' modules read is in KERNEL_FIELDS: a field read and not listed would
+    let two strategies that differ in it share a layer's cost."""
     estimate = ROOT / "src" / "armillary" / "estimate"
-    read = _read_fields(estimate / "layer.py") | _read_fields(estimate / "tp_layouts.py")
+    read = (_read_fields(estimate / "layer.py") | _read_fields(estimate / "layer_comm.py")
+            | _read_fields(estimate / "tp_layouts.py"))
     assert read <= set(layer.LAYER_FIELDS), read - set(layer.LAYER_FIELDS)
     assert set(layer.KERNEL_FIELDS) <= set(layer.LAYER_FIELDS)
     assert "tp_layout" in read and "recompute_share" in read  # the pattern finds what it should

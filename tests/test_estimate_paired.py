@@ -9,12 +9,12 @@ import pytest
 
 from armillary.comm.collectives import all_gather, reduce_scatter
 from armillary.estimate.data_parallel import paired
-from armillary.estimate.layer import _all_to_all
+from armillary.estimate.layer_comm import all_to_all_cost
 from armillary.plan.placement import place_groups
 from armillary.specs.loading import load_system
 
 
-@pytest.mark.parametrize("collective", [reduce_scatter, all_gather, _all_to_all])
+@pytest.mark.parametrize("collective", [reduce_scatter, all_gather, all_to_all_cost])
 @pytest.mark.parametrize("first, second", [
     (1e9, 2.5e8),  # one value each, the group's spans swept
     (np.array([[3e9], [7e5]]), 1e8),  # on the spans' axes, and one value

@@ -11,7 +11,7 @@ import pytest
 
 from armillary.api import estimate
 from armillary.comm import collectives
-from armillary.estimate import feasibility, layer
+from armillary.estimate import feasibility, layer_comm
 from armillary.search import run as search_run
 from armillary.search.run import Objective, Problem
 from armillary.search.space import StrategySpace, resolve_axes
@@ -31,7 +31,7 @@ def test_an_moe_model_prices_its_tp_collectives_once(monkeypatch: pytest.MonkeyP
         def counted(*args: Any, _name: str = name, _f: Any = original, **kwargs: Any) -> Any:
             calls[_name] += 1
             return _f(*args, **kwargs)
-        monkeypatch.setattr(layer, name, counted)
+        monkeypatch.setattr(layer_comm, name, counted)
     model, system, strategy, workload = load_run(EXAMPLES / "mixtral-8x7b-h100.yaml")
     # a system object of its own: the estimator keeps a layer's cost per system object and inputs
     # (estimate/training_layers.py `MODEL_PARTS`), so an earlier estimate of the same run would price nothing here

@@ -29,7 +29,8 @@ from armillary.errors import SpecError
 from armillary.estimate import memory as mem
 from armillary.estimate.dp_attention import dp_attention_tokens_time
 from armillary.estimate.inference_result import PassTime
-from armillary.estimate.layer import ExpertGroups, LayerExchange, layer_cost, tp_collectives
+from armillary.estimate.layer import layer_cost
+from armillary.estimate.layer_comm import ExpertGroups, LayerExchange, tp_collectives
 from armillary.estimate.result import EndsCost, ParallelDimension
 from armillary.estimate.token_exchange import Fanout
 from armillary.numerics import Array

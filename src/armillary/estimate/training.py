@@ -38,9 +38,7 @@ from armillary.estimate.data_parallel import (
 from armillary.estimate.embedding_sync import with_embedding_sync
 from armillary.estimate.feasibility import check, system_shape
 from armillary.estimate.flops import model_flop_per_iteration
-from armillary.estimate.layer import (
-    recompute_modes,
-)
+from armillary.estimate.layer import recompute_modes
 from armillary.estimate.mtp import MtpCost, mtp_cost, mtp_depth, mtp_flop, mtp_layers_model, trains_mtp, with_mtp
 from armillary.estimate.pipeline import pipeline_time
 from armillary.estimate.result import (

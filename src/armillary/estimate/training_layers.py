@@ -20,15 +20,12 @@ from armillary.estimate.layer import (
     KERNEL_FIELDS,
     LAYER_FIELDS,
     Adapters,
-    ExpertGroups,
-    LayerExchange,
-    TpCosts,
     kernel_fields,
     kernel_passes,
     layer_cost,
     layer_fields,
-    tp_collectives,
 )
+from armillary.estimate.layer_comm import ExpertGroups, LayerExchange, TpCosts, tp_collectives
 from armillary.estimate.result import EndsCost, PassCost
 from armillary.estimate.token_exchange import Fanout
 from armillary.estimate.training_parts import LayerKind, Layers, uses_lora

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from armillary.errors import SpecError
-from armillary.estimate.layer import TP_OPERATIONS, tp_calls_per_pass
+from armillary.estimate.layer_comm import TP_OPERATIONS, tp_calls_per_pass
 from armillary.estimate.result import CommCall, LayerCost, ParallelDimension, StepEstimate
 from armillary.numerics import Array
 from armillary.plan.layout import chunk_size, data_parallel, stage_layer_kinds
