@@ -145,9 +145,8 @@ def profile(repeats: int = 7) -> None:
     whole_search(m, system, workload, base)  # first: the parts below stay wrapped
     spent: Counter[str] = Counter()
     parts = [("armillary.estimate.training", name) for name in (
-        "_layers", "_pipeline_sends", "_stage_times", "_data_parallel", "_flops", "_calls", "check",
-        "exposed_together", "critical_stage")]
-    parts += [("armillary.estimate.training_memory", name) for name in ("optimizer_and_offload", "stage_memories")]
+        "training_layers", "_pipeline_sends", "_stage_times", "_data_parallel", "_flops", "_calls", "check",
+        "exposed_together", "critical_stage", "memory_and_optimizer")]
     parts += [("armillary.comm.collectives", "compose"), ("armillary.search.run", "shape_rules")]
 
     def timed_part(module: object, name: str) -> None:
