@@ -70,6 +70,9 @@ class Engine(NamedByPatterns):
     pad_attention_groups: bool = Field(False, description="data-parallel attention: a CUDA-graph decode step "
                                        "pads every group's batch to the largest group's, and the experts compute "
                                        "the padded tokens of all groups")
+    latent_cache_sized_as_kv: bool = Field(False, description="the engine sizes the pages of a latent (MLA) "
+                                           "cache as if every token held a key and a value of the latent's "
+                                           "width, so its pages hold half the tokens the memory would")
     block_fp8_kernels: Fp8Kernels | None = Field(None, description="its GEMM kernels for fp8 weights with "
                                                  "per-block scales; none: the device's fp8 GEMMs")
     channel_fp8_kernels: dict[Platform, Fp8Kernels] = Field(
@@ -103,6 +106,12 @@ def short_kernels(m: ModelArrays, layers: float) -> float:
     moe = (SHORT_KERNELS["moe"] - (float(m.expert_groups) <= 1) * (GROUPED_TOPK_KERNELS - SOFTMAX_TOPK_KERNELS)
            - (float(m.shared_ffn) <= 0) * SHARED_EXPERT_SHORT_KERNELS)
     return layers * (attention + moe_share * moe + (1 - moe_share) * SHORT_KERNELS["mlp"])
+
+
+def cache_sizing_factor(engine: Engine | None, m: ModelArrays) -> float:
+    """Bytes per cached token the engine counts when it sizes its KV pages, over those the cache stores: 2 for
+    a latent (MLA) cache in an engine that sizes it as a key plus a value (`latent_cache_sized_as_kv`), else 1."""
+    return 2.0 if engine is not None and engine.latent_cache_sized_as_kv and float(m.kv_lora) > 0 else 1.0
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from armillary.estimate.result import ErrorBand, RunConfig
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.balance import serve_least_outstanding
-from armillary.serving.engine import Engine, overheads, with_engine
+from armillary.serving.engine import Engine, cache_sizing_factor, overheads, with_engine
 from armillary.serving.lockstep import GroupStepCost, simulate_groups
 from armillary.serving.simulate import IterationCost, ReplicaRun, RequestTimes, SchedulerLimits, simulate_replica
 from armillary.serving.trace import Trace, checked_trace
@@ -129,7 +129,8 @@ def _limits(r: ReplicaModel, w: Inference, largest_prompt: int, engine: Engine |
         raise SpecError(f"weights ({float(memory.weights) / 2**30:.1f} GiB) and activations leave no room for a KV "
                         f"cache on {r.system.device.name}")
     hbm_share = 1 - r.tier2_fraction
-    blocks = kv_blocks(float(budget), hbm_share * r.cache_bytes_per_token, w.kv_cache.block_tokens)
+    sizing = cache_sizing_factor(engine, r.m)  # an engine counting a latent cache as K + V fits half the tokens
+    blocks = kv_blocks(float(budget), hbm_share * sizing * r.cache_bytes_per_token, w.kv_cache.block_tokens)
     swap = 0.0
     if sv.policy is Policy.SWAP:
         tier2 = r.system.device.second_tier
