@@ -253,11 +253,11 @@ INFERENCE = {
         requests=256, rate=math.inf, concurrency=None, steady=True),
     # TensorRT-LLM 0.17 serving DeepSeek-R1 (block-scaled fp8 checkpoint) on 8 H200: --tp_size 8 --ep_size 4
     # (experts over 4 ranks, each split in 2), --max_batch_size 512 --max_num_tokens 16384; 500 prompts of
-    # 3,200 + 800 tokens at concurrency 4
+    # 3,200 + 800 tokens at concurrency 4; the 0.17 profile (no CUDA graphs by default)
     "SRV-TRTLLM-DSR1-H200-C004-O800": lambda: _served(
         "deepseek-v3", "hgx-h200", 8, {"tp": 8, "ep": 4, "expert_tp": 2, "precision": "fp8", "attention": "flash3"},
         dict(input_len=3200, output_len=800, weights="fp8", weight_scales="block",
-             serving={"engine": "tensorrt-llm-1.0", "max_batch": 512, "max_batched_tokens": 16384}),
+             serving={"engine": "tensorrt-llm-0.17", "max_batch": 512, "max_batched_tokens": 16384}),
         requests=500, rate=math.inf, concurrency=4, steady=False),
 }
 
