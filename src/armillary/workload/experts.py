@@ -162,7 +162,8 @@ def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: 
     "Permutation 2" in `dispatch_postprocess`, `sort_chunks_by_idxs` of the tokens and their probabilities, or
     under drop-and-pad a `transpose(0, 1).contiguous()` of both; "Unpermutation 2" in `combine_preprocess`
     restores the expert outputs' order before the combine): beside the permutes around the all-to-all, a copy
-    of the N received tokens (read and write N h) and of their fp32 probabilities (read and write 4 N bytes)
+    of the N received tokens (read and write N h) and of their fp32 probabilities (read and write 4 N bytes;
+    `moe_router_dtype` fp32, as the Qwen3 / DeepSeek providers set it: a bf16 router's are half, 0.02% of the pass)
     before the experts, and one of the outputs after them: N (4 h e + 8) bytes [derived from that code], priced
     with the permutes; their backward is the inverse copy (the stream kernels' factor). Nothing with one local
     expert (the dispatcher skips both)."""
