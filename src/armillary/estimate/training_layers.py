@@ -149,14 +149,19 @@ def _routed_experts(m: ModelArrays, st: StrategyArrays, tokens: Array, e: Array
       _HybridEPManager `pad_multiple`, core_v0.16.0; DeepEP without router padding would pay the copies, but
       `dispatch_dedup` does not tell the two apart: not charged), and padding to capacity leaves nothing to
       align; the router's own padding (moe_router_padding_for_fp8) is off in the validated recipes
-      (Megatron-Bridge v0.2.0 never sets it; v0.4.2 recipes/qwen/qwen3_moe.py sets it False)."""
+      (Megatron-Bridge v0.2.0 never sets it; v0.4.2 recipes/qwen/qwen3_moe.py sets it False);
+    - the alltoall dispatcher's regrouping of the received tokens by local expert and back (`sort_pass`, where
+      a rank holds more than one expert), which the flex dispatcher does not run (it permutes the received
+      tokens once, the permutes counted already)."""
     redundant = st.redundant_experts  # EPLB replicas per rank
     load = rank_load(m.experts, st.ep, st.imbalance, st.capacity_factor, st.pad_to_capacity, redundant)
     dispatch_e = where(st.dispatch_fp8 > 0, 1.0, e)
     fp8_pad = mem.fp8_family(st) * where(st.pad_to_capacity > 0, 0.0, 1.0) * where(st.dispatch_dedup > 0, 0.0, 1.0)
-    key = ("experts", *typed(tokens, st.ep, st.etp, load, e, dispatch_e, redundant, fp8_pad))
+    sort_pass = where(st.dispatch_dedup > 0, 0.0, 1.0)
+    key = ("experts", *typed(tokens, st.ep, st.etp, load, e, dispatch_e, redundant, fp8_pad, sort_pass))
     return MODEL_PARTS.get(m, key, lambda: experts_forward(m, tokens, st.ep, st.etp, load, e, dispatch_e,
-                                                      redundant=redundant, bias_pass=1.0, fp8_pad=fp8_pad)), key
+                                                      redundant=redundant, bias_pass=1.0, fp8_pad=fp8_pad,
+                                                      sort_pass=sort_pass)), key
 
 
 def spans_key(group: Placement) -> tuple[object, ...]:

@@ -125,7 +125,8 @@ def _missed(overlap: tuple[int, ...], k: int, groups: int, chosen: int, pool: in
 
 def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: Array, e: Array,
                     dispatch_e: Array, weight_bytes: Array | None = None,
-                    redundant: Array = 0.0, bias_pass: Array = 0.0, fp8_pad: Array = 0.0) -> ExpertsForward:
+                    redundant: Array = 0.0, bias_pass: Array = 0.0, fp8_pad: Array = 0.0,
+                    sort_pass: Array = 0.0) -> ExpertsForward:
     """`tokens` routed by this device (its micro-batch share after sequence splitting), `load` from
     `rank_load`, e activation bytes, dispatch_e the bytes per element of the dispatched tokens (1 with
     fp8 dispatch, DeepSeek-V3 §3.3.3), weight_bytes per expert weight (quantized inference weights),
@@ -154,7 +155,18 @@ def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: 
     rows, 32 under MXFP8) copy through `fused_multi_row_padding` unless every count is already aligned, which
     dropless routing's counts are not. Over the N received tokens: read and write N h twice and N fp32
     probabilities once, 4 N h e + 8 N bytes [derived from that code], priced with the permutes; the backward
-    copies the gradients back (the stream kernels' factor)."""
+    copies the gradients back (the stream kernels' factor).
+
+    `sort_pass` 1: Megatron-Core's `MoEAlltoAllTokenDispatcher` regroups the received tokens by local expert
+    whenever a rank holds more than one (megatron/core/transformer/moe/token_dispatcher.py, core_v0.15.0:
+    "Permutation 2" in `dispatch_postprocess`, `sort_chunks_by_idxs` of the tokens and their probabilities, or
+    under drop-and-pad a `transpose(0, 1).contiguous()` of both; "Unpermutation 2" in `combine_preprocess`
+    restores the expert outputs' order before the combine): beside the permutes around the all-to-all, a copy
+    of the N received tokens (read and write N h) and of their fp32 probabilities (read and write 4 N bytes;
+    `moe_router_dtype` fp32, as the Qwen3 / DeepSeek providers set it: a bf16 router's are half, 0.02% of the pass)
+    before the experts, and one of the outputs after them: N (4 h e + 8) bytes [derived from that code], priced
+    with the permutes; their backward is the inverse copy (the stream kernels' factor). Nothing with one local
+    expert (the dispatcher skips both)."""
     h, k, experts, f = m.hidden, m.top_k, m.experts, m.expert_ffn
     local = experts / ep + redundant
     received = tokens * k * load * etp
@@ -168,7 +180,8 @@ def experts_forward(m: ModelArrays, tokens: Array, ep: Array, etp: Array, load: 
         routing=stream(3 * tokens * experts * 4),  # [derived] write fp32 logits, read for scores and top-k
         # [derived] dispatch reads T h and writes T k h; combine reads T k h and writes T h
         permute=stream(2 * (tokens + received / etp) * h * e + bias_pass * m.linear_bias * 6 * received * h * e
-                       + fp8_pad * received * (4 * h * e + 8)),
+                       + fp8_pad * received * (4 * h * e + 8)
+                       + sort_pass * where(local > 1, 1.0, 0.0) * received * (4 * h * e + 8)),
         # one problem per touched local expert: efficiency follows the per-expert size (grouped GEMM)
         experts_in=grouped(gemm(per_expert, (m.mlp_matrices - 1) * f / etp, h, touched, e, e, w), problems),
         activation=stream(received * f / etp * e * (2 + gated + bias_pass * m.glu_clamp * gated * 8)),
