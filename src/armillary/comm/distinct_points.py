@@ -73,5 +73,5 @@ def distinct_columns(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray | None
     if first.all():
         return columns, None
     inverse = np.empty(len(order), dtype=np.intp)
-    inverse[order] = np.cumsum(first) - 1
+    inverse[order] = first.cumsum() - 1  # (the array's method: np.cumsum's dispatch skipped)
     return columns[:, order[first]], inverse

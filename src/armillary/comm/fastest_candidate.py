@@ -29,13 +29,15 @@ def fastest(times: list[Array], sents: list[Array], fixeds: list[Array], labels:
         if not p > 1:
             return DimensionCost(0.0, 0.0, labels[k][0], labels[k][1])
         return DimensionCost(times[k], sents[k], labels[k][0], labels[k][1], fixeds[k])
-    stacked = _stacked(times)  # only the times: np.choose broadcasts the bytes and latencies
-    k = np.argmin(stacked, axis=0)  # (the times hold every input's shape, so k has the common shape)
+    stacked = _stacked(times)  # only the times: choose broadcasts the bytes and latencies
+    # (the arrays' own methods, what np.argmin and np.choose call after their Python-level dispatch, which for
+    # np.choose walks every choice, a row view each for `stacked`: a few us a call)
+    k = stacked.argmin(axis=0)  # (the times hold every input's shape, so k has the common shape)
     active = np.asarray(p) > 1
     table = _label_table(tuple(labels))
-    sent = np.choose(k, sents)  # type: ignore[arg-type]  # (numbers or arrays: np.choose takes either)
-    fixed = np.choose(k, fixeds)  # type: ignore[arg-type]
-    return DimensionCost(np.where(active, np.choose(k, stacked), 0.0), np.where(active, sent, 0.0),
+    sent = k.choose(sents)  # (numbers or arrays: choose takes either)
+    fixed = k.choose(fixeds)
+    return DimensionCost(np.where(active, k.choose(stacked), 0.0), np.where(active, sent, 0.0),
                          table[k, 0], table[k, 1], np.where(active, fixed, 0.0))
 
 

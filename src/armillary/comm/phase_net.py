@@ -37,9 +37,20 @@ class PhaseNet:
         """The group's outermost spanned dimension (`Placement.outermost`), once per composition."""
         return self.group.outermost
 
+    @functools.cached_property
+    def size(self) -> Array:
+        """The group's ranks (`Placement.size`), once per composition."""
+        return self.group.size
+
+    @functools.cached_property
+    def tops(self) -> tuple[Array, ...]:
+        """Per dimension, whether it is the outermost the group spans, once per composition."""
+        outermost = self.outermost
+        return tuple(outermost == i for i in range(len(self.group.spans)))
+
     def top(self, i: int) -> Array:
         """Whether dimension i is the outermost the group spans."""
-        return self.outermost == i
+        return self.tops[i]
 
     def phase(self, i: int, op: Collective, n: Array, p: Array | None = None,
               exclude: tuple[Algorithm, ...] = (), algorithm: Algorithm | None = None,
@@ -90,7 +101,7 @@ class PhaseNet:
         if not any_true(span > 1):
             return (NOTHING,) * len(PROTOCOLS)
         try:
-            costs = ring_protocols(op, n, self.group.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
+            costs = ring_protocols(op, n, self.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
                                    latency_scale, curve=self.top(i))
         except ValueError:
             costs = ()
