@@ -183,8 +183,9 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     if scalar:
         a2a_hops = float(a2a_hops)
     everywhere = curve is True  # (the common call: the curve read at every point)
-    ramp = _ramp(net.size_efficiency if everywhere or any_true(curve) else None, n_bytes, scalar)
-    if not (everywhere or is_scalar(curve) or np.all(curve)):
+    size_curve = net.size_efficiency  # (read where the curve applies anywhere: tested only where there is one)
+    ramp = _ramp(size_curve if size_curve is not None and (everywhere or any_true(curve)) else None, n_bytes, scalar)
+    if not (everywhere or is_scalar(curve) or (curve.all() if type(curve) is np.ndarray else np.all(curve))):
         ramp = np.where(curve, ramp, 1.0)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     two_shot = net.direct == _TWO_SHOT

@@ -34,11 +34,11 @@ def fastest(times: list[Array], sents: list[Array], fixeds: list[Array], labels:
     # np.choose walks every choice, a row view each for `stacked`: a few us a call)
     k = stacked.argmin(axis=0)  # (the times hold every input's shape, so k has the common shape)
     active = np.asarray(p) > 1
-    table = _label_table(tuple(labels))
+    algorithm, protocol = _label_columns(tuple(labels))
     sent = k.choose(sents)  # (numbers or arrays: choose takes either)
     fixed = k.choose(fixeds)
     return DimensionCost(np.where(active, k.choose(stacked), 0.0), np.where(active, sent, 0.0),
-                         table[k, 0], table[k, 1], np.where(active, fixed, 0.0))
+                         algorithm.take(k), protocol.take(k), np.where(active, fixed, 0.0))
 
 
 def _stacked(times: list[Array]) -> np.ndarray:
@@ -56,8 +56,11 @@ def _stacked(times: list[Array]) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
-def _label_table(labels: tuple[tuple[int, int], ...]) -> np.ndarray:
-    """The (algorithm, protocol) labels of `fastest`'s candidates as an array (read-only: shared)."""
+def _label_columns(labels: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The algorithm and the protocol labels of `fastest`'s candidates, each an array (read-only: shared) that
+    `take` indexes by the candidate (as the table's columns, a copy of each: one fancy index, not two axes)."""
     table = np.array(labels)
-    table.flags.writeable = False
-    return table
+    columns = table[:, 0].copy(), table[:, 1].copy()
+    for c in columns:
+        c.flags.writeable = False
+    return columns
