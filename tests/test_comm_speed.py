@@ -90,3 +90,23 @@ def test_the_flat_ring_s_step_shares_by_hand():
     swept = _step_shares(np.array([16.0, 8.0, 1.0]), [1.0, np.array([8.0, 8.0, 1.0])])
     np.testing.assert_allclose(swept[0], [14 / 15, 1.0, 0.0], rtol=1e-15)
     np.testing.assert_allclose(swept[1], [1 / 15, 0.0, 0.0], rtol=1e-15)
+
+
+def test_the_fastest_candidate_with_one_shared_byte_count_is_the_chosen_one():
+    """One algorithm's protocols share their bytes (one array): taken as it is, the fastest candidate's fields are
+    what choosing among the candidates gives, bit for bit (and its bytes a new array)."""
+    from armillary.comm import fastest_candidate
+
+    rng = np.random.default_rng(3)
+    sent = rng.random(9) * 1e6
+    times = [rng.random(9) for _ in range(3)]
+    fixeds = [rng.random(9) * 1e-5 for _ in range(3)]
+    labels = [(0, 0), (0, 1), (0, 2)]
+    p = np.array([1.0, 2.0, 8.0, 1.0, 4.0, 2.0, 2.0, 8.0, 16.0])
+    shared = fastest_candidate.fastest(times, [sent] * 3, fixeds, labels, p, False)
+    copies = fastest_candidate.fastest(times, [sent.copy() for _ in range(3)], fixeds, labels, p, False)
+    assert _fields((shared,)) == _fields((copies,))
+    assert not np.shares_memory(shared.sent_bytes, sent)
+    k = np.array(times).argmin(axis=0)
+    assert _bits(shared.protocol) == _bits(k)
+    np.testing.assert_array_equal(shared.sent_bytes, np.where(p > 1, sent, 0.0))

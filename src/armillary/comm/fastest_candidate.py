@@ -35,10 +35,20 @@ def fastest(times: list[Array], sents: list[Array], fixeds: list[Array], labels:
     k = stacked.argmin(axis=0)  # (the times hold every input's shape, so k has the common shape)
     active = np.asarray(p) > 1
     algorithm, protocol = _label_columns(tuple(labels))
-    sent = k.choose(sents)  # (numbers or arrays: choose takes either)
+    sent = sents[0]  # one array for every candidate (one algorithm's protocols), of k's shape: what choose gives
+    if not (type(sent) is np.ndarray and sent.shape == k.shape and _all_is(sents, sent)):
+        sent = k.choose(sents)  # (numbers or arrays: choose takes either)
     fixed = k.choose(fixeds)
     return DimensionCost(np.where(active, k.choose(stacked), 0.0), np.where(active, sent, 0.0),
                          algorithm.take(k), protocol.take(k), np.where(active, fixed, 0.0))
+
+
+def _all_is(values: list[Array], first: Array) -> bool:
+    """Whether every value is `first` itself (a loop: no generator)."""
+    for v in values:  # noqa: SIM110 (a loop, not all(generator): called for every fastest candidate)
+        if v is not first:
+            return False
+    return True
 
 
 def _stacked(times: list[Array]) -> np.ndarray:
