@@ -47,6 +47,7 @@ from armillary.numerics import Array, any_true
 from armillary.specs.communication import (
     ALG_AUTO,
     ALG_DIRECT,
+    ALG_HALVING_DOUBLING,
     ALG_RING,
     ALG_SYNTHESIZED,
     ALG_TREE,
@@ -64,6 +65,8 @@ __all__ = ["ALGORITHMS", "NOTHING", "PROTOCOLS", "DimensionCost", "Protocol", "b
 _TWO_SHOT = DirectAllReduce.TWO_SHOT  # read once, as Collective's members are (specs/communication.py says why)
 # the collectives that reduce (`Collective.reduces`, a property that reads three members: ~0.9 us a call)
 _REDUCING = frozenset(op for op in Collective if op.reduces)
+# the algorithms whose steps or bytes read log2(p) (algorithm_steps.steps_and_bytes)
+_READ_LOG_P = frozenset((ALG_TREE, ALG_HALVING_DOUBLING))
 # bytes moved through HBM per byte reduced: read two operands, write one
 _REDUCE_TRAFFIC = 3.0
 
@@ -139,6 +142,13 @@ def _each_alone(times: list[Array], sents: list[Array], fixeds: list[Array], lab
         return tuple(fastest([t], [s], [f], [label], p, scalar)
                      for t, s, f, label in zip(times, sents, fixeds, labels, strict=True))
     active = np.asarray(p) > 1
+    if active.all():  # every point a group of two or more: np.where(active, x, 0.0) is a copy of x where x is a
+        # float array of the mask's shape (the same bits, a new array), done as a copy
+        def kept(x: Array) -> Array:
+            return x.copy() if type(x) is np.ndarray and x.shape == active.shape and x.dtype == np.float64 else (
+                np.where(active, x, 0.0))
+        return tuple(DimensionCost(kept(t), kept(s), a, k, kept(f))
+                     for t, s, f, (a, k) in zip(times, sents, fixeds, labels, strict=True))
     return tuple(DimensionCost(np.where(active, t, 0.0), np.where(active, s, 0.0), a, k, np.where(active, f, 0.0))
                  for t, s, f, (a, k) in zip(times, sents, fixeds, labels, strict=True))
 
@@ -165,7 +175,7 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         n_bytes, p = float(n_bytes), float(p)
         log_p: Array = float(math.ceil(math.log2(max(p, 1.0))))
     else:
-        log_p = np.ceil(np.log2(np.maximum(p, 1)))
+        log_p = 0.0  # (made below where an algorithm reads it: the ring, direct and in-network ones do not)
     times, fixeds, sents, labels = [], [], [], []
     reduces = op in _REDUCING
     torus_hops = ring_hops(net, p)
@@ -173,8 +183,9 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     if scalar:
         a2a_hops = float(a2a_hops)
     everywhere = curve is True  # (the common call: the curve read at every point)
-    ramp = _ramp(net.size_efficiency if everywhere or any_true(curve) else None, n_bytes, scalar)
-    if not (everywhere or is_scalar(curve) or np.all(curve)):
+    size_curve = net.size_efficiency  # (read where the curve applies anywhere: tested only where there is one)
+    ramp = _ramp(size_curve if size_curve is not None and (everywhere or any_true(curve)) else None, n_bytes, scalar)
+    if not (everywhere or is_scalar(curve) or (curve.all() if type(curve) is np.ndarray else np.all(curve))):
         ramp = np.where(curve, ramp, 1.0)
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     two_shot = net.direct == _TWO_SHOT
@@ -182,6 +193,8 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     for _, alg, protocols in derived(net)[2]:
         if (algorithm is not ALG_AUTO and alg is not algorithm) or alg in exclude:
             continue
+        if not scalar and alg in _READ_LOG_P and type(log_p) is float:
+            log_p = np.ceil(np.log2(np.maximum(p, 1)))
         steps_bytes = steps_and_bytes(op, alg, n_bytes, p, log_p, two_shot)
         if steps_bytes is None:
             continue

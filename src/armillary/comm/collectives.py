@@ -19,7 +19,7 @@ from armillary.comm.composed import COMPOSITIONS
 from armillary.comm.fabrics import all_to_all_slowdown
 from armillary.comm.libraries import choose, fastest, library_names
 from armillary.memo import IdentityCache, quick_init
-from armillary.numerics import Array
+from armillary.numerics import Array, is_array
 from armillary.plan.placement import Placement
 from armillary.specs.communication import (
     ALG_AUTO,
@@ -121,10 +121,11 @@ def collective(op: Collective, n_bytes: Array, group: Placement, system: System,
     composition the system's library offers (or the pinned one), each dimension's phase with its fastest
     algorithm (or the pinned one, where it can run). The per-device bandwidths of the dimensions may be given
     as arrays to sweep them (None keeps a dimension's own). One configuration's result is kept (`_SCALAR`)."""
-    if bandwidths is not None or type(op) is not Collective or type(algorithm) is not Algorithm or (
-            type(composition) is not Composition):  # swept or given bandwidths, or names not the members: not kept
-        return _collective(op, n_bytes, group, system, algorithm, bandwidths, composition)
     spans = group.spans  # (the members, which live as long as the program, by identity: Enum's __hash__ is slower)
+    if bandwidths is not None or type(op) is not Collective or type(algorithm) is not Algorithm or (
+            type(composition) is not Composition) or type(n_bytes) is np.ndarray or is_array(*spans):
+        # swept or given bandwidths, names not the members, or a sweep (its arrays do not hash): not kept
+        return _collective(op, n_bytes, group, system, algorithm, bandwidths, composition)
     key = (id(op), id(algorithm), id(composition), n_bytes, type(n_bytes), spans, *map(type, spans))
     table, held = _kept(system, key)
     if held is not None:

@@ -161,7 +161,7 @@ def _split(op: Collective, n: Array, group: Placement, system: System, bandwidth
         return (pick(n), Placement(tuple(pick(s) for s in group.spans)),
                 tuple(None if b is None else pick(b) for b in bandwidths))
 
-    one, rest = np.flatnonzero(inside), np.flatnonzero(~inside)
+    one, rest = inside.nonzero()[0], (~inside).nonzero()[0]  # (np.flatnonzero of a flat mask, without its dispatch)
     n1, g1, b1 = part(one)
     a = on_one_dimension(op, n1, PhaseNet(system, g1, ALG_AUTO, b1))
     if not len(rest):

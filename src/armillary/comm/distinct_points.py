@@ -10,10 +10,12 @@ import numpy as np
 
 from armillary.comm.composed import Composed, cost_fields
 from armillary.comm.cost_types import DimensionCost
+from armillary.memo import quick_init
 from armillary.numerics import Array, is_array
 from armillary.plan.placement import Placement
 
 
+@quick_init  # one a collective of a sweep (memo.quick_init)
 @dataclass(frozen=True)
 class Flattened:
     """A sweep's inputs (message, spans, swept bandwidths) at its distinct points, on one axis: every formula
@@ -69,9 +71,9 @@ def distinct_columns(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray | None
     ordered = keys[:, order]
     first = np.empty(len(order), dtype=bool)
     first[0] = True
-    np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=first[1:])
+    (ordered[:, 1:] != ordered[:, :-1]).any(axis=0, out=first[1:])  # (the array's method: np.any's dispatch skipped)
     if first.all():
         return columns, None
     inverse = np.empty(len(order), dtype=np.intp)
-    inverse[order] = np.cumsum(first) - 1
+    inverse[order] = first.cumsum() - 1  # (the array's method: np.cumsum's dispatch skipped)
     return columns[:, order[first]], inverse

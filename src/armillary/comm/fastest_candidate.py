@@ -29,14 +29,26 @@ def fastest(times: list[Array], sents: list[Array], fixeds: list[Array], labels:
         if not p > 1:
             return DimensionCost(0.0, 0.0, labels[k][0], labels[k][1])
         return DimensionCost(times[k], sents[k], labels[k][0], labels[k][1], fixeds[k])
-    stacked = _stacked(times)  # only the times: np.choose broadcasts the bytes and latencies
-    k = np.argmin(stacked, axis=0)  # (the times hold every input's shape, so k has the common shape)
+    stacked = _stacked(times)  # only the times: choose broadcasts the bytes and latencies
+    # (the arrays' own methods, what np.argmin and np.choose call after their Python-level dispatch, which for
+    # np.choose walks every choice, a row view each for `stacked`: a few us a call)
+    k = stacked.argmin(axis=0)  # (the times hold every input's shape, so k has the common shape)
     active = np.asarray(p) > 1
-    table = _label_table(tuple(labels))
-    sent = np.choose(k, sents)  # type: ignore[arg-type]  # (numbers or arrays: np.choose takes either)
-    fixed = np.choose(k, fixeds)  # type: ignore[arg-type]
-    return DimensionCost(np.where(active, np.choose(k, stacked), 0.0), np.where(active, sent, 0.0),
-                         table[k, 0], table[k, 1], np.where(active, fixed, 0.0))
+    algorithm, protocol = _label_columns(tuple(labels))
+    sent = sents[0]  # one array for every candidate (one algorithm's protocols), of k's shape: what choose gives
+    if not (type(sent) is np.ndarray and sent.shape == k.shape and _all_is(sents, sent)):
+        sent = k.choose(sents)  # (numbers or arrays: choose takes either)
+    fixed = k.choose(fixeds)
+    return DimensionCost(np.where(active, k.choose(stacked), 0.0), np.where(active, sent, 0.0),
+                         algorithm.take(k), protocol.take(k), np.where(active, fixed, 0.0))
+
+
+def _all_is(values: list[Array], first: Array) -> bool:
+    """Whether every value is `first` itself (a loop: no generator)."""
+    for v in values:  # noqa: SIM110 (a loop, not all(generator): called for every fastest candidate)
+        if v is not first:
+            return False
+    return True
 
 
 def _stacked(times: list[Array]) -> np.ndarray:
@@ -54,8 +66,11 @@ def _stacked(times: list[Array]) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
-def _label_table(labels: tuple[tuple[int, int], ...]) -> np.ndarray:
-    """The (algorithm, protocol) labels of `fastest`'s candidates as an array (read-only: shared)."""
+def _label_columns(labels: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The algorithm and the protocol labels of `fastest`'s candidates, each an array (read-only: shared) that
+    `take` indexes by the candidate (as the table's columns, a copy of each: one fancy index, not two axes)."""
     table = np.array(labels)
-    table.flags.writeable = False
-    return table
+    columns = table[:, 0].copy(), table[:, 1].copy()
+    for c in columns:
+        c.flags.writeable = False
+    return columns

@@ -12,7 +12,6 @@ from armillary.comm.composed import Composed
 from armillary.comm.cost_types import PROTOCOLS
 from armillary.comm.phase_net import PhaseNet, faster
 from armillary.numerics import Array, is_array, nan_maximum, where
-from armillary.plan.placement import Placement
 from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, BROADCAST, REDUCE, REDUCE_SCATTER, Collective
 
 # the collectives a ring runs
@@ -32,14 +31,15 @@ def flat_ring(op: Collective, n: Array, net: PhaseNet, index: int) -> Composed |
     channel_bandwidth (each channel carries 1/channels of the message round the ring: comm/channels.py)."""
     if op not in RINGS:
         return None
-    group, count = net.group, len(net.system.network)
-    shares = [where(net.top(i), 1.0 / group.inner(i), (group.spans[i] - 1) / (group.inner(i) * group.spans[i]))
+    group, count, size = net.group, len(net.system.network), net.size
+    inner = [group.inner(i) for i in range(count)]  # (each product once)
+    shares = [where(net.top(i), 1.0 / inner[i], (group.spans[i] - 1) / (inner[i] * group.spans[i]))
               for i in range(count)]
-    steps = _step_shares(group, count)
-    across = group.size / group.spans[0]  # blocks of the innermost dimension the ring visits (NCCL's nodes)
+    steps = _step_shares(size, inner)
+    across = size / group.spans[0]  # blocks of the innermost dimension the ring visits (NCCL's nodes)
     ll_cap = where(across <= 2, LL_NET_BUSBW[0], LL_NET_BUSBW[1])
     per_dimension = [net.ring(i, op, n * shares[i], steps[i]) for i in range(count)]
-    ring_bytes = n * bus_factor(op, group.size)  # what each rank sends round the ring
+    ring_bytes = n * bus_factor(op, size)  # what each rank sends round the ring
     best: Composed | None = None
     for k, proto in enumerate(PROTOCOLS):
         dims = tuple(d[k] for d in per_dimension)
@@ -70,12 +70,13 @@ def flat_ring(op: Collective, n: Array, net: PhaseNet, index: int) -> Composed |
     return best
 
 
-def _step_shares(group: Placement, count: int) -> list[Array]:
+def _step_shares(p: Array, inner: list[Array]) -> list[Array]:
     """The share of a flat ring's steps that cross dimension i (its latency counts that often): NCCL counts
     2(N-1) of an all-reduce's 2(p-1) steps as inter-node on N nodes (tuning.cc), the rest intra-node; in
     general c_i = (p / inner_i - 1) / (p - 1) of the steps leave a block of the dimensions below i, and
     dimension i takes c_i - c_(i+1)."""
-    p = group.size
-    left = [where(p > 1, (p / group.inner(i) - 1) / nan_maximum(p - 1, 1.0), 0.0) for i in range(count)] + [0.0]
+    count = len(inner)  # (p: the group's size; inner[i]: its `Placement.inner(i)`)
+    several, steps = p > 1, nan_maximum(p - 1, 1.0)  # (the same for every dimension: made once)
+    left = [where(several, (p / inner[i] - 1) / steps, 0.0) for i in range(count)] + [0.0]
     return [left[i] - left[i + 1] for i in range(count)]
 

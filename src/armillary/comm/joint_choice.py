@@ -182,12 +182,12 @@ def joint(stacks: list[Stack], chunks: np.ndarray) -> list[np.ndarray]:
             taken = []
             for g, st in zip(weighed, stacks, strict=True):
                 allowed = np.where(st.transfer[None] <= cap[:, None], g[None], np.inf)  # (caps, options, points)
-                j = np.argmin(allowed, axis=1)
+                j = allowed.argmin(axis=1)  # (the arrays' own methods: np.argmin's and np.min's dispatch skipped)
                 # the least is the value at its argmin (a NaN where the argmin is the first NaN: NaN both ways)
-                total = total + np.min(allowed, axis=1)
+                total = total + allowed.min(axis=1)
                 taken.append(j)
             total[np.isnan(total)] = np.inf  # never better, as in a comparison
-            c = np.argmin(total, axis=0)  # the first cap of the least total
+            c = total.argmin(axis=0)  # the first cap of the least total
             least = total[c, points]
             better = least < best
             best = np.where(better, least, best)

@@ -41,8 +41,9 @@ def on_one_dimension(op: Collective, n: Array, net: PhaseNet) -> Composed:
     time: Array = 0
     flat: Array = 0 if nccl else False
     for i, s in enumerate(group.spans):
-        # (a dimension one configuration's group does not span: NOTHING, as `phase` gives it, without its message)
-        d = NOTHING if type(s) is float and not s > 1 else net.phase(i, op, phase_message(op, n, group, i))
+        # (a dimension the group spans at no point: NOTHING, as `phase` gives it, without its message)
+        d = NOTHING if (not s > 1 if type(s) is float else type(s) is np.ndarray and not (s > 1).any()) else (
+            net.phase(i, op, phase_message(op, n, group, i)))
         dims.append(d)
         time = time + d.time
         if nccl:

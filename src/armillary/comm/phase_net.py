@@ -37,9 +37,20 @@ class PhaseNet:
         """The group's outermost spanned dimension (`Placement.outermost`), once per composition."""
         return self.group.outermost
 
+    @functools.cached_property
+    def size(self) -> Array:
+        """The group's ranks (`Placement.size`), once per composition."""
+        return self.group.size
+
+    @functools.cached_property
+    def tops(self) -> tuple[Array, ...]:
+        """Per dimension, whether it is the outermost the group spans, once per composition."""
+        outermost = self.outermost
+        return tuple(outermost == i for i in range(len(self.group.spans)))
+
     def top(self, i: int) -> Array:
         """Whether dimension i is the outermost the group spans."""
-        return self.outermost == i
+        return self.tops[i]
 
     def phase(self, i: int, op: Collective, n: Array, p: Array | None = None,
               exclude: tuple[Algorithm, ...] = (), algorithm: Algorithm | None = None,
@@ -87,18 +98,19 @@ class PhaseNet:
         ring sweep across that dimension (comm/calibration.fit_ring_after_tree), while an inner curve
         comes from a sweep inside the inner dimension (NVLink: its >= 2 MiB messages ran NVLS)."""
         dim, span = self.system.network[i], self.group.spans[i]
-        if not any_true(span > 1):
+        several = span > 1  # (one mask for the tests below)
+        if not any_true(several):
             return (NOTHING,) * len(PROTOCOLS)
         try:
-            costs = ring_protocols(op, n, self.group.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
+            costs = ring_protocols(op, n, self.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
                                    latency_scale, curve=self.top(i))
         except ValueError:
             costs = ()
         if len(costs) != len(PROTOCOLS):
             return (blocked(span),) * len(PROTOCOLS)
-        if type(span) is np.ndarray and _of_shape(costs, span.shape) and (span > 1).all():
+        if type(span) is np.ndarray and type(several) is np.ndarray and _of_shape(costs, span.shape) and several.all():
             return costs  # spanned at every point, costs of its shape: x * 1.0 is x (IEEE 754), so as they are
-        spanned = where(span > 1, 1.0, 0.0)  # (one mask for every protocol)
+        spanned = where(several, 1.0, 0.0)  # (one mask for every protocol)
         return tuple(scaled(c, spanned) for c in costs)
 
 def _of_shape(costs: tuple[DimensionCost, ...], shape: tuple[int, ...]) -> bool:
