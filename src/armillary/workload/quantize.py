@@ -15,12 +15,13 @@ Re-quantization (`quantize_ops`): where Megatron-Core keeps a GEMM's 16-bit inpu
 copy, Transformer Engine casts it rowwise only in forward and casts the kept tensor again, columnwise only, in
 backward (`save_original_input`: TE v2.9 pytorch/module/linear.py l.224-226 and l.617-633, grouped_linear.py
 l.96-102 and l.392-406): one more read of the 16-bit tensor, each layout still written once. Megatron-Core
-(core_v0.15.0) does so for the attention output projection under every recipe but delayed scaling from TE 2.6
-(transformer/attention.py l.205-217, multi_latent_attention.py l.178-189) and for the experts' down projection
-when the experts' activation is recomputed (transformer/moe/experts.py l.808-815, selective `moe_act`). MLA's
-up-projections recomputed (selective `mla_up_proj`, multi_latent_attention.py l.783-785) run first under
-torch.no_grad (tensor_parallel/random.py CheckpointWithoutOutputFunction.forward l.502: no input gradient is
-needed, so the cast is rowwise only) and again in backward with gradients (l.576: both layouts).
+(core_v0.15.0) does so under an fp8-family recipe (`config.fp8`: MXFP8 of the block formats, `_REQUANTIZED`)
+for the attention output projection, every recipe but delayed scaling, from TE 2.6 (transformer/attention.py
+l.205-217, multi_latent_attention.py l.178-189) and for the experts' down projection when the experts'
+activation is recomputed (transformer/moe/experts.py l.808-815, selective `moe_act`). MLA's up-projections
+recomputed (selective `mla_up_proj`, multi_latent_attention.py l.783-785) run first under torch.no_grad
+(tensor_parallel/random.py CheckpointWithoutOutputFunction.forward l.502: no input gradient is needed, so the
+cast is rowwise only) and again in backward with gradients (l.576: both layouts).
 The cast kernels' own rate: no text-readable measurement of TE 2.9's kernel exists (docs/fp4.md), so they
 stream at the device's rate like every other element-wise kernel.
 """
@@ -33,7 +34,7 @@ import numpy as np
 
 from armillary.numerics import Array, maximum, ratio_or_zero, where
 from armillary.plan.codes import BLOCK_FORMAT
-from armillary.specs.formats import FORMATS
+from armillary.specs.formats import FORMATS, MXFP8
 from armillary.workload.ops import Op, stream
 
 if TYPE_CHECKING:
@@ -49,8 +50,13 @@ _BYTES = np.array([0.0 if f is None else f.bytes for f in _FORMATS])
 _PASSES = np.array([0.0 if f is None else float(f.quantize_passes) for f in _FORMATS])
 # per code, the bytes one cast reads per element (SOURCE_BYTES per pass), computed once
 _READ = _PASSES * SOURCE_BYTES
+# per code, 1 where Megatron-Core's re-quantizing hooks apply: they test `config.fp8`, which its MXFP8 recipe
+# sets (fp8_recipe 'mxfp8') and its NVFP4 recipe does not (`config.fp4`, transformer/transformer_config.py
+# l.408-416 at core_v0.15.0); it has no MXFP4 training recipe
+_REQUANTIZED = np.array([1.0 if f is MXFP8 else 0.0 for f in _FORMATS])
 # as Python floats for one configuration (the same float64 values: no numpy scalar arithmetic per call)
 _BYTES_OF, _READ_OF = [float(x) for x in _BYTES], [float(x) for x in _READ]
+_REQUANTIZED_OF = [float(x) for x in _REQUANTIZED]
 
 
 def format_bytes(block_format: Array) -> Array:
@@ -99,6 +105,8 @@ def quantize_ops(fw: LayerForward, experts: ExpertsForward | None, block_format:
     of the experts' activation in effect); the `latent_inputs` elements of MLA's up-projection inputs (tokens x
     (query + KV latent width)), cast once like any GEMM input, or twice where `mla_up_recompute` (0/1)."""
     keep = 1 - bf16_share(fw, bf16_layers)
+    requantized = (_REQUANTIZED[np.asarray(block_format, dtype=int)] if isinstance(block_format, np.ndarray) else
+                   _REQUANTIZED_OF[int(block_format)])
     # the attention projections run in the format (not where the recipe or the checkpoint keeps them wider)
     quantized = 0.0 if fw.sixteen_bit_attention else where(projections == 0, 1.0, 0.0)
     (attention_in, mlp_in), (attention_out, mlp_out) = fw.gemm_inputs, fw.gemm_outputs
@@ -106,13 +114,11 @@ def quantize_ops(fw: LayerForward, experts: ExpertsForward | None, block_format:
     expert_out = experts.gemm_outputs if experts is not None else 0.0
     # inputs kept in bf16 and cast again in backward (one layout each pass): the output projection's, the
     # experts' down projection's under moe_act recomputation
-    kept = quantized * out_proj_inputs(fw) + (
-        moe_act_recompute * experts.received_tokens * experts.ffn_shard if experts is not None else 0.0)
-    latent = quantized * latent_inputs
-    both_in = quantized * attention_in + mlp_in + expert_in - kept + (1 - mla_up_recompute) * latent
-    forward = keep * (quantize_bytes(both_in, block_format)
-                      + cast_bytes(kept + mla_up_recompute * latent, block_format, 1))
+    kept = requantized * (quantized * out_proj_inputs(fw) + (
+        moe_act_recompute * experts.received_tokens * experts.ffn_shard if experts is not None else 0.0))
+    latent, recast = quantized * latent_inputs, requantized * mla_up_recompute
+    both_in = quantized * attention_in + mlp_in + expert_in - kept + (1 - recast) * latent
+    forward = keep * (quantize_bytes(both_in, block_format) + cast_bytes(kept + recast * latent, block_format, 1))
     outputs = quantized * attention_out + mlp_out + expert_out
-    backward = keep * (quantize_bytes(outputs + mla_up_recompute * latent, block_format)
-                       + cast_bytes(kept, block_format, 1))
+    backward = keep * (quantize_bytes(outputs + recast * latent, block_format) + cast_bytes(kept, block_format, 1))
     return stream(forward), stream(backward)
