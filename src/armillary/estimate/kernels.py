@@ -80,13 +80,15 @@ class LayerKernels:
 
 def layer_kernels(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, device: Device,
                   precision: Array, flash_version: Array, expert_call: Array = 0.0, block_format: Array = 0.0,
-                  projections: Array = 0.0, bf16_layers: Array = 0.0) -> LayerKernels:
+                  projections: Array = 0.0, bf16_layers: Array = 0.0, moe_act_recompute: Array = 0.0,
+                  mla_up_recompute: Array = 0.0) -> LayerKernels:
     """Roofline time of every kernel of the layer `fw` (with the routed `experts` of an MoE layer) and of
     the ends, at the recipe's `precision` code and `block_format` (`plan.codes.BLOCK_FORMAT`). `expert_call`:
     the least time each local expert adds to a grouped expert GEMM run as one library call per expert
     (`Strategy.expert_gemm_call`). `projections` (`plan.codes.PROJECTIONS`): the attention projections in the
     recipe's format, in fp8 or in bf16; `bf16_layers`: layers whose weight GEMMs all run in bf16, priced as
-    their share of every layer (`Strategy.quantized_gemms`)."""
+    their share of every layer (`Strategy.quantized_gemms`); `moe_act_recompute`, `mla_up_recompute`: those
+    selective recomputations in effect (0/1), which re-quantize some GEMM inputs (`quantize_ops`)."""
     routed = (experts.experts_in, experts.experts_out, experts.routing, experts.permute,
               experts.activation) if experts is not None else ()
     (qkv, out_proj, mlp_in, mlp_out, norms, residuals, activation, rotary, recurrence, quantize, embedding, loss,
@@ -109,8 +111,9 @@ def layer_kernels(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, 
             (1 - share) * t + share * b16 for t, b16 in
             zip((qkv, out_proj, mlp_in, mlp_out), kernel_times(fw.dense_gemms, device, precision, sixteen_bit=True),
                 strict=True))
-    q_forward, q_backward = (kernel_times(quantize_ops(fw, experts, block_format, projections, bf16_layers), device,
-                                          precision) if any_true(block_format > 0) else (0.0, 0.0))
+    q_forward, q_backward = (kernel_times(quantize_ops(fw, experts, block_format, projections, bf16_layers,
+                                                       moe_act_recompute, mla_up_recompute, fw.latent_inputs),
+                                          device, precision) if any_true(block_format > 0) else (0.0, 0.0))
     kernels = LayerKernels(qkv, out_proj, mlp_in, mlp_out, norms, residuals, activation, rotary, recurrence,
                            quantize, embedding, loss, scores, over_v, softmax, head_gemm, flash,
                            quantize_forward=q_forward, quantize_backward=q_backward)

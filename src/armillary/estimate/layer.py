@@ -65,7 +65,7 @@ LAYER_FIELDS = ("attention", "attention_projections", "bf16_layers", "block_form
 layer_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*LAYER_FIELDS)
 # of them, those `kernel_passes` reads (checked as LAYER_FIELDS)
 KERNEL_FIELDS = ("precision", "attention", "expert_gemm_call", "block_format", "attention_projections", "bf16_layers",
-                 "tp_layout", "summa_steps", "tp")
+                 "recompute", "recompute_moe_act", "recompute_mla_up_proj", "tp_layout", "summa_steps", "tp")
 kernel_fields: Callable[[StrategyArrays], tuple[Array, ...]] = operator.attrgetter(*KERNEL_FIELDS)
 
 
@@ -76,6 +76,13 @@ def recompute_modes(st: StrategyArrays) -> tuple[Array, Array]:
     backward (then it costs nothing)."""
     full = (st.recompute == RECOMPUTE_FULL) * st.recompute_share
     return full, (st.recompute == RECOMPUTE_SELECTIVE) & (st.recompute_core_attn > 0) & (st.attention == 0)
+
+
+def requantizing_recompute(st: StrategyArrays) -> tuple[Array, Array]:
+    """(moe_act, mla_up_proj) selective recomputation in effect (0/1): the modules whose recomputation makes a
+    block-scaled recipe quantize some GEMM inputs again (`workload.quantize.quantize_ops`)."""
+    selective = st.recompute == RECOMPUTE_SELECTIVE
+    return where(selective, st.recompute_moe_act, 0.0), where(selective, st.recompute_mla_up_proj, 0.0)
 
 
 def _module_recompute(st: StrategyArrays, parts: tuple[tuple[Array, Array, Array, Array], ...]) -> PassCost:
@@ -191,9 +198,9 @@ def kernel_passes(fw: LayerForward, ends: Ends, experts: ExpertsForward | None, 
     """The kernel times of a layer and its ends (`layer_kernels`, under the 2-D layout `two_d_kernels`) and
     the layer's passes without communication (`_passes`): what a layer's cost takes from its kernels alone, of
     the strategy's precision, attention, expert_gemm_call, block_format, attention_projections, bf16_layers,
-    tp_layout, tp and summa_steps only."""
+    the recomputation that re-quantizes (`requantizing_recompute`), tp_layout, tp and summa_steps only."""
     kt = layer_kernels(fw, ends, experts, device, st.precision, st.attention, st.expert_gemm_call, st.block_format,
-                       st.attention_projections, st.bf16_layers)
+                       st.attention_projections, st.bf16_layers, *requantizing_recompute(st))
     if any_true(two_d(st)):  # the 2-D layout (`Strategy.tp_layout`; estimate/tp_layouts.py)
         _two_d_defined(fw, experts)
         kt = two_d_kernels(kt, fw, st, device)
@@ -263,7 +270,7 @@ def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, 
     quantize_b_bytes: Array = 0.0
     if any_true(st.block_format > 0):
         quantize_f, quantize_b = quantize_ops(fw, experts, st.block_format, st.attention_projections,
-                                              st.bf16_layers)
+                                              st.bf16_layers, *requantizing_recompute(st), fw.latent_inputs)
         quantize_f_bytes, quantize_b_bytes = quantize_f.bytes, quantize_b.bytes
     forward = PassCost(gemm_flop + core_f.flop, gemm_bytes + stream_bytes + core_f.bytes + quantize_f_bytes,
                        weight_gemm_t + stream_t + core_f.time_s + kt.quantize_forward)

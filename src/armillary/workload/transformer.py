@@ -51,6 +51,7 @@ class LayerForward:
     gemm_inputs: tuple[Array, Array] = (0.0, 0.0)
     gemm_outputs: tuple[Array, Array] = (0.0, 0.0)
     layers: Array = 0.0  # the model's layers (the share a recipe keeps in bf16 is counted over them)
+    latent_inputs: Array = 0.0  # MLA: elements of the up-projections' inputs (tokens x (q_lora + kv_lora))
 
     @property
     def gemms(self) -> tuple[Op, ...]:
@@ -115,8 +116,10 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
     e_a = e_w if attention_weight_bytes is None else attention_weight_bytes  # the attention projections'
     qkv = gemm(T, qkv_width / t, h, 1, e, e_in, e_a)
     latent_up = Op(0.0, 0.0)
+    latent_inputs: Array = 0.0
     if isinstance(m.kv_lora, np.ndarray) or m.kv_lora > 0:  # multi-head latent attention
         (mla, up), latent = _latent_projections(m, T, t, e, w_bytes), m.kv_lora > 0
+        latent_inputs = where(latent, T * (m.q_lora + m.kv_lora), 0.0)  # q_lora 0: no query up-projection
         qkv = Op(where(latent, mla.flop, qkv.flop), where(latent, mla.bytes, qkv.bytes), where(latent, mla.group, 1.0),
                  where(latent, mla.kernels, 1.0), where(latent, mla.depth, qkv.depth))
         latent_up = Op(where(latent, up.flop, 0.0), where(latent, up.bytes, 0.0))
@@ -150,6 +153,7 @@ def layer_forward(m: ModelArrays, b: Array, s: Array, t: Array, sp: Array, e: Ar
         latent_up=latent_up, sixteen_bit_attention=attention_weight_bytes is not None,
         gemm_inputs=(T * (h + out_width), T * (h + ffn_width)),
         gemm_outputs=(T * (qkv_width / t + h), T * ((m.mlp_matrices - 1) * f / t + h)), layers=m.layers,
+        latent_inputs=latent_inputs,
     )
 
 
