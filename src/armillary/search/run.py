@@ -105,14 +105,18 @@ class Problem:
             with np.errstate(all="ignore"), memo:  # invalid points (masked below) may divide by zero
                 r = estimate_training(m, st, w, self.system)
             feasible = valid & np.asarray(r.feasible, bool)
-            # the values in the estimate's (transposed) order, not put back in index order: the best are found
-            # there and only their indices computed (`_inner_indices`); the same points, values and order
-            value = np.broadcast_to(np.where(
-                feasible, r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total, np.inf),
-                inner).reshape(-1)
-            keep = _best(None, value, self.top_k, lambda at: _inner_indices(at, start, shape, order))
-            return ChunkResult(start, stop, int(np.count_nonzero(valid)), int(np.count_nonzero(feasible)),
-                               _inner_indices(keep, start, shape, order), value[keep])
+            # the feasible points' values in the estimate's (transposed) order, not put back in index order: the
+            # best are found there and only their indices computed (`_inner_indices`); the same points, values and
+            # order as a block of values with inf at the infeasible points, without that block (`_best_of`)
+            at = np.flatnonzero(np.broadcast_to(feasible, inner))
+            objective = r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total
+            values = (objective.reshape(-1)[at] if type(objective) is np.ndarray and objective.shape == inner
+                      else np.broadcast_to(objective, inner)[np.unravel_index(at, inner)] if inner
+                      else np.broadcast_to(objective, (1,))[at])
+            keep, best = _best_of(at, values, self.top_k, None,
+                                  lambda positions: _inner_indices(positions, start, shape, order))
+            return ChunkResult(start, stop, int(np.count_nonzero(valid)), len(at),
+                               _inner_indices(keep, start, shape, order), best)
         else:
             def estimated() -> Parts:  # with capacities that hold anything: the feasibility apart from memory
                 with np.errstate(all="ignore"), memo:
@@ -229,44 +233,52 @@ def _best(index: np.ndarray | None, value: np.ndarray, k: int,
     a group it moves): the first of them stands for all. The points' indices are `index`, or, with `index`
     None, `index_of(positions)`, asked only for the few candidates."""
     finite = np.flatnonzero(np.isfinite(value))
-    values = value[finite]  # the finite values gathered once
-    # only the values up to the m-th smallest are sorted, for the least m of k, 4k, 16k, ... whose m smallest
-    # hold k distinct values (ties are common: the first of them stands for all), so a block costs one
-    # partition (every m's at once), not a sort of its points; every m that holds k distinct values keeps
-    # the same k best, so the answer does not depend on the m tried
-    ms = []
-    m = k
-    while m < len(finite):
-        ms.append(m)
-        m *= 4
-    if ms:
-        smallest = np.partition(values, [m - 1 for m in ms])
-        for m in ms:
-            if len(np.unique(smallest[:m])) >= k:  # (the distinct values <= the m-th smallest: those of the m)
-                kept = values <= smallest[m - 1]
-                finite, values = finite[kept], values[kept]
+    return _best_of(finite, value[finite], k, index, index_of)[0]  # (the finite values gathered once)
+
+
+def _best_of(positions: np.ndarray, values: np.ndarray, k: int, index: np.ndarray | None,
+             index_of: Callable[[np.ndarray], np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """`_best` of the points at `positions` (ascending) with `values`, the rest left out: (the positions of the
+    k best, their values); the values that are not finite left out here."""
+    finite = np.isfinite(values)
+    if not finite.all():
+        positions, values = positions[finite], values[finite]
+    # only the points with the k smallest distinct values are sorted: those up to the k-th distinct value of the m
+    # smallest, for the least m of k, 4k, 16k, ... whose m smallest hold k distinct values (ties are common: the
+    # first of them stands for all). The m smallest come from partitions of the values not yet among the smallest
+    # (one pass over the rest for each m tried), so a block costs about a pass over its values per m, not a sort
+    # of its points; the k smallest distinct values, and so the answer, do not depend on the m tried
+    if len(values) > k:
+        part, m, lo = values.copy(), k, 0
+        while True:
+            if m < len(part):
+                part[lo:].partition(m - 1 - lo)  # (in place: part[:m] now holds the m smallest)
+            head = np.sort(part[:m])
+            distinct = head[np.flatnonzero(np.concatenate(([True], head[1:] != head[:-1])))]
+            if len(distinct) >= k or m >= len(part):
+                kept = values <= distinct[min(k, len(distinct)) - 1]
+                positions, values = positions[kept], values[kept]
                 break
-    at = index[finite] if index is not None else index_of(finite)  # type: ignore[misc]
-    order = finite[np.lexsort((at, values))]
+            lo, m = m, 4 * m
+    at = index[positions] if index is not None else index_of(positions)  # type: ignore[misc]
+    by = np.lexsort((at, values))
+    order, ordered = positions[by], values[by]
     first = np.ones(len(order), dtype=bool)
-    first[1:] = value[order[1:]] != value[order[:-1]]
-    return order[first][:k]
+    first[1:] = ordered[1:] != ordered[:-1]
+    return order[first][:k], ordered[first][:k]
 
 
 def _inner_indices(at: np.ndarray, start: int, shape: tuple[int, ...], order: list[int]) -> np.ndarray:
     """The point indices of positions `at` of a block's values in the estimate's order (`Problem.evaluate`:
     the block's axes that vary, reordered by `order`, C order): start + the position's coordinates on those
     axes times their strides in the block's own C order."""
-    strides = np.ones(len(shape), dtype=np.int64)
-    for d in range(len(shape) - 2, -1, -1):
-        strides[d] = strides[d + 1] * shape[d + 1]
-    index = np.full(len(at), start, dtype=np.int64)
     if not order:  # a block of one point
-        return index
-    coordinates = np.unravel_index(at, tuple(shape[d] for d in order))
-    for c, d in zip(coordinates, order, strict=True):
-        index += c * strides[d]
-    return index
+        return np.full(len(at), start, dtype=np.int64)
+    # (the block's axes of one value have stride 1 x ... in C order: the others' strides are those of the block
+    # without them, so the coordinates on the axes that vary, in the block's order, ravel to the offset)
+    coordinates = dict(zip(order, np.unravel_index(at, tuple(shape[d] for d in order)), strict=True))
+    varying = sorted(order)
+    return np.ravel_multi_index(tuple(coordinates[d] for d in varying), tuple(shape[d] for d in varying)) + start
 
 
 @dataclass(frozen=True, repr=False)
