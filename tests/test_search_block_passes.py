@@ -1,0 +1,121 @@
+"""Issue 47 (search speed): the block's fewer passes give the same values bit for bit. The step's stall without the
+pass that adds 0.0 (`training._stall_and_step`), the best points found among the feasible points' values gathered
+(`run._best_of`) rather than in a block filled with inf, and a block's axes of one value given as numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from armillary.estimate.training import _stall_and_step
+from armillary.numerics import maximum
+from armillary.search.run import _best, _best_of, _inner_indices
+
+
+def _times(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Times with zeros, negative zeros, infinities and NaNs among them (negative ones too)."""
+    x = rng.random(shape) * 10.0 ** rng.integers(-3, 2) * np.where(rng.random(shape) < 0.1, -1.0, 1.0)
+    x[rng.random(shape) < 0.15] = 0.0
+    x[rng.random(shape) < 0.15] = -0.0
+    x[rng.random(shape) < 0.03] = np.inf
+    x[rng.random(shape) < 0.03] = -np.inf
+    x[rng.random(shape) < 0.03] = np.nan
+    return x
+
+
+def _bits(x: np.ndarray) -> bytes:
+    return np.ascontiguousarray(x).tobytes()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (inf - inf)
+def test_the_stall_and_step_of_a_sweep_are_the_plain_expressions_bit_for_bit():
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        parts = tuple(_times(rng, shape) for shape in ((4, 1, 6), (1, 3, 6), (4, 3, 1), (1, 1, 6), (4, 3, 6),
+                                                        (1, 3, 1), (4, 1, 1), (4, 3, 6)))
+        optimizer, offload = _times(rng, (4, 1, 6)), _times(rng, (1, 3, 6))
+        parts = (*parts, optimizer)
+        # the plain expressions, point by point as one configuration computes them
+        pipeline = sum(parts[1:], parts[0])
+        want_stall = np.maximum(0.0, offload - ((pipeline + 0.0) - optimizer))
+        stall, step = _stall_and_step(parts, optimizer, offload)
+        assert _bits(stall) == _bits(want_stall)
+        assert _bits(step) == _bits(pipeline + want_stall)
+        for i, j, k in ((0, 0, 0), (3, 2, 5), (1, 2, 3)):
+            one = [float(p[min(i, p.shape[0] - 1), min(j, p.shape[1] - 1), min(k, p.shape[2] - 1)]) for p in parts]
+            s, t = _stall_and_step(tuple(one), one[-1], float(offload[0, j, k]))
+            assert np.float64(s).tobytes() == stall[i, j, k].tobytes()
+            assert np.float64(t).tobytes() == step[i, j, k].tobytes()
+
+
+def test_a_stall_of_negative_zeros_keeps_its_sign_as_the_plain_expression():
+    """The cases the dropped `+ 0.0` could change: a pipeline of -0.0 (only with an optimizer of -0.0), spare times
+    of +-0.0, offload times of +-0.0."""
+    zeros = np.array([0.0, -0.0])
+    for p in zeros:
+        for o in zeros:
+            for off in zeros:
+                parts = (*(np.full(3, p) for _ in range(8)), o * np.ones(3))
+                stall, step = _stall_and_step(parts, parts[-1], np.full(3, off))
+                pipeline = sum(parts[1:], parts[0])
+                want = maximum(0.0, off - ((pipeline + 0.0) - parts[-1]))
+                assert _bits(stall) == _bits(want) and _bits(step) == _bits(pipeline + want)
+
+
+def test_the_best_of_the_feasible_points_are_those_of_the_block_filled_with_inf():
+    """`Problem.evaluate`: the feasible points' values gathered and searched (`_best_of`, NaN and infinite values
+    left out there) are the same points and values as the block's values with inf at the infeasible points."""
+    rng = np.random.default_rng(13)
+    for _ in range(300):
+        shape = tuple(int(d) for d in rng.integers(1, 6, size=int(rng.integers(1, 5))))
+        order = [d for d in rng.permutation(len(shape)).tolist() if shape[d] > 1]
+        inner = tuple(shape[d] for d in order)
+        start, k = int(rng.integers(0, 1000)), int(rng.integers(1, 30))
+        values = rng.choice(rng.random(int(rng.integers(1, 12))), inner)  # many ties
+        values[rng.random(inner) < 0.05] = np.nan
+        values[rng.random(inner) < 0.05] = np.inf
+        feasible = rng.random(inner) < 0.7
+        flat = np.where(feasible, values, np.inf).reshape(-1)
+
+        def index_of(at: np.ndarray, a: int = start, s: tuple[int, ...] = shape, o: list[int] = order) -> np.ndarray:
+            return _inner_indices(at, a, s, o)
+
+        want = _best(None, flat, k, index_of)
+        at = np.flatnonzero(feasible)
+        got, best = _best_of(at, values.reshape(-1)[at], k, None, index_of)
+        assert np.array_equal(got, want) and _bits(best) == _bits(flat[want])
+
+
+def test_inner_indices_are_the_points_c_order_indices():
+    rng = np.random.default_rng(17)
+    for _ in range(100):
+        shape = tuple(int(d) for d in rng.integers(1, 5, size=int(rng.integers(1, 7))))
+        order = [d for d in rng.permutation(len(shape)).tolist() if shape[d] > 1]
+        start = int(rng.integers(0, 10**6))
+        index = np.arange(start, start + int(np.prod(shape))).reshape(shape)
+        in_order = index.transpose([*order, *(d for d in range(len(shape)) if d not in order)]).reshape(-1)
+        at = rng.integers(0, in_order.size, size=20)
+        got = _inner_indices(at, start, shape, order)
+        assert got.dtype == np.int64 and np.array_equal(got, in_order[at])
+
+
+def test_a_block_s_axes_of_one_value_arrive_as_numbers_with_the_same_values():
+    """An axis of one value (the default space's offload flags, ep, ...) is a number in the block's strategy; the
+    block's values are those of the same block with that axis given as an array (the base strategy's value)."""
+    from armillary.search.run import Objective, Problem
+    from armillary.search.space import StrategySpace, resolve_axes
+    from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+
+    model, system = load_model("llama2-7b"), load_system("dgx-a100", 16)
+    workload, base = load_workload({"seq_len": 2048, "global_batch": 64}), load_strategy({"attention": "flash"})
+    values = []
+    for space in (StrategySpace(tp=(1, 2), pp=(1, 2), micro_batch=(1, 2), zero=(0, 1)),
+                  # the same points, ZeRO 1 twice in the space: an axis of two values (arrays throughout)
+                  StrategySpace(tp=(1, 2), pp=(1, 2), micro_batch=(1, 2), zero=(0, 1), offload_optimizer=(False,),
+                                overlap_ep=(True,))):
+        axes = resolve_axes(space, model, system.devices, system.devices_per_node, base, system.device.hbm.capacity,
+                            False, workload)
+        problem = Problem(model, system, base, workload, space, axes, Objective.TIME, 5)
+        values.append([problem.evaluate(a, b) for a, b in axes.blocks(4096)])
+    for a, b in zip(*values, strict=True):
+        assert np.array_equal(a.index, b.index) and _bits(a.value) == _bits(b.value)
