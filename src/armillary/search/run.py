@@ -85,11 +85,15 @@ class Problem:
         inner = tuple(shape[d] for d in order)
         back = tuple(np.argsort(order).tolist())
         # (a value varying along one axis at most, as `Axes.block` gives each: the same elements in the same
-        # order whatever the arrangement of its dimensions, so a reshape, a view, not a transpose)
+        # order whatever the arrangement of its dimensions, so a reshape, a view, not a transpose). An axis of one
+        # value in the block is a number, as the base strategy's fields outside the space are (the same values,
+        # elementwise: numpy's per-call cost grows with the dimensions of every operand, one of 9 dimensions
+        # costs about 0.5 us more a call than a number)
         axes_of = [d for d in range(len(shape)) if shape[d] == 1]
-        coded = {name: (v.reshape([v.shape[d] for d in order]) if v.size == max(v.shape) else
-                        np.transpose(v, [*order, *axes_of]).reshape([v.shape[d] for d in order]))
-                 if type(v) is np.ndarray and v.ndim else v for name, v in coded.items()}
+        coded = {name: v if type(v) is not np.ndarray else v.reshape(-1)[0] if v.size == 1 else
+                 v.reshape([v.shape[d] for d in order]) if v.size == max(v.shape) else
+                 np.transpose(v, [*order, *axes_of]).reshape([v.shape[d] for d in order])
+                 for name, v in coded.items()}
         st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None,
                             encode("precision", self.base.precision))
         w = TrainingArrays.of(self.workload)
