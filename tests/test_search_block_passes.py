@@ -4,6 +4,8 @@ pass that adds 0.0 (`training._stall_and_step`), the best points found among the
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,39 @@ def test_a_block_s_axes_of_one_value_arrive_as_numbers_with_the_same_values():
         values.append([problem.evaluate(a, b) for a, b in axes.blocks(4096)])
     for a, b in zip(*values, strict=True):
         assert np.array_equal(a.index, b.index) and _bits(a.value) == _bits(b.value)
+
+
+def test_the_stages_hbm_totals_handed_to_the_fullest_stage_are_their_totals_bit_for_bit(monkeypatch):
+    """`training_memory.stage_memories` hands `fullest_stage` each stage's HBM total from the tensors' sum it made
+    (that sum + the runtime): the values of `MemoryBreakdown.total` of the stage, and the same fullest stage."""
+    from armillary.estimate import training_memory
+    from armillary.estimate.stages import fullest_stage
+    from armillary.estimate.training import estimate_training
+    from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+    from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+
+    seen = []
+
+    def recorded(first, middle, last, has_mid, totals=None):
+        seen.append((first, middle, last, has_mid, totals))
+        return fullest_stage(first, middle, last, has_mid, totals)
+
+    monkeypatch.setattr(training_memory, "fullest_stage", recorded)
+    for model, fields in (("gpt3-175b", {"tp": 8, "pp": 8}), ("mixtral-8x7b", {"tp": 2, "pp": 4, "ep": 4})):
+        m, system = load_model(model), load_system("dgx-a100", 64)
+        w = load_workload({"seq_len": 2048, "global_batch": 256})
+        base = StrategyArrays.of(load_strategy({"attention": "flash", **fields}), 1)
+        st = dataclasses.replace(base, micro_batch=np.array([1.0, 2.0, 4.0]).reshape(3, 1, 1),
+                                 zero=np.array([0.0, 1.0, 3.0]).reshape(1, 3, 1),
+                                 recompute=np.array([0.0, 1.0, 2.0]).reshape(1, 1, 3))
+        with np.errstate(all="ignore"):
+            estimate_training(ModelArrays.of(m), st, TrainingArrays.of(w), system)
+    assert len(seen) == 2
+    for first, middle, last, has_mid, totals in seen:
+        for (hbm, _), total in zip((first, middle, last), totals, strict=True):
+            assert np.shape(total) == np.shape(hbm.total) and _bits(np.asarray(total)) == _bits(np.asarray(hbm.total))
+        summed_here = fullest_stage(first, middle, last, has_mid)
+        for a, b in zip(summed_here, fullest_stage(first, middle, last, has_mid, totals), strict=True):
+            assert all(_bits(np.asarray(getattr(a, f))) == _bits(np.asarray(getattr(b, f))) for f in
+                       ("weights", "gradients", "optimizer_states", "activations", "checkpoints", "comm_buffers",
+                        "runtime"))

@@ -95,7 +95,7 @@ def split_stages(layers: Array, dense_layers: Array, pp: Array, first: Array, la
 def critical_stage(*candidates: tuple[Array, StageTime]) -> StageTime:
     """The per-component times of whichever stage is slowest (elementwise over a sweep)."""
     best_time, best = candidates[0]
-    for time, parts in candidates[1:]:
+    for k, (time, parts) in enumerate(candidates[1:], 2):
         take = time > best_time
         if type(take) is bool or type(take) is np.bool_:  # one configuration: the whole stage or the best so far
             if take:
@@ -107,7 +107,8 @@ def critical_stage(*candidates: tuple[Array, StageTime]) -> StageTime:
             best, best_time = parts, time
             continue
         best = StageTime(*(_chosen(take, getattr(parts, name), getattr(best, name)) for name in _STAGE_TIME))
-        best_time = where(take, time, best_time)
+        if k < len(candidates):  # (the last candidate's: read no more)
+            best_time = where(take, time, best_time)
     return best
 
 
@@ -123,11 +124,14 @@ def _chosen(take: np.ndarray, new: Array, old: Array) -> Array:
 StageMemory = tuple[MemoryBreakdown, MemoryBreakdown]  # (HBM, second tier) of one device of a stage
 
 
-def fullest_stage(first: StageMemory, middle: StageMemory, last: StageMemory, has_mid: Array) -> StageMemory:
-    """The (HBM, tier 2) memory of the stage whose HBM is fullest (elementwise over a sweep)."""
-    best_total, (best_hbm, best_t2) = first[0].total, first
-    for (hbm, t2), present in ((middle, has_mid), (last, 1.0)):
-        total = hbm.total  # once a stage
+def fullest_stage(first: StageMemory, middle: StageMemory, last: StageMemory, has_mid: Array,
+                  totals: tuple[Array, Array, Array] | None = None) -> StageMemory:
+    """The (HBM, tier 2) memory of the stage whose HBM is fullest (elementwise over a sweep). `totals`: the stages'
+    HBM totals where the caller has them (each `MemoryBreakdown.total`'s values, its additions in its order), else
+    summed here."""
+    best_total, (best_hbm, best_t2) = first[0].total if totals is None else totals[0], first
+    for k, ((hbm, t2), present) in enumerate(((middle, has_mid), (last, 1.0)), 1):
+        total = hbm.total if totals is None else totals[k]  # once a stage
         take = (present > 0) & (total > best_total)
         if not isinstance(take, np.ndarray):  # one configuration: take the whole stage or keep the best
             if take:
@@ -143,7 +147,8 @@ def fullest_stage(first: StageMemory, middle: StageMemory, last: StageMemory, ha
         best_hbm = MemoryBreakdown(*(_chosen(take, getattr(hbm, name), getattr(best_hbm, name))
                                      for name in _MEMORY))
         best_t2 = MemoryBreakdown(*(_chosen(take, getattr(t2, name), getattr(best_t2, name)) for name in _MEMORY))
-        best_total = where(take, total, best_total)
+        if k < 2:  # (the last stage's: read no more)
+            best_total = where(take, total, best_total)
     return best_hbm, best_t2
 
 
