@@ -157,3 +157,26 @@ def test_the_stages_hbm_totals_handed_to_the_fullest_stage_are_their_totals_bit_
             assert all(_bits(np.asarray(getattr(a, f))) == _bits(np.asarray(getattr(b, f))) for f in
                        ("weights", "gradients", "optimizer_states", "activations", "checkpoints", "comm_buffers",
                         "runtime"))
+
+
+def test_a_sweeps_feasibility_holds_its_shape_rules_so_the_block_reads_it_alone():
+    """`Problem.evaluate` takes the feasible points from the estimate's feasibility alone: it holds the shape rules'
+    verdict (`feasibility.check` ANDs it), so no feasible point breaks a rule; the valid points are counted on the
+    verdict's own shape (each of its values standing for the points it broadcasts over)."""
+    from armillary.estimate.feasibility import shape_rules
+    from armillary.estimate.training import estimate_training
+    from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+    from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+
+    m, system = ModelArrays.of(load_model("gpt3-175b")), load_system("dgx-a100", 64)
+    w = TrainingArrays.of(load_workload({"seq_len": 2048, "global_batch": 64}))
+    tp, pp = np.array([1.0, 2.0, 4.0, 8.0, 16.0]).reshape(5, 1, 1), np.array([1.0, 2.0, 3.0, 8.0]).reshape(1, 4, 1)
+    st = dataclasses.replace(StrategyArrays.of(load_strategy({"attention": "flash"}), 1), tp=tp, pp=pp,
+                             dp=64 / (tp * pp), micro_batch=np.array([1.0, 3.0, 4.0]).reshape(1, 1, 3))
+    with np.errstate(all="ignore"):
+        r = estimate_training(m, st, w, system)
+    verdict = np.asarray(shape_rules(m, st, w, 64)[0], bool)
+    feasible = np.broadcast_to(np.asarray(r.feasible, bool), (5, 4, 3))
+    assert feasible.any() and not verdict.all()
+    assert not (feasible & ~np.broadcast_to(verdict, (5, 4, 3))).any()
+    assert np.count_nonzero(verdict) * (60 // verdict.size) == np.count_nonzero(np.broadcast_to(verdict, (5, 4, 3)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -98,7 +99,7 @@ class Problem:
                             encode("precision", self.base.precision))
         w = TrainingArrays.of(self.workload)
         # every rule of `training_checks`, kept on the point for the estimator's own check (`shape_rules`)
-        valid = np.broadcast_to(shape_rules(m, st, w, gpus)[0], inner)
+        verdict = shape_rules(m, st, w, gpus)[0]
         keys = None if self.cache is None else _layout_keys(self.axes, start, stop)
 
         def flat(x: Any) -> np.ndarray:  # one value per point, in index order
@@ -108,18 +109,20 @@ class Problem:
         if keys is None or self.cache is None:
             with np.errstate(all="ignore"), memo:  # invalid points (masked below) may divide by zero
                 r = estimate_training(m, st, w, self.system)
-            feasible = valid & np.asarray(r.feasible, bool)
-            # the feasible points' values in the estimate's (transposed) order, not put back in index order: the
-            # best are found there and only their indices computed (`_inner_indices`); the same points, values and
-            # order as a block of values with inf at the infeasible points, without that block (`_best_of`)
-            at = np.flatnonzero(np.broadcast_to(feasible, inner))
+            # the feasible points (the estimator's feasibility holds the shape rules' verdict: `feasibility.check`
+            # takes this one) and their values in the estimate's (transposed) order, not put back in index order:
+            # the best are found there and only their indices computed (`_inner_indices`); the same points, values
+            # and order as a block of values with inf at the infeasible points, without that block (`_best_of`)
+            at = np.flatnonzero(np.broadcast_to(np.asarray(r.feasible, bool), inner))
             objective = r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total
             values = (objective.reshape(-1)[at] if type(objective) is np.ndarray and objective.shape == inner
                       else np.broadcast_to(objective, inner)[np.unravel_index(at, inner)] if inner
                       else np.broadcast_to(objective, (1,))[at])
             keep, best = _best_of(at, values, self.top_k, None,
                                   lambda positions: _inner_indices(positions, start, shape, order))
-            return ChunkResult(start, stop, int(np.count_nonzero(valid)), len(at),
+            # the valid points counted on the verdict's own shape, times the points each of its values stands for
+            valid_points = int(np.count_nonzero(verdict)) * (math.prod(inner) // int(np.size(verdict)))
+            return ChunkResult(start, stop, valid_points, len(at),
                                _inner_indices(keep, start, shape, order), best)
         else:
             def estimated() -> Parts:  # with capacities that hold anything: the feasibility apart from memory
@@ -128,6 +131,7 @@ class Problem:
                 return (flat(r.step_time_s), flat(r.memory_hbm.total), flat(r.memory_tier2.total),
                         flat(np.asarray(r.feasible, bool)))
 
+            valid = np.broadcast_to(verdict, inner)
             step, hbm, tier2, fits = self.cache.parts(keys, estimated)
             hbm_fits, tier2_fits = memory_fits(self.system, hbm, tier2)  # the estimator's own memory check
             feasible = flat(valid) & fits & np.asarray(hbm_fits, bool) & np.asarray(tier2_fits, bool)
