@@ -180,3 +180,53 @@ def test_a_sweeps_feasibility_holds_its_shape_rules_so_the_block_reads_it_alone(
     assert feasible.any() and not verdict.all()
     assert not (feasible & ~np.broadcast_to(verdict, (5, 4, 3))).any()
     assert np.count_nonzero(verdict) * (60 // verdict.size) == np.count_nonzero(np.broadcast_to(verdict, (5, 4, 3)))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (inf - inf, 0 x inf)
+def test_the_fullest_stage_chosen_when_read_is_the_eager_choice_with_its_total_bit_for_bit():
+    """`fullest_stage` given the stages' totals defers a sweep's HBM fields (`ChosenMemory`): read, they are the
+    field-by-field choice made at once; its total, read before or after them, is the sum of those fields bit for bit
+    and of its shape; it pickles and copies; a copy with a field replaced sums its own fields."""
+    import copy
+    import pickle
+
+    from armillary.estimate.result import MemoryBreakdown
+    from armillary.estimate.stages import ChosenMemory, fullest_stage
+
+    rng = np.random.default_rng(23)
+    names = [f.name for f in dataclasses.fields(MemoryBreakdown)]
+    made = 0
+    for trial in range(60):
+        shared = _times(rng, (1, 4))  # one array in every stage (the pipeline and TP buffers)
+
+        def memory(scale: float, shared: np.ndarray = shared) -> MemoryBreakdown:
+            return MemoryBreakdown(_times(rng, (3, 1)) * scale, _times(rng, (1, 4)) * scale, 1.0 * scale,
+                                   _times(rng, (3, 4)), 0.0, shared, runtime=_times(rng, (3, 4)) * scale)
+
+        stages = [(memory(s), memory(2 * s)) for s in rng.random(3) * 3]
+        has_mid = rng.integers(0, 2, size=(3, 1)).astype(float)
+        with np.errstate(all="ignore"):
+            eager = fullest_stage(*stages, has_mid)
+            lazy = fullest_stage(*stages, has_mid, tuple(s[0].total for s in stages))
+            total_first = trial % 2 == 0
+            if total_first:
+                total = lazy[0].total
+            fields_read = [getattr(lazy[0], name) for name in names]
+            if not total_first:
+                total = lazy[0].total
+            summed = eager[0].total
+        made += type(lazy[0]) is ChosenMemory
+        for a, b in zip(fields_read, (getattr(eager[0], name) for name in names), strict=True):
+            assert np.shape(a) == np.shape(b) and _bits(np.asarray(a)) == _bits(np.asarray(b))
+        assert np.shape(total) == np.shape(summed) and _bits(np.asarray(total)) == _bits(np.asarray(summed))
+        for t2a, t2b in zip(dataclasses.astuple(lazy[1]), dataclasses.astuple(eager[1]), strict=True):
+            assert _bits(np.asarray(t2a)) == _bits(np.asarray(t2b))
+        if type(lazy[0]) is ChosenMemory:
+            again = fullest_stage(*stages, has_mid, tuple(s[0].total for s in stages))[0]
+            for other in (pickle.loads(pickle.dumps(again)), copy.copy(again), copy.deepcopy(again)):
+                assert _bits(np.asarray(other.total)) == _bits(np.asarray(summed))
+                assert _bits(np.asarray(other.weights)) == _bits(np.asarray(eager[0].weights))
+            replaced = dataclasses.replace(again, weights=0.0 * np.asarray(again.weights))
+            assert _bits(np.asarray(replaced.total)) == _bits(np.asarray(
+                MemoryBreakdown(*(getattr(replaced, name) for name in names)).total))
+    assert made > 10
