@@ -230,3 +230,31 @@ def test_the_fullest_stage_chosen_when_read_is_the_eager_choice_with_its_total_b
             assert _bits(np.asarray(replaced.total)) == _bits(np.asarray(
                 MemoryBreakdown(*(getattr(replaced, name) for name in names)).total))
     assert made > 10
+
+
+def test_a_block_s_values_without_their_leading_ones_are_the_same(monkeypatch):
+    """`Problem.evaluate` drops each axis value's leading dimensions of length 1 (numpy aligns shapes on their last
+    dimensions): every block's points, values and counts are those with every value at the block's full number of
+    dimensions, bit for bit (a dense and an MoE model, time and memory)."""
+    import armillary.search.run as run
+    from armillary.search.space import StrategySpace, resolve_axes
+    from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+
+    for model, gpus, space in (("llama2-7b", 32, StrategySpace(tp=(1, 2, 4), pp=(1, 2), micro_batch=(1, 2, 4),
+                                                               zero=(0, 1, 3), sequence_parallel=(False, True))),
+                               ("mixtral-8x7b", 32, StrategySpace(tp=(1, 2), pp=(1, 2, 4), ep=(1, 2, 8),
+                                                                  zero=(0, 1), micro_batch=(1, 2)))):
+        m, system = load_model(model), load_system("dgx-h100", gpus)
+        workload, base = load_workload({"seq_len": 2048, "global_batch": 128}), load_strategy({"attention": "flash"})
+        axes = resolve_axes(space, m, system.devices, system.devices_per_node, base, system.device.hbm.capacity,
+                            False, workload)
+        for objective in (run.Objective.TIME, run.Objective.MEMORY):
+            problem = run.Problem(m, system, base, workload, space, axes, objective, 7)
+            dropped = [problem.evaluate(a, b) for a, b in axes.blocks(2048)]
+            with monkeypatch.context() as patched:
+                patched.setattr(run, "_leading_ones_dropped", lambda v: v)
+                kept = [problem.evaluate(a, b) for a, b in axes.blocks(2048)]
+            assert any(len(r.index) for r in kept)
+            for a, b in zip(dropped, kept, strict=True):
+                assert (a.evaluated, a.feasible) == (b.evaluated, b.feasible)
+                assert np.array_equal(a.index, b.index) and _bits(a.value) == _bits(b.value)

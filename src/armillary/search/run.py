@@ -87,12 +87,13 @@ class Problem:
         back = tuple(np.argsort(order).tolist())
         # (a value varying along one axis at most, as `Axes.block` gives each: the same elements in the same
         # order whatever the arrangement of its dimensions, so a reshape, a view, not a transpose). An axis of one
-        # value in the block is a number, as the base strategy's fields outside the space are (the same values,
-        # elementwise: numpy's per-call cost grows with the dimensions of every operand, one of 9 dimensions
-        # costs about 0.5 us more a call than a number)
+        # value in the block is a number, as the base strategy's fields outside the space are, and the others lose
+        # their leading dimensions of length 1 (the same values, elementwise, numpy aligning shapes on their last
+        # dimensions: its per-call cost grows with the dimensions of every operand, an operand of 9 dimensions
+        # costs about 0.5 us more a call than a number; what depends on the innermost axes alone stays small)
         axes_of = [d for d in range(len(shape)) if shape[d] == 1]
         coded = {name: v if type(v) is not np.ndarray else v.reshape(-1)[0] if v.size == 1 else
-                 v.reshape([v.shape[d] for d in order]) if v.size == max(v.shape) else
+                 _leading_ones_dropped(v.reshape([v.shape[d] for d in order])) if v.size == max(v.shape) else
                  np.transpose(v, [*order, *axes_of]).reshape([v.shape[d] for d in order])
                  for name, v in coded.items()}
         st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None,
@@ -140,6 +141,16 @@ class Problem:
         keep = _best(index, value, self.top_k)
         return ChunkResult(start, stop, int(np.count_nonzero(valid)), int(np.count_nonzero(feasible)), index[keep],
                            value[keep])
+
+
+def _leading_ones_dropped(v: np.ndarray) -> np.ndarray:
+    """`v` without its leading dimensions of length 1 (numpy aligns shapes on their last dimensions, so `v`
+    broadcasts to the same shapes, with the same values, as with them)."""
+    shape = v.shape
+    k = 0
+    while k < len(shape) - 1 and shape[k] == 1:
+        k += 1
+    return v.reshape(shape[k:]) if k else v
 
 
 Parts = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # per point: step time, HBM, second tier, fits
