@@ -130,11 +130,11 @@ def fullest_stage(first: StageMemory, middle: StageMemory, last: StageMemory, ha
                   totals: tuple[Array, Array, Array] | None = None) -> StageMemory:
     """The (HBM, tier 2) memory of the stage whose HBM is fullest (elementwise over a sweep). `totals`: the stages'
     HBM totals where the caller has them (each `MemoryBreakdown.total`'s values, its additions in its order), else
-    summed here. Given them, a sweep's HBM fields chosen point by point are chosen when first read
-    (`ChosenMemory`: a search reads the total alone), the total chosen alike now."""
+    summed here. Given them, a sweep's fields chosen point by point are chosen when first read (`ChosenMemory`: a
+    search reads the totals alone), the totals chosen alike now."""
     best_total, (best_hbm, best_t2) = first[0].total if totals is None else totals[0], first
-    steps: list[tuple[np.ndarray, MemoryBreakdown]] = []  # the HBM's choices point by point since `best_hbm`
-    for k, ((hbm, t2), present) in enumerate(((middle, has_mid), (last, 1.0)), 1):
+    steps: list[tuple[np.ndarray, MemoryBreakdown, MemoryBreakdown]] = []  # the choices point by point since
+    for k, ((hbm, t2), present) in enumerate(((middle, has_mid), (last, 1.0)), 1):  # `best_hbm` and `best_t2`
         total = hbm.total if totals is None else totals[k]  # once a stage
         take = (present > 0) & (total > best_total)
         if not isinstance(take, np.ndarray):  # one configuration: take the whole stage or keep the best
@@ -151,13 +151,18 @@ def fullest_stage(first: StageMemory, middle: StageMemory, last: StageMemory, ha
         if totals is None:
             best_hbm = MemoryBreakdown(*(_chosen(take, getattr(hbm, name), getattr(best_hbm, name))
                                          for name in _MEMORY))
+            best_t2 = MemoryBreakdown(*(_chosen(take, getattr(t2, name), getattr(best_t2, name))
+                                        for name in _MEMORY))
         else:
-            steps.append((take, hbm))
-        best_t2 = MemoryBreakdown(*(_chosen(take, getattr(t2, name), getattr(best_t2, name)) for name in _MEMORY))
+            steps.append((take, hbm, t2))
         if k < 2 or steps:  # (the last stage's: read no more, but for a `ChosenMemory`'s total)
             best_total = where(take, total, best_total)
     if steps:
-        best_hbm = ChosenMemory.of(best_hbm, tuple(steps), best_total)
+        tier2_total = best_t2.total
+        for take, _, t2 in steps:
+            tier2_total = where(take, t2.total, tier2_total)
+        best_hbm = ChosenMemory.of(best_hbm, tuple((take, hbm) for take, hbm, _ in steps), best_total)
+        best_t2 = ChosenMemory.of(best_t2, tuple((take, t2) for take, _, t2 in steps), tier2_total)
     return best_hbm, best_t2
 
 
@@ -170,11 +175,12 @@ def _chosen_fields(best: MemoryBreakdown, steps: tuple[tuple[np.ndarray, MemoryB
 
 
 class ChosenMemory(MemoryBreakdown):
-    """A sweep's fullest stage's HBM, whose fields are chosen point by point from the stages' (`_chosen_fields`,
-    np.where field by field) when one is first read (`step_figures.Deferral`; issue 47: a search reads the total
-    alone). Its total is the stages' totals chosen alike (`fullest_stage`): at every point the chosen stage's total,
-    the sum of the chosen fields (MemoryBreakdown.total's additions of the same values), and of their shape, the
-    points' choices' (each chosen field has it, none more); a copy with a field replaced sums its fields."""
+    """A sweep's fullest stage's memory on one tier, whose fields are chosen point by point from the stages'
+    (`_chosen_fields`, np.where field by field) when one is first read (`step_figures.Deferral`; issue 47: a search
+    reads the total alone). Its total is the stages' totals chosen alike (`fullest_stage`): at every point the chosen
+    stage's total, the sum of the chosen fields (MemoryBreakdown.total's additions of the same values), and of their
+    shape, the points' choices' (each chosen field has it, none more: the second tier's fields vary along no axis
+    that the HBM's do not); a copy with a field replaced sums its fields."""
 
     @classmethod
     def of(cls, best: MemoryBreakdown, steps: tuple[tuple[np.ndarray, MemoryBreakdown], ...],
