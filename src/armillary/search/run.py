@@ -76,7 +76,10 @@ class Problem:
         m = ModelArrays.of(self.model)
         gpus = self.system.devices
         coded = self.axes.block(start, stop)
-        shape = np.broadcast_shapes(*(np.shape(v) for v in coded.values()))
+        # (np.broadcast's shape: np.broadcast_shapes's, without its Python-level pass over each value's shape;
+        # np.broadcast takes at most 32 operands in numpy 1.x, 64 in 2.x)
+        shape = (np.broadcast(*coded.values()).shape if len(coded) <= 32 else
+                 np.broadcast_shapes(*(np.shape(v) for v in coded.values())))
         # evaluated with the longest axes innermost (the same elementwise values: points are transposed back
         # before flattening): numpy's loops then run over the layouts, not over the last axis's 2 values; the
         # axes of one value are left out (C order is the same without them), so every array of the estimate
