@@ -214,15 +214,23 @@ def microbatches_in_flight(st: StrategyArrays, microbatches: Array, stage: Array
 
 
 def stage_activations(stored_per_microbatch: Array, checkpointed_per_microbatch: Array, working: Array,
-                      st: StrategyArrays, microbatches: Array, stage: Array = 0.0) -> tuple[Array, Array]:
+                      st: StrategyArrays, microbatches: Array, stage: Array = 0.0,
+                      rebuilt: Array | None = None) -> tuple[Array, Array]:
     """(activations, checkpoints) bytes of pipeline stage `stage` at its peak, from what its layers store
     per micro-batch (of which layer inputs kept for full recomputation) and what one layer holds while its
-    backward runs."""
+    backward runs. `rebuilt`: `rebuilt_working(st.recompute, working)` where the caller has it (the same for every
+    stage)."""
     in_flight = microbatches_in_flight(st, microbatches, stage)
     checkpoints = checkpointed_per_microbatch * in_flight
-    # under full recompute one layer's activations are rebuilt during its backward
-    rebuilt = where(st.recompute == RECOMPUTE_FULL, working, 0.0)
+    if rebuilt is None:
+        rebuilt = rebuilt_working(st.recompute, working)
     return (stored_per_microbatch - checkpointed_per_microbatch) * in_flight + rebuilt, checkpoints
+
+
+def rebuilt_working(recompute: Array, working: Array) -> Array:
+    """Under full recompute (`Strategy.recompute`'s code) one layer's activations (`working`) are rebuilt during its
+    backward."""
+    return where(recompute == RECOMPUTE_FULL, working, 0.0)
 
 
 def logit_bytes(st: StrategyArrays, e: Array) -> Array:

@@ -4,11 +4,13 @@ memory of the fullest one. Every function broadcasts over a sweep."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 
 import numpy as np
 
 from armillary.estimate.result import MemoryBreakdown
+from armillary.estimate.step_figures import Deferral, Figure
 from armillary.memo import quick_init
 from armillary.numerics import Array, maximum, where
 from armillary.plan.layout import stage_dense_layers, stage_layers
@@ -95,7 +97,7 @@ def split_stages(layers: Array, dense_layers: Array, pp: Array, first: Array, la
 def critical_stage(*candidates: tuple[Array, StageTime]) -> StageTime:
     """The per-component times of whichever stage is slowest (elementwise over a sweep)."""
     best_time, best = candidates[0]
-    for time, parts in candidates[1:]:
+    for k, (time, parts) in enumerate(candidates[1:], 2):
         take = time > best_time
         if type(take) is bool or type(take) is np.bool_:  # one configuration: the whole stage or the best so far
             if take:
@@ -107,7 +109,8 @@ def critical_stage(*candidates: tuple[Array, StageTime]) -> StageTime:
             best, best_time = parts, time
             continue
         best = StageTime(*(_chosen(take, getattr(parts, name), getattr(best, name)) for name in _STAGE_TIME))
-        best_time = where(take, time, best_time)
+        if k < len(candidates):  # (the last candidate's: read no more)
+            best_time = where(take, time, best_time)
     return best
 
 
@@ -123,11 +126,16 @@ def _chosen(take: np.ndarray, new: Array, old: Array) -> Array:
 StageMemory = tuple[MemoryBreakdown, MemoryBreakdown]  # (HBM, second tier) of one device of a stage
 
 
-def fullest_stage(first: StageMemory, middle: StageMemory, last: StageMemory, has_mid: Array) -> StageMemory:
-    """The (HBM, tier 2) memory of the stage whose HBM is fullest (elementwise over a sweep)."""
-    best_total, (best_hbm, best_t2) = first[0].total, first
-    for (hbm, t2), present in ((middle, has_mid), (last, 1.0)):
-        total = hbm.total  # once a stage
+def fullest_stage(first: StageMemory, middle: StageMemory, last: StageMemory, has_mid: Array,
+                  totals: tuple[Array, Array, Array] | None = None) -> StageMemory:
+    """The (HBM, tier 2) memory of the stage whose HBM is fullest (elementwise over a sweep). `totals`: the stages'
+    HBM totals where the caller has them (each `MemoryBreakdown.total`'s values, its additions in its order), else
+    summed here. Given them, a sweep's fields chosen point by point are chosen when first read (`ChosenMemory`: a
+    search reads the totals alone), the totals chosen alike now."""
+    best_total, (best_hbm, best_t2) = first[0].total if totals is None else totals[0], first
+    steps: list[tuple[np.ndarray, MemoryBreakdown, MemoryBreakdown]] = []  # the choices point by point since
+    for k, ((hbm, t2), present) in enumerate(((middle, has_mid), (last, 1.0)), 1):  # `best_hbm` and `best_t2`
+        total = hbm.total if totals is None else totals[k]  # once a stage
         take = (present > 0) & (total > best_total)
         if not isinstance(take, np.ndarray):  # one configuration: take the whole stage or keep the best
             if take:
@@ -138,13 +146,63 @@ def fullest_stage(first: StageMemory, middle: StageMemory, last: StageMemory, ha
         if not take.any():
             continue
         if take.all():
-            best_hbm, best_t2, best_total = hbm, t2, total
+            best_hbm, best_t2, best_total, steps = hbm, t2, total, []
             continue
-        best_hbm = MemoryBreakdown(*(_chosen(take, getattr(hbm, name), getattr(best_hbm, name))
-                                     for name in _MEMORY))
-        best_t2 = MemoryBreakdown(*(_chosen(take, getattr(t2, name), getattr(best_t2, name)) for name in _MEMORY))
-        best_total = where(take, total, best_total)
+        if totals is None:
+            best_hbm = MemoryBreakdown(*(_chosen(take, getattr(hbm, name), getattr(best_hbm, name))
+                                         for name in _MEMORY))
+            best_t2 = MemoryBreakdown(*(_chosen(take, getattr(t2, name), getattr(best_t2, name))
+                                        for name in _MEMORY))
+        else:
+            steps.append((take, hbm, t2))
+        if k < 2 or steps:  # (the last stage's: read no more, but for a `ChosenMemory`'s total)
+            best_total = where(take, total, best_total)
+    if steps:
+        tier2_total = best_t2.total
+        for take, _, t2 in steps:
+            tier2_total = where(take, t2.total, tier2_total)
+        best_hbm = ChosenMemory.of(best_hbm, tuple((take, hbm) for take, hbm, _ in steps), best_total)
+        best_t2 = ChosenMemory.of(best_t2, tuple((take, t2) for take, _, t2 in steps), tier2_total)
     return best_hbm, best_t2
 
 
+def _chosen_fields(best: MemoryBreakdown, steps: tuple[tuple[np.ndarray, MemoryBreakdown], ...]) -> tuple[Array, ...]:
+    """The fields of `best` with each step's stage taken where its points take it (`fullest_stage`'s choice, field
+    by field in its order)."""
+    for take, hbm in steps:
+        best = MemoryBreakdown(*(_chosen(take, getattr(hbm, name), getattr(best, name)) for name in _MEMORY))
+    return tuple(getattr(best, name) for name in _MEMORY)
+
+
+class ChosenMemory(MemoryBreakdown):
+    """A sweep's fullest stage's memory on one tier, whose fields are chosen point by point from the stages'
+    (`_chosen_fields`, np.where field by field) when one is first read (`step_figures.Deferral`; issue 47: a search
+    reads the total alone). Its total is the stages' totals chosen alike (`fullest_stage`): at every point the chosen
+    stage's total, the sum of the chosen fields (MemoryBreakdown.total's additions of the same values), and of their
+    shape, the points' choices' (each chosen field has it, none more: the second tier's fields vary along no axis
+    that the HBM's do not); a copy with a field replaced sums its fields."""
+
+    @classmethod
+    def of(cls, best: MemoryBreakdown, steps: tuple[tuple[np.ndarray, MemoryBreakdown], ...],
+           total: Array) -> ChosenMemory:
+        deferral = Deferral(_chosen_fields, best, steps)
+        held = deferral.deferred(len(_MEMORY))
+        chosen = cls(*held)
+        chosen.__dict__["_chosen"] = (deferral, held, total)
+        return chosen
+
+    @property
+    def total(self) -> Array:
+        held = self.__dict__.get("_chosen")
+        if held is not None:
+            deferral, deferred, total = held
+            values = deferral.made()
+            if all(self.__dict__[name] is deferred[i] or (values is not None and self.__dict__[name] is values[i])
+                   for i, name in enumerate(_MEMORY)):  # (the fields chosen, none replaced)
+                return total
+        return super().total
+
+
 _MEMORY = tuple(f.name for f in fields(MemoryBreakdown))
+for _name in _MEMORY:  # (set on the class made: descriptors that resolve a Deferred field when first read)
+    setattr(ChosenMemory, _name, Figure(_name, getattr(MemoryBreakdown, _name, dataclasses.MISSING)))

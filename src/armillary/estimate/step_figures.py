@@ -44,6 +44,10 @@ class Deferral:
                 values = self._values = self._make(*self._args)
         return values[index]
 
+    def made(self) -> tuple[Any, ...] | None:
+        """The values, where made (None until one is read)."""
+        return self._values
+
     def deferred(self, count: int) -> tuple[Any, ...]:
         """What the StepEstimate's fields hold until read: one `Deferred` for each of `make`'s `count` values."""
         return tuple(Deferred(self, i) for i in range(count))

@@ -181,9 +181,11 @@ def _stall_and_step(parts: tuple[Array, ...], optimizer: Array, offload_s: Array
     if type(pipeline) is not np.ndarray or not pipeline.ndim:  # one configuration (numpy's 0-d results are scalars)
         stall = maximum(0.0, offload_s - ((pipeline + 0.0) - optimizer))
         return stall, pipeline + stall
-    # a sweep: the same operations in the same order, each written over its temporary (`result.over`)
-    spare = pipeline + 0.0
-    spare = over(np.subtract, spare, optimizer, spare)
+    # a sweep: the same operations in the same order, each written over its temporary (`result.over`), without the
+    # pass that adds 0.0, which changes only a pipeline of -0.0 (to +0.0): a sum ending in + optimizer is -0.0 only
+    # where the optimizer is -0.0 too (IEEE 754, round to nearest), and there (+0.0) - (-0.0) and (-0.0) - (-0.0)
+    # are both +0.0, so the spare time is the same bit for bit
+    spare = pipeline - optimizer
     spare = over(np.subtract, offload_s, spare, spare)
     stall = over(np.maximum, 0.0, spare, spare)
     return stall, over(np.add, pipeline, stall, pipeline)  # (the pipeline's sum read no more)

@@ -11,7 +11,7 @@ import numpy as np
 
 from armillary.cost.compute import stream_time
 from armillary.estimate import memory as mem
-from armillary.estimate.activations import logit_bytes, stage_activations
+from armillary.estimate.activations import logit_bytes, rebuilt_working, stage_activations
 from armillary.estimate.feasibility import system_shape
 from armillary.estimate.model_states import (
     ModelStates,
@@ -176,36 +176,42 @@ def stage_memories(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, stages
     og, oe = st.offload_gradients, st.offload_experts * (1 - ow)  # weight offload moves the experts already
 
     lora, edp, reserved = uses_lora(w), layers.edp, mem.runtime_reserve(st, reserve)
+    # what every stage takes alike, once: the working set rebuilt under full recompute, the kept shares of what
+    # may be offloaded, and the staging buffer an offloaded share leaves in HBM (TE's cpu offload handler)
+    rebuilt, staging = rebuilt_working(st.recompute, working), where(oa > 0, working, 0.0)
+    kept_w, kept_g, kept_o, kept_a = 1 - ow, 1 - og, 1 - oo, 1 - oa
 
     def stage_memory(counts: tuple[Array, Array], stage_params: tuple[Array, Array], stage_stored: tuple[Array, Array],
-                     index: Array, extra: Array, extra_weights: Array = 0.0) -> StageMemory:
+                     index: Array, extra: Array, extra_weights: Array = 0.0) -> tuple[StageMemory, Array]:
         n_layers = counts[0] + counts[1]
         states = sharded_states(stage_params, st, edp, w, stage_adapters(m, w, st, stages, counts) if lora else 0.0)
-        activations, checkpoints = stage_activations(*stage_stored, working, st, microbatches, index)
+        activations, checkpoints = stage_activations(*stage_stored, working, st, microbatches, index, rebuilt)
         activations = activations + extra
         stage_weight_bytes = (stage_params[0] + stage_params[1]) * per_weight
         # offloaded experts / gradients leave two layers' worth in HBM (the one in use, the next one)
         experts = routed_expert_weights(stage_params, st, edp, w)
         staged_experts = 2 * (stage_params[1] * per_weight) / maximum(counts[1], 1)
-        weights = (states.weights * (1 - ow) + ow * 2 * stage_weight_bytes / maximum(n_layers, 1)
+        weights = (states.weights * kept_w + ow * 2 * stage_weight_bytes / maximum(n_layers, 1)
                    + oe * (staged_experts - experts) + extra_weights)
-        gradients = states.gradients * (1 - og) + og * 2 * states.gradients / maximum(n_layers, 1)
-        optimizer_states = states.optimizer_states * (1 - oo)
-        # the offloaded share leaves one layer's staging buffer in HBM (TE's cpu offload handler)
-        kept_activations = activations * (1 - oa) + where(oa > 0, working, 0.0)
-        kept_checkpoints = checkpoints * (1 - oa)
-        # the tensors' total as MemoryBreakdown.total sums them (its runtime 0), the runtime's share added to it
-        tensors = (weights + gradients + optimizer_states + kept_activations + kept_checkpoints + buffers) + 0.0
+        gradients = states.gradients * kept_g + og * 2 * states.gradients / maximum(n_layers, 1)
+        optimizer_states = states.optimizer_states * kept_o
+        kept_activations = activations * kept_a + staging
+        kept_checkpoints = checkpoints * kept_a
+        # the tensors' total as MemoryBreakdown.total sums them (its runtime 0), the runtime's share added to it;
+        # the HBM total is that sum + the runtime, as MemoryBreakdown.total adds them (for `fullest_stage`)
+        summed = weights + gradients + optimizer_states + kept_activations + kept_checkpoints + buffers
+        runtime = reserved + st.fragmentation * (summed + 0.0)
         hbm = MemoryBreakdown(weights, gradients, optimizer_states, kept_activations, kept_checkpoints, buffers,
-                              runtime=reserved + st.fragmentation * tensors)
+                              runtime=runtime)
         tier2 = MemoryBreakdown(
             weights=states.weights * ow + oe * experts, gradients=states.gradients * og,
             optimizer_states=states.optimizer_states * oo,
             activations=activations * oa, checkpoints=checkpoints * oa, comm_buffers=0.0 * oa)
-        return hbm, tier2
+        return (hbm, tier2), summed + runtime
 
-    return fullest_stage(stage_memory(stages.first, params.first, stored[0], 0.0, single * (logits + head_copies),
-                                      embedding16),
-                         stage_memory(stages.middle, params.middle, stored[1], 1.0, 0.0),
-                         stage_memory(stages.last, params.last, stored[2], st.pp - 1, logits + head_copies,
-                                      single * embedding16), stages.has_mid)
+    first, first_total = stage_memory(stages.first, params.first, stored[0], 0.0, single * (logits + head_copies),
+                                      embedding16)
+    middle, middle_total = stage_memory(stages.middle, params.middle, stored[1], 1.0, 0.0)
+    last, last_total = stage_memory(stages.last, params.last, stored[2], st.pp - 1, logits + head_copies,
+                                    single * embedding16)
+    return fullest_stage(first, middle, last, stages.has_mid, (first_total, middle_total, last_total))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -75,7 +76,10 @@ class Problem:
         m = ModelArrays.of(self.model)
         gpus = self.system.devices
         coded = self.axes.block(start, stop)
-        shape = np.broadcast_shapes(*(np.shape(v) for v in coded.values()))
+        # (np.broadcast's shape: np.broadcast_shapes's, without its Python-level pass over each value's shape;
+        # np.broadcast takes at most 32 operands in numpy 1.x, 64 in 2.x)
+        shape = (np.broadcast(*coded.values()).shape if len(coded) <= 32 else
+                 np.broadcast_shapes(*(np.shape(v) for v in coded.values())))
         # evaluated with the longest axes innermost (the same elementwise values: points are transposed back
         # before flattening): numpy's loops then run over the layouts, not over the last axis's 2 values; the
         # axes of one value are left out (C order is the same without them), so every array of the estimate
@@ -85,16 +89,21 @@ class Problem:
         inner = tuple(shape[d] for d in order)
         back = tuple(np.argsort(order).tolist())
         # (a value varying along one axis at most, as `Axes.block` gives each: the same elements in the same
-        # order whatever the arrangement of its dimensions, so a reshape, a view, not a transpose)
+        # order whatever the arrangement of its dimensions, so a reshape, a view, not a transpose). An axis of one
+        # value in the block is a number, as the base strategy's fields outside the space are, and the others lose
+        # their leading dimensions of length 1 (the same values, elementwise, numpy aligning shapes on their last
+        # dimensions: its per-call cost grows with the dimensions of every operand, an operand of 9 dimensions
+        # costs about 0.5 us more a call than a number; what depends on the innermost axes alone stays small)
         axes_of = [d for d in range(len(shape)) if shape[d] == 1]
-        coded = {name: (v.reshape([v.shape[d] for d in order]) if v.size == max(v.shape) else
-                        np.transpose(v, [*order, *axes_of]).reshape([v.shape[d] for d in order]))
-                 if type(v) is np.ndarray and v.ndim else v for name, v in coded.items()}
+        coded = {name: v if type(v) is not np.ndarray else v.reshape(-1)[0] if v.size == 1 else
+                 _leading_ones_dropped(v.reshape([v.shape[d] for d in order])) if v.size == max(v.shape) else
+                 np.transpose(v, [*order, *axes_of]).reshape([v.shape[d] for d in order])
+                 for name, v in coded.items()}
         st = chunk_strategy(StrategyArrays.of(self.base, 1), coded, gpus, self.base.expert_tp is None,
                             encode("precision", self.base.precision))
         w = TrainingArrays.of(self.workload)
         # every rule of `training_checks`, kept on the point for the estimator's own check (`shape_rules`)
-        valid = np.broadcast_to(shape_rules(m, st, w, gpus)[0], inner)
+        verdict = shape_rules(m, st, w, gpus)[0]
         keys = None if self.cache is None else _layout_keys(self.axes, start, stop)
 
         def flat(x: Any) -> np.ndarray:  # one value per point, in index order
@@ -104,15 +113,21 @@ class Problem:
         if keys is None or self.cache is None:
             with np.errstate(all="ignore"), memo:  # invalid points (masked below) may divide by zero
                 r = estimate_training(m, st, w, self.system)
-            feasible = valid & np.asarray(r.feasible, bool)
-            # the values in the estimate's (transposed) order, not put back in index order: the best are found
-            # there and only their indices computed (`_inner_indices`); the same points, values and order
-            value = np.broadcast_to(np.where(
-                feasible, r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total, np.inf),
-                inner).reshape(-1)
-            keep = _best(None, value, self.top_k, lambda at: _inner_indices(at, start, shape, order))
-            return ChunkResult(start, stop, int(np.count_nonzero(valid)), int(np.count_nonzero(feasible)),
-                               _inner_indices(keep, start, shape, order), value[keep])
+            # the feasible points (the estimator's feasibility holds the shape rules' verdict: `feasibility.check`
+            # takes this one) and their values in the estimate's (transposed) order, not put back in index order:
+            # the best are found there and only their indices computed (`_inner_indices`); the same points, values
+            # and order as a block of values with inf at the infeasible points, without that block (`_best_of`)
+            at = np.flatnonzero(np.broadcast_to(np.asarray(r.feasible, bool), inner))
+            objective = r.step_time_s if self.objective is Objective.TIME else r.memory_hbm.total
+            values = (objective.reshape(-1)[at] if type(objective) is np.ndarray and objective.shape == inner
+                      else np.broadcast_to(objective, inner)[np.unravel_index(at, inner)] if inner
+                      else np.broadcast_to(objective, (1,))[at])
+            keep, best = _best_of(at, values, self.top_k, None,
+                                  lambda positions: _inner_indices(positions, start, shape, order))
+            # the valid points counted on the verdict's own shape, times the points each of its values stands for
+            valid_points = int(np.count_nonzero(verdict)) * (math.prod(inner) // int(np.size(verdict)))
+            return ChunkResult(start, stop, valid_points, len(at),
+                               _inner_indices(keep, start, shape, order), best)
         else:
             def estimated() -> Parts:  # with capacities that hold anything: the feasibility apart from memory
                 with np.errstate(all="ignore"), memo:
@@ -120,6 +135,7 @@ class Problem:
                 return (flat(r.step_time_s), flat(r.memory_hbm.total), flat(r.memory_tier2.total),
                         flat(np.asarray(r.feasible, bool)))
 
+            valid = np.broadcast_to(verdict, inner)
             step, hbm, tier2, fits = self.cache.parts(keys, estimated)
             hbm_fits, tier2_fits = memory_fits(self.system, hbm, tier2)  # the estimator's own memory check
             feasible = flat(valid) & fits & np.asarray(hbm_fits, bool) & np.asarray(tier2_fits, bool)
@@ -128,6 +144,16 @@ class Problem:
         keep = _best(index, value, self.top_k)
         return ChunkResult(start, stop, int(np.count_nonzero(valid)), int(np.count_nonzero(feasible)), index[keep],
                            value[keep])
+
+
+def _leading_ones_dropped(v: np.ndarray) -> np.ndarray:
+    """`v` without its leading dimensions of length 1 (numpy aligns shapes on their last dimensions, so `v`
+    broadcasts to the same shapes, with the same values, as with them)."""
+    shape = v.shape
+    k = 0
+    while k < len(shape) - 1 and shape[k] == 1:
+        k += 1
+    return v.reshape(shape[k:]) if k else v
 
 
 Parts = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # per point: step time, HBM, second tier, fits
@@ -229,44 +255,52 @@ def _best(index: np.ndarray | None, value: np.ndarray, k: int,
     a group it moves): the first of them stands for all. The points' indices are `index`, or, with `index`
     None, `index_of(positions)`, asked only for the few candidates."""
     finite = np.flatnonzero(np.isfinite(value))
-    values = value[finite]  # the finite values gathered once
-    # only the values up to the m-th smallest are sorted, for the least m of k, 4k, 16k, ... whose m smallest
-    # hold k distinct values (ties are common: the first of them stands for all), so a block costs one
-    # partition (every m's at once), not a sort of its points; every m that holds k distinct values keeps
-    # the same k best, so the answer does not depend on the m tried
-    ms = []
-    m = k
-    while m < len(finite):
-        ms.append(m)
-        m *= 4
-    if ms:
-        smallest = np.partition(values, [m - 1 for m in ms])
-        for m in ms:
-            if len(np.unique(smallest[:m])) >= k:  # (the distinct values <= the m-th smallest: those of the m)
-                kept = values <= smallest[m - 1]
-                finite, values = finite[kept], values[kept]
+    return _best_of(finite, value[finite], k, index, index_of)[0]  # (the finite values gathered once)
+
+
+def _best_of(positions: np.ndarray, values: np.ndarray, k: int, index: np.ndarray | None,
+             index_of: Callable[[np.ndarray], np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """`_best` of the points at `positions` (ascending) with `values`, the rest left out: (the positions of the
+    k best, their values); the values that are not finite left out here."""
+    finite = np.isfinite(values)
+    if not finite.all():
+        positions, values = positions[finite], values[finite]
+    # only the points with the k smallest distinct values are sorted: those up to the k-th distinct value of the m
+    # smallest, for the least m of k, 4k, 16k, ... whose m smallest hold k distinct values (ties are common: the
+    # first of them stands for all). The m smallest come from partitions of the values not yet among the smallest
+    # (one pass over the rest for each m tried), so a block costs about a pass over its values per m, not a sort
+    # of its points; the k smallest distinct values, and so the answer, do not depend on the m tried
+    if len(values) > k:
+        part, m, lo = values.copy(), k, 0
+        while True:
+            if m < len(part):
+                part[lo:].partition(m - 1 - lo)  # (in place: part[:m] now holds the m smallest)
+            head = np.sort(part[:m])
+            distinct = head[np.flatnonzero(np.concatenate(([True], head[1:] != head[:-1])))]
+            if len(distinct) >= k or m >= len(part):
+                kept = values <= distinct[min(k, len(distinct)) - 1]
+                positions, values = positions[kept], values[kept]
                 break
-    at = index[finite] if index is not None else index_of(finite)  # type: ignore[misc]
-    order = finite[np.lexsort((at, values))]
+            lo, m = m, 4 * m
+    at = index[positions] if index is not None else index_of(positions)  # type: ignore[misc]
+    by = np.lexsort((at, values))
+    order, ordered = positions[by], values[by]
     first = np.ones(len(order), dtype=bool)
-    first[1:] = value[order[1:]] != value[order[:-1]]
-    return order[first][:k]
+    first[1:] = ordered[1:] != ordered[:-1]
+    return order[first][:k], ordered[first][:k]
 
 
 def _inner_indices(at: np.ndarray, start: int, shape: tuple[int, ...], order: list[int]) -> np.ndarray:
     """The point indices of positions `at` of a block's values in the estimate's order (`Problem.evaluate`:
     the block's axes that vary, reordered by `order`, C order): start + the position's coordinates on those
     axes times their strides in the block's own C order."""
-    strides = np.ones(len(shape), dtype=np.int64)
-    for d in range(len(shape) - 2, -1, -1):
-        strides[d] = strides[d + 1] * shape[d + 1]
-    index = np.full(len(at), start, dtype=np.int64)
     if not order:  # a block of one point
-        return index
-    coordinates = np.unravel_index(at, tuple(shape[d] for d in order))
-    for c, d in zip(coordinates, order, strict=True):
-        index += c * strides[d]
-    return index
+        return np.full(len(at), start, dtype=np.int64)
+    # (the block's axes of one value have stride 1 x ... in C order: the others' strides are those of the block
+    # without them, so the coordinates on the axes that vary, in the block's order, ravel to the offset)
+    coordinates = dict(zip(order, np.unravel_index(at, tuple(shape[d] for d in order)), strict=True))
+    varying = sorted(order)
+    return np.ravel_multi_index(tuple(coordinates[d] for d in varying), tuple(shape[d] for d in varying)) + start
 
 
 @dataclass(frozen=True, repr=False)
