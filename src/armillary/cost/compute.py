@@ -253,8 +253,9 @@ def head_dim_factor(head_dim: Array, nonmatmul_dims: float) -> Array:
     [derived: FlashAttention-4 paper (Zadouri et al. 2026), forward bound by the exponential on Blackwell;
     FlashAttention-3 paper §3 (Shah et al. 2024), the exponential's throughput on Hopper; d0 per device from
     a same-release d 64 / d 128 kernel pair, the device presets' sources]. Only below d 128: above it the
-    same-release cuDNN 9.22 benchmark shows no gain per FLOP (GB200 / GB300, DeepSeek-V3 d 192/128 against
-    Llama 3.1 d 128: forward 0.93-1.08, backward 0.79-0.96; NVIDIA/cudnn-frontend
+    same-release cuDNN 9.22 benchmark shows little or no gain per FLOP where the formula would give 1.10 and
+    1.30 (GB200 / GB300 against Llama 3.1's d 128, causal and not, 2K-32K: DeepSeek-V3's d 192/128 forward
+    0.93-1.08, backward 0.79-0.96; Qwen3.5's d 256 forward 0.95-1.09; NVIDIA/cudnn-frontend
     benchmark/sdpa_benchmark_training/results, 2026-04-24), so d >= 128 keeps 1. `head_dim` is the MMA work
     per score in head-dimension units, (d_qk + d_v) / 2 (`workload.attention.fused_attention_op`); 0
     (unknown): 1."""
