@@ -234,8 +234,37 @@ def fused_attention_time(op: Op, device: Device, precision_code: Array, version:
     fa3 = device.flash3_attention_efficiency or fa2
     efficiency = where(version < 2, fa1, where(version < 3, fa2, fa3))
     flop = walked_flop(op.flop, op.flop_per_key, device.flash_attention_overhead_keys)
+    if device.attention_nonmatmul_dims is not None:  # the FA3 / cuDNN class kernel's rate by head dimension
+        flop = flop * where(version < 3, 1.0, head_dim_factor(op.head_dim, device.attention_nonmatmul_dims))
     compute = flop / (efficiency * matrix_peak(device, precision_code, sixteen_bit=True))
     return maximum(compute, stream_time(op.bytes, device)) + device.kernel_overhead
+
+
+# the head dimension the fused-attention efficiencies were calibrated at: the d 128 rows of every preset
+# (Llama 2/3, GPT-3 175B, Nemotron, Mixtral, ...; the kernel benchmarks they cite are d 128 too)
+CALIBRATION_HEAD_DIM = 128.0
+
+
+def head_dim_factor(head_dim: Array, nonmatmul_dims: float) -> Array:
+    """A fused attention kernel's time per FLOP at head dimension d over its time per FLOP at the calibration's
+    d 128: (d + d0) / d over (128 + d0) / 128, d0 = `Device.attention_nonmatmul_dims`. Per score element the
+    kernel does 4 d MMA FLOPs forward and a fixed amount of other work (the softmax exponential on the SFU,
+    rescaling), which overlaps the MMA only in part: a score element costs the time of d + d0 MMA units
+    [derived: FlashAttention-4 paper (Zadouri et al. 2026), forward bound by the exponential on Blackwell;
+    FlashAttention-3 paper §3 (Shah et al. 2024), the exponential's throughput on Hopper; d0 per device from
+    a same-release d 64 / d 128 kernel pair, the device presets' sources]. Only below d 128: above it the
+    same-release cuDNN 9.22 benchmark shows little or no gain per FLOP where the formula would give 1.10 and
+    1.30 (GB200 / GB300 against Llama 3.1's d 128, causal and not, 2K-32K: DeepSeek-V3's d 192/128 forward
+    0.93-1.08, backward 0.79-0.96; Qwen3.5's d 256 forward 0.95-1.09; NVIDIA/cudnn-frontend
+    benchmark/sdpa_benchmark_training/results, 2026-04-24), so d >= 128 keeps 1. `head_dim` is the MMA work
+    per score in head-dimension units, (d_qk + d_v) / 2 (`workload.attention.fused_attention_op`); 0
+    (unknown): 1."""
+    cal = CALIBRATION_HEAD_DIM
+    if not isinstance(head_dim, np.ndarray):
+        d = float(head_dim)
+        return (1 + nonmatmul_dims / d) / (1 + nonmatmul_dims / cal) if 0 < d < cal else 1.0
+    below = (head_dim > 0) & (head_dim < cal)
+    return np.where(below, (1 + nonmatmul_dims / np.where(below, head_dim, cal)) / (1 + nonmatmul_dims / cal), 1.0)
 
 
 def walked_flop(flop: Array, flop_per_key: Array, overhead_keys: float) -> Array:

@@ -174,6 +174,12 @@ class Device(Spec):
     flash_attention_overhead_keys: NonNegativeFloat = Field(
         0.0, description="a fused attention kernel's fixed work per query block, in keys per query: over d keys "
         "per query it runs at d / (d + this) of its efficiency (0: the same at every length)")
+    attention_nonmatmul_dims: NonNegativeFloat | None = Field(
+        None, description="the FlashAttention-3 / cuDNN class fused attention kernel's work per score element "
+        "besides its matrix products (softmax exponential, rescaling), in head-dimension units: a score element "
+        "costs as long as (d + this) of MMA work, so a head dimension d below the 128 the efficiencies are "
+        "calibrated at runs at [d / (d + this)] / [128 / (128 + this)] of flash3_attention_efficiency "
+        "(`cost.compute.head_dim_factor`); none: no dependence on the head dimension")
     memory: tuple[MemoryTier, ...] = Field(min_length=1, max_length=2, description="[HBM, optional tier 2]")
     memory_reserve: BytesOrZero = Field(
         RUNTIME_RESERVE_BYTES, description="HBM the device's runtime holds outside the model's tensors, which a "

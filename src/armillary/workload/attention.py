@@ -39,7 +39,9 @@ def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t:
     MLA: `absorbed` (0/1) runs the absorbed form over the latent (`attention_dims`); `expanded` (0/1) caches
     per-head K and V instead of the latent (`kv_cache_elements_per_token`). Depth: the keys a query walks in
     one kernel call, its mean keys attended over the `chunks` the keys arrive in (ring attention's steps
-    under context parallelism, one otherwise)."""
+    under context parallelism, one otherwise). Head dim: the MMA work per score element, 2 (d_qk + d_v)
+    FLOPs forward, in head-dimension units: (d_qk + d_v) / 2 (cuDNN's SDPA benchmark counts the same two
+    BMMs, NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training `flops`)."""
     attends = 1 - m.mlgru  # the MLGRU token mixer has no attention core
     a = m.heads
     d_qk, d_v = attention_dims(m, absorbed)
@@ -52,7 +54,7 @@ def fused_attention_op(m: ModelArrays, b: Array, queries: Array, keys: Array, t:
     moved = ((b * queries * a * (d_qk + d_v) + b * new_keys * new_kv) / t * e
              + b * (_cache_read(cache_reads, past, per_rank, cache_bytes) + new_keys * per_rank * cache_bytes))
     return Op(flop=2 * attends * b * (a / t) * queries * mean_keys * (d_qk + d_v), bytes=attends * moved,
-              depth=mean_keys / chunks)
+              depth=mean_keys / chunks, head_dim=(d_qk + d_v) / 2)
 
 
 def ring_kv_block(m: ModelArrays, tokens: Array, t: Array, e: Array) -> Array:

@@ -17,13 +17,16 @@ class Op:
     `kernels` and `depth` (the summed reduction length K of its GEMMs) give the latency floor of small-M
     GEMMs where a device lists one (`Device.fp8_gemm_latency`); 0 depth: no floor. For a fused attention
     kernel `depth` is the keys each query walks in one call, over which a query block's fixed work
-    amortizes (`cost.compute.fused_attention_time`)."""
+    amortizes (`cost.compute.fused_attention_time`), and `head_dim` its MMA work per score element in
+    head-dimension units ((d_qk + d_v) / 2; 0: unknown), by which the kernel's rate varies
+    (`cost.compute.head_dim_factor`)."""
 
     flop: Array
     bytes: Array
     group: Array = 1.0
     kernels: Array = 1.0
     depth: Array = 0.0
+    head_dim: Array = 0.0
 
     @property
     def flop_per_key(self) -> Array:
@@ -42,7 +45,7 @@ def gemm(M: Array, N: Array, K: Array, batch: Array, element_bytes: Array, input
 
 
 def grouped(op: Op, problems: Array) -> Op:
-    return Op(op.flop, op.bytes, problems, op.kernels, op.depth)  # one kernel launch walks one problem's K
+    return Op(op.flop, op.bytes, problems, op.kernels, op.depth, op.head_dim)  # one launch walks one problem's K
 
 
 def stream(bytes_moved: Array) -> Op:
