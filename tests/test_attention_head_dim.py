@@ -85,3 +85,42 @@ def test_the_op_carries_the_models_head_dim(model, head_dim):
     m = ModelArrays.of(load_model(model))
     op = fused_attention_op(m, 1.0, 4096.0, 4096.0, 1.0, 2.0)
     assert float(op.head_dim) == head_dim
+
+
+def _replica(system: str, attention: str):
+    from armillary.estimate.inference import replica_model
+    from armillary.specs.loading import load_system
+    from armillary.specs.strategy import Strategy
+    from armillary.specs.workload import Inference
+
+    w = Inference.model_validate({"kind": "inference", "input_len": 4096, "output_len": 64})
+    return replica_model(ModelArrays.of(load_model("llama3.2-1b")), Strategy.model_validate(
+        {"precision": "bf16", "attention": attention}), w, load_system(system, 1))
+
+
+def test_serving_iterations_carry_the_head_dim():
+    # Llama 3.2 1B: d 64. A long prefill on an H100 with the flash3 kernel: the compiled (roofline) path and
+    # the model's own functions agree, and both are slower than with the field removed, by the factor at most
+    from armillary.serving.simulate import IterationCost
+
+    cost = IterationCost(_replica("dgx-h100", "flash3"), 8192, 8)
+    assert cost.roofline is not None
+    new, past = np.array([8192]), np.array([0])
+    compiled, evaluated = float(cost(new, past, 1)[0]), float(cost.evaluated(new, past, 1)[0])
+    assert compiled == pytest.approx(evaluated, rel=1e-12)
+    r = _replica("dgx-h100", "flash3")
+    op = r.attention(np.array([8192.0]), np.array([0.0]))
+    assert float(np.min(op.head_dim)) == 64.0
+    slower = float(np.sum(r.attention_time(op, 0.0)[0]))
+    device = r.system.device.model_copy(update={"attention_nonmatmul_dims": None})
+    plain = float(np.sum(replace_device(r, device).attention_time(op, 0.0)[0]))
+    assert plain < slower <= plain * head_dim_factor(64.0, 101.0) * (1 + 1e-12)
+    # the iteration's time (summed over the batch's sequences) pays the same difference
+    unfielded = IterationCost(replace_device(r, device), 8192, 8)
+    assert float(cost(new, past, 1)[0]) - float(unfielded(new, past, 1)[0]) == pytest.approx(slower - plain, rel=1e-9)
+
+
+def replace_device(r, device):
+    from dataclasses import replace
+
+    return replace(r, system=r.system.model_copy(update={"device": device}))

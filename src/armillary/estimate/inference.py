@@ -168,7 +168,8 @@ class ReplicaModel:
         # prefill it also reads the K/V blocks the ring brings in
         received = (self.cp - 1) * ring_kv_block(self.m, sequences * new / self.cp, self.attention_tp,
                                                  self.activation_bytes)
-        return Op(op.flop / self.cp, op.bytes / self.cp + np.where(steps, 0.0, received), depth=op.depth / self.cp)
+        return Op(op.flop / self.cp, op.bytes / self.cp + np.where(steps, 0.0, received), depth=op.depth / self.cp,
+                  head_dim=op.head_dim)
 
     def attention_time(self, op: Op, cached_tokens: Array) -> tuple[Array, Array]:
         """(attention kernels, second-tier reads) of all layers: the share of the cache on the second tier

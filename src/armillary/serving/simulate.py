@@ -94,6 +94,7 @@ class IterationCost:
         sequences = np.arange(0, max_sequences + 1, dtype=float)
         self.by_sequences = np.concatenate(([0.0], replica.head_time(sequences[1:]))) + overheads(sequences)
         self.affine = _affine_attention(replica)
+        self.head_dim = _replica_head_dim(replica)
         roofline = _roofline(replica) if self.affine is not None else None
         # the compiled path's inputs (None: every iteration evaluates the model's functions)
         self.fitted = np.array(self.affine[0] + self.affine[1]) if self.affine is not None else None
@@ -119,9 +120,11 @@ class IterationCost:
                 coefficients = prefill if not step.any() else tuple(
                     np.where(step, d, p) for d, p in zip(decode, prefill, strict=True))
             flop, per_new, per_past = coefficients
-            return summed_op(flop * new * (2 * past + new) / 2, flop * new, per_new * new + per_past * past)
+            return summed_op(flop * new * (2 * past + new) / 2, flop * new, per_new * new + per_past * past,
+                             self.head_dim)
         op = self.replica.attention(new, past)
-        return summed_op(*np.broadcast_arrays(op.flop, op.flop_per_key, op.bytes))
+        flop, per_key, moved = np.broadcast_arrays(op.flop, op.flop_per_key, op.bytes)
+        return summed_op(flop, per_key, moved, _one_head_dim(op.head_dim))
 
     def __call__(self, new: np.ndarray, past: np.ndarray, emitting: int) -> np.ndarray:
         """Times of iterations over the same sequences: `new` and `past` are (sequences x iterations), or
@@ -166,11 +169,23 @@ def _affine_attention(r: ReplicaModel) -> tuple[Coefficients, Coefficients] | No
     return fitted[0], fitted[1]
 
 
-def summed_op(flop: np.ndarray, per_key: np.ndarray, moved: np.ndarray) -> Op:
+def summed_op(flop: np.ndarray, per_key: np.ndarray, moved: np.ndarray, head_dim: Any = 0.0) -> Op:
     """One batched attention call over sequences (axis 0): their FLOPs and bytes summed, its depth the keys
-    per query for which the summed FLOPs per key are theirs (`walked_flop` stays the sum of theirs)."""
+    per query for which the summed FLOPs per key are theirs (`walked_flop` stays the sum of theirs), its head
+    dimension the model's (`Op.head_dim`)."""
     f, k = np.sum(flop, axis=0), np.sum(per_key, axis=0)
-    return Op(f, np.sum(moved, axis=0), depth=ratio_or_zero(f, k))
+    return Op(f, np.sum(moved, axis=0), depth=ratio_or_zero(f, k), head_dim=head_dim)
+
+
+def _one_head_dim(head_dim: Any) -> Any:
+    """The head dimension of a batched call whose sequences' ops give `head_dim` (per sequence where MLA's
+    prefill and absorbed decode differ: the smallest over the sequences, axis 0)."""
+    return np.min(head_dim, axis=0) if isinstance(head_dim, np.ndarray) and head_dim.ndim else head_dim
+
+
+def _replica_head_dim(r: ReplicaModel) -> float:
+    """The head dimension of the replica's prefill attention op (`Op.head_dim`)."""
+    return float(np.min(r.attention(np.array([2.0]), np.array([0.0])).head_dim))
 
 
 def _roofline(r: ReplicaModel) -> np.ndarray | None:
@@ -180,10 +195,12 @@ def _roofline(r: ReplicaModel) -> np.ndarray | None:
     per query block, the second tier's share of the cache not streamed from HBM) and s_tier2 P (the second
     tier's reads), read off the function itself and checked against it at the ops of far-apart prefill and
     decode iterations (relative 1e-12); None when it is not of that form."""
+    head_dim = _replica_head_dim(r)
+
     def at(flop: Any, moved: Any, cached: Any, per_key: Any = 0.0) -> tuple[np.ndarray, np.ndarray]:
         f, b, c, k = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, dtype=float))
                                            for v in (flop, moved, cached, per_key)))
-        core, remote = r.attention_time(summed_op(f[None], k[None], b[None]), c)
+        core, remote = r.attention_time(summed_op(f[None], k[None], b[None], head_dim), c)
         return np.broadcast_to(core, f.shape).astype(float), np.broadcast_to(remote, f.shape).astype(float)
 
     big = 1e20
