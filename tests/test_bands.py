@@ -121,6 +121,24 @@ def test_every_band_of_a_workload_widens_by_how_far_its_first_runs_landed_beyond
     assert unseen_inflation("training", [*own, *mine]) == pytest.approx(5.0)
 
 
+def test_first_runs_of_a_scale_widen_that_scales_bands_where_they_are_enough():
+    """Mondrian by scale (`unseen_inflation(scale=)`): in sample, fp8 rows at 10% at both scales; first runs at
+    >1024 GPUs from two sources land at 40% (score 4.0), at <=64 from two sources at 12% (1.2). Each scale's band
+    widens by its own first runs; a scale with too few first runs (<=1024: none) takes the workload's rank over
+    all 8 scores (ceil(0.8 x 9) = 8th smallest: 4.0)."""
+    small, large = Regime(True, "fp8", False, False, "<=64"), Regime(True, "fp8", False, False, ">1024")
+    rows = [*_rows(small, [0.1] * 20), *_rows(large, [0.1] * 20, "u")]
+    first = [Residual(s, regime, e, out_of_sample=True) for s, regime, e in
+             (("a", large, 0.4), ("b", large, -0.4), ("c", small, 0.12), ("d", small, -0.12)) for _ in range(2)]
+    assert unseen_inflation("training", [*rows, *first], scale="<=64") == pytest.approx(1.2)
+    assert unseen_inflation("training", [*rows, *first], scale=">1024") == pytest.approx(4.0)
+    assert unseen_inflation("training", [*rows, *first], scale="<=1024") == pytest.approx(4.0)
+    assert band(small, [*rows, *first]).relative == pytest.approx(0.12)
+    # one source's first runs at a scale are not enough for its own factor: the workload's stands
+    one_source = [replace(r, source="a") if r.regime == large else r for r in first]
+    assert unseen_inflation("training", [*rows, *one_source], scale=">1024") == pytest.approx(4.0)
+
+
 def test_unseen_rows_of_one_engine_never_widen_another_engines_band():
     vllm = Regime(True, "fp8", True, False, "<=64", "serving", "vllm")
     trt = replace(vllm, engine="tensorrt-llm")
@@ -174,23 +192,24 @@ def test_the_shipped_bands_cover_the_rows_first_run_out_of_sample():
     """The band covers >= 80% of the training rows as first run out of sample (the batch model on rows read
     right), each source's rows against the band drawn without that source (in either pool: with its own first
     runs in the pool the band covered 48 of 55, without them 38 of 55 before `unseen_inflation`), and stays below
-    3x their median |error|; and of the in-sample rows, below 3.5x theirs."""
+    3x their median |error|; and of the in-sample rows, below 3x theirs."""
     residuals = shipped_residuals()
     unseen = [r for r in residuals if r.out_of_sample and r.regime.workload == "training"]
     assert len(unseen) >= 50
     left_out = []
     for r in unseen:
         others = [x for x in residuals if x.source != r.source]
-        left_out.append(band(r.regime, others, unseen_inflation("training", others)).relative)
+        left_out.append(band(r.regime, others,
+                             lambda scale, others=others: unseen_inflation("training", others, None, scale)).relative)
     assert np.mean([abs(r.error) <= b for r, b in zip(unseen, left_out, strict=True)]) >= 0.8
     bands = [band(r.regime, residuals).relative for r in unseen]
     assert np.median(bands) < 3 * np.median([abs(r.error) for r in unseen])
-    # in-sample rows: their band is their pool's 80th percentile times the first-run inflation (1.60 since the
-    # GPT-OSS clamp and YaRN mechanisms narrowed the MoE pool while the first-run MLPerf v4.1 MoE rows stayed
-    # far off); for a half-normal |error| the 80th percentile alone is 1.9x the median, so 3.5x allows an
-    # inflation up to ~1.8 and still fails a band that stops saying anything
+    # in-sample rows: their band is their pool's 80th percentile times the first-run inflation of their scale
+    # (workload-wide it reached 1.84, driven by first runs at 1,024+ GPUs: MLPerf v4.1 FSDP, Llama 3 405B, and
+    # made the median in-sample band 3.6x the median error; by scale 2.3x); for a half-normal |error| the 80th
+    # percentile alone is 1.9x the median
     tuned = [r for r in residuals if not r.out_of_sample and r.regime.workload == "training"]
-    assert np.median([band(r.regime, residuals).relative for r in tuned]) < 3.5 * np.median(
+    assert np.median([band(r.regime, residuals).relative for r in tuned]) < 3 * np.median(
         [abs(r.error) for r in tuned])
 
 

@@ -15,10 +15,10 @@ were written while looking at them). The out-of-sample pool is the first untouch
 rows (`validation/out_of_sample.py`): the only errors measured before anything was tuned on them. A regime's
 band is the wider of the two pools' quantiles over the regime the in-sample band was drawn from, so
 a regime where unseen rows erred more than the rows the model was tuned on prints the unseen error; and every
-band of a workload is at least its in-sample band times how far that workload's first runs landed beyond
-theirs (`unseen_inflation`), so that a source never seen meets a band drawn as a new source would. A
-prediction that leaves the validated regime (a precision or an engine no row has, an uncalibrated device) is
-widened, never narrowed.
+band of a workload is at least its in-sample band times how far that workload's first runs (of its scale, where
+they are enough) landed beyond theirs (`unseen_inflation`), so that a source never seen meets a band drawn as a
+new source would. A prediction that leaves the validated regime (a precision or an engine no row has, an
+uncalibrated device) is widened, never narrowed.
 `leave_one_source_out` measures how often the band covers a source's rows when that source is left out.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -128,13 +128,17 @@ def inference_regime(model: Model, system: System, strategy: Strategy, workload:
                   workload=SERVING if engine else STATIC_BATCH, engine=family)
 
 
-def band(regime: Regime, residuals: Sequence[Residual], inflation: float | None = None) -> ErrorBand:
+def band(regime: Regime, residuals: Sequence[Residual],
+         inflation: Callable[[str | None], float] | None = None) -> ErrorBand:
     """The in-sample pool's band of `regime` (`_pool_band`), widened to the unseen rows' `band_quantile` where
     at least `MIN_UNSEEN` first untouched runs fall in the same (possibly coarsened) regime and erred more, to
-    the in-sample band times its workload's `unseen_inflation` (given, or drawn from `residuals`), and by
-    `UNVALIDATED_WIDENING` for each of its precision and engine that no residual of its workload has."""
+    the in-sample band times its workload's `unseen_inflation` at the scale its pool kept (None where the pool
+    was coarsened past the scale: then the workload's, so a sparse regime is never narrower than its parent;
+    `inflation`: that factor by scale, else drawn from `residuals`), and by `UNVALIDATED_WIDENING` for each of
+    its precision and engine that no residual of its workload has."""
     chosen, level = _pool_band(regime, [r for r in residuals if not r.out_of_sample], _COARSENING)
-    factor = unseen_inflation(regime.workload, residuals, regime.engine) if inflation is None else inflation
+    factor = (unseen_inflation(regime.workload, residuals, regime.engine, level.scale) if inflation is None
+              else inflation(level.scale))
     if factor > 1:
         chosen = replace(chosen, relative=chosen.relative * factor,
                          regime=f"{chosen.regime}; x{factor:.2f}: first-run rows of its kind erred that much beyond "
@@ -156,17 +160,24 @@ def band(regime: Regime, residuals: Sequence[Residual], inflation: float | None 
     return chosen
 
 
-def unseen_inflation(workload: str, residuals: Sequence[Residual], engine: str | None = None) -> float:
+def unseen_inflation(workload: str, residuals: Sequence[Residual], engine: str | None = None,
+                     scale: str | None = None) -> float:
     """How much further than their in-sample band the first untouched runs of a `workload` (for serving, on
     `engine`: one engine's first runs never widen another's band) erred: the `QUANTILE`
     split-conformal rank of |error| / band over its out-of-sample residuals, each row's band drawn from the
     in-sample rows of other sources (the normalised nonconformity score of split-conformal prediction: Lei et
     al., JASA 2018, section 5.2; Papadopoulos et al. 2008). An in-sample band is drawn from rows the mechanisms
     were written against; a new source lands further, and this is by how much. 1 (none) below `MIN_UNSEEN`
-    rows or `MIN_UNSEEN_SOURCES` sources: one source's rows say how it scatters, not how the next lands."""
+    rows or `MIN_UNSEEN_SOURCES` sources: one source's rows say how it scatters, not how the next lands.
+    With a `scale`, the scores of that scale's first runs alone where they are that many, else the workload's:
+    a Mondrian split by scale as by engine (Vovk, Gammerman & Shafer 2005, section 4.5: the coverage then holds
+    within each category), so that first runs of 16,384 GPUs do not widen the band of 8."""
     unseen = [r for r in residuals if r.out_of_sample and r.regime.workload == workload and r.regime.engine == engine]
     if len(unseen) < MIN_UNSEEN or len({r.source for r in unseen}) < MIN_UNSEEN_SOURCES:
         return 1.0
+    same_scale = [r for r in unseen if r.regime.scale == scale]
+    if len(same_scale) >= MIN_UNSEEN and len({r.source for r in same_scale}) >= MIN_UNSEEN_SOURCES:
+        unseen = same_scale
     tuned = [r for r in residuals if not r.out_of_sample]
     scores = []
     for source in {r.source for r in unseen}:
@@ -211,15 +222,20 @@ def leave_one_source_out(residuals: Sequence[Residual], out_of_sample: bool = Fa
     """Per full regime: (rows whose |error| lies inside the band computed without their source, rows), over
     the in-sample residuals, or (`out_of_sample`) over the first untouched runs."""
     out: dict[str, tuple[int, int]] = {}
-    factors: dict[tuple[str, str, str | None], float] = {}  # per left-out source, workload, engine: drawn once
+    factors: dict[tuple[str, str, str | None, str | None], float] = {}  # per left-out source, workload, engine,
+    # scale: drawn once
     for r in residuals:
         if r.out_of_sample != out_of_sample:
             continue
         others = [x for x in residuals if x.source != r.source]
-        key = (r.source, r.regime.workload, r.regime.engine)
-        if key not in factors:
-            factors[key] = unseen_inflation(r.regime.workload, others, r.regime.engine)
-        inside = abs(r.error) <= band(r.regime, others, factors[key]).relative
+
+        def factor(scale: str | None, r: Residual = r, others: list[Residual] = others) -> float:
+            key = (r.source, r.regime.workload, r.regime.engine, scale)
+            if key not in factors:
+                factors[key] = unseen_inflation(r.regime.workload, others, r.regime.engine, scale)
+            return factors[key]
+
+        inside = abs(r.error) <= band(r.regime, others, factor).relative
         covered, total = out.get(r.regime.describe(), (0, 0))
         out[r.regime.describe()] = (covered + inside, total + 1)
     return out
