@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.benchmark import (
     STEADY_BATCHES,
@@ -23,7 +24,7 @@ from armillary.serving.benchmark import (
     trace_for,
     workload_for,
 )
-from armillary.serving.engine import Engine, engine_for
+from armillary.serving.engine import Engine, engine_for, engine_version
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace
 from armillary.specs.loading import load_model, load_system
@@ -77,9 +78,15 @@ _ENGINE_FLAGS: tuple[tuple[str, str, str], ...] = (
 
 def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len: int = 0) -> Engine:
     text = _flags(row)
-    engine = engine_for(framework_words(row.get("framework")))
+    framework = framework_words(row.get("framework"))
+    try:
+        engine = engine_for(framework)  # a version no profile describes is refused, not given another's
+    except SpecError as err:
+        raise Unsupported(str(err)) from None
     if engine is None:
         raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
+    if engine_version(framework) is None:
+        notes.append(f"engine version not stated: assumed {engine.name} (its family's fallback profile)")
     update: dict[str, Any] = {}
     for flag, field, value in _ENGINE_FLAGS:
         if (number := _flag(flag, text, value)) is not None:
