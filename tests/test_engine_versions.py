@@ -133,3 +133,30 @@ def test_every_validation_row_naming_an_engine_maps_as_before() -> None:
         seen[start] += 1
     assert set(seen) == set(BEFORE)  # the table lists only rows that exist
     assert sum(seen.values()) == 172  # the engine-naming rows counted at the start commit
+
+
+@pytest.mark.parametrize(("system", "seqs", "tokens"), [
+    ("dgx-h100", 1024, 8192), ("hgx-h200", 1024, 8192), ("mi300x-8", 1024, 8192), ("dgx-b200", 1024, 8192),
+    ("dgx-a100", 256, 2048),  # 80 GB, but an A100 (PR #17885)
+    ("dgx-a100-40gb", 256, 2048), ("tpu-v6e-slice", 256, 2048),  # under 70 GiB
+])
+def test_vllm_v1_batch_defaults_follow_the_device_as_get_batch_defaults_does(system: str, seqs: int,
+                                                                             tokens: int) -> None:
+    from armillary.serving.engine import on_device
+    from armillary.specs.loading import load_system
+
+    started = on_device(load_engine("vllm-0.8"), load_system(system, 1).device)
+    assert (started.max_batch, started.max_batched_tokens) == (seqs, tokens)
+    for other in ("vllm-0.6", "sglang-0.4", "tensorrt-llm-1.0"):  # no small-device rule: unchanged
+        assert on_device(load_engine(other), load_system(system, 1).device) == load_engine(other)
+
+
+def test_a_v1_rows_flags_still_win_over_the_device_defaults() -> None:
+    from armillary.specs.loading import load_system
+
+    a100 = load_system("dgx-a100", 1).device
+    row = {"framework": "vLLM 0.9.1: vllm serve -tp 8 --max-num-seqs 512", "other_reported": "", "notes": ""}
+    notes: list[str] = []
+    engine = _engine(row, False, notes, 0, a100)
+    assert (engine.max_batch, engine.max_batched_tokens) == (512, 2048)
+    assert any("small-device batch defaults" in n for n in notes)

@@ -19,9 +19,20 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
 from armillary.presets.registry import find_preset, preset_names, read_data_file
-from armillary.specs.base import NamedByPatterns
-from armillary.specs.system import Platform
+from armillary.specs.base import NamedByPatterns, Spec
+from armillary.specs.system import Device, Platform
 from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, Policy
+
+
+class SmallDevice(Spec):
+    """Batch defaults an engine takes on a device with less memory than `below_gib` or named as one of
+    `names` (vLLM V1's get_batch_defaults: the profile's own numbers are its large-device defaults)."""
+
+    below_gib: float = Field(gt=0, description="device memory (GiB, 2^30 bytes) under which these apply")
+    names: tuple[str, ...] = Field((), description="device names (lower-case substrings) these apply to "
+                                   "whatever their memory")
+    max_batch: PositiveInt
+    max_batched_tokens: PositiveInt
 
 
 class Engine(NamedByPatterns):
@@ -79,6 +90,8 @@ class Engine(NamedByPatterns):
     channel_fp8_kernels: dict[Platform, Fp8Kernels] = Field(
         default_factory=dict, description="its GEMM kernels for fp8 weights with per-channel scales, by the "
         "device's platform; a platform not listed: the device's fp8 GEMMs (a fused scaled GEMM)")
+    small_device: SmallDevice | None = Field(None, description="batch defaults on a small device (the engine "
+                                             "sets them from the device it runs on); none: the same on all")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
 
@@ -158,6 +171,18 @@ def overheads(engine: Engine | None, m: ModelArrays, layers: float, scheduler_st
                      engine.request_overhead_s,
                      engine.eager_kernel_s * short_kernels(m, layers), context,
                      float(engine.graph_max_batch or np.inf))
+
+
+def on_device(engine: Engine, device: Device) -> Engine:
+    """The engine as it starts on `device`: its small-device batch defaults where the device is one
+    (`Engine.small_device`), else the profile unchanged."""
+    small = engine.small_device
+    if small is None:
+        return engine
+    name = device.name.lower()
+    if device.hbm.capacity >= small.below_gib * 2**30 and not any(n in name for n in small.names):
+        return engine
+    return engine.model_copy(update={"max_batch": small.max_batch, "max_batched_tokens": small.max_batched_tokens})
 
 
 @functools.lru_cache(maxsize=64)

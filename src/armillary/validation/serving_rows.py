@@ -24,14 +24,14 @@ from armillary.serving.benchmark import (
     trace_for,
     workload_for,
 )
-from armillary.serving.engine import Engine, engine_for, engine_version
+from armillary.serving.engine import Engine, engine_for, engine_version, on_device
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.model import Model
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
-from armillary.specs.system import System
+from armillary.specs.system import Device, System
 from armillary.specs.workload import Inference, LengthDistribution
 from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.inference_rows import InferenceRowSpecs
@@ -76,7 +76,8 @@ _ENGINE_FLAGS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len: int = 0) -> Engine:
+def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len: int = 0,
+            device: Device | None = None) -> Engine:
     text = _flags(row)
     framework = framework_words(row.get("framework"))
     try:
@@ -85,6 +86,10 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         raise Unsupported(str(err)) from None
     if engine is None:
         raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
+    if device is not None and (started := on_device(engine, device)) is not engine:
+        engine = started
+        notes.append(f"{device.name}: the engine's small-device batch defaults ({engine.max_batch} sequences, "
+                     f"{engine.max_batched_tokens} tokens)")
     if engine_version(framework) is None:
         notes.append(f"engine version not stated: assumed {engine.name} (its family's fallback profile)")
     update: dict[str, Any] = {}
@@ -254,7 +259,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
         raise Unsupported(f"model / gpu: no preset for {row.get('model')!r} on {row.get('gpu')!r}")
     model = load_model(preset)
     client = _client(row)
-    engine = _engine(row, model.mla is not None, notes, model.max_seq_len)
+    engine = _engine(row, model.mla is not None, notes, model.max_seq_len, load_system(system_preset, 1).device)
     input_len, output_len, varied = _lengths(row, client.requests, notes)
     notes.extend(qualified_readings(row, ("isl", "osl")))  # "1K" read as 1024 tokens, said so
     fp8 = _fp8_weights(row, model)
