@@ -160,3 +160,13 @@ def test_a_v1_rows_flags_still_win_over_the_device_defaults() -> None:
     engine = _engine(row, False, notes, 0, a100)
     assert (engine.max_batch, engine.max_batched_tokens) == (512, 2048)
     assert any("small-device batch defaults" in n for n in notes)
+
+
+@pytest.mark.parametrize(("framework", "mode"), [
+    ("vLLM 0.6.6.post1", "expanded"), ("vllm==0.7.0", "expanded"),  # per-head K/V before PR #12528
+    ("vLLM 0.7.1", "materialized"), ("vLLM 0.7.3.dev138+g21f6ca217", "materialized"),  # the profile's own
+])
+def test_vllm_v0_runs_mla_expanded_before_0_7_1(framework: str, mode: str) -> None:
+    row = {"framework": framework_words(framework), "other_reported": "", "notes": ""}
+    assert _engine(row, True, []).mla_decode.value == mode
+    assert _engine(row, False, []).mla_decode == load_engine("vllm-0.6").mla_decode  # no MLA: left as it is

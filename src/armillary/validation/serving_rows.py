@@ -32,7 +32,7 @@ from armillary.specs.model import Model
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Device, System
-from armillary.specs.workload import Inference, LengthDistribution
+from armillary.specs.workload import Inference, LengthDistribution, MlaDecode
 from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.model_words import model_preset_for
@@ -111,6 +111,11 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
     if re.search(r"enforce[-_]eager(?![ =]+false)|disable[-_]cuda[-_]graph(?![-_]padding)", text, re.I):
         update["cuda_graphs"] = False
     v0 = engine.name.startswith("vLLM 0.6")
+    if model_mla and v0 and re.search(r"vllm v?0\.(6|7\.0)\b", framework, re.I):
+        # vLLM 0.6.0-0.7.0 ran MLA as MHA, caching per-head K and V; decode over the latent came with PR #12528
+        # (v0.7.1) (the vllm-0.6 profile's mla_decode source)
+        update["mla_decode"] = MlaDecode.EXPANDED
+        notes.append("MLA expanded: vLLM before 0.7.1 cached per-head K and V (PR #12528 absorbed it in 0.7.1)")
     if model_mla and v0 and "chunked_prefill" not in update:
         update["chunked_prefill"] = False
         notes.append("chunked prefill off: vLLM V0 runs MLA models without it")
