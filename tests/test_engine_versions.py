@@ -37,7 +37,9 @@ BOUNDARIES = [
     ("TensorRT-LLM 1.0.0", "tensorrt-llm-1.0"), ("TensorRT-LLM 1.1.0rc2", "tensorrt-llm-1.0"),
     # SGLang: before the v0.4 overlap scheduler | 0.4 | 0.5 and later
     ("sglang 0.1.14", REFUSED), ("SGLang v0.3.6", REFUSED),
-    ("SGLang 0.4.0", "sglang-0.4"), ("SGLang 0.4.3.post2", "sglang-0.4"),
+    ("SGLang 0.4.0", "sglang-0.4"), ("SGLang 0.4.3.post2", "sglang-0.4"), ("sglang 0.4", "sglang-0.4"),
+    # SGLang 0.4.4-0.4.x: between the releases the 0.4 and 0.5 profiles were read at
+    ("sglang 0.4.4", REFUSED), ("SGLang v0.4.10", REFUSED), ("SGLang 0.4.6.post5", REFUSED),
     ("sglang==0.5.0", "sglang-0.5"), ("SGLang v0.5.4", "sglang-0.5"),
 ]
 
@@ -47,7 +49,8 @@ def test_each_side_of_each_boundary_maps_to_its_profile_or_is_refused(framework:
     words = framework_words(framework)
     if profile is None:
         _, major, minor = engine_version(words) or ("", -1, -1)
-        with pytest.raises(SpecError, match=rf"version {major}\.{minor}\) has no engine profile.*Known versions"):
+        refusal = rf"version {major}\.{minor}(\.\d+)?\) has no engine profile.*Known versions"
+        with pytest.raises(SpecError, match=refusal):
             engine_for(words)
     else:
         picked = engine_for(words)
@@ -70,7 +73,7 @@ def test_the_refusal_names_the_version_the_reason_and_every_profile_of_its_famil
     with pytest.raises(SpecError) as refused:
         engine_for("TensorRT-LLM 0.12.0 (trtllm-build, C++ executor)")
     message = str(refused.value)
-    assert message.startswith("framework: 'TensorRT-LLM 0.12'")
+    assert message.startswith("framework: 'TensorRT-LLM 0.12.0' (version 0.12.0)")
     assert "trtllm-build" in message and "PyTorch backend" in message
     for preset in ("tensorrt-llm-0.6", "tensorrt-llm-0.17", "tensorrt-llm-1.0"):
         assert load_engine(preset).name in message
@@ -79,14 +82,17 @@ def test_the_refusal_names_the_version_the_reason_and_every_profile_of_its_famil
 
 def test_the_undescribed_ranges_lie_outside_every_profiles_versions() -> None:
     for family, low, high, _ in UNDESCRIBED:
-        for major, minor in (low, high):
-            spelled = {"tensorrt-llm": "TensorRT-LLM"}.get(family, family)
-            with pytest.raises(SpecError):
-                engine_for(f"{spelled} {major}.{minor}.0")
+        last = (high[0], high[1] - 1, 99) if high[2] == 0 else (high[0], high[1], high[2] - 1)
+        spelled = {"tensorrt-llm": "TensorRT-LLM"}.get(family, family)
+        for version in (low, last):
+            with pytest.raises(SpecError, match="(?i)has no engine profile: " + spelled.split("-")[0]):
+                engine_for(f"{spelled} {'.'.join(map(str, version))}")
+        picked = engine_for(f"{spelled} {'.'.join(map(str, high))}")  # the first version after: described
+        assert picked is not None, (family, high)
 
 
 def test_the_cli_refuses_an_undescribed_engine_version_and_reads_a_described_one() -> None:
-    with pytest.raises(SpecError, match=r"workload\.serving\.engine: 'vllm 0\.5'.*vLLM 0\.6-0\.7"):
+    with pytest.raises(SpecError, match=r"workload\.serving\.engine: 'vllm 0\.5\.4'.*vLLM 0\.6-0\.7"):
         load_engine("vllm==0.5.4")
     assert load_engine("vllm==0.7.3").name == load_engine("vllm-0.6").name
     assert load_engine("TensorRT-LLM 0.17.0").name == load_engine("tensorrt-llm-0.17").name
@@ -97,7 +103,7 @@ def test_the_cli_refuses_an_undescribed_engine_version_and_reads_a_described_one
 def test_the_harness_refuses_a_serving_row_of_an_undescribed_version_and_notes_an_unversioned_one() -> None:
     row = {"framework": "vLLM 0.5.3: python -m vllm.entrypoints.openai.api_server -tp 8", "other_reported": "",
            "notes": ""}
-    with pytest.raises(Unsupported, match=r"'vLLM 0\.5' \(version 0\.5\) has no engine profile"):
+    with pytest.raises(Unsupported, match=r"'vLLM 0\.5\.3' \(version 0\.5\.3\) has no engine profile"):
         _engine(row, False, [])
     notes: list[str] = []
     _engine({**row, "framework": "vLLM: vllm serve -tp 8"}, False, notes)

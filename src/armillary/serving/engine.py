@@ -212,26 +212,31 @@ def load_engine(value: Engine | str | dict[str, Any]) -> Engine:
 
 # An engine named with a version ("vLLM 0.5.4", "vllm 0.4.2" from a pip pin, "TensorRT-LLM v0.12.0",
 # "SGLang 0.3.6"): the family (the prefix of its profiles' preset names) and the major.minor read
-_VERSIONED = re.compile(r"\b(vllm|sglang|tensorrt-llm|trt-?llm)[\s=:]*v?(\d+)\.(\d+)", re.I)
+_VERSIONED = re.compile(r"\b(vllm|sglang|tensorrt-llm|trt-?llm)[\s=:]*v?(\d+)\.(\d+)(?:\.(\d+))?", re.I)
 _FAMILY = {"vllm": "vllm", "sglang": "sglang"}  # anything else the pattern reads is TensorRT-LLM
 
 # Versions whose defaults no shipped profile describes, and why the nearest profile does not fit them
-# (family, first and last major.minor, reason). A row or a run naming one is refused, not given another
-# version's profile.
-UNDESCRIBED: tuple[tuple[str, tuple[int, int], tuple[int, int], str], ...] = (
-    ("vllm", (0, 0), (0, 5), "vLLM before 0.6.0 (V0 engine before the v0.6.0 CPU-overhead work): v0.6.0 added "
+# (family, first version, the first version after them (major, minor, patch), reason). A row or a run naming
+# one is refused, not given another version's profile.
+UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], ...] = (
+    ("vllm", (0, 0, 0), (0, 6, 0), "vLLM before 0.6.0 (V0 engine before the v0.6.0 CPU-overhead work): v0.6.0 added "
      "multi-step scheduling and the async output processor, and the vLLM v0.6.0 blog (2024-09-05) profiled "
      "v0.5.3 at 33% of the time in the HTTP API server and 29% in scheduling (Llama 3 8B, 1x H100), which the "
      "vLLM 0.6 profile's host overheads (estimated after that work) do not describe; releases before vLLM PR #1926 "
      "(merged 2023-12-17) had no CUDA graphs at all"),
-    ("tensorrt-llm", (0, 9), (0, 16), "TensorRT-LLM 0.9-0.16 (2024) built TensorRT engines with trtllm-build "
+    ("tensorrt-llm", (0, 9, 0), (0, 17, 0), "TensorRT-LLM 0.9-0.16 (2024) built TensorRT engines with trtllm-build "
      "and ran them in the C++ executor / batch manager: the PyTorch backend (the 0.17 and 1.x profiles) came "
      "in 0.17, and the 1.x profile's CUDA graphs by default (PR #5480) and block reuse by default are the "
      "PyTorch backend's; the engine-build defaults of these releases (max_batch_size, max_num_tokens, "
      "tokens_per_block, enable_kv_cache_reuse) are not read here"),
-    ("sglang", (0, 0), (0, 3), "SGLang before 0.4 (2024): the SGLang 0.4 profile's host overhead is that of "
+    ("sglang", (0, 0, 0), (0, 4, 0), "SGLang before 0.4 (2024): the SGLang 0.4 profile's host overhead is that of "
      "the zero-overhead (overlap) batch scheduler introduced with v0.4 (SGLang v0.4 blog, 2024-12-04), and "
      "its CUDA-graph and MLA defaults were read in 2025 releases"),
+    ("sglang", (0, 4, 4), (0, 5, 0), "SGLang 0.4.4-0.4.x (2025-03 to 2025-08) lie between the releases the "
+     "SGLang 0.4 profile was read at (0.4.2-0.4.3: DP-attention graphs padded to the largest rank, Triton MLA "
+     "prefill run absorbed, Triton block-fp8 GEMMs) and the 0.5 profile's (no padding since PR #4390, "
+     "2025-03-13; FlashAttention-3 per-head MLA prefill on Hopper, PRs #5113 / #5624, 2025-04; DeepGEMM): "
+     "which of these each 0.4.4-0.4.x release has is not read"),
 )
 
 
@@ -260,10 +265,12 @@ def engine_for(framework: str, field: str = "framework") -> Engine | None:
     versioned = _VERSIONED.search(framework)
     if versioned is not None and (best is None or best[0] == 0 or not _reaches(best[2], framework, versioned.start(2))):
         family, major, minor = engine_version(framework) or ("", 0, 0)
+        patch = int(versioned.group(4) or 0)
         why = next((reason for fam, low, high, reason in UNDESCRIBED
-                    if fam == family and low <= (major, minor) <= high), "no profile describes this version")
+                    if fam == family and low <= (major, minor, patch) < high), "no profile describes this version")
         known = "; ".join(e.name for _, name, e in sorted(scored, key=lambda s: s[1]) if name.startswith(family))
-        raise SpecError(f"{field}: {versioned.group(0)!r} (version {major}.{minor}) has no engine profile: {why}. "
+        read = ".".join(g for g in versioned.group(2, 3, 4) if g is not None)
+        raise SpecError(f"{field}: {versioned.group(0)!r} (version {read}) has no engine profile: {why}. "
                         f"Known versions: {known}. Give a profile file with that version's defaults "
                         "(workload.serving.engine: PATH.yaml)")
     return best[2] if best is not None and best[0] > 0 else None
