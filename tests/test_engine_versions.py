@@ -114,8 +114,8 @@ def test_the_harness_refuses_a_serving_row_of_an_undescribed_version_and_notes_a
 
 
 # The profile every engine-naming row of the validation CSV got at the start commit (5788ae9), by the start of
-# its framework text; none changes with the refusals (no row names vLLM < 0.6, TensorRT-LLM 0.9-0.16 or
-# SGLang < 0.4)
+# its framework text; none changes with the refusals (no row names vLLM < 0.6, TensorRT-LLM 0.9-0.16, SGLang
+# < 0.4 or SGLang 0.4.4-0.4.x)
 BEFORE = {
     "SGLang 0.4.2.post4": "sglang-0.4", "SGLang 0.4.3.post2": "sglang-0.4",
     "TensorRT-LLM (NVIDIA MLPerf harness)": "tensorrt-llm-1.0",
@@ -176,3 +176,20 @@ def test_vllm_v0_runs_mla_expanded_before_0_7_1(framework: str, mode: str) -> No
     row = {"framework": framework_words(framework), "other_reported": "", "notes": ""}
     assert _engine(row, True, []).mla_decode.value == mode
     assert _engine(row, False, []).mla_decode == load_engine("vllm-0.6").mla_decode  # no MLA: left as it is
+
+
+def test_a_run_naming_the_v1_engine_gets_the_batch_defaults_of_its_device_unless_it_sets_them() -> None:
+    from armillary.serving.engine import with_engine
+    from armillary.specs.loading import load_system
+    from armillary.specs.workload import Inference
+
+    a100, h100 = load_system("dgx-a100", 1).device, load_system("dgx-h100", 1).device
+    w = Inference.model_validate({"input_len": 10, "output_len": 10, "serving": {"engine": "vllm-0.8"}})
+    assert with_engine(w, device=a100)[0].serving.max_batch == 256
+    assert with_engine(w, device=h100)[0].serving.max_batch == 1024
+    assert with_engine(w)[0].serving.max_batch == 1024  # no device: the profile's (large-device) numbers
+    mine = Inference.model_validate({"input_len": 10, "output_len": 10,
+                                     "serving": {"engine": "vllm-0.8", "max_batch": 64}})
+    assert with_engine(mine, device=a100)[0].serving.max_batch == 64
+    row_engine = load_engine("vllm-0.8").model_copy(update={"max_batch": 512})  # a row's, flags applied
+    assert with_engine(w, row_engine, a100)[0].serving.max_batch == 512

@@ -276,12 +276,18 @@ def engine_for(framework: str, field: str = "framework") -> Engine | None:
     return best[2] if best is not None and best[0] > 0 else None
 
 
-def with_engine(w: Inference, engine: Engine | None = None) -> tuple[Inference, Engine | None]:
-    """The workload with its engine's defaults (`engine`, else the one it names) wherever it sets nothing
-    itself, and the engine."""
+def with_engine(w: Inference, engine: Engine | None = None,
+                device: Device | None = None) -> tuple[Inference, Engine | None]:
+    """The workload with its engine's defaults (`engine`, else the one it names, as it starts on `device`
+    where given: `on_device`) wherever it sets nothing itself, and the engine. An `engine` given is taken as
+    it is (a validation row's has the device applied before the row's own flags)."""
     if engine is None and w.serving.engine is None:
         return w, None
-    e = engine if engine is not None else load_engine(str(w.serving.engine))
+    if engine is not None:
+        e = engine
+    else:
+        named = load_engine(str(w.serving.engine))
+        e = on_device(named, device) if device is not None else named
     sv, kv = w.serving, w.kv_cache
     serving = {k: getattr(e, k) for k in ("policy", "chunked_prefill", "max_batch", "max_batched_tokens",
                                           "scheduler_steps")
