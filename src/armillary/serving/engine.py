@@ -9,6 +9,7 @@ overheads cost every iteration of the serving simulation (`Overheads`).
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +19,20 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
 from armillary.presets.registry import find_preset, preset_names, read_data_file
-from armillary.specs.base import NamedByPatterns
-from armillary.specs.system import Platform
+from armillary.specs.base import NamedByPatterns, Spec
+from armillary.specs.system import Device, Platform
 from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, Policy
+
+
+class SmallDevice(Spec):
+    """Batch defaults an engine takes on a device with less memory than `below_gib` or named as one of
+    `names` (vLLM V1's get_batch_defaults: the profile's own numbers are its large-device defaults)."""
+
+    below_gib: float = Field(gt=0, description="device memory (GiB, 2^30 bytes) under which these apply")
+    names: tuple[str, ...] = Field((), description="device names (lower-case substrings) these apply to "
+                                   "whatever their memory")
+    max_batch: PositiveInt
+    max_batched_tokens: PositiveInt
 
 
 class Engine(NamedByPatterns):
@@ -78,6 +90,8 @@ class Engine(NamedByPatterns):
     channel_fp8_kernels: dict[Platform, Fp8Kernels] = Field(
         default_factory=dict, description="its GEMM kernels for fp8 weights with per-channel scales, by the "
         "device's platform; a platform not listed: the device's fp8 GEMMs (a fused scaled GEMM)")
+    small_device: SmallDevice | None = Field(None, description="batch defaults on a small device (the engine "
+                                             "sets them from the device it runs on); none: the same on all")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
 
@@ -159,6 +173,18 @@ def overheads(engine: Engine | None, m: ModelArrays, layers: float, scheduler_st
                      float(engine.graph_max_batch or np.inf))
 
 
+def on_device(engine: Engine, device: Device) -> Engine:
+    """The engine as it starts on `device`: its small-device batch defaults where the device is one
+    (`Engine.small_device`), else the profile unchanged."""
+    small = engine.small_device
+    if small is None:
+        return engine
+    name = device.name.lower()
+    if device.hbm.capacity >= small.below_gib * 2**30 and not any(n in name for n in small.names):
+        return engine
+    return engine.model_copy(update={"max_batch": small.max_batch, "max_batched_tokens": small.max_batched_tokens})
+
+
 @functools.lru_cache(maxsize=64)
 def _shipped(name: str) -> Engine:
     from armillary.specs.loading import validate_spec
@@ -167,32 +193,101 @@ def _shipped(name: str) -> Engine:
 
 
 def load_engine(value: Engine | str | dict[str, Any]) -> Engine:
-    """An engine profile from a preset name, a file path or a mapping."""
+    """An engine profile from a preset name, a file path, a mapping, or an engine and version in words
+    ("vllm 0.7.3", "vllm==0.7.3", "TensorRT-LLM v0.17"; `engine_for`, which refuses a version no profile
+    describes)."""
     from armillary.specs.loading import load_spec
 
     if isinstance(value, str):
         if find_preset("engines", value) is not None:
             return _shipped(value.lower())
         if not value.endswith((".yaml", ".yml", ".json")):
+            found = engine_for(re.sub(r"==", " ", value), "workload.serving.engine")
+            if found is not None:
+                return found
             raise SpecError(f"workload.serving.engine: {value!r} is neither a file nor a preset; presets: "
                             f"{', '.join(preset_names('engines'))}")
     return load_spec(Engine, value, "engine")
 
 
-def engine_for(framework: str) -> Engine | None:
-    """The shipped engine whose patterns match the most of a framework description."""
+# An engine named with a version ("vLLM 0.5.4", "vllm 0.4.2" from a pip pin, "TensorRT-LLM v0.12.0",
+# "SGLang 0.3.6"): the family (the prefix of its profiles' preset names) and the major.minor read
+_VERSIONED = re.compile(r"\b(vllm|sglang|tensorrt-llm|trt-?llm)[\s=:]*v?(\d+)\.(\d+)(?:\.(\d+))?", re.I)
+_FAMILY = {"vllm": "vllm", "sglang": "sglang"}  # anything else the pattern reads is TensorRT-LLM
+
+# Versions whose defaults no shipped profile describes, and why the nearest profile does not fit them
+# (family, first version, the first version after them (major, minor, patch), reason). A row or a run naming
+# one is refused, not given another version's profile.
+UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], ...] = (
+    ("vllm", (0, 0, 0), (0, 6, 0), "vLLM before 0.6.0 (V0 engine before the v0.6.0 CPU-overhead work): v0.6.0 added "
+     "multi-step scheduling and the async output processor, and the vLLM v0.6.0 blog (2024-09-05) profiled "
+     "v0.5.3 at 33% of the time in the HTTP API server and 29% in scheduling (Llama 3 8B, 1x H100), which the "
+     "vLLM 0.6 profile's host overheads (estimated after that work) do not describe; releases before vLLM PR #1926 "
+     "(merged 2023-12-17) had no CUDA graphs at all"),
+    ("tensorrt-llm", (0, 9, 0), (0, 17, 0), "TensorRT-LLM 0.9-0.16 (2024) built TensorRT engines with trtllm-build "
+     "and ran them in the C++ executor / batch manager: the PyTorch backend (the 0.17 and 1.x profiles) came "
+     "in 0.17, and the 1.x profile's CUDA graphs by default (PR #5480) and block reuse by default are the "
+     "PyTorch backend's; the engine-build defaults of these releases (max_batch_size, max_num_tokens, "
+     "tokens_per_block, enable_kv_cache_reuse) are not read here"),
+    ("sglang", (0, 0, 0), (0, 4, 0), "SGLang before 0.4 (2024): the SGLang 0.4 profile's host overhead is that of "
+     "the zero-overhead (overlap) batch scheduler introduced with v0.4 (SGLang v0.4 blog, 2024-12-04), and "
+     "its CUDA-graph and MLA defaults were read in 2025 releases"),
+    ("sglang", (0, 4, 4), (0, 5, 0), "SGLang 0.4.4-0.4.x (2025-03 to 2025-08) lie between the releases the "
+     "SGLang 0.4 profile was read at (0.4.2-0.4.3: DP-attention graphs padded to the largest rank, Triton MLA "
+     "prefill run absorbed, Triton block-fp8 GEMMs) and the 0.5 profile's (no padding since PR #4390, "
+     "2025-03-13; FlashAttention-3 per-head MLA prefill on Hopper, PRs #5113 / #5624, 2025-04; DeepGEMM): "
+     "which of these each 0.4.4-0.4.x release has is not read"),
+)
+
+
+def engine_version(framework: str) -> tuple[str, int, int] | None:
+    """(family, major, minor) of the first engine named with a version in `framework`; None if none is."""
+    found = _VERSIONED.search(framework)
+    if found is None:
+        return None
+    return _FAMILY.get(found.group(1).lower(), "tensorrt-llm"), int(found.group(2)), int(found.group(3))
+
+
+def _reaches(engine: Engine, framework: str, version: int) -> bool:
+    """Whether one of the engine's patterns matches `framework` into the version that starts at `version`
+    (the version, not just the engine's name)."""
+    return any((m := re.search(p, framework, re.I)) is not None and m.end() > version for p in engine.matches)
+
+
+def engine_for(framework: str, field: str = "framework") -> Engine | None:
+    """The shipped engine whose patterns match the most of a framework description. An engine named with a
+    version must be matched with that version: a version no profile covers is refused (SpecError naming the
+    version and the profiles of its family), never given another version's profile. An engine named without
+    a version gets its family's fallback profile (the patterns' bare names)."""
     scored = [(engine.match_length(framework), name, engine)
               for name in preset_names("engines") for engine in (load_engine(name),)]
     best = max(scored, key=lambda s: s[0], default=None)
+    versioned = _VERSIONED.search(framework)
+    if versioned is not None and (best is None or best[0] == 0 or not _reaches(best[2], framework, versioned.start(2))):
+        family, major, minor = engine_version(framework) or ("", 0, 0)
+        patch = int(versioned.group(4) or 0)
+        why = next((reason for fam, low, high, reason in UNDESCRIBED
+                    if fam == family and low <= (major, minor, patch) < high), "no profile describes this version")
+        known = "; ".join(e.name for _, name, e in sorted(scored, key=lambda s: s[1]) if name.startswith(family))
+        read = ".".join(g for g in versioned.group(2, 3, 4) if g is not None)
+        raise SpecError(f"{field}: {versioned.group(0)!r} (version {read}) has no engine profile: {why}. "
+                        f"Known versions: {known}. Give a profile file with that version's defaults "
+                        "(workload.serving.engine: PATH.yaml)")
     return best[2] if best is not None and best[0] > 0 else None
 
 
-def with_engine(w: Inference, engine: Engine | None = None) -> tuple[Inference, Engine | None]:
-    """The workload with its engine's defaults (`engine`, else the one it names) wherever it sets nothing
-    itself, and the engine."""
+def with_engine(w: Inference, engine: Engine | None = None,
+                device: Device | None = None) -> tuple[Inference, Engine | None]:
+    """The workload with its engine's defaults (`engine`, else the one it names, as it starts on `device`
+    where given: `on_device`) wherever it sets nothing itself, and the engine. An `engine` given is taken as
+    it is (a validation row's has the device applied before the row's own flags)."""
     if engine is None and w.serving.engine is None:
         return w, None
-    e = engine if engine is not None else load_engine(str(w.serving.engine))
+    if engine is not None:
+        e = engine
+    else:
+        named = load_engine(str(w.serving.engine))
+        e = on_device(named, device) if device is not None else named
     sv, kv = w.serving, w.kv_cache
     serving = {k: getattr(e, k) for k in ("policy", "chunked_prefill", "max_batch", "max_batched_tokens",
                                           "scheduler_steps")

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.benchmark import (
     STEADY_BATCHES,
@@ -23,15 +24,15 @@ from armillary.serving.benchmark import (
     trace_for,
     workload_for,
 )
-from armillary.serving.engine import Engine, engine_for
+from armillary.serving.engine import Engine, engine_for, engine_version, on_device
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.model import Model
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
-from armillary.specs.system import System
-from armillary.specs.workload import Inference, LengthDistribution
+from armillary.specs.system import Device, System
+from armillary.specs.workload import Inference, LengthDistribution, MlaDecode
 from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.model_words import model_preset_for
@@ -75,11 +76,22 @@ _ENGINE_FLAGS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len: int = 0) -> Engine:
+def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len: int = 0,
+            device: Device | None = None) -> Engine:
     text = _flags(row)
-    engine = engine_for(framework_words(row.get("framework")))
+    framework = framework_words(row.get("framework"))
+    try:
+        engine = engine_for(framework)  # a version no profile describes is refused, not given another's
+    except SpecError as err:
+        raise Unsupported(str(err)) from None
     if engine is None:
         raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
+    if device is not None and (started := on_device(engine, device)) is not engine:
+        engine = started
+        notes.append(f"{device.name}: the engine's small-device batch defaults ({engine.max_batch} sequences, "
+                     f"{engine.max_batched_tokens} tokens)")
+    if engine_version(framework) is None:
+        notes.append(f"engine version not stated: assumed {engine.name} (its family's fallback profile)")
     update: dict[str, Any] = {}
     for flag, field, value in _ENGINE_FLAGS:
         if (number := _flag(flag, text, value)) is not None:
@@ -99,6 +111,11 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
     if re.search(r"enforce[-_]eager(?![ =]+false)|disable[-_]cuda[-_]graph(?![-_]padding)", text, re.I):
         update["cuda_graphs"] = False
     v0 = engine.name.startswith("vLLM 0.6")
+    if model_mla and v0 and re.search(r"vllm v?0\.(6|7\.0)\b", framework, re.I):
+        # vLLM 0.6.0-0.7.0 ran MLA as MHA, caching per-head K and V; decode over the latent came with PR #12528
+        # (v0.7.1) (the vllm-0.6 profile's mla_decode source)
+        update["mla_decode"] = MlaDecode.EXPANDED
+        notes.append("MLA expanded: vLLM before 0.7.1 cached per-head K and V (PR #12528 absorbed it in 0.7.1)")
     if model_mla and v0 and "chunked_prefill" not in update:
         update["chunked_prefill"] = False
         notes.append("chunked prefill off: vLLM V0 runs MLA models without it")
@@ -247,7 +264,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
         raise Unsupported(f"model / gpu: no preset for {row.get('model')!r} on {row.get('gpu')!r}")
     model = load_model(preset)
     client = _client(row)
-    engine = _engine(row, model.mla is not None, notes, model.max_seq_len)
+    engine = _engine(row, model.mla is not None, notes, model.max_seq_len, load_system(system_preset, 1).device)
     input_len, output_len, varied = _lengths(row, client.requests, notes)
     notes.extend(qualified_readings(row, ("isl", "osl")))  # "1K" read as 1024 tokens, said so
     fp8 = _fp8_weights(row, model)
