@@ -24,7 +24,6 @@ DSTACK = ("TensorRT-LLM 0.17.post1.dev (commit 9b931c0f, PyTorch backend): trtll
     ("TRT-LLM v0.18.2", "tensorrt-llm-0.17"),
     ("TensorRT-LLM v0.21.0", "tensorrt-llm-0.17"),
     ("TensorRT-LLM 1.0.0", "tensorrt-llm-1.0"),  # CUDA graphs by default from PR #5480 (1.0)
-    ("TensorRT-LLM 0.16", "tensorrt-llm-1.0"),
     ("TensorRT-LLM (PyTorch backend), trtllm-bench throughput", "tensorrt-llm-1.0"),  # unversioned
     ("TensorRT-LLM (NVIDIA MLPerf harness)", "tensorrt-llm-1.0"),
     ("TensorRT-LLM v0.6.1 (gptSessionBenchmark, static batching)", "tensorrt-llm-0.6"),

@@ -157,8 +157,9 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
     """Simulate `trace` on `replicas` replicas: spread over them (`serving.balance`: round robin, or to the
     replica with the least outstanding tokens), or, with prefill_replicas > 0, over the prefill pool, then
     (after the KV handover) over the decode pool in order of first tokens.
-    `engine` (else the workload's `serving.engine`) fills the workload's unset fields and costs overheads."""
-    w, engine = with_engine(w, engine)
+    `engine` (else the workload's `serving.engine`, as it starts on the system's device) fills the workload's
+    unset fields and costs overheads."""
+    w, engine = with_engine(w, engine, system.device)
     if strategy.cp > 1:
         raise SpecError("strategy.cp: the serving simulation runs cp = 1; context parallelism is estimated for a "
                         "static batch (`armillary estimate`)")
