@@ -137,10 +137,10 @@ def kernel_seconds(ops: tuple[Op, ...], device: Device, precision_code: Array, s
         one = _point_times(ops, device, float(precision_code), sixteen_bit, ceiling, stream_efficiency)
         if one is not None:
             return one
-    shapes: dict[tuple[int, ...], list[int]] = {}
+    # (the ops grouped by their inputs' shapes: np.broadcast_shapes costs some microseconds an op)
+    shapes: dict[tuple[tuple[int, ...], ...], list[int]] = {}
     for i, op in enumerate(ops):
-        shape = np.broadcast_shapes(np.shape(op.flop), np.shape(op.group), np.shape(op.bytes))
-        shapes.setdefault(shape, []).append(i)
+        shapes.setdefault((np.shape(op.flop), np.shape(op.group), np.shape(op.bytes)), []).append(i)
     if len(shapes) == 1:
         return list(_array_times(ops, device, precision_code, sixteen_bit, ceiling, stream_efficiency))
     times: list[np.ndarray] = [np.empty(0)] * len(ops)

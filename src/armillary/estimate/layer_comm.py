@@ -149,11 +149,19 @@ def tensor_parallel_exposed(st: StrategyArrays, system: System, costs: tuple[Com
     sms = system.device.multiprocessors
     held = TP_OVERLAP_SMS / sms if sms else 0.0  # share of the SMs the pipelined reduce-scatter holds
 
+    # one method at every point (a number): only its own formula, what `where` would pick (the same object)
+    one = type(ring) is bool or type(ring) is np.bool_
+
     def drained(gemm: Array) -> Array:  # a GEMM whose output is reduce-scattered
+        if one:
+            return (ring_exchange_exposed(rs.time, gemm, st.tp) if ring else
+                    pipelined_exposed(rs.time, gemm, TP_OVERLAP_SPLITS, held))
         return where(ring, ring_exchange_exposed(rs.time, gemm, st.tp),
                      pipelined_exposed(rs.time, gemm, TP_OVERLAP_SPLITS, held))
 
     def beside(comm: Array, gemm: Array) -> Array:  # a collective beside an independent GEMM
+        if one:
+            return ring_exchange_exposed(comm, gemm, st.tp) if ring else exposed_fully(comm, gemm)
         return where(ring, ring_exchange_exposed(comm, gemm, st.tp), exposed_fully(comm, gemm))
 
     tiled_f = (ring_exchange_exposed(ag.time, kt.qkv, st.tp) + ring_exchange_exposed(ag.time, kt.mlp_in, st.tp)
