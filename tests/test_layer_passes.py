@@ -1,0 +1,42 @@
+"""A sweep's layer kernels keep each value on its own inputs' axes (`cost.compute.kernel_seconds`), and the TP
+overlap of one method at every point takes only that method's formula: the values are those of the stacked,
+broadcast evaluation (`kernel_times`) and of the estimate of each point alone, to the bit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from armillary.cost.compute import kernel_seconds, kernel_times
+from armillary.estimate.run import estimate_training_run
+from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
+from armillary.workload.ops import gemm, stream
+
+
+def test_kernel_seconds_keep_each_ops_shape_and_the_stacked_values() -> None:
+    device = load_system("dgx-a100", 8).device
+    tokens = np.array([512.0, 2048.0, 8192.0]).reshape(3, 1)  # one axis
+    shards = np.array([1.0, 4.0]).reshape(2, 1, 1)  # another, in front of it
+    ops = (gemm(tokens, 12288.0, 12288.0, 1.0, 2.0), stream(2 * tokens * 12288.0 / shards),
+           gemm(tokens, 4 * 12288.0, 12288.0, 1.0, 2.0), stream(0.0 * tokens), stream(3e6))
+    for sixteen_bit in (False, True):
+        each = kernel_seconds(ops, device, 0.0, sixteen_bit)
+        stacked = kernel_times(ops, device, 0.0, sixteen_bit)
+        assert [np.shape(t) for t in each] == [(3, 1), (2, 3, 1), (3, 1), (3, 1), ()]
+        for one, row in zip(each, stacked, strict=True):
+            assert np.broadcast_to(one, row.shape).tobytes() == row.tobytes()
+    assert np.all(np.diff(each[0], axis=0) > 0)  # more tokens, a longer GEMM
+    assert np.all(each[3] == 0.0)  # no work: no kernel
+
+
+def test_tp_overlap_methods_each_point_as_alone() -> None:
+    m, system = load_model("gpt3-175b"), load_system("dgx-a100", 64)
+    w = load_workload({"seq_len": 2048, "global_batch": 64})
+    exposed = {}
+    for method in ("ring", "userbuffers"):
+        st = load_strategy({"tp": 8, "pp": 8, "dp": 1, "micro_batch": 1, "attention": "flash",
+                            "sequence_parallel": True, "overlap": {"tp_comm": True, "tp_comm_method": method}})
+        r = estimate_training_run(m, system, st, w)
+        assert float(r.layer.tp_forward_s) >= 0.0 and float(r.layer.tp_backward_s) >= 0.0
+        assert np.isfinite(r.step_time_s)
+        exposed[method] = float(r.layer.tp_forward_s)
+    assert exposed["ring"] != exposed["userbuffers"]  # each method its own formula, not the other's
