@@ -308,28 +308,35 @@ def _recompute(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | Non
     block = moe_block_recompute(st) if moe else 0.0  # the whole MoE layer: router, experts, shared experts
     mlp = maximum(st.recompute_shared_experts, block) if moe else st.recompute_mlp
     mlp_in, mlp_out, activation = fw.mlp_in, fw.mlp_out, fw.activation
-    up_share = fw.latent_up.flop / maximum(fw.qkv.flop, 1e-30)
     # torchtitan counts a block's matmuls q, k, v, o, gate, up, down (or fc1, fc2) and recomputes the 2nd, 4th, 6th
     mlp_in_share, mlp_out_share = (0.0, 0.0) if moe else (fw.gated / 2, 1 - fw.gated)
     qkv, out_proj = fw.qkv, fw.out_proj
     # (share, op, time) of each: summed from 0 in this order, as sum() sums them (written out)
     key, in_share, out_share = fw.key_share, mlp_in_share * (1 - mlp), mlp_out_share * (1 - mlp)
-    # each kernel counted once whichever of the overlapping modules (norms, MLP, element-wise) re-run it
+    # each kernel counted once whichever of the overlapping modules (norms, MLP, element-wise) re-run it. A dense
+    # layer has no routed module, and a layer without MLA's up-projections (its op the scalar zero) none: their
+    # parts (0/1 flag x 0 FLOPs, bytes and seconds) would add +0.0 to a sum that is never -0.0 (it starts from
+    # 0), nothing: left out. The output projection's share is 1 (x 1.0 is exact: left out).
+    routed = () if not moe else (
+        (st.recompute_moe_act * moe * (1 - block), 0.0, experts.activation.bytes if experts else 0.0,
+         kt.expert_activation if moe else 0.0),
+        (block, *_total(_routed(experts)),
+         kt.router + kt.expert_gemms + kt.expert_streams))
+    up = fw.latent_up
+    latent = () if type(up.flop) is float and type(up.bytes) is float and up.flop == 0.0 and up.bytes == 0.0 else (
+        (st.recompute_mla_up_proj, up.flop, up.bytes, fw.latent_up.flop / maximum(fw.qkv.flop, 1e-30) * kt.qkv),)
     modules = _module_recompute(st, (
         (maximum(st.recompute_layernorm, st.recompute_elementwise), 0.0, fw.norms.bytes, kt.norms),
         (mlp, 0 + mlp_in.flop + mlp_out.flop + activation.flop, 0 + mlp_in.bytes + mlp_out.bytes + activation.bytes,
          kt.mlp_in + kt.mlp_out + kt.activation),
-        (st.recompute_moe_act * moe * (1 - block), 0.0, experts.activation.bytes if experts else 0.0,
-         kt.expert_activation if moe else 0.0),
-        (block, *_total(_routed(experts)),
-         kt.router + kt.expert_gemms + kt.expert_streams),
-        (st.recompute_mla_up_proj, fw.latent_up.flop, fw.latent_up.bytes, up_share * kt.qkv),
+        *routed,
+        *latent,
         (st.recompute_elementwise, 0.0, fw.residuals.bytes + fw.rotary.bytes + (1 - mlp) * fw.activation.bytes,
          kt.residuals + kt.rotary + (1 - mlp) * kt.activation),
         (st.recompute_alternate_matmuls,
-         0 + key * qkv.flop + 1.0 * out_proj.flop + in_share * mlp_in.flop + out_share * mlp_out.flop,
-         0 + key * qkv.bytes + 1.0 * out_proj.bytes + in_share * mlp_in.bytes + out_share * mlp_out.bytes,
-         0 + key * kt.qkv + 1.0 * kt.out_proj + in_share * kt.mlp_in + out_share * kt.mlp_out),
+         0 + key * qkv.flop + out_proj.flop + in_share * mlp_in.flop + out_share * mlp_out.flop,
+         0 + key * qkv.bytes + out_proj.bytes + in_share * mlp_in.bytes + out_share * mlp_out.bytes,
+         0 + key * kt.qkv + kt.out_proj + in_share * kt.mlp_in + out_share * kt.mlp_out),
     ))
     # modules re-run only under selective recomputation: 0 where full
     recompute = PassCost(*(full * f + where(selective, c, 0.0) + mod for f, c, mod in (
