@@ -145,7 +145,8 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     full = recompute_modes(st)[0]
     recompute, modules = _recompute(fw, kt, experts, st, forward, core_f)
     tp_costs, ends_ar = exchange.tp_costs or tp_collectives(st, system, exchange.tp_bytes, exchange.tp_group)
-    tp_f, tp_b, tp_b_alone = tensor_parallel_exposed(st, system, tp_costs, kt, base_weight_t)
+    tp_calls = tp_calls_per_pass(st.sequence_parallel)  # (for the exposed time and the calls below)
+    tp_f, tp_b, tp_b_alone = tensor_parallel_exposed(st, system, tp_costs, kt, base_weight_t, tp_calls)
     summa = summa_layer(fw, kt, st, system, exchange.tp_bytes) if any_true(grid) else None
     if summa is not None:  # SUMMA's broadcasts and reduces instead of the 1-D collectives (none hidden by W)
         tp_f, tp_b = where(grid, summa.forward_s, tp_f), where(grid, summa.backward_s, tp_b)
@@ -172,7 +173,6 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
                       expert_calls_s=kt.expert_calls * (3 + rerun),  # forward, input and weight gradients, re-runs
                       weight_gemms_s=base_weight_t if adapters is not None else None,
                       weight_deferrable_s=deferrable)
-    sp = st.sequence_parallel
     k = BACKWARD_STREAM_FACTOR
     # a frozen embedding has no backward, a frozen LM head only its input gradient (LoRA)
     frozen = adapters.frozen if adapters is not None else 0.0
@@ -181,12 +181,19 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
                          tp=ends_ar,  # the ends' all-reduce (`tp_collectives`)
                          embedding_forward_s=kt.embedding, head_forward_s=kt.head_gemm + kt.loss)
     one_d = 1 - where(grid, 1.0, 0.0)
-    per_layer = [one_d * (f * (1 + full) + b) for f, b in zip(*tp_calls_per_pass(sp), strict=True)]
+    per_layer = [_times(one_d, f * (1 + full) + b) for f, b in zip(*tp_calls, strict=True)]
     summa_calls = () if summa is None else (
         *(replace(c, per_step=c.per_step * (1 + full)) for c in summa.forward_calls), *summa.backward_calls)
     calls = (*(CommCall.of(dim, op, n, exchange.tp_bytes, cost) for (dim, op), n, cost in
                zip(TP_OPERATIONS, per_layer, tp_costs, strict=True)), *summa_calls, *cp_calls, *ep_calls)
     return layer, ends_cost, calls
+
+
+def _times(k: Array, x: Array) -> Array:
+    """k x, without the multiply where k is the float 1.0 and x float64 (IEEE 754 x 1 is exact: the same values)."""
+    if type(k) is float and k == 1.0 and (type(x) is float or (type(x) is np.ndarray and x.dtype == np.float64)):
+        return x
+    return k * x
 
 
 Passes = tuple[PassCost, PassCost, PassCost, PassCost, PassCost]

@@ -97,8 +97,8 @@ def _needed(cost: Callable[[], CommCost], used: Array) -> CommCost:
     parallelism, expert TP or sequence parallelism nowhere in the sweep): its cost times 0 at every point, the
     zeros `needed` gives there (a composed cost's times and bytes are finite and non-negative: cost x 0 is 0),
     on the points' own shape."""
-    if type(used) is np.ndarray and not used.any():
-        return NO_COMM * np.where(used, 1.0, 0.0)
+    if type(used) is np.ndarray and not used.any():  # (NO_COMM x np.where(used, 1.0, 0.0): +0.0 everywhere)
+        return CommCost(np.zeros(used.shape), np.zeros(used.shape), np.zeros(used.shape))
     return needed(cost, used)
 
 
@@ -133,7 +133,9 @@ def tp_collectives(st: StrategyArrays, system: System, tp_bytes: Array, tp_group
 
 
 def tensor_parallel_exposed(st: StrategyArrays, system: System, costs: tuple[CommCost, CommCost, CommCost],
-                     kt: LayerKernels, gemm_t: Array) -> tuple[Array, Array, Array]:
+                     kt: LayerKernels, gemm_t: Array,
+                     calls: tuple[tuple[Array, Array, Array], tuple[Array, Array, Array]] | None = None
+                     ) -> tuple[Array, Array, Array]:
     """(exposed forward, exposed backward, exposed backward without its weight-gradient GEMMs: what ZB-H1's
     deferral leaves) per layer and micro-batch, of the TP operations at `costs` per call (`tp_collectives`).
 
@@ -147,10 +149,11 @@ def tensor_parallel_exposed(st: StrategyArrays, system: System, costs: tuple[Com
     and weight-gradient GEMMs (no SMs held: NeMo's performance configs, nemo/collections/llm/recipes/
     tp_overlap_configs/userbuffers.py, set_sm_margin False; TE's own default holds 16, not modeled). ring:
     all of them by ring exchange. Without sequence parallelism the all-reduces hide behind the forward's
-    GEMMs (`gemm_t`) and the backward's (twice as many): max(0, comm - GEMMs)."""
+    GEMMs (`gemm_t`) and the backward's (twice as many): max(0, comm - GEMMs). `calls`: `tp_calls_per_pass`
+    of the strategy's sequence parallelism, where the caller has them."""
     sp = st.sequence_parallel
     ag, rs = costs[1], costs[2]
-    forward_calls, backward_calls = tp_calls_per_pass(sp)
+    forward_calls, backward_calls = calls if calls is not None else tp_calls_per_pass(sp)
     comm_f = sum(k * c.time for c, k in zip(costs, forward_calls, strict=True))
     comm_b = sum(k * c.time for c, k in zip(costs, backward_calls, strict=True))
     on = st.overlap_tp > 0
