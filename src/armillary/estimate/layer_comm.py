@@ -184,12 +184,13 @@ def tensor_parallel_exposed(st: StrategyArrays, system: System, costs: tuple[Com
     rs_qkv, rs_mlp_in = beside(rs.time, kt.qkv), beside(rs.time, kt.mlp_in)
     tiled_b = (ring_exchange_exposed(ag.time, kt.out_proj, st.tp) + ring_exchange_exposed(ag.time, kt.mlp_out, st.tp)
                + beside(ag.time, kt.qkv) + beside(ag.time, kt.mlp_in) + rs_qkv + rs_mlp_in)
-    tp_f = where(on, where(sp > 0, tiled_f, exposed_fully(comm_f, gemm_t)), comm_f)
-    tp_b = where(on, where(sp > 0, tiled_b, exposed_fully(comm_b, 2 * gemm_t)), comm_b)
+    sequence = sp > 0  # (taken once for the three passes)
+    tp_f = where(on, where(sequence, tiled_f, exposed_fully(comm_f, gemm_t)), comm_f)
+    tp_b = where(on, where(sequence, tiled_b, exposed_fully(comm_b, 2 * gemm_t)), comm_b)
     # the weight pass deferred: the input gradients' reduce-scatters ran beside the weight-gradient GEMMs (TE's
     # bulk dgrad reduce-scatter / wgrad overlap), the all-reduces hide behind the input-gradient GEMMs alone
     tiled_b_alone = tiled_b - rs_qkv - rs_mlp_in + 2 * rs.time
-    tp_b_alone = where(on, where(sp > 0, tiled_b_alone, exposed_fully(comm_b, gemm_t)), comm_b)
+    tp_b_alone = where(on, where(sequence, tiled_b_alone, exposed_fully(comm_b, gemm_t)), comm_b)
     return tp_f, tp_b, tp_b_alone
 
 
