@@ -259,17 +259,17 @@ def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, 
     if experts is not None:  # the router GEMM joins the layer's GEMMs, at 16 bits
         gemm_flop, gemm_bytes = gemm_flop + experts.router.flop, gemm_bytes + experts.router.bytes
         gemm_t, weight_gemm_t = gemm_t + kt.router, weight_gemm_t + kt.router
-    core_gemm_flop, core_gemm_bytes = _total(fw.core_gemms)
-    # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel
+    # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel (one choice at every
+    # point: only its passes, what where() would pick)
     fused = flash > 0
-    core_f = PassCost(where(fused, fw.flash_attention.flop, core_gemm_flop),
-                      where(fused, fw.flash_attention.bytes, core_gemm_bytes + fw.softmax.bytes),
-                      where(fused, kt.flash, kt.core_gemms + kt.softmax))
     k = BACKWARD_STREAM_FACTOR
-    core_b = PassCost(
-        where(fused, FLASH_BACKWARD_FACTOR * fw.flash_attention.flop, 2 * core_gemm_flop),
-        where(fused, FLASH_BACKWARD_FACTOR * fw.flash_attention.bytes, 2 * core_gemm_bytes + k * fw.softmax.bytes),
-        where(fused, FLASH_BACKWARD_FACTOR * kt.flash, 2 * kt.core_gemms + k * kt.softmax))
+    if type(fused) is bool or type(fused) is np.bool_:
+        core_f, core_b = _fused_core(fw, kt) if fused else _unfused_core(fw, kt)
+    else:
+        (flash_f, flash_b), (unfused_f, unfused_b) = _fused_core(fw, kt), _unfused_core(fw, kt)
+        core_f, core_b = (PassCost(where(fused, f.flop, u.flop), where(fused, f.bytes, u.bytes),
+                                   where(fused, f.time_s, u.time_s))
+                          for f, u in ((flash_f, unfused_f), (flash_b, unfused_b)))
     # a block-scaled recipe quantizes the GEMM inputs in forward, the output gradients in backward; without a
     # block format anywhere its kernels move elements x 0 bytes (workload/quantize.py), the 0.0 taken here as
     # `layer_kernels` takes their times
@@ -285,6 +285,23 @@ def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, 
                               weight_gemm_t + k * stream_t + core_b.time_s + kt.quantize_backward)
     backward_weight = PassCost(gemm_flop, gemm_bytes, gemm_t)
     return forward, backward_input, backward_weight, core_f, core_b
+
+
+def _fused_core(fw: LayerForward, kt: LayerKernels) -> tuple[PassCost, PassCost]:
+    """The attention core as one fused FlashAttention kernel: (forward, backward)."""
+    op = fw.flash_attention
+    return (PassCost(op.flop, op.bytes, kt.flash),
+            PassCost(FLASH_BACKWARD_FACTOR * op.flop, FLASH_BACKWARD_FACTOR * op.bytes,
+                     FLASH_BACKWARD_FACTOR * kt.flash))
+
+
+def _unfused_core(fw: LayerForward, kt: LayerKernels) -> tuple[PassCost, PassCost]:
+    """The attention core as separate GEMMs and softmax kernels: (forward, backward)."""
+    core_gemm_flop, core_gemm_bytes = _total(fw.core_gemms)
+    k = BACKWARD_STREAM_FACTOR
+    core_gemms = kt.core_gemms
+    return (PassCost(core_gemm_flop, core_gemm_bytes + fw.softmax.bytes, core_gemms + kt.softmax),
+            PassCost(2 * core_gemm_flop, 2 * core_gemm_bytes + k * fw.softmax.bytes, 2 * core_gemms + k * kt.softmax))
 
 
 def _total(ops: tuple[Op, ...]) -> tuple[Array, Array]:
