@@ -65,3 +65,20 @@ def test_a_collective_no_point_uses_is_not_composed_and_gives_needed_zeros() -> 
         some = _needed(make, used)
         assert np.array_equal(some.time[0], make().time) and np.all(some.time[1] == 0)
         assert np.all(some.time[0][:, 1:] > 0)  # 8 and 32 ranks: a cost
+
+
+def test_attention_core_passes_of_each_kernel_choice() -> None:
+    """FlashAttention's backward re-runs the scores: 2.5x the forward FLOPs (FA2 §4.1); separate GEMMs twice the
+    forward's (input and weight gradients of each), the softmax's backward 1.5x its traffic."""
+    m, system = load_model("llama3-8b"), load_system("dgx-h100", 8)
+    w = load_workload({"seq_len": 4096, "global_batch": 64})
+    core = {}
+    for attention in ("standard", "flash"):
+        st = load_strategy({"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "attention": attention})
+        layer = estimate_training_run(m, system, st, w).layer
+        f, b = layer.attention_core, layer.attention_core_backward
+        core[attention] = float(f.flop), float(b.flop)
+    assert core["flash"][1] == 2.5 * core["flash"][0]
+    assert core["standard"][1] == 2 * core["standard"][0]
+    # causal FlashAttention skips the masked half of the scores the separate GEMMs compute in full
+    assert core["flash"][0] < core["standard"][0]
