@@ -153,16 +153,25 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
         tp_b_alone = where(grid, summa.backward_s, tp_b_alone)
     cp_f, cp_b, cp_calls = context_parallel_exposed(st, system, exchange, core_f, core_b, full)
     # the token exchange overlaps the whole pass, its exposed TP / CP time included (one schedule: a faster
-    # kernel can expose more of it, never slow the pass)
-    ep_f, ep_b, ep_calls, ep_b_alone = expert_exchange_exposed(
-        experts, exchange.expert_groups, st, system, forward.time_s + tp_f + cp_f,
-        backward_input.time_s + backward_weight.time_s + tp_b + cp_b, full, backward_input.time_s + tp_b_alone + cp_b)
+    # kernel can expose more of it, never slow the pass); a dense layer has none (what expert_exchange_exposed
+    # gives it, without the passes' sums it would not read)
+    ep_f: Array = 0.0
+    ep_b: Array = 0.0
+    ep_b_alone: Array = 0.0
+    ep_calls: tuple[CommCall, ...] = ()
+    forward_s: Array = 0.0
+    if experts is not None:
+        forward_s = forward.time_s + tp_f + cp_f
+        ep_f, ep_b, ep_calls, ep_b_alone = expert_exchange_exposed(
+            experts, exchange.expert_groups, st, system, forward_s,
+            backward_input.time_s + backward_weight.time_s + tp_b + cp_b, full,
+            backward_input.time_s + tp_b_alone + cp_b)
     # what deferring the weight pass takes off the backward (zero-bubble schedules, Qi et al. ICLR'24 §3.1):
     # the pass, less the TP / EP communication it hid that the input-gradient pass alone leaves exposed
     deferrable = maximum(0.0, backward_weight.time_s - (tp_b_alone - tp_b) - (ep_b_alone - ep_b))
     rerun = full + (moe_block_recompute(st) if experts is not None else 0.0)  # passes re-running the exchange
     if experts is not None:  # the host's wait at the dispatcher's sync: part of the forward (and its re-run)
-        wait = moe_host_wait(forward.time_s + tp_f + cp_f + ep_f, experts, st)
+        wait = moe_host_wait(forward_s + ep_f, experts, st)  # (forward + TP + CP, as above) + EP
         forward = replace(forward, time_s=forward.time_s + wait)
         recompute = replace(recompute, time_s=recompute.time_s + rerun * wait)
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
