@@ -116,20 +116,44 @@ def kernel_times(ops: tuple[Op, ...], device: Device, precision_code: Array, six
     highest share of the matrix peak; `stream_efficiency`: the share of the HBM bandwidth they stream at
     (kernels slower than the device's own: an engine's fused MoE). `block_format`: the GEMMs run in that
     block-scaled format (`plan.codes.BLOCK_FORMAT`; 0: the recipe family's precision)."""
-    return np.asarray(kernel_seconds(ops, device, precision_code, sixteen_bit, ceiling, stream_efficiency,
-                                     block_format))
+    precision_code = _combined(precision_code, 0.0 if sixteen_bit else block_format)
+    if type(precision_code) in _ONE and device.fp8_gemm_latency is None:
+        one = _point_times(ops, device, float(precision_code), sixteen_bit, ceiling, stream_efficiency)
+        if one is not None:
+            return np.asarray(one)
+    return _array_times(ops, device, precision_code, sixteen_bit, ceiling, stream_efficiency)
 
 
 def kernel_seconds(ops: tuple[Op, ...], device: Device, precision_code: Array, sixteen_bit: bool = False,
                    ceiling: float | None = None, stream_efficiency: float | None = None,
-                   block_format: Array = 0.0) -> list[float] | np.ndarray:
-    """`kernel_times`, with one configuration's times as a list of floats (a sweep's as the array): what the
-    estimator unpacks kernel by kernel."""
+                   block_format: Array = 0.0) -> list[float] | list[np.ndarray]:
+    """`kernel_times` op by op, what the estimator unpacks kernel by kernel: one configuration's times as
+    floats; a sweep's as arrays, each op's on its own inputs' shape (with the precision's): the ops of each
+    shape evaluated together (`_array_times`), none broadcast to a larger op's shape (a layer's GEMMs stay on
+    the axes they vary along where its norms vary along sequence parallelism too; every value the same, each
+    element's arithmetic elementwise)."""
     precision_code = _combined(precision_code, 0.0 if sixteen_bit else block_format)
     if type(precision_code) in _ONE and device.fp8_gemm_latency is None:
         one = _point_times(ops, device, float(precision_code), sixteen_bit, ceiling, stream_efficiency)
         if one is not None:
             return one
+    # (the ops grouped by their inputs' shapes: np.broadcast_shapes costs some microseconds an op)
+    shapes: dict[tuple[tuple[int, ...], ...], list[int]] = {}
+    for i, op in enumerate(ops):
+        shapes.setdefault((np.shape(op.flop), np.shape(op.group), np.shape(op.bytes)), []).append(i)
+    if len(shapes) == 1:
+        return list(_array_times(ops, device, precision_code, sixteen_bit, ceiling, stream_efficiency))
+    times: list[np.ndarray] = [np.empty(0)] * len(ops)
+    for members in shapes.values():
+        for i, t in zip(members, _array_times(tuple(ops[i] for i in members), device, precision_code, sixteen_bit,
+                                              ceiling, stream_efficiency), strict=True):
+            times[i] = t
+    return times
+
+
+def _array_times(ops: tuple[Op, ...], device: Device, precision_code: Array, sixteen_bit: bool,
+                 ceiling: float | None, stream_efficiency: float | None) -> np.ndarray:
+    """`kernel_times` of a sweep (or of a device with fp8 GEMM latencies), on the combined precision code."""
     sweep = np.shape(precision_code)
     flop = _stacked([op.flop for op in ops], sweep)
     size = _stacked([op.flop / op.group for op in ops], sweep)  # one problem's FLOPs

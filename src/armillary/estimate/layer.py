@@ -145,23 +145,33 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
     full = recompute_modes(st)[0]
     recompute, modules = _recompute(fw, kt, experts, st, forward, core_f)
     tp_costs, ends_ar = exchange.tp_costs or tp_collectives(st, system, exchange.tp_bytes, exchange.tp_group)
-    tp_f, tp_b, tp_b_alone = tensor_parallel_exposed(st, system, tp_costs, kt, base_weight_t)
+    tp_calls = tp_calls_per_pass(st.sequence_parallel)  # (for the exposed time and the calls below)
+    tp_f, tp_b, tp_b_alone = tensor_parallel_exposed(st, system, tp_costs, kt, base_weight_t, tp_calls)
     summa = summa_layer(fw, kt, st, system, exchange.tp_bytes) if any_true(grid) else None
     if summa is not None:  # SUMMA's broadcasts and reduces instead of the 1-D collectives (none hidden by W)
         tp_f, tp_b = where(grid, summa.forward_s, tp_f), where(grid, summa.backward_s, tp_b)
         tp_b_alone = where(grid, summa.backward_s, tp_b_alone)
     cp_f, cp_b, cp_calls = context_parallel_exposed(st, system, exchange, core_f, core_b, full)
     # the token exchange overlaps the whole pass, its exposed TP / CP time included (one schedule: a faster
-    # kernel can expose more of it, never slow the pass)
-    ep_f, ep_b, ep_calls, ep_b_alone = expert_exchange_exposed(
-        experts, exchange.expert_groups, st, system, forward.time_s + tp_f + cp_f,
-        backward_input.time_s + backward_weight.time_s + tp_b + cp_b, full, backward_input.time_s + tp_b_alone + cp_b)
+    # kernel can expose more of it, never slow the pass); a dense layer has none (what expert_exchange_exposed
+    # gives it, without the passes' sums it would not read)
+    ep_f: Array = 0.0
+    ep_b: Array = 0.0
+    ep_b_alone: Array = 0.0
+    ep_calls: tuple[CommCall, ...] = ()
+    forward_s: Array = 0.0
+    if experts is not None:
+        forward_s = forward.time_s + tp_f + cp_f
+        ep_f, ep_b, ep_calls, ep_b_alone = expert_exchange_exposed(
+            experts, exchange.expert_groups, st, system, forward_s,
+            backward_input.time_s + backward_weight.time_s + tp_b + cp_b, full,
+            backward_input.time_s + tp_b_alone + cp_b)
     # what deferring the weight pass takes off the backward (zero-bubble schedules, Qi et al. ICLR'24 §3.1):
     # the pass, less the TP / EP communication it hid that the input-gradient pass alone leaves exposed
     deferrable = maximum(0.0, backward_weight.time_s - (tp_b_alone - tp_b) - (ep_b_alone - ep_b))
     rerun = full + (moe_block_recompute(st) if experts is not None else 0.0)  # passes re-running the exchange
     if experts is not None:  # the host's wait at the dispatcher's sync: part of the forward (and its re-run)
-        wait = moe_host_wait(forward.time_s + tp_f + cp_f + ep_f, experts, st)
+        wait = moe_host_wait(forward_s + ep_f, experts, st)  # (forward + TP + CP, as above) + EP
         forward = replace(forward, time_s=forward.time_s + wait)
         recompute = replace(recompute, time_s=recompute.time_s + rerun * wait)
     layer = LayerCost(forward, backward_input, backward_weight, recompute, tp_forward_s=tp_f, tp_backward_s=tp_b,
@@ -172,7 +182,6 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
                       expert_calls_s=kt.expert_calls * (3 + rerun),  # forward, input and weight gradients, re-runs
                       weight_gemms_s=base_weight_t if adapters is not None else None,
                       weight_deferrable_s=deferrable)
-    sp = st.sequence_parallel
     k = BACKWARD_STREAM_FACTOR
     # a frozen embedding has no backward, a frozen LM head only its input gradient (LoRA)
     frozen = adapters.frozen if adapters is not None else 0.0
@@ -181,12 +190,19 @@ def layer_cost(fw: LayerForward, ends: Ends, st: StrategyArrays, system: System,
                          tp=ends_ar,  # the ends' all-reduce (`tp_collectives`)
                          embedding_forward_s=kt.embedding, head_forward_s=kt.head_gemm + kt.loss)
     one_d = 1 - where(grid, 1.0, 0.0)
-    per_layer = [one_d * (f * (1 + full) + b) for f, b in zip(*tp_calls_per_pass(sp), strict=True)]
+    per_layer = [_times(one_d, f * (1 + full) + b) for f, b in zip(*tp_calls, strict=True)]
     summa_calls = () if summa is None else (
         *(replace(c, per_step=c.per_step * (1 + full)) for c in summa.forward_calls), *summa.backward_calls)
     calls = (*(CommCall.of(dim, op, n, exchange.tp_bytes, cost) for (dim, op), n, cost in
                zip(TP_OPERATIONS, per_layer, tp_costs, strict=True)), *summa_calls, *cp_calls, *ep_calls)
     return layer, ends_cost, calls
+
+
+def _times(k: Array, x: Array) -> Array:
+    """k x, without the multiply where k is the float 1.0 and x float64 (IEEE 754 x 1 is exact: the same values)."""
+    if type(k) is float and k == 1.0 and (type(x) is float or (type(x) is np.ndarray and x.dtype == np.float64)):
+        return x
+    return k * x
 
 
 Passes = tuple[PassCost, PassCost, PassCost, PassCost, PassCost]
@@ -252,17 +268,17 @@ def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, 
     if experts is not None:  # the router GEMM joins the layer's GEMMs, at 16 bits
         gemm_flop, gemm_bytes = gemm_flop + experts.router.flop, gemm_bytes + experts.router.bytes
         gemm_t, weight_gemm_t = gemm_t + kt.router, weight_gemm_t + kt.router
-    core_gemm_flop, core_gemm_bytes = _total(fw.core_gemms)
-    # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel
+    # attention core: separate GEMMs + softmax kernels, or one fused FlashAttention kernel (one choice at every
+    # point: only its passes, what where() would pick)
     fused = flash > 0
-    core_f = PassCost(where(fused, fw.flash_attention.flop, core_gemm_flop),
-                      where(fused, fw.flash_attention.bytes, core_gemm_bytes + fw.softmax.bytes),
-                      where(fused, kt.flash, kt.core_gemms + kt.softmax))
     k = BACKWARD_STREAM_FACTOR
-    core_b = PassCost(
-        where(fused, FLASH_BACKWARD_FACTOR * fw.flash_attention.flop, 2 * core_gemm_flop),
-        where(fused, FLASH_BACKWARD_FACTOR * fw.flash_attention.bytes, 2 * core_gemm_bytes + k * fw.softmax.bytes),
-        where(fused, FLASH_BACKWARD_FACTOR * kt.flash, 2 * kt.core_gemms + k * kt.softmax))
+    if type(fused) is bool or type(fused) is np.bool_:
+        core_f, core_b = _fused_core(fw, kt) if fused else _unfused_core(fw, kt)
+    else:
+        (flash_f, flash_b), (unfused_f, unfused_b) = _fused_core(fw, kt), _unfused_core(fw, kt)
+        core_f, core_b = (PassCost(where(fused, f.flop, u.flop), where(fused, f.bytes, u.bytes),
+                                   where(fused, f.time_s, u.time_s))
+                          for f, u in ((flash_f, unfused_f), (flash_b, unfused_b)))
     # a block-scaled recipe quantizes the GEMM inputs in forward, the output gradients in backward; without a
     # block format anywhere its kernels move elements x 0 bytes (workload/quantize.py), the 0.0 taken here as
     # `layer_kernels` takes their times
@@ -278,6 +294,23 @@ def _passes(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | None, 
                               weight_gemm_t + k * stream_t + core_b.time_s + kt.quantize_backward)
     backward_weight = PassCost(gemm_flop, gemm_bytes, gemm_t)
     return forward, backward_input, backward_weight, core_f, core_b
+
+
+def _fused_core(fw: LayerForward, kt: LayerKernels) -> tuple[PassCost, PassCost]:
+    """The attention core as one fused FlashAttention kernel: (forward, backward)."""
+    op = fw.flash_attention
+    return (PassCost(op.flop, op.bytes, kt.flash),
+            PassCost(FLASH_BACKWARD_FACTOR * op.flop, FLASH_BACKWARD_FACTOR * op.bytes,
+                     FLASH_BACKWARD_FACTOR * kt.flash))
+
+
+def _unfused_core(fw: LayerForward, kt: LayerKernels) -> tuple[PassCost, PassCost]:
+    """The attention core as separate GEMMs and softmax kernels: (forward, backward)."""
+    core_gemm_flop, core_gemm_bytes = _total(fw.core_gemms)
+    k = BACKWARD_STREAM_FACTOR
+    core_gemms = kt.core_gemms
+    return (PassCost(core_gemm_flop, core_gemm_bytes + fw.softmax.bytes, core_gemms + kt.softmax),
+            PassCost(2 * core_gemm_flop, 2 * core_gemm_bytes + k * fw.softmax.bytes, 2 * core_gemms + k * kt.softmax))
 
 
 def _total(ops: tuple[Op, ...]) -> tuple[Array, Array]:
@@ -308,28 +341,35 @@ def _recompute(fw: LayerForward, kt: LayerKernels, experts: ExpertsForward | Non
     block = moe_block_recompute(st) if moe else 0.0  # the whole MoE layer: router, experts, shared experts
     mlp = maximum(st.recompute_shared_experts, block) if moe else st.recompute_mlp
     mlp_in, mlp_out, activation = fw.mlp_in, fw.mlp_out, fw.activation
-    up_share = fw.latent_up.flop / maximum(fw.qkv.flop, 1e-30)
     # torchtitan counts a block's matmuls q, k, v, o, gate, up, down (or fc1, fc2) and recomputes the 2nd, 4th, 6th
     mlp_in_share, mlp_out_share = (0.0, 0.0) if moe else (fw.gated / 2, 1 - fw.gated)
     qkv, out_proj = fw.qkv, fw.out_proj
     # (share, op, time) of each: summed from 0 in this order, as sum() sums them (written out)
     key, in_share, out_share = fw.key_share, mlp_in_share * (1 - mlp), mlp_out_share * (1 - mlp)
-    # each kernel counted once whichever of the overlapping modules (norms, MLP, element-wise) re-run it
+    # each kernel counted once whichever of the overlapping modules (norms, MLP, element-wise) re-run it. A dense
+    # layer has no routed module, and a layer without MLA's up-projections (its op the scalar zero) none: their
+    # parts (0/1 flag x 0 FLOPs, bytes and seconds) would add +0.0 to a sum that is never -0.0 (it starts from
+    # 0), nothing: left out. The output projection's share is 1 (x 1.0 is exact: left out).
+    routed = () if not moe else (
+        (st.recompute_moe_act * moe * (1 - block), 0.0, experts.activation.bytes if experts else 0.0,
+         kt.expert_activation if moe else 0.0),
+        (block, *_total(_routed(experts)),
+         kt.router + kt.expert_gemms + kt.expert_streams))
+    up = fw.latent_up
+    latent = () if type(up.flop) is float and type(up.bytes) is float and up.flop == 0.0 and up.bytes == 0.0 else (
+        (st.recompute_mla_up_proj, up.flop, up.bytes, fw.latent_up.flop / maximum(fw.qkv.flop, 1e-30) * kt.qkv),)
     modules = _module_recompute(st, (
         (maximum(st.recompute_layernorm, st.recompute_elementwise), 0.0, fw.norms.bytes, kt.norms),
         (mlp, 0 + mlp_in.flop + mlp_out.flop + activation.flop, 0 + mlp_in.bytes + mlp_out.bytes + activation.bytes,
          kt.mlp_in + kt.mlp_out + kt.activation),
-        (st.recompute_moe_act * moe * (1 - block), 0.0, experts.activation.bytes if experts else 0.0,
-         kt.expert_activation if moe else 0.0),
-        (block, *_total(_routed(experts)),
-         kt.router + kt.expert_gemms + kt.expert_streams),
-        (st.recompute_mla_up_proj, fw.latent_up.flop, fw.latent_up.bytes, up_share * kt.qkv),
+        *routed,
+        *latent,
         (st.recompute_elementwise, 0.0, fw.residuals.bytes + fw.rotary.bytes + (1 - mlp) * fw.activation.bytes,
          kt.residuals + kt.rotary + (1 - mlp) * kt.activation),
         (st.recompute_alternate_matmuls,
-         0 + key * qkv.flop + 1.0 * out_proj.flop + in_share * mlp_in.flop + out_share * mlp_out.flop,
-         0 + key * qkv.bytes + 1.0 * out_proj.bytes + in_share * mlp_in.bytes + out_share * mlp_out.bytes,
-         0 + key * kt.qkv + 1.0 * kt.out_proj + in_share * kt.mlp_in + out_share * kt.mlp_out),
+         0 + key * qkv.flop + out_proj.flop + in_share * mlp_in.flop + out_share * mlp_out.flop,
+         0 + key * qkv.bytes + out_proj.bytes + in_share * mlp_in.bytes + out_share * mlp_out.bytes,
+         0 + key * kt.qkv + kt.out_proj + in_share * kt.mlp_in + out_share * kt.mlp_out),
     ))
     # modules re-run only under selective recomputation: 0 where full
     recompute = PassCost(*(full * f + where(selective, c, 0.0) + mod for f, c, mod in (

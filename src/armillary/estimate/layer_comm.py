@@ -5,6 +5,7 @@ each the layer's kernels hide (`layer.layer_cost` adds the exposed times to its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,6 +92,16 @@ def moe_block_recompute(st: StrategyArrays) -> Array:
     return where(st.recompute == RECOMPUTE_SELECTIVE, st.recompute_moe, 0.0)
 
 
+def _needed(cost: Callable[[], CommCost], used: Array) -> CommCost:
+    """`comm.collectives.needed`, without composing a collective that no point of a sweep uses (context
+    parallelism, expert TP or sequence parallelism nowhere in the sweep): its cost times 0 at every point, the
+    zeros `needed` gives there (a composed cost's times and bytes are finite and non-negative: cost x 0 is 0),
+    on the points' own shape."""
+    if type(used) is np.ndarray and not used.any():  # (NO_COMM x np.where(used, 1.0, 0.0): +0.0 everywhere)
+        return CommCost(np.zeros(used.shape), np.zeros(used.shape), np.zeros(used.shape))
+    return needed(cost, used)
+
+
 # TP collectives per layer and pass (one source for times and call counts): two all-reduces per pass
 # (SC'21 §3.2); with SP each becomes an all-gather before and a reduce-scatter after the block
 # (Korthikanti §4.2.2), and the backward gathers each block's input once more for the weight gradient
@@ -114,15 +125,17 @@ def tp_collectives(st: StrategyArrays, system: System, tp_bytes: Array, tp_group
     # a sweep's all-reduce composed once, for the layers' (zeroed where sequence parallel) and the ends'
     ends_ar = all_reduce(tp_bytes, tp_group, system) if isinstance(sp, np.ndarray) else None
     ar = needed(lambda: all_reduce(tp_bytes, tp_group, system) if ends_ar is None else ends_ar, sp < 1)
-    ag = needed(lambda: all_gather(tp_bytes, tp_group, system), sp > 0)
-    rs = needed(lambda: reduce_scatter(tp_bytes, tp_group, system), sp > 0)
+    ag = _needed(lambda: all_gather(tp_bytes, tp_group, system), sp > 0)
+    rs = _needed(lambda: reduce_scatter(tp_bytes, tp_group, system), sp > 0)
     if ends_ar is None:  # one configuration: the layers' all-reduce, or (sequence parallel) one of its own
         ends_ar = ar if not sp else all_reduce(tp_bytes, tp_group, system)
     return (ar, ag, rs), ends_ar
 
 
 def tensor_parallel_exposed(st: StrategyArrays, system: System, costs: tuple[CommCost, CommCost, CommCost],
-                     kt: LayerKernels, gemm_t: Array) -> tuple[Array, Array, Array]:
+                     kt: LayerKernels, gemm_t: Array,
+                     calls: tuple[tuple[Array, Array, Array], tuple[Array, Array, Array]] | None = None
+                     ) -> tuple[Array, Array, Array]:
     """(exposed forward, exposed backward, exposed backward without its weight-gradient GEMMs: what ZB-H1's
     deferral leaves) per layer and micro-batch, of the TP operations at `costs` per call (`tp_collectives`).
 
@@ -136,10 +149,11 @@ def tensor_parallel_exposed(st: StrategyArrays, system: System, costs: tuple[Com
     and weight-gradient GEMMs (no SMs held: NeMo's performance configs, nemo/collections/llm/recipes/
     tp_overlap_configs/userbuffers.py, set_sm_margin False; TE's own default holds 16, not modeled). ring:
     all of them by ring exchange. Without sequence parallelism the all-reduces hide behind the forward's
-    GEMMs (`gemm_t`) and the backward's (twice as many): max(0, comm - GEMMs)."""
+    GEMMs (`gemm_t`) and the backward's (twice as many): max(0, comm - GEMMs). `calls`: `tp_calls_per_pass`
+    of the strategy's sequence parallelism, where the caller has them."""
     sp = st.sequence_parallel
     ag, rs = costs[1], costs[2]
-    forward_calls, backward_calls = tp_calls_per_pass(sp)
+    forward_calls, backward_calls = calls if calls is not None else tp_calls_per_pass(sp)
     comm_f = sum(k * c.time for c, k in zip(costs, forward_calls, strict=True))
     comm_b = sum(k * c.time for c, k in zip(costs, backward_calls, strict=True))
     on = st.overlap_tp > 0
@@ -149,11 +163,19 @@ def tensor_parallel_exposed(st: StrategyArrays, system: System, costs: tuple[Com
     sms = system.device.multiprocessors
     held = TP_OVERLAP_SMS / sms if sms else 0.0  # share of the SMs the pipelined reduce-scatter holds
 
+    # one method at every point (a number): only its own formula, what `where` would pick (the same object)
+    one = type(ring) is bool or type(ring) is np.bool_
+
     def drained(gemm: Array) -> Array:  # a GEMM whose output is reduce-scattered
+        if one:
+            return (ring_exchange_exposed(rs.time, gemm, st.tp) if ring else
+                    pipelined_exposed(rs.time, gemm, TP_OVERLAP_SPLITS, held))
         return where(ring, ring_exchange_exposed(rs.time, gemm, st.tp),
                      pipelined_exposed(rs.time, gemm, TP_OVERLAP_SPLITS, held))
 
     def beside(comm: Array, gemm: Array) -> Array:  # a collective beside an independent GEMM
+        if one:
+            return ring_exchange_exposed(comm, gemm, st.tp) if ring else exposed_fully(comm, gemm)
         return where(ring, ring_exchange_exposed(comm, gemm, st.tp), exposed_fully(comm, gemm))
 
     tiled_f = (ring_exchange_exposed(ag.time, kt.qkv, st.tp) + ring_exchange_exposed(ag.time, kt.mlp_in, st.tp)
@@ -162,12 +184,13 @@ def tensor_parallel_exposed(st: StrategyArrays, system: System, costs: tuple[Com
     rs_qkv, rs_mlp_in = beside(rs.time, kt.qkv), beside(rs.time, kt.mlp_in)
     tiled_b = (ring_exchange_exposed(ag.time, kt.out_proj, st.tp) + ring_exchange_exposed(ag.time, kt.mlp_out, st.tp)
                + beside(ag.time, kt.qkv) + beside(ag.time, kt.mlp_in) + rs_qkv + rs_mlp_in)
-    tp_f = where(on, where(sp > 0, tiled_f, exposed_fully(comm_f, gemm_t)), comm_f)
-    tp_b = where(on, where(sp > 0, tiled_b, exposed_fully(comm_b, 2 * gemm_t)), comm_b)
+    sequence = sp > 0  # (taken once for the three passes)
+    tp_f = where(on, where(sequence, tiled_f, exposed_fully(comm_f, gemm_t)), comm_f)
+    tp_b = where(on, where(sequence, tiled_b, exposed_fully(comm_b, 2 * gemm_t)), comm_b)
     # the weight pass deferred: the input gradients' reduce-scatters ran beside the weight-gradient GEMMs (TE's
     # bulk dgrad reduce-scatter / wgrad overlap), the all-reduces hide behind the input-gradient GEMMs alone
     tiled_b_alone = tiled_b - rs_qkv - rs_mlp_in + 2 * rs.time
-    tp_b_alone = where(on, where(sp > 0, tiled_b_alone, exposed_fully(comm_b, gemm_t)), comm_b)
+    tp_b_alone = where(on, where(sequence, tiled_b_alone, exposed_fully(comm_b, gemm_t)), comm_b)
     return tp_f, tp_b, tp_b_alone
 
 
@@ -193,11 +216,12 @@ def context_parallel_exposed(st: StrategyArrays, system: System, exchange: Layer
         group, (bytes_in, bytes_out) = exchange.cp_group, exchange.a2a_bytes
         if group is None:
             raise ValueError("context parallelism needs the cp group's placement")
-        hop = needed(lambda: send_recv(exchange.kv_block, group, system), on_ring)
+        hop = _needed(lambda: send_recv(exchange.kv_block, group, system), on_ring)
         # a sweep's two all-to-alls (QKV in, the output back) on the one group composed in one call (`paired`)
-        both = paired(all_to_all_cost, bytes_in, bytes_out, group, system) if isinstance(on_a2a, np.ndarray) else None
-        a2a_in = needed(lambda: all_to_all_cost(bytes_in, group, system) if both is None else both[0], on_a2a)
-        a2a_out = needed(lambda: all_to_all_cost(bytes_out, group, system) if both is None else both[1], on_a2a)
+        both = (paired(all_to_all_cost, bytes_in, bytes_out, group, system)
+                if isinstance(on_a2a, np.ndarray) and on_a2a.any() else None)
+        a2a_in = _needed(lambda: all_to_all_cost(bytes_in, group, system) if both is None else both[0], on_a2a)
+        a2a_out = _needed(lambda: all_to_all_cost(bytes_out, group, system) if both is None else both[1], on_a2a)
         ring_steps = where(on_ring, cp - 1, 0.0)
         cp_f = exposed_fully(ring_steps * hop.time, core_f.time_s) + a2a_in.time + a2a_out.time
         cp_b = exposed_fully(2 * ring_steps * hop.time, core_b.time_s) + a2a_in.time + a2a_out.time
@@ -232,13 +256,13 @@ def expert_exchange_exposed(experts: ExpertsForward | None, groups: ExpertGroups
         return 0.0, 0.0, (), 0.0
 
     def exchange(copies_bytes: Array) -> CommCost:
-        return needed(lambda: token_exchange(copies_bytes, groups.fanout, groups.ep, system, st.dispatch_dedup),
-                      st.ep > 1)
+        return _needed(lambda: token_exchange(copies_bytes, groups.fanout, groups.ep, system, st.dispatch_dedup),
+                       st.ep > 1)
 
     dispatch, combine = exchange(experts.dispatch_bytes), exchange(experts.combine_bytes)
     gathered = experts.gathered_bytes
-    gather = needed(lambda: all_gather(gathered, groups.etp, system), st.etp > 1)
-    scatter = needed(lambda: reduce_scatter(gathered, groups.etp, system), st.etp > 1)
+    gather = _needed(lambda: all_gather(gathered, groups.etp, system), st.etp > 1)
+    scatter = _needed(lambda: reduce_scatter(gathered, groups.etp, system), st.etp > 1)
     per_pass = dispatch.time + combine.time + gather.time + scatter.time
     passes = 2 + full + moe_block_recompute(st)  # the forward, backward, re-runs
     calls = (

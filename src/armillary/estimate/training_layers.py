@@ -74,8 +74,9 @@ def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: 
     b, s, t, sp, c = st.micro_batch, w.seq_len, st.tp, st.sequence_parallel, st.cp
     q = rank_queries(s, c)
     n_tp = tp_message_bytes(m, b, q, e)
-    kv_block = ring_kv_block(m, b * q, t, e)  # one rank's K and V (ring attention)
-    a2a_bytes = (b * q * m.qkv_width / t * e, b * q * m.heads * m.value_dim / t * e)
+    tokens = b * q  # a rank's tokens of the micro-batch (taken once: the same product each time)
+    kv_block = ring_kv_block(m, tokens, t, e)  # one rank's K and V (ring attention)
+    a2a_bytes = (tokens * m.qkv_width / t * e, tokens * m.heads * m.value_dim / t * e)
     ends_key = ("ends", *typed(b, q, t, e))
     ends_fw = MODEL_PARTS.get(m, ends_key, lambda: ends_forward(m, b, q, t, e))
     tp_costs: list[TpCosts] = []  # the same for every layer kind: taken once, where a layer's cost is made
@@ -115,7 +116,7 @@ def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: 
         if not tp_costs:  # the TP collectives, once for every layer kind
             tp_costs.append(tp_collectives(st, system, n_tp, groups.tp))
         exchange = LayerExchange(n_tp, groups.tp, groups.cp, kv_block, a2a_bytes, expert_groups, tp_costs[0])
-        adapters = _adapters(m, w, system, st, b * q, e, mlp_width) if lora else None
+        adapters = _adapters(m, w, system, st, tokens, e, mlp_width) if lora else None
         cost, ends, calls = layer_cost(fw, ends_fw, st, system, exchange, experts, adapters, kernels)
         if lora:
             acts = layer_activations(m, b, s, t, sp, e, st.attention, c, mlp_width, experts, g,
@@ -132,7 +133,7 @@ def _made_layers(m: ModelArrays, st: StrategyArrays, w: TrainingArrays, system: 
     sizes = system_shape(system)[0]
     etp_group, ep_group, edp_group = derived(st, ("expert groups", edp, sizes),  # once per point and network
                                              lambda: place_expert_groups(st.etp, st.ep, edp, sizes))
-    experts, experts_key = _routed_experts(m, st, b * q / sequence_shards(t, sp), e)
+    experts, experts_key = _routed_experts(m, st, tokens / sequence_shards(t, sp), e)
     moe, _ = kind(m.shared_ffn, experts, ExpertGroups(ep_group, etp_group, Fanout.of(m, ep_group)), experts_key)
     return Layers(dense, moe, ends, n_tp, edp, edp_group)
 

@@ -40,8 +40,11 @@ def gemm(M: Array, N: Array, K: Array, batch: Array, element_bytes: Array, input
     The input (M x K) and weight (K x N) may be narrower than the result (ternary / int8 kernels)."""
     e_in = element_bytes if input_bytes is None else input_bytes
     e_w = element_bytes if weight_bytes is None else weight_bytes
-    # positional (flop, bytes, group 1, kernels 1, depth K): a keyword call costs more on the scalar path
-    return Op(2 * batch * M * N * K, batch * (M * K * e_in + K * N * e_w + M * N * element_bytes), 1.0, 1.0, K)
+    # positional (flop, bytes, group 1, kernels 1, depth K): a keyword call costs more on the scalar path; one
+    # batch entry's bytes as they are (x 1 is exact: a sweep's whole-array multiply saved)
+    moved = M * K * e_in + K * N * e_w + M * N * element_bytes
+    one = (type(batch) is int or type(batch) is float) and batch == 1
+    return Op(2 * batch * M * N * K, moved if one else batch * moved, 1.0, 1.0, K)
 
 
 def grouped(op: Op, problems: Array) -> Op:
