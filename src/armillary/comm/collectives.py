@@ -64,6 +64,9 @@ def needed(cost: Callable[[], CommCost], used: Array) -> CommCost:
     """A collective only where it is used: skipped for a single configuration that does not use it, zeroed
     at the points of a sweep that do not (so callers never add the cost of an unused call)."""
     if isinstance(used, np.ndarray):
+        if not used.any():  # no point uses it: not composed, the zeros cost x 0 gives (a composed cost's times and
+            # bytes are finite and non-negative), on the points' shape
+            return CommCost(np.zeros(used.shape), np.zeros(used.shape), np.zeros(used.shape))
         return cost() * np.where(used, 1.0, 0.0)
     return cost() if used else NO_COMM
 

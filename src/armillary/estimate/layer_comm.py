@@ -5,7 +5,6 @@ each the layer's kernels hide (`layer.layer_cost` adds the exposed times to its 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,16 +91,6 @@ def moe_block_recompute(st: StrategyArrays) -> Array:
     return where(st.recompute == RECOMPUTE_SELECTIVE, st.recompute_moe, 0.0)
 
 
-def _needed(cost: Callable[[], CommCost], used: Array) -> CommCost:
-    """`comm.collectives.needed`, without composing a collective that no point of a sweep uses (context
-    parallelism, expert TP or sequence parallelism nowhere in the sweep): its cost times 0 at every point, the
-    zeros `needed` gives there (a composed cost's times and bytes are finite and non-negative: cost x 0 is 0),
-    on the points' own shape."""
-    if type(used) is np.ndarray and not used.any():  # (NO_COMM x np.where(used, 1.0, 0.0): +0.0 everywhere)
-        return CommCost(np.zeros(used.shape), np.zeros(used.shape), np.zeros(used.shape))
-    return needed(cost, used)
-
-
 # TP collectives per layer and pass (one source for times and call counts): two all-reduces per pass
 # (SC'21 §3.2); with SP each becomes an all-gather before and a reduce-scatter after the block
 # (Korthikanti §4.2.2), and the backward gathers each block's input once more for the weight gradient
@@ -125,8 +114,8 @@ def tp_collectives(st: StrategyArrays, system: System, tp_bytes: Array, tp_group
     # a sweep's all-reduce composed once, for the layers' (zeroed where sequence parallel) and the ends'
     ends_ar = all_reduce(tp_bytes, tp_group, system) if isinstance(sp, np.ndarray) else None
     ar = needed(lambda: all_reduce(tp_bytes, tp_group, system) if ends_ar is None else ends_ar, sp < 1)
-    ag = _needed(lambda: all_gather(tp_bytes, tp_group, system), sp > 0)
-    rs = _needed(lambda: reduce_scatter(tp_bytes, tp_group, system), sp > 0)
+    ag = needed(lambda: all_gather(tp_bytes, tp_group, system), sp > 0)
+    rs = needed(lambda: reduce_scatter(tp_bytes, tp_group, system), sp > 0)
     if ends_ar is None:  # one configuration: the layers' all-reduce, or (sequence parallel) one of its own
         ends_ar = ar if not sp else all_reduce(tp_bytes, tp_group, system)
     return (ar, ag, rs), ends_ar
@@ -216,12 +205,12 @@ def context_parallel_exposed(st: StrategyArrays, system: System, exchange: Layer
         group, (bytes_in, bytes_out) = exchange.cp_group, exchange.a2a_bytes
         if group is None:
             raise ValueError("context parallelism needs the cp group's placement")
-        hop = _needed(lambda: send_recv(exchange.kv_block, group, system), on_ring)
+        hop = needed(lambda: send_recv(exchange.kv_block, group, system), on_ring)
         # a sweep's two all-to-alls (QKV in, the output back) on the one group composed in one call (`paired`)
         both = (paired(all_to_all_cost, bytes_in, bytes_out, group, system)
                 if isinstance(on_a2a, np.ndarray) and on_a2a.any() else None)
-        a2a_in = _needed(lambda: all_to_all_cost(bytes_in, group, system) if both is None else both[0], on_a2a)
-        a2a_out = _needed(lambda: all_to_all_cost(bytes_out, group, system) if both is None else both[1], on_a2a)
+        a2a_in = needed(lambda: all_to_all_cost(bytes_in, group, system) if both is None else both[0], on_a2a)
+        a2a_out = needed(lambda: all_to_all_cost(bytes_out, group, system) if both is None else both[1], on_a2a)
         ring_steps = where(on_ring, cp - 1, 0.0)
         cp_f = exposed_fully(ring_steps * hop.time, core_f.time_s) + a2a_in.time + a2a_out.time
         cp_b = exposed_fully(2 * ring_steps * hop.time, core_b.time_s) + a2a_in.time + a2a_out.time
@@ -256,13 +245,13 @@ def expert_exchange_exposed(experts: ExpertsForward | None, groups: ExpertGroups
         return 0.0, 0.0, (), 0.0
 
     def exchange(copies_bytes: Array) -> CommCost:
-        return _needed(lambda: token_exchange(copies_bytes, groups.fanout, groups.ep, system, st.dispatch_dedup),
+        return needed(lambda: token_exchange(copies_bytes, groups.fanout, groups.ep, system, st.dispatch_dedup),
                        st.ep > 1)
 
     dispatch, combine = exchange(experts.dispatch_bytes), exchange(experts.combine_bytes)
     gathered = experts.gathered_bytes
-    gather = _needed(lambda: all_gather(gathered, groups.etp, system), st.etp > 1)
-    scatter = _needed(lambda: reduce_scatter(gathered, groups.etp, system), st.etp > 1)
+    gather = needed(lambda: all_gather(gathered, groups.etp, system), st.etp > 1)
+    scatter = needed(lambda: reduce_scatter(gathered, groups.etp, system), st.etp > 1)
     per_pass = dispatch.time + combine.time + gather.time + scatter.time
     passes = 2 + full + moe_block_recompute(st)  # the forward, backward, re-runs
     calls = (
