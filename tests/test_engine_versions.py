@@ -20,11 +20,17 @@ REFUSED = None
 
 # (framework words, the preset that must describe them, or REFUSED), in version order per family
 BOUNDARIES = [
-    # vLLM: V0 before v0.6.0's CPU-overhead work | V0 0.6-0.7 | V1 0.8 (the V1 engine's default release)
+    # vLLM: V0 before v0.6.0's CPU-overhead work | V0 0.6-0.7 | V1 0.8-0.27 (the V1 engine's default release to
+    # the last with two batch tiers and 512-sequence graphs) | 0.28 and later (three tiers, PR #51726; 1024 graphs
+    # on Blackwell, PR #49390), 1.x included
     ("vllm 0.1.7", REFUSED), ("vLLM 0.2.7", REFUSED), ("vllm==0.4.2", REFUSED), ("vLLM v0.5.5", REFUSED),
     ("vLLM 0.6.0", "vllm-0.6"), ("vLLM 0.6.3.post1", "vllm-0.6"), ("vllm==0.7.3", "vllm-0.6"),
     ("vLLM 0.7.4.dev181+gf35f8e22", "vllm-0.6"),
-    ("vLLM 0.8.0", "vllm-0.8"), ("vLLM v0.9.2", "vllm-0.8"), ("vllm 1.0.0", "vllm-0.8"),
+    ("vLLM 0.8.0", "vllm-0.8"), ("vLLM v0.9.2", "vllm-0.8"), ("vLLM 0.19.1", "vllm-0.8"),
+    ("vllm==0.20.0", "vllm-0.8"), ("vLLM v0.20.2", "vllm-0.8"), ("vLLM 0.25.0", "vllm-0.8"),
+    ("vLLM 0.27.1", "vllm-0.8"), ("vllm 0.27", "vllm-0.8"),
+    ("vLLM 0.28.0", REFUSED), ("vllm==0.28.0rc1", REFUSED), ("vLLM v0.28.1", REFUSED), ("vllm 0.29", REFUSED),
+    ("vLLM 0.30.2", REFUSED), ("vllm 1.0.0", REFUSED), ("vLLM v1.2", REFUSED),
     # TensorRT-LLM: first release 0.5 | TensorRT engines 0.5-0.8 | trtllm-build + C++ executor 0.9-0.16 |
     # PyTorch backend without CUDA graphs 0.17-0.21 | 1.x (CUDA graphs by default, PR #5480)
     ("TensorRT-LLM 0.4.0", REFUSED),
@@ -82,6 +88,11 @@ def test_the_refusal_names_the_version_the_reason_and_every_profile_of_its_famil
 
 def test_the_undescribed_ranges_lie_outside_every_profiles_versions() -> None:
     for family, low, high, _ in UNDESCRIBED:
+        if high == (99, 0, 0):  # open-ended: every later release refused too
+            for version in (low, (low[0], low[1] + 3, 2), (1, 0, 0), (2, 1, 0)):
+                with pytest.raises(SpecError, match="(?i)has no engine profile: " + family.split("-")[0]):
+                    engine_for(f"{family} {'.'.join(map(str, version))}")
+            continue
         last = (high[0], high[1] - 1, 99) if high[2] == 0 else (high[0], high[1], high[2] - 1)
         spelled = {"tensorrt-llm": "TensorRT-LLM"}.get(family, family)
         for version in (low, last):
@@ -193,3 +204,21 @@ def test_a_run_naming_the_v1_engine_gets_the_batch_defaults_of_its_device_unless
     assert with_engine(mine, device=a100)[0].serving.max_batch == 64
     row_engine = load_engine("vllm-0.8").model_copy(update={"max_batch": 512})  # a row's, flags applied
     assert with_engine(w, row_engine, a100)[0].serving.max_batch == 512
+
+
+def test_vllm_0_28_and_later_are_refused_for_their_device_tiers_and_0_27_is_not() -> None:
+    with pytest.raises(SpecError) as refused:
+        engine_for("vLLM 0.28.0: vllm serve -tp 8")
+    message = str(refused.value)
+    assert "160 GiB" in message and "PR #51726" in message and "PR #49390" in message
+    assert load_engine("vllm-0.8").name in message and load_engine("vllm-0.6").name in message
+    assert load_engine("vllm==0.27.1").name == load_engine("vllm-0.8").name
+    with pytest.raises(SpecError, match=r"workload\.serving\.engine: 'vllm 0\.28\.0'.*three device tiers"):
+        load_engine("vllm==0.28.0")
+
+
+def test_an_unversioned_or_v1_engine_vllm_row_keeps_the_v1_profile() -> None:
+    for framework in ("vLLM V1 engine", "vLLM (V1)", "vllm serve"):  # the engine's name, not a release
+        assert engine_version(framework) is None
+        picked = engine_for(framework)
+        assert picked is not None and picked.name == load_engine("vllm-0.8").name

@@ -217,7 +217,8 @@ _FAMILY = {"vllm": "vllm", "sglang": "sglang"}  # anything else the pattern read
 
 # Versions whose defaults no shipped profile describes, and why the nearest profile does not fit them
 # (family, first version, the first version after them (major, minor, patch), reason). A row or a run naming
-# one is refused, not given another version's profile.
+# one is refused, not given another version's profile. An end of (99, 0, 0) leaves the range open: every later
+# release too.
 UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], ...] = (
     ("vllm", (0, 0, 0), (0, 6, 0), "vLLM before 0.6.0 (V0 engine before the v0.6.0 CPU-overhead work): v0.6.0 added "
      "multi-step scheduling and the async output processor, and the vLLM v0.6.0 blog (2024-09-05) profiled "
@@ -237,6 +238,12 @@ UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], 
      "prefill run absorbed, Triton block-fp8 GEMMs) and the 0.5 profile's (no padding since PR #4390, "
      "2025-03-13; FlashAttention-3 per-head MLA prefill on Hopper, PRs #5113 / #5624, 2025-04; DeepGEMM): "
      "which of these each 0.4.4-0.4.x release has is not read"),
+    ("vllm", (0, 28, 0), (99, 0, 0), "vLLM 0.28 and later (2026-08 on; 1.x included): v0.28.0 sets its batch "
+     "defaults in three device tiers, not the vLLM 0.8 profile's two: 16384 API-server tokens at 160 GiB or more "
+     "(B200, MI300X, MI325X; PR #51726), 8192 from 70 GiB, 2048 below, and captures CUDA graphs up to 1024 "
+     "sequences on compute-capability-10.x devices (PR #49390), 512 elsewhere; later vLLM sources add a 40 GiB "
+     "tier (512 sequences, 4096 tokens, graphs to 256). A profile has one small-device tier and one graph size, "
+     "so none describes them"),
 )
 
 
