@@ -21,15 +21,16 @@ REFUSED = None
 # (framework words, the preset that must describe them, or REFUSED), in version order per family
 BOUNDARIES = [
     # vLLM: V0 before v0.6.0's CPU-overhead work | V0 0.6-0.7 | V1 0.8-0.27 (the V1 engine's default release to
-    # the last with two batch tiers and 512-sequence graphs) | 0.28 and later (three tiers, PR #51726; 1024 graphs
-    # on Blackwell, PR #49390), 1.x included
+    # the last with two batch tiers and 512-sequence graphs) | 0.28 (three tiers, PR #51726; 1024 graphs on
+    # Blackwell, PR #49390) | 0.29 and later, 1.x included (not read; another source's tiers differ)
     ("vllm 0.1.7", REFUSED), ("vLLM 0.2.7", REFUSED), ("vllm==0.4.2", REFUSED), ("vLLM v0.5.5", REFUSED),
     ("vLLM 0.6.0", "vllm-0.6"), ("vLLM 0.6.3.post1", "vllm-0.6"), ("vllm==0.7.3", "vllm-0.6"),
     ("vLLM 0.7.4.dev181+gf35f8e22", "vllm-0.6"),
     ("vLLM 0.8.0", "vllm-0.8"), ("vLLM v0.9.2", "vllm-0.8"), ("vLLM 0.19.1", "vllm-0.8"),
     ("vllm==0.20.0", "vllm-0.8"), ("vLLM v0.20.2", "vllm-0.8"), ("vLLM 0.25.0", "vllm-0.8"),
     ("vLLM 0.27.1", "vllm-0.8"), ("vllm 0.27", "vllm-0.8"),
-    ("vLLM 0.28.0", REFUSED), ("vllm==0.28.0rc1", REFUSED), ("vLLM v0.28.1", REFUSED), ("vllm 0.29", REFUSED),
+    ("vLLM 0.28.0", "vllm-0.28"), ("vllm==0.28.0rc1", "vllm-0.28"), ("vLLM v0.28.1", "vllm-0.28"),
+    ("vllm 0.28", "vllm-0.28"), ("vllm 0.29", REFUSED),
     ("vLLM 0.30.2", REFUSED), ("vllm 1.0.0", REFUSED), ("vLLM v1.2", REFUSED),
     # TensorRT-LLM: first release 0.5 | TensorRT engines 0.5-0.8 | trtllm-build + C++ executor 0.9-0.16 |
     # PyTorch backend without CUDA graphs 0.17-0.21 | 1.x (CUDA graphs by default, PR #5480)
@@ -163,9 +164,52 @@ def test_vllm_v1_batch_defaults_follow_the_device_as_get_batch_defaults_does(sys
     from armillary.specs.loading import load_system
 
     started = on_device(load_engine("vllm-0.8"), load_system(system, 1).device)
-    assert (started.max_batch, started.max_batched_tokens) == (seqs, tokens)
-    for other in ("vllm-0.6", "sglang-0.4", "tensorrt-llm-1.0"):  # no small-device rule: unchanged
-        assert on_device(load_engine(other), load_system(system, 1).device) == load_engine(other)
+    assert (started.max_batch, started.max_batched_tokens, started.graph_max_batch) == (seqs, tokens, 512)
+    for other in ("vllm-0.6", "sglang-0.4", "tensorrt-llm-1.0"):  # no device tiers: the same object
+        assert on_device(load_engine(other), load_system(system, 1).device) is load_engine(other)
+
+
+# vLLM v0.28.0 get_batch_defaults (PR #51726): >= 160 GiB 1024 / 16384; >= 70 GiB not A100 1024 / 8192; else
+# 256 / 2048; largest graph capture 1024 on compute capability 10.x (PR #49390), else 512
+@pytest.mark.parametrize(("system", "gib", "seqs", "tokens", "graphs"), [
+    ("dgx-h100", 80, 1024, 8192, 512), ("hgx-h200", 141, 1024, 8192, 512), ("hgx-h20", 89.4, 1024, 8192, 512),
+    ("dgx-a100", 80, 256, 2048, 512), ("dgx-a100-40gb", 40, 256, 2048, 512),
+    ("dgx-b200", 180, 1024, 16384, 1024), ("gb200-nvl72", 185, 1024, 16384, 1024),
+    ("dgx-b300", 268, 1024, 16384, 1024),
+    ("mi300x-8", 192, 1024, 16384, 512), ("mi355x-8", 268, 1024, 16384, 512),  # 160 GiB, not capability 10.x
+])
+def test_vllm_0_28_has_three_batch_tiers_and_1024_graphs_on_blackwell(system: str, gib: float, seqs: int,
+                                                                       tokens: int, graphs: int) -> None:
+    from armillary.serving.engine import on_device
+    from armillary.specs.loading import load_system
+
+    device = load_system(system, 1).device
+    assert device.hbm.capacity / 2**30 == pytest.approx(gib, abs=1)  # the tier the memory puts it in
+    started = on_device(load_engine("vllm-0.28"), device)
+    assert (started.max_batch, started.max_batched_tokens, started.graph_max_batch) == (seqs, tokens, graphs)
+
+
+def test_vllm_0_28_differs_from_0_27_only_where_its_sources_say() -> None:
+    old, new = load_engine("vllm-0.8"), load_engine("vllm-0.28")
+    differ = {k for k in type(new).model_fields if getattr(old, k) != getattr(new, k)}
+    assert differ == {"name", "matches", "device_defaults", "sources"}
+    same = {k for k, text in new.sources.items() if text == "[as vllm-0.8; not re-read at 0.28]"}
+    assert same == set(new.sources) - {"max_batch", "max_batched_tokens", "device_defaults", "graph_max_batch",
+                                       "prefix_caching"}
+    assert "PR #51726" in new.sources["max_batched_tokens"] and "PR #49390" in new.sources["graph_max_batch"]
+    assert "PR #50991" in new.sources["prefix_caching"]
+
+
+def test_a_device_tier_fits_by_memory_then_names() -> None:
+    from armillary.serving.engine import DeviceDefaults
+    from armillary.specs.loading import load_system
+
+    h100, a100 = load_system("dgx-h100", 1).device, load_system("dgx-a100", 1).device
+    assert DeviceDefaults(at_least_gib=80).fits(h100) and not DeviceDefaults(at_least_gib=80.5).fits(h100)
+    assert not DeviceDefaults(at_least_gib=70, except_names=("a100",)).fits(a100)
+    assert DeviceDefaults(names=("h100",)).fits(h100) and not DeviceDefaults(names=("h100",)).fits(a100)
+    with pytest.raises(ValueError, match="at_least_gib"):
+        DeviceDefaults(at_least_gib=-1)
 
 
 def test_a_v1_rows_flags_still_win_over_the_device_defaults() -> None:
@@ -176,7 +220,7 @@ def test_a_v1_rows_flags_still_win_over_the_device_defaults() -> None:
     notes: list[str] = []
     engine = _engine(row, False, notes, 0, a100)
     assert (engine.max_batch, engine.max_batched_tokens) == (512, 2048)
-    assert any("small-device batch defaults" in n for n in notes)
+    assert any("defaults for this device (256 sequences, 2048 tokens" in n for n in notes)
 
 
 @pytest.mark.parametrize(("framework", "mode"), [
@@ -206,15 +250,15 @@ def test_a_run_naming_the_v1_engine_gets_the_batch_defaults_of_its_device_unless
     assert with_engine(w, row_engine, a100)[0].serving.max_batch == 512
 
 
-def test_vllm_0_28_and_later_are_refused_for_their_device_tiers_and_0_27_is_not() -> None:
-    with pytest.raises(SpecError) as refused:
-        engine_for("vLLM 0.28.0: vllm serve -tp 8")
-    message = str(refused.value)
-    assert "160 GiB" in message and "PR #51726" in message and "PR #49390" in message
-    assert load_engine("vllm-0.8").name in message and load_engine("vllm-0.6").name in message
+def test_vllm_0_28_gets_its_profile_and_0_29_and_later_are_refused() -> None:
+    assert load_engine("vllm==0.28.0").name == load_engine("vllm-0.28").name
     assert load_engine("vllm==0.27.1").name == load_engine("vllm-0.8").name
-    with pytest.raises(SpecError, match=r"workload\.serving\.engine: 'vllm 0\.28\.0'.*three device tiers"):
-        load_engine("vllm==0.28.0")
+    with pytest.raises(SpecError) as refused:
+        engine_for("vLLM 0.29.0: vllm serve -tp 8")
+    message = str(refused.value)
+    assert "40 GiB" in message and load_engine("vllm-0.28").name in message
+    with pytest.raises(SpecError, match=r"workload\.serving\.engine: 'vllm 1\.0\.0'.*0\.29 and later"):
+        load_engine("vllm==1.0.0")
 
 
 def test_an_unversioned_or_v1_engine_vllm_row_keeps_the_v1_profile() -> None:

@@ -24,15 +24,27 @@ from armillary.specs.system import Device, Platform
 from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, Policy
 
 
-class SmallDevice(Spec):
-    """Batch defaults an engine takes on a device with less memory than `below_gib` or named as one of
-    `names` (vLLM V1's get_batch_defaults: the profile's own numbers are its large-device defaults)."""
+class DeviceDefaults(Spec):
+    """One tier of the defaults an engine sets from the device it starts on (vLLM V1's get_batch_defaults and
+    largest CUDA-graph capture size). A profile lists its tiers in order and the first the device fits applies:
+    memory at least `at_least_gib`, a name containing one of `names` (if any) and none of `except_names`. A
+    number the tier leaves unset is the profile's own; a device no tier fits keeps the profile's numbers."""
 
-    below_gib: float = Field(gt=0, description="device memory (GiB, 2^30 bytes) under which these apply")
-    names: tuple[str, ...] = Field((), description="device names (lower-case substrings) these apply to "
-                                   "whatever their memory")
-    max_batch: PositiveInt
-    max_batched_tokens: PositiveInt
+    at_least_gib: float = Field(0.0, ge=0, description="device memory (GiB, 2^30 bytes) from which it applies")
+    names: tuple[str, ...] = Field((), description="only devices whose name contains one of these (lower-case "
+                                   "substrings); empty: any device")
+    except_names: tuple[str, ...] = Field((), description="not devices whose name contains one of these")
+    max_batch: PositiveInt | None = Field(None, description="sequences per iteration; none: the profile's")
+    max_batched_tokens: PositiveInt | None = Field(None, description="new tokens per iteration; none: the profile's")
+    graph_max_batch: PositiveInt | None = Field(None, description="largest CUDA-graph decode batch; none: the "
+                                                "profile's")
+
+    def fits(self, device: Device) -> bool:
+        """Whether `device` is one of this tier's (memory, names, excluded names)."""
+        name = device.name.lower()
+        return (device.hbm.capacity >= self.at_least_gib * 2**30
+                and (not self.names or any(n in name for n in self.names))
+                and not any(n in name for n in self.except_names))
 
 
 class Engine(NamedByPatterns):
@@ -90,8 +102,9 @@ class Engine(NamedByPatterns):
     channel_fp8_kernels: dict[Platform, Fp8Kernels] = Field(
         default_factory=dict, description="its GEMM kernels for fp8 weights with per-channel scales, by the "
         "device's platform; a platform not listed: the device's fp8 GEMMs (a fused scaled GEMM)")
-    small_device: SmallDevice | None = Field(None, description="batch defaults on a small device (the engine "
-                                             "sets them from the device it runs on); none: the same on all")
+    device_defaults: tuple[DeviceDefaults, ...] = Field(
+        (), description="tiers of defaults the engine sets from the device it starts on, in order: the first the "
+        "device fits applies (`DeviceDefaults`); none fits, or none listed: the profile's numbers on every device")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
 
@@ -174,15 +187,15 @@ def overheads(engine: Engine | None, m: ModelArrays, layers: float, scheduler_st
 
 
 def on_device(engine: Engine, device: Device) -> Engine:
-    """The engine as it starts on `device`: its small-device batch defaults where the device is one
-    (`Engine.small_device`), else the profile unchanged."""
-    small = engine.small_device
-    if small is None:
+    """The engine as it starts on `device`: the numbers of the first of its `device_defaults` tiers the device
+    fits, the profile's own where that tier sets none; the profile itself (the same object) where nothing
+    changes."""
+    tier = next((t for t in engine.device_defaults if t.fits(device)), None)
+    if tier is None:
         return engine
-    name = device.name.lower()
-    if device.hbm.capacity >= small.below_gib * 2**30 and not any(n in name for n in small.names):
-        return engine
-    return engine.model_copy(update={"max_batch": small.max_batch, "max_batched_tokens": small.max_batched_tokens})
+    update = {k: v for k in ("max_batch", "max_batched_tokens", "graph_max_batch")
+              if (v := getattr(tier, k)) is not None and v != getattr(engine, k)}
+    return engine.model_copy(update=update) if update else engine
 
 
 @functools.lru_cache(maxsize=64)
@@ -238,12 +251,11 @@ UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], 
      "prefill run absorbed, Triton block-fp8 GEMMs) and the 0.5 profile's (no padding since PR #4390, "
      "2025-03-13; FlashAttention-3 per-head MLA prefill on Hopper, PRs #5113 / #5624, 2025-04; DeepGEMM): "
      "which of these each 0.4.4-0.4.x release has is not read"),
-    ("vllm", (0, 28, 0), (99, 0, 0), "vLLM 0.28 and later (2026-08 on; 1.x included): v0.28.0 sets its batch "
-     "defaults in three device tiers, not the vLLM 0.8 profile's two: 16384 API-server tokens at 160 GiB or more "
-     "(B200, MI300X, MI325X; PR #51726), 8192 from 70 GiB, 2048 below, and captures CUDA graphs up to 1024 "
-     "sequences on compute-capability-10.x devices (PR #49390), 512 elsewhere; later vLLM sources add a 40 GiB "
-     "tier (512 sequences, 4096 tokens, graphs to 256). A profile has one small-device tier and one graph size, "
-     "so none describes them"),
+    ("vllm", (0, 29, 0), (99, 0, 0), "vLLM 0.29 and later (1.x included): the vLLM 0.28 profile was read at "
+     "v0.28.0 only, and a vLLM source of another release (infer_accelerator_scheduling_defaults, release not "
+     "identified) sets the batch defaults differently: a 40 GiB tier (512 sequences, 4096 API-server tokens, "
+     "graphs to 256 sequences), graph capture sizes per tier (128 on the smallest), and no 160 GiB tier; "
+     "which release changed what is not read"),
 )
 
 

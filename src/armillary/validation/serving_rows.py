@@ -88,8 +88,8 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
     if device is not None and (started := on_device(engine, device)) is not engine:
         engine = started
-        notes.append(f"{device.name}: the engine's small-device batch defaults ({engine.max_batch} sequences, "
-                     f"{engine.max_batched_tokens} tokens)")
+        notes.append(f"{device.name}: the engine's defaults for this device ({engine.max_batch} sequences, "
+                     f"{engine.max_batched_tokens} tokens, CUDA graphs to {engine.graph_max_batch} sequences)")
     if engine_version(framework) is None:
         notes.append(f"engine version not stated: assumed {engine.name} (its family's fallback profile)")
     update: dict[str, Any] = {}
