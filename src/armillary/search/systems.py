@@ -15,7 +15,8 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 from armillary.display import Displayed, Headline, number, seconds
 from armillary.errors import SpecError
 from armillary.search.executors import Executor, serial
-from armillary.search.run import Candidate, LayoutCache, Objective, search
+from armillary.search.layout_cache import LayoutCache
+from armillary.search.run import Candidate, Objective, search
 from armillary.search.space import StrategySpace
 from armillary.specs.base import Spec
 from armillary.specs.model import Model
