@@ -262,9 +262,13 @@ UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], 
 def engine_version(framework: str) -> tuple[str, int, int] | None:
     """(family, major, minor) of the first engine named with a version in `framework`; None if none is."""
     found = _VERSIONED.search(framework)
-    if found is None:
-        return None
-    return _FAMILY.get(found.group(1).lower(), "tensorrt-llm"), int(found.group(2)), int(found.group(3))
+    return None if found is None else _family_version(found)[:3]
+
+
+def _family_version(found: re.Match[str]) -> tuple[str, int, int, int]:
+    """(family, major, minor, patch) a `_VERSIONED` match read (patch 0 where not given)."""
+    return (_FAMILY.get(found.group(1).lower(), "tensorrt-llm"), int(found.group(2)), int(found.group(3)),
+            int(found.group(4) or 0))
 
 
 def _reaches(engine: Engine, framework: str, version: int) -> bool:
@@ -283,8 +287,7 @@ def engine_for(framework: str, field: str = "framework") -> Engine | None:
     best = max(scored, key=lambda s: s[0], default=None)
     versioned = _VERSIONED.search(framework)
     if versioned is not None and (best is None or best[0] == 0 or not _reaches(best[2], framework, versioned.start(2))):
-        family, major, minor = engine_version(framework) or ("", 0, 0)
-        patch = int(versioned.group(4) or 0)
+        family, major, minor, patch = _family_version(versioned)
         why = next((reason for fam, low, high, reason in UNDESCRIBED
                     if fam == family and low <= (major, minor, patch) < high), "no profile describes this version")
         known = "; ".join(e.name for _, name, e in sorted(scored, key=lambda s: s[1]) if name.startswith(family))
