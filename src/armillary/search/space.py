@@ -114,16 +114,16 @@ class Axes:
 
     def decode(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Coded field values of the points start..stop-1."""
-        index = np.arange(start, stop, dtype=np.int64)
-        out: dict[str, np.ndarray] = {}
-        for names, vals in zip(reversed(self.names), reversed(self.values), strict=True):
-            index, digit = np.divmod(index, len(vals))
-            out.update({name: vals[digit, k] for k, name in enumerate(names)})
-        return out
+        return self._fields(np.arange(start, stop, dtype=np.int64))
 
     def first_values(self, index: int) -> dict[str, Any]:
         """`decode(index, index + 1)`'s values of its one point (numpy scalars), its digits taken in Python
         integers rather than in arrays of one element (about 10 us an axis)."""
+        return self._fields(index)
+
+    def _fields(self, index: Any) -> dict[str, Any]:
+        """Coded field values at `index` (an int or an array of point indices): its digit on each axis, the
+        last axis fastest (`divmod` is numpy's on an array)."""
         out: dict[str, Any] = {}
         for names, vals in zip(reversed(self.names), reversed(self.values), strict=True):
             index, digit = divmod(index, len(vals))
