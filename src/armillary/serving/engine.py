@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveInt
@@ -47,6 +47,31 @@ class DeviceDefaults(Spec):
                 and not any(n in name for n in self.except_names))
 
 
+class ReleaseDefaults(Spec):
+    """Defaults of some of a profile's releases that differ from the profile's own (which are those of its
+    latest releases): the releases from `since` up to, not including, `before`. It applies to a run whose
+    stated version lies wholly within them (`resolve_defaults`): "vLLM 0.6.3" within 0.6 to 0.7.1, but "vLLM
+    0.7", which spans 0.7.0 and 0.7.1 onwards, not; a run naming no version keeps the profile's numbers."""
+
+    since: str = Field(pattern=r"^\d+\.\d+(\.\d+)?$", description="first release (major.minor[.patch])")
+    before: str = Field(pattern=r"^\d+\.\d+(\.\d+)?$", description="first release after them")
+    mla_decode: MlaDecode | None = Field(None, description="decode of multi-head latent attention; none: the "
+                                         "profile's")
+    chunked_token_budget: PositiveInt | None = Field(None, description="token budget with chunked prefill; none: "
+                                                     "the profile's")
+    sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
+
+    def holds(self, first: tuple[int, int, int], after: tuple[int, int, int]) -> bool:
+        """Whether the releases from `first` up to `after` all lie within this range."""
+        return _release(self.since) <= first and after <= _release(self.before)
+
+
+def _release(version: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of "0.7" or "0.7.1" (patch 0 where not given)."""
+    major, minor, patch = [*version.split("."), "0"][:3]
+    return int(major), int(minor), int(patch)
+
+
 class Engine(NamedByPatterns):
     name: str
     policy: Policy = Field(description="what a full KV cache does (capacity scheduler / preemption mode)")
@@ -68,6 +93,25 @@ class Engine(NamedByPatterns):
     decode_attention: DecodeAttention = Field(description="how the decode kernel reads a GQA model's cache")
     mla_decode: MlaDecode = Field(MlaDecode.ABSORBED, description="how decode runs multi-head latent attention "
                                   "(DeepSeek): absorbed over the latent cache, or per-head K/V expanded")
+    mla_without_chunked_prefill: bool = Field(False, description="a model with multi-head latent attention runs "
+                                              "without chunked prefill unless launched with it (vLLM V0)")
+    long_context_chunked_prefill_above: PositiveInt | None = Field(
+        None, description="chunked prefill turned on, unless launched with it set, for a model whose context "
+        "(max_model_len) is longer than this many tokens (vLLM V0: 32768); none: no such rule")
+    chunked_token_budget: PositiveInt | None = Field(
+        None, description="new tokens per iteration with chunked prefill on, where the launch sets no budget "
+        "(vLLM V0: 512 in 0.6, 2048 in 0.7); none: max_batched_tokens")
+    unchunked_token_budget_floor: PositiveInt | None = Field(
+        None, description="new tokens per iteration without chunked prefill, where the launch sets no budget: "
+        "max(the model's context, this), so that any prompt fits one iteration (vLLM V0: 2048); none: "
+        "max_batched_tokens")
+    attention_dp_budget_divisor: PositiveInt | Literal["groups"] = Field(
+        1, description="with data-parallel attention the engine divides its token budget (its default or the "
+        "launch's) by this, each attention group's budget: 2 in SGLang 0.4.0-0.4.3; groups: by the number of "
+        "attention groups (dp_size, later SGLang); 1: unchanged")
+    releases: tuple[ReleaseDefaults, ...] = Field(
+        (), description="defaults of some releases within the profile's range that differ from its own "
+        "(`ReleaseDefaults`): each whose range holds the run's stated version applies, later over earlier")
     absorbed_mla_prefill: bool = Field(False, description="prompt chunks also run multi-head latent attention "
                                        "absorbed (the engine's prefill kernel attends over the latent cache)")
     cuda_graphs: bool = Field(description="decode iterations replayed as CUDA graphs (no per-kernel launch)")
@@ -106,6 +150,12 @@ class Engine(NamedByPatterns):
         (), description="tiers of defaults the engine sets from the device it starts on, in order: the first the "
         "device fits applies (`DeviceDefaults`); none fits, or none listed: the profile's numbers on every device")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
+
+
+# Fields of the rules an engine applies as it is launched (`resolve_defaults`) whose default is "no such rule": a
+# profile that leaves one out states none, and needs no source for it
+LAUNCH_RULES = ("mla_without_chunked_prefill", "long_context_chunked_prefill_above", "chunked_token_budget",
+                "unchunked_token_budget_floor", "attention_dp_budget_divisor", "releases")
 
 
 # Short kernels of a decoder layer in a decode step: those that end before the host has launched the next
@@ -298,18 +348,90 @@ def engine_for(framework: str, field: str = "framework") -> Engine | None:
     return best[2] if best is not None and best[0] > 0 else None
 
 
-def with_engine(w: Inference, engine: Engine | None = None,
-                device: Device | None = None) -> tuple[Inference, Engine | None]:
+def stated_releases(text: str) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+    """The releases the first engine named with a version in `text` stands for: (first, first after them);
+    "vLLM 0.6.3.post1" is 0.6.3 alone, "vLLM 0.7" every 0.7.x. None if no version is named."""
+    found = _VERSIONED.search(text)
+    if found is None:
+        return None
+    _, major, minor, patch = _family_version(found)
+    if found.group(4) is None:
+        return (major, minor, 0), (major, minor + 1, 0)
+    return (major, minor, patch), (major, minor, patch + 1)
+
+
+def resolve_defaults(engine: Engine, version: str = "", *, mla: bool = False, max_model_len: int | None = None,
+                     attention_dp: int = 1, flags: dict[str, Any] | None = None) -> tuple[Engine, tuple[str, ...]]:
+    """The engine as launched (the one source of these rules for `armillary serve`, the API and the
+    validation harness): the defaults of the releases `version` names (its `releases`, "vllm==0.6.3"; none
+    named: the profile's), the launch's `flags` (Engine fields the launch sets: a row's command line, a
+    workload's chunked_prefill), then what the engine derives from the model and the launch where the flags
+    leave it: chunked prefill off for a model with multi-head latent attention (`mla`,
+    `mla_without_chunked_prefill`), on for a context longer than `long_context_chunked_prefill_above`
+    (`max_model_len`: the model's unless the launch caps it), the token budget with chunked prefill
+    (`chunked_token_budget`) or without it (max(`max_model_len`, `unchunked_token_budget_floor`)), and with
+    data-parallel attention over `attention_dp` groups that budget divided (`attention_dp_budget_divisor`).
+    Returns the engine and what it assumed, in words."""
+    update = dict(flags or {})
+    notes: list[str] = []
+    span = stated_releases(version)
+    for tier in engine.releases:
+        if span is None or not tier.holds(*span):
+            continue
+        tiered = {k: v for k in ("mla_decode", "chunked_token_budget") if (v := getattr(tier, k)) is not None}
+        engine = engine.model_copy(update=tiered)
+        if mla and "mla_decode" in tiered:
+            notes.append(f"MLA decode {engine.mla_decode.value}: releases {tier.since} to before {tier.before} "
+                         f"({tier.sources.get('mla_decode', 'the profile')})")
+    if mla and engine.mla_without_chunked_prefill and "chunked_prefill" not in update:
+        # vLLM 0.7.1-0.7.x logs "MLA is enabled; forcing chunked prefill and prefix caching to be disabled"
+        # (VllmConfig); the profile's source says what was read
+        update["chunked_prefill"] = False
+        notes.append(f"chunked prefill off: {engine.name} runs a model with multi-head latent attention without it")
+    if ((above := engine.long_context_chunked_prefill_above) is not None and max_model_len is not None
+            and max_model_len > above and "chunked_prefill" not in update):
+        # vLLM V0 turns chunked prefill on by default above 32K context (EngineArgs.create_engine_config)
+        update["chunked_prefill"] = True
+        notes.append(f"chunked prefill on: {engine.name} turns it on for a context over {above} tokens "
+                     f"({max_model_len})")
+    chunked = update.get("chunked_prefill", engine.chunked_prefill)
+    if chunked and engine.chunked_token_budget is not None and "max_batched_tokens" not in update:
+        # V0's budget with chunked prefill: 512 in 0.6 (PR #4580), 2048 in 0.7 (SchedulerConfig, v0.7.3)
+        update["max_batched_tokens"] = engine.chunked_token_budget
+    if (not chunked and (floor := engine.unchunked_token_budget_floor) is not None and max_model_len is not None
+            and "max_batched_tokens" not in update):
+        # V0 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) (EngineArgs /
+        # SchedulerConfig defaults, vLLM 0.6-0.7)
+        update["max_batched_tokens"] = max(max_model_len, floor)
+    divisor = engine.attention_dp_budget_divisor
+    if attention_dp > 1 and divisor != 1:
+        # SGLang --enable-dp-attention: chunked_prefill_size // 2 (0.4.0-0.4.3), // dp_size later
+        # (ServerArgs.__post_init__ / _handle_data_parallelism; the profiles' sources)
+        by = attention_dp if divisor == "groups" else divisor
+        update["max_batched_tokens"] = max(update.get("max_batched_tokens", engine.max_batched_tokens) // by, 1)
+        notes.append(f"data-parallel attention: {engine.name} divides its token budget by {by} for each of the "
+                     f"{attention_dp} attention groups")
+    return engine.model_copy(update=update), tuple(notes)
+
+
+def with_engine(w: Inference, engine: Engine | None = None, device: Device | None = None,
+                m: ModelArrays | None = None, attention_dp: int = 1) -> tuple[Inference, Engine | None]:
     """The workload with its engine's defaults (`engine`, else the one it names, as it starts on `device`
-    where given: `on_device`) wherever it sets nothing itself, and the engine. An `engine` given is taken as
-    it is (a validation row's has the device applied before the row's own flags)."""
+    where given: `on_device`, and as launched for model `m` with `attention_dp` attention groups and the
+    workload's own chunked_prefill: `resolve_defaults`, with the version `serving.engine` names) wherever it
+    sets nothing itself, and the engine. An `engine` given is taken as it is (a validation row's has been
+    resolved from the row's flags)."""
     if engine is None and w.serving.engine is None:
         return w, None
     if engine is not None:
         e = engine
     else:
         named = load_engine(str(w.serving.engine))
-        e = on_device(named, device) if device is not None else named
+        started = on_device(named, device) if device is not None else named
+        launch = {k: getattr(w.serving, k) for k in ("chunked_prefill",) if k in w.serving.model_fields_set}
+        e = resolve_defaults(started, str(w.serving.engine), mla=m is not None and float(m.kv_lora) > 0,
+                             max_model_len=int(float(m.max_seq_len)) if m is not None else None,
+                             attention_dp=attention_dp, flags=launch)[0]
     sv, kv = w.serving, w.kv_cache
     serving = {k: getattr(e, k) for k in ("policy", "chunked_prefill", "max_batch", "max_batched_tokens",
                                           "scheduler_steps")

@@ -24,7 +24,7 @@ from armillary.serving.benchmark import (
     trace_for,
     workload_for,
 )
-from armillary.serving.engine import Engine, engine_for, engine_version, on_device
+from armillary.serving.engine import Engine, engine_for, engine_version, on_device, resolve_defaults
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace
 from armillary.specs.loading import load_model, load_system
@@ -32,7 +32,7 @@ from armillary.specs.model import Model
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Device, System
-from armillary.specs.workload import Inference, LengthDistribution, MlaDecode
+from armillary.specs.workload import Inference, LengthDistribution
 from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.model_words import model_preset_for
@@ -110,38 +110,18 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         update["prefix_caching"] = False
     if re.search(r"enforce[-_]eager(?![ =]+false)|disable[-_]cuda[-_]graph(?![-_]padding)", text, re.I):
         update["cuda_graphs"] = False
-    v0 = engine.name.startswith("vLLM 0.6")
-    if model_mla and v0 and re.search(r"vllm v?0\.(6|7\.0)\b", framework, re.I):
-        # vLLM 0.6.0-0.7.0 ran MLA as MHA, caching per-head K and V; decode over the latent came with PR #12528
-        # (v0.7.1) (the vllm-0.6 profile's mla_decode source)
-        update["mla_decode"] = MlaDecode.EXPANDED
-        notes.append("MLA expanded: vLLM before 0.7.1 cached per-head K and V (PR #12528 absorbed it in 0.7.1)")
-    if model_mla and v0 and "chunked_prefill" not in update:
-        update["chunked_prefill"] = False
-        notes.append("chunked prefill off: vLLM V0 runs MLA models without it")
     # vLLM's max_model_len defaults to the model config's max_position_embeddings (ModelConfig)
     model_len = _flag("max-model-len", text) or (float(max_seq_len) if max_seq_len else None)
-    if v0 and model_len is not None and model_len > 32768 and "chunked_prefill" not in update:
-        # V0 turns chunked prefill on by default above 32K context (EngineArgs.create_engine_config)
-        update["chunked_prefill"] = True
-    chunked = update.get("chunked_prefill", engine.chunked_prefill)
-    if v0 and chunked and "max_batched_tokens" not in update:
-        # V0's token budget with chunked prefill: 512 in 0.6 (the profile's source, PR #4580), 2048 in 0.7
-        # (SchedulerConfig, vLLM v0.7.3 config.py; V1's larger defaults came with 0.8)
-        update["max_batched_tokens"] = 2048 if re.search(r"vllm v?0\.7", text, re.I) else 512
-    if (v0 and not chunked and model_len is not None
-            and "max_batched_tokens" not in update):
-        # V0 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) (EngineArgs /
-        # SchedulerConfig defaults, vLLM 0.6-0.7)
-        update["max_batched_tokens"] = max(int(model_len), 2048)
-    if dp_attention(row):
-        # SGLang 0.4 server_args: --enable-dp-attention sets dp_size = tp_size and halves chunked_prefill_size
-        # (each DP worker's prefill budget; ServerArgs.__post_init__ at 862dd76c7, 2025-02). The cap of
-        # cuda_graph_max_bs at 96 it once set went in PR #2484 (Dec 2024), before the 0.4.2-0.4.3 rows.
-        update["max_batched_tokens"] = update.get("max_batched_tokens", engine.max_batched_tokens) // 2
-        notes.append("--enable-dp-attention: a chunk budget of half the engine's per attention group")
-    notes.append(f"engine {engine.name}" + (f", from the row and V0 defaults: {update}" if update else ""))
-    return engine.model_copy(update=update)
+    # the engine's own defaults from its version, the model and these flags (one source: serve and the API too)
+    launched, assumed = resolve_defaults(engine, framework, mla=model_mla,
+                                         max_model_len=int(model_len) if model_len is not None else None,
+                                         attention_dp=_tensor_parallel(row, []) if dp_attention(row) else 1,
+                                         flags=update)
+    notes.extend(assumed)
+    changed = {k: v for k, v in launched if v != getattr(engine, k)}
+    notes.append(f"engine {engine.name}" + (f", launched with (where it differs from the profile): {changed}"
+                                            if changed else ""))
+    return launched
 
 
 def dp_attention(row: dict[str, str]) -> bool:
