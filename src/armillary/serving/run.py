@@ -159,7 +159,7 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
     (after the KV handover) over the decode pool in order of first tokens.
     `engine` (else the workload's `serving.engine`, as it starts on the system's device) fills the workload's
     unset fields and costs overheads."""
-    w, engine = with_engine(w, engine, system.device)
+    w, engine = with_engine(w, engine, system.device, m, strategy.attention_dp)
     if strategy.cp > 1:
         raise SpecError("strategy.cp: the serving simulation runs cp = 1; context parallelism is estimated for a "
                         "static batch (`armillary estimate`)")

@@ -1,0 +1,155 @@
+"""An engine's defaults that depend on its release, the model and the launch (`serving.engine.resolve_defaults`):
+one function for `armillary serve` / the API (`with_engine`) and the validation harness (`serving_rows._engine`),
+one test per rule, and the same engine for the same run read either way."""
+
+import pytest
+
+from armillary import api
+from armillary.plan.arrays import ModelArrays
+from armillary.serving import run as serving_run
+from armillary.serving.engine import (
+    Engine,
+    ReleaseDefaults,
+    load_engine,
+    on_device,
+    resolve_defaults,
+    stated_releases,
+    with_engine,
+)
+from armillary.specs.loading import load_model, load_system
+from armillary.specs.workload import Inference, MlaDecode
+from armillary.validation.serving_rows import _engine
+from armillary.validation.vocabulary import framework_words
+
+V0 = load_engine("vllm-0.6")
+
+
+def _row(framework: str) -> dict[str, str]:
+    return {"framework": framework_words(framework), "other_reported": "", "notes": "", "tp": "1"}
+
+
+def _workload(engine: str, **serving: object) -> Inference:
+    return Inference.model_validate({"input_len": 512, "output_len": 64, "serving": {"engine": engine, **serving}})
+
+
+# --- the same run read by the harness and by serve / the API ---
+
+@pytest.mark.parametrize("version", ["0.6.3", "0.7.0", "0.7.3"])
+def test_serve_and_the_harness_launch_vllm_v0_alike_for_an_mla_model(version: str) -> None:
+    model, device = load_model("deepseek-v2-lite"), load_system("dgx-h100", 1).device
+    harness = _engine(_row(f"vLLM {version}: vllm serve"), True, [], model.max_seq_len, device)
+    w, served = with_engine(_workload(f"vllm=={version}"), None, device, ModelArrays.of(model))
+    assert served == harness
+    expanded = version != "0.7.3"  # per-head K/V before PR #12528 (v0.7.1)
+    assert harness.mla_decode is (MlaDecode.EXPANDED if expanded else MlaDecode.MATERIALIZED)
+    assert not harness.chunked_prefill  # MLA: off, though its 163,840-token context is over 32K
+    assert harness.max_batched_tokens == model.max_seq_len  # max(max_model_len, 2048)
+    sv = w.serving
+    assert (sv.chunked_prefill, sv.max_batched_tokens, w.mla_decode) == (
+        harness.chunked_prefill, harness.max_batched_tokens, harness.mla_decode)
+
+
+def test_the_api_serves_with_the_engine_as_the_harness_launches_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Engine | None] = []
+
+    def recording(*args: object, **kwargs: object) -> tuple[Inference, Engine | None]:
+        out = with_engine(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(out[1])
+        return out
+
+    monkeypatch.setattr(serving_run, "with_engine", recording)
+    model, device = load_model("deepseek-v2-lite"), load_system("dgx-h100", 1).device
+    api.simulate_serving("deepseek-v2-lite", "dgx-h100", {"tp": 1},
+                         {"kind": "inference", "input_len": 256, "output_len": 16,
+                          "serving": {"engine": "vllm==0.6.3"}}, rate=2.0, duration_s=2.0, gpus=1)
+    harness = _engine(_row("vLLM 0.6.3: vllm serve"), True, [], model.max_seq_len, device)
+    assert seen and seen[0] == harness
+
+
+# --- one rule each ---
+
+def test_vllm_v0_runs_an_mla_model_without_chunked_prefill_unless_launched_with_it() -> None:
+    off, notes = resolve_defaults(V0, "vllm 0.7.3", mla=True, max_model_len=4096)
+    assert not off.chunked_prefill and any("multi-head latent attention" in n for n in notes)
+    on, _ = resolve_defaults(V0, "vllm 0.7.3", mla=True, max_model_len=4096, flags={"chunked_prefill": True})
+    assert on.chunked_prefill and on.max_batched_tokens == 2048
+    assert not resolve_defaults(load_engine("vllm-0.8"), "vllm 0.9.1", mla=True)[0].mla_without_chunked_prefill
+    assert resolve_defaults(load_engine("vllm-0.8"), "vllm 0.9.1", mla=True)[0].chunked_prefill  # V1: no such rule
+
+
+def test_vllm_v0_turns_chunked_prefill_on_above_32k_of_context() -> None:
+    assert resolve_defaults(V0, "vllm 0.6.3", max_model_len=32769)[0].chunked_prefill
+    assert not resolve_defaults(V0, "vllm 0.6.3", max_model_len=32768)[0].chunked_prefill
+    assert not resolve_defaults(V0, "vllm 0.6.3", max_model_len=131072, flags={"chunked_prefill": False})[
+        0].chunked_prefill
+    assert not resolve_defaults(V0, "vllm 0.6.3", mla=True, max_model_len=131072)[0].chunked_prefill  # MLA first
+    assert not resolve_defaults(V0, "vllm 0.6.3")[0].chunked_prefill  # context unknown: the profile's
+
+
+@pytest.mark.parametrize(("version", "budget"), [
+    ("vLLM 0.6.3.post2.dev308+gb489fc3c", 512), ("vllm==0.6.0", 512),  # 0.6: PR #4580
+    ("vLLM 0.7.0", 2048), ("vllm 0.7", 2048), ("vLLM 0.7.4.dev181", 2048), ("vllm-0.6", 2048),  # 0.7 (the profile)
+])
+def test_vllm_v0_token_budget_with_chunked_prefill_by_release(version: str, budget: int) -> None:
+    e, _ = resolve_defaults(V0, version, max_model_len=131072)
+    assert e.chunked_prefill and e.max_batched_tokens == budget
+    flagged, _ = resolve_defaults(V0, version, max_model_len=131072, flags={"max_batched_tokens": 8192})
+    assert flagged.max_batched_tokens == 8192  # the launch's budget wins
+
+
+def test_vllm_v0_token_budget_without_chunked_prefill_fits_the_whole_context() -> None:
+    assert resolve_defaults(V0, "vllm 0.6.3", max_model_len=4096)[0].max_batched_tokens == 4096
+    assert resolve_defaults(V0, "vllm 0.6.3", max_model_len=1024)[0].max_batched_tokens == 2048  # the floor
+    assert resolve_defaults(V0, "vllm 0.6.3")[0].max_batched_tokens == V0.max_batched_tokens  # context unknown
+
+
+@pytest.mark.parametrize(("version", "mode"), [
+    ("vLLM 0.6.6.post1", MlaDecode.EXPANDED), ("vllm==0.7.0", MlaDecode.EXPANDED), ("vllm 0.6", MlaDecode.EXPANDED),
+    ("vLLM 0.7.1", MlaDecode.MATERIALIZED), ("vllm 0.7", MlaDecode.MATERIALIZED),  # 0.7 spans 0.7.0 and 0.7.1+
+    ("vllm-0.6", MlaDecode.MATERIALIZED), ("", MlaDecode.MATERIALIZED),  # no version named: the profile's
+])
+def test_vllm_before_0_7_1_runs_mla_expanded(version: str, mode: MlaDecode) -> None:
+    assert resolve_defaults(V0, version, mla=True)[0].mla_decode is mode
+
+
+def test_sglang_data_parallel_attention_divides_the_token_budget() -> None:
+    old, new = load_engine("sglang-0.4"), load_engine("sglang-0.5")
+    assert resolve_defaults(old, "sglang 0.4.3", attention_dp=8)[0].max_batched_tokens == 4096  # halved
+    assert resolve_defaults(old, "sglang 0.4.3", attention_dp=8,
+                            flags={"max_batched_tokens": 16384})[0].max_batched_tokens == 8192  # the flag's too
+    assert resolve_defaults(new, "sglang 0.5.2", attention_dp=8)[0].max_batched_tokens == 1024  # by dp_size
+    assert resolve_defaults(old, "sglang 0.4.3")[0].max_batched_tokens == 8192  # no DP attention
+    assert resolve_defaults(load_engine("vllm-0.8"), "vllm 0.9.1", attention_dp=8)[0].max_batched_tokens == 8192
+    row = {**_row("SGLang 0.4.3.post2: launch_server --tp 8 --enable-dp-attention"), "tp": "8"}
+    assert _engine(row, True, []).max_batched_tokens == 4096
+
+
+def test_what_the_workload_sets_wins_over_what_the_engine_derives() -> None:
+    m = ModelArrays.of(load_model("deepseek-v2-lite"))
+    w, _ = with_engine(_workload("vllm==0.6.3", chunked_prefill=True), None, None, m)
+    assert w.serving.chunked_prefill and w.serving.max_batched_tokens == 512  # the budget that goes with it
+    w, _ = with_engine(_workload("vllm==0.6.3", max_batched_tokens=4096), None, None, m)
+    assert w.serving.max_batched_tokens == 4096 and not w.serving.chunked_prefill
+    mine = _workload("vllm==0.6.3").model_copy(update={"mla_decode": MlaDecode.ABSORBED})
+    assert with_engine(mine, None, None, m)[0].mla_decode is MlaDecode.ABSORBED
+
+
+def test_a_given_engine_is_taken_as_it_is() -> None:
+    m = ModelArrays.of(load_model("deepseek-v2-lite"))
+    assert with_engine(_workload("vllm==0.6.3"), V0, None, m)[1] is V0
+
+
+def test_device_defaults_apply_before_the_launch_rules() -> None:
+    a100 = load_system("dgx-a100", 1).device
+    m = ModelArrays.of(load_model("llama3-8b"))
+    _, e = with_engine(_workload("vllm==0.9.1"), None, a100, m)
+    assert e == resolve_defaults(on_device(load_engine("vllm-0.8"), a100), "vllm==0.9.1", max_model_len=8192)[0]
+
+
+def test_release_ranges() -> None:
+    assert stated_releases("vLLM 0.6.3.post1") == ((0, 6, 3), (0, 6, 4))
+    assert stated_releases("vllm==0.7") == ((0, 7, 0), (0, 8, 0))
+    assert stated_releases("vllm-0.6") is None and stated_releases("") is None
+    tier = ReleaseDefaults(since="0.6", before="0.7.1")
+    assert tier.holds((0, 7, 0), (0, 7, 1)) and not tier.holds((0, 7, 0), (0, 8, 0))
+    assert not tier.holds((0, 5, 9), (0, 5, 10))
