@@ -153,3 +153,11 @@ def test_release_ranges() -> None:
     tier = ReleaseDefaults(since="0.6", before="0.7.1")
     assert tier.holds((0, 7, 0), (0, 7, 1)) and not tier.holds((0, 7, 0), (0, 8, 0))
     assert not tier.holds((0, 5, 9), (0, 5, 10))
+
+
+def test_a_release_range_can_set_the_mla_chunked_prefill_rule() -> None:
+    tier = ReleaseDefaults(since="0.7.4", before="0.8", mla_without_chunked_prefill=False,
+                           sources={"mla_without_chunked_prefill": "test"})
+    e = V0.model_copy(update={"releases": (*V0.releases, tier)})
+    assert resolve_defaults(e, "vLLM 0.7.4.dev181", mla=True, max_model_len=163840)[0].chunked_prefill
+    assert not resolve_defaults(e, "vLLM 0.7.3", mla=True, max_model_len=163840)[0].chunked_prefill

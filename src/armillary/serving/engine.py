@@ -59,6 +59,8 @@ class ReleaseDefaults(Spec):
                                          "profile's")
     chunked_token_budget: PositiveInt | None = Field(None, description="token budget with chunked prefill; none: "
                                                      "the profile's")
+    mla_without_chunked_prefill: bool | None = Field(None, description="a model with multi-head latent attention "
+                                                     "runs without chunked prefill; none: as the profile")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
     def holds(self, first: tuple[int, int, int], after: tuple[int, int, int]) -> bool:
@@ -378,7 +380,8 @@ def resolve_defaults(engine: Engine, version: str = "", *, mla: bool = False, ma
     for tier in engine.releases:
         if span is None or not tier.holds(*span):
             continue
-        tiered = {k: v for k in ("mla_decode", "chunked_token_budget") if (v := getattr(tier, k)) is not None}
+        tiered = {k: v for k in ("mla_decode", "chunked_token_budget", "mla_without_chunked_prefill")
+                  if (v := getattr(tier, k)) is not None}
         engine = engine.model_copy(update=tiered)
         if mla and "mla_decode" in tiered:
             notes.append(f"MLA decode {engine.mla_decode.value}: releases {tier.since} to before {tier.before} "
