@@ -24,7 +24,14 @@ from armillary.serving.benchmark import (
     trace_for,
     workload_for,
 )
-from armillary.serving.engine import Engine, engine_for, engine_version, on_device, resolve_defaults
+from armillary.serving.engine import (
+    LAUNCH_RULES,
+    Engine,
+    engine_for,
+    engine_version,
+    on_device,
+    resolve_defaults,
+)
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace
 from armillary.specs.loading import load_model, load_system
@@ -118,7 +125,8 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
                                          attention_dp=_tensor_parallel(row, []) if dp_attention(row) else 1,
                                          flags=update)
     notes.extend(assumed)
-    changed = {k: v for k, v in launched if v != getattr(engine, k)}
+    changed = {k: v for k, v in launched if v != getattr(engine, k) and k not in LAUNCH_RULES
+               and (model_mla or k != "mla_decode")}  # the settings the run uses
     notes.append(f"engine {engine.name}" + (f", launched with (where it differs from the profile): {changed}"
                                             if changed else ""))
     return launched
