@@ -2,8 +2,10 @@
 token limits, KV page size and memory share, decode attention kernel, and its runtime overheads.
 
 A profile is a data file (presets/engines) with a source per number. A run names its engine in
-`workload.serving.engine`; the engine fills whatever the workload leaves unset (`with_engine`), and its
-overheads cost every iteration of the serving simulation (`Overheads`).
+`workload.serving.engine`; the engine, as it starts on the device (`on_device`) and as its release, the model
+and the launch set its defaults (`resolve_defaults`, shared with the validation harness), fills whatever the
+workload leaves unset (`with_engine`), and its overheads cost every iteration of the serving simulation
+(`Overheads`).
 """
 
 from __future__ import annotations
@@ -387,8 +389,8 @@ def resolve_defaults(engine: Engine, version: str = "", *, mla: bool = False, ma
             notes.append(f"MLA decode {engine.mla_decode.value}: releases {tier.since} to before {tier.before} "
                          f"({tier.sources.get('mla_decode', 'the profile')})")
     if mla and engine.mla_without_chunked_prefill and "chunked_prefill" not in update:
-        # vLLM 0.7.1-0.7.x logs "MLA is enabled; forcing chunked prefill and prefix caching to be disabled"
-        # (VllmConfig); the profile's source says what was read
+        # vLLM PR #12642 (v0.7.1): "MLA is enabled; forcing chunked prefill and prefix caching to be disabled"
+        # (VllmConfig.__post_init__); the profile's source says what was read and what is assumed
         update["chunked_prefill"] = False
         notes.append(f"chunked prefill off: {engine.name} runs a model with multi-head latent attention without it")
     if ((above := engine.long_context_chunked_prefill_above) is not None and max_model_len is not None
