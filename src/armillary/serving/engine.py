@@ -300,16 +300,19 @@ UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], 
     ("sglang", (0, 0, 0), (0, 4, 0), "SGLang before 0.4 (2024): the SGLang 0.4 profile's host overhead is that of "
      "the zero-overhead (overlap) batch scheduler introduced with v0.4 (SGLang v0.4 blog, 2024-12-04), and "
      "its CUDA-graph and MLA defaults were read in 2025 releases"),
-    ("sglang", (0, 4, 4), (0, 5, 0), "SGLang 0.4.4-0.4.x (2025-03 to 2025-08) lie between the releases the "
-     "SGLang 0.4 profile was read at (0.4.2-0.4.3: DP-attention graphs padded to the largest rank, Triton MLA "
-     "prefill run absorbed, Triton block-fp8 GEMMs) and the 0.5 profile's (no padding since PR #4390, "
-     "2025-03-13; FlashAttention-3 per-head MLA prefill on Hopper, PRs #5113 / #5624, 2025-04; DeepGEMM): "
-     "which of these each 0.4.4-0.4.x release has is not read"),
-    ("vllm", (0, 29, 0), (99, 0, 0), "vLLM 0.29 and later (1.x included): the vLLM 0.28 profile was read at "
-     "v0.28.0 only, and a vLLM source of another release (infer_accelerator_scheduling_defaults, release not "
-     "identified) sets the batch defaults differently: a 40 GiB tier (512 sequences, 4096 API-server tokens, "
-     "graphs to 256 sequences), graph capture sizes per tier (128 on the smallest), and no 160 GiB tier; "
-     "which release changed what is not read"),
+    ("sglang", (0, 4, 6), (0, 5, 0), "SGLang 0.4.6-0.4.10.post2 (0.4.5.post3, refused for want of a profile, already "
+     "has the first two changes): their defaults depend on the device in ways no profile field holds. "
+     "mem_fraction_static is (memory - 13 GiB) / memory on a GPU of more than 80 GiB (0.4.5.post3-0.4.7) and (memory - "
+     "reserved) / memory from 0.4.8, the reserve set by device class and tp x pp ((9.5 + tp x pp / 2) GiB at 35-90 "
+     "GiB, 12 + tp x pp / 2 to 160, 32 above, + 4 with DP attention: ServerArgs.__post_init__); CUDA graphs reach 256 "
+     "sequences above 80 GiB (get_batch_sizes_to_capture); chunked_prefill_size is 16384 from 160 GiB (0.4.8); and "
+     "from 0.4.9.post4 DP-attention graphs pad every rank to the largest again (DPPaddingMode.MAX_LEN in CUDA graphs). "
+     "Read in the PyPI wheels; a profile needs a per-device (and per-tp) memory_fraction"),
+    ("vllm", (0, 35, 0), (99, 0, 0), "vLLM 0.35 and later (1.x included): no release after 0.34.0 was on PyPI "
+     "when the 0.29-0.34 profiles were read (2026-12), and 0.34.0 changed the KV-cache sizing (extensible KV "
+     "cache), the page size and the decode CUDA-graph sizes, so later releases are not assumed to keep them. "
+     "(The source with a 40 GiB tier, infer_accelerator_scheduling_defaults in vllm/platforms/hardware_defaults.py, "
+     "is the vLLM-HUST fork's, with Ascend branches; no upstream release 0.28.0-0.34.0 has it)"),
 )
 
 

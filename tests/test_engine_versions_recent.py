@@ -1,0 +1,128 @@
+"""The profiles of the releases read in their published wheels (vLLM 0.29-0.34, SGLang 0.4.4-0.4.5.post2):
+each version maps to the profile read at it, the next undescribed release is refused with its reason, each
+profile differs from its neighbour only in the fields its sources say changed, and the device tiers follow the
+releases' get_batch_defaults and CUDA-graph sizes. No validation row names any of these versions."""
+
+import re
+
+import pytest
+
+from armillary.errors import SpecError
+from armillary.serving.engine import Engine, engine_for, load_engine, on_device
+from armillary.specs.loading import load_system
+from armillary.validation.run import DEFAULT_CSV, read_rows
+from armillary.validation.vocabulary import framework_words
+
+REFUSED = None
+NEW = ("vllm-0.29", "vllm-0.33", "vllm-0.34", "sglang-0.4.4", "sglang-0.4.4.post1", "sglang-0.4.4.post2")
+
+# (framework words, the preset that must describe them, or REFUSED), in version order per family
+BOUNDARIES = [
+    ("vLLM v0.28.1", "vllm-0.28"),
+    ("vLLM 0.29.0", "vllm-0.29"), ("vllm 0.29", "vllm-0.29"), ("vLLM v0.30.2", "vllm-0.29"),
+    ("vllm==0.31.0", "vllm-0.29"), ("vLLM 0.32.1", "vllm-0.29"),
+    ("vLLM 0.33.0", "vllm-0.33"), ("vllm 0.33.2", "vllm-0.33"),
+    ("vLLM 0.34.0", "vllm-0.34"), ("vllm==0.34.1", "vllm-0.34"),
+    ("vLLM 0.35.0", REFUSED), ("vllm 1.0.0", REFUSED), ("vLLM v1.2", REFUSED),
+    ("SGLang 0.4.3.post2", "sglang-0.4"),
+    ("SGLang 0.4.4", "sglang-0.4.4"), ("sglang==0.4.4", "sglang-0.4.4"),
+    ("SGLang 0.4.4.post1", "sglang-0.4.4.post1"),
+    ("SGLang 0.4.4.post2", "sglang-0.4.4.post2"), ("sglang 0.4.4.post4", "sglang-0.4.4.post2"),
+    ("SGLang v0.4.5", "sglang-0.4.4.post2"),
+    ("SGLang 0.4.5.post1", "sglang-0.4.4.post1"), ("sglang 0.4.5.post2", "sglang-0.4.4.post1"),
+    ("SGLang 0.4.5.post3", REFUSED),  # the >80 GiB memory rule of 0.4.6 came in 0.4.5.post3
+    ("SGLang 0.4.6", REFUSED), ("SGLang 0.4.9.post4", REFUSED), ("sglang 0.4.10.post2", REFUSED),
+    ("sglang==0.5.0", "sglang-0.5"),
+]
+
+
+@pytest.mark.parametrize(("framework", "profile"), BOUNDARIES)
+def test_each_recent_version_maps_to_the_profile_read_at_it_or_is_refused(framework: str,
+                                                                          profile: str | None) -> None:
+    words = framework_words(framework).replace("==", " ")
+    if profile is None:
+        with pytest.raises(SpecError, match=r"has no engine profile.*Known versions"):
+            engine_for(words)
+    else:
+        picked = engine_for(words)
+        assert picked is not None and picked.name == load_engine(profile).name
+
+
+def test_the_refusals_say_what_was_read_and_why_it_does_not_fit() -> None:
+    with pytest.raises(SpecError) as refused:
+        engine_for("vLLM 0.35.0: vllm serve -tp 8")
+    message = str(refused.value)
+    assert "0.34.0" in message and "vLLM-HUST" in message and load_engine("vllm-0.34").name in message
+    with pytest.raises(SpecError) as refused:
+        engine_for("SGLang 0.4.7: launch_server --tp 8")
+    message = str(refused.value)
+    assert "13 GiB" in message and "0.4.9.post4" in message and load_engine("sglang-0.4.4.post1").name in message
+
+
+def _diff(old: str, new: str) -> set[str]:
+    a, b = load_engine(old), load_engine(new)
+    return {k for k in Engine.model_fields if getattr(a, k) != getattr(b, k)}
+
+
+@pytest.mark.parametrize(("old", "new", "fields"), [
+    # 0.29-0.32: 0.28's tiers and graphs; the 0.92 memory default (since 0.20.0) and DeepGEMM block-fp8 read
+    ("vllm-0.28", "vllm-0.29", {"memory_fraction", "block_fp8_kernels"}),
+    ("vllm-0.29", "vllm-0.33", {"device_defaults"}),  # GB10 leaves the 70 GiB tier
+    ("vllm-0.33", "vllm-0.34", {"block_tokens", "memory_fraction", "graph_max_batch", "device_defaults"}),
+    ("sglang-0.4", "sglang-0.4.4", set()),  # read at 0.4.4: the 0.4.2-0.4.3 numbers
+    ("sglang-0.4.4", "sglang-0.4.4.post1", {"pad_attention_groups"}),  # PR #4390 in 0.4.4.post1
+    ("sglang-0.4.4.post1", "sglang-0.4.4.post2", {"block_fp8_kernels"}),  # JIT DeepGEMM on by default
+])
+def test_each_profile_differs_from_its_neighbour_only_in_what_its_release_changed(old: str, new: str,
+                                                                                  fields: set[str]) -> None:
+    if old == "vllm-0.28":  # the 0.28 profile's own 0.9 and Triton kernels were not read at 0.28.0, which has
+        # 0.92 and DeepGEMM as these releases do: it may take them, leaving no difference
+        assert {"name", "matches", "sources"} <= _diff(old, new) <= {"name", "matches", "sources"} | fields
+        return
+    assert _diff(old, new) == {"name", "matches", "sources"} | fields
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_every_field_of_the_new_profiles_is_read_at_its_release_or_an_assumption(name: str) -> None:
+    engine = load_engine(name)
+    numbers = [k for k in Engine.model_fields if k not in ("name", "matches", "sources")]
+    for field in numbers:
+        text = engine.sources.get(field, "")
+        assert re.match(r"(read|assumption|none listed)", text), (name, field, text[:60])
+    read = [k for k in numbers if engine.sources[k].startswith("read")]
+    assert len(read) >= len(numbers) // 2, (name, read)
+
+
+@pytest.mark.parametrize(("system", "seqs", "tokens", "graphs_29", "graphs_34"), [
+    ("dgx-h100", 1024, 8192, 512, 512), ("hgx-h200", 1024, 8192, 512, 512),
+    ("dgx-a100", 256, 2048, 512, 512), ("dgx-a100-40gb", 256, 2048, 512, 512),
+    ("dgx-b200", 1024, 16384, 1024, None), ("gb200-nvl72", 1024, 16384, 1024, None),
+    ("dgx-b300", 1024, 16384, 1024, None),  # compute capability 10.x: 0.34 captures decode to max_num_seqs
+    ("mi300x-8", 1024, 16384, 512, 512),  # 160 GiB or more, not capability 10.x
+])
+def test_the_recent_vllm_tiers_follow_get_batch_defaults_and_the_graph_sizes(system: str, seqs: int, tokens: int,
+                                                                             graphs_29: int,
+                                                                             graphs_34: int | None) -> None:
+    device = load_system(system, 1).device
+    for name, graphs in (("vllm-0.29", graphs_29), ("vllm-0.33", graphs_29), ("vllm-0.34", graphs_34)):
+        started = on_device(load_engine(name), device)
+        assert (started.max_batch, started.max_batched_tokens, started.graph_max_batch) == (seqs, tokens, graphs)
+
+
+def test_a_gb10_takes_the_small_tier_from_vllm_0_33() -> None:
+    h100 = load_system("dgx-h100", 1).device
+    gb10 = h100.model_copy(update={"name": "NVIDIA GB10 (DGX Spark)",
+                                   "hbm": h100.hbm.model_copy(update={"capacity": 128 * 10**9})})
+    assert on_device(load_engine("vllm-0.29"), gb10).max_batch == 1024
+    for name in ("vllm-0.33", "vllm-0.34"):
+        started = on_device(load_engine(name), gb10)
+        assert (started.max_batch, started.max_batched_tokens) == (256, 2048)
+
+
+def test_no_validation_row_names_a_recent_version() -> None:
+    names = {load_engine(n).name for n in NEW}
+    for row in read_rows(DEFAULT_CSV):
+        words = framework_words(row.get("framework"))
+        if re.search(r"vllm|sglang", words, re.I):
+            picked = engine_for(words)
+            assert picked is None or picked.name not in names, row["id"]
