@@ -22,7 +22,8 @@ REFUSED = None
 BOUNDARIES = [
     # vLLM: V0 before v0.6.0's CPU-overhead work | V0 0.6-0.7 | V1 0.8-0.27 (the V1 engine's default release to
     # the last with two batch tiers and 512-sequence graphs) | 0.28 (three tiers, PR #51726; 1024 graphs on
-    # Blackwell, PR #49390) | 0.29 and later, 1.x included (not read; another source's tiers differ)
+    # Blackwell, PR #49390) | 0.29-0.32 | 0.33 | 0.34 (read in their PyPI wheels: test_engine_versions_recent)
+    # | 0.35 and later, 1.x included (not read)
     ("vllm 0.1.7", REFUSED), ("vLLM 0.2.7", REFUSED), ("vllm==0.4.2", REFUSED), ("vLLM v0.5.5", REFUSED),
     ("vLLM 0.6.0", "vllm-0.6"), ("vLLM 0.6.3.post1", "vllm-0.6"), ("vllm==0.7.3", "vllm-0.6"),
     ("vLLM 0.7.4.dev181+gf35f8e22", "vllm-0.6"),
@@ -30,8 +31,8 @@ BOUNDARIES = [
     ("vllm==0.20.0", "vllm-0.8"), ("vLLM v0.20.2", "vllm-0.8"), ("vLLM 0.25.0", "vllm-0.8"),
     ("vLLM 0.27.1", "vllm-0.8"), ("vllm 0.27", "vllm-0.8"),
     ("vLLM 0.28.0", "vllm-0.28"), ("vllm==0.28.0rc1", "vllm-0.28"), ("vLLM v0.28.1", "vllm-0.28"),
-    ("vllm 0.28", "vllm-0.28"), ("vllm 0.29", REFUSED),
-    ("vLLM 0.30.2", REFUSED), ("vllm 1.0.0", REFUSED), ("vLLM v1.2", REFUSED),
+    ("vllm 0.28", "vllm-0.28"), ("vllm 0.29", "vllm-0.29"),
+    ("vLLM 0.30.2", "vllm-0.29"), ("vLLM 0.35.0", REFUSED), ("vllm 1.0.0", REFUSED), ("vLLM v1.2", REFUSED),
     # TensorRT-LLM: first release 0.5 | TensorRT engines 0.5-0.8 | trtllm-build + C++ executor 0.9-0.16 |
     # PyTorch backend without CUDA graphs 0.17-0.21 | 1.x (CUDA graphs by default, PR #5480)
     ("TensorRT-LLM 0.4.0", REFUSED),
@@ -42,11 +43,11 @@ BOUNDARIES = [
     ("TensorRT-LLM 0.17.0", "tensorrt-llm-0.17"), ("TensorRT-LLM v0.21.0", "tensorrt-llm-0.17"),
     ("TensorRT-LLM 0.22.0", REFUSED),  # no such release: 1.0 followed 0.21
     ("TensorRT-LLM 1.0.0", "tensorrt-llm-1.0"), ("TensorRT-LLM 1.1.0rc2", "tensorrt-llm-1.0"),
-    # SGLang: before the v0.4 overlap scheduler | 0.4 | 0.5 and later
+    # SGLang: before the v0.4 overlap scheduler | 0.4 | 0.4.4 | 0.4.4.post1-0.4.5.post2 (read in their PyPI wheels)
+    # | 0.4.5.post3-0.4.10.post2 (device-dependent memory defaults) | 0.5 and later
     ("sglang 0.1.14", REFUSED), ("SGLang v0.3.6", REFUSED),
     ("SGLang 0.4.0", "sglang-0.4"), ("SGLang 0.4.3.post2", "sglang-0.4"), ("sglang 0.4", "sglang-0.4"),
-    # SGLang 0.4.4-0.4.x: between the releases the 0.4 and 0.5 profiles were read at
-    ("sglang 0.4.4", REFUSED), ("SGLang v0.4.10", REFUSED), ("SGLang 0.4.6.post5", REFUSED),
+    ("sglang 0.4.4", "sglang-0.4.4"), ("SGLang v0.4.10", REFUSED), ("SGLang 0.4.6.post5", REFUSED),
     ("sglang==0.5.0", "sglang-0.5"), ("SGLang v0.5.4", "sglang-0.5"),
 ]
 
@@ -126,8 +127,8 @@ def test_the_harness_refuses_a_serving_row_of_an_undescribed_version_and_notes_a
 
 
 # The profile every engine-naming row of the validation CSV got at the start commit (5788ae9), by the start of
-# its framework text; none changes with the refusals (no row names vLLM < 0.6, TensorRT-LLM 0.9-0.16, SGLang
-# < 0.4 or SGLang 0.4.4-0.4.x)
+# its framework text; none changes with the refusals or the recent profiles (no row names vLLM < 0.6 or >= 0.29,
+# TensorRT-LLM 0.9-0.16, SGLang < 0.4 or SGLang 0.4.4-0.4.x)
 BEFORE = {
     "SGLang 0.4.2.post4": "sglang-0.4", "SGLang 0.4.3.post2": "sglang-0.4",
     "TensorRT-LLM (NVIDIA MLPerf harness)": "tensorrt-llm-1.0",
@@ -192,10 +193,10 @@ def test_vllm_0_28_has_three_batch_tiers_and_1024_graphs_on_blackwell(system: st
 def test_vllm_0_28_differs_from_0_27_only_where_its_sources_say() -> None:
     old, new = load_engine("vllm-0.8"), load_engine("vllm-0.28")
     differ = {k for k in type(new).model_fields if getattr(old, k) != getattr(new, k)}
-    assert differ == {"name", "matches", "device_defaults", "sources"}
+    assert differ == {"name", "matches", "device_defaults", "sources", "memory_fraction", "block_fp8_kernels"}
     same = {k for k, text in new.sources.items() if text == "[as vllm-0.8; not re-read at 0.28]"}
     assert same == set(new.sources) - {"max_batch", "max_batched_tokens", "device_defaults", "graph_max_batch",
-                                       "prefix_caching"}
+                                       "prefix_caching", "memory_fraction", "block_fp8_kernels"}
     assert "PR #51726" in new.sources["max_batched_tokens"] and "PR #49390" in new.sources["graph_max_batch"]
     assert "PR #50991" in new.sources["prefix_caching"]
 
@@ -254,14 +255,15 @@ def test_a_run_naming_the_v1_engine_gets_the_batch_defaults_of_its_device_unless
     assert with_engine(w, row_engine, a100)[0].serving.max_batch == 512
 
 
-def test_vllm_0_28_gets_its_profile_and_0_29_and_later_are_refused() -> None:
+def test_vllm_0_28_gets_its_profile_and_0_35_and_later_are_refused() -> None:
     assert load_engine("vllm==0.28.0").name == load_engine("vllm-0.28").name
     assert load_engine("vllm==0.27.1").name == load_engine("vllm-0.8").name
+    assert load_engine("vllm==0.29.0").name == load_engine("vllm-0.29").name
     with pytest.raises(SpecError) as refused:
-        engine_for("vLLM 0.29.0: vllm serve -tp 8")
+        engine_for("vLLM 0.35.0: vllm serve -tp 8")
     message = str(refused.value)
-    assert "40 GiB" in message and load_engine("vllm-0.28").name in message
-    with pytest.raises(SpecError, match=r"workload\.serving\.engine: 'vllm 1\.0\.0'.*0\.29 and later"):
+    assert "0.34.0" in message and load_engine("vllm-0.28").name in message
+    with pytest.raises(SpecError, match=r"workload\.serving\.engine: 'vllm 1\.0\.0'.*0\.35 and later"):
         load_engine("vllm==1.0.0")
 
 

@@ -308,6 +308,9 @@ UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], 
      "sequences above 80 GiB (get_batch_sizes_to_capture); chunked_prefill_size is 16384 from 160 GiB (0.4.8); and "
      "from 0.4.9.post4 DP-attention graphs pad every rank to the largest again (DPPaddingMode.MAX_LEN in CUDA graphs). "
      "Read in the PyPI wheels; a profile needs a per-device (and per-tp) memory_fraction"),
+    ("sglang", (0, 6, 0), (99, 0, 0), "SGLang 0.6 and later (1.x included): no such release was on PyPI when "
+     "the profiles were read (2026-12: the latest was 0.5.23), so none was read; the sglang-0.5 profile is not "
+     "assumed to describe them"),
     ("vllm", (0, 35, 0), (99, 0, 0), "vLLM 0.35 and later (1.x included): no release after 0.34.0 was on PyPI "
      "when the 0.29-0.34 profiles were read (2026-12), and 0.34.0 changed the KV-cache sizing (extensible KV "
      "cache), the page size and the decode CUDA-graph sizes, so later releases are not assumed to keep them. "
