@@ -78,6 +78,11 @@ class RecipeLayout(Spec):
         return layout_with_mtp(self.layout, depth)
 
 
+# the precision names of Megatron-Bridge's performance scripts (scripts/performance/utils/helpers.py
+# get_precision_config @ v0.2.0: bf16, fp8_cs current scaling, fp8_mx MXFP8, fp8_sc sub-channel, nvfp4)
+RECIPE_PRECISIONS = ("bf16", "fp8_cs", "fp8_mx", "fp8_sc", "nvfp4")
+
+
 class RecipeSettings(Spec):
     """What a stack's performance recipe sets for one model on one GPU type in one release (Megatron-Bridge's
     scripts/performance workload_base_configs): the memory settings any model's recipe has (recomputation, CPU
@@ -124,6 +129,10 @@ class RecipeSettings(Spec):
     layout: str | None = Field(None, description="the pipeline layout the recipe passes for this GPU, in "
                                "Megatron-Core's syntax without 'm' (`RecipeLayout.layout`); None: the stack's "
                                "table by (pp, vpp), if any")
+    param_gather_overlap_off: tuple[str, ...] = Field(
+        (), description="the recipe's precisions (Megatron-Bridge's compute_dtype names: bf16, fp8_cs, fp8_mx, "
+        "nvfp4) under which it turns the distributed optimizer's overlapped parameter all-gather off "
+        "(overlap_param_gather False: `Overlap.param_gather`); (): overlapped under every precision")
     differs: str = Field("", description="what the recipe sets that the published table states otherwise")
     source: str = Field(min_length=1, description="where the recipe sets it (file and name @ tag)")
 
@@ -139,6 +148,10 @@ class RecipeSettings(Spec):
         if self.recompute_layers is not None and self.recompute_modules is not None:
             raise ValueError(f"recipes ({self.model}, {self.gpu}, {self.release}): recompute_layers (full) and "
                              "recompute_modules (selective) exclude each other")
+        if not set(self.param_gather_overlap_off) <= set(RECIPE_PRECISIONS):
+            raise ValueError(f"recipes ({self.model}, {self.gpu}, {self.release}): param_gather_overlap_off "
+                             f"{sorted(set(self.param_gather_overlap_off) - set(RECIPE_PRECISIONS))} unknown "
+                             f"(expected some of {list(RECIPE_PRECISIONS)})")
         if self.pad_to_capacity and self.capacity_factor is None:
             raise ValueError(f"recipes ({self.model}, {self.gpu}, {self.release}): pad_to_capacity needs a "
                              "capacity_factor")

@@ -8,6 +8,7 @@ from typing import Any
 
 from armillary.specs.loading import load_stack, stack_for
 from armillary.specs.stack import RecipeSettings, SoftwareStack
+from armillary.specs.strategy import BlockFormat, TrainingPrecision
 from armillary.validation.model_words import model_preset_for
 
 DEFAULT_STACK = "megatron-core"  # a row that names no framework: today's most published stack
@@ -66,12 +67,34 @@ def _recipe_note(recipe: RecipeSettings, stack: SoftwareStack, said: list[str]) 
             + (f"; the recipe differs from the row: {recipe.differs} (the row kept)" if recipe.differs else ""))
 
 
-def apply_dense_recipe(recipe: RecipeSettings, stack: SoftwareStack, notes: list[str]) -> None:
+def recipe_precision(out: dict[str, Any]) -> str:
+    """The row's precision by the name Megatron-Bridge's performance scripts give it (`RECIPE_PRECISIONS`):
+    fp8_mx for MXFP8, nvfp4, fp8_cs for per-tensor fp8 (the tables' FP8-CS), else bf16."""
+    block = out.get("block_format")
+    if block is BlockFormat.MXFP8:
+        return "fp8_mx"
+    if block is BlockFormat.NVFP4:
+        return "nvfp4"
+    return "fp8_cs" if out.get("precision") is TrainingPrecision.FP8 else "bf16"
+
+
+def _apply_param_gather(recipe: RecipeSettings, out: dict[str, Any], said: list[str]) -> None:
+    """The recipe's overlapped parameter all-gather turned off under the row's precision
+    (`RecipeSettings.param_gather_overlap_off`): the distributed optimizer's all-gather then runs after the
+    optimizer step, exposed (`Overlap.param_gather`)."""
+    precision = recipe_precision(out)
+    if precision in recipe.param_gather_overlap_off and "overlap" in out:
+        out["overlap"] = {**out["overlap"], "param_gather": False}
+        said.append(f"overlapped parameter all-gather off under {precision}")
+
+
+def apply_dense_recipe(recipe: RecipeSettings, stack: SoftwareStack, out: dict[str, Any], notes: list[str]) -> None:
     """What a dense model's recipe sets beside its memory settings (`recompute_choices` reads those)."""
     graphs = "+".join(recipe.cuda_graph_scope) or "none"
     said = [f"CUDA graphs {graphs}" + ("" if graphs == "none" else " (recorded; a dense layer's host time is not "
                                         "modelled, so not applied)")]
     said.append(f"Megatron FSDP {'on' if recipe.fsdp else 'off'}")
+    _apply_param_gather(recipe, out, said)
     notes.append(_recipe_note(recipe, stack, said))
 
 
@@ -104,4 +127,5 @@ def apply_moe_recipe(recipe: RecipeSettings, stack: SoftwareStack, out: dict[str
         # leave off; how much it hides is not stated (docs/validation.md, Megatron-Bridge MoE rows)
         said.append("batch-level all-to-all overlap set by the recipe, not applied (its hiding without CUDA "
                     "graphs is not stated)")
+    _apply_param_gather(recipe, out, said)
     notes.append(_recipe_note(recipe, stack, said))

@@ -130,5 +130,5 @@ def _read_experts(row: dict[str, str], stack: SoftwareStack, out: dict[str, Any]
         if recipe is not None:
             apply_moe_recipe(recipe, stack, out, moe, notes)
     elif (recipe := recipe_of(row, stack)) is not None:
-        apply_dense_recipe(recipe, stack, notes)
+        apply_dense_recipe(recipe, stack, out, notes)
     return moe
