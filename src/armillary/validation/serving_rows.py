@@ -189,7 +189,7 @@ def _trtllm_bench(row: dict[str, str], client: Benchmark, engine: Engine, model:
                   inference: Inference, tp: int, system: System, notes: list[str]) -> Engine:
     """A trtllm-bench throughput run of TensorRT-LLM 1.x that states neither --max_batch_size nor
     --max_num_tokens: the limits its heuristic sets (`trtllm_bench_limits`) in place of trtllm-serve's
-    defaults, sized for the workload's KV-cache precision and the
+    defaults, sized for the workload's KV-cache precision (the checkpoint's: `_modelopt_kv_fp8`) and the
     engine's memory fraction (trtllm-bench --kv_cache_free_gpu_mem_fraction, default .90). The GPUs' memory is
     the device preset's (trtllm-bench reads NVML's total); pipeline stages are not read (pp 1)."""
     text = f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}"
@@ -254,6 +254,27 @@ def _prefix_hit_rate(row: dict[str, str], input_len: int, engine: Engine, notes:
     rate = prefix / input_len * (per_group - 1) / per_group  # the group's first prompt computes its prefix
     notes.append(f"prefix hit rate {rate:.2f}: shared {prefix:g}-token system prompt, {per_group:g} per group")
     return rate
+
+
+def _modelopt_kv_fp8(row: dict[str, str], engine: Engine, fp8: bool, notes: list[str]) -> bool:
+    """Whether TensorRT-LLM serves a ModelOpt FP8 checkpoint's KV cache in fp8 when the row names no KV
+    precision: its kv_cache_config dtype defaults to "auto", which keeps the checkpoint's kv_cache_quant_algo
+    (validate_and_set_kv_cache_quant, tensorrt_llm/_torch/pyexecutor; trtllm-bench get_settings passes "auto"
+    unless the extra options set a dtype), and ModelOpt's Hugging Face export quantizes the KV cache to FP8
+    by default (TensorRT-Model-Optimizer examples/llm_ptq/hf_ptq.py: --kv_cache_qformat default "fp8" once
+    export_fmt defaults to "hf"; the 2024 script turned it off for that export, "hf" not in export_fmt).
+    Assumed, not read per checkpoint: NVIDIA's Aug-2024 export of Llama-3.1-405B-Instruct-FP8 (modelopt
+    0.17.0) reads kv_cache_quant_algo null; its FP8 Llama checkpoints were exported again in Feb 2025
+    (hf_quant_config.json of the 8B and 70B then 241 bytes, the length of the FP8-KV form; not read)."""
+    text = f"{row.get('precision', '')} {row.get('model', '')}"
+    if not (fp8 and engine.name.startswith("TensorRT-LLM") and re.search(r"model[- ]?opt", text, re.I)):
+        return False
+    if re.search(r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*(auto|bf16|bfloat16|fp16|float16)", _flags(row), re.I):
+        return False
+    notes.append("fp8 KV cache: TensorRT-LLM's kv_cache dtype 'auto' keeps the ModelOpt checkpoint's "
+                 "kv_cache_quant_algo, FP8 in ModelOpt's default export (assumed; the checkpoint's own "
+                 "hf_quant_config.json not read)")
+    return True
 
 
 def _checkpoint_scales(row: dict[str, str], mla: bool, notes: list[str]) -> dict[str, Any]:
@@ -343,7 +364,8 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
         "kind": "inference", "input_len": input_len, "output_len": output_len, "weights": "fp8" if fp8 else None,
         **_checkpoint_scales(row, model.mla is not None, notes),
         "kv_cache": {"precision": "fp8"} if kv_fp8_of(row.get("precision", "").lower()) or re.search(
-            r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*fp8", _flags(row), re.I) else {},
+            r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*fp8", _flags(row), re.I)
+        or _modelopt_kv_fp8(row, engine, fp8, notes) else {},
         "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, engine, notes),
                     "concurrency": client.concurrency}}
     tp = _tensor_parallel(row, notes)
