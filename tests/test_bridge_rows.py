@@ -240,17 +240,22 @@ INFERENCE = {
                                      dict(TRT061, batch=1024, input_len=128, output_len=128, kv_cache=SESSION_KV)),
     "INF-TRT061-02": lambda: _static("gpt-j-6b", "dgx-h100", 1, {"tp": 1, "precision": "fp8", "attention": "flash"},
                                      dict(TRT061, batch=120, input_len=128, output_len=2048, kv_cache=SESSION_KV)),
-    # trtllm-bench max-throughput (TensorRT-LLM 1.0 profile), all requests queued, count not stated: long enough
-    # for 8 full batches (2,048 sequences of 128 + 128 tokens fit at once), read over the steady window
+    # trtllm-bench max-throughput (TensorRT-LLM 1.0 profile), all requests queued: the overview's dataset of
+    # 30,000 requests of 128 + 128 tokens, the whole run as trtllm-bench reports it. The ModelOpt checkpoint's KV
+    # cache in fp8 (kv_cache dtype "auto"); trtllm-bench's heuristic limits: (141 GiB - 8.03e9 x 1 byte) x 0.9 /
+    # (64 KiB x 256 tokens) = 7691 requests, capped at 4096, 4096 x 2 = 8192 tokens
     "INF-TRT10-01": lambda: _served(
         "llama3.1-8b", "hgx-h200", 1, {"tp": 1, "precision": "fp8", "attention": "flash3"},
-        dict(input_len=128, output_len=128, weights="fp8", serving={"engine": "tensorrt-llm-1.0"}),
-        requests=16384, rate=math.inf, concurrency=None, steady=True),
-    # the same at 20,000 + 2,000 tokens on two H100 (TP 2): 11 sequences fit at once, 256 requests at least
+        dict(input_len=128, output_len=128, weights="fp8", kv_cache={"precision": "fp8"},
+             serving={"engine": "tensorrt-llm-1.0", "max_batch": 4096, "max_batched_tokens": 8192}),
+        requests=30000, rate=math.inf, concurrency=None, steady=False),
+    # the same at 20,000 + 2,000 tokens on two H100 (TP 2), 1,000 requests: (2 x 80 GiB - 70.6e9 bytes) x 0.9 /
+    # (160 KiB x 22,000) = 25 requests -> 64 sequences, 20,000 + 64 tokens (no chunked prefill)
     "INF-TRT10-40": lambda: _served(
         "llama3.1-70b", "dgx-h100", 2, {"tp": 2, "precision": "fp8", "attention": "flash3"},
-        dict(input_len=20000, output_len=2000, weights="fp8", serving={"engine": "tensorrt-llm-1.0"}),
-        requests=256, rate=math.inf, concurrency=None, steady=True),
+        dict(input_len=20000, output_len=2000, weights="fp8", kv_cache={"precision": "fp8"},
+             serving={"engine": "tensorrt-llm-1.0", "max_batch": 64, "max_batched_tokens": 20064}),
+        requests=1000, rate=math.inf, concurrency=None, steady=False),
     # TensorRT-LLM 0.17 serving DeepSeek-R1 (block-scaled fp8 checkpoint) on 8 H200: --tp_size 8 --ep_size 4
     # (experts over 4 ranks, each split in 2), --max_batch_size 512 --max_num_tokens 16384; 500 prompts of
     # 3,200 + 800 tokens at concurrency 4; the 0.17 profile (no CUDA graphs by default)

@@ -9,6 +9,7 @@ and written down.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,7 @@ from armillary.specs.model import Model
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Device, System
-from armillary.specs.workload import Inference, LengthDistribution
+from armillary.specs.workload import Inference, LengthDistribution, StoredPrecision
 from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.model_words import model_preset_for
@@ -132,6 +133,76 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
     return launched
 
 
+# trtllm-bench's tuning heuristic for the runtime limits it passes when a run states neither --max_batch_size
+# nor --max_num_tokens (TensorRT-LLM 1.0: tensorrt_llm/bench/benchmark/utils/general.py get_settings ->
+# bench/build/build.py get_benchmark_engine_settings -> bench/build/tuning.py calc_engine_setting and
+# finetune_setting; BYTES_PER_ELEM: FP8 1, NVFP4 0.5, unquantized 2)
+_BENCH_REQUEST_CAP, _BENCH_TOKEN_CAP = 4096, 32768
+
+
+def trtllm_bench_limits(params: float, weight_bytes: float, kv_bytes_per_token: float, device_gib: float,
+                        gpus: int, pp: int, isl: int, osl: int, fraction: float, max_isl: int | None = None,
+                        chunked: bool = False) -> tuple[int, int]:
+    """(max_batch_size, max_num_tokens) trtllm-bench 1.x sets for a dataset of mean lengths isl / osl.
+
+    calc_engine_setting: the KV memory is `fraction` of the GPUs' total memory (NVML, GiB) less the weights
+    (params x bytes per element), the requests it holds are that over (isl + osl) tokens of
+    `kv_bytes_per_token` (2 x attention layers x max(tp, kv heads) x head size x KV bytes, over all GPUs);
+    finetune_setting rounds "slightly optimistic": the requests (at most 4096, per pipeline stage) up to a
+    multiple of 32 (at least 64) below 256, of 128 below 1024, else of 256; the tokens, requests x (1 + isl /
+    osl) capped at 32768, up to a multiple of 256 (at least 2048) below 4096, of 512 below 8192, else of 1024.
+    get_settings: without chunked prefill the tokens are at least the longest prompt plus the batch."""
+    available_gib = device_gib * gpus - params * weight_bytes / 2**30
+    requests = available_gib * fraction / (kv_bytes_per_token / 2**30 * (isl + osl))
+    raw_batch = min(requests, _BENCH_REQUEST_CAP) / pp
+    raw_tokens = min(raw_batch * (1 + isl / osl), _BENCH_TOKEN_CAP)
+    if raw_batch < 256:
+        batch = max(64, 32 * math.ceil(raw_batch / 32))
+    elif raw_batch < 1024:
+        batch = 128 * math.ceil(raw_batch / 128)
+    else:
+        batch = 256 * math.ceil(raw_batch / 256)
+    if raw_tokens < 4096:
+        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+    elif raw_tokens < 8192:
+        tokens = 512 * math.ceil(raw_tokens / 512)
+    else:
+        tokens = 1024 * math.ceil(raw_tokens / 1024)
+    if not chunked:
+        tokens = max(tokens, (isl if max_isl is None else max_isl) + batch)
+    return batch, tokens
+
+
+def _trtllm_bench(row: dict[str, str], client: Benchmark, engine: Engine, model: Model, fp8: bool,
+                  inference: Inference, tp: int, system: System, notes: list[str]) -> Engine:
+    """A trtllm-bench throughput run of TensorRT-LLM 1.x that states neither --max_batch_size nor
+    --max_num_tokens: the limits its heuristic sets (`trtllm_bench_limits`) in place of trtllm-serve's
+    defaults, sized for the workload's KV-cache precision (the checkpoint's: `_modelopt_kv_fp8`) and the
+    engine's memory fraction (trtllm-bench --kv_cache_free_gpu_mem_fraction, default .90). The GPUs' memory is
+    the device preset's (trtllm-bench reads NVML's total); pipeline stages are not read (pp 1)."""
+    text = f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}"
+    if (client.mode is not Mode.OFFLINE or not re.search(r"trtllm-bench", text, re.I)
+            or not engine.name.startswith("TensorRT-LLM 1") or model.mla is not None
+            or model.published is None):
+        return engine
+    flags = _flags(row)
+    if _flag("max-batch-size", flags) is not None or _flag("max-num-tokens", flags) is not None:
+        return engine
+    # BYTES_PER_ELEM of the KV cache's quant algo: FP8 1, NVFP4 0.5, anything else 2
+    precision = inference.kv_cache.precision
+    kv_bytes = {StoredPrecision.FP8: 1.0, StoredPrecision.NVFP4: 0.5}.get(precision, 2.0) if precision else 2.0
+    head = model.head_dim or model.hidden // model.heads
+    per_token = 2 * model.layers * max(tp, model.kv_heads or model.heads) * head * kv_bytes
+    device_gib = system.device.memory[0].capacity / 2**30
+    batch, tokens = trtllm_bench_limits(float(model.published.total), 1.0 if fp8 else 2.0, per_token,
+                                        device_gib, tp, 1, inference.input_len, inference.output_len,
+                                        engine.memory_fraction, chunked=engine.chunked_prefill)
+    notes.append(f"trtllm-bench limits from its heuristic (bench/build/tuning.py calc_engine_setting): "
+                 f"{batch} sequences, {tokens} tokens ({precision or '16-bit'} KV cache, "
+                 f"{engine.memory_fraction:g} of the memory left by the weights)")
+    return engine.model_copy(update={"max_batch": batch, "max_batched_tokens": tokens})
+
+
 def dp_attention(row: dict[str, str]) -> bool:
     return bool(re.search(r"enable-dp-attention", f"{row.get('framework', '')} {row.get('other_reported', '')}"))
 
@@ -171,6 +242,27 @@ def _prefix_hit_rate(row: dict[str, str], input_len: int, engine: Engine, notes:
     rate = prefix / input_len * (per_group - 1) / per_group  # the group's first prompt computes its prefix
     notes.append(f"prefix hit rate {rate:.2f}: shared {prefix:g}-token system prompt, {per_group:g} per group")
     return rate
+
+
+def _modelopt_kv_fp8(row: dict[str, str], engine: Engine, fp8: bool, notes: list[str]) -> bool:
+    """Whether TensorRT-LLM serves a ModelOpt FP8 checkpoint's KV cache in fp8 when the row names no KV
+    precision: its kv_cache_config dtype defaults to "auto", which keeps the checkpoint's kv_cache_quant_algo
+    (validate_and_set_kv_cache_quant, tensorrt_llm/_torch/pyexecutor; trtllm-bench get_settings passes "auto"
+    unless the extra options set a dtype), and ModelOpt's Hugging Face export quantizes the KV cache to FP8
+    by default (TensorRT-Model-Optimizer examples/llm_ptq/hf_ptq.py: --kv_cache_qformat default "fp8" once
+    export_fmt defaults to "hf"; the 2024 script turned it off for that export, "hf" not in export_fmt).
+    Assumed, not read per checkpoint: NVIDIA's Aug-2024 export of Llama-3.1-405B-Instruct-FP8 (modelopt
+    0.17.0) reads kv_cache_quant_algo null; its FP8 Llama checkpoints were exported again in Feb 2025
+    (hf_quant_config.json of the 8B and 70B then 241 bytes, the length of the FP8-KV form; not read)."""
+    text = f"{row.get('precision', '')} {row.get('model', '')}"
+    if not (fp8 and engine.name.startswith("TensorRT-LLM") and re.search(r"model[- ]?opt", text, re.I)):
+        return False
+    if re.search(r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*(auto|bf16|bfloat16|fp16|float16)", _flags(row), re.I):
+        return False
+    notes.append("fp8 KV cache: TensorRT-LLM's kv_cache dtype 'auto' keeps the ModelOpt checkpoint's "
+                 "kv_cache_quant_algo, FP8 in ModelOpt's default export (assumed; the checkpoint's own "
+                 "hf_quant_config.json not read)")
+    return True
 
 
 def _checkpoint_scales(row: dict[str, str], mla: bool, notes: list[str]) -> dict[str, Any]:
@@ -260,7 +352,8 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
         "kind": "inference", "input_len": input_len, "output_len": output_len, "weights": "fp8" if fp8 else None,
         **_checkpoint_scales(row, model.mla is not None, notes),
         "kv_cache": {"precision": "fp8"} if kv_fp8_of(row.get("precision", "").lower()) or re.search(
-            r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*fp8", _flags(row), re.I) else {},
+            r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*fp8", _flags(row), re.I)
+        or _modelopt_kv_fp8(row, engine, fp8, notes) else {},
         "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, engine, notes),
                     "concurrency": client.concurrency}}
     tp = _tensor_parallel(row, notes)
@@ -270,6 +363,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
                                         **_experts(row, model, tp, notes)})
     notes.append(f"tp={tp}, {attention} attention, {system.name} preset")
     inference = workload_for(client, Inference.model_validate(workload))
+    engine = _trtllm_bench(row, client, engine, model, fp8, inference, tp, system, notes)
     held = _held(client, model, strategy, inference, system, engine, notes)
     lengths = LengthDistribution.SHAREGPT if varied else LengthDistribution.FIXED
     inference = inference.model_copy(update={"serving": inference.serving.model_copy(update={"lengths": lengths})})
