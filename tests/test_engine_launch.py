@@ -34,16 +34,19 @@ def _workload(engine: str, **serving: object) -> Inference:
 
 # --- the same run read by the harness and by serve / the API ---
 
-@pytest.mark.parametrize("version", ["0.6.3", "0.7.0", "0.7.3"])
-def test_serve_and_the_harness_launch_vllm_v0_alike_for_an_mla_model(version: str) -> None:
+@pytest.mark.parametrize(("version", "chunked"), [
+    ("0.6.3", 512), ("0.7.0", 2048),  # no MLA rule before 0.7.1: on above 32K, as for any model
+    ("0.7.3", None), ("0.7.4.dev181+gf35f8e22", None),  # MLA: off, though its 163,840-token context is over 32K
+])
+def test_serve_and_the_harness_launch_vllm_v0_alike_for_an_mla_model(version: str, chunked: int | None) -> None:
     model, device = load_model("deepseek-v2-lite"), load_system("dgx-h100", 1).device
     harness = _engine(_row(f"vLLM {version}: vllm serve"), True, [], model.max_seq_len, device)
     w, served = with_engine(_workload(f"vllm=={version}"), None, device, ModelArrays.of(model))
     assert served == harness
-    expanded = version != "0.7.3"  # per-head K/V before PR #12528 (v0.7.1)
+    expanded = version in ("0.6.3", "0.7.0")  # per-head K/V before PR #12528 (v0.7.1)
     assert harness.mla_decode is (MlaDecode.EXPANDED if expanded else MlaDecode.MATERIALIZED)
-    assert not harness.chunked_prefill  # MLA: off, though its 163,840-token context is over 32K
-    assert harness.max_batched_tokens == model.max_seq_len  # max(max_model_len, 2048)
+    assert harness.chunked_prefill is (chunked is not None)
+    assert harness.max_batched_tokens == (chunked or model.max_seq_len)  # unchunked: max(max_model_len, 2048)
     sv = w.serving
     assert (sv.chunked_prefill, sv.max_batched_tokens, w.mla_decode) == (
         harness.chunked_prefill, harness.max_batched_tokens, harness.mla_decode)
@@ -69,12 +72,31 @@ def test_the_api_serves_with_the_engine_as_the_harness_launches_it(monkeypatch: 
 # --- one rule each ---
 
 def test_vllm_v0_runs_an_mla_model_without_chunked_prefill_unless_launched_with_it() -> None:
-    off, notes = resolve_defaults(V0, "vllm 0.7.3", mla=True, max_model_len=4096)
-    assert not off.chunked_prefill and any("multi-head latent attention" in n for n in notes)
-    on, _ = resolve_defaults(V0, "vllm 0.7.3", mla=True, max_model_len=4096, flags={"chunked_prefill": True})
+    dev = "vLLM 0.7.4.dev181+gf35f8e22"  # main after PR #12639 (2025-02-21): off by default, the flag kept
+    off, notes = resolve_defaults(V0, dev, mla=True, max_model_len=163840)
+    assert not off.chunked_prefill and off.max_batched_tokens == 163840
+    assert any("multi-head latent attention" in n for n in notes)
+    on, _ = resolve_defaults(V0, dev, mla=True, max_model_len=163840, flags={"chunked_prefill": True})
     assert on.chunked_prefill and on.max_batched_tokens == 2048
+    assert resolve_defaults(V0, dev, max_model_len=163840)[0].chunked_prefill  # not MLA: on above 32K
     assert not resolve_defaults(load_engine("vllm-0.8"), "vllm 0.9.1", mla=True)[0].mla_without_chunked_prefill
     assert resolve_defaults(load_engine("vllm-0.8"), "vllm 0.9.1", mla=True)[0].chunked_prefill  # V1: no such rule
+
+
+@pytest.mark.parametrize("version", ["vLLM 0.7.1", "vllm==0.7.3", "vLLM 0.7.3.dev138+g21f6ca217"])
+def test_vllm_0_7_1_to_0_7_3_force_mla_chunked_prefill_and_prefix_caching_off_over_the_flags(version: str) -> None:
+    flags = "vllm serve --enable-chunked-prefill --enable-prefix-caching"  # PR #12642: the flags have no effect
+    notes: list[str] = []
+    e = _engine(_row(f"{version}: {flags}"), True, notes, 163840)
+    assert not e.chunked_prefill and not e.prefix_caching and e.max_batched_tokens == 163840
+    assert any("forces them off" in n and "ignored" in n for n in notes)
+    assert any("not modelled" in n and "2048" in n for n in notes)  # vLLM's leftover budget, said not modelled
+    quiet: list[str] = []
+    _engine(_row(f"{version}: vllm serve --max-model-len 32768"), True, quiet)  # nothing asked chunked prefill
+    assert not any("not modelled" in n for n in quiet)
+    later = _engine(_row(f"vLLM 0.7.4.dev181+gf35f8e22: {flags}"), True, [], 163840)  # after PR #12639
+    assert later.chunked_prefill and later.prefix_caching and later.max_batched_tokens == 2048
+    assert _engine(_row(f"{version}: {flags}"), False, [], 163840).chunked_prefill  # not MLA: the flags hold
 
 
 def test_vllm_v0_turns_chunked_prefill_on_above_32k_of_context() -> None:
@@ -82,7 +104,8 @@ def test_vllm_v0_turns_chunked_prefill_on_above_32k_of_context() -> None:
     assert not resolve_defaults(V0, "vllm 0.6.3", max_model_len=32768)[0].chunked_prefill
     assert not resolve_defaults(V0, "vllm 0.6.3", max_model_len=131072, flags={"chunked_prefill": False})[
         0].chunked_prefill
-    assert not resolve_defaults(V0, "vllm 0.6.3", mla=True, max_model_len=131072)[0].chunked_prefill  # MLA first
+    assert not resolve_defaults(V0, "vllm 0.7.4.dev181", mla=True, max_model_len=131072)[0].chunked_prefill  # MLA
+    assert resolve_defaults(V0, "vllm 0.6.3", mla=True, max_model_len=131072)[0].chunked_prefill  # no MLA rule yet
     assert not resolve_defaults(V0, "vllm 0.6.3")[0].chunked_prefill  # context unknown: the profile's
 
 
@@ -128,7 +151,7 @@ def test_what_the_workload_sets_wins_over_what_the_engine_derives() -> None:
     m = ModelArrays.of(load_model("deepseek-v2-lite"))
     w, _ = with_engine(_workload("vllm==0.6.3", chunked_prefill=True), None, None, m)
     assert w.serving.chunked_prefill and w.serving.max_batched_tokens == 512  # the budget that goes with it
-    w, _ = with_engine(_workload("vllm==0.6.3", max_batched_tokens=4096), None, None, m)
+    w, _ = with_engine(_workload("vllm==0.7.4.dev181", max_batched_tokens=4096), None, None, m)
     assert w.serving.max_batched_tokens == 4096 and not w.serving.chunked_prefill
     mine = _workload("vllm==0.6.3").model_copy(update={"mla_decode": MlaDecode.ABSORBED})
     assert with_engine(mine, None, None, m)[0].mla_decode is MlaDecode.ABSORBED

@@ -63,6 +63,9 @@ class ReleaseDefaults(Spec):
                                                      "the profile's")
     mla_without_chunked_prefill: bool | None = Field(None, description="a model with multi-head latent attention "
                                                      "runs without chunked prefill; none: as the profile")
+    mla_forces_no_chunked_prefill: bool | None = Field(None, description="a model with multi-head latent "
+                                                       "attention runs without chunked prefill and prefix caching "
+                                                       "even when launched with them; none: as the profile")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
     def holds(self, first: tuple[int, int, int], after: tuple[int, int, int]) -> bool:
@@ -99,6 +102,9 @@ class Engine(NamedByPatterns):
                                   "(DeepSeek): absorbed over the latent cache, or per-head K/V expanded")
     mla_without_chunked_prefill: bool = Field(False, description="a model with multi-head latent attention runs "
                                               "without chunked prefill unless launched with it (vLLM V0)")
+    mla_forces_no_chunked_prefill: bool = Field(False, description="a model with multi-head latent attention runs "
+                                                "without chunked prefill and prefix caching even when launched "
+                                                "with them (vLLM 0.7.1-0.7.3)")
     long_context_chunked_prefill_above: PositiveInt | None = Field(
         None, description="chunked prefill turned on, unless launched with it set, for a model whose context "
         "(max_model_len) is longer than this many tokens (vLLM V0: 32768); none: no such rule")
@@ -158,8 +164,8 @@ class Engine(NamedByPatterns):
 
 # Fields of the rules an engine applies as it is launched (`resolve_defaults`) whose default is "no such rule": a
 # profile that leaves one out states none, and needs no source for it
-LAUNCH_RULES = ("mla_without_chunked_prefill", "long_context_chunked_prefill_above", "chunked_token_budget",
-                "unchunked_token_budget_floor", "attention_dp_budget_divisor", "releases")
+LAUNCH_RULES = ("mla_without_chunked_prefill", "mla_forces_no_chunked_prefill", "long_context_chunked_prefill_above",
+                "chunked_token_budget", "unchunked_token_budget_floor", "attention_dp_budget_divisor", "releases")
 
 
 # Short kernels of a decoder layer in a decode step: those that end before the host has launched the next
@@ -376,27 +382,48 @@ def resolve_defaults(engine: Engine, version: str = "", *, mla: bool = False, ma
     validation harness): the defaults of the releases `version` names (its `releases`, "vllm==0.6.3"; none
     named: the profile's), the launch's `flags` (Engine fields the launch sets: a row's command line, a
     workload's chunked_prefill), then what the engine derives from the model and the launch where the flags
-    leave it: chunked prefill off for a model with multi-head latent attention (`mla`,
-    `mla_without_chunked_prefill`), on for a context longer than `long_context_chunked_prefill_above`
-    (`max_model_len`: the model's unless the launch caps it), the token budget with chunked prefill
+    leave it: chunked prefill (and prefix caching) off for a model with multi-head latent attention whatever the
+    flags (`mla`, `mla_forces_no_chunked_prefill`) or where they leave it (`mla_without_chunked_prefill`), on
+    for a context longer than `long_context_chunked_prefill_above` (`max_model_len`: the model's unless the
+    launch caps it), the token budget with chunked prefill
     (`chunked_token_budget`) or without it (max(`max_model_len`, `unchunked_token_budget_floor`)), and with
     data-parallel attention over `attention_dp` groups that budget divided (`attention_dp_budget_divisor`).
     Returns the engine and what it assumed, in words."""
     update = dict(flags or {})
     notes: list[str] = []
     span = stated_releases(version)
+    forcing = "the profile"  # the releases whose rule forces MLA's chunked prefill off, in words
     for tier in engine.releases:
         if span is None or not tier.holds(*span):
             continue
-        tiered = {k: v for k in ("mla_decode", "chunked_token_budget", "mla_without_chunked_prefill")
+        tiered = {k: v for k in ("mla_decode", "chunked_token_budget", "mla_without_chunked_prefill",
+                                 "mla_forces_no_chunked_prefill")
                   if (v := getattr(tier, k)) is not None}
         engine = engine.model_copy(update=tiered)
+        if "mla_forces_no_chunked_prefill" in tiered:
+            forcing = f"releases {tier.since} to before {tier.before}"
         if mla and "mla_decode" in tiered:
             notes.append(f"MLA decode {engine.mla_decode.value}: releases {tier.since} to before {tier.before} "
                          f"({tier.sources.get('mla_decode', 'the profile')})")
+    if mla and engine.mla_forces_no_chunked_prefill:
+        # vLLM 0.7.1-0.7.3, PR #12642: "MLA is enabled; forcing chunked prefill and prefix caching to be
+        # disabled" (VllmConfig.__post_init__, after the flags are read: they have no effect)
+        above = engine.long_context_chunked_prefill_above
+        asked = update.get("chunked_prefill", engine.chunked_prefill or (
+            above is not None and max_model_len is not None and max_model_len > above))
+        ignored = " and ".join(k.replace("_", " ") for k in ("chunked_prefill", "prefix_caching") if update.get(k))
+        update.update(chunked_prefill=False, prefix_caching=False)
+        notes.append(f"chunked prefill and prefix caching off: {engine.name} forces them off for a model with "
+                     f"multi-head latent attention ({forcing})" + (f"; the launch's {ignored} ignored"
+                                                                   if ignored else ""))
+        if asked and engine.chunked_token_budget is not None and "max_batched_tokens" not in update:
+            # SchedulerConfig set the chunked budget before the forcing, which left it (until PR #13620)
+            notes.append(f"not modelled: vLLM kept the {engine.chunked_token_budget}-token budget of the chunked "
+                         "prefill it turned off and refused longer prompts (PR #13620, after v0.7.3); the budget "
+                         "here fits the whole context")
     if mla and engine.mla_without_chunked_prefill and "chunked_prefill" not in update:
-        # vLLM PR #12642 (v0.7.1): "MLA is enabled; forcing chunked prefill and prefix caching to be disabled"
-        # (VllmConfig.__post_init__); the profile's source says what was read and what is assumed
+        # vLLM V0 from PR #12639 (after v0.7.3): off by default for MLA (EngineArgs), a launch's flag kept; the
+        # profile's source says what was read and what is inferred
         update["chunked_prefill"] = False
         notes.append(f"chunked prefill off: {engine.name} runs a model with multi-head latent attention without it")
     if ((above := engine.long_context_chunked_prefill_above) is not None and max_model_len is not None
