@@ -184,3 +184,12 @@ def test_a_release_range_can_set_the_mla_chunked_prefill_rule() -> None:
     e = V0.model_copy(update={"releases": (*V0.releases, tier)})
     assert resolve_defaults(e, "vLLM 0.7.4.dev181", mla=True, max_model_len=163840)[0].chunked_prefill
     assert not resolve_defaults(e, "vLLM 0.7.3", mla=True, max_model_len=163840)[0].chunked_prefill
+
+
+def test_vllm_v1_memory_default_follows_the_release() -> None:
+    # gpu_memory_utilization: 0.9 through 0.19.x, 0.92 from 0.20.0 (the vllm-0.8 profile's release range)
+    engine = load_engine("vllm-0.8")
+    assert resolve_defaults(engine, "vLLM 0.9.1")[0].memory_fraction == 0.9
+    assert resolve_defaults(engine, "vLLM 0.19")[0].memory_fraction == 0.9
+    assert resolve_defaults(engine, "vLLM 0.20.0")[0].memory_fraction == 0.92
+    assert resolve_defaults(engine, "vLLM")[0].memory_fraction == 0.92  # no version: the latest releases'

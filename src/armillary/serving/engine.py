@@ -66,6 +66,8 @@ class ReleaseDefaults(Spec):
     mla_forces_no_chunked_prefill: bool | None = Field(None, description="a model with multi-head latent "
                                                        "attention runs without chunked prefill and prefix caching "
                                                        "even when launched with them; none: as the profile")
+    memory_fraction: float | None = Field(None, gt=0, le=1, description="share of the memory the engine may use; "
+                                          "none: the profile's")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
     def holds(self, first: tuple[int, int, int], after: tuple[int, int, int]) -> bool:
@@ -397,7 +399,7 @@ def resolve_defaults(engine: Engine, version: str = "", *, mla: bool = False, ma
         if span is None or not tier.holds(*span):
             continue
         tiered = {k: v for k in ("mla_decode", "chunked_token_budget", "mla_without_chunked_prefill",
-                                 "mla_forces_no_chunked_prefill")
+                                 "mla_forces_no_chunked_prefill", "memory_fraction")
                   if (v := getattr(tier, k)) is not None}
         engine = engine.model_copy(update=tiered)
         if "mla_forces_no_chunked_prefill" in tiered:
