@@ -214,13 +214,20 @@ def paired(collective: Callable[[Array, Placement, System], CommCost], first: Ar
     """`collective` of `first` and of `second` bytes over `group` in one call: the two messages stacked on a new
     leading axis and the result split, each point's value what its own call gives (the composer is elementwise
     in the points: every time and byte count of a point follows from that point's bytes and spans alone)."""
-    both = np.stack(np.broadcast_arrays(first, second))
-    # the new axis leads every axis of the points, the group's spans' included (numpy aligns trailing axes)
-    dims = max(both.ndim - 1, *(np.ndim(span) for span in group.spans))
-    both = both.reshape(2, *(1,) * (dims - both.ndim + 1), *both.shape[1:])
+    both = _stacked(first, second, group)
     cost = collective(both, group, system)
     # each result split on the new axis (broadcast to it first where it does not vary there)
     parts = [x if isinstance(x, np.ndarray) and x.ndim == both.ndim and x.shape[0] == 2 else
              np.broadcast_to(x, np.broadcast_shapes(np.shape(x), both.shape))
              for x in (cost.time, cost.scale_up_bytes, cost.scale_out_bytes)]
     return CommCost(parts[0][0], parts[1][0], parts[2][0]), CommCost(parts[0][1], parts[1][1], parts[2][1])
+
+
+def _stacked(first: Array, second: Array, group: Placement) -> np.ndarray:
+    """`paired`'s messages: `first` and `second` on a new leading axis, which leads every axis of the points, the
+    group's spans' included (numpy aligns trailing axes). The values of np.stack of np.broadcast_arrays, without
+    their Python-level passes: the two written into one new array."""
+    both = np.empty((2, *np.broadcast(first, second).shape), dtype=np.result_type(first, second))
+    both[0], both[1] = first, second
+    dims = max(both.ndim - 1, *(np.ndim(span) for span in group.spans))
+    return both.reshape(2, *(1,) * (dims - both.ndim + 1), *both.shape[1:])

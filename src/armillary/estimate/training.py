@@ -26,6 +26,7 @@ from typing import TypeVar
 import numpy as np
 
 from armillary.comm.collectives import all_gather, needed, send_recv
+from armillary.comm.overlap import at_least_zero
 from armillary.cost.compute import matrix_peak
 from armillary.estimate import memory as mem
 from armillary.estimate.data_parallel import (
@@ -187,7 +188,7 @@ def _stall_and_step(parts: tuple[Array, ...], optimizer: Array, offload_s: Array
     # are both +0.0, so the spare time is the same bit for bit
     spare = pipeline - optimizer
     spare = over(np.subtract, offload_s, spare, spare)
-    stall = over(np.maximum, 0.0, spare, spare)
+    stall = at_least_zero(spare)  # (numpy's maximum of 0.0 and the spare time, written over it)
     return stall, over(np.add, pipeline, stall, pipeline)  # (the pipeline's sum read no more)
 
 

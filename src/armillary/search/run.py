@@ -181,6 +181,9 @@ def _best(index: np.ndarray | None, value: np.ndarray, k: int,
     return _best_of(finite, value[finite], k, index, index_of)[0]  # (the finite values gathered once)
 
 
+FEW_BEST = 16  # `_best_of` finds up to this many best values by passes, more by partitions
+
+
 def _best_of(positions: np.ndarray, values: np.ndarray, k: int, index: np.ndarray | None,
              index_of: Callable[[np.ndarray], np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
     """`_best` of the points at `positions` (ascending) with `values`, the rest left out: (the positions of the
@@ -188,12 +191,25 @@ def _best_of(positions: np.ndarray, values: np.ndarray, k: int, index: np.ndarra
     finite = np.isfinite(values)
     if not finite.all():
         positions, values = positions[finite], values[finite]
-    # only the points with the k smallest distinct values are sorted: those up to the k-th distinct value of the m
-    # smallest, for the least m of k, 4k, 16k, ... whose m smallest hold k distinct values (ties are common: the
-    # first of them stands for all). The m smallest come from partitions of the values not yet among the smallest
-    # (one pass over the rest for each m tried), so a block costs about a pass over its values per m, not a sort
-    # of its points; the k smallest distinct values, and so the answer, do not depend on the m tried
-    if len(values) > k:
+    # only the points with the k smallest distinct values are sorted (ties are common: the first of them stands for
+    # all), those up to the k-th smallest distinct value (or the largest, where fewer): the answer depends on that
+    # value alone, not on how it is found
+    if len(values) > k and k <= FEW_BEST:
+        # a few: found one after another, each the least of the (finite) values above the one before, a pass or two
+        # each (numpy's partition of a block's values costs about as much as forty)
+        threshold = values.min()
+        for _ in range(k - 1):
+            above = values.min(where=values > threshold, initial=np.inf)
+            if above == np.inf:  # no value above: fewer than k distinct values
+                break
+            threshold = above
+        kept = values <= threshold
+        positions, values = positions[kept], values[kept]
+    elif len(values) > k:
+        # more: those up to the k-th distinct value of the m smallest, for the least m of k, 4k, 16k, ... whose m
+        # smallest hold k distinct values. The m smallest come from partitions of the values not yet among the
+        # smallest (one pass over the rest for each m tried), so a block costs about a pass over its values per m,
+        # not a sort of its points
         part, m, lo = values.copy(), k, 0
         while True:
             if m < len(part):

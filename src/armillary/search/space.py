@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -204,7 +204,7 @@ def memory_floor(model: Model, base: Strategy, space: StrategySpace, tp: Array, 
     params = count_parameters(m)
     mlp = min(float(params.dense_mlp), float(params.moe_shared)) if float(m.experts) > 0 else params.dense_mlp
     stage_params = fewest_stage_layers(model.layers, pp) * (params.attention + mlp) / tp
-    st = replace(StrategyArrays.of(base, 1), dp=gpus // (tp * pp * cp), cp=cp,
+    st = quick_replace(StrategyArrays.of(base, 1), dp=gpus // (tp * pp * cp), cp=cp,
                  zero=float(max(int(z) for z in space.zero)))
     lora = workload is not None and workload.finetune is not None
     states = (lora_states(stage_params, 0.0, st, TrainingArrays.of(workload)) if lora and workload is not None
