@@ -28,7 +28,8 @@ from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, Mla
 
 class DeviceDefaults(Spec):
     """One tier of the defaults an engine sets from the device it starts on (vLLM V1's get_batch_defaults and
-    largest CUDA-graph capture size). A profile lists its tiers in order and the first the device fits applies:
+    largest CUDA-graph capture size; SGLang's chunk size, CUDA-graph batch and the memory it reserves out of
+    mem_fraction_static). A profile lists its tiers in order and the first the device fits applies:
     memory at least `at_least_gib`, a name containing one of `names` (if any) and none of `except_names`. A
     number the tier leaves unset is the profile's own; a device no tier fits keeps the profile's numbers."""
 
@@ -40,6 +41,10 @@ class DeviceDefaults(Spec):
     max_batched_tokens: PositiveInt | None = Field(None, description="new tokens per iteration; none: the profile's")
     graph_max_batch: PositiveInt | None = Field(None, description="largest CUDA-graph decode batch; none: the "
                                                 "profile's")
+    memory_reserve_gib: NonNegativeFloat | None = Field(
+        None, description="memory (GiB) the engine keeps out of its static share on such a device: memory_fraction "
+        "= (memory - reserve) / memory, rounded to 3 places (SGLang's mem_fraction_static when unset, "
+        "ServerArgs._handle_gpu_memory_settings); none: the profile's memory_fraction")
 
     def fits(self, device: Device) -> bool:
         """Whether `device` is one of this tier's (memory, names, excluded names)."""
@@ -47,6 +52,16 @@ class DeviceDefaults(Spec):
         return (device.hbm.capacity >= self.at_least_gib * 2**30
                 and (not self.names or any(n in name for n in self.names))
                 and not any(n in name for n in self.except_names))
+
+    def settings(self, device: Device) -> dict[str, Any]:
+        """The Engine fields this tier sets on `device` (those it leaves unset omitted): the batch numbers, and
+        the memory fraction its reserve leaves of the device's memory."""
+        found: dict[str, Any] = {k: v for k in ("max_batch", "max_batched_tokens", "graph_max_batch")
+                                 if (v := getattr(self, k)) is not None}
+        if self.memory_reserve_gib is not None:
+            memory = float(device.hbm.capacity) / 2**30
+            found["memory_fraction"] = round((memory - self.memory_reserve_gib) / memory, 3)
+        return found
 
 
 class ReleaseDefaults(Spec):
@@ -300,17 +315,17 @@ UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], 
     ("sglang", (0, 0, 0), (0, 4, 0), "SGLang before 0.4 (2024): the SGLang 0.4 profile's host overhead is that of "
      "the zero-overhead (overlap) batch scheduler introduced with v0.4 (SGLang v0.4 blog, 2024-12-04), and "
      "its CUDA-graph and MLA defaults were read in 2025 releases"),
-    ("sglang", (0, 4, 6), (0, 5, 0), "SGLang 0.4.6-0.4.10.post2 (0.4.5.post3, refused for want of a profile, already "
-     "has the first two changes): their defaults depend on the device in ways no profile field holds. "
-     "mem_fraction_static is (memory - 13 GiB) / memory on a GPU of more than 80 GiB (0.4.5.post3-0.4.7) and (memory - "
-     "reserved) / memory from 0.4.8, the reserve set by device class and tp x pp ((9.5 + tp x pp / 2) GiB at 35-90 "
-     "GiB, 12 + tp x pp / 2 to 160, 32 above, + 4 with DP attention: ServerArgs.__post_init__); CUDA graphs reach 256 "
-     "sequences above 80 GiB (get_batch_sizes_to_capture); chunked_prefill_size is 16384 from 160 GiB (0.4.8); and "
-     "from 0.4.9.post4 DP-attention graphs pad every rank to the largest again (DPPaddingMode.MAX_LEN in CUDA graphs). "
-     "Read in the PyPI wheels; a profile needs a per-device (and per-tp) memory_fraction"),
-    ("sglang", (0, 6, 0), (99, 0, 0), "SGLang 0.6 and later (1.x included): no such release was on PyPI when "
-     "the profiles were read (2026-12: the latest was 0.5.23), so none was read; the sglang-0.5 profile is not "
-     "assumed to describe them"),
+    ("sglang", (0, 4, 6), (0, 4, 8), "SGLang 0.4.6-0.4.7 (0.4.5.post3 too; 0.4.7.post1 is described, "
+     "sglang-0.4.7.post1): mem_fraction_static is (memory - 13 GiB) / memory on a GPU of more than 80 GiB "
+     "(0.4.5.post3-0.4.6.post4), then min(share + 48 GiB x (1 - share) / memory, (memory - 18 GiB) / memory) above "
+     "96 GiB (0.4.6.post5-0.4.7) and 0.79 above 180,000 MiB on CUDA (0.4.7), the share 0.79-0.88 by tp x pp up to "
+     "80 GiB; CUDA graphs reach 256 sequences above 80 GiB / 96 GiB and chunked_prefill_size 16384 above 180,000 MiB "
+     "(0.4.7); JIT DeepGEMM off in 0.4.5.post3, on from 0.4.6. Read in the PyPI wheels; the tiers' memory reserve "
+     "does not express these shares (a fixed share and a min of two), so they are refused"),
+    ("sglang", (0, 5, 24), (99, 0, 0), "SGLang 0.5.24 and later (0.6 and 1.x included): no such release was on "
+     "PyPI when the 0.5.x profiles were read (2026-12: the latest was 0.5.23), so none was read, and the 0.5.x "
+     "releases changed their memory reserve, chunk and CUDA-graph defaults three times (0.5.3, 0.5.10, 0.5.20): "
+     "later ones are not assumed to keep 0.5.23's (the sglang-0.5 profile)"),
     ("vllm", (0, 35, 0), (99, 0, 0), "vLLM 0.35 and later (1.x included): no release after 0.34.0 was on PyPI "
      "when the 0.29-0.34 profiles were read (2026-12), and 0.34.0 changed the KV-cache sizing (extensible KV "
      "cache), the page size and the decode CUDA-graph sizes, so later releases are not assumed to keep them. "
