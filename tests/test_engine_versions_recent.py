@@ -15,7 +15,8 @@ from armillary.validation.vocabulary import framework_words
 
 REFUSED = None
 NEW = ("vllm-0.29", "vllm-0.33", "vllm-0.34", "sglang-0.4.4", "sglang-0.4.4.post1", "sglang-0.4.4.post2")
-SGLANG_05 = ("sglang-0.4.7.post1", "sglang-0.4.9.post4", "sglang-0.5.0", "sglang-0.5.3", "sglang-0.5.10", "sglang-0.5")
+SGLANG_05 = ("sglang-0.4.5.post3", "sglang-0.4.6", "sglang-0.4.6.post2", "sglang-0.4.7", "sglang-0.4.7.post1",
+             "sglang-0.4.9.post4", "sglang-0.5.0", "sglang-0.5.3", "sglang-0.5.10", "sglang-0.5")
 
 # (framework words, the preset that must describe them, or REFUSED), in version order per family
 BOUNDARIES = [
@@ -31,8 +32,10 @@ BOUNDARIES = [
     ("SGLang 0.4.4.post2", "sglang-0.4.4.post2"), ("sglang 0.4.4.post4", "sglang-0.4.4.post2"),
     ("SGLang v0.4.5", "sglang-0.4.4.post2"),
     ("SGLang 0.4.5.post1", "sglang-0.4.4.post1"), ("sglang 0.4.5.post2", "sglang-0.4.4.post1"),
-    ("SGLang 0.4.5.post3", REFUSED),  # the >80 GiB memory rule of 0.4.6 came in 0.4.5.post3
-    ("SGLang 0.4.6", REFUSED), ("SGLang 0.4.7", REFUSED),  # shares by tp, 13 / 18 GiB reserves, 0.79 above 180 GB
+    ("SGLang 0.4.5.post3", "sglang-0.4.5.post3"),  # the >80 GiB memory rule of 0.4.6 came in 0.4.5.post3
+    ("SGLang 0.4.6", "sglang-0.4.6"), ("sglang 0.4.6.post1", "sglang-0.4.6"),
+    ("SGLang 0.4.6.post2", "sglang-0.4.6.post2"), ("sglang 0.4.6.post5", "sglang-0.4.6.post2"),
+    ("SGLang 0.4.7", "sglang-0.4.7"),
     ("SGLang 0.4.7.post1", "sglang-0.4.7.post1"), ("sglang 0.4.8", "sglang-0.4.7.post1"),
     ("SGLang 0.4.9", "sglang-0.4.7.post1"), ("SGLang 0.4.9.post3", "sglang-0.4.7.post1"),
     ("SGLang 0.4.9.post4", "sglang-0.4.9.post4"), ("sglang 0.4.9.post6", "sglang-0.4.9.post4"),
@@ -66,9 +69,9 @@ def test_the_refusals_say_what_was_read_and_why_it_does_not_fit() -> None:
     message = str(refused.value)
     assert "0.34.0" in message and "vLLM-HUST" in message and load_engine("vllm-0.34").name in message
     with pytest.raises(SpecError) as refused:
-        engine_for("SGLang 0.4.7: launch_server --tp 8")
+        engine_for("SGLang 0.5.24: launch_server --tp 8")
     message = str(refused.value)
-    assert "13 GiB" in message and "18 GiB" in message and load_engine("sglang-0.4.7.post1").name in message
+    assert "0.5.23" in message and "0.5.20" in message and load_engine("sglang-0.5.10").name in message
 
 
 def _diff(old: str, new: str) -> set[str]:
@@ -85,6 +88,12 @@ def _diff(old: str, new: str) -> set[str]:
     # PR #4390 in 0.4.4.post1, and the DP-attention prefill budget divided by dp_size rather than 2
     ("sglang-0.4.4", "sglang-0.4.4.post1", {"pad_attention_groups", "attention_dp_budget_divisor"}),
     ("sglang-0.4.4.post1", "sglang-0.4.4.post2", {"block_fp8_kernels"}),  # JIT DeepGEMM on by default
+    # 0.4.5.post3-0.4.7: device tiers only (13 GiB above 80 GiB; 18 GiB above 96; 0.79 on CUDA above 180,000 MiB)
+    ("sglang-0.4.4.post1", "sglang-0.4.5.post3", {"device_defaults"}),
+    ("sglang-0.4.5.post3", "sglang-0.4.6", {"block_fp8_kernels"}),  # JIT DeepGEMM on by default again
+    ("sglang-0.4.6", "sglang-0.4.6.post2", {"device_defaults"}),
+    ("sglang-0.4.6.post2", "sglang-0.4.7", {"device_defaults"}),
+    ("sglang-0.4.7", "sglang-0.4.7.post1", {"memory_fraction", "device_defaults"}),  # the reserve table
     # 0.4.7.post1-0.4.10.post2: 0.5.0-0.5.2's memory, chunk and graph defaults; DP padding back in 0.4.9.post4;
     # experts on Triton fused_moe (0.4.4.post2's kernels; the sglang-0.5 profiles keep the device curve, not re-read)
     ("sglang-0.4.7.post1", "sglang-0.4.9.post4", {"pad_attention_groups"}),
@@ -189,5 +198,28 @@ def test_sglang_05_h20_and_small_devices() -> None:
 def test_sglang_05_pads_dp_attention_and_absorbs_prefill_over_a_cached_prefix() -> None:
     for name in SGLANG_05:
         engine = load_engine(name)
-        assert engine.pad_attention_groups is (name != "sglang-0.4.7.post1") and engine.absorbed_mla_prefill, name
+        padded = name in ("sglang-0.4.9.post4", "sglang-0.5.0", "sglang-0.5.3", "sglang-0.5.10", "sglang-0.5")
+        assert engine.pad_attention_groups is padded and engine.absorbed_mla_prefill, name
         assert engine.attention_dp_budget_divisor == "groups", name
+
+
+# (system, then per SGLang 0.4.5.post3 / 0.4.6.post2 / 0.4.7 (chunked_prefill_size, largest graph, share)) at tp 8
+SGLANG_04_TIERS = [
+    ("dgx-h100", (8192, 160, 0.81), (8192, 160, 0.81), (8192, 160, 0.81)),  # 81,559 MiB: 0.81 at tp 8
+    ("hgx-h20", (8192, 256, 0.855), (8192, 160, 0.88), (8192, 160, 0.88)),  # above 81,920 MiB, below 96 GiB
+    ("hgx-h200", (8192, 256, 0.908), (8192, 256, 0.872), (8192, 256, 0.872)),  # (141 - 13 | 18) / 141
+    ("dgx-b200", (8192, 256, 0.928), (8192, 256, 0.9), (16384, 512, 0.79)),  # 0.79 on CUDA above 180,000 MiB
+    ("dgx-b300", (8192, 256, 0.952), (8192, 256, 0.9015), (16384, 512, 0.79)),
+    ("mi300x-8", (8192, 256, 0.932), (8192, 256, 0.906), (16384, 512, 0.906)),  # ROCm: not the 0.79 rule
+]
+
+
+@pytest.mark.parametrize(("system", "v0453", "v0462", "v047"), SGLANG_04_TIERS)
+def test_the_sglang_0_4_5_post3_to_0_4_7_tiers_follow_its_memory_settings(system: str, v0453: tuple[int, int, float],
+                                                                          v0462: tuple[int, int, float],
+                                                                          v047: tuple[int, int, float]) -> None:
+    device = load_system(system, 1).device
+    for name, expected in (("sglang-0.4.5.post3", v0453), ("sglang-0.4.6", v0453), ("sglang-0.4.6.post2", v0462),
+                           ("sglang-0.4.7", v047)):
+        started = on_device(load_engine(name), device)
+        assert (started.max_batched_tokens, started.graph_max_batch, started.memory_fraction) == expected, name

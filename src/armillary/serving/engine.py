@@ -41,10 +41,13 @@ class DeviceDefaults(Spec):
     max_batched_tokens: PositiveInt | None = Field(None, description="new tokens per iteration; none: the profile's")
     graph_max_batch: PositiveInt | None = Field(None, description="largest CUDA-graph decode batch; none: the "
                                                 "profile's")
+    memory_fraction: float | None = Field(None, gt=0, le=1, description="the engine's memory share on such a "
+                                          "device (SGLang 0.4.5.post3-0.4.7's fixed mem_fraction_static); none: "
+                                          "from memory_reserve_gib, else the profile's")
     memory_reserve_gib: NonNegativeFloat | None = Field(
-        None, description="memory (GiB) the engine keeps out of its static share on such a device: memory_fraction "
-        "= (memory - reserve) / memory, rounded to 3 places (SGLang's mem_fraction_static when unset, "
-        "ServerArgs._handle_gpu_memory_settings); none: the profile's memory_fraction")
+        None, description="memory (GiB) the engine keeps out of its static share on such a device, where "
+        "memory_fraction is unset: memory_fraction = (memory - reserve) / memory, rounded to 3 places (SGLang's "
+        "mem_fraction_static when unset, ServerArgs._handle_gpu_memory_settings); none: the profile's memory_fraction")
 
     def fits(self, device: Device) -> bool:
         """Whether `device` is one of this tier's (memory, names, excluded names)."""
@@ -58,7 +61,9 @@ class DeviceDefaults(Spec):
         the memory fraction its reserve leaves of the device's memory."""
         found: dict[str, Any] = {k: v for k in ("max_batch", "max_batched_tokens", "graph_max_batch")
                                  if (v := getattr(self, k)) is not None}
-        if self.memory_reserve_gib is not None:
+        if self.memory_fraction is not None:
+            found["memory_fraction"] = self.memory_fraction
+        elif self.memory_reserve_gib is not None:
             memory = float(device.hbm.capacity) / 2**30
             found["memory_fraction"] = round((memory - self.memory_reserve_gib) / memory, 3)
         return found
@@ -315,13 +320,6 @@ UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], 
     ("sglang", (0, 0, 0), (0, 4, 0), "SGLang before 0.4 (2024): the SGLang 0.4 profile's host overhead is that of "
      "the zero-overhead (overlap) batch scheduler introduced with v0.4 (SGLang v0.4 blog, 2024-12-04), and "
      "its CUDA-graph and MLA defaults were read in 2025 releases"),
-    ("sglang", (0, 4, 6), (0, 4, 8), "SGLang 0.4.6-0.4.7 (0.4.5.post3 too; 0.4.7.post1 is described, "
-     "sglang-0.4.7.post1): mem_fraction_static is (memory - 13 GiB) / memory on a GPU of more than 80 GiB "
-     "(0.4.5.post3-0.4.6.post4), then min(share + 48 GiB x (1 - share) / memory, (memory - 18 GiB) / memory) above "
-     "96 GiB (0.4.6.post5-0.4.7) and 0.79 above 180,000 MiB on CUDA (0.4.7), the share 0.79-0.88 by tp x pp up to "
-     "80 GiB; CUDA graphs reach 256 sequences above 80 GiB / 96 GiB and chunked_prefill_size 16384 above 180,000 MiB "
-     "(0.4.7); JIT DeepGEMM off in 0.4.5.post3, on from 0.4.6. Read in the PyPI wheels; the tiers' memory reserve "
-     "does not express these shares (a fixed share and a min of two), so they are refused"),
     ("sglang", (0, 5, 24), (99, 0, 0), "SGLang 0.5.24 and later (0.6 and 1.x included): no such release was on "
      "PyPI when the 0.5.x profiles were read (2026-12: the latest was 0.5.23), so none was read, and the 0.5.x "
      "releases changed their memory reserve, chunk and CUDA-graph defaults three times (0.5.3, 0.5.10, 0.5.20): "
