@@ -28,7 +28,8 @@ from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, Mla
 
 class DeviceDefaults(Spec):
     """One tier of the defaults an engine sets from the device it starts on (vLLM V1's get_batch_defaults and
-    largest CUDA-graph capture size). A profile lists its tiers in order and the first the device fits applies:
+    largest CUDA-graph capture size; SGLang's chunk size, CUDA-graph batch and the memory it reserves out of
+    mem_fraction_static). A profile lists its tiers in order and the first the device fits applies:
     memory at least `at_least_gib`, a name containing one of `names` (if any) and none of `except_names`. A
     number the tier leaves unset is the profile's own; a device no tier fits keeps the profile's numbers."""
 
@@ -40,6 +41,13 @@ class DeviceDefaults(Spec):
     max_batched_tokens: PositiveInt | None = Field(None, description="new tokens per iteration; none: the profile's")
     graph_max_batch: PositiveInt | None = Field(None, description="largest CUDA-graph decode batch; none: the "
                                                 "profile's")
+    memory_fraction: float | None = Field(None, gt=0, le=1, description="the engine's memory share on such a "
+                                          "device (SGLang 0.4.5.post3-0.4.7's fixed mem_fraction_static); none: "
+                                          "from memory_reserve_gib, else the profile's")
+    memory_reserve_gib: NonNegativeFloat | None = Field(
+        None, description="memory (GiB) the engine keeps out of its static share on such a device, where "
+        "memory_fraction is unset: memory_fraction = (memory - reserve) / memory, rounded to 3 places (SGLang's "
+        "mem_fraction_static when unset, ServerArgs._handle_gpu_memory_settings); none: the profile's memory_fraction")
 
     def fits(self, device: Device) -> bool:
         """Whether `device` is one of this tier's (memory, names, excluded names)."""
@@ -47,6 +55,18 @@ class DeviceDefaults(Spec):
         return (device.hbm.capacity >= self.at_least_gib * 2**30
                 and (not self.names or any(n in name for n in self.names))
                 and not any(n in name for n in self.except_names))
+
+    def settings(self, device: Device) -> dict[str, Any]:
+        """The Engine fields this tier sets on `device` (those it leaves unset omitted): the batch numbers, and
+        the memory fraction its reserve leaves of the device's memory."""
+        found: dict[str, Any] = {k: v for k in ("max_batch", "max_batched_tokens", "graph_max_batch")
+                                 if (v := getattr(self, k)) is not None}
+        if self.memory_fraction is not None:
+            found["memory_fraction"] = self.memory_fraction
+        elif self.memory_reserve_gib is not None:
+            memory = float(device.hbm.capacity) / 2**30
+            found["memory_fraction"] = round((memory - self.memory_reserve_gib) / memory, 3)
+        return found
 
 
 class ReleaseDefaults(Spec):
@@ -308,17 +328,10 @@ UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], 
     ("sglang", (0, 0, 0), (0, 4, 0), "SGLang before 0.4 (2024): the SGLang 0.4 profile's host overhead is that of "
      "the zero-overhead (overlap) batch scheduler introduced with v0.4 (SGLang v0.4 blog, 2024-12-04), and "
      "its CUDA-graph and MLA defaults were read in 2025 releases"),
-    ("sglang", (0, 4, 6), (0, 5, 0), "SGLang 0.4.6-0.4.10.post2 (0.4.5.post3, refused for want of a profile, already "
-     "has the first two changes): their defaults depend on the device in ways no profile field holds. "
-     "mem_fraction_static is (memory - 13 GiB) / memory on a GPU of more than 80 GiB (0.4.5.post3-0.4.7) and (memory - "
-     "reserved) / memory from 0.4.8, the reserve set by device class and tp x pp ((9.5 + tp x pp / 2) GiB at 35-90 "
-     "GiB, 12 + tp x pp / 2 to 160, 32 above, + 4 with DP attention: ServerArgs.__post_init__); CUDA graphs reach 256 "
-     "sequences above 80 GiB (get_batch_sizes_to_capture); chunked_prefill_size is 16384 from 160 GiB (0.4.8); and "
-     "from 0.4.9.post4 DP-attention graphs pad every rank to the largest again (DPPaddingMode.MAX_LEN in CUDA graphs). "
-     "Read in the PyPI wheels; a profile needs a per-device (and per-tp) memory_fraction"),
-    ("sglang", (0, 6, 0), (99, 0, 0), "SGLang 0.6 and later (1.x included): no such release was on PyPI when "
-     "the profiles were read (2026-12: the latest was 0.5.23), so none was read; the sglang-0.5 profile is not "
-     "assumed to describe them"),
+    ("sglang", (0, 5, 24), (99, 0, 0), "SGLang 0.5.24 and later (0.6 and 1.x included): no such release was on "
+     "PyPI when the 0.5.x profiles were read (2026-12: the latest was 0.5.23), so none was read, and the 0.5.x "
+     "releases changed their memory reserve, chunk and CUDA-graph defaults three times (0.5.3, 0.5.10, 0.5.20): "
+     "later ones are not assumed to keep 0.5.23's (the sglang-0.5 profile)"),
     ("vllm", (0, 35, 0), (99, 0, 0), "vLLM 0.35 and later (1.x included): no release after 0.34.0 was on PyPI "
      "when the 0.29-0.34 profiles were read (2026-12), and 0.34.0 changed the KV-cache sizing (extensible KV "
      "cache), the page size and the decode CUDA-graph sizes, so later releases are not assumed to keep them. "
