@@ -44,11 +44,12 @@ BOUNDARIES = [
     ("TensorRT-LLM 0.22.0", REFUSED),  # no such release: 1.0 followed 0.21
     ("TensorRT-LLM 1.0.0", "tensorrt-llm-1.0"), ("TensorRT-LLM 1.1.0rc2", "tensorrt-llm-1.0"),
     # SGLang: before the v0.4 overlap scheduler | 0.4 | 0.4.4 | 0.4.4.post1-0.4.5.post2 (read in their PyPI wheels)
-    # | 0.4.5.post3-0.4.10.post2 (device-dependent memory defaults) | 0.5 and later
+    # | 0.4.5.post3-0.4.10.post2 (device tiers: memory share, chunk and graph sizes) | 0.5.x | 0.5.24 and later
     ("sglang 0.1.14", REFUSED), ("SGLang v0.3.6", REFUSED),
     ("SGLang 0.4.0", "sglang-0.4"), ("SGLang 0.4.3.post2", "sglang-0.4"), ("sglang 0.4", "sglang-0.4"),
-    ("sglang 0.4.4", "sglang-0.4.4"), ("SGLang v0.4.10", REFUSED), ("SGLang 0.4.6.post5", REFUSED),
-    ("sglang==0.5.0", "sglang-0.5"), ("SGLang v0.5.4", "sglang-0.5"),
+    ("sglang 0.4.4", "sglang-0.4.4"), ("SGLang v0.4.10", "sglang-0.4.9.post4"),
+    ("SGLang 0.4.6.post5", "sglang-0.4.6.post2"),
+    ("sglang==0.5.0", "sglang-0.5.0"), ("SGLang v0.5.4", "sglang-0.5.3"), ("SGLang 0.5.23", "sglang-0.5"),
 ]
 
 

@@ -275,8 +275,7 @@ def on_device(engine: Engine, device: Device) -> Engine:
     tier = next((t for t in engine.device_defaults if t.fits(device)), None)
     if tier is None:
         return engine
-    update = {k: v for k in ("max_batch", "max_batched_tokens", "graph_max_batch")
-              if (v := getattr(tier, k)) is not None and v != getattr(engine, k)}
+    update = {k: v for k, v in tier.settings(device).items() if v != getattr(engine, k)}
     return engine.model_copy(update=update) if update else engine
 
 
