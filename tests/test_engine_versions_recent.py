@@ -8,7 +8,7 @@ import re
 import pytest
 
 from armillary.errors import SpecError
-from armillary.serving.engine import LAUNCH_RULES, Engine, engine_for, load_engine, on_device
+from armillary.serving.engine import OPTIONAL_RULES, Engine, engine_for, load_engine, on_device
 from armillary.specs.loading import load_system
 from armillary.validation.run import DEFAULT_CSV, read_rows
 from armillary.validation.vocabulary import framework_words
@@ -115,7 +115,7 @@ def test_each_profile_differs_from_its_neighbour_only_in_what_its_release_change
 @pytest.mark.parametrize("name", NEW + SGLANG_05)
 def test_every_field_of_the_new_profiles_is_read_at_its_release_or_an_assumption(name: str) -> None:
     engine = load_engine(name)
-    unset_rules = {k for k in LAUNCH_RULES if k not in engine.model_fields_set}  # no such rule: nothing to source
+    unset_rules = {k for k in OPTIONAL_RULES if k not in engine.model_fields_set}  # no such rule: nothing to source
     numbers = [k for k in Engine.model_fields if k not in ("name", "matches", "sources") and k not in unset_rules]
     for field in numbers:
         text = engine.sources.get(field, "")

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from armillary.errors import SpecError
 from armillary.presets.registry import preset_names
-from armillary.serving.engine import LAUNCH_RULES, Engine, load_engine, with_engine
+from armillary.serving.engine import OPTIONAL_RULES, Engine, load_engine, with_engine
 from armillary.serving.simulate import SchedulerLimits, simulate_replica
 from armillary.serving.trace import arrival_times, benchmark_trace, scaled
 from armillary.specs.workload import Arrivals, Inference, Policy
@@ -162,10 +162,10 @@ def test_arrival_modes():
 def test_engine_profiles_load_with_a_source_for_every_number():
     names = preset_names("engines")
     assert {"tensorrt-llm-0.6", "vllm-0.6", "vllm-0.8", "sglang-0.4"} <= set(names)
-    numbers = [k for k, f in Engine.model_fields.items() if k not in ("name", "matches", "sources", *LAUNCH_RULES)]
+    numbers = [k for k, f in Engine.model_fields.items() if k not in ("name", "matches", "sources", *OPTIONAL_RULES)]
     for name in names:
         engine = load_engine(name)
-        stated = set(numbers) | (engine.model_fields_set & set(LAUNCH_RULES) - {"releases"})  # left out: none
+        stated = set(numbers) | (engine.model_fields_set & set(OPTIONAL_RULES) - {"releases"})  # left out: none
         assert stated <= set(engine.sources), (name, stated - set(engine.sources))
         for tier in engine.releases:  # each release range sources what it sets
             assert tier.model_fields_set - {"since", "before", "sources"} <= set(tier.sources), (name, tier.since)

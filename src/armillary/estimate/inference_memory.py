@@ -76,12 +76,17 @@ def kv_blocks(capacity_bytes: float, per_token_bytes: float, block_tokens: int) 
     return int(capacity_bytes // (per_token_bytes * block_tokens)) if per_token_bytes > 0 else 2**62 // block_tokens
 
 
-def kv_budget(r: ReplicaModel, w: Inference, memory: InferenceMemory, of_total: bool = False) -> tuple[Array, Array]:
+def kv_budget(r: ReplicaModel, w: Inference, memory: InferenceMemory, of_total: bool = False,
+              activations_outside: bool = False) -> tuple[Array, Array]:
     """(HBM left after weights and activations, the share of it the KV cache may take) per device. With
     `of_total` the fraction caps the whole memory and the KV cache takes what weights and activations leave
-    of that cap (vLLM's gpu_memory_utilization, Worker.determine_num_available_blocks). Broadcasts."""
+    of that cap (vLLM's gpu_memory_utilization, Worker.determine_num_available_blocks), or what the weights
+    alone leave of it where the activations live outside the share (`activations_outside`: SGLang's
+    mem_fraction_static, ModelRunner.profile_max_num_token: rest = available - total x (1 - share), measured
+    after loading the weights, before any forward pass). Broadcasts."""
     capacity = float(r.system.device.hbm.capacity)
     free = capacity - memory.weights - memory.activations
     if of_total:
-        return free, np.maximum(0.0, w.kv_cache.memory_fraction * capacity - (memory.weights + memory.activations))
+        inside = memory.weights if activations_outside else memory.weights + memory.activations
+        return free, np.minimum(free, np.maximum(0.0, w.kv_cache.memory_fraction * capacity - inside))
     return free, w.kv_cache.memory_fraction * free

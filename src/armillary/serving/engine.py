@@ -119,6 +119,11 @@ class Engine(NamedByPatterns):
                                   "(vLLM gpu_memory_utilization, SGLang mem_fraction_static): the KV cache gets "
                                   "that share less weights and activations; false: a share of what they leave "
                                   "(TensorRT-LLM kv_cache_free_gpu_mem_fraction)")
+    activations_outside_share: bool = Field(False, description="with memory_of_total, the share holds the weights "
+                                            "and the KV cache only: activations live in the memory it leaves "
+                                            "(SGLang mem_fraction_static: ModelRunner.profile_max_num_token sizes "
+                                            "the pool before any forward pass); false: the share less the "
+                                            "profiled activations (vLLM Worker.determine_available_memory)")
     decode_attention: DecodeAttention = Field(description="how the decode kernel reads a GQA model's cache")
     mla_decode: MlaDecode = Field(MlaDecode.ABSORBED, description="how decode runs multi-head latent attention "
                                   "(DeepSeek): absorbed over the latent cache, or per-head K/V expanded")
@@ -188,6 +193,9 @@ class Engine(NamedByPatterns):
 # profile that leaves one out states none, and needs no source for it
 LAUNCH_RULES = ("mla_without_chunked_prefill", "mla_forces_no_chunked_prefill", "long_context_chunked_prefill_above",
                 "chunked_token_budget", "unchunked_token_budget_floor", "attention_dp_budget_divisor", "releases")
+# Every field whose default is "no such rule" (the launch rules, and the memory share that leaves the activations
+# out): a profile sources them only where it sets them
+OPTIONAL_RULES = (*LAUNCH_RULES, "activations_outside_share")
 
 
 # Short kernels of a decoder layer in a decode step: those that end before the host has launched the next

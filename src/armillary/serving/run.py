@@ -124,7 +124,8 @@ def _limits(r: ReplicaModel, w: Inference, largest_prompt: int, engine: Engine |
     sv = w.serving
     pass_tokens = sv.max_batched_tokens if sv.chunked_prefill else max(sv.max_batched_tokens, largest_prompt)
     memory = inference_memory(r, w, float(sv.max_batch), float(pass_tokens))
-    free, budget = kv_budget(r, w, memory, engine is not None and engine.memory_of_total)
+    free, budget = kv_budget(r, w, memory, engine is not None and engine.memory_of_total,
+                             engine is not None and engine.activations_outside_share)
     if free <= 0:
         raise SpecError(f"weights ({float(memory.weights) / 2**30:.1f} GiB) and activations leave no room for a KV "
                         f"cache on {r.system.device.name}")
