@@ -332,6 +332,13 @@ UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], 
      "in 0.17, and the 1.x profile's CUDA graphs by default (PR #5480) and block reuse by default are the "
      "PyTorch backend's; the engine-build defaults of these releases (max_batch_size, max_num_tokens, "
      "tokens_per_block, enable_kv_cache_reuse) are not read here"),
+    ("tensorrt-llm", (1, 3, 0), (99, 0, 0), "TensorRT-LLM 1.3 and later: no release after 1.2.1 was on PyPI when the "
+     "1.1-1.2 profile was read (2026-12), none was read, and the latest LLM API reference (1.4.0rc docs) shows "
+     "KvCacheConfig use_kv_cache_manager_v2 'auto' (False, a prototype, in the 1.2 cycle): a new KV cache manager "
+     "whose sizing was not read; main also changed the padded CUDA-graph sizes to every 64 sequences (PR #12895, "
+     "April 2026). So the tensorrt-llm-1.1 profile is not assumed to describe them. Unversioned TensorRT-LLM rows keep "
+     "the tensorrt-llm-1.0 profile (the validation rows without a version are TensorRT-LLM 1.0's performance "
+     "overview)"),
     ("sglang", (0, 0, 0), (0, 4, 0), "SGLang before 0.4 (2024): the SGLang 0.4 profile's host overhead is that of "
      "the zero-overhead (overlap) batch scheduler introduced with v0.4 (SGLang v0.4 blog, 2024-12-04), and "
      "its CUDA-graph and MLA defaults were read in 2025 releases"),
