@@ -34,7 +34,8 @@ BOUNDARIES = [
     ("vllm 0.28", "vllm-0.28"), ("vllm 0.29", "vllm-0.29"),
     ("vLLM 0.30.2", "vllm-0.29"), ("vLLM 0.35.0", REFUSED), ("vllm 1.0.0", REFUSED), ("vLLM v1.2", REFUSED),
     # TensorRT-LLM: first release 0.5 | TensorRT engines 0.5-0.8 | trtllm-build + C++ executor 0.9-0.16 |
-    # PyTorch backend without CUDA graphs 0.17-0.21 | 1.x (CUDA graphs by default, PR #5480)
+    # PyTorch backend without CUDA graphs 0.17-0.21 | 1.0 (CUDA graphs by default, PR #5480) | 1.1-1.2 | 1.3 and later
+    # (not read)
     ("TensorRT-LLM 0.4.0", REFUSED),
     ("TensorRT-LLM v0.5.0", "tensorrt-llm-0.6"), ("TensorRT-LLM 0.8.0", "tensorrt-llm-0.6"),
     ("trtllm 0.7.1", "tensorrt-llm-0.6"),
@@ -42,7 +43,8 @@ BOUNDARIES = [
     ("trtllm 0.16.0", REFUSED),
     ("TensorRT-LLM 0.17.0", "tensorrt-llm-0.17"), ("TensorRT-LLM v0.21.0", "tensorrt-llm-0.17"),
     ("TensorRT-LLM 0.22.0", REFUSED),  # no such release: 1.0 followed 0.21
-    ("TensorRT-LLM 1.0.0", "tensorrt-llm-1.0"), ("TensorRT-LLM 1.1.0rc2", "tensorrt-llm-1.0"),
+    ("TensorRT-LLM 1.0.0", "tensorrt-llm-1.0"), ("TensorRT-LLM 1.1.0rc2", "tensorrt-llm-1.1"),
+    ("TensorRT-LLM 1.2.1", "tensorrt-llm-1.1"), ("TensorRT-LLM 1.3.0rc27", REFUSED),  # test_engine_versions_trtllm
     # SGLang: before the v0.4 overlap scheduler | 0.4 | 0.4.4 | 0.4.4.post1-0.4.5.post2 (read in their PyPI wheels)
     # | 0.4.5.post3-0.4.10.post2 (device tiers: memory share, chunk and graph sizes) | 0.5.x | 0.5.24 and later
     ("sglang 0.1.14", REFUSED), ("SGLang v0.3.6", REFUSED),
@@ -92,7 +94,7 @@ def test_the_refusal_names_the_version_the_reason_and_every_profile_of_its_famil
 def test_the_undescribed_ranges_lie_outside_every_profiles_versions() -> None:
     for family, low, high, _ in UNDESCRIBED:
         if high == (99, 0, 0):  # open-ended: every later release refused too
-            for version in (low, (low[0], low[1] + 3, 2), (1, 0, 0), (2, 1, 0)):
+            for version in (low, (low[0], low[1] + 3, 2), *(v for v in ((1, 0, 0), (2, 1, 0)) if v > low)):
                 with pytest.raises(SpecError, match="(?i)has no engine profile: " + family.split("-")[0]):
                     engine_for(f"{family} {'.'.join(map(str, version))}")
             continue

@@ -12,7 +12,7 @@ import pytest
 
 from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import LAUNCH_RULES, UNDESCRIBED, Engine, engine_for, load_engine, overheads
+from armillary.serving.engine import OPTIONAL_RULES, UNDESCRIBED, Engine, engine_for, load_engine, overheads
 from armillary.specs.loading import load_model
 from armillary.validation.run import DEFAULT_CSV, read_rows
 from armillary.validation.vocabulary import framework_words
@@ -66,7 +66,7 @@ def test_1_1_differs_from_1_0_only_in_the_graph_limit() -> None:
 
 def test_every_field_of_the_1_1_profile_is_read_or_an_assumption() -> None:
     engine = load_engine("tensorrt-llm-1.1")
-    unset_rules = {k for k in LAUNCH_RULES if k not in engine.model_fields_set}
+    unset_rules = {k for k in OPTIONAL_RULES if k not in engine.model_fields_set}
     numbers = [k for k in Engine.model_fields if k not in ("name", "matches", "sources") and k not in unset_rules]
     for field in numbers:
         assert re.match(r"(read|assumption)", engine.sources.get(field, "")), field
@@ -95,8 +95,6 @@ def test_no_validation_row_names_trtllm_1_1_or_later() -> None:
             assert (int(found.group(2)), int(found.group(3))) < (1, 1), (row["id"], words)
 
 
-@pytest.mark.xfail(strict=True, reason="engine_for takes a pattern matching words after the version (the 1.0 "
-                   "profile's trtllm-serve) as matching the version: /tmp/h/patch_J_2.diff")
 @pytest.mark.parametrize(("framework", "profile"), [
     ("TRT-LLM 1.2, trtllm-serve --tp_size 8", "tensorrt-llm-1.1"),  # 11 characters of version, 12 of command
     ("TensorRT-LLM 1.3.0rc27: trtllm-serve --tp_size 8", REFUSED),

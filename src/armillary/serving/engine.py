@@ -367,9 +367,10 @@ def _family_version(found: re.Match[str]) -> tuple[str, int, int, int]:
 
 
 def _reaches(engine: Engine, framework: str, version: int) -> bool:
-    """Whether one of the engine's patterns matches `framework` into the version that starts at `version`
-    (the version, not just the engine's name)."""
-    return any((m := re.search(p, framework, re.I)) is not None and m.end() > version for p in engine.matches)
+    """Whether one of the engine's patterns matches `framework` across the version that starts at `version`
+    (the version, not just the engine's name, nor words after it such as a trtllm-serve command)."""
+    return any((m := re.search(p, framework, re.I)) is not None and m.start() <= version < m.end()
+               for p in engine.matches)
 
 
 def engine_for(framework: str, field: str = "framework") -> Engine | None:
@@ -381,7 +382,10 @@ def engine_for(framework: str, field: str = "framework") -> Engine | None:
               for name in preset_names("engines") for engine in (load_engine(name),)]
     best = max(scored, key=lambda s: s[0], default=None)
     versioned = _VERSIONED.search(framework)
-    if versioned is not None and (best is None or best[0] == 0 or not _reaches(best[2], framework, versioned.start(2))):
+    if versioned is not None:  # the longest match among the profiles that match the version itself
+        best = max((s for s in scored if s[0] > 0 and _reaches(s[2], framework, versioned.start(2))),
+                   key=lambda s: s[0], default=None)
+    if versioned is not None and best is None:
         family, major, minor, patch = _family_version(versioned)
         why = next((reason for fam, low, high, reason in UNDESCRIBED
                     if fam == family and low <= (major, minor, patch) < high), "no profile describes this version")

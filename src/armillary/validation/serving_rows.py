@@ -182,8 +182,16 @@ def _trtllm_bench(row: dict[str, str], client: Benchmark, engine: Engine, model:
     the device preset's (trtllm-bench reads NVML's total); pipeline stages are not read (pp 1)."""
     text = f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}"
     if (client.mode is not Mode.OFFLINE or not re.search(r"trtllm-bench", text, re.I)
-            or not engine.name.startswith("TensorRT-LLM 1") or model.mla is not None
-            or model.published is None):
+            or not engine.name.startswith("TensorRT-LLM 1")):
+        return engine
+    if engine.graph_max_batch is not None:
+        # trtllm-bench's get_settings passes cuda_graph_config {enable_padding: True, max_batch_size: its max batch}
+        # (bench/benchmark/utils/general.py, 1.0-1.2): decode graphs to its whole batch, not TorchLlmArgs' default
+        # 128 of trtllm-serve (the tensorrt-llm-1.1 profile's graph_max_batch)
+        notes.append(f"trtllm-bench captures decode CUDA graphs to its max batch ({engine.name} trtllm-serve: "
+                     f"{engine.graph_max_batch})")
+        engine = engine.model_copy(update={"graph_max_batch": None})
+    if model.mla is not None or model.published is None:
         return engine
     flags = _flags(row)
     if _flag("max-batch-size", flags) is not None or _flag("max-num-tokens", flags) is not None:
