@@ -10,7 +10,10 @@ Run: python tools/calibrate.py DEVICE ROW-PREFIX... [--flash-only] [--precision 
   --wide         a wide grid for a device far from its copied curve (scale 0.3-1.3, small-GEMM end 0.4-1.0)
   --precision P  use only rows of training precision P and fit the device's GEMM curve for P (fp8
                  GEMMs follow their own curve; the attention efficiency stays); without it the base
-                 curve and the attention efficiency are fitted on all rows
+                 curve and the attention efficiency are fitted on all rows. A device without a curve of its
+                 own for P (fp8 read from the 16-bit curve at equal kernel time, Device.gemm_efficiency) has
+                 its 16-bit curve fitted on the P rows
+  --scales A,B.. --lows A,B.. --flash3s A,B..   the grid's values instead of the defaults (a narrow refit)
   --also D[,D]   devices of the same silicon at other peaks (a package at another power limit): their rows
                  join the fit and take the same curve and attention efficiencies, each at its own peaks
 
@@ -26,6 +29,10 @@ What the shipped presets were calibrated on (README, Validation):
                   TR-MBRIDGE-25.11-GB200-10 TR-MBRIDGE-25.11-GB200-11 --precision fp8 --flash3 --wide --also gb200
                   (the MoE and GB300 rows held out)
   a100-sxm4-80gb, with the attention length overhead: --flash-only on TR-FOUNDRY again (0.3 kept)
+  b200, gb200, since fp8 reads the 16-bit curve at equal kernel time: not re-fitted (the dense rows moved
+                  0.6 points or less); the check, on the same rows: --precision fp8 --flash3 --also gb200
+                  --scales 0.94,0.96,0.98,1.0,1.02,1.04 --lows 0.8,0.9,1.0,1.1,1.2,1.4 --flash3s 0.36,0.38,0.4,0.42
+                  (docs/hardware.md "fp8 at equal kernel time")
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ def main() -> None:
     with_flash3 = "--flash3" in sys.argv  # also fit the FlashAttention-3 efficiency
     base = load_device(args[0])
     also = {load_device(name).name for name in (_option("--also") or "").split(",") if name}
-    args = [a for a in args if a != _option("--also")]
+    args = [a for a in args if a not in {_option(o) for o in ("--also", "--scales", "--lows", "--flash3s")}]
     sharing = {base.name} | also  # devices that take the fitted curve
     prefixes = tuple(args[1:])
     target = Precision(precision) if precision else None
@@ -78,7 +85,9 @@ def main() -> None:
 
     rows = [r for r in read_rows() if r["id"].startswith(prefixes) and r["kind"] == "training" and selected(r)]
     print(f"{len(rows)} rows on {base.name}" + (f" at {target.value}" if target else ""))
-    start = base.gemm_efficiency(target) if target else base.matrix_efficiency
+    # the curve fitted: P's own, or the 16-bit curve where P's is read from it (Device.gemm_efficiency)
+    fits_base = target is None or target not in base.matrix_efficiency_by_precision
+    start = base.matrix_efficiency if fits_base else base.matrix_efficiency_by_precision[target]
     pts = np.array(start.points)
     wide = "--wide" in sys.argv
     scales = ((1.0,) if flash_only else np.arange(0.30, 1.32, 0.02) if wide else np.arange(0.9, 1.32, 0.04)
@@ -86,6 +95,13 @@ def main() -> None:
     lows = (1.0,) if flash_only else (0.4, 0.6, 0.8, 1.0) if wide else (0.8, 1.0) if with_flash3 else (0.6, 0.8, 1.0)
     flash3s = ((0.2, 0.22, 0.25, 0.28, 0.3, 0.32, 0.35, 0.38, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7) if with_flash3
                else (base.flash3_attention_efficiency,))
+    def listed(name: str) -> tuple[float, ...] | None:
+        values = _option(name)
+        return tuple(float(v) for v in values.split(",")) if values else None
+
+    scales = listed("--scales") or scales
+    lows = listed("--lows") or lows
+    flash3s = listed("--flash3s") or flash3s
     uses_flash = any(rows_mod.row_specs(r)[0].strategy.attention.value == "flash" for r in rows)
     # attention runs in 16 bit: its efficiencies are fitted with the 16-bit curve, not with fp8's
     sixteen_bit = target is None or target in (Precision.BF16, Precision.FP16)
@@ -101,7 +117,7 @@ def main() -> None:
             curve = EfficiencyCurve(points=[[float(x), float(min(y, 1.0))]
                                             for x, y in zip(pts[:, 0], eff, strict=True)])
             update: dict[str, object] = {"flash_attention_efficiency": flash, "flash3_attention_efficiency": flash3}
-            if target is None:
+            if fits_base:
                 update["matrix_efficiency"] = curve
             else:
                 update["matrix_efficiency_by_precision"] = {**base.matrix_efficiency_by_precision, target: curve}

@@ -226,15 +226,27 @@ class Device(Spec):
         )
 
     def gemm_efficiency(self, precision: Precision) -> EfficiencyCurve:
-        """The GEMM efficiency curve at `precision`. A block-scaled precision without a curve of its own takes
-        its base's (mxfp8: fp8's; nvfp4, mxfp4: fp8's) read at equal kernel time, as an uncalibrated device
-        reads its prior's (tools/device_prior.py): a GEMM of F FLOPs at the faster peak P runs as long as one
-        of F x P_base / P at P_base, so it reaches that GEMM's efficiency [derived; docs/fp4.md]."""
+        """The GEMM efficiency curve at `precision`. A precision without a curve of its own reads its base's at
+        equal kernel time, as an uncalibrated device reads its prior's (tools/device_prior.py): a GEMM of F FLOPs
+        at the faster peak P runs as long as one of F x P_base / P at P_base, so it reaches that GEMM's
+        efficiency [derived; docs/fp4.md, docs/hardware.md "fp8 at equal kernel time"]. Bases: a block-scaled
+        precision (mxfp8, nvfp4, mxfp4) reads fp8's; fp8 reads the 16-bit curve (`matrix_efficiency`), so a
+        faster MMA shortens the large GEMMs and not the fixed costs of the small ones (B200 cuBLAS bf16 against
+        CUTLASS fp8 at M 64-1024: 1.1-1.7x, not 2x; vllm-project/vllm PR #19566). Every other precision takes
+        `matrix_efficiency` as it is."""
         own = self.matrix_efficiency_by_precision.get(precision)
-        if own is not None or not precision.block_scaled:
-            return own or self.matrix_efficiency
-        base = self.gemm_efficiency(Precision.FP8)
-        ratio = self.matrix_peak(precision) / self.matrix_peak(Precision.FP8)
+        if own is not None:
+            return own
+        if precision.block_scaled:
+            base_precision = Precision.FP8
+        elif precision is Precision.FP8 and Precision.FP8 in self.matrix_flops:
+            base_precision = Precision.BF16
+        else:
+            return self.matrix_efficiency
+        base = self.gemm_efficiency(base_precision)
+        ratio = self.matrix_peak(precision) / self.matrix_peak(base_precision)
+        if ratio == 1.0:
+            return base
         return EfficiencyCurve(points=tuple((size * ratio, e) for size, e in base.points))
 
     @property
