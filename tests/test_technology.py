@@ -127,11 +127,11 @@ def test_a100_to_b200_training_chain_direction_and_size() -> None:
 SERVING = (
     ((Step("A100 bf16", "dgx-a100", {**B16, "attention": "flash"}), {}), 1.0),
     ((Step("B200 bf16", "dgx-b200", {**B16, "attention": "flash3"}), {}), 2.80),
-    ((Step("B200 fp8", "dgx-b200", {**F8, "attention": "flash3"}), {"weights": ["fp8"], "kv_cache": ["fp8"]}), 15.89),
+    ((Step("B200 fp8", "dgx-b200", {**F8, "attention": "flash3"}), {"weights": ["fp8"], "kv_cache": ["fp8"]}), 10.77),
     ((Step("B200 nvfp4", "dgx-b200", {"precision": "bf16", "block_format": "nvfp4", "attention": "flash3"}),
-      {"kv_cache": ["fp8"]}), 21.24),
+      {"kv_cache": ["fp8"]}), 20.07),
     ((Step("GB200 nvfp4", "gb200-nvl72", {"precision": "bf16", "block_format": "nvfp4", "attention": "flash3"}),
-      {"kv_cache": ["fp8"]}), 22.45),
+      {"kv_cache": ["fp8"]}), 21.39),
 )
 
 
