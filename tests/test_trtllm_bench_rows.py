@@ -4,8 +4,9 @@ of a ModelOpt FP8 checkpoint served with kv_cache dtype "auto"."""
 
 import pytest
 
+from armillary.serving.trtllm_bench import trtllm_bench_limits
 from armillary.specs.workload import StoredPrecision
-from armillary.validation.serving_rows import serving_row_specs, trtllm_bench_limits
+from armillary.validation.serving_rows import serving_row_specs
 
 # INF-TRT10-02 as the TensorRT-LLM 1.0 performance overview's row reads
 ROW = {

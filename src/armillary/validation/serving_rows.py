@@ -9,7 +9,6 @@ and written down.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -35,12 +34,13 @@ from armillary.serving.engine import (
 )
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace
+from armillary.serving.trtllm_bench import trtllm_bench_engine
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.model import Model
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Device, System
-from armillary.specs.workload import Inference, LengthDistribution, StoredPrecision
+from armillary.specs.workload import Inference, LengthDistribution
 from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.inference_rows import InferenceRowSpecs
 from armillary.validation.model_words import model_preset_for
@@ -133,82 +133,20 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
     return launched
 
 
-# trtllm-bench's tuning heuristic for the runtime limits it passes when a run states neither --max_batch_size
-# nor --max_num_tokens (TensorRT-LLM 1.0: tensorrt_llm/bench/benchmark/utils/general.py get_settings ->
-# bench/build/build.py get_benchmark_engine_settings -> bench/build/tuning.py calc_engine_setting and
-# finetune_setting; BYTES_PER_ELEM: FP8 1, NVFP4 0.5, unquantized 2)
-_BENCH_REQUEST_CAP, _BENCH_TOKEN_CAP = 4096, 32768
-
-
-def trtllm_bench_limits(params: float, weight_bytes: float, kv_bytes_per_token: float, device_gib: float,
-                        gpus: int, pp: int, isl: int, osl: int, fraction: float, max_isl: int | None = None,
-                        chunked: bool = False) -> tuple[int, int]:
-    """(max_batch_size, max_num_tokens) trtllm-bench 1.x sets for a dataset of mean lengths isl / osl.
-
-    calc_engine_setting: the KV memory is `fraction` of the GPUs' total memory (NVML, GiB) less the weights
-    (params x bytes per element), the requests it holds are that over (isl + osl) tokens of
-    `kv_bytes_per_token` (2 x attention layers x max(tp, kv heads) x head size x KV bytes, over all GPUs);
-    finetune_setting rounds "slightly optimistic": the requests (at most 4096, per pipeline stage) up to a
-    multiple of 32 (at least 64) below 256, of 128 below 1024, else of 256; the tokens, requests x (1 + isl /
-    osl) capped at 32768, up to a multiple of 256 (at least 2048) below 4096, of 512 below 8192, else of 1024.
-    get_settings: without chunked prefill the tokens are at least the longest prompt plus the batch."""
-    available_gib = device_gib * gpus - params * weight_bytes / 2**30
-    requests = available_gib * fraction / (kv_bytes_per_token / 2**30 * (isl + osl))
-    raw_batch = min(requests, _BENCH_REQUEST_CAP) / pp
-    raw_tokens = min(raw_batch * (1 + isl / osl), _BENCH_TOKEN_CAP)
-    if raw_batch < 256:
-        batch = max(64, 32 * math.ceil(raw_batch / 32))
-    elif raw_batch < 1024:
-        batch = 128 * math.ceil(raw_batch / 128)
-    else:
-        batch = 256 * math.ceil(raw_batch / 256)
-    if raw_tokens < 4096:
-        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
-    elif raw_tokens < 8192:
-        tokens = 512 * math.ceil(raw_tokens / 512)
-    else:
-        tokens = 1024 * math.ceil(raw_tokens / 1024)
-    if not chunked:
-        tokens = max(tokens, (isl if max_isl is None else max_isl) + batch)
-    return batch, tokens
-
-
-def _trtllm_bench(row: dict[str, str], client: Benchmark, engine: Engine, model: Model, fp8: bool,
-                  inference: Inference, tp: int, system: System, notes: list[str]) -> Engine:
-    """A trtllm-bench throughput run of TensorRT-LLM 1.x that states neither --max_batch_size nor
-    --max_num_tokens: the limits its heuristic sets (`trtllm_bench_limits`) in place of trtllm-serve's
-    defaults, sized for the workload's KV-cache precision (the checkpoint's: `_modelopt_kv_fp8`) and the
-    engine's memory fraction (trtllm-bench --kv_cache_free_gpu_mem_fraction, default .90). The GPUs' memory is
-    the device preset's (trtllm-bench reads NVML's total); pipeline stages are not read (pp 1)."""
+def _trtllm_bench(row: dict[str, str], client: Benchmark, engine: Engine, model: Model, inference: Inference,
+                  tp: int, device: Device, notes: list[str]) -> Engine:
+    """The engine as trtllm-bench throughput launches it (`serving.trtllm_bench.trtllm_bench_engine`) where
+    the row is an offline trtllm-bench run of TensorRT-LLM 1.x; its heuristic's limits unless the row states
+    --max_batch_size or --max_num_tokens."""
     text = f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}"
     if (client.mode is not Mode.OFFLINE or not re.search(r"trtllm-bench", text, re.I)
             or not engine.name.startswith("TensorRT-LLM 1")):
         return engine
-    if engine.graph_max_batch is not None:
-        # trtllm-bench's get_settings passes cuda_graph_config {enable_padding: True, max_batch_size: its max batch}
-        # (bench/benchmark/utils/general.py, 1.0-1.2): decode graphs to its whole batch, not TorchLlmArgs' default
-        # 128 of trtllm-serve (the tensorrt-llm-1.1 profile's graph_max_batch)
-        notes.append(f"trtllm-bench captures decode CUDA graphs to its max batch ({engine.name} trtllm-serve: "
-                     f"{engine.graph_max_batch})")
-        engine = engine.model_copy(update={"graph_max_batch": None})
-    if model.mla is not None or model.published is None:
-        return engine
     flags = _flags(row)
-    if _flag("max-batch-size", flags) is not None or _flag("max-num-tokens", flags) is not None:
-        return engine
-    # BYTES_PER_ELEM of the KV cache's quant algo: FP8 1, NVFP4 0.5, anything else 2
-    precision = inference.kv_cache.precision
-    kv_bytes = {StoredPrecision.FP8: 1.0, StoredPrecision.NVFP4: 0.5}.get(precision, 2.0) if precision else 2.0
-    head = model.head_dim or model.hidden // model.heads
-    per_token = 2 * model.layers * max(tp, model.kv_heads or model.heads) * head * kv_bytes
-    device_gib = system.device.memory[0].capacity / 2**30
-    batch, tokens = trtllm_bench_limits(float(model.published.total), 1.0 if fp8 else 2.0, per_token,
-                                        device_gib, tp, 1, inference.input_len, inference.output_len,
-                                        engine.memory_fraction, chunked=engine.chunked_prefill)
-    notes.append(f"trtllm-bench limits from its heuristic (bench/build/tuning.py calc_engine_setting): "
-                 f"{batch} sequences, {tokens} tokens ({precision or '16-bit'} KV cache, "
-                 f"{engine.memory_fraction:g} of the memory left by the weights)")
-    return engine.model_copy(update={"max_batch": batch, "max_batched_tokens": tokens})
+    stated = _flag("max-batch-size", flags) is not None or _flag("max-num-tokens", flags) is not None
+    engine, assumed = trtllm_bench_engine(engine, model, inference, tp, device, limits=not stated)
+    notes.extend(assumed)
+    return engine
 
 
 def dp_attention(row: dict[str, str]) -> bool:
@@ -371,7 +309,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
                                         **_experts(row, model, tp, notes)})
     notes.append(f"tp={tp}, {attention} attention, {system.name} preset")
     inference = workload_for(client, Inference.model_validate(workload))
-    engine = _trtllm_bench(row, client, engine, model, fp8, inference, tp, system, notes)
+    engine = _trtllm_bench(row, client, engine, model, inference, tp, system.device, notes)
     held = _held(client, model, strategy, inference, system, engine, notes)
     lengths = LengthDistribution.SHAREGPT if varied else LengthDistribution.FIXED
     inference = inference.model_copy(update={"serving": inference.serving.model_copy(update={"lengths": lengths})})
