@@ -94,6 +94,16 @@ class ReleaseDefaults(Spec):
         """Whether the releases from `first` up to `after` all lie within this range."""
         return _release(self.since) <= first and after <= _release(self.before)
 
+    def settings(self) -> dict[str, Any]:
+        """The Engine fields these releases set (those left unset omitted)."""
+        return {k: v for k in type(self).model_fields if k not in ("since", "before", "sources")
+                and (v := getattr(self, k)) is not None}
+
+    @property
+    def span(self) -> str:
+        """The releases in words."""
+        return f"releases {self.since} to before {self.before}"
+
 
 def _release(version: str) -> tuple[int, int, int]:
     """(major, minor, patch) of "0.7" or "0.7.1" (patch 0 where not given)."""
@@ -411,39 +421,53 @@ def stated_releases(text: str) -> tuple[tuple[int, int, int], tuple[int, int, in
 
 def resolve_defaults(engine: Engine, version: str = "", *, mla: bool = False, max_model_len: int | None = None,
                      attention_dp: int = 1, flags: dict[str, Any] | None = None) -> tuple[Engine, tuple[str, ...]]:
-    """The engine as launched (the one source of these rules for `armillary serve`, the API and the
-    validation harness): the defaults of the releases `version` names (its `releases`, "vllm==0.6.3"; none
-    named: the profile's), the launch's `flags` (Engine fields the launch sets: a row's command line, a
-    workload's chunked_prefill), then what the engine derives from the model and the launch where the flags
-    leave it: chunked prefill (and prefix caching) off for a model with multi-head latent attention whatever the
-    flags (`mla`, `mla_forces_no_chunked_prefill`) or where they leave it (`mla_without_chunked_prefill`), on
-    for a context longer than `long_context_chunked_prefill_above` (`max_model_len`: the model's unless the
-    launch caps it), the token budget with chunked prefill
-    (`chunked_token_budget`) or without it (max(`max_model_len`, `unchunked_token_budget_floor`)), and with
-    data-parallel attention over `attention_dp` groups that budget divided (`attention_dp_budget_divisor`).
-    Returns the engine and what it assumed, in words."""
+    """The engine as launched, and what it assumed in words: the one source of these rules for `armillary
+    serve`, the API and the validation harness. In order: the defaults of the releases `version` names
+    (`_with_releases`), the launch's `flags` (Engine fields the launch sets: a row's command line, a workload's
+    chunked_prefill), then what the engine derives from the model and the launch where the flags leave it:
+    chunked prefill for a model with multi-head latent attention (`mla`) or a context of `max_model_len`
+    tokens (the model's unless the launch caps it; `_chunked_prefill`), and the token budget that goes with
+    it, divided over `attention_dp` data-parallel attention groups (`_token_budget`)."""
+    engine, notes, forcing = _with_releases(engine, version, mla)
     update = dict(flags or {})
+    notes.extend(_chunked_prefill(engine, update, mla, max_model_len, forcing))
+    notes.extend(_token_budget(engine, update, max_model_len, attention_dp))
+    return engine.model_copy(update=update), tuple(notes)
+
+
+def _with_releases(engine: Engine, version: str, mla: bool = False) -> tuple[Engine, list[str], str]:
+    """The engine with the defaults of its `releases` whose range holds every release `version` names (none
+    named: the profile's own), what that assumed for a model with multi-head latent attention (`mla`), and
+    which releases force MLA's chunked prefill off, in words ("the profile" where no range set it)."""
     notes: list[str] = []
     span = stated_releases(version)
-    forcing = "the profile"  # the releases whose rule forces MLA's chunked prefill off, in words
+    forcing = "the profile"
     for tier in engine.releases:
         if span is None or not tier.holds(*span):
             continue
-        tiered = {k: v for k in ("mla_decode", "chunked_token_budget", "mla_without_chunked_prefill",
-                                 "mla_forces_no_chunked_prefill", "memory_fraction")
-                  if (v := getattr(tier, k)) is not None}
+        tiered = tier.settings()
         engine = engine.model_copy(update=tiered)
         if "mla_forces_no_chunked_prefill" in tiered:
-            forcing = f"releases {tier.since} to before {tier.before}"
+            forcing = tier.span
         if mla and "mla_decode" in tiered:
-            notes.append(f"MLA decode {engine.mla_decode.value}: releases {tier.since} to before {tier.before} "
+            notes.append(f"MLA decode {engine.mla_decode.value}: {tier.span} "
                          f"({tier.sources.get('mla_decode', 'the profile')})")
+    return engine, notes, forcing
+
+
+def _chunked_prefill(engine: Engine, update: dict[str, Any], mla: bool, max_model_len: int | None,
+                     forcing: str) -> list[str]:
+    """Set chunked prefill (and prefix caching) in `update` (the launch's flags) as the engine derives it from
+    the model: off for multi-head latent attention whatever the flags (`mla_forces_no_chunked_prefill`) or
+    where they leave it (`mla_without_chunked_prefill`), on for a context longer than
+    `long_context_chunked_prefill_above`. Returns what it assumed."""
+    notes: list[str] = []
+    above = engine.long_context_chunked_prefill_above
+    long_context = above is not None and max_model_len is not None and max_model_len > above
     if mla and engine.mla_forces_no_chunked_prefill:
         # vLLM 0.7.1-0.7.3, PR #12642: "MLA is enabled; forcing chunked prefill and prefix caching to be
         # disabled" (VllmConfig.__post_init__, after the flags are read: they have no effect)
-        above = engine.long_context_chunked_prefill_above
-        asked = update.get("chunked_prefill", engine.chunked_prefill or (
-            above is not None and max_model_len is not None and max_model_len > above))
+        asked = update.get("chunked_prefill", engine.chunked_prefill or long_context)
         ignored = " and ".join(k.replace("_", " ") for k in ("chunked_prefill", "prefix_caching") if update.get(k))
         update.update(chunked_prefill=False, prefix_caching=False)
         notes.append(f"chunked prefill and prefix caching off: {engine.name} forces them off for a model with "
@@ -459,30 +483,37 @@ def resolve_defaults(engine: Engine, version: str = "", *, mla: bool = False, ma
         # profile's source says what was read and what is inferred
         update["chunked_prefill"] = False
         notes.append(f"chunked prefill off: {engine.name} runs a model with multi-head latent attention without it")
-    if ((above := engine.long_context_chunked_prefill_above) is not None and max_model_len is not None
-            and max_model_len > above and "chunked_prefill" not in update):
+    if long_context and "chunked_prefill" not in update:
         # vLLM V0 turns chunked prefill on by default above 32K context (EngineArgs.create_engine_config)
         update["chunked_prefill"] = True
         notes.append(f"chunked prefill on: {engine.name} turns it on for a context over {above} tokens "
                      f"({max_model_len})")
-    chunked = update.get("chunked_prefill", engine.chunked_prefill)
-    if chunked and engine.chunked_token_budget is not None and "max_batched_tokens" not in update:
-        # V0's budget with chunked prefill: 512 in 0.6 (PR #4580), 2048 in 0.7 (SchedulerConfig, v0.7.3)
-        update["max_batched_tokens"] = engine.chunked_token_budget
-    if (not chunked and (floor := engine.unchunked_token_budget_floor) is not None and max_model_len is not None
-            and "max_batched_tokens" not in update):
-        # V0 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) (EngineArgs /
-        # SchedulerConfig defaults, vLLM 0.6-0.7)
-        update["max_batched_tokens"] = max(max_model_len, floor)
+    return notes
+
+
+def _token_budget(engine: Engine, update: dict[str, Any], max_model_len: int | None, attention_dp: int) -> list[str]:
+    """Set the token budget in `update` where the launch sets none: with chunked prefill
+    `chunked_token_budget`, without it max(`max_model_len`, `unchunked_token_budget_floor`); with
+    data-parallel attention over `attention_dp` groups, the budget (the launch's too) divided by
+    `attention_dp_budget_divisor`. Returns what it assumed."""
+    if "max_batched_tokens" not in update:
+        if update.get("chunked_prefill", engine.chunked_prefill):
+            # V0's budget with chunked prefill: 512 in 0.6 (PR #4580), 2048 in 0.7 (SchedulerConfig, v0.7.3)
+            if engine.chunked_token_budget is not None:
+                update["max_batched_tokens"] = engine.chunked_token_budget
+        elif (floor := engine.unchunked_token_budget_floor) is not None and max_model_len is not None:
+            # V0 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) (EngineArgs /
+            # SchedulerConfig defaults, vLLM 0.6-0.7)
+            update["max_batched_tokens"] = max(max_model_len, floor)
     divisor = engine.attention_dp_budget_divisor
-    if attention_dp > 1 and divisor != 1:
-        # SGLang --enable-dp-attention: chunked_prefill_size // 2 (0.4.0-0.4.3), // dp_size later
-        # (ServerArgs.__post_init__ / _handle_data_parallelism; the profiles' sources)
-        by = attention_dp if divisor == "groups" else divisor
-        update["max_batched_tokens"] = max(update.get("max_batched_tokens", engine.max_batched_tokens) // by, 1)
-        notes.append(f"data-parallel attention: {engine.name} divides its token budget by {by} for each of the "
-                     f"{attention_dp} attention groups")
-    return engine.model_copy(update=update), tuple(notes)
+    if attention_dp <= 1 or divisor == 1:
+        return []
+    # SGLang --enable-dp-attention: chunked_prefill_size // 2 (0.4.0-0.4.3), // dp_size later
+    # (ServerArgs.__post_init__ / _handle_data_parallelism; the profiles' sources)
+    by = attention_dp if divisor == "groups" else divisor
+    update["max_batched_tokens"] = max(update.get("max_batched_tokens", engine.max_batched_tokens) // by, 1)
+    return [f"data-parallel attention: {engine.name} divides its token budget by {by} for each of the "
+            f"{attention_dp} attention groups"]
 
 
 def with_engine(w: Inference, engine: Engine | None = None, device: Device | None = None,
