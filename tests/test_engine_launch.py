@@ -193,3 +193,12 @@ def test_vllm_v1_memory_default_follows_the_release() -> None:
     assert resolve_defaults(engine, "vLLM 0.19")[0].memory_fraction == 0.9
     assert resolve_defaults(engine, "vLLM 0.20.0")[0].memory_fraction == 0.92
     assert resolve_defaults(engine, "vLLM")[0].memory_fraction == 0.92  # no version: the latest releases'
+
+
+def test_release_defaults_name_only_engine_fields() -> None:
+    """`ReleaseDefaults.settings` passes every field but its range and sources to the Engine: each must be one."""
+    fields = set(ReleaseDefaults.model_fields) - {"since", "before", "sources"}
+    assert fields <= set(Engine.model_fields)
+    tier = ReleaseDefaults(since="0.6", before="0.7.1", mla_decode=MlaDecode.EXPANDED, chunked_token_budget=512)
+    assert tier.settings() == {"mla_decode": MlaDecode.EXPANDED, "chunked_token_budget": 512}
+    assert tier.span == "releases 0.6 to before 0.7.1"

@@ -4,7 +4,8 @@ of a ModelOpt FP8 checkpoint served with kv_cache dtype "auto"."""
 
 import pytest
 
-from armillary.serving.trtllm_bench import trtllm_bench_limits
+from armillary.serving.engine import load_engine
+from armillary.serving.trtllm_bench import bytes_per_elem, trtllm_bench_engine, trtllm_bench_limits
 from armillary.specs.workload import StoredPrecision
 from armillary.validation.serving_rows import serving_row_specs
 
@@ -65,3 +66,23 @@ def test_other_engines_and_clients_untouched() -> None:
     vllm = serving_row_specs({**ROW, "framework": "vLLM 0.6.3 benchmark_throughput"})
     assert vllm.workload.kv_cache.precision is None  # vLLM's "auto" KV cache: the model dtype
     assert not any("trtllm-bench limits" in n for n in vllm.notes)
+
+
+def test_the_serving_layer_gives_serve_the_harness_engine() -> None:
+    """`trtllm_bench_engine` takes specs, not row words: called on the row's specs with the profile as started,
+    it gives the engine the harness launched; without `limits` (a run stating them) only the graphs change."""
+    specs = serving_row_specs(ROW)
+    profile = load_engine("tensorrt-llm-1.0")
+    engine, notes = trtllm_bench_engine(profile, specs.model, specs.workload, specs.strategy.tp, specs.system.device)
+    assert (engine.max_batch, engine.max_batched_tokens) == (specs.engine.max_batch, specs.engine.max_batched_tokens)
+    assert any("trtllm-bench limits" in n for n in notes)
+    trtllm11 = load_engine("tensorrt-llm-1.1")
+    kept, notes = trtllm_bench_engine(trtllm11, specs.model, specs.workload, 1, specs.system.device, limits=False)
+    assert kept.graph_max_batch is None and trtllm11.graph_max_batch == 128  # to its max batch, not serve's 128
+    assert (kept.max_batch, kept.max_batched_tokens) == (trtllm11.max_batch, trtllm11.max_batched_tokens)
+    assert len(notes) == 1
+
+
+def test_bytes_per_elem_as_tuning_py() -> None:
+    assert [bytes_per_elem(p) for p in (StoredPrecision.FP8, StoredPrecision.NVFP4, StoredPrecision.BF16, None)] == [
+        1.0, 0.5, 2.0, 2.0]

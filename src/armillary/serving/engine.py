@@ -120,8 +120,8 @@ class Engine(NamedByPatterns):
     max_batched_tokens: PositiveInt = Field(description="new tokens per iteration (max_num_batched_tokens / "
                                             "max_num_tokens / chunked_prefill_size)")
     block_tokens: PositiveInt = Field(description="tokens per KV page")
-    memory_fraction: float = Field(gt=0, le=1, description="share of the memory after weights and activations "
-                                   "that the KV cache takes")
+    memory_fraction: float = Field(gt=0, le=1, description="the KV cache's memory share: of the memory weights "
+                                   "and activations leave, or of the whole device with memory_of_total")
     admission_watermark: float = Field(0.0, ge=0, lt=1, description="share of the KV pages that must stay free "
                                        "after a prompt is admitted (vLLM V0's block-manager watermark, against "
                                        "evicting at once what was just admitted); running sequences may use them")
