@@ -13,7 +13,9 @@ import pytest
 from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.engine import OPTIONAL_RULES, UNDESCRIBED, Engine, engine_for, load_engine, overheads
-from armillary.specs.loading import load_model
+from armillary.serving.trtllm_bench import trtllm_bench_engine
+from armillary.specs.loading import load_model, load_system
+from armillary.specs.workload import Inference
 from armillary.validation.run import DEFAULT_CSV, read_rows
 from armillary.validation.vocabulary import framework_words
 
@@ -74,11 +76,15 @@ def test_every_field_of_the_1_1_profile_is_read_or_an_assumption() -> None:
     assert len(read) >= len(numbers) // 2, read
 
 
-def test_a_decode_step_past_128_sequences_runs_eagerly_under_1_1_and_not_under_1_0() -> None:
+def test_a_decode_step_past_128_sequences_runs_eagerly_under_trtllm_serve_not_trtllm_bench() -> None:
     # DeepSeek-V3's 61 layers on one stage: the short kernels of an eager step cost the host (SHORT_KERNELS);
-    # 1.1's trtllm-serve graphs stop at 128 sequences, 1.0's profile (trtllm-bench: graphs to its max batch) not
-    v3 = ModelArrays.of(load_model("deepseek-v3"))
-    new, old = overheads(load_engine("tensorrt-llm-1.1"), v3, 61), overheads(load_engine("tensorrt-llm-1.0"), v3, 61)
+    # trtllm-serve's graphs stop at 128 sequences, trtllm-bench's go to its max batch (trtllm_bench_engine)
+    model = load_model("deepseek-v3")
+    v3 = ModelArrays.of(model)
+    serve = load_engine("tensorrt-llm-1.1")
+    bench, _ = trtllm_bench_engine(serve, model, Inference(input_len=1000, output_len=1000), 8,
+                                   load_system("hgx-h200", 1).device)
+    new, old = overheads(serve, v3, 61), overheads(bench, v3, 61)
     assert new.graph_batch == 128 and math.isinf(old.graph_batch)
     for batch, eager in ((128, False), (129, True), (512, True)):
         step = np.ones((batch, 1)), np.full((batch, 1), 1000.0)
