@@ -390,11 +390,11 @@ def engine_for(framework: str, field: str = "framework") -> Engine | None:
     a version gets its family's fallback profile (the patterns' bare names)."""
     scored = [(engine.match_length(framework), name, engine)
               for name in preset_names("engines") for engine in (load_engine(name),)]
-    best = max(scored, key=lambda s: s[0], default=None)
     versioned = _VERSIONED.search(framework)
-    if versioned is not None:  # the longest match among the profiles that match the version itself
-        best = max((s for s in scored if s[0] > 0 and _reaches(s[2], framework, versioned.start(2))),
-                   key=lambda s: s[0], default=None)
+    # the longest match; with a version, among the profiles whose match covers the version itself
+    best = max((s for s in scored if s[0] > 0 and (versioned is None
+                                                   or _reaches(s[2], framework, versioned.start(2)))),
+               key=lambda s: s[0], default=None)
     if versioned is not None and best is None:
         family, major, minor, patch = _family_version(versioned)
         why = next((reason for fam, low, high, reason in UNDESCRIBED
@@ -404,7 +404,7 @@ def engine_for(framework: str, field: str = "framework") -> Engine | None:
         raise SpecError(f"{field}: {versioned.group(0)!r} (version {read}) has no engine profile: {why}. "
                         f"Known versions: {known}. Give a profile file with that version's defaults "
                         "(workload.serving.engine: PATH.yaml)")
-    return best[2] if best is not None and best[0] > 0 else None
+    return best[2] if best is not None else None
 
 
 def stated_releases(text: str) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
