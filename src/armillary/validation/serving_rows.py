@@ -1,9 +1,11 @@
-"""Turn one serving-under-load row of the validation CSV (ids "SRV-...": an engine benchmark at a request
-rate or a concurrency) into a simulated benchmark run and its output-token throughput.
+"""Turn one serving-under-load row of the validation CSV (ids "SRV-...", and inference rows whose client sends
+at a rate, a concurrency or all at once) into a simulated benchmark run and the quantity its metric names.
 
-The row names the engine (its profile from presets/engines, overridden by the flags the row states), the
-model and GPU presets, the lengths (fixed, or ShareGPT totals as lognormal means) and the client: closed
-loop at a concurrency (all requests ready at t = 0) or Poisson at a rate. What is not stated is assumed
+The row's words are read here; the rules they select are the serving layer's. The row names the engine (its
+profile, as it starts on the device and as launched with the flags the row states: `serving.engine`), the
+model and GPU presets, the lengths (fixed, or ShareGPT's measured quantiles) and the client
+(`serving.benchmark`: offline, a closed loop at a concurrency, Poisson at a rate, MLPerf's scenarios; an
+offline trtllm-bench run launches its engine as `serving.trtllm_bench` says). What is not stated is assumed
 and written down.
 """
 
