@@ -202,3 +202,14 @@ def test_release_defaults_name_only_engine_fields() -> None:
     tier = ReleaseDefaults(since="0.6", before="0.7.1", mla_decode=MlaDecode.EXPANDED, chunked_token_budget=512)
     assert tier.settings() == {"mla_decode": MlaDecode.EXPANDED, "chunked_token_budget": 512}
     assert tier.span == "releases 0.6 to before 0.7.1"
+
+
+def test_device_tiers_set_only_engine_fields() -> None:
+    """`DeviceDefaults.settings` passes every field but its device terms to the Engine: each must be one."""
+    from armillary.serving.engine import _TIER_TERMS, DeviceDefaults
+
+    assert set(DeviceDefaults.model_fields) - set(_TIER_TERMS) <= set(Engine.model_fields)
+    h100 = load_system("dgx-h100", 1).device
+    tier = DeviceDefaults(max_batch=256, memory_reserve_gib=8.0)
+    memory = float(h100.hbm.capacity) / 2**30
+    assert tier.settings(h100) == {"max_batch": 256, "memory_fraction": round((memory - 8.0) / memory, 3)}

@@ -25,6 +25,9 @@ from armillary.specs.base import NamedByPatterns, Spec
 from armillary.specs.system import Device, Platform
 from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, Policy
 
+# DeviceDefaults' fields that say which devices a tier fits or how its memory share is computed, not Engine fields
+_TIER_TERMS = ("at_least_gib", "names", "except_names", "memory_fraction", "memory_reserve_gib")
+
 
 class DeviceDefaults(Spec):
     """One tier of the defaults an engine sets from the device it starts on (vLLM V1's get_batch_defaults and
@@ -59,8 +62,8 @@ class DeviceDefaults(Spec):
     def settings(self, device: Device) -> dict[str, Any]:
         """The Engine fields this tier sets on `device` (those it leaves unset omitted): the batch numbers, and
         the memory fraction its reserve leaves of the device's memory."""
-        found: dict[str, Any] = {k: v for k in ("max_batch", "max_batched_tokens", "graph_max_batch")
-                                 if (v := getattr(self, k)) is not None}
+        found: dict[str, Any] = {k: v for k in type(self).model_fields if k not in _TIER_TERMS
+                                 and (v := getattr(self, k)) is not None}
         if self.memory_fraction is not None:
             found["memory_fraction"] = self.memory_fraction
         elif self.memory_reserve_gib is not None:
