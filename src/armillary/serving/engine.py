@@ -157,7 +157,7 @@ class Engine(NamedByPatterns):
         "max_batched_tokens")
     attention_dp_budget_divisor: PositiveInt | Literal["groups"] = Field(
         1, description="with data-parallel attention the engine divides its token budget (its default or the "
-        "launch's) by this, each attention group's budget: 2 in SGLang 0.4.0-0.4.3; groups: by the number of "
+        "launch's) by this, each attention group's budget: 2 in SGLang 0.4.0-0.4.4; groups: by the number of "
         "attention groups (dp_size, later SGLang); 1: unchanged")
     releases: tuple[ReleaseDefaults, ...] = Field(
         (), description="defaults of some releases within the profile's range that differ from its own "
@@ -511,7 +511,7 @@ def _token_budget(engine: Engine, update: dict[str, Any], max_model_len: int | N
     divisor = engine.attention_dp_budget_divisor
     if attention_dp <= 1 or divisor == 1:
         return []
-    # SGLang --enable-dp-attention: chunked_prefill_size // 2 (0.4.0-0.4.3), // dp_size later
+    # SGLang --enable-dp-attention: chunked_prefill_size // 2 (0.4.0-0.4.4), // dp_size from 0.4.4.post1
     # (ServerArgs.__post_init__ / _handle_data_parallelism; the profiles' sources)
     by = attention_dp if divisor == "groups" else divisor
     update["max_batched_tokens"] = max(update.get("max_batched_tokens", engine.max_batched_tokens) // by, 1)
