@@ -12,7 +12,7 @@ from armillary.memo import derived
 from armillary.numerics import Array, minimum, where
 from armillary.plan.arrays import StrategyArrays
 from armillary.plan.codes import PRECISION
-from armillary.specs.formats import INT8, MXFP4, MXFP8, NVFP4
+from armillary.specs.formats import MXFP4, MXFP8, NVFP4
 from armillary.specs.strategy import TrainingPrecision
 
 # Bytes per parameter of each precision recipe, indexed like plan.codes.PRECISION (fp32, bf16, fp16, fp8).
@@ -36,8 +36,11 @@ GRAD_REDUCE_BYTES = (4.0, 4.0, 2.0, 4.0)  # dtype of the data-parallel gradient 
 # (Transformer Engine MXFP8Tensor / NVFP4Tensor rowwise_data and columnwise_data, both cached across the
 # micro-batches), and the input kept for the weight gradient its columnwise copy (TE Linear saves the input
 # quantized for wgrad only) [derived; docs/fp4.md]: MXFP8 2 x 1.03, NVFP4 2 x 0.5625, MXFP4 2 x 0.53 bytes.
-QUANTIZED_WEIGHT_BYTES = (1.0, 2 * MXFP8.bytes, 2 * NVFP4.bytes, 2 * MXFP4.bytes, 2 * INT8.bytes)
-QUANTIZED_INPUT_BYTES = (1.0, MXFP8.bytes, NVFP4.bytes, MXFP4.bytes, INT8.bytes)
+# int8 (AQT): no cached weight copy, each weight is quantized inside the GEMM call that reads it (aqt_flax
+# AqtDotGeneral in QuantMode.TRAIN quantizes both operands per call; MaxText keeps only its parameters); the saved
+# inputs are counted at bf16 (not checked that AQT's backward keeps its int8 operands instead: an assumption)
+QUANTIZED_WEIGHT_BYTES = (1.0, 2 * MXFP8.bytes, 2 * NVFP4.bytes, 2 * MXFP4.bytes, 0.0)
+QUANTIZED_INPUT_BYTES = (1.0, MXFP8.bytes, NVFP4.bytes, MXFP4.bytes, 2.0)
 # HBM traffic of one optimizer step per updated parameter [derived from Megatron-LM's mixed-precision
 # optimizer passes]: fp16 grads to fp32 main grads (2 + 4, fp16 only), unscale / inf check (4 + 4, fp16
 # only), grad-norm for clipping (4), Adam (read grad 4, read+write master 8, m 8, v 8 = 28), master to
