@@ -28,8 +28,8 @@ _GEMM_PRECISION = {
 # fp8 recipes run only the linear layers in fp8: attention and the LM head stay in bf16 (Transformer
 # Engine recipes as used by Megatron-Core / NeMo; DeepSeek-V3 report §3.3.1 keeps the same split).
 _KEPT_16BIT = {**_GEMM_PRECISION, TrainingPrecision.FP8: Precision.BF16}
-# the block-scaled formats of plan.codes.BLOCK_FORMAT (code 1, 2, 3), after the four recipe families
-_BLOCK_FORMATS = (Precision.MXFP8, Precision.NVFP4, Precision.MXFP4)
+# the block-scaled formats of plan.codes.BLOCK_FORMAT (code 1, 2, 3, 4), after the four recipe families
+_BLOCK_FORMATS = (Precision.MXFP8, Precision.NVFP4, Precision.MXFP4, Precision.INT8)
 
 
 @functools.cache

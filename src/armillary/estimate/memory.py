@@ -30,14 +30,17 @@ ACTIVATION_BYTES = (4.0, 2.0, 2.0, 2.0)
 SAVED_GEMM_INPUT_BYTES = (4.0, 2.0, 2.0, 1.0)
 GRAD_REDUCE_BYTES = (4.0, 4.0, 2.0, 4.0)  # dtype of the data-parallel gradient reduction
 # The quantized copies of a weight and the saved GEMM inputs of the fp8 family, indexed like
-# plan.codes.BLOCK_FORMAT (none, mxfp8, nvfp4, mxfp4), scales included (specs.formats). Per-tensor fp8: one fp8
+# plan.codes.BLOCK_FORMAT (none, mxfp8, nvfp4, mxfp4, int8), scales included (specs.formats). Per-tensor fp8: one fp8
 # copy (WEIGHT_BYTES' 3 = 2 + 1). A block-scaled format scales along the GEMM's reduction dimension, which differs
 # between the forward GEMM and the input-gradient GEMM, so a weight keeps a rowwise and a columnwise copy
 # (Transformer Engine MXFP8Tensor / NVFP4Tensor rowwise_data and columnwise_data, both cached across the
 # micro-batches), and the input kept for the weight gradient its columnwise copy (TE Linear saves the input
 # quantized for wgrad only) [derived; docs/fp4.md]: MXFP8 2 x 1.03, NVFP4 2 x 0.5625, MXFP4 2 x 0.53 bytes.
-QUANTIZED_WEIGHT_BYTES = (1.0, 2 * MXFP8.bytes, 2 * NVFP4.bytes, 2 * MXFP4.bytes)
-QUANTIZED_INPUT_BYTES = (1.0, MXFP8.bytes, NVFP4.bytes, MXFP4.bytes)
+# int8 (AQT): no cached weight copy, each weight is quantized inside the GEMM call that reads it (aqt_flax
+# AqtDotGeneral in QuantMode.TRAIN quantizes both operands per call; MaxText keeps only its parameters); the saved
+# inputs are counted at bf16 (not checked that AQT's backward keeps its int8 operands instead: an assumption)
+QUANTIZED_WEIGHT_BYTES = (1.0, 2 * MXFP8.bytes, 2 * NVFP4.bytes, 2 * MXFP4.bytes, 0.0)
+QUANTIZED_INPUT_BYTES = (1.0, MXFP8.bytes, NVFP4.bytes, MXFP4.bytes, 2.0)
 # HBM traffic of one optimizer step per updated parameter [derived from Megatron-LM's mixed-precision
 # optimizer passes]: fp16 grads to fp32 main grads (2 + 4, fp16 only), unscale / inf check (4 + 4, fp16
 # only), grad-norm for clipping (4), Adam (read grad 4, read+write master 8, m 8, v 8 = 28), master to

@@ -68,13 +68,17 @@ from armillary.estimate.training_parts import Layers, PipelineSends, StageParams
 from armillary.memo import KeyedCache, derived, quick_replace, typed
 from armillary.numerics import Array, maximum, minimum, where
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
+from armillary.plan.codes import BLOCK_FORMAT
 from armillary.plan.layout import microbatch_count, rank_queries
 from armillary.plan.placement import Groups, Placement, place_groups
 from armillary.plan.rules import chunk_layers, chunk_share
 from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, SEND_RECV
-from armillary.specs.system import Device, System
+from armillary.specs.system import Device, Precision, System
+from armillary.specs.training_precision import BlockFormat
 from armillary.workload.experts import replica_weights
 from armillary.workload.parameters import count_parameters
+
+_INT8 = BLOCK_FORMAT.code(BlockFormat.INT8)
 
 T = TypeVar("T")
 
@@ -364,6 +368,9 @@ def _figures(step: Array, st: StrategyArrays, device: Device, m: ModelArrays, w:
     devices = st.tp * st.cp * st.pp * st.dp
     model_flop, recompute_flop = _flops(m, st, w, layers, microbatches, mtp_depth)
     peak = matrix_peak(device, st.precision)
+    if np.any(np.asarray(st.block_format) == _INT8):  # AQT int8 GEMMs: utilization against the int8 MXU rate they
+        # run at, above the recipe family's (fp8, on TPUs the bf16 rate)
+        peak = where(st.block_format == _INT8, device.matrix_peak(Precision.INT8), peak)
     hardware_flop = model_flop + recompute_flop
     return (model_flop, hardware_flop, *step_figures(step, devices, peak, w.global_batch * w.seq_len, model_flop,
                                                      hardware_flop, device.hbm.capacity, tier2_capacity, offload_s))

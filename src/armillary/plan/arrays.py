@@ -184,7 +184,7 @@ class StrategyArrays:
     recompute_share: Array = 1.0
     offload_activation_layers: Array = 0.0  # the first N layers of each chunk; 0 = every layer
     grad_reduce_bf16: Array = 0.0  # 0/1: data-parallel gradients reduced in bf16 (Strategy.grad_reduce_in_bf16)
-    block_format: Array = 0.0  # plan.codes.BLOCK_FORMAT: 0 none, 1 mxfp8, 2 nvfp4, 3 mxfp4 (precision: fp8's)
+    block_format: Array = 0.0  # plan.codes.BLOCK_FORMAT: 0 none, 1 mxfp8, 2 nvfp4, 3 mxfp4, 4 int8 (precision: fp8's)
     attention_projections: Array = 0.0  # plan.codes.PROJECTIONS: 0 the recipe's format, 1 fp8, 2 bf16
     bf16_layers: Array = 0.0  # layers a quantized recipe runs wholly in bf16 (first and last; QuantizedGemms)
     offload_gradients: Array = 0.0  # 0/1: the gradient buffer offloaded (Offload.gradients)

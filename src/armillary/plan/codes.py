@@ -44,7 +44,7 @@ class Codes(Generic[E]):
 
 
 PRECISION = Codes((TrainingPrecision.FP32, TrainingPrecision.BF16, TrainingPrecision.FP16, TrainingPrecision.FP8))
-BLOCK_FORMAT = Codes((BlockFormat.NONE, BlockFormat.MXFP8, BlockFormat.NVFP4, BlockFormat.MXFP4))
+BLOCK_FORMAT = Codes((BlockFormat.NONE, BlockFormat.MXFP8, BlockFormat.NVFP4, BlockFormat.MXFP4, BlockFormat.INT8))
 PROJECTIONS = Codes((ProjectionPrecision.RECIPE, ProjectionPrecision.FP8, ProjectionPrecision.BF16))
 RECOMPUTE = Codes((Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL))
 SCHEDULE = Codes((Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1))

@@ -209,6 +209,10 @@ class SoftwareStack(NamedByPatterns):
     local_batch: bool = Field(
         False, description="the stack's batch setting is each data-parallel rank's batch: no gradient "
         "accumulation by default, and pipeline stages split it into as many micro-batches as stages")
+    device_batch: bool = Field(
+        False, description="the stack's batch setting is per device, model-parallel devices included (MaxText "
+        "per_device_batch_size: the global batch is it times every device, sharded over the data-parallel axes "
+        "only): each data-parallel rank runs it times tp x cp sequences at once, without gradient accumulation")
     seq_len: PositiveInt | None = Field(
         None, description="sequence length of the stack's example training configs, for runs that omit it")
     pipeline_layouts: tuple[RecipeLayout, ...] = Field(

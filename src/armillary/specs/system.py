@@ -30,6 +30,7 @@ class Precision(StrEnum):
     MXFP8 = "mxfp8"
     NVFP4 = "nvfp4"
     MXFP4 = "mxfp4"
+    INT8 = "int8"  # integer 8-bit MXU passes (TPU), per-channel scaled by the framework (AQT)
 
     @property
     def bytes(self) -> float:
@@ -267,6 +268,7 @@ _FALLBACK = {
     Precision.MXFP8: (Precision.MXFP8,),
     Precision.NVFP4: (Precision.NVFP4,),
     Precision.MXFP4: (Precision.MXFP4,),
+    Precision.INT8: (Precision.INT8,),
 }
 
 

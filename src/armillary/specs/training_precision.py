@@ -30,6 +30,7 @@ class BlockFormat(StrEnum):
     MXFP8 = "mxfp8"
     NVFP4 = "nvfp4"
     MXFP4 = "mxfp4"
+    INT8 = "int8"  # AQT dynamic int8 (MaxText quantization=int8): each GEMM input scaled per channel on the fly
 
 
 class OptimizerStatePrecision(StrEnum):

@@ -193,6 +193,29 @@ def _overhead_s(text: str) -> float:
     return sum(float(n) * time_unit(u, "s") for n, u in re.findall(_OVERHEAD, text))
 
 
+# Evaluation inside the timed run, as a row words its cadence: "eval every 24576 sequences on 24567 eval samples"
+# (MLPerf Training GPT-3: the MLLOG block_start epoch_count of 24576 x 2048 tokens between evaluations, each on
+# the 24567 eval_samples the log states; run_stop follows the last evaluation, so run_start..run_stop holds one
+# evaluation per interval trained). Only a cadence with its sample count is read; "eval every 20 steps" is not.
+_EVAL = (r"eval(?:uation)? every\s*([\d,]+)\s*(?:training )?(?:sequences|samples)\s*on\s*([\d,]+)\s*"
+         r"(?:eval(?:uation)? )?(?:sequences|samples)\b")
+
+
+def _evaluation(text: str) -> tuple[float, float] | None:
+    """(sequences trained between evaluations, sequences each evaluation runs forward) that the row states."""
+    found = re.search(_EVAL, text)
+    return None if found is None else (float(found.group(1).replace(",", "")), float(found.group(2).replace(",", "")))
+
+
+def forward_share(r: StepEstimate) -> float:
+    """The forward pass's share of a layer's forward and backward kernel time (the MoE layer's where the model
+    has one): an evaluation sequence costs this share of a trained sequence's forward_backward time (no backward,
+    no recomputation, no optimizer)."""
+    layer = r.moe_layer if r.moe_layer is not None else r.layer
+    f, bi, bw = (float(p.time_s) for p in (layer.forward, layer.backward_input, layer.backward_weight))
+    return f / (f + bi + bw)
+
+
 def _time_to_train(row: dict[str, str], gpu_hours: bool) -> Metric:
     """Time to train (in the row's time unit) or GPU-hours: the stated steps (or tokens, or samples) times the
     step time, plus the stated time outside the steps."""
@@ -203,16 +226,30 @@ def _time_to_train(row: dict[str, str], gpu_hours: bool) -> Metric:
                           "trained, which neither the row's other_reported nor its notes state")
     what, value = amount
     extra = _overhead_s(text)
+    evaluation = _evaluation(text)
 
     def steps(rs: RowSpecs) -> float:
         w = rs.workload
         per_step = {"steps": 1.0, "tokens": w.global_batch * w.seq_len, "samples": w.global_batch}[what]
         return value / per_step
 
+    def evaluating_s(r: StepEstimate, rs: RowSpecs) -> float:
+        """The stated evaluations' forward passes: one per interval trained, each of its samples at the forward
+        share of a trained sample's time."""
+        if evaluation is None:
+            return 0.0
+        interval, samples = evaluation
+        evaluations = steps(rs) * rs.workload.global_batch / interval
+        return evaluations * samples / rs.workload.global_batch * float(r.breakdown.forward_backward) \
+            * forward_share(r)
+
+    label = what if evaluation is None else f"{what}; evaluation every {evaluation[0]:g} sequences on {evaluation[1]:g}"
+
     if gpu_hours:
-        return Metric(f"GPU-hours ({value:g} {what})",
-                      lambda r, rs: (steps(rs) * float(r.step_time_s) + extra) * rs.system.devices / 3600.0)
+        return Metric(f"GPU-hours ({value:g} {label})",
+                      lambda r, rs: (steps(rs) * float(r.step_time_s) + evaluating_s(r, rs) + extra)
+                      * rs.system.devices / 3600.0)
     unit = clean(row.get("unit")) or unit_in_metric(clean(row.get("metric"))) or "min"
     k = time_unit(unit, "min")
-    return Metric(f"time to train [{unit}] ({value:g} {what})",
-                  lambda r, rs: (steps(rs) * float(r.step_time_s) + extra) / k)
+    return Metric(f"time to train [{unit}] ({value:g} {label})",
+                  lambda r, rs: (steps(rs) * float(r.step_time_s) + evaluating_s(r, rs) + extra) / k)

@@ -30,14 +30,16 @@ def _without_negated_formats(value: str | None) -> str | None:
 
 
 # the block-scaled formats (specs.formats) as sources name them
+# (int8: AQT's dynamic int8, MaxText quantization=int8: every linear layer's GEMMs, forward and both backward,
+# with int8 inputs scaled per channel; layers/quantizations.py _get_int8_quant_config, branch mlperf/4.1)
 _BLOCK_FORMATS = ((r"\bnvfp4\b", BlockFormat.NVFP4), (r"\bmxfp4\b", BlockFormat.MXFP4),
-                  (r"\bmxfp8\b|\bfp8[- _]?mx\b", BlockFormat.MXFP8))
+                  (r"\bmxfp8\b|\bfp8[- _]?mx\b", BlockFormat.MXFP8), (r"\bint8\b", BlockFormat.INT8))
 
 
 def block_format_of(text: str | None) -> BlockFormat | None:
     """The block-scaled GEMM format a training precision names in its value, not in its qualifiers: "FP8-MX",
     "MXFP8" (Transformer Engine's MXFP8BlockScaling, Megatron --fp8-recipe mxfp8: Megatron-Bridge's FP8-MX,
-    `bf16_with_mxfp8_mixed` in its precision configs), "NVFP4", "MXFP4"; None when the value names none
+    `bf16_with_mxfp8_mixed` in its precision configs), "NVFP4", "MXFP4", "int8" (AQT); None when the value names none
     ("FP8-CS (FP8-MX)" is current scaling, the MX figure being the one in parentheses)."""
     value = _without_negated_formats(head(text))
     return None if value is None else first_named(value, _BLOCK_FORMATS)

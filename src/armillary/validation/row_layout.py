@@ -22,12 +22,22 @@ def global_batch(row: dict[str, str], stack: SoftwareStack, n_gpus: int, notes: 
     return gbs
 
 
-def read_micro_batch(row: dict[str, str], stack: SoftwareStack, dp: int, pp: int, notes: list[str]) -> int:
-    """The row's micro-batch: its mbs, or a local batch split over the pipeline stages (torchtitan)."""
+def read_micro_batch(row: dict[str, str], stack: SoftwareStack, dp: int, pp: int, notes: list[str],
+                     model_parallel: int = 1) -> int:
+    """The row's micro-batch: its mbs, a local batch split over the pipeline stages (torchtitan), or a
+    per-device batch times the tp x cp devices that share each data-parallel rank's batch (MaxText)."""
     mbs = int_column(row, "mbs")
     if mbs is None:
         notes.append("micro_batch=1 (not stated)")
         return 1
+    if stack.device_batch and pp == 1 and model_parallel > 1:
+        # MaxText pyconfig.calculate_global_batch_sizes: the batch trained on is per_device_batch_size x every
+        # device (x gradient_accumulation_steps, 1 by default); base.yml shards activation_batch over the
+        # data, fsdp, fsdp_transpose and expert axes only, so the tensor and sequence axes share each sequence
+        micro = mbs * model_parallel
+        notes.append(f"micro_batch={micro}: the per-device batch {mbs} times the {model_parallel} tensor/context-"
+                     f"parallel devices of each data-parallel rank ({stack.name} counts its batch per device)")
+        return micro
     if stack.local_batch and pp > 1:
         # torchtitan splits the local batch into as many micro-batches as pipeline stages by default
         micro = max(1, mbs // pp)

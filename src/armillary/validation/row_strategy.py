@@ -21,7 +21,7 @@ from armillary.validation.vocabulary import clean, flag
 def read_strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes: list[str]) -> dict[str, Any]:
     """The row's strategy fields: its parallel degrees, and what its stack sets that the row does not state."""
     tp, pp, cp, dp = _degrees(row, n_gpus, notes)
-    mbs = read_micro_batch(row, stack, dp, pp, notes)
+    mbs = read_micro_batch(row, stack, dp, pp, notes, tp * cp)
     out = stack.strategy_defaults(tp, hopper_or_later(row.get("gpu", "")))
     _read_sequence_parallel(row, tp, out, notes)
     _read_precision(row, out, notes)
