@@ -89,6 +89,11 @@ def test_the_client_is_refused_where_its_rules_do_not_apply(bench: dict[str, Any
         api.serve_benchmark(MODEL, SYSTEM, STRATEGY, workload, bench, gpus=1)
 
 
+def test_pipeline_stages_are_refused() -> None:
+    with pytest.raises(SpecError, match="pp 2"):
+        api.serve_benchmark(MODEL, SYSTEM, {**STRATEGY, "pp": 2}, WORKLOAD, BENCH, gpus=2)
+
+
 def test_a_trtllm_bench_row_in_another_mode_is_refused_not_served_as_trtllm_serve() -> None:
     from armillary.validation.row_columns import Unsupported
 

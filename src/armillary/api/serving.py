@@ -137,7 +137,8 @@ def serve_benchmark(model: ModelLike, system: SystemLike, strategy: StrategyLike
     m, sysm, st, w = _served_specs(model, system, strategy, workload, gpus)
     w = workload_for(benchmark, w)
     arrays = ModelArrays.of(m)
-    engine, assumed = None, ()
+    engine: Engine | None = None
+    assumed: tuple[str, ...] = ()
     if benchmark.client is not None:  # the engine as the client launches it, passed as it is from here on
         launched = launched_engine(w, sysm.device, arrays, st.attention_dp)
         stated = bool({"max_batch", "max_batched_tokens"} & w.serving.model_fields_set)

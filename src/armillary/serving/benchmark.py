@@ -116,6 +116,9 @@ def client_engine(benchmark: Benchmark, engine: Engine | None, model: Model, str
         raise SpecError(f"benchmark client trtllm-bench: {named}; its rules (serving.trtllm_bench) are those of "
                         "TensorRT-LLM 1.x trtllm-bench throughput on the PyTorch backend: give "
                         "workload.serving.engine tensorrt-llm-1.0 or tensorrt-llm-1.1, or no client")
+    if strategy.pp > 1:  # trtllm_bench_engine sizes its heuristic over one stage's tp GPUs
+        raise SpecError(f"benchmark client trtllm-bench: pp {strategy.pp}: its heuristic's limits are modelled "
+                        "for one pipeline stage (serving.trtllm_bench reads pp 1); give pp 1, or no client")
     weights = w.weights if w.weights is not None else served_weights(strategy)
     return trtllm_bench_engine(engine, model, w.model_copy(update={"weights": weights}), strategy.tp, system.device,
                                limits=not limits_stated)
