@@ -232,6 +232,14 @@ def _served(model: str, system: str, gpus: int, strategy: dict[str, Any], worklo
     return float(steady_throughput(result.times).output_tokens_per_s if steady else result.output_tokens_per_s)
 
 
+def _trtllm_bench(model: str, system: str, gpus: int, strategy: dict[str, Any], workload: dict[str, Any],
+                  requests: int) -> float:
+    """An offline trtllm-bench throughput run of `requests` requests, the whole run as it reports it."""
+    result = api.serve_benchmark(model, system, strategy, {"kind": "inference", **workload},
+                                 {"mode": "offline", "requests": requests, "client": "trtllm-bench"}, gpus=gpus)
+    return float(result.output_tokens_per_s)
+
+
 TRT061 = dict(weights="fp8", decode_attention="per_query_head")  # TensorRT-LLM <= 0.6: MHA reads per query head
 SESSION_KV = dict(precision="fp8", block_tokens=1, memory_fraction=1.0)  # gptSessionBenchmark: contiguous cache
 INFERENCE = {
@@ -241,21 +249,20 @@ INFERENCE = {
     "INF-TRT061-02": lambda: _static("gpt-j-6b", "dgx-h100", 1, {"tp": 1, "precision": "fp8", "attention": "flash"},
                                      dict(TRT061, batch=120, input_len=128, output_len=2048, kv_cache=SESSION_KV)),
     # trtllm-bench max-throughput (TensorRT-LLM 1.0 profile), all requests queued: the overview's dataset of
-    # 30,000 requests of 128 + 128 tokens, the whole run as trtllm-bench reports it. The ModelOpt checkpoint's KV
-    # cache in fp8 (kv_cache dtype "auto"); trtllm-bench's heuristic limits: (141 GiB - 8.03e9 x 1 byte) x 0.9 /
-    # (64 KiB x 256 tokens) = 7691 requests, capped at 4096, 4096 x 2 = 8192 tokens
-    "INF-TRT10-01": lambda: _served(
+    # 30,000 requests of 128 + 128 tokens, the whole run as trtllm-bench reports it, trtllm-bench the client (its
+    # decode CUDA graphs to its whole batch). The ModelOpt checkpoint's KV cache in fp8 (kv_cache dtype "auto");
+    # trtllm-bench's heuristic limits: (141 GiB - 8.03e9 x 1 byte) x 0.9 / (64 KiB x 256 tokens) = 7691
+    # requests, capped at 4096, 4096 x 2 = 8192 tokens
+    "INF-TRT10-01": lambda: _trtllm_bench(
         "llama3.1-8b", "hgx-h200", 1, {"tp": 1, "precision": "fp8", "attention": "flash3"},
         dict(input_len=128, output_len=128, weights="fp8", kv_cache={"precision": "fp8"},
-             serving={"engine": "tensorrt-llm-1.0", "max_batch": 4096, "max_batched_tokens": 8192}),
-        requests=30000, rate=math.inf, concurrency=None, steady=False),
+             serving={"engine": "tensorrt-llm-1.0", "max_batch": 4096, "max_batched_tokens": 8192}), 30000),
     # the same at 20,000 + 2,000 tokens on two H100 (TP 2), 1,000 requests: (2 x 80 GiB - 70.6e9 bytes) x 0.9 /
     # (160 KiB x 22,000) = 25 requests -> 64 sequences, 20,000 + 64 tokens (no chunked prefill)
-    "INF-TRT10-40": lambda: _served(
+    "INF-TRT10-40": lambda: _trtllm_bench(
         "llama3.1-70b", "dgx-h100", 2, {"tp": 2, "precision": "fp8", "attention": "flash3"},
         dict(input_len=20000, output_len=2000, weights="fp8", kv_cache={"precision": "fp8"},
-             serving={"engine": "tensorrt-llm-1.0", "max_batch": 64, "max_batched_tokens": 20064}),
-        requests=1000, rate=math.inf, concurrency=None, steady=False),
+             serving={"engine": "tensorrt-llm-1.0", "max_batch": 64, "max_batched_tokens": 20064}), 1000),
     # TensorRT-LLM 0.17 serving DeepSeek-R1 (block-scaled fp8 checkpoint) on 8 H200: --tp_size 8 --ep_size 4
     # (experts over 4 ranks, each split in 2), --max_batch_size 512 --max_num_tokens 16384; 500 prompts of
     # 3,200 + 800 tokens at concurrency 4; the 0.17 profile (no CUDA graphs by default)

@@ -18,6 +18,7 @@ from armillary.specs.workload import Inference
 # the serving simulator loads on the first call that needs it
 if TYPE_CHECKING:
     from armillary.serving.benchmark import Benchmark, BenchmarkResult
+    from armillary.serving.engine import Engine
     from armillary.serving.rate import MaxRate
     from armillary.serving.run import ServingResult
     from armillary.serving.trace import Trace
@@ -30,12 +31,7 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
     arrivals at `rate` requests/s for `duration_s` seconds with the workload's lengths. Returns latency
     percentiles, throughput and goodput."""
     m, sysm, st, w = _served_specs(model, system, strategy, workload, gpus)
-    from armillary.plan.arrays import ModelArrays
-    from armillary.plan.layout import data_parallel
-    from armillary.serving.engine import with_engine
-    from armillary.serving.run import serve_trace
     from armillary.serving.trace import generated_trace, load_trace
-    from armillary.validation.bands import inference_error_band
 
     if trace is None:
         if w.serving.trace is not None:
@@ -44,10 +40,21 @@ def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLik
             raise SpecError("serving: give a rate and a duration, or a trace (workload.serving.trace)")
         else:
             trace = generated_trace(w, rate, duration_s)
-    served = serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace)
-    from armillary.estimate.result import RunConfig
+    return _served(m, sysm, st, w, trace)
 
-    engine = with_engine(w, None)[1]
+
+def _served(m: Model, sysm: System, st: Strategy, w: Inference, trace: Trace,
+            engine: Engine | None = None) -> ServingResult:
+    """`trace` served on the replicas by `engine` (None: the workload's, as it launches), with its error band."""
+    from armillary.estimate.result import RunConfig
+    from armillary.plan.arrays import ModelArrays
+    from armillary.plan.layout import data_parallel
+    from armillary.serving.engine import with_engine
+    from armillary.serving.run import serve_trace
+    from armillary.validation.bands import inference_error_band
+
+    served = serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace, engine=engine)
+    engine = engine or with_engine(w, None)[1]
     return replace(served, error_band=inference_error_band(m, sysm, st, w, engine.name if engine else "generic"),
                    config=RunConfig(m, sysm, st, w))
 
@@ -94,35 +101,52 @@ def serve_benchmark(model: ModelLike, system: SystemLike, strategy: StrategyLike
     """Serve the workload as a published benchmark runs it (`serving.benchmark`): mode rate, offline,
     concurrency, mlperf-offline, mlperf-server or mlperf-interactive, e.g. {"mode": "concurrency",
     "concurrency": 50}. Without a request count the run is long enough to reach its steady state and its
-    rates are read over the steady window; MLPerf scenarios are judged on their P99 latency limits."""
+    rates are read over the steady window; MLPerf scenarios are judged on their P99 latency limits. A
+    `client` that launches the engine itself launches it with its own settings (`serving.benchmark
+    .client_engine`, as the validation harness does): {"mode": "offline", "client": "trtllm-bench"} with
+    workload.serving.engine tensorrt-llm-1.0 runs trtllm-bench throughput, its limits from its heuristic unless
+    the workload sets serving.max_batch or max_batched_tokens (--max_batch_size / --max_num_tokens); what it
+    changed is in the result's `assumed`."""
     from armillary.plan.arrays import ModelArrays
     from armillary.plan.layout import data_parallel
     from armillary.serving.benchmark import (
         Benchmark,
+        Client,
         Mode,
+        client_engine,
         judged,
         requests_for,
         sequences_held,
         trace_for,
         workload_for,
     )
+    from armillary.serving.engine import launched_engine
 
     if isinstance(benchmark, dict):
-        fields = ("mode", "requests", "rate", "concurrency")
+        fields = ("mode", "requests", "rate", "concurrency", "client")
         try:
             if set(benchmark) - set(fields):
                 raise ValueError(f"unknown {', '.join(sorted(set(benchmark) - set(fields)))}")
+            client = benchmark.get("client")
             benchmark = Benchmark(Mode(str(benchmark.get("mode"))), benchmark.get("requests"), benchmark.get("rate"),
-                                  benchmark.get("concurrency"))
+                                  benchmark.get("concurrency"), None if client is None else Client(str(client)))
         except ValueError as err:
             raise SpecError(f"benchmark: expected mode (one of {', '.join(m.value for m in Mode)}) and optionally "
-                            f"requests, rate, concurrency; got {benchmark!r} ({err})") from None
+                            f"requests, rate, concurrency, client (one of {', '.join(c.value for c in Client)}; "
+                            f"none: the engine's server); got {benchmark!r} ({err})") from None
     m, sysm, st, w = _served_specs(model, system, strategy, workload, gpus)
     w = workload_for(benchmark, w)
-    held = sequences_held(ModelArrays.of(m), st, w, sysm, replicas=data_parallel(st, sysm)) \
+    arrays = ModelArrays.of(m)
+    engine: Engine | None = None
+    assumed: tuple[str, ...] = ()
+    if benchmark.client is not None:  # the engine as the client launches it, passed as it is from here on
+        launched = launched_engine(w, sysm.device, arrays, st.attention_dp)
+        stated = bool({"max_batch", "max_batched_tokens"} & w.serving.model_fields_set)
+        engine, assumed = client_engine(benchmark, launched, m, st, w, sysm, limits_stated=stated)
+    held = sequences_held(arrays, st, w, sysm, engine, replicas=data_parallel(st, sysm)) \
         if benchmark.requests is None else 1
-    served = simulate_serving(m, sysm, st, w, trace=trace_for(benchmark, w, requests_for(benchmark, held)))
-    return judged(benchmark, served)
+    served = _served(m, sysm, st, w, trace_for(benchmark, w, requests_for(benchmark, held)), engine)
+    return judged(benchmark, served, assumed)
 
 
 def _served_specs(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,

@@ -63,6 +63,10 @@ def serve_cmd(
     requests: Annotated[int | None, typer.Option(min=1, help="--mode: requests the client sends (default: not "
                                                  "stated, measured over the steady window)")] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="--mode concurrency: outstanding requests")] = None,
+    client: Annotated[str | None, typer.Option(
+        help="--mode: the benchmark tool, where it launches the engine itself: trtllm-bench (--mode offline, "
+        "workload.serving.engine tensorrt-llm-1.x: its CUDA graphs and, unless workload.serving sets max_batch "
+        "or max_batched_tokens, its heuristic's limits); default: a client of the engine's server")] = None,
 ) -> None:
     """Simulate serving a request stream (engine profile, capacity policy, chunked prefill, KV capacity)."""
     writable(csv_out, table=True)
@@ -72,8 +76,11 @@ def serve_cmd(
     if not isinstance(workload, Inference):
         raise SpecError("serve needs an inference workload (workload.kind: inference)")
     run = (model, system, strategy, workload)
+    if client is not None and mode is None:
+        raise SpecError(f"--client {client} names the tool of a benchmark run: give --mode (trtllm-bench: --mode "
+                        "offline)")
     if mode is not None:
-        bench = _benchmark(run, mode, requests, rate, concurrency, find_max_rate)
+        bench = _benchmark(run, mode, requests, rate, concurrency, client, find_max_rate)
         served = _Served(bench.served, bench=bench)
     elif find_max_rate:
         found, result = _max_rate(*run, duration, seeds)
@@ -100,13 +107,20 @@ class _Served:
 
 
 def _benchmark(run: tuple[Model, System, Strategy, Inference], mode: str, requests: int | None, rate: float | None,
-               concurrency: int | None, find_max_rate: bool) -> BenchmarkResult:
+               concurrency: int | None, client: str | None, find_max_rate: bool) -> BenchmarkResult:
     """`api.serve_benchmark` under a spinner (--mode runs one benchmark: not with --max-rate)."""
     if find_max_rate:
         raise SpecError("--mode runs one benchmark; --max-rate searches rates: give one of them")
     with working(f"serving the {mode} benchmark"):
         return api.serve_benchmark(*run, {"mode": mode, "requests": requests, "rate": rate,
-                                          "concurrency": concurrency})
+                                          "concurrency": concurrency, "client": client})
+
+
+def _client_lines(bench: BenchmarkResult) -> list[str]:
+    """What the benchmark's client changed in the engine it launched (none without a client)."""
+    if bench.benchmark.client is None:
+        return []
+    return [f"client {bench.benchmark.client.value}: " + ("; ".join(bench.assumed) or "the engine as its profile says")]
 
 
 def _stream(run: tuple[Model, System, Strategy, Inference], rate: float | None, duration: float) -> ServingResult:
@@ -130,11 +144,13 @@ def _print(served: _Served, money: Economics, model: Model, system: System, trac
         from armillary.report.serving_plots import rate_points
 
         tried = {} if found is None else {"rates_tried": rate_points(found), "judged": JUDGED}
-        benchmark = {} if bench is None else {"benchmark": records.benchmark_record(bench)}
+        benchmark = {} if bench is None else {"benchmark": {
+            **records.benchmark_record(bench), "client": bench.benchmark.client, "client_launch": list(bench.assumed)}}
         print_json({**records.rate_record(served.result, best), **tried, **benchmark, "economics": money.to_dict()})
     else:
         show([*tables.serving_report(served.result, model, system, best, trace),
-              *([] if bench is None else tables.benchmark_lines(bench)), tables.economics_line(money),
+              *([] if bench is None else [*tables.benchmark_lines(bench), *_client_lines(bench)]),
+              tables.economics_line(money),
               *([] if found is None else [JUDGED])])
 
 

@@ -12,11 +12,18 @@ A run that states its request count serves exactly that many and reports the who
 print it. One that does not (a load generator measuring over a time window) serves enough requests for
 `STEADY_BATCHES` full batches, or LoadGen's minimum duration at a rate, and reports the steady window
 (`serving.window`).
+
+A benchmark tool that launches the engine itself is named as the benchmark's `client`: `trtllm-bench`
+(TensorRT-LLM 1.x trtllm-bench throughput, offline) launches it with its own CUDA-graph sizes and, where the
+run states neither --max_batch_size nor --max_num_tokens, its own limits (`serving.trtllm_bench`). No client:
+one that sends requests to the server as the engine's profile launches it (benchmark_serving, genai-perf,
+LoadGen's harness). `client_engine` is the one path of the API, `armillary serve` and the validation harness.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -26,10 +33,12 @@ from armillary.plan.arrays import ModelArrays
 from armillary.serving.engine import Engine, with_engine
 from armillary.serving.run import ServingResult, replica_kv_tokens
 from armillary.serving.trace import Trace, benchmark_trace
+from armillary.serving.trtllm_bench import trtllm_bench_engine
 from armillary.serving.window import SteadyThroughput, steady_throughput
-from armillary.specs.strategy import Strategy
+from armillary.specs.model import Model
+from armillary.specs.strategy import BlockFormat, Strategy, TrainingPrecision
 from armillary.specs.system import System
-from armillary.specs.workload import Arrivals, Inference
+from armillary.specs.workload import Arrivals, Inference, StoredPrecision
 
 
 class Mode(StrEnum):
@@ -39,6 +48,12 @@ class Mode(StrEnum):
     MLPERF_OFFLINE = "mlperf-offline"
     MLPERF_SERVER = "mlperf-server"
     MLPERF_INTERACTIVE = "mlperf-interactive"
+
+
+class Client(StrEnum):
+    """A benchmark tool that launches the engine with settings of its own (none: the server's)."""
+
+    TRTLLM_BENCH = "trtllm-bench"  # TensorRT-LLM 1.x trtllm-bench throughput (serving.trtllm_bench)
 
 
 # P99 TTFT and P99 TPOT limits of MLPerf Inference's Llama 2 70B (MLPerf Inference rules, LLM latency
@@ -59,8 +74,15 @@ class Benchmark:
     requests: int | None = None  # None: not stated (measured over the steady window)
     rate: float | None = None  # requests/s of an open-loop mode
     concurrency: int | None = None  # outstanding requests of the closed loop
+    client: Client | None = None  # the tool that launches the engine itself; None: the engine's server
 
     def __post_init__(self) -> None:
+        if self.client is Client.TRTLLM_BENCH and self.mode is not Mode.OFFLINE:
+            raise SpecError(f"benchmark client trtllm-bench: mode offline only, not {self.mode.value}: its rules "
+                            "here (serving.trtllm_bench) are those of trtllm-bench throughput with every request "
+                            "queued at once; its --concurrency runs and trtllm-bench latency were not read, and "
+                            "the other modes are other clients (vLLM / SGLang benchmark scripts, MLPerf's LoadGen) "
+                            "sending to a server launched as the engine's profile says: give no client for them")
         if self.mode in _OPEN_LOOP and not (self.rate is not None and math.isfinite(self.rate) and self.rate > 0):
             raise SpecError(f"benchmark mode {self.mode.value}: give a finite request rate > 0 (--rate)")
         if self.mode is Mode.CONCURRENCY and not (self.concurrency is not None and self.concurrency >= 1):
@@ -77,6 +99,37 @@ class Benchmark:
     def limits_s(self) -> tuple[float, float] | None:
         """(P99 TTFT, P99 TPOT) limits of an MLPerf scenario with latency constraints."""
         return MLPERF_LIMITS_S.get(self.mode)
+
+
+def client_engine(benchmark: Benchmark, engine: Engine | None, model: Model, strategy: Strategy, w: Inference,
+                  system: System, limits_stated: bool) -> tuple[Engine | None, tuple[str, ...]]:
+    """The engine as the benchmark's client launches it, and what that changed in words: the engine itself
+    where the client is the engine's server (no client); trtllm-bench's own settings for TensorRT-LLM 1.x
+    (`serving.trtllm_bench.trtllm_bench_engine`: its CUDA graphs to its max batch and, unless the run states
+    --max_batch_size or --max_num_tokens (`limits_stated`), the limits of its heuristic for the workload's
+    weights, else the strategy's recipe's, and KV cache on the system's device over strategy.tp GPUs).
+    Refused for any other engine: trtllm-bench runs TensorRT-LLM, and its rules were read in 1.x only."""
+    if benchmark.client is None:
+        return engine, ()
+    if engine is None or not re.match(r"TensorRT-LLM 1\.", engine.name):
+        named = "no engine is named (workload.serving.engine)" if engine is None else f"the engine is {engine.name}"
+        raise SpecError(f"benchmark client trtllm-bench: {named}; its rules (serving.trtllm_bench) are those of "
+                        "TensorRT-LLM 1.x trtllm-bench throughput on the PyTorch backend: give "
+                        "workload.serving.engine tensorrt-llm-1.0 or tensorrt-llm-1.1, or no client")
+    if strategy.pp > 1:  # trtllm_bench_engine sizes its heuristic over one stage's tp GPUs
+        raise SpecError(f"benchmark client trtllm-bench: pp {strategy.pp}: its heuristic's limits are modelled "
+                        "for one pipeline stage (serving.trtllm_bench reads pp 1); give pp 1, or no client")
+    weights = w.weights if w.weights is not None else served_weights(strategy)
+    return trtllm_bench_engine(engine, model, w.model_copy(update={"weights": weights}), strategy.tp, system.device,
+                               limits=not limits_stated)
+
+
+def served_weights(strategy: Strategy) -> StoredPrecision | None:
+    """The weights' precision a serving workload that names none stores (estimate.inference.recipe_weight_bytes):
+    the strategy's block format, else fp8 under the fp8 recipe, else the activation precision (None)."""
+    if strategy.block_format is not BlockFormat.NONE:
+        return StoredPrecision(strategy.block_format.value)
+    return StoredPrecision.FP8 if strategy.precision is TrainingPrecision.FP8 else None
 
 
 def sequences_held(m: ModelArrays, strategy: Strategy, w: Inference, system: System, engine: Engine | None = None,
@@ -129,6 +182,7 @@ class BenchmarkResult:
     served: ServingResult
     steady: SteadyThroughput | None  # the steady window (a run of unstated length)
     meets_limits: bool | None  # MLPerf scenarios with latency limits: P99 TTFT and P99 TPOT within them
+    assumed: tuple[str, ...] = ()  # what the client's launch changed in the engine (`client_engine`), in words
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -136,9 +190,10 @@ class BenchmarkResult:
         return self.steady.output_tokens_per_s if self.steady is not None else self.served.output_tokens_per_s
 
 
-def judged(benchmark: Benchmark, served: ServingResult) -> BenchmarkResult:
+def judged(benchmark: Benchmark, served: ServingResult, assumed: tuple[str, ...] = ()) -> BenchmarkResult:
     limits = benchmark.limits_s
     meets = None if limits is None else bool(
         served.completed == served.requests and served.ttft_s.p99 <= limits[0]
         and (not math.isfinite(served.tpot_s.p99) or served.tpot_s.p99 <= limits[1]))
-    return BenchmarkResult(benchmark, served, steady_throughput(served.times) if benchmark.steady else None, meets)
+    return BenchmarkResult(benchmark, served, steady_throughput(served.times) if benchmark.steady else None, meets,
+                           assumed)

@@ -519,24 +519,29 @@ def _token_budget(engine: Engine, update: dict[str, Any], max_model_len: int | N
             f"{attention_dp} attention groups"]
 
 
+def launched_engine(w: Inference, device: Device | None = None, m: ModelArrays | None = None,
+                    attention_dp: int = 1) -> Engine | None:
+    """The engine the workload names (`serving.engine`; none: None) as it starts on `device` where given
+    (`on_device`) and as launched for model `m` with `attention_dp` attention groups and the workload's own
+    chunked_prefill (`resolve_defaults`, with the version `serving.engine` names)."""
+    if w.serving.engine is None:
+        return None
+    named = load_engine(str(w.serving.engine))
+    started = on_device(named, device) if device is not None else named
+    launch = {k: getattr(w.serving, k) for k in ("chunked_prefill",) if k in w.serving.model_fields_set}
+    return resolve_defaults(started, str(w.serving.engine), mla=m is not None and float(m.kv_lora) > 0,
+                            max_model_len=int(float(m.max_seq_len)) if m is not None else None,
+                            attention_dp=attention_dp, flags=launch)[0]
+
+
 def with_engine(w: Inference, engine: Engine | None = None, device: Device | None = None,
                 m: ModelArrays | None = None, attention_dp: int = 1) -> tuple[Inference, Engine | None]:
-    """The workload with its engine's defaults (`engine`, else the one it names, as it starts on `device`
-    where given: `on_device`, and as launched for model `m` with `attention_dp` attention groups and the
-    workload's own chunked_prefill: `resolve_defaults`, with the version `serving.engine` names) wherever it
-    sets nothing itself, and the engine. An `engine` given is taken as it is (a validation row's has been
-    resolved from the row's flags)."""
-    if engine is None and w.serving.engine is None:
+    """The workload with its engine's defaults (`engine`, else the one it names as `launched_engine` launches
+    it) wherever it sets nothing itself, and the engine. An `engine` given is taken as it is (a validation
+    row's has been resolved from the row's flags; a benchmark client's has the client's own settings)."""
+    e = engine if engine is not None else launched_engine(w, device, m, attention_dp)
+    if e is None:
         return w, None
-    if engine is not None:
-        e = engine
-    else:
-        named = load_engine(str(w.serving.engine))
-        started = on_device(named, device) if device is not None else named
-        launch = {k: getattr(w.serving, k) for k in ("chunked_prefill",) if k in w.serving.model_fields_set}
-        e = resolve_defaults(started, str(w.serving.engine), mla=m is not None and float(m.kv_lora) > 0,
-                             max_model_len=int(float(m.max_seq_len)) if m is not None else None,
-                             attention_dp=attention_dp, flags=launch)[0]
     sv, kv = w.serving, w.kv_cache
     serving = {k: getattr(e, k) for k in ("policy", "chunked_prefill", "max_batch", "max_batched_tokens",
                                           "scheduler_steps")

@@ -2,9 +2,11 @@
 they differ from trtllm-serve's (the engine profiles'): decode CUDA graphs to its own max batch, and, for a
 run that states neither --max_batch_size nor --max_num_tokens, the limits of its tuning heuristic.
 
-These are the benchmark tool's rules, not the engine's, so they live beside the benchmark clients: the
-validation harness reads from a row's words whether it is such a run (`validation/serving_rows.py`) and
-applies `trtllm_bench_engine`; a run of `armillary serve` or the API can apply it to its engine the same way.
+These are the benchmark tool's rules, not the engine's, so they live beside the benchmark clients: a
+benchmark whose client is trtllm-bench (`serving.benchmark.Client`) launches its engine through
+`serving.benchmark.client_engine`, which applies `trtllm_bench_engine`: the one path of `armillary serve
+--client trtllm-bench`, `api.serve_benchmark` and the validation harness (which names the client from a
+row's words, `validation/serving_rows.py`).
 """
 
 from __future__ import annotations

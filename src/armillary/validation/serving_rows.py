@@ -4,8 +4,9 @@ at a rate, a concurrency or all at once) into a simulated benchmark run and the 
 The row's words are read here; the rules they select are the serving layer's. The row names the engine (its
 profile, as it starts on the device and as launched with the flags the row states: `serving.engine`), the
 model and GPU presets, the lengths (fixed, or ShareGPT's measured quantiles) and the client
-(`serving.benchmark`: offline, a closed loop at a concurrency, Poisson at a rate, MLPerf's scenarios; an
-offline trtllm-bench run launches its engine as `serving.trtllm_bench` says). What is not stated is assumed
+(`serving.benchmark`: offline, a closed loop at a concurrency, Poisson at a rate, MLPerf's scenarios; the
+client trtllm-bench, named by the row's words, launches its engine as `serving.benchmark.client_engine` says
+for the API and `armillary serve` too). What is not stated is assumed
 and written down.
 """
 
@@ -20,7 +21,9 @@ from armillary.plan.arrays import ModelArrays
 from armillary.serving.benchmark import (
     STEADY_BATCHES,
     Benchmark,
+    Client,
     Mode,
+    client_engine,
     requests_for,
     sequences_held,
     trace_for,
@@ -36,7 +39,6 @@ from armillary.serving.engine import (
 )
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace
-from armillary.serving.trtllm_bench import trtllm_bench_engine
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.model import Model
 from armillary.specs.stack import hopper_or_later
@@ -135,20 +137,20 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
     return launched
 
 
-def _trtllm_bench(row: dict[str, str], client: Benchmark, engine: Engine, model: Model, inference: Inference,
-                  tp: int, device: Device, notes: list[str]) -> Engine:
-    """The engine as trtllm-bench throughput launches it (`serving.trtllm_bench.trtllm_bench_engine`) where
-    the row is an offline trtllm-bench run of TensorRT-LLM 1.x; its heuristic's limits unless the row states
-    --max_batch_size or --max_num_tokens."""
-    text = f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}"
-    if (client.mode is not Mode.OFFLINE or not re.search(r"trtllm-bench", text, re.I)
-            or not engine.name.startswith("TensorRT-LLM 1")):
-        return engine
+def _client_engine(row: dict[str, str], client: Benchmark, engine: Engine, model: Model, strategy: Strategy,
+                   inference: Inference, system: System, notes: list[str]) -> Engine:
+    """The engine as the row's benchmark client launches it (`serving.benchmark.client_engine`, the path of
+    the API and `armillary serve`): trtllm-bench's own settings for a trtllm-bench row, its heuristic's limits
+    unless the row states --max_batch_size or --max_num_tokens."""
     flags = _flags(row)
     stated = _flag("max-batch-size", flags) is not None or _flag("max-num-tokens", flags) is not None
-    engine, assumed = trtllm_bench_engine(engine, model, inference, tp, device, limits=not stated)
+    try:
+        launched, assumed = client_engine(client, engine, model, strategy, inference, system, limits_stated=stated)
+    except SpecError as err:
+        raise Unsupported(f"framework: {err}") from None
     notes.extend(assumed)
-    return engine
+    assert launched is not None  # the row's engine, or the client's launch of it
+    return launched
 
 
 def dp_attention(row: dict[str, str]) -> bool:
@@ -231,7 +233,21 @@ def _checkpoint_scales(row: dict[str, str], mla: bool, notes: list[str]) -> dict
 
 
 def _client(row: dict[str, str]) -> Benchmark:
-    """The benchmark client as the row words it: "500 prompts", "--num-prompts 500", "max-concurrency 64",
+    """The benchmark client as the row words it (`_load`), and the tool that launches the engine itself where
+    the row names one: trtllm-bench (its framework, printed settings or notes), which runs offline only (a
+    trtllm-bench row in another mode is refused, not served with the server's settings)."""
+    load = _load(row)
+    text = f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}"
+    if not re.search(r"trtllm-bench", text, re.I):
+        return load
+    try:
+        return Benchmark(load.mode, load.requests, load.rate, load.concurrency, Client.TRTLLM_BENCH)
+    except SpecError as err:
+        raise Unsupported(f"framework: {err}") from None
+
+
+def _load(row: dict[str, str]) -> Benchmark:
+    """How the row's client sends requests: "500 prompts", "--num-prompts 500", "max-concurrency 64",
     "concurrency: 64", "request rate 16 req/s", "--request-rate 2.5", "QPS 4", "Poisson arrivals, target 71.2
     QPS", "max-load offline (infinite request rate)", "all 1000 requests queued"; read only from clauses about
     the client (the measured results are not the client). MLPerf's scenarios by their names."""
@@ -311,7 +327,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
                                         **_experts(row, model, tp, notes)})
     notes.append(f"tp={tp}, {attention} attention, {system.name} preset")
     inference = workload_for(client, Inference.model_validate(workload))
-    engine = _trtllm_bench(row, client, engine, model, inference, tp, system.device, notes)
+    engine = _client_engine(row, client, engine, model, strategy, inference, system, notes)
     held = _held(client, model, strategy, inference, system, engine, notes)
     lengths = LengthDistribution.SHAREGPT if varied else LengthDistribution.FIXED
     inference = inference.model_copy(update={"serving": inference.serving.model_copy(update={"lengths": lengths})})
