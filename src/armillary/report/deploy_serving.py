@@ -8,18 +8,17 @@ import yaml
 
 from armillary.report.launch import Command, Deployment, Target
 from armillary.specs.model import Model
-from armillary.specs.strategy import BlockFormat, Strategy, TrainingPrecision
+from armillary.specs.strategy import Strategy, TrainingPrecision
 from armillary.specs.system import System
 from armillary.specs.workload import Inference, StoredPrecision
 
 
 def _served_weights(s: Strategy, w: Inference) -> StoredPrecision | None:
-    """The weights' precision a serving estimate assumed (estimate.inference.recipe_weight_bytes)."""
-    if w.weights is not None:
-        return w.weights
-    if s.block_format is not BlockFormat.NONE:
-        return StoredPrecision(s.block_format.value)
-    return StoredPrecision.FP8 if s.precision is TrainingPrecision.FP8 else None
+    """The weights' precision a serving estimate assumed (`serving.benchmark.served_weights`, the rule the
+    trtllm-bench client sizes its heuristic with)."""
+    from armillary.serving.benchmark import served_weights
+
+    return w.weights if w.weights is not None else served_weights(s)
 
 
 # NeMo 2.0 LoRA target names (nemo/collections/llm/peft/lora.py: linear_qkv, linear_proj, linear_fc1, linear_fc2)
