@@ -217,10 +217,17 @@ class Device(Spec):
         for p in _FALLBACK[precision]:
             if p in self.matrix_flops:
                 return self.matrix_flops[p]
-        if precision.block_scaled:
-            raise SpecError(f"device {self.name!r} has no {precision.value} matrix units (it lists "
-                            f"{', '.join(sorted(p.value for p in self.matrix_flops))}); {precision.value} GEMMs run "
-                            f"on: {', '.join(_devices_with(precision)) or 'no preset device'}")
+        if precision.block_scaled:  # only strategy.block_format asks for one (cost.compute._BLOCK_FORMATS)
+            listed = ', '.join(sorted(p.value for p in self.matrix_flops))
+            devices = ', '.join(_devices_with(precision)) or 'no preset device'
+            if precision is Precision.INT8:  # GPUs have int8 tensor cores, but no preset lists their rate: no
+                # int8-GEMM training recipe (AQT) is sourced on them, so none is priced there
+                raise SpecError(f"strategy.block_format 'int8' (AQT int8 x int8 GEMMs, MaxText quantization=int8): "
+                                f"device {self.name!r} lists no int8 matrix rate (it lists {listed}); the preset "
+                                f"devices that list one: {devices}")
+            raise SpecError(f"strategy.block_format {precision.value!r}: device {self.name!r} has no "
+                            f"{precision.value} matrix units (it lists {listed}); {precision.value} GEMMs run on: "
+                            f"{devices}")
         raise ValueError(
             f"device {self.name!r} lists no matrix peak for {precision.value}; "
             f"listed: {sorted(p.value for p in self.matrix_flops)}"
