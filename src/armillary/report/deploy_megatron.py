@@ -185,6 +185,10 @@ def megatron(model: Model, system: System, s: Strategy, workload: Training) -> D
                         "Megatron-Core split tensor parallelism in 1-D only (--tensor-model-parallel-size). "
                         "Colossal-AI runs the 2-D layout (legacy tensor parallel mode '2d': Linear2D, LayerNorm2D); "
                         "emit tp_layout '1d' for Megatron-LM")
+    if s.block_format is BlockFormat.INT8:  # no launch rather than flags for another recipe
+        raise SpecError("strategy.block_format 'int8' (AQT int8 GEMMs) has no Megatron-LM launch: Megatron-LM's "
+                        "Transformer Engine recipes are fp8 (--fp8-recipe tensorwise, delayed, mxfp8, blockwise) and "
+                        "fp4 (--fp4-recipe nvfp4), none of them int8; MaxText runs it (quantization=int8)")
     notes: list[str] = [f"{system.devices} devices: torchrun world size {system.devices}, "
                         f"data parallel {data_parallel(s, system)} (implied)"]
     if system.memory_pool is not None:
