@@ -231,6 +231,7 @@ def replicated_experts(m: ModelArrays, st: StrategyArrays, tokens: Array, e: flo
 
 def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: System) -> ReplicaModel:
     """Check the strategy for serving and fix the precisions of weights, activations and cache."""
+    serving_block_format(strategy)
     if strategy.cp > 1 and strategy.attention_dp > 1:
         raise SpecError("strategy.cp: context parallelism with data-parallel attention (attention_dp > 1) is not "
                         "modelled (use one of them)")
@@ -272,13 +273,34 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
                         float(m.kv_lora > 0 and w.mla_decode is MlaDecode.MATERIALIZED), attention_weights)
 
 
-def recipe_weight_bytes(strategy: Strategy, activation_bytes: float) -> float:
-    """Bytes per weight a serving recipe stores when the workload names none: its block format's, scales
-    included (NVFP4 0.5625: W4A4 checkpoints such as NVIDIA's ModelOpt NVFP4 ones), fp8's (1), else the
-    activation precision's."""
+def serving_block_format(strategy: Strategy) -> None:
+    """Refuse a block format serving does not model: int8 (`BlockFormat.INT8`) is AQT's training recipe
+    (MaxText quantization=int8: int8 x int8 GEMMs forward and backward, read from its training config only).
+    Served, it would store int8 weights (`StoredPrecision.INT8`), which everywhere else in serving means
+    weight-only int8 (AWQ / GPTQ: GEMMs at the activation precision), while the block format prices int8 GEMMs
+    with training's quantize kernels; no engine profile or measurement reads int8-GEMM serving on the devices
+    that list an int8 rate (TPUs)."""
+    if strategy.block_format is BlockFormat.INT8:
+        raise SpecError("strategy.block_format 'int8' (AQT int8 GEMMs, MaxText quantization=int8) is a training "
+                        "recipe: int8-GEMM (W8A8) serving is not modelled. For int8 weights with GEMMs at the "
+                        "activation precision (AWQ / GPTQ style) give workload.weights: int8 and block_format none")
+
+
+def recipe_weights(strategy: Strategy) -> StoredPrecision | None:
+    """The weights' precision a serving recipe stores when the workload names none: its block format's (W4A4
+    checkpoints such as NVIDIA's ModelOpt NVFP4 ones), fp8 under the fp8 recipe, else None (the activation
+    precision). A block format serving refuses (`serving_block_format`) raises."""
+    serving_block_format(strategy)
     if strategy.block_format is not BlockFormat.NONE:
-        return StoredPrecision(strategy.block_format.value).bytes
-    return 1.0 if strategy.precision is TrainingPrecision.FP8 else activation_bytes
+        return StoredPrecision(strategy.block_format.value)
+    return StoredPrecision.FP8 if strategy.precision is TrainingPrecision.FP8 else None
+
+
+def recipe_weight_bytes(strategy: Strategy, activation_bytes: float) -> float:
+    """Bytes per weight a serving recipe stores when the workload names none (`recipe_weights`), scales
+    included (NVFP4 0.5625, fp8 1), else the activation precision's."""
+    weights = recipe_weights(strategy)
+    return weights.bytes if weights is not None else activation_bytes
 
 
 def engine_fp8_kernels(system: System, w: Inference) -> Fp8Kernels | None:

@@ -25,6 +25,9 @@ def _served_weights(s: Strategy, w: Inference) -> StoredPrecision | None:
 
 
 def _serving_checks(s: Strategy, w: Inference, notes: list[str]) -> None:
+    from armillary.estimate.inference import serving_block_format
+
+    serving_block_format(s)  # the block formats serving refuses (int8: AQT's training recipe), as the estimate does
     if s.cp > 1:
         notes.append(f"cp {s.cp}: context parallelism has no serving-engine flag here")
     if w.serving.prefill_replicas:

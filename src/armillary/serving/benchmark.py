@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from armillary.errors import SpecError
-from armillary.estimate.inference import replica_model
+from armillary.estimate.inference import recipe_weights, replica_model
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.engine import Engine, with_engine
 from armillary.serving.run import ServingResult, replica_kv_tokens
@@ -36,7 +36,7 @@ from armillary.serving.trace import Trace, benchmark_trace
 from armillary.serving.trtllm_bench import trtllm_bench_engine
 from armillary.serving.window import SteadyThroughput, steady_throughput
 from armillary.specs.model import Model
-from armillary.specs.strategy import BlockFormat, Strategy, TrainingPrecision
+from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Arrivals, Inference, StoredPrecision
 
@@ -125,11 +125,10 @@ def client_engine(benchmark: Benchmark, engine: Engine | None, model: Model, str
 
 
 def served_weights(strategy: Strategy) -> StoredPrecision | None:
-    """The weights' precision a serving workload that names none stores (estimate.inference.recipe_weight_bytes):
-    the strategy's block format, else fp8 under the fp8 recipe, else the activation precision (None)."""
-    if strategy.block_format is not BlockFormat.NONE:
-        return StoredPrecision(strategy.block_format.value)
-    return StoredPrecision.FP8 if strategy.precision is TrainingPrecision.FP8 else None
+    """The weights' precision a serving workload that names none stores (`estimate.inference.recipe_weights`,
+    the one rule): the strategy's block format, else fp8 under the fp8 recipe, else the activation precision
+    (None). The int8 block format (AQT's training recipe) is refused there, not turned into weight-only int8."""
+    return recipe_weights(strategy)
 
 
 def sequences_held(m: ModelArrays, strategy: Strategy, w: Inference, system: System, engine: Engine | None = None,
