@@ -84,8 +84,9 @@ class StrategySpace(Spec):
     rank_order: tuple[RankOrder, ...] = Field((RankOrder.DP_INNER, RankOrder.PP_INNER),
                                               description="mappings of the parallel groups onto network tiers")
     block_format: tuple[BlockFormat, ...] | None = Field(
-        None, description="block-scaled GEMM formats to try (none, mxfp8, nvfp4, mxfp4; with a bf16 or fp8 base "
-        "precision, on a device that has them); default: the base strategy's")
+        None, description="block-scaled GEMM formats to try (none, mxfp8, nvfp4, mxfp4, int8; with a bf16 or fp8 "
+        "base precision, on a device that lists their rate: a listed format the device lacks stops the search with "
+        "the devices that have it); default: the base strategy's")
 
 
 _DEFAULT_MODULES = Strategy().recompute_modules  # what a strategy without selective recomputation holds

@@ -113,9 +113,9 @@ class Strategy(Spec):
     precision: TrainingPrecision = TrainingPrecision.BF16
     block_format: BlockFormat = Field(
         BlockFormat.NONE, description="the linear layers' GEMMs in a block-scaled format: mxfp8, nvfp4 (Blackwell), "
-        "mxfp4 (Blackwell, CDNA 4), int8 (AQT's per-channel int8, TPU); with precision bf16 (Megatron --bf16 "
-        "--fp4-format e2m1: memory as bf16's) or "
-        "fp8 (--fp8-recipe mxfp8: memory as fp8's, a quantized weight copy and quantized saved inputs)")
+        "mxfp4 (Blackwell, CDNA 4), int8 (AQT's per-channel int8 on the devices that list an int8 rate: TPU v5p, "
+        "v6e; training only, serving refuses it); with precision bf16 (Megatron --bf16 --fp4-format e2m1: memory as "
+        "bf16's) or fp8 (--fp8-recipe mxfp8: memory as fp8's, a quantized weight copy and quantized saved inputs)")
     quantized_gemms: QuantizedGemms = Field(QuantizedGemms(), description="which weight GEMMs a quantized "
                                             "recipe (fp8 or a block format) keeps in higher precision")
     fp8_params: bool = Field(
