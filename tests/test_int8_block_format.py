@@ -23,7 +23,8 @@ from armillary.workload.quantize import format_bytes
 TRAIN = {"seq_len": 4096, "global_batch": 32}
 SERVE = {"kind": "inference", "batch": 8, "input_len": 512, "output_len": 64}
 INT8 = {"tp": 8, "block_format": "int8"}
-NO_RATE = r"strategy\.block_format 'int8' .*lists no int8 matrix rate .*the preset devices that list one: tpu-v5p, tpu-v6e"
+NO_RATE = (r"strategy\.block_format 'int8' .*lists no int8 matrix rate .*the preset devices that list one: "
+           r"tpu-v5p, tpu-v6e")
 
 
 def test_every_block_format_has_a_precision_a_format_and_a_row_in_each_table():
@@ -31,7 +32,7 @@ def test_every_block_format_has_a_precision_a_format_and_a_row_in_each_table():
     plan.codes order that cost.compute, estimate.memory and workload.quantize index their tables by."""
     formats = BLOCK_FORMAT.members[1:]
     assert set(formats) == set(BlockFormat) - {BlockFormat.NONE}
-    assert _BLOCK_FORMATS == tuple(Precision(f.value) for f in formats)
+    assert tuple(Precision(f.value) for f in formats) == _BLOCK_FORMATS
     assert all(Precision(f.value).block_scaled and f.value in FORMATS for f in formats)
     for table in (mem.QUANTIZED_WEIGHT_BYTES, mem.QUANTIZED_INPUT_BYTES):
         assert len(table) == len(BLOCK_FORMAT.members)
@@ -77,7 +78,7 @@ def test_the_cli_prints_the_refusal_without_a_traceback(tmp_path):
 
 
 def test_megatron_has_no_int8_launch():
-    with pytest.raises(SpecError, match="'int8' .*has no Megatron-LM launch"):
+    with pytest.raises(SpecError, match=r"'int8' .*has no Megatron-LM launch"):
         deployment(Target.MEGATRON, load_model("llama3-8b"), load_system("tpu-v5p-slice", 8),
                    load_strategy(INT8), load_workload(TRAIN))
 
@@ -88,7 +89,7 @@ def test_serving_refuses_the_int8_block_format_rather_than_read_it_as_weight_onl
     with pytest.raises(SpecError, match="training recipe"):
         served_weights(Strategy(block_format=BlockFormat.INT8))
     for call in (armillary.estimate, armillary.simulate):
-        with pytest.raises(SpecError, match="workload.weights: int8 and block_format none"):
+        with pytest.raises(SpecError, match=r"workload\.weights: int8 and block_format none"):
             call("llama3-8b", "tpu-v6e-slice", INT8, SERVE, gpus=8)
     with pytest.raises(SpecError, match="training recipe"):
         armillary.simulate_serving("llama3-8b", "tpu-v6e-slice", INT8, SERVE, gpus=8, rate=1.0, duration_s=5.0)
