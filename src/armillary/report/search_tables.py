@@ -38,16 +38,18 @@ def search_report(result: SearchResult, model: Model, system: System, objective:
     """The top strategies of a training search, and what the search did."""
     rows = search_rows(result)
     table = Table(title=f"{on_devices(model, system)}: top {len(rows)} by {objective.value}")
+    formats = any(r["block_format"] != "none" for r in rows)  # the GEMMs' block format, where a row has one
     for c in ("rank", "tp", "pp", "dp", "vpp", "cp", "ep", "mb", "attention", "SP", "recompute", "ZeRO", "overlap",
-              "offload", "rank order", "step s", "±", "MFU", "GiB"):
-        table.add_column(c, justify="left" if c in ("attention", "recompute", "overlap", "offload", "rank order")
-                         else "right")
+              "offload", "rank order", *(("GEMMs",) if formats else ()), "step s", "±", "MFU", "GiB"):
+        table.add_column(c, justify="left" if c in ("attention", "recompute", "overlap", "offload", "rank order",
+                                                    "GEMMs") else "right")
     for r in rows:
         overlap = overlap_label(r["overlap"], compact=True)
         band = r["error_band"]
         table.add_row(str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["cp"]),
                       str(r["ep"]), str(r["micro_batch"]), r["attention"], "yes" if r["sequence_parallel"] else "no",
                       r["recompute"], str(r["zero"]), overlap, r["offload"] or "-", r["rank_order"],
+                      *((r["block_format"],) if formats else ()),
                       f"{r['step_time_s']:.4g}",
                       f"{band['relative']:.0%}{'!' if band['poorly_validated'] else ''}" if band else "-",
                       percent(r["mfu"]), f"{r['memory_gib']:.1f}")

@@ -454,7 +454,7 @@ def candidate_row(c: Candidate) -> dict[str, Any]:
             "sequence_parallel": s.sequence_parallel, "recompute": s.recompute.value,
             "recompute_layers": s.recompute_layers, "zero": int(s.zero),
             "overlap": s.overlap.model_dump(), "offload": ", ".join(offloaded(s)),
-            "rank_order": s.rank_order.value, "step_time_s": c.step_time_s,
+            "rank_order": s.rank_order.value, "block_format": s.block_format.value, "step_time_s": c.step_time_s,
             "tokens_per_s": c.tokens_per_s, "mfu": c.mfu, "memory_gib": c.memory_bytes / 2**30,
             "error_band": None if c.error_band is None else {"relative": c.error_band.relative,
                                                              "regime": c.error_band.regime,
