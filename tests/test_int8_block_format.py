@@ -24,7 +24,7 @@ TRAIN = {"seq_len": 4096, "global_batch": 32}
 SERVE = {"kind": "inference", "batch": 8, "input_len": 512, "output_len": 64}
 INT8 = {"tp": 8, "block_format": "int8"}
 NO_RATE = (r"strategy\.block_format 'int8' .*lists no int8 matrix rate .*the preset devices that list one: "
-           r"tpu-v5p, tpu-v6e")
+           r"tpu-v4, tpu-v5p, tpu-v6e")
 
 
 def test_every_block_format_has_a_precision_a_format_and_a_row_in_each_table():
@@ -39,7 +39,7 @@ def test_every_block_format_has_a_precision_a_format_and_a_row_in_each_table():
     assert format_bytes(float(BLOCK_FORMAT.code(BlockFormat.INT8))) == FORMATS["int8"].bytes == 1.0
 
 
-@pytest.mark.parametrize("system", ["dgx-a100", "dgx-h100", "dgx-b200", "mi300x-8", "tpu-v4-pod-slice"])
+@pytest.mark.parametrize("system", ["dgx-a100", "dgx-h100", "dgx-b200", "mi300x-8"])
 def test_a_device_without_an_int8_rate_refuses_it_naming_the_field_and_the_devices(system):
     with pytest.raises(SpecError, match=NO_RATE):
         armillary.estimate("llama3-8b", system, INT8, TRAIN, gpus=8)
@@ -100,3 +100,11 @@ def test_serving_refuses_the_int8_block_format_rather_than_read_it_as_weight_onl
     weight_only = armillary.estimate("llama3-8b", "tpu-v6e-slice", {"tp": 8}, {**SERVE, "weights": "int8"}, gpus=8)
     assert weight_only.tpot_s > 0
     assert served_weights(Strategy(block_format=BlockFormat.NVFP4)) is StoredPrecision.NVFP4
+
+
+def test_boundedness_of_an_int8_decode_is_refused_as_serving_is() -> None:
+    from armillary.search.technology import op_boundedness
+
+    with pytest.raises(SpecError, match="W8A8"):
+        op_boundedness("llama2-70b", "tpu-v5p", 64, decode=True, block_format="int8")
+    assert op_boundedness("llama2-70b", "tpu-v5p", 8, seq_len=2048, block_format="int8")  # training: priced

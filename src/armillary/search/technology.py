@@ -341,6 +341,11 @@ def op_boundedness(model: Any, device: Device | str, tokens: int, seq_len: int |
     m = ModelArrays.of(load_model(model))
     code = PRECISION.code(TrainingPrecision(precision))
     fmt = BLOCK_FORMAT.code(BlockFormat(block_format))
+    if decode:  # a block format serving refuses (int8: AQT's training recipe) is refused here too
+        from armillary.estimate.inference import serving_block_format
+        from armillary.specs.strategy import Strategy
+
+        serving_block_format(Strategy.model_validate({"precision": precision, "block_format": block_format}))
     element = 1.0 if precision == "fp8" else 2.0
     s = 1 if decode else (seq_len or 2048)
     # serving stores the weights in the block format (docs/fp4.md: W4A4 without workload.weights)
