@@ -10,7 +10,8 @@ from armillary.errors import SpecError
 from armillary.estimate.inference import engine_fp8_kernels, replica_model
 from armillary.estimate.inference_memory import inference_memory
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import load_engine, with_engine
+from armillary.serving.engine import load_engine
+from armillary.serving.launch import with_engine
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import Platform

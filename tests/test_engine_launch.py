@@ -1,4 +1,4 @@
-"""An engine's defaults that depend on its release, the model and the launch (`serving.engine.resolve_defaults`):
+"""An engine's defaults that depend on its release, the model and the launch (`serving.launch.resolve_defaults`):
 one function for `armillary serve` / the API (`with_engine`) and the validation harness (`serving_rows._engine`),
 one test per rule, and the same engine for the same run read either way."""
 
@@ -7,15 +7,9 @@ import pytest
 from armillary import api
 from armillary.plan.arrays import ModelArrays
 from armillary.serving import run as serving_run
-from armillary.serving.engine import (
-    Engine,
-    ReleaseDefaults,
-    load_engine,
-    on_device,
-    resolve_defaults,
-    stated_releases,
-    with_engine,
-)
+from armillary.serving.engine import Engine, ReleaseDefaults, load_engine, on_device
+from armillary.serving.engine_versions import stated_releases
+from armillary.serving.launch import resolve_defaults, with_engine
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.workload import Inference, MlaDecode
 from armillary.validation.serving_rows import _engine

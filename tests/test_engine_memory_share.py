@@ -8,7 +8,8 @@ import pytest
 from armillary.estimate.inference import replica_model
 from armillary.estimate.inference_memory import inference_memory, kv_budget
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import load_engine, with_engine
+from armillary.serving.engine import load_engine
+from armillary.serving.launch import with_engine
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.strategy import Strategy
 from armillary.specs.workload import Inference

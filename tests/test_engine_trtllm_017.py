@@ -9,7 +9,9 @@ import pytest
 from armillary.estimate.inference import replica_model
 from armillary.estimate.inference_memory import inference_memory, kv_blocks, kv_budget
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import cache_sizing_factor, engine_for, load_engine, overheads, with_engine
+from armillary.serving.engine import cache_sizing_factor, load_engine, overheads
+from armillary.serving.engine_versions import engine_for
+from armillary.serving.launch import with_engine
 from armillary.serving.run import _limits
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.strategy import Strategy

@@ -1,5 +1,5 @@
 """Every engine version a row or a run names maps to the profile that describes that version's defaults, or is
-refused with a message naming the version and the known profiles (`serving.engine.engine_for`): never another
+refused with a message naming the version and the known profiles (`serving.engine_versions.engine_for`): never another
 version's profile. One version string on each side of each boundary between profiles (and between a profile and
 an undescribed range), the unversioned fallbacks, and every row of the validation CSV that names an engine
 mapping as it did before the refusals (start commit 5788ae9)."""
@@ -10,7 +10,8 @@ from collections import Counter
 import pytest
 
 from armillary.errors import SpecError
-from armillary.serving.engine import UNDESCRIBED, engine_for, engine_version, load_engine
+from armillary.serving.engine import load_engine
+from armillary.serving.engine_versions import UNDESCRIBED, engine_for, engine_version
 from armillary.validation.row_columns import Unsupported
 from armillary.validation.run import DEFAULT_CSV, read_rows
 from armillary.validation.serving_rows import _engine
@@ -243,7 +244,7 @@ def test_vllm_v0_runs_mla_expanded_before_0_7_1(framework: str, mode: str) -> No
 
 
 def test_a_run_naming_the_v1_engine_gets_the_batch_defaults_of_its_device_unless_it_sets_them() -> None:
-    from armillary.serving.engine import with_engine
+    from armillary.serving.launch import with_engine
     from armillary.specs.loading import load_system
     from armillary.specs.workload import Inference
 

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from armillary.errors import SpecError
-from armillary.serving.engine import OPTIONAL_RULES, Engine, engine_for, load_engine, on_device
+from armillary.serving.engine import OPTIONAL_RULES, Engine, load_engine, on_device
+from armillary.serving.engine_versions import engine_for
 from armillary.specs.loading import load_system
 from armillary.validation.run import DEFAULT_CSV, read_rows
 from armillary.validation.vocabulary import framework_words

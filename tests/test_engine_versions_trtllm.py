@@ -12,7 +12,8 @@ import pytest
 
 from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import OPTIONAL_RULES, UNDESCRIBED, Engine, engine_for, load_engine, overheads
+from armillary.serving.engine import OPTIONAL_RULES, Engine, load_engine, overheads
+from armillary.serving.engine_versions import UNDESCRIBED, engine_for
 from armillary.serving.trtllm_bench import trtllm_bench_engine
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.workload import Inference

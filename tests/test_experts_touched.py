@@ -13,7 +13,8 @@ from armillary.cost.compute import kernel_times
 from armillary.estimate.inference import fp8_kernels, replica_model, replicated_experts
 from armillary.plan.arrays import ModelArrays
 from armillary.plan.codes import PRECISION
-from armillary.serving.engine import load_engine, with_engine
+from armillary.serving.engine import load_engine
+from armillary.serving.launch import with_engine
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.strategy import Strategy, TrainingPrecision

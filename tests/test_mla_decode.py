@@ -10,7 +10,8 @@ from hypothesis import strategies as hs
 
 from armillary.estimate.inference import prefill_pass, replica_model
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import load_engine, with_engine
+from armillary.serving.engine import load_engine
+from armillary.serving.launch import with_engine
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.strategy import Strategy
 from armillary.specs.workload import Inference, MlaDecode

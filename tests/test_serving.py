@@ -74,7 +74,8 @@ def test_a_watermark_keeps_a_prompt_waiting_instead_of_evicting_it_later():
 def test_vllm_v0_keeps_one_percent_of_its_pages_free_when_admitting():
     from armillary.estimate.inference import replica_model
     from armillary.plan.arrays import ModelArrays
-    from armillary.serving.engine import load_engine, with_engine
+    from armillary.serving.engine import load_engine
+    from armillary.serving.launch import with_engine
     from armillary.serving.run import _limits
     from armillary.specs.loading import load_model, load_system
     from armillary.specs.strategy import Strategy

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from armillary.errors import SpecError
 from armillary.presets.registry import preset_names
-from armillary.serving.engine import OPTIONAL_RULES, Engine, load_engine, with_engine
+from armillary.serving.engine import OPTIONAL_RULES, Engine, load_engine
+from armillary.serving.launch import with_engine
 from armillary.serving.simulate import SchedulerLimits, simulate_replica
 from armillary.serving.trace import arrival_times, benchmark_trace, scaled
 from armillary.specs.workload import Arrivals, Inference, Policy

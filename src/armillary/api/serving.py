@@ -49,7 +49,7 @@ def _served(m: Model, sysm: System, st: Strategy, w: Inference, trace: Trace,
     from armillary.estimate.result import RunConfig
     from armillary.plan.arrays import ModelArrays
     from armillary.plan.layout import data_parallel
-    from armillary.serving.engine import with_engine
+    from armillary.serving.launch import with_engine
     from armillary.serving.run import serve_trace
     from armillary.validation.bands import inference_error_band
 
@@ -120,7 +120,7 @@ def serve_benchmark(model: ModelLike, system: SystemLike, strategy: StrategyLike
         trace_for,
         workload_for,
     )
-    from armillary.serving.engine import launched_engine
+    from armillary.serving.launch import launched_engine
 
     if isinstance(benchmark, dict):
         fields = ("mode", "requests", "rate", "concurrency", "client")

@@ -30,7 +30,8 @@ from enum import StrEnum
 from armillary.errors import SpecError
 from armillary.estimate.inference import recipe_weights, replica_model
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import Engine, with_engine
+from armillary.serving.engine import Engine
+from armillary.serving.launch import with_engine
 from armillary.serving.run import ServingResult, replica_kv_tokens
 from armillary.serving.trace import Trace, benchmark_trace
 from armillary.serving.trtllm_bench import trtllm_bench_engine

@@ -2,10 +2,9 @@
 token limits, KV page size and memory share, decode attention kernel, and its runtime overheads.
 
 A profile is a data file (presets/engines) with a source per number. A run names its engine in
-`workload.serving.engine`; the engine, as it starts on the device (`on_device`) and as its release, the model
-and the launch set its defaults (`resolve_defaults`, shared with the validation harness), fills whatever the
-workload leaves unset (`with_engine`), and its overheads cost every iteration of the serving simulation
-(`Overheads`).
+`workload.serving.engine`: which profile a version names is `serving.engine_versions`; the engine as it starts
+on the device is `on_device` here, as its release, the model and the launch set its defaults, and the workload
+it fills, `serving.launch`; its overheads cost every iteration of the serving simulation (`Overheads`).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from armillary.plan.arrays import ModelArrays
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.specs.base import NamedByPatterns, Spec
 from armillary.specs.system import Device, Platform
-from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, Policy
+from armillary.specs.workload import DecodeAttention, Fp8Kernels, MlaDecode, Policy
 
 # DeviceDefaults' fields that say which devices a tier fits or how its memory share is computed, not Engine fields
 _TIER_TERMS = ("at_least_gib", "names", "except_names", "memory_fraction", "memory_reserve_gib")
@@ -317,242 +316,11 @@ def load_engine(value: Engine | str | dict[str, Any]) -> Engine:
         if find_preset("engines", value) is not None:
             return _shipped(value.lower())
         if not value.endswith((".yaml", ".yml", ".json")):
+            from armillary.serving.engine_versions import engine_for  # it reads the profiles this module loads
+
             found = engine_for(re.sub(r"==", " ", value), "workload.serving.engine")
             if found is not None:
                 return found
             raise SpecError(f"workload.serving.engine: {value!r} is neither a file nor a preset; presets: "
                             f"{', '.join(preset_names('engines'))}")
     return load_spec(Engine, value, "engine")
-
-
-# An engine named with a version ("vLLM 0.5.4", "vllm 0.4.2" from a pip pin, "TensorRT-LLM v0.12.0",
-# "SGLang 0.3.6"): the family (the prefix of its profiles' preset names) and the major.minor read
-_VERSIONED = re.compile(r"\b(vllm|sglang|tensorrt-llm|trt-?llm)[\s=:]*v?(\d+)\.(\d+)(?:\.(\d+))?", re.I)
-_FAMILY = {"vllm": "vllm", "sglang": "sglang"}  # anything else the pattern reads is TensorRT-LLM
-
-# Versions whose defaults no shipped profile describes, and why the nearest profile does not fit them
-# (family, first version, the first version after them (major, minor, patch), reason). A row or a run naming
-# one is refused, not given another version's profile. An end of (99, 0, 0) leaves the range open: every later
-# release too.
-UNDESCRIBED: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int], str], ...] = (
-    ("vllm", (0, 0, 0), (0, 6, 0), "vLLM before 0.6.0 (V0 engine before the v0.6.0 CPU-overhead work): v0.6.0 added "
-     "multi-step scheduling and the async output processor, and the vLLM v0.6.0 blog (2024-09-05) profiled "
-     "v0.5.3 at 33% of the time in the HTTP API server and 29% in scheduling (Llama 3 8B, 1x H100), which the "
-     "vLLM 0.6 profile's host overheads (estimated after that work) do not describe; releases before vLLM PR #1926 "
-     "(merged 2023-12-17) had no CUDA graphs at all"),
-    ("tensorrt-llm", (0, 9, 0), (0, 17, 0), "TensorRT-LLM 0.9-0.16 (2024) built TensorRT engines with trtllm-build "
-     "and ran them in the C++ executor / batch manager: the PyTorch backend (the 0.17 and 1.x profiles) came "
-     "in 0.17, and the 1.x profile's CUDA graphs by default (PR #5480) and block reuse by default are the "
-     "PyTorch backend's; the engine-build defaults of these releases (max_batch_size, max_num_tokens, "
-     "tokens_per_block, enable_kv_cache_reuse) are not read here"),
-    ("tensorrt-llm", (1, 3, 0), (99, 0, 0), "TensorRT-LLM 1.3 and later: no release after 1.2.1 was on PyPI when the "
-     "1.1-1.2 profile was read (2026-12), none was read, and the latest LLM API reference (1.4.0rc docs) shows "
-     "KvCacheConfig use_kv_cache_manager_v2 'auto' (False, a prototype, in the 1.2 cycle): a new KV cache manager "
-     "whose sizing was not read; main also changed the padded CUDA-graph sizes to every 64 sequences (PR #12895, "
-     "April 2026). So the tensorrt-llm-1.1 profile is not assumed to describe them. Unversioned TensorRT-LLM rows keep "
-     "the tensorrt-llm-1.0 profile (the validation rows without a version are TensorRT-LLM 1.0's performance "
-     "overview)"),
-    ("sglang", (0, 0, 0), (0, 4, 0), "SGLang before 0.4 (2024): the SGLang 0.4 profile's host overhead is that of "
-     "the zero-overhead (overlap) batch scheduler introduced with v0.4 (SGLang v0.4 blog, 2024-12-04), and "
-     "its CUDA-graph and MLA defaults were read in 2025 releases"),
-    ("sglang", (0, 5, 24), (99, 0, 0), "SGLang 0.5.24 and later (0.6 and 1.x included): no such release was on "
-     "PyPI when the 0.5.x profiles were read (2026-12: the latest was 0.5.23), so none was read, and the 0.5.x "
-     "releases changed their memory reserve, chunk and CUDA-graph defaults three times (0.5.3, 0.5.10, 0.5.20): "
-     "later ones are not assumed to keep 0.5.23's (the sglang-0.5 profile)"),
-    ("vllm", (0, 35, 0), (99, 0, 0), "vLLM 0.35 and later (1.x included): no release after 0.34.0 was on PyPI "
-     "when the 0.29-0.34 profiles were read (2026-12), and 0.34.0 changed the KV-cache sizing (extensible KV "
-     "cache), the page size and the decode CUDA-graph sizes, so later releases are not assumed to keep them. "
-     "(The source with a 40 GiB tier, infer_accelerator_scheduling_defaults in vllm/platforms/hardware_defaults.py, "
-     "is the vLLM-HUST fork's, with Ascend branches; no upstream release 0.28.0-0.34.0 has it)"),
-)
-
-
-def engine_version(framework: str) -> tuple[str, int, int] | None:
-    """(family, major, minor) of the first engine named with a version in `framework`; None if none is."""
-    found = _VERSIONED.search(framework)
-    return None if found is None else _family_version(found)[:3]
-
-
-def _family_version(found: re.Match[str]) -> tuple[str, int, int, int]:
-    """(family, major, minor, patch) a `_VERSIONED` match read (patch 0 where not given)."""
-    return (_FAMILY.get(found.group(1).lower(), "tensorrt-llm"), int(found.group(2)), int(found.group(3)),
-            int(found.group(4) or 0))
-
-
-def _reaches(engine: Engine, framework: str, version: int) -> bool:
-    """Whether one of the engine's patterns matches `framework` across the version that starts at `version`
-    (the version, not just the engine's name, nor words after it such as a trtllm-serve command)."""
-    return any((m := re.search(p, framework, re.I)) is not None and m.start() <= version < m.end()
-               for p in engine.matches)
-
-
-def engine_for(framework: str, field: str = "framework") -> Engine | None:
-    """The shipped engine whose patterns match the most of a framework description. An engine named with a
-    version must be matched with that version: a version no profile covers is refused (SpecError naming the
-    version and the profiles of its family), never given another version's profile. An engine named without
-    a version gets its family's fallback profile (the patterns' bare names)."""
-    scored = [(engine.match_length(framework), name, engine)
-              for name in preset_names("engines") for engine in (load_engine(name),)]
-    versioned = _VERSIONED.search(framework)
-    # the longest match; with a version, among the profiles whose match covers the version itself
-    best = max((s for s in scored if s[0] > 0 and (versioned is None
-                                                   or _reaches(s[2], framework, versioned.start(2)))),
-               key=lambda s: s[0], default=None)
-    if versioned is not None and best is None:
-        family, major, minor, patch = _family_version(versioned)
-        why = next((reason for fam, low, high, reason in UNDESCRIBED
-                    if fam == family and low <= (major, minor, patch) < high), "no profile describes this version")
-        known = "; ".join(e.name for _, name, e in sorted(scored, key=lambda s: s[1]) if name.startswith(family))
-        read = ".".join(g for g in versioned.group(2, 3, 4) if g is not None)
-        raise SpecError(f"{field}: {versioned.group(0)!r} (version {read}) has no engine profile: {why}. "
-                        f"Known versions: {known}. Give a profile file with that version's defaults "
-                        "(workload.serving.engine: PATH.yaml)")
-    return best[2] if best is not None else None
-
-
-def stated_releases(text: str) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
-    """The releases the first engine named with a version in `text` stands for: (first, first after them);
-    "vLLM 0.6.3.post1" is 0.6.3 alone, "vLLM 0.7" every 0.7.x. None if no version is named."""
-    found = _VERSIONED.search(text)
-    if found is None:
-        return None
-    _, major, minor, patch = _family_version(found)
-    if found.group(4) is None:
-        return (major, minor, 0), (major, minor + 1, 0)
-    return (major, minor, patch), (major, minor, patch + 1)
-
-
-def resolve_defaults(engine: Engine, version: str = "", *, mla: bool = False, max_model_len: int | None = None,
-                     attention_dp: int = 1, flags: dict[str, Any] | None = None) -> tuple[Engine, tuple[str, ...]]:
-    """The engine as launched, and what it assumed in words: the one source of these rules for `armillary
-    serve`, the API and the validation harness. In order: the defaults of the releases `version` names
-    (`_with_releases`), the launch's `flags` (Engine fields the launch sets: a row's command line, a workload's
-    chunked_prefill), then what the engine derives from the model and the launch where the flags leave it:
-    chunked prefill for a model with multi-head latent attention (`mla`) or a context of `max_model_len`
-    tokens (the model's unless the launch caps it; `_chunked_prefill`), and the token budget that goes with
-    it, divided over `attention_dp` data-parallel attention groups (`_token_budget`)."""
-    engine, notes, forcing = _with_releases(engine, version, mla)
-    update = dict(flags or {})
-    notes.extend(_chunked_prefill(engine, update, mla, max_model_len, forcing))
-    notes.extend(_token_budget(engine, update, max_model_len, attention_dp))
-    return engine.model_copy(update=update), tuple(notes)
-
-
-def _with_releases(engine: Engine, version: str, mla: bool = False) -> tuple[Engine, list[str], str]:
-    """The engine with the defaults of its `releases` whose range holds every release `version` names (none
-    named: the profile's own), what that assumed for a model with multi-head latent attention (`mla`), and
-    which releases force MLA's chunked prefill off, in words ("the profile" where no range set it)."""
-    notes: list[str] = []
-    span = stated_releases(version)
-    forcing = "the profile"
-    for tier in engine.releases:
-        if span is None or not tier.holds(*span):
-            continue
-        tiered = tier.settings()
-        engine = engine.model_copy(update=tiered)
-        if "mla_forces_no_chunked_prefill" in tiered:
-            forcing = tier.span
-        if mla and "mla_decode" in tiered:
-            notes.append(f"MLA decode {engine.mla_decode.value}: {tier.span} "
-                         f"({tier.sources.get('mla_decode', 'the profile')})")
-    return engine, notes, forcing
-
-
-def _chunked_prefill(engine: Engine, update: dict[str, Any], mla: bool, max_model_len: int | None,
-                     forcing: str) -> list[str]:
-    """Set chunked prefill (and prefix caching) in `update` (the launch's flags) as the engine derives it from
-    the model: off for multi-head latent attention whatever the flags (`mla_forces_no_chunked_prefill`) or
-    where they leave it (`mla_without_chunked_prefill`), on for a context longer than
-    `long_context_chunked_prefill_above`. Returns what it assumed."""
-    notes: list[str] = []
-    above = engine.long_context_chunked_prefill_above
-    long_context = above is not None and max_model_len is not None and max_model_len > above
-    if mla and engine.mla_forces_no_chunked_prefill:
-        # vLLM 0.7.1-0.7.3, PR #12642: "MLA is enabled; forcing chunked prefill and prefix caching to be
-        # disabled" (VllmConfig.__post_init__, after the flags are read: they have no effect)
-        asked = update.get("chunked_prefill", engine.chunked_prefill or long_context)
-        ignored = " and ".join(k.replace("_", " ") for k in ("chunked_prefill", "prefix_caching") if update.get(k))
-        update.update(chunked_prefill=False, prefix_caching=False)
-        notes.append(f"chunked prefill and prefix caching off: {engine.name} forces them off for a model with "
-                     f"multi-head latent attention ({forcing})" + (f"; the launch's {ignored} ignored"
-                                                                   if ignored else ""))
-        if asked and engine.chunked_token_budget is not None and "max_batched_tokens" not in update:
-            # SchedulerConfig set the chunked budget before the forcing, which left it (until PR #13620)
-            notes.append(f"not modelled: vLLM kept the {engine.chunked_token_budget}-token budget of the chunked "
-                         "prefill it turned off and refused longer prompts (PR #13620, after v0.7.3); the budget "
-                         "here fits the whole context")
-    if mla and engine.mla_without_chunked_prefill and "chunked_prefill" not in update:
-        # vLLM V0 from PR #12639 (after v0.7.3): off by default for MLA (EngineArgs), a launch's flag kept; the
-        # profile's source says what was read and what is inferred
-        update["chunked_prefill"] = False
-        notes.append(f"chunked prefill off: {engine.name} runs a model with multi-head latent attention without it")
-    if long_context and "chunked_prefill" not in update:
-        # vLLM V0 turns chunked prefill on by default above 32K context (EngineArgs.create_engine_config)
-        update["chunked_prefill"] = True
-        notes.append(f"chunked prefill on: {engine.name} turns it on for a context over {above} tokens "
-                     f"({max_model_len})")
-    return notes
-
-
-def _token_budget(engine: Engine, update: dict[str, Any], max_model_len: int | None, attention_dp: int) -> list[str]:
-    """Set the token budget in `update` where the launch sets none: with chunked prefill
-    `chunked_token_budget`, without it max(`max_model_len`, `unchunked_token_budget_floor`); with
-    data-parallel attention over `attention_dp` groups, the budget (the launch's too) divided by
-    `attention_dp_budget_divisor`. Returns what it assumed."""
-    if "max_batched_tokens" not in update:
-        if update.get("chunked_prefill", engine.chunked_prefill):
-            # V0's budget with chunked prefill: 512 in 0.6 (PR #4580), 2048 in 0.7 (SchedulerConfig, v0.7.3)
-            if engine.chunked_token_budget is not None:
-                update["max_batched_tokens"] = engine.chunked_token_budget
-        elif (floor := engine.unchunked_token_budget_floor) is not None and max_model_len is not None:
-            # V0 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) (EngineArgs /
-            # SchedulerConfig defaults, vLLM 0.6-0.7)
-            update["max_batched_tokens"] = max(max_model_len, floor)
-    divisor = engine.attention_dp_budget_divisor
-    if attention_dp <= 1 or divisor == 1:
-        return []
-    # SGLang --enable-dp-attention: chunked_prefill_size // 2 (0.4.0-0.4.4), // dp_size from 0.4.4.post1
-    # (ServerArgs.__post_init__ / _handle_data_parallelism; the profiles' sources)
-    by = attention_dp if divisor == "groups" else divisor
-    update["max_batched_tokens"] = max(update.get("max_batched_tokens", engine.max_batched_tokens) // by, 1)
-    return [f"data-parallel attention: {engine.name} divides its token budget by {by} for each of the "
-            f"{attention_dp} attention groups"]
-
-
-def launched_engine(w: Inference, device: Device | None = None, m: ModelArrays | None = None,
-                    attention_dp: int = 1) -> Engine | None:
-    """The engine the workload names (`serving.engine`; none: None) as it starts on `device` where given
-    (`on_device`) and as launched for model `m` with `attention_dp` attention groups and the workload's own
-    chunked_prefill (`resolve_defaults`, with the version `serving.engine` names)."""
-    if w.serving.engine is None:
-        return None
-    named = load_engine(str(w.serving.engine))
-    started = on_device(named, device) if device is not None else named
-    launch = {k: getattr(w.serving, k) for k in ("chunked_prefill",) if k in w.serving.model_fields_set}
-    return resolve_defaults(started, str(w.serving.engine), mla=m is not None and float(m.kv_lora) > 0,
-                            max_model_len=int(float(m.max_seq_len)) if m is not None else None,
-                            attention_dp=attention_dp, flags=launch)[0]
-
-
-def with_engine(w: Inference, engine: Engine | None = None, device: Device | None = None,
-                m: ModelArrays | None = None, attention_dp: int = 1) -> tuple[Inference, Engine | None]:
-    """The workload with its engine's defaults (`engine`, else the one it names as `launched_engine` launches
-    it) wherever it sets nothing itself, and the engine. An `engine` given is taken as it is (a validation
-    row's has been resolved from the row's flags; a benchmark client's has the client's own settings)."""
-    e = engine if engine is not None else launched_engine(w, device, m, attention_dp)
-    if e is None:
-        return w, None
-    sv, kv = w.serving, w.kv_cache
-    serving = {k: getattr(e, k) for k in ("policy", "chunked_prefill", "max_batch", "max_batched_tokens",
-                                          "scheduler_steps")
-               if k not in sv.model_fields_set}
-    if not e.prefix_caching and sv.prefix_hit_rate > 0:
-        raise SpecError(f"workload.serving.prefix_hit_rate: {e.name} does not cache prefixes (its profile's "
-                        "prefix_caching is false): set it to 0, or give an engine with prefix_caching: true "
-                        "(e.g. vLLM V0 launched with --enable-prefix-caching)")
-    cache = {k: getattr(e, k) for k in ("block_tokens", "memory_fraction") if k not in kv.model_fields_set}
-    top: dict[str, Any] = {"serving": sv.model_copy(update=serving), "kv_cache": kv.model_copy(update=cache)}
-    for k in ("decode_attention", "mla_decode", "absorbed_mla_prefill", "block_fp8_kernels", "channel_fp8_kernels"):
-        if k not in w.model_fields_set:
-            top[k] = getattr(e, k)
-    return w.model_copy(update=top), e

@@ -18,7 +18,8 @@ from armillary.estimate.result import ErrorBand, RunConfig
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.balance import serve_least_outstanding
-from armillary.serving.engine import Engine, cache_sizing_factor, overheads, with_engine
+from armillary.serving.engine import Engine, cache_sizing_factor, overheads
+from armillary.serving.launch import with_engine
 from armillary.serving.lockstep import GroupStepCost, simulate_groups
 from armillary.serving.simulate import IterationCost, ReplicaRun, RequestTimes, SchedulerLimits, simulate_replica
 from armillary.serving.trace import Trace, checked_trace

@@ -2,7 +2,7 @@
 at a rate, a concurrency or all at once) into a simulated benchmark run and the quantity its metric names.
 
 The row's words are read here; the rules they select are the serving layer's. The row names the engine (its
-profile, as it starts on the device and as launched with the flags the row states: `serving.engine`), the
+profile, as it starts on the device and as launched with the flags the row states: `serving.launch`), the
 model and GPU presets, the lengths (fixed, or ShareGPT's measured quantiles) and the client
 (`serving.benchmark`: offline, a closed loop at a concurrency, Poisson at a rate, MLPerf's scenarios; the
 client trtllm-bench, named by the row's words, launches its engine as `serving.benchmark.client_engine` says
@@ -29,14 +29,9 @@ from armillary.serving.benchmark import (
     trace_for,
     workload_for,
 )
-from armillary.serving.engine import (
-    LAUNCH_RULES,
-    Engine,
-    engine_for,
-    engine_version,
-    on_device,
-    resolve_defaults,
-)
+from armillary.serving.engine import LAUNCH_RULES, Engine, on_device
+from armillary.serving.engine_versions import engine_for, engine_version
+from armillary.serving.launch import resolve_defaults
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace
 from armillary.specs.loading import load_model, load_system
