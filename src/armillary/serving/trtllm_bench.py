@@ -48,18 +48,8 @@ def trtllm_bench_limits(params: float, weight_bytes: float, kv_bytes_per_token: 
     requests = available_gib * fraction / (kv_bytes_per_token / 2**30 * (isl + osl))
     raw_batch = min(requests, REQUEST_CAP) / pp
     raw_tokens = min(raw_batch * (1 + isl / osl), TOKEN_CAP)
-    if raw_batch < 256:
-        batch = max(64, 32 * math.ceil(raw_batch / 32))
-    elif raw_batch < 1024:
-        batch = 128 * math.ceil(raw_batch / 128)
-    else:
-        batch = 256 * math.ceil(raw_batch / 256)
-    if raw_tokens < 4096:
-        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
-    elif raw_tokens < 8192:
-        tokens = 512 * math.ceil(raw_tokens / 512)
-    else:
-        tokens = 1024 * math.ceil(raw_tokens / 1024)
+    batch = _rounded_up(raw_batch, ((256, 32), (1024, 128), (math.inf, 256)), 64)
+    tokens = _rounded_up(raw_tokens, ((4096, 256), (8192, 512), (math.inf, 1024)), 2048)
     if not chunked:
         tokens = max(tokens, (isl if max_isl is None else max_isl) + batch)
     return batch, tokens
@@ -96,3 +86,10 @@ def trtllm_bench_engine(engine: Engine, model: Model, w: Inference, tp: int, dev
                  f"{batch} sequences, {tokens} tokens ({precision or '16-bit'} KV cache, "
                  f"{engine.memory_fraction:g} of the memory left by the weights)")
     return engine.model_copy(update={"max_batch": batch, "max_batched_tokens": tokens}), tuple(notes)
+
+
+def _rounded_up(x: float, steps: tuple[tuple[float, int], ...], floor: int) -> int:
+    """`x` rounded up to a multiple of the step of the first (below, step) it lies below, at least `floor`
+    (tuning.py's rounding of the batch and of the tokens)."""
+    step = next(size for below, size in steps if x < below)
+    return max(floor, step * math.ceil(x / step))
