@@ -16,7 +16,7 @@ from armillary.calibrate.compute_kernels import default_sweep
 from armillary.calibrate.compute_records import group_errors, round_trip
 from armillary.calibrate.run import calibrate, write
 from armillary.calibrate.train_step import StepConfig, estimate_step, measure_step
-from armillary.specs.system import Precision
+from armillary.specs.device import Precision
 
 STEPS = (StepConfig(), StepConfig(layers=2, hidden=384, heads=6, vocab=8192, seq=256, batch=2),
          StepConfig(layers=6, hidden=768, heads=12, vocab=16384, seq=256, batch=2))

@@ -12,9 +12,9 @@ import pytest
 
 from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.plan.codes import PRECISION
+from armillary.specs.device import Precision
 from armillary.specs.loading import load_device
 from armillary.specs.strategy import TrainingPrecision
-from armillary.specs.system import Precision
 from armillary.workload.ops import Op, gemm
 
 BF16 = PRECISION.members.index(TrainingPrecision.BF16)

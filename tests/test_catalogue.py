@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from armillary import estimate, load_system
 from armillary.cli import app
+from armillary.specs.device import Precision
 from armillary.specs.loading import load_device
-from armillary.specs.system import Precision
 
 NEW_DEVICES = ("b300", "h20", "mi325x", "mi355x", "tpu-v6e", "tpu7x", "gaudi3", "trainium2")
 NEW_SYSTEMS = ("dgx-b300", "hgx-h20", "mi325x-8", "mi355x-8", "tpu-v6e-slice", "tpu7x-slice", "hls-gaudi3",

@@ -12,9 +12,9 @@ from armillary.estimate.inference_memory import inference_memory
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.engine import load_engine
 from armillary.serving.launch import with_engine
+from armillary.specs.device import Platform
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.strategy import Strategy
-from armillary.specs.system import Platform
 from armillary.specs.workload import Inference, WeightScales
 
 LLAMA_405B = ModelArrays.of(load_model("llama3.1-405b"))

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 from armillary.cost.compute import fused_attention_time, kernel_times, matrix_peak
 from armillary.plan.codes import PRECISION
+from armillary.specs.device import Precision
 from armillary.specs.loading import load_device
 from armillary.specs.strategy import TrainingPrecision
-from armillary.specs.system import Precision
 from armillary.workload.ops import Op, gemm
 
 H100 = load_device("h100-sxm")

@@ -25,9 +25,10 @@ from armillary.calibrate.compute_records import (
 from armillary.cli import app
 from armillary.fitting import bisect, golden_section, non_decreasing_ramp
 from armillary.plan.arrays import ModelArrays
+from armillary.specs.device import Device, Precision
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.loading import load_device, load_model
-from armillary.specs.system import Device, MemoryTier, Precision
+from armillary.specs.memory import MemoryTier
 from armillary.workload.experts import experts_forward
 from armillary.workload.transformer import ends_forward, layer_forward
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from armillary.presets.registry import preset_names
+from armillary.specs.device import Precision
 from armillary.specs.loading import load_device
-from armillary.specs.system import Precision
 
 TOOL = Path(__file__).parent.parent / "tools" / "device_prior.py"
 _spec = importlib.util.spec_from_file_location("device_prior", TOOL)

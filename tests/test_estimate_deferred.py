@@ -116,7 +116,7 @@ def test_one_configuration_and_a_pool_link_make_calls_at_once():
     """One configuration's calls and traffic are plain values, equal to the sweep's point; a sweep offloading to a
     memory pool reached over the network reads its traffic for the pool's link (nothing deferred)."""
     from armillary.estimate.step_figures import PARTS
-    from armillary.specs.system import MemoryPool
+    from armillary.specs.memory import MemoryPool
 
     one = _estimate(micro_batch=MICRO[1], zero=ZERO[1])
     assert all(type(one.__dict__[name]) is not Deferred for name in PARTS)

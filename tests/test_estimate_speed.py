@@ -22,10 +22,10 @@ from armillary.estimate.training import estimate_training
 from armillary.memo import DERIVED_PER_OBJECT, derived, quick_init
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.layout import data_parallel
+from armillary.specs.device import Precision
 from armillary.specs.efficiency import EfficiencyCurve, interpolate
 from armillary.specs.loading import load_system
 from armillary.specs.run import load_run
-from armillary.specs.system import Precision
 from armillary.specs.workload import Training
 from armillary.workload.ops import Op
 

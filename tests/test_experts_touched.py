@@ -15,10 +15,10 @@ from armillary.plan.arrays import ModelArrays
 from armillary.plan.codes import PRECISION
 from armillary.serving.engine import load_engine
 from armillary.serving.launch import with_engine
+from armillary.specs.device import GemmLatency, Precision
 from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.strategy import Strategy, TrainingPrecision
-from armillary.specs.system import GemmLatency, Precision
 from armillary.specs.workload import Inference
 from armillary.workload.experts import experts_touched
 from armillary.workload.ops import gemm

@@ -9,10 +9,10 @@ from armillary.cost.compute import kernel_times
 from armillary.errors import SpecError
 from armillary.plan.codes import BLOCK_FORMAT
 from armillary.report.deploy import Target, deployment
+from armillary.specs.device import Precision
 from armillary.specs.formats import MXFP4, MXFP8, NVFP4
 from armillary.specs.loading import load_device, load_model, load_strategy, load_system, load_workload
 from armillary.specs.strategy import BlockFormat, Strategy
-from armillary.specs.system import Precision
 from armillary.specs.workload import StoredPrecision
 from armillary.validation.rows import row_specs
 from armillary.validation.run import choose_candidate, read_rows

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from armillary.specs.device import Precision
 from armillary.specs.loading import load_device
-from armillary.specs.system import Precision
 
 
 def _seconds(device, precision: Precision, flop: float) -> float:

@@ -13,10 +13,10 @@ from armillary.estimate import memory as mem
 from armillary.plan.codes import BLOCK_FORMAT
 from armillary.report.deploy import Target, deployment
 from armillary.serving.benchmark import served_weights
+from armillary.specs.device import Precision
 from armillary.specs.formats import FORMATS
 from armillary.specs.loading import load_model, load_strategy, load_system, load_workload
 from armillary.specs.strategy import BlockFormat, Strategy
-from armillary.specs.system import Precision
 from armillary.specs.workload import StoredPrecision
 from armillary.workload.quantize import format_bytes
 

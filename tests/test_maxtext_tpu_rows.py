@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from armillary.estimate.run import estimate_training_run
+from armillary.specs.device import Precision
 from armillary.specs.loading import load_device
 from armillary.specs.strategy import BlockFormat, TrainingPrecision
-from armillary.specs.system import Precision
 from armillary.validation.metrics import read_metric
 from armillary.validation.precision_words import block_format_of, precision_of
 from armillary.validation.rows import row_specs

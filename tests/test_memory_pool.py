@@ -12,8 +12,9 @@ from pydantic import ValidationError
 
 from armillary import load_model, load_system, parameters, run_simulation
 from armillary.estimate.run import estimate_training_run
+from armillary.specs.memory import MemoryPool, PoolKind
 from armillary.specs.strategy import Strategy
-from armillary.specs.system import MemoryPool, PoolKind, System
+from armillary.specs.system import System
 from armillary.specs.workload import Training
 
 MODEL = gpt(8, 1024, 16)  # 8 layers

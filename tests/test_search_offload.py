@@ -16,8 +16,8 @@ from armillary.report.search_tables import search_report
 from armillary.search.run import Objective, search
 from armillary.search.space import StrategySpace, point_strategy, resolve_axes
 from armillary.specs.loading import load_model, load_system
+from armillary.specs.memory import MemoryPool
 from armillary.specs.strategy import Attention, RankOrder, Recompute, Strategy, ZeroStage
-from armillary.specs.system import MemoryPool
 from armillary.specs.workload import Training
 
 MODEL = load_model("llama3-70b")

@@ -43,8 +43,9 @@ import sys
 import numpy as np
 
 import armillary.validation.rows as rows_mod
+from armillary.specs.device import Device, Precision
+from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.loading import load_device
-from armillary.specs.system import Device, EfficiencyCurve, Precision
 from armillary.validation.row_columns import Unsupported
 from armillary.validation.run import read_rows, run_row
 

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from armillary.presets.registry import find_preset
+from armillary.specs.device import Device, Precision
 from armillary.specs.loading import load_device
-from armillary.specs.system import Device, Precision
 
 # one device per distinct GEMM curve measured on that device itself: fitted on its own validation rows
 # (A100, H100, B200: tools/calibrate.py) or read from its own published kernel benchmarks (MI300X, Gaudi 3,

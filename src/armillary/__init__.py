@@ -50,12 +50,15 @@ from armillary.errors import SpecError as SpecError
 from armillary.specs.communication import Algorithm as Algorithm
 from armillary.specs.communication import Collective as Collective
 from armillary.specs.communication import Composition as Composition
+from armillary.specs.device import Device as Device
+from armillary.specs.device import Precision as Precision
 from armillary.specs.efficiency import EfficiencyCurve as EfficiencyCurve
 from armillary.specs.loading import load_device as load_device
 from armillary.specs.loading import load_model as load_model
 from armillary.specs.loading import load_strategy as load_strategy
 from armillary.specs.loading import load_system as load_system
 from armillary.specs.loading import load_workload as load_workload
+from armillary.specs.memory import MemoryTier as MemoryTier
 from armillary.specs.model import Model as Model
 from armillary.specs.network import CollectiveLibrary as CollectiveLibrary
 from armillary.specs.network import NetworkDimension as NetworkDimension
@@ -70,9 +73,6 @@ from armillary.specs.strategy import Schedule as Schedule
 from armillary.specs.strategy import Strategy as Strategy
 from armillary.specs.strategy import TrainingPrecision as TrainingPrecision
 from armillary.specs.strategy import ZeroStage as ZeroStage
-from armillary.specs.system import Device as Device
-from armillary.specs.system import MemoryTier as MemoryTier
-from armillary.specs.system import Precision as Precision
 from armillary.specs.system import System as System
 from armillary.specs.workload import Inference as Inference
 from armillary.specs.workload import KvCache as KvCache

@@ -19,7 +19,7 @@ from typing import Any
 
 from armillary.calibrate.compute_kernels import Kernel, KernelKind
 from armillary.errors import MissingExtra, SpecError
-from armillary.specs.system import Precision
+from armillary.specs.device import Precision
 
 Progress = Callable[[Iterable[Kernel]], Iterable[Kernel]]
 

@@ -27,8 +27,9 @@ from armillary.calibrate.compute_bench import Measurement
 from armillary.calibrate.compute_kernels import KernelKind
 from armillary.errors import SpecError
 from armillary.fitting import bisect, golden_section, log_squared_error
+from armillary.specs.device import Device, Precision
 from armillary.specs.efficiency import EfficiencyCurve
-from armillary.specs.system import Device, MemoryTier, Precision
+from armillary.specs.memory import MemoryTier
 
 _BINS_PER_DECADE = 2
 _ROUNDS = 4  # overhead <-> memory rate alternations

@@ -20,9 +20,9 @@ from armillary.estimate.memory import OPTIMIZER_STEP_BYTES
 from armillary.numerics import Array
 from armillary.plan.arrays import ModelArrays
 from armillary.plan.codes import PRECISION
+from armillary.specs.device import Device, Precision
 from armillary.specs.loading import load_model
 from armillary.specs.strategy import TrainingPrecision
-from armillary.specs.system import Device, Precision
 from armillary.workload.ops import Op, gemm, grouped, stream
 from armillary.workload.transformer import layer_forward
 

@@ -14,7 +14,7 @@ import numpy as np
 from armillary.calibrate.compute_bench import Measurement
 from armillary.calibrate.compute_kernels import Kernel, KernelKind
 from armillary.errors import SpecError
-from armillary.specs.system import Device, Precision
+from armillary.specs.device import Device, Precision
 from armillary.writing import replaced
 
 _COLUMNS = ("kind", "precision", "m", "n", "k", "batch", "label", "held_out", "flop", "time_s")

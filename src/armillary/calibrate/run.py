@@ -12,7 +12,7 @@ from armillary.calibrate.compute_bench import Machine, Measurement, Progress, me
 from armillary.calibrate.compute_fit import FitInputs, fit_device
 from armillary.calibrate.compute_kernels import Sweep
 from armillary.calibrate.compute_records import measurements_path, write_measurements
-from armillary.specs.system import Device
+from armillary.specs.device import Device
 from armillary.writing import replaced
 
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from armillary.estimate.run import estimate_training_run
+from armillary.specs.device import Device
 from armillary.specs.loading import load_model
 from armillary.specs.network import NetworkDimension
 from armillary.specs.strategy import Attention, Strategy, TrainingPrecision
-from armillary.specs.system import Device, System
+from armillary.specs.system import System
 from armillary.specs.workload import Training
 
 

@@ -10,7 +10,7 @@ import typer
 
 from armillary.cli.common import print_json, reported, show, stderr_console, writable
 from armillary.errors import SpecError
-from armillary.specs.system import Precision
+from armillary.specs.device import Precision
 
 
 def _list(text: str, option: str) -> tuple[str, ...]:

@@ -13,9 +13,9 @@ import numpy as np
 from armillary.memo import IdentityCache
 from armillary.numerics import Array, maximum, where
 from armillary.plan.codes import PRECISION
+from armillary.specs.device import Device, Precision
 from armillary.specs.efficiency import CurveTable, EfficiencyCurve, interpolate
 from armillary.specs.strategy import TrainingPrecision
-from armillary.specs.system import Device, Precision
 from armillary.workload.ops import Op
 
 # GEMM precision of each training recipe (fp32 training runs its GEMMs in TF32 where the device has it).

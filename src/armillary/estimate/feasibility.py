@@ -16,7 +16,8 @@ from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays
 from armillary.plan.codes import SCHEDULE_INTERLEAVED
 from armillary.plan.layout import microbatch_count, stage_layers
-from armillary.specs.system import OffloadPath, System
+from armillary.specs.memory import OffloadPath
+from armillary.specs.system import System
 from armillary.units import GIB
 
 # the strategy's fields `training_checks` reads: with the workload and the devices, the key of one configuration's

@@ -39,8 +39,9 @@ from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.codes import RECOMPUTE_NONE
 from armillary.plan.layout import busiest_stage_layers
 from armillary.plan.placement import Placement, pair_across, place_expert_groups, place_groups
+from armillary.specs.device import Precision
 from armillary.specs.strategy import BlockFormat, Strategy, TrainingPrecision
-from armillary.specs.system import Precision, System
+from armillary.specs.system import System
 from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, StoredPrecision, WeightScales
 from armillary.workload.attention import (
     cache_read_bytes,

@@ -15,8 +15,8 @@ from armillary.cost.compute import fused_attention_time, kernel_seconds, kernel_
 from armillary.memo import quick_init
 from armillary.numerics import Array, any_true, maximum, where
 from armillary.plan.codes import PRECISION
+from armillary.specs.device import Device
 from armillary.specs.strategy import TrainingPrecision
-from armillary.specs.system import Device
 from armillary.workload.experts import ExpertsForward
 from armillary.workload.quantize import bf16_share, quantize_ops
 from armillary.workload.transformer import Ends, LayerForward

@@ -37,7 +37,8 @@ from armillary.memo import quick_init
 from armillary.numerics import Array, any_true, maximum, where
 from armillary.plan.arrays import StrategyArrays
 from armillary.plan.codes import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
-from armillary.specs.system import Device, System
+from armillary.specs.device import Device
+from armillary.specs.system import System
 from armillary.workload.experts import ExpertsForward
 from armillary.workload.ops import Op
 from armillary.workload.quantize import quantize_ops

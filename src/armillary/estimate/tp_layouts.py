@@ -31,7 +31,8 @@ from armillary.plan.arrays import StrategyArrays
 from armillary.plan.placement import Placement, place
 from armillary.plan.rules import grid_side
 from armillary.specs.communication import ALL_REDUCE, BROADCAST, REDUCE, Collective
-from armillary.specs.system import Device, System
+from armillary.specs.device import Device
+from armillary.specs.system import System
 from armillary.workload.ops import Op
 from armillary.workload.transformer import LayerForward
 

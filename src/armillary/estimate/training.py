@@ -73,7 +73,8 @@ from armillary.plan.layout import microbatch_count, rank_queries
 from armillary.plan.placement import Groups, Placement, place_groups
 from armillary.plan.rules import chunk_layers, chunk_share
 from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, SEND_RECV
-from armillary.specs.system import Device, Precision, System
+from armillary.specs.device import Device, Precision
+from armillary.specs.system import System
 from armillary.specs.training_precision import BlockFormat
 from armillary.workload.experts import replica_weights
 from armillary.workload.parameters import count_parameters

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from armillary.calibrate.compute_records import GroupError, RoundTrip
 from armillary.report.figures import save_figure
-from armillary.specs.system import Device
+from armillary.specs.device import Device
 
 
 def device_table(device: Device) -> Table:

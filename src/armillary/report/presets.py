@@ -10,7 +10,8 @@ from pydantic import BaseModel
 
 from armillary.errors import SpecError
 from armillary.presets.registry import KINDS, did_you_mean, find_preset, preset_names
-from armillary.specs.system import Device, System
+from armillary.specs.device import Device
+from armillary.specs.system import System
 
 
 def preset_kind(name: str, kind: str | None = None) -> str:

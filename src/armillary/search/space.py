@@ -30,12 +30,13 @@ from armillary.plan.codes import (
 )
 from armillary.plan.layout import data_parallel_degree, fewest_stage_layers, stage_layers
 from armillary.specs.base import Spec
+from armillary.specs.device import Device, Precision
 from armillary.specs.kernels import Attention
 from armillary.specs.model import Model, TokenMixer
 from armillary.specs.parallelism import RankOrder, ZeroStage
 from armillary.specs.recompute import Recompute, RecomputeModule
 from armillary.specs.strategy import Strategy
-from armillary.specs.system import Device, Precision, System
+from armillary.specs.system import System
 from armillary.specs.training_precision import BlockFormat
 from armillary.specs.workload import Training
 from armillary.workload.parameters import count_parameters

@@ -19,10 +19,11 @@ from armillary.search.layout_cache import LayoutCache
 from armillary.search.run import Candidate, Objective, search
 from armillary.search.space import StrategySpace
 from armillary.specs.base import Spec
+from armillary.specs.memory import MemoryTier
 from armillary.specs.model import Model
 from armillary.specs.quantity import Bytes, BytesPerSecond
 from armillary.specs.strategy import Strategy
-from armillary.specs.system import MemoryTier, System
+from armillary.specs.system import System
 from armillary.specs.workload import Training
 from armillary.units import GIB, GIGA
 

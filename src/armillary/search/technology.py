@@ -27,7 +27,8 @@ from typing import Any, Literal
 
 from armillary.errors import SpecError
 from armillary.presets.registry import preset_dir, read_data_file
-from armillary.specs.system import Device, System
+from armillary.specs.device import Device
+from armillary.specs.system import System
 from armillary.units import parse_quantity
 
 # not a preset kind of the registry (no file here is one spec): read directly, as presets/network/ and costs/
@@ -332,8 +333,8 @@ def op_boundedness(model: Any, device: Device | str, tokens: int, seq_len: int |
     from armillary.cost.compute import kernel_times, stream_time
     from armillary.plan.arrays import ModelArrays
     from armillary.plan.codes import BLOCK_FORMAT, PRECISION
+    from armillary.specs.device import Precision
     from armillary.specs.loading import load_device, load_model
-    from armillary.specs.system import Precision
     from armillary.specs.training_precision import BlockFormat, TrainingPrecision
     from armillary.workload.transformer import layer_forward
 

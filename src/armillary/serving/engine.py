@@ -21,7 +21,7 @@ from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.specs.base import NamedByPatterns, Spec
-from armillary.specs.system import Device, Platform
+from armillary.specs.device import Device, Platform
 from armillary.specs.workload import DecodeAttention, Fp8Kernels, MlaDecode, Policy
 
 # DeviceDefaults' fields that say which devices a tier fits or how its memory share is computed, not Engine fields

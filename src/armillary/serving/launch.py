@@ -10,7 +10,7 @@ from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.engine import Engine, load_engine, on_device
 from armillary.serving.engine_versions import stated_releases
-from armillary.specs.system import Device
+from armillary.specs.device import Device
 from armillary.specs.workload import Inference
 
 

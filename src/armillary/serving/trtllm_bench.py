@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 
 from armillary.serving.engine import Engine
+from armillary.specs.device import Device
 from armillary.specs.model import Model
-from armillary.specs.system import Device
 from armillary.specs.workload import Inference, StoredPrecision
 
 # trtllm-bench's tuning heuristic for the runtime limits it passes when a run states neither --max_batch_size

@@ -16,11 +16,12 @@ from pydantic import BaseModel, ValidationError
 from armillary.arguments import whole
 from armillary.errors import SHOWN_CHARACTERS, SpecError, shown_value
 from armillary.presets.registry import did_you_mean, find_preset, preset_names, read_data_file
+from armillary.specs.device import Device
 from armillary.specs.huggingface import from_huggingface, huggingface_name, is_huggingface_config, snapshot_config
 from armillary.specs.model import Model
 from armillary.specs.stack import SoftwareStack
 from armillary.specs.strategy import Strategy
-from armillary.specs.system import Device, System
+from armillary.specs.system import System
 from armillary.specs.workload import Inference, Training, Workload
 
 S = TypeVar("S", bound=BaseModel)

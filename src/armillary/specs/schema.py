@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from armillary.specs.device import Device
 from armillary.specs.model import Model
 from armillary.specs.run import RunFile
 from armillary.specs.stack import SoftwareStack
 from armillary.specs.strategy import Strategy
-from armillary.specs.system import Device, System
+from armillary.specs.system import System
 from armillary.specs.workload import Inference, Training
 
 SCHEMAS: dict[str, type[BaseModel]] = {

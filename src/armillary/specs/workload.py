@@ -9,9 +9,9 @@ from typing import Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from armillary.specs.base import Spec
+from armillary.specs.device import GemmLatency, Platform
 from armillary.specs.formats import element_bytes
 from armillary.specs.quantity import Fraction
-from armillary.specs.system import GemmLatency, Platform
 
 
 class LoraTarget(StrEnum):

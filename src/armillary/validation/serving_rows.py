@@ -34,11 +34,12 @@ from armillary.serving.engine_versions import engine_for, engine_version
 from armillary.serving.launch import resolve_defaults
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace
+from armillary.specs.device import Device
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.model import Model
 from armillary.specs.stack import hopper_or_later
 from armillary.specs.strategy import Strategy
-from armillary.specs.system import Device, System
+from armillary.specs.system import System
 from armillary.specs.workload import Inference, LengthDistribution
 from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.inference_rows import InferenceRowSpecs

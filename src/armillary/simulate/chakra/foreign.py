@@ -17,7 +17,8 @@ from armillary.simulate.chakra.astra_sim import SendCost, astra_sim_send_ns
 from armillary.simulate.chakra.schema import CollectiveCommType, NodeType, attributes, read_trace
 from armillary.simulate.graph import Category, Stream, Task, TaskGraph, TaskKind, Tier
 from armillary.specs.communication import Collective
-from armillary.specs.system import Precision, System
+from armillary.specs.device import Precision
+from armillary.specs.system import System
 
 # foreign collectives as our collectives layer costs them; gather / scatter as the all-gather /
 # reduce-scatter with the same bytes per rank, a barrier as an all-reduce of its (empty) message
