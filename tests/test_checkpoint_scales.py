@@ -1,5 +1,5 @@
 """How an fp8 checkpoint is stored and which kernels run it: channel-scaled weights on ROCm in vLLM V0
-(estimate.inference.engine_fp8_kernels) and 16-bit attention projections (Meta's FP8 Llama 3.1). Expected
+(estimate.inference_precision.engine_fp8_kernels) and 16-bit attention projections (Meta's FP8 Llama 3.1). Expected
 values by hand."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from armillary.errors import SpecError
-from armillary.estimate.inference import engine_fp8_kernels, replica_model
+from armillary.estimate.inference import replica_model
 from armillary.estimate.inference_memory import inference_memory
+from armillary.estimate.inference_precision import engine_fp8_kernels
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.engine import load_engine
 from armillary.serving.launch import with_engine

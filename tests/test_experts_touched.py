@@ -1,5 +1,5 @@
 """Routed experts a pass reads (workload.experts.experts_touched) and an engine's block-scaled fp8 GEMMs:
-their ceiling and small-M latency floor (estimate.inference.fp8_kernels, cost.compute.kernel_times).
+their ceiling and small-M latency floor (estimate.inference_precision.fp8_kernels, cost.compute.kernel_times).
 Expected values by hand: T tokens choosing top_k of E experts pick E (1 - (1 - top_k / E)^T) distinct ones."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from armillary.cost.compute import kernel_times
-from armillary.estimate.inference import fp8_kernels, replica_model, replicated_experts
+from armillary.estimate.inference import replica_model, replicated_experts
+from armillary.estimate.inference_precision import fp8_kernels
 from armillary.plan.arrays import ModelArrays
 from armillary.plan.codes import PRECISION
 from armillary.serving.engine import load_engine

@@ -10,7 +10,8 @@ import pytest
 from armillary.api import estimate, simulate
 from armillary.comm.collectives import all_gather, send_recv
 from armillary.errors import SpecError
-from armillary.estimate.inference import prefill_pass, replica_model
+from armillary.estimate.inference import replica_model
+from armillary.estimate.inference_phases import prefill_pass
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.run import serve_trace
 from armillary.serving.trace import Trace

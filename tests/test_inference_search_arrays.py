@@ -49,7 +49,8 @@ def test_search_over_ep_and_kv_precision_counts_every_point() -> None:
 def test_disaggregated_pools_by_hand() -> None:
     # Llama 2 7B on 16 A100 at tp 2: 8 replicas; a quarter prefill (2), six decode. The pools' request rates
     # are 2 b / prefill(b) and 6 b / decode(b), the slower paces the system; TTFT adds the cache's handover
-    from armillary.estimate.inference import kv_handover_time, replica_model
+    from armillary.estimate.inference import replica_model
+    from armillary.estimate.inference_phases import kv_handover_time
     from armillary.search.inference import split_replicas
 
     model, system = load_model("llama2-7b"), load_system("dgx-a100", 16)

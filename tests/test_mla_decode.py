@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from armillary.estimate.inference import prefill_pass, replica_model
+from armillary.estimate.inference import replica_model
+from armillary.estimate.inference_phases import prefill_pass
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.engine import load_engine
 from armillary.serving.launch import with_engine
@@ -126,8 +127,8 @@ def test_materialized_products_take_memory_by_hand() -> None:
     raw weights, plus W_QR (1536 x d_rope) and the dequantized W_UK, W_UV (d_c x (128 + 128)) in bf16: per TP
     rank's 16 heads and 61 layers 61 x 16 x (1536 x 512 + 512 x 7168 + 2 (1536 x 64 + 512 x 256)) bytes. The
     decode step's time is that of the absorbed form (the products' GEMM shapes are not costed)."""
-    from armillary.estimate.inference import decode_phase
     from armillary.estimate.inference_memory import inference_memory, materialized_mla_bytes
+    from armillary.estimate.inference_phases import decode_phase
 
     w, absorbed = _replica(MlaDecode.ABSORBED)
     _, materialized = _replica(MlaDecode.MATERIALIZED)

@@ -1,5 +1,7 @@
-"""LLM inference on one model replica: its prefill and decode passes (a static batch of them:
-`estimate.static_batch`; memory and KV cache: `estimate.inference_memory`).
+"""The cost model of one inference replica (`ReplicaModel`, built by `replica_model`): the time of a pass
+over its new tokens, its attention over the KV cache, and its LM head. The phases built from it:
+`estimate.inference_phases`; a static batch of them: `estimate.static_batch`; memory and KV cache:
+`estimate.inference_memory`; the weights' precision and the engine's fp8 kernels: `estimate.inference_precision`.
 
 A pass runs the same per-layer kernels as training's forward (`workload.transformer.layer_forward`, costed
 by `layer.layer_cost` through the device roofline), for the pass's new tokens, plus one fused attention
@@ -17,7 +19,6 @@ batch's GEMMs on every cp rank, each attending over its shard, the partial outpu
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -28,6 +29,7 @@ from armillary.cost.compute import fused_attention_time, kernel_times
 from armillary.errors import SpecError
 from armillary.estimate import memory as mem
 from armillary.estimate.dp_attention import dp_attention_tokens_time
+from armillary.estimate.inference_precision import fp8_kernels, recipe_weight_bytes, serving_block_format
 from armillary.estimate.inference_result import PassTime
 from armillary.estimate.layer import layer_cost
 from armillary.estimate.layer_comm import ExpertGroups, LayerExchange, tp_collectives
@@ -38,11 +40,10 @@ from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays
 from armillary.plan.codes import RECOMPUTE_NONE
 from armillary.plan.layout import busiest_stage_layers
-from armillary.plan.placement import Placement, pair_across, place_expert_groups, place_groups
-from armillary.specs.device import Precision
-from armillary.specs.strategy import BlockFormat, Strategy, TrainingPrecision
+from armillary.plan.placement import Placement, place_expert_groups, place_groups
+from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
-from armillary.specs.workload import DecodeAttention, Fp8Kernels, Inference, MlaDecode, StoredPrecision, WeightScales
+from armillary.specs.workload import DecodeAttention, Inference, MlaDecode
 from armillary.workload.attention import (
     cache_read_bytes,
     fused_attention_op,
@@ -272,139 +273,3 @@ def replica_model(m: ModelArrays, strategy: Strategy, w: Inference, system: Syst
                         placed.tp, placed.pp, groups, expanded, groups_dp, attention_group,
                         placed.cp if strategy.cp > 1 else None, float(strategy.cp), float(w.absorbed_mla_prefill),
                         float(m.kv_lora > 0 and w.mla_decode is MlaDecode.MATERIALIZED), attention_weights)
-
-
-def serving_block_format(strategy: Strategy) -> None:
-    """Refuse a block format serving does not model: int8 (`BlockFormat.INT8`) is AQT's training recipe
-    (MaxText quantization=int8: int8 x int8 GEMMs forward and backward, read from its training config only).
-    Served, it would store int8 weights (`StoredPrecision.INT8`), which everywhere else in serving means
-    weight-only int8 (AWQ / GPTQ: GEMMs at the activation precision), while the block format prices int8 GEMMs
-    with training's quantize kernels; no engine profile or measurement reads int8-GEMM serving on the devices
-    that list an int8 rate (TPUs)."""
-    if strategy.block_format is BlockFormat.INT8:
-        raise SpecError("strategy.block_format 'int8' (AQT int8 GEMMs, MaxText quantization=int8) is a training "
-                        "recipe: int8-GEMM (W8A8) serving is not modelled. For int8 weights with GEMMs at the "
-                        "activation precision (AWQ / GPTQ style) give workload.weights: int8 and block_format none")
-
-
-def recipe_weights(strategy: Strategy) -> StoredPrecision | None:
-    """The weights' precision a serving recipe stores when the workload names none: its block format's (W4A4
-    checkpoints such as NVIDIA's ModelOpt NVFP4 ones), fp8 under the fp8 recipe, else None (the activation
-    precision). A block format serving refuses (`serving_block_format`) raises."""
-    serving_block_format(strategy)
-    if strategy.block_format is not BlockFormat.NONE:
-        return StoredPrecision(strategy.block_format.value)
-    return StoredPrecision.FP8 if strategy.precision is TrainingPrecision.FP8 else None
-
-
-def recipe_weight_bytes(strategy: Strategy, activation_bytes: float) -> float:
-    """Bytes per weight a serving recipe stores when the workload names none (`recipe_weights`), scales
-    included (NVFP4 0.5625, fp8 1), else the activation precision's."""
-    weights = recipe_weights(strategy)
-    return weights.bytes if weights is not None else activation_bytes
-
-
-def engine_fp8_kernels(system: System, w: Inference) -> Fp8Kernels | None:
-    """The engine's GEMM kernels for the workload's fp8 weight scales on the system's device (filled into
-    the workload from its profile): block-scaled on every platform, channel-scaled on the platforms the
-    profile lists; none where the device's own fp8 GEMMs run them (per-tensor scales, fused scaled GEMMs)."""
-    if w.weight_scales is WeightScales.BLOCK:
-        return w.block_fp8_kernels
-    platform = system.device.platform
-    if w.weight_scales is WeightScales.CHANNEL and platform is not None:
-        return w.channel_fp8_kernels.get(platform)
-    return None
-
-
-def fp8_kernels(system: System, w: Inference) -> System:
-    """The system as the engine's fp8 GEMMs for the workload's weight scales see it (`engine_fp8_kernels`):
-    the device's fp8 curve capped at the kernels' ceiling, their small-M latency floor, and the fused-MoE
-    kernel's own ceiling and weight-streaming rate for the routed experts. Without such kernels, the system
-    as it is."""
-    kernels = engine_fp8_kernels(system, w)
-    if kernels is None:
-        return system
-    device = system.device
-    curves = {**device.matrix_efficiency_by_precision,
-              Precision.FP8: device.gemm_efficiency(Precision.FP8).capped(kernels.ceiling)}
-    update = {"matrix_efficiency_by_precision": curves, "fp8_gemm_latency": kernels.latency,
-              "expert_gemm_ceiling": kernels.moe_ceiling, "expert_stream_efficiency": kernels.moe_memory_efficiency}
-    return system.model_copy(update={"device": device.model_copy(update=update)})
-
-
-def kv_handover_time(r: ReplicaModel, tokens: Array) -> Array:
-    """Disaggregated serving: moving the cache of `tokens` prompt tokens from a prefill replica to a decode
-    replica, each device sending its shard point to point over the outermost network dimension (DistServe,
-    Zhong et al. 2024 §4.3; Splitwise, Patel et al. 2024 §4.2). Broadcasts over `tokens`."""
-    dims = len(r.system.network)
-    return send_recv(tokens * r.cache_bytes_per_token, pair_across(dims - 1, dims), r.system).time
-
-
-def prefill_pass(r: ReplicaModel, w: Inference, batch: Array | None = None) -> PassTime:
-    """The prompt pass of a static batch: all batch x input_len tokens through the model (the time to
-    first token). `batch` (default the workload's) may be an array: one pass per element."""
-    b = w.batch if batch is None else batch
-    p = r.pass_time(r.tokens_time(b * w.input_len / r.cp), b, r.attention(w.input_len, 0.0, b, decode=False), 0.0)
-    return replace(p, cp=r.ring_kv_time(b, w.input_len, p.attention))
-
-
-def decode_phase(r: ReplicaModel, w: Inference, batch: Array) -> PassTime:
-    """All output_len - 1 decode steps of a static batch of `batch` sequences (an array: one phase per
-    element), each a pass of ceil(batch / pp) sequences whose attention reads input_len + k - 1 cached
-    tokens at step k (see `decode_steps`)."""
-    micro = np.ceil(np.asarray(batch, dtype=float) / float(r.st.pp))
-    steps = w.output_len - 1
-    past = w.input_len + np.arange(steps, dtype=float)
-    core, remote = _decode_attention(r, past, micro)
-    t = r.tokens_time(micro)
-    return PassTime(layers=steps * t.layers, attention=core, tp=steps * t.tp, ep=steps * t.ep, pp=steps * t.pp,
-                    ends=steps * (t.ends + r.head_time(micro)), tier2=remote, cp=steps * r.merge_time(micro))
-
-
-def _decode_attention(r: ReplicaModel, past: np.ndarray, micro: np.ndarray) -> tuple[Array, Array]:
-    """(attention kernels, second-tier reads) summed over the decode steps (`past` cached tokens each) for
-    each micro-batch size. A step's time is convex in the micro-batch (the roofline's max of two terms
-    affine in the sequences), so when it is collinear at the smallest, next and largest size it is affine
-    on all of them: the sum is then read off those three columns (exact) instead of a steps x sizes grid."""
-    def summed(mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        col = past.reshape(-1, *([1] * mu.ndim))
-        core, remote = r.attention_time(r.attention(1.0, col, mu), mu * col)
-        shape = col.shape[:1] + mu.shape
-        return np.broadcast_to(core, shape), np.broadcast_to(remote, shape)
-
-    low, high = (float(micro.min()), float(micro.max())) if micro.size else (1.0, 1.0)
-    if micro.size < 4 or high - low < 2:
-        core, remote = summed(micro)
-        return np.sum(core, axis=0), np.sum(remote, axis=0)
-    probe = np.array([low, low + 1, high])
-    core, remote = summed(probe)
-    affine = True
-    for grid in (core, remote):
-        slope = grid[:, 1] - grid[:, 0]
-        affine = affine and bool(np.allclose(grid[:, 2], grid[:, 0] + slope * (high - low), rtol=1e-9, atol=0))
-    if not affine:
-        core, remote = summed(micro)
-        return np.sum(core, axis=0), np.sum(remote, axis=0)
-    totals = [(g[:, 0].sum(), (g[:, 1] - g[:, 0]).sum()) for g in (core, remote)]
-    return tuple(base + slope * (micro - low) for base, slope in totals)  # type: ignore[return-value]
-
-
-@dataclass(frozen=True)
-class DecodeSteps:
-    """The output_len - 1 decode steps of a static batch, each one pass of a micro-batch of ceil(batch / pp)
-    sequences (pp micro-batches in flight keep every stage busy)."""
-
-    micro: int  # sequences per micro-batch
-    tokens: PassTime  # what depends only on the micro-batch's new tokens (every step alike)
-    attention: np.ndarray  # per step: attention kernels over input_len + k - 1 cached tokens
-    tier2: np.ndarray  # per step: KV-cache reads from the second memory tier
-    head: Array  # LM head and sampling of the micro-batch, per step
-
-
-def decode_steps(r: ReplicaModel, w: Inference) -> DecodeSteps:
-    micro = math.ceil(w.batch / float(r.st.pp))
-    past = w.input_len + np.arange(w.output_len - 1, dtype=float)  # cached tokens before each decode step
-    core, remote = r.attention_time(r.attention(1.0, past, micro), micro * past)
-    tokens = replace(r.tokens_time(float(micro)), cp=r.merge_time(float(micro)))
-    return DecodeSteps(micro, tokens, np.broadcast_to(core, past.shape),
-                       np.broadcast_to(remote, past.shape), r.head_time(float(micro)))

@@ -1,6 +1,6 @@
 """A static inference batch on each model replica: the prefill of every prompt (the time to first token),
 then the decode steps, the memory and KV cache that admit it, and the largest batch and context that fit
-(`estimate.inference` costs the passes)."""
+(`estimate.inference_phases` costs the passes)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from dataclasses import replace
 
 from armillary.errors import SpecError
 from armillary.estimate.feasibility import inference_checks
-from armillary.estimate.inference import ReplicaModel, decode_phase, prefill_pass, replica_model
+from armillary.estimate.inference import ReplicaModel, replica_model
 from armillary.estimate.inference_memory import inference_memory, kv_blocks, kv_budget
+from armillary.estimate.inference_phases import decode_phase, prefill_pass
 from armillary.estimate.inference_result import InferenceEstimate, InferenceMemory, PassTime
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays

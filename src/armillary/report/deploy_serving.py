@@ -25,7 +25,7 @@ def _served_weights(s: Strategy, w: Inference) -> StoredPrecision | None:
 
 
 def _serving_checks(s: Strategy, w: Inference, notes: list[str]) -> None:
-    from armillary.estimate.inference import serving_block_format
+    from armillary.estimate.inference_precision import serving_block_format
 
     serving_block_format(s)  # the block formats serving refuses (int8: AQT's training recipe), as the estimate does
     if s.cp > 1:

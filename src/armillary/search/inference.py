@@ -18,8 +18,9 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from armillary import display
 from armillary.errors import SpecError
 from armillary.estimate.feasibility import inference_checks
-from armillary.estimate.inference import ReplicaModel, decode_phase, kv_handover_time, prefill_pass, replica_model
+from armillary.estimate.inference import ReplicaModel, replica_model
 from armillary.estimate.inference_memory import inference_memory, kv_budget
+from armillary.estimate.inference_phases import decode_phase, kv_handover_time, prefill_pass
 from armillary.estimate.inference_result import InferenceEstimate
 from armillary.estimate.run import estimate_inference_run
 from armillary.plan import rules

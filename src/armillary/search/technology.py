@@ -343,7 +343,7 @@ def op_boundedness(model: Any, device: Device | str, tokens: int, seq_len: int |
     code = PRECISION.code(TrainingPrecision(precision))
     fmt = BLOCK_FORMAT.code(BlockFormat(block_format))
     if decode:  # a block format serving refuses (int8: AQT's training recipe) is refused here too
-        from armillary.estimate.inference import serving_block_format
+        from armillary.estimate.inference_precision import serving_block_format
         from armillary.specs.strategy import Strategy
 
         serving_block_format(Strategy.model_validate({"precision": precision, "block_format": block_format}))

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from armillary.errors import SpecError
-from armillary.estimate.inference import recipe_weights, replica_model
+from armillary.estimate.inference import replica_model
+from armillary.estimate.inference_precision import recipe_weights
 from armillary.plan.arrays import ModelArrays
 from armillary.serving.engine import Engine
 from armillary.serving.launch import with_engine

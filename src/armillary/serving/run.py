@@ -11,8 +11,9 @@ import numpy as np
 from armillary import display
 from armillary.errors import ResultError, SpecError
 from armillary.estimate.feasibility import inference_checks
-from armillary.estimate.inference import ReplicaModel, kv_handover_time, replica_model
+from armillary.estimate.inference import ReplicaModel, replica_model
 from armillary.estimate.inference_memory import inference_memory, kv_blocks, kv_budget
+from armillary.estimate.inference_phases import kv_handover_time
 from armillary.estimate.invariants import HINT, MAX_TIME_S
 from armillary.estimate.result import ErrorBand, RunConfig
 from armillary.plan import rules

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from armillary.display import Displayed, Headline, seconds
-from armillary.estimate.inference import decode_steps, prefill_pass, replica_model
+from armillary.estimate.inference import replica_model
+from armillary.estimate.inference_phases import decode_steps, prefill_pass
 from armillary.estimate.inference_result import InferenceEstimate, PassTime
 from armillary.estimate.run import estimate_inference_run
 from armillary.plan.arrays import ModelArrays
