@@ -55,7 +55,8 @@ def _served(m: Model, sysm: System, st: Strategy, w: Inference, trace: Trace,
 
     served = serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace, engine=engine)
     engine = engine or with_engine(w, None)[1]
-    return replace(served, error_band=inference_error_band(m, sysm, st, w, engine.name if engine else "generic"),
+    family = engine.family.value if engine else "generic"  # the bands' regime goes by the engine's family
+    return replace(served, error_band=inference_error_band(m, sysm, st, w, family),
                    config=RunConfig(m, sysm, st, w))
 
 
