@@ -132,8 +132,8 @@ def _benchmark(run: tuple[Model, System, Strategy, Inference], benchmark: Benchm
                find_max_rate: bool) -> BenchmarkResult:
     """`api.serve_benchmark` under a spinner (a benchmark is one run: not with --max-rate)."""
     if find_max_rate:
-        raise SpecError("--mode (or the run file's benchmark section) runs one benchmark; --max-rate searches "
-                        "rates: give one of them (--set benchmark=null drops the run file's)")
+        raise SpecError("--mode runs one benchmark; --max-rate searches rates: give one of them (a run file's "
+                        "benchmark section runs as --mode does; --set benchmark=null drops it)")
     mode = benchmark["mode"] if isinstance(benchmark, dict) else benchmark.mode
     with working(f"serving the {mode} benchmark"):
         return api.serve_benchmark(*run, benchmark)
@@ -150,7 +150,8 @@ def _stream(run: tuple[Model, System, Strategy, Inference], rate: float | None, 
     """`api.simulate_serving` of the workload's trace, else of `rate` requests/s for `duration` s."""
     trace = run[3].serving.trace
     if trace is None and rate is None:
-        raise SpecError("give --rate (requests/s), --max-rate, --mode, or a trace file in workload.serving.trace")
+        raise SpecError("give --rate (requests/s), --max-rate, --mode, or a trace file in workload.serving.trace "
+                        "(or a benchmark section in the run file)")
     what = f"the trace {trace}" if trace is not None else f"{rate:g} requests/s for {duration:g} s"
     with working(f"serving {what}"):
         return api.simulate_serving(*run, rate, duration)
