@@ -4,6 +4,7 @@ not known, is refused naming the field and the allowed values."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -46,6 +47,15 @@ def test_the_releases_stated_are_those_the_patterns_name(name: str) -> None:
         except SpecError:
             continue
         assert after != engine, (name, r.before)
+
+
+@pytest.mark.parametrize("family", list(Family))
+def test_no_release_is_described_by_two_profiles_of_a_family(family: Family) -> None:
+    ranges = sorted((release_key(r.since), release_key(r.before), name) for name in preset_names("engines")
+                    for engine in (load_engine(name),) if engine.family is family for r in engine.versions)
+    assert ranges
+    for (_, before, name), (since, _, following) in pairwise(ranges):
+        assert before <= since, (name, following)
 
 
 def test_release_order_is_pep_440() -> None:
