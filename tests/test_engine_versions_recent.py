@@ -8,7 +8,7 @@ import re
 import pytest
 
 from armillary.errors import SpecError
-from armillary.serving.engine import OPTIONAL_RULES, Engine, load_engine, on_device
+from armillary.serving.engine import IDENTITY, OPTIONAL_RULES, Engine, load_engine, on_device
 from armillary.serving.engine_versions import engine_for
 from armillary.specs.loading import load_system
 from armillary.validation.run import DEFAULT_CSV, read_rows
@@ -108,16 +108,17 @@ def test_each_profile_differs_from_its_neighbour_only_in_what_its_release_change
                                                                                   fields: set[str]) -> None:
     if old == "vllm-0.28":  # the 0.28 profile's own 0.9 and Triton kernels were not read at 0.28.0, which has
         # 0.92 and DeepGEMM as these releases do: it may take them, leaving no difference
-        assert {"name", "matches", "sources"} <= _diff(old, new) <= {"name", "matches", "sources"} | fields
+        named = {"name", "matches", "versions", "sources"}
+        assert named <= _diff(old, new) <= named | fields
         return
-    assert _diff(old, new) == {"name", "matches", "sources"} | fields
+    assert _diff(old, new) == {"name", "matches", "versions", "sources"} | fields
 
 
 @pytest.mark.parametrize("name", NEW + SGLANG_05)
 def test_every_field_of_the_new_profiles_is_read_at_its_release_or_an_assumption(name: str) -> None:
     engine = load_engine(name)
     unset_rules = {k for k in OPTIONAL_RULES if k not in engine.model_fields_set}  # no such rule: nothing to source
-    numbers = [k for k in Engine.model_fields if k not in ("name", "matches", "sources") and k not in unset_rules]
+    numbers = [k for k in Engine.model_fields if k not in (*IDENTITY, "sources") and k not in unset_rules]
     for field in numbers:
         text = engine.sources.get(field, "")
         assert re.match(r"(read|assumption|none listed)", text), (name, field, text[:60])

@@ -12,7 +12,7 @@ import pytest
 
 from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import OPTIONAL_RULES, Engine, load_engine, overheads
+from armillary.serving.engine import IDENTITY, OPTIONAL_RULES, Engine, load_engine, overheads
 from armillary.serving.engine_versions import UNDESCRIBED, engine_for
 from armillary.serving.trtllm_bench import trtllm_bench_engine
 from armillary.specs.loading import load_model, load_system
@@ -64,7 +64,7 @@ def test_1_1_runs_as_1_0() -> None:
     llm_args.py has it too: the 1.0 profile's graph_max_batch)."""
     old, new = load_engine("tensorrt-llm-1.0"), load_engine("tensorrt-llm-1.1")
     differ = {k for k in Engine.model_fields if getattr(old, k) != getattr(new, k)}
-    assert differ == {"name", "matches", "sources"}
+    assert differ == {"name", "matches", "versions", "sources"}
     assert old.graph_max_batch == new.graph_max_batch == 128
     assert "or 128" not in new.sources["graph_max_batch"] and "1-31, 32, 64 and 128" in new.sources["graph_max_batch"]
 
@@ -72,7 +72,7 @@ def test_1_1_runs_as_1_0() -> None:
 def test_every_field_of_the_1_1_profile_is_read_or_an_assumption() -> None:
     engine = load_engine("tensorrt-llm-1.1")
     unset_rules = {k for k in OPTIONAL_RULES if k not in engine.model_fields_set}
-    numbers = [k for k in Engine.model_fields if k not in ("name", "matches", "sources") and k not in unset_rules]
+    numbers = [k for k in Engine.model_fields if k not in (*IDENTITY, "sources") and k not in unset_rules]
     for field in numbers:
         assert re.match(r"(read|assumption)", engine.sources.get(field, "")), field
     read = [k for k in numbers if engine.sources[k].startswith("read")]

@@ -55,7 +55,7 @@ def test_mlperf_scenarios_carry_their_latency_limits():
 
 @pytest.mark.parametrize(("client", "words"), [
     ({"mode": "warp"}, "mode"), ({"mode": "rate"}, "rate"), ({"mode": "concurrency"}, "concurrency"),
-    ({"mode": "offline", "requests": 0}, "requests"), ({"mode": "offline", "qps": 3}, "unknown qps")])
+    ({"mode": "offline", "requests": 0}, "requests"), ({"mode": "offline", "qps": 3}, "benchmark.qps: Extra inputs")])
 def test_a_benchmark_that_cannot_run_says_why(client, words):
     with pytest.raises(SpecError, match=words):
         _run(**client)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from armillary.serving.rate import MaxRate
     from armillary.serving.run import ServingResult
     from armillary.serving.trace import Trace
+    from armillary.specs.run import BenchmarkSection
 
 
 def simulate_serving(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
@@ -55,7 +56,8 @@ def _served(m: Model, sysm: System, st: Strategy, w: Inference, trace: Trace,
 
     served = serve_trace(ModelArrays.of(m), st, w, sysm, data_parallel(st, sysm), trace, engine=engine)
     engine = engine or with_engine(w, None)[1]
-    return replace(served, error_band=inference_error_band(m, sysm, st, w, engine.name if engine else "generic"),
+    family = engine.family.value if engine else "generic"  # the bands' regime goes by the engine's family
+    return replace(served, error_band=inference_error_band(m, sysm, st, w, family),
                    config=RunConfig(m, sysm, st, w))
 
 
@@ -97,7 +99,8 @@ def max_rate(model: ModelLike, system: SystemLike, strategy: StrategyLike, workl
 
 
 def serve_benchmark(model: ModelLike, system: SystemLike, strategy: StrategyLike, workload: WorkloadLike,
-                    benchmark: Benchmark | dict[str, Any], gpus: int | None = None) -> BenchmarkResult:
+                    benchmark: Benchmark | BenchmarkSection | dict[str, Any],
+                    gpus: int | None = None) -> BenchmarkResult:
     """Serve the workload as a published benchmark runs it (`serving.benchmark`): mode rate, offline,
     concurrency, mlperf-offline, mlperf-server or mlperf-interactive, e.g. {"mode": "concurrency",
     "concurrency": 50}. Without a request count the run is long enough to reach its steady state and its
@@ -106,13 +109,13 @@ def serve_benchmark(model: ModelLike, system: SystemLike, strategy: StrategyLike
     .client_engine`, as the validation harness does): {"mode": "offline", "client": "trtllm-bench"} with
     workload.serving.engine tensorrt-llm-1.0 runs trtllm-bench throughput, its limits from its heuristic unless
     the workload sets serving.max_batch or max_batched_tokens (--max_batch_size / --max_num_tokens); what it
-    changed is in the result's `assumed`."""
+    changed is in the result's `assumed`. The mapping is a run file's `benchmark:` section
+    (`specs.run.BenchmarkSection`; `specs.run.load_benchmark` reads it from the file), read by
+    `serving.benchmark.Benchmark.of` as `armillary serve` reads the file."""
     from armillary.plan.arrays import ModelArrays
     from armillary.plan.layout import data_parallel
     from armillary.serving.benchmark import (
         Benchmark,
-        Client,
-        Mode,
         client_engine,
         judged,
         requests_for,
@@ -122,18 +125,7 @@ def serve_benchmark(model: ModelLike, system: SystemLike, strategy: StrategyLike
     )
     from armillary.serving.launch import launched_engine
 
-    if isinstance(benchmark, dict):
-        fields = ("mode", "requests", "rate", "concurrency", "client")
-        try:
-            if set(benchmark) - set(fields):
-                raise ValueError(f"unknown {', '.join(sorted(set(benchmark) - set(fields)))}")
-            client = benchmark.get("client")
-            benchmark = Benchmark(Mode(str(benchmark.get("mode"))), benchmark.get("requests"), benchmark.get("rate"),
-                                  benchmark.get("concurrency"), None if client is None else Client(str(client)))
-        except ValueError as err:
-            raise SpecError(f"benchmark: expected mode (one of {', '.join(m.value for m in Mode)}) and optionally "
-                            f"requests, rate, concurrency, client (one of {', '.join(c.value for c in Client)}; "
-                            f"none: the engine's server); got {benchmark!r} ({err})") from None
+    benchmark = Benchmark.of(benchmark)
     m, sysm, st, w = _served_specs(model, system, strategy, workload, gpus)
     w = workload_for(benchmark, w)
     arrays = ModelArrays.of(m)

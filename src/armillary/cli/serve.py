@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from armillary.serving.rate import MaxRate
     from armillary.serving.run import ServingResult
     from armillary.specs.model import Model
+    from armillary.specs.run import BenchmarkSection
     from armillary.specs.strategy import Strategy
     from armillary.specs.system import System
 
@@ -59,16 +60,18 @@ def serve_cmd(
     mode: Annotated[str | None, typer.Option(
         help="run as a published benchmark does: rate (--rate), offline, concurrency (--concurrency), "
         "mlperf-offline, mlperf-server or mlperf-interactive (--rate: target QPS); without --requests the run "
-        "reaches its steady state and rates are read over the steady window")] = None,
-    requests: Annotated[int | None, typer.Option(min=1, help="--mode: requests the client sends (default: not "
-                                                 "stated, measured over the steady window)")] = None,
+        "reaches its steady state and rates are read over the steady window. Replaces the run file's "
+        "benchmark section, which runs without --mode")] = None,
+    requests: Annotated[int | None, typer.Option(min=1, help="a benchmark's requests the client sends (default: "
+                                                 "not stated, measured over the steady window)")] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="--mode concurrency: outstanding requests")] = None,
     client: Annotated[str | None, typer.Option(
-        help="--mode: the benchmark tool, where it launches the engine itself: trtllm-bench (--mode offline, "
+        help="a benchmark's tool, where it launches the engine itself: trtllm-bench (mode offline, "
         "workload.serving.engine tensorrt-llm-1.x: its CUDA graphs and, unless workload.serving sets max_batch "
         "or max_batched_tokens, its heuristic's limits); default: a client of the engine's server")] = None,
 ) -> None:
-    """Simulate serving a request stream (engine profile, capacity policy, chunked prefill, KV capacity)."""
+    """Simulate serving a request stream (engine profile, capacity policy, chunked prefill, KV capacity), or a
+    benchmark run (--mode, or the run file's benchmark section)."""
     writable(csv_out, table=True)
     writable(plot)
     model, system, strategy, workload = load_run_file(run_file, set_)
@@ -76,11 +79,9 @@ def serve_cmd(
     if not isinstance(workload, Inference):
         raise SpecError("serve needs an inference workload (workload.kind: inference)")
     run = (model, system, strategy, workload)
-    if client is not None and mode is None:
-        raise SpecError(f"--client {client} names the tool of a benchmark run: give --mode (trtllm-bench: --mode "
-                        "offline)")
-    if mode is not None:
-        bench = _benchmark(run, mode, requests, rate, concurrency, client, find_max_rate)
+    section = _benchmark_section(run_file, set_, mode, requests, rate, concurrency, client)
+    if section is not None:
+        bench = _benchmark(run, section, find_max_rate)
         served = _Served(bench.served, bench=bench)
     elif find_max_rate:
         found, result = _max_rate(*run, duration, seeds)
@@ -106,14 +107,36 @@ class _Served:
     bench: BenchmarkResult | None = None
 
 
-def _benchmark(run: tuple[Model, System, Strategy, Inference], mode: str, requests: int | None, rate: float | None,
-               concurrency: int | None, client: str | None, find_max_rate: bool) -> BenchmarkResult:
-    """`api.serve_benchmark` under a spinner (--mode runs one benchmark: not with --max-rate)."""
+def _benchmark_section(run_file: Path, sets: list[str] | None, mode: str | None, requests: int | None,
+                       rate: float | None, concurrency: int | None,
+                       client: str | None) -> BenchmarkSection | dict[str, Any] | None:
+    """The benchmark to run, for `api.serve_benchmark` to read: with --mode the options' alone; else the run
+    file's `benchmark:` section (after `--set benchmark.*`), the options given overriding its fields; None
+    where neither gives one (a stream, a trace or --max-rate)."""
+    from armillary.specs.run import load_benchmark, parse_override
+
+    given = {k: v for k, v in {"requests": requests, "rate": rate, "concurrency": concurrency,
+                               "client": client}.items() if v is not None}
+    if mode is not None:
+        return {"mode": mode, **given}
+    overrides = [parse_override(s) for s in sets or []]
+    if load_benchmark(run_file, overrides) is None:
+        if client is not None:
+            raise SpecError(f"--client {client} names the tool of a benchmark run: give --mode (trtllm-bench: "
+                            "--mode offline), or a benchmark section in the run file")
+        return None
+    return load_benchmark(run_file, [*overrides, *((f"benchmark.{k}", v) for k, v in given.items())])
+
+
+def _benchmark(run: tuple[Model, System, Strategy, Inference], benchmark: BenchmarkSection | dict[str, Any],
+               find_max_rate: bool) -> BenchmarkResult:
+    """`api.serve_benchmark` under a spinner (a benchmark is one run: not with --max-rate)."""
     if find_max_rate:
-        raise SpecError("--mode runs one benchmark; --max-rate searches rates: give one of them")
+        raise SpecError("--mode runs one benchmark; --max-rate searches rates: give one of them (a run file's "
+                        "benchmark section runs as --mode does; --set benchmark=null drops it)")
+    mode = benchmark["mode"] if isinstance(benchmark, dict) else benchmark.mode
     with working(f"serving the {mode} benchmark"):
-        return api.serve_benchmark(*run, {"mode": mode, "requests": requests, "rate": rate,
-                                          "concurrency": concurrency, "client": client})
+        return api.serve_benchmark(*run, benchmark)
 
 
 def _client_lines(bench: BenchmarkResult) -> list[str]:
@@ -127,7 +150,8 @@ def _stream(run: tuple[Model, System, Strategy, Inference], rate: float | None, 
     """`api.simulate_serving` of the workload's trace, else of `rate` requests/s for `duration` s."""
     trace = run[3].serving.trace
     if trace is None and rate is None:
-        raise SpecError("give --rate (requests/s), --max-rate, --mode, or a trace file in workload.serving.trace")
+        raise SpecError("give --rate (requests/s), --max-rate, --mode, or a trace file in workload.serving.trace "
+                        "(or a benchmark section in the run file)")
     what = f"the trace {trace}" if trace is not None else f"{rate:g} requests/s for {duration:g} s"
     with working(f"serving {what}"):
         return api.simulate_serving(*run, rate, duration)

@@ -17,46 +17,40 @@ A benchmark tool that launches the engine itself is named as the benchmark's `cl
 (TensorRT-LLM 1.x trtllm-bench throughput, offline) launches it with its own CUDA-graph sizes and, where the
 run states neither --max_batch_size nor --max_num_tokens, its own limits (`serving.trtllm_bench`). No client:
 one that sends requests to the server as the engine's profile launches it (benchmark_serving, genai-perf,
-LoadGen's harness). `client_engine` is the one path of the API, `armillary serve` and the validation harness.
+LoadGen's harness). `client_engine` is the one path of the API, `armillary serve` and the validation harness;
+it goes by the engine profile's `family` and `versions`, never its name.
+
+The modes and clients are a run file's words (`specs.run.Mode`, `Client`): its `benchmark:` section
+(`specs.run.BenchmarkSection`) and the API's mapping are read by `Benchmark.of`, the one reading.
 """
 
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
+from typing import Any
 
 from armillary.errors import SpecError
 from armillary.estimate.inference import replica_model
 from armillary.estimate.inference_precision import recipe_weights
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import Engine
+from armillary.serving.engine import Engine, Family
 from armillary.serving.launch import with_engine
 from armillary.serving.run import ServingResult, replica_kv_tokens
 from armillary.serving.trace import Trace, benchmark_trace
 from armillary.serving.trtllm_bench import trtllm_bench_engine
 from armillary.serving.window import SteadyThroughput, steady_throughput
+from armillary.specs.loading import validate_spec
 from armillary.specs.model import Model
+from armillary.specs.run import BenchmarkSection, Client, Mode
 from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Arrivals, Inference, StoredPrecision
 
-
-class Mode(StrEnum):
-    RATE = "rate"
-    OFFLINE = "offline"
-    CONCURRENCY = "concurrency"
-    MLPERF_OFFLINE = "mlperf-offline"
-    MLPERF_SERVER = "mlperf-server"
-    MLPERF_INTERACTIVE = "mlperf-interactive"
-
-
-class Client(StrEnum):
-    """A benchmark tool that launches the engine with settings of its own (none: the server's)."""
-
-    TRTLLM_BENCH = "trtllm-bench"  # TensorRT-LLM 1.x trtllm-bench throughput (serving.trtllm_bench)
-
+# The releases whose trtllm-bench throughput was read (serving.trtllm_bench: 1.0-1.2): TensorRT-LLM 1.x, the
+# profile's `versions` within them
+TRTLLM_BENCH_RELEASES = ("1.0", "2.0")
 
 # P99 TTFT and P99 TPOT limits of MLPerf Inference's Llama 2 70B (MLPerf Inference rules, LLM latency
 # constraints: Server 2 s / 200 ms since v4.0; Interactive 450 ms / 40 ms since v5.0)
@@ -92,6 +86,17 @@ class Benchmark:
         if self.requests is not None and not 1 <= self.requests <= 2**24:
             raise SpecError(f"benchmark requests: expected 1 to {2**24}, got {self.requests}")
 
+    @classmethod
+    def of(cls, value: Benchmark | BenchmarkSection | Mapping[str, Any], where: str = "benchmark") -> Benchmark:
+        """The benchmark a run file's `benchmark:` section, a mapping of its fields (`BenchmarkSection`: mode,
+        requests, rate, concurrency, client) or a benchmark states: the one reading of the API's, the run
+        file's and `armillary serve`'s; a field not known, or a mode or client not known, is refused naming
+        the field and the allowed values (`where` names the section)."""
+        if isinstance(value, Benchmark):
+            return value
+        section = value if isinstance(value, BenchmarkSection) else validate_spec(BenchmarkSection, value, where)
+        return cls(section.mode, section.requests, section.rate, section.concurrency, section.client)
+
     @property
     def steady(self) -> bool:
         """Whether rates are read over the steady window (the request count was not stated)."""
@@ -113,11 +118,13 @@ def client_engine(benchmark: Benchmark, engine: Engine | None, model: Model, str
     Refused for any other engine: trtllm-bench runs TensorRT-LLM, and its rules were read in 1.x only."""
     if benchmark.client is None:
         return engine, ()
-    if engine is None or not re.match(r"TensorRT-LLM 1\.", engine.name):
-        named = "no engine is named (workload.serving.engine)" if engine is None else f"the engine is {engine.name}"
+    if engine is None or not engine.within(Family.TENSORRT_LLM, *TRTLLM_BENCH_RELEASES):
+        named = ("no engine is named (workload.serving.engine)" if engine is None
+                 else f"the engine is {engine.name} ({engine.releases_stated})")
         raise SpecError(f"benchmark client trtllm-bench: {named}; its rules (serving.trtllm_bench) are those of "
-                        "TensorRT-LLM 1.x trtllm-bench throughput on the PyTorch backend: give "
-                        "workload.serving.engine tensorrt-llm-1.0 or tensorrt-llm-1.1, or no client")
+                        "TensorRT-LLM 1.x trtllm-bench throughput on the PyTorch backend (a profile of family "
+                        "tensorrt-llm whose versions lie within 1.x): give workload.serving.engine "
+                        "tensorrt-llm-1.0 or tensorrt-llm-1.1, or no client")
     if strategy.pp > 1:  # trtllm_bench_engine sizes its heuristic over one stage's tp GPUs
         raise SpecError(f"benchmark client trtllm-bench: pp {strategy.pp}: its heuristic's limits are modelled "
                         "for one pipeline stage (serving.trtllm_bench reads pp 1); give pp 1, or no client")

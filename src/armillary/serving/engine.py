@@ -12,10 +12,12 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic_core import PydanticCustomError
 
 from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
@@ -71,6 +73,46 @@ class DeviceDefaults(Spec):
         return found
 
 
+class Family(StrEnum):
+    """The project an engine profile describes (its PyPI package): what the rules that hold for one engine
+    only go by (a benchmark client that launches it, a checkpoint's cache defaults, the error bands' regime),
+    never the profile's name."""
+
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TENSORRT_LLM = "tensorrt-llm"
+
+
+_FAMILIES = ", ".join(f.value for f in Family)
+
+
+class ReleaseRange(Spec):
+    """The releases of an engine from `since` up to, not including, `before` (PEP 440 order: 0.4.4 before
+    0.4.4.post1 before 0.4.5)."""
+
+    since: str = Field(pattern=r"^\d+\.\d+(\.\d+)?(\.post\d+)?$", description="first release "
+                       "(major.minor[.patch][.postN])")
+    before: str = Field(pattern=r"^\d+\.\d+(\.\d+)?(\.post\d+)?$", description="first release after them")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ReleaseRange:
+        if release_key(self.before) <= release_key(self.since):
+            raise ValueError(f"before ({self.before}) must be a later release than since ({self.since})")
+        return self
+
+    def within(self, first: str, after: str) -> bool:
+        """Whether these releases all lie from release `first` up to, not including, `after`."""
+        return release_key(first) <= release_key(self.since) and release_key(self.before) <= release_key(after)
+
+
+def release_key(version: str) -> tuple[int, int, int, int]:
+    """(major, minor, patch, post) of "0.7", "0.7.1" or "0.4.4.post1", patch and post 0 where not given: in
+    PEP 440 order, a release's post releases after it and before the next."""
+    release, _, post = version.partition(".post")
+    major, minor, patch = [*release.split("."), "0"][:3]
+    return int(major), int(minor), int(patch), int(post or 0)
+
+
 class ReleaseDefaults(Spec):
     """Defaults of some of a profile's releases that differ from the profile's own (which are those of its
     latest releases): the releases from `since` up to, not including, `before`. It applies to a run whose
@@ -115,6 +157,12 @@ def _release(version: str) -> tuple[int, int, int]:
 
 class Engine(NamedByPatterns):
     name: str
+    family: Family = Field(description="the project the profile describes (vllm, sglang, tensorrt-llm): what "
+                           "rules for one engine only go by, never the name")
+    versions: tuple[ReleaseRange, ...] = Field(
+        (), description="the releases whose defaults the profile describes (those its patterns name), each range "
+        "from `since` up to, not including, `before`; none: not stated, and a rule for some releases only (the "
+        "trtllm-bench client's, TensorRT-LLM 1.x) refuses the profile")
     policy: Policy = Field(description="what a full KV cache does (capacity scheduler / preemption mode)")
     chunked_prefill: bool = Field(description="prompts split into chunks sharing iterations with decodes")
     max_batch: PositiveInt = Field(description="sequences per iteration (max_num_seqs / max_batch_size / "
@@ -200,7 +248,29 @@ class Engine(NamedByPatterns):
         "device fits applies (`DeviceDefaults`); none fits, or none listed: the profile's numbers on every device")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _family_stated(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "family" not in data:
+            raise PydanticCustomError("family_missing", "family: missing; give the project the profile describes, "
+                                      "one of {families}", {"families": _FAMILIES})
+        return data
 
+    def within(self, family: Family, first: str, after: str) -> bool:
+        """Whether the profile is one of `family`'s and states releases (`versions`) that all lie from `first`
+        up to, not including, `after` (e.g. TensorRT-LLM "1.0" to "2.0": 1.x)."""
+        return self.family is family and bool(self.versions) and all(r.within(first, after) for r in self.versions)
+
+    @property
+    def releases_stated(self) -> str:
+        """The releases the profile describes, in words ("releases not stated" where it states none)."""
+        spans = ", ".join(f"{r.since} to before {r.before}" for r in self.versions)
+        return f"{self.family.value} releases {spans}" if spans else f"{self.family.value}, releases not stated"
+
+
+# The fields that say which engine and releases a profile is, not what it does: sourced like the rest, but
+# neither read in nor assumed of the engine's code
+IDENTITY = ("name", "matches", "family", "versions")
 # Fields of the rules an engine applies as it is launched (`resolve_defaults`) whose default is "no such rule": a
 # profile that leaves one out states none, and needs no source for it
 LAUNCH_RULES = ("mla_without_chunked_prefill", "mla_forces_no_chunked_prefill", "long_context_chunked_prefill_above",

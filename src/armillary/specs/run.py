@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, model_validator
+from pydantic_core import PydanticCustomError
 
 from armillary.errors import SpecError
 from armillary.specs.base import Spec
@@ -29,7 +31,51 @@ from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Workload
 
-__all__ = ["Relative", "RunFile", "load_costs", "load_run", "parse_override"]
+__all__ = ["BenchmarkSection", "Client", "Mode", "Relative", "RunFile", "load_benchmark", "load_costs", "load_run",
+           "parse_override"]
+
+
+class Mode(StrEnum):
+    """How a benchmark client sends its requests (`serving.benchmark`, which runs them)."""
+
+    RATE = "rate"
+    OFFLINE = "offline"
+    CONCURRENCY = "concurrency"
+    MLPERF_OFFLINE = "mlperf-offline"
+    MLPERF_SERVER = "mlperf-server"
+    MLPERF_INTERACTIVE = "mlperf-interactive"
+
+
+class Client(StrEnum):
+    """A benchmark tool that launches the engine with settings of its own (none: the server's)."""
+
+    TRTLLM_BENCH = "trtllm-bench"  # TensorRT-LLM 1.x trtllm-bench throughput (serving.trtllm_bench)
+
+
+class BenchmarkSection(Spec):
+    """How a published benchmark runs the serving workload: the run file's `benchmark:` section, the mapping
+    `api.serve_benchmark` takes, and `armillary serve`'s --mode, --requests, --rate, --concurrency and --client
+    (which override the section's fields). `serving.benchmark.benchmark_of` turns it into the run's
+    `Benchmark`, which checks what each mode needs (a rate, a concurrency; trtllm-bench offline only)."""
+
+    mode: Mode = Field(description="rate (Poisson at `rate`), offline (all at once), concurrency (at most "
+                       "`concurrency` outstanding), mlperf-offline, mlperf-server, mlperf-interactive (at `rate` QPS)")
+    requests: int | None = Field(None, description="requests the client sends; none: not stated, the run reaches "
+                                 "its steady state and rates are read over the steady window")
+    rate: float | None = Field(None, description="requests/s of an open-loop mode (rate, mlperf-server, "
+                               "mlperf-interactive)")
+    concurrency: int | None = Field(None, description="outstanding requests of mode concurrency")
+    client: Client | None = Field(None, description="the benchmark tool, where it launches the engine itself: "
+                                  "trtllm-bench (mode offline, a TensorRT-LLM 1.x engine); none: a client of the "
+                                  "engine's server as its profile launches it")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_stated(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("mode") is None:
+            raise PydanticCustomError("mode_missing", "mode: missing; give one of {modes}",
+                                      {"modes": ", ".join(m.value for m in Mode)})
+        return data
 
 
 class RunFile(Spec):
@@ -43,6 +89,10 @@ class RunFile(Spec):
     workload: dict[str, Any]
     costs: Costs = Field(default_factory=Costs, description="PUE, $/device-hour, device power (energy and cost "
                          "per token)")
+    benchmark: BenchmarkSection | None = Field(
+        None, description="serve the inference workload as a published benchmark runs it (`armillary serve` "
+        "without --mode; `BenchmarkSection`), e.g. {mode: offline, client: trtllm-bench}; none: serve needs "
+        "--rate, --max-rate, --mode or a trace")
 
 
 def load_run(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> tuple[
@@ -86,3 +136,14 @@ def load_costs(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> C
     mine = [(k, v) for k, v in overrides if k == "costs" or k.startswith("costs.")]
     costs = apply_overrides({"costs": data.get("costs") or {}}, mine, RunFile, lambda v: v)["costs"]
     return validate_spec(Costs, costs, "costs")
+
+
+def load_benchmark(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> BenchmarkSection | None:
+    """The run file's `benchmark:` section (None where it has none) with the `benchmark.*` overrides (which
+    may also give one)."""
+    data = read_spec_file(Path(path), "run")
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping with model, system, strategy, workload")
+    mine = [(k, v) for k, v in overrides if k == "benchmark" or k.startswith("benchmark.")]
+    section = apply_overrides({"benchmark": data.get("benchmark")}, mine, RunFile, lambda v: v)["benchmark"]
+    return None if section is None else validate_spec(BenchmarkSection, section, "benchmark")
