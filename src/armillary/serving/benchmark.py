@@ -134,7 +134,7 @@ def client_engine(benchmark: Benchmark, engine: Engine | None, model: Model, str
 
 
 def served_weights(strategy: Strategy) -> StoredPrecision | None:
-    """The weights' precision a serving workload that names none stores (`estimate.inference.recipe_weights`,
+    """The weights' precision a serving workload that names none stores (`estimate.inference_precision.recipe_weights`,
     the one rule): the strategy's block format, else fp8 under the fp8 recipe, else the activation precision
     (None). The int8 block format (AQT's training recipe) is refused there, not turned into weight-only int8."""
     return recipe_weights(strategy)
