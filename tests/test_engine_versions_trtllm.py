@@ -64,7 +64,7 @@ def test_1_1_runs_as_1_0() -> None:
     llm_args.py has it too: the 1.0 profile's graph_max_batch)."""
     old, new = load_engine("tensorrt-llm-1.0"), load_engine("tensorrt-llm-1.1")
     differ = {k for k in Engine.model_fields if getattr(old, k) != getattr(new, k)}
-    assert differ == {"name", "matches", "versions", "sources"}
+    assert differ == {"name", "versions", "unversioned", "sources"}  # 1.0 takes unversioned rows
     assert old.graph_max_batch == new.graph_max_batch == 128
     assert "or 128" not in new.sources["graph_max_batch"] and "1-31, 32, 64 and 128" in new.sources["graph_max_batch"]
 
@@ -110,7 +110,7 @@ def test_no_validation_row_names_trtllm_1_1_or_later() -> None:
     ("TensorRT-LLM 0.12.0: trtllm-serve --tp_size 8", REFUSED),
 ])
 def test_a_version_followed_by_a_command_is_read_from_the_version(framework: str, profile: str | None) -> None:
-    # the unversioned 1.0 profile's 'trtllm-serve' pattern matches words after the version: it must not stand
+    # the words after the version name the unversioned 1.0 profile's command (trtllm-serve): they must not stand
     # in for the version's own profile, nor for a refusal
     if profile is None:
         with pytest.raises(SpecError, match="has no engine profile"):

@@ -16,13 +16,13 @@ from enum import StrEnum
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveInt, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
 from armillary.presets.registry import find_preset, preset_names, read_data_file
-from armillary.specs.base import NamedByPatterns, Spec
+from armillary.specs.base import Spec
 from armillary.specs.device import Device, Platform
 from armillary.specs.workload import DecodeAttention, Fp8Kernels, MlaDecode, Policy
 
@@ -104,6 +104,10 @@ class ReleaseRange(Spec):
         """Whether these releases all lie from release `first` up to, not including, `after`."""
         return release_key(first) <= release_key(self.since) and release_key(self.before) <= release_key(after)
 
+    def holds(self, release: tuple[int, int, int, int]) -> bool:
+        """Whether release `release` ((major, minor, patch, post), `release_key`) is one of these."""
+        return release_key(self.since) <= release < release_key(self.before)
+
 
 def release_key(version: str) -> tuple[int, int, int, int]:
     """(major, minor, patch, post) of "0.7", "0.7.1" or "0.4.4.post1", patch and post 0 where not given: in
@@ -155,14 +159,22 @@ def _release(version: str) -> tuple[int, int, int]:
     return int(major), int(minor), int(patch)
 
 
-class Engine(NamedByPatterns):
+class Engine(Spec):
     name: str
     family: Family = Field(description="the project the profile describes (vllm, sglang, tensorrt-llm): what "
                            "rules for one engine only go by, never the name")
     versions: tuple[ReleaseRange, ...] = Field(
-        (), description="the releases whose defaults the profile describes (those its patterns name), each range "
-        "from `since` up to, not including, `before`; none: not stated, and a rule for some releases only (the "
-        "trtllm-bench client's, TensorRT-LLM 1.x) refuses the profile")
+        (), description="the releases whose defaults the profile describes, each range from `since` up to, not "
+        "including, `before`: an engine named with one of them gets this profile (`engine_versions.engine_for`); "
+        "none: not stated, and a rule for some releases only (the trtllm-bench client's, TensorRT-LLM 1.x) "
+        "refuses the profile")
+    unversioned: bool = Field(False, description="the profile an engine of its family named without a version "
+                              "gets (\"vLLM\", \"trtllm-serve\"): one shipped profile per family, and a rule "
+                              "for some releases takes such a run as this profile's `versions`; false: not it")
+    series: tuple[str, ...] = Field(
+        (), description="release series (major.minor) named without a patch (\"SGLang 0.5\") that this profile "
+        "takes where several profiles describe the series' releases; a series whose releases one profile "
+        "describes wholly is that profile's without it")
     policy: Policy = Field(description="what a full KV cache does (capacity scheduler / preemption mode)")
     chunked_prefill: bool = Field(description="prompts split into chunks sharing iterations with decodes")
     max_batch: PositiveInt = Field(description="sequences per iteration (max_num_seqs / max_batch_size / "
@@ -254,7 +266,18 @@ class Engine(NamedByPatterns):
         if isinstance(data, dict) and "family" not in data:
             raise PydanticCustomError("family_missing", "family: missing; give the project the profile describes, "
                                       "one of {families}", {"families": _FAMILIES})
+        if isinstance(data, dict) and "matches" in data:
+            raise PydanticCustomError("matches_removed", "matches: no longer read; the releases a profile "
+                                      "describes are its `versions` (and `unversioned`, `series`)", {})
         return data
+
+    @field_validator("series")
+    @classmethod
+    def _series(cls, series: tuple[str, ...]) -> tuple[str, ...]:
+        for s in series:
+            if not re.fullmatch(r"\d+\.\d+", s):
+                raise ValueError(f"{s!r} is not a release series (major.minor, e.g. 0.5)")
+        return series
 
     def within(self, family: Family, first: str, after: str) -> bool:
         """Whether the profile is one of `family`'s and states releases (`versions`) that all lie from `first`
@@ -270,14 +293,15 @@ class Engine(NamedByPatterns):
 
 # The fields that say which engine and releases a profile is, not what it does: sourced like the rest, but
 # neither read in nor assumed of the engine's code
-IDENTITY = ("name", "matches", "family", "versions")
+IDENTITY = ("name", "family", "versions", "unversioned", "series")
 # Fields of the rules an engine applies as it is launched (`resolve_defaults`) whose default is "no such rule": a
 # profile that leaves one out states none, and needs no source for it
 LAUNCH_RULES = ("mla_without_chunked_prefill", "mla_forces_no_chunked_prefill", "long_context_chunked_prefill_above",
                 "chunked_token_budget", "unchunked_token_budget_floor", "attention_dp_budget_divisor", "releases")
-# Every field whose default is "no such rule" (the launch rules, and the memory share that leaves the activations
-# out): a profile sources them only where it sets them
-OPTIONAL_RULES = (*LAUNCH_RULES, "activations_outside_share")
+# Every field whose default is "no such rule" (the launch rules, the memory share that leaves the activations
+# out, and the words other than a release a profile takes: a mention without a version, a series without a
+# patch): a profile sources them only where it sets them
+OPTIONAL_RULES = (*LAUNCH_RULES, "activations_outside_share", "unversioned", "series")
 
 
 # Short kernels of a decoder layer in a decode step: those that end before the host has launched the next

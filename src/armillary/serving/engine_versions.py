@@ -1,20 +1,44 @@
-"""Which engine profile a version names (`engine_for`): the engine and version read from a run's words
-("vLLM 0.7.3", "vllm==0.7.3", "TensorRT-LLM v0.17"), the profiles whose patterns cover that version, and the
-versions no profile describes (`UNDESCRIBED`), which are refused with the reason, never given another
-version's profile."""
+"""Which engine profile a framework's words name (`engine_for`): the engine and version read from them ("vLLM
+0.7.3", "vllm==0.7.3", "TensorRT-LLM v0.17", "SGLang 0.4.4.post1") by one parser (`stated_version`), the profile
+of that family whose `versions` hold that release, and the versions no profile describes (`UNDESCRIBED`), which
+are refused with the reason, never given another version's profile.
+
+The reading rule (a profile's `versions`, `unversioned` and `series` are its only statement of what it covers):
+- a release ("0.6.3", "0.4.4.post1") is placed in pip's (PEP 440) order: a post release after its release and
+  before the next, and goes to the profile whose `versions` hold it;
+- a pre-release or dev build ("1.1.0rc2", "0.7.4.dev181+gf35f8e22") is placed as the release it leads to (1.1.0,
+  0.7.4), not before it as pip orders it: a release candidate is cut from the branch of that release, and a dev
+  build is main on its way to it, so their defaults are that release's rather than the one before's; a local
+  label (+g...) is dropped;
+- a series named without a patch ("vLLM 0.7", "SGLang 0.5") stands for every release of it: the profile whose
+  `versions` hold them all, else the one profile of the family that states it takes the series (`series`),
+  else it is refused naming the profiles that describe parts of it;
+- an engine named without a version ("vLLM", "trtllm-serve") gets the one profile of its family marked
+  `unversioned`; the first family named in the words is read, and a version anywhere wins over a name without.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from armillary.errors import SpecError
 from armillary.presets.registry import preset_names
-from armillary.serving.engine import Engine, Family, load_engine
+from armillary.serving.engine import Engine, Family, load_engine, release_key
 
-# An engine named with a version ("vLLM 0.5.4", "vllm 0.4.2" from a pip pin, "TensorRT-LLM v0.12.0",
-# "SGLang 0.3.6"): the family (its profiles' `family`) and the major.minor read
-_VERSIONED = re.compile(r"\b(vllm|sglang|tensorrt-llm|trt-?llm)[\s=:]*v?(\d+)\.(\d+)(?:\.(\d+))?", re.I)
+# An engine named with a version as pip or a release note writes it ("vLLM 0.5.4", "vllm==0.4.2", "TensorRT-LLM
+# v0.12.0", "SGLang 0.4.4.post1", "TensorRT-LLM 1.1.0rc2", "vLLM 0.7.4.dev181+gf35f8e22"): the family's name, then
+# the release (major.minor[.patch]), a pre-release (aN, bN, rcN), a post release (.postN), a dev build (.devN)
+# and a local label (+...), each optional (PEP 440's spellings: an optional separator before each)
+_VERSIONED = re.compile(r"\b(?P<name>vllm|sglang|tensorrt-llm|trt-?llm)[\s=:]*v?"
+                        r"(?P<major>\d+)\.(?P<minor>\d+)(?:\.(?P<patch>\d+))?"
+                        r"(?:[-_.]?(?P<pre>a|b|rc)\d+)?(?:[-_.]?post(?P<post>\d*))?(?:[-_.]?(?P<dev>dev)\d*)?"
+                        r"(?:\+[a-z0-9.]+)?", re.I)
 _FAMILY = {"vllm": Family.VLLM, "sglang": Family.SGLANG}  # anything else the pattern reads is TensorRT-LLM
+# An engine named without a version: its family's words (TensorRT-LLM's own name, or its trtllm-serve /
+# trtllm-bench commands; not trtllm-build, which built the TensorRT engines of releases no profile describes,
+# nor "TRT-LLM" alone, which no profile has taken), anywhere in the words
+_NAMED = re.compile(r"(?P<tensorrt_llm>tensorrt-llm|trtllm-(?:bench|serve))|(?P<sglang>sglang)|(?P<vllm>vllm)", re.I)
 
 # Versions whose defaults no shipped profile describes, and why the nearest profile does not fit them
 # (family, first version, the first version after them (major, minor, patch), reason). A row or a run naming
@@ -56,56 +80,118 @@ UNDESCRIBED: tuple[tuple[Family, tuple[int, int, int], tuple[int, int, int], str
 )
 
 
+
+@dataclass(frozen=True)
+class StatedVersion:
+    """An engine and version read from words (`stated_version`)."""
+
+    family: Family
+    words: str  # the words read: "vLLM 0.7.4.dev181+gf35f8e22"
+    major: int
+    minor: int
+    patch: int | None  # None: a series named without a patch ("vLLM 0.7")
+    post: int | None  # None: not a post release
+    build: bool  # a pre-release or dev build, placed as the release it leads to
+
+    @property
+    def series(self) -> bool:
+        """Whether the words name a release series ("vLLM 0.7": no patch, nor a pre, post or dev part)."""
+        return self.patch is None and self.post is None and not self.build
+
+    @property
+    def release(self) -> tuple[int, int, int, int]:
+        """Where it is placed: (major, minor, patch, post) in pip's order (`engine.release_key`), a pre-release
+        or dev build as the release it leads to, a series as its first release."""
+        return self.major, self.minor, self.patch or 0, self.post or 0
+
+    @property
+    def text(self) -> str:
+        """The release it is placed as, in words ("0.4.4.post1", "1.3.0", "0.7")."""
+        release = ".".join(str(n) for n in (self.major, self.minor, self.patch) if n is not None)
+        return release + (f".post{self.post}" if self.post is not None else "")
+
+
+def stated_version(text: str) -> StatedVersion | None:
+    """The first engine named with a version in `text` (`_VERSIONED`); None if none is."""
+    found = _VERSIONED.search(text)
+    if found is None:
+        return None
+    patch, post = found.group("patch"), found.group("post")
+    return StatedVersion(_FAMILY.get(found.group("name").lower(), Family.TENSORRT_LLM), found.group(0),
+                         int(found.group("major")), int(found.group("minor")), None if patch is None else int(patch),
+                         None if post is None else int(post or 0), bool(found.group("pre") or found.group("dev")))
+
+
 def engine_version(framework: str) -> tuple[Family, int, int] | None:
     """(family, major, minor) of the first engine named with a version in `framework`; None if none is."""
-    found = _VERSIONED.search(framework)
-    return None if found is None else _family_version(found)[:3]
+    stated = stated_version(framework)
+    return None if stated is None else (stated.family, stated.major, stated.minor)
 
 
-def _family_version(found: re.Match[str]) -> tuple[Family, int, int, int]:
-    """(family, major, minor, patch) a `_VERSIONED` match read (patch 0 where not given)."""
-    return (_FAMILY.get(found.group(1).lower(), Family.TENSORRT_LLM), int(found.group(2)), int(found.group(3)),
-            int(found.group(4) or 0))
+def _profiles() -> list[Engine]:
+    return [load_engine(name) for name in preset_names("engines")]
 
 
-def _reaches(engine: Engine, framework: str, version: int) -> bool:
-    """Whether one of the engine's patterns matches `framework` across the version that starts at `version`
-    (the version, not just the engine's name, nor words after it such as a trtllm-serve command)."""
-    return any((m := re.search(p, framework, re.I)) is not None and m.start() <= version < m.end()
-               for p in engine.matches)
+def _describes(engine: Engine, stated: StatedVersion) -> bool:
+    """Whether `engine`'s versions hold the release `stated` is placed as or, for a series, all its releases."""
+    if not stated.series:
+        return any(r.holds(stated.release) for r in engine.versions)
+    first, after = _series(stated)
+    return any(release_key(r.since) <= first and after <= release_key(r.before) for r in engine.versions)
+
+
+def _in_series(engine: Engine, stated: StatedVersion) -> bool:
+    """Whether `engine`'s versions hold any release of the series `stated` names."""
+    first, after = _series(stated)
+    return any(release_key(r.since) < after and first < release_key(r.before) for r in engine.versions)
+
+
+def _series(stated: StatedVersion) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int]]:
+    """The first release of the series `stated` names and the first after it."""
+    return (stated.major, stated.minor, 0, 0), (stated.major, stated.minor + 1, 0, 0)
 
 
 def engine_for(framework: str, field: str = "framework") -> Engine | None:
-    """The shipped engine whose patterns match the most of a framework description. An engine named with a
-    version must be matched with that version: a version no profile covers is refused (SpecError naming the
-    version and the profiles of its family), never given another version's profile. An engine named without
-    a version gets its family's fallback profile (the patterns' bare names)."""
-    scored = [(engine.match_length(framework), name, engine)
-              for name in preset_names("engines") for engine in (load_engine(name),)]
-    versioned = _VERSIONED.search(framework)
-    # the longest match; with a version, among the profiles whose match covers the version itself
-    best = max((s for s in scored if s[0] > 0 and (versioned is None
-                                                   or _reaches(s[2], framework, versioned.start(2)))),
-               key=lambda s: s[0], default=None)
-    if versioned is not None and best is None:
-        family, major, minor, patch = _family_version(versioned)
-        why = next((reason for fam, low, high, reason in UNDESCRIBED
-                    if fam == family and low <= (major, minor, patch) < high), "no profile describes this version")
-        known = "; ".join(e.name for _, _, e in sorted(scored, key=lambda s: s[1]) if e.family is family)
-        read = ".".join(g for g in versioned.group(2, 3, 4) if g is not None)
-        raise SpecError(f"{field}: {versioned.group(0)!r} (version {read}) has no engine profile: {why}. "
-                        f"Known versions: {known}. Give a profile file with that version's defaults "
-                        "(workload.serving.engine: PATH.yaml)")
-    return best[2] if best is not None else None
+    """The shipped engine profile `framework`'s words name (the module's reading rule): a version no profile
+    describes is refused (SpecError naming the version, the reason where `UNDESCRIBED` has one, and the profiles
+    of its family with their releases), never given another version's profile; an engine named without a
+    version gets its family's `unversioned` profile; None where no engine is named."""
+    stated = stated_version(framework)
+    profiles = _profiles()
+    if stated is None:
+        named = _NAMED.search(framework)
+        if named is None or named.lastgroup is None:
+            return None
+        unversioned = Family(named.lastgroup.replace("_", "-"))
+        return next((e for e in profiles if e.family is unversioned and e.unversioned), None)
+    family = [e for e in profiles if e.family is stated.family]
+    found = next((e for e in family if _describes(e, stated)), None)
+    if found is None and stated.series:
+        found = next((e for e in family if f"{stated.major}.{stated.minor}" in e.series), None)
+    if found is not None:
+        return found
+    parts = [e.name for e in family if stated.series and _in_series(e, stated)]
+    placed = (stated.major, stated.minor, stated.patch or 0)
+    why = (f"no one profile describes all its releases (some are those of {'; '.join(parts)}) and none takes "
+           "the series (`series`): name the release" if parts else
+           next((reason for fam, low, high, reason in UNDESCRIBED if fam is stated.family and low <= placed < high),
+                "no profile describes this version"))
+    built = " (a pre-release or dev build, read as the release it leads to)" if stated.build else ""
+    family.sort(key=lambda e: min((release_key(r.since) for r in e.versions), default=(0, 0, 0, 0)))
+    known = "; ".join(f"{e.name} [{e.releases_stated.removeprefix(e.family.value + ' ')}]" for e in family)
+    raise SpecError(f"{field}: {stated.words!r} (version {stated.text}) has no engine profile: {why}{built}. "
+                    f"Known versions: {known}. Give a profile file with that version's defaults "
+                    "(workload.serving.engine: PATH.yaml)")
 
 
 def stated_releases(text: str) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
     """The releases the first engine named with a version in `text` stands for: (first, first after them);
-    "vLLM 0.6.3.post1" is 0.6.3 alone, "vLLM 0.7" every 0.7.x. None if no version is named."""
-    found = _VERSIONED.search(text)
-    if found is None:
+    "vLLM 0.6.3.post1" is 0.6.3 alone, "vLLM 0.7" every 0.7.x, "vLLM 0.7.4.dev181" 0.7.4 (a build is placed as
+    the release it leads to). None if no version is named."""
+    stated = stated_version(text)
+    if stated is None:
         return None
-    _, major, minor, patch = _family_version(found)
-    if found.group(4) is None:
+    major, minor, patch, _ = stated.release
+    if stated.series:
         return (major, minor, 0), (major, minor + 1, 0)
     return (major, minor, patch), (major, minor, patch + 1)
