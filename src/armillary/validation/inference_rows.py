@@ -75,8 +75,8 @@ def inference_row_specs(row: dict[str, str]) -> InferenceRowSpecs:
     if fp8:
         workload["weights"] = "fp8"
         notes.append("fp8 GEMMs and weights; attention and the LM head in 16 bits")
-        if kv_fp8_of(precision_text):
-            workload["kv_cache"] = {"precision": "fp8"}
+    if kv_fp8_of(precision_text):  # also beside 16-bit weights ("FP16 weights, FP8 KV cache")
+        workload["kv_cache"] = {"precision": "fp8"}
     precision = "fp8" if fp8 else "fp16" if fp16_of(precision_text) else "bf16"
     tp, gpus = _int(row, "tp"), _int(row, "n_gpus")
     system = load_system(system_preset, max(gpus, 1))
