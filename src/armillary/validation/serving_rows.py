@@ -93,6 +93,7 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         raise Unsupported(str(err)) from None
     if engine is None:
         raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
+    _refuse_switched_vllm_engine(framework, text)
     if device is not None and (started := on_device(engine, device)) is not engine:
         engine = started
         notes.append(f"{device.name}: the engine's defaults for this device ({engine.max_batch} sequences, "
@@ -130,6 +131,21 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
     notes.append(f"engine {engine.name}" + (f", launched with (where it differs from the profile): {changed}"
                                             if changed else ""))
     return launched
+
+
+def _refuse_switched_vllm_engine(framework: str, text: str) -> None:
+    """A vLLM release run with the other engine than its default: VLLM_USE_V1=1 before 0.8 (V0 the default; 0.8.0
+    made V1 the default, vLLM 0.8.0 release notes) or VLLM_USE_V1=0 from 0.8 (vllm/envs.py). The version's profile
+    describes its default engine, so the row is refused rather than given it."""
+    setting = re.search(r"vllm_use_v1\s*=\s*([01])", text, re.I)
+    version = engine_version(framework)
+    if setting is None or version is None or version[0] != "vllm":
+        return
+    default_v1 = (version[1], version[2]) >= (0, 8)
+    if (setting.group(1) == "1") != default_v1:
+        raise Unsupported(f"framework: VLLM_USE_V1={setting.group(1)} runs vLLM {version[1]}.{version[2]} on its "
+                          f"{'V1' if setting.group(1) == '1' else 'V0'} engine, which the version's profile (its "
+                          "default engine) does not describe")
 
 
 def _client_engine(row: dict[str, str], client: Benchmark, engine: Engine, model: Model, strategy: Strategy,
