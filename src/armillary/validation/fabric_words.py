@@ -31,6 +31,17 @@ _COUNT_ONLY = re.compile(r"(\d+)\s*[x\u00d7]\s*(?:[a-z][\w\-./]*\s+){0,3}?\b([nh
 _NICS_PER_GPU = re.compile(r"(\d+)\s*(?:nics?|hcas?|ports?|cards?)?\s*per\s+gpu\b")
 _PER_UNIT = re.compile(r"per\s+(?:(\d+)-gpu\s+)?(gpu|node|host|instance|server|tray)\b")
 
+# InfiniBand ports split to half their generation's rate: NDR200 (200 Gb/s: two NDR lanes of a 400 Gb/s port),
+# HDR100 (100 Gb/s); NVIDIA's ConnectX-7 and Quantum-2 product briefs name them so
+_SPLIT_PORT = re.compile(r"\b(ndr\s?200|hdr\s?100)\b")
+
+
+def split_port_named(text: str) -> str | None:
+    """The split InfiniBand port a compute-network text names ("NDR200", "HDR100"); None when it names none."""
+    found = _SPLIT_PORT.search(text)
+    return found.group(1) if found else None
+
+
 def compute_network_text(text: str) -> str:
     """The parts of a network description about the compute fabric: clauses (split at ; , ( ) + and "plus")
     about storage, management, front-end networks or a DPU are left out, and NCCL_* settings are removed (a
