@@ -271,14 +271,19 @@ def _load(row: dict[str, str]) -> Benchmark:
     count = int(requests) if requests else None
     concurrency = _number(r"(?<![a-z0-9_])(?:max[-_ ])?concurrency\s*[ =:]?\s*(\d+)", client) or _number(
         r"(\d+)\s*concurrent\b", client)  # "64 concurrent requests", "64 concurrent users"
-    if concurrency is not None:
-        return Benchmark(Mode.CONCURRENCY, count, concurrency=int(concurrency))
-    if re.search(OFFLINE_LOAD, client, re.I):
-        return Benchmark(Mode.MLPERF_OFFLINE if mlperf else Mode.OFFLINE, count)
     rate = (_number(r"request[-_ ]rate\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
             or _number(r"(\d+(?:\.\d+)?)\s*(?:req|requests|queries)\s*/\s*s\b", client)
             or _number(r"\bqps\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
             or _number(r"(\d+(?:\.\d+)?)\s*qps\b", client))
+    if concurrency is not None and rate is not None:
+        # benchmark_serving's --request-rate with --max-concurrency: Poisson arrivals capped at that many in
+        # flight, neither the closed loop nor the open one the clients here simulate
+        raise Unsupported(f"batch_or_concurrency: a finite request rate ({rate:g}/s) capped at a concurrency "
+                          f"({concurrency:g}) is not simulated (a closed loop at request rate inf, or an open loop)")
+    if concurrency is not None:
+        return Benchmark(Mode.CONCURRENCY, count, concurrency=int(concurrency))
+    if re.search(OFFLINE_LOAD, client, re.I):
+        return Benchmark(Mode.MLPERF_OFFLINE if mlperf else Mode.OFFLINE, count)
     if rate is None:
         raise Unsupported(f"batch_or_concurrency: no concurrency, request rate or offline load in "
                           f"{row.get('batch_or_concurrency', '')!r}")
