@@ -44,9 +44,12 @@ def split_port_named(text: str) -> str | None:
 
 def compute_network_text(text: str) -> str:
     """The parts of a network description about the compute fabric: clauses (split at ; , ( ) + and "plus")
-    about storage, management, front-end networks or a DPU are left out, and NCCL_* settings are removed (a
-    RoCE row's NCCL_IB_HCA names the verbs API, not InfiniBand)."""
+    about storage, management, front-end networks or a DPU are left out, NCCL_* settings are removed (a
+    RoCE row's NCCL_IB_HCA names the verbs API, not InfiniBand), and a port's speed glued to its generation is
+    written as a rate ("NDR200" -> "ndr 200 gb/s")."""
     text = re.sub(r"nccl_\w+\s*=\s*\S+", " ", clean(text))
+    # a port named with its speed glued on ("NDR400", "NDR200", "HDR100"): the generation and the port's rate
+    text = re.sub(r"\b([nhx]dr)(100|200|400|800)\b", r"\1 \2 gb/s", text)
     clauses = re.split(r"[;,()+]|\bplus\b|\band\b(?=\s*\d)", text)
     return " ; ".join(c.strip() for c in clauses if c.strip() and not _OTHER_NETWORK.search(c))
 
