@@ -133,6 +133,7 @@ TTT = "TR-MLPERF-v3.0-dgxh100-n64-nemo-TTT"  # time to train in min, 512 H100
 EOS = "TR-MLPERF-v4.0-eos-dfw-n1344-ngc24-04-nemo-TTT"  # 10,752 H100 on 1344 nodes
 VLLM = "SRV-VLLM-DSR1-MI300X-C128-O800"  # output tok/s of the server
 SGL = "SRV-SGLANG-DSR1-H200-C128-O800"
+TRT_SRV = "SRV-TRTLLM-DSR1-H200-C004-O800"
 TRT_STATIC = "INF-TRT061-14"  # 8 H100, output tok/s per GPU
 TRT_TTFT = "INF-TRT061-30"  # first-token latency in ms
 CO = "CO-H200x8-NCCLTESTS-16"  # all_reduce 1 GiB busbw GB/s
@@ -279,13 +280,21 @@ CASES: list[Case] = [
     # --- serving client -------------------------------------------------------------------------------------------
     *[_c("concurrency", "serving", VLLM, SAME, batch_or_concurrency=w) for w in (
         "Maximum request concurrency: 128 (500 prompts)", "Max request concurrency: 128; 500 prompts",
-        "--max-concurrency=128 --num-prompts 500", "concurrency 128, 500 requests")],
+        "--max-concurrency=128 --num-prompts 500", "concurrency 128, 500 requests",
+        "Traffic request rate: inf; Maximum request concurrency: 128; 500 prompts")],
+    # a finite rate with a concurrency cap (benchmark_serving --request-rate 16 --max-concurrency 128)
+    *[_c("concurrency-other", "serving", VLLM, "refuse:batch_or_concurrency", batch_or_concurrency=w) for w in (
+        "--request-rate 16 --max-concurrency 128 --num-prompts 500",
+        "Traffic request rate: 16.0; Maximum request concurrency: 128", "CON128")],
     # --- engines, as images, pins and release names write them ------------------------------------------------------
     *[_c("framework", "serving", VLLM, SAME, framework=_rows()[VLLM]["framework"].replace(
         "vLLM 0.7.3.dev138+g21f6ca217", w)) for w in ("vLLM v0.7.3", "vllm/vllm-openai:v0.7.3", "vllm==0.7.3",
                                                       "vLLM 0.7.3.post1")],
     *[_c("framework", "serving", SGL, SAME, framework=_rows()[SGL]["framework"].replace("SGLang 0.4.3.post2", w))
       for w in ("SGLang v0.4.3.post2", "sglang==0.4.3.post2", "lmsysorg/sglang:v0.4.3.post2-cu125")],
+    *[_c("framework", "serving", TRT_SRV, SAME, framework=_rows()[TRT_SRV]["framework"].replace(
+        "TensorRT-LLM 0.17.post1.dev", w)) for w in ("TensorRT LLM 0.17.post1.dev", "tensorrt_llm==0.17.0",
+                                                     "TRT-LLM v0.17", "nvcr.io/nvidia/tensorrt-llm/release:0.17.0")],
     # the V1 engine switched on in a V0 release, another family's release: never the row's engine silently
     *[_c("framework-other", "serving", VLLM, ("differ",), framework=_rows()[VLLM]["framework"].replace(
         "vLLM 0.7.3.dev138+g21f6ca217", w)) for w in ("vLLM 0.7.3 (V1 engine, VLLM_USE_V1=1)", "vLLM v0.6.3.post1",
@@ -299,10 +308,11 @@ CASES: list[Case] = [
     *[_c("inter_net", "training", TTT, SAME, inter_net=w) for w in (
         "InfiniBand NDR400 (8x ConnectX-7)", "8x NVIDIA ConnectX-7 400Gb/s InfiniBand",
         "8x400G NDR InfiniBand per node",
-        "NDR 400 Gb/s InfiniBand, 8 HCAs per node (1 per GPU)", "Quantum-2 NDR InfiniBand, 8x 400 Gb/s per node")],
+        "NDR 400 Gb/s InfiniBand, 8 HCAs per node (1 per GPU)", "Quantum-2 NDR InfiniBand, 8x 400 Gb/s per node",
+        "8x NDR400 per node", "8x InfiniBand NDR400")],
     *[_c("inter_net-other", "training", TTT, ("differ",), inter_net=w) for w in (
         "RoCEv2 400G", "8x 400GbE RoCE", "InfiniBand NDR200 (8x ConnectX-7)", "8x 200 Gb/s HDR InfiniBand",
-        "4x 400 Gb/s InfiniBand per node")],
+        "4x 400 Gb/s InfiniBand per node", "4x NDR400 per node (1 per 2 GPUs)", "8x NDR200 per node")],
     # --- TPU slices: "v5p-4096" names 4096 TensorCores, 2048 chips (MLPerf Training v4.1 Google rows) ---------------
     *[_c("gpu", "training", "TR-MLPERF-v4.1-Google-cloud-tpu-v5p-4096-maxtext-GPT3-TTT", SAME, gpu=w) for w in (
         "TPU v5p-4096", "Cloud TPU v5p (95GB HBM2e)", "TPU v5p 95GB, v5p-4096 slice")],
@@ -313,8 +323,14 @@ CASES: list[Case] = [
     # --- recomputation as configs write it ---------------------------------------------------------------------------
     *[_c("recompute", "training", KOR, SAME, recompute=w) for w in (
         "AC=full", "activation_checkpoint.mode=full", "full activation checkpointing (every transformer layer)")],
+    *[_c("recompute", "training", "TR-KOR-T5-22B-SEL", SAME, recompute=w) for w in (
+        "--recompute-activations", "recompute_activations=True", "--recompute-granularity selective")],
     *[_c("recompute", "training", "TR-KOR-T4-1", SAME, recompute=w)
       for w in ("AC=none", "activation_checkpoint.mode=none")],
+    # --- model names with a release's date tag; a size after the date is no date --------------------------------
+    *[_c("model", "training", "TR-MBRIDGE-25.09-06", SAME, model=w) for w in (
+        "Qwen/Qwen3-235B-A22B-Instruct-2507", "Qwen3-235B-A22B-Thinking-2507")],
+    *[_c("model-other", "serving", VLLM, "refuse:model", model=w) for w in ("Qwen3-235B-2507", "Llama-3.1-2507")],
     # --- collectives: nccl-tests and rccl-tests printouts -------------------------------------------------------------
     *[_c("collective", "collective", CO, SAME, **dict(change)) for change in (
         (("msg_bytes", "1073741824 bytes"),), (("msg_bytes", "1073741824 (1 GiB)"),), (("msg_bytes", "1024 MiB"),),
