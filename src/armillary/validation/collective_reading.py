@@ -95,7 +95,7 @@ def best_of_runs(row: dict[str, str], measured: float) -> tuple[float, bool]:
 # nccl-tests' size arguments (-b 8 -e 8G) take K, M, G as powers of 1024 (src/common.cu parsesize), as do KiB,
 # MiB, GiB (IEC); "2^30" is a power of two. "1GB" / "128 MB" are refused: decimal in SI, binary in nccl-tests'
 # own usage, and 7% apart at 1 GB.
-_SIZE = re.compile(r"(\d+)\s*(?:([kmg])(?:ib)?|(b))?")
+_SIZE = re.compile(r"(\d+)\s*(?:([kmg])(?:ib)?|(b|bytes?))?")
 _BINARY = {"k": 2**10, "m": 2**20, "g": 2**30}
 
 
@@ -103,6 +103,8 @@ def message_bytes(row: dict[str, str]) -> int:
     """The message size of a collective row in bytes: "1073741824", "8 B", "1G", "128M", "1 GiB", "2^30",
     "1,073,741,824" (Unsupported naming msg_bytes otherwise)."""
     text = clean(row.get("msg_bytes")).replace(",", "")
+    # a size with its restatement in a parenthesis ("1073741824 (1 GiB)"): the size before it is read
+    text = re.sub(r"^([^()]+?)\s*\([^()]*\)$", r"\1", text)
     power = re.fullmatch(r"2\s*\^\s*(\d+)", text)
     if power:
         return int(2 ** int(power.group(1)))
@@ -117,18 +119,20 @@ def message_bytes(row: dict[str, str]) -> int:
 # bytes/s of each bandwidth unit, case kept: "Gb/s", "Gbps", "Gbit/s" are bits (8x less than GB/s, e.g. a NIC's
 # line rate); a lower-case "gb/s" says neither and is refused
 _BANDWIDTH_UNITS = {"GB/s": 1e9, "GBps": 1e9, "GiB/s": 2**30, "MB/s": 1e6, "Gb/s": 1e9 / 8, "Gbps": 1e9 / 8,
-                    "Gbit/s": 1e9 / 8}
-_TIME_UNITS = {"us": 1e-6, "µs": 1e-6, "usec": 1e-6, "microseconds": 1e-6, "ms": 1e-3, "msec": 1e-3,
+                    "Gbit/s": 1e9 / 8, "GB/sec": 1e9, "GiB/sec": 2**30, "MB/sec": 1e6, "Gb/sec": 1e9 / 8,
+                    "Gbit/sec": 1e9 / 8}
+# µ as the micro sign (U+00B5) and as the Greek letter mu (U+03BC): both are written
+_TIME_UNITS = {"us": 1e-6, "µs": 1e-6, "μs": 1e-6, "usec": 1e-6, "microseconds": 1e-6, "ms": 1e-3, "msec": 1e-3,
                "milliseconds": 1e-3, "s": 1.0, "sec": 1.0, "seconds": 1.0}
 
 
 def row_unit(row: dict[str, str]) -> str:
-    """The row's unit as written (case kept: Gb/s is not GB/s), else the one its metric names in parentheses
-    ("bus bandwidth (GB/s)", "time (us)": nccl-tests' column headers)."""
+    """The row's unit as written (case kept: Gb/s is not GB/s), else the one its metric names in parentheses or
+    brackets at its end ("bus bandwidth (GB/s)", "time (us)": nccl-tests' column headers; "busbw [GB/s]")."""
     unit = (row.get("unit") or "").strip()
     if unit:
         return unit
-    found = re.search(r"\(([^()]*)\)\s*$", (row.get("metric") or "").strip())
+    found = re.search(r"[(\[]([^()\[\]]*)[)\]]\s*$", (row.get("metric") or "").strip())
     return found.group(1).strip() if found else ""
 
 

@@ -31,11 +31,25 @@ _COUNT_ONLY = re.compile(r"(\d+)\s*[x\u00d7]\s*(?:[a-z][\w\-./]*\s+){0,3}?\b([nh
 _NICS_PER_GPU = re.compile(r"(\d+)\s*(?:nics?|hcas?|ports?|cards?)?\s*per\s+gpu\b")
 _PER_UNIT = re.compile(r"per\s+(?:(\d+)-gpu\s+)?(gpu|node|host|instance|server|tray)\b")
 
+# InfiniBand ports split to half their generation's rate: NDR200 (200 Gb/s: two NDR lanes of a 400 Gb/s port),
+# HDR100 (100 Gb/s); NVIDIA's ConnectX-7 and Quantum-2 product briefs name them so
+_SPLIT_PORT = re.compile(r"\b(ndr\s?200|hdr\s?100)\b")
+
+
+def split_port_named(text: str) -> str | None:
+    """The split InfiniBand port a compute-network text names ("NDR200", "HDR100"); None when it names none."""
+    found = _SPLIT_PORT.search(text)
+    return found.group(1) if found else None
+
+
 def compute_network_text(text: str) -> str:
     """The parts of a network description about the compute fabric: clauses (split at ; , ( ) + and "plus")
-    about storage, management, front-end networks or a DPU are left out, and NCCL_* settings are removed (a
-    RoCE row's NCCL_IB_HCA names the verbs API, not InfiniBand)."""
+    about storage, management, front-end networks or a DPU are left out, NCCL_* settings are removed (a
+    RoCE row's NCCL_IB_HCA names the verbs API, not InfiniBand), and a port's speed glued to its generation is
+    written as a rate ("NDR200" -> "ndr 200 gb/s")."""
     text = re.sub(r"nccl_\w+\s*=\s*\S+", " ", clean(text))
+    # a port named with its speed glued on ("NDR400", "NDR200", "HDR100"): the generation and the port's rate
+    text = re.sub(r"\b([nhx]dr)(100|200|400|800)\b", r"\1 \2 gb/s", text)
     clauses = re.split(r"[;,()+]|\bplus\b|\band\b(?=\s*\d)", text)
     return " ; ".join(c.strip() for c in clauses if c.strip() and not _OTHER_NETWORK.search(c))
 

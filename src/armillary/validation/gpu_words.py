@@ -60,10 +60,11 @@ def memory_gb_of(gpu: str | None) -> float | None:
     the largest size named (a second, smaller size is usually the other variant or host memory); never a size
     said to be the node's total or host memory ("8x H100 80GB (640GB total)" -> 80)."""
     text = clean("; ".join(about_the_run(gpu or "")))
-    # a size of the node or the host is not one GPU's: "640GB total", "2 TB system memory", "480GB LPDDR5X"
+    # a size of the node or the host is not one GPU's: "640GB total", "2 TB system memory", "480GB LPDDR5X"; nor
+    # is a bandwidth: "900GB/s" (NVLink, MLPerf's accelerator_interconnect), "4.8 TB/s" (the HBM's)
     sizes = [(float(m.group(1)), m.end()) for m in re.finditer(r"(\d+(?:\.\d+)?)\s*gi?b\b(?!\s*(total|aggregate|"
                                                                 r"per (node|server|host|system)|system|host|cpu|"
-                                                                r"l?pddr\w*|ddr\w*|nvme|ssd))", text)]
+                                                                r"l?pddr\w*|ddr\w*|nvme|ssd|/\s*s|per s))", text)]
     if not sizes:
         return None
     beside_hbm = [s for s, end in sizes if re.match(r"\s*(of\s*)?hbm", text[end:])]

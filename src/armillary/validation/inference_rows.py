@@ -20,7 +20,7 @@ from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference
 from armillary.validation.gpu_words import system_preset_for
-from armillary.validation.metrics import PER_GPU, time_unit, unit_in_metric
+from armillary.validation.metrics import PER_GPU, PER_LONGER_TIME, time_unit, unit_in_metric
 from armillary.validation.model_words import model_preset_for
 from armillary.validation.precision_words import fp8_of, fp16_of, kv_fp8_of, unread_weight_format
 from armillary.validation.row_columns import Unsupported, int_column, qualified_readings
@@ -75,8 +75,8 @@ def inference_row_specs(row: dict[str, str]) -> InferenceRowSpecs:
     if fp8:
         workload["weights"] = "fp8"
         notes.append("fp8 GEMMs and weights; attention and the LM head in 16 bits")
-        if kv_fp8_of(precision_text):
-            workload["kv_cache"] = {"precision": "fp8"}
+    if kv_fp8_of(precision_text):  # also beside 16-bit weights ("FP16 weights, FP8 KV cache")
+        workload["kv_cache"] = {"precision": "fp8"}
     precision = "fp8" if fp8 else "fp16" if fp16_of(precision_text) else "bf16"
     tp, gpus = _int(row, "tp"), _int(row, "n_gpus")
     system = load_system(system_preset, max(gpus, 1))
@@ -102,10 +102,17 @@ def read_inference_metric(row: dict[str, str], notes: list[str] | None = None) -
     rate or a rate per node is refused naming the metric."""
     metric, unit = row.get("metric", "").lower(), row.get("unit", "").lower()
     both = f"{metric} {unit}"
+    refused = (f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: only output throughput per GPU or of all "
+               "the GPUs, and first-token latency, are read")
     if re.search(r"(per|/)[\s-]*(user|request|stream|node|host|instance)s?\b|interactivity", both) or (
             re.search(r"\b(input|prompt|prefill)\b", both) and not re.search(r"total|(input|prompt) and output", both)):
-        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: only output throughput per "
-                          "GPU or of all the GPUs, and first-token latency, are read")
+        raise Unsupported(refused)
+    # input and output tokens together (trtllm-bench's "Total Token Throughput"), requests or samples, a rate per
+    # minute or hour: not the output tokens per second this reader predicts ("peak" throughput of a static batch is
+    # the best batch's, TensorRT-LLM v0.6.1's performance document)
+    if re.search(r"total token|input and output|prompt and output|requests?/s|req/s|samples?/s|queries|\bqps\b",
+                 both) or PER_LONGER_TIME.search(both):
+        raise Unsupported(refused)
     if "throughput" in metric or (re.search(r"tokens?/s|tok/s", both) and not re.search(r"latency|ttft", both)):
         if "per-gpu vs total not stated" in unit:
             if notes is not None:
@@ -114,6 +121,11 @@ def read_inference_metric(row: dict[str, str], notes: list[str] | None = None) -
         if not PER_GPU.search(both) and re.search(r"total|whole|server|aggregate|all gpus|\d+ gpus", both):
             return ("output tok/s (all GPUs)",
                     lambda r, s: float(r.output_tokens_per_s_per_device) * s.system.devices)
+        if not PER_GPU.search(both) and (int_column(row, "n_gpus") or 1) > 1:
+            # per GPU or the GPUs' total: 8x apart on 8 GPUs, and the tools print both (trtllm-bench's "Total
+            # Output Throughput" and "Per GPU Output Throughput")
+            raise Unsupported(f"unit {row.get('unit')!r} / metric {row.get('metric')!r}: per GPU or of all the "
+                              f"{int_column(row, 'n_gpus')} GPUs is not stated ('tok/s/GPU', 'tok/s total')")
         return "output tok/s per GPU", lambda r, s: float(r.output_tokens_per_s_per_device)
     if re.search(r"1st token|first[- ]token|\bttft\b", metric):
         per_second = 1.0 / time_unit(unit or unit_in_metric(metric), "ms")  # 1e3 for ms

@@ -20,16 +20,21 @@ from armillary.validation.vocabulary import clean
 
 Reading = Callable[[StepEstimate, RowSpecs], float]
 
-_SECONDS = {"us": 1e-6, "µs": 1e-6, "microsecond": 1e-6, "ms": 1e-3, "msec": 1e-3, "millisecond": 1e-3, "s": 1.0,
+_SECONDS = {"us": 1e-6, "µs": 1e-6, "μs": 1e-6, "usec": 1e-6, "microsecond": 1e-6, "ms": 1e-3, "msec": 1e-3,
+            "millisecond": 1e-3, "s": 1.0,
             "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0, "h": 3600.0, "hr": 3600.0, "hour": 3600.0,
             "day": 86400.0, "d": 86400.0}
 # a unit that is a rate, not a time: "it/s" (tqdm's iterations per second), "steps/s", "samples per second"
 _RATE_UNIT = re.compile(r"\b(it|iters?|iterations?|steps?|samples?|tokens?|tok|requests?|req)\s*(/|per)\s*"
                         r"(s|sec|second)\b")
 
-# a rate of one device: "per GPU", "/GPU", "per H100" (a GPU's name, not a node of them: "per H100 node")
-PER_GPU = re.compile(r"(per|/)[\s-]*(gpu|device|accelerator|chip|card|[abh]\d{2,3}|gb[23]00|mi3\d\dx)\b"
-                     r"(?![\s-]*(node|server|host|system|instance|rack|tray|pod)s?\b)")
+# a rate of one device: "per GPU", "/GPU", "per H100", "per TPU chip" (a GPU's name, not a node of them: "per
+# H100 node")
+PER_GPU = re.compile(r"(per|/)[\s-]*(gpu|device|accelerator|chip|card|tpu(?:\s+chip)?|[abh]\d{2,3}|gb[23]00|"
+                     r"mi3\d\dx)\b(?![\s-]*(node|server|host|system|instance|rack|tray|pod)s?\b)")
+# a rate over a longer time than a second: "tokens/day/GPU", "tokens per hour", "req/min" (never read as per second)
+PER_LONGER_TIME = re.compile(r"(tokens?|tok|samples?|seqs?|sequences?|requests?|req|queries|tps)\b[\w\s/-]*?"
+                             r"(/|\bper)\s*(min|mins|minutes?|h|hr|hrs|hours?|days?)\b")
 
 
 @dataclass(frozen=True)
@@ -38,10 +43,18 @@ class Metric:
     read: Reading  # the predicted value in the row's unit
 
 
+_TIME_WORD = r"(ms|msec|s|sec|secs|seconds?|milliseconds?|us|µs|μs|usec|min|mins|minutes?|h|hrs?|hours?|days?)"
+
+
 def unit_in_metric(text: str) -> str:
-    """A time unit written in the metric rather than the unit column: "TTFT p50 (ms)", "TPOT in seconds"."""
-    found = re.search(r"\((ms|s|sec|secs|seconds?|milliseconds?|us|µs|min|mins|minutes?|h|hrs?|hours?|days?)\)|"
-                      r"\bin (ms|s|seconds|milliseconds|minutes|hours|days)\b", text)
+    """A time unit written in the metric rather than the unit column: "TTFT p50 (ms)", "TTFT (p50, s)", "Mean TTFT
+    [s]" (in a parenthesis or brackets, alone or as one of its items), "TPOT in seconds", "time to train, h" (after
+    a last comma)."""
+    for inner in re.findall(r"[(\[]([^()\[\]]*)[)\]]", text):
+        for item in re.split(r"[,;]", inner):
+            if re.fullmatch(_TIME_WORD, item.strip()):
+                return item.strip()
+    found = re.search(rf"\bin {_TIME_WORD}\b|,\s*{_TIME_WORD}\s*$", text)
     return next((g for g in found.groups() if g), "") if found else ""
 
 
@@ -110,13 +123,15 @@ def read_metric(row: dict[str, str]) -> Metric:
         return Metric("HFU", lambda r, rs: scale * float(r.hfu))
     if re.search(r"\bmfu\b|model flops? utili[sz]ation", text):
         return Metric("MFU", lambda r, rs: scale * float(r.mfu))
-    if re.search(r"[tp]flop", text + " " + unit):
+    if re.search(r"[gtpe]flop", text + " " + unit) or (re.search(r"\bflop", text) and "flop" in unit):
         if "fusion" in text:
             raise Unsupported(f"metric {row.get('metric')!r}: operator fusion on/off is not modelled")
         convention, flop = _flop_convention(text, source)
         per, share = _per(text, unit, row)
-        scale = 1e15 if "pflop" in unit or "pflop" in text else 1e12
-        return Metric(f"{convention} TFLOP/s {per}".replace("TFLOP", "PFLOP" if scale == 1e15 else "TFLOP"),
+        # the multiple the unit column names ("GFLOP/s", "PFLOP/s"), else the metric's; TFLOP/s where neither does
+        prefix = next((m.group(1) for t in (unit, text) if (m := re.search(r"\b([gtpe])flop", t))), "t")
+        scale = {"g": 1e9, "t": 1e12, "p": 1e15, "e": 1e18}[prefix]
+        return Metric(f"{convention} {prefix.upper()}FLOP/s {per}",
                       lambda r, rs: flop(r, rs) / float(r.step_time_s) / share(rs) / scale)
     both = text + " " + unit
     # "tokens per GPU per second", "TGS" (tokens per GPU per second, InternEvo's and others' name)
@@ -126,6 +141,9 @@ def read_metric(row: dict[str, str]) -> Metric:
     if re.search(r"\b(it|iters?|iterations?|steps?)\s*(/|per)\s*(s|sec|second)\b", both):
         raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: iterations per second are "
                           "not read (a rate of steps, not of tokens or samples)")
+    if PER_LONGER_TIME.search(both):
+        raise Unsupported(f"unit {row.get('unit')!r} / metric {row.get('metric')!r}: a rate per minute, hour or day; "
+                          "rates are read per second")
     thousands = _multiple(both, row)
     if re.search(r"(samples?|sequences?|seqs?)\s*(/|per)\s*(s|sec|second)\b", both):
         per, share = _per(text, both, row)
@@ -145,6 +163,11 @@ def _multiple(text: str, row: dict[str, str]) -> float:
         return 1e3
     if re.search(r"\b(m|millions?( of)?)\s*(tokens?|tok|samples?|seqs?|sequences?)\b", text):
         return 1e6
+    # a table's multiplier in a parenthesis: "tokens/s/GPU (x1000)", "(K)", "(×10^3)", "(thousands)", "(M)"
+    found = re.search(r"\(\s*(?:(?:x|×)\s*(1,?000|10\^?3|1e3|1,?000,?000|10\^?6|1e6)|(k|thousands?)|"
+                      r"(m|millions?))\s*\)", text)
+    if found:
+        return 1e6 if found.group(3) or (found.group(1) and re.search(r"000,?000|6$", found.group(1))) else 1e3
     return 1.0
 
 

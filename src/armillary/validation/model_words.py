@@ -10,8 +10,9 @@ from armillary.presets.registry import find_preset, preset_names, read_data_file
 
 # words that name a variant of the same architecture, not another model
 # ("meta": the publisher's prefix of Hugging Face's "meta-llama/Meta-Llama-3.1-405B")
+# ("thinking": Qwen3's "-Thinking-2507" release, the same weights' shapes as "-Instruct-2507")
 _NOT_ARCHITECTURE = {"megatron", "instruct", "chat", "base", "hf", "fp8", "fp16", "bf16", "kv", "it", "moe",
-                     "the", "model", "dense", "meta"}
+                     "the", "model", "dense", "meta", "thinking"}
 
 
 def _model_words(name: str) -> list[str]:
@@ -57,6 +58,11 @@ def model_preset_for(name: str | None) -> str | None:
         return None
     found = _model_keys().get(key)
     words = _model_words(name or "")
+    if found is None and len(words) > 2 and re.fullmatch(r"\d{4}", words[-1]):
+        # a release's date tag after the name ("Qwen3-235B-A22B-Instruct-2507", "DeepSeek-V3-0324",
+        # "DeepSeek-R1-0528"): a re-release of the same architecture (its Hugging Face config.json keeps the
+        # layers, widths and experts)
+        found = _model_keys().get("".join(words[:-1]).strip("."))
     size = re.fullmatch(r"(\d+(?:\.\d+)?)b", words[-1]) if found is None and len(words) > 1 else None
     if size is not None:
         stem = _model_keys().get("".join(words[:-1]).strip("."))

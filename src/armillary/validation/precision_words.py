@@ -26,7 +26,9 @@ def _without_negated_formats(value: str | None) -> str | None:
     if value is None:
         return None
     fmt = r"(?:(?:mx|nv)?fp[48]\w*|float8\w*)"
-    return re.sub(rf"\b(?:no|without|not|w/o)\s+{fmt}|\b{fmt}\s+(?:disabled|off|not used|unused)\b", " ", value)
+    # also a setting that turns it off: NeMo's "fp8: False" / "fp8: null", Megatron's "fp8=None"
+    return re.sub(rf"\b(?:no|without|not|w/o)\s+{fmt}|\b{fmt}\s+(?:disabled|off|not used|unused)\b|"
+                  rf"\b{fmt}\s*[:=]\s*(?:false|none|null|off|no|0)\b", " ", value)
 
 
 # the block-scaled formats (specs.formats) as sources name them
@@ -48,19 +50,40 @@ def block_format_of(text: str | None) -> BlockFormat | None:
 # weight formats an inference row may name that its reading does not take yet: weight-only int8 / int4 (AWQ,
 # GPTQ, W4A16, W8A16, W4A8), SmoothQuant's int8 W8A8 (named by its int8), block-scaled fp4 (NVFP4, MXFP4); an fp8
 # "W8A8" is fp8
-_OTHER_WEIGHTS = re.compile(r"\bint[48]\b|\bawq\b|\bgptq\b|\bw4a\d+\b|\bw8a16\b|smoothquant|fp4\b|\b4[- ]?bit\b")
+# bitsandbytes' 8-bit and NF4, GGUF's k-quants ("Q4_K_M"), FP6 (also weights the reading does not take); a "W8A8" or
+# an "8-bit" that does not name fp8 is SmoothQuant's int8 as often as fp8 (vLLM's and llm-compressor's "w8a8" names
+# both), so it is refused unless fp8 is named
+_OTHER_WEIGHTS = re.compile(r"\bint[48]\b|\bawq\b|\bgptq\b|\bw4a\d+\b|\bw8a16\b|smoothquant|fp4\b|\b4[- ]?bit\b|"
+                            r"\bnf4\b|bitsandbytes|\bbnb\b|\bgguf\b|\bq[2-8]_(?:k|0|1)\w*|\bfp6\b|\bint2\b")
+_FP8_OR_OTHER = re.compile(r"\bw8a8\b|\b8[- ]?bit\b")
+_FP8 = r"fp8|float8|e4m3"
 
 
 def unread_weight_format(text: str | None) -> str | None:
     """The words of an inference row's precision that name a weight format it does not read (int8, int4, AWQ,
-    GPTQ, NVFP4...); None when it names none."""
-    found = _OTHER_WEIGHTS.search(_without_negated_formats(clean(text)) or "")
+    GPTQ, NVFP4, NF4, GGUF...); None when it names none."""
+    value = _without_negated_formats(clean(text)) or ""
+    found = _OTHER_WEIGHTS.search(value) or (None if re.search(_FP8, value) else _FP8_OR_OTHER.search(value))
     return found.group(0) if found else None
 
 
+# the KV cache's own precision, named apart from the weights': "FP8 KV cache", "KV cache FP8", "fp8 kv",
+# vLLM's "--kv-cache-dtype fp8" / "kv_cache_dtype=fp8_e4m3"
+_KV_SETTING = re.compile(r"kv[-_ ]?cache[-_ ]dtype\s*[ =:]?\s*(\w+)")
+_KV_CLAUSE = re.compile(rf"(?:{_FP8})\w*\s*kv(?:[-_ ]?cache)?\b|\bkv[-_ ]?cache\s*(?:in\s*|=\s*|:\s*)?(?:{_FP8})\w*|"
+                        + _KV_SETTING.pattern)
+
+
 def fp8_of(text: str | None) -> bool:
-    """Whether an inference row's precision says fp8 weights and GEMMs ("FP8", "fp8 (W8A8)", "FP8 weights")."""
-    return re.search(r"fp8|float8|e4m3", _without_negated_formats(clean(text)) or "") is not None
+    """Whether an inference row's precision says fp8 weights and GEMMs ("FP8", "fp8 (W8A8)", "FP8 weights"); an
+    fp8 named only for the KV cache beside 16-bit weights ("FP16 weights, FP8 KV cache", "bf16, --kv-cache-dtype
+    fp8") is not the weights'."""
+    value = _without_negated_formats(clean(text)) or ""
+    if re.search(_FP8, _KV_CLAUSE.sub(" ", value)):
+        return True
+    # fp8 only in the KV cache's words: the weights' are the 16-bit format named, else (nothing else named) fp8
+    return re.search(_FP8, value) is not None and not re.search(r"bf16|bfloat16|fp16|float16|\bhalf\b|16[- ]bit",
+                                                                value)
 
 
 def fp16_of(text: str | None) -> bool:
@@ -71,6 +94,9 @@ def fp16_of(text: str | None) -> bool:
 def kv_fp8_of(text: str | None) -> bool:
     """Whether an inference row's precision puts its KV cache in fp8 ("FP8 (weights+KV cache)", "FP8 weights +
     FP8 KV cache", "fp8 kv"): fp8 named, and the KV cache named without a 16-bit precision of its own."""
-    value = clean(text)
-    return fp8_of(value) and re.search(r"\bkv\b", value) is not None \
+    value = _without_negated_formats(clean(text)) or ""
+    setting = _KV_SETTING.search(value)
+    if setting:  # vLLM's --kv-cache-dtype: fp8, fp8_e4m3, fp8_e5m2; "auto" keeps the model's
+        return re.match(_FP8, setting.group(1)) is not None
+    return re.search(_FP8, value) is not None and re.search(r"\bkv\b", value) is not None \
         and re.search(r"(bf16|fp16|16[- ]bit)\s*kv|\bkv\b[^;,+]*\b(bf16|fp16|16[- ]bit)", value) is None

@@ -63,10 +63,21 @@ _LABELS = {
     "ep": r"ep|expert[-_ ]?(?:model[-_ ]?)?parallel(?:[-_ ]size)?",
     "vpp": r"vpp|vp|virtual[-_ ]?pipeline(?:[-_ ]model[-_ ]parallel[-_ ]size)?",
     "mbs": r"mbs|micro[-_ ]?batch(?:[-_ ]size)?", "gbs": r"gbs|global[-_ ]?batch(?:[-_ ]size)?",
-    "seq": r"seq(?:uence)?[-_ ]?(?:len(?:gth)?)?",
+    # "seq len", "seq_length" (Megatron), "Seq.Len" (NeMo's performance tables)
+    "seq": r"seq(?:uence)?[-_. ]?(?:len(?:gth)?)?",
+    # "ISL 1024", "isl=1024", "input length 1024", "--random-input-len 1024"
+    "isl": r"isl|(?:random[-_ ])?input[-_ ]?(?:seq(?:uence)?[-_ ]?)?len(?:gth)?",
+    "osl": r"osl|(?:random[-_ ])?output[-_ ]?(?:seq(?:uence)?[-_ ]?)?len(?:gth)?",
 }
+# a short label's "size" or "degree" ("TP size 8", "EP degree 8")
+_SIZE_WORD = r"(?:[-_ ](?:size|degree))?"
 # the columns that hold a length in tokens, where "8K" is read as 8 x 1024
 TOKEN_LENGTHS = ("seq", "isl", "osl")
+# the columns of a training row's layout whose number, written in words the reader cannot place ("per-device
+# batch 1", "context 4k", "TP=1, PP=16" in ep), is refused rather than taken as not stated (and then assumed)
+_LAYOUT_COLUMNS = ("n_gpus", "seq", "gbs", "mbs", "tp", "pp", "cp", "ep", "vpp")
+# a number with thousands separators at the start ("1,344", "10,752 GPUs": MLPerf's and papers' tables)
+_THOUSANDS = re.compile(r"^(\d{1,3}(?:,\d{3})+)(?![\d,])")
 
 
 class BadValueError(ValueError):
@@ -79,6 +90,8 @@ def read_int(row: dict[str, str], column: str) -> Reading:
     instances": "qualified"), or nothing ("not stated" for an empty column or one not led by a number).
     Several values, or a count that is not a whole number of 1 or more, raise BadValueError."""
     text = row.get(column, "").strip()
+    words = text
+    text = _THOUSANDS.sub(lambda m: m.group(1).replace(",", ""), text)
     try:
         number = float(text)
     except ValueError:
@@ -89,15 +102,20 @@ def read_int(row: dict[str, str], column: str) -> Reading:
         return Reading(column, int(number), text, "stated")
     if re.match(r"-\s*\d", text):
         raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text[:40]!r}")
-    # "EP=8", "TP 8", "mbs: 2": the column's own name before its number
+    # "EP=8", "TP 8", "mbs: 2", "TP size 8": the column's own name before its number
     label = _LABELS.get(column, r"(?!)")
-    text_read = re.sub(rf"^(?:{label})\s*[=:]?\s*(?=\d)", "", text, flags=re.I)
+    text_read = re.sub(rf"^(?:{label}){_SIZE_WORD}\s*[=:]?\s*(?=\d)", "", text, flags=re.I)
     found = re.match(r"(\d+(?:\.\d+)?)(?![\d.])(.*)", text_read)
     if found is None:
-        return Reading(column, None, text, "not stated")
+        return _labelled_elsewhere(column, label, words)
+    if column == "ep" and re.match(r"\s*(?:routed |local )?experts?\b", found.group(2), re.I):
+        raise BadValueError(f"ep: {words[:40]!r} counts experts, not the expert-parallel degree")
     if float(found.group(1)) < 1:
         raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text[:40]!r}")
     multiple = re.match(r"\s*(k|m|b|thousand|million|billion)\b", found.group(2), re.I)
+    if multiple and column in TOKEN_LENGTHS and multiple.group(1).lower() == "k" and "." in found.group(1):
+        # "3.2K": 3,200 or 3.2 x 1024 (3,277)? A length in K is a power of two only when whole
+        raise BadValueError(f"{column}: {text[:40]!r} is a fraction of K; the number of tokens is needed")
     if multiple and column in TOKEN_LENGTHS and multiple.group(1).lower() == "k":
         # a token length in K is a power of two: Llama 3's "8K" context is 8192 positions, "128K" 131072
         # (Hugging Face config.json max_position_embeddings)
@@ -110,6 +128,24 @@ def read_int(row: dict[str, str], column: str) -> Reading:
     if re.search(r"->|→|\bto\s*\d|\bx\s*\d|[*×/+]\s*\d|,\s*\d|\bor\s*\d", rest):
         raise BadValueError(f"{column}: {text!r} holds more than one value")
     return Reading(column, int(float(found.group(1))), text, "qualified")
+
+
+def _labelled_elsewhere(column: str, label: str, words: str) -> Reading:
+    """A column not led by its number: the one value its own name labels anywhere in it ("TP=8, PP=1" in pp,
+    "GBS=4, MBS=4" in mbs: a configuration line pasted into each column), else not stated; a layout column
+    (`_LAYOUT_COLUMNS`) whose words hold a number it cannot place is refused."""
+    values = {m.group(1) for m in re.finditer(rf"(?<![a-z0-9])(?:{label}){_SIZE_WORD}\s*[=:]?\s*(\d+)(?![\d.])",
+                                              words, re.I)}
+    if len(values) == 1:
+        return Reading(column, int(values.pop()), words, "qualified")
+    if len(values) > 1:
+        raise BadValueError(f"{column}: {words[:40]!r} holds more than one value")
+    # a number standing alone ("per-device batch 1", "context 4k"), not one inside a name ("ZeRO-1 DP", "1F1B")
+    if column in _LAYOUT_COLUMNS and re.search(r"(?<![\w.-])\d+(?:\.\d+)?[km]?\b", words, re.I) and not re.match(
+            r"(n/?a|not (stated|given|reported|published)|per recipe|default)\b", words.strip(), re.I):
+        raise BadValueError(f"{column}: {words[:40]!r} holds a number the column's reader cannot place (a number, "
+                            f"or the column's name and its number: '8', 'TP=8', 'tensor parallel 8')")
+    return Reading(column, None, words, "not stated")
 
 
 # a run that keeps its weights in fp8 only: NeMo's fp8_params, Megatron-LM's --fp8-param-gather, Transformer

@@ -14,9 +14,15 @@ class Unsupported(Exception):  # noqa: N818 - a reason, not a failure
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")  # a model's shape columns
 
 
-# words after a GPU count that say it counts something else: "16 nodes", "4 hosts", "8 x DGX H100", "2 racks"
+# words after a GPU count that say it counts something else: "16 nodes", "4 hosts", "8 x DGX H100", "2 racks";
+# "512 TensorCores", "512 cores": a TPU v4 / v5p chip has two TensorCores (Google's "v5p-512" is 256 chips)
 _NOT_GPUS = re.compile(r"\s*(?:x\s*)?(?:nodes?|hosts?|servers?|machines?|systems?|racks?|trays?|instances?|pods?|"
-                       r"boxes|dgx|hgx)\b", re.I)
+                       r"boxes|dgx|hgx|(?:tensor[- ]?)?cores?)\b", re.I)
+
+
+# a TPU v4 / v5p slice's name counts TensorCores, two per chip ("v5p-4096" is 2048 chips: Google Cloud's TPU v5p
+# and v4 documentation; MLPerf Training v4.1's "tpu-v5p-4096" system ran 2048 chips); v5e / v6e names count chips
+_TPU_CORE_SLICE = re.compile(r"\bv(?:4|5p)-\d+", re.I)
 
 
 def int_column(row: dict[str, str], key: str) -> int | None:
@@ -31,6 +37,9 @@ def int_column(row: dict[str, str], key: str) -> int | None:
         rest = re.match(r"\s*\d+(?:\.\d+)?(.*)", reading.words)
         if rest and _NOT_GPUS.match(rest.group(1)):
             raise Unsupported(f"n_gpus: {reading.words!r} counts nodes or systems, not GPUs")
+        if rest and _TPU_CORE_SLICE.search(rest.group(1)) and not re.match(r"\s*chips?\b", rest.group(1), re.I):
+            raise Unsupported(f"n_gpus: {reading.words!r} names a TPU v4 / v5p slice, whose size counts TensorCores "
+                              "(two per chip): the chips are needed")
     return reading.value
 
 

@@ -61,11 +61,15 @@ def _system(row: dict[str, str], n_gpus: int, notes: list[str]) -> System:
                      f"{hbm.capacity / 2**30:g} GiB); its peak rates kept")
     # the compute fabric only: a storage, management or front-end network named beside it is not read (the
     # NIC reading the collective rows use, fabric_words.nic_bandwidth_per_gpu)
-    from armillary.validation.fabric_words import compute_network_text, nic_bandwidth_per_gpu
+    from armillary.validation.fabric_words import compute_network_text, nic_bandwidth_per_gpu, split_port_named
 
     inter = row.get("inter_net", "")
     per_node = search_run(r"(\d+)\s*Gbps node-node", inter)  # llm-foundry's table heading
     rate, _ = nic_bandwidth_per_gpu(compute_network_text(inter), system.devices_per_node)
+    if rate is None and per_node is None and (split := split_port_named(compute_network_text(inter))) is not None:
+        # the generation's full rate would be read (the preset's NDR 400 Gb/s): the split port's is half of it
+        raise Unsupported(f"inter_net: {inter!r} names {split.upper()} ports without the NICs' count and rate "
+                          "(e.g. '8x 200 Gb/s NDR200 per node')")
     if per_node:
         gbps: float | None = float(per_node.group(1)) / system.devices_per_node
     elif rate is not None:

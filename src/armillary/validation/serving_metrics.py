@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from armillary.serving.run import ServingResult
 from armillary.serving.window import steady_throughput
-from armillary.validation.metrics import PER_GPU, time_unit, unit_in_metric
+from armillary.validation.metrics import PER_GPU, PER_LONGER_TIME, time_unit, unit_in_metric
 from armillary.validation.row_columns import Unsupported
 from armillary.validation.vocabulary import clean
 
@@ -25,11 +25,17 @@ class ServingMetric:
 
 
 _LATENCIES = (  # (words, ServingResult field)
-    (r"ttft|time to first token|first[- ]token latency", "ttft_s"),
-    (r"tpot|time per output token", "tpot_s"),
+    (r"ttft|time[- ]to[- ]first[- ]token|first[- ]token latency", "ttft_s"),
+    (r"tpot|time[- ]per[- ]output[- ]token", "tpot_s"),
     (r"itl|inter[- ]token latency", "itl"),
-    (r"e2e|end[- ]to[- ]end|request latency", "e2e_s"),
+    # vLLM's benchmark_serving prints "Mean E2EL (ms)", trtllm-bench "Average request latency (ms)"
+    (r"e2el?|end[- ]to[- ]end|request latency", "e2e_s"),
 )
+# a rate that is not the run's average: vLLM's "Peak output token throughput", "Peak concurrent requests"; a
+# goodput counts only the requests that met an SLO (benchmark_serving --goodput)
+_NOT_AVERAGE_RATE = re.compile(r"\b(peak|max(imum)?|goodput)\b")
+# a speed one user sees: trtllm-bench's "Per User Output Speed [1/TPOT] (tokens/sec/user)", "tps/user"
+_PER_USER_SPEED = re.compile(r"1\s*/\s*(tpot|itl)\b|(tokens?|tok|tps)\b[\w\s/]*?(/|\bper)\s*user\b")
 _STATISTICS = ((r"median|p50\b", "p50"), (r"p90\b", "p90"), (r"p99\b", "p99"), (r"mean|average|avg", "mean"))
 # a percentile written out ("50th percentile", "percentile 90", "P95", "p99.9"), read as its number
 _PERCENTILE = re.compile(r"\bp(\d{2}(?:\.\d+)?)\b|\b(\d+(?:\.\d+)?)(?:st|nd|rd|th)?[- ]percentile\b|"
@@ -76,10 +82,19 @@ def read_serving_metric(row: dict[str, str], steady: bool = False) -> ServingMet
     """The measured quantity of a serving row; Unsupported names the metric and unit when unknown. `steady`:
     rates over the steady window (a run of unstated length, measured over a time window)."""
     text, unit = clean(row.get("metric")), clean(row.get("unit"))
+    both = f"{text} {unit}"
+    if _PER_USER_SPEED.search(both):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per user or request "
+                          "(the output speed one client sees) is not read; the server's throughput is")
     for words, field in _LATENCIES:
         if re.search(rf"\b({words})\b", text):
             return _latency(row, field, text, unit)
-    both = f"{text} {unit}"
+    if _NOT_AVERAGE_RATE.search(both):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a peak, maximum or goodput is "
+                          "not read; the run's output, total or request throughput is")
+    if PER_LONGER_TIME.search(both):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per minute, hour or day; "
+                          "rates are read per second")
     if re.search(r"(per|/)[\s-]*(user|request|req|stream|query|sequence|session)s?\b|interactivity|tok/s/u\b", both):
         raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per user or request "
                           "(the output speed one client sees) is not read; the server's throughput is")
@@ -93,7 +108,10 @@ def read_serving_metric(row: dict[str, str], steady: bool = False) -> ServingMet
     whose = " per GPU" if per_gpu else " (server)"
     for words, label, rate in (
             (r"request throughput|requests?/s|req/s|\bqps\b", "requests/s", "requests_per_s"),
-            (r"total token|input and output|prompt and output", "total tok/s", "total_tokens_per_s"),
+            # SGLang's bench_serving "Total throughput (tok/s)" counts input and output tokens; trtllm-bench's
+            # "Total Output Throughput" is the server's output tokens
+            (r"total token|\btotal throughput|input and output|prompt and output", "total tok/s",
+             "total_tokens_per_s"),
             (r"output token|generat|decode throughput|output throughput|tokens?/s|tok/s", "output tok/s",
              "output_tokens_per_s")):
         if re.search(words, both):

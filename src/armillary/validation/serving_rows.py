@@ -94,6 +94,7 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         raise Unsupported(str(err)) from None
     if engine is None:
         raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
+    _refuse_switched_vllm_engine(framework, text)
     if device is not None and (started := on_device(engine, device)) is not engine:
         engine = started
         notes.append(f"{device.name}: the engine's defaults for this device ({engine.max_batch} sequences, "
@@ -131,6 +132,21 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
     notes.append(f"engine {engine.name}" + (f", launched with (where it differs from the profile): {changed}"
                                             if changed else ""))
     return launched
+
+
+def _refuse_switched_vllm_engine(framework: str, text: str) -> None:
+    """A vLLM release run with the other engine than its default: VLLM_USE_V1=1 before 0.8 (V0 the default; 0.8.0
+    made V1 the default, vLLM 0.8.0 release notes) or VLLM_USE_V1=0 from 0.8 (vllm/envs.py). The version's profile
+    describes its default engine, so the row is refused rather than given it."""
+    setting = re.search(r"vllm_use_v1\s*=\s*([01])", text, re.I)
+    version = engine_version(framework)
+    if setting is None or version is None or version[0] != "vllm":
+        return
+    default_v1 = (version[1], version[2]) >= (0, 8)
+    if (setting.group(1) == "1") != default_v1:
+        raise Unsupported(f"framework: VLLM_USE_V1={setting.group(1)} runs vLLM {version[1]}.{version[2]} on its "
+                          f"{'V1' if setting.group(1) == '1' else 'V0'} engine, which the version's profile (its "
+                          "default engine) does not describe")
 
 
 def _client_engine(row: dict[str, str], client: Benchmark, engine: Engine, model: Model, strategy: Strategy,
@@ -256,14 +272,19 @@ def _load(row: dict[str, str]) -> Benchmark:
     count = int(requests) if requests else None
     concurrency = _number(r"(?<![a-z0-9_])(?:max[-_ ])?concurrency\s*[ =:]?\s*(\d+)", client) or _number(
         r"(\d+)\s*concurrent\b", client)  # "64 concurrent requests", "64 concurrent users"
-    if concurrency is not None:
-        return Benchmark(Mode.CONCURRENCY, count, concurrency=int(concurrency))
-    if re.search(OFFLINE_LOAD, client, re.I):
-        return Benchmark(Mode.MLPERF_OFFLINE if mlperf else Mode.OFFLINE, count)
     rate = (_number(r"request[-_ ]rate\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
             or _number(r"(\d+(?:\.\d+)?)\s*(?:req|requests|queries)\s*/\s*s\b", client)
             or _number(r"\bqps\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
             or _number(r"(\d+(?:\.\d+)?)\s*qps\b", client))
+    if concurrency is not None and rate is not None:
+        # benchmark_serving's --request-rate with --max-concurrency: Poisson arrivals capped at that many in
+        # flight, neither the closed loop nor the open one the clients here simulate
+        raise Unsupported(f"batch_or_concurrency: a finite request rate ({rate:g}/s) capped at a concurrency "
+                          f"({concurrency:g}) is not simulated (a closed loop at request rate inf, or an open loop)")
+    if concurrency is not None:
+        return Benchmark(Mode.CONCURRENCY, count, concurrency=int(concurrency))
+    if re.search(OFFLINE_LOAD, client, re.I):
+        return Benchmark(Mode.MLPERF_OFFLINE if mlperf else Mode.OFFLINE, count)
     if rate is None:
         raise Unsupported(f"batch_or_concurrency: no concurrency, request rate or offline load in "
                           f"{row.get('batch_or_concurrency', '')!r}")

@@ -23,6 +23,10 @@ def recompute_of(text: str | None) -> Recompute | None:
         return Recompute.NONE
     if recompute_modules_of(value) is not None:
         return Recompute.SELECTIVE
+    # Megatron-LM's --recompute-activations sets recompute_granularity 'selective' (megatron/training/arguments.py
+    # @d98e8a6); its removed --checkpoint-activations was the full recomputation it replaced
+    if re.search(r"--recompute[-_]activations|\brecompute_activations\s*[=:]\s*(true|1)\b", value):
+        return Recompute.SELECTIVE
     if re.search(r"remat_policy\s*[=:]\s*full\b", value):
         return Recompute.FULL
     if re.search(r"remat_policy\s*[=:]", value):

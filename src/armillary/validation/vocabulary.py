@@ -89,9 +89,22 @@ OFFLINE_LOAD = (r"\boffline\b|max[- ]?load|infinite request rate|request[-_ ]rat
 _PIN = re.compile(r"\b([a-z][a-z0-9_.-]*)\s*(?:==|~=|>=)\s*v?(\d)", re.I)
 
 
+# an engine's container image with its release as the tag ("vllm/vllm-openai:v0.7.3", "lmsysorg/sglang:v0.4.3.post2-
+# cu125", "nvcr.io/nvidia/tensorrt-llm/release:0.17.0"): the engine and its version, as a pin is read; a tag that is
+# not a release ("rocm/vllm-dev:vllm-ds3-staging-0217", "lmsysorg/sglang:latest") is left as written
+_IMAGE = re.compile(r"(?<![\w.-])(?:[\w.-]+/)*(vllm|sglang|tensorrt-llm)(?:-openai|/release)?:v?(\d+\.\d+)", re.I)
+
+
+# TensorRT-LLM as its 1.x documentation ("TensorRT LLM") and its Python package ("tensorrt_llm") write it
+_TENSORRT_LLM = re.compile(r"\btensorrt[ _]llm\b", re.I)
+
+
 def framework_words(text: str | None) -> str:
-    """A framework text with pip's version pins read as words ("vllm==0.7.3" -> "vllm 0.7.3")."""
-    return _PIN.sub(r"\1 \2", text or "")
+    """A framework text with pip's version pins and container image tags read as words ("vllm==0.7.3",
+    "vllm/vllm-openai:v0.7.3" -> "vllm 0.7.3"), and TensorRT-LLM's other spellings ("TensorRT LLM",
+    "tensorrt_llm") as its name."""
+    text = _TENSORRT_LLM.sub("TensorRT-LLM", text or "")
+    return _IMAGE.sub(r"\1 \2", _PIN.sub(r"\1 \2", text))
 
 
 # a row's kind as sources word it: "Training", "pre-training", "fine-tuning", "Inference (offline)", "serving",
