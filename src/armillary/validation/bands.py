@@ -119,8 +119,9 @@ def regime_of(model: Model, system: System, strategy: Strategy) -> Regime:
 
 def inference_regime(model: Model, system: System, strategy: Strategy, workload: Inference,
                      engine: str | None = None) -> Regime:
-    """A static batch (`engine` None) or a served stream on the engine named (its profile's name)."""
-    family = engine.split()[0].lower() if engine else None  # vllm, sglang, tensorrt-llm, generic
+    """A static batch (`engine` None) or a served stream on the engine family named (its profile's `family`:
+    vllm, sglang, tensorrt-llm; generic: the generic scheduler)."""
+    family = engine or None
     return Regime(calibrated=bool(system.device.calibrated_on),
                   precision=_precision(strategy.precision.value, strategy.block_format.value,
                                         workload.weights.value if workload.weights else ""),
@@ -268,6 +269,6 @@ def error_band(model: Model, system: System, strategy: Strategy) -> ErrorBand:
 
 def inference_error_band(model: Model, system: System, strategy: Strategy, workload: Inference,
                          engine: str | None = None) -> ErrorBand:
-    """The error band of a static inference batch, or (`engine`: the profile's name, "generic" for the
+    """The error band of a static inference batch, or (`engine`: the profile's `family`, "generic" for the
     generic scheduler) of a served stream."""
     return shipped_band(inference_regime(model, system, strategy, workload, engine))

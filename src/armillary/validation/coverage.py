@@ -29,7 +29,7 @@ def row_regime(row: dict[str, str]) -> Regime | None:
             from armillary.validation.serving_rows import serving_row_specs  # the serving kernels: on first use
 
             s = serving_row_specs(row)
-            return inference_regime(s.model, s.system, s.strategy, s.workload, s.engine.name)
+            return inference_regime(s.model, s.system, s.strategy, s.workload, s.engine.family.value)
         i = inference_row_specs(row)
         return inference_regime(i.model, i.system, i.strategy, i.workload)
     except (Unsupported, ValueError):

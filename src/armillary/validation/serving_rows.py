@@ -29,7 +29,7 @@ from armillary.serving.benchmark import (
     trace_for,
     workload_for,
 )
-from armillary.serving.engine import LAUNCH_RULES, Engine, on_device
+from armillary.serving.engine import LAUNCH_RULES, Engine, Family, on_device
 from armillary.serving.engine_versions import engine_for, engine_version
 from armillary.serving.launch import resolve_defaults
 from armillary.serving.run import ServingResult, serve_trace
@@ -217,7 +217,7 @@ def _modelopt_kv_fp8(row: dict[str, str], engine: Engine, fp8: bool, notes: list
     0.17.0) reads kv_cache_quant_algo null; its FP8 Llama checkpoints were exported again in Feb 2025
     (hf_quant_config.json of the 8B and 70B then 241 bytes, the length of the FP8-KV form; not read)."""
     text = f"{row.get('precision', '')} {row.get('model', '')}"
-    if not (fp8 and engine.name.startswith("TensorRT-LLM") and re.search(r"model[- ]?opt", text, re.I)):
+    if not (fp8 and engine.family is Family.TENSORRT_LLM and re.search(r"model[- ]?opt", text, re.I)):
         return False
     if re.search(r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*(auto|bf16|bfloat16|fp16|float16)", _flags(row), re.I):
         return False
