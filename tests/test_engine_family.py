@@ -187,6 +187,7 @@ def test_one_parser_reads_the_family_and_the_release_as_pip_orders_it(words: str
     ("sglang 0.5.post1", "sglang-0.5.0"), ("SGLang 0.5", "sglang-0.5"), ("SGLang 0.4.x", "sglang-0.4"),
     # no version: the first family named takes it
     ("vLLM vs SGLang", "vllm-0.8"), ("SGLang vs vLLM", "sglang-0.4"), ("TRT-LLM", None), ("trtllm-build", None),
+    ("xvllm 0.6", None),  # a family's name as a word of its own
 ])
 def test_the_reading_rule(words: str, profile: str | None) -> None:
     if profile is None and stated_version(words) is not None:

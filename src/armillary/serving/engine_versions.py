@@ -37,8 +37,9 @@ _VERSIONED = re.compile(r"\b(?P<name>vllm|sglang|tensorrt-llm|trt-?llm)[\s=:]*v?
 _FAMILY = {"vllm": Family.VLLM, "sglang": Family.SGLANG}  # anything else the pattern reads is TensorRT-LLM
 # An engine named without a version: its family's words (TensorRT-LLM's own name, or its trtllm-serve /
 # trtllm-bench commands; not trtllm-build, which built the TensorRT engines of releases no profile describes,
-# nor "TRT-LLM" alone, which no profile has taken), anywhere in the words
-_NAMED = re.compile(r"(?P<tensorrt_llm>tensorrt-llm|trtllm-(?:bench|serve))|(?P<sglang>sglang)|(?P<vllm>vllm)", re.I)
+# nor "TRT-LLM" alone, which no profile has taken), anywhere in the words as a word of its own ("xvllm" is not vLLM)
+_NAMED = re.compile(r"\b(?:(?P<tensorrt_llm>tensorrt-llm|trtllm-(?:bench|serve))|(?P<sglang>sglang)|(?P<vllm>vllm))",
+                    re.I)
 
 # Versions whose defaults no shipped profile describes, and why the nearest profile does not fit them
 # (family, first version, the first version after them (major, minor, patch), reason). A row or a run naming
