@@ -211,6 +211,9 @@ class ReleaseDefaults(Spec):
                                                        "even when launched with them; none: as the profile")
     memory_fraction: float | None = Field(None, gt=0, le=1, description="share of the memory the engine may use; "
                                           "none: the profile's")
+    block_fp8_kernels: Fp8Kernels | None = Field(None, description="its GEMM kernels for fp8 weights with per-block "
+                                                 "scales (vLLM before 0.20: Triton / CUTLASS, DeepGEMM not installed "
+                                                 "with the wheel); none: the profile's")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
     def holds(self, first: tuple[int, int, int], after: tuple[int, int, int]) -> bool:
