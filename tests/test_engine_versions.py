@@ -197,8 +197,9 @@ def test_vllm_0_28_has_three_batch_tiers_and_1024_graphs_on_blackwell(system: st
 def test_vllm_0_28_differs_from_0_27_only_where_its_sources_say() -> None:
     old, new = load_engine("vllm-0.8"), load_engine("vllm-0.28")
     differ = {k for k in type(new).model_fields if getattr(old, k) != getattr(new, k)}
-    # vllm-0.8's own memory fraction is its latest releases' 0.92; the 0.9 of releases before 0.20 is a range
-    assert differ == {"name", "versions", "unversioned", "device_defaults", "sources", "block_fp8_kernels", "releases"}
+    # vllm-0.8's own memory fraction and block-fp8 kernels are its latest releases' (0.92, DeepGEMM from 0.20.0);
+    # the 0.9 and the Triton / CUTLASS kernels of releases before 0.20 are a range
+    assert differ == {"name", "versions", "unversioned", "device_defaults", "sources", "releases"}
     same = {k for k, text in new.sources.items() if text == "[as vllm-0.8; not re-read at 0.28]"}
     assert same == set(new.sources) - {"max_batch", "max_batched_tokens", "device_defaults", "graph_max_batch",
                                        "prefix_caching", "memory_fraction", "block_fp8_kernels", "family", "versions"}

@@ -112,14 +112,15 @@ def _token_budget(engine: Engine, update: dict[str, Any], max_model_len: int | N
 
 
 def launched_engine(w: Inference, device: Device | None = None, m: ModelArrays | None = None,
-                    attention_dp: int = 1) -> Engine | None:
-    """The engine the workload names (`serving.engine`; none: None) as it starts on `device` where given
-    (`on_device`) and as launched for model `m` with `attention_dp` attention groups and the workload's own
-    chunked_prefill (`resolve_defaults`, with the version `serving.engine` names)."""
+                    attention_dp: int = 1, tp: int | None = None, pp: int = 1) -> Engine | None:
+    """The engine the workload names (`serving.engine`; none: None) as it starts on `device` where given for a
+    replica of `tp` x `pp` ranks (tp None: `engine.ASSUMED_TP`) with `attention_dp` attention groups
+    (`on_device`: its memory share by these) and as launched for model `m` with those groups and the workload's
+    own chunked_prefill (`resolve_defaults`, with the version `serving.engine` names)."""
     if w.serving.engine is None:
         return None
     named = load_engine(str(w.serving.engine))
-    started = on_device(named, device) if device is not None else named
+    started = on_device(named, device, tp, pp, attention_dp) if device is not None else named
     launch = {k: getattr(w.serving, k) for k in ("chunked_prefill",) if k in w.serving.model_fields_set}
     return resolve_defaults(started, str(w.serving.engine), mla=m is not None and float(m.kv_lora) > 0,
                             max_model_len=int(float(m.max_seq_len)) if m is not None else None,
@@ -127,11 +128,13 @@ def launched_engine(w: Inference, device: Device | None = None, m: ModelArrays |
 
 
 def with_engine(w: Inference, engine: Engine | None = None, device: Device | None = None,
-                m: ModelArrays | None = None, attention_dp: int = 1) -> tuple[Inference, Engine | None]:
+                m: ModelArrays | None = None, attention_dp: int = 1, tp: int | None = None,
+                pp: int = 1) -> tuple[Inference, Engine | None]:
     """The workload with its engine's defaults (`engine`, else the one it names as `launched_engine` launches
-    it) wherever it sets nothing itself, and the engine. An `engine` given is taken as it is (a validation
+    it on `device` for a replica of `tp` x `pp` ranks with `attention_dp` attention groups) wherever it sets
+    nothing itself, and the engine. An `engine` given is taken as it is (a validation
     row's has been resolved from the row's flags; a benchmark client's has the client's own settings)."""
-    e = engine if engine is not None else launched_engine(w, device, m, attention_dp)
+    e = engine if engine is not None else launched_engine(w, device, m, attention_dp, tp, pp)
     if e is None:
         return w, None
     sv, kv = w.serving, w.kv_cache
