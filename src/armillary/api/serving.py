@@ -132,7 +132,7 @@ def serve_benchmark(model: ModelLike, system: SystemLike, strategy: StrategyLike
     engine: Engine | None = None
     assumed: tuple[str, ...] = ()
     if benchmark.client is not None:  # the engine as the client launches it, passed as it is from here on
-        launched = launched_engine(w, sysm.device, arrays, st.attention_dp)
+        launched = launched_engine(w, sysm.device, arrays, st.attention_dp, st.tp, st.pp)
         stated = bool({"max_batch", "max_batched_tokens"} & w.serving.model_fields_set)
         engine, assumed = client_engine(benchmark, launched, m, st, w, sysm, limits_stated=stated)
     held = sequences_held(arrays, st, w, sysm, engine, replicas=data_parallel(st, sysm)) \

@@ -144,7 +144,7 @@ def sequences_held(m: ModelArrays, strategy: Strategy, w: Inference, system: Sys
                    replicas: int = 1) -> int:
     """How many requests of the workload's lengths the replicas hold at once: the engine's batch limit or
     what their KV caches fit, whichever is smaller."""
-    w, engine = with_engine(w, engine, system.device, m, strategy.attention_dp)
+    w, engine = with_engine(w, engine, system.device, m, strategy.attention_dp, strategy.tp, strategy.pp)
     replica = replica_model(m, strategy, w, system)
     fit = replica_kv_tokens(replica, w, engine, w.input_len) // (w.input_len + w.output_len)
     return max(1, min(w.serving.max_batch, fit)) * replicas

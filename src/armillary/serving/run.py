@@ -162,7 +162,7 @@ def serve_trace(m: ModelArrays, strategy: Strategy, w: Inference, system: System
     (after the KV handover) over the decode pool in order of first tokens.
     `engine` (else the workload's `serving.engine`, as it starts on the system's device) fills the workload's
     unset fields and costs overheads."""
-    w, engine = with_engine(w, engine, system.device, m, strategy.attention_dp)
+    w, engine = with_engine(w, engine, system.device, m, strategy.attention_dp, strategy.tp, strategy.pp)
     if strategy.cp > 1:
         raise SpecError("strategy.cp: the serving simulation runs cp = 1; context parallelism is estimated for a "
                         "static batch (`armillary estimate`)")

@@ -95,7 +95,12 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
     if engine is None:
         raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
     _refuse_switched_vllm_engine(framework, text)
-    if device is not None and (started := on_device(engine, device)) is not engine:
+    try:  # the row's replica: its tp (SGLang's memory share reads it; unstated: refused below, where needed)
+        tp: int | None = _tensor_parallel(row, [])
+    except Unsupported:
+        tp = None
+    groups = _tensor_parallel(row, []) if dp_attention(row) else 1
+    if device is not None and (started := on_device(engine, device, tp, 1, groups)) is not engine:
         engine = started
         notes.append(f"{device.name}: the engine's defaults for this device ({engine.max_batch} sequences, "
                      f"{engine.max_batched_tokens} tokens, CUDA graphs to {engine.graph_max_batch} sequences)")
@@ -124,7 +129,7 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
     # the engine's own defaults from its version, the model and these flags (one source: serve and the API too)
     launched, assumed = resolve_defaults(engine, framework, mla=model_mla,
                                          max_model_len=int(model_len) if model_len is not None else None,
-                                         attention_dp=_tensor_parallel(row, []) if dp_attention(row) else 1,
+                                         attention_dp=groups,
                                          flags=update)
     notes.extend(assumed)
     changed = {k: v for k, v in launched if v != getattr(engine, k) and k not in LAUNCH_RULES
