@@ -13,7 +13,8 @@ from armillary import api
 from armillary.errors import SpecError
 from armillary.presets.registry import find_preset, preset_names, read_data_file
 from armillary.serving import engine_versions
-from armillary.serving.engine import Engine, Family, ReleaseRange, load_engine, release_key
+from armillary.serving.engine import Engine, load_engine
+from armillary.serving.engine_releases import Family, ReleaseRange, release_key
 from armillary.serving.engine_versions import engine_for, stated_version
 
 MODEL, SYSTEM, STRATEGY = "llama3.1-8b", "hgx-h200", {"tp": 1, "precision": "fp8", "attention": "flash3"}

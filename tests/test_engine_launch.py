@@ -7,7 +7,8 @@ import pytest
 from armillary import api
 from armillary.plan.arrays import ModelArrays
 from armillary.serving import run as serving_run
-from armillary.serving.engine import Engine, ReleaseDefaults, load_engine, on_device
+from armillary.serving.engine import Engine, load_engine, on_device
+from armillary.serving.engine_releases import ReleaseDefaults
 from armillary.serving.engine_versions import stated_releases
 from armillary.serving.launch import resolve_defaults, with_engine
 from armillary.specs.loading import load_model, load_system
@@ -200,7 +201,7 @@ def test_release_defaults_name_only_engine_fields() -> None:
 
 def test_device_tiers_set_only_engine_fields() -> None:
     """`DeviceDefaults.settings` passes every field but its device terms to the Engine: each must be one."""
-    from armillary.serving.engine import _TIER_TERMS, DeviceDefaults
+    from armillary.serving.engine_tiers import _TIER_TERMS, DeviceDefaults
 
     assert set(DeviceDefaults.model_fields) - set(_TIER_TERMS) <= set(Engine.model_fields)
     h100 = load_system("dgx-h100", 1).device

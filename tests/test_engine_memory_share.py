@@ -82,7 +82,8 @@ def test_sglang_memory_share_follows_the_runs_tp(engine: str, system: str, tp: i
 
 
 def test_a_run_stating_no_tp_keeps_the_profiles_tp_8_numbers() -> None:
-    from armillary.serving.engine import ASSUMED_TP, on_device
+    from armillary.serving.engine import on_device
+    from armillary.serving.engine_tiers import ASSUMED_TP
 
     assert ASSUMED_TP == 8
     h100 = load_system("dgx-h100", 1).device

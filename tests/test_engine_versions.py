@@ -208,7 +208,7 @@ def test_vllm_0_28_differs_from_0_27_only_where_its_sources_say() -> None:
 
 
 def test_a_device_tier_fits_by_memory_then_names() -> None:
-    from armillary.serving.engine import DeviceDefaults
+    from armillary.serving.engine_tiers import DeviceDefaults
     from armillary.specs.loading import load_system
 
     h100, a100 = load_system("dgx-h100", 1).device, load_system("dgx-a100", 1).device

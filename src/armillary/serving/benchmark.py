@@ -35,7 +35,8 @@ from armillary.errors import SpecError
 from armillary.estimate.inference import replica_model
 from armillary.estimate.inference_precision import recipe_weights
 from armillary.plan.arrays import ModelArrays
-from armillary.serving.engine import Engine, Family
+from armillary.serving.engine import Engine
+from armillary.serving.engine_releases import Family
 from armillary.serving.launch import with_engine
 from armillary.serving.run import ServingResult, replica_kv_tokens
 from armillary.serving.trace import Trace, benchmark_trace

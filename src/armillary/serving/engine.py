@@ -4,7 +4,9 @@ token limits, KV page size and memory share, decode attention kernel, and its ru
 A profile is a data file (presets/engines) with a source per number. A run names its engine in
 `workload.serving.engine`: which profile a version names is `serving.engine_versions`; the engine as it starts
 on the device is `on_device` here, as its release, the model and the launch set its defaults, and the workload
-it fills, `serving.launch`; its overheads cost every iteration of the serving simulation (`Overheads`).
+it fills, `serving.launch`; its overheads cost every iteration of the serving simulation (`Overheads`). Its
+defaults by device and launch size are `serving.engine_tiers`; its project, releases and per-release values
+`serving.engine_releases`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Literal
 
 import numpy as np
@@ -22,219 +23,11 @@ from pydantic_core import PydanticCustomError
 from armillary.errors import SpecError
 from armillary.plan.arrays import ModelArrays
 from armillary.presets.registry import find_preset, preset_names, read_data_file
+from armillary.serving.engine_releases import _FAMILIES, Family, ReleaseDefaults, ReleaseRange
+from armillary.serving.engine_tiers import DeviceDefaults
 from armillary.specs.base import Spec
 from armillary.specs.device import Device, Platform
 from armillary.specs.workload import DecodeAttention, Fp8Kernels, MlaDecode, Policy
-
-# DeviceDefaults' fields that say which devices a tier fits or how its memory share is computed, not Engine fields
-_TIER_TERMS = ("at_least_gib", "names", "except_names", "memory_fraction", "memory_fraction_by_ranks",
-               "graph_max_batch_by_tp", "memory_reserve_gib", "reserve_per_rank_gib", "reserve_per_graph_batch_mib",
-               "dp_attention_reserve_gib", "dp_attention_reserve_per_graph_batch_mib", "prefill_graph_reserve_gib",
-               "reserve_floor_gib")
-# The tensor parallelism a run that states none is taken at (tp x pp = 8, one 8-GPU server): the device tiers'
-# memory shares were read at it before they were read by the run's own
-ASSUMED_TP = 8
-
-
-class Step(Spec):
-    """One step of a value that an engine chooses by a count (tp x pp ranks, tp, CUDA-graph batch): it applies
-    from `at_least` on; of a list in decreasing `at_least`, the first the count reaches applies (`step_value`)."""
-
-    at_least: NonNegativeFloat = Field(description="the count from which the value applies")
-    value: NonNegativeFloat = Field(description="the value")
-
-
-def step_value(steps: tuple[Step, ...], count: float) -> float | None:
-    """The value of the first of `steps` whose `at_least` `count` reaches (None: none, or no steps)."""
-    return next((s.value for s in steps if count >= s.at_least), None)
-
-
-
-class DeviceDefaults(Spec):
-    """One tier of the defaults an engine sets from the device it starts on (vLLM V1's get_batch_defaults and
-    largest CUDA-graph capture size; SGLang's chunk size, CUDA-graph batch and the memory it reserves out of
-    mem_fraction_static). A profile lists its tiers in order and the first the device fits applies:
-    memory at least `at_least_gib`, a name containing one of `names` (if any) and none of `except_names`. A
-    number the tier leaves unset is the profile's own; a device no tier fits keeps the profile's numbers."""
-
-    at_least_gib: float = Field(0.0, ge=0, description="device memory (GiB, 2^30 bytes) from which it applies")
-    names: tuple[str, ...] = Field((), description="only devices whose name contains one of these (lower-case "
-                                   "substrings); empty: any device")
-    except_names: tuple[str, ...] = Field((), description="not devices whose name contains one of these")
-    max_batch: PositiveInt | None = Field(None, description="sequences per iteration; none: the profile's")
-    max_batched_tokens: PositiveInt | None = Field(None, description="new tokens per iteration; none: the profile's")
-    graph_max_batch: PositiveInt | None = Field(None, description="largest CUDA-graph decode batch; none: the "
-                                                "profile's")
-    memory_fraction: float | None = Field(None, gt=0, le=1, description="the engine's memory share on such a "
-                                          "device (SGLang 0.4.5.post3-0.4.7's fixed mem_fraction_static); none: "
-                                          "by ranks (memory_fraction_by_ranks), else from memory_reserve_gib, else "
-                                          "the profile's")
-    memory_fraction_by_ranks: tuple[Step, ...] = Field(
-        (), description="the memory share by the run's tp x pp ranks, where memory_fraction is unset (SGLang "
-        "0.4.0-0.4.7's mem_fraction_static table: 0.79 from 16 ranks, 0.81 from 8, 0.85 from 4, 0.87 from 2, 0.88 "
-        "at 1); empty: from memory_reserve_gib")
-    graph_max_batch_by_tp: tuple[Step, ...] = Field(
-        (), description="the largest CUDA-graph decode batch by the run's tp (SGLang: smaller below tp 4); empty: "
-        "graph_max_batch")
-    memory_reserve_gib: NonNegativeFloat | None = Field(
-        None, description="memory (GiB) the engine keeps out of its static share on such a device whatever the "
-        "launch, where memory_fraction and memory_fraction_by_ranks are unset: memory_fraction = (memory - "
-        "reserve) / memory, rounded to 3 places, the reserve this plus the terms below (SGLang's "
-        "mem_fraction_static when unset, ServerArgs._handle_gpu_memory_settings); none: the profile's "
-        "memory_fraction")
-    reserve_per_rank_gib: NonNegativeFloat = Field(0.0, description="reserve (GiB) added per tp x pp rank of the "
-                                                   "run (SGLang 0.4.7.post1-0.5.2: 0.5 or 0.1; 0.5.3 on: 1/8)")
-    reserve_per_graph_batch_mib: NonNegativeFloat = Field(0.0, description="reserve (MiB) added per sequence of the "
-                                                          "largest CUDA-graph decode batch (SGLang 0.5.3 on: 2)")
-    dp_attention_reserve_gib: NonNegativeFloat = Field(0.0, description="reserve (GiB) added with data-parallel "
-                                                       "attention (SGLang 0.4.7.post1-0.5.2: 4)")
-    dp_attention_reserve_per_graph_batch_mib: tuple[Step, ...] = Field(
-        (), description="with data-parallel attention, reserve (MiB) added per sequence of the largest CUDA-graph "
-        "batch and attention group, by that batch (SGLang 0.5.3 on: 3, 4.5 above 300 sequences); empty: none")
-    prefill_graph_reserve_gib: NonNegativeFloat = Field(0.0, description="reserve (GiB) of the prefill (piecewise) "
-                                                        "CUDA graphs, which data-parallel attention and pp > 1 turn "
-                                                        "off (SGLang 0.5.10 on: 8 MiB per captured size)")
-    reserve_floor_gib: NonNegativeFloat = Field(0.0, description="the least reserve (GiB) on such a device (SGLang "
-                                                "0.5.3 on: 10 above 60 GiB)")
-
-    def fits(self, device: Device) -> bool:
-        """Whether `device` is one of this tier's (memory, names, excluded names)."""
-        name = device.name.lower()
-        return (device.hbm.capacity >= self.at_least_gib * 2**30
-                and (not self.names or any(n in name for n in self.names))
-                and not any(n in name for n in self.except_names))
-
-    def settings(self, device: Device, graph_max_batch: int | None = None, tp: int | None = None, pp: int = 1,
-                 attention_dp: int = 1) -> dict[str, Any]:
-        """The Engine fields this tier sets on `device` (those it leaves unset omitted) for a run of `tp` x `pp`
-        ranks (tp None: `ASSUMED_TP`) with `attention_dp` data-parallel attention groups: the batch numbers,
-        and the memory share (`memory_share`); `graph_max_batch` is the profile's, for a tier that sets none."""
-        tp = ASSUMED_TP if tp is None else tp
-        found: dict[str, Any] = {k: v for k in type(self).model_fields if k not in _TIER_TERMS
-                                 and (v := getattr(self, k)) is not None}
-        if (by_tp := step_value(self.graph_max_batch_by_tp, tp)) is not None:
-            found["graph_max_batch"] = int(by_tp)
-        share = self.memory_share(device, found.get("graph_max_batch", graph_max_batch), tp, pp, attention_dp)
-        if share is not None:
-            found["memory_fraction"] = share
-        return found
-
-    def memory_share(self, device: Device, graph_max_batch: int | None, tp: int, pp: int = 1,
-                     attention_dp: int = 1) -> float | None:
-        """The engine's memory share on `device` for a run of `tp` x `pp` ranks with `attention_dp` attention
-        groups and decode graphs to `graph_max_batch` sequences (None: none): the tier's fixed share, else its
-        share by ranks, else (memory - reserve) / memory rounded to 3 places, the reserve its constant plus its
-        terms per rank, per graph sequence, for data-parallel attention and for the prefill graphs (off with
-        data-parallel attention or pp > 1), at least its floor (SGLang's mem_fraction_static when unset:
-        ServerArgs.__post_init__ / _handle_gpu_memory_settings; each profile's sources say its release's rule);
-        None: the profile's own."""
-        if self.memory_fraction is not None:
-            return self.memory_fraction
-        if (by_ranks := step_value(self.memory_fraction_by_ranks, tp * pp)) is not None:
-            return by_ranks
-        if self.memory_reserve_gib is None:
-            return None
-        graphs = float(graph_max_batch or 0)
-        dp = attention_dp > 1
-        reserve = (self.memory_reserve_gib + self.reserve_per_rank_gib * tp * pp
-                   + self.reserve_per_graph_batch_mib * graphs / 1024)
-        if dp:
-            per_group = step_value(self.dp_attention_reserve_per_graph_batch_mib, graphs) or 0.0
-            reserve += self.dp_attention_reserve_gib + per_group * graphs * attention_dp / 1024
-        elif pp == 1:
-            reserve += self.prefill_graph_reserve_gib
-        reserve = max(reserve, self.reserve_floor_gib)
-        memory = float(device.hbm.capacity) / 2**30
-        return round((memory - reserve) / memory, 3)
-
-
-class Family(StrEnum):
-    """The project an engine profile describes (its PyPI package): what the rules that hold for one engine
-    only go by (a benchmark client that launches it, a checkpoint's cache defaults, the error bands' regime),
-    never the profile's name."""
-
-    VLLM = "vllm"
-    SGLANG = "sglang"
-    TENSORRT_LLM = "tensorrt-llm"
-
-
-_FAMILIES = ", ".join(f.value for f in Family)
-
-
-class ReleaseRange(Spec):
-    """The releases of an engine from `since` up to, not including, `before` (PEP 440 order: 0.4.4 before
-    0.4.4.post1 before 0.4.5)."""
-
-    since: str = Field(pattern=r"^\d+\.\d+(\.\d+)?(\.post\d+)?$", description="first release "
-                       "(major.minor[.patch][.postN])")
-    before: str = Field(pattern=r"^\d+\.\d+(\.\d+)?(\.post\d+)?$", description="first release after them")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ReleaseRange:
-        if release_key(self.before) <= release_key(self.since):
-            raise ValueError(f"before ({self.before}) must be a later release than since ({self.since})")
-        return self
-
-    def within(self, first: str, after: str) -> bool:
-        """Whether these releases all lie from release `first` up to, not including, `after`."""
-        return release_key(first) <= release_key(self.since) and release_key(self.before) <= release_key(after)
-
-    def holds(self, release: tuple[int, int, int, int]) -> bool:
-        """Whether release `release` ((major, minor, patch, post), `release_key`) is one of these."""
-        return release_key(self.since) <= release < release_key(self.before)
-
-
-def release_key(version: str) -> tuple[int, int, int, int]:
-    """(major, minor, patch, post) of "0.7", "0.7.1" or "0.4.4.post1", patch and post 0 where not given: in
-    PEP 440 order, a release's post releases after it and before the next."""
-    release, _, post = version.partition(".post")
-    major, minor, patch = [*release.split("."), "0"][:3]
-    return int(major), int(minor), int(patch), int(post or 0)
-
-
-class ReleaseDefaults(Spec):
-    """Defaults of some of a profile's releases that differ from the profile's own (which are those of its
-    latest releases): the releases from `since` up to, not including, `before`. It applies to a run whose
-    stated version lies wholly within them (`resolve_defaults`): "vLLM 0.6.3" within 0.6 to 0.7.1, but "vLLM
-    0.7", which spans 0.7.0 and 0.7.1 onwards, not; a run naming no version keeps the profile's numbers."""
-
-    since: str = Field(pattern=r"^\d+\.\d+(\.\d+)?$", description="first release (major.minor[.patch])")
-    before: str = Field(pattern=r"^\d+\.\d+(\.\d+)?$", description="first release after them")
-    mla_decode: MlaDecode | None = Field(None, description="decode of multi-head latent attention; none: the "
-                                         "profile's")
-    chunked_token_budget: PositiveInt | None = Field(None, description="token budget with chunked prefill; none: "
-                                                     "the profile's")
-    mla_without_chunked_prefill: bool | None = Field(None, description="a model with multi-head latent attention "
-                                                     "runs without chunked prefill; none: as the profile")
-    mla_forces_no_chunked_prefill: bool | None = Field(None, description="a model with multi-head latent "
-                                                       "attention runs without chunked prefill and prefix caching "
-                                                       "even when launched with them; none: as the profile")
-    memory_fraction: float | None = Field(None, gt=0, le=1, description="share of the memory the engine may use; "
-                                          "none: the profile's")
-    block_fp8_kernels: Fp8Kernels | None = Field(None, description="its GEMM kernels for fp8 weights with per-block "
-                                                 "scales (vLLM before 0.20: Triton / CUTLASS, DeepGEMM not installed "
-                                                 "with the wheel); none: the profile's")
-    sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
-
-    def holds(self, first: tuple[int, int, int], after: tuple[int, int, int]) -> bool:
-        """Whether the releases from `first` up to `after` all lie within this range."""
-        return _release(self.since) <= first and after <= _release(self.before)
-
-    def settings(self) -> dict[str, Any]:
-        """The Engine fields these releases set (those left unset omitted)."""
-        return {k: v for k in type(self).model_fields if k not in ("since", "before", "sources")
-                and (v := getattr(self, k)) is not None}
-
-    @property
-    def span(self) -> str:
-        """The releases in words."""
-        return f"releases {self.since} to before {self.before}"
-
-
-def _release(version: str) -> tuple[int, int, int]:
-    """(major, minor, patch) of "0.7" or "0.7.1" (patch 0 where not given)."""
-    major, minor, patch = [*version.split("."), "0"][:3]
-    return int(major), int(minor), int(patch)
 
 
 class Engine(Spec):

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from armillary.errors import SpecError
 from armillary.presets.registry import preset_names
-from armillary.serving.engine import Engine, Family, load_engine, release_key
+from armillary.serving.engine import Engine, load_engine
+from armillary.serving.engine_releases import Family, release_key
 
 # An engine named with a version as pip or a release note writes it ("vLLM 0.5.4", "vllm==0.4.2", "TensorRT-LLM
 # v0.12.0", "SGLang 0.4.4.post1", "TensorRT-LLM 1.1.0rc2", "vLLM 0.7.4.dev181+gf35f8e22"): the family's name, then

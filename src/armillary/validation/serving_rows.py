@@ -29,7 +29,8 @@ from armillary.serving.benchmark import (
     trace_for,
     workload_for,
 )
-from armillary.serving.engine import LAUNCH_RULES, Engine, Family, on_device
+from armillary.serving.engine import LAUNCH_RULES, Engine, on_device
+from armillary.serving.engine_releases import Family
 from armillary.serving.engine_versions import engine_for, engine_version
 from armillary.serving.launch import resolve_defaults
 from armillary.serving.run import ServingResult, serve_trace
