@@ -17,7 +17,7 @@ from pydantic import Field, PositiveInt
 from armillary.errors import SpecError
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.model_states import lora_states, model_states
-from armillary.memo import derived, quick_replace
+from armillary.memo import derived, quick_replace, typed
 from armillary.numerics import Array, all_of, minimum
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays, recipe_family
@@ -128,7 +128,8 @@ class Axes:
         out: dict[str, Any] = {}
         for names, vals in zip(reversed(self.names), reversed(self.values), strict=True):
             index, digit = divmod(index, len(vals))
-            out.update({name: vals[digit, k] for k, name in enumerate(names)})
+            for k, name in enumerate(names):
+                out[name] = vals[digit, k]
         return out
 
     def split_axis(self, target: int) -> tuple[int, int]:
@@ -292,7 +293,16 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
         len(every), len(_LAYOUT))
     if every:
         t, p, c, v = rows.T
-        ok = np.broadcast_to(all_of(*(check.ok for check in layout_checks(model, base, gpus, t, p, c, v))), t.shape)
+
+        def passing() -> np.ndarray:  # the layouts that obey `layout_checks`
+            return np.broadcast_to(all_of(*(check.ok for check in layout_checks(model, base, gpus, t, p, c, v))),
+                                   t.shape)
+
+        # of the model, the devices, the base's first / last stage layers and the layouts alone: kept on the model's
+        # frozen view (`memo.derived`), for searches of the same model and device count
+        ok = derived(ModelArrays.of(model), ("layout checks", gpus, *typed(base.first_stage_layers,
+                                                                          base.last_stage_layers), tuple(every)),
+                     passing)
         layouts, rows = list(itertools.compress(every, ok.tolist())), rows[ok]
     if hbm_bytes is not None and layouts:
         t, p, c = rows[:, 0], rows[:, 1], rows[:, 2]
@@ -303,10 +313,10 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
                                      "block_format": space.block_format or (base.block_format,),
                                      **{f"offload_{k}": getattr(space, f"offload_{k}") or (getattr(base.offload, k),)
                                         for k in _BASE_OFFLOAD}})
-    others = [_compound_rows(space, a) if a in _COMPOUND else tuple((value,) for value in dict.fromkeys(
-        getattr(space, a))) for a in _AXES]  # each value once
+    others = [_compound_rows(space, a) if a in _COMPOUND else tuple(zip(dict.fromkeys(getattr(space, a))))
+              for a in _AXES]  # each value once, a 1-tuple each
     labels = (tuple(layouts), *others)
-    names = (_LAYOUT, *((a, _COMPOUND[a][0]) if a in _COMPOUND else (a,) for a in _AXES))
+    names = _NAMES
     # the layout's degrees are their own codes (plan.codes.STRATEGY_FIELDS: tp, pp, cp, vpp code as the number),
     # so its rows are converted at once, not field by field (a space has a few dozen to hundreds of layouts)
     values = (rows.reshape(len(layouts), len(_LAYOUT)),
@@ -325,7 +335,7 @@ def _encoded(axis_names: tuple[str, ...], choices: tuple[tuple[Any, ...], ...]) 
     """An axis's values: a row of coded field values (`plan.codes.encode`) per choice, (choices x fields). Kept
     read-only: one array serves every search with that axis."""
     try:
-        key = (axis_names, choices, tuple(type(value) for row in choices for value in row))
+        key = (axis_names, choices, tuple(map(type, itertools.chain.from_iterable(choices))))
         found = _ENCODED.get(key)
     except TypeError:  # a value that does not hash: coded each time
         key, found = None, None
@@ -344,6 +354,8 @@ _BASE_OFFLOAD = ("weights", "gradients", "experts")
 # for each count given where the setting takes the value that has a count
 _COMPOUND: dict[str, tuple[str, Any]] = {"recompute": ("recompute_layers", Recompute.FULL),
                                          "offload_activations": ("offload_activation_layers", True)}
+# the fields each axis sets, in index order (`Axes.names`)
+_NAMES = (_LAYOUT, *((a, _COMPOUND[a][0]) if a in _COMPOUND else (a,) for a in _AXES))
 
 
 def _compound_rows(space: StrategySpace, axis: str) -> tuple[tuple[Any, int | None], ...]:
