@@ -378,12 +378,21 @@ def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, ex
                                    c.get("block_format", base.block_format))
     if "recompute" in c:  # the base's recompute modules hold where a point recomputes selectively, else the
         selective = c["recompute"] == RECOMPUTE_SELECTIVE  # default ones, as a Strategy of that point has them
-        c = {**c, **{f"recompute_{m.value}": np.where(selective, getattr(base, f"recompute_{m.value}"),
-                                                      float(m in _DEFAULT_MODULES)) for m in RecomputeModule}}
+        c = {**c, **{f"recompute_{m.value}": _module_flag(selective, getattr(base, f"recompute_{m.value}"),
+                                                          float(m in _DEFAULT_MODULES)) for m in RecomputeModule}}
     return quick_replace(  # (dataclasses.replace of its 70 fields costs about 25 us)
         base, **c, precision=precision_code, dp=data_parallel_degree(gpus, c["tp"], c["cp"], c["pp"]),
         schedule=np.where(c["vpp"] > 1, float(SCHEDULE_INTERLEAVED), float(SCHEDULE_1F1B)),
         etp=c["tp"] if expert_tp_is_tp else base.etp)
+
+
+def _module_flag(selective: np.ndarray | bool, base: Array, default: float) -> Array:
+    """A recompute module's flag at each point of a chunk: the base strategy's where the point recomputes
+    selectively, the default's elsewhere; where the two are the same number, that number, as a field outside the
+    space is (every point holds it: the estimate's values are the same, without an axis that changes nothing)."""
+    if type(base) is float and base == default:
+        return base
+    return np.where(selective, base, default)
 
 
 def point_strategy(base: Strategy, values: dict[str, Any]) -> Strategy:
