@@ -174,7 +174,15 @@ class Axes:
             shape = [1] * len(dims)
             rows = self.values[i][first:first + steps] if i == axis else self.values[i]
             shape[dim] = len(rows)
-            out.update({name: rows[:, k].reshape(shape) for k, name in enumerate(self.names[i])})
+            names = self.names[i]
+            # a field of a compound axis that holds one value along it (cp among the layouts, recompute_layers where
+            # no count is tried): that number, as an axis of one value gives it (the same value at every point),
+            # while another field of the axis varies along it (the block keeps the axis's dimension)
+            same = (rows == rows[:1]).all(axis=0).tolist() if len(names) > 1 else [False]
+            if all(same):
+                same = [False] * len(names)
+            for k, name in enumerate(names):
+                out[name] = rows[0, k] if same[k] else rows[:, k].reshape(shape)
         return out
 
     def point(self, index: int) -> dict[str, Any]:
