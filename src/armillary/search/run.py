@@ -86,7 +86,10 @@ class Problem:
         # axes of one value are left out (C order is the same without them), so every array of the estimate
         # has as many dimensions as the block has axes that vary, not one per axis of the space (numpy's
         # per-call cost grows with the dimensions: take_along_axis builds an index per dimension)
-        order = [d for d in sorted(range(len(shape)), key=shape.__getitem__) if shape[d] > 1]
+        # (among axes of one length, the space's later ones outer: its earlier axes are the layers' own settings,
+        # micro-batch, sequence parallelism, recomputation, which most of the estimate's quantities vary with, its
+        # later ones the step's, ZeRO, the overlaps, the rank order: the layers' arrays then have fewer dimensions)
+        order = [d for d in sorted(range(len(shape)), key=lambda d: (shape[d], -d)) if shape[d] > 1]
         inner = tuple(shape[d] for d in order)
         back = tuple(np.argsort(order).tolist())
         # (a value varying along one axis at most, as `Axes.block` gives each: the same elements in the same
