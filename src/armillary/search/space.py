@@ -384,12 +384,13 @@ def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, ex
     format (`plan.arrays.recipe_family`) from the base strategy's own `precision` code (default: base's)."""
     precision_code = recipe_family(base.precision if precision is None else precision,
                                    c.get("block_format", base.block_format))
+    fields: dict[str, Array] = dict(c)
     if "recompute" in c:  # the base's recompute modules hold where a point recomputes selectively, else the
         selective = c["recompute"] == RECOMPUTE_SELECTIVE  # default ones, as a Strategy of that point has them
-        c = {**c, **{f"recompute_{m.value}": _module_flag(selective, getattr(base, f"recompute_{m.value}"),
-                                                          float(m in _DEFAULT_MODULES)) for m in RecomputeModule}}
+        fields.update({f"recompute_{m.value}": _module_flag(selective, getattr(base, f"recompute_{m.value}"),
+                                                            float(m in _DEFAULT_MODULES)) for m in RecomputeModule})
     return quick_replace(  # (dataclasses.replace of its 70 fields costs about 25 us)
-        base, **c, precision=precision_code, dp=data_parallel_degree(gpus, c["tp"], c["cp"], c["pp"]),
+        base, **fields, precision=precision_code, dp=data_parallel_degree(gpus, c["tp"], c["cp"], c["pp"]),
         schedule=np.where(c["vpp"] > 1, float(SCHEDULE_INTERLEAVED), float(SCHEDULE_1F1B)),
         etp=c["tp"] if expert_tp_is_tp else base.etp)
 
