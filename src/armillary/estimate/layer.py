@@ -8,6 +8,7 @@ Recomputation re-runs the forward (full) or the attention core (selective; Korth
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -94,7 +95,9 @@ def _module_recompute(st: StrategyArrays, parts: tuple[tuple[Array, Array, Array
     moved: Array = 0
     time: Array = 0
     for on, part_flop, part_bytes, part_time in parts:
-        on = where(selective, on, 0.0)
+        # (a module off at every point, the float 0.0: that number where the points recompute selectively and
+        # elsewhere, as where() gives it at each point, without an array over the points)
+        on = on if type(on) is float and on == 0.0 and math.copysign(1.0, on) > 0 else where(selective, on, 0.0)
         flop, moved, time = flop + on * part_flop, moved + on * part_bytes, time + on * part_time
     return PassCost(flop, moved, time)
 

@@ -118,9 +118,14 @@ _STAGE_TIME = tuple(f.name for f in fields(StageTime))
 
 
 def _chosen(take: np.ndarray, new: Array, old: Array) -> Array:
-    """np.where(take, new, old), without the pass over the points where both are one array (the same values
-    where a point reads them: elementwise, the shape does not matter)."""
-    return new if new is old else np.where(take, new, old)
+    """np.where(take, new, old), without the pass over the points where both are one array, or two smaller arrays
+    of the same values bit for bit (a dense layer's zero expert exchange on every stage kind): the same values where
+    a point reads them (elementwise, the shape does not matter)."""
+    if new is old or (type(new) is np.ndarray and type(old) is np.ndarray and new.shape == old.shape
+                      and new.dtype == old.dtype == np.float64 and new.size < take.size
+                      and np.array_equal(new.view(np.int64), old.view(np.int64))):
+        return new
+    return np.where(take, new, old)
 
 
 StageMemory = tuple[MemoryBreakdown, MemoryBreakdown]  # (HBM, second tier) of one device of a stage

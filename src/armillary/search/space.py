@@ -17,7 +17,7 @@ from pydantic import Field, PositiveInt
 from armillary.errors import SpecError
 from armillary.estimate.flops import model_flop_per_iteration
 from armillary.estimate.model_states import lora_states, model_states
-from armillary.memo import quick_replace
+from armillary.memo import derived, quick_replace, typed
 from armillary.numerics import Array, all_of, minimum
 from armillary.plan import rules
 from armillary.plan.arrays import ModelArrays, StrategyArrays, TrainingArrays, recipe_family
@@ -129,7 +129,8 @@ class Axes:
         out: dict[str, Any] = {}
         for names, vals in zip(reversed(self.names), reversed(self.values), strict=True):
             index, digit = divmod(index, len(vals))
-            out.update({name: vals[digit, k] for k, name in enumerate(names)})
+            for k, name in enumerate(names):
+                out[name] = vals[digit, k]
         return out
 
     def split_axis(self, target: int) -> tuple[int, int]:
@@ -174,7 +175,15 @@ class Axes:
             shape = [1] * len(dims)
             rows = self.values[i][first:first + steps] if i == axis else self.values[i]
             shape[dim] = len(rows)
-            out.update({name: rows[:, k].reshape(shape) for k, name in enumerate(self.names[i])})
+            names = self.names[i]
+            # a field of a compound axis that holds one value along it (cp among the layouts, recompute_layers where
+            # no count is tried): that number, as an axis of one value gives it (the same value at every point),
+            # while another field of the axis varies along it (the block keeps the axis's dimension)
+            same = (rows == rows[:1]).all(axis=0).tolist() if len(names) > 1 else [False]
+            if all(same):
+                same = [False] * len(names)
+            for k, name in enumerate(names):
+                out[name] = rows[0, k] if same[k] else rows[:, k].reshape(shape)
         return out
 
     def point(self, index: int) -> dict[str, Any]:
@@ -203,7 +212,7 @@ def memory_floor(model: Model, base: Strategy, space: StrategySpace, tp: Array, 
     activations and no routed experts. Every term the estimator adds is non-negative, so no point of the
     layout needs less. A LoRA `workload` holds only its frozen base weights (`estimate.model_states.lora_states`)."""
     m = ModelArrays.of(model)
-    params = count_parameters(m)
+    params = derived(m, "parameters", lambda: count_parameters(m))  # once per model (as the estimator takes them)
     mlp = min(float(params.dense_mlp), float(params.moe_shared)) if float(m.experts) > 0 else params.dense_mlp
     stage_params = fewest_stage_layers(model.layers, pp) * (params.attention + mlp) / tp
     st = quick_replace(StrategyArrays.of(base, 1), dp=gpus // (tp * pp * cp), cp=cp,
@@ -237,8 +246,12 @@ def time_floor(model: Model, system: System, workload: Training, space: Strategy
         return passes * sum(op.flop for op in layer_forward(m, w.global_batch, w.seq_len, 1.0, 0.0, 2.0,
                                                        mlp_width=mlp_width).gemms)
 
-    per_layer = layer_flop(None) if model.moe is None else minimum(layer_flop(None), layer_flop(m.shared_ffn))
-    head = model_flop_per_iteration(m, w).head
+    def flops() -> tuple[Array, Array]:  # (one layer's, the head's): of the model and the workload alone
+        return (layer_flop(None) if model.moe is None else minimum(layer_flop(None), layer_flop(m.shared_ffn)),
+                model_flop_per_iteration(m, w).head)
+
+    # once per model and workload values (kept on the model's frozen view, `memo.derived`)
+    per_layer, head = derived(m, ("time floor flops", w, passes), flops)
     device = system.device
     curves = (device.matrix_efficiency, *device.matrix_efficiency_by_precision.values())
     best_efficiency = max(*(e for c in curves for _, e in c.points), device.flash_attention_efficiency,
@@ -282,32 +295,66 @@ def resolve_axes(space: StrategySpace, model: Model, gpus: int, devices_per_node
                             "degrees without a layout (first_stage_layers / last_stage_layers), or list only these")
         pps, vpps = (base.pp,), (base.vpp,)
     every = list(itertools.product(*(dict.fromkeys(values) for values in (tps, pps, space.cp, vpps))))
-    layouts = []
+    layouts: list[tuple[Any, ...]] = []
+    # the layouts' degrees as one array, converted once (a row per layout: tp, pp, cp, vpp, each its own code,
+    # plan.codes.STRATEGY_FIELDS), its rows kept with the layouts that pass: the axis's coded values below
+    rows = np.fromiter(itertools.chain.from_iterable(every), dtype=float, count=len(every) * len(_LAYOUT)).reshape(
+        len(every), len(_LAYOUT))
     if every:
-        t, p, c, v = np.array(every, dtype=float).T
-        ok = all_of(*(check.ok for check in layout_checks(model, base, gpus, t, p, c, v)))
-        layouts = [row for row, keep in zip(every, np.broadcast_to(ok, t.shape), strict=True) if keep]
+        t, p, c, v = rows.T
+
+        def passing() -> np.ndarray:  # the layouts that obey `layout_checks`
+            return np.broadcast_to(all_of(*(check.ok for check in layout_checks(model, base, gpus, t, p, c, v))),
+                                   t.shape)
+
+        # of the model, the devices, the base's first / last stage layers and the layouts alone: kept on the model's
+        # frozen view (`memo.derived`), for searches of the same model and device count
+        ok = derived(ModelArrays.of(model), ("layout checks", gpus, *typed(base.first_stage_layers,
+                                                                          base.last_stage_layers), tuple(every)),
+                     passing)
+        layouts, rows = list(itertools.compress(every, ok.tolist())), rows[ok]
     if hbm_bytes is not None and layouts:
-        t, p, c = (np.array([row[k] for row in layouts], dtype=float) for k in range(3))
+        t, p, c = rows[:, 0], rows[:, 1], rows[:, 2]
         fits = np.broadcast_to(memory_floor(model, base, space, t, p, c, gpus, workload) <= hbm_bytes, t.shape)
-        layouts = [row for row, ok in zip(layouts, fits, strict=True) if ok]
+        layouts, rows = list(itertools.compress(layouts, fits.tolist())), rows[fits]
     attention = space.attention or ((Attention.FLASH, Attention.FLASH3) if flash3 else (Attention.FLASH,))
     space = space.model_copy(update={"attention": attention,
                                      "block_format": space.block_format or (base.block_format,),
                                      **{f"offload_{k}": getattr(space, f"offload_{k}") or (getattr(base.offload, k),)
                                         for k in _BASE_OFFLOAD}})
-    others = [_compound_rows(space, a) if a in _COMPOUND else tuple((value,) for value in dict.fromkeys(
-        getattr(space, a))) for a in _AXES]  # each value once
+    others = [_compound_rows(space, a) if a in _COMPOUND else tuple(zip(dict.fromkeys(getattr(space, a))))
+              for a in _AXES]  # each value once, a 1-tuple each
     labels = (tuple(layouts), *others)
-    names = (_LAYOUT, *((a, _COMPOUND[a][0]) if a in _COMPOUND else (a,) for a in _AXES))
+    names = _NAMES
     # the layout's degrees are their own codes (plan.codes.STRATEGY_FIELDS: tp, pp, cp, vpp code as the number),
     # so its rows are converted at once, not field by field (a space has a few dozen to hundreds of layouts)
-    values = (np.array(layouts, dtype=float).reshape(len(layouts), len(_LAYOUT)),
-              *(np.array([[encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in rows],
-                         dtype=float).reshape(len(rows), len(axis_names))
-                for axis_names, rows in zip(names[1:], labels[1:], strict=True)))
+    values = (rows.reshape(len(layouts), len(_LAYOUT)),
+              *(_encoded(axis_names, choices) for axis_names, choices in zip(names[1:], labels[1:], strict=True)))
     rest = int(np.prod([len(o) for o in others], dtype=np.int64))
     return Axes(names, values, labels, pruned=(len(every) - len(layouts)) * rest)
+
+
+# the coded values of an axis's choices (`_encoded`), by its fields and choices with their types (True and 1, or
+# an enum and its string, are equal keys that might code apart): the same few axes recur in every search
+_ENCODED: dict[tuple[object, ...], np.ndarray] = {}
+ENCODED_AXES = 1024  # kept at most (past that, coded each time)
+
+
+def _encoded(axis_names: tuple[str, ...], choices: tuple[tuple[Any, ...], ...]) -> np.ndarray:
+    """An axis's values: a row of coded field values (`plan.codes.encode`) per choice, (choices x fields). Kept
+    read-only: one array serves every search with that axis."""
+    try:
+        key = (axis_names, choices, tuple(map(type, itertools.chain.from_iterable(choices))))
+        found = _ENCODED.get(key)
+    except TypeError:  # a value that does not hash: coded each time
+        key, found = None, None
+    if found is None:
+        found = np.array([[encode(n, v) for n, v in zip(axis_names, row, strict=True)] for row in choices],
+                         dtype=float).reshape(len(choices), len(axis_names))
+        found.flags.writeable = False
+        if key is not None and len(_ENCODED) < ENCODED_AXES:
+            _ENCODED[key] = found
+    return found
 
 
 # offload axes whose default is the base strategy's own setting
@@ -316,6 +363,8 @@ _BASE_OFFLOAD = ("weights", "gradients", "experts")
 # for each count given where the setting takes the value that has a count
 _COMPOUND: dict[str, tuple[str, Any]] = {"recompute": ("recompute_layers", Recompute.FULL),
                                          "offload_activations": ("offload_activation_layers", True)}
+# the fields each axis sets, in index order (`Axes.names`)
+_NAMES = (_LAYOUT, *((a, _COMPOUND[a][0]) if a in _COMPOUND else (a,) for a in _AXES))
 
 
 def _compound_rows(space: StrategySpace, axis: str) -> tuple[tuple[Any, int | None], ...]:
@@ -336,14 +385,24 @@ def chunk_strategy(base: StrategyArrays, c: dict[str, np.ndarray], gpus: int, ex
     format (`plan.arrays.recipe_family`) from the base strategy's own `precision` code (default: base's)."""
     precision_code = recipe_family(base.precision if precision is None else precision,
                                    c.get("block_format", base.block_format))
+    fields: dict[str, Array] = dict(c)
     if "recompute" in c:  # the base's recompute modules hold where a point recomputes selectively, else the
         selective = c["recompute"] == RECOMPUTE_SELECTIVE  # default ones, as a Strategy of that point has them
-        c = {**c, **{f"recompute_{m.value}": np.where(selective, getattr(base, f"recompute_{m.value}"),
-                                                      float(m in _DEFAULT_MODULES)) for m in RecomputeModule}}
+        fields.update({f"recompute_{m.value}": _module_flag(selective, getattr(base, f"recompute_{m.value}"),
+                                                            float(m in _DEFAULT_MODULES)) for m in RecomputeModule})
     return quick_replace(  # (dataclasses.replace of its 70 fields costs about 25 us)
-        base, **c, precision=precision_code, dp=data_parallel_degree(gpus, c["tp"], c["cp"], c["pp"]),
+        base, **fields, precision=precision_code, dp=data_parallel_degree(gpus, c["tp"], c["cp"], c["pp"]),
         schedule=np.where(c["vpp"] > 1, float(SCHEDULE_INTERLEAVED), float(SCHEDULE_1F1B)),
         etp=c["tp"] if expert_tp_is_tp else base.etp)
+
+
+def _module_flag(selective: np.ndarray | bool, base: Array, default: float) -> Array:
+    """A recompute module's flag at each point of a chunk: the base strategy's where the point recomputes
+    selectively, the default's elsewhere; where the two are the same number, that number, as a field outside the
+    space is (every point holds it: the estimate's values are the same, without an axis that changes nothing)."""
+    if type(base) is float and base == default:
+        return base
+    return np.where(selective, base, default)
 
 
 def point_strategy(base: Strategy, values: dict[str, Any]) -> Strategy:
