@@ -395,35 +395,12 @@ class _Best:
         return float(self.value[-1]) if len(self.value) == self.k else np.inf
 
     def merge(self, part: ChunkResult) -> None:
-        if len(self.value) + len(part.value) <= FEW_MERGED:  # a few: `_best`'s choice in plain Python
-            self.index, self.value = _few_best(self.index, self.value, part.index, part.value, self.k)
-        else:
-            index, value = np.concatenate((self.index, part.index)), np.concatenate((self.value, part.value))
-            keep = _best(index, value, self.k)
-            self.index, self.value = index[keep], value[keep]
+        index, value = np.concatenate((self.index, part.index)), np.concatenate((self.value, part.value))
+        keep = _best(index, value, self.k)
+        self.index, self.value = index[keep], value[keep]
         self.points += part.points
         self.evaluated += part.evaluated
         self.feasible += part.feasible
-
-
-FEW_MERGED = 64  # `_Best.merge` chooses up to this many held and new points in plain Python, more in numpy
-
-
-def _few_best(index: np.ndarray, value: np.ndarray, more_index: np.ndarray, more_value: np.ndarray,
-              k: int) -> tuple[np.ndarray, np.ndarray]:
-    """`_best` of the points (`index`, `value`) and (`more_index`, `more_value`) together, as (indices, values):
-    the k best distinct finite values ordered by (value, index), the first of equal values standing for all, in
-    Python floats (the same comparisons: a few points cost less than numpy's calls on them)."""
-    pairs = sorted((v, i) for v, i in zip(value.tolist() + more_value.tolist(), index.tolist() + more_index.tolist(),
-                                          strict=True) if math.isfinite(v))
-    kept: list[tuple[float, int]] = []
-    for pair in pairs:
-        if not kept or pair[0] != kept[-1][0]:
-            kept.append(pair)
-            if len(kept) == k:
-                break
-    return (np.array([i for _, i in kept], dtype=np.int64),
-            np.array([v for v, _ in kept], dtype=np.result_type(value, more_value)))
 
 
 def _signature(problem: Problem, chunk: int) -> str:
