@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from armillary.comm.cost_types import ALGORITHMS, PROTOCOLS, SIMPLE
 from armillary.memo import IdentityCache
 from armillary.specs.communication import ALG_DIRECT, ALG_HALVING_DOUBLING, ALG_IN_NETWORK, ALG_TREE, Algorithm
@@ -52,11 +54,18 @@ def hop_latencies(net: NetworkDimension) -> tuple[float, ...]:
 
 
 _Plan = tuple[tuple[int, Algorithm, tuple[tuple[tuple[int, int], float, float, float], ...]], ...]
-_Derived = tuple[tuple[tuple[int, Algorithm, float], ...], tuple[float, ...], _Plan]
+# per candidate algorithm that runs with a protocol: (algorithm, its (algorithm, protocol) labels, per number of
+# axes d of a sweep, its protocols' (base latencies, step latencies, shares of the link's bytes/s) as columns of
+# shape (protocols, 1 x d) that broadcast against the sweep's arrays: every protocol costed in one array pass)
+_Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+_Stacked = tuple[tuple[Algorithm, tuple[tuple[int, int], ...], tuple[_Columns, ...]], ...]
+_Derived = tuple[tuple[tuple[int, Algorithm, float], ...], tuple[float, ...], _Plan, _Stacked]
+_AXES = 12  # the columns are made for sweeps of up to this many axes (a search block has one per varying axis)
 
 # per network dimension (a frozen spec), what `_candidate_costs` reads of it on every call: its candidates, its
 # per-protocol step latencies and, per candidate, the protocols it runs with ((algorithm, protocol) label, base
-# latency, step latency, the protocol's share of the link's bytes/s); bounded, a long search builds many systems
+# latency, step latency, the protocol's share of the link's bytes/s), those as columns; bounded, a long search
+# builds many systems
 _DERIVED: IdentityCache[NetworkDimension, _Derived] = IdentityCache(1024)
 
 
@@ -76,7 +85,16 @@ def _derive(net: NetworkDimension) -> _Derived:
                                       if proto.name in offered
                                       and (alg is not ALG_IN_NETWORK or proto.name == SIMPLE)))
                  for a_index, alg, link in candidates)
-    return candidates, hops, plan
+    return candidates, hops, plan, tuple((alg, tuple(label for label, _, _, _ in protocols), _columns(protocols))
+                                         for _, alg, protocols in plan if protocols)
+
+
+def _columns(protocols: tuple[tuple[tuple[int, int], float, float, float], ...]) -> tuple[_Columns, ...]:
+    """The protocols' (base latency, step latency, bytes/s share) as read-only columns, one set per sweep rank."""
+    values = np.array([[base, hop, rate] for _, base, hop, rate in protocols]).T.copy()
+    values.flags.writeable = False
+    return tuple(tuple(v.reshape((len(protocols),) + (1,) * axes) for v in values)  # type: ignore[misc]
+                 for axes in range(_AXES + 1))
 
 
 @functools.lru_cache(maxsize=256)

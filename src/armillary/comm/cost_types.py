@@ -5,6 +5,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from armillary.memo import quick_init
 from armillary.numerics import Array
@@ -60,3 +63,39 @@ class DimensionCost:
 
 NOTHING = DimensionCost(0.0, 0.0, 0, 0)
 ALGORITHMS = (ALG_RING, ALG_TREE, ALG_HALVING_DOUBLING, ALG_DIRECT, ALG_IN_NETWORK, ALG_SYNTHESIZED)
+
+
+class Rows(NamedTuple):
+    """One dimension's costs under each protocol (in PROTOCOLS order), stacked: the times and the fixed costs with
+    the protocol on a first axis (the sweep's axes after it; one configuration: one value a row), and per
+    protocol the bytes sent and the (algorithm, protocol) labels. A flat ring weighs its protocols on these in one
+    array pass (comm/flat_ring.py); `costs` gives them one by one."""
+
+    time: np.ndarray
+    sent: tuple[Array, ...]
+    fixed: np.ndarray
+    algorithm: tuple[int, ...]
+    protocol: tuple[int, ...]
+
+    def cost(self, k: int, scalar: bool) -> DimensionCost:
+        """Protocol k's cost (one configuration's as plain floats; a sweep's as arrays of its own)."""
+        if scalar:
+            return DimensionCost(float(self.time[k]), self.sent[k], self.algorithm[k], self.protocol[k],
+                                 float(self.fixed[k]))
+        sent = self.sent[k]
+        return DimensionCost(self.time[k].copy(), sent.copy() if isinstance(sent, np.ndarray) else sent,
+                             self.algorithm[k], self.protocol[k], np.array(self.fixed[k]))
+
+    def costs(self, scalar: bool) -> tuple[DimensionCost, ...]:
+        return tuple(self.cost(k, scalar) for k in range(len(self.algorithm)))
+
+    @staticmethod
+    def of(costs: tuple[DimensionCost, ...]) -> Rows:
+        """Costs one by one, stacked (broadcast to one shape)."""
+        return Rows(_stacked_values([c.time for c in costs]), tuple(c.sent_bytes for c in costs),
+                    _stacked_values([c.fixed for c in costs]), tuple(int(c.algorithm) for c in costs),
+                    tuple(int(c.protocol) for c in costs))
+
+
+def _stacked_values(values: list[Array]) -> np.ndarray:
+    return np.stack(np.broadcast_arrays(*values)).astype(float, copy=False)
