@@ -249,7 +249,9 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         # (x * 1.0 is x and x + 0.0 is x for x > 0 or NaN, IEEE 754: the common call skips those array ops,
         # the same bits; fixed >= the protocol's base latency > 0)
         fixed = base + (steps * hop if unit_scale else steps * hop * latency_scale)
-        transfer = sent / (rate * scale * ramped)
+        # (x * 1.0 is x: a dimension's own bandwidth, without a size curve, divides by the rates as they are)
+        transfer = sent / (rate if type(scale) is float and scale == 1.0 and type(ramped) is float and ramped == 1.0
+                           else rate * scale * ramped)
         axes = max(fixed_axes, transfer_axes) if reduce_free else max(fixed_axes, transfer_axes, _axes(reduce_time))
         time = _lifted(fixed, axes) + _lifted(transfer, axes)
         times.append(time if reduce_free else time + reduce_time)

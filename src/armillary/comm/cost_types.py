@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -86,6 +87,21 @@ class Rows(NamedTuple):
         return DimensionCost(self.time[k].copy(), sent.copy() if isinstance(sent, np.ndarray) else sent,
                              self.algorithm[k], self.protocol[k], np.array(self.fixed[k]))
 
+    def chosen(self, pick: np.ndarray, points: np.ndarray | None) -> DimensionCost:
+        """Over a sweep, protocol `pick` at each point: what choosing each field by `pick` gives (np.choose), bit
+        for bit, through cheaper gathers (`points`: np.arange over a flat `pick`, or None)."""
+        sent = self.sent[0]
+        if not all(x is sent for x in self.sent):
+            sent = pick.choose(self.sent)
+        elif type(sent) is np.ndarray and sent.shape == pick.shape:
+            sent = sent.copy()  # (every protocol's: choose copies it)
+        elif type(sent) is float:
+            sent = np.full(pick.shape, sent)
+        else:
+            sent = pick.choose(self.sent)
+        return DimensionCost(_gathered(self.time, pick, points), sent, _labels(self.algorithm).take(pick),
+                             _labels(self.protocol).take(pick), _gathered(self.fixed, pick, points))
+
     def costs(self, scalar: bool) -> tuple[DimensionCost, ...]:
         return tuple(self.cost(k, scalar) for k in range(len(self.algorithm)))
 
@@ -95,6 +111,22 @@ class Rows(NamedTuple):
         return Rows(_stacked_values([c.time for c in costs]), tuple(c.sent_bytes for c in costs),
                     _stacked_values([c.fixed for c in costs]), tuple(int(c.algorithm) for c in costs),
                     tuple(int(c.protocol) for c in costs))
+
+
+def _gathered(rows: np.ndarray, pick: np.ndarray, points: np.ndarray | None) -> np.ndarray:
+    """rows[pick[j], j] at each point j: pick.choose(rows), as one fancy index where the rows are flat and full."""
+    if points is not None and rows.ndim == 2 and rows.shape[1] == len(points):
+        return rows[pick, points]
+    return pick.choose(rows)
+
+
+@functools.lru_cache(maxsize=256)
+def _labels(labels: tuple[int, ...]) -> np.ndarray:
+    """Labels as an array (read-only: shared) that `take` indexes: np.choose of the numbers, without converting
+    each on every call."""
+    column = np.array(labels)
+    column.flags.writeable = False
+    return column
 
 
 def _stacked_values(values: list[Array]) -> np.ndarray:

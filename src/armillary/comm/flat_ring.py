@@ -9,7 +9,7 @@ import numpy as np
 
 from armillary.comm.algorithm_steps import bus_factor
 from armillary.comm.composed import Composed
-from armillary.comm.cost_types import PROTOCOLS, DimensionCost
+from armillary.comm.cost_types import PROTOCOLS
 from armillary.comm.phase_net import PhaseNet
 from armillary.numerics import Array, is_array, nan_maximum, where
 from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, BROADCAST, REDUCE, REDUCE_SCATTER, Collective
@@ -75,9 +75,8 @@ def flat_ring(op: Collective, n: Array, net: PhaseNet, index: int) -> Composed |
         best, pick = where(take, best, time[k]), where(take, pick, k)
     if not is_array(best):
         return Composed(float(best), tuple(r.cost(pick, True) for r in rows), index)  # type: ignore[arg-type]
-    dims = tuple(DimensionCost(pick.choose(r.time), pick.choose(r.sent), pick.choose(r.algorithm),
-                               pick.choose(r.protocol), pick.choose(r.fixed)) for r in rows)
-    return Composed(best, dims, np.full(pick.shape, index))
+    points = np.arange(pick.size) if pick.ndim == 1 else None
+    return Composed(best, tuple(r.chosen(pick, points) for r in rows), np.full(pick.shape, index))
 
 
 def _step_shares(p: Array, inner: list[Array]) -> list[Array]:
