@@ -54,23 +54,33 @@ def fastest(times: list[Array] | np.ndarray, sents: list[Array], fixeds: list[Ar
     # (the arrays' own methods, what np.argmin and np.choose call after their Python-level dispatch, which for
     # np.choose walks every choice, a row view each for `stacked`: a few us a call)
     k = stacked.argmin(axis=0)  # (the times hold every input's shape, so k has the common shape)
-    active = np.asarray(p) > 1
-    algorithm, protocol = _label_columns(tuple(labels))
+    active = p > 1 if type(p) is np.ndarray else np.asarray(p) > 1
+    algorithm, protocol = _label_columns(labels if type(labels) is tuple else tuple(labels))
     if groups is not None:
         sents = [sents[g] for g in groups] if len(sents) > 1 else sents * len(groups)
     sent = sents[0]  # one array for every candidate (one algorithm's protocols), of k's shape: what choose gives
-    own = type(sent) is np.ndarray and sent.shape == k.shape and _all_is(sents, sent)
-    if not own:
-        sent = k.choose(sents)  # (numbers or arrays: choose takes either)
-    fixed = k.choose(fixeds)
-    time = k.choose(stacked)
-    if active.shape == k.shape and active.all():  # np.where(active, x, 0.0) copies x here: what choose made is new
-        # (the same bits; the bytes sent copied where they are the candidates' own array)
-        return DimensionCost(time, sent.copy() if own else sent if sent.shape == k.shape and sent.dtype == np.float64
-                             else np.where(active, sent, 0.0), algorithm.take(k),
-                             protocol.take(k), fixed if fixed.shape == k.shape else np.where(active, fixed, 0.0))
-    return DimensionCost(np.where(active, time, 0.0), np.where(active, sent, 0.0),
-                         algorithm.take(k), protocol.take(k), np.where(active, fixed, 0.0))
+    # (copied: a new array, as choose makes)
+    sent = sent.copy() if type(sent) is np.ndarray and sent.shape == k.shape and _all_is(sents, sent) else (
+        k.choose(sents))  # (numbers or arrays: choose takes either)
+    # over one axis, the chosen times (and fixed costs, stacked alike) as one fancy index: what choose gives
+    points = np.arange(k.size) if k.ndim == 1 else None
+    time = k.choose(stacked) if points is None else stacked[k, points]
+    fixed = fixeds[k, points] if points is not None and type(fixeds) is np.ndarray and (
+        fixeds.shape == stacked.shape) else k.choose(fixeds)
+    if not active.all():  # np.where(active, x, 0.0), set in place on these new arrays of k's shape (which holds
+        # the mask's): the same bits
+        inactive = ~active
+        for x in (time, sent, fixed):
+            if x.dtype != np.float64:
+                break
+        else:
+            for x in (time, sent, fixed):
+                np.copyto(x, 0.0, where=inactive)
+            return DimensionCost(time, sent, algorithm.take(k), protocol.take(k), fixed)
+        return DimensionCost(np.where(active, time, 0.0), np.where(active, sent, 0.0), algorithm.take(k),
+                             protocol.take(k), np.where(active, fixed, 0.0))
+    return DimensionCost(time, sent if sent.dtype == np.float64 else np.where(active, sent, 0.0), algorithm.take(k),
+                         protocol.take(k), fixed)
 
 
 def _all_is(values: list[Array], first: Array) -> bool:
