@@ -144,7 +144,7 @@ def ring_rows(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, r
     else:  # np.where(active, x, 0.0), as `_each_alone` gives each protocol (where every point is active and x
         # has the mask's shape, x itself: what the candidates made is new; the bytes are copied when split)
         active = np.asarray(p) > 1
-        every = bool(active.all())
+        every = np.count_nonzero(active) == active.size  # (np.all, without its Python-level wrapper)
         if not (every and time.shape[1:] == active.shape):
             time = np.where(active, time, 0.0)
         if not (every and fixed.shape[1:] == active.shape):
@@ -167,7 +167,8 @@ def _each_alone(c: Candidates) -> tuple[DimensionCost, ...]:
         return tuple(fastest([t], [s], [f], [label], p, True)
                      for t, s, f, label in zip(times, sents, fixeds, labels, strict=True))
     active = np.asarray(p) > 1
-    if active.all():  # every point a group of two or more: np.where(active, x, 0.0) is a copy of x where x is a
+    if np.count_nonzero(active) == active.size:  # every point a group of two or more (np.all, without its
+        # Python-level wrapper): np.where(active, x, 0.0) is a copy of x where x is a
         # float array of the mask's shape (the same bits, a new array), done as a copy
         def kept(x: Array) -> Array:
             return x.copy() if type(x) is np.ndarray and x.shape == active.shape and x.dtype == np.float64 else (

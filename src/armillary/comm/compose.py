@@ -116,8 +116,8 @@ def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, a
         spans = group.spans
         inside = (~((spans[0] > 1) & (spans[1] > 1)) if len(spans) == 2 and type(spans[0]) is np.ndarray
                   and type(spans[1]) is np.ndarray else np.asarray(sum(np.asarray(s) > 1 for s in spans) <= 1))
-        if inside.any():  # a flattened sweep that mixes groups inside one dimension with the rest: each costed
-            # as alone (`on_one_dimension`), not as a composition with one active dimension
+        if np.count_nonzero(inside):  # a flattened sweep that mixes groups inside one dimension with the rest:
+            # each costed as alone (`on_one_dimension`), not as a composition with one active dimension
             return _split(op, n_bytes, group, system, bandwidths, np.asarray(inside, dtype=bool))
     return _composed(op, n_bytes, group, system, algorithm, bandwidths, composition)
 

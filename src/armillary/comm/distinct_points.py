@@ -72,7 +72,7 @@ def distinct_columns(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray | None
     first = np.empty(len(order), dtype=bool)
     first[0] = True
     (ordered[:, 1:] != ordered[:, :-1]).any(axis=0, out=first[1:])  # (the array's method: np.any's dispatch skipped)
-    if first.all():
+    if np.count_nonzero(first) == first.size:
         return columns, None
     inverse = np.empty(len(order), dtype=np.intp)
     inverse[order] = first.cumsum() - 1  # (the array's method: np.cumsum's dispatch skipped)

@@ -67,8 +67,8 @@ def fastest(times: list[Array] | np.ndarray, sents: list[Array], fixeds: list[Ar
     time = k.choose(stacked) if points is None else stacked[k, points]
     fixed = fixeds[k, points] if points is not None and type(fixeds) is np.ndarray and (
         fixeds.shape == stacked.shape) else k.choose(fixeds)
-    if not active.all():  # np.where(active, x, 0.0), set in place on these new arrays of k's shape (which holds
-        # the mask's): the same bits
+    if np.count_nonzero(active) != active.size:  # np.where(active, x, 0.0), set in place on these new arrays of
+        # k's shape (which holds the mask's): the same bits
         inactive = ~active
         for x in (time, sent, fixed):
             if x.dtype != np.float64:

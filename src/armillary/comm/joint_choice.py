@@ -127,7 +127,7 @@ class Stack:
         f, b = self.fixed, self.transfer
         covers = ((f[:, None] <= f[None]) & (b[:, None] <= b[None])).all(axis=2)  # [earlier, later]
         kept = ~(covers & _earlier(len(f))).any(axis=0)
-        if kept.all():
+        if np.count_nonzero(kept) == kept.size:
             return self
         return Stack(self.fields[:, :, kept], f[kept], b[kept], self.shape)
 

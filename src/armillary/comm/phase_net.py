@@ -115,7 +115,7 @@ class PhaseNet:
         if not is_array(several):
             return rows  # (spanned: one configuration's scale is 1, and x * 1.0 is x)
         if type(span) is np.ndarray and type(several) is np.ndarray and _rows_of_shape(rows, span.shape) and (
-                several.all()):
+                np.count_nonzero(several) == several.size):
             return rows  # spanned at every point, costs of its shape: x * 1.0 is x (IEEE 754), so as they are
         spanned = where(several, 1.0, 0.0)  # (one mask for every protocol: `scaled` of each)
         sent = rows.sent[0]
