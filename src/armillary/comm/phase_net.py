@@ -6,7 +6,6 @@ compositions (`faster`). comm/compose.py puts the phases together."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -32,21 +31,32 @@ class PhaseNet:
     algorithm: Algorithm
     bandwidths: tuple[Array | None, ...]
 
-    @functools.cached_property
+    # (each made once per composition, kept in the instance's __dict__ as functools.cached_property keeps it,
+    # without its lock: Python 3.11's takes one on every first read, ~2 us)
+    @property
     def outermost(self) -> Array:
         """The group's outermost spanned dimension (`Placement.outermost`), once per composition."""
-        return self.group.outermost
+        kept = self.__dict__
+        if "_outermost" not in kept:
+            kept["_outermost"] = self.group.outermost
+        return kept["_outermost"]  # type: ignore[no-any-return]
 
-    @functools.cached_property
+    @property
     def size(self) -> Array:
         """The group's ranks (`Placement.size`), once per composition."""
-        return self.group.size
+        kept = self.__dict__
+        if "_size" not in kept:
+            kept["_size"] = self.group.size
+        return kept["_size"]  # type: ignore[no-any-return]
 
-    @functools.cached_property
+    @property
     def tops(self) -> tuple[Array, ...]:
         """Per dimension, whether it is the outermost the group spans, once per composition."""
-        outermost = self.outermost
-        return tuple(outermost == i for i in range(len(self.group.spans)))
+        kept = self.__dict__
+        if "_tops" not in kept:
+            outermost = self.outermost
+            kept["_tops"] = tuple(outermost == i for i in range(len(self.group.spans)))
+        return kept["_tops"]  # type: ignore[no-any-return]
 
     def top(self, i: int) -> Array:
         """Whether dimension i is the outermost the group spans."""
