@@ -37,7 +37,7 @@ import numpy as np
 
 from armillary.comm.algorithm_steps import bus_factor as bus_factor  # public here too (nccl-tests' factor)
 from armillary.comm.algorithm_steps import steps_and_bytes
-from armillary.comm.candidates import candidates_of, derived
+from armillary.comm.candidates import COLUMN_AXES, candidates_of, derived
 from armillary.comm.cost_types import ALGORITHMS, NOTHING, PROTOCOLS, DimensionCost, Rows
 from armillary.comm.cost_types import Protocol as Protocol  # public here too (comm/algorithms.py names them)
 from armillary.comm.fastest_candidate import Candidates, faster_cost, fastest
@@ -243,18 +243,26 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         ramped = tree_ramp if alg is ALG_TREE else ramp
         reduce_free = type(reduce_time) is float and reduce_time == 0.0
         # each protocol a row, the sweep's axes after it (the columns carry as many axes as what they meet)
-        fixed_axes = _axes(steps) if unit_scale else max(_axes(steps), _axes(latency_scale))
-        transfer_axes = max(_axes(sent), scale_axes, _axes(ramped))
-        base, hop = _column_set(columns, fixed_axes)[:2]
-        rate = _column_set(columns, transfer_axes)[2]
+        fixed_axes = steps.ndim if type(steps) is np.ndarray else 0  # (`_axes`, inline: a few calls a candidate)
+        if not unit_scale:
+            fixed_axes = max(fixed_axes, _axes(latency_scale))
+        transfer_axes = sent.ndim if type(sent) is np.ndarray else 0
+        if scale_axes > transfer_axes or type(ramped) is np.ndarray:
+            transfer_axes = max(transfer_axes, scale_axes, _axes(ramped))
+        base, hop, _ = columns[fixed_axes] if fixed_axes <= COLUMN_AXES else _column_set(columns, fixed_axes)
+        rate = (columns[transfer_axes] if transfer_axes <= COLUMN_AXES else _column_set(columns, transfer_axes))[2]
         # (x * 1.0 is x and x + 0.0 is x for x > 0 or NaN, IEEE 754: the common call skips those array ops,
         # the same bits; fixed >= the protocol's base latency > 0)
         fixed = base + (steps * hop if unit_scale else steps * hop * latency_scale)
         # (x * 1.0 is x: a dimension's own bandwidth, without a size curve, divides by the rates as they are)
         transfer = sent / (rate if type(scale) is float and scale == 1.0 and type(ramped) is float and ramped == 1.0
                            else rate * scale * ramped)
-        axes = max(fixed_axes, transfer_axes) if reduce_free else max(fixed_axes, transfer_axes, _axes(reduce_time))
-        time = _lifted(fixed, axes) + _lifted(transfer, axes)
+        if fixed_axes == transfer_axes and reduce_free:
+            time = fixed + transfer  # (rows of one shape: nothing to lift)
+        else:
+            axes = max(fixed_axes, transfer_axes) if reduce_free else max(fixed_axes, transfer_axes,
+                                                                              _axes(reduce_time))
+            time = _lifted(fixed, axes) + _lifted(transfer, axes)
         times.append(time if reduce_free else time + reduce_time)
         fixeds.append(fixed)
         groups.extend((len(sents),) * len(alg_labels))

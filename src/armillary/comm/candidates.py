@@ -60,7 +60,7 @@ _Plan = tuple[tuple[int, Algorithm, tuple[tuple[tuple[int, int], float, float, f
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 _Stacked = tuple[tuple[Algorithm, tuple[tuple[int, int], ...], tuple[_Columns, ...]], ...]
 _Derived = tuple[tuple[tuple[int, Algorithm, float], ...], tuple[float, ...], _Plan, _Stacked]
-_AXES = 12  # the columns are made for sweeps of up to this many axes (a search block has one per varying axis)
+COLUMN_AXES = 12  # the columns are made for sweeps of up to this many axes (a search block has one per varying axis)
 
 # per network dimension (a frozen spec), what `_candidate_costs` reads of it on every call: its candidates, its
 # per-protocol step latencies and, per candidate, the protocols it runs with ((algorithm, protocol) label, base
@@ -94,7 +94,7 @@ def _columns(protocols: tuple[tuple[tuple[int, int], float, float, float], ...])
     values = np.array([[base, hop, rate] for _, base, hop, rate in protocols]).T.copy()
     values.flags.writeable = False
     return tuple(tuple(v.reshape((len(protocols),) + (1,) * axes) for v in values)  # type: ignore[misc]
-                 for axes in range(_AXES + 1))
+                 for axes in range(COLUMN_AXES + 1))
 
 
 @functools.lru_cache(maxsize=256)
