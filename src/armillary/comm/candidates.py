@@ -10,7 +10,15 @@ import numpy as np
 
 from armillary.comm.cost_types import ALGORITHMS, PROTOCOLS, SIMPLE
 from armillary.memo import IdentityCache
-from armillary.specs.communication import ALG_DIRECT, ALG_HALVING_DOUBLING, ALG_IN_NETWORK, ALG_TREE, Algorithm
+from armillary.specs.communication import (
+    ALG_DIRECT,
+    ALG_HALVING_DOUBLING,
+    ALG_IN_NETWORK,
+    ALG_RING,
+    ALG_SYNTHESIZED,
+    ALG_TREE,
+    Algorithm,
+)
 from armillary.specs.network import SWITCHED, NetworkDimension, NetworkKind
 
 _MESH = NetworkKind.MESH  # read once, as Collective's members are (specs/communication.py says why)
@@ -59,7 +67,7 @@ _Plan = tuple[tuple[int, Algorithm, tuple[tuple[tuple[int, int], float, float, f
 # shape (protocols, 1 x d) that broadcast against the sweep's arrays: every protocol costed in one array pass)
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 _Stacked = tuple[tuple[Algorithm, tuple[tuple[int, int], ...], tuple[_Columns, ...]], ...]
-_Derived = tuple[tuple[tuple[int, Algorithm, float], ...], tuple[float, ...], _Plan, _Stacked]
+_Derived = tuple[tuple[tuple[int, Algorithm, float], ...], tuple[float, ...], _Plan, _Stacked, bool]
 COLUMN_AXES = 12  # the columns are made for sweeps of up to this many axes (a search block has one per varying axis)
 
 # per network dimension (a frozen spec), what `_candidate_costs` reads of it on every call: its candidates, its
@@ -85,8 +93,23 @@ def _derive(net: NetworkDimension) -> _Derived:
                                       if proto.name in offered
                                       and (alg is not ALG_IN_NETWORK or proto.name == SIMPLE)))
                  for a_index, alg, link in candidates)
-    return candidates, hops, plan, tuple((alg, tuple(label for label, _, _, _ in protocols), _columns(protocols))
-                                         for _, alg, protocols in plan if protocols)
+    stacked = tuple((alg, tuple(label for label, _, _, _ in protocols), _columns(protocols))
+                    for _, alg, protocols in plan if protocols)
+    # whether a reduce-scatter of n bytes costs what an all-gather of n bytes costs here, term for term: the ring
+    # and halving-doubling send and step alike for both ((p-1) a + (p-1)/p n b: Thakur, Rabenseifner & Gropp 2005;
+    # algorithm_steps.steps_and_bytes), the tree runs neither; not where a direct algorithm (the reduce-scatter
+    # also reduces what it receives), in-network reduction (the switch reduces) or a synthesized schedule runs
+    alike = ALG_SYNTHESIZED not in net.algorithms and all(alg in _ALIKE for _, alg, _ in candidates)
+    return candidates, hops, plan, stacked, alike
+
+
+_ALIKE = frozenset((ALG_RING, ALG_HALVING_DOUBLING, ALG_TREE))  # (the algorithms `scatter_is_gather` allows)
+
+
+def scatter_is_gather(net: NetworkDimension) -> bool:
+    """Whether the automatic choice on `net` costs a reduce-scatter exactly as an all-gather of the same bytes
+    (`_derive`): every (algorithm, protocol) that can run has the same steps and bytes for both."""
+    return derived(net)[4]
 
 
 def _columns(protocols: tuple[tuple[tuple[int, int], float, float, float], ...]) -> tuple[_Columns, ...]:
