@@ -191,6 +191,8 @@ def phase_message(op: Collective, n: Array, group: Placement, i: int) -> Array:
         return n
     if op is ALL_TO_ALL:
         return n * group.inner(i + 1) / group.size
+    if i == 0 and (type(n) is float or (type(n) is np.ndarray and n.dtype == np.float64)):
+        return n  # no dimension below the first: n / 1.0 is n (IEEE 754), the same bits without the pass
     return n / group.inner(i)
 
 
