@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from armillary.comm import compose_memo
 from armillary.comm.algorithm_steps import bus_factor
 from armillary.comm.candidates import candidates_of, scatter_is_gather
-from armillary.comm.compose import compose, memoized
+from armillary.comm.compose import compose, forget, memoized
 from armillary.comm.composed import Composed
 from armillary.comm.cost_types import PROTOCOLS, DimensionCost
 from armillary.comm.fastest_candidate import fastest
@@ -144,9 +145,14 @@ def test_a_reduce_scatter_kept_as_the_all_gather_is_the_reduce_scatter(name):
         scatter = compose(Collective.REDUCE_SCATTER, n, group, system, ALG_AUTO, None, ANY_COMPOSITION)
         gather = compose(Collective.ALL_GATHER, n, group, system, ALG_AUTO, None, ANY_COMPOSITION)
         assert _composed_bits(scatter) == _composed_bits(gather)
-        with memoized(("test", name)):
-            kept_gather = compose(Collective.ALL_GATHER, n, group, system, ALG_AUTO, None, ANY_COMPOSITION)
-            kept_scatter = compose(Collective.REDUCE_SCATTER, n, group, system, ALG_AUTO, None, ANY_COMPOSITION)
+        try:
+            with memoized(("test", name)):
+                kept_gather = compose(Collective.ALL_GATHER, n, group, system, ALG_AUTO, None, ANY_COMPOSITION)
+                held = len(compose_memo.MEMO)
+                kept_scatter = compose(Collective.REDUCE_SCATTER, n, group, system, ALG_AUTO, None, ANY_COMPOSITION)
+                assert len(compose_memo.MEMO) == held == 1  # the reduce-scatter is the all-gather's entry
+        finally:
+            forget()  # (as a search does when it ends)
         assert _composed_bits(kept_scatter) == _composed_bits(scatter) == _composed_bits(kept_gather)
         assert not np.shares_memory(kept_scatter.time, kept_gather.time)
 
