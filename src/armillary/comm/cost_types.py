@@ -92,13 +92,13 @@ class Rows(NamedTuple):
         for bit, through cheaper gathers (`points`: np.arange over a flat `pick`, or None)."""
         sent = self.sent[0]
         if not all(x is sent for x in self.sent):
-            sent = pick.choose(self.sent)
+            sent = pick.choose(self.sent)  # type: ignore[arg-type]  # (numbers or arrays: choose takes either)
         elif type(sent) is np.ndarray and sent.shape == pick.shape:
             sent = sent.copy()  # (every protocol's: choose copies it)
         elif type(sent) is float:
             sent = np.full(pick.shape, sent)
         else:
-            sent = pick.choose(self.sent)
+            sent = pick.choose(self.sent)  # type: ignore[arg-type]
         return DimensionCost(_gathered(self.time, pick, points), sent, _labels(self.algorithm).take(pick),
                              _labels(self.protocol).take(pick), _gathered(self.fixed, pick, points))
 

@@ -44,13 +44,13 @@ def fastest(times: list[Array] | np.ndarray, sents: list[Array], fixeds: list[Ar
     candidates as lists, one entry each, or stacked (`Candidates`: the times and fixed costs on a first axis,
     the bytes per group)."""
     if scalar:
-        each = times if type(times) is list else times.tolist()  # (plain floats: the same comparisons)
+        each = times if isinstance(times, list) else times.tolist()  # (plain floats: the same comparisons)
         k = each.index(min(each))  # the first of the least, as min over the indices by time picks it
         if not p > 1:
             return DimensionCost(0.0, 0.0, labels[k][0], labels[k][1])
         return DimensionCost(each[k], sents[k if groups is None else groups[k]], labels[k][0], labels[k][1],
-                             fixeds[k] if type(fixeds) is list else fixeds.item(k))
-    stacked = times if type(times) is np.ndarray else _stacked(times)  # only the times: choose broadcasts the rest
+                             fixeds[k] if isinstance(fixeds, list) else fixeds.item(k))
+    stacked = times if isinstance(times, np.ndarray) else _stacked(times)  # only the times: choose broadcasts the rest
     # (the arrays' own methods, what np.argmin and np.choose call after their Python-level dispatch, which for
     # np.choose walks every choice, a row view each for `stacked`: a few us a call)
     k = stacked.argmin(axis=0)  # (the times hold every input's shape, so k has the common shape)

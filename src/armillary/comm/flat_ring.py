@@ -11,7 +11,7 @@ from armillary.comm.algorithm_steps import bus_factor
 from armillary.comm.composed import Composed
 from armillary.comm.cost_types import PROTOCOLS
 from armillary.comm.phase_net import PhaseNet
-from armillary.numerics import Array, is_array, nan_maximum, where
+from armillary.numerics import Array, nan_maximum, where
 from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, BROADCAST, REDUCE, REDUCE_SCATTER, Collective
 
 # the collectives a ring runs
@@ -69,12 +69,13 @@ def flat_ring(op: Collective, n: Array, net: PhaseNet, index: int) -> Composed |
                 transfer[k] = where(group.spans[i] > 1, nan_maximum(transfer[k], ceiling), transfer[k])
     time = latency + transfer
     # the fastest protocol, as `faster` folds them in order: the earlier kept where at most the later's time
-    best, pick = time[0], 0
+    best: Array = time[0]
+    pick: Array = 0
     for k in range(1, len(PROTOCOLS)):
         take = best <= time[k]
         best, pick = where(take, best, time[k]), where(take, pick, k)
-    if not is_array(best):
-        return Composed(float(best), tuple(r.cost(pick, True) for r in rows), index)  # type: ignore[arg-type]
+    if not isinstance(pick, np.ndarray):  # one configuration: the protocol's costs as plain floats
+        return Composed(float(best), tuple(r.cost(int(pick), True) for r in rows), index)
     points = np.arange(pick.size) if pick.ndim == 1 else None
     return Composed(best, tuple(r.chosen(pick, points) for r in rows), np.full(pick.shape, index))
 
