@@ -60,7 +60,7 @@ from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.network import DirectAllReduce, NetworkDimension
 
 __all__ = ["ALGORITHMS", "NOTHING", "PROTOCOLS", "DimensionCost", "Protocol", "bus_factor", "dimension_cost",
-           "dimension_option_rows", "dimension_options", "ring_protocols", "ring_rows"]
+           "dimension_options", "ring_protocols", "ring_rows"]
 
 _TWO_SHOT = DirectAllReduce.TWO_SHOT  # read once, as Collective's members are (specs/communication.py says why)
 # the collectives that reduce (`Collective.reduces`, a property that reads three members: ~0.9 us a call)
@@ -101,30 +101,18 @@ def dimension_options(op: Collective, n_bytes: Array, p: Array, net: NetworkDime
                       exclude: tuple[Algorithm, ...] = ()) -> tuple[DimensionCost, ...]:
     """Every (algorithm, protocol) that `dimension_cost` weighs, each costed as it costs the fastest: what a
     tuner compares when the part's own fastest is not the whole collective's (comm/phases.py: the pipelined
-    phases). A group of one does nothing under each. Raises where none can run. (`dimension_option_rows`, one
-    by one.)"""
-    options = dimension_option_rows(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth, exclude)
-    if isinstance(options, tuple) and not isinstance(options, Rows):
-        return options
-    return options.costs(is_scalar(n_bytes) and is_scalar(p) and (bandwidth is None or is_scalar(bandwidth)))
-
-
-def dimension_option_rows(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension,
-                          reduce_bytes_per_s: float, algorithm: Algorithm = ALG_AUTO, bandwidth: Array | None = None,
-                          exclude: tuple[Algorithm, ...] = ()) -> Rows | tuple[DimensionCost, ...]:
-    """`dimension_options`, stacked (`Rows`) where every option is a candidate costed alone; the options one by
-    one where a group of one does nothing or a synthesized schedule is among them."""
+    phases). A group of one does nothing under each. Raises where none can run."""
     scalar = is_scalar(n_bytes) and is_scalar(p) and (bandwidth is None or is_scalar(bandwidth))
     if scalar and p <= 1 and algorithm is ALG_AUTO:
         return (NOTHING,)
     if algorithm is ALG_SYNTHESIZED:
         return (dimension_cost(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth, exclude),)
+    found = []
     if synthesizable(op, p, net, algorithm, exclude):
-        return (synthesized(op, n_bytes, p, net, bandwidth),
-                *_each_alone(_candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth,
-                                              (*exclude, ALG_SYNTHESIZED), 1.0, scalar)))
-    return _alone_rows(_candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth, exclude, 1.0,
-                                        scalar))
+        found.append(synthesized(op, n_bytes, p, net, bandwidth))
+        exclude = (*exclude, ALG_SYNTHESIZED)
+    return (*found, *_each_alone(_candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth,
+                                                  exclude, 1.0, scalar)))
 
 
 def ring_protocols(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
@@ -148,39 +136,47 @@ def ring_rows(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, r
               and is_scalar(latency_scale) and is_scalar(curve))
     c = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, ALG_RING, bandwidth, (), latency_scale, scalar,
                          curve)
-    rows = _alone_rows(c)
+    p, time, fixed, sent = c.p, c.times, c.fixeds, c.sents[0]  # (the ring alone: one bytes sent for every protocol)
+    if scalar:
+        if not p > 1:
+            time = fixed = np.zeros(len(c.labels))
+            sent = 0.0
+    else:  # np.where(active, x, 0.0), as `_each_alone` gives each protocol (where every point is active and x
+        # has the mask's shape, x itself: what the candidates made is new; the bytes are copied when split)
+        active = np.asarray(p) > 1
+        every = np.count_nonzero(active) == active.size  # (np.all, without its Python-level wrapper)
+        if not (every and time.shape[1:] == active.shape):
+            time = np.where(active, time, 0.0)
+        if not (every and fixed.shape[1:] == active.shape):
+            fixed = np.where(active, fixed, 0.0)
+        if not (every and type(sent) is np.ndarray and sent.shape == active.shape and sent.dtype == np.float64):
+            sent = np.where(active, sent, 0.0)
+    rows = Rows(time, (sent,) * len(c.labels), fixed, tuple(a for a, _ in c.labels), tuple(k for _, k in c.labels))
     if len(c.labels) == len(PROTOCOLS):
         return rows
-    return Rows.of(_with_unoffered(rows.costs(scalar), c.p, latency_scale, scalar))
+    return Rows.of(_with_unoffered(rows.costs(scalar), p, latency_scale, scalar))
 
 
 def _each_alone(c: Candidates) -> tuple[DimensionCost, ...]:
     """Every candidate costed as `fastest` gives it alone (over a sweep without its argmin over one); a group of
-    one does nothing. (`_alone_rows`, one by one.)"""
-    return _alone_rows(c).costs(c.scalar)
-
-
-def _alone_rows(c: Candidates) -> Rows:
-    """`_each_alone`, stacked (`Rows`): np.where(p > 1, x, 0.0) of every field, as `fastest` gives a candidate
-    alone (where every point is active and x has the mask's shape, x itself: what the candidates made is new, and
-    `Rows.costs` copies)."""
-    p, time, fixed, labels = c.p, c.times, c.fixeds, c.labels
+    one does nothing."""
+    p, labels = c.p, c.labels
+    sents = [c.sents[g] for g in c.groups]
     if c.scalar:
-        if not p > 1:
-            zeros = np.zeros(len(labels))
-            return Rows(zeros, (0.0,) * len(labels), zeros, tuple(a for a, _ in labels), tuple(k for _, k in labels))
-        return Rows(time, tuple(c.sents[g] for g in c.groups), fixed, tuple(a for a, _ in labels),
-                    tuple(k for _, k in labels))
+        times, fixeds = c.times.tolist(), c.fixeds.tolist()  # (plain floats, as `fastest` gives them)
+        return tuple(fastest([t], [s], [f], [label], p, True)
+                     for t, s, f, label in zip(times, sents, fixeds, labels, strict=True))
     active = np.asarray(p) > 1
-    every = np.count_nonzero(active) == active.size  # (np.all, without its Python-level wrapper)
-    if not (every and time.shape[1:] == active.shape):
-        time = np.where(active, _lifted(time, max(time.ndim - 1, active.ndim)), 0.0)
-    if not (every and fixed.shape[1:] == active.shape):
-        fixed = np.where(active, _lifted(fixed, max(fixed.ndim - 1, active.ndim)), 0.0)
-    sents = [s if every and type(s) is np.ndarray and s.shape == active.shape and s.dtype == np.float64 else
-             np.where(active, s, 0.0) for s in c.sents]
-    return Rows(time, tuple(sents[g] for g in c.groups), fixed, tuple(a for a, _ in labels),
-                tuple(k for _, k in labels))
+    if np.count_nonzero(active) == active.size:  # every point a group of two or more (np.all, without its
+        # Python-level wrapper): np.where(active, x, 0.0) is a copy of x where x is a
+        # float array of the mask's shape (the same bits, a new array), done as a copy
+        def kept(x: Array) -> Array:
+            return x.copy() if type(x) is np.ndarray and x.shape == active.shape and x.dtype == np.float64 else (
+                np.where(active, x, 0.0))
+        return tuple(DimensionCost(kept(t), kept(s), a, k, kept(f))
+                     for t, s, f, (a, k) in zip(c.times, sents, c.fixeds, labels, strict=True))
+    return tuple(DimensionCost(np.where(active, t, 0.0), np.where(active, s, 0.0), a, k, np.where(active, f, 0.0))
+                 for t, s, f, (a, k) in zip(c.times, sents, c.fixeds, labels, strict=True))
 
 
 def _with_unoffered(costs: tuple[DimensionCost, ...], p: Array, latency_scale: Array,

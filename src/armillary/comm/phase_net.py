@@ -10,11 +10,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from armillary.comm.algorithms import dimension_cost, dimension_option_rows, ring_rows
+from armillary.comm.algorithms import dimension_cost, dimension_options, ring_rows
 from armillary.comm.composed import Composed, scaled, select
 from armillary.comm.cost_types import NOTHING, PROTOCOLS, DimensionCost, Rows
 from armillary.comm.fabrics import all_to_all_slowdown
-from armillary.comm.group_on_dimension import is_scalar
 from armillary.memo import quick_init
 from armillary.numerics import Array, any_true, is_array, where
 from armillary.plan.placement import Placement
@@ -91,38 +90,22 @@ class PhaseNet:
                 ) -> tuple[DimensionCost, ...]:
         """What `phase` chooses from: `op` on dimension i over the group's span there under each (algorithm,
         protocol) that can run (the collective's pinned algorithm where it runs); one infinite cost where
-        none can. (`option_rows`, one by one.)"""
-        options = self.option_rows(i, op, n, exclude)
-        if not isinstance(options, Rows):
-            return options
-        bandwidth = self.bandwidths[i]  # (one configuration as algorithms.dimension_options tells it)
-        return options.costs(is_scalar(n) and is_scalar(self.group.spans[i]) and (bandwidth is None
-                                                                                 or is_scalar(bandwidth)))
-
-    def option_rows(self, i: int, op: Collective, n: Array, exclude: tuple[Algorithm, ...] = ()
-                    ) -> Rows | tuple[DimensionCost, ...]:
-        """`options`, stacked (`Rows`) where every option is a candidate costed alone
-        (algorithms.dimension_option_rows); else one by one."""
+        none can."""
         dim, span = self.system.network[i], self.group.spans[i]
         if not any_true(span > 1):
             return (NOTHING,)
         pinned = self.algorithm if pinnable(self.algorithm, op, dim, exclude) else ALG_AUTO
         try:
-            return dimension_option_rows(op, n, span, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i],
-                                         exclude)
+            return dimension_options(op, n, span, dim, self.system.device.hbm.rate, pinned, self.bandwidths[i],
+                                     exclude)
         except ValueError:
             return (blocked(span),)
 
     def ring(self, i: int, op: Collective, n: Array, latency_scale: Array) -> tuple[DimensionCost, ...]:
         """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol (`ring_rows`,
         one by one)."""
-        rows = self._ring_rows(i, op, n, latency_scale)
-        if not isinstance(rows, Rows):
-            return rows
-        bandwidth = self.bandwidths[i]  # (one configuration as algorithms.ring_protocols tells it)
-        scalar = (is_scalar(n) and is_scalar(self.size) and (bandwidth is None or is_scalar(bandwidth))
-                  and is_scalar(latency_scale) and is_scalar(self.top(i)))
-        return rows.costs(scalar)
+        return self.ring_rows(i, op, n, latency_scale).costs(not is_array(n, self.group.spans[i], self.size,
+                                                                           latency_scale))
 
     def ring_rows(self, i: int, op: Collective, n: Array, latency_scale: Array) -> Rows:
         """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol, stacked
@@ -130,24 +113,15 @@ class PhaseNet:
         top, the dimension's size curve is not read: the ring's ramp is the top dimension's ring curve, fitted on
         a ring sweep across that dimension (comm/calibration.fit_ring_after_tree), while an inner curve comes
         from a sweep inside the inner dimension (NVLink: its >= 2 MiB messages ran NVLS)."""
-        rows = self._ring_rows(i, op, n, latency_scale)
-        if isinstance(rows, Rows):
-            return rows
-        span = self.group.spans[i]
-        return _nothing_rows(n, span) if rows[0] is NOTHING else _blocked_rows(n, span)
-
-    def _ring_rows(self, i: int, op: Collective, n: Array, latency_scale: Array
-                   ) -> Rows | tuple[DimensionCost, ...]:
-        """`ring_rows`, or NOTHING or `blocked` under every protocol one by one."""
         dim, span = self.system.network[i], self.group.spans[i]
         several = span > 1  # (one mask for the tests below)
         if not any_true(several):
-            return (NOTHING,) * len(PROTOCOLS)
+            return _nothing_rows(n, span)
         try:
             rows = ring_rows(op, n, self.size, dim, self.system.device.hbm.rate, self.bandwidths[i], latency_scale,
                              curve=self.top(i))
         except ValueError:
-            return (blocked(span),) * len(PROTOCOLS)
+            return _blocked_rows(n, span)
         if not is_array(several):
             return rows  # (spanned: one configuration's scale is 1, and x * 1.0 is x)
         if type(span) is np.ndarray and type(several) is np.ndarray and _rows_of_shape(rows, span.shape) and (
