@@ -34,9 +34,10 @@ def test_each_candidate_alone_at_groups_of_two_or_more_is_the_masked_cost(op):
     net = load_system("dgx-a100", 64).network[1]
     n = np.array([1e3, 3.3e5, 7e6, 2.1e8, 5e9, -0.0])
     p = np.array([2.0, 4.0, 8.0, 16.0, 2.0, 3.0])
-    times, sents, fixeds, labels, p, scalar = algorithms._candidate_costs(
-        op, n, p, net, 1.5e12, ALG_AUTO, None, (), 1.0, False)
-    costs = algorithms._each_alone(times, sents, fixeds, labels, p, scalar)
+    candidates = algorithms._candidate_costs(op, n, p, net, 1.5e12, ALG_AUTO, None, (), 1.0, False)
+    costs = algorithms._each_alone(candidates)
+    times, fixeds, labels, p = candidates.times, candidates.fixeds, candidates.labels, candidates.p
+    sents = [candidates.sents[g] for g in candidates.groups]  # (each algorithm's bytes, for its protocols)
     active = p > 1
     masked = tuple(algorithms.DimensionCost(np.where(active, t, 0.0), np.where(active, s, 0.0), a, k,
                                             np.where(active, f, 0.0))

@@ -38,12 +38,13 @@ def steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
     """(latency steps, bytes sent per rank) of `alg` for `op`, or None where it does not apply; `two_shot`:
     a direct all-reduce is a reduce-scatter then an all-gather (ASTRA-sim's direct), not one-shot.
     Works on floats and on arrays alike."""
-    frac = (p - 1) / p
+    steps = p - 1  # (the ring's steps, made once: what every `p - 1` below gives)
+    frac = steps / p
     if alg is ALG_SYNTHESIZED:  # costed by comm/synthesized_cost.py when pinned
         return None
     if op is ALL_REDUCE:
         if alg is ALG_RING:
-            return 2 * (p - 1), 2 * frac * n
+            return 2 * steps, 2 * frac * n
         if alg is ALG_TREE:  # double binary tree: each rank is inner in one tree, a leaf in the other
             return 2 * log_p, minimum(p, 4.0) / 2 * n
         if alg is ALG_HALVING_DOUBLING:
@@ -53,7 +54,7 @@ def steps_and_bytes(op: Collective, alg: Algorithm, n: Array, p: Array,
         return 2.0 + 0 * p, n + 0 * p  # in-network: send n up, receive n reduced
     if op in (REDUCE_SCATTER, ALL_GATHER):
         if alg is ALG_RING:
-            return p - 1, frac * n
+            return steps, frac * n
         if alg is ALG_HALVING_DOUBLING:
             return log_p, frac * n
         if alg is ALG_DIRECT:

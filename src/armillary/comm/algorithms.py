@@ -37,10 +37,10 @@ import numpy as np
 
 from armillary.comm.algorithm_steps import bus_factor as bus_factor  # public here too (nccl-tests' factor)
 from armillary.comm.algorithm_steps import steps_and_bytes
-from armillary.comm.candidates import candidates_of, derived
-from armillary.comm.cost_types import ALGORITHMS, NOTHING, PROTOCOLS, DimensionCost
+from armillary.comm.candidates import COLUMN_AXES, candidates_of, derived
+from armillary.comm.cost_types import ALGORITHMS, NOTHING, PROTOCOLS, DimensionCost, Rows
 from armillary.comm.cost_types import Protocol as Protocol  # public here too (comm/algorithms.py names them)
-from armillary.comm.fastest_candidate import faster_cost, fastest
+from armillary.comm.fastest_candidate import Candidates, faster_cost, fastest
 from armillary.comm.group_on_dimension import all_to_all_hops, bandwidth_scale, is_scalar, ring_hops
 from armillary.comm.synthesized_choice import synthesizable, synthesized
 from armillary.numerics import Array, any_true
@@ -60,7 +60,7 @@ from armillary.specs.efficiency import EfficiencyCurve
 from armillary.specs.network import DirectAllReduce, NetworkDimension
 
 __all__ = ["ALGORITHMS", "NOTHING", "PROTOCOLS", "DimensionCost", "Protocol", "bus_factor", "dimension_cost",
-           "dimension_options", "ring_protocols"]
+           "dimension_options", "ring_protocols", "ring_rows"]
 
 _TWO_SHOT = DirectAllReduce.TWO_SHOT  # read once, as Collective's members are (specs/communication.py says why)
 # the collectives that reduce (`Collective.reduces`, a property that reads three members: ~0.9 us a call)
@@ -111,9 +111,8 @@ def dimension_options(op: Collective, n_bytes: Array, p: Array, net: NetworkDime
     if synthesizable(op, p, net, algorithm, exclude):
         found.append(synthesized(op, n_bytes, p, net, bandwidth))
         exclude = (*exclude, ALG_SYNTHESIZED)
-    times, sents, fixeds, labels, p, scalar = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm,
-                                                               bandwidth, exclude, 1.0, scalar)
-    return (*found, *_each_alone(times, sents, fixeds, labels, p, scalar))
+    return (*found, *_each_alone(_candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, algorithm, bandwidth,
+                                                  exclude, 1.0, scalar)))
 
 
 def ring_protocols(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
@@ -123,34 +122,61 @@ def ring_protocols(op: Collective, n_bytes: Array, p: Array, net: NetworkDimensi
     several dimensions runs one protocol on all of them (comm/compose.py). `curve`: where the dimension's
     size curve is read (elsewhere the ring runs at its full rate). A protocol the dimension does not offer
     (`NetworkDimension.protocols`) is infinite wherever the ring takes steps across it (`latency_scale` > 0),
-    so no ring through it runs that protocol. Raises where no ring runs."""
+    so no ring through it runs that protocol. Raises where no ring runs. (`ring_rows`, one by one.)"""
     scalar = (is_scalar(n_bytes) and is_scalar(p) and (bandwidth is None or is_scalar(bandwidth))
               and is_scalar(latency_scale) and is_scalar(curve))
-    times, sents, fixeds, labels, p, _ = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, ALG_RING,
-                                                          bandwidth, (), latency_scale, scalar, curve)
-    costs = _each_alone(times, sents, fixeds, labels, p, scalar)
-    if len(costs) == len(PROTOCOLS):
-        return costs
-    return _with_unoffered(costs, p, latency_scale, scalar)
+    return ring_rows(op, n_bytes, p, net, reduce_bytes_per_s, bandwidth, latency_scale, curve).costs(scalar)
 
 
-def _each_alone(times: list[Array], sents: list[Array], fixeds: list[Array], labels: list[tuple[int, int]],
-                p: Array, scalar: bool) -> tuple[DimensionCost, ...]:
+def ring_rows(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
+              bandwidth: Array | None = None, latency_scale: Array = 1.0, curve: Array = True) -> Rows:
+    """`ring_protocols`, stacked (`Rows`): each protocol costed as `fastest` gives it alone (nothing for a group
+    of one), the protocols not offered in their places."""
+    scalar = (is_scalar(n_bytes) and is_scalar(p) and (bandwidth is None or is_scalar(bandwidth))
+              and is_scalar(latency_scale) and is_scalar(curve))
+    c = _candidate_costs(op, n_bytes, p, net, reduce_bytes_per_s, ALG_RING, bandwidth, (), latency_scale, scalar,
+                         curve)
+    p, time, fixed, sent = c.p, c.times, c.fixeds, c.sents[0]  # (the ring alone: one bytes sent for every protocol)
+    if scalar:
+        if not p > 1:
+            time = fixed = np.zeros(len(c.labels))
+            sent = 0.0
+    else:  # np.where(active, x, 0.0), as `_each_alone` gives each protocol (where every point is active and x
+        # has the mask's shape, x itself: what the candidates made is new; the bytes are copied when split)
+        active = np.asarray(p) > 1
+        every = np.count_nonzero(active) == active.size  # (np.all, without its Python-level wrapper)
+        if not (every and time.shape[1:] == active.shape):
+            time = np.where(active, time, 0.0)
+        if not (every and fixed.shape[1:] == active.shape):
+            fixed = np.where(active, fixed, 0.0)
+        if not (every and type(sent) is np.ndarray and sent.shape == active.shape and sent.dtype == np.float64):
+            sent = np.where(active, sent, 0.0)
+    rows = Rows(time, (sent,) * len(c.labels), fixed, tuple(a for a, _ in c.labels), tuple(k for _, k in c.labels))
+    if len(c.labels) == len(PROTOCOLS):
+        return rows
+    return Rows.of(_with_unoffered(rows.costs(scalar), p, latency_scale, scalar))
+
+
+def _each_alone(c: Candidates) -> tuple[DimensionCost, ...]:
     """Every candidate costed as `fastest` gives it alone (over a sweep without its argmin over one); a group of
     one does nothing."""
-    if scalar:
-        return tuple(fastest([t], [s], [f], [label], p, scalar)
+    p, labels = c.p, c.labels
+    sents = [c.sents[g] for g in c.groups]
+    if c.scalar:
+        times, fixeds = c.times.tolist(), c.fixeds.tolist()  # (plain floats, as `fastest` gives them)
+        return tuple(fastest([t], [s], [f], [label], p, True)
                      for t, s, f, label in zip(times, sents, fixeds, labels, strict=True))
     active = np.asarray(p) > 1
-    if active.all():  # every point a group of two or more: np.where(active, x, 0.0) is a copy of x where x is a
+    if np.count_nonzero(active) == active.size:  # every point a group of two or more (np.all, without its
+        # Python-level wrapper): np.where(active, x, 0.0) is a copy of x where x is a
         # float array of the mask's shape (the same bits, a new array), done as a copy
         def kept(x: Array) -> Array:
             return x.copy() if type(x) is np.ndarray and x.shape == active.shape and x.dtype == np.float64 else (
                 np.where(active, x, 0.0))
         return tuple(DimensionCost(kept(t), kept(s), a, k, kept(f))
-                     for t, s, f, (a, k) in zip(times, sents, fixeds, labels, strict=True))
+                     for t, s, f, (a, k) in zip(c.times, sents, c.fixeds, labels, strict=True))
     return tuple(DimensionCost(np.where(active, t, 0.0), np.where(active, s, 0.0), a, k, np.where(active, f, 0.0))
-                 for t, s, f, (a, k) in zip(times, sents, fixeds, labels, strict=True))
+                 for t, s, f, (a, k) in zip(c.times, sents, c.fixeds, labels, strict=True))
 
 
 def _with_unoffered(costs: tuple[DimensionCost, ...], p: Array, latency_scale: Array,
@@ -166,17 +192,22 @@ def _with_unoffered(costs: tuple[DimensionCost, ...], p: Array, latency_scale: A
 
 def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimension, reduce_bytes_per_s: float,
                      algorithm: Algorithm, bandwidth: Array | None, exclude: tuple[Algorithm, ...],
-                     latency_scale: Array, scalar: bool, curve: Array = True
-                     ) -> tuple[list[Array], list[Array], list[Array], list[tuple[int, int]], Array, bool]:
-    """(times, bytes sent, fixed latencies, (algorithm, protocol) labels) of every candidate that can run,
-    with p and `scalar` for `fastest`."""
+                     latency_scale: Array, scalar: bool, curve: Array = True) -> Candidates:
+    """Every candidate that can run, stacked (`Candidates`): each algorithm's protocols costed together, one array
+    pass over its protocols' columns (candidates.derived), the same IEEE operations per element as one
+    protocol's formula: fixed = base + steps x step latency (x latency_scale), time = fixed + bytes / (rate x
+    scale x ramp) (+ the one-shot's reduction)."""
     scale = bandwidth_scale(net, p, bandwidth, scalar)
     if scalar:
         n_bytes, p = float(n_bytes), float(p)
         log_p: Array = float(math.ceil(math.log2(max(p, 1.0))))
     else:
         log_p = 0.0  # (made below where an algorithm reads it: the ring, direct and in-network ones do not)
-    times, fixeds, sents, labels = [], [], [], []
+    times: list[np.ndarray] = []
+    fixeds: list[np.ndarray] = []
+    sents: list[Array] = []
+    groups: list[int] = []
+    labels: tuple[tuple[int, int], ...] = ()
     reduces = op in _REDUCING
     torus_hops = ring_hops(net, p)
     a2a_hops = all_to_all_hops(net, p) if op is ALL_TO_ALL else 1.0
@@ -190,7 +221,8 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
     two_shot = net.direct == _TWO_SHOT
     unit_scale = type(latency_scale) is float and latency_scale == 1.0
-    for _, alg, protocols in derived(net)[2]:
+    scale_axes = _axes(scale)
+    for alg, alg_labels, columns in derived(net)[3]:
         if (algorithm is not ALG_AUTO and alg is not algorithm) or alg in exclude:
             continue
         if not scalar and alg in _READ_LOG_P and type(log_p) is float:
@@ -210,19 +242,72 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
             reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
         ramped = tree_ramp if alg is ALG_TREE else ramp
         reduce_free = type(reduce_time) is float and reduce_time == 0.0
-        for label, base_latency, hop, rate in protocols:  # rate: the protocol's share of the link's bytes/s
-            # (x * 1.0 is x and x + 0.0 is x for x > 0 or NaN, IEEE 754: the common call skips those array ops,
-            # the same bits; fixed >= the protocol's base latency > 0)
-            fixed = base_latency + (steps * hop if unit_scale else steps * hop * latency_scale)
-            transfer = sent / (rate * scale * ramped)
-            times.append(fixed + transfer if reduce_free else fixed + transfer + reduce_time)
-            fixeds.append(fixed)
-            sents.append(sent)
-            labels.append(label)
+        # each protocol a row, the sweep's axes after it (the columns carry as many axes as what they meet)
+        fixed_axes = steps.ndim if type(steps) is np.ndarray else 0  # (`_axes`, inline: a few calls a candidate)
+        if not unit_scale:
+            fixed_axes = max(fixed_axes, _axes(latency_scale))
+        transfer_axes = sent.ndim if type(sent) is np.ndarray else 0
+        if scale_axes > transfer_axes or type(ramped) is np.ndarray:
+            transfer_axes = max(transfer_axes, scale_axes, _axes(ramped))
+        base, hop, _ = columns[fixed_axes] if fixed_axes <= COLUMN_AXES else _column_set(columns, fixed_axes)
+        rate = (columns[transfer_axes] if transfer_axes <= COLUMN_AXES else _column_set(columns, transfer_axes))[2]
+        # (x * 1.0 is x and x + 0.0 is x for x > 0 or NaN, IEEE 754: the common call skips those array ops,
+        # the same bits; fixed >= the protocol's base latency > 0)
+        fixed = base + (steps * hop if unit_scale else steps * hop * latency_scale)
+        # (x * 1.0 is x: a dimension's own bandwidth, without a size curve, divides by the rates as they are)
+        transfer = sent / (rate if type(scale) is float and scale == 1.0 and type(ramped) is float and ramped == 1.0
+                           else rate * scale * ramped)
+        if fixed_axes == transfer_axes and reduce_free:
+            time = fixed + transfer  # (rows of one shape: nothing to lift)
+        else:
+            axes = max(fixed_axes, transfer_axes) if reduce_free else max(fixed_axes, transfer_axes,
+                                                                              _axes(reduce_time))
+            time = _lifted(fixed, axes) + _lifted(transfer, axes)
+        times.append(time if reduce_free else time + reduce_time)
+        fixeds.append(fixed)
+        groups.extend((len(sents),) * len(alg_labels))
+        sents.append(sent)
+        labels += alg_labels
     if not times:
         raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on the {net.kind.value} network "
                          f"{net.name!r}; it offers {[a.value for _, a, _ in candidates_of(net) if a not in exclude]}")
-    return times, sents, fixeds, labels, p, scalar
+    return Candidates(_rows(times), sents, _rows(fixeds), labels, p, scalar, tuple(groups))
+
+
+def _axes(x: Array) -> int:
+    """A value's number of axes (0 for a number)."""
+    return x.ndim if type(x) is np.ndarray else 0
+
+
+def _column_set(columns: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...], axes: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The protocols' columns shaped to meet values of `axes` axes."""
+    if axes < len(columns):
+        return columns[axes]
+    return tuple(c.reshape((len(c),) + (1,) * axes) for c in columns[0])  # type: ignore[return-value]
+
+
+def _lifted(x: np.ndarray, axes: int) -> np.ndarray:
+    """Rows of values of fewer axes given `axes` axes after the row's (ones inserted: numpy's broadcasting of the
+    values themselves, which aligns their last axes)."""
+    missing = axes + 1 - x.ndim
+    return x if not missing else x.reshape((x.shape[0],) + (1,) * missing + x.shape[1:])
+
+
+def _rows(parts: list[np.ndarray]) -> np.ndarray:
+    """Each algorithm's protocol rows, one array (broadcast to one shape where they differ)."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    for x in parts:
+        if x.shape[1:] != first.shape[1:]:
+            break
+    else:
+        return np.concatenate(parts)
+    axes = max(x.ndim for x in parts) - 1
+    lifted = [_lifted(x, axes) for x in parts]
+    shape = np.broadcast_shapes(*(x.shape[1:] for x in lifted))
+    return np.concatenate([x if x.shape[1:] == shape else np.broadcast_to(x, (len(x), *shape)) for x in lifted])
 
 
 def _ramp(curve: EfficiencyCurve | None, n_bytes: Array, scalar: bool) -> Array:

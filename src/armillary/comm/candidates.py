@@ -6,9 +6,19 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from armillary.comm.cost_types import ALGORITHMS, PROTOCOLS, SIMPLE
 from armillary.memo import IdentityCache
-from armillary.specs.communication import ALG_DIRECT, ALG_HALVING_DOUBLING, ALG_IN_NETWORK, ALG_TREE, Algorithm
+from armillary.specs.communication import (
+    ALG_DIRECT,
+    ALG_HALVING_DOUBLING,
+    ALG_IN_NETWORK,
+    ALG_RING,
+    ALG_SYNTHESIZED,
+    ALG_TREE,
+    Algorithm,
+)
 from armillary.specs.network import SWITCHED, NetworkDimension, NetworkKind
 
 _MESH = NetworkKind.MESH  # read once, as Collective's members are (specs/communication.py says why)
@@ -52,11 +62,18 @@ def hop_latencies(net: NetworkDimension) -> tuple[float, ...]:
 
 
 _Plan = tuple[tuple[int, Algorithm, tuple[tuple[tuple[int, int], float, float, float], ...]], ...]
-_Derived = tuple[tuple[tuple[int, Algorithm, float], ...], tuple[float, ...], _Plan]
+# per candidate algorithm that runs with a protocol: (algorithm, its (algorithm, protocol) labels, per number of
+# axes d of a sweep, its protocols' (base latencies, step latencies, shares of the link's bytes/s) as columns of
+# shape (protocols, 1 x d) that broadcast against the sweep's arrays: every protocol costed in one array pass)
+_Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+_Stacked = tuple[tuple[Algorithm, tuple[tuple[int, int], ...], tuple[_Columns, ...]], ...]
+_Derived = tuple[tuple[tuple[int, Algorithm, float], ...], tuple[float, ...], _Plan, _Stacked, bool]
+COLUMN_AXES = 12  # the columns are made for sweeps of up to this many axes (a search block has one per varying axis)
 
 # per network dimension (a frozen spec), what `_candidate_costs` reads of it on every call: its candidates, its
 # per-protocol step latencies and, per candidate, the protocols it runs with ((algorithm, protocol) label, base
-# latency, step latency, the protocol's share of the link's bytes/s); bounded, a long search builds many systems
+# latency, step latency, the protocol's share of the link's bytes/s), those as columns; bounded, a long search
+# builds many systems
 _DERIVED: IdentityCache[NetworkDimension, _Derived] = IdentityCache(1024)
 
 
@@ -76,7 +93,31 @@ def _derive(net: NetworkDimension) -> _Derived:
                                       if proto.name in offered
                                       and (alg is not ALG_IN_NETWORK or proto.name == SIMPLE)))
                  for a_index, alg, link in candidates)
-    return candidates, hops, plan
+    stacked = tuple((alg, tuple(label for label, _, _, _ in protocols), _columns(protocols))
+                    for _, alg, protocols in plan if protocols)
+    # whether a reduce-scatter of n bytes costs what an all-gather of n bytes costs here, term for term: the ring
+    # and halving-doubling send and step alike for both ((p-1) a + (p-1)/p n b: Thakur, Rabenseifner & Gropp 2005;
+    # algorithm_steps.steps_and_bytes), the tree runs neither; not where a direct algorithm (the reduce-scatter
+    # also reduces what it receives), in-network reduction (the switch reduces) or a synthesized schedule runs
+    alike = ALG_SYNTHESIZED not in net.algorithms and all(alg in _ALIKE for _, alg, _ in candidates)
+    return candidates, hops, plan, stacked, alike
+
+
+_ALIKE = frozenset((ALG_RING, ALG_HALVING_DOUBLING, ALG_TREE))  # (the algorithms `scatter_is_gather` allows)
+
+
+def scatter_is_gather(net: NetworkDimension) -> bool:
+    """Whether the automatic choice on `net` costs a reduce-scatter exactly as an all-gather of the same bytes
+    (`_derive`): every (algorithm, protocol) that can run has the same steps and bytes for both."""
+    return derived(net)[4]
+
+
+def _columns(protocols: tuple[tuple[tuple[int, int], float, float, float], ...]) -> tuple[_Columns, ...]:
+    """The protocols' (base latency, step latency, bytes/s share) as read-only columns, one set per sweep rank."""
+    values = np.array([[base, hop, rate] for _, base, hop, rate in protocols]).T.copy()
+    values.flags.writeable = False
+    return tuple(tuple(v.reshape((len(protocols),) + (1,) * axes) for v in values)  # type: ignore[misc]
+                 for axes in range(COLUMN_AXES + 1))
 
 
 @functools.lru_cache(maxsize=256)

@@ -34,6 +34,7 @@ import math
 
 import numpy as np
 
+from armillary.comm.candidates import scatter_is_gather
 from armillary.comm.compose_memo import MEMO, MEMO_TOKEN, copied, inputs_key, remember
 from armillary.comm.compose_memo import forget as forget  # public here too (search/run.py)
 from armillary.comm.compose_memo import memoized as memoized
@@ -49,9 +50,11 @@ from armillary.plan.placement import Placement
 from armillary.specs.communication import (
     ALG_AUTO,
     ALG_RING,
+    ALL_GATHER,
     ANY_COMPOSITION,
     FLAT_RING,
     PIPELINED,
+    REDUCE_SCATTER,
     Algorithm,
     Collective,
     Composition,
@@ -85,7 +88,8 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
                              f"{sorted({a.value for d in spanned for a in d.algorithms})}")
     if composition is ANY_COMPOSITION and algorithm is ALG_AUTO and one_dimension_each(group):
         # cheap as it comes (not flattened); within `memoized`, once per collective, system and inputs
-        key = None if MEMO_TOKEN.get() is None else inputs_key(op, system, n_bytes, group, bandwidths)
+        key = None if MEMO_TOKEN.get() is None else inputs_key(_memo_op(op, system), system, n_bytes, group,
+                                                                 bandwidths)
         held = None if key is None else MEMO.get(key)
         if held is not None and held[0] is system:
             return copied(held[1])
@@ -98,7 +102,9 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
     if flat is None:
         return _compose(op, n_bytes, group, system, algorithm, bandwidths, composition)
     # a sweep: composed over its distinct points, one axis, then put back in its shape; within `memoized`, once
-    key = None if MEMO_TOKEN.get() is None else (op, algorithm, composition, id(system), flat.key)
+    key = None if MEMO_TOKEN.get() is None else (
+        _memo_op(op, system) if algorithm is ALG_AUTO and composition is ANY_COMPOSITION else op, algorithm,
+        composition, id(system), flat.key)
     held = None if key is None else MEMO.get(key)
     if held is not None and held[0] is system:
         return flat.back(held[1], copy=True)
@@ -110,14 +116,26 @@ def compose(op: Collective, n_bytes: Array, group: Placement, system: System, al
 
 
 
+def _memo_op(op: Collective, system: System) -> Collective:
+    """The collective a memo entry is kept under: a reduce-scatter as the all-gather of the same bytes where every
+    dimension costs the two alike (`candidates.scatter_is_gather`: the same formulas, so the same bits under the
+    automatic choice), so that one composes both; any other as itself."""
+    if op is REDUCE_SCATTER:
+        for d in system.network:
+            if not scatter_is_gather(d):
+                return op
+        return ALL_GATHER
+    return op
+
+
 def _compose(op: Collective, n_bytes: Array, group: Placement, system: System, algorithm: Algorithm,
              bandwidths: tuple[Array | None, ...], composition: Composition) -> Composed:
     if composition is ANY_COMPOSITION and algorithm is ALG_AUTO and is_array(*group.spans):
         spans = group.spans
         inside = (~((spans[0] > 1) & (spans[1] > 1)) if len(spans) == 2 and type(spans[0]) is np.ndarray
                   and type(spans[1]) is np.ndarray else np.asarray(sum(np.asarray(s) > 1 for s in spans) <= 1))
-        if inside.any():  # a flattened sweep that mixes groups inside one dimension with the rest: each costed
-            # as alone (`on_one_dimension`), not as a composition with one active dimension
+        if np.count_nonzero(inside):  # a flattened sweep that mixes groups inside one dimension with the rest:
+            # each costed as alone (`on_one_dimension`), not as a composition with one active dimension
             return _split(op, n_bytes, group, system, bandwidths, np.asarray(inside, dtype=bool))
     return _composed(op, n_bytes, group, system, algorithm, bandwidths, composition)
 

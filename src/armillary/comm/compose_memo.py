@@ -10,7 +10,7 @@ from contextvars import ContextVar
 import numpy as np
 
 from armillary.comm.algorithms import DimensionCost
-from armillary.comm.composed import Composed, cost_fields
+from armillary.comm.composed import Composed
 from armillary.numerics import Array
 from armillary.plan.placement import Placement
 from armillary.specs.communication import Collective
@@ -20,8 +20,15 @@ from armillary.specs.system import System
 def inputs_key(op: Collective, system: System, n: Array, group: Placement, bandwidths: tuple[Array | None, ...]
                ) -> tuple[object, ...]:
     """`memoized`'s key of a collective of one dimension per group: the inputs as they are, bit for bit."""
-    return (op, "one dimension", id(system), *((None,) if v is None else (np.shape(v), np.asarray(v, float).tobytes())
-                                               for v in (n, *group.spans, *bandwidths)))
+    key: list[object] = [op, "one dimension", id(system)]
+    for v in (n, *group.spans, *bandwidths):  # (a loop: no generator)
+        if v is None:
+            key.append(None)
+        elif type(v) is np.ndarray and v.dtype == np.float64:
+            key.append((v.shape, v.tobytes()))
+        else:
+            key.append((np.shape(v), np.asarray(v, float).tobytes()))
+    return tuple(key)
 
 
 def remember(key: tuple[object, ...], system: System, composed: Composed, points: int) -> None:
@@ -34,10 +41,13 @@ def remember(key: tuple[object, ...], system: System, composed: Composed, points
 
 def copied(c: Composed) -> Composed:
     """A composition whose arrays are copies (what `memoized` holds is never handed out)."""
-    def copy(x: Array) -> Array:
-        return x.copy() if isinstance(x, np.ndarray) else x
-    return Composed(copy(c.time), tuple(DimensionCost(*(copy(f) for f in cost_fields(d))) for d in c.dimensions),
-                    copy(c.composition))
+    return Composed(_copy(c.time), tuple(DimensionCost(_copy(d.time), _copy(d.sent_bytes), _copy(d.algorithm),
+                                                       _copy(d.protocol), _copy(d.fixed)) for d in c.dimensions),
+                    _copy(c.composition))
+
+
+def _copy(x: Array) -> Array:
+    return x.copy() if isinstance(x, np.ndarray) else x
 
 
 # Sweeps composed within `memoized`: (collective, algorithm, composition, system, distinct points) -> (the

@@ -4,7 +4,11 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from armillary.memo import quick_init
 from armillary.numerics import Array
@@ -60,3 +64,70 @@ class DimensionCost:
 
 NOTHING = DimensionCost(0.0, 0.0, 0, 0)
 ALGORITHMS = (ALG_RING, ALG_TREE, ALG_HALVING_DOUBLING, ALG_DIRECT, ALG_IN_NETWORK, ALG_SYNTHESIZED)
+
+
+class Rows(NamedTuple):
+    """One dimension's costs under each protocol (in PROTOCOLS order), stacked: the times and the fixed costs with
+    the protocol on a first axis (the sweep's axes after it; one configuration: one value a row), and per
+    protocol the bytes sent and the (algorithm, protocol) labels. A flat ring weighs its protocols on these in one
+    array pass (comm/flat_ring.py); `costs` gives them one by one."""
+
+    time: np.ndarray
+    sent: tuple[Array, ...]
+    fixed: np.ndarray
+    algorithm: tuple[int, ...]
+    protocol: tuple[int, ...]
+
+    def cost(self, k: int, scalar: bool) -> DimensionCost:
+        """Protocol k's cost (one configuration's as plain floats; a sweep's as arrays of its own)."""
+        if scalar:
+            return DimensionCost(float(self.time[k]), self.sent[k], self.algorithm[k], self.protocol[k],
+                                 float(self.fixed[k]))
+        sent = self.sent[k]
+        return DimensionCost(self.time[k].copy(), sent.copy() if isinstance(sent, np.ndarray) else sent,
+                             self.algorithm[k], self.protocol[k], np.array(self.fixed[k]))
+
+    def chosen(self, pick: np.ndarray, points: np.ndarray | None) -> DimensionCost:
+        """Over a sweep, protocol `pick` at each point: what choosing each field by `pick` gives (np.choose), bit
+        for bit, through cheaper gathers (`points`: np.arange over a flat `pick`, or None)."""
+        sent = self.sent[0]
+        if not all(x is sent for x in self.sent):
+            sent = pick.choose(self.sent)  # type: ignore[arg-type]  # (numbers or arrays: choose takes either)
+        elif type(sent) is np.ndarray and sent.shape == pick.shape:
+            sent = sent.copy()  # (every protocol's: choose copies it)
+        elif type(sent) is float:
+            sent = np.full(pick.shape, sent)
+        else:
+            sent = pick.choose(self.sent)  # type: ignore[arg-type]
+        return DimensionCost(_gathered(self.time, pick, points), sent, _labels(self.algorithm).take(pick),
+                             _labels(self.protocol).take(pick), _gathered(self.fixed, pick, points))
+
+    def costs(self, scalar: bool) -> tuple[DimensionCost, ...]:
+        return tuple(self.cost(k, scalar) for k in range(len(self.algorithm)))
+
+    @staticmethod
+    def of(costs: tuple[DimensionCost, ...]) -> Rows:
+        """Costs one by one, stacked (broadcast to one shape)."""
+        return Rows(_stacked_values([c.time for c in costs]), tuple(c.sent_bytes for c in costs),
+                    _stacked_values([c.fixed for c in costs]), tuple(int(c.algorithm) for c in costs),
+                    tuple(int(c.protocol) for c in costs))
+
+
+def _gathered(rows: np.ndarray, pick: np.ndarray, points: np.ndarray | None) -> np.ndarray:
+    """rows[pick[j], j] at each point j: pick.choose(rows), as one fancy index where the rows are flat and full."""
+    if points is not None and rows.ndim == 2 and rows.shape[1] == len(points):
+        return rows[pick, points]
+    return pick.choose(rows)
+
+
+@functools.lru_cache(maxsize=256)
+def _labels(labels: tuple[int, ...]) -> np.ndarray:
+    """Labels as an array (read-only: shared) that `take` indexes: np.choose of the numbers, without converting
+    each on every call."""
+    column = np.array(labels)
+    column.flags.writeable = False
+    return column
+
+
+def _stacked_values(values: list[Array]) -> np.ndarray:
+    return np.stack(np.broadcast_arrays(*values)).astype(float, copy=False)

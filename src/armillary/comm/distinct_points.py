@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armillary.comm.composed import Composed, cost_fields
+from armillary.comm.composed import Composed
 from armillary.comm.cost_types import DimensionCost
 from armillary.memo import quick_init
 from armillary.numerics import Array, is_array
@@ -59,8 +59,10 @@ class Flattened:
         return x[self.inverse].reshape(self.shape)
 
     def back(self, c: Composed, copy: bool = False) -> Composed:
-        dims = tuple(DimensionCost(*(self.put(f, copy) for f in cost_fields(d))) for d in c.dimensions)
-        return Composed(self.put(c.time, copy), dims, self.put(c.composition, copy))
+        put = self.put
+        dims = tuple(DimensionCost(put(d.time, copy), put(d.sent_bytes, copy), put(d.algorithm, copy),
+                                   put(d.protocol, copy), put(d.fixed, copy)) for d in c.dimensions)
+        return Composed(put(c.time, copy), dims, put(c.composition, copy))
 
 
 def distinct_columns(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -72,7 +74,7 @@ def distinct_columns(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray | None
     first = np.empty(len(order), dtype=bool)
     first[0] = True
     (ordered[:, 1:] != ordered[:, :-1]).any(axis=0, out=first[1:])  # (the array's method: np.any's dispatch skipped)
-    if first.all():
+    if np.count_nonzero(first) == first.size:
         return columns, None
     inverse = np.empty(len(order), dtype=np.intp)
     inverse[order] = first.cumsum() - 1  # (the array's method: np.cumsum's dispatch skipped)

@@ -10,8 +10,8 @@ import numpy as np
 from armillary.comm.algorithm_steps import bus_factor
 from armillary.comm.composed import Composed
 from armillary.comm.cost_types import PROTOCOLS
-from armillary.comm.phase_net import PhaseNet, faster
-from armillary.numerics import Array, is_array, nan_maximum, where
+from armillary.comm.phase_net import PhaseNet
+from armillary.numerics import Array, nan_maximum, where
 from armillary.specs.communication import ALL_GATHER, ALL_REDUCE, BROADCAST, REDUCE, REDUCE_SCATTER, Collective
 
 # the collectives a ring runs
@@ -19,6 +19,8 @@ RINGS = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE)
 # NCCL tuning.cc (llMaxBws, x86 Intel hosts, as in the shipped GPU presets): the LL ring's bus bandwidth across
 # 2 nodes and across 3 or more (the network proxy moves LL's flagged 8-byte lines); bytes/s
 LL_NET_BUSBW = (39.0e9, 20.4e9)
+_BASES = np.array([proto.base_latency_s for proto in PROTOCOLS])  # (read-only: shared)
+_BASES.flags.writeable = False
 
 
 def flat_ring(op: Collective, n: Array, net: PhaseNet, index: int) -> Composed | None:
@@ -38,36 +40,44 @@ def flat_ring(op: Collective, n: Array, net: PhaseNet, index: int) -> Composed |
     steps = _step_shares(size, inner)
     across = size / group.spans[0]  # blocks of the innermost dimension the ring visits (NCCL's nodes)
     ll_cap = where(across <= 2, LL_NET_BUSBW[0], LL_NET_BUSBW[1])
-    per_dimension = [net.ring(i, op, n * shares[i], steps[i]) for i in range(count)]
     ring_bytes = n * bus_factor(op, size)  # what each rank sends round the ring
-    best: Composed | None = None
+    rows = [net.ring_rows(i, op, n * shares[i], steps[i]) for i in range(count)]
+    # every protocol at once (a row each, `Rows`): the same operations per element as one protocol's ring.
+    # The active dimensions and the fixed costs added in a loop as sum() adds them, from 0 (no generators)
+    active: Array = 0
+    fixed: Array = 0
+    for r in rows:
+        active = active + np.where(r.time > 0, 1.0, 0.0)
+        fixed = fixed + r.fixed
+    latency = fixed - np.maximum(active - 1.0, 0.0) * _BASES.reshape((len(PROTOCOLS),) + (1,) * (np.ndim(fixed) - 1))
+    transfer = rows[0].time - rows[0].fixed
+    for r in rows[1:]:
+        transfer = np.maximum(transfer, r.time - r.fixed)
+    if transfer.shape[1:] != np.shape(ring_bytes) and np.ndim(ring_bytes) >= transfer.ndim - 1:  # (rows of
+        # nothing on every dimension: each protocol's row set in place below, so of the sweep's shape)
+        transfer = np.broadcast_to(transfer, transfer.shape[:1] + np.broadcast_shapes(transfer.shape[1:],
+                                                                                        np.shape(ring_bytes))).copy()
     for k, proto in enumerate(PROTOCOLS):
-        dims = tuple(d[k] for d in per_dimension)
-        # the active dimensions and the fixed costs added in a loop as sum() adds them, from 0 (no generators)
-        active: Array = 0
-        fixed: Array = 0
-        for d in dims:
-            active = active + (np.where(d.time > 0, 1.0, 0.0) if type(d.time) is np.ndarray else
-                               np.where(np.asarray(d.time) > 0, 1.0, 0.0) if is_array(d.time) else
-                               (1.0 if d.time > 0 else 0.0))
-            fixed = fixed + d.fixed
-        latency = fixed - nan_maximum(active - 1.0, 0.0) * proto.base_latency_s  # one base
-        transfer = dims[0].transfer
-        for d in dims[1:]:
-            transfer = nan_maximum(transfer, d.transfer)
         if proto.name == "LL":
-            transfer = where(across > 1, nan_maximum(transfer, ring_bytes / ll_cap), transfer)
+            transfer[k] = where(across > 1, nan_maximum(transfer[k], ring_bytes / ll_cap), transfer[k])
         for i, dim in enumerate(net.system.network):  # each channel moves its share of the ring (comm/channels.py)
             if dim.channels is not None and dim.channel_bandwidth is not None:
                 cap = proto.bandwidth_factor * dim.channels * dim.channel_bandwidth
-                transfer = where(group.spans[i] > 1, nan_maximum(transfer, ring_bytes / cap), transfer)
+                transfer[k] = where(group.spans[i] > 1, nan_maximum(transfer[k], ring_bytes / cap), transfer[k])
             if proto.name in dim.ring_busbw:  # the protocol's own ceiling there (tuning.cc llMaxBws, LL128 caps)
-                transfer = where(group.spans[i] > 1, nan_maximum(transfer, ring_bytes / dim.ring_busbw[proto.name]),
-                                 transfer)
-        time = latency + transfer
-        built = Composed(time if is_array(time) else float(time), dims, index)
-        best = built if best is None else faster(best, built)
-    return best
+                ceiling = ring_bytes / dim.ring_busbw[proto.name]
+                transfer[k] = where(group.spans[i] > 1, nan_maximum(transfer[k], ceiling), transfer[k])
+    time = latency + transfer
+    # the fastest protocol, as `faster` folds them in order: the earlier kept where at most the later's time
+    best: Array = time[0]
+    pick: Array = 0
+    for k in range(1, len(PROTOCOLS)):
+        take = best <= time[k]
+        best, pick = where(take, best, time[k]), where(take, pick, k)
+    if not isinstance(pick, np.ndarray):  # one configuration: the protocol's costs as plain floats
+        return Composed(float(best), tuple(r.cost(int(pick), True) for r in rows), index)
+    points = np.arange(pick.size) if pick.ndim == 1 else None
+    return Composed(best, tuple(r.chosen(pick, points) for r in rows), np.full(pick.shape, index))
 
 
 def _step_shares(p: Array, inner: list[Array]) -> list[Array]:

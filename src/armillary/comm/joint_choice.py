@@ -125,9 +125,11 @@ class Stack:
         if self.fixed.shape[0] == 1:
             return self
         f, b = self.fixed, self.transfer
-        covers = ((f[:, None] <= f[None]) & (b[:, None] <= b[None])).all(axis=2)  # [earlier, later]
-        kept = ~(covers & _earlier(len(f))).any(axis=0)
-        if kept.all():
+        # [earlier, later] (np.all and np.any as their ufuncs' reductions: ndarray.all and .any go through numpy's
+        # Python-level wrapper)
+        covers = np.logical_and.reduce((f[:, None] <= f[None]) & (b[:, None] <= b[None]), axis=2)
+        kept = ~np.logical_or.reduce(covers & _earlier(len(f)), axis=0)
+        if np.count_nonzero(kept) == kept.size:
             return self
         return Stack(self.fields[:, :, kept], f[kept], b[kept], self.shape)
 

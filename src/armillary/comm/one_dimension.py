@@ -23,7 +23,8 @@ def one_dimension_each(group: Placement) -> bool:
     """Whether the group spans at most one dimension (at every point of a sweep)."""
     spans = group.spans
     if len(spans) == 2 and type(spans[0]) is np.ndarray and type(spans[1]) is np.ndarray:  # a two-tier sweep: no
-        return not ((spans[0] > 1) & (spans[1] > 1)).any()  # point spans both (the count below, in fewer passes)
+        # point spans both (the count below, in fewer passes; np.any, without its Python-level wrapper)
+        return not np.count_nonzero((spans[0] > 1) & (spans[1] > 1))
     spanned: Array = 0
     for s in group.spans:  # (the sum in a loop: one configuration's path makes no generator; the same adds)
         spanned = spanned + (s > 1)
@@ -42,7 +43,7 @@ def on_one_dimension(op: Collective, n: Array, net: PhaseNet) -> Composed:
     flat: Array = 0 if nccl else False
     for i, s in enumerate(group.spans):
         # (a dimension the group spans at no point: NOTHING, as `phase` gives it, without its message)
-        d = NOTHING if (not s > 1 if type(s) is float else type(s) is np.ndarray and not (s > 1).any()) else (
+        d = NOTHING if (not s > 1 if type(s) is float else type(s) is np.ndarray and not np.count_nonzero(s > 1)) else (
             net.phase(i, op, phase_message(op, n, group, i)))
         dims.append(d)
         time = time + d.time

@@ -6,14 +6,13 @@ compositions (`faster`). comm/compose.py puts the phases together."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from armillary.comm.algorithms import dimension_cost, dimension_options, ring_protocols
+from armillary.comm.algorithms import dimension_cost, dimension_options, ring_rows
 from armillary.comm.composed import Composed, scaled, select
-from armillary.comm.cost_types import NOTHING, PROTOCOLS, DimensionCost
+from armillary.comm.cost_types import NOTHING, PROTOCOLS, DimensionCost, Rows
 from armillary.comm.fabrics import all_to_all_slowdown
 from armillary.memo import quick_init
 from armillary.numerics import Array, any_true, is_array, where
@@ -32,21 +31,32 @@ class PhaseNet:
     algorithm: Algorithm
     bandwidths: tuple[Array | None, ...]
 
-    @functools.cached_property
+    # (each made once per composition, kept in the instance's __dict__ as functools.cached_property keeps it,
+    # without its lock: Python 3.11's takes one on every first read, ~2 us)
+    @property
     def outermost(self) -> Array:
         """The group's outermost spanned dimension (`Placement.outermost`), once per composition."""
-        return self.group.outermost
+        kept = self.__dict__
+        if "_outermost" not in kept:
+            kept["_outermost"] = self.group.outermost
+        return kept["_outermost"]  # type: ignore[no-any-return]
 
-    @functools.cached_property
+    @property
     def size(self) -> Array:
         """The group's ranks (`Placement.size`), once per composition."""
-        return self.group.size
+        kept = self.__dict__
+        if "_size" not in kept:
+            kept["_size"] = self.group.size
+        return kept["_size"]  # type: ignore[no-any-return]
 
-    @functools.cached_property
+    @property
     def tops(self) -> tuple[Array, ...]:
         """Per dimension, whether it is the outermost the group spans, once per composition."""
-        outermost = self.outermost
-        return tuple(outermost == i for i in range(len(self.group.spans)))
+        kept = self.__dict__
+        if "_tops" not in kept:
+            outermost = self.outermost
+            kept["_tops"] = tuple(outermost == i for i in range(len(self.group.spans)))
+        return kept["_tops"]  # type: ignore[no-any-return]
 
     def top(self, i: int) -> Array:
         """Whether dimension i is the outermost the group spans."""
@@ -92,35 +102,66 @@ class PhaseNet:
             return (blocked(span),)
 
     def ring(self, i: int, op: Collective, n: Array, latency_scale: Array) -> tuple[DimensionCost, ...]:
-        """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol; nothing
-        where the group does not span i, infinite where no ring runs there. Below the group's top, the
-        dimension's size curve is not read: the ring's ramp is the top dimension's ring curve, fitted on a
-        ring sweep across that dimension (comm/calibration.fit_ring_after_tree), while an inner curve
-        comes from a sweep inside the inner dimension (NVLink: its >= 2 MiB messages ran NVLS)."""
+        """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol (`ring_rows`,
+        one by one)."""
+        return self.ring_rows(i, op, n, latency_scale).costs(not is_array(n, self.group.spans[i], self.size,
+                                                                           latency_scale))
+
+    def ring_rows(self, i: int, op: Collective, n: Array, latency_scale: Array) -> Rows:
+        """Dimension i's part of a ring over the whole group carrying n bytes, under each protocol, stacked
+        (`Rows`); nothing where the group does not span i, infinite where no ring runs there. Below the group's
+        top, the dimension's size curve is not read: the ring's ramp is the top dimension's ring curve, fitted on
+        a ring sweep across that dimension (comm/calibration.fit_ring_after_tree), while an inner curve comes
+        from a sweep inside the inner dimension (NVLink: its >= 2 MiB messages ran NVLS)."""
         dim, span = self.system.network[i], self.group.spans[i]
         several = span > 1  # (one mask for the tests below)
         if not any_true(several):
-            return (NOTHING,) * len(PROTOCOLS)
+            return _nothing_rows(n, span)
         try:
-            costs = ring_protocols(op, n, self.size, dim, self.system.device.hbm.rate, self.bandwidths[i],
-                                   latency_scale, curve=self.top(i))
+            rows = ring_rows(op, n, self.size, dim, self.system.device.hbm.rate, self.bandwidths[i], latency_scale,
+                             curve=self.top(i))
         except ValueError:
-            costs = ()
-        if len(costs) != len(PROTOCOLS):
-            return (blocked(span),) * len(PROTOCOLS)
-        if type(span) is np.ndarray and type(several) is np.ndarray and _of_shape(costs, span.shape) and several.all():
-            return costs  # spanned at every point, costs of its shape: x * 1.0 is x (IEEE 754), so as they are
-        spanned = where(several, 1.0, 0.0)  # (one mask for every protocol)
-        return tuple(scaled(c, spanned) for c in costs)
+            return _blocked_rows(n, span)
+        if not is_array(several):
+            return rows  # (spanned: one configuration's scale is 1, and x * 1.0 is x)
+        if type(span) is np.ndarray and type(several) is np.ndarray and _rows_of_shape(rows, span.shape) and (
+                np.count_nonzero(several) == several.size):
+            return rows  # spanned at every point, costs of its shape: x * 1.0 is x (IEEE 754), so as they are
+        spanned = where(several, 1.0, 0.0)  # (one mask for every protocol: `scaled` of each)
+        sent = rows.sent[0]
+        sents = (sent * spanned,) * len(rows.sent) if all(x is sent for x in rows.sent) else tuple(
+            x * spanned for x in rows.sent)
+        return Rows(rows.time * spanned, sents, rows.fixed * spanned, rows.algorithm, rows.protocol)
 
-def _of_shape(costs: tuple[DimensionCost, ...], shape: tuple[int, ...]) -> bool:
-    """Whether every cost's time, bytes and fixed cost is an array of `shape` (a loop: no generator)."""
-    for c in costs:
-        for x in (c.time, c.sent_bytes, c.fixed):
-            if type(x) is not np.ndarray or x.shape != shape:
-                return False
+
+def _rows_of_shape(rows: Rows, shape: tuple[int, ...]) -> bool:
+    """Whether every protocol's time, bytes and fixed cost is an array of `shape`."""
+    if rows.time.shape[1:] != shape or rows.fixed.shape[1:] != shape:
+        return False
+    for x in rows.sent:  # noqa: SIM110 (a loop: no generator)
+        if type(x) is not np.ndarray or x.shape != shape:
+            return False
     return True
 
+
+def _axes_of(*values: Array) -> int:
+    return max(np.ndim(v) for v in values)
+
+
+def _nothing_rows(n: Array, span: Array) -> Rows:
+    """NOTHING under every protocol, stacked (rows that broadcast against the sweep's)."""
+    count = len(PROTOCOLS)
+    zeros = np.zeros((count,) + (1,) * _axes_of(n, span))
+    return Rows(zeros, (0.0,) * count, zeros, (0,) * count, (0,) * count)
+
+
+def _blocked_rows(n: Array, span: Array) -> Rows:
+    """`blocked(span)` under every protocol, stacked."""
+    count, axes = len(PROTOCOLS), _axes_of(n, span)
+    time = np.asarray(blocked(span).time, dtype=float)
+    time = np.broadcast_to(time.reshape((1,) * (axes - time.ndim) + time.shape), (count,) + (1,) * (axes - time.ndim)
+                           + time.shape)
+    return Rows(time, (0.0,) * count, np.zeros((count,) + (1,) * axes), (0,) * count, (0,) * count)
 
 
 def blocked(span: Array) -> DimensionCost:
@@ -150,6 +191,8 @@ def phase_message(op: Collective, n: Array, group: Placement, i: int) -> Array:
         return n
     if op is ALL_TO_ALL:
         return n * group.inner(i + 1) / group.size
+    if i == 0 and (type(n) is float or (type(n) is np.ndarray and n.dtype == np.float64)):
+        return n  # no dimension below the first: n / 1.0 is n (IEEE 754), the same bits without the pass
     return n / group.inner(i)
 
 

@@ -146,10 +146,12 @@ def never_faster_pipelined(op: Collective, n: Array, net: PhaseNet, first: Compo
         if not all(math.isfinite(float(x)) for x in (n, *group.spans, *(b for b in net.bandwidths if b is not None))):
             return False
         return (blocked[int(group.outermost)] and not math.isnan(t)) if group.size > 1 else bool(t <= 0)
-    if not all(np.isfinite(x).all() for x in (n, *group.spans, *(b for b in net.bandwidths if b is not None))):
+    if not all(np.count_nonzero(np.isfinite(x)) == np.size(x)
+               for x in (n, *group.spans, *(b for b in net.bandwidths if b is not None))):
         return False
     at_top = np.asarray(blocked)[np.asarray(net.outermost, dtype=int)]  # (the net's: `group.outermost`, once)
-    return bool(np.where(np.asarray(net.size) > 1, at_top & ~np.isnan(t), t <= 0).all())
+    kept = np.where(np.asarray(net.size) > 1, at_top & ~np.isnan(t), t <= 0)
+    return bool(np.count_nonzero(kept) == kept.size)
 
 _SKIP_CHECK_OFF = False  # tests set it to compare with the pipelined phases always built
 
