@@ -41,7 +41,7 @@ def test_one_collective_is_its_point_of_a_sweep(name: str, op: Collective) -> No
 @pytest.mark.parametrize("name", SYSTEMS)
 def test_the_per_network_cache_is_the_network_read_afresh(name: str) -> None:
     for net in load_system(name).network:
-        candidates, hops, _ = derived(net)
+        candidates, hops, *_ = derived(net)
         assert derived(net)[0] is candidates
         assert candidates == candidate_table(net.kind, net.algorithms, net.in_network_reduction,
                                               net.in_network_efficiency, net.efficiency, net.bandwidth,
