@@ -146,6 +146,27 @@ CASES: list[Case] = [
         ("Training time (days)", "", 1 / 1440), ("Time-to-train (hours)", "", 1 / 60),
         ("wall clock time [h]", "", 1 / 60),
         ("TTT (minutes)", "", 1), ("Time to train", "hrs", 1 / 60), ("time to train, days", "", 1 / 1440))],
+    # --- second pass: MaxText's and Megatron-Bridge's headers, Intel Gaudi's model tables, torchtune's memory log ---
+    *[_c("train-flops", "training", MLM, ("scale", 1), metric=m, unit="") for m in (
+        "TFLOP/chip/sec", "Model TFLOP/sec/GPU", "TFLOP/s/device")],
+    *[_c("train-samples", "training", LORA, ("scale", k), metric=m, unit=u) for m, u, k in (
+        ("throughput", "samples/s (whole system)", 1),)],
+    # the row's samples/s (the stand-in's 12345 tokens/s over its sequences) per one of its 8 devices
+    *[_c("train-samples", "training", LORA, ("label", "samples/s per GPU", 1.5069580078125 / 8), metric="throughput",
+         unit=u) for u in ("sentences/sec per HPU", "samples/s/GPU")],
+    *[_c("train-samples-other", "training", LORA, re.compile(r"^(metric|unit)"), metric=m, unit=u) for m, u in (
+        ("Throughput", "sentences/sec"), ("throughput", "sentences/min"), ("Throughput", "sentences/sec (8 HPUs)"))],
+    *[_c("recompute", "training", KOR, SAME, recompute=w) for w in (
+        "activation_checkpointing: true", "gradient_checkpointing=True", "enable_activation_checkpointing: True",
+        "activation checkpointing (every layer)")],
+    *[_c("recompute", "training", "TR-KOR-T4-1", SAME, recompute=w) for w in (
+        "activation_checkpointing: false", "gradient_checkpointing=False", "enable_activation_checkpointing: False")],
+    *[_c("memory-measure", "measure", "", ("value", m), metric=w) for w, m in (
+        ("peak_memory_alloc", "allocated"), ("peak_memory_reserved", "reserved"))],
+    *[_c("memory-measure-other", "measure", "", "refuse:metric", metric=w) for w in (
+        "peak_memory_active", "peak memory active (torch.cuda.memory_stats active_bytes)")],
+    *[_c("moe", "training", DSV3, SAME, topk=w) for w in ("--moe-router-topk 8", "moe_router_topk: 8")],
+    *[_c("moe", "training", "TR-MBRIDGE-25.09-05", SAME, experts=w) for w in ("num_local_experts: 128",)],
     # --- precision (training): Lightning, Hugging Face Trainer, accelerate, Transformer Engine --------------------
     *[_c("precision", "training", KOR, ("check", _precision_is(p)), precision=w) for w, p in (
         ("bf16-mixed", "bf16"), ("BF16 with FP32 master weights", "bf16"), ("mixed_precision: bf16", "bf16"),

@@ -47,6 +47,8 @@ def measure_of(row: dict[str, str]) -> str:
     if re.search(r"nvidia-smi|cuda context|\bnvml\b|rocm-smi", metric):
         raise Unsupported(f"metric: a memory row must say 'allocated' or 'reserved' (torch.cuda.max_memory_*); "
                           f"{row.get('metric')!r} is the whole process's use (CUDA context and buffers included)")
+    # torchtune's log names torch.cuda.max_memory_allocated "peak_memory_alloc" (training/memory.py get_memory_stats)
+    metric = re.sub(r"(?<![a-z])alloc\b", ALLOCATED, metric)
     found = {m for m in (ALLOCATED, RESERVED) if m in metric}
     if len(found) != 1:
         raise Unsupported(f"metric: a memory row must say 'allocated' or 'reserved', got {row.get('metric')!r}")

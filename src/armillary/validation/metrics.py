@@ -34,7 +34,7 @@ _RATE_UNIT = re.compile(r"\b(it|iters?|iterations?|steps?|samples?|tokens?|tok|r
 PER_GPU = re.compile(r"(per|/)[\s-]*(gpu|hpu|device|accelerator|chip|card|tpu(?:\s+chip)?|[abh]\d{2,3}|gb[23]00|"
                      r"mi3\d\dx)\b(?![\s-]*(node|server|host|system|instance|rack|tray|pod)s?\b)")
 # a rate over a longer time than a second: "tokens/day/GPU", "tokens per hour", "req/min" (never read as per second)
-PER_LONGER_TIME = re.compile(r"(tokens?|tok|samples?|seqs?|sequences?|requests?|req|queries|tps)\b[\w\s/-]*?"
+PER_LONGER_TIME = re.compile(r"(tokens?|tok|samples?|seqs?|sequences?|sentences?|requests?|req|queries|tps)\b[\w\s/-]*?"
                              r"(/|\bper)\s*(min|mins|minutes?|h|hr|hrs|hours?|days?)\b")
 
 
@@ -154,7 +154,8 @@ def read_metric(row: dict[str, str]) -> Metric:
         raise Unsupported(f"unit {row.get('unit')!r} / metric {row.get('metric')!r}: a rate per minute, hour or day; "
                           "rates are read per second")
     thousands = _multiple(both, row)
-    if re.search(r"(samples?|sequences?|seqs?)\s*(/|per)\s*(s|sec|second)\b", both):
+    # ("sentences/sec": Intel Gaudi's model tables count a training sample so)
+    if re.search(r"(samples?|sequences?|seqs?|sentences?)\s*(/|per)\s*(s|sec|second)\b", both):
         per, share = _per(text, both, row)
         return Metric(f"samples/s {per}" + _times(thousands),
                       lambda r, rs: float(r.tokens_per_s) / rs.workload.seq_len / share(rs) / thousands)
