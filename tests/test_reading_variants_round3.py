@@ -68,6 +68,10 @@ def _lora(rank: int, targets: tuple[LoraTarget, ...] | None) -> Callable[[tuple[
     return check
 
 
+def _moe_widths(dense: int, expert: int) -> Callable[[tuple[Any, ...]], bool]:
+    return lambda r: all((s[0]["ffn"], s[0]["moe"]["expert_ffn"]) == (dense, expert) for s in r[2])
+
+
 def _label(prefix: str) -> Callable[[tuple[Any, ...]], bool]:
     return lambda r: str(r[0]).startswith(prefix)
 
@@ -167,6 +171,26 @@ CASES: list[Case] = [
         "peak_memory_active", "peak memory active (torch.cuda.memory_stats active_bytes)")],
     *[_c("moe", "training", DSV3, SAME, topk=w) for w in ("--moe-router-topk 8", "moe_router_topk: 8")],
     *[_c("moe", "training", "TR-MBRIDGE-25.09-05", SAME, experts=w) for w in ("num_local_experts: 128",)],
+    # --- third pass: latency statistics as genai-perf / ROCm blogs print them; an MoE no preset names, its widths
+    # as config.json keys (DeepSeek-V3's intermediate_size 18432, moe_intermediate_size 2048) ----------------------
+    *[_c("serve-latency", "serving", VLLM, ("label", lab, v), metric=m, unit=u) for m, u, lab, v in (
+        ("TTFT P99 (ms)", "", "p99 TTFT", 400.0), ("99th percentile TTFT", "s", "p99 TTFT", 0.4),
+        ("TTFT (median, ms)", "", "p50 TTFT", 180.0), ("Inter-token latency (ms)", "", "mean ITL", 31.0),
+        ("TPOT P90 (ms)", "", "p90 TPOT", 45.0), ("Request latency (avg)", "s", "mean E2E", 9.0))],
+    *[_c("serve-latency-other", "serving", VLLM, "refuse:metric", metric=m, unit=u) for m, u in (
+        ("ITL P50 (ms)", ""), ("TTFT (max, ms)", ""), ("TTFT std (ms)", ""))],
+    *[_c("static-metric", "static", TRT_STATIC, ("label", lab, v), metric=m, unit=u) for m, u, lab, v in (
+        ("Offline throughput", "output tokens/s (8 GPUs)", "output tok/s (all GPUs)", 777.0 * 8),
+        ("output throughput", "tokens/s/gpu", "output tok/s per GPU", 777.0))],
+    *[_c("static-metric-other", "static", TRT_STATIC, re.compile(r"^(metric|unit)"), metric=m, unit=u) for m, u in (
+        ("Throughput (tokens/s)", "(8x MI300X)"), ("Offline samples/s", ""), ("throughput", "tokens/s per node"))],
+    *[_c("moe-columns", "training", DSV3, ("check", _moe_widths(18432, 2048)), model="Custom MoE 671B", ffn=w)
+      for w in ("dense 18432 / expert 2048", "intermediate_size: 18432; moe_intermediate_size: 2048",
+                "dense 18432, expert 2048")],
+    *[_c("moe-columns", "training", QWEN, ("check", _moe_widths(768, 768)), model="Custom MoE 30B", ffn=w)
+      for w in ("moe_intermediate_size: 768", "expert 768")],
+    *[_c("moe-columns-other", "training", DSV3, "refuse:", model="Custom MoE 671B", ffn=w)
+      for w in ("18432 / 2048",)],
     # --- precision (training): Lightning, Hugging Face Trainer, accelerate, Transformer Engine --------------------
     *[_c("precision", "training", KOR, ("check", _precision_is(p)), precision=w) for w, p in (
         ("bf16-mixed", "bf16"), ("BF16 with FP32 master weights", "bf16"), ("mixed_precision: bf16", "bf16"),

@@ -89,7 +89,8 @@ TOKEN_LENGTHS = ("seq", "isl", "osl")
 # batch 1", "context 4k", "TP=1, PP=16" in ep), is refused rather than taken as not stated (and then assumed)
 _LAYOUT_COLUMNS = ("n_gpus", "seq", "gbs", "mbs", "tp", "pp", "cp", "ep", "vpp")
 # likewise a model's shape (a shape left unstated is filled from a preset or kv_heads = heads: a misread); an ffn
-# column that names its experts' width ("dense 18432 / expert 2048") is read by the MoE reader instead
+# column that names its experts' width ("dense 18432 / expert 2048", "moe_intermediate_size: 2048") is read by the
+# MoE reader instead
 _SHAPE_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "experts", "topk")
 # a number with thousands separators at the start ("1,344", "10,752 GPUs": MLPerf's and papers' tables)
 _THOUSANDS = re.compile(r"^(\d{1,3}(?:,\d{3})+)(?![\d,])")
@@ -159,7 +160,7 @@ def _labelled_elsewhere(column: str, label: str, words: str) -> Reading:
         raise BadValueError(f"{column}: {words[:40]!r} holds more than one value")
     # a number standing alone ("per-device batch 1", "context 4k"), not one inside a name ("ZeRO-1 DP", "1F1B")
     unplaced = column in _LAYOUT_COLUMNS or (column in _SHAPE_COLUMNS and not (
-        column == "ffn" and re.search(r"\bexperts?\b", words, re.I)))
+        column == "ffn" and re.search(r"\bexperts?\b|moe[-_ ]?intermediate", words, re.I)))
     if unplaced and re.search(r"(?<![\w.-])\d+(?:\.\d+)?[km]?\b", words, re.I) and not re.match(
             r"(n/?a|not (stated|given|reported|published)|per recipe|default)\b", words.strip(), re.I):
         raise BadValueError(f"{column}: {words[:40]!r} holds a number the column's reader cannot place (a number, "
