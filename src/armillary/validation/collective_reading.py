@@ -105,7 +105,7 @@ def message_bytes(row: dict[str, str]) -> int:
     text = clean(row.get("msg_bytes")).replace(",", "")
     # a size with its restatement in a parenthesis ("1073741824 (1 GiB)"): the size before it is read
     text = re.sub(r"^([^()]+?)\s*\([^()]*\)$", r"\1", text)
-    power = re.fullmatch(r"2\s*\^\s*(\d+)", text)
+    power = re.fullmatch(r"2\s*\^\s*(\d+)(?:\s*(?:b|bytes?))?", text)
     if power:
         return int(2 ** int(power.group(1)))
     found = _SIZE.fullmatch(text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -105,6 +106,10 @@ def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None =
     else:
         time = float(collective(m.op, size, group, m.system, m.algorithm).cost.time)
     notes = m.notes
+    # nccl-tests' closing "# Avg bus bandwidth" averages the busbw of every size of the sweep: not one size's
+    if re.search(r"\b(avg|average|mean)\b[^;]*\b(bus ?bw|bus bandwidth)", metric):
+        raise Unsupported(f"metric {row.get('metric')!r}: nccl-tests' average over the sweep's sizes, not the busbw of "
+                          "one message size")
     if metric.startswith("busbw") or "bus bandwidth" in metric:
         scale = bandwidth_scale(row)  # in the row's unit: Gb/s is 8x the GB/s figure (bits)
         label = "busbw [GB/s]" if scale == 1e9 else f"busbw [{row_unit(row)}]"

@@ -31,9 +31,10 @@ _GPU_SYSTEMS = (
     (re.compile(r"mi325x", re.I), "mi325x-8"),
     (re.compile(r"mi355x", re.I), "mi355x-8"),
     (re.compile(r"gaudi\s*3", re.I), "hls-gaudi3"),
-    (re.compile(r"tpu\s*v5p", re.I), "tpu-v5p-slice"),
+    # ("v5p", "v6e" alone: Google's names of the chips and their slices, "v5p-128", "v6e-256"; v4 alone is not)
+    (re.compile(r"tpu\s*v5p|\bv5p\b", re.I), "tpu-v5p-slice"),
     (re.compile(r"tpu\s*v4", re.I), "tpu-v4-pod-slice"),
-    (re.compile(r"tpu\s*v6e|trillium", re.I), "tpu-v6e-slice"),
+    (re.compile(r"tpu\s*v6e|\bv6e\b|trillium", re.I), "tpu-v6e-slice"),
     (re.compile(r"tpu\s*7x|ironwood", re.I), "tpu7x-slice"),
     (re.compile(r"trn2|trainium\s*2", re.I), "trn2-16"),
 )

@@ -42,6 +42,13 @@ def is_memory_row(row: dict[str, str]) -> bool:
 def measure_of(row: dict[str, str]) -> str:
     """What the row's memory figure counts: allocated or reserved (the metric names it)."""
     metric = row.get("metric", "").lower()
+    # nvidia-smi's "memory used" counts the whole process: the CUDA context, NCCL and library buffers outside the
+    # allocator too; neither torch figure
+    if re.search(r"nvidia-smi|cuda context|\bnvml\b|rocm-smi", metric):
+        raise Unsupported(f"metric: a memory row must say 'allocated' or 'reserved' (torch.cuda.max_memory_*); "
+                          f"{row.get('metric')!r} is the whole process's use (CUDA context and buffers included)")
+    # torchtune's log names torch.cuda.max_memory_allocated "peak_memory_alloc" (training/memory.py get_memory_stats)
+    metric = re.sub(r"(?<![a-z])alloc\b", ALLOCATED, metric)
     found = {m for m in (ALLOCATED, RESERVED) if m in metric}
     if len(found) != 1:
         raise Unsupported(f"metric: a memory row must say 'allocated' or 'reserved', got {row.get('metric')!r}")
@@ -54,7 +61,7 @@ def unit_bytes(row: dict[str, str]) -> float:
     unit = re.sub(r"\s*(per|/)\s*(gpu|device|rank)\b", "", row.get("unit", "").strip().lower()).strip()
     unit = _SPELLED.get(unit, unit)
     # "Gb" / "Mb" with a capital and a small b are bits (IEC 80000-13), never a memory's bytes
-    if unit not in _UNITS or re.search(r"[GM]b\b", row.get("unit", "")):
+    if unit not in _UNITS or re.search(r"[GM]i?b\b", row.get("unit", "")):
         raise Unsupported(f"unit: expected one of GiB, GB, MiB, MB for a memory row, got {row.get('unit')!r}")
     return _UNITS[unit]
 

@@ -30,10 +30,11 @@ _RATE_UNIT = re.compile(r"\b(it|iters?|iterations?|steps?|samples?|tokens?|tok|r
 
 # a rate of one device: "per GPU", "/GPU", "per H100", "per TPU chip" (a GPU's name, not a node of them: "per
 # H100 node")
-PER_GPU = re.compile(r"(per|/)[\s-]*(gpu|device|accelerator|chip|card|tpu(?:\s+chip)?|[abh]\d{2,3}|gb[23]00|"
+# ("HPU": Intel Gaudi's name for its device, as Habana's docs and optimum-habana print "per HPU")
+PER_GPU = re.compile(r"(per|/)[\s-]*(gpu|hpu|device|accelerator|chip|card|tpu(?:\s+chip)?|[abh]\d{2,3}|gb[23]00|"
                      r"mi3\d\dx)\b(?![\s-]*(node|server|host|system|instance|rack|tray|pod)s?\b)")
 # a rate over a longer time than a second: "tokens/day/GPU", "tokens per hour", "req/min" (never read as per second)
-PER_LONGER_TIME = re.compile(r"(tokens?|tok|samples?|seqs?|sequences?|requests?|req|queries|tps)\b[\w\s/-]*?"
+PER_LONGER_TIME = re.compile(r"(tokens?|tok|samples?|seqs?|sequences?|sentences?|requests?|req|queries|tps)\b[\w\s/-]*?"
                              r"(/|\bper)\s*(min|mins|minutes?|h|hr|hrs|hours?|days?)\b")
 
 
@@ -81,7 +82,7 @@ def _eq3_flop(rs: RowSpecs) -> float:
 def _flop_convention(text: str, source: str) -> tuple[str, Callable[[StepEstimate, RowSpecs], float]]:
     if "eq" in text or "sc21" in source or "2104.04473" in source or "includes recompute" in text:
         return "SC'21 Eq. 3", lambda r, rs: _eq3_flop(rs)
-    if "hardware" in text or "hfu" in text:
+    if "hardware" in text or "hfu" in text or re.search(r"\bhw\b", text):
         return "hardware", lambda r, rs: float(r.hardware_flop)
     return "model", lambda r, rs: float(r.model_flop)
 
@@ -117,12 +118,20 @@ def read_metric(row: dict[str, str]) -> Metric:
         k = time_unit(unit or text, "s")
         return Metric("step time [row unit]", lambda r, rs: float(r.step_time_s) / k)
     # a utilisation is a percentage when the unit says so, or (no unit) when the value is above 1.5
+    # FLOPs counted without attention ("6N" per token, "6ND", "MFU without attention") are not the model FLOPs the
+    # estimate counts (6N-style plus attention: PaLM's Appendix B MFU, Korthikanti et al. 2022): refused, not read
+    if re.search(r"\b6\s*n\s*d?\b|\b(without|excluding|excl\.?|no|w/o)\s+(the\s+)?(self[- ])?attention", text) and (
+            re.search(r"\b(mfu|hfu)\b|flop|utili[sz]ation", text + " " + unit)):
+        raise Unsupported(f"metric {row.get('metric')!r}: FLOPs counted without attention (6N per token) are not the "
+                          "model FLOPs compared (6N-style plus attention)")
     percent = "%" in unit or "percent" in unit or (not unit and float(row.get("value") or 0) > 1.5)
     scale = 100.0 if percent else 1.0
     if re.search(r"\bhfu\b|hardware flops? utili[sz]ation", text):
         return Metric("HFU", lambda r, rs: scale * float(r.hfu))
     if re.search(r"\bmfu\b|model flops? utili[sz]ation", text):
         return Metric("MFU", lambda r, rs: scale * float(r.mfu))
+    # the multiples spelled out: SC'21's "Achieved teraFLOP/s per GPU", "Achieved aggregate petaFLOP/s"
+    text, unit = (re.sub(r"\b(giga|tera|peta|exa)(?=flop)", lambda m: m.group(1)[0], t) for t in (text, unit))
     if re.search(r"[gtpe]flop", text + " " + unit) or (re.search(r"\bflop", text) and "flop" in unit):
         if "fusion" in text:
             raise Unsupported(f"metric {row.get('metric')!r}: operator fusion on/off is not modelled")
@@ -145,7 +154,8 @@ def read_metric(row: dict[str, str]) -> Metric:
         raise Unsupported(f"unit {row.get('unit')!r} / metric {row.get('metric')!r}: a rate per minute, hour or day; "
                           "rates are read per second")
     thousands = _multiple(both, row)
-    if re.search(r"(samples?|sequences?|seqs?)\s*(/|per)\s*(s|sec|second)\b", both):
+    # ("sentences/sec": Intel Gaudi's model tables count a training sample so)
+    if re.search(r"(samples?|sequences?|seqs?|sentences?)\s*(/|per)\s*(s|sec|second)\b", both):
         per, share = _per(text, both, row)
         return Metric(f"samples/s {per}" + _times(thousands),
                       lambda r, rs: float(r.tokens_per_s) / rs.workload.seq_len / share(rs) / thousands)

@@ -26,9 +26,10 @@ def _without_negated_formats(value: str | None) -> str | None:
     if value is None:
         return None
     fmt = r"(?:(?:mx|nv)?fp[48]\w*|float8\w*)"
-    # also a setting that turns it off: NeMo's "fp8: False" / "fp8: null", Megatron's "fp8=None"
+    # also a setting that turns it off: NeMo's "fp8: False" / "fp8: null", Megatron's "fp8=None"; and a 16-bit
+    # switch set off beside the one set on (Hugging Face TrainingArguments "fp16=True, bf16=False")
     return re.sub(rf"\b(?:no|without|not|w/o)\s+{fmt}|\b{fmt}\s+(?:disabled|off|not used|unused)\b|"
-                  rf"\b{fmt}\s*[:=]\s*(?:false|none|null|off|no|0)\b", " ", value)
+                  rf"\b(?:{fmt}|bf16|fp16)\s*[:=]\s*(?:false|none|null|off|no|0)\b", " ", value)
 
 
 # the block-scaled formats (specs.formats) as sources name them
@@ -79,6 +80,8 @@ def fp8_of(text: str | None) -> bool:
     fp8 named only for the KV cache beside 16-bit weights ("FP16 weights, FP8 KV cache", "bf16, --kv-cache-dtype
     fp8") is not the weights'."""
     value = _without_negated_formats(clean(text)) or ""
+    if re.search(r"\bkv(?:[-_ ]?cache)?\b[^;,]*\bonly\b|\bonly\b[^;,]*\bkv\b", value):
+        return False  # "FP8 KV cache only": the weights keep the model's 16-bit format
     if re.search(_FP8, _KV_CLAUSE.sub(" ", value)):
         return True
     # fp8 only in the KV cache's words: the weights' are the 16-bit format named, else (nothing else named) fp8

@@ -65,9 +65,21 @@ _LABELS = {
     "mbs": r"mbs|micro[-_ ]?batch(?:[-_ ]size)?", "gbs": r"gbs|global[-_ ]?batch(?:[-_ ]size)?",
     # "seq len", "seq_length" (Megatron), "Seq.Len" (NeMo's performance tables)
     "seq": r"seq(?:uence)?[-_. ]?(?:len(?:gth)?)?",
-    # "ISL 1024", "isl=1024", "input length 1024", "--random-input-len 1024"
-    "isl": r"isl|(?:random[-_ ])?input[-_ ]?(?:seq(?:uence)?[-_ ]?)?len(?:gth)?",
+    # "ISL 1024", "isl=1024", "input length 1024", "--random-input-len 1024", "prompt length 1024"
+    "isl": r"isl|(?:random[-_ ])?input[-_ ]?(?:seq(?:uence)?[-_ ]?)?len(?:gth)?|prompt[-_ ]?len(?:gth)?",
     "osl": r"osl|(?:random[-_ ])?output[-_ ]?(?:seq(?:uence)?[-_ ]?)?len(?:gth)?",
+    # a model's shape as Hugging Face config.json keys ("hidden_size: 4096", "num_key_value_heads: 8",
+    # "n_routed_experts: 256", "num_experts_per_tok: 8"), Megatron's arguments ("--ffn-hidden-size",
+    # "num_query_groups", "moe_router_topk") and Meta's params.json ("dim", "n_layers", "n_heads", "n_kv_heads")
+    "layers": r"num[-_ ]?hidden[-_ ]?layers|n[-_]?layers|num[-_ ]?layers|layers",
+    "hidden": r"hidden[-_ ]?size|d[-_]?model|n[-_]?embd|dim|hidden",
+    "heads": r"num[-_ ]?attention[-_ ]?heads|n[-_]?heads|num[-_ ]?heads|heads",
+    "kv_heads": r"num[-_ ]?key[-_ ]?value[-_ ]?heads|n[-_]?kv[-_]?heads|num[-_ ]?kv[-_ ]?heads|"
+                r"num[-_ ]?query[-_ ]?groups|kv[-_ ]?heads",
+    "ffn": r"(?<!moe_)intermediate[-_ ]?size|ffn[-_ ]?hidden[-_ ]?size|ffn[-_ ]?dim|d[-_]?ff|ffn",
+    "vocab": r"(?:padded[-_ ]?)?vocab(?:ulary)?[-_ ]?size|vocab(?:ulary)?",
+    "experts": r"n[-_]?routed[-_]?experts|num[-_ ]?(?:local[-_ ]?)?experts|num[-_ ]?moe[-_ ]?experts|experts",
+    "topk": r"num[-_ ]?experts[-_ ]?per[-_ ]?tok(?:en)?|moe[-_ ]?router[-_ ]?topk|top[-_ ]?k|top-?",
 }
 # a short label's "size" or "degree" ("TP size 8", "EP degree 8")
 _SIZE_WORD = r"(?:[-_ ](?:size|degree))?"
@@ -76,6 +88,10 @@ TOKEN_LENGTHS = ("seq", "isl", "osl")
 # the columns of a training row's layout whose number, written in words the reader cannot place ("per-device
 # batch 1", "context 4k", "TP=1, PP=16" in ep), is refused rather than taken as not stated (and then assumed)
 _LAYOUT_COLUMNS = ("n_gpus", "seq", "gbs", "mbs", "tp", "pp", "cp", "ep", "vpp")
+# likewise a model's shape (a shape left unstated is filled from a preset or kv_heads = heads: a misread); an ffn
+# column that names its experts' width ("dense 18432 / expert 2048", "moe_intermediate_size: 2048") is read by the
+# MoE reader instead
+_SHAPE_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "experts", "topk")
 # a number with thousands separators at the start ("1,344", "10,752 GPUs": MLPerf's and papers' tables)
 _THOUSANDS = re.compile(r"^(\d{1,3}(?:,\d{3})+)(?![\d,])")
 
@@ -104,7 +120,7 @@ def read_int(row: dict[str, str], column: str) -> Reading:
         raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text[:40]!r}")
     # "EP=8", "TP 8", "mbs: 2", "TP size 8": the column's own name before its number
     label = _LABELS.get(column, r"(?!)")
-    text_read = re.sub(rf"^(?:{label}){_SIZE_WORD}\s*[=:]?\s*(?=\d)", "", text, flags=re.I)
+    text_read = re.sub(rf"^-*(?:{label}){_SIZE_WORD}\s*[=:]?\s*(?=\d)", "", text, flags=re.I)
     found = re.match(r"(\d+(?:\.\d+)?)(?![\d.])(.*)", text_read)
     if found is None:
         return _labelled_elsewhere(column, label, words)
@@ -122,6 +138,8 @@ def read_int(row: dict[str, str], column: str) -> Reading:
         return Reading(column, round(float(found.group(1)) * 1024), text, "qualified")
     if multiple:
         raise BadValueError(f"{column}: {text[:40]!r} is written in thousands or millions; the number is needed")
+    if float(found.group(1)) != int(float(found.group(1))):  # "3.25 x hidden", "2.5 (avg)": not a count
+        raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text[:40]!r}")
     rest = re.sub(r"\([^()]*\)", " ", found.group(2))  # a parenthesised qualifier is not a second value
     if column in ("gbs", "mbs") and re.search(r"\btok(en)?s?\b", rest, re.I):
         raise BadValueError(f"{column}: {text[:40]!r} counts tokens; the batch is read in sequences")
@@ -134,14 +152,16 @@ def _labelled_elsewhere(column: str, label: str, words: str) -> Reading:
     """A column not led by its number: the one value its own name labels anywhere in it ("TP=8, PP=1" in pp,
     "GBS=4, MBS=4" in mbs: a configuration line pasted into each column), else not stated; a layout column
     (`_LAYOUT_COLUMNS`) whose words hold a number it cannot place is refused."""
-    values = {m.group(1) for m in re.finditer(rf"(?<![a-z0-9])(?:{label}){_SIZE_WORD}\s*[=:]?\s*(\d+)(?![\d.])",
-                                              words, re.I)}
+    values = {m.group(1) for m in re.finditer(rf"(?<![a-z0-9_])(?:{label}){_SIZE_WORD}\s*[=:]?\s*(\d+)"
+                                              r"(?![\d.]|,\d|\s*(?:k|m|b|thousand|million|billion)\b)", words, re.I)}
     if len(values) == 1:
         return Reading(column, int(values.pop()), words, "qualified")
     if len(values) > 1:
         raise BadValueError(f"{column}: {words[:40]!r} holds more than one value")
     # a number standing alone ("per-device batch 1", "context 4k"), not one inside a name ("ZeRO-1 DP", "1F1B")
-    if column in _LAYOUT_COLUMNS and re.search(r"(?<![\w.-])\d+(?:\.\d+)?[km]?\b", words, re.I) and not re.match(
+    unplaced = column in _LAYOUT_COLUMNS or (column in _SHAPE_COLUMNS and not (
+        column == "ffn" and re.search(r"\bexperts?\b|moe[-_ ]?intermediate", words, re.I)))
+    if unplaced and re.search(r"(?<![\w.-])\d+(?:\.\d+)?[km]?\b", words, re.I) and not re.match(
             r"(n/?a|not (stated|given|reported|published)|per recipe|default)\b", words.strip(), re.I):
         raise BadValueError(f"{column}: {words[:40]!r} holds a number the column's reader cannot place (a number, "
                             f"or the column's name and its number: '8', 'TP=8', 'tensor parallel 8')")

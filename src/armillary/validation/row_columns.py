@@ -40,6 +40,15 @@ def int_column(row: dict[str, str], key: str) -> int | None:
         if rest and _TPU_CORE_SLICE.search(rest.group(1)) and not re.match(r"\s*chips?\b", rest.group(1), re.I):
             raise Unsupported(f"n_gpus: {reading.words!r} names a TPU v4 / v5p slice, whose size counts TensorCores "
                               "(two per chip): the chips are needed")
+    if key == "kv_heads" and reading.value is None:
+        said = reading.words.lower()
+        # multi-query attention keeps one key / value head (Shazeer 2019, arXiv:1911.02150; PaLM); grouped-query
+        # attention (Ainslie et al. 2023) names no group count by itself: never kv_heads = heads
+        if re.search(r"\bmqa\b|multi[- ]query", said) and not re.search(r"\bgqa\b|group", said):
+            return 1
+        if re.search(r"\bgqa\b|grouped[- ]query|\bgroups?\b", said):
+            raise Unsupported(f"kv_heads: {reading.words!r} says grouped-query attention without its number of KV "
+                              "heads (a number: '8', '8 (GQA)', 'num_key_value_heads: 8')")
     return reading.value
 
 

@@ -20,7 +20,10 @@ def read_finetune(row: dict[str, str], notes: list[str]) -> Lora | None:
     if kind is None:
         return None
     text = f"{named} {clean(row.get('notes'))}"
-    ranks = {int(r) for r in re.findall(r"\b(?:lora\s+)?rank\s*(?:r\s*=\s*|=\s*|of\s+)?(\d+)", text, re.IGNORECASE)}
+    # "LoRA rank 16", "rank-16", PEFT's "r=16", NeMo's / torchtune's "lora_r: 16", "lora_rank=16" (never lora_alpha)
+    ranks = {int(r) for r in re.findall(r"\b(?:lora\s+)?rank[-\s]*(?:r\s*=\s*|=\s*|of\s+)?(\d+)|"
+                                        r"\blora[-_ ]?r(?:ank)?\s*[=:]\s*(\d+)|(?<![\w.-])r\s*[=:]\s*(\d+)", text,
+                                        re.IGNORECASE) for r in r if r}
     if len(ranks) != 1:
         raise Unsupported("model: a LoRA row must state one adapter rank ('LoRA rank 16'); "
                           + ("none stated" if not ranks else f"several: {sorted(ranks)}"))
@@ -59,9 +62,20 @@ _LORA_TARGETS = ((LoraTarget.Q, r"query|q_proj"), (LoraTarget.K, r"key|k_proj"),
 
 
 def _lora_targets(text: str) -> tuple[LoraTarget, ...] | None:
-    """The adapted layers a row names after 'on' ("rank 8 on query and value"); None when it names none."""
-    found = re.search(r"rank\s*\d+\s+on\s+([^;(,.]*)", text, re.IGNORECASE)
+    """The adapted layers a row names after 'on' ("rank 8 on query and value", "rank 16 on q_proj, v_proj") or
+    in PEFT's target_modules ("target_modules=[q_proj, v_proj]"; "all-linear": every linear layer of the decoder
+    but the output head, PEFT's tuners_utils); None when it names none. Targets named in words none of which it
+    reads are refused (never the attention projections in their place)."""
+    found = re.search(r"rank\s*\d+\s+on\s+([^;(.]*)|target[-_ ]?modules\s*[=:]\s*\[?([^\];(]*)", text, re.IGNORECASE)
     if found is None:
         return None
-    named = tuple(t for t, words in _LORA_TARGETS if re.search(rf"\b(?:{words})\b", found.group(1), re.IGNORECASE))
-    return named or None
+    words_named = found.group(1) or found.group(2)
+    if re.search(r"\ball[-_ ]linear\b", words_named, re.IGNORECASE):
+        return tuple(LoraTarget)
+    named = tuple(t for t, words in _LORA_TARGETS if re.search(rf"\b(?:{words})\b", words_named, re.IGNORECASE))
+    if not named and re.search(r"\battention\b", words_named, re.IGNORECASE):
+        return None  # NeMo's target_modules ['attention']: linear_qkv and linear_proj, the default
+    if not named:
+        raise Unsupported(f"model: LoRA targets {words_named.strip()!r} name none of the layers read (q_proj, k_proj, "
+                          "v_proj, o_proj, gate_proj, up_proj, down_proj, all-linear)")
+    return named

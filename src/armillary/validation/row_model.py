@@ -109,11 +109,12 @@ def _moe_from_columns(row: dict[str, str], notes: list[str]) -> Model:
     conventions of its family or of Mixtral (SwiGLU experts, RMSNorm, rotary); shared experts and leading
     dense layers only as stated."""
     ffn_text = clean(row.get("ffn"))
-    expert = re.search(r"expert\D*(\d+)", ffn_text)
-    dense = re.search(r"dense\D*(\d+)", ffn_text)
-    expert_ffn = int(expert.group(1)) if expert else int_column(row, "ffn")
+    # (also as config.json keys: DeepSeek-V3's "intermediate_size: 18432" and "moe_intermediate_size: 2048")
+    expert = re.search(r"expert\D*(\d+)|moe[-_ ]?intermediate[-_ ]?size\D*(\d+)", ffn_text)
+    dense = re.search(r"dense\D*(\d+)|(?<![a-z_])intermediate[-_ ]?size\D*(\d+)", ffn_text)
+    expert_ffn = int(expert.group(1) or expert.group(2)) if expert else int_column(row, "ffn")
     shape = {k: int_column(row, k) for k in SHAPE}
-    shape["ffn"] = int(dense.group(1)) if dense else expert_ffn
+    shape["ffn"] = int(dense.group(1) or dense.group(2)) if dense else expert_ffn
     needed = {"layers": shape["layers"], "hidden": shape["hidden"], "heads": shape["heads"],
               "topk": int_column(row, "topk"), "ffn (expert width)": expert_ffn}
     missing = [k for k, v in needed.items() if v is None]

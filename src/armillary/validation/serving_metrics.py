@@ -112,10 +112,16 @@ def read_serving_metric(row: dict[str, str], steady: bool = False) -> ServingMet
             # "Total Output Throughput" is the server's output tokens
             (r"total token|\btotal throughput|input and output|prompt and output", "total tok/s",
              "total_tokens_per_s"),
-            (r"output token|generat|decode throughput|output throughput|tokens?/s|tok/s", "output tok/s",
+            # a bare "Throughput (tokens/s)" names neither (vLLM's benchmark_throughput prints total and output
+            # tokens/s side by side): refused below
+            (r"output token|generat|decode throughput|output throughput|(output|completion|completed|generated)"
+             r"\s*(tokens?|tok)\s*(/|per)\s*s", "output tok/s",
              "output_tokens_per_s")):
         if re.search(words, both):
             return ServingMetric(label + whose + (", steady window" if steady else ""), _rate(rate, per_gpu, steady))
+    if re.search(r"(tokens?|tok)\s*(/|per)\s*(s|sec|second)\b", both):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: tokens/s without saying output or "
+                          "total (input and output) tokens")
     raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: not a serving benchmark quantity "
                       "(output, total or request throughput; TTFT, TPOT, ITL or end-to-end latency)")
 

@@ -35,8 +35,10 @@ def recompute_of(text: str | None) -> Recompute | None:
         return Recompute.SELECTIVE
     # Hugging Face's "gradient checkpointing" recomputes every layer; Megatron's --recompute-num-layers and
     # --recompute-method apply only to full recomputation (megatron/training/arguments.py)
-    if "full" in value or first in YES_WORDS or re.match(r"(activation |gradient )?(checkpointing|recompute|"
-                                                    r"rematerialization)", first) \
+    # (a setting switched on: DeepSpeed's / torchtune's "activation_checkpointing: true", Hugging Face's
+    # "gradient_checkpointing=True", torchtune's "enable_activation_checkpointing: True")
+    if "full" in value or first in YES_WORDS or re.match(r"(enable[_ ])?(activation[_ ]|gradient[_ ])?(checkpointing|"
+                                                    r"recompute|rematerialization)", first) \
             or re.search(r"recompute[-_ ](num[-_ ]layers|method)", value):
         return Recompute.FULL
     return None
