@@ -18,19 +18,14 @@ src on PYTHONPATH for a before / after).
 
 from __future__ import annotations
 
-import collections
 import re
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_reading_variants_round2 import _READ, SAME, Case, _c, _rows, outcome
+from reading_variant_cases import SAME, Case, _c, _inference_formats, _precision_is, _rows, outcome, report
 
 from armillary.specs.workload import LoraTarget
-from armillary.validation.memory_rows import measure_of
-
-_READ["measure"] = lambda row: (measure_of(row),)
 
 KOR = "TR-KOR-T5-22B-FULL"  # A100 80GB, tp 8, step time in s, mixed precision (16-bit)
 APPC = "TR-KOR-APPC-175B"  # MFU in %, 64 A100
@@ -50,14 +45,6 @@ CO = "CO-H200x8-NCCLTESTS-16"  # all_reduce 1 GiB busbw GB/s
 
 def _devices(row: str) -> int:
     return int(_rows()[row]["n_gpus"].replace(",", ""))
-
-
-def _precision_is(value: str) -> Callable[[tuple[Any, ...]], bool]:
-    return lambda r: all(spec[2].precision.value == value for spec in r[2])
-
-
-def _inference_formats(weights: str | None, kv: str | None) -> Callable[[tuple[Any, ...]], bool]:
-    return lambda r: (r[2][3].weights, r[2][3].kv_cache.precision) == (weights, kv)
 
 
 def _lora(rank: int, targets: tuple[LoraTarget, ...] | None) -> Callable[[tuple[Any, ...]], bool]:
@@ -287,24 +274,5 @@ def test_a_reworded_row_reads_the_same_or_is_refused_naming_the_column(case: Cas
     assert result == "right", said
 
 
-def main() -> None:
-    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    examples: dict[str, list[str]] = collections.defaultdict(list)
-    for case in CASES:
-        result, said = outcome(case)
-        counts[case.cls][result] += 1
-        if result != "right":
-            examples[case.cls].append(f"  {result}: {case} -> {said[:160]}")
-    total: collections.Counter[str] = collections.Counter()
-    for cls, c in counts.items():
-        total.update(c)
-        print(f"{cls:24s} " + " ".join(f"{k}={v}" for k, v in sorted(c.items())))
-    print("TOTAL", dict(total), "cases", len(CASES))
-    if "-v" in sys.argv:
-        for cls, lines in examples.items():
-            print(cls)
-            print("\n".join(lines))
-
-
 if __name__ == "__main__":
-    main()
+    report(CASES)
