@@ -51,7 +51,9 @@ def _model(m: Any) -> dict[str, Any]:
 
 # stand-ins for an estimate: the metric readers only scale and pick their fields
 _STEP = SimpleNamespace(step_time_s=2.0, tokens_per_s=12345.0, model_flop=3e18, hardware_flop=4e18, mfu=0.41, hfu=0.52,
-           layer=SimpleNamespace(total_s=0.05))
+           layer=SimpleNamespace(total_s=0.05, **{p: SimpleNamespace(time_s=0.01) for p in (
+               "forward", "backward_input", "backward_weight")}),
+           moe_layer=None, breakdown=SimpleNamespace(forward_backward=1.5))  # an MLPerf TTT row adds evaluations
 
 
 def _latency(mean: float) -> SimpleNamespace:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from armillary.estimate.result import StepEstimate
+from armillary.validation.mlperf_rules import EvalRule, rule_for_row, stated_steps_disagree
 from armillary.validation.reading import search_run
 from armillary.validation.row_columns import Unsupported
 from armillary.validation.rows import RowSpecs
@@ -42,6 +43,7 @@ PER_LONGER_TIME = re.compile(r"(tokens?|tok|samples?|seqs?|sequences?|sentences?
 class Metric:
     label: str  # what is compared, in the row's unit
     read: Reading  # the predicted value in the row's unit
+    assumptions: tuple[str, ...] = ()  # what the reading assumed that the row does not state
 
 
 _TIME_WORD = r"(ms|msec|s|sec|secs|seconds?|milliseconds?|us|µs|μs|usec|min|mins|minutes?|h|hrs?|hours?|days?)"
@@ -230,6 +232,8 @@ def _overhead_s(text: str) -> float:
 # (MLPerf Training GPT-3: the MLLOG block_start epoch_count of 24576 x 2048 tokens between evaluations, each on
 # the 24567 eval_samples the log states; run_stop follows the last evaluation, so run_start..run_stop holds one
 # evaluation per interval trained). Only a cadence with its sample count is read; "eval every 20 steps" is not.
+# A row naming MLPerf Training, a benchmark and a round that states no cadence gets the round's rule
+# (`mlperf_rules`, data/mlperf_eval_rules.csv), recorded in its assumptions; a stated cadence wins.
 _EVAL = (r"eval(?:uation)? every\s*([\d,]+)\s*(?:training )?(?:sequences|samples)\s*on\s*([\d,]+)\s*"
          r"(?:eval(?:uation)? )?(?:sequences|samples)\b")
 
@@ -249,9 +253,27 @@ def forward_share(r: StepEstimate) -> float:
     return f / (f + bi + bw)
 
 
+def _row_gbs(row: dict[str, str]) -> int | None:
+    try:
+        return int(float((row.get("gbs") or "").replace(",", "")))
+    except ValueError:
+        return None
+
+
+def _mlperf_rule(row: dict[str, str], text: str) -> tuple[EvalRule | None, tuple[str, ...]]:
+    """The MLPerf Training rule of a row that states no cadence, with what it records: the rule applied (and any
+    step cadence the row words that disagrees with it), or the benchmark/round the data does not hold."""
+    rule, gap = rule_for_row(row)
+    if rule is None:
+        return None, () if gap is None else (gap,)
+    disagree = stated_steps_disagree(text, rule, _row_gbs(row))
+    return rule, (rule.words(),) if disagree is None else (rule.words(), disagree)
+
+
 def _time_to_train(row: dict[str, str], gpu_hours: bool) -> Metric:
     """Time to train (in the row's time unit) or GPU-hours: the stated steps (or tokens, or samples) times the
-    step time, plus the stated time outside the steps."""
+    step time, plus the stated time outside the steps, plus the evaluations inside the timed run (stated, or
+    by the MLPerf Training round's rule)."""
     text = clean(" ".join(row.get(k, "") for k in ("metric", "other_reported", "notes")))
     amount = _amount(text)
     if amount is None:
@@ -260,29 +282,40 @@ def _time_to_train(row: dict[str, str], gpu_hours: bool) -> Metric:
     what, value = amount
     extra = _overhead_s(text)
     evaluation = _evaluation(text)
+    rule, assumed = (None, ()) if evaluation is not None else _mlperf_rule(row, text)
 
     def steps(rs: RowSpecs) -> float:
         w = rs.workload
         per_step = {"steps": 1.0, "tokens": w.global_batch * w.seq_len, "samples": w.global_batch}[what]
         return value / per_step
 
+    def evaluated_sequences(rs: RowSpecs) -> float:
+        """Sequences run forward by the evaluations inside the timed run, in the row's sequence length: one
+        evaluation per interval trained (stated), or the rule's count (less those it skips), each on the
+        evaluation set (the rule's sequences scaled by their length over the row's)."""
+        gbs = rs.workload.global_batch
+        if evaluation is not None:
+            interval, samples = evaluation
+            return steps(rs) * gbs / interval * samples
+        if rule is not None:
+            return rule.evaluations(steps(rs), gbs) * rule.eval_sequences * rule.eval_seq_len / rs.workload.seq_len
+        return 0.0
+
     def evaluating_s(r: StepEstimate, rs: RowSpecs) -> float:
-        """The stated evaluations' forward passes: one per interval trained, each of its samples at the forward
-        share of a trained sample's time."""
-        if evaluation is None:
-            return 0.0
-        interval, samples = evaluation
-        evaluations = steps(rs) * rs.workload.global_batch / interval
-        return evaluations * samples / rs.workload.global_batch * float(r.breakdown.forward_backward) \
+        """The evaluations' forward passes: each sequence at the forward share of a trained sequence's time."""
+        return evaluated_sequences(rs) / rs.workload.global_batch * float(r.breakdown.forward_backward) \
             * forward_share(r)
 
     label = what if evaluation is None else f"{what}; evaluation every {evaluation[0]:g} sequences on {evaluation[1]:g}"
+    if rule is not None:
+        label = (f"{what}; evaluation per MLPerf Training {rule.round} rules: every {rule.interval_sequences} "
+                 f"sequences on {rule.eval_sequences}x{rule.eval_seq_len}")
 
     if gpu_hours:
         return Metric(f"GPU-hours ({value:g} {label})",
                       lambda r, rs: (steps(rs) * float(r.step_time_s) + evaluating_s(r, rs) + extra)
-                      * rs.system.devices / 3600.0)
+                      * rs.system.devices / 3600.0, assumed)
     unit = clean(row.get("unit")) or unit_in_metric(clean(row.get("metric"))) or "min"
     k = time_unit(unit, "min")
     return Metric(f"time to train [{unit}] ({value:g} {label})",
-                  lambda r, rs: (steps(rs) * float(r.step_time_s) + evaluating_s(r, rs) + extra) / k)
+                  lambda r, rs: (steps(rs) * float(r.step_time_s) + evaluating_s(r, rs) + extra) / k, assumed)
