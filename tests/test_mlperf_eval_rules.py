@@ -9,7 +9,7 @@ import pytest
 from armillary.validation.metrics import forward_share, read_metric
 from armillary.validation.mlperf_rules import load_rules, round_of, rule_for_row
 from armillary.validation.rows import row_specs
-from armillary.validation.run import choose_candidate, read_rows
+from armillary.validation.run import choose_candidate, read_rows, run_row
 
 
 def _gpt3_row() -> dict[str, str]:
@@ -109,3 +109,12 @@ def test_the_shipped_gpt3_runs_train_whole_rule_intervals() -> None:
         steps = tokens / (gbs * 2048)
         assert steps == int(steps) and steps % rule.interval_steps(gbs) == 0, row["id"]
         assert math.ceil(24576 / gbs) != 20
+
+
+def test_the_rule_is_listed_in_the_row_results_assumptions() -> None:
+    # run.py joins the metric's assumptions to the configuration's (the CSV's assumptions column)
+    result = run_row(_gpt3_row())
+    assert any(a.startswith("evaluation per MLPerf Training v3.1 rules (gpt3)") for a in result.assumptions)
+    gap = run_row({**_gpt3_row(), "framework": "NeMo Megatron (MLPerf Training v2.1 closed)", "id": "X-gpt3-TTT",
+                   "source": "a submitter's log"})
+    assert any("not in validation/data/mlperf_eval_rules.csv" in a for a in gap.assumptions)

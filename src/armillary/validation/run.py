@@ -179,7 +179,7 @@ def _run_row(row: dict[str, str]) -> RowResult:
                          skipped=f"invalid configuration: {err}")
     result, chosen = choose_candidate(candidates)
     predicted = metric.read(result, chosen)
-    notes = chosen.assumptions
+    notes = (*chosen.assumptions, *metric.assumptions)
     if not bool(result.feasible):
         notes = (*notes, "infeasible as configured: " + "; ".join(result.infeasible_reasons))
     return RowResult(row_id, group, metric.label, measured, predicted, predicted / measured - 1, notes,
