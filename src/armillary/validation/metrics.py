@@ -90,6 +90,11 @@ def _flop_convention(text: str, source: str) -> tuple[str, Callable[[StepEstimat
 def _per(text: str, unit: str, row: dict[str, str]) -> tuple[str, Callable[[RowSpecs], float]]:
     """Whose throughput a rate is: per GPU, per node, per TP group / replica, or the whole job."""
     both = f"{text} {unit}"
+    whole = r"\b(total|aggregate|cluster|whole|all gpus|global)\b"
+    if (PER_GPU.search(text) and re.search(whole, unit)) or (PER_GPU.search(unit) and re.search(whole, text)):
+        # "per_device_tflops" over "TFLOP/s (cluster)": the metric and the unit say different things
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: one says per GPU, the other the "
+                          "whole job")
     if PER_GPU.search(both):
         return "per GPU", lambda rs: float(rs.system.devices)
     if re.search(r"(per|/)[\s-]*(node|server|host)\b", both):
@@ -104,7 +109,8 @@ def _per(text: str, unit: str, row: dict[str, str]) -> tuple[str, Callable[[RowS
 
 def read_metric(row: dict[str, str]) -> Metric:
     """The measured quantity of a training row; Unsupported names the metric and unit when unknown."""
-    text, unit = clean(row.get("metric")), clean(row.get("unit"))
+    # MaxText's and torchtitan's logged keys ("per_device_tflops", "per_device_tokens_per_sec") in words
+    text, unit = clean(row.get("metric")).replace("_", " "), clean(row.get("unit")).replace("_", " ")
     source = clean(row.get("source")) + " " + clean(row.get("id"))
     if re.search(r"(forward|fwd).*(backward|bwd).*(one|single|per) (transformer )?layer", text):
         k = time_unit(unit, "ms")
