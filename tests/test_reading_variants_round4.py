@@ -23,7 +23,9 @@ import sys
 from typing import Any
 
 import pytest
-from test_reading_variants_round2 import SAME, Case, _c, outcome
+from test_reading_variants_round2 import _READ, SAME, Case, _c, outcome
+
+from armillary.validation.row_columns import Unsupported
 
 VLLM = "SRV-VLLM-DSR1-MI300X-C128-O800"  # 8 MI300X, tp 8, ISL 3200 / OSL 800, concurrency 128, output tok/s (server)
 SGL = "SRV-SGLANG-DSR1-H200-C128-O800"  # 8 H200, --tp 8 --enable-dp-attention
@@ -270,6 +272,53 @@ CASES: list[Case] = [
         (("framework", "rccl-tests all_reduce_perf (RCCL 2.26.6)"),))],
     *[_c("collective-rccl-other", "collective", MI355, re.compile(r"^(msg_bytes|unit|op|metric|gpu)"), **dict(change))
       for change in ((("msg_bytes", "8GB"),), (("gpu", "MI350X"),), (("gpu", "MI355"),))],
+]
+
+
+
+def _measured(row: dict[str, str]) -> tuple[Any, ...]:
+    """The measured value the runner takes from the value column; a value it cannot take skips the row, which
+    is a refusal naming the column."""
+    value = row.get("value", "")
+    try:
+        number = float(value)
+    except ValueError:
+        raise Unsupported(f"value: {value!r} is not a number") from None
+    return (number,)
+
+
+_READ["value"] = _measured
+
+CASES += [
+    # --- second pass: values with footnote markers and approximations, GPU counts in units, weights, TPU-style
+    # and torchtitan degrees, nccl-tests' bidirectional figures -----------------------------------------------------
+    *[_c("value", "value", VLLM, ("value", v), value=w) for w, v in (("914.74", 914.74), ("9.1474e2", 914.74))],
+    *[_c("value-other", "value", VLLM, "refuse:value", value=w) for w in (
+        "914.74*", "≈915", "~915", "914.74 (†)", "0.9k", "914.74 tok/s", "1,234")],
+    # a GPU count in the unit that is not the row's: never read as the whole server's
+    *[_c("serve-unit-gpus", "serving", VLLM, ("label", "output tok/s (server)", 5000.0), metric="output throughput",
+         unit=u) for u in ("tok/s (8 GPUs)", "output tokens/s per 8 GPUs", "tok/s (8x MI300X)")],
+    *[_c("serve-unit-gpus-other", "serving", VLLM, re.compile(r"^(metric|unit)"), metric="output throughput",
+         unit=u) for u in ("tok/s (4 GPUs)", "output tokens/s per 4 GPUs", "tok/s (16 GPUs, 2 nodes)")],
+    *[_c("static-unit-gpus", "static", TRT_STATIC, ("label", "output tok/s (all GPUs)", 777.0 * 8),
+         metric="offline throughput", unit=u) for u in ("output tok/s (8 GPUs)", "output tokens/s, 8 GPUs total")],
+    *[_c("static-unit-gpus-other", "static", TRT_STATIC, re.compile(r"^(metric|unit)"), metric="offline throughput",
+         unit=u) for u in ("output tok/s (4 GPUs)", "output tok/s (16 GPUs)")],
+    # serving weights: DeepSeek-R1's own checkpoint is block-scaled fp8; a bf16 copy is another model's weights
+    *[_c("serve-weights", "serving", VLLM, SAME, precision=w) for w in (
+        "FP8 (deepseek-ai checkpoint, block-scaled 128x128)", "fp8 weights as published (deepseek-ai/DeepSeek-R1)")],
+    *[_c("serve-weights-other", "serving", VLLM, ("check", lambda r: r[2][3].weights is None), precision=w)
+      for w in ("BF16 (upcast checkpoint)", "bf16")],
+    # the lengths written together in one column
+    *[_c("serve-lengths-other", "serving", VLLM, re.compile(r"^(isl|osl)"), isl=w, osl="") for w in (
+        "3200/800", "ISL/OSL 3200/800")],
+    *[_c("serve-lengths", "serving", VLLM, SAME, osl=w) for w in ("800 (ignore_eos)", "800 tokens, ignore_eos=True")],
+    # torchtitan's data_parallel_shard_degree -1: the rest of the GPUs (dp derived from n_gpus)
+    *[_c("train-strategy", "training", MB26, SAME, dp=w) for w in ("-1", "-1 (auto)")],
+    *[_c("train-strategy-other", "training", MB26, re.compile(r"^(dp|n_gpus)"), dp=w) for w in ("-2", "0")],
+    # nccl-tests' busbw is per direction; a bidirectional figure doubles it
+    *[_c("collective-other", "collective", CO, re.compile(r"^(unit|metric)"), **dict(change)) for change in (
+        (("unit", "GB/s (bidirectional)"),), (("metric", "busbw, bidirectional"),), (("unit", "GB/s bidir"),))],
 ]
 
 

@@ -20,7 +20,7 @@ from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference
 from armillary.validation.gpu_words import system_preset_for
-from armillary.validation.metrics import PER_GPU, PER_LONGER_TIME, time_unit, unit_in_metric
+from armillary.validation.metrics import PER_GPU, PER_LONGER_TIME, refuse_other_gpu_count, time_unit, unit_in_metric
 from armillary.validation.model_words import model_preset_for
 from armillary.validation.precision_words import fp8_of, fp16_of, kv_fp8_of, unread_weight_format
 from armillary.validation.row_columns import Unsupported, int_column, qualified_readings
@@ -102,6 +102,7 @@ def read_inference_metric(row: dict[str, str], notes: list[str] | None = None) -
     rate or a rate per node is refused naming the metric."""
     metric, unit = metric_words(row.get("metric")), metric_words(row.get("unit"))
     both = f"{metric} {unit}"
+    refuse_other_gpu_count(row, both)
     refused = (f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: only output throughput per GPU or of all "
                "the GPUs, and first-token latency, are read")
     if re.search(r"(per|/)[\s-]*(user|request|stream|node|host|instance)s?\b|interactivity", both) or (

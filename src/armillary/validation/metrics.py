@@ -38,6 +38,21 @@ PER_LONGER_TIME = re.compile(r"(tokens?|tok|samples?|seqs?|sequences?|sentences?
                              r"(/|\bper)\s*(min|mins|minutes?|h|hr|hrs|hours?|days?)\b")
 
 
+# a GPU count a rate names ("tok/s (8 GPUs)", "per 8x MI300X", "whole 8-GPU server"): it must be the row's
+_GPUS_NAMED = re.compile(r"\b(\d+)\s*(?:x\s*|-)?\s*(?:gpus?|devices?|accelerators?|chips?|(?:amd\s*|nvidia\s*)?"
+                         r"(?:mi3\d\dx|[abh]\d{2,3}|gb[23]00)\b)", re.I)
+
+
+def refuse_other_gpu_count(row: dict[str, str], text: str) -> None:
+    """Refuse a rate whose words count other GPUs than the row's ("tok/s (4 GPUs)" on an 8-GPU row: neither
+    the server's nor one GPU's), naming the unit."""
+    gpus = row.get("n_gpus", "").strip()
+    for found in _GPUS_NAMED.finditer(text):
+        if int(found.group(1)) != 1 and (not gpus.isdigit() or int(found.group(1)) != int(gpus)):  # "per 1 GPU"
+            raise Unsupported(f"unit {row.get('unit')!r} / metric {row.get('metric')!r}: a rate over {found.group(1)} "
+                              f"GPUs, not the row's {gpus or 'unstated'} GPUs")
+
+
 @dataclass(frozen=True)
 class Metric:
     label: str  # what is compared, in the row's unit

@@ -108,6 +108,10 @@ def read_int(row: dict[str, str], column: str) -> Reading:
     text = row.get(column, "").strip()
     words = text
     text = _THOUSANDS.sub(lambda m: m.group(1).replace(",", ""), text)
+    if column == "dp" and re.match(r"-1(?![\d.])", text):
+        # torchtitan's data_parallel_shard_degree -1: the ranks left over by the other degrees (its config
+        # documentation: "-1 means leftover ranks"), which the reader derives from n_gpus as for an empty dp
+        return Reading(column, None, words, "not stated")
     try:
         number = float(text)
     except ValueError:

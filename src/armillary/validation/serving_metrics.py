@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from armillary.serving.run import ServingResult
 from armillary.serving.window import steady_throughput
-from armillary.validation.metrics import PER_GPU, PER_LONGER_TIME, time_unit, unit_in_metric
+from armillary.validation.metrics import PER_GPU, PER_LONGER_TIME, refuse_other_gpu_count, time_unit, unit_in_metric
 from armillary.validation.row_columns import Unsupported
 from armillary.validation.vocabulary import metric_words
 
@@ -89,6 +89,7 @@ def read_serving_metric(row: dict[str, str], steady: bool = False) -> ServingMet
     rates over the steady window (a run of unstated length, measured over a time window)."""
     text, unit = metric_words(row.get("metric")), metric_words(row.get("unit"))
     both = f"{text} {unit}"
+    refuse_other_gpu_count(row, both)
     if _PER_USER_SPEED.search(both):
         raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per user or request "
                           "(the output speed one client sees) is not read; the server's throughput is")

@@ -301,6 +301,12 @@ def _checkpoint_scales(row: dict[str, str], mla: bool, notes: list[str]) -> dict
     if mla and "not stated" in row.get("precision", "").lower():
         notes.append("fp8 weights and GEMMs: the deepseek-ai checkpoint is stored in block-scaled fp8 (128x128 blocks)")
         return {"weight_scales": "block"}
+    precision = row.get("precision", "")
+    if re.search(r"block[- ]?(scaled|wise|scaling)|\b128\s*x\s*128\b|weight[-_ ]block[-_ ]size", precision, re.I) or (
+            mla and fp8_of(precision.lower()) and re.search(r"deepseek-ai|as published", precision, re.I)):
+        # the precision says so: block-scaled fp8 ("FP8 (block-scaled 128x128)"), or deepseek-ai's own checkpoint
+        notes.append("fp8 weights and GEMMs: block-scaled fp8 (128x128 blocks), as the precision says")
+        return {"weight_scales": "block"}
     if re.search(r"meta-llama/\S*-FP8\b", text, re.I):
         notes.append("Meta's FP8 checkpoint (fbgemm_fp8): channel-scaled fp8 weights, attention projections at 16 "
                      "bits (the first and last layers' 16-bit MLPs not modelled)")
