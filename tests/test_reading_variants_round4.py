@@ -23,8 +23,9 @@ import sys
 from typing import Any
 
 import pytest
-from test_reading_variants_round2 import _READ, SAME, Case, _c, outcome
+from test_reading_variants_round2 import _READ, SAME, Case, _c, _rows, outcome
 
+from armillary.validation.collective_rows import predict_collective
 from armillary.validation.row_columns import Unsupported
 
 VLLM = "SRV-VLLM-DSR1-MI300X-C128-O800"  # 8 MI300X, tp 8, ISL 3200 / OSL 800, concurrency 128, output tok/s (server)
@@ -41,7 +42,9 @@ GB300 = "TR-MBRIDGE-25.11-GB300-01"
 B200 = "TR-MBRIDGE-25.11-B200-17"  # Llama 3 8B on 8 B200
 TRILLIUM = "TR-MLPERF-v4.1-Google-cloud-tpu-trillium-512-maxtext-GPT3-TTT"
 CO = "CO-H200x8-NCCLTESTS-16"  # all_reduce 1 GiB busbw GB/s
-MI355 = "CO-MI355X-Pollara-OCI-2N-AR-01"  # rccl-tests all_reduce on 16 MI355X, 8 GiB
+MI355 = "CO-MI355X-Pollara-OCI-2N-AR-01"  # rccl-tests all_reduce on 16 MI355X, 8 GiB, 8 x 400 Gb/s Pollara per node
+B300 = "CO-B300-OCI-2N-AR-01"  # 16 B300 on 2 nodes, RoCE 8 x 2 x 400 Gb/s per node
+GB300_CO = "CO-GB300-OCI-2N-AR-01"  # 8 GB300 on 2 hosts of an NVL72 rack
 
 
 def _system(name: str) -> Any:
@@ -62,6 +65,14 @@ def _closed_loop(concurrency: int) -> Any:
 
 def _open_loop(rate: float) -> Any:
     return ("check", lambda r: r[2][5].rate == rate and r[2][5].concurrency is None)
+
+
+def _same_collective(row: str) -> Any:
+    """The original's figure, system and fabric (the notes quote the words, which differ)."""
+    def check(r: tuple[Any, ...]) -> bool:
+        base = predict_collective(dict(_rows()[row]))
+        return bool(r[0][:2] == base[:2] and r[0][2][:2] == base[2][:2])
+    return ("check", check)
 
 
 def _attention_dp(groups: int) -> Any:
@@ -319,6 +330,26 @@ CASES += [
     # nccl-tests' busbw is per direction; a bidirectional figure doubles it
     *[_c("collective-other", "collective", CO, re.compile(r"^(unit|metric)"), **dict(change)) for change in (
         (("unit", "GB/s (bidirectional)"),), (("metric", "busbw, bidirectional"),), (("unit", "GB/s bidir"),))],
+]
+
+CASES += [
+    # --- third pass: multi-node fabrics and device counts of the 2025-26 collective pages -------------------------
+    *[_c("fabric", "collective", MI355, _same_collective(MI355), inter_net=w) for w in (
+        "2 nodes; 8x AMD Pensando Pollara 400 AI NIC (400 Gb/s RoCEv2 each) per node",
+        "2 nodes; Pollara 400 AINIC, 8 x 400 Gbps per node", "2 nodes; 8 x 400GbE Pollara NICs per node")],
+    # 400 GB/s (bytes) per NIC or a node total in Tb/s other than 8 x 400 Gb/s: another rate, never this one
+    *[_c("fabric-other", "collective", MI355, ("differ",), inter_net=w) for w in (
+        "2 nodes; Pollara, 8 x 200 Gb/s per node", "2 nodes; Pollara 400 AI NIC, 4 x 400 Gb/s per node",
+        "2 nodes; 8x AMD Pensando Pollara NIC (200 Gb/s each) per node")],
+    *[_c("fabric", "collective", B300, _same_collective(B300), inter_net=w) for w in (
+        "2 nodes; RoCE 16 x 400 Gb/s = 6.4 Tb/s per node", "2 nodes; RoCEv2, 8 x 2 x 400 Gb/s per node")],
+    *[_c("co-gpus", "collective", MI355, SAME, n_gpus=w) for w in ("16 (2 nodes x 8)", "16 ranks", "16 GPUs")],
+    *[_c("co-gpus-other", "collective", MI355, re.compile(r"^n_gpus"), n_gpus=w) for w in (
+        "2 nodes", "2x8", "2 x 8 GPUs")],
+    *[_c("co-gpu", "collective", GB300_CO, SAME, gpu=w) for w in (
+        "NVIDIA GB300 NVL72 (OCI BM.GPU.GB300.4, 4 GPUs/host)", "GB300 NVL72", "Blackwell Ultra GB300 (NVL72)")],
+    *[_c("co-gpu-other", "collective", GB300_CO, re.compile(r"^(gpu|model)"), gpu=w) for w in (
+        "GB300 NVL36", "Blackwell Ultra", "Grace Blackwell")],
 ]
 
 
