@@ -352,6 +352,34 @@ CASES += [
         "GB300 NVL36", "Blackwell Ultra", "Grace Blackwell")],
 ]
 
+L70 = "TR-MBRIDGE-25.09-02"  # LLAMA3_70B
+Q30 = "TR-MBRIDGE-25.11-GB300-07"  # Qwen3_30B_a3B (MoE)
+Q235 = "TR-MBRIDGE-25.11-GB300-08"  # Qwen3_235B_a22B (MoE)
+DSV3_NOMTP = "TR-MBRIDGE-25.11-GB300-04"  # DeepSeekV3 (w/o MTP)
+
+CASES += [
+    # --- fourth pass: model names as Hugging Face repositories, Megatron-Bridge recipes and InferenceMAX write them
+    *[_c("model", "training", row, SAME, model=w) for row, w in (
+        (L70, "Llama 3 70B"), (L70, "Llama-3-70B"), (L70, "meta-llama/Meta-Llama-3-70B"), (L70, "llama3_70b"),
+        (L70, "Llama3 70B (pretrain)"),
+        (Q30, "Qwen3-30B-A3B"), (Q30, "Qwen/Qwen3-30B-A3B"), (Q30, "qwen3_30b_a3b"),
+        (Q235, "Qwen3-235B-A22B"), (Q235, "Qwen/Qwen3-235B-A22B (MoE)"),
+        (DSV3_NOMTP, "DeepSeek-V3 (w/o MTP)"), (DSV3_NOMTP, "deepseek-ai/DeepSeek-V3 (no MTP)"),
+        (DSV3_NOMTP, "DeepSeek V3 671B (without MTP)"))],
+    # another model of the family: read as that one (another shape) or refused, never as the row's
+    *[_c("model-other", "training", row, ("differ",), model=w) for row, w in (
+        (L70, "Llama 3 8B"), (L70, "Llama 3.1 405B"), (Q30, "Qwen3-235B-A22B"), (Q235, "Qwen3-30B-A3B"))],
+    # a preset's model over columns of another depth and width: refused naming the model
+    *[_c("model-other", "training", row, re.compile(r"^(model|layers|hidden|heads|kv_heads|ffn|vocab|experts|topk)"),
+         model=w) for row, w in (
+        (DSV3_NOMTP, "DeepSeek-V2"), (DSV3_NOMTP, "DeepSeek-V2-Lite"), (L70, "gpt-oss-120b"))],
+    *[_c("model-serve", "serving", VLLM, SAME, model=w) for w in (
+        "DeepSeek-R1", "deepseek-ai/DeepSeek-R1", "DeepSeek-R1 671B (MoE, MLA)")],
+    *[_c("model-serve-other", "serving", VLLM, re.compile(r"^(model|precision)"), model=w) for w in (
+        "DeepSeek-R1-Distill-Llama-70B", "DeepSeek-R1-Distill-Qwen-32B", "nvidia/DeepSeek-R1-FP4",
+        "amd/DeepSeek-R1-MXFP4-Preview", "DeepSeek-R1 (NVFP4)")],
+]
+
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_a_reworded_row_reads_the_same_or_is_refused_naming_the_column(case: Case) -> None:

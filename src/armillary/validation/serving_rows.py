@@ -434,7 +434,8 @@ def _fp8_weights(row: dict[str, str], model: Model) -> bool:
     """Whether the row serves fp8 weights (an MLA model whose precision is not stated: its fp8 checkpoint);
     a weight format other than fp8 or 16-bit is not read."""
     precision = row.get("precision", "").lower()
-    if (other := unread_weight_format(precision)) is not None:
+    # the model's name may name its format too: "DeepSeek-R1 (NVFP4)", "nvidia/DeepSeek-R1-FP4"
+    if (other := unread_weight_format(precision) or unread_weight_format(row.get("model", "").lower())) is not None:
         raise Unsupported(f"precision: {row.get('precision')!r} names {other!r} weights, which serving rows do not "
                           "read yet (fp8 and 16-bit weights are read)")
     return fp8_of(precision) or (model.mla is not None and "not stated" in precision)
