@@ -47,10 +47,12 @@ def refuse_other_gpu_count(row: dict[str, str], text: str) -> None:
     """Refuse a rate whose words count other GPUs than the row's ("tok/s (4 GPUs)" on an 8-GPU row: neither
     the server's nor one GPU's), naming the unit."""
     gpus = row.get("n_gpus", "").strip()
+    if not gpus.isdigit():  # the metric alone (no row's GPUs to hold it to)
+        return
     for found in _GPUS_NAMED.finditer(text):
-        if int(found.group(1)) != 1 and (not gpus.isdigit() or int(found.group(1)) != int(gpus)):  # "per 1 GPU"
+        if int(found.group(1)) not in (1, int(gpus)):  # "per 1 GPU" is per GPU
             raise Unsupported(f"unit {row.get('unit')!r} / metric {row.get('metric')!r}: a rate over {found.group(1)} "
-                              f"GPUs, not the row's {gpus or 'unstated'} GPUs")
+                              f"GPUs, not the row's {gpus} GPUs")
 
 
 @dataclass(frozen=True)

@@ -167,13 +167,16 @@ _DEGREE_COLUMNS = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "
 def _other_degrees_agree(row: dict[str, str], column: str, text: str, rest: str) -> None:
     """A second degree written beside a column's own ("TP8EP4", "TP4 PP8": InferenceMAX's and Megatron-Bridge's
     compact layouts) is taken only where that degree's own column states the same number; else the column is
-    refused (a "DP2" that no dp column states, an "EP2" beside an ep of n/a)."""
+    refused (a "DP2" that no dp column states, an "EP2" beside an ep of n/a); a degree of 1 beside an empty column
+    is that column's default."""
     for found in re.finditer(r"\b(tp|pp|dp|cp|ep|etp|vpp?)\s*[=:]?\s*(\d+)", rest, re.I):
         other = _DEGREE_COLUMNS.get(found.group(1).lower())
         if other is None or other == column:
             raise BadValueError(f"{column}: {text[:40]!r} holds more than one value")
         stated_there = re.match(rf"\s*(?:{_LABELS.get(other, '(?!)')})?{_SIZE_WORD}\s*[=:]?\s*(\d+)\b",
                                 row.get(other, ""), re.I)
+        if stated_there is None and found.group(2) == "1" and not row.get(other, "").strip():
+            continue  # "EP1" beside an empty ep: the degree of a column left empty
         if stated_there is None or stated_there.group(1) != found.group(2):
             raise BadValueError(f"{column}: {text[:40]!r} names {found.group(1)} {found.group(2)}, which the {other} "
                                 f"column does not state ({row.get(other, '')!r})")

@@ -413,9 +413,8 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
         "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, engine, notes),
                     "concurrency": client.concurrency}}
     tp = _tensor_parallel(row, notes)
-    if (gpus := int_column(row, "n_gpus")) is not None and gpus != tp:
-        raise Unsupported(f"tp / n_gpus: tp {tp} on {gpus} GPUs; one replica over all the row's GPUs is simulated, "
-                          "not several replicas or idle GPUs")
+    if (gpus := int_column(row, "n_gpus")) is not None and (tp > gpus or gpus % tp):
+        raise Unsupported(f"tp / n_gpus: tp {tp} is not a whole share of the row's {gpus} GPUs")
     system = load_system(system_preset, int_column(row, "n_gpus") or tp)
     attention = "flash3" if hopper_or_later(row.get("gpu", "")) else "flash"
     strategy = Strategy.model_validate({"tp": tp, "precision": "fp8" if fp8 else "bf16", "attention": attention,
