@@ -103,6 +103,8 @@ def message_bytes(row: dict[str, str]) -> int:
     """The message size of a collective row in bytes: "1073741824", "8 B", "1G", "128M", "1 GiB", "2^30",
     "1,073,741,824" (Unsupported naming msg_bytes otherwise)."""
     text = clean(row.get("msg_bytes")).replace(",", "")
+    # a footnote marker after the size ("1 GiB*", "1G †", "1G (a)"): not part of it
+    text = re.sub(r"\s*(?:\*+|[†‡§]|\((?:\*|†|‡|[a-z]|\d)\)|\[\d+\])$", "", text)
     # a size with its restatement in a parenthesis ("1073741824 (1 GiB)"): the size before it is read
     text = re.sub(r"^([^()]+?)\s*\([^()]*\)$", r"\1", text)
     power = re.fullmatch(r"2\s*\^\s*(\d+)(?:\s*(?:b|bytes?))?", text)
@@ -130,6 +132,10 @@ def row_unit(row: dict[str, str]) -> str:
     """The row's unit as written (case kept: Gb/s is not GB/s), else the one its metric names in parentheses or
     brackets at its end ("bus bandwidth (GB/s)", "time (us)": nccl-tests' column headers; "busbw [GB/s]")."""
     unit = (row.get("unit") or "").strip()
+    # "GB/s (busbw)": the unit with the metric it belongs to, read where the metric is that bandwidth
+    named = re.fullmatch(r"(\S+)\s*\(\s*(bus|alg)\s*-?\s*bw\s*\)", unit, re.I)
+    if named and re.sub(r"[\s_-]", "", clean(row.get("metric"))).startswith(named.group(2).lower() + "bw"):
+        return named.group(1)
     if unit:
         return unit
     found = re.search(r"[(\[]([^()\[\]]*)[)\]]\s*$", (row.get("metric") or "").strip())

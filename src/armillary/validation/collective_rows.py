@@ -110,6 +110,12 @@ def predict_collective(row: dict[str, str], trial: Mapping[str, object] | None =
     if re.search(r"\b(avg|average|mean)\b[^;]*\b(bus ?bw|bus bandwidth)", metric):
         raise Unsupported(f"metric {row.get('metric')!r}: nccl-tests' average over the sweep's sizes, not the busbw of "
                           "one message size")
+    # "Bus BW", "bus-bw", "Alg BW": nccl-tests' busbw / algbw written apart
+    metric = re.sub(r"\b(bus|alg)[\s_-]+bw\b", r"\1bw", metric)
+    if re.search(r"\bbi-?dir", f"{metric} {clean(row.get('unit'))}"):
+        # nccl-tests' busbw and algbw count one direction; a bidirectional figure is twice that
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a bidirectional bandwidth; "
+                          "nccl-tests' busbw / algbw count one direction")
     if metric.startswith("busbw") or "bus bandwidth" in metric:
         scale = bandwidth_scale(row)  # in the row's unit: Gb/s is 8x the GB/s figure (bits)
         label = "busbw [GB/s]" if scale == 1e9 else f"busbw [{row_unit(row)}]"

@@ -35,15 +35,18 @@ _GPU_SYSTEMS = (
     (re.compile(r"tpu\s*v5p|\bv5p\b", re.I), "tpu-v5p-slice"),
     (re.compile(r"tpu\s*v4", re.I), "tpu-v4-pod-slice"),
     (re.compile(r"tpu\s*v6e|\bv6e\b|trillium", re.I), "tpu-v6e-slice"),
-    (re.compile(r"tpu\s*7x|ironwood", re.I), "tpu7x-slice"),
+    # "TPU v7": Google's seventh-generation TPU, Ironwood (Cloud TPU's "TPU7x"); no other v7 exists
+    (re.compile(r"tpu\s*7x|ironwood|tpu\s*v7\b", re.I), "tpu7x-slice"),
     (re.compile(r"trn2|trainium\s*2", re.I), "trn2-16"),
 )
 
 
 # parts of the same name that no shipped system is: PCIe cards and the NVL PCIe boards (H100 NVL, H200 NVL: lower
 # power and clocks, no NVSwitch; NVIDIA's H100 / H200 datasheets), Grace Hopper's GH200 superchip (its own HBM and
-# the CPU over NVLink-C2C), GB200 NVL2 / NVL4 boards (not an NVL72 rack; NVIDIA GB200 NVL4 announcement, SC24)
-OTHER_PARTS = re.compile(r"pci-?e|\b[hg]\d{2,3}\s*nvl\b(?!-?\s?(?:36|72|144)\b)|\bgh200\b|\bnvl\s*[24]\b", re.I)
+# the CPU over NVLink-C2C), GB200 NVL2 / NVL4 boards (not an NVL72 rack; NVIDIA GB200 NVL4 announcement, SC24), the
+# NVL36 rack (36 GPUs to an NVLink domain, half the NVL72's; NVIDIA GB200 NVL72 page, "NVL36x2")
+OTHER_PARTS = re.compile(r"pci-?e|\b[hg]\d{2,3}\s*nvl\b(?!-?\s?(?:36|72|144)\b)|\bgh200\b|"
+                         r"\bnvl\s*(?:[24]|36(?:\s*x\s*2)?)\b", re.I)
 
 
 def system_preset_for(gpu: str | None) -> str | None:

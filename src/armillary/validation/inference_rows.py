@@ -20,11 +20,11 @@ from armillary.specs.strategy import Strategy
 from armillary.specs.system import System
 from armillary.specs.workload import Inference
 from armillary.validation.gpu_words import system_preset_for
-from armillary.validation.metrics import PER_GPU, PER_LONGER_TIME, time_unit, unit_in_metric
+from armillary.validation.metrics import PER_GPU, PER_LONGER_TIME, refuse_other_gpu_count, time_unit, unit_in_metric
 from armillary.validation.model_words import model_preset_for
 from armillary.validation.precision_words import fp8_of, fp16_of, kv_fp8_of, unread_weight_format
 from armillary.validation.row_columns import Unsupported, int_column, qualified_readings
-from armillary.validation.vocabulary import framework_words
+from armillary.validation.vocabulary import framework_words, metric_words
 
 
 def _int(row: dict[str, str], key: str) -> int:
@@ -100,8 +100,9 @@ def read_inference_metric(row: dict[str, str], notes: list[str] | None = None) -
     throughput per GPU, or of all the row's GPUs where its words say so ("total", "whole", "server", "8 GPUs");
     first-token latency in the row's time unit (ms when it names none). A rate per user, an input (prefill)
     rate or a rate per node is refused naming the metric."""
-    metric, unit = row.get("metric", "").lower(), row.get("unit", "").lower()
+    metric, unit = metric_words(row.get("metric")), metric_words(row.get("unit"))
     both = f"{metric} {unit}"
+    refuse_other_gpu_count(row, both)
     refused = (f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: only output throughput per GPU or of all "
                "the GPUs, and first-token latency, are read")
     if re.search(r"(per|/)[\s-]*(user|request|stream|node|host|instance)s?\b|interactivity", both) or (
@@ -114,6 +115,14 @@ def read_inference_metric(row: dict[str, str], notes: list[str] | None = None) -
                  both) or PER_LONGER_TIME.search(both):
         raise Unsupported(refused)
     if "throughput" in metric or (re.search(r"tokens?/s|tok/s", both) and not re.search(r"latency|ttft", both)):
+        if re.search(r"\btokens? throughput\b|\bthroughput per (gpu|device|chip)\b|\btps\b", metric) and not re.search(
+                r"output|generat|decode|completion|completed|\bout\b", both):
+            # InferenceMAX's "Token Throughput per GPU" (its json's tput_per_gpu) counts input and output tokens
+            # (InferenceMAX issue #293), vLLM's benchmark_throughput prints both: not read as output tokens
+            raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: tokens not said to be "
+                              "output (or generated) tokens")
+        if re.search(r"\b(k|m|thousand|million)\s*(tokens?|tok)\b|\b(mw|megawatt|rack|nvl\s*\d+)\b", both):
+            raise Unsupported(refused)
         if "per-gpu vs total not stated" in unit:
             if notes is not None:
                 notes.append("throughput read as per GPU, like the same document's H100 table")

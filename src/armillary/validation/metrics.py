@@ -39,6 +39,23 @@ PER_LONGER_TIME = re.compile(r"(tokens?|tok|samples?|seqs?|sequences?|sentences?
                              r"(/|\bper)\s*(min|mins|minutes?|h|hr|hrs|hours?|days?)\b")
 
 
+# a GPU count a rate names ("tok/s (8 GPUs)", "per 8x MI300X", "whole 8-GPU server"): it must be the row's
+_GPUS_NAMED = re.compile(r"\b(\d+)\s*(?:x\s*|-)?\s*(?:gpus?|devices?|accelerators?|chips?|(?:amd\s*|nvidia\s*)?"
+                         r"(?:mi3\d\dx|[abh]\d{2,3}|gb[23]00)\b)", re.I)
+
+
+def refuse_other_gpu_count(row: dict[str, str], text: str) -> None:
+    """Refuse a rate whose words count other GPUs than the row's ("tok/s (4 GPUs)" on an 8-GPU row: neither
+    the server's nor one GPU's), naming the unit."""
+    gpus = row.get("n_gpus", "").strip()
+    if not gpus.isdigit():  # the metric alone (no row's GPUs to hold it to)
+        return
+    for found in _GPUS_NAMED.finditer(text):
+        if int(found.group(1)) not in (1, int(gpus)):  # "per 1 GPU" is per GPU
+            raise Unsupported(f"unit {row.get('unit')!r} / metric {row.get('metric')!r}: a rate over {found.group(1)} "
+                              f"GPUs, not the row's {gpus} GPUs")
+
+
 @dataclass(frozen=True)
 class Metric:
     label: str  # what is compared, in the row's unit
@@ -92,6 +109,11 @@ def _flop_convention(text: str, source: str) -> tuple[str, Callable[[StepEstimat
 def _per(text: str, unit: str, row: dict[str, str]) -> tuple[str, Callable[[RowSpecs], float]]:
     """Whose throughput a rate is: per GPU, per node, per TP group / replica, or the whole job."""
     both = f"{text} {unit}"
+    whole = r"\b(total|aggregate|cluster|whole|all gpus|global)\b"
+    if (PER_GPU.search(text) and re.search(whole, unit)) or (PER_GPU.search(unit) and re.search(whole, text)):
+        # "per_device_tflops" over "TFLOP/s (cluster)": the metric and the unit say different things
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: one says per GPU, the other the "
+                          "whole job")
     if PER_GPU.search(both):
         return "per GPU", lambda rs: float(rs.system.devices)
     if re.search(r"(per|/)[\s-]*(node|server|host)\b", both):
@@ -106,7 +128,8 @@ def _per(text: str, unit: str, row: dict[str, str]) -> tuple[str, Callable[[RowS
 
 def read_metric(row: dict[str, str]) -> Metric:
     """The measured quantity of a training row; Unsupported names the metric and unit when unknown."""
-    text, unit = clean(row.get("metric")), clean(row.get("unit"))
+    # MaxText's and torchtitan's logged keys ("per_device_tflops", "per_device_tokens_per_sec") in words
+    text, unit = clean(row.get("metric")).replace("_", " "), clean(row.get("unit")).replace("_", " ")
     source = clean(row.get("source")) + " " + clean(row.get("id"))
     if re.search(r"(forward|fwd).*(backward|bwd).*(one|single|per) (transformer )?layer", text):
         k = time_unit(unit, "ms")

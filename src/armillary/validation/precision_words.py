@@ -45,6 +45,10 @@ def block_format_of(text: str | None) -> BlockFormat | None:
     `bf16_with_mxfp8_mixed` in its precision configs), "NVFP4", "MXFP4", "int8" (AQT); None when the value names none
     ("FP8-CS (FP8-MX)" is current scaling, the MX figure being the one in parentheses)."""
     value = _without_negated_formats(head(text))
+    if value in ("fp8", "fp8 mixed") and re.search(r"\b(mxfp8|fp8[- _]?mx)\b[^;)]*\b(block|recipe|scaling)\b",
+                                                   clean(text)):
+        # "FP8 (MXFP8 block scaling)": the recipe of a bare FP8, not a second figure beside another recipe
+        return BlockFormat.MXFP8
     return None if value is None else first_named(value, _BLOCK_FORMATS)
 
 

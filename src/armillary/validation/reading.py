@@ -108,6 +108,10 @@ def read_int(row: dict[str, str], column: str) -> Reading:
     text = row.get(column, "").strip()
     words = text
     text = _THOUSANDS.sub(lambda m: m.group(1).replace(",", ""), text)
+    if column == "dp" and re.match(r"-1(?![\d.])", text):
+        # torchtitan's data_parallel_shard_degree -1: the ranks left over by the other degrees (its config
+        # documentation: "-1 means leftover ranks"), which the reader derives from n_gpus as for an empty dp
+        return Reading(column, None, words, "not stated")
     try:
         number = float(text)
     except ValueError:
@@ -128,6 +132,13 @@ def read_int(row: dict[str, str], column: str) -> Reading:
         raise BadValueError(f"ep: {words[:40]!r} counts experts, not the expert-parallel degree")
     if float(found.group(1)) < 1:
         raise BadValueError(f"{column}: expected a whole number of 1 or more, got {text[:40]!r}")
+    if re.match(r"\s*(?:k|m)?\s*(?:-|–|—|~|to\b)\s*\d", found.group(2), re.I) or "±" in found.group(2):
+        # "4-8", "1k-8k", "256 to 512", "3200 ± 10%": a range or a spread, not the run's one value
+        raise BadValueError(f"{column}: {text[:40]!r} is a range or a spread; the run's one value is needed")
+    if column in ("isl", "osl") and re.search(r"\bmax(imum)?\b|\bup to\b|\bcap(ped)?\b|\blimit\b",
+                                              found.group(2), re.I):
+        # "800 (max)", "up to 800": a cap on the length (max_tokens), not the length; a request may stop before it
+        raise BadValueError(f"{column}: {text[:40]!r} is a cap on the length, not the length")
     multiple = re.match(r"\s*(k|m|b|thousand|million|billion)\b", found.group(2), re.I)
     if multiple and column in TOKEN_LENGTHS and multiple.group(1).lower() == "k" and "." in found.group(1):
         # "3.2K": 3,200 or 3.2 x 1024 (3,277)? A length in K is a power of two only when whole
@@ -143,9 +154,32 @@ def read_int(row: dict[str, str], column: str) -> Reading:
     rest = re.sub(r"\([^()]*\)", " ", found.group(2))  # a parenthesised qualifier is not a second value
     if column in ("gbs", "mbs") and re.search(r"\btok(en)?s?\b", rest, re.I):
         raise BadValueError(f"{column}: {text[:40]!r} counts tokens; the batch is read in sequences")
+    if column in (*_LAYOUT_COLUMNS, "dp"):
+        _other_degrees_agree(row, column, text, rest)
     if re.search(r"->|→|\bto\s*\d|\bx\s*\d|[*×/+]\s*\d|,\s*\d|\bor\s*\d", rest):
         raise BadValueError(f"{column}: {text!r} holds more than one value")
     return Reading(column, int(float(found.group(1))), text, "qualified")
+
+
+_DEGREE_COLUMNS = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "vp": "vpp", "vpp": "vpp"}
+
+
+def _other_degrees_agree(row: dict[str, str], column: str, text: str, rest: str) -> None:
+    """A second degree written beside a column's own ("TP8EP4", "TP4 PP8": InferenceMAX's and Megatron-Bridge's
+    compact layouts) is taken only where that degree's own column states the same number; else the column is
+    refused (a "DP2" that no dp column states, an "EP2" beside an ep of n/a); a degree of 1 beside an empty column
+    is that column's default."""
+    for found in re.finditer(r"\b(tp|pp|dp|cp|ep|etp|vpp?)\s*[=:]?\s*(\d+)", rest, re.I):
+        other = _DEGREE_COLUMNS.get(found.group(1).lower())
+        if other is None or other == column:
+            raise BadValueError(f"{column}: {text[:40]!r} holds more than one value")
+        stated_there = re.match(rf"\s*(?:{_LABELS.get(other, '(?!)')})?{_SIZE_WORD}\s*[=:]?\s*(\d+)\b",
+                                row.get(other, ""), re.I)
+        if stated_there is None and found.group(2) == "1" and not row.get(other, "").strip():
+            continue  # "EP1" beside an empty ep: the degree of a column left empty
+        if stated_there is None or stated_there.group(1) != found.group(2):
+            raise BadValueError(f"{column}: {text[:40]!r} names {found.group(1)} {found.group(2)}, which the {other} "
+                                f"column does not state ({row.get(other, '')!r})")
 
 
 def _labelled_elsewhere(column: str, label: str, words: str) -> Reading:

@@ -54,6 +54,14 @@ def read_model(row: dict[str, str], notes: list[str]) -> Model:
     if preset is not None and all(v is None for v in shape.values()):
         notes.append(f"architecture from the {preset} preset (the row states none)")
         return load_model(preset)
+    if preset is not None and shape["layers"] is not None and shape["hidden"] is not None:
+        named = load_model(preset)
+        if shape["layers"] != named.layers and shape["hidden"] != named.hidden:
+            # "Llama 3 8B" over 80 layers of 8192: another model than the name's, not a variant of it (a variant
+            # keeps its depth or its width: Megatron's weak-scaling GPT 1.7B, MPT-30B's 56 heads)
+            raise Unsupported(f"model: {row.get('model')!r} names the {preset} preset ({named.layers} layers, hidden "
+                              f"{named.hidden}) but the columns state {shape['layers']} layers, hidden "
+                              f"{shape['hidden']}")
     missing = [k for k in ("layers", "hidden", "heads") if shape[k] is None]
     if missing:
         raise Unsupported(f"{', '.join(missing)}: architecture columns missing (and no preset named "

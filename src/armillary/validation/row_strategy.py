@@ -32,6 +32,11 @@ def read_strategy(row: dict[str, str], n_gpus: int, stack: SoftwareStack, notes:
     notes.append(f"attention={out['attention'].value}, zero={int(out['zero'])}, overlapped: "
                  + (", ".join(k for k, v in out["overlap"].items() if v) or "nothing"))
     moe = _read_experts(row, stack, out, notes)
+    if moe.get("ep", 1) > 1 and (tp * cp * dp) % moe["ep"]:
+        # Megatron-Core's expert layout: the ep (x etp) ranks of an expert group divide the tp x cp x dp ranks of
+        # a pipeline stage (parallel_state.initialize_model_parallel)
+        raise Unsupported(f"ep: {moe['ep']} does not divide the tp x cp x dp = {tp * cp * dp} ranks of a pipeline "
+                          "stage")
     vpp = int_column(row, "vpp")
     if vpp is None and re.search(r"interleav", clean(row.get("vpp"))):
         notes.append(f"vpp=1: the row says {row.get('vpp')!r} without the chunks per stage (the bubble of an "
@@ -53,6 +58,15 @@ def _degrees(row: dict[str, str], n_gpus: int, notes: list[str]) -> tuple[int, i
     dp = n_gpus // (tp * cp * pp)
     if dp == 0:
         raise Unsupported(f"n_gpus: {n_gpus} GPUs cannot hold one replica of tp x cp x pp = {tp * cp * pp}")
+    # degrees that do not multiply to the GPUs: one of the columns is misread or misprinted, which one the row
+    # does not say; read (dp from the GPUs) only where the row's notes record the source's inconsistency
+    flagged = re.search(r"inconsisten", row.get("notes", ""), re.I) is not None
+    if n_gpus % (tp * cp * pp) and not flagged:
+        raise Unsupported(f"n_gpus / tp / cp / pp: {n_gpus} GPUs are not a whole number of replicas of tp x cp x pp = "
+                          f"{tp * cp * pp}")
+    if int_column(row, "dp") not in (None, dp) and not flagged:
+        raise Unsupported(f"dp / n_gpus: tp x cp x pp x dp = {tp * cp * pp * (int_column(row, 'dp') or 0)} is not "
+                          f"the row's {n_gpus} GPUs (a source's inconsistency is read only where the notes record it)")
     if int_column(row, "dp") not in (None, dp):
         notes.append(f"dp={dp} from n_gpus / (tp cp pp); the row's dp {int_column(row, 'dp')} does not multiply "
                      f"to its {n_gpus} GPUs")
@@ -75,6 +89,9 @@ def _read_sequence_parallel(row: dict[str, str], tp: int, out: dict[str, Any], n
 
 def _read_precision(row: dict[str, str], out: dict[str, Any], notes: list[str]) -> None:
     """The precision recipe the row states (its GEMMs' block format, fp8 weights), else the stack's."""
+    if re.search(r"\bfp4\b|\be2m1\b", clean(row.get("precision"))) and block_format_of(row.get("precision")) is None:
+        # "FP4" alone: NVFP4 (16-element blocks, E4M3 scales) or MXFP4 (32-element, E8M0 scales) is not said
+        raise Unsupported(f"precision: {row.get('precision')!r} names FP4 without its block format (NVFP4 or MXFP4)")
     precision = precision_of(row.get("precision"))
     if precision is None:
         notes.append(f"precision={out['precision'].value} ({row.get('precision') or 'not stated'})")
@@ -121,6 +138,11 @@ def _read_experts(row: dict[str, str], stack: SoftwareStack, out: dict[str, Any]
     a dense row's recipe noted. Empty for a dense row."""
     moe: dict[str, Any] = {}
     if int_column(row, "experts"):
+        etp = re.search(r"\b(?:etp|expert[-_ ]tensor[-_ ]parallel(?:ism)?|expert[-_ ]tp)\b\s*[=:]?\s*(\d+)",
+                        row.get("ep", ""), re.I)
+        if etp and int(etp.group(1)) != 1:  # Megatron-Bridge 26.x's ETP column written beside the ep
+            raise Unsupported(f"ep: {row.get('ep')!r} names an expert tensor-parallel degree; the row is read with "
+                              "expert_tp=1 (ETP 1), as the benchmarks run")
         moe = dict(ep=int_column(row, "ep") or 1, expert_tp=1)
         notes.append("expert_tp=1, balanced routing (the benchmarks force-balance the tokens)")
         if deduplicated_dispatch(_framework_and_notes(row)):

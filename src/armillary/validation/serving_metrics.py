@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from armillary.serving.run import ServingResult
 from armillary.serving.window import steady_throughput
-from armillary.validation.metrics import PER_GPU, PER_LONGER_TIME, time_unit, unit_in_metric
+from armillary.validation.metrics import PER_GPU, PER_LONGER_TIME, refuse_other_gpu_count, time_unit, unit_in_metric
 from armillary.validation.row_columns import Unsupported
-from armillary.validation.vocabulary import clean
+from armillary.validation.vocabulary import metric_words
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,13 @@ def _statistic(row: dict[str, str], text: str) -> str:
 
 def _latency(row: dict[str, str], field: str, text: str, unit: str) -> ServingMetric:
     unit = unit or unit_in_metric(text)
-    stat, k = _statistic(row, text), time_unit(unit, "ms")
+    if not unit:  # a TTFT of 0.2 or 200: seconds and milliseconds are both printed (vLLM ms, InferenceMAX s)
+        raise Unsupported(f"unit {row.get('unit')!r} / metric {row.get('metric')!r}: a latency without its time unit "
+                          "(ms, s)")
+    if field != "tpot_s" and re.search(r"(/|\bper)\s*(output\s*)?tok(en)?s?\b", unit):
+        raise Unsupported(f"unit {row.get('unit')!r}: a {field[:-2].upper()} per token is not a latency the benchmark "
+                          "keeps (TPOT is the time per output token)")
+    stat, k = _statistic(row, f"{text} {unit}"), time_unit(re.sub(r"\([^()]*\)", "", unit).strip(), "ms")
     if field == "itl":
         if stat != "mean":
             raise Unsupported(f"metric {row.get('metric')!r}: only the mean inter-token latency is simulated")
@@ -81,8 +87,9 @@ def _rate(name: str, per_gpu: bool, steady: bool) -> Callable[[ServingResult], f
 def read_serving_metric(row: dict[str, str], steady: bool = False) -> ServingMetric:
     """The measured quantity of a serving row; Unsupported names the metric and unit when unknown. `steady`:
     rates over the steady window (a run of unstated length, measured over a time window)."""
-    text, unit = clean(row.get("metric")), clean(row.get("unit"))
+    text, unit = metric_words(row.get("metric")), metric_words(row.get("unit"))
     both = f"{text} {unit}"
+    refuse_other_gpu_count(row, both)
     if _PER_USER_SPEED.search(both):
         raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per user or request "
                           "(the output speed one client sees) is not read; the server's throughput is")
@@ -98,10 +105,20 @@ def read_serving_metric(row: dict[str, str], steady: bool = False) -> ServingMet
     if re.search(r"(per|/)[\s-]*(user|request|req|stream|query|sequence|session)s?\b|interactivity|tok/s/u\b", both):
         raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per user or request "
                           "(the output speed one client sees) is not read; the server's throughput is")
-    if re.search(r"\b(input|prompt|prefill)\b", both) and not re.search(r"total|(input|prompt) and output", both):
+    if re.search(r"\b(input|prompt|prefill)\b", both) and not re.search(r"total|(input|prompt) (and|\+|&) output",
+                                                                         both):
         raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: an input-token (prefill) "
                           "rate is not read; output, total and request throughput are")
-    if re.search(r"(per|/)[\s-]*(node|host|server|instance|replica)s?\b", both):
+    if re.search(r"\b(k|m|thousand|million)\s*(tokens?|tok)\b|\(\s*(k|m|thousands|millions)\s*\)", both):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate in thousands or millions "
+                          "of tokens; the tokens/s are read")
+    if re.search(r"(per|/)[\s-]*(mw|megawatt|kw|watt|w|\$|dollar|gpu[- ]?hour)\b", both):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per power or cost is not "
+                          "read; the server's throughput is")
+    if re.search(r"\b(decode|prefill|context|generation)[\s-]*(gpus?|workers?|ranks?|nodes?)\b(?!\s*and)", both):
+        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate over one pool of a "
+                          "disaggregated deployment (its prefill or decode GPUs) is not read")
+    if re.search(r"(per|/)[\s-]*(node|host|server|instance|replica|rack|tray|pod|nvl\s*\d+|superpod)s?\b", both):
         raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per node or instance "
                           "is not read; the whole server's or one GPU's is")
     per_gpu = bool(PER_GPU.search(both))
@@ -110,7 +127,7 @@ def read_serving_metric(row: dict[str, str], steady: bool = False) -> ServingMet
             (r"request throughput|requests?/s|req/s|\bqps\b", "requests/s", "requests_per_s"),
             # SGLang's bench_serving "Total throughput (tok/s)" counts input and output tokens; trtllm-bench's
             # "Total Output Throughput" is the server's output tokens
-            (r"total token|\btotal throughput|input and output|prompt and output", "total tok/s",
+            (r"total token|\btotal throughput|(input|prompt) (and|\+|&) output", "total tok/s",
              "total_tokens_per_s"),
             # a bare "Throughput (tokens/s)" names neither (vLLM's benchmark_throughput prints total and output
             # tokens/s side by side): refused below

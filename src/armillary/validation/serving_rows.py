@@ -100,7 +100,7 @@ def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len:
         tp: int | None = _tensor_parallel(row, [])
     except Unsupported:
         tp = None
-    groups = _tensor_parallel(row, []) if dp_attention(row) else 1
+    groups = _attention_groups(row, _tensor_parallel(row, [])) if dp_attention(row) else 1
     if device is not None and (started := on_device(engine, device, tp, 1, groups)) is not engine:
         engine = started
         notes.append(f"{device.name}: the engine's defaults for this device ({engine.max_batch} sequences, "
@@ -172,7 +172,65 @@ def _client_engine(row: dict[str, str], client: Benchmark, engine: Engine, model
 
 
 def dp_attention(row: dict[str, str]) -> bool:
-    return bool(re.search(r"enable-dp-attention", f"{row.get('framework', '')} {row.get('other_reported', '')}"))
+    return bool(re.search(r"enable[-_]dp[-_]attention", f"{row.get('framework', '')} {row.get('other_reported', '')}",
+                          re.I))
+
+
+# speculative decoding (SGLang --speculative-algorithm EAGLE / NEXTN, vLLM --speculative-config with
+# deepseek_mtp / ngram / eagle, TensorRT-LLM's MTP speculative_config, Medusa, lookahead): several tokens a step,
+# which the simulated engine does not do
+_SPECULATIVE = re.compile(r"specul|\bmtp\d*\b|\beagle-?\d?\b|\bnextn\b|num[-_]nextn|draft[-_ ]?(model|tokens?)|"
+                          r"\bmedusa\b|\blookahead\b|\bngram\b", re.I)
+_NOT_SPECULATIVE = re.compile(r"\b(no|without|w/o|disabled?|off)\s+(speculative|spec\w*|mtp)\b|"
+                              r"\b(speculative( decoding)?|mtp)\s*(off|disabled|none)\b", re.I)
+# a disaggregated deployment: prefill and decode on separate workers (SGLang --disaggregation-mode, NVIDIA Dynamo
+# and llm-d's prefill / decode workers, InferenceMAX's "1P1D")
+_DISAGGREGATED = re.compile(r"disaggregat|\b\d+\s*p\s*\d+\s*d\b|\b(prefill|decode)[-_ ](workers?|nodes?|instances?|"
+                            r"servers?|pool)\b|\bp/d\b|\bpd[-_ ]disagg", re.I)
+
+
+def _refuse_unsimulated_launch(row: dict[str, str]) -> None:
+    """A launch the simulated server does not run, refused naming the framework column: speculative decoding,
+    a disaggregated prefill / decode deployment, pipeline parallelism, several data-parallel replicas without
+    data-parallel attention (vLLM --data-parallel-size, SGLang --dp without --enable-dp-attention), or launch
+    flags whose tensor-parallel degree contradicts the tp column."""
+    launch = framework_words(row.get("framework"))
+    if _SPECULATIVE.search(launch) and not _NOT_SPECULATIVE.search(launch):
+        raise Unsupported(f"framework {row.get('framework')!r}: speculative decoding (MTP, EAGLE, draft tokens) is "
+                          "not simulated")
+    if _DISAGGREGATED.search(launch):
+        raise Unsupported(f"framework {row.get('framework')!r}: a disaggregated prefill / decode deployment is not "
+                          "simulated")
+    pp = _number(r"(?:--pipeline[-_]parallel[-_]size|--pp[-_]size|--pp|(?<![a-z-])-pp)[ =]+(\d+)", launch)
+    if pp is not None and pp > 1:
+        raise Unsupported(f"framework {row.get('framework')!r}: pipeline parallelism ({pp:g} stages) is not simulated "
+                          "for serving")
+    dp = _data_parallel(launch)
+    if dp is not None and dp > 1 and not dp_attention(row):
+        raise Unsupported(f"framework {row.get('framework')!r}: {dp:g} data-parallel replicas (without data-parallel "
+                          "attention) are not simulated; one replica over the row's GPUs is")
+    flag = _number(r"(?:--tensor[-_]parallel[-_]size|--tp[-_]size|--tp|(?<![a-z-])-tp)[ =]+(\d+)", launch)
+    column = int_column(row, "tp")
+    if flag is not None and column is not None and int(flag) != column:
+        raise Unsupported(f"tp / framework: the tp column {column} and the launch's tensor-parallel size {flag:g} "
+                          "differ")
+
+
+def _data_parallel(launch: str) -> float | None:
+    """The data-parallel size a launch states: vLLM --data-parallel-size / -dp, SGLang --dp-size / --dp."""
+    return _number(r"(?:--data[-_]parallel[-_]size|--dp[-_]size|--dp|(?<![a-z-])-dp)[ =]+(\d+)", launch)
+
+
+def _attention_groups(row: dict[str, str], tp: int) -> int:
+    """The data-parallel attention groups of a row with --enable-dp-attention: its --dp / --dp-size (SGLang's
+    dp_size, which divides tp_size), else tp groups of one rank each."""
+    dp = _data_parallel(framework_words(row.get("framework")))
+    if dp is None:
+        return tp
+    if tp % int(dp):
+        raise Unsupported(f"framework {row.get('framework')!r}: --dp {dp:g} does not divide the tensor-parallel "
+                          f"degree {tp}")
+    return int(dp)
 
 
 def _lengths(row: dict[str, str], requests: int | None, notes: list[str]) -> tuple[int, int, bool]:
@@ -243,6 +301,12 @@ def _checkpoint_scales(row: dict[str, str], mla: bool, notes: list[str]) -> dict
     if mla and "not stated" in row.get("precision", "").lower():
         notes.append("fp8 weights and GEMMs: the deepseek-ai checkpoint is stored in block-scaled fp8 (128x128 blocks)")
         return {"weight_scales": "block"}
+    precision = row.get("precision", "")
+    if re.search(r"block[- ]?(scaled|wise|scaling)|\b128\s*x\s*128\b|weight[-_ ]block[-_ ]size", precision, re.I) or (
+            mla and fp8_of(precision.lower()) and re.search(r"deepseek-ai|as published", precision, re.I)):
+        # the precision says so: block-scaled fp8 ("FP8 (block-scaled 128x128)"), or deepseek-ai's own checkpoint
+        notes.append("fp8 weights and GEMMs: block-scaled fp8 (128x128 blocks), as the precision says")
+        return {"weight_scales": "block"}
     if re.search(r"meta-llama/\S*-FP8\b", text, re.I):
         notes.append("Meta's FP8 checkpoint (fbgemm_fp8): channel-scaled fp8 weights, attention projections at 16 "
                      "bits (the first and last layers' 16-bit MLPs not modelled)")
@@ -274,9 +338,13 @@ def _load(row: dict[str, str]) -> Benchmark:
     mlperf = re.search(r"mlperf", f"{row.get('framework', '')} {row.get('source', '')}", re.I) is not None
     if re.search(r"\boffline\b", metric, re.I):  # MLPerf's "Offline tokens per second"
         client += "; offline"
+    if re.search(r"\d\s*(?:-|–|—|\bto\b)\s*\d", row.get("batch_or_concurrency", "")):
+        # "conc 4-128", "4 to 128": the sweep, not the one load of the row's measurement
+        raise Unsupported(f"batch_or_concurrency: {row.get('batch_or_concurrency')!r} is a range; the run's one "
+                          "load is needed")
     requests = _number(r"(\d+)\s*(?:prompts|requests|queries|samples)\b", client) or _flag("num-prompts", client)
     count = int(requests) if requests else None
-    concurrency = _number(r"(?<![a-z0-9_])(?:max[-_ ])?concurrency\s*[ =:]?\s*(\d+)", client) or _number(
+    concurrency = _number(r"(?<![a-z0-9_])(?:max[-_ ])?(?:concurrency|conc)\b\s*[ =:]?\s*(\d+)", client) or _number(
         r"(\d+)\s*concurrent\b", client)  # "64 concurrent requests", "64 concurrent users"
     rate = (_number(r"request[-_ ]rate\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
             or _number(r"(\d+(?:\.\d+)?)\s*(?:req|requests|queries)\s*/\s*s\b", client)
@@ -330,6 +398,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     if preset is None or system_preset is None:
         raise Unsupported(f"model / gpu: no preset for {row.get('model')!r} on {row.get('gpu')!r}")
     model = load_model(preset)
+    _refuse_unsimulated_launch(row)
     client = _client(row)
     engine = _engine(row, model.mla is not None, notes, model.max_seq_len, load_system(system_preset, 1).device)
     input_len, output_len, varied = _lengths(row, client.requests, notes)
@@ -344,6 +413,8 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
         "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, engine, notes),
                     "concurrency": client.concurrency}}
     tp = _tensor_parallel(row, notes)
+    if (gpus := int_column(row, "n_gpus")) is not None and (tp > gpus or gpus % tp):
+        raise Unsupported(f"tp / n_gpus: tp {tp} is not a whole share of the row's {gpus} GPUs")
     system = load_system(system_preset, int_column(row, "n_gpus") or tp)
     attention = "flash3" if hopper_or_later(row.get("gpu", "")) else "flash"
     strategy = Strategy.model_validate({"tp": tp, "precision": "fp8" if fp8 else "bf16", "attention": attention,
@@ -362,7 +433,8 @@ def _fp8_weights(row: dict[str, str], model: Model) -> bool:
     """Whether the row serves fp8 weights (an MLA model whose precision is not stated: its fp8 checkpoint);
     a weight format other than fp8 or 16-bit is not read."""
     precision = row.get("precision", "").lower()
-    if (other := unread_weight_format(precision)) is not None:
+    # the model's name may name its format too: "DeepSeek-R1 (NVFP4)", "nvidia/DeepSeek-R1-FP4"
+    if (other := unread_weight_format(precision) or unread_weight_format(row.get("model", "").lower())) is not None:
         raise Unsupported(f"precision: {row.get('precision')!r} names {other!r} weights, which serving rows do not "
                           "read yet (fp8 and 16-bit weights are read)")
     return fp8_of(precision) or (model.mla is not None and "not stated" in precision)
@@ -389,9 +461,11 @@ def _experts(row: dict[str, str], model: Model, tp: int, notes: list[str]) -> di
         # (estimate.inference.replicated_experts: one all-reduce per layer, no token exchange)
         moe = {"ep": 1, "expert_tp": tp}
         notes.append(f"experts sharded over the {tp} TP ranks (expert_tp={tp}, ep=1), as the engine runs them")
-    if dp_attention(row):  # every rank its own attention group (dp_size = tp_size), experts sharded over tp
-        moe["attention_dp"] = tp
-        notes.append(f"data-parallel attention over {tp} groups of one rank; tokens gathered to the experts")
+    if dp_attention(row):  # attention in --dp groups (dp_size = tp_size unless stated), experts sharded over tp
+        groups = _attention_groups(row, tp)
+        moe["attention_dp"] = groups
+        ranks = "one rank" if groups == tp else f"{tp // groups} ranks"
+        notes.append(f"data-parallel attention over {groups} groups of {ranks}; tokens gathered to the experts")
     return moe
 
 

@@ -118,3 +118,14 @@ def kind_of(text: str | None) -> str | None:
     """The harness's kind for a row's `kind` text; None when it names none of them."""
     value = clean(text)
     return next((kind for kind, words in _KINDS if re.match(words, value)), None)
+
+
+def metric_words(text: str | None) -> str:
+    """A metric or unit in the words the reader matches: InferenceMAX's json keys ("output_tput_per_gpu",
+    "median_e2el", "p99_ttft") with spaces, its "tput" as throughput, "TPS/GPU" as tokens/s per GPU; a footnote marker
+    ("tok/s/GPU*", "(†)") dropped."""
+    out = clean(text).replace("_", " ")
+    out = re.sub(r"\btput\b", "throughput", out)
+    # "TPS/GPU" is tokens/s per GPU; a bare "TPS" is refused (round 2: per user as often as the server's)
+    out = re.sub(r"\btps(?=\s*(/|per)\s*(gpu|device|chip)\b)", "tokens/s", out)
+    return re.sub(r"\s*(\*+|[†‡§]|\((\*|†|‡)\))(?=\s|$|/)", "", out).strip()
