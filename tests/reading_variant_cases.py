@@ -84,9 +84,20 @@ def memory(row: dict[str, str]) -> tuple[Any, ...]:
     return (unit_bytes(row),)
 
 
+def measured(row: dict[str, str]) -> tuple[Any, ...]:
+    """The measured value the runner takes from the value column; a value it cannot take skips the row, which
+    is a refusal naming the column."""
+    value = row.get("value", "")
+    try:
+        number = float(value)
+    except ValueError:
+        raise Unsupported(f"value: {value!r} is not a number") from None
+    return (number,)
+
+
 _READ: dict[str, Callable[[dict[str, str]], tuple[Any, ...]]] = {
     "training": training, "serving": serving, "static": static, "collective": collective, "memory": memory,
-    "measure": lambda row: (measure_of(row),)}
+    "measure": lambda row: (measure_of(row),), "value": measured}
 
 SAME = "same"  # the original row's reading
 

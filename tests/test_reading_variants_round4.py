@@ -17,16 +17,13 @@ class (run it with another tree's src on PYTHONPATH for a before / after).
 
 from __future__ import annotations
 
-import collections
 import re
-import sys
 from typing import Any
 
 import pytest
-from test_reading_variants_round2 import _READ, SAME, Case, _c, _rows, outcome
+from reading_variant_cases import SAME, Case, _c, _rows, outcome, report
 
 from armillary.validation.collective_rows import predict_collective
-from armillary.validation.row_columns import Unsupported
 
 VLLM = "SRV-VLLM-DSR1-MI300X-C128-O800"  # 8 MI300X, tp 8, ISL 3200 / OSL 800, concurrency 128, output tok/s (server)
 SGL = "SRV-SGLANG-DSR1-H200-C128-O800"  # 8 H200, --tp 8 --enable-dp-attention
@@ -290,19 +287,6 @@ CASES: list[Case] = [
 
 
 
-def _measured(row: dict[str, str]) -> tuple[Any, ...]:
-    """The measured value the runner takes from the value column; a value it cannot take skips the row, which
-    is a refusal naming the column."""
-    value = row.get("value", "")
-    try:
-        number = float(value)
-    except ValueError:
-        raise Unsupported(f"value: {value!r} is not a number") from None
-    return (number,)
-
-
-_READ["value"] = _measured
-
 CASES += [
     # --- second pass: values with footnote markers and approximations, GPU counts in units, weights, TPU-style
     # and torchtitan degrees, nccl-tests' bidirectional figures -----------------------------------------------------
@@ -390,24 +374,5 @@ def test_a_reworded_row_reads_the_same_or_is_refused_naming_the_column(case: Cas
     assert result == "right", said
 
 
-def main() -> None:
-    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    examples: dict[str, list[str]] = collections.defaultdict(list)
-    for case in CASES:
-        result, said = outcome(case)
-        counts[case.cls][result] += 1
-        if result != "right":
-            examples[case.cls].append(f"  {result}: {case} -> {said[:160]}")
-    total: collections.Counter[str] = collections.Counter()
-    for cls, c in counts.items():
-        total.update(c)
-        print(f"{cls:28s} " + " ".join(f"{k}={v}" for k, v in sorted(c.items())))
-    print("TOTAL", dict(total), "cases", len(CASES))
-    if "-v" in sys.argv:
-        for cls, lines in examples.items():
-            print(cls)
-            print("\n".join(lines))
-
-
 if __name__ == "__main__":
-    main()
+    report(CASES)
