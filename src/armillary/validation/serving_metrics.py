@@ -84,6 +84,27 @@ def _rate(name: str, per_gpu: bool, steady: bool) -> Callable[[ServingResult], f
     return read
 
 
+# Rates a serving row may state that are not the run's server-wide average rate, and why each is not read (in
+# the order they are tested, after the per-user speed and the latencies)
+_RATES_NOT_READ: tuple[tuple[re.Pattern[str], str], ...] = (
+    (_NOT_AVERAGE_RATE, "a peak, maximum or goodput is not read; the run's output, total or request throughput is"),
+    (PER_LONGER_TIME, "a rate per minute, hour or day; rates are read per second"),
+    (re.compile(r"(per|/)[\s-]*(user|request|req|stream|query|sequence|session)s?\b|interactivity|tok/s/u\b"),
+     "a rate per user or request (the output speed one client sees) is not read; the server's throughput is"),
+    # input tokens, unless the words say total, or input and output
+    (re.compile(r"^(?!.*(total|(input|prompt) (and|\+|&) output)).*\b(input|prompt|prefill)\b"),
+     "an input-token (prefill) rate is not read; output, total and request throughput are"),
+    (re.compile(r"\b(k|m|thousand|million)\s*(tokens?|tok)\b|\(\s*(k|m|thousands|millions)\s*\)"),
+     "a rate in thousands or millions of tokens; the tokens/s are read"),
+    (re.compile(r"(per|/)[\s-]*(mw|megawatt|kw|watt|w|\$|dollar|gpu[- ]?hour)\b"),
+     "a rate per power or cost is not read; the server's throughput is"),
+    (re.compile(r"\b(decode|prefill|context|generation)[\s-]*(gpus?|workers?|ranks?|nodes?)\b(?!\s*and)"),
+     "a rate over one pool of a disaggregated deployment (its prefill or decode GPUs) is not read"),
+    (re.compile(r"(per|/)[\s-]*(node|host|server|instance|replica|rack|tray|pod|nvl\s*\d+|superpod)s?\b"),
+     "a rate per node or instance is not read; the whole server's or one GPU's is"),
+)
+
+
 def read_serving_metric(row: dict[str, str], steady: bool = False) -> ServingMetric:
     """The measured quantity of a serving row; Unsupported names the metric and unit when unknown. `steady`:
     rates over the steady window (a run of unstated length, measured over a time window)."""
@@ -96,31 +117,9 @@ def read_serving_metric(row: dict[str, str], steady: bool = False) -> ServingMet
     for words, field in _LATENCIES:
         if re.search(rf"\b({words})\b", text):
             return _latency(row, field, text, unit)
-    if _NOT_AVERAGE_RATE.search(both):
-        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a peak, maximum or goodput is "
-                          "not read; the run's output, total or request throughput is")
-    if PER_LONGER_TIME.search(both):
-        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per minute, hour or day; "
-                          "rates are read per second")
-    if re.search(r"(per|/)[\s-]*(user|request|req|stream|query|sequence|session)s?\b|interactivity|tok/s/u\b", both):
-        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per user or request "
-                          "(the output speed one client sees) is not read; the server's throughput is")
-    if re.search(r"\b(input|prompt|prefill)\b", both) and not re.search(r"total|(input|prompt) (and|\+|&) output",
-                                                                         both):
-        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: an input-token (prefill) "
-                          "rate is not read; output, total and request throughput are")
-    if re.search(r"\b(k|m|thousand|million)\s*(tokens?|tok)\b|\(\s*(k|m|thousands|millions)\s*\)", both):
-        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate in thousands or millions "
-                          "of tokens; the tokens/s are read")
-    if re.search(r"(per|/)[\s-]*(mw|megawatt|kw|watt|w|\$|dollar|gpu[- ]?hour)\b", both):
-        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per power or cost is not "
-                          "read; the server's throughput is")
-    if re.search(r"\b(decode|prefill|context|generation)[\s-]*(gpus?|workers?|ranks?|nodes?)\b(?!\s*and)", both):
-        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate over one pool of a "
-                          "disaggregated deployment (its prefill or decode GPUs) is not read")
-    if re.search(r"(per|/)[\s-]*(node|host|server|instance|replica|rack|tray|pod|nvl\s*\d+|superpod)s?\b", both):
-        raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: a rate per node or instance "
-                          "is not read; the whole server's or one GPU's is")
+    for refused, reason in _RATES_NOT_READ:
+        if refused.search(both):
+            raise Unsupported(f"metric {row.get('metric')!r} / unit {row.get('unit')!r}: {reason}")
     per_gpu = bool(PER_GPU.search(both))
     whose = " per GPU" if per_gpu else " (server)"
     for words, label, rate in (
