@@ -169,8 +169,8 @@ def test_release_ranges() -> None:
     assert stated_releases("vllm==0.7") == ((0, 7, 0), (0, 8, 0))
     assert stated_releases("vllm-0.6") is None and stated_releases("") is None
     tier = ReleaseDefaults(since="0.6", before="0.7.1")
-    assert tier.holds((0, 7, 0), (0, 7, 1)) and not tier.holds((0, 7, 0), (0, 8, 0))
-    assert not tier.holds((0, 5, 9), (0, 5, 10))
+    assert tier.covers((0, 7, 0), (0, 7, 1)) and not tier.covers((0, 7, 0), (0, 8, 0))
+    assert not tier.covers((0, 5, 9), (0, 5, 10))
 
 
 def test_a_release_range_can_set_the_mla_chunked_prefill_rule() -> None:

@@ -47,6 +47,16 @@ class ReleaseRange(Spec):
         """Whether release `release` ((major, minor, patch, post), `release_key`) is one of these."""
         return release_key(self.since) <= release < release_key(self.before)
 
+    def covers(self, first: tuple[int, int, int], after: tuple[int, int, int]) -> bool:
+        """Whether the releases from `first` up to, not including, `after` ((major, minor, patch), as
+        `engine_versions.stated_releases` gives them) all lie within these."""
+        return release_key(self.since) <= (*first, 0) and (*after, 0) <= release_key(self.before)
+
+    @property
+    def span(self) -> str:
+        """The releases in words."""
+        return f"releases {self.since} to before {self.before}"
+
 
 def release_key(version: str) -> tuple[int, int, int, int]:
     """(major, minor, patch, post) of "0.7", "0.7.1" or "0.4.4.post1", patch and post 0 where not given: in
@@ -56,14 +66,12 @@ def release_key(version: str) -> tuple[int, int, int, int]:
     return int(major), int(minor), int(patch), int(post or 0)
 
 
-class ReleaseDefaults(Spec):
+class ReleaseDefaults(ReleaseRange):
     """Defaults of some of a profile's releases that differ from the profile's own (which are those of its
     latest releases): the releases from `since` up to, not including, `before`. It applies to a run whose
     stated version lies wholly within them (`resolve_defaults`): "vLLM 0.6.3" within 0.6 to 0.7.1, but "vLLM
     0.7", which spans 0.7.0 and 0.7.1 onwards, not; a run naming no version keeps the profile's numbers."""
 
-    since: str = Field(pattern=r"^\d+\.\d+(\.\d+)?$", description="first release (major.minor[.patch])")
-    before: str = Field(pattern=r"^\d+\.\d+(\.\d+)?$", description="first release after them")
     mla_decode: MlaDecode | None = Field(None, description="decode of multi-head latent attention; none: the "
                                          "profile's")
     chunked_token_budget: PositiveInt | None = Field(None, description="token budget with chunked prefill; none: "
@@ -80,16 +88,7 @@ class ReleaseDefaults(Spec):
                                                  "with the wheel); none: the profile's")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the value comes from")
 
-    def holds(self, first: tuple[int, int, int], after: tuple[int, int, int]) -> bool:
-        """Whether the releases from `first` up to `after` all lie within this range."""
-        return release_key(self.since)[:3] <= first and after <= release_key(self.before)[:3]
-
     def settings(self) -> dict[str, Any]:
         """The Engine fields these releases set (those left unset omitted)."""
         return {k: v for k in type(self).model_fields if k not in ("since", "before", "sources")
                 and (v := getattr(self, k)) is not None}
-
-    @property
-    def span(self) -> str:
-        """The releases in words."""
-        return f"releases {self.since} to before {self.before}"

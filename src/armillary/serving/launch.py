@@ -38,7 +38,7 @@ def _with_releases(engine: Engine, version: str, mla: bool = False) -> tuple[Eng
     span = stated_releases(version)
     forcing = "the profile"
     for tier in engine.releases:
-        if span is None or not tier.holds(*span):
+        if span is None or not tier.covers(*span):
             continue
         tiered = tier.settings()
         engine = engine.model_copy(update=tiered)
