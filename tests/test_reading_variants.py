@@ -8,7 +8,6 @@ workload with the metric's value on a fixed stand-in estimate, never the error a
 from __future__ import annotations
 
 import csv
-import functools
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,58 +16,25 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from reading_variant_cases import _SERVED, _model, _rows
+from reading_variant_cases import training as training_reading
 
 from armillary.validation.gpu_words import system_preset_for
 from armillary.validation.inference_rows import inference_row_specs, read_inference_metric
 from armillary.validation.memory_rows import unit_bytes
-from armillary.validation.metrics import read_metric
 from armillary.validation.model_words import model_preset_for
 from armillary.validation.precision_words import kv_fp8_of, precision_of
 from armillary.validation.row_columns import Unsupported
 from armillary.validation.rows import row_specs
-from armillary.validation.run import DEFAULT_CSV, read_rows, validate
+from armillary.validation.run import read_rows, validate
 from armillary.validation.serving_metrics import read_serving_metric
 from armillary.validation.serving_rows import serving_row_specs
 from armillary.validation.strategy_words import recompute_of
 from armillary.validation.vocabulary import flag, kind_of
 
 
-@functools.cache
-def _rows() -> dict[str, dict[str, str]]:
-    return {r["id"]: r for r in read_rows(DEFAULT_CSV)}
-
-
 def _row(row_id: str, **change: str) -> dict[str, str]:
     return {**_rows()[row_id], **change}
-
-
-def _model(m: Any) -> dict[str, Any]:
-    out: dict[str, Any] = m.model_dump()
-    for k in ("name", "sources", "aliases"):
-        out.pop(k, None)
-    return out
-
-
-# stand-ins for an estimate: the metric readers only scale and pick their fields
-_STEP = SimpleNamespace(step_time_s=2.0, tokens_per_s=12345.0, model_flop=3e18, hardware_flop=4e18, mfu=0.41, hfu=0.52,
-           layer=SimpleNamespace(total_s=0.05, **{p: SimpleNamespace(time_s=0.01) for p in (
-               "forward", "backward_input", "backward_weight")}),
-           moe_layer=None, breakdown=SimpleNamespace(forward_backward=1.5))  # an MLPerf TTT row adds evaluations
-
-
-def _latency(mean: float) -> SimpleNamespace:
-    return SimpleNamespace(mean=mean, p50=0.9 * mean, p90=1.5 * mean, p99=2.0 * mean)
-
-
-_SERVED = SimpleNamespace(ttft_s=_latency(0.2), tpot_s=_latency(0.03), e2e_s=_latency(9.0), itl_mean_s=0.031,
-             output_tokens_per_s=5000.0, total_tokens_per_s=9000.0, requests_per_s=3.0, devices=8, times=None)
-
-
-def training_reading(row: dict[str, str]) -> tuple[str, float, tuple[Any, ...]]:
-    metric = read_metric(row)
-    specs = row_specs(row)
-    return (metric.label, metric.read(_STEP, specs[0]),  # type: ignore[arg-type]
-            tuple((_model(s.model), s.system, s.strategy, s.workload) for s in specs))
 
 
 def serving_reading(row: dict[str, str]) -> tuple[Any, ...]:
