@@ -213,12 +213,7 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
     a2a_hops = all_to_all_hops(net, p) if op is ALL_TO_ALL else 1.0
     if scalar:
         a2a_hops = float(a2a_hops)
-    everywhere = curve is True  # (the common call: the curve read at every point)
-    size_curve = net.size_efficiency  # (read where the curve applies anywhere: tested only where there is one)
-    ramp = _ramp(size_curve if size_curve is not None and (everywhere or any_true(curve)) else None, n_bytes, scalar)
-    if not (everywhere or is_scalar(curve) or (curve.all() if type(curve) is np.ndarray else np.all(curve))):
-        ramp = np.where(curve, ramp, 1.0)
-    tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
+    ramp, tree_ramp = _ramps(net, n_bytes, curve, scalar)
     two_shot = net.direct == _TWO_SHOT
     unit_scale = type(latency_scale) is float and latency_scale == 1.0
     scale_axes = _axes(scale)
@@ -240,30 +235,9 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
             one_shot = op is ALL_REDUCE and not two_shot  # two-shot: the reduce-scatter's share
             reduced = (p - 1) * n_bytes if one_shot else (p - 1) / p * n_bytes
             reduce_time = reduced * _REDUCE_TRAFFIC / reduce_bytes_per_s
-        ramped = tree_ramp if alg is ALG_TREE else ramp
-        reduce_free = type(reduce_time) is float and reduce_time == 0.0
-        # each protocol a row, the sweep's axes after it (the columns carry as many axes as what they meet)
-        fixed_axes = steps.ndim if type(steps) is np.ndarray else 0  # (`_axes`, inline: a few calls a candidate)
-        if not unit_scale:
-            fixed_axes = max(fixed_axes, _axes(latency_scale))
-        transfer_axes = sent.ndim if type(sent) is np.ndarray else 0
-        if scale_axes > transfer_axes or type(ramped) is np.ndarray:
-            transfer_axes = max(transfer_axes, scale_axes, _axes(ramped))
-        base, hop, _ = columns[fixed_axes] if fixed_axes <= COLUMN_AXES else _column_set(columns, fixed_axes)
-        rate = (columns[transfer_axes] if transfer_axes <= COLUMN_AXES else _column_set(columns, transfer_axes))[2]
-        # (x * 1.0 is x and x + 0.0 is x for x > 0 or NaN, IEEE 754: the common call skips those array ops,
-        # the same bits; fixed >= the protocol's base latency > 0)
-        fixed = base + (steps * hop if unit_scale else steps * hop * latency_scale)
-        # (x * 1.0 is x: a dimension's own bandwidth, without a size curve, divides by the rates as they are)
-        transfer = sent / (rate if type(scale) is float and scale == 1.0 and type(ramped) is float and ramped == 1.0
-                           else rate * scale * ramped)
-        if fixed_axes == transfer_axes and reduce_free:
-            time = fixed + transfer  # (rows of one shape: nothing to lift)
-        else:
-            axes = max(fixed_axes, transfer_axes) if reduce_free else max(fixed_axes, transfer_axes,
-                                                                              _axes(reduce_time))
-            time = _lifted(fixed, axes) + _lifted(transfer, axes)
-        times.append(time if reduce_free else time + reduce_time)
+        time, fixed = _protocol_rows(columns, steps, sent, reduce_time, tree_ramp if alg is ALG_TREE else ramp,
+                                     scale, scale_axes, latency_scale, unit_scale)
+        times.append(time)
         fixeds.append(fixed)
         groups.extend((len(sents),) * len(alg_labels))
         sents.append(sent)
@@ -272,6 +246,47 @@ def _candidate_costs(op: Collective, n_bytes: Array, p: Array, net: NetworkDimen
         raise ValueError(f"algorithm {algorithm.value!r} cannot run {op.value} on the {net.kind.value} network "
                          f"{net.name!r}; it offers {[a.value for _, a, _ in candidates_of(net) if a not in exclude]}")
     return Candidates(_rows(times), sents, _rows(fixeds), labels, p, scalar, tuple(groups))
+
+
+def _ramps(net: NetworkDimension, n_bytes: Array, curve: Array, scalar: bool) -> tuple[Array, Array]:
+    """The share of the link's rate a message of n_bytes reaches (the dimension's size curve, read where `curve`
+    holds; 1 elsewhere), for every algorithm and for the tree (its own curve where the dimension has one)."""
+    everywhere = curve is True  # (the common call: the curve read at every point)
+    size_curve = net.size_efficiency  # (read where the curve applies anywhere: tested only where there is one)
+    ramp = _ramp(size_curve if size_curve is not None and (everywhere or any_true(curve)) else None, n_bytes, scalar)
+    if not (everywhere or is_scalar(curve) or (curve.all() if type(curve) is np.ndarray else np.all(curve))):
+        ramp = np.where(curve, ramp, 1.0)
+    tree_ramp = ramp if net.tree_size_efficiency is None else _ramp(net.tree_size_efficiency, n_bytes, scalar)
+    return ramp, tree_ramp
+
+
+def _protocol_rows(columns: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...], steps: Array, sent: Array,
+                   reduce_time: Array, ramped: Array, scale: Array, scale_axes: int, latency_scale: Array,
+                   unit_scale: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(times, fixed latencies) of one algorithm's protocols, a row each with the sweep's axes after it (the
+    columns carry as many axes as what they meet): fixed = base + steps x step latency (x latency_scale), time =
+    fixed + bytes / (rate x scale x ramp) (+ the one-shot's reduction)."""
+    reduce_free = type(reduce_time) is float and reduce_time == 0.0
+    fixed_axes = steps.ndim if type(steps) is np.ndarray else 0  # (`_axes`, inline: a few calls a candidate)
+    if not unit_scale:
+        fixed_axes = max(fixed_axes, _axes(latency_scale))
+    transfer_axes = sent.ndim if type(sent) is np.ndarray else 0
+    if scale_axes > transfer_axes or type(ramped) is np.ndarray:
+        transfer_axes = max(transfer_axes, scale_axes, _axes(ramped))
+    base, hop, _ = columns[fixed_axes] if fixed_axes <= COLUMN_AXES else _column_set(columns, fixed_axes)
+    rate = (columns[transfer_axes] if transfer_axes <= COLUMN_AXES else _column_set(columns, transfer_axes))[2]
+    # (x * 1.0 is x and x + 0.0 is x for x > 0 or NaN, IEEE 754: the common call skips those array ops,
+    # the same bits; fixed >= the protocol's base latency > 0)
+    fixed = base + (steps * hop if unit_scale else steps * hop * latency_scale)
+    # (x * 1.0 is x: a dimension's own bandwidth, without a size curve, divides by the rates as they are)
+    transfer = sent / (rate if type(scale) is float and scale == 1.0 and type(ramped) is float and ramped == 1.0
+                       else rate * scale * ramped)
+    if fixed_axes == transfer_axes and reduce_free:
+        time = fixed + transfer  # (rows of one shape: nothing to lift)
+    else:
+        axes = max(fixed_axes, transfer_axes) if reduce_free else max(fixed_axes, transfer_axes, _axes(reduce_time))
+        time = _lifted(fixed, axes) + _lifted(transfer, axes)
+    return (time if reduce_free else time + reduce_time), fixed
 
 
 def _axes(x: Array) -> int:
