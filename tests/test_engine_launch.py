@@ -1,6 +1,6 @@
 """An engine's defaults that depend on its release, the model and the launch (`serving.launch.resolve_defaults`):
-one function for `armillary serve` / the API (`with_engine`) and the validation harness (`serving_rows._engine`),
-one test per rule, and the same engine for the same run read either way."""
+one function for `armillary serve` / the API (`with_engine`) and the validation harness
+(`serving_launch.engine_of_row`), one test per rule, and the same engine for the same run read either way."""
 
 import pytest
 
@@ -13,7 +13,7 @@ from armillary.serving.engine_versions import stated_releases
 from armillary.serving.launch import resolve_defaults, with_engine
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.workload import Inference, MlaDecode
-from armillary.validation.serving_rows import _engine
+from armillary.validation.serving_launch import engine_of_row
 from armillary.validation.vocabulary import framework_words
 
 V0 = load_engine("vllm-0.6")
@@ -35,7 +35,7 @@ def _workload(engine: str, **serving: object) -> Inference:
 ])
 def test_serve_and_the_harness_launch_vllm_v0_alike_for_an_mla_model(version: str, chunked: int | None) -> None:
     model, device = load_model("deepseek-v2-lite"), load_system("dgx-h100", 1).device
-    harness = _engine(_row(f"vLLM {version}: vllm serve"), True, [], model.max_seq_len, device)
+    harness = engine_of_row(_row(f"vLLM {version}: vllm serve"), True, [], model.max_seq_len, device)
     w, served = with_engine(_workload(f"vllm=={version}"), None, device, ModelArrays.of(model))
     assert served == harness
     expanded = version in ("0.6.3", "0.7.0")  # per-head K/V before PR #12528 (v0.7.1)
@@ -60,7 +60,7 @@ def test_the_api_serves_with_the_engine_as_the_harness_launches_it(monkeypatch: 
     api.simulate_serving("deepseek-v2-lite", "dgx-h100", {"tp": 1},
                          {"kind": "inference", "input_len": 256, "output_len": 16,
                           "serving": {"engine": "vllm==0.6.3"}}, rate=2.0, duration_s=2.0, gpus=1)
-    harness = _engine(_row("vLLM 0.6.3: vllm serve"), True, [], model.max_seq_len, device)
+    harness = engine_of_row(_row("vLLM 0.6.3: vllm serve"), True, [], model.max_seq_len, device)
     assert seen and seen[0] == harness
 
 
@@ -82,16 +82,16 @@ def test_vllm_v0_runs_an_mla_model_without_chunked_prefill_unless_launched_with_
 def test_vllm_0_7_1_to_0_7_3_force_mla_chunked_prefill_and_prefix_caching_off_over_the_flags(version: str) -> None:
     flags = "vllm serve --enable-chunked-prefill --enable-prefix-caching"  # PR #12642: the flags have no effect
     notes: list[str] = []
-    e = _engine(_row(f"{version}: {flags}"), True, notes, 163840)
+    e = engine_of_row(_row(f"{version}: {flags}"), True, notes, 163840)
     assert not e.chunked_prefill and not e.prefix_caching and e.max_batched_tokens == 163840
     assert any("forces them off" in n and "ignored" in n for n in notes)
     assert any("not modelled" in n and "2048" in n for n in notes)  # vLLM's leftover budget, said not modelled
     quiet: list[str] = []
-    _engine(_row(f"{version}: vllm serve --max-model-len 32768"), True, quiet)  # nothing asked chunked prefill
+    engine_of_row(_row(f"{version}: vllm serve --max-model-len 32768"), True, quiet)  # nothing asked chunked prefill
     assert not any("not modelled" in n for n in quiet)
-    later = _engine(_row(f"vLLM 0.7.4.dev181+gf35f8e22: {flags}"), True, [], 163840)  # after PR #12639
+    later = engine_of_row(_row(f"vLLM 0.7.4.dev181+gf35f8e22: {flags}"), True, [], 163840)  # after PR #12639
     assert later.chunked_prefill and later.prefix_caching and later.max_batched_tokens == 2048
-    assert _engine(_row(f"{version}: {flags}"), False, [], 163840).chunked_prefill  # not MLA: the flags hold
+    assert engine_of_row(_row(f"{version}: {flags}"), False, [], 163840).chunked_prefill  # not MLA: the flags hold
 
 
 def test_vllm_v0_turns_chunked_prefill_on_above_32k_of_context() -> None:
@@ -139,7 +139,7 @@ def test_sglang_data_parallel_attention_divides_the_token_budget() -> None:
     assert resolve_defaults(old, "sglang 0.4.3")[0].max_batched_tokens == 8192  # no DP attention
     assert resolve_defaults(load_engine("vllm-0.8"), "vllm 0.9.1", attention_dp=8)[0].max_batched_tokens == 8192
     row = {**_row("SGLang 0.4.3.post2: launch_server --tp 8 --enable-dp-attention"), "tp": "8"}
-    assert _engine(row, True, []).max_batched_tokens == 4096
+    assert engine_of_row(row, True, []).max_batched_tokens == 4096
 
 
 def test_what_the_workload_sets_wins_over_what_the_engine_derives() -> None:

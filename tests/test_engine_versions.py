@@ -14,7 +14,7 @@ from armillary.serving.engine import load_engine
 from armillary.serving.engine_versions import UNDESCRIBED, engine_for, engine_version
 from armillary.validation.row_columns import Unsupported
 from armillary.validation.run import DEFAULT_CSV, read_rows
-from armillary.validation.serving_rows import _engine
+from armillary.validation.serving_launch import engine_of_row
 from armillary.validation.vocabulary import framework_words
 
 REFUSED = None
@@ -121,12 +121,12 @@ def test_the_harness_refuses_a_serving_row_of_an_undescribed_version_and_notes_a
     row = {"framework": "vLLM 0.5.3: python -m vllm.entrypoints.openai.api_server -tp 8", "other_reported": "",
            "notes": ""}
     with pytest.raises(Unsupported, match=r"'vLLM 0\.5\.3' \(version 0\.5\.3\) has no engine profile"):
-        _engine(row, False, [])
+        engine_of_row(row, False, [])
     notes: list[str] = []
-    _engine({**row, "framework": "vLLM: vllm serve -tp 8"}, False, notes)
+    engine_of_row({**row, "framework": "vLLM: vllm serve -tp 8"}, False, notes)
     assert any("engine version not stated" in n and "vLLM 0.8" in n for n in notes)
     notes = []
-    _engine({**row, "framework": "vLLM 0.6.3: vllm serve -tp 8"}, False, notes)
+    engine_of_row({**row, "framework": "vLLM 0.6.3: vllm serve -tp 8"}, False, notes)
     assert not any("engine version not stated" in n for n in notes)
 
 
@@ -225,7 +225,7 @@ def test_a_v1_rows_flags_still_win_over_the_device_defaults() -> None:
     a100 = load_system("dgx-a100", 1).device
     row = {"framework": "vLLM 0.9.1: vllm serve -tp 8 --max-num-seqs 512", "other_reported": "", "notes": ""}
     notes: list[str] = []
-    engine = _engine(row, False, notes, 0, a100)
+    engine = engine_of_row(row, False, notes, 0, a100)
     assert (engine.max_batch, engine.max_batched_tokens) == (512, 2048)
     assert any("defaults for this device (256 sequences, 2048 tokens" in n for n in notes)
 
@@ -237,10 +237,10 @@ def test_a_v1_rows_flags_still_win_over_the_device_defaults() -> None:
 def test_vllm_v0_runs_mla_expanded_before_0_7_1(framework: str, mode: str) -> None:
     row = {"framework": framework_words(framework), "other_reported": "", "notes": ""}
     notes: list[str] = []
-    assert _engine(row, True, notes).mla_decode.value == mode
+    assert engine_of_row(row, True, notes).mla_decode.value == mode
     assert any(n.startswith("MLA decode expanded") for n in notes) is (mode == "expanded")
     plain: list[str] = []
-    _engine(row, False, plain)  # the release's decode mode is the engine's; a model without MLA never uses it
+    engine_of_row(row, False, plain)  # the release's decode mode is the engine's; a model without MLA never uses it
     assert not any(n.startswith("MLA decode") for n in plain)
 
 

@@ -17,7 +17,7 @@ from armillary.serving.trace import Trace, poisson_trace
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.strategy import Strategy
 from armillary.specs.workload import Inference
-from armillary.validation.serving_rows import _engine
+from armillary.validation.serving_launch import engine_of_row
 
 FLASH = Strategy.model_validate({"precision": "bf16", "attention": "flash"})
 
@@ -107,7 +107,7 @@ def test_compiled_stretches_add_the_eager_steps_as_the_model_does(rate: float, g
 def test_launch_flags_set_the_graphs() -> None:
     row = {"framework": "vLLM 0.6.3 (ROCm): -tp 8 --max-seq-len-to-capture 16384", "other_reported": "",
            "notes": ""}
-    assert _engine(row, False, []).graph_max_context == 16384
-    assert _engine({**row, "framework": "vLLM 0.6.3: -tp 8"}, False, []).graph_max_context == 8192
-    assert _engine({**row, "framework": "vLLM 0.6.3: -tp 8 --enforce-eager"}, False, []).cuda_graphs is False
-    assert _engine({**row, "framework": "vLLM 0.6.3: -tp 8 enforce_eager=False"}, False, []).cuda_graphs is True
+    assert engine_of_row(row, False, []).graph_max_context == 16384
+    assert engine_of_row({**row, "framework": "vLLM 0.6.3: -tp 8"}, False, []).graph_max_context == 8192
+    assert engine_of_row({**row, "framework": "vLLM 0.6.3: -tp 8 --enforce-eager"}, False, []).cuda_graphs is False
+    assert engine_of_row({**row, "framework": "vLLM 0.6.3: -tp 8 enforce_eager=False"}, False, []).cuda_graphs is True

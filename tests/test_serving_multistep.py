@@ -15,7 +15,7 @@ from armillary.serving.simulate import SchedulerLimits, simulate_replica
 from armillary.serving.trace import Trace
 from armillary.specs.loading import load_model
 from armillary.specs.workload import Policy
-from armillary.validation.serving_rows import _engine
+from armillary.validation.serving_launch import engine_of_row
 
 
 def _columns(new) -> np.ndarray:
@@ -111,7 +111,7 @@ def test_a_scheduler_pass_is_shared_by_its_steps():
                                      "num_scheduler_steps=15"])
 def test_the_harness_reads_the_steps(written):
     row = {"framework": f"vLLM 0.6.3: vllm serve -tp 8 {written}", "other_reported": "", "notes": ""}
-    assert _engine(row, False, []).scheduler_steps == 15
+    assert engine_of_row(row, False, []).scheduler_steps == 15
 
 
 def test_multi_step_with_data_parallel_attention_is_refused():

@@ -9,8 +9,9 @@ from armillary.serving.run import ServingResult
 from armillary.specs.workload import StoredPrecision
 from armillary.validation.row_columns import Unsupported
 from armillary.validation.run import is_serving_row, read_rows
+from armillary.validation.serving_launch import engine_of_row
 from armillary.validation.serving_metrics import read_serving_metric
-from armillary.validation.serving_rows import _client, _engine, serving_row_specs, simulate_serving_row
+from armillary.validation.serving_rows import _client, serving_row_specs, simulate_serving_row
 
 ROW = {"framework": "vLLM 0.6.3: vllm serve -tp 8", "other_reported": "", "notes": ""}
 
@@ -22,7 +23,7 @@ ROW = {"framework": "vLLM 0.6.3: vllm serve -tp 8", "other_reported": "", "notes
     "max_num_seqs=64, block_size=32, max_num_batched_tokens=4096 and gpu_memory_utilization=0.95.",
 ])
 def test_vllm_flags_however_written(written: str) -> None:
-    engine = _engine({**ROW, "framework": f"vLLM 0.6.3: vllm serve -tp 8 {written}"}, False, [])
+    engine = engine_of_row({**ROW, "framework": f"vLLM 0.6.3: vllm serve -tp 8 {written}"}, False, [])
     assert (engine.memory_fraction, engine.max_batch, engine.block_tokens, engine.max_batched_tokens) == (
         0.95, 64, 32, 4096)
 
@@ -31,20 +32,20 @@ def test_sglang_flags() -> None:
     row = {**ROW, "framework": "SGLang 0.4.3: launch_server --tp 8 --mem-fraction-static 0.85 --page-size 32 "
                                "--max-running-requests 48 --chunked-prefill-size 2048 --disable-radix-cache "
                                "--cuda-graph-max-bs 32"}
-    engine = _engine(row, False, [])
+    engine = engine_of_row(row, False, [])
     assert (engine.memory_fraction, engine.block_tokens, engine.max_batch, engine.max_batched_tokens) == (
         0.85, 32, 48, 2048)
     assert engine.chunked_prefill and not engine.prefix_caching and engine.graph_max_batch == 32
-    off = _engine({**row, "framework": "SGLang 0.4.3: --chunked-prefill-size -1 --disable-cuda-graph"}, False, [])
+    off = engine_of_row({**row, "framework": "SGLang 0.4.3: --chunked-prefill-size -1 --disable-cuda-graph"}, False, [])
     assert not off.chunked_prefill and not off.cuda_graphs
     # --disable-cuda-graph-padding keeps the graphs
-    assert _engine({**row, "framework": "SGLang 0.4.3: --disable-cuda-graph-padding"}, False, []).cuda_graphs
+    assert engine_of_row({**row, "framework": "SGLang 0.4.3: --disable-cuda-graph-padding"}, False, []).cuda_graphs
 
 
 def test_tensorrt_llm_flags() -> None:
     row = {**ROW, "framework": "TensorRT-LLM 1.0: trtllm-serve --max_batch_size 128 --max_num_tokens 8192 "
                                "--kv_cache_free_gpu_memory_fraction 0.8 --tokens_per_block 64"}
-    engine = _engine(row, False, [])
+    engine = engine_of_row(row, False, [])
     assert (engine.max_batch, engine.max_batched_tokens, engine.memory_fraction, engine.block_tokens) == (
         128, 8192, 0.8, 64)
 

@@ -23,19 +23,15 @@ from armillary.serving.benchmark import (
     Benchmark,
     Client,
     Mode,
-    client_engine,
     requests_for,
     sequences_held,
     trace_for,
     workload_for,
 )
-from armillary.serving.engine import LAUNCH_RULES, Engine, on_device
+from armillary.serving.engine import Engine
 from armillary.serving.engine_releases import Family
-from armillary.serving.engine_versions import engine_for, engine_version
-from armillary.serving.launch import resolve_defaults
 from armillary.serving.run import ServingResult, serve_trace
 from armillary.serving.trace import Trace
-from armillary.specs.device import Device
 from armillary.specs.loading import load_model, load_system
 from armillary.specs.model import Model
 from armillary.specs.stack import hopper_or_later
@@ -48,189 +44,19 @@ from armillary.validation.model_words import model_preset_for
 from armillary.validation.precision_words import fp8_of, kv_fp8_of, unread_weight_format
 from armillary.validation.reading import about_the_run
 from armillary.validation.row_columns import Unsupported, int_column, qualified_readings
-from armillary.validation.serving_metrics import ServingMetric, read_serving_metric
-from armillary.validation.vocabulary import OFFLINE_LOAD, framework_words
-
-
-def _number(pattern: str, text: str) -> float | None:
-    found = re.search(pattern, text, re.I)
-    return float(found.group(1)) if found else None
-
-
-def _flags(row: dict[str, str]) -> str:
-    """The server flags a row states: its launch command, what the run printed, its notes."""
-    return framework_words(f"{row.get('framework', '')} {row.get('other_reported', '')} {row.get('notes', '')}")
-
-
-def _flag(name: str, text: str, value: str = r"(\d+)") -> float | None:
-    """The value of a flag written --name-like-this, name_like_this or name like this, followed by a space,
-    '=' or ':' (the engines' command lines, Python arguments and printed settings)."""
-    words = r"[-_ ]".join(name.split("-"))
-    return _number(rf"(?<![a-z0-9_]){words}\s*[ =:]\s*{value}", text)
-
-
-_SHARE = r"(\d*\.?\d+)"  # a number such as 0.9 or .9, not the full stop after it
-# flags of vLLM, SGLang and TensorRT-LLM that set an engine profile's numbers (whole numbers, or a share)
-_ENGINE_FLAGS: tuple[tuple[str, str, str], ...] = (
-    ("max-num-seqs", "max_batch", r"(\d+)"), ("max-running-requests", "max_batch", r"(\d+)"),
-    ("max-batch-size", "max_batch", r"(\d+)"),
-    ("max-num-batched-tokens", "max_batched_tokens", r"(\d+)"), ("max-num-tokens", "max_batched_tokens", r"(\d+)"),
-    ("block-size", "block_tokens", r"(\d+)"), ("page-size", "block_tokens", r"(\d+)"),
-    ("tokens-per-block", "block_tokens", r"(\d+)"),
-    ("gpu-memory-utilization", "memory_fraction", _SHARE), ("mem-fraction-static", "memory_fraction", _SHARE),
-    ("kv-cache-free-gpu-mem-fraction", "memory_fraction", _SHARE),
-    ("kv-cache-free-gpu-memory-fraction", "memory_fraction", _SHARE),
-    ("max-seq-len-to-capture", "graph_max_context", r"(\d+)"), ("cuda-graph-max-bs", "graph_max_batch", r"(\d+)"),
-    ("num-scheduler-steps?", "scheduler_steps", r"(\d+)"),  # vLLM V0 multi-step scheduling (v0.6.0)
+from armillary.validation.serving_launch import (
+    attention_groups,
+    client_engine_of_row,
+    dp_attention,
+    engine_of_row,
+    flag_value,
+    launch_words,
+    number_in,
+    refuse_unsimulated_launch,
+    tensor_parallel,
 )
-
-
-def _engine(row: dict[str, str], model_mla: bool, notes: list[str], max_seq_len: int = 0,
-            device: Device | None = None) -> Engine:
-    text = _flags(row)
-    framework = framework_words(row.get("framework"))
-    try:
-        engine = engine_for(framework)  # a version no profile describes is refused, not given another's
-    except SpecError as err:
-        raise Unsupported(str(err)) from None
-    if engine is None:
-        raise Unsupported(f"framework: no engine profile for {row.get('framework')!r}")
-    _refuse_switched_vllm_engine(framework, text)
-    try:  # the row's replica: its tp (SGLang's memory share reads it; unstated: refused below, where needed)
-        tp: int | None = _tensor_parallel(row, [])
-    except Unsupported:
-        tp = None
-    groups = _attention_groups(row, _tensor_parallel(row, [])) if dp_attention(row) else 1
-    if device is not None and (started := on_device(engine, device, tp, 1, groups)) is not engine:
-        engine = started
-        notes.append(f"{device.name}: the engine's defaults for this device ({engine.max_batch} sequences, "
-                     f"{engine.max_batched_tokens} tokens, CUDA graphs to {engine.graph_max_batch} sequences)")
-    if engine_version(framework) is None:
-        notes.append(f"engine version not stated: assumed {engine.name} (its family's fallback profile)")
-    update: dict[str, Any] = {}
-    for flag, field, value in _ENGINE_FLAGS:
-        if (number := _flag(flag, text, value)) is not None:
-            update[field] = number if field == "memory_fraction" else int(number)
-    if (chunk := _flag("chunked-prefill-size", text, r"(-?\d+)")) is not None:  # SGLang; -1 turns chunking off
-        update["chunked_prefill"] = chunk > 0
-        if chunk > 0:
-            update["max_batched_tokens"] = int(chunk)
-    if re.search(r"chunked[- ]prefill(=| )?(false|off)|enable-chunked-prefill false", text, re.I):
-        update["chunked_prefill"] = False
-    elif re.search(r"enable-chunked-prefill", text, re.I):  # the flag alone turns it on
-        update["chunked_prefill"] = True
-    if re.search(r"enable-prefix-caching", text, re.I):
-        update["prefix_caching"] = True
-    if re.search(r"disable[-_]radix[-_]cache", text, re.I):
-        update["prefix_caching"] = False
-    if re.search(r"enforce[-_]eager(?![ =]+false)|disable[-_]cuda[-_]graph(?![-_]padding)", text, re.I):
-        update["cuda_graphs"] = False
-    # vLLM's max_model_len defaults to the model config's max_position_embeddings (ModelConfig)
-    model_len = _flag("max-model-len", text) or (float(max_seq_len) if max_seq_len else None)
-    # the engine's own defaults from its version, the model and these flags (one source: serve and the API too)
-    launched, assumed = resolve_defaults(engine, framework, mla=model_mla,
-                                         max_model_len=int(model_len) if model_len is not None else None,
-                                         attention_dp=groups,
-                                         flags=update)
-    notes.extend(assumed)
-    changed = {k: v for k, v in launched if v != getattr(engine, k) and k not in LAUNCH_RULES
-               and (model_mla or k != "mla_decode")}  # the settings the run uses
-    notes.append(f"engine {engine.name}" + (f", launched with (where it differs from the profile): {changed}"
-                                            if changed else ""))
-    return launched
-
-
-def _refuse_switched_vllm_engine(framework: str, text: str) -> None:
-    """A vLLM release run with the other engine than its default: VLLM_USE_V1=1 before 0.8 (V0 the default; 0.8.0
-    made V1 the default, vLLM 0.8.0 release notes) or VLLM_USE_V1=0 from 0.8 (vllm/envs.py). The version's profile
-    describes its default engine, so the row is refused rather than given it."""
-    setting = re.search(r"vllm_use_v1\s*=\s*([01])", text, re.I)
-    version = engine_version(framework)
-    if setting is None or version is None or version[0] != "vllm":
-        return
-    default_v1 = (version[1], version[2]) >= (0, 8)
-    if (setting.group(1) == "1") != default_v1:
-        raise Unsupported(f"framework: VLLM_USE_V1={setting.group(1)} runs vLLM {version[1]}.{version[2]} on its "
-                          f"{'V1' if setting.group(1) == '1' else 'V0'} engine, which the version's profile (its "
-                          "default engine) does not describe")
-
-
-def _client_engine(row: dict[str, str], client: Benchmark, engine: Engine, model: Model, strategy: Strategy,
-                   inference: Inference, system: System, notes: list[str]) -> Engine:
-    """The engine as the row's benchmark client launches it (`serving.benchmark.client_engine`, the path of
-    the API and `armillary serve`): trtllm-bench's own settings for a trtllm-bench row, its heuristic's limits
-    unless the row states --max_batch_size or --max_num_tokens."""
-    flags = _flags(row)
-    stated = _flag("max-batch-size", flags) is not None or _flag("max-num-tokens", flags) is not None
-    try:
-        launched, assumed = client_engine(client, engine, model, strategy, inference, system, limits_stated=stated)
-    except SpecError as err:
-        raise Unsupported(f"framework: {err}") from None
-    notes.extend(assumed)
-    assert launched is not None  # the row's engine, or the client's launch of it
-    return launched
-
-
-def dp_attention(row: dict[str, str]) -> bool:
-    return bool(re.search(r"enable[-_]dp[-_]attention", f"{row.get('framework', '')} {row.get('other_reported', '')}",
-                          re.I))
-
-
-# speculative decoding (SGLang --speculative-algorithm EAGLE / NEXTN, vLLM --speculative-config with
-# deepseek_mtp / ngram / eagle, TensorRT-LLM's MTP speculative_config, Medusa, lookahead): several tokens a step,
-# which the simulated engine does not do
-_SPECULATIVE = re.compile(r"specul|\bmtp\d*\b|\beagle-?\d?\b|\bnextn\b|num[-_]nextn|draft[-_ ]?(model|tokens?)|"
-                          r"\bmedusa\b|\blookahead\b|\bngram\b", re.I)
-_NOT_SPECULATIVE = re.compile(r"\b(no|without|w/o|disabled?|off)\s+(speculative|spec\w*|mtp)\b|"
-                              r"\b(speculative( decoding)?|mtp)\s*(off|disabled|none)\b", re.I)
-# a disaggregated deployment: prefill and decode on separate workers (SGLang --disaggregation-mode, NVIDIA Dynamo
-# and llm-d's prefill / decode workers, InferenceMAX's "1P1D")
-_DISAGGREGATED = re.compile(r"disaggregat|\b\d+\s*p\s*\d+\s*d\b|\b(prefill|decode)[-_ ](workers?|nodes?|instances?|"
-                            r"servers?|pool)\b|\bp/d\b|\bpd[-_ ]disagg", re.I)
-
-
-def _refuse_unsimulated_launch(row: dict[str, str]) -> None:
-    """A launch the simulated server does not run, refused naming the framework column: speculative decoding,
-    a disaggregated prefill / decode deployment, pipeline parallelism, several data-parallel replicas without
-    data-parallel attention (vLLM --data-parallel-size, SGLang --dp without --enable-dp-attention), or launch
-    flags whose tensor-parallel degree contradicts the tp column."""
-    launch = framework_words(row.get("framework"))
-    if _SPECULATIVE.search(launch) and not _NOT_SPECULATIVE.search(launch):
-        raise Unsupported(f"framework {row.get('framework')!r}: speculative decoding (MTP, EAGLE, draft tokens) is "
-                          "not simulated")
-    if _DISAGGREGATED.search(launch):
-        raise Unsupported(f"framework {row.get('framework')!r}: a disaggregated prefill / decode deployment is not "
-                          "simulated")
-    pp = _number(r"(?:--pipeline[-_]parallel[-_]size|--pp[-_]size|--pp|(?<![a-z-])-pp)[ =]+(\d+)", launch)
-    if pp is not None and pp > 1:
-        raise Unsupported(f"framework {row.get('framework')!r}: pipeline parallelism ({pp:g} stages) is not simulated "
-                          "for serving")
-    dp = _data_parallel(launch)
-    if dp is not None and dp > 1 and not dp_attention(row):
-        raise Unsupported(f"framework {row.get('framework')!r}: {dp:g} data-parallel replicas (without data-parallel "
-                          "attention) are not simulated; one replica over the row's GPUs is")
-    flag = _number(r"(?:--tensor[-_]parallel[-_]size|--tp[-_]size|--tp|(?<![a-z-])-tp)[ =]+(\d+)", launch)
-    column = int_column(row, "tp")
-    if flag is not None and column is not None and int(flag) != column:
-        raise Unsupported(f"tp / framework: the tp column {column} and the launch's tensor-parallel size {flag:g} "
-                          "differ")
-
-
-def _data_parallel(launch: str) -> float | None:
-    """The data-parallel size a launch states: vLLM --data-parallel-size / -dp, SGLang --dp-size / --dp."""
-    return _number(r"(?:--data[-_]parallel[-_]size|--dp[-_]size|--dp|(?<![a-z-])-dp)[ =]+(\d+)", launch)
-
-
-def _attention_groups(row: dict[str, str], tp: int) -> int:
-    """The data-parallel attention groups of a row with --enable-dp-attention: its --dp / --dp-size (SGLang's
-    dp_size, which divides tp_size), else tp groups of one rank each."""
-    dp = _data_parallel(framework_words(row.get("framework")))
-    if dp is None:
-        return tp
-    if tp % int(dp):
-        raise Unsupported(f"framework {row.get('framework')!r}: --dp {dp:g} does not divide the tensor-parallel "
-                          f"degree {tp}")
-    return int(dp)
+from armillary.validation.serving_metrics import ServingMetric, read_serving_metric
+from armillary.validation.vocabulary import OFFLINE_LOAD
 
 
 def _lengths(row: dict[str, str], requests: int | None, notes: list[str]) -> tuple[int, int, bool]:
@@ -239,9 +65,9 @@ def _lengths(row: dict[str, str], requests: int | None, notes: list[str]) -> tup
     fixed_in, fixed_out = int_column(row, "isl"), int_column(row, "osl")
     if fixed_in is not None and fixed_out is not None:
         return fixed_in, fixed_out, False
-    total_in = _number(r"(\d+) input tokens total", isl)
-    total_out = _number(r"(\d+) output tokens generated", osl)
-    approx_in = _number(r"~\s*(\d+)", isl)
+    total_in = number_in(r"(\d+) input tokens total", isl)
+    total_out = number_in(r"(\d+) output tokens generated", osl)
+    approx_in = number_in(r"~\s*(\d+)", isl)
     if total_in is not None and total_out is not None:
         if not requests:
             raise Unsupported("batch_or_concurrency: the lengths are totals over the run, but its request count is "
@@ -258,8 +84,8 @@ def _lengths(row: dict[str, str], requests: int | None, notes: list[str]) -> tup
 
 def _prefix_hit_rate(row: dict[str, str], input_len: int, engine: Engine, notes: list[str]) -> float:
     text = row.get("notes", "")
-    prefix = _number(r"gsp-system-prompt-len (\d+)", text)
-    per_group = _number(r"gsp-prompts-per-group (\d+)", text)
+    prefix = number_in(r"gsp-system-prompt-len (\d+)", text)
+    per_group = number_in(r"gsp-prompts-per-group (\d+)", text)
     if prefix is None or per_group is None:
         return 0.0
     if not engine.prefix_caching:
@@ -283,7 +109,7 @@ def _modelopt_kv_fp8(row: dict[str, str], engine: Engine, fp8: bool, notes: list
     text = f"{row.get('precision', '')} {row.get('model', '')}"
     if not (fp8 and engine.family is Family.TENSORRT_LLM and re.search(r"model[- ]?opt", text, re.I)):
         return False
-    if re.search(r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*(auto|bf16|bfloat16|fp16|float16)", _flags(row), re.I):
+    if re.search(r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*(auto|bf16|bfloat16|fp16|float16)", launch_words(row), re.I):
         return False
     notes.append("fp8 KV cache: TensorRT-LLM's kv_cache dtype 'auto' keeps the ModelOpt checkpoint's "
                  "kv_cache_quant_algo, FP8 in ModelOpt's default export (assumed; the checkpoint's own "
@@ -342,14 +168,14 @@ def _load(row: dict[str, str]) -> Benchmark:
         # "conc 4-128", "4 to 128": the sweep, not the one load of the row's measurement
         raise Unsupported(f"batch_or_concurrency: {row.get('batch_or_concurrency')!r} is a range; the run's one "
                           "load is needed")
-    requests = _number(r"(\d+)\s*(?:prompts|requests|queries|samples)\b", client) or _flag("num-prompts", client)
+    requests = number_in(r"(\d+)\s*(?:prompts|requests|queries|samples)\b", client) or flag_value("num-prompts", client)
     count = int(requests) if requests else None
-    concurrency = _number(r"(?<![a-z0-9_])(?:max[-_ ])?(?:concurrency|conc)\b\s*[ =:]?\s*(\d+)", client) or _number(
+    concurrency = number_in(r"(?<![a-z0-9_])(?:max[-_ ])?(?:concurrency|conc)\b\s*[ =:]?\s*(\d+)", client) or number_in(
         r"(\d+)\s*concurrent\b", client)  # "64 concurrent requests", "64 concurrent users"
-    rate = (_number(r"request[-_ ]rate\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
-            or _number(r"(\d+(?:\.\d+)?)\s*(?:req|requests|queries)\s*/\s*s\b", client)
-            or _number(r"\bqps\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
-            or _number(r"(\d+(?:\.\d+)?)\s*qps\b", client))
+    rate = (number_in(r"request[-_ ]rate\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
+            or number_in(r"(\d+(?:\.\d+)?)\s*(?:req|requests|queries)\s*/\s*s\b", client)
+            or number_in(r"\bqps\s*[ =:]?\s*(\d+(?:\.\d+)?)", client)
+            or number_in(r"(\d+(?:\.\d+)?)\s*qps\b", client))
     if concurrency is not None and rate is not None:
         # benchmark_serving's --request-rate with --max-concurrency: Poisson arrivals capped at that many in
         # flight, neither the closed loop nor the open one the clients here simulate
@@ -364,21 +190,6 @@ def _load(row: dict[str, str]) -> Benchmark:
                           f"{row.get('batch_or_concurrency', '')!r}")
     server = mlperf and re.search(r"\bserver\b", metric, re.I)
     return Benchmark(Mode.MLPERF_SERVER if server else Mode.RATE, count, rate=rate)
-
-
-def _tensor_parallel(row: dict[str, str], notes: list[str]) -> int:
-    """The tp column, else the launch flag (--tensor-parallel-size, -tp, --tp, --tp-size), else the server's
-    GPUs (the benchmarks serve one replica over all of them)."""
-    if (tp := int_column(row, "tp")) is not None:
-        return tp
-    text = _flags(row)
-    flag = _number(r"(?:--tensor[-_]parallel[-_]size|--tp[-_]size|--tp|(?<![a-z-])-tp)[ =]+(\d+)", text)
-    if flag is not None:
-        return int(flag)
-    if (gpus := int_column(row, "n_gpus")) is not None:
-        notes.append(f"tp={gpus}: not stated, one replica over the server's {gpus} GPUs")
-        return gpus
-    raise Unsupported("tp / n_gpus: neither the tensor-parallel degree nor the GPUs are stated")
 
 
 @dataclass(frozen=True)
@@ -398,9 +209,9 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
     if preset is None or system_preset is None:
         raise Unsupported(f"model / gpu: no preset for {row.get('model')!r} on {row.get('gpu')!r}")
     model = load_model(preset)
-    _refuse_unsimulated_launch(row)
+    refuse_unsimulated_launch(row)
     client = _client(row)
-    engine = _engine(row, model.mla is not None, notes, model.max_seq_len, load_system(system_preset, 1).device)
+    engine = engine_of_row(row, model.mla is not None, notes, model.max_seq_len, load_system(system_preset, 1).device)
     input_len, output_len, varied = _lengths(row, client.requests, notes)
     notes.extend(qualified_readings(row, ("isl", "osl")))  # "1K" read as 1024 tokens, said so
     fp8 = _fp8_weights(row, model)
@@ -408,11 +219,11 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
         "kind": "inference", "input_len": input_len, "output_len": output_len, "weights": "fp8" if fp8 else None,
         **_checkpoint_scales(row, model.mla is not None, notes),
         "kv_cache": {"precision": "fp8"} if kv_fp8_of(row.get("precision", "").lower()) or re.search(
-            r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*fp8", _flags(row), re.I)
+            r"kv[-_ ]cache[-_ ]dtype\s*[ =:]\s*fp8", launch_words(row), re.I)
         or _modelopt_kv_fp8(row, engine, fp8, notes) else {},
         "serving": {"prefix_hit_rate": _prefix_hit_rate(row, input_len, engine, notes),
                     "concurrency": client.concurrency}}
-    tp = _tensor_parallel(row, notes)
+    tp = tensor_parallel(row, notes)
     if (gpus := int_column(row, "n_gpus")) is not None and (tp > gpus or gpus % tp):
         raise Unsupported(f"tp / n_gpus: tp {tp} is not a whole share of the row's {gpus} GPUs")
     system = load_system(system_preset, int_column(row, "n_gpus") or tp)
@@ -421,7 +232,7 @@ def serving_row_specs(row: dict[str, str]) -> ServingRowSpecs:
                                         **_experts(row, model, tp, notes)})
     notes.append(f"tp={tp}, {attention} attention, {system.name} preset")
     inference = workload_for(client, Inference.model_validate(workload))
-    engine = _client_engine(row, client, engine, model, strategy, inference, system, notes)
+    engine = client_engine_of_row(row, client, engine, model, strategy, inference, system, notes)
     held = _held(client, model, strategy, inference, system, engine, notes)
     lengths = LengthDistribution.SHAREGPT if varied else LengthDistribution.FIXED
     inference = inference.model_copy(update={"serving": inference.serving.model_copy(update={"lengths": lengths})})
@@ -443,7 +254,7 @@ def _fp8_weights(row: dict[str, str], model: Model) -> bool:
 def _experts(row: dict[str, str], model: Model, tp: int, notes: list[str]) -> dict[str, Any]:
     """The strategy's expert layout (ep, expert_tp) and data-parallel attention, as the row's flags run them."""
     moe: dict[str, Any] = {}
-    ep_size = _flag("ep-size", _flags(row))
+    ep_size = flag_value("ep-size", launch_words(row))
     if model.moe is not None and ep_size is not None and ep_size > 1:
         # TensorRT-LLM --ep_size: experts spread over ep_size ranks, each expert split over tp / ep_size
         # (moe_tp_size = tp_size / moe_ep_size, tensorrt_llm/mapping.py)
@@ -451,7 +262,7 @@ def _experts(row: dict[str, str], model: Model, tp: int, notes: list[str]) -> di
             raise Unsupported(f"framework: --ep_size {ep_size:g} does not divide the tensor-parallel degree {tp}")
         moe = {"ep": int(ep_size), "expert_tp": tp // int(ep_size)}
         notes.append(f"experts over {int(ep_size)} ranks, each split over {tp // int(ep_size)} (--ep_size)")
-    elif model.moe is not None and re.search(r"enable[-_](expert[-_]parallel|ep[-_]moe)\b", _flags(row), re.I):
+    elif model.moe is not None and re.search(r"enable[-_](expert[-_]parallel|ep[-_]moe)\b", launch_words(row), re.I):
         # vLLM --enable-expert-parallel / SGLang 0.4 --enable-ep-moe (ep_size = tp_size): whole experts spread
         # over the TP ranks, which still hold every token (estimate.inference.replicated_experts)
         moe = {"ep": tp, "expert_tp": 1}
@@ -462,7 +273,7 @@ def _experts(row: dict[str, str], model: Model, tp: int, notes: list[str]) -> di
         moe = {"ep": 1, "expert_tp": tp}
         notes.append(f"experts sharded over the {tp} TP ranks (expert_tp={tp}, ep=1), as the engine runs them")
     if dp_attention(row):  # attention in --dp groups (dp_size = tp_size unless stated), experts sharded over tp
-        groups = _attention_groups(row, tp)
+        groups = attention_groups(row, tp)
         moe["attention_dp"] = groups
         ranks = "one rank" if groups == tp else f"{tp // groups} ranks"
         notes.append(f"data-parallel attention over {groups} groups of {ranks}; tokens gathered to the experts")
